@@ -1,0 +1,41 @@
+/* main.c: the `ljperf` binary: dispatches to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf <command> [flags]\n"
+            "\n"
+            "commands:\n"
+            "  prepare    tokenize .txt/.jsonl text into a Megatron-LM indexed dataset (.bin/.idx)\n"
+            "  train      train a Llama model (CPU or CUDA; flags use Megatron-LM names)\n"
+            "  benchmark  measure tokens/s, TFLOP/s, MFU and peak memory\n"
+            "  plan       print the static memory plan and the recompute recommendation\n"
+            "  generate   sample text from a checkpoint\n"
+            "\n"
+            "`ljperf <command> --help` lists a command's flags.\n");
+}
+
+int lj_cli_error(const char *cmd) {
+    fprintf(stderr, "ljperf %s: %s\n", cmd, lj_error_message());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
+        {"prepare", lj_cli_prepare}, {"train", lj_cli_train}, {"benchmark", lj_cli_benchmark},
+        {"plan", lj_cli_plan},       {"generate", lj_cli_generate},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "ljperf: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

