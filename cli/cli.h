@@ -13,4 +13,23 @@ int lj_cli_generate(int argc, char **argv);
 /* Prints "ljperf <cmd>: <lj_error_message()>" to stderr and returns 1. */
 int lj_cli_error(const char *cmd);
 
+#include "base/base.h"
+#include "ops/ops.h"
+
+/* Flag values: each reads argv[*i + 1] for flag argv[*i] and advances *i.
+ * Errors: LJ_ERR_ARG naming the flag ("--seq-length: 'abc' is not an integer"). */
+lj_status lj_cli_int(int argc, char **argv, int *i, int *out);
+lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out);
+lj_status lj_cli_double(int argc, char **argv, int *i, double *out);
+lj_status lj_cli_float(int argc, char **argv, int *i, float *out);
+lj_status lj_cli_str(int argc, char **argv, int *i, const char **out);
+
+/* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
+ * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
+lj_status lj_cli_device(const char *device, const lj_ops **ops);
+
+/* The default cache directory: $LJPERF_CACHE, else <repo>/.cache next to the binary's build
+ * directory (found through /proc/self/exe), else ./.cache. Written into buf. */
+const char *lj_cli_cache_dir(char *buf, size_t len);
+
 #endif

@@ -1,11 +1,263 @@
-/* generate.c: `ljperf generate` (not yet implemented). */
+/* generate.c: `ljperf generate`: load a checkpoint, encode a prompt, sample with a KV cache
+ * (greedy, temperature, top-k, top-p; seeded) and stream the text. */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "data/tokenizer.h"
+#include "io/checkpoint.h"
+#include "io/hf.h"
+#include "plan/plan.h"
+
+typedef struct {
+    const char *load, *prompt, *tokenizer, *device;
+    int max_new_tokens, top_k;
+    double temperature, top_p;
+    uint64_t seed;
+} gen_args;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ljperf generate --load DIR [--prompt TEXT] [flags]\n"
+               "  --load DIR             a training checkpoint root (--save of ljperf train; its latest\n"
+               "                         iteration) or a Hugging Face model directory\n"
+               "  --prompt TEXT          (default \"In the beginning\")\n"
+               "  --max-new-tokens N     (default 64)\n"
+               "  --temperature T        0 = greedy (default 0.8)\n"
+               "  --top-k K              keep the K most likely tokens (default 0 = all)\n"
+               "  --top-p P              nucleus sampling (default 1.0 = off)\n"
+               "  --seed S               sampling seed (default 1234)\n"
+               "  --tokenizer PATH       tokenizer.json (default: the set-up script's Llama 3 tokenizer)\n"
+               "  --device auto|cpu|cuda (default auto)\n");
+}
+
+/* The HF directory to load: DIR itself, or DIR/iter_N/hf of a training checkpoint root. */
+static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
+    int iteration;
+    if (lj_ckpt_latest(load, &iteration) == LJ_OK) {
+        char dir[1024];
+        lj_ckpt_iter_dir(load, iteration, dir, sizeof dir);
+        snprintf(buf, len, "%s/hf", dir);
+    } else {
+        snprintf(buf, len, "%s", load);
+    }
+    struct stat st;
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+    if (stat(cfg, &st) != 0)
+        return lj_fail(LJ_ERR_IO, "--load %s: no checkpoint there (expected %s or %s)", load,
+                       LJ_CKPT_LATEST_FILE, "config.json");
+    return LJ_OK;
+}
+
+/* Samples a token id from logits[V] (modified in place). */
+static int32_t sample(float *logits, int V, const gen_args *a, lj_rng *rng, int32_t *order) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (a->temperature <= 0.0) return best;
+    /* softmax at temperature */
+    double sum = 0.0;
+    const float maxv = logits[best];
+    for (int i = 0; i < V; i++) {
+        logits[i] = (float)exp((logits[i] - maxv) / a->temperature);
+        sum += logits[i];
+    }
+    for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
+    /* order by probability (selection of the top candidates is enough for top-k / top-p) */
+    int keep = V;
+    if (a->top_k > 0 && a->top_k < keep) keep = a->top_k;
+    if (a->top_p < 1.0 && keep > 1024) keep = 1024; /* nucleus mass lies in the head in practice */
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < keep; i++) { /* partial selection sort */
+        int m = i;
+        for (int j = i + 1; j < V; j++)
+            if (logits[order[j]] > logits[order[m]]) m = j;
+        int32_t t = order[i];
+        order[i] = order[m];
+        order[m] = t;
+    }
+    if (keep == V && a->top_p >= 1.0) {
+        /* plain sampling over all tokens */
+        double u = lj_rng_uniform(rng), acc = 0.0;
+        for (int i = 0; i < V; i++) {
+            acc += logits[i];
+            if (u < acc) return i;
+        }
+        return best;
+    }
+    double mass = 0.0;
+    int n = 0;
+    for (; n < keep; n++) {
+        mass += logits[order[n]];
+        if (a->top_p < 1.0 && mass >= a->top_p) {
+            n++;
+            break;
+        }
+    }
+    double u = lj_rng_uniform(rng) * mass, acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        acc += logits[order[i]];
+        if (u < acc) return order[i];
+    }
+    return order[0];
+}
+
+/* Writes the complete UTF-8 sequences of pending[0..*n) to stdout and keeps the rest. */
+static void flush_utf8(char *pending, size_t *n, int final) {
+    size_t end = *n;
+    if (!final) {
+        /* back off an incomplete trailing sequence */
+        size_t i = *n;
+        int back = 0;
+        while (i > 0 && back < 4 && ((unsigned char)pending[i - 1] & 0xC0) == 0x80) {
+            i--;
+            back++;
+        }
+        if (i > 0) {
+            unsigned char lead = (unsigned char)pending[i - 1];
+            int need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+            if (need > back + 1) end = i - 1;
+        }
+    }
+    fwrite(pending, 1, end, stdout);
+    fflush(stdout);
+    memmove(pending, pending + end, *n - end);
+    *n -= end;
+}
+
+static lj_status run_generate(const gen_args *a) {
+    char dir[1200], tokpath[1200];
+    LJ_TRY(resolve_model_dir(a->load, dir, sizeof dir));
+    lj_model_config cfg;
+    LJ_TRY(lj_hf_load_config(dir, &cfg));
+    const lj_ops *ops;
+    LJ_TRY(lj_cli_device(a->device, &ops));
+    lj_tokenizer *tok;
+    LJ_TRY(lj_tokenizer_load(a->tokenizer ? a->tokenizer : lj_tokenizer_default_path(tokpath, sizeof tokpath), &tok));
+    if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
+        lj_tokenizer_free(tok);
+        return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
+                       cfg.vocab_size, lj_tokenizer_vocab_size(tok));
+    }
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    lj_status s = lj_tokenizer_encode(tok, a->prompt, strlen(a->prompt), 0, &ids, &n);
+    if (s != LJ_OK) {
+        lj_tokenizer_free(tok);
+        return s;
+    }
+    /* prepend BOS */
+    const int32_t bos = lj_tokenizer_bos_id(tok) >= 0 ? lj_tokenizer_bos_id(tok) : cfg.bos_token_id;
+    int32_t *prompt = lj_malloc((size_t)(n + 1) * sizeof(int32_t));
+    prompt[0] = bos;
+    memcpy(prompt + 1, ids, (size_t)n * sizeof(int32_t));
+    free(ids);
+    const int prompt_len = (int)n + 1;
+    int total = prompt_len + a->max_new_tokens;
+    if (total > cfg.max_position_embeddings) total = cfg.max_position_embeddings;
+    if (prompt_len >= total) {
+        free(prompt);
+        lj_tokenizer_free(tok);
+        return lj_fail(LJ_ERR_ARG, "--prompt is %d tokens: no room below max_position_embeddings (%d)", prompt_len,
+                       cfg.max_position_embeddings);
+    }
+
+    lj_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.micro_batch_size = 1;
+    opt.seq_length = prompt_len;
+    opt.fused = 1;
+    opt.kv_cache_tokens = total;
+    lj_model m;
+    lj_model_init(&m, ops, &cfg, &opt);
+    lj_plan plan;
+    lj_plan_build(&plan, &m);
+    s = lj_plan_allocate(&plan, &m);
+    float *weights = NULL, *logits = NULL;
+    int32_t *order = NULL;
+    if (s == LJ_OK) {
+        weights = lj_malloc((size_t)m.layout.total * sizeof(float));
+        s = lj_hf_import(dir, &cfg, weights);
+    }
+    if (s == LJ_OK) {
+        lj_model_set_weights(&m, weights);
+        lj_model_upload_rope(&m);
+        logits = lj_malloc((size_t)cfg.vocab_size * sizeof(float));
+        order = lj_malloc((size_t)cfg.vocab_size * sizeof(int32_t));
+        lj_rng rng;
+        lj_rng_seed(&rng, a->seed);
+        const int32_t eos = lj_tokenizer_eos_id(tok);
+        fputs(a->prompt, stdout);
+        fflush(stdout);
+        char pending[64];
+        size_t npending = 0;
+        const double t0 = lj_time_sec();
+        lj_model_decode(&m, prompt, prompt_len, 0, logits);
+        int pos = prompt_len, generated = 0;
+        while (pos < total) {
+            int32_t next = sample(logits, cfg.vocab_size, a, &rng, order);
+            generated++;
+            if (next == eos || next == cfg.eos_token_id) break;
+            size_t len = 0;
+            const char *bytes = lj_tokenizer_token(tok, next, &len);
+            if (bytes && !lj_tokenizer_is_special(tok, next)) {
+                if (npending + len > sizeof pending) flush_utf8(pending, &npending, 1);
+                if (len <= sizeof pending) {
+                    memcpy(pending + npending, bytes, len);
+                    npending += len;
+                    flush_utf8(pending, &npending, 0);
+                } else {
+                    fwrite(bytes, 1, len, stdout);
+                }
+            }
+            lj_model_decode(&m, &next, 1, pos, logits);
+            pos++;
+        }
+        flush_utf8(pending, &npending, 1);
+        const double dt = lj_time_sec() - t0;
+        fputc('\n', stdout);
+        lj_log_info("[%d tokens in %.2f s: %.1f tokens/s on %s]", generated, dt, generated / (dt > 0 ? dt : 1), ops->name);
+    }
+    free(order);
+    free(logits);
+    free(weights);
+    free(prompt);
+    lj_plan_release(&plan, ops);
+    lj_plan_free(&plan);
+    lj_model_free(&m);
+    lj_tokenizer_free(tok);
+    return s;
+}
 
 int lj_cli_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ljperf generate: not implemented yet\n");
-    return 1;
+    gen_args a = {NULL, "In the beginning", NULL, "auto", 64, 0, 0.8, 1.0, 1234};
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        lj_status s = LJ_OK;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(f, "--load")) s = lj_cli_str(argc, argv, &i, &a.load);
+        else if (!strcmp(f, "--prompt")) s = lj_cli_str(argc, argv, &i, &a.prompt);
+        else if (!strcmp(f, "--tokenizer")) s = lj_cli_str(argc, argv, &i, &a.tokenizer);
+        else if (!strcmp(f, "--device")) s = lj_cli_str(argc, argv, &i, &a.device);
+        else if (!strcmp(f, "--max-new-tokens")) s = lj_cli_int(argc, argv, &i, &a.max_new_tokens);
+        else if (!strcmp(f, "--top-k")) s = lj_cli_int(argc, argv, &i, &a.top_k);
+        else if (!strcmp(f, "--temperature")) s = lj_cli_double(argc, argv, &i, &a.temperature);
+        else if (!strcmp(f, "--top-p")) s = lj_cli_double(argc, argv, &i, &a.top_p);
+        else if (!strcmp(f, "--seed")) s = lj_cli_u64(argc, argv, &i, &a.seed);
+        else s = lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf generate --help)", f);
+        if (s != LJ_OK) return lj_cli_error("generate");
+    }
+    if (!a.load) {
+        lj_fail(LJ_ERR_ARG, "--load DIR is required");
+        return lj_cli_error("generate");
+    }
+    if (a.max_new_tokens < 0 || a.top_k < 0 || !(a.top_p > 0.0 && a.top_p <= 1.0) || a.temperature < 0) {
+        lj_fail(LJ_ERR_ARG, "--max-new-tokens and --top-k must be >= 0, --top-p in (0, 1], --temperature >= 0");
+        return lj_cli_error("generate");
+    }
+    return run_generate(&a) == LJ_OK ? 0 : lj_cli_error("generate");
 }

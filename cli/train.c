@@ -1,11 +1,156 @@
-/* train.c: `ljperf train` (not yet implemented). */
+/* train.c: `ljperf train`: flags (Megatron-LM names) -> lj_train_config -> lj_train_run. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "train/train.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf train --data-path PREFIX [flags]\n"
+            "\n"
+            "model and device:\n"
+            "  --model NAME|config.json|DIR  preset (%s) or HF config (default llama3-tiny)\n"
+            "  --device auto|cpu|cuda        default auto: the GPU if there is one, else the CPU\n"
+            "data:\n"
+            "  --data-path [W1] P1 [W2 P2..] Megatron indexed datasets (PREFIX of .bin/.idx) or llm.c shards,\n"
+            "                                optionally blended with weights\n"
+            "  --split 969,30,1              train/valid/test split of the documents (default 969,30,1)\n"
+            "batch and schedule:\n"
+            "  --seq-length T                tokens per sample (default 256)\n"
+            "  --micro-batch-size B          samples per forward/backward (default 4)\n"
+            "  --global-batch-size G         samples per optimizer step (default B; G/B accumulation steps)\n"
+            "  --train-iters N               optimizer steps (default 100)\n"
+            "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 3e-5)\n"
+            "  --lr-warmup-iters N           linear warm-up (default 0)\n"
+            "  --lr-decay-iters N            decay length (default --train-iters)\n"
+            "  --lr-decay-style S            constant|linear|cosine (default cosine)\n"
+            "  --weight-decay WD             AdamW decoupled weight decay on matrices (default 0.1)\n"
+            "  --weight-decay-all            also decay norms and embeddings\n"
+            "  --adam-beta1 B1 --adam-beta2 B2 --adam-eps EPS   (default 0.9, 0.95, 1e-8)\n"
+            "  --clip-grad C                 global gradient-norm clipping (default 1.0; 0 = off)\n"
+            "  --seed S                      init and data order seed (default 1234)\n"
+            "memory:\n"
+            "  --recompute-granularity full|selective   activation recomputation (default: none)\n"
+            "  --recompute-method uniform|block         uniform: every layer; block: the first N layers\n"
+            "  --recompute-num-layers N                 layers for --recompute-method block\n"
+            "  --no-fusion                   unfused kernel twins (for comparison)\n"
+            "checkpoints and logs:\n"
+            "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each)\n"
+            "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
+            "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
+            "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
+            "  --log-interval N              print every N iterations (default 1)\n"
+            "  --eval-interval N             validation loss every N iterations (default: at the end)\n"
+            "  --eval-iters N                validation micro-batches per evaluation (default 10)\n"
+            "  --log-json FILE               the per-step line as JSON lines\n",
+            lj_config_preset_names());
+}
+
+/* Applies Megatron-LM's recompute flags to the per-layer policy array. */
+static lj_status apply_recompute(lj_train_config *c, const char *granularity, const char *method, int num_layers) {
+    memset(c->recompute, LJ_RECOMPUTE_NONE, sizeof c->recompute);
+    if (!granularity) {
+        if (method) return lj_fail(LJ_ERR_ARG, "--recompute-method needs --recompute-granularity");
+        return LJ_OK;
+    }
+    lj_recompute policy;
+    if (strcmp(granularity, "full") == 0) policy = LJ_RECOMPUTE_FULL;
+    else if (strcmp(granularity, "selective") == 0) policy = LJ_RECOMPUTE_SELECTIVE;
+    else return lj_fail(LJ_ERR_ARG, "--recompute-granularity: '%s' is not one of full, selective", granularity);
+    const int L = c->model.num_hidden_layers;
+    int layers = L;
+    if (method && strcmp(method, "block") == 0) {
+        if (num_layers < 0 || num_layers > L)
+            return lj_fail(LJ_ERR_ARG, "--recompute-num-layers %d: the model has %d layers", num_layers, L);
+        layers = num_layers;
+    } else if (method && strcmp(method, "uniform") != 0) {
+        return lj_fail(LJ_ERR_ARG, "--recompute-method: '%s' is not one of uniform, block", method);
+    }
+    for (int l = 0; l < layers; l++) c->recompute[l] = (uint8_t)policy;
+    return LJ_OK;
+}
+
+static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
+    const char *model = "llama3-tiny", *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
+    const char *decay_style = NULL;
+    int num_layers = -1, decay_iters = -1, gbs = 0;
+    lj_train_config_defaults(c);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = 1;
+            return LJ_OK;
+        } else if (!strcmp(a, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &model));
+        else if (!strcmp(a, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &device));
+        else if (!strcmp(a, "--data-path") || !strcmp(a, "--data")) {
+            int start = i + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
+            if (i + 1 == start) return lj_fail(LJ_ERR_ARG, "%s needs at least one dataset prefix", a);
+            c->num_data_args = i + 1 - start;
+            c->data_args = argv + start;
+        } else if (!strcmp(a, "--split")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->split));
+        else if (!strcmp(a, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->seq_length));
+        else if (!strcmp(a, "--micro-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->micro_batch_size));
+        else if (!strcmp(a, "--global-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &gbs));
+        else if (!strcmp(a, "--train-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->train_iters));
+        else if (!strcmp(a, "--lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.lr));
+        else if (!strcmp(a, "--min-lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.min_lr));
+        else if (!strcmp(a, "--lr-warmup-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->lr.warmup_iters));
+        else if (!strcmp(a, "--lr-decay-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &decay_iters));
+        else if (!strcmp(a, "--lr-decay-style")) LJ_TRY(lj_cli_str(argc, argv, &i, &decay_style));
+        else if (!strcmp(a, "--weight-decay")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.weight_decay));
+        else if (!strcmp(a, "--weight-decay-all")) c->adamw.decay_norms_and_embeddings = 1;
+        else if (!strcmp(a, "--adam-beta1")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.beta1));
+        else if (!strcmp(a, "--adam-beta2")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.beta2));
+        else if (!strcmp(a, "--adam-eps")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.eps));
+        else if (!strcmp(a, "--clip-grad")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.max_grad_norm));
+        else if (!strcmp(a, "--seed")) LJ_TRY(lj_cli_u64(argc, argv, &i, &c->seed));
+        else if (!strcmp(a, "--recompute-granularity")) LJ_TRY(lj_cli_str(argc, argv, &i, &granularity));
+        else if (!strcmp(a, "--recompute-method")) LJ_TRY(lj_cli_str(argc, argv, &i, &method));
+        else if (!strcmp(a, "--recompute-num-layers")) LJ_TRY(lj_cli_int(argc, argv, &i, &num_layers));
+        else if (!strcmp(a, "--no-fusion")) c->fused = 0;
+        else if (!strcmp(a, "--save")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->save));
+        else if (!strcmp(a, "--load")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->load));
+        else if (!strcmp(a, "--save-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->save_interval));
+        else if (!strcmp(a, "--keep-last")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->keep_last));
+        else if (!strcmp(a, "--hf-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &hf_dtype));
+        else if (!strcmp(a, "--log-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->log_interval));
+        else if (!strcmp(a, "--eval-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_interval));
+        else if (!strcmp(a, "--eval-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_iters));
+        else if (!strcmp(a, "--log-json")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->log_json));
+        else if (!strcmp(a, "--quiet")) c->quiet = 1;
+        else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
+    }
+    if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
+    LJ_TRY(lj_config_resolve(model, &c->model));
+    LJ_TRY(lj_cli_device(device, &c->ops));
+    LJ_TRY(apply_recompute(c, granularity, method, num_layers));
+    if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
+    c->lr.decay_iters = decay_iters >= 0 ? decay_iters : c->train_iters;
+    c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size;
+    if (c->log_interval <= 0) return lj_fail(LJ_ERR_ARG, "--log-interval must be positive");
+    c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
+    if (hf_dtype) {
+        if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;
+        else if (!strcmp(hf_dtype, "fp32")) c->hf_dtype = LJ_DTYPE_F32;
+        else return lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
+    }
+    return LJ_OK;
+}
 
 int lj_cli_train(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ljperf train: not implemented yet\n");
-    return 1;
+    lj_train_config cfg;
+    int help = 0;
+    if (parse(argc, argv, &cfg, &help) != LJ_OK) return lj_cli_error("train");
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    lj_status s = lj_train_run(&cfg);
+    if (s == LJ_ERR_INTERRUPTED) {
+        fprintf(stderr, "ljperf train: %s\n", lj_error_message());
+        return cfg.save ? 0 : 130;
+    }
+    return s == LJ_OK ? 0 : lj_cli_error("train");
 }

@@ -1,0 +1,103 @@
+/* args.c: flag-value parsing, --device resolution and the cache directory for the subcommands. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static lj_status value(int argc, char **argv, int *i, const char **out) {
+    if (*i + 1 >= argc) return lj_fail(LJ_ERR_ARG, "%s needs a value", argv[*i]);
+    *out = argv[++*i];
+    return LJ_OK;
+}
+
+lj_status lj_cli_str(int argc, char **argv, int *i, const char **out) { return value(argc, argv, i, out); }
+
+lj_status lj_cli_int(int argc, char **argv, int *i, int *out) {
+    const char *v = NULL;
+    LJ_TRY(value(argc, argv, i, &v));
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", argv[*i - 1], v);
+    *out = (int)x;
+    return LJ_OK;
+}
+
+lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out) {
+    const char *v = NULL;
+    LJ_TRY(value(argc, argv, i, &v));
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*v == '\0' || *v == '-' || *end != '\0' || errno)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer", argv[*i - 1], v);
+    *out = x;
+    return LJ_OK;
+}
+
+lj_status lj_cli_double(int argc, char **argv, int *i, double *out) {
+    const char *v = NULL;
+    LJ_TRY(value(argc, argv, i, &v));
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || errno) return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number", argv[*i - 1], v);
+    *out = x;
+    return LJ_OK;
+}
+
+lj_status lj_cli_float(int argc, char **argv, int *i, float *out) {
+    double d = 0.0;
+    LJ_TRY(lj_cli_double(argc, argv, i, &d));
+    *out = (float)d;
+    return LJ_OK;
+}
+
+lj_status lj_cli_device(const char *device, const lj_ops **ops) {
+    if (strcmp(device, "cpu") == 0) {
+        *ops = lj_ops_cpu();
+        return LJ_OK;
+    }
+    if (strcmp(device, "cuda") == 0 || strcmp(device, "auto") == 0) {
+        const lj_ops *cuda = lj_ops_cuda();
+        if (cuda) {
+            *ops = cuda;
+            return LJ_OK;
+        }
+        if (strcmp(device, "cuda") == 0)
+            return lj_fail(LJ_ERR_DEVICE, "--device cuda: %s", lj_error_message());
+        lj_log_info("--device auto: no usable GPU (%s); using the CPU", lj_error_message());
+        *ops = lj_ops_cpu();
+        return LJ_OK;
+    }
+    return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
+}
+
+const char *lj_cli_cache_dir(char *buf, size_t len) {
+    const char *env = getenv("LJPERF_CACHE");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        /* the binary sits in <repo>/build/ or <repo>/build/tests/: walk up until a .cache directory appears */
+        for (int up = 0; up < 4; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = '\0';
+            snprintf(buf, len, "%s/.cache", exe);
+            struct stat st;
+            if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) return buf;
+        }
+    }
+    snprintf(buf, len, ".cache");
+    return buf;
+}

@@ -1,0 +1,134 @@
+/* model.h: the Llama 3 decoder as a set of device buffers plus forward, backward and
+ * generation written once over the op table (ops/ops.h). No allocation happens here: every
+ * pointer in lj_model is bound by the static memory plan (plan/plan.h).
+ *
+ * Shapes: B micro-batch size, T sequence length, N = B*T, C = hidden size, Q = nh*hd,
+ * KV = nkv*hd, QKV = Q + 2*KV, I = intermediate size, V = vocabulary, L layers.
+ */
+#ifndef LJ_MODEL_H
+#define LJ_MODEL_H
+
+#include "model/config.h"
+#include "ops/ops.h"
+
+#define LJ_MAX_LAYERS 256
+
+/* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
+typedef enum {
+    LJ_RECOMPUTE_NONE = 0,  /* keep every activation the backward needs */
+    LJ_RECOMPUTE_SELECTIVE, /* keep matmul outputs; recompute norms and the SwiGLU product */
+    LJ_RECOMPUTE_FULL,      /* keep only the layer input; recompute the whole layer */
+} lj_recompute;
+
+const char *lj_recompute_name(lj_recompute r);
+
+/* Everything besides the model shape that decides the buffers of a run. */
+typedef struct {
+    int micro_batch_size;   /* B */
+    int seq_length;         /* T */
+    int training;           /* 1: gradients, AdamW state and backward buffers */
+    int fused;              /* 1: fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE); 0: unfused twins */
+    int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
+    uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
+} lj_model_options;
+
+/* Per-layer activations. Under recompute, pointers that are not kept alias shared
+ * recompute buffers (the plan decides which). */
+typedef struct {
+    void *ln1;        /* [N, C] act: input_layernorm output */
+    float *ln1_rstd;  /* [N] */
+    void *qkv;        /* [N, QKV] act, after RoPE */
+    void *attn;       /* [N, Q] act: attention output (o_proj input) */
+    float *lse;       /* [B, nh, T] */
+    void *res_mid;    /* [N, C] act: residual after attention */
+    void *ln2;        /* [N, C] act: post_attention_layernorm output */
+    float *ln2_rstd;  /* [N] */
+    void *gate_up;    /* [N, 2I] act: [gate | up] */
+    void *mlp_act;    /* [N, I] act: silu(gate) * up */
+    void *kv_cache;   /* generation: [kv_cache_tokens, 2*KV] act */
+} lj_layer_acts;
+
+typedef struct {
+    const lj_ops *ops;
+    lj_model_config cfg;
+    lj_model_options opt;
+    lj_param_layout layout;
+
+    /* parameters and optimizer state, flat in the layout of model/config.h */
+    void *params;        /* [P] param dtype */
+    float *master;       /* [P] f32 master weights (== params when param dtype is f32) */
+    void *grads;         /* [P] grad dtype (training) */
+    float *adam_m;       /* [P] f32 (training) */
+    float *adam_v;       /* [P] f32 (training) */
+    float *grad_norm_sq; /* [1] f32 */
+
+    /* inputs and activations */
+    int32_t *inputs;     /* [N] token ids */
+    int32_t *targets;    /* [N] next-token ids (< 0: ignored) */
+    float *rope_cos;     /* [Tmax, hd/2] */
+    float *rope_sin;     /* [Tmax, hd/2] */
+    void **residual;     /* host array of L+1 pointers to [N, C] act: embedding output, layer outputs */
+    lj_layer_acts *layers; /* host array of L */
+    void *final_ln;      /* [N, C] act */
+    float *final_rstd;   /* [N] */
+    float *losses;       /* [N] f32 per-token loss */
+
+    /* scratch */
+    void *proj;          /* [N, C] act: o_proj / down_proj output before the residual add */
+    void *logits;        /* unfused: [N, V] act; generation: [1, V] */
+    void *swiglu_tmp;    /* unfused: [N, I] act */
+    void *d_res;         /* [N, C] act: gradient of the residual stream */
+    void *d_ln;          /* [N, C] act */
+    void *d_qkv;         /* [N, QKV] act */
+    void *d_attn;        /* [N, Q] act */
+    void *d_gate_up;     /* [N, 2I] act */
+    void *d_mlp;         /* [N, I] act */
+    void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_norm; /* op workspaces */
+} lj_model;
+
+/* Host-side tables derived from the config (the layout and the per-layer pointer arrays).
+ * The device pointers are bound later by lj_plan_bind. */
+void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, const lj_model_options *opt);
+void lj_model_free(lj_model *m);
+
+/* RoPE tables: cos/sin[t, i] = cos/sin(t * inv_freq[i]) for t < rows, i < hd/2, with the
+ * "llama3" frequency scaling when configured. Source: transformers
+ * modeling_rope_utils._compute_llama3_parameters and LlamaRotaryEmbedding (fp32 inv_freq). */
+void lj_rope_tables(const lj_model_config *cfg, int rows, float *cos_out, float *sin_out);
+
+/* Uploads the RoPE tables (call once after binding). */
+void lj_model_upload_rope(lj_model *m);
+
+/* Random init (HF LlamaPreTrainedModel._init_weights): matrices and embeddings ~ N(0,
+ * initializer_range), norms = 1. Deterministic from `seed`, independent of thread count.
+ * Writes master and params; zeroes AdamW state. */
+void lj_model_init_weights(lj_model *m, uint64_t seed);
+
+/* Sets master weights from host f32 `params` [P] (and the param copy). */
+void lj_model_set_weights(lj_model *m, const float *params);
+/* Copies master weights to host f32 `params` [P]. */
+void lj_model_get_weights(lj_model *m, float *params);
+
+/* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */
+void lj_model_set_batch(lj_model *m, const int32_t *tokens);
+
+/* Forward over the current batch: writes losses[N] (and, with `logits_out` not NULL and the
+ * unfused path, keeps full logits). `dloss` is d(total loss)/d(per-token loss), e.g.
+ * 1/(B*T*accumulation steps); with `backward` = 1 the lm_head gradient pass runs fused with
+ * the loss (fused path), and lj_model_backward must follow. */
+void lj_model_forward(lj_model *m, int backward, float dloss);
+
+/* Backward over the current batch; weight gradients accumulate into m->grads. */
+void lj_model_backward(lj_model *m, float dloss);
+
+/* Full logits of the current batch into host f32 out[N, V] (forward only; for tests). */
+void lj_model_logits(lj_model *m, float *out);
+
+/* Mean of the per-token losses of the last forward (host sync). */
+double lj_model_mean_loss(lj_model *m);
+
+/* Generation: feeds `n` tokens at positions p0..p0+n-1 through the KV cache (B = 1) and
+ * writes the next-token logits of the last position into host f32 logits[V]. */
+void lj_model_decode(lj_model *m, const int32_t *ids, int n, int p0, float *logits);
+
+#endif

@@ -1,0 +1,216 @@
+/* plan.c: the static memory plan: every device buffer of a run, its arena and offset. */
+#include "plan/plan.h"
+
+#include <string.h>
+
+const char *lj_arena_name(lj_arena a) {
+    static const char *names[LJ_ARENA_COUNT] = {"parameters", "master weights", "gradients", "optimizer state",
+                                                "activations", "scratch", "workspaces"};
+    return (unsigned)a < LJ_ARENA_COUNT ? names[a] : "?";
+}
+
+/* Walks the buffers of a run in a fixed order. With bind = 0 it records each buffer (size
+ * and offset); with bind = 1 it assigns base + offset to the model's pointers, visiting the
+ * buffers in the same order. */
+typedef struct {
+    lj_plan *plan;
+    int bind;
+    int next; /* buffer index while binding */
+} walker;
+
+static void *take(walker *w, lj_arena arena, const char *name, size_t bytes) {
+    lj_plan *p = w->plan;
+    if (w->bind) {
+        LJ_ASSERT(w->next < p->count);
+        lj_plan_buffer *b = &p->buffers[w->next++];
+        LJ_ASSERT(b->arena == arena && b->bytes == bytes, "plan walk diverged at %s", name);
+        return bytes ? (char *)p->base[arena] + b->offset : NULL;
+    }
+    if (p->count == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 64;
+        p->buffers = lj_realloc(p->buffers, (size_t)p->cap * sizeof *p->buffers);
+    }
+    lj_plan_buffer *b = &p->buffers[p->count++];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->arena = arena;
+    b->bytes = bytes;
+    b->offset = p->arena_bytes[arena];
+    p->arena_bytes[arena] += (bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+    return NULL;
+}
+
+static void walk(walker *w, lj_model *m) {
+    const lj_model_config *c = &m->cfg;
+    const lj_model_options *o = &m->opt;
+    const lj_ops *ops = m->ops;
+    const size_t sa = lj_dtype_size(ops->act_dtype), sp = lj_dtype_size(ops->param_dtype),
+                 sg = lj_dtype_size(ops->grad_dtype);
+    const int L = c->num_hidden_layers, C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const size_t Q = (size_t)nh * hd, KV = (size_t)nkv * hd, QKV = Q + 2 * KV;
+    const int generation = o->kv_cache_tokens > 0;
+    const int B = generation ? 1 : o->micro_batch_size, T = o->seq_length;
+    const size_t N = (size_t)B * T, P = (size_t)m->layout.total;
+    const int training = o->training && !generation;
+    char name[48];
+
+    /* parameters, master weights, gradients, optimizer state */
+    m->params = take(w, LJ_ARENA_PARAMS, "params", P * sp);
+    if (ops->param_dtype == LJ_DTYPE_F32) m->master = m->params;
+    else m->master = take(w, LJ_ARENA_MASTER, "master", P * 4);
+    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", P * sg) : NULL;
+    m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", P * 4) : NULL;
+    m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", P * 4) : NULL;
+    m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
+
+    /* inputs, RoPE tables, residual stream */
+    const int rope_rows = generation ? o->kv_cache_tokens : T;
+    m->inputs = take(w, LJ_ARENA_ACTIVATIONS, "inputs", N * 4);
+    m->targets = take(w, LJ_ARENA_ACTIVATIONS, "targets", N * 4);
+    m->rope_cos = take(w, LJ_ARENA_ACTIVATIONS, "rope_cos", (size_t)rope_rows * (hd / 2) * 4);
+    m->rope_sin = take(w, LJ_ARENA_ACTIVATIONS, "rope_sin", (size_t)rope_rows * (hd / 2) * 4);
+    const int residuals = generation ? 1 : L + 1;
+    for (int i = 0; i < residuals; i++) {
+        snprintf(name, sizeof name, "residual.%d", i);
+        m->residual[i] = take(w, LJ_ARENA_ACTIVATIONS, name, N * C * sa);
+    }
+    for (int i = residuals; i < L + 1; i++) m->residual[i] = m->residual[0];
+
+    /* Shared activations: used by generation for every layer, and by the layers whose recompute
+     * policy does not keep a tensor (they are recomputed into these before the layer's backward). */
+    int any_selective = 0, any_full = 0;
+    for (int l = 0; l < L && !generation; l++) {
+        any_selective |= o->recompute[l] == LJ_RECOMPUTE_SELECTIVE;
+        any_full |= o->recompute[l] == LJ_RECOMPUTE_FULL;
+    }
+    lj_layer_acts shared = {0};
+    if (generation || any_selective || any_full) {
+        shared.ln1 = take(w, LJ_ARENA_SCRATCH, "recompute.ln1", N * C * sa);
+        shared.ln2 = take(w, LJ_ARENA_SCRATCH, "recompute.ln2", N * C * sa);
+        shared.mlp_act = take(w, LJ_ARENA_SCRATCH, "recompute.mlp_act", N * I * sa);
+    }
+    if (generation || any_full) {
+        shared.ln1_rstd = take(w, LJ_ARENA_SCRATCH, "recompute.ln1_rstd", N * 4);
+        shared.ln2_rstd = take(w, LJ_ARENA_SCRATCH, "recompute.ln2_rstd", N * 4);
+        shared.qkv = take(w, LJ_ARENA_SCRATCH, "recompute.qkv", N * QKV * sa);
+        shared.attn = take(w, LJ_ARENA_SCRATCH, "recompute.attn", N * Q * sa);
+        shared.lse = take(w, LJ_ARENA_SCRATCH, "recompute.lse", (size_t)B * nh * T * 4);
+        shared.res_mid = take(w, LJ_ARENA_SCRATCH, "recompute.res_mid", N * C * sa);
+        shared.gate_up = take(w, LJ_ARENA_SCRATCH, "recompute.gate_up", N * 2 * I * sa);
+    }
+
+    /* per-layer saved activations */
+    for (int l = 0; l < L; l++) {
+        lj_layer_acts *a = &m->layers[l];
+        const int policy = generation ? LJ_RECOMPUTE_FULL : o->recompute[l];
+        *a = shared;
+        a->kv_cache = NULL;
+#define KEEP(field, bytes, what)                                        \
+    do {                                                                \
+        snprintf(name, sizeof name, "layers.%d.%s", l, what);           \
+        a->field = take(w, LJ_ARENA_ACTIVATIONS, name, (bytes));        \
+    } while (0)
+        if (policy != LJ_RECOMPUTE_FULL) {
+            KEEP(ln1_rstd, N * 4, "ln1_rstd");
+            KEEP(qkv, N * QKV * sa, "qkv");
+            KEEP(attn, N * Q * sa, "attn");
+            KEEP(lse, (size_t)B * nh * T * 4, "lse");
+            KEEP(res_mid, N * C * sa, "res_mid");
+            KEEP(ln2_rstd, N * 4, "ln2_rstd");
+            KEEP(gate_up, N * 2 * I * sa, "gate_up");
+        }
+        if (policy == LJ_RECOMPUTE_NONE) {
+            KEEP(ln1, N * C * sa, "ln1");
+            KEEP(ln2, N * C * sa, "ln2");
+            KEEP(mlp_act, N * I * sa, "mlp_act");
+        }
+        if (generation) KEEP(kv_cache, (size_t)o->kv_cache_tokens * 2 * KV * sa, "kv_cache");
+#undef KEEP
+    }
+    m->final_ln = take(w, LJ_ARENA_ACTIVATIONS, "final_ln", N * C * sa);
+    m->final_rstd = take(w, LJ_ARENA_ACTIVATIONS, "final_rstd", N * 4);
+    m->losses = generation ? NULL : take(w, LJ_ARENA_ACTIVATIONS, "losses", N * 4);
+
+    /* scratch */
+    m->proj = take(w, LJ_ARENA_SCRATCH, "proj", N * C * sa);
+    if (generation) m->logits = take(w, LJ_ARENA_SCRATCH, "logits", (size_t)V * sa);
+    else m->logits = o->fused ? NULL : take(w, LJ_ARENA_SCRATCH, "logits", N * V * sa);
+    m->swiglu_tmp = o->fused ? NULL : take(w, LJ_ARENA_SCRATCH, "swiglu_tmp", N * I * sa);
+    m->d_res = training ? take(w, LJ_ARENA_SCRATCH, "d_res", N * C * sa) : NULL;
+    m->d_ln = training ? take(w, LJ_ARENA_SCRATCH, "d_ln", N * C * sa) : NULL;
+    m->d_qkv = training ? take(w, LJ_ARENA_SCRATCH, "d_qkv", N * QKV * sa) : NULL;
+    m->d_attn = training ? take(w, LJ_ARENA_SCRATCH, "d_attn", N * Q * sa) : NULL;
+    m->d_gate_up = training ? take(w, LJ_ARENA_SCRATCH, "d_gate_up", N * 2 * I * sa) : NULL;
+    m->d_mlp = training ? take(w, LJ_ARENA_SCRATCH, "d_mlp", N * I * sa) : NULL;
+
+    /* op workspaces */
+    m->ws_attention = generation ? NULL
+                                 : take(w, LJ_ARENA_WORKSPACE, "attention",
+                                        ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    m->ws_rmsnorm = training ? take(w, LJ_ARENA_WORKSPACE, "rmsnorm_backward",
+                                    ops->rmsnorm_backward_workspace_bytes((int)N, C))
+                             : NULL;
+    m->ws_cross_entropy = (!generation && o->fused)
+                              ? take(w, LJ_ARENA_WORKSPACE, "cross_entropy",
+                                     ops->cross_entropy_fused_workspace_bytes((int)N, C, V))
+                              : NULL;
+    m->ws_norm = training ? take(w, LJ_ARENA_WORKSPACE, "global_norm", ops->global_norm_workspace_bytes((int64_t)P))
+                          : NULL;
+}
+
+void lj_plan_build(lj_plan *plan, const lj_model *model) {
+    memset(plan, 0, sizeof *plan);
+    /* The walk writes NULL pointers while sizing; do it on a copy whose host arrays are scratch. */
+    lj_model m = *model;
+    m.residual = lj_calloc((size_t)model->cfg.num_hidden_layers + 1, sizeof(void *));
+    m.layers = lj_calloc((size_t)model->cfg.num_hidden_layers, sizeof(lj_layer_acts));
+    walker w = {plan, 0, 0};
+    walk(&w, &m);
+    free(m.residual);
+    free(m.layers);
+    plan->total_bytes = 0;
+    for (int a = 0; a < LJ_ARENA_COUNT; a++) plan->total_bytes += plan->arena_bytes[a];
+}
+
+lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
+    for (int a = 0; a < LJ_ARENA_COUNT; a++) {
+        plan->base[a] = NULL;
+        if (plan->arena_bytes[a] == 0) continue;
+        if (m->ops->alloc(&plan->base[a], plan->arena_bytes[a]) != LJ_OK) {
+            char b1[32], b2[32];
+            lj_status s = lj_fail(LJ_ERR_OOM, "cannot allocate the %s arena (%s) of the memory plan (%s in all) on %s",
+                                  lj_arena_name((lj_arena)a), lj_format_bytes(plan->arena_bytes[a], b1, sizeof b1),
+                                  lj_format_bytes(plan->total_bytes, b2, sizeof b2), m->ops->name);
+            lj_plan_release(plan, m->ops);
+            return s;
+        }
+    }
+    walker w = {plan, 1, 0};
+    walk(&w, m);
+    LJ_ASSERT(w.next == plan->count);
+    return LJ_OK;
+}
+
+void lj_plan_release(lj_plan *plan, const lj_ops *ops) {
+    for (int a = 0; a < LJ_ARENA_COUNT; a++) {
+        if (plan->base[a]) ops->free(plan->base[a]);
+        plan->base[a] = NULL;
+    }
+}
+
+void lj_plan_free(lj_plan *plan) {
+    free(plan->buffers);
+    memset(plan, 0, sizeof *plan);
+}
+
+void lj_plan_print(const lj_plan *plan, FILE *f) {
+    char buf[32];
+    fprintf(f, "memory plan (%d buffers):\n", plan->count);
+    for (int a = 0; a < LJ_ARENA_COUNT; a++) {
+        if (plan->arena_bytes[a] == 0) continue;
+        fprintf(f, "  %-16s %12s  %5.1f%%\n", lj_arena_name((lj_arena)a),
+                lj_format_bytes(plan->arena_bytes[a], buf, sizeof buf),
+                100.0 * (double)plan->arena_bytes[a] / (double)plan->total_bytes);
+    }
+    fprintf(f, "  %-16s %12s\n", "total", lj_format_bytes(plan->total_bytes, buf, sizeof buf));
+}

@@ -1,0 +1,142 @@
+/* test_plan.c: the static memory plan: the bytes allocated equal the plan exactly for many
+ * configurations, buffers lie inside their arenas without overlap, and recompute policies
+ * shrink the saved activations as they should. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+static lj_model_config small_config(int tie) {
+    lj_model_config c;
+    assert_int_equal(lj_config_preset("llama3-nano", &c), LJ_OK);
+    c.vocab_size = 97;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 3;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.tie_word_embeddings = tie;
+    c.bos_token_id = 1;
+    c.eos_token_id = 2;
+    return c;
+}
+
+static void check_layout(const lj_plan *p) {
+    size_t sum = 0;
+    for (int a = 0; a < LJ_ARENA_COUNT; a++) sum += p->arena_bytes[a];
+    assert_true(sum == p->total_bytes);
+    for (int i = 0; i < p->count; i++) {
+        const lj_plan_buffer *b = &p->buffers[i];
+        assert_true(b->offset % LJ_PLAN_ALIGN == 0);
+        assert_true(b->offset + b->bytes <= p->arena_bytes[b->arena]);
+        for (int j = i + 1; j < p->count; j++) {
+            const lj_plan_buffer *o = &p->buffers[j];
+            if (o->arena != b->arena || !o->bytes || !b->bytes) continue;
+            assert_true(o->offset >= b->offset + b->bytes || b->offset >= o->offset + o->bytes);
+        }
+    }
+}
+
+/* Allocates the plan on the CPU backend and checks the allocation equals the plan. */
+static size_t allocate_and_check(const lj_model_config *c, const lj_model_options *o) {
+    lj_model m;
+    lj_model_init(&m, lj_ops_cpu(), c, o);
+    lj_plan p;
+    lj_plan_build(&p, &m);
+    check_layout(&p);
+    const size_t before = lj_ops_allocated_bytes();
+    assert_int_equal(lj_plan_allocate(&p, &m), LJ_OK);
+    assert_true(lj_ops_allocated_bytes() - before == p.total_bytes);
+    assert_non_null(m.params);
+    assert_non_null(m.final_ln);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        assert_non_null(m.layers[l].ln1);
+        assert_non_null(m.layers[l].qkv);
+        assert_non_null(m.layers[l].mlp_act);
+        if (o->kv_cache_tokens) assert_non_null(m.layers[l].kv_cache);
+    }
+    if (o->training && !o->kv_cache_tokens) {
+        assert_non_null(m.grads);
+        assert_non_null(m.adam_v);
+        assert_non_null(m.d_qkv);
+    }
+    lj_plan_release(&p, m.ops);
+    assert_true(lj_ops_allocated_bytes() == before);
+    const size_t total = p.total_bytes;
+    lj_plan_free(&p);
+    lj_model_free(&m);
+    return total;
+}
+
+static void test_plan_equals_allocation(void **state) {
+    (void)state;
+    int configs = 0;
+    for (int tie = 0; tie <= 1; tie++) {
+        lj_model_config c = small_config(tie);
+        const int shapes[][2] = {{1, 7}, {2, 16}, {3, 33}};
+        for (size_t s = 0; s < 3; s++) {
+            for (int fused = 0; fused <= 1; fused++) {
+                for (int policy = 0; policy < 3; policy++) {
+                    for (int training = 0; training <= 1; training++) {
+                        lj_model_options o;
+                        memset(&o, 0, sizeof o);
+                        o.micro_batch_size = shapes[s][0];
+                        o.seq_length = shapes[s][1];
+                        o.training = training;
+                        o.fused = fused;
+                        memset(o.recompute, policy, sizeof o.recompute);
+                        o.recompute[1] = LJ_RECOMPUTE_NONE; /* mixed policies */
+                        allocate_and_check(&c, &o);
+                        configs++;
+                    }
+                }
+            }
+        }
+        lj_model_options g;
+        memset(&g, 0, sizeof g);
+        g.micro_batch_size = 1;
+        g.seq_length = 9;
+        g.fused = 1;
+        g.kv_cache_tokens = 40;
+        allocate_and_check(&c, &g);
+        configs++;
+    }
+    assert_true(configs == 74);
+}
+
+static void test_recompute_saves_memory(void **state) {
+    (void)state;
+    lj_model_config c = small_config(1);
+    c.num_hidden_layers = 8;
+    size_t act[3];
+    for (int policy = 0; policy < 3; policy++) {
+        lj_model_options o;
+        memset(&o, 0, sizeof o);
+        o.micro_batch_size = 2;
+        o.seq_length = 64;
+        o.training = 1;
+        o.fused = 1;
+        memset(o.recompute, policy, sizeof o.recompute);
+        lj_model m;
+        lj_model_init(&m, lj_ops_cpu(), &c, &o);
+        lj_plan p;
+        lj_plan_build(&p, &m);
+        act[policy] = p.arena_bytes[LJ_ARENA_ACTIVATIONS] + p.arena_bytes[LJ_ARENA_SCRATCH];
+        lj_plan_free(&p);
+        lj_model_free(&m);
+    }
+    assert_true(act[LJ_RECOMPUTE_SELECTIVE] < act[LJ_RECOMPUTE_NONE]);
+    assert_true(act[LJ_RECOMPUTE_FULL] < act[LJ_RECOMPUTE_SELECTIVE]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_equals_allocation),
+        cmocka_unit_test(test_recompute_saves_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,413 @@
+/* train.c: the training loop (see train.h). */
+#include "train/train.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+
+#include "data/loader.h"
+#include "io/checkpoint.h"
+#include "io/hf.h"
+#include "plan/plan.h"
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) { g_stop_signal = sig; }
+
+void lj_train_config_defaults(lj_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->micro_batch_size = 4;
+    c->seq_length = 256;
+    c->global_batch_size = 0; /* = micro-batch size */
+    c->train_iters = 100;
+    c->log_interval = 1;
+    c->eval_interval = 0;
+    c->eval_iters = 10;
+    c->seed = 1234;
+    c->fused = 1;
+    c->lr = (lj_lr_schedule){3e-4, 3e-5, 0, 0, LJ_LR_COSINE};
+    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    c->split = "969,30,1";
+    c->keep_last = 2;
+    c->hf_dtype = LJ_DTYPE_BF16;
+}
+
+/* ---- the run's state -------------------------------------------------------------- */
+
+typedef struct {
+    const lj_train_config *cfg;
+    lj_model model;
+    lj_plan plan;
+    lj_loader train_data, valid_data;
+    int have_valid;
+    lj_adamw_segment *segments;
+    int num_segments;
+    int accumulation;          /* micro-batches per iteration */
+    int iteration;             /* iterations completed */
+    int64_t consumed_samples;
+    lj_rng rng;                /* reserved for stochastic features; saved for exact resume */
+    int32_t *tokens;           /* host [B, T+1] */
+    FILE *log_json;
+} run;
+
+static lj_status open_data(run *r) {
+    const lj_train_config *c = r->cfg;
+    lj_loader_config lc;
+    memset(&lc, 0, sizeof lc);
+    LJ_TRY(lj_loader_parse_data_path(&lc, c->num_data_args, (const char *const *)c->data_args));
+    lc.seq_length = c->seq_length;
+    lc.micro_batch_size = c->micro_batch_size;
+    lc.seed = c->seed;
+    lc.dp_rank = 0;
+    lc.dp_world_size = 1;
+    snprintf(lc.split, sizeof lc.split, "%s", c->split);
+    lc.which = LJ_SPLIT_TRAIN;
+    LJ_TRY(lj_loader_init(&r->train_data, &lc));
+    LJ_TRY(lj_loader_check_vocab(&r->train_data, c->model.vocab_size));
+    if (!c->quiet) lj_loader_log_summary(&r->train_data);
+    lc.which = LJ_SPLIT_VALID;
+    if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
+    else lj_log_warn("no validation data: %s", lj_error_message());
+    return LJ_OK;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+static char *state_json(const run *r) {
+    const lj_train_config *c = r->cfg;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "iteration", r->iteration);
+    cJSON_AddNumberToObject(root, "consumed_samples", (double)r->consumed_samples);
+    cJSON *rng = cJSON_AddArrayToObject(root, "rng");
+    for (int i = 0; i < 4; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%" PRIu64, r->rng.s[i]);
+        cJSON_AddItemToArray(rng, cJSON_CreateString(buf));
+    }
+    lj_loader_state ls;
+    lj_loader_get_state(&r->train_data, &ls);
+    cJSON_AddItemToObject(root, "data", lj_loader_state_to_json(&ls));
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddNumberToObject(model, "vocab_size", c->model.vocab_size);
+    cJSON_AddNumberToObject(model, "hidden_size", c->model.hidden_size);
+    cJSON_AddNumberToObject(model, "intermediate_size", c->model.intermediate_size);
+    cJSON_AddNumberToObject(model, "num_hidden_layers", c->model.num_hidden_layers);
+    cJSON_AddNumberToObject(model, "num_attention_heads", c->model.num_attention_heads);
+    cJSON_AddNumberToObject(model, "num_key_value_heads", c->model.num_key_value_heads);
+    cJSON_AddNumberToObject(model, "head_dim", c->model.head_dim);
+    cJSON_AddBoolToObject(model, "tie_word_embeddings", c->model.tie_word_embeddings);
+    cJSON *run_cfg = cJSON_AddObjectToObject(root, "run");
+    cJSON_AddNumberToObject(run_cfg, "micro_batch_size", c->micro_batch_size);
+    cJSON_AddNumberToObject(run_cfg, "seq_length", c->seq_length);
+    cJSON_AddNumberToObject(run_cfg, "global_batch_size", c->global_batch_size);
+    cJSON_AddNumberToObject(run_cfg, "seed", (double)c->seed);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+/* Checks that a checkpoint's model and batch shape match this run. */
+static lj_status check_state(const run *r, const cJSON *root, const char *file) {
+    const lj_train_config *c = r->cfg;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const struct { const char *field; int want; } f[] = {
+        {"vocab_size", c->model.vocab_size}, {"hidden_size", c->model.hidden_size},
+        {"intermediate_size", c->model.intermediate_size}, {"num_hidden_layers", c->model.num_hidden_layers},
+        {"num_attention_heads", c->model.num_attention_heads}, {"num_key_value_heads", c->model.num_key_value_heads},
+        {"head_dim", c->model.head_dim}, {"tie_word_embeddings", c->model.tie_word_embeddings},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(model, f[i].field);
+        const int have = cJSON_IsBool(it) ? cJSON_IsTrue(it) : (cJSON_IsNumber(it) ? it->valueint : -1);
+        if (have != f[i].want)
+            return lj_fail(LJ_ERR_FORMAT, "%s: checkpoint from another model shape: model.%s is %d, this run has %d", file,
+                           f[i].field, have, f[i].want);
+    }
+    const cJSON *rc = cJSON_GetObjectItemCaseSensitive(root, "run");
+    const struct { const char *field; int want; } g[] = {
+        {"micro_batch_size", c->micro_batch_size}, {"seq_length", c->seq_length},
+        {"global_batch_size", c->global_batch_size}};
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(rc, g[i].field);
+        if (!cJSON_IsNumber(it) || it->valueint != g[i].want)
+            return lj_fail(LJ_ERR_FORMAT,
+                           "%s: run.%s is %d in the checkpoint but %d now (an exact resume needs the same batch shape)",
+                           file, g[i].field, cJSON_IsNumber(it) ? it->valueint : -1, g[i].want);
+    }
+    return LJ_OK;
+}
+
+typedef struct {
+    const run *r;
+    const float *weights;
+} export_ctx;
+
+static lj_status export_hf(const char *dir, void *ctx) {
+    const export_ctx *e = ctx;
+    size_t n = strlen(dir) + 8;
+    char *path = lj_malloc(n);
+    snprintf(path, n, "%s/hf", dir);
+    lj_status s = lj_hf_export(path, &e->r->cfg->model, e->weights, e->r->cfg->hf_dtype, 5ull << 30);
+    free(path);
+    return s;
+}
+
+static lj_status save_checkpoint(run *r) {
+    const int64_t P = r->model.layout.total;
+    float *w = lj_malloc((size_t)P * sizeof(float)), *mm = lj_malloc((size_t)P * sizeof(float)),
+          *vv = lj_malloc((size_t)P * sizeof(float));
+    lj_model_get_weights(&r->model, w);
+    r->model.ops->download(mm, r->model.adam_m, (size_t)P * sizeof(float));
+    r->model.ops->download(vv, r->model.adam_v, (size_t)P * sizeof(float));
+    const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
+    char *json = state_json(r);
+    export_ctx ctx = {r, w};
+    double t0 = lj_time_sec();
+    lj_status s = lj_ckpt_save_ex(r->cfg->save, r->iteration, t, 3, json, r->cfg->keep_last, export_hf, &ctx);
+    free(json);
+    free(w);
+    free(mm);
+    free(vv);
+    if (s == LJ_OK) {
+        char dir[1024];
+        lj_ckpt_iter_dir(r->cfg->save, r->iteration, dir, sizeof dir);
+        lj_log_info("saved checkpoint at iteration %d to %s (%.1f s; Hugging Face export in %s/hf)", r->iteration, dir,
+                    lj_time_sec() - t0, dir);
+    }
+    return s;
+}
+
+/* Loads --load: a training-state root (latest_checkpointed_iteration.txt or iter_* dirs) for an
+ * exact resume, else a Hugging Face checkpoint directory for continued training. */
+static lj_status load_checkpoint(run *r) {
+    const char *root = r->cfg->load;
+    int iteration;
+    if (lj_ckpt_latest(root, &iteration) != LJ_OK) {
+        /* not a training-state root: try a Hugging Face directory */
+        const int64_t P = r->model.layout.total;
+        float *w = lj_malloc((size_t)P * sizeof(float));
+        lj_status s = lj_hf_import(root, &r->cfg->model, w);
+        if (s == LJ_OK) lj_model_set_weights(&r->model, w);
+        free(w);
+        if (s != LJ_OK) return s;
+        lj_log_info("loaded Hugging Face weights from %s (optimizer state starts fresh)", root);
+        return LJ_OK;
+    }
+    const int64_t P = r->model.layout.total;
+    float *w = lj_malloc((size_t)P * sizeof(float)), *mm = lj_malloc((size_t)P * sizeof(float)),
+          *vv = lj_malloc((size_t)P * sizeof(float));
+    const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
+    char *json = NULL;
+    lj_status s = lj_ckpt_load(root, iteration, t, 3, &json);
+    char dir[1024];
+    lj_ckpt_iter_dir(root, iteration, dir, sizeof dir);
+    char file[1100];
+    snprintf(file, sizeof file, "%s/%s", dir, LJ_CKPT_STATE_FILE);
+    cJSON *state = s == LJ_OK ? cJSON_Parse(json) : NULL;
+    if (s == LJ_OK && !state) s = lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
+    if (s == LJ_OK) s = check_state(r, state, file);
+    if (s == LJ_OK) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
+        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
+        const cJSON *rng = cJSON_GetObjectItemCaseSensitive(state, "rng");
+        if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs) || cJSON_GetArraySize(rng) != 4)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: missing field 'iteration', 'consumed_samples' or 'rng'", file);
+        else {
+            r->iteration = it->valueint;
+            r->consumed_samples = (int64_t)cs->valuedouble;
+            for (int i = 0; i < 4; i++) {
+                const cJSON *x = cJSON_GetArrayItem(rng, i);
+                r->rng.s[i] = cJSON_IsString(x) ? strtoull(x->valuestring, NULL, 10) : 0;
+            }
+            lj_loader_state ls;
+            s = lj_loader_state_from_json(cJSON_GetObjectItemCaseSensitive(state, "data"), &ls, file);
+            if (s == LJ_OK) s = lj_loader_set_state(&r->train_data, &ls);
+        }
+    }
+    if (s == LJ_OK) {
+        lj_model_set_weights(&r->model, w);
+        r->model.ops->upload(r->model.adam_m, mm, (size_t)P * sizeof(float));
+        r->model.ops->upload(r->model.adam_v, vv, (size_t)P * sizeof(float));
+        lj_log_info("resumed from %s at iteration %d", dir, r->iteration);
+    }
+    cJSON_Delete(state);
+    free(json);
+    free(w);
+    free(mm);
+    free(vv);
+    return s;
+}
+
+/* ---- the loop --------------------------------------------------------------------- */
+
+static double evaluate(run *r) {
+    lj_model *m = &r->model;
+    lj_loader_reset(&r->valid_data);
+    double sum = 0.0;
+    for (int i = 0; i < r->cfg->eval_iters; i++) {
+        lj_loader_next(&r->valid_data, r->tokens);
+        lj_model_set_batch(m, r->tokens);
+        lj_model_forward(m, 0, 0.0f);
+        sum += lj_model_mean_loss(m);
+    }
+    return sum / r->cfg->eval_iters;
+}
+
+static void log_eval(run *r, double loss) {
+    if (!r->cfg->quiet)
+        printf("validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E\n", r->iteration, loss,
+               exp(loss));
+    if (r->log_json) {
+        fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %.17g}\n", r->iteration, loss);
+        fflush(r->log_json);
+    }
+}
+
+static lj_status setup(run *r) {
+    const lj_train_config *c = r->cfg;
+    if (c->seq_length > c->model.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
+                       c->model.max_position_embeddings);
+    if (c->micro_batch_size <= 0 || c->seq_length <= 0 || c->train_iters < 0)
+        return lj_fail(LJ_ERR_ARG, "--micro-batch-size, --seq-length must be positive and --train-iters >= 0");
+    if (c->global_batch_size % c->micro_batch_size != 0)
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
+                       c->global_batch_size, c->micro_batch_size);
+    r->accumulation = c->global_batch_size / c->micro_batch_size;
+    lj_rng_seed(&r->rng, c->seed);
+
+    LJ_TRY(open_data(r));
+
+    lj_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.micro_batch_size = c->micro_batch_size;
+    opt.seq_length = c->seq_length;
+    opt.training = 1;
+    opt.fused = c->fused;
+    memcpy(opt.recompute, c->recompute, sizeof opt.recompute);
+    lj_model_init(&r->model, c->ops, &c->model, &opt);
+    lj_plan_build(&r->plan, &r->model);
+    char buf[32];
+    lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
+                c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
+                c->global_batch_size, r->accumulation);
+    lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
+    LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
+    lj_model_upload_rope(&r->model);
+    lj_model_init_weights(&r->model, c->seed);
+    r->num_segments = lj_adamw_segments(&r->model.layout, &c->adamw, &r->segments);
+    r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
+    if (c->load) LJ_TRY(load_checkpoint(r));
+    if (c->log_json) {
+        r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
+        if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
+    }
+    return LJ_OK;
+}
+
+static void teardown(run *r) {
+    if (r->log_json) fclose(r->log_json);
+    free(r->tokens);
+    free(r->segments);
+    if (r->plan.buffers) {
+        lj_plan_release(&r->plan, r->cfg->ops);
+        lj_plan_free(&r->plan);
+    }
+    if (r->model.layers) lj_model_free(&r->model);
+    lj_loader_free(&r->train_data);
+    if (r->have_valid) lj_loader_free(&r->valid_data);
+}
+
+/* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. */
+static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
+    const lj_train_config *c = r->cfg;
+    lj_model *m = &r->model;
+    const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation);
+    m->ops->memset_zero(m->grads, (size_t)m->layout.total * lj_dtype_size(m->ops->grad_dtype));
+    double sum = 0.0;
+    for (int micro = 0; micro < r->accumulation; micro++) {
+        lj_loader_next(&r->train_data, r->tokens);
+        lj_model_set_batch(m, r->tokens);
+        lj_model_forward(m, 1, dloss);
+        lj_model_backward(m, dloss);
+        sum += lj_model_mean_loss(m);
+    }
+    const int step = r->iteration + 1;
+    *lr = (float)lj_lr_at(&c->lr, step);
+    *grad_norm = lj_adamw_step(m->ops, m->params, m->master, m->grads, m->adam_m, m->adam_v, m->grad_norm_sq,
+                               m->ws_norm, m->layout.total, r->segments, r->num_segments, &c->adamw, *lr, step);
+    *loss = sum / r->accumulation;
+    r->iteration = step;
+    r->consumed_samples += c->global_batch_size;
+}
+
+lj_status lj_train_run(const lj_train_config *cfg) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.cfg = cfg;
+    lj_status s = setup(&r);
+    if (s != LJ_OK) {
+        teardown(&r);
+        return s;
+    }
+    g_stop_signal = 0;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
+    const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
+    int last_saved = r.iteration;
+    while (r.iteration < cfg->train_iters && !g_stop_signal) {
+        const double t0 = lj_time_sec();
+        double loss, grad_norm;
+        float lr;
+        train_step(&r, &loss, &grad_norm, &lr);
+        const double dt = lj_time_sec() - t0;
+        const double tps = (double)tokens_per_iter / dt;
+        if (!isfinite(loss)) {
+            s = lj_fail(LJ_ERR_ARG, "loss is %f at iteration %d: training diverged (lower --lr or set --clip-grad)", loss,
+                        r.iteration);
+            break;
+        }
+        if (!cfg->quiet && (r.iteration % cfg->log_interval == 0 || r.iteration == cfg->train_iters)) {
+            printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
+                   "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
+                   "tokens/s: %.0f | TFLOP/s: %.3f\n",
+                   r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, loss,
+                   grad_norm, tps, tps * flops_per_token / 1e12);
+            fflush(stdout);
+        }
+        if (r.log_json) {
+            fprintf(r.log_json,
+                    "{\"iteration\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
+                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 "}\n",
+                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples);
+            fflush(r.log_json);
+        }
+        if (r.have_valid && cfg->eval_interval > 0 && r.iteration % cfg->eval_interval == 0)
+            log_eval(&r, evaluate(&r));
+        if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {
+            s = save_checkpoint(&r);
+            if (s != LJ_OK) break;
+            last_saved = r.iteration;
+        }
+    }
+    if (s == LJ_OK && g_stop_signal) {
+        lj_log_info("received %s at iteration %d: stopping", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r.iteration);
+        if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+        if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
+                                    cfg->save ? " (checkpoint saved)" : " (no --save: nothing saved)");
+    } else if (s == LJ_OK) {
+        if (r.have_valid && cfg->eval_iters > 0) log_eval(&r, evaluate(&r));
+        if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    teardown(&r);
+    return s;
+}

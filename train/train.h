@@ -1,0 +1,50 @@
+/* train.h: the training loop: data, micro-batch accumulation up to the global batch, AdamW
+ * with clipping and the LR schedule, logging (a Megatron-style line and JSON lines), eval on
+ * the held-out split, checkpoints (training state + HF export), exact resume, and SIGINT /
+ * SIGTERM handling. */
+#ifndef LJ_TRAIN_H
+#define LJ_TRAIN_H
+
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct {
+    lj_model_config model;
+    const lj_ops *ops;
+
+    int micro_batch_size;      /* --micro-batch-size */
+    int seq_length;            /* --seq-length */
+    int global_batch_size;     /* --global-batch-size (micro-batch x accumulation x data-parallel size) */
+    int train_iters;           /* --train-iters */
+    int log_interval;          /* --log-interval */
+    int eval_interval;         /* --eval-interval (0: only at the end) */
+    int eval_iters;            /* --eval-iters: micro-batches per eval pass */
+    uint64_t seed;             /* --seed */
+    int fused;                 /* --no-fusion clears it */
+    uint8_t recompute[LJ_MAX_LAYERS];
+
+    lj_lr_schedule lr;
+    lj_adamw_config adamw;
+
+    /* data: Megatron-style --data-path list ("A" or "0.7 A 0.3 B") and --split "969,30,1" */
+    int num_data_args;
+    char **data_args;
+    const char *split;
+
+    const char *save;          /* --save DIR */
+    const char *load;          /* --load DIR (training state, or an HF checkpoint directory) */
+    int save_interval;         /* --save-interval (0: only at the end) */
+    int keep_last;             /* --keep-last K checkpoints (0: all) */
+    lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
+    const char *log_json;      /* --log-json FILE */
+    int quiet;                 /* no per-step lines (tests) */
+} lj_train_config;
+
+/* Fills the defaults (Megatron-LM's where they exist). */
+void lj_train_config_defaults(lj_train_config *cfg);
+
+/* Runs training. Returns LJ_OK, LJ_ERR_INTERRUPTED after a clean stop on SIGINT/SIGTERM (the
+ * checkpoint is saved when --save is set), or an error with its message. */
+lj_status lj_train_run(const lj_train_config *cfg);
+
+#endif
