@@ -1,11 +1,139 @@
-/* benchmark.c: `ljperf benchmark` (not yet implemented). */
+/* benchmark.c: `ljperf benchmark`: tokens/s, TFLOP/s, MFU, step times and peak memory for a
+ * model, and with --ablation what each optimisation earns. */
 #include <stdio.h>
+#include <string.h>
 
+#include "bench/benchmark.h"
 #include "cli/cli.h"
 
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf benchmark --model NAME [flags]\n"
+            "  --model NAME|config.json   preset (%s), deepspeed/<preset>, or an HF config\n"
+            "  --device auto|cpu|cuda     (default auto)\n"
+            "  --seq-length T             (default 4096 on a GPU, 256 on the CPU)\n"
+            "  --micro-batch-size B       (default 1)\n"
+            "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
+            "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
+            "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones\n"
+            "  --no-fusion                unfused kernel twins\n"
+            "  --recompute-granularity full|selective   recompute every layer\n"
+            "  --ablation                 one row per optimisation: Base, +Fusion\n"
+            "  --json FILE                the result (or the ablation rows) as JSON\n"
+            "  --seed S                   (default 1234)\n",
+            lj_config_preset_names());
+}
+
+/* One row of the ablation: a name and how it changes the configuration of the row above. */
+typedef struct {
+    const char *name;
+    const char *what;
+    void (*apply)(lj_bench_config *cfg);
+} ablation_row;
+
+static void apply_base(lj_bench_config *c) { c->fused = 0; }
+static void apply_fusion(lj_bench_config *c) { c->fused = 1; }
+
+static const ablation_row k_ablation[] = {
+    {"Base", "unfused twins", apply_base},
+    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE)", apply_fusion},
+};
+
+static int run_ablation(lj_bench_config *cfg, const char *json_path) {
+    const int rows = (int)(sizeof k_ablation / sizeof k_ablation[0]);
+    double tps[8];
+    lj_bench_result res[8];
+    for (int i = 0; i < rows; i++) {
+        k_ablation[i].apply(cfg);
+        fprintf(stderr, "ablation row %s (%s)\n", k_ablation[i].name, k_ablation[i].what);
+        if (lj_bench_run(cfg, &res[i]) != LJ_OK) return lj_cli_error("benchmark");
+        tps[i] = res[i].tokens_per_s;
+    }
+    printf("ljperf benchmark --ablation: %s on %s, seq %d, micro-batch %d\n", cfg->model.name, cfg->ops->name,
+           cfg->seq_length, cfg->micro_batch_size);
+    printf("%-10s %14s %10s %8s  %s\n", "row", "tokens/s", "gain", "MFU", "what");
+    for (int i = 0; i < rows; i++) {
+        char gain[32] = "-";
+        if (i > 0) snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (tps[i] / tps[i - 1] - 1.0));
+        printf("%-10s %14.0f %10s %7.1f%%  %s\n", k_ablation[i].name, tps[i], gain, 100.0 * res[i].mfu,
+               k_ablation[i].what);
+    }
+    if (json_path) {
+        FILE *f = fopen(json_path, "w");
+        if (!f) {
+            lj_fail(LJ_ERR_IO, "--json %s: cannot open for writing", json_path);
+            return lj_cli_error("benchmark");
+        }
+        fprintf(f, "[\n");
+        for (int i = 0; i < rows; i++)
+            fprintf(f, "  {\"row\": \"%s\", \"tokens_per_s\": %.1f, \"mfu\": %.5f, \"step_ms_median\": %.3f}%s\n",
+                    k_ablation[i].name, tps[i], res[i].mfu, res[i].step_ms_median, i + 1 < rows ? "," : "");
+        fprintf(f, "]\n");
+        fclose(f);
+    }
+    return 0;
+}
+
 int lj_cli_benchmark(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ljperf benchmark: not implemented yet\n");
-    return 1;
+    lj_bench_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL;
+    int seq = 0, iters = -1, warmup = -1, ablation = 0;
+    cfg.micro_batch_size = 1;
+    cfg.fused = 1;
+    cfg.seed = 1234;
+    cfg.progress = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        lj_status s = LJ_OK;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model")) s = lj_cli_str(argc, argv, &i, &model);
+        else if (!strcmp(a, "--device")) s = lj_cli_str(argc, argv, &i, &device);
+        else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq);
+        else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_int(argc, argv, &i, &cfg.micro_batch_size);
+        else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters);
+        else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup);
+        else if (!strcmp(a, "--json")) s = lj_cli_str(argc, argv, &i, &json);
+        else if (!strcmp(a, "--seed")) s = lj_cli_u64(argc, argv, &i, &cfg.seed);
+        else if (!strcmp(a, "--no-fusion")) cfg.fused = 0;
+        else if (!strcmp(a, "--ablation")) ablation = 1;
+        else if (!strcmp(a, "--no-progress")) cfg.progress = 0;
+        else if (!strcmp(a, "--recompute-granularity")) s = lj_cli_str(argc, argv, &i, &granularity);
+        else if (!strcmp(a, "--data") || !strcmp(a, "--data-path")) {
+            int start = i + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
+            if (i + 1 == start) s = lj_fail(LJ_ERR_ARG, "%s needs a dataset prefix", a);
+            cfg.num_data_args = i + 1 - start;
+            cfg.data_args = argv + start;
+        } else s = lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf benchmark --help)", a);
+        if (s != LJ_OK) return lj_cli_error("benchmark");
+    }
+    if (!model) {
+        lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3.2-1b)");
+        return lj_cli_error("benchmark");
+    }
+    const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
+    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK)
+        return lj_cli_error("benchmark");
+    const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
+    cfg.seq_length = seq > 0 ? seq : (cpu ? 256 : 4096);
+    cfg.train_iters = iters >= 0 ? iters : (cpu ? 5 : 20);
+    cfg.warmup_iters = warmup >= 0 ? warmup : (cpu ? 1 : 5);
+    if (granularity) {
+        int policy = !strcmp(granularity, "full") ? LJ_RECOMPUTE_FULL
+                     : !strcmp(granularity, "selective") ? LJ_RECOMPUTE_SELECTIVE : -1;
+        if (policy < 0) {
+            lj_fail(LJ_ERR_ARG, "--recompute-granularity: '%s' is not one of full, selective", granularity);
+            return lj_cli_error("benchmark");
+        }
+        memset(cfg.recompute, policy, sizeof cfg.recompute);
+    }
+    if (ablation) return run_ablation(&cfg, json);
+    lj_bench_result res;
+    if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");
+    lj_bench_print(&cfg, &res, stdout);
+    if (json && lj_bench_write_json(&cfg, &res, json) != LJ_OK) return lj_cli_error("benchmark");
+    return 0;
 }

@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "checkpoints and logs:\n"
             "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each)\n"
             "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
+            "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
             "  --log-interval N              print every N iterations (default 1)\n"
@@ -113,6 +114,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--save")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->save));
         else if (!strcmp(a, "--load")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->load));
         else if (!strcmp(a, "--save-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->save_interval));
+        else if (!strcmp(a, "--exit-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->exit_interval));
         else if (!strcmp(a, "--keep-last")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->keep_last));
         else if (!strcmp(a, "--hf-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &hf_dtype));
         else if (!strcmp(a, "--log-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->log_interval));

@@ -37,8 +37,8 @@ typedef struct {
     char *path;             /* PREFIX (Megatron) or the shard's path (llm.c) */
     int dtype_code;         /* LJ_MMIDX_U16 / LJ_MMIDX_I32 (llm.c uint32 reads as I32 ids) */
     int64_t num_sequences;  /* documents (llm.c shards: 1) */
-    const int32_t *seq_lengths;   /* [num_sequences] tokens (mmap'd .idx) */
-    const int64_t *seq_offsets;   /* [num_sequences] byte offsets into .bin */
+    const int32_t *seq_lengths;   /* [num_sequences] tokens (a heap copy: the .idx arrays are unaligned) */
+    const int64_t *seq_offsets;   /* [num_sequences] byte offsets from `tokens` (llm.c: 0) */
     int64_t num_tokens;     /* total tokens in .bin */
     const void *tokens;     /* mmap'd token array */
     size_t token_size;      /* 2 or 4 bytes */

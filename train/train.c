@@ -195,19 +195,22 @@ static lj_status load_checkpoint(run *r) {
         lj_log_info("loaded Hugging Face weights from %s (optimizer state starts fresh)", root);
         return LJ_OK;
     }
+    char dir[1024];
+    lj_ckpt_iter_dir(root, iteration, dir, sizeof dir);
+    char file[1100];
+    snprintf(file, sizeof file, "%s/%s", dir, LJ_CKPT_STATE_FILE);
+    /* state.json first, so that a checkpoint of another shape is named as such */
+    char *text = NULL;
+    LJ_TRY(lj_file_read_all(file, &text, NULL));
+    cJSON *state = cJSON_Parse(text);
+    free(text);
+    lj_status s = state ? check_state(r, state, file) : lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
     const int64_t P = r->model.layout.total;
     float *w = lj_malloc((size_t)P * sizeof(float)), *mm = lj_malloc((size_t)P * sizeof(float)),
           *vv = lj_malloc((size_t)P * sizeof(float));
     const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
     char *json = NULL;
-    lj_status s = lj_ckpt_load(root, iteration, t, 3, &json);
-    char dir[1024];
-    lj_ckpt_iter_dir(root, iteration, dir, sizeof dir);
-    char file[1100];
-    snprintf(file, sizeof file, "%s/%s", dir, LJ_CKPT_STATE_FILE);
-    cJSON *state = s == LJ_OK ? cJSON_Parse(json) : NULL;
-    if (s == LJ_OK && !state) s = lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
-    if (s == LJ_OK) s = check_state(r, state, file);
+    if (s == LJ_OK) s = lj_ckpt_load(root, iteration, t, 3, &json);
     if (s == LJ_OK) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
         const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
@@ -395,6 +398,14 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             s = save_checkpoint(&r);
             if (s != LJ_OK) break;
             last_saved = r.iteration;
+        }
+        if (cfg->exit_interval > 0 && r.iteration % cfg->exit_interval == 0 && r.iteration < cfg->train_iters) {
+            lj_log_info("--exit-interval %d: exiting after iteration %d", cfg->exit_interval, r.iteration);
+            if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+            sigaction(SIGINT, &old_int, NULL);
+            sigaction(SIGTERM, &old_term, NULL);
+            teardown(&r);
+            return s;
         }
     }
     if (s == LJ_OK && g_stop_signal) {

@@ -34,6 +34,7 @@ typedef struct {
     const char *save;          /* --save DIR */
     const char *load;          /* --load DIR (training state, or an HF checkpoint directory) */
     int save_interval;         /* --save-interval (0: only at the end) */
+    int exit_interval;         /* --exit-interval: save and exit after an iteration divisible by it */
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
     const char *log_json;      /* --log-json FILE */

@@ -1,0 +1,206 @@
+/* benchmark.c: timed training steps and their metrics (see benchmark.h). */
+#include "bench/benchmark.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "data/loader.h"
+#include "ops/cpu/cpu.h"
+#include "plan/plan.h"
+
+/* bf16 dense peak of an H100/H200 SXM (DESIGN.md, "MFU, stated once"). */
+#define LJ_PEAK_TFLOPS_H100_BF16 989.0
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Peak resident set size of this process in bytes (VmHWM). */
+static size_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+static size_t device_used_bytes(const lj_ops *ops) {
+    if (strcmp(ops->name, "cpu") == 0) return peak_rss_bytes();
+    size_t free_b = 0, total_b = 0;
+    if (ops->memory_info(&free_b, &total_b) != LJ_OK) return 0;
+    return total_b - free_b;
+}
+
+lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res) {
+    memset(res, 0, sizeof *res);
+    const lj_ops *ops = cfg->ops;
+    const int B = cfg->micro_batch_size, T = cfg->seq_length;
+    if (T > cfg->model.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", T,
+                       cfg->model.max_position_embeddings);
+    if (cfg->train_iters <= 0 || cfg->warmup_iters < 0 || B <= 0 || T <= 0)
+        return lj_fail(LJ_ERR_ARG, "--train-iters, --micro-batch-size and --seq-length must be positive");
+    const int is_cpu = strcmp(ops->name, "cpu") == 0;
+    res->flops_per_token = lj_config_flops_per_token(&cfg->model, T);
+    if (is_cpu) {
+        res->peak_tflops = lj_cpu_sgemm_gflops(1024) / 1e3;
+        res->peak_source = "OpenBLAS sgemm 1024^3 measured in this run";
+    } else {
+        res->peak_tflops = LJ_PEAK_TFLOPS_H100_BF16;
+        res->peak_source = "989 TFLOP/s bf16 dense (H100/H200 SXM)";
+    }
+
+    lj_loader loader;
+    int have_data = 0;
+    if (cfg->num_data_args > 0) {
+        lj_loader_config lc;
+        memset(&lc, 0, sizeof lc);
+        LJ_TRY(lj_loader_parse_data_path(&lc, cfg->num_data_args, (const char *const *)cfg->data_args));
+        lc.seq_length = T;
+        lc.micro_batch_size = B;
+        lc.seed = cfg->seed;
+        lc.which = LJ_SPLIT_TRAIN;
+        LJ_TRY(lj_loader_init(&loader, &lc));
+        lj_status s = lj_loader_check_vocab(&loader, cfg->model.vocab_size);
+        if (s != LJ_OK) {
+            lj_loader_free(&loader);
+            return s;
+        }
+        have_data = 1;
+    }
+
+    lj_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.micro_batch_size = B;
+    opt.seq_length = T;
+    opt.training = 1;
+    opt.fused = cfg->fused;
+    memcpy(opt.recompute, cfg->recompute, sizeof opt.recompute);
+    lj_model m;
+    lj_model_init(&m, ops, &cfg->model, &opt);
+    lj_plan plan;
+    lj_plan_build(&plan, &m);
+    const size_t fixed_before = lj_ops_allocated_bytes();
+    lj_status s = lj_plan_allocate(&plan, &m);
+    if (s != LJ_OK) {
+        lj_plan_free(&plan);
+        lj_model_free(&m);
+        if (have_data) lj_loader_free(&loader);
+        return s;
+    }
+    /* planned = the plan + what the backend allocated once at start-up (library workspaces) */
+    res->planned_bytes = plan.total_bytes + (fixed_before > 0 ? fixed_before : 0);
+    lj_model_upload_rope(&m);
+    lj_model_init_weights(&m, cfg->seed);
+
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    lj_adamw_segment *seg;
+    const int nseg = lj_adamw_segments(&m.layout, &ac, &seg);
+    int32_t *tokens = lj_malloc((size_t)B * (T + 1) * sizeof(int32_t));
+    lj_rng rng;
+    lj_rng_seed(&rng, cfg->seed);
+    const int steps = cfg->warmup_iters + cfg->train_iters;
+    double *step_ms = lj_calloc((size_t)cfg->train_iters, sizeof(double));
+    const float dloss = 1.0f / (float)(B * T);
+    double timed = 0.0;
+    for (int step = 1; step <= steps; step++) {
+        if (have_data) lj_loader_next(&loader, tokens);
+        else
+            for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
+        const double t0 = lj_time_sec();
+        lj_model_set_batch(&m, tokens);
+        ops->memset_zero(m.grads, (size_t)m.layout.total * lj_dtype_size(ops->grad_dtype));
+        lj_model_forward(&m, 1, dloss);
+        lj_model_backward(&m, dloss);
+        lj_adamw_step(ops, m.params, m.master, m.grads, m.adam_m, m.adam_v, m.grad_norm_sq, m.ws_norm, m.layout.total,
+                      seg, nseg, &ac, 1e-4f, step);
+        ops->synchronize();
+        const double dt = lj_time_sec() - t0;
+        const double loss = lj_model_mean_loss(&m);
+        if (step == 1) res->loss_first = loss;
+        res->loss_last = loss;
+        if (step > cfg->warmup_iters) {
+            step_ms[step - cfg->warmup_iters - 1] = dt * 1e3;
+            timed += dt;
+        }
+        if (step == cfg->warmup_iters + 1 || step == steps) {
+            const size_t used = device_used_bytes(ops);
+            if (used > res->measured_bytes) res->measured_bytes = used;
+        }
+        if (cfg->progress) {
+            fprintf(stderr, "\r%s step %d/%d | %.1f ms | %.0f tokens/s | loss %.4f   ",
+                    step <= cfg->warmup_iters ? "warm-up" : "timed", step, steps, dt * 1e3, B * T / dt, loss);
+            fflush(stderr);
+        }
+    }
+    if (cfg->progress) fputc('\n', stderr);
+    qsort(step_ms, (size_t)cfg->train_iters, sizeof(double), cmp_double);
+    res->step_ms_median = step_ms[(cfg->train_iters - 1) / 2];
+    res->step_ms_p90 = step_ms[(int)((cfg->train_iters - 1) * 0.9 + 0.5)];
+    res->tokens_per_s = (double)B * T * cfg->train_iters / timed;
+    res->tokens_per_s_per_device = res->tokens_per_s;
+    res->tflops = res->tokens_per_s * res->flops_per_token / 1e12;
+    res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
+
+    free(step_ms);
+    free(tokens);
+    free(seg);
+    lj_plan_release(&plan, ops);
+    lj_plan_free(&plan);
+    lj_model_free(&m);
+    if (have_data) lj_loader_free(&loader);
+    return LJ_OK;
+}
+
+void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *f) {
+    char b1[32], b2[32];
+    fprintf(f, "ljperf benchmark: %s on %s, seq %d, micro-batch %d, %d timed steps after %d warm-up%s\n",
+            cfg->model.name, cfg->ops->name, cfg->seq_length, cfg->micro_batch_size, cfg->train_iters,
+            cfg->warmup_iters, cfg->fused ? "" : " (unfused)");
+    fprintf(f, "%-28s %s\n", "metric", "value");
+    fprintf(f, "%-28s %.0f\n", "tokens/s", r->tokens_per_s);
+    fprintf(f, "%-28s %.0f\n", "tokens/s per device", r->tokens_per_s_per_device);
+    fprintf(f, "%-28s %.3f\n", "TFLOP/s", r->tflops);
+    fprintf(f, "%-28s %.1f%%\n", "MFU", 100.0 * r->mfu);
+    fprintf(f, "%-28s %.1f\n", "step time median (ms)", r->step_ms_median);
+    fprintf(f, "%-28s %.1f\n", "step time p90 (ms)", r->step_ms_p90);
+    fprintf(f, "%-28s %s\n", "peak memory measured", lj_format_bytes(r->measured_bytes, b1, sizeof b1));
+    fprintf(f, "%-28s %s\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2));
+    fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    fprintf(f, "MFU convention: FLOPs/token = 6N + 12*L*d*s = %.3g (N = %.4g matmul parameters incl. lm_head); peak: %s\n",
+            r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
+    if (strcmp(cfg->ops->name, "cpu") == 0)
+        fprintf(f, "memory measured on the CPU is the process's peak resident set (VmHWM)\n");
+}
+
+lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result *r, const char *path) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "engine", "ljperf");
+    cJSON_AddStringToObject(o, "model", cfg->model.name);
+    cJSON_AddStringToObject(o, "device", cfg->ops->name);
+    cJSON_AddNumberToObject(o, "seq_length", cfg->seq_length);
+    cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
+    cJSON_AddNumberToObject(o, "world_size", 1);
+    cJSON_AddBoolToObject(o, "fused", cfg->fused);
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_device);
+    cJSON_AddNumberToObject(o, "tflops", r->tflops);
+    cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "peak_tflops", r->peak_tflops);
+    cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
+    cJSON_AddNumberToObject(o, "step_ms_p90", r->step_ms_p90);
+    cJSON_AddNumberToObject(o, "peak_mem_gib", (double)r->measured_bytes / (1024.0 * 1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "planned_mem_gib", (double)r->planned_bytes / (1024.0 * 1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "flops_per_token", r->flops_per_token);
+    cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
+    cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    lj_status s = lj_file_write_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}

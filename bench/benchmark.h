@@ -1,0 +1,48 @@
+/* benchmark.h: the benchmark harness behind `ljperf benchmark`: timed training steps on
+ * synthetic (or real) tokens, and the metrics the field reports: tokens/s, TFLOP/s, MFU,
+ * step-time percentiles and peak memory, measured and as planned. */
+#ifndef LJ_BENCHMARK_H
+#define LJ_BENCHMARK_H
+
+#include "model/model.h"
+#include "optim/optim.h"
+
+typedef struct {
+    lj_model_config model;
+    const lj_ops *ops;
+    int micro_batch_size;
+    int seq_length;
+    int train_iters;        /* timed steps */
+    int warmup_iters;       /* untimed steps first */
+    int fused;
+    uint8_t recompute[LJ_MAX_LAYERS];
+    uint64_t seed;
+    int num_data_args;      /* --data: real tokens instead of synthetic ones */
+    char **data_args;
+    int progress;           /* 1: a progress line on stderr */
+} lj_bench_config;
+
+typedef struct {
+    double tokens_per_s;
+    double tokens_per_s_per_device;
+    double tflops;           /* achieved model TFLOP/s (DESIGN.md FLOP convention) */
+    double mfu;              /* tflops / peak_tflops */
+    double peak_tflops;      /* bf16 dense peak of the device, or the measured sgemm rate on the CPU */
+    const char *peak_source; /* where peak_tflops comes from */
+    double step_ms_median, step_ms_p90;
+    double loss_first, loss_last;
+    size_t planned_bytes;    /* the plan plus the backend's fixed workspaces */
+    size_t measured_bytes;   /* whole process: device used (CUDA) or peak RSS (CPU) */
+    double flops_per_token;
+} lj_bench_result;
+
+/* Runs the benchmark. Errors: plan does not fit, data errors, device errors. */
+lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res);
+
+/* Prints the result table (metric / value rows). */
+void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *res, FILE *f);
+
+/* Writes the result as one JSON object (keys as in bench/pytorch_ref.py). */
+lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result *res, const char *path);
+
+#endif

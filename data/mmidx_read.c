@@ -1,0 +1,365 @@
+/* mmidx_read.c: the mmap reader of Megatron-LM indexed datasets (PREFIX.idx + PREFIX.bin,
+ * MMIDIDX version 1) and of llm.c token shards, with the checks that make a bad file fail
+ * with a message naming the file and the field. Formats: ../shared/REFERENCE.md; sources:
+ * megatron/core/datasets/indexed_dataset.py (_IndexWriter.write / _IndexReader) and llm.c
+ * dev/data/data_common.py (write_datafile).
+ *
+ * Token dtypes: Megatron uint16 (code 8) and int32 (code 4), llm.c uint16 and uint32 (read as
+ * int32 ids). Megatron uint8, int8, int16 and int64 token files are valid Megatron but not
+ * supported here (LJ_ERR_UNSUPPORTED); float codes 6 and 7 are not token files (LJ_ERR_FORMAT).
+ *
+ * The .idx arrays start at byte 34, so they are not aligned for int32/int64 loads; the reader
+ * copies sequence lengths and offsets into aligned heap arrays (12 bytes per sequence) and
+ * keeps the token array (.bin) mmap'd.
+ */
+#include "data/mmidx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LJ_MMIDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + sequence count 8 + document count 8 */
+#define LJ_LLMC_HEADER_INTS 256
+#define LJ_LLMC_MAGIC_U16 20240520
+#define LJ_LLMC_VERSION_U16 1
+#define LJ_LLMC_MAGIC_U32 20240801
+#define LJ_LLMC_VERSION_U32 7
+
+/* Maps `path` read-only. A zero-length file gives map == NULL, size 0. */
+static lj_status map_file(const char *path, void **map, size_t *size) {
+    *map = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return lj_fail(LJ_ERR_IO, "%s: cannot stat (%s)", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return lj_fail(LJ_ERR_IO, "%s: not a regular file", path);
+    }
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return lj_fail(LJ_ERR_IO, "%s: cannot mmap %lld bytes (%s)", path, (long long)st.st_size, strerror(e));
+        }
+        *map = p;
+        *size = (size_t)st.st_size;
+    }
+    close(fd);
+    return LJ_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *concat(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    char *s = lj_malloc(n + m + 1);
+    memcpy(s, a, n);
+    memcpy(s + n, b, m + 1);
+    return s;
+}
+
+/* Little-endian loads from unaligned bytes (the formats are little-endian; so is every
+ * machine this engine targets, which the memcpy relies on). */
+static uint64_t load_u64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static int32_t load_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+static const char *dtype_code_name(int code) {
+    switch (code) {
+    case LJ_MMIDX_U8: return "uint8";
+    case LJ_MMIDX_I8: return "int8";
+    case LJ_MMIDX_I16: return "int16";
+    case LJ_MMIDX_I32: return "int32";
+    case LJ_MMIDX_I64: return "int64";
+    case LJ_MMIDX_F64: return "float64";
+    case LJ_MMIDX_F32: return "float32";
+    case LJ_MMIDX_U16: return "uint16";
+    }
+    return "unknown";
+}
+
+/* Reads the llm.c header of `path` if it has one. Returns 1 and fills magic when the first
+ * int32 is an llm.c magic, 0 otherwise (also when the file cannot be read). */
+static int peek_llmc_magic(const char *path, int32_t *magic) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    uint8_t b[4];
+    ssize_t n = read(fd, b, 4);
+    close(fd);
+    if (n != 4) return 0;
+    *magic = load_i32(b);
+    return *magic == LJ_LLMC_MAGIC_U16 || *magic == LJ_LLMC_MAGIC_U32;
+}
+
+static lj_status open_llmc(lj_token_dataset *ds, const char *path) {
+    ds->path = lj_strdup(path);
+    LJ_TRY(map_file(path, &ds->bin_map, &ds->bin_size));
+    const size_t header_bytes = LJ_LLMC_HEADER_INTS * 4;
+    if (ds->bin_size < header_bytes)
+        return lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes, shorter than the %zu-byte llm.c header", path,
+                       ds->bin_size, header_bytes);
+    const uint8_t *h = ds->bin_map;
+    int32_t magic = load_i32(h), version = load_i32(h + 4), count = load_i32(h + 8);
+    int32_t want_version = magic == LJ_LLMC_MAGIC_U16 ? LJ_LLMC_VERSION_U16 : LJ_LLMC_VERSION_U32;
+    ds->token_size = magic == LJ_LLMC_MAGIC_U16 ? 2 : 4;
+    if (version != want_version)
+        return lj_fail(LJ_ERR_FORMAT, "%s: bad version %d in the llm.c header (expected %d for magic %d, %s tokens)",
+                       path, version, want_version, magic, ds->token_size == 2 ? "uint16" : "uint32");
+    if (count < 0) return lj_fail(LJ_ERR_FORMAT, "%s: negative token count %d in the llm.c header", path, count);
+    uint64_t want = header_bytes + (uint64_t)count * ds->token_size;
+    if (ds->bin_size != want)
+        return lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes but its llm.c header says 1024 + %d tokens x %zu bytes = %llu",
+                       path, ds->bin_size, count, ds->token_size, (unsigned long long)want);
+    ds->dtype_code = ds->token_size == 2 ? LJ_MMIDX_U16 : LJ_MMIDX_I32;
+    ds->num_sequences = 1;
+    ds->num_tokens = count;
+    ds->tokens = h + header_bytes;
+    int32_t *len = lj_malloc(sizeof(int32_t));
+    int64_t *off = lj_malloc(sizeof(int64_t));
+    len[0] = count;
+    off[0] = 0; /* relative to ds->tokens (the first byte after the header) */
+    ds->seq_lengths = len;
+    ds->seq_offsets = off;
+    return LJ_OK;
+}
+
+static lj_status open_megatron(lj_token_dataset *ds, const char *prefix) {
+    ds->path = lj_strdup(prefix);
+    char *idx_path = concat(prefix, ".idx"), *bin_path = concat(prefix, ".bin");
+    lj_status s = map_file(idx_path, &ds->idx_map, &ds->idx_size);
+    if (s != LJ_OK) goto done;
+
+    const uint8_t *p = ds->idx_map;
+    const size_t n = ds->idx_size;
+    if (n < 9 || memcmp(p, LJ_MMIDX_MAGIC, 9) != 0) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: bad magic (expected MMIDIDX\\0\\0, the Megatron-LM indexed dataset header)",
+                    idx_path);
+        goto done;
+    }
+    if (n < LJ_MMIDX_HEADER_BYTES) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the %d-byte header", idx_path, n,
+                    LJ_MMIDX_HEADER_BYTES);
+        goto done;
+    }
+    uint64_t version = load_u64(p + 9);
+    if (version != LJ_MMIDX_VERSION) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: bad version %llu (expected %d)", idx_path, (unsigned long long)version,
+                    LJ_MMIDX_VERSION);
+        goto done;
+    }
+    int code = p[17];
+    if (code == LJ_MMIDX_U16 || code == LJ_MMIDX_I32) {
+        ds->dtype_code = code;
+        ds->token_size = code == LJ_MMIDX_U16 ? 2 : 4;
+    } else if (code == LJ_MMIDX_U8 || code == LJ_MMIDX_I8 || code == LJ_MMIDX_I16 || code == LJ_MMIDX_I64) {
+        s = lj_fail(LJ_ERR_UNSUPPORTED, "%s: dtype code %d (%s) is not supported: token files must be uint16 (8) or int32 (4)",
+                    idx_path, code, dtype_code_name(code));
+        goto done;
+    } else {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: bad dtype code %d (%s; token files use uint16 = 8 or int32 = 4)", idx_path,
+                    code, dtype_code_name(code));
+        goto done;
+    }
+    uint64_t nseq = load_u64(p + 18), ndoc = load_u64(p + 26);
+    /* Sizes in u64 without overflow: counts above 2^40 are not a real dataset. */
+    if (nseq > (1ull << 40) || ndoc > (1ull << 40)) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: implausible sequence count %llu or document count %llu", idx_path,
+                    (unsigned long long)nseq, (unsigned long long)ndoc);
+        goto done;
+    }
+    uint64_t want = LJ_MMIDX_HEADER_BYTES + nseq * 4 + nseq * 8 + ndoc * 8;
+    if (n < want) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: truncated: %zu bytes but the header (sequence count %llu, document count %llu) "
+                    "needs %llu", idx_path, n, (unsigned long long)nseq, (unsigned long long)ndoc,
+                    (unsigned long long)want);
+        goto done;
+    }
+    if (n == want + nseq && nseq > 0) {
+        s = lj_fail(LJ_ERR_UNSUPPORTED, "%s: has one sequence mode byte per sequence after the document indices "
+                    "(a Megatron multimodal dataset); only text token datasets are supported", idx_path);
+        goto done;
+    }
+    if (n != want) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes but the header (sequence count %llu, document count %llu) says %llu",
+                    idx_path, n, (unsigned long long)nseq, (unsigned long long)ndoc, (unsigned long long)want);
+        goto done;
+    }
+    const uint8_t *lens = p + LJ_MMIDX_HEADER_BYTES, *ptrs = lens + nseq * 4, *docs = ptrs + nseq * 8;
+    int32_t *len = lj_malloc(nseq * sizeof(int32_t));
+    int64_t *off = lj_malloc(nseq * sizeof(int64_t));
+    memcpy(len, lens, nseq * sizeof(int32_t));
+    memcpy(off, ptrs, nseq * sizeof(int64_t));
+    ds->seq_lengths = len;
+    ds->seq_offsets = off;
+    ds->num_sequences = (int64_t)nseq;
+
+    /* Document indices: document_count entries (documents + 1), from 0, non-decreasing, ending
+     * at the sequence count (Megatron _IndexWriter.write writes len(document_indices)). */
+    if (ndoc == 0) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: document count 0 (the document_indices array has at least the leading 0)",
+                    idx_path);
+        goto done;
+    }
+    int64_t prev = 0;
+    for (uint64_t i = 0; i < ndoc; i++) {
+        int64_t d = (int64_t)load_u64(docs + i * 8);
+        if ((i == 0 && d != 0) || d < prev || d > (int64_t)nseq) {
+            s = lj_fail(LJ_ERR_FORMAT, "%s: document_indices[%llu] = %lld is out of order (must start at 0, not decrease, "
+                        "and stay <= sequence count %llu)", idx_path, (unsigned long long)i, (long long)d,
+                        (unsigned long long)nseq);
+            goto done;
+        }
+        prev = d;
+    }
+    if (prev != (int64_t)nseq) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: document_indices[%llu] = %lld but the sequence count is %llu", idx_path,
+                    (unsigned long long)(ndoc - 1), (long long)prev, (unsigned long long)nseq);
+        goto done;
+    }
+
+    s = map_file(bin_path, &ds->bin_map, &ds->bin_size);
+    if (s != LJ_OK) goto done;
+    /* Every sequence must lie inside the .bin, on a token boundary. */
+    uint64_t extent = 0;
+    int64_t extent_seq = -1;
+    for (int64_t i = 0; i < ds->num_sequences; i++) {
+        if (len[i] < 0) {
+            s = lj_fail(LJ_ERR_FORMAT, "%s: sequence_lengths[%lld] = %d is negative", idx_path, (long long)i, len[i]);
+            goto done;
+        }
+        if (off[i] < 0 || off[i] % (int64_t)ds->token_size != 0 || off[i] > (int64_t)1 << 60) {
+            s = lj_fail(LJ_ERR_FORMAT, "%s: sequence_pointers[%lld] = %lld is not a byte offset of a %zu-byte token",
+                        idx_path, (long long)i, (long long)off[i], ds->token_size);
+            goto done;
+        }
+        uint64_t end = (uint64_t)off[i] + (uint64_t)len[i] * ds->token_size;
+        if (end > extent) extent = end, extent_seq = i;
+    }
+    if (ds->bin_size < extent) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes but %s says %llu (sequence_pointers[%lld] + sequence_lengths[%lld] x %zu "
+                    "bytes): the .bin is truncated or belongs to another .idx", bin_path, ds->bin_size, idx_path,
+                    (unsigned long long)extent, (long long)extent_seq, (long long)extent_seq, ds->token_size);
+        goto done;
+    }
+    if (ds->bin_size % ds->token_size != 0) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes is not a whole number of %zu-byte tokens (dtype code %d in %s)",
+                    bin_path, ds->bin_size, ds->token_size, code, idx_path);
+        goto done;
+    }
+    if (ds->bin_size > extent)
+        lj_log_warn("%s: %zu bytes, more than the %llu that %s describes; the rest is ignored", bin_path,
+                    ds->bin_size, (unsigned long long)extent, idx_path);
+    ds->num_tokens = (int64_t)(ds->bin_size / ds->token_size);
+    ds->tokens = ds->bin_map;
+done:
+    free(idx_path);
+    free(bin_path);
+    return s;
+}
+
+lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {
+    memset(ds, 0, sizeof *ds);
+    /* PREFIX, PREFIX.idx or PREFIX.bin name a Megatron dataset when PREFIX.idx exists; a file
+     * that starts with an llm.c magic and has no .idx beside it is an llm.c shard. */
+    char *prefix = lj_strdup(path);
+    if (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")) prefix[strlen(prefix) - 4] = '\0';
+    char *idx_path = concat(prefix, ".idx");
+    int have_idx = file_exists(idx_path);
+    int32_t magic = 0;
+    lj_status s;
+    if (have_idx) {
+        s = open_megatron(ds, prefix);
+    } else if (peek_llmc_magic(path, &magic)) {
+        s = open_llmc(ds, path);
+    } else if (file_exists(path) && !ends_with(path, ".idx")) {
+        int32_t first = 0;
+        int fd = open(path, O_RDONLY);
+        uint8_t b[4] = {0};
+        if (fd >= 0) {
+            if (read(fd, b, 4) == 4) first = load_i32(b);
+            close(fd);
+        }
+        s = lj_fail(LJ_ERR_FORMAT, "%s: not an llm.c shard (magic %d, expected %d or %d) and %s does not exist", path,
+                    first, LJ_LLMC_MAGIC_U16, LJ_LLMC_MAGIC_U32, idx_path);
+    } else {
+        s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(ENOENT));
+    }
+    free(prefix);
+    free(idx_path);
+    if (s != LJ_OK) lj_token_dataset_close(ds);
+    return s;
+}
+
+void lj_token_dataset_close(lj_token_dataset *ds) {
+    if (!ds) return;
+    if (ds->idx_map) munmap(ds->idx_map, ds->idx_size);
+    if (ds->bin_map) munmap(ds->bin_map, ds->bin_size);
+    free(ds->path);
+    free((void *)ds->seq_lengths);
+    free((void *)ds->seq_offsets);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* The name of the file that holds the tokens, for messages. */
+static void bin_name(const lj_token_dataset *ds, char *buf, size_t n) {
+    if (ds->idx_map)
+        snprintf(buf, n, "%s.bin", ds->path);
+    else
+        snprintf(buf, n, "%s", ds->path);
+}
+
+lj_status lj_token_dataset_check_vocab(const lj_token_dataset *ds, int vocab_size) {
+    LJ_ASSERT(vocab_size > 0);
+    /* Blocks of 4096 ids: a vectorisable min/max pass, and an exact scan only for a bad block. */
+    const int64_t block = 4096;
+    for (int64_t b = 0; b < ds->num_tokens; b += block) {
+        int64_t e = b + block < ds->num_tokens ? b + block : ds->num_tokens;
+        int bad = 0;
+        if (ds->token_size == 2) {
+            const uint16_t *t = (const uint16_t *)ds->tokens;
+            uint16_t mx = 0;
+            for (int64_t i = b; i < e; i++) mx = t[i] > mx ? t[i] : mx;
+            bad = (int)mx >= vocab_size;
+        } else {
+            const int32_t *t = (const int32_t *)ds->tokens;
+            int32_t mx = 0, mn = 0;
+            for (int64_t i = b; i < e; i++) {
+                mx = t[i] > mx ? t[i] : mx;
+                mn = t[i] < mn ? t[i] : mn;
+            }
+            bad = mx >= vocab_size || mn < 0;
+        }
+        if (!bad) continue;
+        for (int64_t i = b; i < e; i++) {
+            int64_t id = lj_token_dataset_get(ds, i);
+            if (ds->token_size == 4 && !ds->idx_map) id = (uint32_t)id; /* llm.c uint32 */
+            if (id < 0 || id >= vocab_size) {
+                char name[1100];
+                bin_name(ds, name, sizeof name);
+                if (id < 0)
+                    return lj_fail(LJ_ERR_FORMAT, "%s: token %lld at position %lld is negative", name, (long long)id,
+                                   (long long)i);
+                return lj_fail(LJ_ERR_FORMAT, "%s: token %lld at position %lld is >= vocab_size %d", name,
+                               (long long)id, (long long)i, vocab_size);
+            }
+        }
+    }
+    return LJ_OK;
+}

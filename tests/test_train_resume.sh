@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_train_resume.sh: `ljperf train` end to end on the CPU with real KJV tokens:
+#   - a resumed run's losses equal the uninterrupted run's bit for bit (--exit-interval, --load);
+#   - SIGTERM mid-run saves a loadable checkpoint and exits 0;
+#   - the HF export in each checkpoint loads back (ljperf generate) and continued training
+#     from an HF directory works;
+#   - bad input (seq length above max_position_embeddings, a checkpoint of another shape, a
+#     config without hidden_size) fails with the field named, also under valgrind.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
+tmp="$LJ_TEST_TMP/train_resume"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+kjv="$LJ_CACHE/data/kjv.txt"
+[ -s "$kjv" ] || fail "$kjv is missing: run scripts/setup.sh"
+head -c 300000 "$kjv" > "$tmp/kjv.txt"
+"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 \
+  || fail "prepare failed"
+
+common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
+        --global-batch-size 4 --train-iters 6 --lr 3e-3 --lr-warmup-iters 2 --seed 7 --quiet --eval-iters 2)
+
+# 1. uninterrupted run
+"$LJPERF" train "${common[@]}" --log-json "$tmp/full.jsonl" >/dev/null 2>"$tmp/full.err" \
+  || { cat "$tmp/full.err"; fail "uninterrupted run"; }
+# 2. the same run stopped after iteration 3, then resumed
+"$LJPERF" train "${common[@]}" --save "$tmp/ckpt" --exit-interval 3 --log-json "$tmp/part.jsonl" >/dev/null 2>"$tmp/part.err" \
+  || { cat "$tmp/part.err"; fail "first half"; }
+[ "$(cat "$tmp/ckpt/latest_checkpointed_iteration.txt")" = 3 ] || fail "latest_checkpointed_iteration.txt is not 3"
+"$LJPERF" train "${common[@]}" --save "$tmp/ckpt" --load "$tmp/ckpt" --log-json "$tmp/part.jsonl" >/dev/null 2>"$tmp/resume.err" \
+  || { cat "$tmp/resume.err"; fail "resume"; }
+grep -q "resumed from .*iter_0000003 at iteration 3" "$tmp/resume.err" || fail "resume did not say where it resumed"
+losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
+diff <(losses "$tmp/full.jsonl") <(losses "$tmp/part.jsonl") || fail "resumed losses differ from the uninterrupted run"
+[ "$(losses "$tmp/full.jsonl" | wc -l)" = 6 ] || fail "expected 6 logged iterations"
+echo "resume: 6 losses equal bit for bit"
+
+# 3. SIGTERM mid-run: a loadable checkpoint, exit status 0
+"$LJPERF" train "${common[@]}" --train-iters 100000 --save "$tmp/sig" --log-json "$tmp/sig.jsonl" >/dev/null 2>"$tmp/sig.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -s "$tmp/sig.jsonl" ] && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+[ "$status" = 0 ] || { cat "$tmp/sig.err"; fail "SIGTERM: exit status $status"; }
+grep -q "received SIGTERM" "$tmp/sig.err" || fail "SIGTERM not reported"
+it=$(cat "$tmp/sig/latest_checkpointed_iteration.txt")
+[ "$it" -ge 1 ] || fail "no checkpoint after SIGTERM"
+"$LJPERF" train "${common[@]}" --train-iters $((it + 1)) --load "$tmp/sig" >/dev/null 2>"$tmp/sig2.err" \
+  || { cat "$tmp/sig2.err"; fail "the SIGTERM checkpoint does not load"; }
+echo "SIGTERM: checkpoint at iteration $it loads"
+
+# 4. the HF export: generate from it, and continue training from an HF directory
+hf="$tmp/ckpt/iter_0000006/hf"
+[ -f "$hf/config.json" ] && [ -f "$hf/model.safetensors" ] || fail "no HF export in $hf"
+"$LJPERF" generate --load "$tmp/ckpt" --prompt "And God said" --max-new-tokens 8 --device cpu >"$tmp/gen.out" 2>"$tmp/gen.err" \
+  || { cat "$tmp/gen.err"; fail "generate"; }
+grep -q "^And God said" "$tmp/gen.out" || fail "generate did not echo the prompt"
+"$LJPERF" train "${common[@]}" --model "$hf" --load "$hf" --train-iters 1 >/dev/null 2>"$tmp/hf.err" \
+  || { cat "$tmp/hf.err"; fail "training from an HF directory"; }
+grep -q "loaded Hugging Face weights" "$tmp/hf.err" || fail "HF load not reported"
+echo "HF export: generate and continued training work"
+
+# 5. bad input, under valgrind when it is there
+vg=()
+command -v valgrind >/dev/null 2>&1 && vg=(valgrind -q --error-exitcode=99 --leak-check=no)
+expect_error() { # expect_error PATTERN CMD...: a non-zero exit (not valgrind's 99) and PATTERN in stderr
+  local pattern=$1; shift
+  local st=0
+  "$@" >/dev/null 2>"$tmp/bad.err" || st=$?
+  [ "$st" != 0 ] && [ "$st" != 99 ] || { cat "$tmp/bad.err"; fail "expected an error for: $*"; }
+  grep -q -- "$pattern" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "message lacks '$pattern'"; }
+}
+expect_error "max_position_embeddings" "${vg[@]}" "$LJPERF" train "${common[@]}" --seq-length 5000
+expect_error "model.hidden_size" "${vg[@]}" "$LJPERF" train "${common[@]}" --model llama3-tiny --load "$tmp/ckpt"
+printf '{"vocab_size": 128256, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}\n' > "$tmp/bad_config.json"
+expect_error "hidden_size" "${vg[@]}" "$LJPERF" train "${common[@]}" --model "$tmp/bad_config.json"
+expect_error "recompute-granularity" "$LJPERF" train "${common[@]}" --recompute-granularity sometimes
+echo "bad input: clear errors"
+echo "1 passed, 0 failed"
