@@ -184,6 +184,8 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
             lj_plan_release(plan, m->ops);
             return s;
         }
+        /* every buffer starts at zero (AdamW moments, gradients): runs are deterministic */
+        m->ops->memset_zero(plan->base[a], plan->arena_bytes[a]);
     }
     walker w = {plan, 1, 0};
     walk(&w, m);

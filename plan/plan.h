@@ -44,7 +44,8 @@ typedef struct {
  * Pure: allocates no device memory. Free with lj_plan_free. */
 void lj_plan_build(lj_plan *plan, const lj_model *m);
 
-/* Allocates each non-empty arena once through m->ops->alloc and binds every pointer of `m`.
+/* Allocates each non-empty arena once through m->ops->alloc, zeroes it, and binds every
+ * pointer of `m`.
  * Errors: LJ_ERR_OOM naming the arena and the plan's total (nothing stays allocated). */
 lj_status lj_plan_allocate(lj_plan *plan, lj_model *m);
 

@@ -75,7 +75,7 @@ expect_error() { # expect_error PATTERN CMD...: a non-zero exit (not valgrind's 
   [ "$st" != 0 ] && [ "$st" != 99 ] || { cat "$tmp/bad.err"; fail "expected an error for: $*"; }
   grep -q -- "$pattern" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "message lacks '$pattern'"; }
 }
-expect_error "max_position_embeddings" "${vg[@]}" "$LJPERF" train "${common[@]}" --seq-length 5000
+expect_error "max_position_embeddings" "${vg[@]}" "$LJPERF" train "${common[@]}" --seq-length 9000
 expect_error "model.hidden_size" "${vg[@]}" "$LJPERF" train "${common[@]}" --model llama3-tiny --load "$tmp/ckpt"
 printf '{"vocab_size": 128256, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}\n' > "$tmp/bad_config.json"
 expect_error "hidden_size" "${vg[@]}" "$LJPERF" train "${common[@]}" --model "$tmp/bad_config.json"
