@@ -1,0 +1,90 @@
+/* checkpoint.h: resumable training-state checkpoints in a Megatron-LM-like layout, and the
+ * directory helpers (atomic install, recursive remove, fsync) that io/ shares.
+ *
+ * Layout of a checkpoint root (the --save / --load directory):
+ *   ROOT/iter_0000100/state.safetensors   named 1-D F32 tensors given by the caller (master
+ *                                         weights, AdamW m and v, ...), see io/safetensors.h
+ *   ROOT/iter_0000100/state.json          a JSON text given by the caller (step, LR schedule
+ *                                         position, RNG states, data-loader position, config)
+ *   ROOT/latest_checkpointed_iteration.txt  the iteration number in decimal, no newline
+ *                                         (the name and content Megatron-LM uses)
+ * Iteration directories are named iter_%07d as in Megatron-LM (megatron/training/checkpointing.py).
+ *
+ * Crash safety: an iteration is written to ROOT/iter_NNNNNNN.tmp.PID/, every file fsync'd,
+ * then renamed to iter_NNNNNNN/; the latest file is replaced atomically after that, and old
+ * iterations are deleted only after the latest file points to the new one. A crash at any
+ * moment leaves the previously saved checkpoint loadable. One process saves into a root.
+ */
+#ifndef LJ_CHECKPOINT_H
+#define LJ_CHECKPOINT_H
+
+#include "base/base.h"
+
+#define LJ_CKPT_LATEST_FILE "latest_checkpointed_iteration.txt"
+#define LJ_CKPT_TENSORS_FILE "state.safetensors"
+#define LJ_CKPT_STATE_FILE "state.json"
+
+/* One named fp32 tensor of the training state, stored 1-D ([numel]) in state.safetensors. */
+typedef struct {
+    const char *name;  /* e.g. "master", "adam.m", "adam.v" */
+    float *data;       /* save: the values (read only); load: where the values go */
+    int64_t numel;     /* elements; load checks the file holds exactly this many */
+} lj_ckpt_tensor;
+
+/* Called by lj_ckpt_save_ex with the iteration's temporary directory before it is sealed, so
+ * that the caller can add files (e.g. an HF export with lj_hf_export_into). Files written
+ * there must be complete (fsync'd) when it returns; lj_file_write_atomic and the io/ writers
+ * do that. */
+typedef lj_status (*lj_ckpt_extra_fn)(const char *dir, void *ctx);
+
+/* Saves iteration `iteration` (>= 0) under `root` (created if missing): the `n` tensors,
+ * `state_json` (NULL writes "{}"), then updates ROOT/latest_checkpointed_iteration.txt, then
+ * deletes older iter_ directories so that the newest `keep_last` iterations at or below this
+ * one remain (0 keeps all), and leftover iter_*.tmp.PID directories of dead processes.
+ * Saving an iteration that already exists replaces it atomically. A failure to delete old
+ * iterations is a warning, not an error.
+ * Errors: LJ_ERR_IO naming the file or directory; LJ_ERR_ARG for bad tensor names. On error
+ * nothing under `root` that existed before has changed (the temporary directory is removed). */
+lj_status lj_ckpt_save(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, const char *state_json,
+                       int keep_last);
+/* lj_ckpt_save plus `extra(dir, ctx)` called on the temporary iteration directory (NULL: none). */
+lj_status lj_ckpt_save_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, const char *state_json,
+                          int keep_last, lj_ckpt_extra_fn extra, void *ctx);
+
+/* The iteration named by ROOT/latest_checkpointed_iteration.txt. Without that file (a crash
+ * during the very first save, after the directory was sealed) the highest complete
+ * iter_NNNNNNN directory is used, with a warning.
+ * Errors: LJ_ERR_IO "ROOT: no checkpoint found ..." naming root; LJ_ERR_FORMAT naming the
+ * latest file if it does not hold a non-negative integer, or if the directory it names is
+ * missing. */
+lj_status lj_ckpt_latest(const char *root, int *iteration);
+
+/* Loads iteration `iteration` of `root`: every one of the `n` tensors must exist in
+ * state.safetensors with dtype F32 and exactly `numel` elements; nothing is copied unless
+ * all of them match. Tensors in the file that were not asked for give a warning.
+ * `*state_json` (if state_json is not NULL) receives state.json's text (free() it); it must be
+ * valid JSON. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and the tensor, e.g.
+ * "ckpt/iter_0000100/state.safetensors: tensor 'master' has 1000 elements, this run needs
+ * 2000 (a checkpoint from another model shape?)". */
+lj_status lj_ckpt_load(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json);
+
+/* Writes ROOT/iter_%07d (the iteration's directory) into buf. */
+void lj_ckpt_iter_dir(const char *root, int iteration, char *buf, size_t len);
+
+/* ---- directory helpers ----------------------------------------------------------- */
+
+/* Removes `path` and everything below it (rm -rf; symlinks are removed, not followed). A
+ * missing path is not an error. Errors: LJ_ERR_IO naming the entry that could not go. */
+lj_status lj_ckpt_dir_remove(const char *path);
+
+/* fsyncs directory `path` so that renames and creations inside it are durable.
+ * Errors: LJ_ERR_IO naming the directory. */
+lj_status lj_ckpt_dir_fsync(const char *path);
+
+/* Moves the complete directory `tmp` to `final` atomically: a plain rename when `final`
+ * does not exist, else an atomic exchange (Linux renameat2 RENAME_EXCHANGE; elsewhere
+ * rename the old one aside first) followed by removing the old contents. fsyncs the parent
+ * of `final`. Errors: LJ_ERR_IO naming both paths; on error `final` is unchanged. */
+lj_status lj_ckpt_dir_install(const char *tmp, const char *final);
+
+#endif

@@ -1,0 +1,357 @@
+/* hf.c: Hugging Face Llama checkpoint export (single or sharded safetensors + config.json)
+ * and import (single or sharded; F32/BF16/F16) of the flat parameter buffer. */
+#include "io/hf.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+
+#define INDEX_FILE "model.safetensors.index.json"
+#define SINGLE_FILE "model.safetensors"
+
+static char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = lj_malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* ---- export ---------------------------------------------------------------------- */
+
+static lj_status export_dtype(lj_dtype dtype, lj_st_dtype *st, const char **torch_name) {
+    switch (dtype) {
+    case LJ_DTYPE_F32: *st = LJ_ST_F32, *torch_name = "float32"; return LJ_OK;
+    case LJ_DTYPE_BF16: *st = LJ_ST_BF16, *torch_name = "bfloat16"; return LJ_OK;
+    case LJ_DTYPE_F16: *st = LJ_ST_F16, *torch_name = "float16"; return LJ_OK;
+    default: return lj_fail(LJ_ERR_ARG, "HF export: dtype %s is not supported (F32, BF16 or F16)", lj_dtype_name(dtype));
+    }
+}
+
+static cJSON *json_uint(uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(buf);
+}
+
+lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
+                            uint64_t max_shard_bytes) {
+    lj_st_dtype st_dtype = LJ_ST_F32;
+    const char *torch_name = "float32";
+    LJ_TRY(export_dtype(dtype, &st_dtype, &torch_name));
+    char *path = path_join(dir, "config.json");
+    lj_status s = lj_config_save(cfg, path, torch_name);
+    free(path);
+    if (s != LJ_OK) return s;
+
+    lj_param_layout lo;
+    lj_param_layout_init(&lo, cfg);
+    lj_st_tensor *ts = lj_calloc((size_t)lo.count, sizeof(lj_st_tensor));
+    uint64_t *bytes = lj_calloc((size_t)lo.count, sizeof(uint64_t)), total = 0;
+    for (int i = 0; i < lo.count; i++) {
+        const lj_param_info *p = &lo.params[i];
+        ts[i].name = p->name;
+        ts[i].dtype = st_dtype;
+        ts[i].ndim = p->ndim;
+        ts[i].shape[0] = p->shape[0];
+        ts[i].shape[1] = p->shape[1];
+        ts[i].from_f32 = params + p->offset;
+        bytes[i] = (uint64_t)p->numel * lj_st_dtype_size(st_dtype);
+        total += bytes[i];
+    }
+    const char *meta_keys[] = {"format"}, *meta_values[] = {"pt"};
+    if (max_shard_bytes == 0 || total <= max_shard_bytes) {
+        path = path_join(dir, SINGLE_FILE);
+        s = lj_safetensors_write(path, ts, lo.count, meta_keys, meta_values, 1);
+        free(path);
+        goto out;
+    }
+    /* Greedy split in layout order, as transformers' shard_checkpoint does. */
+    int *first = lj_calloc((size_t)lo.count + 1, sizeof(int)), nshards = 0;
+    uint64_t cur = 0;
+    for (int i = 0; i < lo.count; i++) {
+        if (i == 0 || (cur > 0 && cur + bytes[i] > max_shard_bytes)) {
+            first[nshards++] = i;
+            cur = 0;
+        }
+        cur += bytes[i];
+    }
+    first[nshards] = lo.count;
+    cJSON *index = cJSON_CreateObject();
+    cJSON_AddItemToObject(cJSON_AddObjectToObject(index, "metadata"), "total_size", json_uint(total));
+    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    for (int k = 0; k < nshards && s == LJ_OK; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+        path = path_join(dir, name);
+        s = lj_safetensors_write(path, ts + first[k], first[k + 1] - first[k], meta_keys, meta_values, 1);
+        free(path);
+        for (int i = first[k]; i < first[k + 1]; i++) cJSON_AddStringToObject(map, ts[i].name, name);
+    }
+    if (s == LJ_OK) {
+        char *text = cJSON_Print(index);
+        path = path_join(dir, INDEX_FILE);
+        s = lj_file_write_atomic(path, text, strlen(text));
+        free(path);
+        free(text);
+    }
+    cJSON_Delete(index);
+    free(first);
+out:
+    free(ts);
+    free(bytes);
+    lj_param_layout_free(&lo);
+    return s;
+}
+
+/* An existing export target may be replaced only if it is empty or looks like a checkpoint. */
+static lj_status check_replaceable(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return LJ_OK;
+    if (!S_ISDIR(sb.st_mode)) return lj_fail(LJ_ERR_ARG, "%s: exists and is not a directory", dir);
+    DIR *d = opendir(dir);
+    if (!d) return lj_fail(LJ_ERR_IO, "%s: cannot read directory: %s", dir, strerror(errno));
+    int entries = 0, checkpoint = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        entries++;
+        size_t n = strlen(de->d_name);
+        if (strcmp(de->d_name, "config.json") == 0 || (n > 12 && strcmp(de->d_name + n - 12, ".safetensors") == 0))
+            checkpoint = 1;
+    }
+    closedir(d);
+    if (entries > 0 && !checkpoint)
+        return lj_fail(LJ_ERR_ARG, "%s: exists and holds no config.json or .safetensors; refusing to replace it", dir);
+    return LJ_OK;
+}
+
+lj_status lj_hf_export(const char *dir_arg, const lj_model_config *cfg, const float *params, lj_dtype dtype,
+                       uint64_t max_shard_bytes) {
+    lj_st_dtype st_dtype = LJ_ST_F32;
+    const char *torch_name = "float32";
+    LJ_TRY(export_dtype(dtype, &st_dtype, &torch_name));
+    char *dir = lj_strdup(dir_arg);
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') dir[--len] = '\0';
+    char *tmp = lj_malloc(len + 32);
+    snprintf(tmp, len + 32, "%s.tmp.%d", dir, (int)getpid());
+    lj_status s = check_replaceable(dir);
+    if (s == LJ_OK) s = lj_ckpt_dir_remove(tmp);
+    if (s == LJ_OK) s = lj_mkdir_p(tmp);
+    if (s == LJ_OK) s = lj_hf_export_into(tmp, cfg, params, dtype, max_shard_bytes);
+    if (s == LJ_OK) s = lj_ckpt_dir_install(tmp, dir);
+    if (s != LJ_OK) {
+        char *msg = lj_strdup(lj_error_message());
+        lj_ckpt_dir_remove(tmp);
+        lj_fail(s, "%s", msg);
+        free(msg);
+    }
+    free(tmp);
+    free(dir);
+    return s;
+}
+
+/* ---- import ---------------------------------------------------------------------- */
+
+typedef struct {
+    char *index_path;     /* NULL for a single file */
+    int nfiles;
+    lj_safetensors *files;
+    int nmapped;          /* weight_map entries (sharded) */
+    char **mapped_names;
+    int *mapped_file;     /* [nmapped] index into files */
+} hf_source;
+
+static void source_free(hf_source *src) {
+    for (int i = 0; i < src->nfiles; i++) lj_safetensors_close(&src->files[i]);
+    for (int i = 0; i < src->nmapped; i++) free(src->mapped_names[i]);
+    free(src->files);
+    free(src->mapped_names);
+    free(src->mapped_file);
+    free(src->index_path);
+    memset(src, 0, sizeof *src);
+}
+
+/* Reads model.safetensors.index.json and opens every shard it names. */
+static lj_status open_sharded(hf_source *src, const char *dir, const char *index_path) {
+    src->index_path = lj_strdup(index_path);
+    char *text;
+    LJ_TRY(lj_file_read_all(index_path, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    lj_status s = LJ_OK;
+    const cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (!root || !cJSON_IsObject(root)) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", index_path);
+        goto out;
+    }
+    if (!cJSON_IsObject(map)) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: field 'weight_map' is missing or not an object", index_path);
+        goto out;
+    }
+    int n = cJSON_GetArraySize(map);
+    src->mapped_names = lj_calloc((size_t)n, sizeof(char *));
+    src->mapped_file = lj_calloc((size_t)n, sizeof(int));
+    char **file_names = lj_calloc((size_t)n, sizeof(char *));
+    for (const cJSON *it = map->child; it && s == LJ_OK; it = it->next) {
+        const char *f = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!f || !f[0] || strchr(f, '/') || strcmp(f, ".") == 0 || strcmp(f, "..") == 0) {
+            s = lj_fail(LJ_ERR_FORMAT, "%s: weight_map entry for tensor '%s' is not a file name in the directory", index_path,
+                        it->string);
+            break;
+        }
+        int k = 0;
+        while (k < src->nfiles && strcmp(file_names[k], f) != 0) k++;
+        if (k == src->nfiles) file_names[src->nfiles++] = lj_strdup(f);
+        src->mapped_names[src->nmapped] = lj_strdup(it->string);
+        src->mapped_file[src->nmapped++] = k;
+    }
+    src->files = lj_calloc((size_t)(src->nfiles ? src->nfiles : 1), sizeof(lj_safetensors));
+    int opened = 0;
+    for (int k = 0; k < src->nfiles && s == LJ_OK; k++) {
+        char *path = path_join(dir, file_names[k]);
+        s = lj_safetensors_open(&src->files[k], path);
+        free(path);
+        if (s == LJ_OK) opened++;
+    }
+    for (int k = 0; k < src->nfiles; k++) free(file_names[k]);
+    free(file_names);
+    src->nfiles = opened; /* only the opened ones are closed by source_free */
+out:
+    cJSON_Delete(root);
+    return s;
+}
+
+static lj_status open_source(hf_source *src, const char *dir) {
+    memset(src, 0, sizeof *src);
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return lj_fail(LJ_ERR_IO, "%s: no such file or directory", dir);
+    char *single = S_ISDIR(sb.st_mode) ? path_join(dir, SINGLE_FILE) : lj_strdup(dir);
+    char *index = path_join(dir, INDEX_FILE);
+    lj_status s;
+    if (S_ISDIR(sb.st_mode) && access(index, F_OK) == 0) {
+        s = open_sharded(src, dir, index);
+    } else if (access(single, F_OK) == 0) {
+        src->files = lj_calloc(1, sizeof(lj_safetensors));
+        s = lj_safetensors_open(&src->files[0], single);
+        if (s == LJ_OK) src->nfiles = 1;
+    } else {
+        s = lj_fail(LJ_ERR_IO, "%s: no %s or %s (not a Hugging Face checkpoint directory?)", dir, SINGLE_FILE, INDEX_FILE);
+    }
+    free(single);
+    free(index);
+    if (s != LJ_OK) source_free(src);
+    return s;
+}
+
+/* Finds tensor `name`: its entry and the file that holds it, or an error naming the file. */
+static lj_status source_find(const hf_source *src, const char *name, const lj_st_entry **e, const lj_safetensors **file) {
+    if (!src->index_path) {
+        *file = &src->files[0];
+        *e = lj_safetensors_find(*file, name);
+        if (!*e) return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing", src->files[0].path, name);
+        return LJ_OK;
+    }
+    for (int i = 0; i < src->nmapped; i++) {
+        if (strcmp(src->mapped_names[i], name) != 0) continue;
+        *file = &src->files[src->mapped_file[i]];
+        *e = lj_safetensors_find(*file, name);
+        if (!*e) return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing (%s lists it in this file)", (*file)->path, name, INDEX_FILE);
+        return LJ_OK;
+    }
+    return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing", src->index_path, name);
+}
+
+static void shape_text(int ndim, const int64_t *shape, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < ndim && n < len; d++) n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+/* Checks dtype and shape of `e` against parameter `p`. */
+static lj_status check_entry(const lj_safetensors *file, const lj_st_entry *e, const lj_param_info *p) {
+    if (e->dtype != LJ_ST_F32 && e->dtype != LJ_ST_BF16 && e->dtype != LJ_ST_F16)
+        return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", file->path, e->name,
+                       lj_st_dtype_name(e->dtype));
+    int same = e->ndim == p->ndim;
+    for (int d = 0; d < p->ndim && same; d++) same = e->shape[d] == p->shape[d];
+    if (!same) {
+        char got[256], want[64];
+        shape_text(e->ndim, e->shape, got, sizeof got);
+        shape_text(p->ndim, p->shape, want, sizeof want);
+        return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has shape %s, the config needs %s", file->path, e->name, got, want);
+    }
+    return LJ_OK;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Tensors in the checkpoint that the layout does not use: the tied lm_head (checked and
+ * ignored), rotary buffers (ignored), anything else (a warning). */
+static lj_status check_extra(const hf_source *src, const lj_model_config *cfg, const lj_param_layout *lo) {
+    int total = src->index_path ? src->nmapped : src->files[0].count, warned = 0;
+    for (int i = 0; i < total; i++) {
+        const char *name = src->index_path ? src->mapped_names[i] : src->files[0].entries[i].name;
+        if (lj_param_find(lo, name) >= 0 || ends_with(name, "rotary_emb.inv_freq")) continue;
+        if (strcmp(name, "lm_head.weight") == 0 && cfg->tie_word_embeddings) {
+            const lj_st_entry *e, *emb;
+            const lj_safetensors *file, *emb_file;
+            LJ_TRY(source_find(src, name, &e, &file));
+            LJ_TRY(check_entry(file, e, &lo->params[lo->embed]));
+            if (source_find(src, lo->params[lo->embed].name, &emb, &emb_file) == LJ_OK && emb->dtype == e->dtype &&
+                memcmp(emb->data, e->data, e->end - e->begin) != 0)
+                lj_log_warn("%s: tensor 'lm_head.weight' differs from model.embed_tokens.weight, but the config ties them: "
+                            "it is ignored", file->path);
+            continue;
+        }
+        if (warned < 5)
+            lj_log_warn("%s: tensor '%s' is not part of this model; ignored",
+                        src->index_path ? src->index_path : src->files[0].path, name);
+        else if (warned == 5)
+            lj_log_warn("(more tensors that are not part of this model are ignored)");
+        warned++;
+    }
+    return LJ_OK;
+}
+
+lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *params) {
+    hf_source src;
+    LJ_TRY(open_source(&src, dir));
+    lj_param_layout lo;
+    lj_param_layout_init(&lo, cfg);
+    const lj_st_entry **entries = lj_calloc((size_t)lo.count, sizeof(lj_st_entry *));
+    const lj_safetensors **files = lj_calloc((size_t)lo.count, sizeof(lj_safetensors *));
+    lj_status s = LJ_OK;
+    for (int i = 0; i < lo.count && s == LJ_OK; i++) {
+        s = source_find(&src, lo.params[i].name, &entries[i], &files[i]);
+        if (s != LJ_OK && i == lo.lm_head && !cfg->tie_word_embeddings) {
+            char *msg = lj_strdup(lj_error_message());
+            lj_fail(s, "%s (the config has tie_word_embeddings false)", msg);
+            free(msg);
+        }
+        if (s == LJ_OK) s = check_entry(files[i], entries[i], &lo.params[i]);
+    }
+    if (s == LJ_OK) s = check_extra(&src, cfg, &lo);
+    for (int i = 0; i < lo.count && s == LJ_OK; i++) s = lj_safetensors_read_f32(files[i], entries[i], params + lo.params[i].offset);
+    free(entries);
+    free(files);
+    lj_param_layout_free(&lo);
+    source_free(&src);
+    return s;
+}
+
+lj_status lj_hf_load_config(const char *dir, lj_model_config *cfg) {
+    char *path = path_join(dir, "config.json");
+    lj_status s = lj_config_load(path, cfg);
+    free(path);
+    return s;
+}

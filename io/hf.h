@@ -1,0 +1,57 @@
+/* hf.h: Hugging Face Llama checkpoint directories (config.json + model.safetensors, or shards
+ * model-0000K-of-0000N.safetensors with model.safetensors.index.json): export and import of
+ * the flat parameter buffer.
+ *
+ * Format: ../shared/REFERENCE.md ("safetensors"; the index is {"metadata": {"total_size":
+ * bytes}, "weight_map": {name: file}}, as transformers' save_pretrained writes it). Tensor
+ * names, shapes and order are those of model/config.h's parameter layout (HF names, [out, in]
+ * matrices); q_proj/k_proj rows are in HF's half-split RoPE order, so nothing is permuted.
+ * A tied model (tie_word_embeddings) has no lm_head.weight tensor.
+ */
+#ifndef LJ_HF_H
+#define LJ_HF_H
+
+#include "base/base.h"
+#include "model/config.h"
+
+/* transformers' default max_shard_size for save_pretrained ("5GB"). */
+#define LJ_HF_DEFAULT_SHARD_BYTES 5000000000ull
+
+/* Exports `params` (the flat fp32 buffer of model/config.h's layout, lj_config_num_params(cfg)
+ * elements) to the directory `dir`: config.json (lj_config_save, torch_dtype "bfloat16" or
+ * "float32") and the weights in `dtype` (LJ_DTYPE_F32, or LJ_DTYPE_BF16 rounded to nearest
+ * even by lj_f32_to_bf16), with metadata {"format": "pt"}. When the weights' total bytes
+ * exceed `max_shard_bytes` (0: never shard) they are split, in layout order, into
+ * model-0000K-of-0000N.safetensors files of at most that size (a larger tensor gets a shard
+ * of its own) plus model.safetensors.index.json.
+ * Atomic: everything is written to DIR.tmp.PID and renamed to `dir`; an existing `dir` is
+ * replaced in one step (lj_ckpt_dir_install) and its old contents deleted. An existing `dir`
+ * that is not empty and holds no config.json or *.safetensors is refused (it may be the
+ * user's other data). Errors: LJ_ERR_ARG (bad dtype, a refused dir), LJ_ERR_IO naming the
+ * path; on error nothing that existed before has changed. */
+lj_status lj_hf_export(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
+                       uint64_t max_shard_bytes);
+
+/* As lj_hf_export, but writes the files straight into the existing directory `dir` (each file
+ * still atomically, but with no directory swap), for a caller that seals the directory itself,
+ * e.g. an lj_ckpt_extra_fn of lj_ckpt_save_ex. Stale shard files already in `dir` are not
+ * removed: give it an empty directory. */
+lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
+                            uint64_t max_shard_bytes);
+
+/* Imports a HF Llama checkpoint into `params` (flat fp32, lj_config_num_params(cfg)
+ * elements). `dir` is a directory holding model.safetensors.index.json (sharded) or
+ * model.safetensors, or the path of one .safetensors file. Tensors may be F32, BF16 or F16
+ * (widened to fp32 exactly). Every tensor of the layout must be present with exactly the
+ * layout's shape; lm_head.weight in a tied model is accepted and ignored if its shape is
+ * [V, d]; the rotary_emb.inv_freq buffers of old checkpoints are ignored; any other tensor
+ * gives a warning. `params` is written only after every check has passed.
+ * Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and the tensor, e.g.
+ * "ckpt/model.safetensors: tensor 'model.layers.0.mlp.up_proj.weight' has shape [64, 32],
+ * the config needs [192, 64]", "...: tensor 'model.norm.weight' is missing". */
+lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *params);
+
+/* Loads DIR/config.json with lj_config_load (errors name the file and the field). */
+lj_status lj_hf_load_config(const char *dir, lj_model_config *cfg);
+
+#endif

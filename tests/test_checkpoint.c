@@ -1,0 +1,343 @@
+/* test_checkpoint.c: io/checkpoint: training-state save/load round trip, the latest pointer,
+ * keep-last pruning, crash leftovers, re-saving an iteration, and rejection of checkpoints
+ * that do not fit the run (tests named test_bad_* also run under valgrind from
+ * test_io_bad.sh). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+
+static char g_dir[512];
+static int g_case;
+
+static int setup_dir(void **state) {
+    (void)state;
+    const char *base = getenv("LJ_TEST_TMP");
+    if (!base || !base[0]) base = "/tmp";
+    if (lj_mkdir_p(base) != LJ_OK) return -1;
+    snprintf(g_dir, sizeof g_dir, "%s/ckpt.XXXXXX", base);
+    return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state) {
+    (void)state;
+    return lj_ckpt_dir_remove(g_dir) == LJ_OK ? 0 : -1;
+}
+
+/* A fresh checkpoint root for each test. */
+static char *new_root(void) {
+    char *p = lj_malloc(strlen(g_dir) + 32);
+    sprintf(p, "%s/run%d", g_dir, g_case++);
+    return p;
+}
+
+static char *join(const char *a, const char *b) {
+    char *p = lj_malloc(strlen(a) + strlen(b) + 2);
+    sprintf(p, "%s/%s", a, b);
+    return p;
+}
+
+static int exists(const char *root, const char *name) {
+    char *p = join(root, name);
+    int ok = access(p, F_OK) == 0;
+    free(p);
+    return ok;
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct {
+    float *master, *m, *v;
+    int64_t n;
+    lj_ckpt_tensor t[3];
+} state3;
+
+static void state_init(state3 *s, int64_t n, uint64_t seed) {
+    s->n = n;
+    s->master = lj_malloc((size_t)n * sizeof(float));
+    s->m = lj_malloc((size_t)n * sizeof(float));
+    s->v = lj_malloc((size_t)n * sizeof(float));
+    lj_rng rng;
+    lj_rng_seed(&rng, seed);
+    for (int64_t i = 0; i < n; i++) {
+        s->master[i] = (float)lj_rng_normal(&rng);
+        s->m[i] = (float)lj_rng_normal(&rng) * 1e-3f;
+        s->v[i] = lj_rng_uniform(&rng) * 1e-6f;
+    }
+    s->t[0] = (lj_ckpt_tensor){"master", s->master, n};
+    s->t[1] = (lj_ckpt_tensor){"adam.m", s->m, n};
+    s->t[2] = (lj_ckpt_tensor){"adam.v", s->v, n};
+}
+
+static void state_free(state3 *s) {
+    free(s->master);
+    free(s->m);
+    free(s->v);
+}
+
+static void assert_states_equal(const state3 *a, const state3 *b) {
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->master, b->master, (size_t)a->n * sizeof(float));
+    assert_memory_equal(a->m, b->m, (size_t)a->n * sizeof(float));
+    assert_memory_equal(a->v, b->v, (size_t)a->n * sizeof(float));
+}
+
+static void expect_error(lj_status got, lj_status want, const char *a, const char *b, const char *c) {
+    const char *msg = lj_error_message();
+    if (got != want) fail_msg("expected status %d, got %d (%s)", (int)want, (int)got, msg);
+    if (a && !strstr(msg, a)) fail_msg("message lacks '%s': %s", a, msg);
+    if (b && !strstr(msg, b)) fail_msg("message lacks '%s': %s", b, msg);
+    if (c && !strstr(msg, c)) fail_msg("message lacks '%s': %s", c, msg);
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a, b;
+    state_init(&a, 1000, 1);
+    state_init(&b, 1000, 2);
+    const char *json = "{\"iteration\": 100, \"rng\": [\"1\", \"2\", \"3\", \"4\"], \"consumed_samples\": 3200}";
+    assert_int_equal(lj_ckpt_save(root, 100, a.t, 3, json, 0), LJ_OK);
+    assert_true(exists(root, "iter_0000100/state.safetensors"));
+    assert_true(exists(root, "iter_0000100/state.json"));
+    char *latest_path = join(root, LJ_CKPT_LATEST_FILE), *text;
+    assert_int_equal(lj_file_read_all(latest_path, &text, NULL), LJ_OK);
+    assert_string_equal(text, "100"); /* Megatron's format: the number, no newline */
+    free(text);
+    int it = -1;
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 100);
+    char *got = NULL;
+    assert_int_equal(lj_ckpt_load(root, it, b.t, 3, &got), LJ_OK);
+    assert_states_equal(&a, &b);
+    assert_string_equal(got, json);
+    free(got);
+    /* Tensors are 1-D F32 with the checkpoint's metadata. */
+    char *file = join(root, "iter_0000100/state.safetensors");
+    lj_safetensors st;
+    assert_int_equal(lj_safetensors_open(&st, file), LJ_OK);
+    assert_string_equal(lj_safetensors_metadata(&st, "iteration"), "100");
+    const lj_st_entry *e = lj_safetensors_find(&st, "adam.v");
+    assert_non_null(e);
+    assert_int_equal(e->dtype, LJ_ST_F32);
+    assert_int_equal(e->ndim, 1);
+    assert_int_equal(e->shape[0], 1000);
+    lj_safetensors_close(&st);
+    free(file);
+    free(latest_path);
+    state_free(&a);
+    state_free(&b);
+    free(root);
+}
+
+static void test_keep_last(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a;
+    state_init(&a, 10, 3);
+    for (int i = 1; i <= 5; i++) assert_int_equal(lj_ckpt_save(root, i * 10, a.t, 3, NULL, 2), LJ_OK);
+    assert_false(exists(root, "iter_0000010"));
+    assert_false(exists(root, "iter_0000030"));
+    assert_true(exists(root, "iter_0000040"));
+    assert_true(exists(root, "iter_0000050"));
+    assert_int_equal(count_entries(root), 3); /* two iterations + the latest file */
+    /* keep_last 0 keeps everything; keep_last 1 then leaves only the newest. */
+    assert_int_equal(lj_ckpt_save(root, 60, a.t, 3, NULL, 0), LJ_OK);
+    assert_int_equal(count_entries(root), 4);
+    assert_int_equal(lj_ckpt_save(root, 70, a.t, 3, NULL, 1), LJ_OK);
+    assert_int_equal(count_entries(root), 2);
+    assert_true(exists(root, "iter_0000070"));
+    /* Iterations newer than the one saved (a run resumed from an older checkpoint) stay. */
+    assert_int_equal(lj_ckpt_save(root, 65, a.t, 3, NULL, 1), LJ_OK);
+    assert_true(exists(root, "iter_0000070"));
+    int it;
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 65);
+    state_free(&a);
+    free(root);
+}
+
+/* A crash in the middle of a save leaves iter_N.tmp.PID behind: the previous checkpoint still
+ * loads, and the next save removes the leftover. */
+static void test_crash_leftover(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a, b;
+    state_init(&a, 100, 4);
+    state_init(&b, 100, 5);
+    assert_int_equal(lj_ckpt_save(root, 10, a.t, 3, "{\"step\": 10}", 3), LJ_OK);
+    /* pid_max is at most 2^22 on Linux, so this process cannot exist. */
+    char *tmp = join(root, "iter_0000020.tmp.2147483646");
+    assert_int_equal(lj_mkdir_p(tmp), LJ_OK);
+    char *half = join(tmp, "state.safetensors.tmp.2147483646");
+    assert_int_equal(lj_file_write_atomic(half, "\x40\0\0\0\0\0\0\0{\"master\":", 18), LJ_OK);
+    int it;
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 10);
+    assert_int_equal(lj_ckpt_load(root, it, b.t, 3, NULL), LJ_OK);
+    assert_states_equal(&a, &b);
+    /* A crash after the rename but before the latest file moved: latest still wins. */
+    assert_int_equal(lj_ckpt_save(root, 30, b.t, 3, "{}", 0), LJ_OK);
+    assert_false(exists(root, "iter_0000020.tmp.2147483646"));
+    char *latest = join(root, LJ_CKPT_LATEST_FILE);
+    assert_int_equal(lj_file_write_atomic(latest, "10", 2), LJ_OK);
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 10);
+    /* Without a latest file, the newest complete iteration is used. */
+    assert_int_equal(unlink(latest), 0);
+    lj_log_set_quiet(1);
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 30);
+    free(latest);
+    free(half);
+    free(tmp);
+    state_free(&a);
+    state_free(&b);
+    free(root);
+}
+
+/* Saving an iteration that exists replaces it whole. */
+static void test_resave_same_iteration(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a, b, c;
+    state_init(&a, 50, 6);
+    state_init(&b, 50, 7);
+    state_init(&c, 50, 8);
+    assert_int_equal(lj_ckpt_save(root, 7, a.t, 3, "{\"v\": 1}", 2), LJ_OK);
+    assert_int_equal(lj_ckpt_save(root, 7, b.t, 3, "{\"v\": 2}", 2), LJ_OK);
+    char *json;
+    assert_int_equal(lj_ckpt_load(root, 7, c.t, 3, &json), LJ_OK);
+    assert_states_equal(&b, &c);
+    assert_string_equal(json, "{\"v\": 2}");
+    free(json);
+    assert_int_equal(count_entries(root), 2);
+    state_free(&a);
+    state_free(&b);
+    state_free(&c);
+    free(root);
+}
+
+static lj_status write_note(const char *dir, void *ctx) {
+    char *p = join(dir, "note.txt");
+    lj_status s = lj_file_write_atomic(p, ctx, strlen(ctx));
+    free(p);
+    return s;
+}
+
+static lj_status fail_hook(const char *dir, void *ctx) {
+    (void)ctx;
+    return lj_fail(LJ_ERR_IO, "%s: simulated failure", dir);
+}
+
+/* The extra-files hook writes into the iteration; a failing hook leaves nothing behind. */
+static void test_save_hook(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a;
+    state_init(&a, 8, 9);
+    assert_int_equal(lj_ckpt_save_ex(root, 1, a.t, 3, NULL, 0, write_note, "hello"), LJ_OK);
+    assert_true(exists(root, "iter_0000001/note.txt"));
+    expect_error(lj_ckpt_save_ex(root, 2, a.t, 3, NULL, 0, fail_hook, NULL), LJ_ERR_IO, "simulated failure", NULL, NULL);
+    assert_int_equal(count_entries(root), 2); /* iter_0000001 and the latest file only */
+    int it;
+    assert_int_equal(lj_ckpt_latest(root, &it), LJ_OK);
+    assert_int_equal(it, 1);
+    state_free(&a);
+    free(root);
+}
+
+/* ---- bad input ---------------------------------------------------------------------- */
+
+/* A checkpoint from another model shape or optimizer: named file and tensor, nothing copied. */
+static void test_bad_other_shape(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a, b;
+    state_init(&a, 1000, 10);
+    state_init(&b, 1200, 11);
+    assert_int_equal(lj_ckpt_save(root, 5, a.t, 3, "{}", 0), LJ_OK);
+    float first = b.master[0];
+    expect_error(lj_ckpt_load(root, 5, b.t, 3, NULL), LJ_ERR_FORMAT, "iter_0000005/state.safetensors",
+                 "tensor 'master' has 1000 elements, this run needs 1200", "another model shape");
+    assert_true(b.master[0] == first);
+    lj_ckpt_tensor more[4] = {a.t[0], a.t[1], a.t[2], {"adam.step", a.v, 1}};
+    expect_error(lj_ckpt_load(root, 5, more, 4, NULL), LJ_ERR_FORMAT, "iter_0000005/state.safetensors",
+                 "tensor 'adam.step' is missing", NULL);
+    /* A state tensor stored in another dtype. */
+    char *dir = join(root, "iter_0000006");
+    assert_int_equal(lj_mkdir_p(dir), LJ_OK);
+    char *file = join(dir, "state.safetensors");
+    lj_st_tensor t = {.name = "master", .dtype = LJ_ST_BF16, .ndim = 1, .shape = {1000}, .from_f32 = a.master};
+    assert_int_equal(lj_safetensors_write(file, &t, 1, NULL, NULL, 0), LJ_OK);
+    expect_error(lj_ckpt_load(root, 6, a.t, 1, NULL), LJ_ERR_FORMAT, file, "tensor 'master' has dtype BF16, expected F32", NULL);
+    /* Truncated tensors file. */
+    struct stat sb;
+    assert_int_equal(stat(file, &sb), 0);
+    assert_int_equal(truncate(file, sb.st_size / 2), 0);
+    expect_error(lj_ckpt_load(root, 6, a.t, 1, NULL), LJ_ERR_FORMAT, file, "'master'", "exceed the buffer");
+    /* A state.json that is not JSON. */
+    char *json_path = join(root, "iter_0000005/state.json");
+    assert_int_equal(lj_file_write_atomic(json_path, "{\"step\": ", 9), LJ_OK);
+    char *json = NULL;
+    expect_error(lj_ckpt_load(root, 5, a.t, 3, &json), LJ_ERR_FORMAT, json_path, "not valid JSON", NULL);
+    assert_null(json);
+    free(json_path);
+    free(file);
+    free(dir);
+    state_free(&a);
+    state_free(&b);
+    free(root);
+}
+
+static void test_bad_latest(void **state) {
+    (void)state;
+    char *root = new_root();
+    int it = -1;
+    assert_int_equal(lj_mkdir_p(root), LJ_OK);
+    expect_error(lj_ckpt_latest(root, &it), LJ_ERR_IO, root, "no checkpoint found", NULL);
+    char *missing = join(root, "nope");
+    expect_error(lj_ckpt_latest(missing, &it), LJ_ERR_IO, missing, "no checkpoint found", NULL);
+    char *latest = join(root, LJ_CKPT_LATEST_FILE);
+    assert_int_equal(lj_file_write_atomic(latest, "release", 7), LJ_OK);
+    expect_error(lj_ckpt_latest(root, &it), LJ_ERR_FORMAT, latest, "\"release\"", NULL);
+    assert_int_equal(lj_file_write_atomic(latest, "42\n", 3), LJ_OK);
+    expect_error(lj_ckpt_latest(root, &it), LJ_ERR_FORMAT, LJ_CKPT_LATEST_FILE, "iteration 42", "iter_0000042");
+    assert_int_equal(it, -1);
+    expect_error(lj_ckpt_load(root, 42, NULL, 0, NULL), LJ_ERR_IO, "iter_0000042/state.safetensors", NULL, NULL);
+    /* The root is a file: saving fails and names it. */
+    state3 a;
+    state_init(&a, 4, 12);
+    expect_error(lj_ckpt_save(latest, 1, a.t, 3, NULL, 0), LJ_ERR_IO, latest, NULL, NULL);
+    state_free(&a);
+    free(latest);
+    free(missing);
+    free(root);
+}
+
+int main(void) {
+    const char *filter = getenv("LJ_TEST_FILTER");
+    if (filter && filter[0]) cmocka_set_test_filter(filter);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_keep_last),
+        cmocka_unit_test(test_crash_leftover),  cmocka_unit_test(test_resave_same_iteration),
+        cmocka_unit_test(test_save_hook),       cmocka_unit_test(test_bad_other_shape),
+        cmocka_unit_test(test_bad_latest),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
