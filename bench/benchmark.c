@@ -79,6 +79,7 @@ lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res) {
     opt.seq_length = T;
     opt.training = 1;
     opt.fused = cfg->fused;
+    opt.graphs = cfg->fused; /* graphs go with fusion (the ablation's +Fusion row) */
     memcpy(opt.recompute, cfg->recompute, sizeof opt.recompute);
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
@@ -114,8 +115,7 @@ lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res) {
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         ops->memset_zero(m.grads, (size_t)m.layout.total * lj_dtype_size(ops->grad_dtype));
-        lj_model_forward(&m, 1, dloss);
-        lj_model_backward(&m, dloss);
+        lj_model_forward_backward(&m, dloss);
         lj_adamw_step(ops, m.params, m.master, m.grads, m.adam_m, m.adam_v, m.grad_norm_sq, m.ws_norm, m.layout.total,
                       seg, nseg, &ac, 1e-4f, step);
         ops->synchronize();

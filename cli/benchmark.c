@@ -35,8 +35,8 @@ static void apply_base(lj_bench_config *c) { c->fused = 0; }
 static void apply_fusion(lj_bench_config *c) { c->fused = 1; }
 
 static const ablation_row k_ablation[] = {
-    {"Base", "unfused twins", apply_base},
-    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE)", apply_fusion},
+    {"Base", "unfused twins, no CUDA graph", apply_base},
+    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE) and a CUDA graph", apply_fusion},
 };
 
 static int run_ablation(lj_bench_config *cfg, const char *json_path) {

@@ -27,6 +27,7 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
 }
 
 void lj_model_free(lj_model *m) {
+    if (m->graph) m->ops->graph_destroy(m->graph);
     lj_param_layout_free(&m->layout);
     free(m->residual);
     free(m->layers);
@@ -291,6 +292,37 @@ void lj_model_backward(lj_model *m, float dloss) {
                               param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, d.N, d.C, m->ws_rmsnorm);
     }
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, d.N, d.C);
+}
+
+void lj_model_forward_backward(lj_model *m, float dloss) {
+    const lj_ops *ops = m->ops;
+    if (!m->opt.graphs || !ops->graph_capture_begin) {
+        lj_model_forward(m, 1, dloss);
+        lj_model_backward(m, dloss);
+        return;
+    }
+    if (m->graph && m->graph_dloss != dloss) {
+        ops->graph_destroy(m->graph);
+        m->graph = NULL;
+    }
+    if (!m->graph) {
+        lj_status s = ops->graph_capture_begin();
+        if (s == LJ_OK) {
+            lj_model_forward(m, 1, dloss);
+            lj_model_backward(m, dloss);
+            s = ops->graph_capture_end(&m->graph);
+        }
+        if (s != LJ_OK) {
+            lj_log_warn("graph capture failed, running without graphs: %s", lj_error_message());
+            m->opt.graphs = 0;
+            m->graph = NULL;
+            lj_model_forward(m, 1, dloss);
+            lj_model_backward(m, dloss);
+            return;
+        }
+        m->graph_dloss = dloss;
+    }
+    ops->graph_launch(m->graph);
 }
 
 static void download_f32(const lj_model *m, float *dst, const void *src, int64_t n) {

@@ -29,6 +29,7 @@ typedef struct {
     int training;           /* 1: gradients, AdamW state and backward buffers */
     int fused;              /* 1: fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE); 0: unfused twins */
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
+    int graphs;             /* 1: replay forward + backward from a captured graph when the backend has graphs */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
 
@@ -84,6 +85,9 @@ typedef struct {
     void *d_gate_up;     /* [N, 2I] act */
     void *d_mlp;         /* [N, I] act */
     void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_norm; /* op workspaces */
+
+    void *graph;         /* captured forward + backward (opt.graphs), or NULL */
+    float graph_dloss;   /* the dloss baked into it */
 } lj_model;
 
 /* Host-side tables derived from the config (the layout and the per-layer pointer arrays).
@@ -120,6 +124,11 @@ void lj_model_forward(lj_model *m, int backward, float dloss);
 
 /* Backward over the current batch; weight gradients accumulate into m->grads. */
 void lj_model_backward(lj_model *m, float dloss);
+
+/* Forward and backward of the current batch (lj_model_forward(m, 1, dloss) then
+ * lj_model_backward): with opt.graphs on a backend with graphs, captured once and replayed
+ * (recaptured if dloss changes). Gradients accumulate into m->grads. */
+void lj_model_forward_backward(lj_model *m, float dloss);
 
 /* Full logits of the current batch into host f32 out[N, V] (forward only; for tests). */
 void lj_model_logits(lj_model *m, float *out);

@@ -148,6 +148,14 @@ struct lj_ops {
     void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *grad_norm_sq);
+
+    /* ---- graphs (NULL on backends without them) ----
+     * Between capture_begin and capture_end the ops issued are recorded, not run; the
+     * returned graph replays them with the same pointers and arguments. */
+    lj_status (*graph_capture_begin)(void);
+    lj_status (*graph_capture_end)(void **graph);
+    void (*graph_launch)(void *graph);
+    void (*graph_destroy)(void *graph);
 };
 
 /* The CPU backend (C + OpenMP + OpenBLAS). Always available. */
@@ -156,6 +164,11 @@ const lj_ops *lj_ops_cpu(void);
 /* The CUDA backend, or NULL with a message (lj_error_message) when this build has no CUDA
  * or no usable GPU is present. */
 const lj_ops *lj_ops_cuda(void);
+
+/* The CUDA backend's dtypes and workspace-size entries only (every other entry is NULL),
+ * without touching a device: for planning GPU runs on a machine without one. NULL when this
+ * build has no CUDA. */
+const lj_ops *lj_ops_cuda_describe(void);
 
 /* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation
  * test and for the benchmark's "planned" figure). */

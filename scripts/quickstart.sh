@@ -18,7 +18,7 @@ echo "== prepare: the King James Bible -> Megatron indexed dataset"
 echo "== train: llama3-tiny on the KJV Bible"
 rm -rf "$out/ckpt"
 ./build/ljperf train --model llama3-tiny --device auto --data-path "$out/kjv" \
-  --seq-length 128 --micro-batch-size 8 --train-iters 100 \
+  --seq-length 128 --micro-batch-size 8 --train-iters 60 \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --lr-decay-style cosine \
   --log-interval 5 --eval-iters 8 --save "$out/ckpt" --log-json "$out/train.jsonl"
 

@@ -289,6 +289,7 @@ static lj_status setup(run *r) {
     opt.seq_length = c->seq_length;
     opt.training = 1;
     opt.fused = c->fused;
+    opt.graphs = c->fused; /* graphs go with fusion (the ablation's +Fusion row) */
     memcpy(opt.recompute, c->recompute, sizeof opt.recompute);
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_plan_build(&r->plan, &r->model);
@@ -333,8 +334,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     for (int micro = 0; micro < r->accumulation; micro++) {
         lj_loader_next(&r->train_data, r->tokens);
         lj_model_set_batch(m, r->tokens);
-        lj_model_forward(m, 1, dloss);
-        lj_model_backward(m, dloss);
+        lj_model_forward_backward(m, dloss);
         sum += lj_model_mean_loss(m);
     }
     const int step = r->iteration + 1;

@@ -5,3 +5,5 @@ const lj_ops *lj_ops_cuda(void) {
     lj_fail(LJ_ERR_UNSUPPORTED, "this ljperf was built without CUDA (nvcc was not found at build time)");
     return NULL;
 }
+
+const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
