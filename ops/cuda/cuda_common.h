@@ -1,0 +1,191 @@
+/* cuda_common.h: shared pieces of the CUDA backend: the backend's one stream, error checks
+ * that name the failing call and kernel, the cuBLASLt GEMM helper, and the declarations of
+ * every op the backend's table points to (the .cu files of ops/cuda/).
+ *
+ * The first block is plain C (host code may include it, e.g. for CUDA-graph capture on
+ * lj_cuda_stream()); the rest is for the .cu files only.
+ *
+ * Recipe: act_dtype BF16, param_dtype BF16, grad_dtype F32, fp32 accumulation everywhere,
+ * fp32 master weights, AdamW moments and loss. Every op runs on lj_cuda_stream() and is
+ * capturable in a CUDA graph (no allocation, no host synchronisation, no blocking copy). */
+#ifndef LJ_CUDA_COMMON_H
+#define LJ_CUDA_COMMON_H
+
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "ops/ops.h"
+
+/* The stream every op of the CUDA backend runs on (created, non-blocking, by lj_ops_cuda()).
+ * Capture it with cudaStreamBeginCapture to record a training step as one CUDA graph. */
+cudaStream_t lj_cuda_stream(void);
+
+/* Device memory the backend holds for its whole life, allocated once by lj_ops_cuda()
+ * through the tracked alloc (so it is part of lj_ops_allocated_bytes()): the cuBLASLt
+ * workspace, 32 MiB. The memory plan adds this figure as the backend's fixed overhead. */
+size_t lj_cuda_fixed_workspace_bytes(void);
+
+/* Selects the attention kernels: 0 (default) the tensor-core flash-attention kernels for
+ * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
+ * The environment variable LJ_CUDA_ATTENTION=simple sets 1 at start-up. */
+void lj_cuda_set_simple_attention(int on);
+
+/* Query m-tiles of 16 rows per warp in the head_dim 64 flash forward: 2 (default; 128-query
+ * blocks, each K/V fragment feeds two mma) or 1 (64-query blocks, fewer registers). For the
+ * kernel lab's comparison; other values are ignored. */
+void lj_cuda_set_flash_forward_mtiles(int m_tiles);
+int lj_cuda_flash_forward_mtiles(void);
+
+/* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
+
+/* cuda_ops.cu */
+lj_status lj_cuda_alloc(void **ptr, size_t bytes);
+void lj_cuda_free(void *ptr);
+
+/* cuda_matmul.cu: column-major GEMM through cuBLASLt, C[m,n] = alpha*op(A) op(B) + beta*C,
+ * A and B bf16, C (= D, in place) of type `ctype` (CUDA_R_16BF or CUDA_R_32F), fp32 compute.
+ * `what` names the caller in error messages. */
+void lj_cuda_gemm(const char *what, int transa, int transb, int m, int n, int k, const void *A, int lda,
+                  const void *B, int ldb, void *C, cudaDataType_t ctype, int ldc, float alpha, float beta);
+/* Creates the cuBLASLt handle and its workspace (lj_cuda_fixed_workspace_bytes). */
+lj_status lj_cuda_matmul_init(void);
+void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int IC, int OC);
+void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
+                             int OC, int accumulate_dx);
+
+/* cuda_layers.cu */
+void lj_cuda_cast_f32_to_param(void *dst, const float *src, int64_t n);
+void lj_cuda_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t n);
+void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
+void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C);
+void lj_cuda_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
+void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
+                              int N, int C, void *workspace);
+size_t lj_cuda_rmsnorm_backward_workspace_bytes(int N, int C);
+void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
+                                      const void *w, int N, int C, float eps);
+void lj_cuda_add(void *out, const void *a, const void *b, int64_t n);
+void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+void lj_cuda_swiglu_forward(void *out, const void *gate_up, int N, int I);
+void lj_cuda_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
+void lj_cuda_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
+void lj_cuda_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
+
+/* cuda_loss.cu */
+void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
+                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace);
+size_t lj_cuda_cross_entropy_fused_workspace_bytes(int N, int C, int V);
+void lj_cuda_cross_entropy_forward_backward(float *losses, void *dlogits, const void *logits,
+                                            const int32_t *targets, int N, int V, float dloss);
+
+/* cuda_graph.cu: the table's graph entries (capture on lj_cuda_stream(), replay, destroy) */
+lj_status lj_cuda_graph_capture_begin(void);
+lj_status lj_cuda_graph_capture_end(void **graph);
+void lj_cuda_graph_launch(void *graph);
+void lj_cuda_graph_destroy(void *graph);
+
+/* cuda_optim.cu */
+void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace);
+size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
+void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                          const float *grad_norm_sq);
+
+/* cuda_attention.cu (flash kernels) and cuda_attention_simple.cu (fp32 reference kernels) */
+void lj_cuda_attention_init(void);
+void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                               void *workspace);
+void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                int B, int T, int nh, int nkv, int hd, void *workspace);
+size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
+int lj_cuda_simple_attention(void);
+void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd);
+/* dq_f32: [B*T, nh*hd] f32 scratch; d: [B, nh, T] f32 scratch (both from the workspace). */
+void lj_cuda_attention_backward_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                       const float *lse, int B, int T, int nh, int nkv, int hd, float *d);
+/* d[b, h, t] = sum_i dout[bt, h*hd+i] * out[bt, h*hd+i] (fp32), shared by both backwards. */
+void lj_cuda_attention_rowdot(float *d, const void *dout, const void *out, int B, int T, int nh, int hd);
+
+/* ---- error reporting ---- */
+
+/* Prints "ljperf: CUDA error in <what>: <detail> (<file>:<line>)" and exits (status 1): a
+ * failing device call inside an op has no status to return. */
+void lj_cuda_die(const char *what, const char *detail, const char *file, int line) __attribute__((noreturn));
+/* Checks cudaGetLastError() after a kernel launch; with LJ_CUDA_DEBUG=1 in the environment
+ * it also synchronises (outside graph capture) so that a fault names its kernel. */
+void lj_cuda_check_launch(const char *kernel, const char *file, int line);
+/* Number of multiprocessors of the device (for grid sizing). */
+int lj_cuda_num_sms(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Checks a CUDA runtime call; `what` names it ("cudaMemcpyAsync in download"). */
+#define LJ_CUDA_CHECK(call, what)                                                     \
+    do {                                                                              \
+        cudaError_t lj_cuda_e_ = (call);                                              \
+        if (lj_cuda_e_ != cudaSuccess)                                                \
+            lj_cuda_die((what), cudaGetErrorString(lj_cuda_e_), __FILE__, __LINE__);  \
+    } while (0)
+
+/* After `kernel<<<...>>>(...)`: names the kernel if the launch (or, in debug mode, the
+ * kernel) failed. */
+#define LJ_CUDA_LAUNCHED(kernel_name) lj_cuda_check_launch(kernel_name, __FILE__, __LINE__)
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 lj_bf16;
+
+/* Sum over the 32 lanes of a warp (every lane gets the result). */
+static __device__ __forceinline__ float lj_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float lj_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* 8 bf16 <-> 8 floats through one 16-byte access (p must be 16-byte aligned). */
+static __device__ __forceinline__ void lj_load8(float *f, const lj_bf16 *p) {
+    uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *(uint4 *)p = u;
+}
+static __device__ __forceinline__ float lj_ld(const lj_bf16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ void lj_st(lj_bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* 1 when every pointer is 16-byte aligned (host side, for choosing vector paths). */
+static inline int lj_cuda_aligned16(const void *a, const void *b, const void *c) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+}
+
+/* Blocks for a grid-stride loop over `units` work items of `threads` each. */
+static inline unsigned lj_cuda_blocks(int64_t units, int threads) {
+    int64_t b = (units + threads - 1) / threads;
+    int64_t cap = (int64_t)lj_cuda_num_sms() * 32;
+    if (b > cap) b = cap;
+    if (b < 1) b = 1;
+    return (unsigned)b;
+}
+#endif
+
+#endif

@@ -1,0 +1,155 @@
+/* cuda_matmul.cu: the linear layers on cuBLASLt (bf16 operands, fp32 compute; bf16 outputs,
+ * fp32 weight gradients accumulated in place), with a per-shape cache of descriptors and
+ * the heuristic's algorithm.
+ *
+ * Row-major to column-major: a row-major [R, K] matrix is a column-major [K, R] one with
+ * leading dimension K. So out[N,OC] = x[N,IC] w[OC,IC]^T is, column-major,
+ * out^T[OC,N] = (w^T)^T[OC,IC] x^T[IC,N]: A = w (IC x OC, ld IC, transposed), B = x
+ * (IC x N, ld IC), m = OC, n = N, k = IC. Source: cuBLASLt API reference, cublasLtMatmul. */
+#include "ops/cuda/cuda_common.h"
+
+#include <cublasLt.h>
+#include <string.h>
+
+#define LJ_GEMM_CACHE_SIZE 256
+
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldc;
+    cudaDataType_t ctype;
+    int align_a, align_b, align_c;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} lj_gemm_plan;
+
+static struct {
+    cublasLtHandle_t handle;
+    void *workspace;
+    lj_gemm_plan cache[LJ_GEMM_CACHE_SIZE];
+    int cached;
+} g_mm;
+
+static void lt_check(cublasStatus_t s, const char *call, const char *what, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return;
+    char buf[200];
+    snprintf(buf, sizeof buf, "%s (%s)", call, what);
+    lj_cuda_die(buf, cublasLtGetStatusString(s), file, line);
+}
+#define LT_CHECK(call, what) lt_check((call), #call, (what), __FILE__, __LINE__)
+
+lj_status lj_cuda_matmul_init(void) {
+    cublasStatus_t s = cublasLtCreate(&g_mm.handle);
+    if (s != CUBLAS_STATUS_SUCCESS) return lj_fail(LJ_ERR_DEVICE, "cublasLtCreate failed: %s", cublasLtGetStatusString(s));
+    return lj_cuda_alloc(&g_mm.workspace, lj_cuda_fixed_workspace_bytes());
+}
+
+/* The largest power of two (up to 256) that divides the address: what the heuristic may
+ * assume about the pointer's alignment. */
+static int ptr_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a % (uintptr_t)al) != 0) al >>= 1;
+    return al;
+}
+
+static lj_gemm_plan *gemm_plan(const char *what, lj_gemm_plan *key) {
+    for (int i = 0; i < g_mm.cached; i++) {
+        lj_gemm_plan *p = &g_mm.cache[i];
+        if (p->transa == key->transa && p->transb == key->transb && p->m == key->m && p->n == key->n &&
+            p->k == key->k && p->lda == key->lda && p->ldb == key->ldb && p->ldc == key->ldc &&
+            p->ctype == key->ctype && p->align_a == key->align_a && p->align_b == key->align_b &&
+            p->align_c == key->align_c)
+            return p;
+    }
+    lj_gemm_plan *p = g_mm.cached < LJ_GEMM_CACHE_SIZE ? &g_mm.cache[g_mm.cached] : &g_mm.cache[0];
+    if (g_mm.cached == LJ_GEMM_CACHE_SIZE) { /* full: recycle slot 0 (shapes are few in practice) */
+        cublasLtMatmulDescDestroy(p->desc);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->lc);
+    }
+    *p = *key;
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, key->transa ? key->k : key->m,
+                                        key->transa ? key->m : key->k, key->lda), what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, key->transb ? key->n : key->k,
+                                        key->transb ? key->k : key->n, key->ldb), what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, key->ctype, key->m, key->n, key->ldc), what);
+
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
+    size_t ws = lj_cuda_fixed_workspace_bytes();
+    uint32_t aa = (uint32_t)key->align_a, ab = (uint32_t)key->align_b, ac = (uint32_t)key->align_c;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac), what);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    memset(&res, 0, sizeof res);
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g_mm.handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found),
+             what);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "m=%d n=%d k=%d transa=%d transb=%d: cuBLASLt found no algorithm", key->m, key->n,
+                 key->k, key->transa, key->transb);
+        lj_cuda_die(what, msg, __FILE__, __LINE__);
+    }
+    p->algo = res.algo;
+    if (g_mm.cached < LJ_GEMM_CACHE_SIZE) g_mm.cached++;
+    return p;
+}
+
+void lj_cuda_gemm(const char *what, int transa, int transb, int m, int n, int k, const void *A, int lda,
+                  const void *B, int ldb, void *C, cudaDataType_t ctype, int ldc, float alpha, float beta) {
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) { /* empty sum: C = beta*C */
+        if (beta == 0.0f) {
+            size_t es = ctype == CUDA_R_32F ? 4 : 2;
+            if (ldc == m)
+                LJ_CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)m * n * es, lj_cuda_stream()), what);
+            else
+                LJ_CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * es, 0, (size_t)m * es, (size_t)n, lj_cuda_stream()), what);
+        }
+        return;
+    }
+    lj_gemm_plan key;
+    memset(&key, 0, sizeof key);
+    key.transa = transa;
+    key.transb = transb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.ctype = ctype;
+    key.align_a = ptr_alignment(A);
+    key.align_b = ptr_alignment(B);
+    key.align_c = ptr_alignment(C);
+    lj_gemm_plan *p = gemm_plan(what, &key);
+    LT_CHECK(cublasLtMatmul(g_mm.handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+                            g_mm.workspace, lj_cuda_fixed_workspace_bytes(), lj_cuda_stream()),
+             what);
+}
+
+/* out[N,OC] bf16 = x[N,IC] w[OC,IC]^T. */
+void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int IC, int OC) {
+    lj_cuda_gemm("matmul_forward", 1, 0, OC, N, IC, w, IC, x, IC, out, CUDA_R_16BF, OC, 1.0f, 0.0f);
+}
+
+/* dx[N,IC] bf16 (=, or += with accumulate_dx) = dout[N,OC] w[OC,IC]: column-major
+ * dx^T[IC,N] = w^T[IC,OC] dout^T[OC,N]. dw[OC,IC] f32 += dout^T x: column-major
+ * dw^T[IC,OC] = x^T[IC,N] (dout^T)^T[N,OC]. */
+void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
+                             int OC, int accumulate_dx) {
+    if (dx) lj_cuda_gemm("matmul_backward dx", 0, 0, IC, N, OC, w, IC, dout, OC, dx, CUDA_R_16BF, IC, 1.0f,
+                         accumulate_dx ? 1.0f : 0.0f);
+    if (dw) lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, CUDA_R_32F, IC, 1.0f, 1.0f);
+}

@@ -1,0 +1,152 @@
+/* cuda_optim.cu: the optimizer ops on the GPU: the squared global gradient norm (a
+ * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
+ * weights and moments, and the bf16 parameter copy written in the same pass. */
+#include "ops/cuda/cuda_common.h"
+
+#include <math.h>
+
+#define LJ_NORM_THREADS 256
+#define LJ_NORM_MAX_BLOCKS 1024
+
+/* Fixed-order block sum of a double per thread (blockDim.x == LJ_NORM_THREADS). */
+static __device__ double block_sum_double(double v) {
+    __shared__ double red[LJ_NORM_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < LJ_NORM_THREADS / 32; w++) s += red[w];
+    return s;
+}
+
+/* Pass 1: partial[b] = sum of squares over the elements block b strides over (fp64). */
+__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_partial_kernel(double *partial, const float *g, int64_t n) {
+    double acc = 0.0;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (((uintptr_t)g & 15u) == 0) {
+        int64_t n4 = n / 4;
+        const float4 *g4 = (const float4 *)g;
+        for (int64_t i = i0; i < n4; i += stride) {
+            float4 v = g4[i];
+            acc += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+        }
+        for (int64_t i = n4 * 4 + i0; i < n; i += stride) acc += (double)g[i] * g[i];
+    } else {
+        for (int64_t i = i0; i < n; i += stride) acc += (double)g[i] * g[i];
+    }
+    double s = block_sum_double(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* Pass 2: out[0] = sum of the partials, in a fixed order. */
+__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_final_kernel(float *out, const double *partial, int parts) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
+    double s = block_sum_double(acc);
+    if (threadIdx.x == 0) out[0] = (float)s;
+}
+
+static int norm_blocks(int64_t n) {
+    int64_t b = (n + 4095) / 4096;
+    if (b > LJ_NORM_MAX_BLOCKS) b = LJ_NORM_MAX_BLOCKS;
+    return b < 1 ? 1 : (int)b;
+}
+
+size_t lj_cuda_global_norm_workspace_bytes(int64_t n) { return (size_t)norm_blocks(n) * sizeof(double); }
+
+void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace) {
+    int blocks = norm_blocks(n);
+    norm_sq_partial_kernel<<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>((double *)workspace,
+                                                                                       (const float *)grad, n);
+    LJ_CUDA_LAUNCHED("norm_sq_partial_kernel");
+    norm_sq_final_kernel<<<1, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(out, (const double *)workspace, blocks);
+    LJ_CUDA_LAUNCHED("norm_sq_final_kernel");
+}
+
+/* ---- AdamW -------------------------------------------------------------------------- */
+
+#define LJ_ADAMW_SEGS 48        /* segments per launch (the table travels as a kernel parameter) */
+#define LJ_ADAMW_THREADS 256
+#define LJ_ADAMW_UNIT (LJ_ADAMW_THREADS * 8) /* elements per work unit */
+
+/* One launch's share of the segment table, passed by value (no device copy of the table). */
+typedef struct {
+    int64_t offset[LJ_ADAMW_SEGS];
+    int64_t count[LJ_ADAMW_SEGS];
+    int64_t unit_start[LJ_ADAMW_SEGS + 1]; /* prefix sums of work units per segment */
+    float weight_decay[LJ_ADAMW_SEGS];
+    int num;
+} lj_adamw_batch;
+
+typedef struct {
+    float lr, beta1, beta2, eps, bc1, bc2, max_grad_norm;
+} lj_adamw_consts;
+
+/* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
+ * consecutive elements of one segment. Formula: ops.h (lj_adamw_hparams). */
+__global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const float *grad,
+                                                                 float *m, float *v, const lj_adamw_batch batch,
+                                                                 const lj_adamw_consts k, const float *grad_norm_sq) {
+    float clip = 1.0f;
+    if (k.max_grad_norm > 0.0f && grad_norm_sq) {
+        float norm = sqrtf(*grad_norm_sq);
+        clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
+    }
+    int64_t units = batch.unit_start[batch.num];
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+        int s = 0;
+        while (batch.unit_start[s + 1] <= u) s++;
+        int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
+        int64_t base = batch.offset[s], count = batch.count[s];
+        float wd = batch.weight_decay[s];
+        for (int j = 0; j < 8; j++) {
+            int64_t e = local + (int64_t)j * LJ_ADAMW_THREADS + threadIdx.x;
+            if (e >= count) break;
+            int64_t i = base + e;
+            float g = grad[i] * clip;
+            float mi = k.beta1 * m[i] + (1.0f - k.beta1) * g;
+            float vi = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            float p = master[i];
+            float mhat = mi / k.bc1, vhat = vi / k.bc2;
+            p -= k.lr * (wd * p + mhat / (sqrtf(vhat) + k.eps));
+            master[i] = p;
+            if (params) params[i] = __float2bfloat16_rn(p);
+        }
+    }
+}
+
+void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                          const float *grad_norm_sq) {
+    lj_adamw_consts k;
+    k.lr = hp->lr;
+    k.beta1 = hp->beta1;
+    k.beta2 = hp->beta2;
+    k.eps = hp->eps;
+    k.bc1 = (float)(1.0 - pow((double)hp->beta1, (double)hp->step));
+    k.bc2 = (float)(1.0 - pow((double)hp->beta2, (double)hp->step));
+    k.max_grad_norm = hp->max_grad_norm;
+    lj_bf16 *pb = (void *)params == (void *)master ? NULL : (lj_bf16 *)params;
+    for (int s0 = 0; s0 < num_segments; s0 += LJ_ADAMW_SEGS) {
+        lj_adamw_batch batch;
+        batch.num = 0;
+        batch.unit_start[0] = 0;
+        for (int s = s0; s < num_segments && batch.num < LJ_ADAMW_SEGS; s++) {
+            int j = batch.num++;
+            batch.offset[j] = segments[s].offset;
+            batch.count[j] = segments[s].count > 0 ? segments[s].count : 0;
+            batch.weight_decay[j] = segments[s].weight_decay;
+            batch.unit_start[j + 1] = batch.unit_start[j] + (batch.count[j] + LJ_ADAMW_UNIT - 1) / LJ_ADAMW_UNIT;
+        }
+        int64_t units = batch.unit_start[batch.num];
+        if (units == 0) continue;
+        unsigned blocks = lj_cuda_blocks(units, 1);
+        adamw_kernel<<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(pb, master, (const float *)grad, m, v, batch,
+                                                                        k, grad_norm_sq);
+        LJ_CUDA_LAUNCHED("adamw_kernel");
+    }
+}

@@ -1,0 +1,735 @@
+/* test_ops_cuda.c: every op of the CUDA backend against the CPU backend (lj_ops_cpu) on the
+ * same random inputs (bf16-representable values, given to the CPU as fp32), at several shapes
+ * including ones that are not multiples of the kernels' tiles; fused ops against their
+ * unfused twins too. Prints one line per check (max abs error, relative L2 error, the
+ * tolerance, PASS/FAIL), a summary per op, and exits 1 on any FAIL. GPU only: run by
+ * bench/gpu-check.sh, never by CTest.
+ *
+ * Error measures: rel_l2 = ||gpu - ref|| / ||ref||; max_rel = max|gpu - ref| / max|ref|.
+ * bf16 outputs carry a rounding error of up to 2^-9 relative per element, so most checks
+ * allow rel_l2 <= 1e-2 and max_rel <= 2e-2; attention's backward, which rounds P and dS to
+ * bf16 for the tensor cores, allows 2e-2 and 5e-2. A reference whose values are all below
+ * 1e-5 (zero up to rounding) is compared by absolute error (<= 1e-5). GPU outputs are
+ * poisoned (NaN bytes) before each op, so an element left unwritten fails. The last check
+ * captures a chain of ops into a CUDA graph and replays it against the eager results. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_common.h"
+#include "ops/ops.h"
+
+static const lj_ops *G, *H; /* GPU and CPU (host) backends */
+static lj_rng g_rng;
+
+#define MAX_OPS 128
+static struct {
+    char name[48];
+    int checks, fails;
+    double worst;
+} g_ops[MAX_OPS];
+static int g_nops, g_total_fails;
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+static float *hrand(int64_t n, float scale) {
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(lj_f32_to_bf16((float)lj_rng_normal(&g_rng) * scale));
+    return x;
+}
+
+static float *hzeros(int64_t n) { return lj_calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+static float *hcopy(const float *x, int64_t n) {
+    float *y = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+static void *galloc(size_t bytes) {
+    void *p = NULL;
+    if (G->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
+        fprintf(stderr, "test_ops_cuda: %s\n", lj_error_message());
+        exit(2);
+    }
+    return p;
+}
+
+/* Fills device memory with 0xff bytes (NaN in bf16 and fp32). */
+static void gpoison(void *d, size_t bytes) {
+    unsigned char *h = lj_malloc(bytes ? bytes : 1);
+    memset(h, 0xff, bytes);
+    G->upload(d, h, bytes);
+    G->synchronize();
+    free(h);
+}
+
+static void *gbf16(const float *x, int64_t n) {
+    uint16_t *h = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
+    for (int64_t i = 0; i < n; i++) h[i] = lj_f32_to_bf16(x[i]);
+    void *d = galloc((size_t)n * 2);
+    G->upload(d, h, (size_t)n * 2);
+    G->synchronize();
+    free(h);
+    return d;
+}
+
+static void *gf32(const float *x, int64_t n) {
+    void *d = galloc((size_t)n * 4);
+    G->upload(d, x, (size_t)n * 4);
+    return d;
+}
+
+static void *gi32(const int32_t *x, int64_t n) {
+    void *d = galloc((size_t)n * 4);
+    G->upload(d, x, (size_t)n * 4);
+    return d;
+}
+
+static float *dl_bf16(const void *d, int64_t n) {
+    uint16_t *h = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
+    G->download(h, d, (size_t)n * 2);
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(h[i]);
+    free(h);
+    return x;
+}
+
+static float *dl_f32(const void *d, int64_t n) {
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    G->download(x, d, (size_t)n * 4);
+    return x;
+}
+
+/* ---- comparison ------------------------------------------------------------------- */
+
+static int op_index(const char *op) {
+    for (int i = 0; i < g_nops; i++)
+        if (strcmp(g_ops[i].name, op) == 0) return i;
+    LJ_ASSERT(g_nops < MAX_OPS);
+    snprintf(g_ops[g_nops].name, sizeof g_ops[g_nops].name, "%s", op);
+    return g_nops++;
+}
+
+#define LJ_TEST_ZERO 1e-5 /* |values| below this count as zero */
+
+/* Compares n values (strided: element i at got[i*stride + off]) and records the result. */
+static void check_strided(const char *op, const char *shape, const float *got, const float *ref, int64_t n,
+                          int64_t stride, int64_t width, double tol_l2, double tol_max) {
+    double num = 0, den = 0, max_abs = 0, max_ref = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = width > 0 ? (i / width) * stride + i % width : i;
+        double g = got[k], r = ref[k];
+        if (!isfinite(g) || !isfinite(r)) {
+            bad = 1;
+            continue;
+        }
+        double d = fabs(g - r);
+        num += d * d;
+        den += r * r;
+        if (d > max_abs) max_abs = d;
+        if (fabs(r) > max_ref) max_ref = fabs(r);
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    double mrel = max_ref > 0 ? max_abs / max_ref : max_abs;
+    /* a reference that is zero up to rounding (e.g. dQ, dK at T = 1, where dS = 0 exactly)
+     * has no relative scale: then the absolute error alone decides */
+    int fail = max_ref < LJ_TEST_ZERO ? bad || max_abs > LJ_TEST_ZERO : bad || rel > tol_l2 || mrel > tol_max;
+    int i = op_index(op);
+    g_ops[i].checks++;
+    g_ops[i].fails += fail;
+    if (rel > g_ops[i].worst || bad) g_ops[i].worst = bad ? INFINITY : rel;
+    g_total_fails += fail;
+    printf("%s %-34s %-30s max_abs %.3e rel_l2 %.3e max_rel %.3e (tol %.0e/%.0e)%s\n", fail ? "FAIL" : "PASS", op,
+           shape, max_abs, rel, mrel, tol_l2, tol_max, bad ? " NON-FINITE" : "");
+}
+
+static void check(const char *op, const char *shape, const float *got, const float *ref, int64_t n, double tol_l2,
+                  double tol_max) {
+    check_strided(op, shape, got, ref, n, 0, 0, tol_l2, tol_max);
+}
+
+#define TOL 1e-2, 2e-2
+#define TOL_EXACT 1e-6, 1e-6
+
+/* ---- ops -------------------------------------------------------------------------- */
+
+static void test_cast(int64_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
+    float *x = lj_malloc((size_t)n * 4), *ref = lj_malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = (float)lj_rng_normal(&g_rng) * 3.0f;
+        ref[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i]));
+    }
+    void *dx = gf32(x, n), *db = galloc((size_t)n * 2), *dy = galloc((size_t)n * 4);
+    gpoison(db, (size_t)n * 2);
+    gpoison(dy, (size_t)n * 4);
+    G->cast_f32_to_param(db, dx, n);
+    G->cast_to_f32(dy, db, LJ_DTYPE_BF16, n);
+    float *y = dl_f32(dy, n);
+    check("cast_f32_to_param+cast_to_f32", shape, y, ref, n, TOL_EXACT);
+    G->free(dx), G->free(db), G->free(dy);
+    free(x), free(ref), free(y);
+}
+
+static void test_embedding(int N, int C, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    float *wte = hrand((int64_t)V * C, 1.0f), *dout = hrand((int64_t)N * C, 1.0f);
+    float *dw0 = hrand((int64_t)V * C, 0.1f);
+    int32_t *ids = lj_malloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
+    float *out = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
+    H->embedding_forward(out, ids, wte, N, C);
+    H->embedding_backward(dw, dout, ids, N, C);
+    void *gw = gbf16(wte, (int64_t)V * C), *gout = galloc((size_t)N * C * 2), *gids = gi32(ids, N);
+    void *gdout = gbf16(dout, (int64_t)N * C), *gdw = gf32(dw0, (int64_t)V * C);
+    gpoison(gout, (size_t)N * C * 2);
+    G->embedding_forward(gout, gids, gw, N, C);
+    G->embedding_backward(gdw, gdout, gids, N, C);
+    float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_f32(gdw, (int64_t)V * C);
+    check("embedding_forward", shape, o, out, (int64_t)N * C, TOL_EXACT);
+    check("embedding_backward", shape, d, dw, (int64_t)V * C, 1e-6, 1e-5);
+    G->free(gw), G->free(gout), G->free(gids), G->free(gdout), G->free(gdw);
+    free(wte), free(dout), free(dw0), free(ids), free(out), free(dw), free(o), free(d);
+}
+
+static void test_rmsnorm(int N, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    int64_t n = (int64_t)N * C;
+    float eps = 1e-5f;
+    float *x = hrand(n, 1.0f), *w = hrand(C, 1.0f), *y = hrand(n, 1.0f), *dout = hrand(n, 1.0f);
+    float *dx0 = hrand(n, 0.5f), *dw0 = hrand(C, 0.5f);
+    /* CPU: forward, backward (accumulating into dx0, dw0), fused residual. */
+    float *out = hzeros(n), *rstd = hzeros(N), *dx = hcopy(dx0, n), *dw = hcopy(dw0, C);
+    float *res = hzeros(n), *rout = hzeros(n), *rrstd = hzeros(N);
+    void *hws = lj_malloc(H->rmsnorm_backward_workspace_bytes(N, C) + 1);
+    H->rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    H->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, hws);
+    /* the residual input is rounded to bf16 first, as the GPU stores it */
+    float *resr = hzeros(n);
+    for (int64_t i = 0; i < n; i++) resr[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i] + y[i]));
+    H->rmsnorm_forward(rout, rrstd, resr, w, N, C, eps);
+    (void)res;
+    /* GPU */
+    void *gx = gbf16(x, n), *gw = gbf16(w, C), *gy = gbf16(y, n), *gdout = gbf16(dout, n);
+    void *gout = galloc((size_t)n * 2), *grstd = galloc((size_t)N * 4), *gdx = gbf16(dx0, n), *gdw = gf32(dw0, C);
+    void *gres = galloc((size_t)n * 2), *grout = galloc((size_t)n * 2), *grrstd = galloc((size_t)N * 4);
+    void *gsum = galloc((size_t)n * 2), *gsout = galloc((size_t)n * 2), *gsrstd = galloc((size_t)N * 4);
+    void *gws = galloc(G->rmsnorm_backward_workspace_bytes(N, C));
+    gpoison(gout, (size_t)n * 2), gpoison(grstd, (size_t)N * 4), gpoison(gres, (size_t)n * 2);
+    gpoison(grout, (size_t)n * 2), gpoison(gsum, (size_t)n * 2), gpoison(gsout, (size_t)n * 2);
+    G->rmsnorm_forward(gout, grstd, gx, gw, N, C, eps);
+    G->rmsnorm_backward(gdx, gdw, gdout, gx, gw, grstd, N, C, gws);
+    G->residual_rmsnorm_forward(gres, grout, grrstd, gx, gy, gw, N, C, eps);
+    G->add(gsum, gx, gy, n);
+    G->rmsnorm_forward(gsout, gsrstd, gsum, gw, N, C, eps);
+    float *o = dl_bf16(gout, n), *r = dl_f32(grstd, N), *ddx = dl_bf16(gdx, n), *ddw = dl_f32(gdw, C);
+    float *ores = dl_bf16(gres, n), *orout = dl_bf16(grout, n), *orr = dl_f32(grrstd, N);
+    float *osum = dl_bf16(gsum, n), *osout = dl_bf16(gsout, n), *osr = dl_f32(gsrstd, N);
+    check("rmsnorm_forward out", shape, o, out, n, TOL);
+    check("rmsnorm_forward rstd", shape, r, rstd, N, 1e-5, 1e-5);
+    check("rmsnorm_backward dx (+=)", shape, ddx, dx, n, TOL);
+    check("rmsnorm_backward dw (+=)", shape, ddw, dw, C, TOL);
+    check("residual_rmsnorm res_out", shape, ores, resr, n, TOL_EXACT);
+    check("residual_rmsnorm out", shape, orout, rout, n, TOL);
+    check("residual_rmsnorm rstd", shape, orr, rrstd, N, 1e-5, 1e-5);
+    check("add", shape, osum, resr, n, TOL_EXACT);
+    check("residual_rmsnorm vs add+rmsnorm", shape, orout, osout, n, TOL_EXACT);
+    check("residual_rmsnorm vs add+rmsnorm rstd", shape, orr, osr, N, TOL_EXACT);
+    G->free(gx), G->free(gw), G->free(gy), G->free(gdout), G->free(gout), G->free(grstd), G->free(gdx);
+    G->free(gdw), G->free(gres), G->free(grout), G->free(grrstd), G->free(gsum), G->free(gsout);
+    G->free(gsrstd), G->free(gws);
+    free(x), free(w), free(y), free(dout), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
+    free(res), free(rout), free(rrstd), free(hws), free(resr), free(o), free(r), free(ddx), free(ddw);
+    free(ores), free(orout), free(orr), free(osum), free(osout), free(osr);
+}
+
+static void test_matmul(int N, int IC, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d IC=%d OC=%d", N, IC, OC);
+    float *x = hrand((int64_t)N * IC, 1.0f), *w = hrand((int64_t)OC * IC, 0.1f), *dout = hrand((int64_t)N * OC, 1.0f);
+    float *dx0 = hrand((int64_t)N * IC, 1.0f), *dw0 = hrand((int64_t)OC * IC, 1.0f);
+    float *out = hzeros((int64_t)N * OC), *dx = hzeros((int64_t)N * IC), *dxa = hcopy(dx0, (int64_t)N * IC);
+    float *dw = hcopy(dw0, (int64_t)OC * IC);
+    H->matmul_forward(out, x, w, N, IC, OC);
+    H->matmul_backward(dx, dw, dout, x, w, N, IC, OC, 0);
+    H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, 1);
+    void *gx = gbf16(x, (int64_t)N * IC), *gw = gbf16(w, (int64_t)OC * IC), *gd = gbf16(dout, (int64_t)N * OC);
+    void *go = galloc((size_t)N * OC * 2), *gdx = galloc((size_t)N * IC * 2), *gdxa = gbf16(dx0, (int64_t)N * IC);
+    void *gdw = gf32(dw0, (int64_t)OC * IC);
+    gpoison(go, (size_t)N * OC * 2), gpoison(gdx, (size_t)N * IC * 2);
+    G->matmul_forward(go, gx, gw, N, IC, OC);
+    G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, 0);
+    G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, 1);
+    float *o = dl_bf16(go, (int64_t)N * OC), *a = dl_bf16(gdx, (int64_t)N * IC), *b = dl_bf16(gdxa, (int64_t)N * IC);
+    float *c = dl_f32(gdw, (int64_t)OC * IC);
+    check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
+    check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
+    check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
+    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, 1e-3, 1e-3);
+    G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
+    free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
+    free(o), free(a), free(b), free(c);
+}
+
+/* HF rope tables for positions 0..T-1: cos/sin[t, i] of angle t * theta^(-2i/hd). */
+static void rope_tables(float *cosv, float *sinv, int T, int hd) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            double a = t * pow(500000.0, -2.0 * i / hd);
+            cosv[t * (hd / 2) + i] = (float)cos(a);
+            sinv[t * (hd / 2) + i] = (float)sin(a);
+        }
+}
+
+static void test_rope(int B, int T, int nh, int nkv, int hd) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    int64_t n = (int64_t)B * T * (nh + 2 * nkv) * hd;
+    float *qkv = hrand(n, 1.0f), *cosv = hzeros((int64_t)T * hd / 2), *sinv = hzeros((int64_t)T * hd / 2);
+    rope_tables(cosv, sinv, T, hd);
+    float *f = hcopy(qkv, n), *bk = hcopy(qkv, n);
+    H->rope_forward(f, cosv, sinv, B, T, nh, nkv, hd);
+    H->rope_backward(bk, cosv, sinv, B, T, nh, nkv, hd);
+    void *gf = gbf16(qkv, n), *gb = gbf16(qkv, n), *gc = gf32(cosv, (int64_t)T * hd / 2);
+    void *gs = gf32(sinv, (int64_t)T * hd / 2);
+    G->rope_forward(gf, gc, gs, B, T, nh, nkv, hd);
+    G->rope_backward(gb, gc, gs, B, T, nh, nkv, hd);
+    float *of = dl_bf16(gf, n), *ob = dl_bf16(gb, n);
+    check("rope_forward", shape, of, f, n, TOL);
+    check("rope_backward", shape, ob, bk, n, TOL);
+    G->free(gf), G->free(gb), G->free(gc), G->free(gs);
+    free(qkv), free(cosv), free(sinv), free(f), free(bk), free(of), free(ob);
+}
+
+/* kind 0: the default kernels (flash for head_dim 64/128); 1: the simple fp32 kernels;
+ * 2: flash with one m-tile per warp in the head_dim 64 forward. */
+static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
+    char shape[80], op[48];
+    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    const char *kind = kind_id == 1 ? "simple" : kind_id == 2 ? "flash-mt1" : "flash";
+    int simple = kind_id == 1;
+    int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
+    float *qkv = hrand(n, 1.0f), *dout = hrand(no, 1.0f);
+    float *out = hzeros(no), *lse = hzeros(nl), *dqkv = hzeros(n);
+    void *hws = lj_malloc(H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
+    H->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, hws);
+    H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
+    lj_cuda_set_simple_attention(simple);
+    lj_cuda_set_flash_forward_mtiles(kind_id == 2 ? 1 : 2);
+    void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
+    void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
+    gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
+    G->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
+    /* the backward uses the GPU's own forward output and lse, as in training */
+    G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+    lj_cuda_set_simple_attention(0);
+    lj_cuda_set_flash_forward_mtiles(2);
+    float *o = dl_bf16(go, no), *l = dl_f32(gl, nl), *d = dl_bf16(gdq, n);
+    snprintf(op, sizeof op, "attention_forward out (%s)", kind);
+    check(op, shape, o, out, no, TOL);
+    snprintf(op, sizeof op, "attention_forward lse (%s)", kind);
+    check(op, shape, l, lse, nl, 1e-3, 1e-2);
+    snprintf(op, sizeof op, "attention_backward dq (%s)", kind);
+    check_strided(op, shape, d, dqkv, (int64_t)B * T * Q, row, Q, 2e-2, 5e-2);
+    snprintf(op, sizeof op, "attention_backward dk (%s)", kind);
+    check_strided(op, shape, d + Q, dqkv + Q, (int64_t)B * T * KV, row, KV, 2e-2, 5e-2);
+    snprintf(op, sizeof op, "attention_backward dv (%s)", kind);
+    check_strided(op, shape, d + Q + KV, dqkv + Q + KV, (int64_t)B * T * KV, row, KV, 2e-2, 5e-2);
+    G->free(gq), G->free(gd), G->free(go), G->free(gl), G->free(gdq), G->free(gws);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws), free(o), free(l), free(d);
+}
+
+static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
+    char shape[80];
+    snprintf(shape, sizeof shape, "p0=%d Tq=%d nh=%d nkv=%d hd=%d", p0, Tq, nh, nkv, hd);
+    int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    float *qkv = hrand((int64_t)Tq * row, 1.0f), *cache0 = hrand((int64_t)Tmax * 2 * KV, 1.0f);
+    float *out = hzeros((int64_t)Tq * Q), *cache = hcopy(cache0, (int64_t)Tmax * 2 * KV);
+    H->attention_decode(out, cache, qkv, p0, Tq, nh, nkv, hd);
+    void *gq = gbf16(qkv, (int64_t)Tq * row), *gc = gbf16(cache0, (int64_t)Tmax * 2 * KV);
+    void *go = galloc((size_t)Tq * Q * 2);
+    gpoison(go, (size_t)Tq * Q * 2);
+    G->attention_decode(go, gc, gq, p0, Tq, nh, nkv, hd);
+    float *o = dl_bf16(go, (int64_t)Tq * Q), *c = dl_bf16(gc, (int64_t)Tmax * 2 * KV);
+    check("attention_decode out", shape, o, out, (int64_t)Tq * Q, TOL);
+    check("attention_decode kv_cache", shape, c, cache, (int64_t)Tmax * 2 * KV, TOL_EXACT);
+    G->free(gq), G->free(gc), G->free(go);
+    free(qkv), free(cache0), free(out), free(cache), free(o), free(c);
+}
+
+static void test_swiglu(int N, int I) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d I=%d", N, I);
+    int64_t n = (int64_t)N * I;
+    float *gu = hrand(2 * n, 2.0f), *dout = hrand(n, 1.0f);
+    float *out = hzeros(n), *dgu = hzeros(2 * n);
+    H->swiglu_forward(out, gu, N, I);
+    H->swiglu_backward(dgu, dout, gu, N, I);
+    void *ggu = gbf16(gu, 2 * n), *gd = gbf16(dout, n), *go = galloc((size_t)n * 2), *gdg = galloc((size_t)n * 4);
+    void *gou = galloc((size_t)n * 2), *gdgu = galloc((size_t)n * 4), *gtmp = galloc((size_t)n * 2);
+    gpoison(go, (size_t)n * 2), gpoison(gdg, (size_t)n * 4), gpoison(gou, (size_t)n * 2), gpoison(gdgu, (size_t)n * 4);
+    G->swiglu_forward(go, ggu, N, I);
+    G->swiglu_backward(gdg, gd, ggu, N, I);
+    G->swiglu_forward_unfused(gou, gtmp, ggu, N, I);
+    G->swiglu_backward_unfused(gdgu, gtmp, gd, ggu, N, I);
+    float *o = dl_bf16(go, n), *dg = dl_bf16(gdg, 2 * n), *ou = dl_bf16(gou, n), *dgu2 = dl_bf16(gdgu, 2 * n);
+    check("swiglu_forward", shape, o, out, n, TOL);
+    check("swiglu_backward", shape, dg, dgu, 2 * n, TOL);
+    check("swiglu_forward_unfused", shape, ou, out, n, TOL);
+    check("swiglu_backward_unfused", shape, dgu2, dgu, 2 * n, TOL);
+    check("swiglu fused vs unfused fwd", shape, o, ou, n, TOL);
+    check("swiglu fused vs unfused bwd", shape, dg, dgu2, 2 * n, TOL);
+    G->free(ggu), G->free(gd), G->free(go), G->free(gdg), G->free(gou), G->free(gdgu), G->free(gtmp);
+    free(gu), free(dout), free(out), free(dgu), free(o), free(dg), free(ou), free(dgu2);
+}
+
+static int32_t *targets_with_ignored(int N, int V) {
+    int32_t *t = lj_malloc((size_t)N * 4);
+    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (int32_t)lj_rng_below(&g_rng, (uint64_t)V);
+    return t;
+}
+
+static void test_cross_entropy(int N, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d", N, V);
+    int64_t n = (int64_t)N * V;
+    float dloss = 1.0f / N;
+    float *logits = hrand(n, 3.0f), *losses = hzeros(N), *dl = hcopy(logits, n);
+    int32_t *t = targets_with_ignored(N, V);
+    H->cross_entropy_forward_backward(losses, dl, dl, t, N, V, dloss);
+    void *gl = gbf16(logits, n), *gt = gi32(t, N), *gloss = galloc((size_t)N * 4);
+    gpoison(gloss, (size_t)N * 4);
+    G->cross_entropy_forward_backward(gloss, gl, gl, gt, N, V, dloss); /* in place */
+    float *ol = dl_f32(gloss, N), *od = dl_bf16(gl, n);
+    check("cross_entropy_fwd_bwd losses", shape, ol, losses, N, 1e-4, 1e-3);
+    check("cross_entropy_fwd_bwd dlogits", shape, od, dl, n, TOL);
+    G->free(gl), G->free(gt), G->free(gloss);
+    free(logits), free(losses), free(dl), free(t), free(ol), free(od);
+}
+
+/* Fused lm_head + CE against the CPU's fused op, and against the GPU's unfused path
+ * (matmul_forward, cross_entropy_forward_backward, matmul_backward). */
+static void test_cross_entropy_fused(int N, int C, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    float dloss = 1.0f / N;
+    float *x = hrand((int64_t)N * C, 1.0f), *w = hrand((int64_t)V * C, 0.2f), *dw0 = hrand((int64_t)V * C, 0.01f);
+    int32_t *t = targets_with_ignored(N, V);
+    float *losses = hzeros(N), *dx = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
+    void *hws = lj_malloc(H->cross_entropy_fused_workspace_bytes(N, C, V) + 1);
+    H->cross_entropy_fused(losses, dx, dw, x, w, t, N, C, V, dloss, hws);
+    void *gx = gbf16(x, (int64_t)N * C), *gw = gbf16(w, (int64_t)V * C), *gt = gi32(t, N);
+    void *gloss = galloc((size_t)N * 4), *gdx = galloc((size_t)N * C * 2), *gdw = gf32(dw0, (int64_t)V * C);
+    void *gws = galloc(G->cross_entropy_fused_workspace_bytes(N, C, V));
+    gpoison(gloss, (size_t)N * 4), gpoison(gdx, (size_t)N * C * 2);
+    G->cross_entropy_fused(gloss, gdx, gdw, gx, gw, gt, N, C, V, dloss, gws);
+    float *ol = dl_f32(gloss, N), *odx = dl_bf16(gdx, (int64_t)N * C), *odw = dl_f32(gdw, (int64_t)V * C);
+    check("cross_entropy_fused losses", shape, ol, losses, N, 2e-3, 1e-2);
+    check("cross_entropy_fused dx", shape, odx, dx, (int64_t)N * C, TOL);
+    check("cross_entropy_fused dw (+=)", shape, odw, dw, (int64_t)V * C, TOL);
+    /* the unfused twin on the GPU */
+    void *glog = galloc((size_t)N * V * 2), *gloss2 = galloc((size_t)N * 4), *gdx2 = galloc((size_t)N * C * 2);
+    void *gdw2 = gf32(dw0, (int64_t)V * C);
+    G->matmul_forward(glog, gx, gw, N, C, V);
+    G->cross_entropy_forward_backward(gloss2, glog, glog, gt, N, V, dloss);
+    G->matmul_backward(gdx2, gdw2, glog, gx, gw, N, C, V, 0);
+    float *ul = dl_f32(gloss2, N), *udx = dl_bf16(gdx2, (int64_t)N * C), *udw = dl_f32(gdw2, (int64_t)V * C);
+    /* the chunk's GEMM may pick another algorithm than the full one: logits can differ by a
+     * bf16 rounding step, hence bf16 tolerances */
+    check("cross_entropy fused vs unfused losses", shape, ol, ul, N, 1e-3, 1e-2);
+    check("cross_entropy fused vs unfused dx", shape, odx, udx, (int64_t)N * C, TOL);
+    check("cross_entropy fused vs unfused dw", shape, odw, udw, (int64_t)V * C, TOL);
+    /* forward only (dx NULL): losses alone */
+    gpoison(gloss, (size_t)N * 4);
+    G->cross_entropy_fused(gloss, NULL, NULL, gx, gw, gt, N, C, V, dloss, gws);
+    float *fl = dl_f32(gloss, N);
+    check("cross_entropy_fused losses (no grad)", shape, fl, losses, N, 2e-3, 1e-2);
+    G->free(gx), G->free(gw), G->free(gt), G->free(gloss), G->free(gdx), G->free(gdw), G->free(gws);
+    G->free(glog), G->free(gloss2), G->free(gdx2), G->free(gdw2);
+    free(x), free(w), free(dw0), free(t), free(losses), free(dx), free(dw), free(hws), free(ol), free(odx);
+    free(odw), free(ul), free(udx), free(udw), free(fl);
+}
+
+static void test_global_norm(int64_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
+    float *g = hrand(n, 0.01f);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    float ref = (float)s;
+    void *gg = gf32(g, n), *go = galloc(4), *gws = galloc(G->global_norm_workspace_bytes(n));
+    gpoison(go, 4);
+    G->global_norm_sq(go, gg, n, gws);
+    float *o = dl_f32(go, 1);
+    check("global_norm_sq", shape, o, &ref, 1, 1e-6, 1e-6);
+    G->free(gg), G->free(go), G->free(gws);
+    free(g), free(o);
+}
+
+static void test_adamw(int64_t total, float max_grad_norm) {
+    char shape[80];
+    snprintf(shape, sizeof shape, "n=%lld clip=%g", (long long)total, max_grad_norm);
+    /* three segments with a gap, different weight decay; plus many small ones to pass one
+     * launch's segment table */
+    lj_adamw_segment seg[120];
+    int ns = 0;
+    int64_t off = 0;
+    seg[ns++] = (lj_adamw_segment){off, total / 2, 0.1f};
+    off += total / 2 + 3;
+    seg[ns++] = (lj_adamw_segment){off, total / 4, 0.0f};
+    off += total / 4;
+    while (ns < 110 && off + 17 < total) {
+        seg[ns++] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f};
+        off += 17;
+    }
+    if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f};
+    lj_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 3,
+                           .max_grad_norm = max_grad_norm};
+    float *p = hrand(total, 1.0f), *g = hrand(total, 1.0f), *m = hrand(total, 0.1f), *v = hzeros(total);
+    for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_rng)) * 0.01f;
+    double s = 0;
+    for (int64_t i = 0; i < total; i++) s += (double)g[i] * g[i];
+    float gn = (float)s;
+    float *hp_master = hcopy(p, total), *hm = hcopy(m, total), *hv = hcopy(v, total), *hparams = hcopy(p, total);
+    H->adamw_update(hparams, hp_master, g, hm, hv, seg, ns, &hp, &gn);
+    void *gp = galloc((size_t)total * 2), *gmaster = gf32(p, total), *gg = gf32(g, total), *gm = gf32(m, total);
+    void *gv = gf32(v, total), *ggn = gf32(&gn, 1);
+    gpoison(gp, (size_t)total * 2);
+    G->adamw_update(gp, gmaster, gg, gm, gv, seg, ns, &hp, ggn);
+    float *op = dl_bf16(gp, total), *om = dl_f32(gmaster, total), *omm = dl_f32(gm, total), *ov = dl_f32(gv, total);
+    /* params outside every segment stay poisoned on the GPU: compare the segments only */
+    float *ref_bf = hzeros(total), *op_seg = hzeros(total);
+    for (int i = 0; i < ns; i++)
+        for (int64_t k = 0; k < seg[i].count; k++) {
+            int64_t e = seg[i].offset + k;
+            ref_bf[e] = lj_bf16_to_f32(lj_f32_to_bf16(hp_master[e]));
+            op_seg[e] = op[e];
+        }
+    check("adamw_update master", shape, om, hp_master, total, 1e-6, 1e-5);
+    check("adamw_update m", shape, omm, hm, total, 1e-6, 1e-5);
+    check("adamw_update v", shape, ov, hv, total, 1e-6, 1e-5);
+    check("adamw_update params (bf16)", shape, op_seg, ref_bf, total, 1e-2, 1e-2);
+    G->free(gp), G->free(gmaster), G->free(gg), G->free(gm), G->free(gv), G->free(ggn);
+    free(p), free(g), free(m), free(v), free(hp_master), free(hm), free(hv), free(hparams), free(op), free(om);
+    free(omm), free(ov), free(ref_bf), free(op_seg);
+}
+
+/* ---- CUDA graph capture ------------------------------------------------------------- */
+
+/* A chain of ops shaped like one layer's step, on device buffers; every output is a separate
+ * buffer and every accumulated gradient is zeroed inside the chain, so the chain is
+ * idempotent (the optimizer state is restored from copies first). */
+typedef struct {
+    int B, T, C, nh, nkv, hd, I, V, N, QKV;
+    int64_t P; /* flat parameter count: w_qkv, w_up, norm */
+    int32_t *ids, *targets;
+    void *wte, *x, *w_norm, *xn, *w_qkv, *qkv, *att, *lse, *att_ws, *dqkv, *datt, *gu, *w_up, *h, *dh, *dgu, *dxn;
+    void *dx_norm, *losses, *dx_ce, *dwte, *norm_ws, *ce_ws, *rstd, *cosv, *sinv, *grads, *gnorm, *gn_ws;
+    void *master, *master0, *m, *m0, *v, *v0, *params, *w_lm, *dw_lm;
+} graph_bufs;
+
+static void graph_chain(const graph_bufs *g) {
+    const lj_ops *o = G;
+    float *grads = g->grads;
+    float *dw_qkv = grads, *dw_up = grads + (int64_t)g->QKV * g->C, *dw_norm = dw_up + (int64_t)2 * g->I * g->C;
+    o->memset_zero(g->grads, (size_t)g->P * 4);
+    o->memset_zero(g->dwte, (size_t)g->V * g->C * 4);
+    o->memset_zero(g->dx_norm, (size_t)g->N * g->C * 2);
+    o->embedding_forward(g->x, g->ids, g->wte, g->N, g->C);
+    o->rmsnorm_forward(g->xn, g->rstd, g->x, g->w_norm, g->N, g->C, 1e-5f);
+    o->matmul_forward(g->qkv, g->xn, g->w_qkv, g->N, g->C, g->QKV);
+    o->rope_forward(g->qkv, g->cosv, g->sinv, g->B, g->T, g->nh, g->nkv, g->hd);
+    o->attention_forward(g->att, g->lse, g->qkv, g->B, g->T, g->nh, g->nkv, g->hd, g->att_ws);
+    o->matmul_forward(g->gu, g->att, g->w_up, g->N, g->C, 2 * g->I);
+    o->swiglu_forward(g->h, g->gu, g->N, g->I);
+    o->memset_zero(g->dw_lm, (size_t)g->V * g->I * 4);
+    o->cross_entropy_fused(g->losses, g->dh, g->dw_lm, g->h, g->w_lm, g->targets, g->N, g->I, g->V, 1.0f / g->N,
+                           g->ce_ws);
+    o->swiglu_backward(g->dgu, g->dh, g->gu, g->N, g->I);
+    o->matmul_backward(g->datt, dw_up, g->dgu, g->att, g->w_up, g->N, g->C, 2 * g->I, 0);
+    o->attention_backward(g->dqkv, g->datt, g->qkv, g->att, g->lse, g->B, g->T, g->nh, g->nkv, g->hd, g->att_ws);
+    o->rope_backward(g->dqkv, g->cosv, g->sinv, g->B, g->T, g->nh, g->nkv, g->hd);
+    o->matmul_backward(g->dxn, dw_qkv, g->dqkv, g->xn, g->w_qkv, g->N, g->C, g->QKV, 0);
+    o->rmsnorm_backward(g->dx_norm, dw_norm, g->dxn, g->x, g->w_norm, g->rstd, g->N, g->C, g->norm_ws);
+    o->embedding_backward(g->dwte, g->dx_norm, g->ids, g->N, g->C);
+    o->global_norm_sq(g->gnorm, g->grads, g->P, g->gn_ws);
+    o->copy(g->master, g->master0, (size_t)g->P * 4);
+    o->copy(g->m, g->m0, (size_t)g->P * 4);
+    o->copy(g->v, g->v0, (size_t)g->P * 4);
+    lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f}, {g->P / 2, g->P - g->P / 2, 0.0f}};
+    lj_adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 1, 1.0f};
+    o->adamw_update(g->params, g->master, g->grads, g->m, g->v, seg, 2, &hp, g->gnorm);
+}
+
+static void test_graph(void) {
+    graph_bufs g;
+    memset(&g, 0, sizeof g);
+    g.B = 2, g.T = 100, g.nh = 4, g.nkv = 2, g.hd = 64, g.C = g.nh * g.hd, g.I = 160, g.V = 1000;
+    g.N = g.B * g.T, g.QKV = (g.nh + 2 * g.nkv) * g.hd;
+    g.P = (int64_t)g.QKV * g.C + (int64_t)2 * g.I * g.C + g.C;
+    int32_t *ids = lj_malloc((size_t)g.N * 4), *tg = lj_malloc((size_t)g.N * 4);
+    for (int n = 0; n < g.N; n++) {
+        ids[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)g.V);
+        tg[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)g.V);
+    }
+    g.ids = gi32(ids, g.N), g.targets = gi32(tg, g.N);
+    float *t;
+#define RAND_BF16(field, count, scale) (t = hrand((count), (scale)), g.field = gbf16(t, (count)), free(t))
+#define RAND_F32(field, count, scale) (t = hrand((count), (scale)), g.field = gf32(t, (count)), free(t))
+    RAND_BF16(wte, (int64_t)g.V * g.C, 1.0f);
+    RAND_BF16(w_lm, (int64_t)g.V * g.I, 0.1f);
+    RAND_BF16(w_norm, g.C, 1.0f);
+    RAND_BF16(w_qkv, (int64_t)g.QKV * g.C, 0.1f);
+    RAND_BF16(w_up, (int64_t)2 * g.I * g.C, 0.1f);
+    RAND_F32(master0, g.P, 0.1f);
+    RAND_F32(m0, g.P, 0.01f);
+    t = hzeros(g.P);
+    g.v0 = gf32(t, g.P);
+    free(t);
+    float *cs = hzeros((int64_t)g.T * g.hd / 2), *sn = hzeros((int64_t)g.T * g.hd / 2);
+    rope_tables(cs, sn, g.T, g.hd);
+    g.cosv = gf32(cs, (int64_t)g.T * g.hd / 2), g.sinv = gf32(sn, (int64_t)g.T * g.hd / 2);
+    free(cs), free(sn);
+    size_t nc = (size_t)g.N * g.C;
+    g.x = galloc(nc * 2), g.xn = galloc(nc * 2), g.qkv = galloc((size_t)g.N * g.QKV * 2);
+    g.att = galloc(nc * 2), g.lse = galloc((size_t)g.B * g.nh * g.T * 4);
+    g.att_ws = galloc(G->attention_workspace_bytes(g.B, g.T, g.nh, g.nkv, g.hd));
+    g.dqkv = galloc((size_t)g.N * g.QKV * 2), g.datt = galloc(nc * 2), g.gu = galloc((size_t)g.N * 2 * g.I * 2);
+    g.h = galloc((size_t)g.N * g.I * 2), g.dh = galloc((size_t)g.N * g.I * 2), g.dgu = galloc((size_t)g.N * 2 * g.I * 2);
+    g.dxn = galloc(nc * 2), g.dx_norm = galloc(nc * 2), g.losses = galloc((size_t)g.N * 4);
+    g.dwte = galloc((size_t)g.V * g.C * 4), g.rstd = galloc((size_t)g.N * 4);
+    g.norm_ws = galloc(G->rmsnorm_backward_workspace_bytes(g.N, g.C));
+    g.ce_ws = galloc(G->cross_entropy_fused_workspace_bytes(g.N, g.I, g.V));
+    g.grads = galloc((size_t)g.P * 4), g.gnorm = galloc(4), g.gn_ws = galloc(G->global_norm_workspace_bytes(g.P));
+    g.master = galloc((size_t)g.P * 4), g.m = galloc((size_t)g.P * 4), g.v = galloc((size_t)g.P * 4);
+    g.params = galloc((size_t)g.P * 2), g.dw_lm = galloc((size_t)g.V * g.I * 4);
+
+    /* what is compared: name, buffer, elements, bf16?, exact? (atomics make some inexact) */
+    struct {
+        const char *name;
+        void *buf;
+        int64_t n;
+        int bf16, exact;
+    } outs[] = {{"losses", g.losses, g.N, 0, 1},          {"attention out", g.att, (int64_t)nc, 1, 1},
+                {"dqkv", g.dqkv, (int64_t)g.N * g.QKV, 1, 0}, {"dx (rmsnorm)", g.dx_norm, (int64_t)nc, 1, 0},
+                {"dwte", g.dwte, (int64_t)g.V * g.C, 0, 0},   {"grads", g.grads, g.P, 0, 0},
+                {"master", g.master, g.P, 0, 0},             {"params", g.params, g.P, 1, 0},
+                {"dw lm_head", g.dw_lm, (int64_t)g.V * g.I, 0, 1}};
+    int nouts = (int)(sizeof outs / sizeof outs[0]);
+    float *eager[16];
+    graph_chain(&g);
+    for (int i = 0; i < nouts; i++) eager[i] = outs[i].bf16 ? dl_bf16(outs[i].buf, outs[i].n) : dl_f32(outs[i].buf, outs[i].n);
+    for (int i = 0; i < nouts; i++) gpoison(outs[i].buf, (size_t)outs[i].n * (outs[i].bf16 ? 2 : 4));
+
+    cudaStream_t s = lj_cuda_stream();
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    if (e == cudaSuccess) {
+        graph_chain(&g);
+        e = cudaStreamEndCapture(s, &graph);
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    for (int r = 0; r < 2 && e == cudaSuccess; r++) e = cudaGraphLaunch(exec, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    int i0 = op_index("cuda_graph capture+replay");
+    if (e != cudaSuccess) {
+        printf("FAIL cuda_graph capture+replay: %s\n", cudaGetErrorString(e));
+        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
+        g_ops[i0].worst = INFINITY;
+    } else {
+        g_ops[i0].checks++;
+        size_t nodes = 0;
+        cudaGraphGetNodes(graph, NULL, &nodes);
+        printf("PASS cuda_graph capture+replay (%zu nodes, replayed twice)\n", nodes);
+        for (int i = 0; i < nouts; i++) {
+            float *got = outs[i].bf16 ? dl_bf16(outs[i].buf, outs[i].n) : dl_f32(outs[i].buf, outs[i].n);
+            char op[64];
+            snprintf(op, sizeof op, "cuda_graph replay vs eager %s", outs[i].name);
+            if (outs[i].exact)
+                check(op, "one layer-like chain", got, eager[i], outs[i].n, TOL_EXACT);
+            else
+                check(op, "one layer-like chain", got, eager[i], outs[i].n, 1e-3, 1e-2);
+            free(got);
+        }
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    for (int i = 0; i < nouts; i++) free(eager[i]);
+    void *bufs[] = {g.ids, g.targets, g.wte, g.x, g.w_norm, g.xn, g.w_qkv, g.qkv, g.att, g.lse, g.att_ws, g.dqkv,
+                    g.datt, g.gu, g.w_up, g.h, g.dh, g.dgu, g.dxn, g.dx_norm, g.losses, g.dwte, g.norm_ws, g.ce_ws,
+                    g.rstd, g.cosv, g.sinv, g.grads, g.gnorm, g.gn_ws, g.master, g.master0, g.m, g.m0, g.v, g.v0,
+                    g.params, g.w_lm, g.dw_lm};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
+    free(ids), free(tg);
+#undef RAND_BF16
+#undef RAND_F32
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    G = lj_ops_cuda();
+    if (!G) {
+        fprintf(stderr, "test_ops_cuda: %s\n", lj_error_message());
+        return 2;
+    }
+    H = lj_ops_cpu();
+    if (!H) {
+        fprintf(stderr, "test_ops_cuda: the CPU backend is not available: %s\n", lj_error_message());
+        return 2;
+    }
+    lj_rng_seed(&g_rng, 20251129);
+    /* LJ_TEST_QUICK=1: small shapes only (for compute-sanitizer runs) */
+    const char *q = getenv("LJ_TEST_QUICK");
+    int quick = q && q[0] && strcmp(q, "0") != 0;
+
+    test_cast(1), test_cast(1000);
+    if (!quick) test_cast(1 << 20);
+    test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
+    if (!quick) test_embedding(512, 2048, 4096);
+    int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};
+    for (size_t i = 0; i < (quick ? 4 : sizeof norm_shapes / sizeof norm_shapes[0]); i++)
+        test_rmsnorm(norm_shapes[i][0], norm_shapes[i][1]);
+    int mm[][3] = {{1, 64, 32}, {37, 200, 72}, {100, 37, 53}, {7, 1, 9}, {128, 256, 512}, {512, 2048, 1536}};
+    for (size_t i = 0; i < (quick ? 4 : sizeof mm / sizeof mm[0]); i++) test_matmul(mm[i][0], mm[i][1], mm[i][2]);
+    test_rope(1, 1, 4, 2, 16), test_rope(2, 37, 4, 2, 64), test_rope(2, 5, 6, 3, 10);
+    if (!quick) test_rope(1, 200, 8, 8, 128);
+    int att[][5] = {{1, 1, 4, 2, 64},    {2, 37, 4, 2, 64},  {1, 77, 4, 1, 32},   {2, 129, 4, 4, 128},
+                    {1, 200, 4, 2, 16},  {1, 128, 8, 8, 128}, {2, 200, 32, 8, 64}, {1, 300, 8, 2, 128},
+                    {1, 64, 2, 2, 64},   {1, 1, 4, 4, 128},   {1, 512, 8, 2, 64}};
+    for (size_t i = 0; i < (quick ? 4 : sizeof att / sizeof att[0]); i++) {
+        test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0);
+        test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 1);
+        if (att[i][4] == 64) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 2);
+    }
+    test_decode(0, 1, 8, 4, 2, 64), test_decode(5, 3, 16, 4, 2, 64), test_decode(7, 4, 12, 4, 4, 16);
+    if (!quick) test_decode(30, 1, 40, 8, 2, 128);
+    test_swiglu(1, 8), test_swiglu(37, 200), test_swiglu(5, 13);
+    if (!quick) test_swiglu(512, 2048);
+    test_cross_entropy(1, 10), test_cross_entropy(37, 1000), test_cross_entropy(20, 1001);
+    if (!quick) test_cross_entropy(8, 128256);
+    test_cross_entropy_fused(37, 64, 1000);
+    if (!quick) {
+        test_cross_entropy_fused(300, 128, 5003);
+        test_cross_entropy_fused(4500, 32, 128256); /* two chunks of rows */
+    }
+    test_global_norm(1), test_global_norm(1000);
+    if (!quick) test_global_norm(12345677);
+    test_adamw(10000, 1.0f), test_adamw(100000, 1e6f);
+    if (!quick) test_adamw(3000000, 0.0f);
+    test_graph();
+
+    printf("\n%-40s %6s %6s %12s %s\n", "op", "checks", "fails", "worst_rel_l2", "result");
+    for (int i = 0; i < g_nops; i++)
+        printf("%-40s %6d %6d %12.3e %s\n", g_ops[i].name, g_ops[i].checks, g_ops[i].fails, g_ops[i].worst,
+               g_ops[i].fails ? "FAIL" : "PASS");
+    printf("test_ops_cuda: %s (%d failing checks)\n", g_total_fails ? "FAIL" : "PASS", g_total_fails);
+    return g_total_fails ? 1 : 0;
+}
