@@ -43,19 +43,7 @@ env_log=$OUT/env.log
 : >"$env_log"
 
 # ---- run-time libraries -------------------------------------------------------------
-deps=/tmp/ljdeps
-mkdir -p "$deps"
-for f in .deb/*.deb; do dpkg -x "$f" "$deps"; done
-libpath=$(find "$deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
-cudalib=""
-for lib in libcublasLt.so.13 libcudart.so.13; do
-  d=$(for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-        [ -e "$c/$lib" ] && echo "$c" && break; done)
-  [ -z "$d" ] && d=$(find /usr/local /opt /usr/lib -name "$lib*" -printf '%h\n' 2>/dev/null | head -1)
-  [ -n "$d" ] && cudalib="$cudalib$d:"
-done
-export LD_LIBRARY_PATH="$libpath$cudalib${LD_LIBRARY_PATH:-}"
-export PATH=/usr/local/cuda/bin:$PATH
+source bench/gpu-env.sh
 {
   date -u; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv

@@ -2,7 +2,7 @@
  * (tests/fixtures/hf/, made by tests/fixtures/make_fixtures.py in fp64): logits and loss
  * (relative error <= 1e-5), every parameter gradient (||g - ref|| / ||ref|| <= 1e-4), five
  * AdamW steps (losses and final weights <= 1e-4), for tied and untied embeddings, fused and
- * unfused kernels; and the HF export -> import round trip is bit-exact. */
+ * unfused kernels, every recompute policy; and the HF export -> import round trip is bit-exact. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -95,13 +95,14 @@ typedef struct {
     lj_plan p;
 } engine;
 
-static void engine_init(engine *e, const fixture *f, int fused) {
+static void engine_init(engine *e, const fixture *f, int fused, int policy) {
     lj_model_options o;
     memset(&o, 0, sizeof o);
     o.micro_batch_size = B;
     o.seq_length = T;
     o.training = 1;
     o.fused = fused;
+    memset(o.recompute, policy, sizeof o.recompute);
     lj_model_init(&e->m, lj_ops_cpu(), &f->cfg, &o);
     lj_plan_build(&e->p, &e->m);
     assert_int_equal(lj_plan_allocate(&e->p, &e->m), LJ_OK);
@@ -129,9 +130,11 @@ static void check_case(const char *name) {
     load_fixture(&f, name);
     const int64_t V = f.cfg.vocab_size;
     float *ref_loss = ref_tensor(&f.ref, "loss", 1);
-    for (int fused = 0; fused <= 1; fused++) {
+    for (int variant = 0; variant < 4; variant++) {
+        /* unfused, fused, fused + selective recompute, fused + full recompute */
+        const int fused = variant > 0, policy = variant > 1 ? variant - 1 : LJ_RECOMPUTE_NONE;
         engine e;
-        engine_init(&e, &f, fused);
+        engine_init(&e, &f, fused, policy);
         if (!fused) { /* logits (the unfused plan keeps them) */
             float *logits = lj_malloc((size_t)B * T * V * sizeof(float));
             lj_model_logits(&e.m, logits);
@@ -144,8 +147,8 @@ static void check_case(const char *name) {
         }
         const double loss = forward_backward(&e);
         const double loss_err = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
-        print_message("%s (%s): loss %.8f, reference %.8f, relative error %.3e\n", name, fused ? "fused" : "unfused",
-                      loss, ref_loss[0], loss_err);
+        print_message("%s (%s, recompute %s): loss %.8f, reference %.8f, relative error %.3e\n", name,
+                      fused ? "fused" : "unfused", lj_recompute_name((lj_recompute)policy), loss, ref_loss[0], loss_err);
         assert_true(loss_err <= 1e-5);
         double worst = 0.0;
         const char *worst_name = "";
@@ -162,8 +165,8 @@ static void check_case(const char *name) {
             if (err > 1e-4) fail_msg("%s: gradient of %s: relative error %.3e > 1e-4", name, pi->name, err);
             free(ref);
         }
-        print_message("%s (%s): worst gradient relative error %.3e (%s)\n", name, fused ? "fused" : "unfused", worst,
-                      worst_name);
+        print_message("%s (%s, recompute %s): worst gradient relative error %.3e (%s)\n", name,
+                      fused ? "fused" : "unfused", lj_recompute_name((lj_recompute)policy), worst, worst_name);
         engine_free(&e);
     }
     free(ref_loss);
@@ -172,7 +175,7 @@ static void check_case(const char *name) {
     const cJSON *losses = cJSON_GetObjectItemCaseSensitive(f.adam_json, "losses");
     assert_int_equal(cJSON_GetArraySize(losses), 5);
     engine e;
-    engine_init(&e, &f, 1);
+    engine_init(&e, &f, 1, LJ_RECOMPUTE_NONE);
     const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&e.m.layout, &ac, &seg);

@@ -5,6 +5,7 @@
  * any failure. Usage: gpu_hf_fixtures [FIXTURE_ROOT] (default tests/fixtures/hf). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -106,6 +107,9 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
                 snprintf(gname, sizeof gname, "grad.%s", pi->name);
                 if (!read_tensor(&ref, gname, gref + pi->offset)) continue;
                 const double c = cosine(g + pi->offset, gref + pi->offset, pi->numel);
+                if (c < 0.999 && getenv("LJ_VERBOSE"))
+                    printf("         %s %s recompute=%s: %s cosine %.4f\n", name, fused ? "fused" : "unfused",
+                           lj_recompute_name((lj_recompute)policy), pi->name, c);
                 if (c < worst) {
                     worst = c;
                     worst_name = pi->name;

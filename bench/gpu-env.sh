@@ -1,0 +1,16 @@
+# gpu-env.sh (sourced on the GPU machine, repo root): unpacks the carried Debian run-time
+# libraries (.deb/, from scripts/fetch-gpu-deps.sh) into /tmp/ljdeps with dpkg -x (nothing is
+# installed) and points LD_LIBRARY_PATH at them and at the CUDA libraries.
+deps=/tmp/ljdeps
+mkdir -p "$deps"
+for f in .deb/*.deb; do dpkg -x "$f" "$deps"; done
+libpath=$(find "$deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+cudalib=""
+for lib in libcublasLt.so.13 libcudart.so.13; do
+  d=$(for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+        [ -e "$c/$lib" ] && echo "$c" && break; done)
+  [ -z "$d" ] && d=$(find /usr/local /opt /usr/lib -name "$lib*" -printf '%h\n' 2>/dev/null | head -1)
+  [ -n "$d" ] && cudalib="$cudalib$d:"
+done
+export LD_LIBRARY_PATH="$libpath$cudalib${LD_LIBRARY_PATH:-}"
+export PATH=/usr/local/cuda/bin:$PATH
