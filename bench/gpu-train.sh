@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# gpu-train.sh: the engine end to end on a GPU machine (repo root, $OUT set; carry .deb,
+# build-gpu/dev, .cache/tokenizer, .cache/data/kjv.txt and .hfcheck). Steps, each with its
+# own time limit, full logs in $OUT, a short summary last:
+#   1. the whole model against the HF fixtures on the CUDA backend (gpu_hf_fixtures);
+#   2. checkpoints exported by ljperf load in transformers with the same logits (.hfcheck/);
+#   3. llama3-tiny trained on the KJV Bible for $STEPS steps on the GPU and on the CPU, and the
+#      two loss curves compared at every logged step;
+#   4. `ljperf benchmark` (+ --ablation) and the PyTorch side-by-side for $BENCH_MODEL;
+#   5. compute-sanitizer memcheck on a short training run.
+# Usage: bash bench/gpu-train.sh [steps...]   (default: all)
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+OUT=${OUT:-$repo/out/gpu-train}
+mkdir -p "$OUT"
+source bench/gpu-env.sh
+dev=build-gpu/dev
+lj=$dev/ljperf
+steps=${*:-1 2 3 4 5}
+STEPS=${STEPS:-300}
+BENCH_MODEL=${BENCH_MODEL:-llama3.2-1b}
+BENCH_MB=${BENCH_MB:-4}
+summary=$OUT/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
+say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+for s in $steps; do
+  case $s in
+  1)
+    LJ_VERBOSE=1 timeout 120 "$dev/gpu_hf_fixtures" tests/fixtures/hf >"$OUT/hf_fixtures.log" 2>&1
+    say "1. gpu_hf_fixtures rc=$? $(grep -c '\[ ok \]' "$OUT/hf_fixtures.log") ok, $(grep -c '\[FAIL\]' "$OUT/hf_fixtures.log") failed"
+    LJ_CUDA_DEBUG=1 LJ_VERBOSE=1 timeout 120 "$dev/gpu_hf_fixtures" tests/fixtures/hf >"$OUT/hf_fixtures_sync.log" 2>&1
+    say "1b. gpu_hf_fixtures with LJ_CUDA_DEBUG=1 (sync after each kernel) rc=$? $(grep -c '\[FAIL\]' "$OUT/hf_fixtures_sync.log") failed"
+    ;;
+  2)
+    for d in .hfcheck/*/; do
+      tol=1e-4
+      case $d in *bf16*) tol=2e-2 ;; esac
+      timeout 120 python3 bench/hf_logits_check.py "$d" tests/fixtures/hf/untied/inputs.safetensors --tol $tol \
+        >"$OUT/hfcheck_$(basename "$d").log" 2>&1
+      say "2. transformers loads $(basename "$d"): rc=$? $(grep -E 'PASS|FAIL' "$OUT/hfcheck_$(basename "$d").log" | head -2 | tr '\n' ' ')"
+    done
+    ;;
+  3)
+    "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv \
+      --tokenizer .cache/tokenizer/llama3/tokenizer.json >"$OUT/prepare.log" 2>&1
+    common=(--model llama3-tiny --data-path /tmp/kjv --seq-length 128 --micro-batch-size 8 --train-iters "$STEPS"
+            --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --log-interval 10 --eval-iters 8 --seed 1234)
+    timeout 200 "$lj" train "${common[@]}" --device cuda --log-json "$OUT/kjv_cuda.jsonl" >"$OUT/kjv_cuda.log" 2>&1
+    say "3a. train llama3-tiny on cuda: rc=$? $(tail -1 "$OUT/kjv_cuda.log")"
+    OMP_NUM_THREADS=16 timeout 300 "$lj" train "${common[@]}" --device cpu --log-json "$OUT/kjv_cpu.jsonl" >"$OUT/kjv_cpu.log" 2>&1
+    say "3b. train llama3-tiny on cpu: rc=$? $(tail -1 "$OUT/kjv_cpu.log")"
+    python3 - "$OUT/kjv_cuda.jsonl" "$OUT/kjv_cpu.jsonl" <<'PY' | tee -a "$summary"
+import json, sys
+def load(p):
+    out = {}
+    for line in open(p):
+        r = json.loads(line)
+        if "loss" in r: out[r["iteration"]] = r["loss"]
+    return out
+g, c = load(sys.argv[1]), load(sys.argv[2])
+common = sorted(set(g) & set(c))
+worst = max((abs(g[i] - c[i]) / c[i], i) for i in common) if common else (float("nan"), -1)
+for i in common[::30] + common[-1:]:
+    print("   iteration %4d  cuda %.4f  cpu %.4f  diff %+.2f%%" % (i, g[i], c[i], 100 * (g[i] - c[i]) / c[i]))
+print("3c. loss curves: %d common iterations, worst relative difference %.2f%% at iteration %d (goal <= 2%%)"
+      % (len(common), 100 * worst[0], worst[1]))
+PY
+    ;;
+  4)
+    timeout 240 "$lj" benchmark --model "$BENCH_MODEL" --device cuda --seq-length 4096 --micro-batch-size "$BENCH_MB" \
+      --train-iters 10 --warmup-iters 3 --no-progress --json "$OUT/bench_ljperf.json" >"$OUT/bench.log" 2>&1
+    say "4a. ljperf benchmark rc=$?"; grep -E 'tokens/s|MFU|step time|memory' "$OUT/bench.log" | tee -a "$summary"
+    timeout 200 "$lj" benchmark --model "$BENCH_MODEL" --device cuda --seq-length 4096 --micro-batch-size "$BENCH_MB" \
+      --train-iters 5 --warmup-iters 2 --no-progress --ablation >"$OUT/ablation.log" 2>&1
+    say "4b. ablation rc=$?"; tail -3 "$OUT/ablation.log" | tee -a "$summary"
+    for mode in eager compile; do
+      timeout 300 python3 bench/pytorch_ref.py --model "$BENCH_MODEL" --seq-length 4096 --micro-batch-size "$BENCH_MB" \
+        --train-iters 10 --warmup-iters 3 --mode $mode --json "$OUT/bench_torch_$mode.json" >"$OUT/torch_$mode.log" 2>&1
+      say "4c. pytorch $mode rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_torch_$mode.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib']))" 2>/dev/null)"
+    done
+    ;;
+  5)
+    timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$lj" train --model llama3-nano --device cuda \
+      --data-path /tmp/kjv --seq-length 64 --micro-batch-size 2 --train-iters 2 --eval-iters 1 >"$OUT/memcheck.log" 2>&1
+    say "5. memcheck on llama3-nano training: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | head -1)"
+    ;;
+  esac
+done
+echo "== summary"
+cat "$summary"

@@ -1,0 +1,258 @@
+/* mmidx_write.c: the Megatron-LM indexed dataset writer (MMIDIDX version 1, PREFIX.bin + PREFIX.idx)
+ * declared in data/mmidx.h. Format: REFERENCE.md "Megatron-LM indexed dataset" (source:
+ * megatron/core/datasets/indexed_dataset.py, _IndexWriter.write). One sequence per document, so
+ * the document indices are 0, 1, ..., N and the .idx document count is N + 1 (the length of that
+ * array, as Megatron writes it).
+ *
+ * Where the file system allows it (Linux O_TMPFILE), both files are written unnamed and get their
+ * temporary names only when complete, just before the rename: a run killed by any signal leaves
+ * nothing behind. Elsewhere they are written under the temporary names from the start. */
+#define _GNU_SOURCE /* O_TMPFILE, linkat */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/mmidx.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mmidx_write.c writes the host's integers as little-endian"
+#endif
+
+enum { BUF_BYTES = 1 << 20 };
+
+struct lj_mmidx_writer {
+    char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
+    int bin_fd, idx_fd;
+    int unnamed;                 /* O_TMPFILE: the files have no name until finish */
+    int dtype_code;
+    size_t item;                 /* bytes per token */
+    unsigned char *buf;          /* pending .bin bytes */
+    size_t buf_len;
+    int32_t *lengths;            /* [num_docs] tokens */
+    int64_t num_docs, cap_docs;
+    int64_t bin_bytes;           /* bytes written to .bin so far (incl. buf) */
+};
+
+static char *path_with(const char *prefix, const char *suffix) {
+    size_t n = strlen(prefix) + strlen(suffix) + 1;
+    char *p = lj_malloc(n);
+    snprintf(p, n, "%s%s", prefix, suffix);
+    return p;
+}
+
+static lj_status write_all(int fd, const char *path, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return lj_fail(LJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return LJ_OK;
+}
+
+/* Opens an unnamed file in the directory of `path` (O_TMPFILE), or -1 when unsupported. */
+static int open_unnamed(const char *path) {
+#ifdef O_TMPFILE
+    char *dir = lj_strdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else strcpy(dir, ".");
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    free(dir);
+    return fd;
+#else
+    (void)path;
+    return -1;
+#endif
+}
+
+/* Gives the unnamed file `fd` the name `path` (replacing a stale file of that name). */
+static lj_status name_unnamed(int fd, const char *path) {
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    unlink(path);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) != 0)
+        return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    return LJ_OK;
+}
+
+static lj_status flush_bin(lj_mmidx_writer *w) {
+    lj_status st = write_all(w->bin_fd, w->bin_tmp, w->buf, w->buf_len);
+    w->buf_len = 0;
+    return st;
+}
+
+lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dtype_code) {
+    LJ_ASSERT(dtype_code == LJ_MMIDX_U16 || dtype_code == LJ_MMIDX_I32, "dtype code %d", dtype_code);
+    *out = NULL;
+    lj_mmidx_writer *w = lj_calloc(1, sizeof *w);
+    char suffix[64];
+    w->bin_path = path_with(prefix, ".bin");
+    w->idx_path = path_with(prefix, ".idx");
+    snprintf(suffix, sizeof suffix, ".bin.tmp.%d", (int)getpid());
+    w->bin_tmp = path_with(prefix, suffix);
+    snprintf(suffix, sizeof suffix, ".idx.tmp.%d", (int)getpid());
+    w->idx_tmp = path_with(prefix, suffix);
+    w->dtype_code = dtype_code;
+    w->item = dtype_code == LJ_MMIDX_U16 ? 2 : 4;
+    w->idx_fd = -1;
+    w->bin_fd = open_unnamed(w->bin_tmp);
+    if (w->bin_fd >= 0) {
+        w->idx_fd = open_unnamed(w->idx_tmp);
+        if (w->idx_fd >= 0) {
+            w->unnamed = 1;
+            w->buf = lj_malloc(BUF_BYTES);
+            *out = w;
+            return LJ_OK;
+        }
+        close(w->bin_fd);
+    }
+    w->bin_fd = open(w->bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->bin_fd < 0) {
+        lj_status st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->bin_tmp, strerror(errno));
+        lj_mmidx_writer_abort(w);
+        return st;
+    }
+    w->idx_fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->idx_fd < 0) {
+        lj_status st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
+        lj_mmidx_writer_abort(w);
+        return st;
+    }
+    w->buf = lj_malloc(BUF_BYTES);
+    *out = w;
+    return LJ_OK;
+}
+
+lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n) {
+    if (n < 0 || n > INT32_MAX)
+        return lj_fail(LJ_ERR_ARG, "%s: a document of %lld tokens does not fit the int32 sequence length", w->idx_path,
+                       (long long)n);
+    int32_t max = w->dtype_code == LJ_MMIDX_U16 ? 65535 : INT32_MAX;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] > max)
+            return lj_fail(LJ_ERR_ARG, "%s: token id %d (document %lld, position %lld) does not fit %s", w->bin_path,
+                           tokens[i], (long long)w->num_docs, (long long)i, w->item == 2 ? "uint16" : "int32");
+    if (w->num_docs == w->cap_docs) {
+        w->cap_docs = w->cap_docs ? w->cap_docs * 2 : 1024;
+        w->lengths = lj_realloc(w->lengths, (size_t)w->cap_docs * sizeof *w->lengths);
+    }
+    w->lengths[w->num_docs++] = (int32_t)n;
+    for (int64_t i = 0; i < n;) {
+        if (w->buf_len + w->item > BUF_BYTES) LJ_TRY(flush_bin(w));
+        size_t room = (BUF_BYTES - w->buf_len) / w->item;
+        int64_t k = n - i < (int64_t)room ? n - i : (int64_t)room;
+        if (w->item == 4) {
+            memcpy(w->buf + w->buf_len, tokens + i, (size_t)k * 4);
+        } else {
+            uint16_t *dst = (uint16_t *)(void *)(w->buf + w->buf_len);
+            for (int64_t j = 0; j < k; j++) dst[j] = (uint16_t)tokens[i + j];
+        }
+        w->buf_len += (size_t)k * w->item;
+        i += k;
+    }
+    w->bin_bytes += n * (int64_t)w->item;
+    return LJ_OK;
+}
+
+/* The .idx: header, int32 lengths, int64 byte offsets, int64 document indices 0..N. */
+static lj_status write_idx(lj_mmidx_writer *w) {
+    unsigned char head[9 + 8 + 1 + 8 + 8];
+    uint64_t version = LJ_MMIDX_VERSION, seqs = (uint64_t)w->num_docs, docs = (uint64_t)w->num_docs + 1;
+    memcpy(head, LJ_MMIDX_MAGIC, 9);
+    memcpy(head + 9, &version, 8);
+    head[17] = (unsigned char)w->dtype_code;
+    memcpy(head + 18, &seqs, 8);
+    memcpy(head + 26, &docs, 8);
+    LJ_TRY(write_all(w->idx_fd, w->idx_tmp, head, sizeof head));
+    if (w->num_docs) LJ_TRY(write_all(w->idx_fd, w->idx_tmp, w->lengths, (size_t)w->num_docs * sizeof(int32_t)));
+    enum { CHUNK = 1 << 16 };
+    int64_t *chunk = lj_malloc(CHUNK * sizeof *chunk), offset = 0;
+    lj_status st = LJ_OK;
+    for (int64_t i = 0; i < w->num_docs && st == LJ_OK;) { /* byte offsets */
+        int64_t k = 0;
+        for (; k < CHUNK && i < w->num_docs; k++, i++) {
+            chunk[k] = offset;
+            offset += (int64_t)w->lengths[i] * (int64_t)w->item;
+        }
+        st = write_all(w->idx_fd, w->idx_tmp, chunk, (size_t)k * sizeof *chunk);
+    }
+    for (int64_t i = 0; i <= w->num_docs && st == LJ_OK;) { /* document indices */
+        int64_t k = 0;
+        for (; k < CHUNK && i <= w->num_docs; k++, i++) chunk[k] = i;
+        st = write_all(w->idx_fd, w->idx_tmp, chunk, (size_t)k * sizeof *chunk);
+    }
+    free(chunk);
+    return st;
+}
+
+static void fsync_dir_of(const char *path) {
+    char *dir = lj_strdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else strcpy(dir, ".");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
+    lj_status st = flush_bin(w);
+    if (st == LJ_OK) st = write_idx(w);
+    if (st == LJ_OK && fsync(w->bin_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->bin_tmp, strerror(errno));
+    if (st == LJ_OK && fsync(w->idx_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->idx_tmp, strerror(errno));
+    if (st == LJ_OK && w->unnamed) {
+        st = name_unnamed(w->bin_fd, w->bin_tmp);
+        if (st == LJ_OK) st = name_unnamed(w->idx_fd, w->idx_tmp);
+        w->unnamed = 0; /* named now: abort unlinks them */
+    }
+    if (st == LJ_OK) {
+        int a = close(w->bin_fd), b = close(w->idx_fd);
+        w->bin_fd = w->idx_fd = -1;
+        if (a != 0 || b != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot close: %s", w->bin_tmp, strerror(errno));
+    }
+    if (st == LJ_OK && rename(w->bin_tmp, w->bin_path) != 0)
+        st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->bin_tmp, w->bin_path, strerror(errno));
+    if (st == LJ_OK && rename(w->idx_tmp, w->idx_path) != 0) {
+        st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->idx_tmp, w->idx_path, strerror(errno));
+        unlink(w->bin_path); /* no .bin without its .idx */
+    }
+    if (st != LJ_OK) {
+        lj_mmidx_writer_abort(w);
+        return st;
+    }
+    fsync_dir_of(w->bin_path);
+    free(w->bin_path);
+    free(w->idx_path);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
+    free(w->buf);
+    free(w->lengths);
+    free(w);
+    return LJ_OK;
+}
+
+void lj_mmidx_writer_abort(lj_mmidx_writer *w) {
+    if (!w) return;
+    if (w->bin_fd >= 0) close(w->bin_fd);
+    if (w->idx_fd >= 0) close(w->idx_fd);
+    if (w->bin_tmp && !w->unnamed) unlink(w->bin_tmp);
+    if (w->idx_tmp && !w->unnamed) unlink(w->idx_tmp);
+    free(w->bin_path);
+    free(w->idx_path);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
+    free(w->buf);
+    free(w->lengths);
+    free(w);
+}

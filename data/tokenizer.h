@@ -1,0 +1,108 @@
+/* tokenizer.h: byte-level BPE tokenizer (Llama 3, GPT-2 style) loaded from a Hugging Face
+ * tokenizer.json, plus the UTF-8 checks its callers need.
+ *
+ * Supported tokenizer.json (source: huggingface/tokenizers, tokenizers/src/models/bpe and
+ * pre_tokenizers/{split,byte_level,sequence}.rs; REFERENCE.md "The Llama 3 tokenizer"):
+ *   - model.type "BPE" with vocab {token: id} and merges in either form ("a b" strings or
+ *     [a, b] arrays; the rank of a merge is its index), ignore_merges, no dropout, no
+ *     continuing_subword_prefix / end_of_word_suffix, no byte_fallback;
+ *   - normalizer null;
+ *   - pre_tokenizer Sequence[Split(Regex, behavior Isolated, invert false),
+ *     ByteLevel(use_regex false)] (Llama 3), or ByteLevel(use_regex true) with the GPT-2 regex
+ *     (GPT-2), or null; add_prefix_space is honoured per piece as in tokenizers;
+ *   - added_tokens: matched on the raw text, leftmost-longest. Special ones only when the
+ *     caller allows them (like tiktoken's allowed_special); non-special ones always (as HF).
+ *     lstrip / rstrip / single_word are ignored (all false in Llama 3 and GPT-2).
+ * The regex is compiled with PCRE2 (PCRE2_UTF | PCRE2_UCP, JIT). `\s` and `\S` are rewritten to
+ * \p{White_Space} / \P{White_Space}, the definition of the reference (Oniguruma / Rust regex),
+ * because PCRE2's own \s also matches U+180E.
+ *
+ * Exactness: the ids equal those of HF tokenizers 0.23.2 (checked on the KJV Bible, the Jargon
+ * File, a file of hard cases and 330 KB of random Unicode; and of llama3-tokenizer-js in
+ * tests/test_tokenizer_oracle.sh) for all text whose code points are assigned in the Unicode
+ * version of the PCRE2 library (14.0 for PCRE2 10.42). Letters and digits assigned later
+ * (Unicode 15/16: CJK Extension H, Kawi, Todhri, ...) are not \p{L}/\p{N} to PCRE2 10.42 and may
+ * be split differently from a reference with newer tables.
+ *
+ * Text is UTF-8. Invalid UTF-8 is an error (LJ_ERR_FORMAT naming the byte offset), as it is for
+ * Megatron-LM's preprocess_data.py, which decodes its input strictly; callers who prefer the
+ * replacement character can run lj_utf8_repair first (what Node.js, and so llama3-tokenizer-js,
+ * does to bytes read as 'utf8').
+ *
+ * Token ids are int32. Ids are in [0, lj_tokenizer_vocab_size()). The tokenizer is immutable after
+ * loading, and encode/decode may be called concurrently from any number of threads on one loaded
+ * tokenizer (each call borrows a per-thread scratch state from a small locked pool).
+ */
+#ifndef LJ_TOKENIZER_H
+#define LJ_TOKENIZER_H
+
+#include "base/base.h"
+
+typedef struct lj_tokenizer lj_tokenizer;
+
+/* Loads `path` (a tokenizer.json). The BOS/EOS ids come from tokenizer_config.json in the same
+ * directory (bos_token / eos_token) when it exists, else from the added tokens
+ * <|begin_of_text|> / <|end_of_text|> (Llama 3) or <|endoftext|> (GPT-2, both), else -1.
+ * Errors: LJ_ERR_IO (file missing), LJ_ERR_FORMAT (not JSON, a field missing or of the wrong
+ * type, a merge whose parts are not in the vocab; the message names the file and the field),
+ * LJ_ERR_UNSUPPORTED (a model, normalizer or pre-tokenizer outside the list above). */
+lj_status lj_tokenizer_load(const char *path, lj_tokenizer **tok);
+void lj_tokenizer_free(lj_tokenizer *tok);
+
+/* The default tokenizer path: $LJPERF_CACHE/tokenizer/llama3/tokenizer.json, else
+ * <repo>/.cache/tokenizer/llama3/tokenizer.json with <repo> the parent of the directory that
+ * holds the running binary (/proc/self/exe), which is where scripts/setup.sh puts it. Writes
+ * into buf (NUL-terminated) and returns buf. The file may not exist. */
+const char *lj_tokenizer_default_path(char *buf, size_t buflen);
+
+/* Encodes `len` bytes of UTF-8 `text` and appends the ids to the growable array (*ids, *n, *cap)
+ * (realloc'd as needed; start with NULL, 0, 0). allow_special: 1 to turn special added tokens in
+ * the text into their ids, 0 to encode them as plain text. No BOS/EOS is added.
+ * Errors: LJ_ERR_FORMAT "invalid UTF-8 at byte offset N" (nothing appended),
+ * LJ_ERR_UNSUPPORTED when a byte has no byte-level token or PCRE2 gives up. Thread-safe. */
+lj_status lj_tokenizer_encode_append(lj_tokenizer *tok, const char *text, size_t len, int allow_special,
+                                     int32_t **ids, int64_t *n, int64_t *cap);
+
+/* As lj_tokenizer_encode_append into a fresh array: *ids (free() it) of *n ids. */
+lj_status lj_tokenizer_encode(lj_tokenizer *tok, const char *text, size_t len, int allow_special,
+                              int32_t **ids, int64_t *n);
+
+/* Decodes `n` ids into bytes: *text (free() it, NUL-terminated) of *len bytes. Special tokens
+ * decode to their text. The bytes are those that were encoded, so decode(encode(x)) == x (unless
+ * the tokenizer has add_prefix_space, whose added spaces decode too).
+ * Errors: LJ_ERR_ARG naming the position of an id outside the vocabulary. */
+lj_status lj_tokenizer_decode(const lj_tokenizer *tok, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+/* One more than the largest id (vocab and added tokens): 128256 for Llama 3, 50257 for GPT-2. */
+int32_t lj_tokenizer_vocab_size(const lj_tokenizer *tok);
+/* BOS / EOS ids, or -1 when the tokenizer has none. */
+int32_t lj_tokenizer_bos_id(const lj_tokenizer *tok);
+int32_t lj_tokenizer_eos_id(const lj_tokenizer *tok);
+
+/* The bytes of token `id` (raw bytes, not the byte-level alphabet; special tokens: their text),
+ * not NUL-terminated, valid while the tokenizer lives. Returns NULL for an unused id. */
+const char *lj_tokenizer_token(const lj_tokenizer *tok, int32_t id, size_t *len);
+/* The id whose bytes are exactly `bytes[0..len)` (vocab first, then added tokens), or -1. */
+int32_t lj_tokenizer_token_id(const lj_tokenizer *tok, const char *bytes, size_t len);
+/* 1 if `id` is a special added token. */
+int lj_tokenizer_is_special(const lj_tokenizer *tok, int32_t id);
+
+/* A byte position p in (from, len] such that encoding text[0..p) and text[p..len) separately
+ * and concatenating gives the ids of encoding the whole text, or len when the tokenizer cannot
+ * promise one. Only the Llama 3 pre-tokenizer is known to allow it: p follows a '\n' and starts an
+ * ASCII letter, a point no match of its regex can straddle. Used to encode one big document on
+ * many threads. */
+size_t lj_tokenizer_split_point(const lj_tokenizer *tok, const char *text, size_t len, size_t from);
+
+/* ---- UTF-8 ----------------------------------------------------------------------- */
+
+/* Offset of the first byte of the first ill-formed sequence in s[0..len) (Unicode 15, table
+ * 3-7: no overlongs, no surrogates, nothing above U+10FFFF), or len when all of it is UTF-8. */
+size_t lj_utf8_check(const char *s, size_t len);
+
+/* Copies s[0..len) to *out (free() it; NUL-terminated, *out_len bytes), replacing each maximal
+ * ill-formed subpart by U+FFFD (Unicode 15 section 3.9, the practice of the WHATWG Encoding
+ * standard, Node.js and Python's errors='replace'). Returns the number of replacements. */
+size_t lj_utf8_repair(const char *s, size_t len, char **out, size_t *out_len);
+
+#endif
