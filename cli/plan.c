@@ -1,11 +1,402 @@
-/* plan.c: `ljperf plan` (not yet implemented). */
+/* plan.c: `ljperf plan`: the static memory plan of a training run broken down by category,
+ * its peak, the recompute (and micro-batch) recommendation with the rejected alternatives,
+ * or the refusal when nothing fits; the same as JSON with --json. Runs without a GPU. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli.h"
+#include "plan/planner.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf plan --model NAME [flags]\n"
+            "\n"
+            "  --model NAME|config.json     preset (%s), deepspeed/<preset>, or an HF config\n"
+            "  --seq-length T               tokens per sample (default 4096 on cuda, 256 on the CPU)\n"
+            "  --micro-batch-size N|auto    samples per micro-batch (default 1); auto: the fastest that fits\n"
+            "  --device cuda|cpu            the target (default cuda: a GPU run, planned without a GPU)\n"
+            "  --device-memory BYTES        e.g. 80GiB (default: the GPU's total when one is present, else one\n"
+            "                               H200 as the CUDA runtime sees it, 139.80 GiB; on the CPU the host RAM)\n"
+            "  --margin BYTES|P%%            kept free below the device memory (default 1GiB)\n"
+            "  --recompute auto|none|selective|full   per-layer recompute (default auto, or none when\n"
+            "                               CHECKPOINT_OPTIMIZATION is set to false/0/no/off)\n"
+            "  --recompute-granularity full|selective, --recompute-method uniform|block,\n"
+            "  --recompute-num-layers N     Megatron-LM's manual recompute (block: the first N layers)\n"
+            "  --no-fusion                  plan the unfused kernel twins\n"
+            "  --context-overhead BYTES     CUDA context overhead (default: $LJ_CUDA_CONTEXT_OVERHEAD, the\n"
+            "                               measured value cached for the GPU, else 544MiB, measured on an H200)\n"
+            "  --gpu-name NAME              device whose cached throughputs to use (default \"NVIDIA H200\")\n"
+            "  --matmul-tflops X --attention-tflops X --memory-gbs X   override the cost model's throughputs\n"
+            "  --buffers                    also list every buffer of the plan\n"
+            "  --json FILE                  the same report as JSON\n"
+            "  --world-size N --zero-stage S  one GPU only for now (ZeRO on one GPU shards nothing)\n"
+            "\n"
+            "CHECKPOINT_OPTIMIZATION=true|1|yes|on turns automatic recompute on; false|0|no|off|\"\" off.\n"
+            "The cost model's throughputs come from <cache>/planner/<device>.json when measured, else\n"
+            "from defaults (GPU) or a quick measurement (CPU). Exit status 1 when nothing fits.\n",
+            lj_config_preset_names());
+}
+
+typedef struct {
+    const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
+    const char *device_memory, *margin, *context;
+    int seq, mb, num_layers, world, zero, fused, buffers;
+    double mm_tflops, attn_tflops, mem_gbs;
+} plan_args;
+
+static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
+    memset(a, 0, sizeof *a);
+    a->device = "cuda";
+    a->mb = 1;
+    a->num_layers = -1;
+    a->world = 1;
+    a->fused = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            *help = 1;
+            return LJ_OK;
+        } else if (!strcmp(f, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->model));
+        else if (!strcmp(f, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->seq));
+        else if (!strcmp(f, "--micro-batch-size")) {
+            if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
+                a->mb = 0;
+                i++;
+            } else {
+                LJ_TRY(lj_cli_int(argc, argv, &i, &a->mb));
+                if (a->mb <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", a->mb);
+            }
+        } else if (!strcmp(f, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device));
+        else if (!strcmp(f, "--device-memory")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device_memory));
+        else if (!strcmp(f, "--margin")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->margin));
+        else if (!strcmp(f, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->recompute));
+        else if (!strcmp(f, "--recompute-granularity")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->granularity));
+        else if (!strcmp(f, "--recompute-method")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->method));
+        else if (!strcmp(f, "--recompute-num-layers")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->num_layers));
+        else if (!strcmp(f, "--no-fusion")) a->fused = 0;
+        else if (!strcmp(f, "--context-overhead")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->context));
+        else if (!strcmp(f, "--gpu-name")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->gpu_name));
+        else if (!strcmp(f, "--matmul-tflops")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->mm_tflops));
+        else if (!strcmp(f, "--attention-tflops")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->attn_tflops));
+        else if (!strcmp(f, "--memory-gbs")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->mem_gbs));
+        else if (!strcmp(f, "--buffers")) a->buffers = 1;
+        else if (!strcmp(f, "--json")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->json));
+        else if (!strcmp(f, "--world-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->world));
+        else if (!strcmp(f, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->zero));
+        else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf plan --help)", f);
+    }
+    if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
+    if (a->world != 1)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--world-size %d: planning more than one GPU is not yet supported", a->world);
+    if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
+    if ((a->mm_tflops < 0) || (a->attn_tflops < 0) || (a->mem_gbs < 0))
+        return lj_fail(LJ_ERR_ARG, "--matmul-tflops, --attention-tflops and --memory-gbs must be positive");
+    return LJ_OK;
+}
+
+/* The backend description and the target for --device. */
+static lj_status make_target(const plan_args *a, lj_planner_target *t) {
+    const lj_ops *ops = NULL;
+    if (!strcmp(a->device, "cpu")) {
+        ops = lj_ops_cpu();
+    } else if (!strcmp(a->device, "cuda")) {
+        ops = lj_ops_cuda(); /* a real GPU gives its memory size */
+        if (!ops) ops = lj_ops_cuda_describe();
+        if (!ops)
+            return lj_fail(LJ_ERR_UNSUPPORTED,
+                           "--device cuda: this ljperf was built without CUDA, so it cannot describe the GPU "
+                           "backend's buffers; plan a CPU run with --device cpu");
+    } else {
+        return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
+    }
+    char cache[1024];
+    lj_cli_cache_dir(cache, sizeof cache);
+    LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
+    t->fused = a->fused;
+    uint64_t v = 0;
+    if (a->device_memory) {
+        if (lj_parse_bytes(a->device_memory, &v) != LJ_OK || v == 0)
+            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)",
+                           a->device_memory);
+        t->device_memory_bytes = (size_t)v;
+        t->memory_source = "--device-memory";
+    }
+    if (a->margin) {
+        const size_t len = strlen(a->margin);
+        if (len > 1 && a->margin[len - 1] == '%') {
+            char *end;
+            const double pct = strtod(a->margin, &end);
+            if (end != a->margin + len - 1 || pct < 0 || pct >= 100)
+                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a percentage below 100%%", a->margin);
+            t->margin_bytes = (size_t)((double)t->device_memory_bytes * pct / 100.0);
+        } else {
+            if (lj_parse_bytes(a->margin, &v) != LJ_OK)
+                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a byte count or a percentage (1GiB, 5%%)",
+                               a->margin);
+            t->margin_bytes = (size_t)v;
+        }
+    }
+    if (a->context) {
+        if (lj_parse_bytes(a->context, &v) != LJ_OK)
+            return lj_fail(LJ_ERR_ARG, "--context-overhead: '%s' is not a byte count (e.g. 600MiB)", a->context);
+        t->context_bytes = strcmp(ops->name, "cpu") ? (size_t)v : 0;
+        t->context_source = "--context-overhead";
+    }
+    if (a->mm_tflops > 0 || a->attn_tflops > 0 || a->mem_gbs > 0) {
+        if (a->mm_tflops > 0) t->rates.matmul_flops = a->mm_tflops * 1e12;
+        if (a->attn_tflops > 0) t->rates.attention_flops = a->attn_tflops * 1e12;
+        if (a->mem_gbs > 0) t->rates.memory_bandwidth = a->mem_gbs * 1e9;
+        snprintf(t->rates.source, sizeof t->rates.source,
+                 "given on the command line: GEMM %.4g TFLOP/s, attention %.4g TFLOP/s, %.4g GB/s",
+                 t->rates.matmul_flops / 1e12, t->rates.attention_flops / 1e12, t->rates.memory_bandwidth / 1e9);
+    }
+    return LJ_OK;
+}
+
+/* The recompute mode: 0 = auto (search), 1 = the fixed per-layer policy in `policy`. */
+static lj_status recompute_mode(const plan_args *a, int L, int *fixed, uint8_t policy[LJ_MAX_LAYERS],
+                                const char **mode) {
+    *fixed = 0;
+    *mode = "auto";
+    memset(policy, 0, LJ_MAX_LAYERS);
+    if (a->granularity || a->method || a->num_layers >= 0) {
+        if (a->recompute && strcmp(a->recompute, "auto") == 0)
+            return lj_fail(LJ_ERR_ARG, "--recompute auto and --recompute-granularity exclude each other");
+        LJ_TRY(lj_planner_megatron_recompute(a->granularity, a->method, a->num_layers, L, policy));
+        *fixed = 1;
+        *mode = "manual (Megatron-LM flags)";
+        return LJ_OK;
+    }
+    const char *r = a->recompute;
+    if (!r) {
+        int on = 0;
+        LJ_TRY(lj_planner_env_enabled(&on));
+        const char *env = getenv("CHECKPOINT_OPTIMIZATION");
+        r = (env && !on) ? "none" : "auto";
+        if (env && !on) *mode = "none (CHECKPOINT_OPTIMIZATION is off)";
+    }
+    if (!strcmp(r, "auto")) return LJ_OK;
+    *fixed = 1;
+    if (!strcmp(r, "none")) memset(policy, LJ_RECOMPUTE_NONE, LJ_MAX_LAYERS);
+    else if (!strcmp(r, "selective")) memset(policy, LJ_RECOMPUTE_SELECTIVE, (size_t)L);
+    else if (!strcmp(r, "full")) memset(policy, LJ_RECOMPUTE_FULL, (size_t)L);
+    else return lj_fail(LJ_ERR_ARG, "--recompute: '%s' is not one of auto, none, selective, full", r);
+    if (a->recompute) *mode = a->recompute;
+    return LJ_OK;
+}
+
+static double pct(size_t part, size_t whole) { return whole ? 100.0 * (double)part / (double)whole : 0.0; }
+
+static void print_row(const char *label, size_t bytes, size_t peak) {
+    char b[32];
+    printf("  %-34s %12s %6.1f%%\n", label, lj_format_bytes(bytes, b, sizeof b), pct(bytes, peak));
+}
+
+static void print_report(const lj_model_config *cfg, const plan_args *a, const lj_planner_target *t,
+                         const lj_planner_result *r, const lj_plan *plan, const lj_mem_breakdown *bd, int seq,
+                         const char *mode, int fixed, lj_status status) {
+    char b1[32], b2[32], b3[32], d[64];
+    const lj_ops *ops = t->ops;
+    const int64_t P = lj_config_num_params(cfg);
+    const lj_planner_candidate *c = &r->chosen;
+    printf("ljperf plan: %s (%.3f B parameters, %d layers), seq %d, device %s (params %s, activations %s, "
+           "gradients %s, %s)\n",
+           cfg->name, (double)P / 1e9, cfg->num_hidden_layers, seq, ops->name, lj_dtype_name(ops->param_dtype),
+           lj_dtype_name(ops->act_dtype), lj_dtype_name(ops->grad_dtype), t->fused ? "fused kernels" : "unfused");
+    printf("device memory %s (%s), margin %s -> usable %s\n", lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
+           t->memory_source, lj_format_bytes(t->margin_bytes, b2, sizeof b2),
+           lj_format_bytes(lj_planner_usable_bytes(t), b3, sizeof b3));
+    size_t free_b = 0, total_b = 0;
+    if (ops->memory_info && strcmp(ops->name, "cpu") && ops->memory_info(&free_b, &total_b) == LJ_OK)
+        printf("GPU memory in use now: %s (this process's context and cuBLASLt workspace, before any kernel "
+               "ran, plus other processes)\n",
+               lj_format_bytes(total_b - free_b, b1, sizeof b1));
+    printf("recompute: %s; micro-batch: %s\n", mode, a->mb ? "as given" : "auto");
+    if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);
+    printf("\nmemory breakdown (recompute %s, micro-batch %d%s):\n", lj_planner_candidate_describe(c, d, sizeof d),
+           c->micro_batch_size, status == LJ_OK ? "" : ", does not fit");
+    printf("  %-34s %12s %7s\n", "category", "bytes", "%");
+    const size_t peak = bd->peak_bytes;
+    for (int k = 0; k < LJ_MEM_COUNT; k++) {
+        if (k == LJ_MEM_OTHER && bd->bytes[k] == 0) continue;
+        print_row(lj_mem_category_name((lj_mem_category)k), bd->bytes[k], peak);
+        if (k == LJ_MEM_ACTIVATIONS) {
+            char label[64];
+            snprintf(label, sizeof label, "  residual stream (%d x [N, C])", cfg->num_hidden_layers + 1);
+            print_row(label, bd->residual_bytes, peak);
+            static const char *pol[3] = {"none", "selective", "full"};
+            for (int p = 0; p < 3; p++) {
+                snprintf(label, sizeof label, "  %d layer%s %s", bd->layers[p], bd->layers[p] == 1 ? "" : "s", pol[p]);
+                print_row(label, bd->layer_bytes[p], peak);
+            }
+            print_row("  inputs, RoPE tables, final norm", bd->other_activation_bytes, peak);
+        }
+    }
+    printf("  %-34s %12s %6.1f%%\n", "peak", lj_format_bytes(peak, b1, sizeof b1), 100.0);
+    const size_t states = bd->bytes[LJ_MEM_PARAMETERS] + bd->bytes[LJ_MEM_MASTER] + bd->bytes[LJ_MEM_GRADIENTS] +
+                          bd->bytes[LJ_MEM_OPTIMIZER];
+    printf("model states: %s = %.1f B/param over %.3f B parameters; plan %s + cuBLASLt %s + context %s (%s)\n",
+           lj_format_bytes(states, b1, sizeof b1), (double)states / (double)P, (double)P / 1e9,
+           lj_format_bytes(bd->plan_bytes, b2, sizeof b2),
+           lj_format_bytes(t->library_workspace_bytes, b3, sizeof b3),
+           lj_format_bytes(t->context_bytes, d, sizeof d), t->context_source);
+    if (a->buffers) {
+        printf("\nbuffers (%d):\n", plan->count);
+        for (int i = 0; i < plan->count; i++)
+            printf("  %-28s %-16s %12s\n", plan->buffers[i].name, lj_arena_name(plan->buffers[i].arena),
+                   lj_format_bytes(plan->buffers[i].bytes, b1, sizeof b1));
+    }
+    if (status != LJ_OK) {
+        printf("\ndoes not fit: %s\n", r->explanation);
+        return;
+    }
+    printf("\n%s: %s\n", fixed ? "evaluation" : "recommendation", r->explanation);
+    printf("predicted step %.1f ms: GEMM %.1f ms + attention %.1f ms + element-wise/optimizer %.1f ms "
+           "(recompute %.1f ms) = %.0f tokens/s\n",
+           c->cost.step_s * 1e3, c->cost.matmul_s * 1e3, c->cost.attention_s * 1e3, c->cost.memory_s * 1e3,
+           c->cost.recompute_s * 1e3, c->cost.tokens_per_s);
+    printf("cost model: %s\n", t->rates.source);
+    printf("\nalternatives (%d plans built):\n", r->plans_built);
+    printf("  %-11s %-34s %12s %10s %10s  %s\n", "micro-batch", "recompute", "peak", "step ms", "tokens/s", "verdict");
+    printf("  %-11d %-34s %12s %10.1f %10.0f  %s\n", c->micro_batch_size, lj_planner_candidate_describe(c, d, sizeof d),
+           lj_format_bytes(c->peak_bytes, b1, sizeof b1), c->cost.step_s * 1e3, c->cost.tokens_per_s, fixed ? "given" : "chosen");
+    for (int i = 0; i < r->num_alternatives; i++) {
+        const lj_planner_candidate *x = &r->alternatives[i];
+        char verdict[64];
+        const double rel = 100.0 * (x->cost.tokens_per_s / c->cost.tokens_per_s - 1.0);
+        if (!x->fits) snprintf(verdict, sizeof verdict, "does not fit");
+        else snprintf(verdict, sizeof verdict, "fits, %.1f%% %s", rel > 0 ? rel : -rel, rel > 0 ? "faster" : "slower");
+        printf("  %-11d %-34s %12s %10.1f %10.0f  %s\n", x->micro_batch_size,
+               lj_planner_candidate_describe(x, d, sizeof d), lj_format_bytes(x->peak_bytes, b1, sizeof b1),
+               x->cost.step_s * 1e3, x->cost.tokens_per_s, verdict);
+    }
+}
+
+static cJSON *candidate_json(const lj_planner_candidate *c, const char *verdict) {
+    char d[64];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "micro_batch_size", c->micro_batch_size);
+    cJSON_AddStringToObject(o, "recompute", lj_planner_candidate_describe(c, d, sizeof d));
+    cJSON_AddNumberToObject(o, "layers_full", c->num_full);
+    cJSON_AddNumberToObject(o, "layers_selective", c->num_selective);
+    cJSON_AddNumberToObject(o, "layers_none", c->num_none);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)c->peak_bytes);
+    cJSON_AddBoolToObject(o, "fits", c->fits);
+    cJSON_AddNumberToObject(o, "step_ms", c->cost.step_s * 1e3);
+    cJSON_AddNumberToObject(o, "tokens_per_s", c->cost.tokens_per_s);
+    cJSON_AddNumberToObject(o, "matmul_ms", c->cost.matmul_s * 1e3);
+    cJSON_AddNumberToObject(o, "attention_ms", c->cost.attention_s * 1e3);
+    cJSON_AddNumberToObject(o, "memory_ms", c->cost.memory_s * 1e3);
+    cJSON_AddNumberToObject(o, "recompute_ms", c->cost.recompute_s * 1e3);
+    if (verdict) cJSON_AddStringToObject(o, "verdict", verdict);
+    if (c->label) cJSON_AddStringToObject(o, "label", c->label);
+    return o;
+}
+
+static lj_status write_json(const char *path, const lj_model_config *cfg, const plan_args *a,
+                            const lj_planner_target *t, const lj_planner_result *r, const lj_mem_breakdown *bd,
+                            int seq, const char *mode, lj_status status) {
+    const lj_ops *ops = t->ops;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", cfg->name);
+    cJSON_AddNumberToObject(o, "parameters", (double)lj_config_num_params(cfg));
+    cJSON_AddNumberToObject(o, "layers", cfg->num_hidden_layers);
+    cJSON_AddNumberToObject(o, "seq_length", seq);
+    cJSON_AddStringToObject(o, "micro_batch_size_mode", a->mb ? "given" : "auto");
+    cJSON_AddStringToObject(o, "recompute_mode", mode);
+    cJSON_AddStringToObject(o, "device", ops->name);
+    cJSON_AddStringToObject(o, "param_dtype", lj_dtype_name(ops->param_dtype));
+    cJSON_AddStringToObject(o, "act_dtype", lj_dtype_name(ops->act_dtype));
+    cJSON_AddStringToObject(o, "grad_dtype", lj_dtype_name(ops->grad_dtype));
+    cJSON_AddBoolToObject(o, "fused", t->fused);
+    cJSON_AddNumberToObject(o, "device_memory_bytes", (double)t->device_memory_bytes);
+    cJSON_AddStringToObject(o, "device_memory_source", t->memory_source);
+    cJSON_AddNumberToObject(o, "margin_bytes", (double)t->margin_bytes);
+    cJSON_AddNumberToObject(o, "usable_bytes", (double)lj_planner_usable_bytes(t));
+    cJSON_AddStringToObject(o, "context_source", t->context_source);
+    cJSON_AddBoolToObject(o, "fits", status == LJ_OK);
+    cJSON *chosen = candidate_json(&r->chosen, status == LJ_OK ? "chosen" : "smallest plan, does not fit");
+    cJSON_AddItemToObject(o, status == LJ_OK ? "chosen" : "smallest", chosen);
+    cJSON *br = cJSON_AddArrayToObject(o, "breakdown");
+    for (int k = 0; k < LJ_MEM_COUNT; k++) {
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "category", lj_mem_category_name((lj_mem_category)k));
+        cJSON_AddNumberToObject(row, "bytes", (double)bd->bytes[k]);
+        cJSON_AddNumberToObject(row, "percent", pct(bd->bytes[k], bd->peak_bytes));
+        cJSON_AddItemToArray(br, row);
+    }
+    cJSON *act = cJSON_AddObjectToObject(o, "saved_activations");
+    cJSON_AddNumberToObject(act, "residual_stream_bytes", (double)bd->residual_bytes);
+    static const char *pol[3] = {"none", "selective", "full"};
+    for (int p = 0; p < 3; p++) {
+        cJSON *x = cJSON_AddObjectToObject(act, pol[p]);
+        cJSON_AddNumberToObject(x, "layers", bd->layers[p]);
+        cJSON_AddNumberToObject(x, "bytes", (double)bd->layer_bytes[p]);
+    }
+    cJSON_AddNumberToObject(act, "inputs_rope_final_norm_bytes", (double)bd->other_activation_bytes);
+    cJSON_AddNumberToObject(o, "plan_bytes", (double)bd->plan_bytes);
+    cJSON_AddNumberToObject(o, "library_workspace_bytes", (double)t->library_workspace_bytes);
+    cJSON_AddNumberToObject(o, "context_bytes", (double)t->context_bytes);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)bd->peak_bytes);
+    cJSON *rates = cJSON_AddObjectToObject(o, "cost_model");
+    cJSON_AddStringToObject(rates, "device", t->rates.device);
+    cJSON_AddNumberToObject(rates, "matmul_tflops", t->rates.matmul_flops / 1e12);
+    cJSON_AddNumberToObject(rates, "attention_tflops", t->rates.attention_flops / 1e12);
+    cJSON_AddNumberToObject(rates, "memory_bandwidth_gbs", t->rates.memory_bandwidth / 1e9);
+    cJSON_AddStringToObject(rates, "source", t->rates.source);
+    cJSON *alts = cJSON_AddArrayToObject(o, "alternatives");
+    for (int i = 0; i < r->num_alternatives; i++)
+        cJSON_AddItemToArray(alts, candidate_json(&r->alternatives[i], r->alternatives[i].fits ? "fits, slower" : "does not fit"));
+    cJSON_AddNumberToObject(o, "plans_built", r->plans_built);
+    cJSON_AddStringToObject(o, "explanation", r->explanation);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    lj_status s = lj_file_write_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}
 
 int lj_cli_plan(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ljperf plan: not implemented yet\n");
-    return 1;
+    plan_args a;
+    int help = 0;
+    if (parse(argc, argv, &a, &help) != LJ_OK) return lj_cli_error("plan");
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    lj_model_config cfg;
+    const char *name = strncmp(a.model, "deepspeed/", 10) == 0 ? a.model + 10 : a.model;
+    if (lj_config_resolve(name, &cfg) != LJ_OK) return lj_cli_error("plan");
+    lj_planner_target t;
+    if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
+    const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);
+    if (a.seq < 0) {
+        lj_fail(LJ_ERR_ARG, "--seq-length %d must be positive", a.seq);
+        return lj_cli_error("plan");
+    }
+    int fixed = 0;
+    uint8_t policy[LJ_MAX_LAYERS];
+    const char *mode = NULL;
+    if (recompute_mode(&a, cfg.num_hidden_layers, &fixed, policy, &mode) != LJ_OK) return lj_cli_error("plan");
+
+    lj_planner_result *r = lj_malloc(sizeof *r);
+    lj_status s = lj_planner_search(&cfg, seq, a.mb, fixed ? policy : NULL, &t, r);
+    if (s != LJ_OK && s != LJ_ERR_OOM) {
+        free(r);
+        return lj_cli_error("plan");
+    }
+    lj_plan plan;
+    lj_mem_breakdown bd;
+    lj_planner_candidate_plan(&cfg, seq, &r->chosen, &t, &plan, &bd);
+    print_report(&cfg, &a, &t, r, &plan, &bd, seq, mode, fixed, s);
+    int rc = 0;
+    if (a.json && write_json(a.json, &cfg, &a, &t, r, &bd, seq, mode, s) != LJ_OK) rc = lj_cli_error("plan");
+    if (s != LJ_OK) {
+        fprintf(stderr, "ljperf plan: %s\n", r->explanation);
+        rc = 1;
+    }
+    lj_plan_free(&plan);
+    free(r);
+    return rc;
 }

@@ -18,9 +18,9 @@ echo "== prepare: the King James Bible -> Megatron indexed dataset"
 echo "== train: llama3-tiny on the KJV Bible"
 rm -rf "$out/ckpt"
 ./build/ljperf train --model llama3-tiny --device auto --data-path "$out/kjv" \
-  --seq-length 128 --micro-batch-size 8 --train-iters 60 \
+  --seq-length 128 --micro-batch-size 8 --train-iters 100 \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --lr-decay-style cosine \
   --log-interval 5 --eval-iters 8 --save "$out/ckpt" --log-json "$out/train.jsonl"
 
 echo "== generate: a sample from the checkpoint"
-./build/ljperf generate --load "$out/ckpt" --prompt "And God said" --max-new-tokens 48 --temperature 0.8 --top-k 40
+./build/ljperf generate --load "$out/ckpt" --prompt "And God said" --max-new-tokens 48 --temperature 0.7 --top-k 40

@@ -7,7 +7,7 @@
 #   - bad input (seq length above max_position_embeddings, a checkpoint of another shape, a
 #     config without hidden_size) fails with the field named, also under valgrind.
 set -euo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/train_resume"
 rm -rf "$tmp" && mkdir -p "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -67,7 +67,7 @@ echo "HF export: generate and continued training work"
 
 # 5. bad input, under valgrind when it is there
 vg=()
-command -v valgrind >/dev/null 2>&1 && vg=(valgrind -q --error-exitcode=99 --leak-check=no)
+command -v valgrind >/dev/null 2>&1 && vg=(valgrind -q --error-exitcode=99 --leak-check=no --suppressions="$LJ_SOURCE_DIR/tests/data/valgrind.supp")
 expect_error() { # expect_error PATTERN CMD...: a non-zero exit (not valgrind's 99) and PATTERN in stderr
   local pattern=$1; shift
   local st=0

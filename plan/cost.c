@@ -1,0 +1,250 @@
+/* cost.c: the planner's step-time cost model (FLOPs and bytes of each pass over the op
+ * table, divided by per-device throughputs) and the throughputs themselves: defaults,
+ * CPU measurement, and the per-device JSON cache under <cache>/planner/. */
+#include "plan/planner.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "ops/cpu/cpu.h"
+
+/* ---- throughputs ------------------------------------------------------------------ */
+
+void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *device) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->device, sizeof r->device, "%s", device ? device : backend);
+    if (strcmp(backend, "cpu") == 0) {
+        r->matmul_flops = 50e9;
+        r->attention_flops = 12.5e9;
+        r->memory_bandwidth = 10e9;
+        snprintf(r->source, sizeof r->source, "CPU placeholders (50 GFLOP/s sgemm, 10 GB/s), not measured");
+    } else {
+        /* ../shared/REFERENCE.md, "Ceilings on the same card" (one H200): cuBLAS bf16 GEMM
+         * 650-790 TFLOP/s, cuDNN SDPA causal fwd+bwd 385-460 TFLOP/s; HBM3e 4.8 TB/s peak,
+         * ~3.5 TB/s reached by streaming kernels. */
+        r->matmul_flops = 700e12;
+        r->attention_flops = 400e12;
+        r->memory_bandwidth = 3.5e12;
+        snprintf(r->source, sizeof r->source,
+                 "H100/H200 defaults (REFERENCE.md): GEMM 700 TFLOP/s, attention 400 TFLOP/s, 3.5 TB/s");
+    }
+}
+
+const char *lj_perf_rates_path(const char *cache_dir, const char *device, char *buf, size_t len) {
+    char key[96];
+    size_t n = 0;
+    for (const char *p = device; *p && n + 1 < sizeof key; p++) {
+        const char ch = *p;
+        const int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                       ch == '.' || ch == '_' || ch == '-';
+        key[n++] = ok ? ch : '_';
+    }
+    key[n] = '\0';
+    snprintf(buf, len, "%s/planner/%s.json", cache_dir, n ? key : "device");
+    return buf;
+}
+
+static lj_status positive_field(const cJSON *root, const char *path, const char *field, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!cJSON_IsNumber(v)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is missing or not a number", path, field);
+    if (!(v->valuedouble > 0.0)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be positive", path, field);
+    *out = v->valuedouble;
+    return LJ_OK;
+}
+
+lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_rates *r) {
+    char path[1024];
+    lj_perf_rates_path(cache_dir, device, path, sizeof path);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return lj_fail(LJ_ERR_IO, "%s: no cached measurement", path);
+    fclose(probe);
+    LJ_TRY(lj_file_read_all(path, &text, &size));
+    cJSON *root = cJSON_ParseWithLength(text, size);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    lj_perf_rates x;
+    memset(&x, 0, sizeof x);
+    snprintf(x.device, sizeof x.device, "%s", device);
+    double mm = 0, at = 0, bw = 0;
+    lj_status s = positive_field(root, path, "matmul_tflops", &mm);
+    if (s == LJ_OK) s = positive_field(root, path, "attention_tflops", &at);
+    if (s == LJ_OK) s = positive_field(root, path, "memory_bandwidth_gbs", &bw);
+    const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "context_overhead_bytes");
+    if (s == LJ_OK && ctx && (!cJSON_IsNumber(ctx) || ctx->valuedouble < 0))
+        s = lj_fail(LJ_ERR_FORMAT, "%s: field 'context_overhead_bytes' must be a non-negative number", path);
+    if (s == LJ_OK) {
+        x.matmul_flops = mm * 1e12;
+        x.attention_flops = at * 1e12;
+        x.memory_bandwidth = bw * 1e9;
+        x.context_bytes = ctx ? (size_t)ctx->valuedouble : 0;
+        const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
+        snprintf(x.source, sizeof x.source, "%s (cached in %s)", cJSON_IsString(src) ? src->valuestring : "measured",
+                 path);
+        *r = x;
+    }
+    cJSON_Delete(root);
+    return s;
+}
+
+lj_status lj_perf_rates_save(const char *cache_dir, const lj_perf_rates *r) {
+    char dir[1024], path[1024];
+    snprintf(dir, sizeof dir, "%s/planner", cache_dir);
+    LJ_TRY(lj_mkdir_p(dir));
+    lj_perf_rates_path(cache_dir, r->device, path, sizeof path);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "device", r->device);
+    cJSON_AddNumberToObject(o, "matmul_tflops", r->matmul_flops / 1e12);
+    cJSON_AddNumberToObject(o, "attention_tflops", r->attention_flops / 1e12);
+    cJSON_AddNumberToObject(o, "memory_bandwidth_gbs", r->memory_bandwidth / 1e9);
+    cJSON_AddNumberToObject(o, "context_overhead_bytes", (double)r->context_bytes);
+    cJSON_AddStringToObject(o, "source", r->source);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    lj_status s = lj_file_write_atomic(path, text, strlen(text));
+    free(text);
+    return s;
+}
+
+const char *lj_perf_cpu_device_name(char *buf, size_t len) {
+    snprintf(buf, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t n = strcspn(v, "\r\n");
+        snprintf(buf, len, "cpu-%.*s", (int)n, v);
+        break;
+    }
+    fclose(f);
+    return buf;
+}
+
+void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
+    char name[96];
+    lj_perf_rates_default(r, "cpu", lj_perf_cpu_device_name(name, sizeof name));
+    const double gflops = lj_cpu_sgemm_gflops(1024);
+    if (gflops > 0) {
+        r->matmul_flops = gflops * 1e9;
+        r->attention_flops = r->matmul_flops / 4;
+    }
+    /* streaming bandwidth: b += a over 64 MiB arrays (read a, read b, write b per pass) */
+    const size_t n = (size_t)16 << 20;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    if (a && b) {
+        for (size_t i = 0; i < n; i++) {
+            a[i] = 1.0f;
+            b[i] = 0.0f;
+        }
+        double best = 0.0;
+        for (int rep = 0; rep < 4; rep++) {
+            const double t0 = lj_time_sec();
+#pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < n; i++) b[i] += a[i];
+            const double dt = lj_time_sec() - t0;
+            if (dt > 0 && 3.0 * n * sizeof(float) / dt > best) best = 3.0 * n * sizeof(float) / dt;
+        }
+        if (best > 0 && b[n / 2] > 0.0f) r->memory_bandwidth = best;
+    }
+    free(a);
+    free(b);
+    snprintf(r->source, sizeof r->source,
+             "measured on this CPU: sgemm 1024^3 %.1f GFLOP/s, streaming %.1f GB/s, attention assumed sgemm/4",
+             r->matmul_flops / 1e9, r->memory_bandwidth / 1e9);
+}
+
+/* ---- the step-time model ------------------------------------------------------------
+ *
+ * Notation: B micro-batch, T sequence length, N = B*T, C hidden, I intermediate, V vocab,
+ * nh/nkv heads, hd head_dim, Q = nh*hd, KV = nkv*hd, QKV = Q + 2*KV, L layers, P parameters;
+ * sa, sp, sg the bytes per element of act, param and grad dtypes. A layer's ops are those of
+ * model/model.c (attention_block_forward, mlp_block_forward, recompute_layer, backward).
+ *
+ * GEMMs (2*M*N*K FLOPs each, y = x W^T):
+ *   per layer forward   F = 2N(C*QKV + Q*C + C*2I + I*C)
+ *   lm_head forward     2NCV
+ *   backward            2x forward (dx and dW for every matmul, lm_head included)
+ *   recompute, full     2N(C*QKV + Q*C + C*2I)   (q/k/v, o_proj, gate/up; not down_proj)
+ *   recompute, selective 0
+ * Attention (the convention of REFERENCE.md's SDPA figures, causal counted as half):
+ *   forward 2*B*nh*T^2*hd, backward 2.5x forward; full recompute adds one forward.
+ * Element-wise passes, bytes read + written (fused kernels; the unfused twins in brackets):
+ *   residual add + RMSNorm     4NC*sa   [add 3NC*sa + RMSNorm 2NC*sa]   2 per layer forward
+ *   RoPE (q and k, in place)   2N(Q+KV)*sa                            forward and backward
+ *   SwiGLU forward             3NI*sa   [silu to tmp 2NI, product 3NI: 5NI*sa]
+ *   SwiGLU backward            5NI*sa   [three passes through tmp: 9NI*sa]
+ *   RMSNorm backward           4NC*sa   (dout, x, dx read and written), 2 per layer
+ *   recompute, selective       RMSNorm x2 (2NC*sa each) + SwiGLU forward
+ *   recompute, full            RMSNorm 2NC*sa + RoPE + residual+RMSNorm + SwiGLU forward
+ *   once per micro-batch:      embedding forward NC(sp+sa), first RMSNorm 2NC*sa,
+ *                              cross-entropy rows 2NV*sa (logits read, dlogits written),
+ *                              final RMSNorm backward 4NC*sa, d_res zeroing NC*sa,
+ *                              embedding backward NC(sa + 2sg)
+ *   once per optimizer step:   gradient zeroing P*sg, global norm P*sg,
+ *                              AdamW P(sg + 12 + 12 + sp) (read grad, master, m, v; write
+ *                              master, m, v and the param copy; no copy when params are f32)
+ * Kernel launches, GEMM efficiency at small shapes and overlap are not modelled: the
+ * throughputs are meant to be measured at training shapes on the device (the cache).
+ */
+void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_ops *ops, const lj_perf_rates *r,
+                  int grad_accum_steps, lj_step_cost *out) {
+    memset(out, 0, sizeof *out);
+    const double sa = (double)lj_dtype_size(ops->act_dtype), sp = (double)lj_dtype_size(ops->param_dtype),
+                 sg = (double)lj_dtype_size(ops->grad_dtype);
+    const double B = o->micro_batch_size, T = o->seq_length, N = B * T;
+    const double C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    const double nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    const double Q = nh * hd, KV = nkv * hd, QKV = Q + 2 * KV;
+    const int L = c->num_hidden_layers;
+    const double P = (double)lj_config_num_params(c);
+    const int fused = o->fused;
+
+    const double layer_mm_fwd = 2 * N * (C * QKV + Q * C + C * 2 * I + I * C);
+    const double full_mm_rec = 2 * N * (C * QKV + Q * C + C * 2 * I);
+    const double attn_fwd = 2 * B * nh * T * T * hd;
+    const double res_norm = fused ? 4 * N * C * sa : 5 * N * C * sa;
+    const double rope = 2 * N * (Q + KV) * sa;
+    const double swiglu_fwd = fused ? 3 * N * I * sa : 5 * N * I * sa;
+    const double swiglu_bwd = fused ? 5 * N * I * sa : 9 * N * I * sa;
+    const double norm_fwd = 2 * N * C * sa, norm_bwd = 4 * N * C * sa;
+
+    const double layer_ew_fwd = rope + 2 * res_norm + swiglu_fwd;
+    const double layer_ew_bwd = swiglu_bwd + 2 * norm_bwd + rope;
+
+    double mm = 3 * (L * layer_mm_fwd + 2 * N * C * V);
+    double attn = 3.5 * attn_fwd * L;
+    double ew = L * (layer_ew_fwd + layer_ew_bwd);
+    ew += N * C * (sp + sa) + norm_fwd + 2 * N * V * sa + norm_bwd + N * C * sa + N * C * (sa + 2 * sg);
+    for (int l = 0; l < L; l++) {
+        if (o->recompute[l] == LJ_RECOMPUTE_SELECTIVE) {
+            out->recompute_bytes += 2 * norm_fwd + swiglu_fwd;
+        } else if (o->recompute[l] == LJ_RECOMPUTE_FULL) {
+            out->recompute_matmul_flop += full_mm_rec;
+            out->recompute_attention_flop += attn_fwd;
+            out->recompute_bytes += norm_fwd + rope + res_norm + swiglu_fwd;
+        }
+    }
+    const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 24) : P * (sg + 24 + sp);
+    out->optimizer_bytes = 2 * P * sg + adamw;
+    out->matmul_flop = mm + out->recompute_matmul_flop;
+    out->attention_flop = attn + out->recompute_attention_flop;
+    out->elementwise_bytes = ew + out->recompute_bytes;
+
+    const int accum = grad_accum_steps > 0 ? grad_accum_steps : 1;
+    out->matmul_s = out->matmul_flop / r->matmul_flops;
+    out->attention_s = out->attention_flop / r->attention_flops;
+    out->memory_s = (out->elementwise_bytes + out->optimizer_bytes / accum) / r->memory_bandwidth;
+    out->recompute_s = out->recompute_matmul_flop / r->matmul_flops +
+                       out->recompute_attention_flop / r->attention_flops + out->recompute_bytes / r->memory_bandwidth;
+    out->step_s = out->matmul_s + out->attention_s + out->memory_s;
+    out->tokens_per_s = out->step_s > 0 ? N / out->step_s : 0.0;
+}

@@ -1,0 +1,151 @@
+#!/bin/bash
+# test_plan_cli.sh: `ljperf plan` end to end: the breakdown rows and a recommendation for a GPU
+# run planned without a GPU (the issue's done-when command), --json that parses and agrees with
+# the text, the refusal with its numbers when nothing fits, micro-batch auto, manual recompute
+# through Megatron-LM's flags, CHECKPOINT_OPTIMIZATION parsing, a CPU plan, and bad flags.
+set -uo pipefail
+
+: "${LJPERF:?LJPERF must be set (CTest sets it)}"
+: "${LJ_TEST_TMP:?LJ_TEST_TMP must be set (CTest sets it)}"
+out="$LJ_TEST_TMP/plan_cli"
+rm -rf "$out"
+mkdir -p "$out"
+export LJPERF_CACHE="$out/cache" # the CPU measurement is cached here, not in the user's cache
+unset CHECKPOINT_OPTIMIZATION LJ_CUDA_CONTEXT_OVERHEAD
+fail=0
+check() { # check NAME CONDITION...: reports and records a failure
+    local name="$1"
+    shift
+    if "$@"; then echo "ok: $name"; else echo "FAILED: $name" >&2; fail=1; fi
+}
+has() { grep -q -- "$2" "$1"; }
+
+# GPU target without a GPU needs the CUDA backend's description (every CI build has CUDA)
+"$LJPERF" plan --model llama3.2-1b --seq-length 64 >"$out/probe.txt" 2>"$out/probe.err"
+if grep -q "built without CUDA" "$out/probe.err"; then
+    echo "note: this build has no CUDA: the GPU-target cases are skipped"
+    gpu=0
+else
+    gpu=1
+fi
+
+if [ "$gpu" = 1 ]; then
+    # the done-when command: a breakdown and a recommendation, no GPU needed
+    "$LJPERF" plan --model llama3-8b --seq-length 4096 --micro-batch-size auto --json "$out/8b.json" \
+        >"$out/8b.txt" 2>"$out/8b.err"
+    rc=$?
+    check "8b plan exit status is 0 (fits) or 1 (refused): $rc" test "$rc" -le 1
+    for row in "parameters" "master weights" "gradients" "optimizer moments" "saved activations" \
+        "residual stream" "recompute buffers" "backward scratch" "logits/loss" "op workspaces" \
+        "library workspaces" "CUDA context" "peak" "model states" "18.0 B/param"; do
+        check "8b breakdown row '$row'" has "$out/8b.txt" "$row"
+    done
+    if [ "$rc" = 0 ]; then
+        check "8b recommendation" has "$out/8b.txt" "recommendation: Chose recompute"
+        check "8b alternatives table" has "$out/8b.txt" "does not fit"
+    else
+        check "8b refusal names the memory needed" has "$out/8b.err" "needs at least"
+    fi
+    check "8b json parses and agrees" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["model"] == "llama3-8b" and d["seq_length"] == 4096, d["model"]
+cats = {r["category"]: r["bytes"] for r in d["breakdown"]}
+assert sum(cats.values()) == d["peak_bytes"], (sum(cats.values()), d["peak_bytes"])
+assert cats["other"] == 0
+assert d["peak_bytes"] == d["plan_bytes"] + d["library_workspace_bytes"] + d["context_bytes"]
+assert abs(sum(r["percent"] for r in d["breakdown"]) - 100.0) < 1e-6
+c = d["chosen"] if d["fits"] else d["smallest"]
+assert c["peak_bytes"] == d["peak_bytes"]
+assert d["usable_bytes"] == d["device_memory_bytes"] - d["margin_bytes"]
+if d["device_memory_source"].startswith("assumed"):  # no GPU here: one H200 as CUDA sees it
+    assert 139 * 2**30 < d["device_memory_bytes"] < 141 * 2**30, d["device_memory_bytes"]
+assert (c["peak_bytes"] <= d["usable_bytes"]) == d["fits"]
+assert all("step_ms" in a and "peak_bytes" in a for a in d["alternatives"])
+' "$out/8b.json"
+
+    # plenty of memory: no recompute; a small budget: recompute
+    "$LJPERF" plan --model llama3.2-1b --seq-length 2048 --device-memory 1TiB --json "$out/1b_big.json" >"$out/1b_big.txt" 2>&1
+    check "1b with 1 TiB: exit 0" test $? = 0
+    check "1b with 1 TiB: no recompute" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); assert d["chosen"]["layers_none"] == 16, d["chosen"]' "$out/1b_big.json"
+    "$LJPERF" plan --model llama3.2-1b --seq-length 2048 --device-memory 24GiB --margin 5% --json "$out/1b_small.json" >"$out/1b_small.txt" 2>&1
+    check "1b with 24 GiB: exit 0" test $? = 0
+    check "1b with 24 GiB: recomputes, fits, margin 5%" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); c = d["chosen"]
+assert c["layers_none"] < 16 and c["fits"], c
+assert d["margin_bytes"] == int(24 * 2**30 * 0.05), d["margin_bytes"]' "$out/1b_small.json"
+
+    # micro-batch auto with a favouring budget picks more than 1
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size auto --json "$out/1b_auto.json" >"$out/1b_auto.txt" 2>&1
+    check "1b micro-batch auto: > 1" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); assert d["chosen"]["micro_batch_size"] > 1, d["chosen"]' "$out/1b_auto.json"
+
+    # nothing fits: refused with the numbers and the ways out; the JSON says so
+    "$LJPERF" plan --model llama3-70b --seq-length 4096 --json "$out/70b.json" >"$out/70b.txt" 2>"$out/70b.err"
+    check "70b on one GPU: exit 1" test $? = 1
+    for what in "does not fit" "needs at least" "ZeRO-3 over at least" "optimizer offload" "shorter sequence\|no sequence length"; do
+        check "70b refusal mentions '$what'" has "$out/70b.err" "$what"
+    done
+    check "70b breakdown printed" has "$out/70b.txt" "optimizer moments"
+    check "70b json fits=false" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); assert d["fits"] is False and d["smallest"]["layers_full"] == 80' "$out/70b.json"
+
+    # manual recompute (Megatron flags) and --recompute
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --recompute-granularity full --recompute-method block \
+        --recompute-num-layers 5 --json "$out/block.json" >"$out/block.txt" 2>&1
+    check "block recompute: 5 full + 11 none" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); c = d["chosen"]
+assert (c["layers_full"], c["layers_selective"], c["layers_none"]) == (5, 0, 11), c' "$out/block.json"
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --recompute selective >"$out/sel.txt" 2>&1
+    check "--recompute selective" has "$out/sel.txt" "selective (all 16 layers)"
+    "$LJPERF" plan --model deepspeed/llama3.2-1b --seq-length 1024 --zero-stage 3 >"$out/ds.txt" 2>&1
+    check "deepspeed/ prefix and ZeRO-3 on one GPU accepted" has "$out/ds.txt" "shards nothing"
+
+    # CHECKPOINT_OPTIMIZATION: off -> no recompute search; a typo is an error naming it
+    CHECKPOINT_OPTIMIZATION=0 "$LJPERF" plan --model llama3.2-1b --seq-length 1024 >"$out/env_off.txt" 2>&1
+    check "CHECKPOINT_OPTIMIZATION=0: policy none" has "$out/env_off.txt" "CHECKPOINT_OPTIMIZATION is off"
+    CHECKPOINT_OPTIMIZATION=yes "$LJPERF" plan --model llama3.2-1b --seq-length 1024 >"$out/env_on.txt" 2>&1
+    check "CHECKPOINT_OPTIMIZATION=yes: auto" has "$out/env_on.txt" "recompute: auto"
+    CHECKPOINT_OPTIMIZATION=ture "$LJPERF" plan --model llama3.2-1b >"$out/env_bad.txt" 2>&1
+    check "CHECKPOINT_OPTIMIZATION=ture: exit 1" test $? = 1
+    check "CHECKPOINT_OPTIMIZATION=ture: names variable and value" has "$out/env_bad.txt" "CHECKPOINT_OPTIMIZATION='ture'"
+fi
+
+# a CPU plan (fp32 recipe: no master weights, no CUDA context)
+"$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --micro-batch-size 2 --json "$out/cpu.json" >"$out/cpu.txt" 2>&1
+check "cpu plan: exit 0" test $? = 0
+check "cpu plan: breakdown" has "$out/cpu.txt" "saved activations"
+check "cpu plan json" python3 -c '
+import json, sys; d = json.load(open(sys.argv[1]))
+cats = {r["category"]: r["bytes"] for r in d["breakdown"]}
+assert d["device"] == "cpu" and cats["master weights"] == 0 and cats["CUDA context"] == 0, cats
+assert d["chosen"]["micro_batch_size"] == 2' "$out/cpu.json"
+
+# bad flags: non-zero exit and a message naming the flag
+bad() { # bad NAME PATTERN ARGS...
+    local name="$1" pattern="$2"
+    shift 2
+    "$LJPERF" plan "$@" >"$out/bad.txt" 2>&1
+    local rc=$?
+    check "bad: $name (exit $rc)" test "$rc" -ne 0
+    check "bad: $name message" has "$out/bad.txt" "$pattern"
+}
+bad "no model" "--model is required" --seq-length 128
+bad "unknown flag" "unknown flag '--frobnicate'" --model llama3-nano --device cpu --frobnicate
+bad "micro-batch 0" "--micro-batch-size 0" --model llama3-nano --device cpu --micro-batch-size 0
+bad "micro-batch text" "--micro-batch-size: 'many'" --model llama3-nano --device cpu --micro-batch-size many
+bad "device" "--device: 'tpu'" --model llama3-nano --device tpu
+bad "recompute" "--recompute: 'some'" --model llama3-nano --device cpu --recompute some
+bad "granularity" "--recompute-granularity: 'half'" --model llama3-nano --device cpu --recompute-granularity half
+bad "num layers" "--recompute-num-layers 99" --model llama3-nano --device cpu --recompute-granularity full \
+    --recompute-method block --recompute-num-layers 99
+bad "device memory" "--device-memory: 'lots'" --model llama3-nano --device cpu --device-memory lots
+bad "margin" "--margin: '150%'" --model llama3-nano --device cpu --margin 150%
+bad "world size" "not yet supported" --model llama3-nano --device cpu --world-size 2
+bad "zero stage" "--zero-stage 5" --model llama3-nano --device cpu --zero-stage 5
+bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
+bad "unknown model" "llama9" --model llama9 --device cpu
+bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length
+
+exit $fail
