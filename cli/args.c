@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "plan/planner.h"
 
 static lj_status value(int argc, char **argv, int *i, const char **out) {
     if (*i + 1 >= argc) return lj_fail(LJ_ERR_ARG, "%s needs a value", argv[*i]);
@@ -16,16 +17,20 @@ static lj_status value(int argc, char **argv, int *i, const char **out) {
 
 lj_status lj_cli_str(int argc, char **argv, int *i, const char **out) { return value(argc, argv, i, out); }
 
-lj_status lj_cli_int(int argc, char **argv, int *i, int *out) {
-    const char *v = NULL;
-    LJ_TRY(value(argc, argv, i, &v));
+lj_status lj_cli_parse_int(const char *flag, const char *v, int *out) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
-        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", argv[*i - 1], v);
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", flag, v);
     *out = (int)x;
     return LJ_OK;
+}
+
+lj_status lj_cli_int(int argc, char **argv, int *i, int *out) {
+    const char *v = NULL;
+    LJ_TRY(value(argc, argv, i, &v));
+    return lj_cli_parse_int(argv[*i - 1], v, out);
 }
 
 lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out) {
@@ -100,4 +105,40 @@ const char *lj_cli_cache_dir(char *buf, size_t len) {
     }
     snprintf(buf, len, ".cache");
     return buf;
+}
+
+lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
+                           int *micro_batch_size, int grad_accum_steps, const char *recompute,
+                           const char *granularity, const char *method, int num_layers, int auto_if_needed,
+                           uint8_t *policy) {
+    int env_on = 0;
+    LJ_TRY(lj_planner_env_enabled(&env_on));
+    int use_planner = env_on || (recompute && strcmp(recompute, "auto") == 0);
+    if (recompute && !use_planner) {
+        if (granularity) return lj_fail(LJ_ERR_ARG, "--recompute and --recompute-granularity exclude each other");
+        if (!strcmp(recompute, "none")) granularity = NULL;
+        else if (!strcmp(recompute, "full") || !strcmp(recompute, "selective")) granularity = recompute;
+        else return lj_fail(LJ_ERR_ARG, "--recompute: '%s' is not one of auto, none, selective, full", recompute);
+    }
+    if (*micro_batch_size == 0 && !use_planner)
+        return lj_fail(LJ_ERR_ARG, "--micro-batch-size auto needs --recompute auto or CHECKPOINT_OPTIMIZATION=true");
+    char cache[1024];
+    lj_planner_target target;
+    LJ_TRY(lj_planner_target_init(&target, ops, lj_cli_cache_dir(cache, sizeof cache), NULL));
+    target.grad_accum_steps = grad_accum_steps > 0 ? grad_accum_steps : 1;
+    if (!use_planner) {
+        LJ_TRY(lj_planner_megatron_recompute(granularity, method, num_layers, cfg->num_hidden_layers, policy));
+        lj_planner_result res;
+        lj_status s = lj_planner_search(cfg, seq_length, *micro_batch_size, policy, &target, &res);
+        if (s == LJ_OK && res.found) return LJ_OK;
+        if (!auto_if_needed)
+            return lj_fail(LJ_ERR_OOM, "the run does not fit in %s memory: %s (or let the planner choose: "
+                                       "--recompute auto or CHECKPOINT_OPTIMIZATION=true)",
+                           ops->name, res.explanation);
+        lj_log_info("%s: the manual recompute policy does not fit; the planner chooses", cmd);
+    }
+    char why[1536];
+    LJ_TRY(lj_planner_choose(cfg, seq_length, micro_batch_size, &target, policy, why, sizeof why));
+    lj_log_info("%s: recompute planner%s: %s", cmd, env_on ? " (CHECKPOINT_OPTIMIZATION)" : "", why);
+    return LJ_OK;
 }

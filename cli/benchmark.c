@@ -12,39 +12,56 @@ static void usage(FILE *f) {
             "  --model NAME|config.json   preset (%s), deepspeed/<preset>, or an HF config\n"
             "  --device auto|cpu|cuda     (default auto)\n"
             "  --seq-length T             (default 4096 on a GPU, 256 on the CPU)\n"
-            "  --micro-batch-size B       (default 1)\n"
+            "  --micro-batch-size B|auto  (default 1)\n"
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
             "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
             "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones\n"
             "  --no-fusion                unfused kernel twins\n"
-            "  --recompute-granularity full|selective   recompute every layer\n"
-            "  --ablation                 one row per optimisation: Base, +Fusion\n"
+            "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
+            "                             on by itself for deepspeed/ names that would not fit)\n"
+            "  --recompute-granularity full|selective --recompute-method uniform|block --recompute-num-layers N\n"
+            "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt\n"
             "  --json FILE                the result (or the ablation rows) as JSON\n"
             "  --seed S                   (default 1234)\n",
             lj_config_preset_names());
 }
 
-/* One row of the ablation: a name and how it changes the configuration of the row above. */
+/* The recompute policies the ablation compares: the manual one (Megatron flags; full
+ * recompute when nothing else fits) and the planner's. */
+typedef struct {
+    uint8_t manual[LJ_MAX_LAYERS];
+    uint8_t planned[LJ_MAX_LAYERS];
+} ablation_ctx;
+
+/* One row of the ablation: a name and how it changes the configuration of the row above.
+ * Adding a row is adding an entry here. */
 typedef struct {
     const char *name;
     const char *what;
-    void (*apply)(lj_bench_config *cfg);
+    void (*apply)(lj_bench_config *cfg, const ablation_ctx *ctx);
 } ablation_row;
 
-static void apply_base(lj_bench_config *c) { c->fused = 0; }
-static void apply_fusion(lj_bench_config *c) { c->fused = 1; }
+static void apply_base(lj_bench_config *c, const ablation_ctx *x) {
+    c->fused = 0;
+    memcpy(c->recompute, x->manual, sizeof c->recompute);
+}
+static void apply_fusion(lj_bench_config *c, const ablation_ctx *x) { c->fused = 1; }
+static void apply_ckptopt(lj_bench_config *c, const ablation_ctx *x) {
+    memcpy(c->recompute, x->planned, sizeof c->recompute);
+}
 
 static const ablation_row k_ablation[] = {
-    {"Base", "unfused twins, no CUDA graph", apply_base},
+    {"Base", "unfused twins, no CUDA graph, manual recompute", apply_base},
     {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE) and a CUDA graph", apply_fusion},
+    {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt},
 };
 
-static int run_ablation(lj_bench_config *cfg, const char *json_path) {
+static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const char *json_path) {
     const int rows = (int)(sizeof k_ablation / sizeof k_ablation[0]);
     double tps[8];
     lj_bench_result res[8];
     for (int i = 0; i < rows; i++) {
-        k_ablation[i].apply(cfg);
+        k_ablation[i].apply(cfg, ctx);
         fprintf(stderr, "ablation row %s (%s)\n", k_ablation[i].name, k_ablation[i].what);
         if (lj_bench_run(cfg, &res[i]) != LJ_OK) return lj_cli_error("benchmark");
         tps[i] = res[i].tokens_per_s;
@@ -77,8 +94,9 @@ static int run_ablation(lj_bench_config *cfg, const char *json_path) {
 int lj_cli_benchmark(int argc, char **argv) {
     lj_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL;
-    int seq = 0, iters = -1, warmup = -1, ablation = 0;
+    const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
+    const char *mbs = NULL;
+    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1;
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
     cfg.seed = 1234;
@@ -92,7 +110,10 @@ int lj_cli_benchmark(int argc, char **argv) {
         } else if (!strcmp(a, "--model")) s = lj_cli_str(argc, argv, &i, &model);
         else if (!strcmp(a, "--device")) s = lj_cli_str(argc, argv, &i, &device);
         else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq);
-        else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_int(argc, argv, &i, &cfg.micro_batch_size);
+        else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_str(argc, argv, &i, &mbs);
+        else if (!strcmp(a, "--recompute")) s = lj_cli_str(argc, argv, &i, &recompute);
+        else if (!strcmp(a, "--recompute-method")) s = lj_cli_str(argc, argv, &i, &method);
+        else if (!strcmp(a, "--recompute-num-layers")) s = lj_cli_int(argc, argv, &i, &num_layers);
         else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters);
         else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup);
         else if (!strcmp(a, "--json")) s = lj_cli_str(argc, argv, &i, &json);
@@ -121,16 +142,41 @@ int lj_cli_benchmark(int argc, char **argv) {
     cfg.seq_length = seq > 0 ? seq : (cpu ? 256 : 4096);
     cfg.train_iters = iters >= 0 ? iters : (cpu ? 5 : 20);
     cfg.warmup_iters = warmup >= 0 ? warmup : (cpu ? 1 : 5);
-    if (granularity) {
-        int policy = !strcmp(granularity, "full") ? LJ_RECOMPUTE_FULL
-                     : !strcmp(granularity, "selective") ? LJ_RECOMPUTE_SELECTIVE : -1;
-        if (policy < 0) {
-            lj_fail(LJ_ERR_ARG, "--recompute-granularity: '%s' is not one of full, selective", granularity);
-            return lj_cli_error("benchmark");
-        }
-        memset(cfg.recompute, policy, sizeof cfg.recompute);
+    if (mbs && !strcmp(mbs, "auto")) cfg.micro_batch_size = 0;
+    else if (mbs && (lj_cli_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
+                     cfg.micro_batch_size <= 0)) {
+        if (cfg.micro_batch_size <= 0) lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+        return lj_cli_error("benchmark");
     }
-    if (ablation) return run_ablation(&cfg, json);
+    if (cfg.seq_length > cfg.model.max_position_embeddings) {
+        lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", cfg.seq_length,
+                cfg.model.max_position_embeddings);
+        return lj_cli_error("benchmark");
+    }
+    /* deepspeed/ names: the planner turns on by itself when the manual policy does not fit */
+    const int deepspeed = name != model;
+    ablation_ctx ctx;
+    if (ablation) {
+        /* the manual baseline: the flags, or full recompute when they do not fit */
+        int mb = cfg.micro_batch_size > 0 ? cfg.micro_batch_size : 1;
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, "none", NULL, NULL, -1, 0,
+                             ctx.manual) != LJ_OK &&
+            !granularity) {
+            lj_log_info("benchmark --ablation: no recompute does not fit; the manual baseline is full recompute");
+            granularity = "full";
+        }
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, NULL, granularity, method,
+                             num_layers, 0, ctx.manual) != LJ_OK)
+            return lj_cli_error("benchmark");
+        cfg.micro_batch_size = mb;
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, "auto", NULL, NULL, -1, 0,
+                             ctx.planned) != LJ_OK)
+            return lj_cli_error("benchmark");
+        return run_ablation(&cfg, &ctx, json);
+    }
+    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, recompute,
+                         granularity, method, num_layers, deepspeed, cfg.recompute) != LJ_OK)
+        return lj_cli_error("benchmark");
     lj_bench_result res;
     if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");
     lj_bench_print(&cfg, &res, stdout);

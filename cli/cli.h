@@ -14,11 +14,14 @@ int lj_cli_generate(int argc, char **argv);
 int lj_cli_error(const char *cmd);
 
 #include "base/base.h"
+#include "model/config.h"
 #include "ops/ops.h"
 
 /* Flag values: each reads argv[*i + 1] for flag argv[*i] and advances *i.
  * Errors: LJ_ERR_ARG naming the flag ("--seq-length: 'abc' is not an integer"). */
 lj_status lj_cli_int(int argc, char **argv, int *i, int *out);
+/* Parses `text` as the integer value of `flag`. */
+lj_status lj_cli_parse_int(const char *flag, const char *text, int *out);
 lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out);
 lj_status lj_cli_double(int argc, char **argv, int *i, double *out);
 lj_status lj_cli_float(int argc, char **argv, int *i, float *out);
@@ -27,6 +30,19 @@ lj_status lj_cli_str(int argc, char **argv, int *i, const char **out);
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
 lj_status lj_cli_device(const char *device, const lj_ops **ops);
+
+/* The recompute policy (and micro-batch size) of a train or benchmark run, decided before
+ * anything is allocated:
+ *   - the planner (plan/planner.h) when `recompute` is "auto", when CHECKPOINT_OPTIMIZATION is
+ *     on, or when `auto_if_needed` and the manual policy would not fit;
+ *   - else Megatron's flags (granularity NULL: no recompute), checked against device memory.
+ * *micro_batch_size: in, the size or 0 for auto (needs the planner); out, the size to use.
+ * Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
+ * typo), LJ_ERR_OOM (nothing fits: the smallest memory needed and what would make it fit). */
+lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
+                           int *micro_batch_size, int grad_accum_steps, const char *recompute,
+                           const char *granularity, const char *method, int num_layers, int auto_if_needed,
+                           uint8_t *policy);
 
 /* The default cache directory: $LJPERF_CACHE, else <repo>/.cache next to the binary's build
  * directory (found through /proc/self/exe), else ./.cache. Written into buf. */

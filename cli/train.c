@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "  --split 969,30,1              train/valid/test split of the documents (default 969,30,1)\n"
             "batch and schedule:\n"
             "  --seq-length T                tokens per sample (default 256)\n"
-            "  --micro-batch-size B          samples per forward/backward (default 4)\n"
+            "  --micro-batch-size B|auto     samples per forward/backward (default 4)\n"
             "  --global-batch-size G         samples per optimizer step (default B; G/B accumulation steps)\n"
             "  --train-iters N               optimizer steps (default 100)\n"
             "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 3e-5)\n"
@@ -31,7 +31,10 @@ static void usage(FILE *f) {
             "  --clip-grad C                 global gradient-norm clipping (default 1.0; 0 = off)\n"
             "  --seed S                      init and data order seed (default 1234)\n"
             "memory:\n"
-            "  --recompute-granularity full|selective   activation recomputation (default: none)\n"
+            "  --recompute auto|none|selective|full     auto: the planner picks per-layer recompute (and the\n"
+            "                                           micro-batch with --micro-batch-size auto); also\n"
+            "                                           CHECKPOINT_OPTIMIZATION=true\n"
+            "  --recompute-granularity full|selective   Megatron's manual recompute (default: none)\n"
             "  --recompute-method uniform|block         uniform: every layer; block: the first N layers\n"
             "  --recompute-num-layers N                 layers for --recompute-method block\n"
             "  --no-fusion                   unfused kernel twins (for comparison)\n"
@@ -48,33 +51,9 @@ static void usage(FILE *f) {
             lj_config_preset_names());
 }
 
-/* Applies Megatron-LM's recompute flags to the per-layer policy array. */
-static lj_status apply_recompute(lj_train_config *c, const char *granularity, const char *method, int num_layers) {
-    memset(c->recompute, LJ_RECOMPUTE_NONE, sizeof c->recompute);
-    if (!granularity) {
-        if (method) return lj_fail(LJ_ERR_ARG, "--recompute-method needs --recompute-granularity");
-        return LJ_OK;
-    }
-    lj_recompute policy;
-    if (strcmp(granularity, "full") == 0) policy = LJ_RECOMPUTE_FULL;
-    else if (strcmp(granularity, "selective") == 0) policy = LJ_RECOMPUTE_SELECTIVE;
-    else return lj_fail(LJ_ERR_ARG, "--recompute-granularity: '%s' is not one of full, selective", granularity);
-    const int L = c->model.num_hidden_layers;
-    int layers = L;
-    if (method && strcmp(method, "block") == 0) {
-        if (num_layers < 0 || num_layers > L)
-            return lj_fail(LJ_ERR_ARG, "--recompute-num-layers %d: the model has %d layers", num_layers, L);
-        layers = num_layers;
-    } else if (method && strcmp(method, "uniform") != 0) {
-        return lj_fail(LJ_ERR_ARG, "--recompute-method: '%s' is not one of uniform, block", method);
-    }
-    for (int l = 0; l < layers; l++) c->recompute[l] = (uint8_t)policy;
-    return LJ_OK;
-}
-
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const char *model = "llama3-tiny", *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
-    const char *decay_style = NULL;
+    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL;
     int num_layers = -1, decay_iters = -1, gbs = 0;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
@@ -92,7 +71,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
             c->data_args = argv + start;
         } else if (!strcmp(a, "--split")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->split));
         else if (!strcmp(a, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->seq_length));
-        else if (!strcmp(a, "--micro-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->micro_batch_size));
+        else if (!strcmp(a, "--micro-batch-size")) LJ_TRY(lj_cli_str(argc, argv, &i, &mbs));
+        else if (!strcmp(a, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &recompute));
         else if (!strcmp(a, "--global-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &gbs));
         else if (!strcmp(a, "--train-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->train_iters));
         else if (!strcmp(a, "--lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.lr));
@@ -127,7 +107,18 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
     LJ_TRY(lj_config_resolve(model, &c->model));
     LJ_TRY(lj_cli_device(device, &c->ops));
-    LJ_TRY(apply_recompute(c, granularity, method, num_layers));
+    if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
+    else if (mbs) {
+        LJ_TRY(lj_cli_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
+        if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+    }
+    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
+    if (c->seq_length > c->model.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
+                       c->model.max_position_embeddings);
+    const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
+    LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation, recompute,
+                            granularity, method, num_layers, 0, c->recompute));
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
     c->lr.decay_iters = decay_iters >= 0 ? decay_iters : c->train_iters;
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size;
