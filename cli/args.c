@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "plan/planner.h"
 
 static lj_status value(int argc, char **argv, int *i, const char **out) {
@@ -141,4 +142,28 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
     LJ_TRY(lj_planner_choose(cfg, seq_length, micro_batch_size, &target, policy, why, sizeof why));
     lj_log_info("%s: recompute planner%s: %s", cmd, env_on ? " (CHECKPOINT_OPTIMIZATION)" : "", why);
     return LJ_OK;
+}
+
+int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
+    int nproc = 0;
+    const char *device = "auto";
+    for (int i = 0; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--nproc-per-node") && lj_cli_parse_int("--nproc-per-node", argv[i + 1], &nproc) != LJ_OK) {
+            *status = lj_cli_error(cmd);
+            return 1;
+        }
+        if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+    }
+    lj_dist_env env;
+    if (nproc <= 1 || (lj_dist_env_detect(&env) == LJ_OK && env.launcher != LJ_LAUNCHER_NONE)) return 0;
+    lj_dist_backend backend;
+    if (!strcmp(device, "cpu")) backend = LJ_DIST_MPI;
+    else if (!strcmp(device, "cuda")) backend = LJ_DIST_NCCL;
+    else {
+        lj_fail(LJ_ERR_ARG, "--nproc-per-node needs --device cpu or --device cuda");
+        *status = lj_cli_error(cmd);
+        return 1;
+    }
+    *status = lj_launch(nproc, backend, cmd, argc, argv);
+    return 1;
 }

@@ -44,6 +44,12 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
                            const char *granularity, const char *method, int num_layers, int auto_if_needed,
                            uint8_t *policy);
 
+/* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (dist/dist.h lj_launch;
+ * MPI ranks for --device cpu, NCCL ranks for --device cuda), waits for them, sets *status to
+ * the launcher's exit status and returns 1. Returns 0 when there is nothing to launch (no flag,
+ * N = 1, or this process is already a rank). */
+int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
+
 /* The default cache directory: $LJPERF_CACHE, else <repo>/.cache next to the binary's build
  * directory (found through /proc/self/exe), else ./.cache. Written into buf. */
 const char *lj_cli_cache_dir(char *buf, size_t len);

@@ -1,8 +1,11 @@
 /* train.c: `ljperf train`: flags (Megatron-LM names) -> lj_train_config -> lj_train_run. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dist/dist.h"
 #include "train/train.h"
 
 static void usage(FILE *f) {
@@ -12,6 +15,12 @@ static void usage(FILE *f) {
             "model and device:\n"
             "  --model NAME|config.json|DIR  preset (%s) or HF config (default llama3-tiny)\n"
             "  --device auto|cpu|cuda        default auto: the GPU if there is one, else the CPU\n"
+            "parallelism:\n"
+            "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
+            "                                --device cpu through mpirun); mpirun/srun/torchrun also work\n"
+            "  --zero-stage S                DeepSpeed ZeRO stage (0: replicated; 1-3 not yet)\n"
+            "  --deepspeed ds_config.json    DeepSpeed config: batch sizes, gradient_clipping, optimizer,\n"
+            "                                scheduler, zero_optimization (unknown keys are named)\n"
             "data:\n"
             "  --data-path [W1] P1 [W2 P2..] Megatron indexed datasets (PREFIX of .bin/.idx) or llm.c shards,\n"
             "                                optionally blended with weights\n"
@@ -51,9 +60,34 @@ static void usage(FILE *f) {
             lj_config_preset_names());
 }
 
+/* --deepspeed ds_config.json: batch sizes (DeepSpeed's rule, with the launcher's world size),
+ * clipping, AdamW parameters, scheduler and ZeRO stage. */
+static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs, int *micro_batch_size) {
+    lj_deepspeed_config *ds = &c->deepspeed;
+    LJ_TRY(lj_deepspeed_load(ds, path));
+    lj_dist_env env;
+    LJ_TRY(lj_dist_env_detect(&env));
+    lj_deepspeed_hints h = {env.world_size > 0 ? env.world_size : 1, c->model.hidden_size, *micro_batch_size, *gbs,
+                            c->train_iters, c->lr.warmup_iters};
+    LJ_TRY(lj_deepspeed_resolve(ds, &h));
+    *gbs = (int)ds->train_batch_size;
+    *micro_batch_size = (int)ds->train_micro_batch_size_per_gpu;
+    if (!isnan(ds->gradient_clipping)) c->adamw.max_grad_norm = (float)ds->gradient_clipping;
+    if (ds->optimizer.type != LJ_DS_OPTIMIZER_NONE) {
+        if (!isnan(ds->optimizer.lr)) c->lr.lr = ds->optimizer.lr;
+        if (!isnan(ds->optimizer.beta1)) c->adamw.beta1 = (float)ds->optimizer.beta1;
+        if (!isnan(ds->optimizer.beta2)) c->adamw.beta2 = (float)ds->optimizer.beta2;
+        if (!isnan(ds->optimizer.eps)) c->adamw.eps = (float)ds->optimizer.eps;
+        if (!isnan(ds->optimizer.weight_decay)) c->adamw.weight_decay = (float)ds->optimizer.weight_decay;
+    }
+    c->zero_stage = ds->zero.stage;
+    c->has_deepspeed = 1;
+    return LJ_OK;
+}
+
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const char *model = "llama3-tiny", *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
-    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL;
+    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL;
     int num_layers = -1, decay_iters = -1, gbs = 0;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
@@ -102,6 +136,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--eval-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_iters));
         else if (!strcmp(a, "--log-json")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->log_json));
         else if (!strcmp(a, "--quiet")) c->quiet = 1;
+        else if (!strcmp(a, "--deepspeed") || !strcmp(a, "--deepspeed_config"))
+            LJ_TRY(lj_cli_str(argc, argv, &i, &ds_path));
+        else if (!strcmp(a, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->zero_stage));
+        else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
@@ -111,6 +149,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     else if (mbs) {
         LJ_TRY(lj_cli_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
         if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+    }
+    if (ds_path) {
+        int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
+        LJ_TRY(apply_deepspeed(c, ds_path, &gbs, &mb));
+        c->micro_batch_size = mb;
     }
     if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
     if (c->seq_length > c->model.max_position_embeddings)
@@ -133,6 +176,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
 }
 
 int lj_cli_train(int argc, char **argv) {
+    int status;
+    if (lj_cli_maybe_launch("train", argc, argv, &status)) return status;
     lj_train_config cfg;
     int help = 0;
     if (parse(argc, argv, &cfg, &help) != LJ_OK) return lj_cli_error("train");

@@ -62,6 +62,7 @@ typedef struct {
     float *adam_m;       /* [P] f32 (training) */
     float *adam_v;       /* [P] f32 (training) */
     float *grad_norm_sq; /* [1] f32 */
+    float *dist_scalars; /* [2] f32 (training): values summed across data-parallel ranks (loss, stop flag) */
 
     /* inputs and activations */
     int32_t *inputs;     /* [N] token ids */

@@ -57,6 +57,9 @@ struct lj_ops {
     void (*download)(void *dst_host, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);
+    /* The stream the ops run on (a cudaStream_t), for ordering collectives against them; NULL
+     * entry on the CPU. */
+    void *(*stream)(void);
     /* Free and total memory of the device in bytes (CPU: available and total host RAM). */
     lj_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);
     /* dst[n] (param_dtype) = src[n] (f32), with round-to-nearest-even for bf16. */

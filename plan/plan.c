@@ -62,6 +62,7 @@ static void walk(walker *w, lj_model *m) {
     m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", P * 4) : NULL;
     m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", P * 4) : NULL;
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
+    m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
 
     /* inputs, RoPE tables, residual stream */
     const int rope_rows = generation ? o->kv_cache_tokens : T;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "dist/dist.h"
 #include "io/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
@@ -50,7 +51,12 @@ typedef struct {
     lj_rng rng;                /* reserved for stochastic features; saved for exact resume */
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
+    lj_dist *dist;             /* data-parallel ranks (a world of one without a launcher) */
+    int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
+    int rank, world;
 } run;
+
+static void sum_across_ranks(run *r, float *values, int n);
 
 static lj_status open_data(run *r) {
     const lj_train_config *c = r->cfg;
@@ -60,16 +66,20 @@ static lj_status open_data(run *r) {
     lc.seq_length = c->seq_length;
     lc.micro_batch_size = c->micro_batch_size;
     lc.seed = c->seed;
-    lc.dp_rank = 0;
-    lc.dp_world_size = 1;
+    lc.dp_rank = r->rank;
+    lc.dp_world_size = r->world;
     snprintf(lc.split, sizeof lc.split, "%s", c->split);
     lc.which = LJ_SPLIT_TRAIN;
     LJ_TRY(lj_loader_init(&r->train_data, &lc));
     LJ_TRY(lj_loader_check_vocab(&r->train_data, c->model.vocab_size));
     if (!c->quiet) lj_loader_log_summary(&r->train_data);
-    lc.which = LJ_SPLIT_VALID;
-    if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
-    else lj_log_warn("no validation data: %s", lj_error_message());
+    lc.which = LJ_SPLIT_VALID; /* rank 0 evaluates the whole valid split alone */
+    lc.dp_rank = 0;
+    lc.dp_world_size = 1;
+    if (r->rank == 0) {
+        if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
+        else lj_log_warn("no validation data: %s", lj_error_message());
+    }
     return LJ_OK;
 }
 
@@ -179,6 +189,16 @@ static lj_status save_checkpoint(run *r) {
     return s;
 }
 
+/* Rank 0 saves (every rank holds the same state under ZeRO stage 0); all ranks learn whether
+ * it worked, so that none waits for a rank that stopped. */
+static lj_status checkpoint(run *r) {
+    lj_status s = r->rank == 0 ? save_checkpoint(r) : LJ_OK;
+    float failed = s != LJ_OK;
+    sum_across_ranks(r, &failed, 1);
+    if (s == LJ_OK && failed > 0.0f) s = lj_fail(LJ_ERR_IO, "rank 0 could not save the checkpoint");
+    return s;
+}
+
 /* Loads --load: a training-state root (latest_checkpointed_iteration.txt or iter_* dirs) for an
  * exact resume, else a Hugging Face checkpoint directory for continued training. */
 static lj_status load_checkpoint(run *r) {
@@ -268,6 +288,43 @@ static void log_eval(run *r, double loss) {
     }
 }
 
+/* Joins the data-parallel world (MPI for CPU ranks, NCCL for GPU ranks) with a hash of
+ * everything the ranks must agree on. */
+static lj_status init_dist(run *r) {
+    const lj_train_config *c = r->cfg;
+    if (c->zero_stage != 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stage 0, replicated data parallel, is)",
+                       c->zero_stage);
+    lj_dist_options o;
+    lj_dist_options_default(&o);
+    o.backend = strcmp(c->ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
+    char summary[512];
+    snprintf(summary, sizeof summary,
+             "model %s (V %d, d %d, L %d), backend %s, micro-batch %d, seq %d, global batch %d, iters %d, seed %llu",
+             c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
+             c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
+    o.config_hash = lj_dist_hash(LJ_DIST_HASH_INIT, summary, strlen(summary));
+    o.config_summary = summary;
+    LJ_TRY(lj_dist_init(&r->dist, &o));
+    r->rank = lj_dist_rank(r->dist);
+    r->world = lj_dist_world_size(r->dist);
+    if (r->world > 1 && r->rank == 0)
+        lj_log_info("data parallel: %d ranks (ZeRO stage 0, gradients all-reduced)", r->world);
+    return LJ_OK;
+}
+
+/* Sums `n` (<= 2) floats across ranks through the model's device scalars. */
+static void sum_across_ranks(run *r, float *values, int n) {
+    if (r->world == 1) return;
+    lj_model *m = &r->model;
+    void *stream = m->ops->stream ? m->ops->stream() : NULL;
+    m->ops->upload(m->dist_scalars, values, (size_t)n * sizeof(float));
+    lj_status s = lj_dist_all_reduce(r->dist, m->dist_scalars, m->dist_scalars, n, LJ_DTYPE_F32, stream);
+    if (s == LJ_OK) s = lj_dist_wait(r->dist, LJ_DIST_ALL, stream);
+    if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
+    m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
+}
+
 static lj_status setup(run *r) {
     const lj_train_config *c = r->cfg;
     if (c->seq_length > c->model.max_position_embeddings)
@@ -278,8 +335,13 @@ static lj_status setup(run *r) {
     if (c->global_batch_size % c->micro_batch_size != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
                        c->global_batch_size, c->micro_batch_size);
-    r->accumulation = c->global_batch_size / c->micro_batch_size;
+    LJ_TRY(init_dist(r));
+    if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d ranks",
+                       c->global_batch_size, c->micro_batch_size, r->world);
+    r->accumulation = c->global_batch_size / (c->micro_batch_size * r->world);
     lj_rng_seed(&r->rng, c->seed);
+    if (r->rank != 0) lj_log_set_quiet(1);
 
     LJ_TRY(open_data(r));
 
@@ -304,7 +366,7 @@ static lj_status setup(run *r) {
     r->num_segments = lj_adamw_segments(&r->model.layout, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
-    if (c->log_json) {
+    if (c->log_json && r->rank == 0) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
     }
@@ -322,13 +384,14 @@ static void teardown(run *r) {
     if (r->model.layers) lj_model_free(&r->model);
     lj_loader_free(&r->train_data);
     if (r->have_valid) lj_loader_free(&r->valid_data);
+    if (r->dist) lj_dist_free(r->dist);
 }
 
 /* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. */
 static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
-    const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation);
+    const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
     m->ops->memset_zero(m->grads, (size_t)m->layout.total * lj_dtype_size(m->ops->grad_dtype));
     double sum = 0.0;
     for (int micro = 0; micro < r->accumulation; micro++) {
@@ -337,11 +400,22 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
         lj_model_forward_backward(m, dloss);
         sum += lj_model_mean_loss(m);
     }
+    if (r->world > 1) { /* ZeRO stage 0: every rank gets the sum of all ranks' gradients */
+        void *stream = m->ops->stream ? m->ops->stream() : NULL;
+        lj_status s = lj_dist_all_reduce(r->dist, m->grads, m->grads, m->layout.total, m->ops->grad_dtype, stream);
+        if (s == LJ_OK) s = lj_dist_wait(r->dist, LJ_DIST_ALL, stream);
+        if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
+    }
     const int step = r->iteration + 1;
-    *lr = (float)lj_lr_at(&c->lr, step);
+    *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
+                      ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
+                      : lj_lr_at(&c->lr, step));
     *grad_norm = lj_adamw_step(m->ops, m->params, m->master, m->grads, m->adam_m, m->adam_v, m->grad_norm_sq,
                                m->ws_norm, m->layout.total, r->segments, r->num_segments, &c->adamw, *lr, step);
-    *loss = sum / r->accumulation;
+    float scalars[2] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0)};
+    sum_across_ranks(r, scalars, 2);
+    *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
+    r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
     r->iteration = step;
     r->consumed_samples += c->global_batch_size;
 }
@@ -365,7 +439,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
     const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
     int last_saved = r.iteration;
-    while (r.iteration < cfg->train_iters && !g_stop_signal) {
+    while (r.iteration < cfg->train_iters && !r.stop) {
         const double t0 = lj_time_sec();
         double loss, grad_norm;
         float lr;
@@ -377,7 +451,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                         r.iteration);
             break;
         }
-        if (!cfg->quiet && (r.iteration % cfg->log_interval == 0 || r.iteration == cfg->train_iters)) {
+        if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == cfg->train_iters)) {
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
                    "tokens/s: %.0f | TFLOP/s: %.3f\n",
@@ -395,27 +469,29 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         if (r.have_valid && cfg->eval_interval > 0 && r.iteration % cfg->eval_interval == 0)
             log_eval(&r, evaluate(&r));
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {
-            s = save_checkpoint(&r);
+            s = checkpoint(&r);
             if (s != LJ_OK) break;
             last_saved = r.iteration;
         }
         if (cfg->exit_interval > 0 && r.iteration % cfg->exit_interval == 0 && r.iteration < cfg->train_iters) {
             lj_log_info("--exit-interval %d: exiting after iteration %d", cfg->exit_interval, r.iteration);
-            if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+            if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             teardown(&r);
             return s;
         }
     }
-    if (s == LJ_OK && g_stop_signal) {
-        lj_log_info("received %s at iteration %d: stopping", g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r.iteration);
-        if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+    if (s == LJ_OK && r.stop) {
+        lj_log_info("received %s at iteration %d: stopping",
+                    g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a signal (on another rank)",
+                    r.iteration);
+        if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
         if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
                                     cfg->save ? " (checkpoint saved)" : " (no --save: nothing saved)");
     } else if (s == LJ_OK) {
         if (r.have_valid && cfg->eval_iters > 0) log_eval(&r, evaluate(&r));
-        if (cfg->save && last_saved != r.iteration) s = save_checkpoint(&r);
+        if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

@@ -7,6 +7,7 @@
 
 #include "model/model.h"
 #include "optim/optim.h"
+#include "train/deepspeed.h"
 
 typedef struct {
     lj_model_config model;
@@ -38,13 +39,19 @@ typedef struct {
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
     const char *log_json;      /* --log-json FILE */
+    int zero_stage;            /* --zero-stage / DeepSpeed zero_optimization.stage (0: replicated) */
+    int has_deepspeed;         /* --deepspeed given: */
+    lj_deepspeed_config deepspeed; /* the resolved config; its scheduler, if any, sets the LR */
     int quiet;                 /* no per-step lines (tests) */
 } lj_train_config;
 
 /* Fills the defaults (Megatron-LM's where they exist). */
 void lj_train_config_defaults(lj_train_config *cfg);
 
-/* Runs training. Returns LJ_OK, LJ_ERR_INTERRUPTED after a clean stop on SIGINT/SIGTERM (the
+/* Runs training, data-parallel over the ranks the launcher started (mpirun, srun,
+ * torchrun-style variables or --nproc-per-node; a world of one otherwise): each rank takes its
+ * share of every global batch, gradients are summed across ranks before the optimizer step
+ * (ZeRO stage 0, replicated), rank 0 logs, evaluates and saves. Returns LJ_OK, LJ_ERR_INTERRUPTED after a clean stop on SIGINT/SIGTERM (the
  * checkpoint is saved when --save is set), or an error with its message. */
 lj_status lj_train_run(const lj_train_config *cfg);
 

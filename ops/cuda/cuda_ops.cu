@@ -130,6 +130,8 @@ static void cuda_synchronize(void) {
     LJ_CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream), "cudaStreamSynchronize");
 }
 
+static void *cuda_stream_ptr(void) { return (void *)g_cuda.stream; }
+
 static lj_status cuda_memory_info(size_t *free_bytes, size_t *total_bytes) {
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaMemGetInfo failed: %s", cudaGetErrorString(e));
@@ -187,6 +189,7 @@ const lj_ops *lj_ops_cuda(void) {
     t->copy = cuda_copy;
     t->synchronize = cuda_synchronize;
     t->memory_info = cuda_memory_info;
+    t->stream = cuda_stream_ptr;
     t->cast_f32_to_param = lj_cuda_cast_f32_to_param;
     t->cast_to_f32 = lj_cuda_cast_to_f32;
     t->embedding_forward = lj_cuda_embedding_forward;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# test_train_dist.sh: data-parallel training on CPU ranks (MPI), ZeRO stage 0:
+#   - 2 ranks (--nproc-per-node 2) and 3 ranks (mpirun -np 3) with the same global batch as one
+#     process give the same loss sequence and final weights within fp32 tolerance;
+#   - a run saved on 2 ranks resumes on 3 and continues the single-process loss sequence;
+#   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
+#   - ZeRO stages not supported yet are refused by name.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
+tmp="$LJ_TEST_TMP/train_dist"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LJPERF_DIST_TIMEOUT=120
+
+head -c 200000 "$LJ_CACHE/data/kjv.txt" > "$tmp/kjv.txt"
+"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 || fail "prepare"
+common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
+        --global-batch-size 12 --train-iters 4 --lr 3e-3 --lr-warmup-iters 1 --seed 11 --quiet --eval-iters 1)
+
+"$LJPERF" train "${common[@]}" --save "$tmp/w1" --log-json "$tmp/w1.jsonl" 2>"$tmp/w1.err" || { cat "$tmp/w1.err"; fail "1 rank"; }
+"$LJPERF" train "${common[@]}" --nproc-per-node 2 --save "$tmp/w2" --log-json "$tmp/w2.jsonl" 2>"$tmp/w2.err" \
+  || { cat "$tmp/w2.err"; fail "2 ranks"; }
+grep -q "data parallel: 2 ranks" "$tmp/w2.err" || fail "2 ranks did not report data parallelism"
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --save "$tmp/w3" \
+  --log-json "$tmp/w3.jsonl" 2>"$tmp/w3.err" || { cat "$tmp/w3.err"; fail "3 ranks under mpirun"; }
+
+compare() { # compare A.jsonl B.jsonl CKPT_A CKPT_B
+  python3 - "$@" <<'PY'
+import json, struct, sys, array, math
+def losses(p):
+    return {r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+common = sorted(set(a) & set(b))
+assert common, "no common iterations"
+worst = max(abs(a[i] - b[i]) / abs(a[i]) for i in common)
+print("  %d losses, worst relative difference %.2e" % (len(common), worst))
+assert worst <= 1e-5, "loss sequences differ"
+if len(sys.argv) > 4:
+    def master(d):
+        it = open(d + "/latest_checkpointed_iteration.txt").read().strip()
+        f = open("%s/iter_%07d/state.safetensors" % (d, int(it)), "rb")
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        begin, end = h["master"]["data_offsets"]
+        f.seek(8 + n + begin)
+        x = array.array("f")
+        x.frombytes(f.read(end - begin))
+        return x
+    x, y = master(sys.argv[3]), master(sys.argv[4])
+    num = sum((p - q) ** 2 for p, q in zip(x, y))
+    den = sum(p * p for p in x)
+    rel = math.sqrt(num / den)
+    print("  final weights: relative difference %.2e over %d values" % (rel, len(x)))
+    assert rel <= 1e-5, "final weights differ"
+PY
+}
+echo "1 rank vs 2 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w2.jsonl" "$tmp/w1" "$tmp/w2" || fail "2 ranks differ from 1"
+echo "1 rank vs 3 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w3.jsonl" "$tmp/w1" "$tmp/w3" || fail "3 ranks differ from 1"
+
+# saved on 2 ranks after iteration 2, resumed on 3
+"$LJPERF" train "${common[@]}" --nproc-per-node 2 --save "$tmp/r" --exit-interval 2 --log-json "$tmp/r.jsonl" \
+  2>"$tmp/r1.err" || { cat "$tmp/r1.err"; fail "first half on 2 ranks"; }
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --save "$tmp/r" \
+  --load "$tmp/r" --log-json "$tmp/r.jsonl" 2>"$tmp/r2.err" || { cat "$tmp/r2.err"; fail "resume on 3 ranks"; }
+[ "$(grep -c '"loss"' "$tmp/r.jsonl")" = 4 ] || fail "expected 4 logged iterations over the two halves"
+echo "saved on 2 ranks, resumed on 3:"; compare "$tmp/w1.jsonl" "$tmp/r.jsonl" || fail "resume on another world size"
+
+# DeepSpeed's batch rule, and stages not supported yet
+printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8}\n' > "$tmp/ds.json"
+st=0; "$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --train-iters 1 \
+  --deepspeed "$tmp/ds.json" 2>"$tmp/ds.err" || st=$?
+[ "$st" != 0 ] && grep -q "DeepSpeed's rule" "$tmp/ds.err" && grep -q "ds.json" "$tmp/ds.err" \
+  || { cat "$tmp/ds.err"; fail "contradictory DeepSpeed batch sizes were not rejected"; }
+st=0; "$LJPERF" train "${common[@]}" --zero-stage 3 2>"$tmp/z.err" || st=$?
+[ "$st" != 0 ] && grep -q "ZeRO stage 3" "$tmp/z.err" || { cat "$tmp/z.err"; fail "ZeRO stage 3 was not refused by name"; }
+echo "1 passed, 0 failed"
