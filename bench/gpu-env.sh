@@ -14,3 +14,11 @@ for lib in libcublasLt.so.13 libcudart.so.13; do
 done
 export LD_LIBRARY_PATH="$libpath$cudalib${LD_LIBRARY_PATH:-}"
 export PATH=/usr/local/cuda/bin:$PATH
+# cuDNN is not on the default library path of the GPU machine's image (PyTorch's environment
+# has it): point LJ_CUDNN_LIBRARY at libcudnn_graph.so.9 for the cuDNN attention path.
+if [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then
+  for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib; do
+    [ -e "$d/libcudnn_graph.so.9" ] && { export LJ_CUDNN_LIBRARY="$d/libcudnn_graph.so.9"; break; }
+  done
+  [ -z "${LJ_CUDNN_LIBRARY:-}" ] && LJ_CUDNN_LIBRARY=$(find /opt /usr/local /usr/lib -name libcudnn_graph.so.9 2>/dev/null | head -1) && export LJ_CUDNN_LIBRARY
+fi

@@ -7,7 +7,10 @@
 #   3. llama3-tiny trained on the KJV Bible for $STEPS steps on the GPU and on the CPU, and the
 #      two loss curves compared at every logged step;
 #   4. `ljperf benchmark` (+ --ablation) and the PyTorch side-by-side for $BENCH_MODEL;
-#   5. compute-sanitizer memcheck on a short training run.
+#   5. compute-sanitizer memcheck on a short training run;
+#   6. CHECKPOINT_OPTIMIZATION=true ljperf benchmark --model deepspeed/llama3-8b (planned vs measured);
+#   7. llama3.2-3b (micro-batch 2): ljperf and PyTorch torch.compile.
+# Steps are skipped once $BUDGET seconds (default 330) have passed.
 # Usage: bash bench/gpu-train.sh [steps...]   (default: all)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +31,9 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
+BUDGET=${BUDGET:-330}
 for s in $steps; do
+  if [ "$SECONDS" -gt "$BUDGET" ]; then say "step $s skipped (budget of $BUDGET s spent)"; continue; fi
   case $s in
   1)
     LJ_VERBOSE=1 timeout 120 "$dev/gpu_hf_fixtures" tests/fixtures/hf >"$OUT/hf_fixtures.log" 2>&1
@@ -83,6 +88,20 @@ PY
         --train-iters 10 --warmup-iters 3 --mode $mode --json "$OUT/bench_torch_$mode.json" >"$OUT/torch_$mode.log" 2>&1
       say "4c. pytorch $mode rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_torch_$mode.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib']))" 2>/dev/null)"
     done
+    ;;
+  6)
+    CHECKPOINT_OPTIMIZATION=true timeout 200 "$lj" benchmark --model deepspeed/llama3-8b --device cuda --seq-length 4096 \
+      --train-iters 5 --warmup-iters 2 --no-progress --json "$OUT/bench_8b.json" >"$OUT/bench_8b.log" 2>&1
+    say "6. deepspeed/llama3-8b with CHECKPOINT_OPTIMIZATION=true rc=$?"
+    grep -E 'planner|tokens/s  |MFU  |memory' "$OUT/bench_8b.log" | cut -c1-400 | tee -a "$summary"
+    ;;
+  7)
+    timeout 150 "$lj" benchmark --model llama3.2-3b --device cuda --seq-length 4096 --micro-batch-size 2 \
+      --train-iters 8 --warmup-iters 3 --no-progress --json "$OUT/bench_3b.json" >"$OUT/bench_3b.log" 2>&1
+    say "7a. ljperf llama3.2-3b rc=$?"; grep -E 'tokens/s  |MFU  |memory' "$OUT/bench_3b.log" | tee -a "$summary"
+    timeout 200 python3 bench/pytorch_ref.py --model llama3.2-3b --seq-length 4096 --micro-batch-size 2 \
+      --train-iters 8 --warmup-iters 3 --mode compile --json "$OUT/bench_3b_torch_compile.json" >"$OUT/torch_3b.log" 2>&1
+    say "7b. pytorch compile llama3.2-3b rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_3b_torch_compile.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib']))" 2>/dev/null)"
     ;;
   5)
     timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$lj" train --model llama3-nano --device cuda \

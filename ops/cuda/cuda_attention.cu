@@ -4,6 +4,12 @@
  * the log-sum-exp saved per row, and a backward that recomputes P from it. Other head dims,
  * unaligned tensors and LJ_CUDA_ATTENTION=simple go to cuda_attention_simple.cu.
  *
+ * Dispatch: cuDNN's fused SDPA (cuda_attention_cudnn.cu) runs first where it supports the
+ * shape (head_dim 64/128, cuDNN 9 found at run time, plans built outside graph capture);
+ * LJ_CUDA_ATTENTION=own (or simple) or lj_cuda_set_cudnn_attention(0) forces these kernels.
+ * Both write the same lse (natural-log log-sum-exp of the scaled scores), so either backward
+ * accepts either forward's lse.
+ *
  * Forward: block (query tile, head, batch), 4 warps x 16 query rows; K/V tiles double-buffered
  * through cp.async. Backward: block (key tile, kv head, batch), 4 warps x 16 keys; it loops over
  * the group's query heads and the query tiles at or after the key tile, keeps dK and dV in
@@ -15,6 +21,10 @@
 #include "ops/cuda/cuda_common.h"
 
 #include <math.h>
+
+/* cuda_attention_cudnn.cu (declared here until cuda_common.h carries them). The workspace
+ * of the cuDNN backward is this file's: softmax_sum = the D region, dQ accumulator = the dQ
+ * region, then the plan's own workspace after both. Each returns 1 when cuDNN ran the op. */
 
 #define FA_THREADS 128
 #define FA_BC 64 /* keys per tile (both kernels), queries per forward tile */
@@ -479,6 +489,7 @@ __global__ void dq_convert_kernel(lj_bf16 *dqkv, const float *dq_acc, int64_t ro
 #define FA_BR128 32 /* ... and of head_dim 128 (fewer registers) */
 
 void lj_cuda_attention_init(void) {
+    lj_cuda_cudnn_attention_init();
     LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        fwd_smem_bytes<64, 1>()),
                   "cudaFuncSetAttribute(flash_forward_kernel<64, 1>)");
@@ -502,19 +513,27 @@ static int use_flash(int hd, const void *a, const void *b, const void *c, const 
 }
 
 /* Workspace: D = rowsum(dO * O) [B, nh, T] f32, then (flash path) dQ in fp32 [B*T, nh*hd],
- * each region 256-byte aligned. The forward needs none. */
+ * each region 256-byte aligned, then (cuDNN path) the cuDNN plans' workspace. The own forward
+ * needs none. */
 static size_t dsum_bytes(int B, int T, int nh) { return ((size_t)B * nh * T * 4 + 255) / 256 * 256; }
+static size_t own_bytes(int B, int T, int nh, int hd) {
+    return dsum_bytes(B, T, nh) + ((size_t)B * T * nh * hd * 4 + 255) / 256 * 256;
+}
 
 size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd) {
-    (void)nkv;
-    return dsum_bytes(B, T, nh) + (size_t)B * T * nh * hd * 4;
+    /* builds the cuDNN plans of this shape (planning time: before any graph capture) */
+    size_t dnn = lj_cuda_cudnn_attention_workspace_bytes(B, T, nh, nkv, hd);
+    return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
 }
 
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                void *workspace) {
-    (void)workspace;
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     if (B <= 0 || T <= 0) return;
+    if (!lj_cuda_simple_attention() &&
+        lj_cuda_cudnn_attention_forward(out, lse, qkv, B, T, nh, nkv, hd,
+                                        workspace ? (char *)workspace + own_bytes(B, T, nh, hd) : NULL))
+        return;
     if (!use_flash(hd, out, qkv, NULL, NULL)) {
         lj_cuda_attention_forward_simple(out, lse, qkv, B, T, nh, nkv, hd);
         return;
@@ -541,11 +560,15 @@ void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, c
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     if (B <= 0 || T <= 0) return;
     float *dsum = (float *)workspace;
+    float *dq_acc = (float *)((char *)workspace + dsum_bytes(B, T, nh));
+    if (!lj_cuda_simple_attention() &&
+        lj_cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dsum, dq_acc,
+                                         (char *)workspace + own_bytes(B, T, nh, hd)))
+        return;
     if (!use_flash(hd, dqkv, dout, qkv, out)) {
         lj_cuda_attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dsum);
         return;
     }
-    float *dq_acc = (float *)((char *)workspace + dsum_bytes(B, T, nh));
     int64_t Qw = (int64_t)nh * hd, row = (int64_t)(nh + 2 * nkv) * hd;
     lj_cuda_attention_rowdot(dsum, dout, out, B, T, nh, hd);
     LJ_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),

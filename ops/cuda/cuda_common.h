@@ -33,6 +33,20 @@ size_t lj_cuda_fixed_workspace_bytes(void);
  * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
  * The environment variable LJ_CUDA_ATTENTION=simple sets 1 at start-up. */
 void lj_cuda_set_simple_attention(int on);
+/* cuDNN fused attention (cuda_attention_cudnn.cu): used by attention_forward/backward when
+ * available for the shape; the own kernels otherwise. Each forward/backward returns 1 when
+ * cuDNN ran the op. */
+void lj_cuda_cudnn_attention_init(void);
+void lj_cuda_set_cudnn_attention(int on);
+int lj_cuda_cudnn_attention_enabled(void);
+int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
+const char *lj_cuda_cudnn_attention_describe(void);
+size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                                    void *plan_ws);
+int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
+                                     void *plan_ws);
 
 /* Query m-tiles of 16 rows per warp in the head_dim 64 flash forward: 2 (default; 128-query
  * blocks, each K/V fragment feeds two mma) or 1 (64-query blocks, fewer registers). For the

@@ -20,6 +20,11 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/ops.h"
 
+/* cuda_attention_cudnn.cu (not yet declared in cuda_common.h) */
+void lj_cuda_set_cudnn_attention(int on);
+int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
+const char *lj_cuda_cudnn_attention_describe(void);
+
 static const lj_ops *G, *H; /* GPU and CPU (host) backends */
 static lj_rng g_rng;
 
@@ -307,13 +312,16 @@ static void test_rope(int B, int T, int nh, int nkv, int hd) {
     free(qkv), free(cosv), free(sinv), free(f), free(bk), free(of), free(ob);
 }
 
-/* kind 0: the default kernels (flash for head_dim 64/128); 1: the simple fp32 kernels;
- * 2: flash with one m-tile per warp in the head_dim 64 forward. */
+/* kind 0: the own kernels (flash for head_dim 64/128); 1: the simple fp32 kernels; 2: flash
+ * with one m-tile per warp in the head_dim 64 forward; 3: cuDNN's fused SDPA (the default
+ * where it supports the shape; "cudnn-fallback" when it does not, so the own kernels ran). */
 static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     char shape[80], op[48];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    const char *kind = kind_id == 1 ? "simple" : kind_id == 2 ? "flash-mt1" : "flash";
     int simple = kind_id == 1;
+    lj_cuda_set_cudnn_attention(kind_id == 3);
+    const char *kind = kind_id == 1 ? "simple" : kind_id == 2 ? "flash-mt1" : kind_id == 0 ? "flash" : "cudnn";
+    if (kind_id == 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) kind = "cudnn-fallback";
     int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
     int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
     float *qkv = hrand(n, 1.0f), *dout = hrand(no, 1.0f);
@@ -331,6 +339,7 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
     lj_cuda_set_simple_attention(0);
     lj_cuda_set_flash_forward_mtiles(2);
+    lj_cuda_set_cudnn_attention(1);
     float *o = dl_bf16(go, no), *l = dl_f32(gl, nl), *d = dl_bf16(gdq, n);
     snprintf(op, sizeof op, "attention_forward out (%s)", kind);
     check(op, shape, o, out, no, TOL);
@@ -344,6 +353,54 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     check_strided(op, shape, d + Q + KV, dqkv + Q + KV, (int64_t)B * T * KV, row, KV, 2e-2, 5e-2);
     G->free(gq), G->free(gd), G->free(go), G->free(gl), G->free(gdq), G->free(gws);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws), free(o), free(l), free(d);
+}
+
+/* The model captures its very first step: cuDNN's plans are built when the workspace is sized
+ * (before capture), and their first execution happens inside the capture. Checks that the
+ * captured forward+backward of a fresh shape replays to the CPU backend's results. */
+static void test_attention_first_run_captured(void) {
+    const int B = 1, T = 256, nh = 4, nkv = 2, hd = 128;
+    const int Q = nh * hd, row = Q + 2 * nkv * hd;
+    const int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
+    char shape[80];
+    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    float *qkv = hrand(n, 1.0f), *dout = hrand(no, 1.0f), *out = hzeros(no), *lse = hzeros(nl), *dqkv = hzeros(n);
+    void *hws = lj_malloc(H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
+    H->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, hws);
+    H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
+    void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
+    void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
+    const char *kind = lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd) ? "cudnn" : "cudnn-fallback";
+    gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
+    cudaStream_t s = lj_cuda_stream();
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    if (e == cudaSuccess) {
+        G->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
+        G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+        e = cudaStreamEndCapture(s, &graph);
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e == cudaSuccess) e = cudaGraphLaunch(exec, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    char op[48];
+    snprintf(op, sizeof op, "attention first run captured (%s)", kind);
+    if (e != cudaSuccess) {
+        int i0 = op_index(op);
+        printf("FAIL %s: %s\n", op, cudaGetErrorString(e));
+        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
+        g_ops[i0].worst = INFINITY;
+    } else {
+        float *o = dl_bf16(go, no), *d = dl_bf16(gdq, n);
+        check(op, shape, o, out, no, TOL);
+        check_strided(op, shape, d, dqkv, (int64_t)B * T * row, row, row, 2e-2, 5e-2);
+        free(o), free(d);
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    G->free(gq), G->free(gd), G->free(go), G->free(gl), G->free(gdq), G->free(gws);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws);
 }
 
 static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
@@ -708,7 +765,16 @@ int main(void) {
         test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0);
         test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 1);
         if (att[i][4] == 64) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 2);
+        if (att[i][4] == 64 || att[i][4] == 128) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 3);
     }
+    /* cuDNN's SDPA at T = 37, 128, 200 (not multiples of its tiles but 128), head_dim 64/128,
+     * GQA 32/8 and 4/2 */
+    int dnn[][5] = {{2, 37, 4, 2, 64},   {1, 37, 32, 8, 128}, {1, 128, 32, 8, 64}, {2, 128, 4, 2, 128},
+                    {1, 200, 4, 2, 128}, {1, 37, 32, 8, 64},  {1, 128, 32, 8, 128}, {1, 200, 32, 8, 128}};
+    for (size_t i = 0; i < (quick ? 2 : sizeof dnn / sizeof dnn[0]); i++)
+        test_attention(dnn[i][0], dnn[i][1], dnn[i][2], dnn[i][3], dnn[i][4], 3);
+    if (!quick) test_attention_first_run_captured();
+    printf("%s\n", lj_cuda_cudnn_attention_describe());
     test_decode(0, 1, 8, 4, 2, 64), test_decode(5, 3, 16, 4, 2, 64), test_decode(7, 4, 12, 4, 4, 16);
     if (!quick) test_decode(30, 1, 40, 8, 2, 128);
     test_swiglu(1, 8), test_swiglu(37, 200), test_swiglu(5, 13);
