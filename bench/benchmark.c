@@ -85,7 +85,9 @@ lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_init(&m, ops, &cfg->model, &opt);
     lj_plan plan;
     lj_plan_build(&plan, &m);
-    const size_t fixed_before = lj_ops_allocated_bytes();
+    /* On a GPU, what the process holds before the plan is allocated (the CUDA context and the
+     * backend's start-up workspaces), measured now, is added to the plan. */
+    const size_t before = is_cpu ? 0 : device_used_bytes(ops);
     lj_status s = lj_plan_allocate(&plan, &m);
     if (s != LJ_OK) {
         lj_plan_free(&plan);
@@ -93,8 +95,7 @@ lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res) {
         if (have_data) lj_loader_free(&loader);
         return s;
     }
-    /* planned = the plan + what the backend allocated once at start-up (library workspaces) */
-    res->planned_bytes = plan.total_bytes + (fixed_before > 0 ? fixed_before : 0);
+    res->planned_bytes = plan.total_bytes + before;
     lj_model_upload_rope(&m);
     lj_model_init_weights(&m, cfg->seed);
 

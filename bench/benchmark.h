@@ -31,7 +31,8 @@ typedef struct {
     const char *peak_source; /* where peak_tflops comes from */
     double step_ms_median, step_ms_p90;
     double loss_first, loss_last;
-    size_t planned_bytes;    /* the plan plus the backend's fixed workspaces */
+    size_t planned_bytes;    /* the plan, plus on a GPU what the process held before allocating it
+                                (CUDA context, cuBLASLt workspace), measured at start-up */
     size_t measured_bytes;   /* whole process: device used (CUDA) or peak RSS (CPU) */
     double flops_per_token;
 } lj_bench_result;
