@@ -24,6 +24,17 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     lj_param_layout_init(&m->layout, cfg);
     m->residual = lj_calloc((size_t)cfg->num_hidden_layers + 1, sizeof(void *));
     m->layers = lj_calloc((size_t)cfg->num_hidden_layers, sizeof(lj_layer_acts));
+    /* ZeRO shards: equal slices of the flat buffers padded to a multiple of W * 64 elements */
+    const int64_t P = m->layout.total;
+    const int W = opt->zero_stage > 0 && opt->dp_world_size > 1 ? opt->dp_world_size : 1;
+    if (W > 1) {
+        m->shard_numel = ((P + W - 1) / W + 63) / 64 * 64;
+        m->padded_numel = m->shard_numel * W;
+        m->shard_begin = m->shard_numel * opt->dp_rank;
+    } else {
+        m->shard_numel = m->padded_numel = P;
+        m->shard_begin = 0;
+    }
 }
 
 void lj_model_free(lj_model *m) {
@@ -80,14 +91,26 @@ void lj_model_upload_rope(lj_model *m) {
 
 /* ---- weights -------------------------------------------------------------------- */
 
-/* Uploads host f32 values [offset, offset + n) of the flat parameter buffer to the master
- * weights and the param copy. */
+/* Uploads host f32 values [offset, offset + n) of the flat parameter buffer: into the params
+ * directly on an f32 backend; else through an f32 staging buffer (the master weights when they
+ * are not sharded, the f32 gradient buffer when they are) cast to the param copy, and the part
+ * inside this rank's shard into the master weights. */
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
-    ops->upload(m->master + offset, src, (size_t)n * sizeof(float));
-    if ((void *)m->master != m->params)
-        ops->cast_f32_to_param((char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype),
-                               m->master + offset, n);
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload((float *)m->params + offset, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const int sharded = m->shard_numel != m->layout.total;
+    LJ_ASSERT(!sharded || (m->grads && ops->grad_dtype == LJ_DTYPE_F32), "sharded weights need f32 gradient staging");
+    float *stage = sharded ? (float *)m->grads : m->master;
+    ops->upload(stage + offset, src, (size_t)n * sizeof(float));
+    ops->cast_f32_to_param((char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), stage + offset, n);
+    if (sharded) {
+        const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
+        const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
+        if (hi > lo) ops->copy(m->master + (lo - m->shard_begin), stage + lo, (size_t)(hi - lo) * sizeof(float));
+    }
 }
 
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
@@ -117,15 +140,18 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
     }
     free(stage);
     if (m->adam_m) {
-        m->ops->memset_zero(m->adam_m, (size_t)m->layout.total * sizeof(float));
-        m->ops->memset_zero(m->adam_v, (size_t)m->layout.total * sizeof(float));
+        m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
+        m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
+    if (m->grads) m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
 }
 
 void lj_model_set_weights(lj_model *m, const float *params) { upload_range(m, params, 0, m->layout.total); }
 
 void lj_model_get_weights(lj_model *m, float *params) {
-    m->ops->download(params, m->master, (size_t)m->layout.total * sizeof(float));
+    const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
+    LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
+    m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
 /* ---- helpers -------------------------------------------------------------------- */

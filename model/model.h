@@ -30,6 +30,8 @@ typedef struct {
     int fused;              /* 1: fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE); 0: unfused twins */
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
     int graphs;             /* 1: replay forward + backward from a captured graph when the backend has graphs */
+    int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights */
+    int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
 
@@ -55,12 +57,16 @@ typedef struct {
     lj_model_options opt;
     lj_param_layout layout;
 
-    /* parameters and optimizer state, flat in the layout of model/config.h */
-    void *params;        /* [P] param dtype */
-    float *master;       /* [P] f32 master weights (== params when param dtype is f32) */
-    void *grads;         /* [P] grad dtype (training) */
-    float *adam_m;       /* [P] f32 (training) */
-    float *adam_v;       /* [P] f32 (training) */
+    /* parameters and optimizer state, flat in the layout of model/config.h. Under ZeRO stage
+     * >= 1 the flat buffers are padded to padded_numel = W * shard_numel and this rank owns
+     * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P). */
+    int64_t shard_begin, shard_numel, padded_numel;
+    void *params;        /* [padded_numel] param dtype */
+    float *master;       /* [shard_numel] f32 master weights of this rank's shard (on an f32 backend:
+                            params + shard_begin) */
+    void *grads;         /* [padded_numel] grad dtype (training) */
+    float *adam_m;       /* [shard_numel] f32 (training) */
+    float *adam_v;       /* [shard_numel] f32 (training) */
     float *grad_norm_sq; /* [1] f32 */
     float *dist_scalars; /* [2] f32 (training): values summed across data-parallel ranks (loss, stop flag) */
 
@@ -109,9 +115,9 @@ void lj_model_upload_rope(lj_model *m);
  * Writes master and params; zeroes AdamW state. */
 void lj_model_init_weights(lj_model *m, uint64_t seed);
 
-/* Sets master weights from host f32 `params` [P] (and the param copy). */
+/* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard. */
 void lj_model_set_weights(lj_model *m, const float *params);
-/* Copies master weights to host f32 `params` [P]. */
+/* Copies the weights to host f32 `params` [P] (unsharded master, or f32 params). */
 void lj_model_get_weights(lj_model *m, float *params);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */

@@ -40,6 +40,24 @@ int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg,
     return n;
 }
 
+int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, int64_t begin, int64_t count,
+                            lj_adamw_segment **out) {
+    lj_adamw_segment *seg = lj_calloc((size_t)num_segments, sizeof *seg);
+    int n = 0;
+    for (int i = 0; i < num_segments; i++) {
+        const int64_t lo = segments[i].offset > begin ? segments[i].offset : begin;
+        const int64_t end = segments[i].offset + segments[i].count;
+        const int64_t hi = end < begin + count ? end : begin + count;
+        if (hi <= lo) continue;
+        seg[n].offset = lo - begin;
+        seg[n].count = hi - lo;
+        seg[n].weight_decay = segments[i].weight_decay;
+        n++;
+    }
+    *out = seg;
+    return n;
+}
+
 double lj_adamw_step(const lj_ops *ops, void *params, float *master, const void *grads, float *m, float *v,
                      float *norm_sq, void *norm_workspace, int64_t n, const lj_adamw_segment *segments,
                      int num_segments, const lj_adamw_config *cfg, float lr, int step) {

@@ -40,6 +40,11 @@ typedef struct {
  * decay_norms_and_embeddings). Returns the count; *segments is heap-allocated. */
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments);
 
+/* The segments restricted to the slice [begin, begin + count) of the flat buffers, with offsets
+ * relative to `begin` (a ZeRO shard). Returns the count; *out is heap-allocated. */
+int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, int64_t begin, int64_t count,
+                            lj_adamw_segment **out);
+
 /* One optimizer step over flat buffers of n parameters: the squared global gradient norm into
  * norm_sq (device f32 [1]), then AdamW with clipping (ops.h states the formula). The returned
  * value is the gradient norm before clipping (reads norm_sq back: one host sync). */

@@ -50,17 +50,18 @@ static void walk(walker *w, lj_model *m) {
     const size_t Q = (size_t)nh * hd, KV = (size_t)nkv * hd, QKV = Q + 2 * KV;
     const int generation = o->kv_cache_tokens > 0;
     const int B = generation ? 1 : o->micro_batch_size, T = o->seq_length;
-    const size_t N = (size_t)B * T, P = (size_t)m->layout.total;
+    const size_t N = (size_t)B * T;
+    const size_t Ppad = (size_t)m->padded_numel, shard = (size_t)m->shard_numel;
     const int training = o->training && !generation;
     char name[48];
 
     /* parameters, master weights, gradients, optimizer state */
-    m->params = take(w, LJ_ARENA_PARAMS, "params", P * sp);
-    if (ops->param_dtype == LJ_DTYPE_F32) m->master = m->params;
-    else m->master = take(w, LJ_ARENA_MASTER, "master", P * 4);
-    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", P * sg) : NULL;
-    m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", P * 4) : NULL;
-    m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", P * 4) : NULL;
+    m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
+    if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
+    else m->master = take(w, LJ_ARENA_MASTER, "master", shard * 4);
+    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", Ppad * sg) : NULL;
+    m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
+    m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
 
@@ -155,7 +156,7 @@ static void walk(walker *w, lj_model *m) {
                               ? take(w, LJ_ARENA_WORKSPACE, "cross_entropy",
                                      ops->cross_entropy_fused_workspace_bytes((int)N, C, V))
                               : NULL;
-    m->ws_norm = training ? take(w, LJ_ARENA_WORKSPACE, "global_norm", ops->global_norm_workspace_bytes((int64_t)P))
+    m->ws_norm = training ? take(w, LJ_ARENA_WORKSPACE, "global_norm", ops->global_norm_workspace_bytes((int64_t)Ppad))
                           : NULL;
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# test_train_dist.sh: data-parallel training on CPU ranks (MPI), ZeRO stage 0:
+# test_train_dist.sh: data-parallel training on CPU ranks (MPI), ZeRO stages 0-2:
 #   - 2 ranks (--nproc-per-node 2) and 3 ranks (mpirun -np 3) with the same global batch as one
-#     process give the same loss sequence and final weights within fp32 tolerance;
-#   - a run saved on 2 ranks resumes on 3 and continues the single-process loss sequence;
+#     process give the same loss sequence and final weights within fp32 tolerance, for ZeRO
+#     stage 0 (replicated), 1 (sharded AdamW state) and 2 (and reduce-scattered gradients);
+#   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1) and continues the
+#     single-process loss sequence;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - ZeRO stages not supported yet are refused by name.
 set -euo pipefail
@@ -57,12 +59,21 @@ PY
 }
 echo "1 rank vs 2 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w2.jsonl" "$tmp/w1" "$tmp/w2" || fail "2 ranks differ from 1"
 echo "1 rank vs 3 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w3.jsonl" "$tmp/w1" "$tmp/w3" || fail "3 ranks differ from 1"
+for stage in 1 2; do
+  for np in 2 3; do
+    mpirun --oversubscribe --bind-to none -np $np -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage $stage \
+      --save "$tmp/z$stage$np" --log-json "$tmp/z$stage$np.jsonl" 2>"$tmp/z.err" || { cat "$tmp/z.err"; fail "stage $stage on $np ranks"; }
+    grep -q "ZeRO stage $stage" "$tmp/z.err" || fail "stage $stage not reported"
+    echo "1 rank vs $np ranks, ZeRO stage $stage:"
+    compare "$tmp/w1.jsonl" "$tmp/z$stage$np.jsonl" "$tmp/w1" "$tmp/z$stage$np" || fail "ZeRO stage $stage on $np ranks differs"
+  done
+done
 
-# saved on 2 ranks after iteration 2, resumed on 3
-"$LJPERF" train "${common[@]}" --nproc-per-node 2 --save "$tmp/r" --exit-interval 2 --log-json "$tmp/r.jsonl" \
-  2>"$tmp/r1.err" || { cat "$tmp/r1.err"; fail "first half on 2 ranks"; }
-mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --save "$tmp/r" \
-  --load "$tmp/r" --log-json "$tmp/r.jsonl" 2>"$tmp/r2.err" || { cat "$tmp/r2.err"; fail "resume on 3 ranks"; }
+# saved on 2 ranks (stage 2) after iteration 2, resumed on 3 ranks (stage 1)
+"$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 2 --save "$tmp/r" --exit-interval 2 \
+  --log-json "$tmp/r.jsonl" 2>"$tmp/r1.err" || { cat "$tmp/r1.err"; fail "first half on 2 ranks"; }
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage 1 \
+  --save "$tmp/r" --load "$tmp/r" --log-json "$tmp/r.jsonl" 2>"$tmp/r2.err" || { cat "$tmp/r2.err"; fail "resume on 3 ranks"; }
 [ "$(grep -c '"loss"' "$tmp/r.jsonl")" = 4 ] || fail "expected 4 logged iterations over the two halves"
 echo "saved on 2 ranks, resumed on 3:"; compare "$tmp/w1.jsonl" "$tmp/r.jsonl" || fail "resume on another world size"
 

@@ -57,6 +57,7 @@ typedef struct {
 } run;
 
 static void sum_across_ranks(run *r, float *values, int n);
+static void dist_check(run *r, lj_status s);
 
 static lj_status open_data(run *r) {
     const lj_train_config *c = r->cfg;
@@ -164,22 +165,45 @@ static lj_status export_hf(const char *dir, void *ctx) {
     return s;
 }
 
-static lj_status save_checkpoint(run *r) {
+/* Gathers full host copies [P] of the master weights and AdamW moments from the shards into
+ * w, mm, vv on rank 0 (the other ranks pass NULL). Collective: every rank calls it. Sharded
+ * state is all-gathered through the f32 gradient buffer, which is free between steps. */
+static void gather_state(run *r, float *w, float *mm, float *vv) {
+    lj_model *m = &r->model;
+    const lj_ops *ops = m->ops;
+    const int64_t P = m->layout.total;
+    if (m->shard_numel == P) {
+        if (r->rank != 0) return;
+        lj_model_get_weights(m, w);
+        ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
+        ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
+        return;
+    }
+    LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_F32, "gathering sharded state needs an f32 gradient buffer");
+    void *stream = ops->stream ? ops->stream() : NULL;
+    const int f32_params = ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
+    float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
+    float *dst[3] = {w, mm, vv};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i]) {
+            if (r->rank == 0) ops->download(w, m->params, (size_t)P * sizeof(float));
+            continue;
+        }
+        dist_check(r, lj_dist_all_gather(r->dist, src[i], m->grads, m->shard_numel, LJ_DTYPE_F32, stream));
+        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
+        if (r->rank == 0) ops->download(dst[i], m->grads, (size_t)P * sizeof(float));
+    }
+}
+
+/* Writes the checkpoint from the gathered state (rank 0). */
+static lj_status save_checkpoint(run *r, float *w, float *mm, float *vv) {
     const int64_t P = r->model.layout.total;
-    float *w = lj_malloc((size_t)P * sizeof(float)), *mm = lj_malloc((size_t)P * sizeof(float)),
-          *vv = lj_malloc((size_t)P * sizeof(float));
-    lj_model_get_weights(&r->model, w);
-    r->model.ops->download(mm, r->model.adam_m, (size_t)P * sizeof(float));
-    r->model.ops->download(vv, r->model.adam_v, (size_t)P * sizeof(float));
     const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
     char *json = state_json(r);
     export_ctx ctx = {r, w};
     double t0 = lj_time_sec();
     lj_status s = lj_ckpt_save_ex(r->cfg->save, r->iteration, t, 3, json, r->cfg->keep_last, export_hf, &ctx);
     free(json);
-    free(w);
-    free(mm);
-    free(vv);
     if (s == LJ_OK) {
         char dir[1024];
         lj_ckpt_iter_dir(r->cfg->save, r->iteration, dir, sizeof dir);
@@ -189,10 +213,22 @@ static lj_status save_checkpoint(run *r) {
     return s;
 }
 
-/* Rank 0 saves (every rank holds the same state under ZeRO stage 0); all ranks learn whether
- * it worked, so that none waits for a rank that stopped. */
+/* The ranks gather the sharded state to rank 0, which saves; all ranks learn whether it worked,
+ * so that none waits for a rank that stopped. The file holds the whole state, so a run resumes
+ * on any number of ranks (each takes its shard at load). */
 static lj_status checkpoint(run *r) {
-    lj_status s = r->rank == 0 ? save_checkpoint(r) : LJ_OK;
+    const int64_t P = r->model.layout.total;
+    float *w = NULL, *mm = NULL, *vv = NULL;
+    if (r->rank == 0) {
+        w = lj_malloc((size_t)P * sizeof(float));
+        mm = lj_malloc((size_t)P * sizeof(float));
+        vv = lj_malloc((size_t)P * sizeof(float));
+    }
+    gather_state(r, w, mm, vv);
+    lj_status s = r->rank == 0 ? save_checkpoint(r, w, mm, vv) : LJ_OK;
+    free(w);
+    free(mm);
+    free(vv);
     float failed = s != LJ_OK;
     sum_across_ranks(r, &failed, 1);
     if (s == LJ_OK && failed > 0.0f) s = lj_fail(LJ_ERR_IO, "rank 0 could not save the checkpoint");
@@ -250,9 +286,13 @@ static lj_status load_checkpoint(run *r) {
         }
     }
     if (s == LJ_OK) {
-        lj_model_set_weights(&r->model, w);
-        r->model.ops->upload(r->model.adam_m, mm, (size_t)P * sizeof(float));
-        r->model.ops->upload(r->model.adam_v, vv, (size_t)P * sizeof(float));
+        lj_model *m = &r->model;
+        lj_model_set_weights(m, w);
+        const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+        if (n > 0) {
+            m->ops->upload(m->adam_m, mm + m->shard_begin, (size_t)n * sizeof(float));
+            m->ops->upload(m->adam_v, vv + m->shard_begin, (size_t)n * sizeof(float));
+        }
         lj_log_info("resumed from %s at iteration %d", dir, r->iteration);
     }
     cJSON_Delete(state);
@@ -292,9 +332,8 @@ static void log_eval(run *r, double loss) {
  * everything the ranks must agree on. */
 static lj_status init_dist(run *r) {
     const lj_train_config *c = r->cfg;
-    if (c->zero_stage != 0)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stage 0, replicated data parallel, is)",
-                       c->zero_stage);
+    if (c->zero_stage < 0 || c->zero_stage > 2)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stages 0, 1 and 2 are)", c->zero_stage);
     lj_dist_options o;
     lj_dist_options_default(&o);
     o.backend = strcmp(c->ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
@@ -308,8 +347,10 @@ static lj_status init_dist(run *r) {
     LJ_TRY(lj_dist_init(&r->dist, &o));
     r->rank = lj_dist_rank(r->dist);
     r->world = lj_dist_world_size(r->dist);
+    static const char *what[3] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
+                                  "AdamW state sharded, gradients reduce-scattered"};
     if (r->world > 1 && r->rank == 0)
-        lj_log_info("data parallel: %d ranks (ZeRO stage 0, gradients all-reduced)", r->world);
+        lj_log_info("data parallel: %d ranks (ZeRO stage %d: %s)", r->world, c->zero_stage, what[c->zero_stage]);
     return LJ_OK;
 }
 
@@ -352,6 +393,9 @@ static lj_status setup(run *r) {
     opt.training = 1;
     opt.fused = c->fused;
     opt.graphs = c->fused; /* graphs go with fusion (the ablation's +Fusion row) */
+    opt.zero_stage = c->zero_stage;
+    opt.dp_rank = r->rank;
+    opt.dp_world_size = r->world;
     memcpy(opt.recompute, c->recompute, sizeof opt.recompute);
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_plan_build(&r->plan, &r->model);
@@ -363,7 +407,10 @@ static lj_status setup(run *r) {
     LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
     lj_model_upload_rope(&r->model);
     lj_model_init_weights(&r->model, c->seed);
-    r->num_segments = lj_adamw_segments(&r->model.layout, &c->adamw, &r->segments);
+    lj_adamw_segment *all;
+    const int n_all = lj_adamw_segments(&r->model.layout, &c->adamw, &all);
+    r->num_segments = lj_adamw_segments_slice(all, n_all, r->model.shard_begin, r->model.shard_numel, &r->segments);
+    free(all);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
     if (c->log_json && r->rank == 0) {
@@ -387,12 +434,58 @@ static void teardown(run *r) {
     if (r->dist) lj_dist_free(r->dist);
 }
 
+static void dist_check(run *r, lj_status s) {
+    if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
+}
+
+/* The optimizer step after the micro-batches (DeepSpeed ZeRO semantics):
+ *   stage 0: all-reduce the gradients; every rank updates every parameter;
+ *   stage 1: all-reduce the gradients; each rank updates its shard (its AdamW moments and master
+ *            weights), then the parameters are all-gathered;
+ *   stage 2: reduce-scatter the gradients (each rank keeps the sum of its shard), then as stage 1.
+ * The global gradient norm is summed over the shards. Returns it (before clipping). */
+static double optimizer_step(run *r, float lr, int step) {
+    lj_model *m = &r->model;
+    const lj_ops *ops = m->ops;
+    const int stage = r->world > 1 ? r->cfg->zero_stage : 0;
+    void *stream = ops->stream ? ops->stream() : NULL;
+    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
+    char *grad_shard = (char *)m->grads + (size_t)m->shard_begin * sg;
+    if (r->world > 1) {
+        if (stage == 2)
+            dist_check(r, lj_dist_reduce_scatter(r->dist, m->grads, grad_shard, m->shard_numel, ops->grad_dtype, stream));
+        else
+            dist_check(r, lj_dist_all_reduce(r->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
+        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
+    }
+    /* the shard's real elements (the padding after P carries nothing) */
+    const int64_t P = m->layout.total;
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
+    if (stage > 0) {
+        dist_check(r, lj_dist_all_reduce(r->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
+    }
+    const lj_adamw_config *ac = &r->cfg->adamw;
+    const lj_adamw_hparams hp = {lr, ac->beta1, ac->beta2, ac->eps, step, ac->max_grad_norm};
+    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
+                      r->segments, r->num_segments, &hp, m->grad_norm_sq);
+    if (stage > 0) {
+        dist_check(r, lj_dist_all_gather(r->dist, (char *)m->params + (size_t)m->shard_begin * sp, m->params,
+                                         m->shard_numel, ops->param_dtype, stream));
+        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
+    }
+    float norm_sq = 0.0f;
+    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    return sqrt((double)norm_sq);
+}
+
 /* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. */
 static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
-    m->ops->memset_zero(m->grads, (size_t)m->layout.total * lj_dtype_size(m->ops->grad_dtype));
+    m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
     double sum = 0.0;
     for (int micro = 0; micro < r->accumulation; micro++) {
         lj_loader_next(&r->train_data, r->tokens);
@@ -400,18 +493,11 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
         lj_model_forward_backward(m, dloss);
         sum += lj_model_mean_loss(m);
     }
-    if (r->world > 1) { /* ZeRO stage 0: every rank gets the sum of all ranks' gradients */
-        void *stream = m->ops->stream ? m->ops->stream() : NULL;
-        lj_status s = lj_dist_all_reduce(r->dist, m->grads, m->grads, m->layout.total, m->ops->grad_dtype, stream);
-        if (s == LJ_OK) s = lj_dist_wait(r->dist, LJ_DIST_ALL, stream);
-        if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
-    }
     const int step = r->iteration + 1;
     *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
                       ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
                       : lj_lr_at(&c->lr, step));
-    *grad_norm = lj_adamw_step(m->ops, m->params, m->master, m->grads, m->adam_m, m->adam_v, m->grad_norm_sq,
-                               m->ws_norm, m->layout.total, r->segments, r->num_segments, &c->adamw, *lr, step);
+    *grad_norm = optimizer_step(r, *lr, step);
     float scalars[2] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0)};
     sum_across_ranks(r, scalars, 2);
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
