@@ -148,6 +148,15 @@ static lj_status cuda_start(void) {
         return lj_fail(LJ_ERR_DEVICE, "no CUDA device found: %s", cudaGetErrorString(e));
     }
     if (count == 0) return lj_fail(LJ_ERR_DEVICE, "no CUDA device found: the driver reports 0 devices");
+    /* a data-parallel rank uses the GPU of its local rank (torchrun, Open MPI, Slurm) */
+    const char *local = getenv("LOCAL_RANK");
+    if (!local) local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("SLURM_LOCALID");
+    if (local && atoi(local) >= 0) {
+        e = cudaSetDevice(atoi(local) % count);
+        if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaSetDevice(%d) failed: %s", atoi(local) % count,
+                                             cudaGetErrorString(e));
+    }
     int dev = 0;
     e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaGetDevice failed: %s", cudaGetErrorString(e));
