@@ -10,24 +10,16 @@
 
 #include "optim/optim.h"
 #include "plan/plan.h"
+#include "tests/test_util.h"
 
 enum { B = 2, T = 13, V = 97 };
 
+/* The shared small configuration with larger weights (gradients well above rounding noise) and
+ * a llama3 RoPE scaling that changes some frequencies. */
 static lj_model_config small_config(int tie) {
-    lj_model_config c;
-    assert_int_equal(lj_config_preset("llama3-nano", &c), LJ_OK);
-    c.vocab_size = V;
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.tie_word_embeddings = tie;
-    c.bos_token_id = 1;
-    c.eos_token_id = 2;
-    c.initializer_range = 0.2; /* larger weights: gradients well above rounding noise */
-    c.rope_original_max_position_embeddings = 8; /* the llama3 scaling changes some frequencies */
+    lj_model_config c = lj_test_small_config(2, tie);
+    c.initializer_range = 0.2;
+    c.rope_original_max_position_embeddings = 8;
     return c;
 }
 

@@ -8,22 +8,8 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "tests/test_util.h"
 
-static lj_model_config small_config(int tie) {
-    lj_model_config c;
-    assert_int_equal(lj_config_preset("llama3-nano", &c), LJ_OK);
-    c.vocab_size = 97;
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_hidden_layers = 3;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.tie_word_embeddings = tie;
-    c.bos_token_id = 1;
-    c.eos_token_id = 2;
-    return c;
-}
 
 static void check_layout(const lj_plan *p) {
     size_t sum = 0;
@@ -76,7 +62,7 @@ static void test_plan_equals_allocation(void **state) {
     (void)state;
     int configs = 0;
     for (int tie = 0; tie <= 1; tie++) {
-        lj_model_config c = small_config(tie);
+        lj_model_config c = lj_test_small_config(3, tie);
         const int shapes[][2] = {{1, 7}, {2, 16}, {3, 33}};
         for (size_t s = 0; s < 3; s++) {
             for (int fused = 0; fused <= 1; fused++) {
@@ -110,7 +96,7 @@ static void test_plan_equals_allocation(void **state) {
 
 static void test_recompute_saves_memory(void **state) {
     (void)state;
-    lj_model_config c = small_config(1);
+    lj_model_config c = lj_test_small_config(3, 1);
     c.num_hidden_layers = 8;
     size_t act[3];
     for (int policy = 0; policy < 3; policy++) {

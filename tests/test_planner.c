@@ -14,20 +14,9 @@
 #include <unistd.h>
 
 #include "plan/planner.h"
+#include "tests/test_util.h"
 
-static lj_model_config small_config(int layers) {
-    lj_model_config c;
-    assert_int_equal(lj_config_preset("llama3-nano", &c), LJ_OK);
-    c.vocab_size = 97;
-    c.hidden_size = 32;
-    c.intermediate_size = 48;
-    c.num_hidden_layers = layers;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 4096;
-    return c;
-}
+static lj_model_config small_config(int layers) { return lj_test_small_config(layers, 1); }
 
 /* A target with fixed throughputs and no fixed overheads unless given. */
 static lj_planner_target make_target(const lj_ops *ops, size_t memory, size_t lib, size_t ctx) {

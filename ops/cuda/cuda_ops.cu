@@ -185,11 +185,7 @@ const lj_ops *lj_ops_cuda(void) {
     if (g_cuda.ready) return &g_cuda.table;
     if (cuda_start() != LJ_OK) return NULL;
     lj_ops *t = &g_cuda.table;
-    memset(t, 0, sizeof *t);
-    t->name = "cuda";
-    t->act_dtype = LJ_DTYPE_BF16;
-    t->param_dtype = LJ_DTYPE_BF16;
-    t->grad_dtype = LJ_DTYPE_F32;
+    *t = *lj_ops_cuda_describe(); /* name, dtypes and workspace sizes */
     t->alloc = lj_cuda_alloc;
     t->free = lj_cuda_free;
     t->memset_zero = cuda_memset_zero;
@@ -205,7 +201,6 @@ const lj_ops *lj_ops_cuda(void) {
     t->embedding_backward = lj_cuda_embedding_backward;
     t->rmsnorm_forward = lj_cuda_rmsnorm_forward;
     t->rmsnorm_backward = lj_cuda_rmsnorm_backward;
-    t->rmsnorm_backward_workspace_bytes = lj_cuda_rmsnorm_backward_workspace_bytes;
     t->residual_rmsnorm_forward = lj_cuda_residual_rmsnorm_forward;
     t->add = lj_cuda_add;
     t->matmul_forward = lj_cuda_matmul_forward;
@@ -214,17 +209,14 @@ const lj_ops *lj_ops_cuda(void) {
     t->rope_backward = lj_cuda_rope_backward;
     t->attention_forward = lj_cuda_attention_forward;
     t->attention_backward = lj_cuda_attention_backward;
-    t->attention_workspace_bytes = lj_cuda_attention_workspace_bytes;
     t->attention_decode = lj_cuda_attention_decode;
     t->swiglu_forward = lj_cuda_swiglu_forward;
     t->swiglu_backward = lj_cuda_swiglu_backward;
     t->swiglu_forward_unfused = lj_cuda_swiglu_forward_unfused;
     t->swiglu_backward_unfused = lj_cuda_swiglu_backward_unfused;
     t->cross_entropy_fused = lj_cuda_cross_entropy_fused;
-    t->cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes;
     t->cross_entropy_forward_backward = lj_cuda_cross_entropy_forward_backward;
     t->global_norm_sq = lj_cuda_global_norm_sq;
-    t->global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes;
     t->adamw_update = lj_cuda_adamw_update;
     t->graph_capture_begin = lj_cuda_graph_capture_begin;
     t->graph_capture_end = lj_cuda_graph_capture_end;
