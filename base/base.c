@@ -50,6 +50,7 @@ void lj_log_set_quiet(int quiet) { g_quiet = quiet; }
 
 void lj_log_info(const char *fmt, ...) {
     if (g_quiet) return;
+    fflush(stdout); /* keep the order of stdout and stderr lines when both go to one pipe */
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -58,6 +59,7 @@ void lj_log_info(const char *fmt, ...) {
 }
 
 void lj_log_warn(const char *fmt, ...) {
+    fflush(stdout);
     va_list ap;
     va_start(ap, fmt);
     fputs("warning: ", stderr);

@@ -20,6 +20,7 @@ typedef struct {
     int num_data_args;      /* --data: real tokens instead of synthetic ones */
     char **data_args;
     int progress;           /* 1: a progress line on stderr */
+    double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it (and keep it here) */
 } lj_bench_config;
 
 typedef struct {
@@ -38,7 +39,7 @@ typedef struct {
 } lj_bench_result;
 
 /* Runs the benchmark. Errors: plan does not fit, data errors, device errors. */
-lj_status lj_bench_run(const lj_bench_config *cfg, lj_bench_result *res);
+lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res);
 
 /* Prints the result table (metric / value rows). */
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *res, FILE *f);

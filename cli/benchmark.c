@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "  --micro-batch-size B|auto  (default 1)\n"
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
             "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
-            "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones\n"
+            "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones (alias --data-path)\n"
+            "  --no-progress              no progress line on stderr\n"
             "  --no-fusion                unfused kernel twins\n"
             "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
             "                             on by itself for deepspeed/ names that would not fit)\n"
@@ -52,7 +53,7 @@ static void apply_ckptopt(lj_bench_config *c, const ablation_ctx *x) {
 
 static const ablation_row k_ablation[] = {
     {"Base", "unfused twins, no CUDA graph, manual recompute", apply_base},
-    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE) and a CUDA graph", apply_fusion},
+    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE), CUDA graph on GPUs", apply_fusion},
     {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt},
 };
 
@@ -97,6 +98,7 @@ int lj_cli_benchmark(int argc, char **argv) {
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1;
+    int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
     cfg.seed = 1234;
@@ -109,13 +111,13 @@ int lj_cli_benchmark(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--model")) s = lj_cli_str(argc, argv, &i, &model);
         else if (!strcmp(a, "--device")) s = lj_cli_str(argc, argv, &i, &device);
-        else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq);
+        else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq), seq_given = 1;
         else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_str(argc, argv, &i, &mbs);
         else if (!strcmp(a, "--recompute")) s = lj_cli_str(argc, argv, &i, &recompute);
         else if (!strcmp(a, "--recompute-method")) s = lj_cli_str(argc, argv, &i, &method);
         else if (!strcmp(a, "--recompute-num-layers")) s = lj_cli_int(argc, argv, &i, &num_layers);
-        else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters);
-        else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup);
+        else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters), iters_given = 1;
+        else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup), warmup_given = 1;
         else if (!strcmp(a, "--json")) s = lj_cli_str(argc, argv, &i, &json);
         else if (!strcmp(a, "--seed")) s = lj_cli_u64(argc, argv, &i, &cfg.seed);
         else if (!strcmp(a, "--no-fusion")) cfg.fused = 0;
@@ -139,9 +141,19 @@ int lj_cli_benchmark(int argc, char **argv) {
     if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
-    cfg.seq_length = seq > 0 ? seq : (cpu ? 256 : 4096);
-    cfg.train_iters = iters >= 0 ? iters : (cpu ? 5 : 20);
-    cfg.warmup_iters = warmup >= 0 ? warmup : (cpu ? 1 : 5);
+    const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
+                      : (iters_given && iters <= 0) ? "--train-iters must be positive"
+                      : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
+                      : (ablation && (recompute || granularity || !cfg.fused))
+                          ? "--ablation chooses fusion and recompute per row: drop --recompute*, --no-fusion"
+                          : NULL;
+    if (bad) {
+        lj_fail(LJ_ERR_ARG, "%s", bad);
+        return lj_cli_error("benchmark");
+    }
+    cfg.seq_length = seq_given ? seq : (cpu ? 256 : 4096);
+    cfg.train_iters = iters_given ? iters : (cpu ? 5 : 20);
+    cfg.warmup_iters = warmup_given ? warmup : (cpu ? 1 : 5);
     if (mbs && !strcmp(mbs, "auto")) cfg.micro_batch_size = 0;
     else if (mbs && (lj_cli_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
                      cfg.micro_batch_size <= 0)) {

@@ -21,7 +21,8 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: ljperf generate --load DIR [--prompt TEXT] [flags]\n"
                "  --load DIR             a training checkpoint root (--save of ljperf train; its latest\n"
-               "                         iteration) or a Hugging Face model directory\n"
+               "                         iteration), one of its iter_NNNNNNN directories, or a Hugging\n"
+               "                         Face model directory\n"
                "  --prompt TEXT          (default \"In the beginning\")\n"
                "  --max-new-tokens N     (default 64)\n"
                "  --temperature T        0 = greedy (default 0.8)\n"
@@ -35,15 +36,18 @@ static void usage(FILE *f) {
 /* The HF directory to load: DIR itself, or DIR/iter_N/hf of a training checkpoint root. */
 static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
     int iteration;
-    if (lj_ckpt_latest(load, &iteration) == LJ_OK) {
+    struct stat st;
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/hf/config.json", load);
+    if (stat(cfg, &st) == 0) { /* one iteration directory of a training checkpoint */
+        snprintf(buf, len, "%s/hf", load);
+    } else if (lj_ckpt_latest(load, &iteration) == LJ_OK) {
         char dir[1024];
         lj_ckpt_iter_dir(load, iteration, dir, sizeof dir);
         snprintf(buf, len, "%s/hf", dir);
     } else {
         snprintf(buf, len, "%s", load);
     }
-    struct stat st;
-    char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/config.json", buf);
     if (stat(cfg, &st) != 0)
         return lj_fail(LJ_ERR_IO, "--load %s: no checkpoint there (expected %s or %s)", load,
@@ -51,57 +55,57 @@ static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
     return LJ_OK;
 }
 
-/* Samples a token id from logits[V] (modified in place). */
-static int32_t sample(float *logits, int V, const gen_args *a, lj_rng *rng, int32_t *order) {
+typedef struct {
+    float p;
+    int32_t id;
+} candidate;
+
+static int by_probability(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Samples a token id from logits[V] (modified in place): greedy at temperature 0, else from
+ * softmax(logits / temperature), restricted to the top_k most likely tokens and then to the
+ * smallest set whose probability reaches top_p (nucleus sampling, Holtzman et al. 2020).
+ * `cand` is scratch of V entries. */
+static int32_t sample(float *logits, int V, const gen_args *a, lj_rng *rng, candidate *cand) {
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
     if (a->temperature <= 0.0) return best;
-    /* softmax at temperature */
     double sum = 0.0;
     const float maxv = logits[best];
     for (int i = 0; i < V; i++) {
         logits[i] = (float)exp((logits[i] - maxv) / a->temperature);
         sum += logits[i];
     }
-    for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
-    /* order by probability (selection of the top candidates is enough for top-k / top-p) */
-    int keep = V;
-    if (a->top_k > 0 && a->top_k < keep) keep = a->top_k;
-    if (a->top_p < 1.0 && keep > 1024) keep = 1024; /* nucleus mass lies in the head in practice */
-    for (int i = 0; i < V; i++) order[i] = i;
-    for (int i = 0; i < keep; i++) { /* partial selection sort */
-        int m = i;
-        for (int j = i + 1; j < V; j++)
-            if (logits[order[j]] > logits[order[m]]) m = j;
-        int32_t t = order[i];
-        order[i] = order[m];
-        order[m] = t;
-    }
-    if (keep == V && a->top_p >= 1.0) {
-        /* plain sampling over all tokens */
-        double u = lj_rng_uniform(rng), acc = 0.0;
+    if (a->top_k == 0 && a->top_p >= 1.0) { /* plain sampling: no ordering needed */
+        double u = lj_rng_uniform(rng) * sum, acc = 0.0;
         for (int i = 0; i < V; i++) {
             acc += logits[i];
             if (u < acc) return i;
         }
         return best;
     }
+    for (int i = 0; i < V; i++) cand[i] = (candidate){(float)(logits[i] / sum), i};
+    qsort(cand, (size_t)V, sizeof *cand, by_probability);
+    int n = a->top_k > 0 && a->top_k < V ? a->top_k : V;
     double mass = 0.0;
-    int n = 0;
-    for (; n < keep; n++) {
-        mass += logits[order[n]];
+    for (int i = 0; i < n; i++) {
+        mass += cand[i].p;
         if (a->top_p < 1.0 && mass >= a->top_p) {
-            n++;
+            n = i + 1;
             break;
         }
     }
     double u = lj_rng_uniform(rng) * mass, acc = 0.0;
     for (int i = 0; i < n; i++) {
-        acc += logits[order[i]];
-        if (u < acc) return order[i];
+        acc += cand[i].p;
+        if (u < acc) return cand[i].id;
     }
-    return order[0];
+    return cand[0].id;
 }
 
 /* Writes the complete UTF-8 sequences of pending[0..*n) to stdout and keeps the rest. */
@@ -157,11 +161,11 @@ static lj_status run_generate(const gen_args *a) {
     const int prompt_len = (int)n + 1;
     int total = prompt_len + a->max_new_tokens;
     if (total > cfg.max_position_embeddings) total = cfg.max_position_embeddings;
-    if (prompt_len >= total) {
+    if (prompt_len > cfg.max_position_embeddings || (a->max_new_tokens > 0 && prompt_len >= total)) {
         free(prompt);
         lj_tokenizer_free(tok);
-        return lj_fail(LJ_ERR_ARG, "--prompt is %d tokens: no room below max_position_embeddings (%d)", prompt_len,
-                       cfg.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--prompt is %d tokens (with BOS): no room below max_position_embeddings (%d)",
+                       prompt_len, cfg.max_position_embeddings);
     }
 
     lj_model_options opt;
@@ -176,7 +180,7 @@ static lj_status run_generate(const gen_args *a) {
     lj_plan_build(&plan, &m);
     s = lj_plan_allocate(&plan, &m);
     float *weights = NULL, *logits = NULL;
-    int32_t *order = NULL;
+    candidate *order = NULL;
     if (s == LJ_OK) {
         weights = lj_malloc((size_t)m.layout.total * sizeof(float));
         s = lj_hf_import(dir, &cfg, weights);
@@ -185,7 +189,7 @@ static lj_status run_generate(const gen_args *a) {
         lj_model_set_weights(&m, weights);
         lj_model_upload_rope(&m);
         logits = lj_malloc((size_t)cfg.vocab_size * sizeof(float));
-        order = lj_malloc((size_t)cfg.vocab_size * sizeof(int32_t));
+        order = lj_malloc((size_t)cfg.vocab_size * sizeof(candidate));
         lj_rng rng;
         lj_rng_seed(&rng, a->seed);
         const int32_t eos = lj_tokenizer_eos_id(tok);
@@ -196,7 +200,7 @@ static lj_status run_generate(const gen_args *a) {
         const double t0 = lj_time_sec();
         lj_model_decode(&m, prompt, prompt_len, 0, logits);
         int pos = prompt_len, generated = 0;
-        while (pos < total) {
+        while (pos < total && generated < a->max_new_tokens) {
             int32_t next = sample(logits, cfg.vocab_size, a, &rng, order);
             generated++;
             if (next == eos || next == cfg.eos_token_id) break;
@@ -218,6 +222,7 @@ static lj_status run_generate(const gen_args *a) {
         flush_utf8(pending, &npending, 1);
         const double dt = lj_time_sec() - t0;
         fputc('\n', stdout);
+        fflush(stdout);
         lj_log_info("[%d tokens in %.2f s: %.1f tokens/s on %s]", generated, dt, generated / (dt > 0 ? dt : 1), ops->name);
     }
     free(order);
@@ -255,8 +260,13 @@ int lj_cli_generate(int argc, char **argv) {
         lj_fail(LJ_ERR_ARG, "--load DIR is required");
         return lj_cli_error("generate");
     }
-    if (a.max_new_tokens < 0 || a.top_k < 0 || !(a.top_p > 0.0 && a.top_p <= 1.0) || a.temperature < 0) {
-        lj_fail(LJ_ERR_ARG, "--max-new-tokens and --top-k must be >= 0, --top-p in (0, 1], --temperature >= 0");
+    const char *bad = a.max_new_tokens < 0                    ? "--max-new-tokens must be >= 0"
+                      : a.top_k < 0                             ? "--top-k must be >= 0"
+                      : !(a.top_p > 0.0 && a.top_p <= 1.0)      ? "--top-p must be in (0, 1]"
+                      : !(a.temperature >= 0 && isfinite(a.temperature)) ? "--temperature must be a finite number >= 0"
+                                                                : NULL;
+    if (bad) {
+        lj_fail(LJ_ERR_ARG, "%s", bad);
         return lj_cli_error("generate");
     }
     return run_generate(&a) == LJ_OK ? 0 : lj_cli_error("generate");

@@ -5,6 +5,8 @@
 #include "base/base.h"
 #include "cli/cli.h"
 
+#define LJ_VERSION "0.1.0"
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ljperf <command> [flags]\n"
@@ -25,7 +27,11 @@ int lj_cli_error(const char *cmd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+        printf("ljperf %s\n", LJ_VERSION);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }

@@ -13,7 +13,8 @@ static void usage(FILE *f) {
             "usage: ljperf train --data-path PREFIX [flags]\n"
             "\n"
             "model and device:\n"
-            "  --model NAME|config.json|DIR  preset (%s) or HF config (default llama3-tiny)\n"
+            "  --model NAME|config.json|DIR  preset (%s) or HF config (default: the --load\n"
+            "                                checkpoint's model, else llama3-tiny)\n"
             "  --device auto|cpu|cuda        default auto: the GPU if there is one, else the CPU\n"
             "parallelism:\n"
             "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
@@ -31,7 +32,7 @@ static void usage(FILE *f) {
             "  --micro-batch-size B|auto     samples per forward/backward (default 4)\n"
             "  --global-batch-size G         samples per optimizer step (default B; G/B accumulation steps)\n"
             "  --train-iters N               optimizer steps (default 100)\n"
-            "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 3e-5)\n"
+            "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 0)\n"
             "  --lr-warmup-iters N           linear warm-up (default 0)\n"
             "  --lr-decay-iters N            decay length (default --train-iters)\n"
             "  --lr-decay-style S            constant|linear|cosine (default cosine)\n"
@@ -57,8 +58,36 @@ static void usage(FILE *f) {
             "  --log-interval N              print every N iterations (default 1)\n"
             "  --eval-interval N             validation loss every N iterations (default: at the end)\n"
             "  --eval-iters N                validation micro-batches per evaluation (default 10)\n"
-            "  --log-json FILE               the per-step line as JSON lines\n",
+            "  --log-json FILE               the per-step line as JSON lines\n"
+            "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
+}
+
+/* Values a user can get wrong that no later step would catch. */
+static lj_status check_ranges(const lj_train_config *c, int gbs) {
+    const struct { int bad; const char *what; } rules[] = {
+        {gbs < 0, "--global-batch-size must be positive"},
+        {c->train_iters < 0, "--train-iters must be >= 0"},
+        {c->log_interval <= 0, "--log-interval must be positive"},
+        {c->eval_interval < 0, "--eval-interval must be >= 0"},
+        {c->eval_iters < 0, "--eval-iters must be >= 0"},
+        {c->save_interval < 0, "--save-interval must be >= 0"},
+        {c->exit_interval < 0, "--exit-interval must be >= 0"},
+        {c->keep_last < 0, "--keep-last must be >= 0 (0 keeps all)"},
+        {c->lr.warmup_iters < 0, "--lr-warmup-iters must be >= 0"},
+        {c->lr.decay_iters < 0, "--lr-decay-iters must be >= 0"},
+        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr must be a finite number >= 0"},
+        {!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr), "--min-lr must be in [0, --lr]"},
+        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1 must be in [0, 1)"},
+        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2 must be in [0, 1)"},
+        {!(c->adamw.eps > 0), "--adam-eps must be positive"},
+        {!(c->adamw.weight_decay >= 0), "--weight-decay must be >= 0"},
+        {!(c->adamw.max_grad_norm >= 0), "--clip-grad must be >= 0 (0 = off)"},
+        {c->zero_stage < 0, "--zero-stage must be 0, 1 or 2"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[i].what);
+    return LJ_OK;
 }
 
 /* --deepspeed ds_config.json: batch sizes (DeepSpeed's rule, with the launcher's world size),
@@ -87,7 +116,7 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
 }
 
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
-    const char *model = "llama3-tiny", *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
+    const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
     const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL;
     int num_layers = -1, decay_iters = -1, gbs = 0;
     lj_train_config_defaults(c);
@@ -144,7 +173,15 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
-    LJ_TRY(lj_config_resolve(model, &c->model));
+    if (!model && c->load) {
+        /* --load alone: the model is the checkpoint's (its config.json) */
+        char root[1024], hf[1100];
+        int iteration, is_state;
+        LJ_TRY(lj_train_resolve_load(c->load, root, sizeof root, &iteration, &is_state, hf, sizeof hf));
+        LJ_TRY(lj_config_resolve(hf, &c->model));
+    } else {
+        LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));
+    }
     LJ_TRY(lj_cli_device(device, &c->ops));
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
     else if (mbs) {
@@ -166,7 +203,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
     c->lr.decay_iters = decay_iters >= 0 ? decay_iters : c->train_iters;
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size;
-    if (c->log_interval <= 0) return lj_fail(LJ_ERR_ARG, "--log-interval must be positive");
+    LJ_TRY(check_ranges(c, gbs));
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;

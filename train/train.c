@@ -4,8 +4,10 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
+#include <dirent.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/loader.h"
 #include "dist/dist.h"
@@ -16,6 +18,46 @@
 static volatile sig_atomic_t g_stop_signal;
 
 static void on_signal(int sig) { g_stop_signal = sig; }
+
+lj_status lj_train_resolve_load(const char *path, char *root, size_t root_len, int *iteration, int *is_state,
+                                char *hf_dir, size_t hf_len) {
+    struct stat st;
+    char probe[2048];
+    *is_state = 0;
+    /* one iteration directory: ROOT/iter_NNNNNNN with state.json */
+    snprintf(probe, sizeof probe, "%s/%s", path, LJ_CKPT_STATE_FILE);
+    if (stat(probe, &st) == 0) {
+        snprintf(root, root_len, "%s", path);
+        size_t n = strlen(root);
+        while (n > 1 && root[n - 1] == '/') root[--n] = '\0';
+        char *slash = strrchr(root, '/');
+        const char *base = slash ? slash + 1 : root;
+        if (sscanf(base, "iter_%d", iteration) != 1)
+            return lj_fail(LJ_ERR_FORMAT, "%s: a checkpoint iteration directory must be named iter_NNNNNNN", path);
+        if (slash) *slash = '\0';
+        else snprintf(root, root_len, ".");
+        *is_state = 1;
+        snprintf(hf_dir, hf_len, "%s/hf", path);
+        return LJ_OK;
+    }
+    /* a root: the latest file, or iter_ directories */
+    snprintf(probe, sizeof probe, "%s/%s", path, LJ_CKPT_LATEST_FILE);
+    int looks_like_root = stat(probe, &st) == 0;
+    DIR *d = looks_like_root ? NULL : opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strncmp(e->d_name, "iter_", 5) == 0) looks_like_root = 1;
+    if (d) closedir(d);
+    if (looks_like_root) {
+        LJ_TRY(lj_ckpt_latest(path, iteration));
+        snprintf(root, root_len, "%s", path);
+        *is_state = 1;
+        lj_ckpt_iter_dir(path, *iteration, probe, sizeof probe);
+        snprintf(hf_dir, hf_len, "%s/hf", probe);
+        return LJ_OK;
+    }
+    snprintf(hf_dir, hf_len, "%s", path);
+    return LJ_OK;
+}
 
 void lj_train_config_defaults(lj_train_config *c) {
     memset(c, 0, sizeof *c);
@@ -28,7 +70,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->eval_iters = 10;
     c->seed = 1234;
     c->fused = 1;
-    c->lr = (lj_lr_schedule){3e-4, 3e-5, 0, 0, LJ_LR_COSINE};
+    c->lr = (lj_lr_schedule){3e-4, 0.0, 0, 0, LJ_LR_COSINE}; /* Megatron: --min-lr 0 */
     c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
     c->split = "969,30,1";
     c->keep_last = 2;
@@ -238,17 +280,17 @@ static lj_status checkpoint(run *r) {
 /* Loads --load: a training-state root (latest_checkpointed_iteration.txt or iter_* dirs) for an
  * exact resume, else a Hugging Face checkpoint directory for continued training. */
 static lj_status load_checkpoint(run *r) {
-    const char *root = r->cfg->load;
-    int iteration;
-    if (lj_ckpt_latest(root, &iteration) != LJ_OK) {
-        /* not a training-state root: try a Hugging Face directory */
+    char root[1024], hf[1100];
+    int iteration = 0, is_state = 0;
+    LJ_TRY(lj_train_resolve_load(r->cfg->load, root, sizeof root, &iteration, &is_state, hf, sizeof hf));
+    if (!is_state) {
         const int64_t P = r->model.layout.total;
         float *w = lj_malloc((size_t)P * sizeof(float));
-        lj_status s = lj_hf_import(root, &r->cfg->model, w);
+        lj_status s = lj_hf_import(hf, &r->cfg->model, w);
         if (s == LJ_OK) lj_model_set_weights(&r->model, w);
         free(w);
         if (s != LJ_OK) return s;
-        lj_log_info("loaded Hugging Face weights from %s (optimizer state starts fresh)", root);
+        lj_log_info("loaded Hugging Face weights from %s (optimizer state starts fresh)", hf);
         return LJ_OK;
     }
     char dir[1024];
@@ -413,6 +455,16 @@ static lj_status setup(run *r) {
     free(all);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
+    if (c->save && r->rank == 0) {
+        /* find an unwritable --save now, not after the last iteration */
+        LJ_TRY(lj_mkdir_p(c->save));
+        char probe[1100];
+        snprintf(probe, sizeof probe, "%s/.ljperf-write-test", c->save);
+        FILE *f = fopen(probe, "w");
+        if (!f) return lj_fail(LJ_ERR_IO, "--save %s: cannot write there", c->save);
+        fclose(f);
+        remove(probe);
+    }
     if (c->log_json && r->rank == 0) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
@@ -537,7 +589,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                         r.iteration);
             break;
         }
-        if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == cfg->train_iters)) {
+        if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
                    "tokens/s: %.0f | TFLOP/s: %.3f\n",
@@ -552,7 +604,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                     r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples);
             fflush(r.log_json);
         }
-        if (r.have_valid && cfg->eval_interval > 0 && r.iteration % cfg->eval_interval == 0)
+        if (r.have_valid && cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0)
             log_eval(&r, evaluate(&r));
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {
             s = checkpoint(&r);
@@ -576,7 +628,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
                                     cfg->save ? " (checkpoint saved)" : " (no --save: nothing saved)");
     } else if (s == LJ_OK) {
-        if (r.have_valid && cfg->eval_iters > 0) log_eval(&r, evaluate(&r));
+        const int evaluated = cfg->eval_interval > 0 && r.iteration % cfg->eval_interval == 0;
+        if (r.have_valid && cfg->eval_iters > 0 && !evaluated) log_eval(&r, evaluate(&r));
         if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
     }
     sigaction(SIGINT, &old_int, NULL);
