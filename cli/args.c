@@ -109,7 +109,7 @@ const char *lj_cli_cache_dir(char *buf, size_t len) {
 }
 
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
-                           int *micro_batch_size, int grad_accum_steps, const char *recompute,
+                           int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
                            const char *granularity, const char *method, int num_layers, int auto_if_needed,
                            uint8_t *policy) {
     int env_on = 0;
@@ -127,6 +127,9 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
     lj_planner_target target;
     LJ_TRY(lj_planner_target_init(&target, ops, lj_cli_cache_dir(cache, sizeof cache), NULL));
     target.grad_accum_steps = grad_accum_steps > 0 ? grad_accum_steps : 1;
+    lj_dist_env env;
+    if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1) target.dp_world_size = env.world_size;
+    target.zero_stage = zero_stage;
     if (!use_planner) {
         LJ_TRY(lj_planner_megatron_recompute(granularity, method, num_layers, cfg->num_hidden_layers, policy));
         lj_planner_result res;

@@ -171,22 +171,22 @@ int lj_cli_benchmark(int argc, char **argv) {
     if (ablation) {
         /* the manual baseline: the flags, or full recompute when they do not fit */
         int mb = cfg.micro_batch_size > 0 ? cfg.micro_batch_size : 1;
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, "none", NULL, NULL, -1, 0,
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "none", NULL, NULL, -1, 0,
                              ctx.manual) != LJ_OK &&
             !granularity) {
             lj_log_info("benchmark --ablation: no recompute does not fit; the manual baseline is full recompute");
             granularity = "full";
         }
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, NULL, granularity, method,
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, NULL, granularity, method,
                              num_layers, 0, ctx.manual) != LJ_OK)
             return lj_cli_error("benchmark");
         cfg.micro_batch_size = mb;
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, "auto", NULL, NULL, -1, 0,
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "auto", NULL, NULL, -1, 0,
                              ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
         return run_ablation(&cfg, &ctx, json);
     }
-    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, recompute,
+    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, 0, recompute,
                          granularity, method, num_layers, deepspeed, cfg.recompute) != LJ_OK)
         return lj_cli_error("benchmark");
     lj_bench_result res;

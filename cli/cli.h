@@ -37,10 +37,11 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops);
  *     on, or when `auto_if_needed` and the manual policy would not fit;
  *   - else Megatron's flags (granularity NULL: no recompute), checked against device memory.
  * *micro_batch_size: in, the size or 0 for auto (needs the planner); out, the size to use.
- * Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
+ * The plan is one rank's: the world size comes from the launcher's environment, the ZeRO
+ * stage from `zero_stage`. Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
  * typo), LJ_ERR_OOM (nothing fits: the smallest memory needed and what would make it fit). */
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
-                           int *micro_batch_size, int grad_accum_steps, const char *recompute,
+                           int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
                            const char *granularity, const char *method, int num_layers, int auto_if_needed,
                            uint8_t *policy);
 

@@ -198,7 +198,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
-    LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation, recompute,
+    LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
+                            c->zero_stage, recompute,
                             granularity, method, num_layers, 0, c->recompute));
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
     c->lr.decay_iters = decay_iters >= 0 ? decay_iters : c->train_iters;

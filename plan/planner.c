@@ -79,6 +79,8 @@ lj_status lj_planner_target_init(lj_planner_target *t, const lj_ops *ops, const 
     t->ops = ops;
     t->fused = 1;
     t->grad_accum_steps = 1;
+    t->zero_stage = 0;
+    t->dp_world_size = 1;
     t->margin_bytes = LJ_PLANNER_DEFAULT_MARGIN_BYTES;
     const int cuda = strcmp(ops->name, "cpu") != 0;
     size_t free_b = 0, total_b = 0;
@@ -179,6 +181,8 @@ static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, 
     opt.seq_length = seq_length;
     opt.training = 1;
     opt.fused = t->fused;
+    opt.zero_stage = t->zero_stage;
+    opt.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
     lj_model_init(&s->m, t->ops, cfg, &opt);
 }
 

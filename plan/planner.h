@@ -152,6 +152,8 @@ typedef struct {
     lj_perf_rates rates;
     int fused;                      /* fused kernels (the default) or the unfused twins */
     int grad_accum_steps;           /* micro-batches per optimizer step (>= 1) */
+    int zero_stage;                 /* ZeRO stage of the run (0: replicated) */
+    int dp_world_size;              /* data-parallel ranks (>= 1): plans are per rank */
 } lj_planner_target;
 
 /* Fills a target for `ops`: device memory from ops->memory_info when the table has it (a real

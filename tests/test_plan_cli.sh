@@ -102,6 +102,20 @@ assert (c["layers_full"], c["layers_selective"], c["layers_none"]) == (5, 0, 11)
     "$LJPERF" plan --model deepspeed/llama3.2-1b --seq-length 1024 --zero-stage 3 >"$out/ds.txt" 2>&1
     check "deepspeed/ prefix and ZeRO-3 on one GPU accepted" has "$out/ds.txt" "shards nothing"
 
+    # per rank of several data-parallel ranks: ZeRO stage 1 shards the AdamW moments by the world size
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 1 --recompute none --json "$out/w1.json" \
+        >/dev/null 2>&1
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 1 --recompute none --world-size 4 \
+        --zero-stage 1 --json "$out/w4.json" >"$out/w4.txt" 2>&1
+    check "--world-size 4 --zero-stage 1: per-rank plan" has "$out/w4.txt" "per rank of 4 data-parallel ranks"
+    check "ZeRO-1 over 4 ranks: a quarter of the moments" python3 -c '
+import json, sys
+def moments(p):
+    d = json.load(open(p))
+    return [c["bytes"] for c in d["breakdown"] if c["category"].startswith("optimizer")][0]
+a, b = moments(sys.argv[1]), moments(sys.argv[2])
+assert abs(b * 4 - a) <= 4 * 64 * 4 * 2 + 4096, (a, b)' "$out/w1.json" "$out/w4.json"
+
     # CHECKPOINT_OPTIMIZATION: off -> no recompute search; a typo is an error naming it
     CHECKPOINT_OPTIMIZATION=0 "$LJPERF" plan --model llama3.2-1b --seq-length 1024 >"$out/env_off.txt" 2>&1
     check "CHECKPOINT_OPTIMIZATION=0: policy none" has "$out/env_off.txt" "CHECKPOINT_OPTIMIZATION is off"
@@ -142,7 +156,8 @@ bad "num layers" "--recompute-num-layers 99" --model llama3-nano --device cpu --
     --recompute-method block --recompute-num-layers 99
 bad "device memory" "--device-memory: 'lots'" --model llama3-nano --device cpu --device-memory lots
 bad "margin" "--margin: '150%'" --model llama3-nano --device cpu --margin 150%
-bad "world size" "not yet supported" --model llama3-nano --device cpu --world-size 2
+bad "world size" "not yet supported" --model llama3-nano --device cpu --world-size 2 --zero-stage 3
+bad "world size 0" "--world-size 0" --model llama3-nano --device cpu --world-size 0
 bad "zero stage" "--zero-stage 5" --model llama3-nano --device cpu --zero-stage 5
 bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
 bad "unknown model" "llama9" --model llama9 --device cpu
