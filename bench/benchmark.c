@@ -65,6 +65,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         lc.micro_batch_size = B;
         lc.seed = cfg->seed;
         lc.which = LJ_SPLIT_TRAIN;
+        lc.dp_rank = cfg->dp->rank;
+        lc.dp_world_size = cfg->dp->world;
         LJ_TRY(lj_loader_init(&loader, &lc));
         lj_status s = lj_loader_check_vocab(&loader, cfg->model.vocab_size);
         if (s != LJ_OK) {
@@ -81,6 +83,9 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     opt.training = 1;
     opt.fused = cfg->fused;
     opt.graphs = cfg->fused; /* graphs go with fusion (the ablation's +Fusion row) */
+    opt.zero_stage = cfg->dp->zero_stage;
+    opt.dp_rank = cfg->dp->rank;
+    opt.dp_world_size = cfg->dp->world;
     memcpy(opt.recompute, cfg->recompute, sizeof opt.recompute);
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
@@ -101,14 +106,17 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_init_weights(&m, cfg->seed);
 
     const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
-    lj_adamw_segment *seg;
-    const int nseg = lj_adamw_segments(&m.layout, &ac, &seg);
+    lj_adamw_segment *all, *seg;
+    const int nall = lj_adamw_segments(&m.layout, &ac, &all);
+    const int nseg = lj_adamw_segments_slice(all, nall, m.shard_begin, m.shard_numel, &seg);
+    free(all);
+    const int world = cfg->dp->world;
     int32_t *tokens = lj_malloc((size_t)B * (T + 1) * sizeof(int32_t));
     lj_rng rng;
-    lj_rng_seed(&rng, cfg->seed);
+    lj_rng_seed(&rng, cfg->seed + (uint64_t)cfg->dp->rank); /* each rank its own tokens */
     const int steps = cfg->warmup_iters + cfg->train_iters;
     double *step_ms = lj_calloc((size_t)cfg->train_iters, sizeof(double));
-    const float dloss = 1.0f / (float)(B * T);
+    const float dloss = 1.0f / (float)((int64_t)B * T * world);
     double timed = 0.0;
     for (int step = 1; step <= steps; step++) {
         if (have_data) lj_loader_next(&loader, tokens);
@@ -116,13 +124,14 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
-        ops->memset_zero(m.grads, (size_t)m.layout.total * lj_dtype_size(ops->grad_dtype));
+        ops->memset_zero(m.grads, (size_t)m.padded_numel * lj_dtype_size(ops->grad_dtype));
         lj_model_forward_backward(&m, dloss);
-        lj_adamw_step(ops, m.params, m.master, m.grads, m.adam_m, m.adam_v, m.grad_norm_sq, m.ws_norm, m.layout.total,
-                      seg, nseg, &ac, 1e-4f, step);
+        lj_dp_optimizer_step(cfg->dp, &m, seg, nseg, &ac, 1e-4f, step);
         ops->synchronize();
         const double dt = lj_time_sec() - t0;
-        const double loss = lj_model_mean_loss(&m);
+        float loss_sum = (float)lj_model_mean_loss(&m);
+        lj_dp_sum(cfg->dp, &m, &loss_sum, 1);
+        const double loss = (double)loss_sum / world;
         if (step == 1) res->loss_first = loss;
         res->loss_last = loss;
         if (step > cfg->warmup_iters) {
@@ -143,9 +152,9 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     qsort(step_ms, (size_t)cfg->train_iters, sizeof(double), cmp_double);
     res->step_ms_median = step_ms[(cfg->train_iters - 1) / 2];
     res->step_ms_p90 = step_ms[(int)((cfg->train_iters - 1) * 0.9 + 0.5)];
-    res->tokens_per_s = (double)B * T * cfg->train_iters / timed;
-    res->tokens_per_s_per_device = res->tokens_per_s;
-    res->tflops = res->tokens_per_s * res->flops_per_token / 1e12;
+    res->tokens_per_s = (double)B * T * world * cfg->train_iters / timed;
+    res->tokens_per_s_per_device = res->tokens_per_s / world;
+    res->tflops = res->tokens_per_s_per_device * res->flops_per_token / 1e12; /* per device */
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
 
     free(step_ms);
@@ -160,18 +169,21 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
 
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *f) {
     char b1[32], b2[32];
-    fprintf(f, "ljperf benchmark: %s on %s, seq %d, micro-batch %d, %d timed steps after %d warm-up%s\n",
-            cfg->model.name, cfg->ops->name, cfg->seq_length, cfg->micro_batch_size, cfg->train_iters,
-            cfg->warmup_iters, cfg->fused ? "" : " (unfused)");
+    fprintf(f, "ljperf benchmark: %s on %d x %s (ZeRO stage %d), seq %d, micro-batch %d, %d timed step%s after %d "
+               "warm-up%s\n",
+            cfg->model.name, cfg->dp->world, cfg->ops->name, cfg->dp->zero_stage, cfg->seq_length,
+            cfg->micro_batch_size, cfg->train_iters, cfg->train_iters == 1 ? "" : "s", cfg->warmup_iters,
+            cfg->fused ? "" : " (unfused)");
     fprintf(f, "%-28s %s\n", "metric", "value");
     fprintf(f, "%-28s %.0f\n", "tokens/s", r->tokens_per_s);
     fprintf(f, "%-28s %.0f\n", "tokens/s per device", r->tokens_per_s_per_device);
-    fprintf(f, "%-28s %.3f\n", "TFLOP/s", r->tflops);
+    fprintf(f, "%-28s %.3f\n", "TFLOP/s per device", r->tflops);
     fprintf(f, "%-28s %.1f%%\n", "MFU", 100.0 * r->mfu);
     fprintf(f, "%-28s %.1f\n", "step time median (ms)", r->step_ms_median);
     fprintf(f, "%-28s %.1f\n", "step time p90 (ms)", r->step_ms_p90);
     fprintf(f, "%-28s %s\n", "peak memory measured", lj_format_bytes(r->measured_bytes, b1, sizeof b1));
     fprintf(f, "%-28s %s\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2));
+    if (cfg->dp->world > 1) fprintf(f, "(memory figures are rank 0's)\n");
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
     fprintf(f, "MFU convention: FLOPs/token = 6N + 12*L*d*s = %.3g (N = %.4g matmul parameters incl. lm_head); peak: %s\n",
             r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
@@ -186,7 +198,8 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddStringToObject(o, "device", cfg->ops->name);
     cJSON_AddNumberToObject(o, "seq_length", cfg->seq_length);
     cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
-    cJSON_AddNumberToObject(o, "world_size", 1);
+    cJSON_AddNumberToObject(o, "world_size", cfg->dp->world);
+    cJSON_AddNumberToObject(o, "zero_stage", cfg->dp->zero_stage);
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_device);

@@ -6,6 +6,7 @@
 
 #include "model/model.h"
 #include "optim/optim.h"
+#include "train/dp.h"
 
 typedef struct {
     lj_model_config model;
@@ -21,10 +22,11 @@ typedef struct {
     char **data_args;
     int progress;           /* 1: a progress line on stderr */
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it (and keep it here) */
+    lj_dp *dp;              /* the data-parallel ranks (lj_dp_init; a world of one without a launcher) */
 } lj_bench_config;
 
 typedef struct {
-    double tokens_per_s;
+    double tokens_per_s;             /* all ranks together */
     double tokens_per_s_per_device;
     double tflops;           /* achieved model TFLOP/s (DESIGN.md FLOP convention) */
     double mfu;              /* tflops / peak_tflops */

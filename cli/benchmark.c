@@ -5,6 +5,7 @@
 
 #include "bench/benchmark.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -23,7 +24,10 @@ static void usage(FILE *f) {
             "  --recompute-granularity full|selective --recompute-method uniform|block --recompute-num-layers N\n"
             "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt\n"
             "  --json FILE                the result (or the ablation rows) as JSON\n"
-            "  --seed S                   (default 1234)\n",
+            "  --seed S                   (default 1234)\n"
+            "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
+            "  --zero-stage S             ZeRO stage 0-2 over the ranks (deepspeed/ names: 3, which is 0 on one rank\n"
+            "                             and not implemented over several ranks yet: 2 is used)\n",
             lj_config_preset_names());
 }
 
@@ -63,10 +67,11 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
     lj_bench_result res[8];
     for (int i = 0; i < rows; i++) {
         k_ablation[i].apply(cfg, ctx);
-        fprintf(stderr, "ablation row %s (%s)\n", k_ablation[i].name, k_ablation[i].what);
+        if (cfg->dp->rank == 0) fprintf(stderr, "ablation row %s (%s)\n", k_ablation[i].name, k_ablation[i].what);
         if (lj_bench_run(cfg, &res[i]) != LJ_OK) return lj_cli_error("benchmark");
         tps[i] = res[i].tokens_per_s;
     }
+    if (cfg->dp->rank != 0) return 0;
     printf("ljperf benchmark --ablation: %s on %s, seq %d, micro-batch %d\n", cfg->model.name, cfg->ops->name,
            cfg->seq_length, cfg->micro_batch_size);
     printf("%-10s %14s %10s %8s  %s\n", "row", "tokens/s", "gain", "MFU", "what");
@@ -92,12 +97,24 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
     return 0;
 }
 
+static int benchmark(int argc, char **argv, lj_dp *dp);
+
 int lj_cli_benchmark(int argc, char **argv) {
+    int status;
+    if (lj_cli_maybe_launch("benchmark", argc, argv, &status)) return status;
+    lj_dp dp;
+    memset(&dp, 0, sizeof dp);
+    status = benchmark(argc, argv, &dp);
+    if (dp.dist) lj_dp_free(&dp);
+    return status;
+}
+
+static int benchmark(int argc, char **argv, lj_dp *dp) {
     lj_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL;
-    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1;
+    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
@@ -123,6 +140,8 @@ int lj_cli_benchmark(int argc, char **argv) {
         else if (!strcmp(a, "--no-fusion")) cfg.fused = 0;
         else if (!strcmp(a, "--ablation")) ablation = 1;
         else if (!strcmp(a, "--no-progress")) cfg.progress = 0;
+        else if (!strcmp(a, "--zero-stage")) s = lj_cli_int(argc, argv, &i, &zero_stage);
+        else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else if (!strcmp(a, "--recompute-granularity")) s = lj_cli_str(argc, argv, &i, &granularity);
         else if (!strcmp(a, "--data") || !strcmp(a, "--data-path")) {
             int start = i + 1;
@@ -165,8 +184,28 @@ int lj_cli_benchmark(int argc, char **argv) {
                 cfg.model.max_position_embeddings);
         return lj_cli_error("benchmark");
     }
-    /* deepspeed/ names: the planner turns on by itself when the manual policy does not fit */
+    /* deepspeed/ names: DeepSpeed-style defaults (ZeRO stage 3, which shards nothing on one rank);
+     * the planner turns on by itself when the manual policy does not fit */
     const int deepspeed = name != model;
+    lj_dist_env env;
+    const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
+    if (zero_stage < 0) zero_stage = deepspeed ? 3 : 0;
+    if (zero_stage == 3 && world == 1) zero_stage = 0; /* stage 3 on one rank: nothing to shard */
+    if (zero_stage == 3) {
+        lj_log_warn("ZeRO stage 3 is not implemented over several ranks yet: running stage 2 (sharded AdamW state and "
+                    "master weights, reduce-scattered gradients)");
+        zero_stage = 2;
+    }
+    char summary[256];
+    snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
+             cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
+    if (lj_dp_init(dp, cfg.ops, zero_stage, summary) != LJ_OK) return lj_cli_error("benchmark");
+    cfg.dp = dp;
+    if (dp->rank != 0) {
+        lj_log_set_quiet(1);
+        cfg.progress = 0;
+        json = NULL;
+    }
     ablation_ctx ctx;
     if (ablation) {
         /* the manual baseline: the flags, or full recompute when they do not fit */
@@ -186,12 +225,12 @@ int lj_cli_benchmark(int argc, char **argv) {
             return lj_cli_error("benchmark");
         return run_ablation(&cfg, &ctx, json);
     }
-    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, 0, recompute,
+    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, zero_stage, recompute,
                          granularity, method, num_layers, deepspeed, cfg.recompute) != LJ_OK)
         return lj_cli_error("benchmark");
     lj_bench_result res;
     if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");
-    lj_bench_print(&cfg, &res, stdout);
+    if (dp->rank == 0) lj_bench_print(&cfg, &res, stdout);
     if (json && lj_bench_write_json(&cfg, &res, json) != LJ_OK) return lj_cli_error("benchmark");
     return 0;
 }

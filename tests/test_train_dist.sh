@@ -5,6 +5,7 @@
 #     stage 0 (replicated), 1 (sharded AdamW state) and 2 (and reduce-scattered gradients);
 #   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1) and continues the
 #     single-process loss sequence;
+#   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names);
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - ZeRO stages not supported yet are refused by name.
 set -euo pipefail
@@ -76,6 +77,17 @@ mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "
   --save "$tmp/r" --load "$tmp/r" --log-json "$tmp/r.jsonl" 2>"$tmp/r2.err" || { cat "$tmp/r2.err"; fail "resume on 3 ranks"; }
 [ "$(grep -c '"loss"' "$tmp/r.jsonl")" = 4 ] || fail "expected 4 logged iterations over the two halves"
 echo "saved on 2 ranks, resumed on 3:"; compare "$tmp/w1.jsonl" "$tmp/r.jsonl" || fail "resume on another world size"
+
+# the benchmark over 2 ranks (ZeRO stage 2), and deepspeed/ names (stage 3 -> 2 over several ranks)
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 2 \
+  --warmup-iters 1 --no-progress --nproc-per-node 2 --zero-stage 2 --json "$tmp/b.json" >"$tmp/b.out" 2>"$tmp/b.err" \
+  || { cat "$tmp/b.err"; fail "benchmark on 2 ranks"; }
+grep -q "on 2 x cpu (ZeRO stage 2)" "$tmp/b.out" || { cat "$tmp/b.out"; fail "benchmark did not run on 2 ranks"; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["world_size"] == 2 and r["tokens_per_s"] > 0' \
+  "$tmp/b.json" || fail "benchmark JSON"
+"$LJPERF" benchmark --model deepspeed/llama3-nano --device cpu --seq-length 32 --train-iters 1 --warmup-iters 0 \
+  --no-progress --nproc-per-node 2 >"$tmp/ds.out" 2>"$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ on 2 ranks"; }
+grep -q "running stage 2" "$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ did not say it runs stage 2"; }
 
 # DeepSpeed's batch rule, and stages not supported yet
 printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8}\n' > "$tmp/ds.json"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "data/loader.h"
-#include "dist/dist.h"
+#include "train/dp.h"
 #include "io/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
@@ -93,13 +93,11 @@ typedef struct {
     lj_rng rng;                /* reserved for stochastic features; saved for exact resume */
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
-    lj_dist *dist;             /* data-parallel ranks (a world of one without a launcher) */
+    lj_dp dp;                  /* data-parallel ranks (a world of one without a launcher) */
     int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
     int rank, world;
 } run;
 
-static void sum_across_ranks(run *r, float *values, int n);
-static void dist_check(run *r, lj_status s);
 
 static lj_status open_data(run *r) {
     const lj_train_config *c = r->cfg;
@@ -207,36 +205,6 @@ static lj_status export_hf(const char *dir, void *ctx) {
     return s;
 }
 
-/* Gathers full host copies [P] of the master weights and AdamW moments from the shards into
- * w, mm, vv on rank 0 (the other ranks pass NULL). Collective: every rank calls it. Sharded
- * state is all-gathered through the f32 gradient buffer, which is free between steps. */
-static void gather_state(run *r, float *w, float *mm, float *vv) {
-    lj_model *m = &r->model;
-    const lj_ops *ops = m->ops;
-    const int64_t P = m->layout.total;
-    if (m->shard_numel == P) {
-        if (r->rank != 0) return;
-        lj_model_get_weights(m, w);
-        ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
-        ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
-        return;
-    }
-    LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_F32, "gathering sharded state needs an f32 gradient buffer");
-    void *stream = ops->stream ? ops->stream() : NULL;
-    const int f32_params = ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
-    float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
-    float *dst[3] = {w, mm, vv};
-    for (int i = 0; i < 3; i++) {
-        if (!src[i]) {
-            if (r->rank == 0) ops->download(w, m->params, (size_t)P * sizeof(float));
-            continue;
-        }
-        dist_check(r, lj_dist_all_gather(r->dist, src[i], m->grads, m->shard_numel, LJ_DTYPE_F32, stream));
-        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
-        if (r->rank == 0) ops->download(dst[i], m->grads, (size_t)P * sizeof(float));
-    }
-}
-
 /* Writes the checkpoint from the gathered state (rank 0). */
 static lj_status save_checkpoint(run *r, float *w, float *mm, float *vv) {
     const int64_t P = r->model.layout.total;
@@ -266,13 +234,13 @@ static lj_status checkpoint(run *r) {
         mm = lj_malloc((size_t)P * sizeof(float));
         vv = lj_malloc((size_t)P * sizeof(float));
     }
-    gather_state(r, w, mm, vv);
+    lj_dp_gather_state(&r->dp, &r->model, w, mm, vv);
     lj_status s = r->rank == 0 ? save_checkpoint(r, w, mm, vv) : LJ_OK;
     free(w);
     free(mm);
     free(vv);
     float failed = s != LJ_OK;
-    sum_across_ranks(r, &failed, 1);
+    lj_dp_sum(&r->dp, &r->model, &failed, 1);
     if (s == LJ_OK && failed > 0.0f) s = lj_fail(LJ_ERR_IO, "rank 0 could not save the checkpoint");
     return s;
 }
@@ -370,44 +338,6 @@ static void log_eval(run *r, double loss) {
     }
 }
 
-/* Joins the data-parallel world (MPI for CPU ranks, NCCL for GPU ranks) with a hash of
- * everything the ranks must agree on. */
-static lj_status init_dist(run *r) {
-    const lj_train_config *c = r->cfg;
-    if (c->zero_stage < 0 || c->zero_stage > 2)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stages 0, 1 and 2 are)", c->zero_stage);
-    lj_dist_options o;
-    lj_dist_options_default(&o);
-    o.backend = strcmp(c->ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
-    char summary[512];
-    snprintf(summary, sizeof summary,
-             "model %s (V %d, d %d, L %d), backend %s, micro-batch %d, seq %d, global batch %d, iters %d, seed %llu",
-             c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
-             c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
-    o.config_hash = lj_dist_hash(LJ_DIST_HASH_INIT, summary, strlen(summary));
-    o.config_summary = summary;
-    LJ_TRY(lj_dist_init(&r->dist, &o));
-    r->rank = lj_dist_rank(r->dist);
-    r->world = lj_dist_world_size(r->dist);
-    static const char *what[3] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
-                                  "AdamW state sharded, gradients reduce-scattered"};
-    if (r->world > 1 && r->rank == 0)
-        lj_log_info("data parallel: %d ranks (ZeRO stage %d: %s)", r->world, c->zero_stage, what[c->zero_stage]);
-    return LJ_OK;
-}
-
-/* Sums `n` (<= 2) floats across ranks through the model's device scalars. */
-static void sum_across_ranks(run *r, float *values, int n) {
-    if (r->world == 1) return;
-    lj_model *m = &r->model;
-    void *stream = m->ops->stream ? m->ops->stream() : NULL;
-    m->ops->upload(m->dist_scalars, values, (size_t)n * sizeof(float));
-    lj_status s = lj_dist_all_reduce(r->dist, m->dist_scalars, m->dist_scalars, n, LJ_DTYPE_F32, stream);
-    if (s == LJ_OK) s = lj_dist_wait(r->dist, LJ_DIST_ALL, stream);
-    if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
-    m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
-}
-
 static lj_status setup(run *r) {
     const lj_train_config *c = r->cfg;
     if (c->seq_length > c->model.max_position_embeddings)
@@ -418,7 +348,14 @@ static lj_status setup(run *r) {
     if (c->global_batch_size % c->micro_batch_size != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d",
                        c->global_batch_size, c->micro_batch_size);
-    LJ_TRY(init_dist(r));
+    char summary[512];
+    snprintf(summary, sizeof summary,
+             "model %s (V %d, d %d, L %d), backend %s, micro-batch %d, seq %d, global batch %d, iters %d, seed %llu",
+             c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
+             c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
+    LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero_stage, summary));
+    r->rank = r->dp.rank;
+    r->world = r->dp.world;
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d ranks",
                        c->global_batch_size, c->micro_batch_size, r->world);
@@ -483,53 +420,7 @@ static void teardown(run *r) {
     if (r->model.layers) lj_model_free(&r->model);
     lj_loader_free(&r->train_data);
     if (r->have_valid) lj_loader_free(&r->valid_data);
-    if (r->dist) lj_dist_free(r->dist);
-}
-
-static void dist_check(run *r, lj_status s) {
-    if (s != LJ_OK) lj_dist_abort(r->dist, 1, lj_error_message());
-}
-
-/* The optimizer step after the micro-batches (DeepSpeed ZeRO semantics):
- *   stage 0: all-reduce the gradients; every rank updates every parameter;
- *   stage 1: all-reduce the gradients; each rank updates its shard (its AdamW moments and master
- *            weights), then the parameters are all-gathered;
- *   stage 2: reduce-scatter the gradients (each rank keeps the sum of its shard), then as stage 1.
- * The global gradient norm is summed over the shards. Returns it (before clipping). */
-static double optimizer_step(run *r, float lr, int step) {
-    lj_model *m = &r->model;
-    const lj_ops *ops = m->ops;
-    const int stage = r->world > 1 ? r->cfg->zero_stage : 0;
-    void *stream = ops->stream ? ops->stream() : NULL;
-    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
-    char *grad_shard = (char *)m->grads + (size_t)m->shard_begin * sg;
-    if (r->world > 1) {
-        if (stage == 2)
-            dist_check(r, lj_dist_reduce_scatter(r->dist, m->grads, grad_shard, m->shard_numel, ops->grad_dtype, stream));
-        else
-            dist_check(r, lj_dist_all_reduce(r->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
-        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
-    }
-    /* the shard's real elements (the padding after P carries nothing) */
-    const int64_t P = m->layout.total;
-    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
-    if (stage > 0) {
-        dist_check(r, lj_dist_all_reduce(r->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
-        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
-    }
-    const lj_adamw_config *ac = &r->cfg->adamw;
-    const lj_adamw_hparams hp = {lr, ac->beta1, ac->beta2, ac->eps, step, ac->max_grad_norm};
-    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
-                      r->segments, r->num_segments, &hp, m->grad_norm_sq);
-    if (stage > 0) {
-        dist_check(r, lj_dist_all_gather(r->dist, (char *)m->params + (size_t)m->shard_begin * sp, m->params,
-                                         m->shard_numel, ops->param_dtype, stream));
-        dist_check(r, lj_dist_wait(r->dist, LJ_DIST_ALL, stream));
-    }
-    float norm_sq = 0.0f;
-    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
-    return sqrt((double)norm_sq);
+    if (r->dp.dist) lj_dp_free(&r->dp);
 }
 
 /* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. */
@@ -549,9 +440,9 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
                       ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
                       : lj_lr_at(&c->lr, step));
-    *grad_norm = optimizer_step(r, *lr, step);
+    *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step);
     float scalars[2] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0)};
-    sum_across_ranks(r, scalars, 2);
+    lj_dp_sum(&r->dp, m, scalars, 2);
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
     r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
     r->iteration = step;

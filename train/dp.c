@@ -1,0 +1,106 @@
+/* dp.c: data parallelism over a model (see dp.h). */
+#include "train/dp.h"
+
+#include <math.h>
+#include <string.h>
+
+lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *summary) {
+    memset(dp, 0, sizeof *dp);
+    if (zero_stage < 0 || zero_stage > 2)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stages 0, 1 and 2 are)", zero_stage);
+    lj_dist_options o;
+    lj_dist_options_default(&o);
+    o.backend = strcmp(ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
+    o.config_hash = lj_dist_hash(LJ_DIST_HASH_INIT, summary, strlen(summary));
+    o.config_summary = summary;
+    LJ_TRY(lj_dist_init(&dp->dist, &o));
+    dp->rank = lj_dist_rank(dp->dist);
+    dp->world = lj_dist_world_size(dp->dist);
+    dp->zero_stage = zero_stage;
+    static const char *what[3] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
+                                  "AdamW state sharded, gradients reduce-scattered"};
+    if (dp->world > 1 && dp->rank == 0)
+        lj_log_info("data parallel: %d ranks (ZeRO stage %d: %s)", dp->world, zero_stage, what[zero_stage]);
+    return LJ_OK;
+}
+
+void lj_dp_free(lj_dp *dp) {
+    if (dp->dist) lj_dist_free(dp->dist);
+    memset(dp, 0, sizeof *dp);
+}
+
+void lj_dp_check(lj_dp *dp, lj_status s) {
+    if (s != LJ_OK) lj_dist_abort(dp->dist, 1, lj_error_message());
+}
+
+static void *stream_of(const lj_model *m) { return m->ops->stream ? m->ops->stream() : NULL; }
+
+void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n) {
+    if (dp->world == 1) return;
+    void *stream = stream_of(m);
+    m->ops->upload(m->dist_scalars, values, (size_t)n * sizeof(float));
+    lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->dist_scalars, m->dist_scalars, n, LJ_DTYPE_F32, stream));
+    lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
+}
+
+double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
+                            const lj_adamw_config *cfg, float lr, int step) {
+    const lj_ops *ops = m->ops;
+    const int stage = dp->world > 1 ? dp->zero_stage : 0;
+    void *stream = stream_of(m);
+    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
+    char *grad_shard = (char *)m->grads + (size_t)m->shard_begin * sg;
+    if (dp->world > 1) {
+        if (stage == 2)
+            lj_dp_check(dp, lj_dist_reduce_scatter(dp->dist, m->grads, grad_shard, m->shard_numel, ops->grad_dtype, stream));
+        else
+            lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
+        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    }
+    /* the shard's real elements (the padding after P carries nothing) */
+    const int64_t P = m->layout.total;
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
+    if (stage > 0) {
+        lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    }
+    const lj_adamw_hparams hp = {lr, cfg->beta1, cfg->beta2, cfg->eps, step, cfg->max_grad_norm};
+    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
+                      segments, num_segments, &hp, m->grad_norm_sq);
+    if (stage > 0) {
+        lj_dp_check(dp, lj_dist_all_gather(dp->dist, (char *)m->params + (size_t)m->shard_begin * sp, m->params,
+                                           m->shard_numel, ops->param_dtype, stream));
+        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    }
+    float norm_sq = 0.0f;
+    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    return sqrt((double)norm_sq);
+}
+
+void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) {
+    const lj_ops *ops = m->ops;
+    const int64_t P = m->layout.total;
+    if (m->shard_numel == P) {
+        if (dp->rank != 0) return;
+        lj_model_get_weights(m, w);
+        ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
+        ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
+        return;
+    }
+    LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_F32, "gathering sharded state needs an f32 gradient buffer");
+    void *stream = stream_of(m);
+    const int f32_params = ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
+    float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
+    float *dst[3] = {w, mm, vv};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i]) {
+            if (dp->rank == 0) ops->download(w, m->params, (size_t)P * sizeof(float));
+            continue;
+        }
+        lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i], m->grads, m->shard_numel, LJ_DTYPE_F32, stream));
+        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+        if (dp->rank == 0) ops->download(dst[i], m->grads, (size_t)P * sizeof(float));
+    }
+}
