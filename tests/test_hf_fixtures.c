@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "optim/optim.h"
 #include "plan/plan.h"
+#include "tests/test_util.h"
 
 enum { B = 2, T = 64 };
 
@@ -90,32 +91,15 @@ static float *ref_tensor(const lj_safetensors *st, const char *name, int64_t num
     return x;
 }
 
-typedef struct {
-    lj_model m;
-    lj_plan p;
-} engine;
+typedef lj_test_model engine;
 
 static void engine_init(engine *e, const fixture *f, int fused, int policy) {
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = B;
-    o.seq_length = T;
-    o.training = 1;
-    o.fused = fused;
-    memset(o.recompute, policy, sizeof o.recompute);
-    lj_model_init(&e->m, lj_ops_cpu(), &f->cfg, &o);
-    lj_plan_build(&e->p, &e->m);
-    assert_int_equal(lj_plan_allocate(&e->p, &e->m), LJ_OK);
-    lj_model_upload_rope(&e->m);
+    assert_int_equal(lj_test_model_create(e, &f->cfg, B, T, fused, policy), LJ_OK);
     lj_model_set_weights(&e->m, f->weights);
     lj_model_set_batch(&e->m, f->tokens);
 }
 
-static void engine_free(engine *e) {
-    lj_plan_release(&e->p, e->m.ops);
-    lj_plan_free(&e->p);
-    lj_model_free(&e->m);
-}
+static void engine_free(engine *e) { lj_test_model_destroy(e); }
 
 static double forward_backward(engine *e) {
     const float dloss = 1.0f / (B * T);

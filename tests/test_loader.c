@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/test_util.h"
 #include "base/base.h"
 #include "data/loader.h"
 #include "data/mmidx.h"
@@ -24,10 +25,7 @@ static const char *tmp_path(char *buf, size_t n, const char *name) {
 }
 
 static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) assert_int_equal(fwrite(data, 1, n, f), n);
-    fclose(f);
+    assert_int_equal(lj_test_write_file(path, data, n), 0);
 }
 
 /* Writes PREFIX.bin/.idx with `nseq` sequences of lens[i] tokens, taken in order from the

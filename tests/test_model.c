@@ -23,23 +23,10 @@ static lj_model_config small_config(int tie) {
     return c;
 }
 
-typedef struct {
-    lj_model m;
-    lj_plan p;
-} fixture;
+typedef lj_test_model fixture;
 
 static void setup_model(fixture *f, const lj_model_config *c, int fused, int policy) {
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = B;
-    o.seq_length = T;
-    o.training = 1;
-    o.fused = fused;
-    memset(o.recompute, policy, sizeof o.recompute);
-    lj_model_init(&f->m, lj_ops_cpu(), c, &o);
-    lj_plan_build(&f->p, &f->m);
-    assert_int_equal(lj_plan_allocate(&f->p, &f->m), LJ_OK);
-    lj_model_upload_rope(&f->m);
+    assert_int_equal(lj_test_model_create(f, c, B, T, fused, policy), LJ_OK);
     lj_model_init_weights(&f->m, 42);
     /* norms away from 1 so that their gradients matter */
     for (int l = 0; l < f->m.layout.count; l++) {
@@ -53,11 +40,7 @@ static void setup_model(fixture *f, const lj_model_config *c, int fused, int pol
     lj_model_set_batch(&f->m, tokens);
 }
 
-static void teardown_model(fixture *f) {
-    lj_plan_release(&f->p, f->m.ops);
-    lj_plan_free(&f->p);
-    lj_model_free(&f->m);
-}
+static void teardown_model(fixture *f) { lj_test_model_destroy(f); }
 
 static double loss_and_grads(fixture *f) {
     const float dloss = 1.0f / (B * T);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/test_util.h"
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 
@@ -17,11 +18,7 @@ static char g_dir[512];
 
 static int setup_dir(void **state) {
     (void)state;
-    const char *base = getenv("LJ_TEST_TMP");
-    if (!base || !base[0]) base = "/tmp";
-    if (lj_mkdir_p(base) != LJ_OK) return -1;
-    snprintf(g_dir, sizeof g_dir, "%s/st.XXXXXX", base);
-    return mkdtemp(g_dir) ? 0 : -1;
+    return lj_test_make_dir(g_dir, sizeof g_dir, "st");
 }
 
 static int teardown_dir(void **state) {
