@@ -2,8 +2,9 @@
 # test_train_resume.sh: `ljperf train` end to end on the CPU with real KJV tokens:
 #   - a resumed run's losses equal the uninterrupted run's bit for bit (--exit-interval, --load);
 #   - SIGTERM mid-run saves a loadable checkpoint and exits 0;
-#   - the HF export in each checkpoint loads back (ljperf generate) and continued training
-#     from an HF directory works;
+#   - the HF export in each checkpoint loads back (ljperf generate: seeded sampling is
+#     reproducible, top-k 1 and a tiny top-p equal greedy) and continued training from an HF
+#     directory works;
 #   - bad input (seq length above max_position_embeddings, a checkpoint of another shape, a
 #     config without hidden_size) fails with the field named, also under valgrind.
 set -euo pipefail
@@ -60,6 +61,10 @@ hf="$tmp/ckpt/iter_0000006/hf"
 "$LJPERF" generate --load "$tmp/ckpt" --prompt "And God said" --max-new-tokens 8 --device cpu >"$tmp/gen.out" 2>"$tmp/gen.err" \
   || { cat "$tmp/gen.err"; fail "generate"; }
 grep -q "^And God said" "$tmp/gen.out" || fail "generate did not echo the prompt"
+gen() { "$LJPERF" generate --load "$tmp/ckpt" --prompt "And God said" --max-new-tokens 12 --device cpu "$@" 2>/dev/null; }
+[ "$(gen --seed 3)" = "$(gen --seed 3)" ] || fail "generate is not deterministic for a seed"
+[ "$(gen --temperature 0)" = "$(gen --top-k 1 --seed 9)" ] || fail "top-k 1 differs from greedy"
+[ "$(gen --temperature 0)" = "$(gen --top-p 0.000001 --seed 5)" ] || fail "a tiny top-p differs from greedy"
 "$LJPERF" train "${common[@]}" --model "$hf" --load "$hf" --train-iters 1 >/dev/null 2>"$tmp/hf.err" \
   || { cat "$tmp/hf.err"; fail "training from an HF directory"; }
 grep -q "loaded Hugging Face weights" "$tmp/hf.err" || fail "HF load not reported"
