@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -282,6 +283,30 @@ const char *lj_format_bytes(uint64_t bytes, char *buf, size_t buflen) {
     }
     if (u == 0) snprintf(buf, buflen, "%llu B", (unsigned long long)bytes);
     else snprintf(buf, buflen, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+const char *lj_cache_dir(char *buf, size_t len) {
+    const char *env = getenv("LJPERF_CACHE");
+    if (env && *env) {
+        snprintf(buf, len, "%s", env);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        /* the binary sits in <repo>/build/ or <repo>/build/tests/: walk up until a .cache directory appears */
+        for (int up = 0; up < 4; up++) {
+            char *slash = strrchr(exe, '/');
+            if (!slash) break;
+            *slash = '\0';
+            snprintf(buf, len, "%s/.cache", exe);
+            struct stat st;
+            if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) return buf;
+        }
+    }
+    snprintf(buf, len, ".cache");
     return buf;
 }
 

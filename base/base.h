@@ -123,6 +123,11 @@ lj_status lj_parse_bytes(const char *text, uint64_t *bytes);
 /* Formats bytes as "12.34 GiB" into buf. Returns buf. */
 const char *lj_format_bytes(uint64_t bytes, char *buf, size_t buflen);
 
+/* The cache directory of the set-up script (tokenizer, corpora, planner measurements):
+ * $LJPERF_CACHE, else the first `.cache` directory found walking up from the binary's
+ * directory (<repo>/build/ljperf, <repo>/build/tests/x), else "./.cache". Written into buf. */
+const char *lj_cache_dir(char *buf, size_t len);
+
 /* Number of CPU threads to use (OMP_NUM_THREADS or the online cores). */
 int lj_num_threads(void);
 

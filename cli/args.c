@@ -84,29 +84,6 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
     return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
 }
 
-const char *lj_cli_cache_dir(char *buf, size_t len) {
-    const char *env = getenv("LJPERF_CACHE");
-    if (env && *env) {
-        snprintf(buf, len, "%s", env);
-        return buf;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        /* the binary sits in <repo>/build/ or <repo>/build/tests/: walk up until a .cache directory appears */
-        for (int up = 0; up < 4; up++) {
-            char *slash = strrchr(exe, '/');
-            if (!slash) break;
-            *slash = '\0';
-            snprintf(buf, len, "%s/.cache", exe);
-            struct stat st;
-            if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) return buf;
-        }
-    }
-    snprintf(buf, len, ".cache");
-    return buf;
-}
 
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
                            int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
@@ -125,7 +102,7 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
         return lj_fail(LJ_ERR_ARG, "--micro-batch-size auto needs --recompute auto or CHECKPOINT_OPTIMIZATION=true");
     char cache[1024];
     lj_planner_target target;
-    LJ_TRY(lj_planner_target_init(&target, ops, lj_cli_cache_dir(cache, sizeof cache), NULL));
+    LJ_TRY(lj_planner_target_init(&target, ops, lj_cache_dir(cache, sizeof cache), NULL));
     target.grad_accum_steps = grad_accum_steps > 0 ? grad_accum_steps : 1;
     lj_dist_env env;
     if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1) target.dp_world_size = env.world_size;

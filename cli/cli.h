@@ -51,8 +51,5 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
  * N = 1, or this process is already a rank). */
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
 
-/* The default cache directory: $LJPERF_CACHE, else <repo>/.cache next to the binary's build
- * directory (found through /proc/self/exe), else ./.cache. Written into buf. */
-const char *lj_cli_cache_dir(char *buf, size_t len);
 
 #endif

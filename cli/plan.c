@@ -113,7 +113,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
         return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
     }
     char cache[1024];
-    lj_cli_cache_dir(cache, sizeof cache);
+    lj_cache_dir(cache, sizeof cache);
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
     t->zero_stage = a->zero < 3 ? a->zero : 0; /* stage 3 is planned only on one GPU, where it shards nothing */
     t->dp_world_size = a->world;

@@ -616,23 +616,8 @@ void lj_tokenizer_free(lj_tokenizer *t) {
 }
 
 const char *lj_tokenizer_default_path(char *buf, size_t buflen) {
-    const char *cache = getenv("LJPERF_CACHE");
-    if (cache && cache[0]) {
-        snprintf(buf, buflen, "%s/tokenizer/llama3/tokenizer.json", cache);
-        return buf;
-    }
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
-        snprintf(buf, buflen, ".cache/tokenizer/llama3/tokenizer.json");
-        return buf;
-    }
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0'; /* the binary's directory, e.g. <repo>/build */
-    slash = strrchr(exe, '/');
-    if (slash) *slash = '\0'; /* <repo> */
-    snprintf(buf, buflen, "%s/.cache/tokenizer/llama3/tokenizer.json", exe);
+    char cache[PATH_MAX];
+    snprintf(buf, buflen, "%s/tokenizer/llama3/tokenizer.json", lj_cache_dir(cache, sizeof cache));
     return buf;
 }
 

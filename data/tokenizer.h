@@ -49,10 +49,9 @@ typedef struct lj_tokenizer lj_tokenizer;
 lj_status lj_tokenizer_load(const char *path, lj_tokenizer **tok);
 void lj_tokenizer_free(lj_tokenizer *tok);
 
-/* The default tokenizer path: $LJPERF_CACHE/tokenizer/llama3/tokenizer.json, else
- * <repo>/.cache/tokenizer/llama3/tokenizer.json with <repo> the parent of the directory that
- * holds the running binary (/proc/self/exe), which is where scripts/setup.sh puts it. Writes
- * into buf (NUL-terminated) and returns buf. The file may not exist. */
+/* The default tokenizer path: <cache>/tokenizer/llama3/tokenizer.json with <cache> from
+ * lj_cache_dir (base/base.h), which is where scripts/setup.sh puts it. Writes into buf
+ * (NUL-terminated) and returns buf. The file may not exist. */
 const char *lj_tokenizer_default_path(char *buf, size_t buflen);
 
 /* Encodes `len` bytes of UTF-8 `text` and appends the ids to the growable array (*ids, *n, *cap)
