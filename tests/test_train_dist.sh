@@ -6,6 +6,7 @@
 #   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1) and continues the
 #     single-process loss sequence;
 #   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names);
+#   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - ZeRO stages not supported yet are refused by name.
 set -euo pipefail
@@ -88,6 +89,28 @@ python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["world_
 "$LJPERF" benchmark --model deepspeed/llama3-nano --device cpu --seq-length 32 --train-iters 1 --warmup-iters 0 \
   --no-progress --nproc-per-node 2 >"$tmp/ds.out" 2>"$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ on 2 ranks"; }
 grep -q "running stage 2" "$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ did not say it runs stage 2"; }
+
+# a killed rank: the others stop (mpirun ends the job), and the launcher exits non-zero in time
+"$LJPERF" train "${common[@]}" --train-iters 100000 --seed 4242 --nproc-per-node 2 >/dev/null 2>"$tmp/kill.err" &
+launcher=$!
+victim=""
+for _ in $(seq 1 300); do
+  for p in $(pgrep -f -- "--seed 4242" || true); do
+    tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+  done
+  [ -n "$victim" ] && grep -q "data parallel" "$tmp/kill.err" && break
+  sleep 0.1
+done
+[ -n "$victim" ] || { kill "$launcher" 2>/dev/null; fail "rank 1 of the launched job not found"; }
+sleep 1
+t0=$SECONDS
+kill -9 "$victim"
+st=0
+for _ in $(seq 1 600); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$launcher" 2>/dev/null; then kill -9 "$launcher"; fail "the job still runs 60 s after a rank was killed"; fi
+wait "$launcher" || st=$?
+[ "$st" != 0 ] || fail "the launcher exited 0 after a rank was killed"
+echo "killed rank 1: the job stopped after $((SECONDS - t0)) s with status $st"
 
 # DeepSpeed's batch rule, and stages not supported yet
 printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8}\n' > "$tmp/ds.json"
