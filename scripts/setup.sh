@@ -18,7 +18,7 @@ say() { printf 'setup: %s\n' "$*"; }
 
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
-      libopenmpi-dev openmpi-bin valgrind bible-kjv dict-gcide jargon-text fortunes)
+      libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
