@@ -24,6 +24,9 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     lj_param_layout_init(&m->layout, cfg);
     m->residual = lj_calloc((size_t)cfg->num_hidden_layers + 1, sizeof(void *));
     m->layers = lj_calloc((size_t)cfg->num_hidden_layers, sizeof(lj_layer_acts));
+    const size_t N = (size_t)(opt->kv_cache_tokens > 0 ? 1 : opt->micro_batch_size) * opt->seq_length;
+    m->host_ids = lj_malloc(2 * N * sizeof(int32_t));
+    m->host_losses = lj_malloc(N * sizeof(float));
     /* ZeRO shards: equal slices of the flat buffers padded to a multiple of W * 64 elements */
     const int64_t P = m->layout.total;
     const int W = opt->zero_stage > 0 && opt->dp_world_size > 1 ? opt->dp_world_size : 1;
@@ -42,6 +45,8 @@ void lj_model_free(lj_model *m) {
     lj_param_layout_free(&m->layout);
     free(m->residual);
     free(m->layers);
+    free(m->host_ids);
+    free(m->host_losses);
     memset(m, 0, sizeof *m);
 }
 
@@ -229,15 +234,16 @@ static void mlp_block_forward(lj_model *m, const dims *d, int l) {
 
 void lj_model_set_batch(lj_model *m, const int32_t *tokens) {
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length;
-    int32_t *in = lj_malloc((size_t)B * T * sizeof(int32_t)), *tg = lj_malloc((size_t)B * T * sizeof(int32_t));
+    const size_t N = (size_t)B * T;
+    int32_t *in = m->host_ids, *tg = m->host_ids + N;
     for (int b = 0; b < B; b++) {
         memcpy(in + (size_t)b * T, tokens + (size_t)b * (T + 1), (size_t)T * sizeof(int32_t));
         memcpy(tg + (size_t)b * T, tokens + (size_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
     }
-    m->ops->upload(m->inputs, in, (size_t)B * T * sizeof(int32_t));
-    m->ops->upload(m->targets, tg, (size_t)B * T * sizeof(int32_t));
-    free(in);
-    free(tg);
+    m->num_targets = 0;
+    for (size_t i = 0; i < N; i++) m->num_targets += tg[i] >= 0;
+    m->ops->upload(m->inputs, in, N * sizeof(int32_t));
+    m->ops->upload(m->targets, tg, N * sizeof(int32_t));
 }
 
 void lj_model_forward(lj_model *m, int backward, float dloss) {
@@ -371,20 +377,10 @@ void lj_model_logits(lj_model *m, float *out) {
 
 double lj_model_mean_loss(lj_model *m) {
     const int N = m->opt.micro_batch_size * m->opt.seq_length;
-    float *loss = lj_malloc((size_t)N * sizeof(float));
-    int32_t *tg = lj_malloc((size_t)N * sizeof(int32_t));
-    m->ops->download(loss, m->losses, (size_t)N * sizeof(float));
-    m->ops->download(tg, m->targets, (size_t)N * sizeof(int32_t));
-    double sum = 0.0;
-    int count = 0;
-    for (int i = 0; i < N; i++) {
-        if (tg[i] < 0) continue;
-        sum += loss[i];
-        count++;
-    }
-    free(loss);
-    free(tg);
-    return count ? sum / count : 0.0;
+    m->ops->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0.0; /* ignored targets have loss 0 */
+    for (int i = 0; i < N; i++) sum += m->host_losses[i];
+    return m->num_targets ? sum / m->num_targets : 0.0;
 }
 
 /* ---- generation ----------------------------------------------------------------- */

@@ -93,6 +93,11 @@ typedef struct {
     void *d_mlp;         /* [N, I] act */
     void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_norm; /* op workspaces */
 
+    /* host staging for the batch and the per-token losses (host bookkeeping, not planned) */
+    int32_t *host_ids;   /* [2N]: inputs, then targets */
+    float *host_losses;  /* [N] */
+    int num_targets;     /* targets >= 0 in the current batch */
+
     void *graph;         /* captured forward + backward (opt.graphs), or NULL */
     float graph_dloss;   /* the dloss baked into it */
 } lj_model;
