@@ -77,16 +77,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     }
 
     lj_model_options opt;
-    memset(&opt, 0, sizeof opt);
-    opt.micro_batch_size = B;
-    opt.seq_length = T;
-    opt.training = 1;
-    opt.fused = cfg->fused;
-    opt.graphs = cfg->fused; /* graphs go with fusion (the ablation's +Fusion row) */
-    opt.zero_stage = cfg->dp->zero_stage;
-    opt.dp_rank = cfg->dp->rank;
-    opt.dp_world_size = cfg->dp->world;
-    memcpy(opt.recompute, cfg->recompute, sizeof opt.recompute);
+    lj_dp_model_options(cfg->dp, B, T, cfg->fused, cfg->recompute, &opt);
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
     lj_plan plan;

@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
+#include "train/train.h"
 
 typedef struct {
     const char *load, *prompt, *tokenizer, *device;
@@ -33,21 +34,14 @@ static void usage(FILE *f) {
                "  --device auto|cpu|cuda (default auto)\n");
 }
 
-/* The HF directory to load: DIR itself, or DIR/iter_N/hf of a training checkpoint root. */
+/* The HF directory to load: DIR itself, or the Hugging Face export of a training checkpoint
+ * (lj_train_resolve_load: a root's latest iteration, or one iter_NNNNNNN directory). */
 static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
-    int iteration;
+    char root[1024];
+    int iteration, is_state;
+    LJ_TRY(lj_train_resolve_load(load, root, sizeof root, &iteration, &is_state, buf, len));
     struct stat st;
     char cfg[1200];
-    snprintf(cfg, sizeof cfg, "%s/hf/config.json", load);
-    if (stat(cfg, &st) == 0) { /* one iteration directory of a training checkpoint */
-        snprintf(buf, len, "%s/hf", load);
-    } else if (lj_ckpt_latest(load, &iteration) == LJ_OK) {
-        char dir[1024];
-        lj_ckpt_iter_dir(load, iteration, dir, sizeof dir);
-        snprintf(buf, len, "%s/hf", dir);
-    } else {
-        snprintf(buf, len, "%s", load);
-    }
     snprintf(cfg, sizeof cfg, "%s/config.json", buf);
     if (stat(cfg, &st) != 0)
         return lj_fail(LJ_ERR_IO, "--load %s: no checkpoint there (expected %s or %s)", load,

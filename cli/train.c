@@ -118,7 +118,7 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
     const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL;
-    int num_layers = -1, decay_iters = -1, gbs = 0;
+    int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -142,7 +142,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.lr));
         else if (!strcmp(a, "--min-lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.min_lr));
         else if (!strcmp(a, "--lr-warmup-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->lr.warmup_iters));
-        else if (!strcmp(a, "--lr-decay-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &decay_iters));
+        else if (!strcmp(a, "--lr-decay-iters")) {
+            LJ_TRY(lj_cli_int(argc, argv, &i, &decay_iters));
+            decay_given = 1;
+        }
         else if (!strcmp(a, "--lr-decay-style")) LJ_TRY(lj_cli_str(argc, argv, &i, &decay_style));
         else if (!strcmp(a, "--weight-decay")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.weight_decay));
         else if (!strcmp(a, "--weight-decay-all")) c->adamw.decay_norms_and_embeddings = 1;
@@ -173,6 +176,16 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
+    /* the values alone first: nothing is loaded or started for a run that cannot begin */
+    if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
+    else if (mbs) {
+        LJ_TRY(lj_cli_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
+        if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+    }
+    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
+    if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
+    c->lr.decay_iters = decay_given ? decay_iters : c->train_iters;
+    LJ_TRY(check_ranges(c, gbs));
     if (!model && c->load) {
         /* --load alone: the model is the checkpoint's (its config.json) */
         char root[1024], hf[1100];
@@ -182,29 +195,20 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     } else {
         LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));
     }
-    LJ_TRY(lj_cli_device(device, &c->ops));
-    if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
-    else if (mbs) {
-        LJ_TRY(lj_cli_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
-        if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
-    }
     if (ds_path) {
         int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
         LJ_TRY(apply_deepspeed(c, ds_path, &gbs, &mb));
         c->micro_batch_size = mb;
+        LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
     }
-    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
     if (c->seq_length > c->model.max_position_embeddings)
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
+    LJ_TRY(lj_cli_device(device, &c->ops));
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
-                            c->zero_stage, recompute,
-                            granularity, method, num_layers, 0, c->recompute));
-    if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
-    c->lr.decay_iters = decay_iters >= 0 ? decay_iters : c->train_iters;
+                            c->zero_stage, recompute, granularity, method, num_layers, 0, c->recompute));
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size;
-    LJ_TRY(check_ranges(c, gbs));
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;

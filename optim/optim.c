@@ -57,14 +57,3 @@ int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, 
     *out = seg;
     return n;
 }
-
-double lj_adamw_step(const lj_ops *ops, void *params, float *master, const void *grads, float *m, float *v,
-                     float *norm_sq, void *norm_workspace, int64_t n, const lj_adamw_segment *segments,
-                     int num_segments, const lj_adamw_config *cfg, float lr, int step) {
-    ops->global_norm_sq(norm_sq, grads, n, norm_workspace);
-    const lj_adamw_hparams hp = {lr, cfg->beta1, cfg->beta2, cfg->eps, step, cfg->max_grad_norm};
-    ops->adamw_update(params, master, grads, m, v, segments, num_segments, &hp, norm_sq);
-    float host_norm_sq = 0.0f;
-    ops->download(&host_norm_sq, norm_sq, sizeof(float));
-    return sqrt((double)host_norm_sq);
-}

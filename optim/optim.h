@@ -45,11 +45,4 @@ int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg,
 int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, int64_t begin, int64_t count,
                             lj_adamw_segment **out);
 
-/* One optimizer step over flat buffers of n parameters: the squared global gradient norm into
- * norm_sq (device f32 [1]), then AdamW with clipping (ops.h states the formula). The returned
- * value is the gradient norm before clipping (reads norm_sq back: one host sync). */
-double lj_adamw_step(const lj_ops *ops, void *params, float *master, const void *grads, float *m, float *v,
-                     float *norm_sq, void *norm_workspace, int64_t n, const lj_adamw_segment *segments,
-                     int num_segments, const lj_adamw_config *cfg, float lr, int step);
-
 #endif

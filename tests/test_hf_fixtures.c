@@ -14,7 +14,7 @@
 
 #include "io/hf.h"
 #include "io/safetensors.h"
-#include "optim/optim.h"
+#include "train/dp.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 
@@ -169,8 +169,8 @@ static void check_case(const char *name) {
         const double err = fabs(loss - want) / fabs(want);
         print_message("%s: AdamW step %d loss %.8f, reference %.8f, relative error %.3e\n", name, step, loss, want, err);
         assert_true(err <= 1e-4);
-        lj_adamw_step(e.m.ops, e.m.params, e.m.master, e.m.grads, e.m.adam_m, e.m.adam_v, e.m.grad_norm_sq, e.m.ws_norm,
-                      e.m.layout.total, seg, nseg, &ac, 1e-3f, step);
+        lj_dp single = LJ_DP_SINGLE;
+        lj_dp_optimizer_step(&single, &e.m, seg, nseg, &ac, 1e-3f, step);
     }
     double worst = 0.0;
     for (int i = 0; i < e.m.layout.count; i++) {

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "optim/optim.h"
+#include "train/dp.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 
@@ -139,8 +139,8 @@ static void test_adamw_lowers_loss(void **state) {
         const double loss = loss_and_grads(&f);
         if (step == 1) first = loss;
         last = loss;
-        const double norm = lj_adamw_step(f.m.ops, f.m.params, f.m.master, f.m.grads, f.m.adam_m, f.m.adam_v,
-                                          f.m.grad_norm_sq, f.m.ws_norm, f.m.layout.total, seg, nseg, &ac, 1e-2f, step);
+        lj_dp single = LJ_DP_SINGLE;
+        const double norm = lj_dp_optimizer_step(&single, &f.m, seg, nseg, &ac, 1e-2f, step);
         assert_true(norm > 0.0 && isfinite(norm));
     }
     assert_true(last < first - 0.5);

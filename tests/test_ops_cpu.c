@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ops/cpu/cpu.h"
+#include "tests/test_util.h"
 
 /* Forward values of an fp32 op against the double reference (relative L2 error). */
 #define TOL_FWD 1e-5
@@ -20,11 +21,7 @@
 
 static lj_rng g_rng;
 
-static float *randf(int64_t n, float scale) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lj_rng_normal(&g_rng) * scale);
-    return x;
-}
+static float *randf(int64_t n, float scale) { return lj_test_randf(&g_rng, n, scale); }
 
 static double *to_double(const float *x, int64_t n) {
     double *d = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(double));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/cpu/cpu.h"
+#include "tests/test_util.h"
 
 #define TOL_FWD 1e-5
 #define TOL_GRAD 1e-4
@@ -17,11 +18,7 @@
 
 static lj_rng g_rng;
 
-static float *randf(int64_t n, float scale) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lj_rng_normal(&g_rng) * scale);
-    return x;
-}
+static float *randf(int64_t n, float scale) { return lj_test_randf(&g_rng, n, scale); }
 
 static double rel_err(const float *a, const double *b, int64_t n) {
     double num = 0, den = 0;

@@ -10,14 +10,11 @@
 #include <string.h>
 
 #include "ops/cpu/cpu.h"
+#include "tests/test_util.h"
 
 static lj_rng g_rng;
 
-static float *randf(int64_t n, float scale) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = (float)(lj_rng_normal(&g_rng) * scale);
-    return x;
-}
+static float *randf(int64_t n, float scale) { return lj_test_randf(&g_rng, n, scale); }
 
 /* Runs the calling test's body with OMP_NUM_THREADS set to `threads` (lj_num_threads reads
  * it on every call), restoring the previous value afterwards. */

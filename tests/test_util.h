@@ -21,6 +21,13 @@ static inline int lj_test_make_dir(char *buf, size_t len, const char *tag) {
     return mkdtemp(buf) ? 0 : -1;
 }
 
+/* n normal values of standard deviation `scale` from `rng` (free() them). */
+static inline float *lj_test_randf(lj_rng *rng, int64_t n, float scale) {
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(lj_rng_normal(rng) * scale);
+    return x;
+}
+
 /* Writes n bytes to path. Returns 0 or -1. */
 static inline int lj_test_write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");

@@ -132,6 +132,97 @@ static lj_status parse_precision(ctx *c, const cJSON *obj, const char *name) {
     return LJ_OK;
 }
 
+/* The {"type": ..., "params": {...}} sections (optimizer, scheduler): every key of params
+ * goes to `param` with its dotted path; other keys besides type are reported as unknown. */
+static lj_status section_params(ctx *c, const cJSON *obj, const char *section,
+                                lj_status (*param)(ctx *c, const cJSON *p, const char *path)) {
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        char path[160];
+        join_path(path, sizeof path, section, it->string);
+        if (strcmp(it->string, "type") == 0) continue;
+        if (strcmp(it->string, "params") != 0) {
+            unknown_key(c, path);
+            continue;
+        }
+        LJ_TRY(need_object(c, it, path));
+        for (const cJSON *p = it->child; p; p = p->next) {
+            char pp[160];
+            join_path(pp, sizeof pp, path, p->string);
+            LJ_TRY(param(c, p, pp));
+        }
+    }
+    return LJ_OK;
+}
+
+/* One key of optimizer.params. */
+static lj_status optimizer_param(ctx *c, const cJSON *p, const char *pp) {
+    lj_deepspeed_config *cfg = c->cfg;
+    const char *k = p->string;
+    int flag = 0;
+    if (strcmp(k, "lr") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.lr));
+    else if (strcmp(k, "eps") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.eps));
+    else if (strcmp(k, "weight_decay") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.weight_decay));
+    else if (strcmp(k, "betas") == 0) {
+        if (is_auto(p)) return LJ_OK;
+        if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2)
+            return bad_value(c, pp, "[beta1, beta2] or \"auto\"", p);
+        LJ_TRY(get_double(c, cJSON_GetArrayItem(p, 0), pp, &cfg->optimizer.beta1));
+        LJ_TRY(get_double(c, cJSON_GetArrayItem(p, 1), pp, &cfg->optimizer.beta2));
+        if (cfg->optimizer.beta1 >= 1 || cfg->optimizer.beta2 >= 1)
+            return bad_value(c, pp, "betas below 1", p);
+    } else if (strcmp(k, "adam_w_mode") == 0) {
+        LJ_TRY(get_bool(c, p, pp, 0, &flag));
+        if (!flag)
+            return lj_fail(LJ_ERR_UNSUPPORTED,
+                           "%s: %s: Adam with L2 regularization (adam_w_mode false) is not supported; ljperf "
+                           "runs AdamW (decoupled weight decay)",
+                           c->src, pp);
+    } else if (strcmp(k, "bias_correction") == 0 || strcmp(k, "amsgrad") == 0) {
+        LJ_TRY(get_bool(c, p, pp, 0, &flag));
+        if (flag != (strcmp(k, "bias_correction") == 0))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s: only %s is supported", c->src, pp,
+                           strcmp(k, "amsgrad") == 0 ? "false" : "true");
+    } else if (strcmp(k, "torch_adam") != 0 && strcmp(k, "fused") != 0 && strcmp(k, "foreach") != 0) {
+        unknown_key(c, pp);
+    }
+    return LJ_OK;
+}
+
+/* One key of scheduler.params (which keys exist depends on scheduler.type). */
+static lj_status scheduler_param(ctx *c, const cJSON *p, const char *pp) {
+    lj_deepspeed_config *cfg = c->cfg;
+    const int cosine = cfg->scheduler.type == LJ_DS_SCHEDULER_WARMUP_COSINE_LR;
+    const int decays = cfg->scheduler.type != LJ_DS_SCHEDULER_WARMUP_LR;
+    const char *k = p->string;
+    double v = 0;
+    if (strcmp(k, "warmup_num_steps") == 0) {
+        LJ_TRY(get_int(c, p, pp, 0, 1, &cfg->scheduler.warmup_num_steps));
+    } else if (strcmp(k, "warmup_type") == 0) {
+        if (!cJSON_IsString(p) || (strcmp(p->valuestring, "log") && strcmp(p->valuestring, "linear")))
+            return bad_value(c, pp, "\"log\" or \"linear\"", p);
+        cfg->scheduler.warmup_type = strcmp(p->valuestring, "linear") == 0 ? LJ_DS_WARMUP_LINEAR : LJ_DS_WARMUP_LOG;
+    } else if (strcmp(k, "last_batch_iteration") == 0) {
+        int64_t it0;
+        LJ_TRY(get_int(c, p, pp, -1, 0, &it0));
+    } else if (decays && strcmp(k, "total_num_steps") == 0) {
+        LJ_TRY(get_int(c, p, pp, 1, 1, &cfg->scheduler.total_num_steps));
+    } else if (!cosine && strcmp(k, "warmup_min_lr") == 0) {
+        LJ_TRY(get_double(c, p, pp, &v));
+        cfg->scheduler.warmup_min_lr = isnan(v) ? 0.0 : v; /* the HF integration's auto: 0 */
+    } else if (!cosine && strcmp(k, "warmup_max_lr") == 0) {
+        LJ_TRY(get_double(c, p, pp, &cfg->scheduler.warmup_max_lr));
+    } else if (cosine && strcmp(k, "warmup_min_ratio") == 0) {
+        LJ_TRY(get_double(c, p, pp, &cfg->scheduler.warmup_min_ratio));
+        if (isnan(cfg->scheduler.warmup_min_ratio)) cfg->scheduler.warmup_min_ratio = 0.0;
+    } else if (cosine && strcmp(k, "cos_min_ratio") == 0) {
+        LJ_TRY(get_double(c, p, pp, &cfg->scheduler.cos_min_ratio));
+        if (isnan(cfg->scheduler.cos_min_ratio)) cfg->scheduler.cos_min_ratio = 0.0001;
+    } else {
+        unknown_key(c, pp);
+    }
+    return LJ_OK;
+}
+
 static lj_status parse_optimizer(ctx *c, const cJSON *obj) {
     lj_deepspeed_config *cfg = c->cfg;
     LJ_TRY(need_object(c, obj, "optimizer"));
@@ -142,48 +233,7 @@ static lj_status parse_optimizer(ctx *c, const cJSON *obj) {
     else
         return lj_fail(LJ_ERR_UNSUPPORTED, "%s: optimizer.type: '%s' is not supported (AdamW or Adam)", c->src,
                        type->valuestring);
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        char path[160];
-        join_path(path, sizeof path, "optimizer", it->string);
-        if (strcmp(it->string, "type") == 0) continue;
-        if (strcmp(it->string, "params") != 0) {
-            unknown_key(c, path);
-            continue;
-        }
-        LJ_TRY(need_object(c, it, path));
-        for (const cJSON *p = it->child; p; p = p->next) {
-            char pp[160];
-            join_path(pp, sizeof pp, path, p->string);
-            const char *k = p->string;
-            int flag = 0;
-            if (strcmp(k, "lr") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.lr));
-            else if (strcmp(k, "eps") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.eps));
-            else if (strcmp(k, "weight_decay") == 0) LJ_TRY(get_double(c, p, pp, &cfg->optimizer.weight_decay));
-            else if (strcmp(k, "betas") == 0) {
-                if (is_auto(p)) continue;
-                if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2)
-                    return bad_value(c, pp, "[beta1, beta2] or \"auto\"", p);
-                LJ_TRY(get_double(c, cJSON_GetArrayItem(p, 0), pp, &cfg->optimizer.beta1));
-                LJ_TRY(get_double(c, cJSON_GetArrayItem(p, 1), pp, &cfg->optimizer.beta2));
-                if (cfg->optimizer.beta1 >= 1 || cfg->optimizer.beta2 >= 1)
-                    return bad_value(c, pp, "betas below 1", p);
-            } else if (strcmp(k, "adam_w_mode") == 0) {
-                LJ_TRY(get_bool(c, p, pp, 0, &flag));
-                if (!flag)
-                    return lj_fail(LJ_ERR_UNSUPPORTED,
-                                   "%s: %s: Adam with L2 regularization (adam_w_mode false) is not supported; ljperf "
-                                   "runs AdamW (decoupled weight decay)",
-                                   c->src, pp);
-            } else if (strcmp(k, "bias_correction") == 0 || strcmp(k, "amsgrad") == 0) {
-                LJ_TRY(get_bool(c, p, pp, 0, &flag));
-                if (flag != (strcmp(k, "bias_correction") == 0))
-                    return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s: only %s is supported", c->src, pp,
-                                   strcmp(k, "amsgrad") == 0 ? "false" : "true");
-            } else if (strcmp(k, "torch_adam") != 0 && strcmp(k, "fused") != 0 && strcmp(k, "foreach") != 0) {
-                unknown_key(c, pp);
-            }
-        }
-    }
+    LJ_TRY(section_params(c, obj, "optimizer", optimizer_param));
     return LJ_OK;
 }
 
@@ -200,51 +250,8 @@ static lj_status parse_scheduler(ctx *c, const cJSON *obj) {
     else
         return lj_fail(LJ_ERR_UNSUPPORTED,
                        "%s: scheduler.type: '%s' is not supported (WarmupLR, WarmupDecayLR or WarmupCosineLR)", c->src, t);
-    const int cosine = cfg->scheduler.type == LJ_DS_SCHEDULER_WARMUP_COSINE_LR;
-    const int decays = cfg->scheduler.type != LJ_DS_SCHEDULER_WARMUP_LR;
-    if (decays) cfg->scheduler.total_num_steps = LJ_DS_UNSET;
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        char path[160];
-        join_path(path, sizeof path, "scheduler", it->string);
-        if (strcmp(it->string, "type") == 0) continue;
-        if (strcmp(it->string, "params") != 0) {
-            unknown_key(c, path);
-            continue;
-        }
-        LJ_TRY(need_object(c, it, path));
-        for (const cJSON *p = it->child; p; p = p->next) {
-            char pp[160];
-            join_path(pp, sizeof pp, path, p->string);
-            const char *k = p->string;
-            double v = 0;
-            if (strcmp(k, "warmup_num_steps") == 0) {
-                LJ_TRY(get_int(c, p, pp, 0, 1, &cfg->scheduler.warmup_num_steps));
-            } else if (strcmp(k, "warmup_type") == 0) {
-                if (!cJSON_IsString(p) || (strcmp(p->valuestring, "log") && strcmp(p->valuestring, "linear")))
-                    return bad_value(c, pp, "\"log\" or \"linear\"", p);
-                cfg->scheduler.warmup_type = strcmp(p->valuestring, "linear") == 0 ? LJ_DS_WARMUP_LINEAR : LJ_DS_WARMUP_LOG;
-            } else if (strcmp(k, "last_batch_iteration") == 0) {
-                int64_t it0;
-                LJ_TRY(get_int(c, p, pp, -1, 0, &it0));
-            } else if (decays && strcmp(k, "total_num_steps") == 0) {
-                LJ_TRY(get_int(c, p, pp, 1, 1, &cfg->scheduler.total_num_steps));
-            } else if (!cosine && strcmp(k, "warmup_min_lr") == 0) {
-                LJ_TRY(get_double(c, p, pp, &v));
-                cfg->scheduler.warmup_min_lr = isnan(v) ? 0.0 : v; /* the HF integration's auto: 0 */
-            } else if (!cosine && strcmp(k, "warmup_max_lr") == 0) {
-                LJ_TRY(get_double(c, p, pp, &cfg->scheduler.warmup_max_lr));
-            } else if (cosine && strcmp(k, "warmup_min_ratio") == 0) {
-                LJ_TRY(get_double(c, p, pp, &cfg->scheduler.warmup_min_ratio));
-                if (isnan(cfg->scheduler.warmup_min_ratio)) cfg->scheduler.warmup_min_ratio = 0.0;
-            } else if (cosine && strcmp(k, "cos_min_ratio") == 0) {
-                LJ_TRY(get_double(c, p, pp, &cfg->scheduler.cos_min_ratio));
-                if (isnan(cfg->scheduler.cos_min_ratio)) cfg->scheduler.cos_min_ratio = 0.0001;
-            } else {
-                unknown_key(c, pp);
-            }
-        }
-    }
-    return LJ_OK;
+    if (cfg->scheduler.type != LJ_DS_SCHEDULER_WARMUP_LR) cfg->scheduler.total_num_steps = LJ_DS_UNSET;
+    return section_params(c, obj, "scheduler", scheduler_param);
 }
 
 static lj_status parse_offload(ctx *c, const cJSON *obj, const char *path, int param) {

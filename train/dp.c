@@ -29,6 +29,19 @@ void lj_dp_free(lj_dp *dp) {
     memset(dp, 0, sizeof *dp);
 }
 
+void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o) {
+    memset(o, 0, sizeof *o);
+    o->micro_batch_size = B;
+    o->seq_length = T;
+    o->training = 1;
+    o->fused = fused;
+    o->graphs = fused; /* graphs go with fusion (the ablation's +Fusion row) */
+    o->zero_stage = dp->zero_stage;
+    o->dp_rank = dp->rank;
+    o->dp_world_size = dp->world;
+    memcpy(o->recompute, recompute, sizeof o->recompute);
+}
+
 void lj_dp_check(lj_dp *dp, lj_status s) {
     if (s != LJ_OK) lj_dist_abort(dp->dist, 1, lj_error_message());
 }

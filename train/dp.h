@@ -13,11 +13,20 @@ typedef struct {
     int rank, world, zero_stage;
 } lj_dp;
 
+/* A world of one without any communicator (tests and tools that drive a model directly):
+ * lj_dp_optimizer_step and lj_dp_sum then do the single-rank work only. */
+#define LJ_DP_SINGLE ((lj_dp){NULL, 0, 1, 0})
+
 /* Joins the data-parallel world the launcher started (a world of one without a launcher): MPI
  * for CPU ranks, NCCL for GPU ranks. `summary` describes everything the ranks must agree on
  * (its hash is compared). Errors: ZeRO stage outside 0-2, bootstrap and mismatch errors. */
 lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *summary);
 void lj_dp_free(lj_dp *dp);
+
+/* The options of a training model on this rank: micro-batch B, sequence T, fused kernels with
+ * CUDA graphs (or the unfused twins without), recompute[LJ_MAX_LAYERS], and this rank's ZeRO
+ * shard. */
+void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o);
 
 /* Sums `n` (<= 2) host floats across ranks (through m->dist_scalars). Collective. */
 void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);

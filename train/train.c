@@ -366,16 +366,7 @@ static lj_status setup(run *r) {
     LJ_TRY(open_data(r));
 
     lj_model_options opt;
-    memset(&opt, 0, sizeof opt);
-    opt.micro_batch_size = c->micro_batch_size;
-    opt.seq_length = c->seq_length;
-    opt.training = 1;
-    opt.fused = c->fused;
-    opt.graphs = c->fused; /* graphs go with fusion (the ablation's +Fusion row) */
-    opt.zero_stage = c->zero_stage;
-    opt.dp_rank = r->rank;
-    opt.dp_world_size = r->world;
-    memcpy(opt.recompute, c->recompute, sizeof opt.recompute);
+    lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_plan_build(&r->plan, &r->model);
     char buf[32];

@@ -12,7 +12,7 @@
 
 #include "io/hf.h"
 #include "io/safetensors.h"
-#include "optim/optim.h"
+#include "train/dp.h"
 #include "plan/plan.h"
 
 enum { B = 2, T = 64 };
@@ -156,8 +156,8 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         const double want = cJSON_GetArrayItem(losses, step - 1)->valuedouble;
         const double err = fabs(loss - want) / fabs(want);
         if (err > worst) worst = err;
-        lj_adamw_step(ops, m.params, m.master, m.grads, m.adam_m, m.adam_v, m.grad_norm_sq, m.ws_norm, P, seg, nseg,
-                      &ac, 1e-3f, step);
+        lj_dp single = LJ_DP_SINGLE;
+        lj_dp_optimizer_step(&single, &m, seg, nseg, &ac, 1e-3f, step);
     }
     char what[160];
     snprintf(what, sizeof what, "%s: 5 AdamW steps, worst loss relative error", name);
