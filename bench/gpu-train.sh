@@ -4,8 +4,8 @@
 # own time limit, full logs in $OUT, a short summary last:
 #   1. the whole model against the HF fixtures on the CUDA backend (gpu_hf_fixtures);
 #   2. checkpoints exported by ljperf load in transformers with the same logits (.hfcheck/);
-#   3. llama3-tiny trained on the KJV Bible for $STEPS steps on the GPU and on the CPU, and the
-#      two loss curves compared at every logged step;
+#   3. llama3-tiny trained on the KJV Bible for $STEPS steps on the GPU, its loss curve compared
+#      at every logged step with the committed CPU curve of the same command ($CPU_REF);
 #   4. `ljperf benchmark` (+ --ablation) and the PyTorch side-by-side for $BENCH_MODEL;
 #   5. compute-sanitizer memcheck on a short training run;
 #   6. CHECKPOINT_OPTIMIZATION=true ljperf benchmark --model deepspeed/llama3-8b (planned vs measured);
@@ -24,6 +24,7 @@ steps=${*:-1 2 3 4 5}
 STEPS=${STEPS:-300}
 BENCH_MODEL=${BENCH_MODEL:-llama3.2-1b}
 BENCH_MB=${BENCH_MB:-4}
+CPU_REF=${CPU_REF:-bench/results/kjv-llama3-tiny-cpu-300.jsonl}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -57,24 +58,10 @@ for s in $steps; do
             --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --log-interval 10 --eval-iters 8 --seed 1234)
     timeout 200 "$lj" train "${common[@]}" --device cuda --log-json "$OUT/kjv_cuda.jsonl" >"$OUT/kjv_cuda.log" 2>&1
     say "3a. train llama3-tiny on cuda: rc=$? $(tail -1 "$OUT/kjv_cuda.log")"
-    OMP_NUM_THREADS=16 timeout 300 "$lj" train "${common[@]}" --device cpu --log-json "$OUT/kjv_cpu.jsonl" >"$OUT/kjv_cpu.log" 2>&1
-    say "3b. train llama3-tiny on cpu: rc=$? $(tail -1 "$OUT/kjv_cpu.log")"
-    python3 - "$OUT/kjv_cuda.jsonl" "$OUT/kjv_cpu.jsonl" <<'PY' | tee -a "$summary"
-import json, sys
-def load(p):
-    out = {}
-    for line in open(p):
-        r = json.loads(line)
-        if "loss" in r: out[r["iteration"]] = r["loss"]
-    return out
-g, c = load(sys.argv[1]), load(sys.argv[2])
-common = sorted(set(g) & set(c))
-worst = max((abs(g[i] - c[i]) / c[i], i) for i in common) if common else (float("nan"), -1)
-for i in common[::30] + common[-1:]:
-    print("   iteration %4d  cuda %.4f  cpu %.4f  diff %+.2f%%" % (i, g[i], c[i], 100 * (g[i] - c[i]) / c[i]))
-print("3c. loss curves: %d common iterations, worst relative difference %.2f%% at iteration %d (goal <= 2%%)"
-      % (len(common), 100 * worst[0], worst[1]))
-PY
+    # the CPU curve of the same command is a committed reference (the CPU engine is deterministic
+    # up to the thread count; 300 iterations take 5-8 minutes on a CPU)
+    python3 bench/compare_curves.py "$OUT/kjv_cuda.jsonl" "$CPU_REF" --log-interval 10 >"$OUT/kjv_compare.txt" 2>&1
+    say "3b. GPU against the CPU reference $CPU_REF: rc=$?"; tail -2 "$OUT/kjv_compare.txt" | tee -a "$summary"
     ;;
   4)
     timeout 240 "$lj" benchmark --model "$BENCH_MODEL" --device cuda --seq-length 4096 --micro-batch-size "$BENCH_MB" \
@@ -86,7 +73,7 @@ PY
     for mode in eager compile; do
       timeout 300 python3 bench/pytorch_ref.py --model "$BENCH_MODEL" --seq-length 4096 --micro-batch-size "$BENCH_MB" \
         --train-iters 10 --warmup-iters 3 --mode $mode --json "$OUT/bench_torch_$mode.json" >"$OUT/torch_$mode.log" 2>&1
-      say "4c. pytorch $mode rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_torch_$mode.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib']))" 2>/dev/null)"
+      say "4c. pytorch $mode rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_torch_$mode.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB allocated, %.1f GiB device' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib'], r['device_mem_used_gib']))" 2>/dev/null)"
     done
     ;;
   6)
@@ -99,9 +86,11 @@ PY
     timeout 150 "$lj" benchmark --model llama3.2-3b --device cuda --seq-length 4096 --micro-batch-size 2 \
       --train-iters 8 --warmup-iters 3 --no-progress --json "$OUT/bench_3b.json" >"$OUT/bench_3b.log" 2>&1
     say "7a. ljperf llama3.2-3b rc=$?"; grep -E 'tokens/s  |MFU  |memory' "$OUT/bench_3b.log" | tee -a "$summary"
-    timeout 200 python3 bench/pytorch_ref.py --model llama3.2-3b --seq-length 4096 --micro-batch-size 2 \
-      --train-iters 8 --warmup-iters 3 --mode compile --json "$OUT/bench_3b_torch_compile.json" >"$OUT/torch_3b.log" 2>&1
-    say "7b. pytorch compile llama3.2-3b rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_3b_torch_compile.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib']))" 2>/dev/null)"
+    for mode in eager compile; do
+      timeout 200 python3 bench/pytorch_ref.py --model llama3.2-3b --seq-length 4096 --micro-batch-size 2 \
+        --train-iters 8 --warmup-iters 3 --mode $mode --json "$OUT/bench_3b_torch_$mode.json" >"$OUT/torch_3b_$mode.log" 2>&1
+      say "7b. pytorch $mode llama3.2-3b rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_3b_torch_$mode.json'));print('%.0f tokens/s, MFU %.1f%%, %.1f GiB allocated, %.1f GiB device' % (r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib'], r['device_mem_used_gib']))" 2>/dev/null)"
+    done
     ;;
   5)
     timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$lj" train --model llama3-nano --device cuda \

@@ -84,6 +84,19 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
     return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
 }
 
+lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *ops) {
+    if (!value) return LJ_OK;
+    lj_dtype dtype;
+    if (!strcmp(value, "bf16")) dtype = LJ_DTYPE_BF16;
+    else if (!strcmp(value, "fp32")) dtype = LJ_DTYPE_F32;
+    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not one of bf16, fp32", flag, value);
+    if (strcmp(ops->name, "cuda") != 0) {
+        if (dtype == LJ_DTYPE_F32) return LJ_OK;
+        return lj_fail(LJ_ERR_ARG, "%s bf16: the %s backend keeps fp32 gradients (its whole recipe is fp32)", flag,
+                       ops->name);
+    }
+    return lj_ops_cuda_set_grad_dtype(dtype);
+}
 
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
                            int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,

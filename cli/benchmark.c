@@ -12,6 +12,7 @@ static void usage(FILE *f) {
             "usage: ljperf benchmark --model NAME [flags]\n"
             "  --model NAME|config.json   preset (%s), deepspeed/<preset>, or an HF config\n"
             "  --device auto|cpu|cuda     (default auto)\n"
+            "  --grad-dtype bf16|fp32     CUDA gradient dtype (default bf16)\n"
             "  --seq-length T             (default 4096 on a GPU, 256 on the CPU)\n"
             "  --micro-batch-size B|auto  (default 1)\n"
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
@@ -113,7 +114,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     lj_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
-    const char *mbs = NULL;
+    const char *mbs = NULL, *grad_dtype = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
@@ -128,6 +129,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
             return 0;
         } else if (!strcmp(a, "--model")) s = lj_cli_str(argc, argv, &i, &model);
         else if (!strcmp(a, "--device")) s = lj_cli_str(argc, argv, &i, &device);
+        else if (!strcmp(a, "--grad-dtype")) s = lj_cli_str(argc, argv, &i, &grad_dtype);
         else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq), seq_given = 1;
         else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_str(argc, argv, &i, &mbs);
         else if (!strcmp(a, "--recompute")) s = lj_cli_str(argc, argv, &i, &recompute);
@@ -157,7 +159,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     }
     const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
-    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK)
+    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
+        lj_cli_grad_dtype("--grad-dtype", grad_dtype, cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "  --seq-length T               tokens per sample (default 4096 on cuda, 256 on the CPU)\n"
             "  --micro-batch-size N|auto    samples per micro-batch (default 1); auto: the fastest that fits\n"
             "  --device cuda|cpu            the target (default cuda: a GPU run, planned without a GPU)\n"
+            "  --grad-dtype bf16|fp32       gradient dtype of a CUDA run (default bf16)\n"
             "  --device-memory BYTES        e.g. 80GiB (default: the GPU's total when one is present, else one\n"
             "                               H200 as the CUDA runtime sees it, 139.80 GiB; on the CPU the host RAM)\n"
             "  --margin BYTES|P%%            kept free below the device memory (default 1GiB)\n"
@@ -41,7 +42,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
-    const char *device_memory, *margin, *context;
+    const char *device_memory, *margin, *context, *grad_dtype;
     int seq, mb, num_layers, world, zero, fused, buffers;
     double mm_tflops, attn_tflops, mem_gbs;
 } plan_args;
@@ -69,6 +70,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
                 if (a->mb <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", a->mb);
             }
         } else if (!strcmp(f, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device));
+        else if (!strcmp(f, "--grad-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->grad_dtype));
         else if (!strcmp(f, "--device-memory")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device_memory));
         else if (!strcmp(f, "--margin")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->margin));
         else if (!strcmp(f, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->recompute));
@@ -112,6 +114,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     } else {
         return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
     }
+    LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, ops));
     char cache[1024];
     lj_cache_dir(cache, sizeof cache);
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));

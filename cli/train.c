@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "  --model NAME|config.json|DIR  preset (%s) or HF config (default: the --load\n"
             "                                checkpoint's model, else llama3-tiny)\n"
             "  --device auto|cpu|cuda        default auto: the GPU if there is one, else the CPU\n"
+            "  --grad-dtype bf16|fp32        CUDA gradient dtype (default bf16: 2 bytes per parameter;\n"
+            "                                fp32 accumulates micro-batches exactly; CPU: fp32 only)\n"
             "parallelism:\n"
             "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
             "                                --device cpu through mpirun); mpirun/srun/torchrun also work\n"
@@ -117,7 +119,7 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
 
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
-    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL;
+    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL, *grad_dtype = NULL;
     int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
@@ -127,6 +129,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
             return LJ_OK;
         } else if (!strcmp(a, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &model));
         else if (!strcmp(a, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &device));
+        else if (!strcmp(a, "--grad-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &grad_dtype));
         else if (!strcmp(a, "--data-path") || !strcmp(a, "--data")) {
             int start = i + 1;
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
@@ -205,6 +208,12 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, &c->ops));
+    if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, c->ops));
+    else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
+        char what[300];
+        snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
+        LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, c->ops));
+    }
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
                             c->zero_stage, recompute, granularity, method, num_layers, 0, c->recompute));

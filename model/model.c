@@ -97,25 +97,28 @@ void lj_model_upload_rope(lj_model *m) {
 /* ---- weights -------------------------------------------------------------------- */
 
 /* Uploads host f32 values [offset, offset + n) of the flat parameter buffer: into the params
- * directly on an f32 backend; else through an f32 staging buffer (the master weights when they
- * are not sharded, the f32 gradient buffer when they are) cast to the param copy, and the part
- * inside this rank's shard into the master weights. */
+ * directly on an f32 backend; else rounded to the param dtype on the host (round-to-nearest-even,
+ * the device cast's rule) into the params, and the part inside this rank's shard, unrounded, into
+ * the master weights. */
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
     if (ops->param_dtype == LJ_DTYPE_F32) {
         ops->upload((float *)m->params + offset, src, (size_t)n * sizeof(float));
         return;
     }
-    const int sharded = m->shard_numel != m->layout.total;
-    LJ_ASSERT(!sharded || (m->grads && ops->grad_dtype == LJ_DTYPE_F32), "sharded weights need f32 gradient staging");
-    float *stage = sharded ? (float *)m->grads : m->master;
-    ops->upload(stage + offset, src, (size_t)n * sizeof(float));
-    ops->cast_f32_to_param((char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), stage + offset, n);
-    if (sharded) {
-        const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
-        const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
-        if (hi > lo) ops->copy(m->master + (lo - m->shard_begin), stage + lo, (size_t)(hi - lo) * sizeof(float));
+    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "upload: param dtype %s", lj_dtype_name(ops->param_dtype));
+    enum { CHUNK = 1 << 22 };
+    uint16_t *stage = lj_malloc((size_t)(n < CHUNK ? n : CHUNK) * sizeof(uint16_t));
+    for (int64_t base = 0; base < n; base += CHUNK) {
+        const int64_t k = n - base < CHUNK ? n - base : CHUNK;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < k; i++) stage[i] = lj_f32_to_bf16(src[base + i]);
+        ops->upload((uint16_t *)m->params + offset + base, stage, (size_t)k * sizeof(uint16_t));
     }
+    free(stage);
+    const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
+    const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
+    if (m->master && hi > lo) ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
 }
 
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
@@ -156,6 +159,7 @@ void lj_model_set_weights(lj_model *m, const float *params) { upload_range(m, pa
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
+    LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
     m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
@@ -323,7 +327,7 @@ void lj_model_backward(lj_model *m, float dloss) {
         ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
                               param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, d.N, d.C, m->ws_rmsnorm);
     }
-    ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, d.N, d.C);
+    ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, d.N, d.C, m->ws_embedding);
 }
 
 void lj_model_forward_backward(lj_model *m, float dloss) {

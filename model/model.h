@@ -62,8 +62,8 @@ typedef struct {
      * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P). */
     int64_t shard_begin, shard_numel, padded_numel;
     void *params;        /* [padded_numel] param dtype */
-    float *master;       /* [shard_numel] f32 master weights of this rank's shard (on an f32 backend:
-                            params + shard_begin) */
+    float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
+                            backend: params + shard_begin) */
     void *grads;         /* [padded_numel] grad dtype (training) */
     float *adam_m;       /* [shard_numel] f32 (training) */
     float *adam_v;       /* [shard_numel] f32 (training) */
@@ -91,7 +91,7 @@ typedef struct {
     void *d_attn;        /* [N, Q] act */
     void *d_gate_up;     /* [N, 2I] act */
     void *d_mlp;         /* [N, I] act */
-    void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_norm; /* op workspaces */
+    void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_embedding, *ws_norm; /* op workspaces */
 
     /* host staging for the batch and the per-token losses (host bookkeeping, not planned) */
     int32_t *host_ids;   /* [2N]: inputs, then targets */

@@ -70,8 +70,11 @@ struct lj_ops {
     /* ---- embedding ---- */
     /* out[N,C] act = wte[ids[n], :]. ids: [N] i32 device; wte: [V,C] param. */
     void (*embedding_forward)(void *out, const int32_t *ids, const void *wte, int N, int C);
-    /* dwte[ids[n], :] += dout[n, :]. dwte: [V,C] grad; dout: [N,C] act. */
-    void (*embedding_backward)(void *dwte, const void *dout, const int32_t *ids, int N, int C);
+    /* dwte[ids[n], :] += dout[n, :]. dwte: [V,C] grad; dout: [N,C] act. `workspace` holds
+     * embedding_backward_workspace_bytes(N) bytes (CUDA: the ids sorted with their positions, so
+     * that each row of dwte is summed in fp32 by one block in a fixed order and written once). */
+    void (*embedding_backward)(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace);
+    size_t (*embedding_backward_workspace_bytes)(int N);
 
     /* ---- RMSNorm (Zhang & Sennrich 2019; HF LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps),
      * computed in fp32) ---- */
@@ -167,6 +170,13 @@ const lj_ops *lj_ops_cpu(void);
 /* The CUDA backend, or NULL with a message (lj_error_message) when this build has no CUDA
  * or no usable GPU is present. */
 const lj_ops *lj_ops_cuda(void);
+
+/* Sets the CUDA backend's gradient dtype (DeepSpeed's data_types.grad_accum_dtype):
+ * LJ_DTYPE_BF16 (the default: 2 bytes per parameter; weight-gradient GEMMs accumulate in fp32
+ * and round once per micro-batch) or LJ_DTYPE_F32 (4 bytes; exact accumulation over
+ * micro-batches). It changes the tables of lj_ops_cuda() and lj_ops_cuda_describe(); call it
+ * before any model is planned. Errors: LJ_ERR_ARG for another dtype. No-op without CUDA. */
+lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
 
 /* The CUDA backend's dtypes and workspace-size entries only (every other entry is NULL),
  * without touching a device: for planning GPU runs on a machine without one. NULL when this

@@ -58,7 +58,7 @@ static void walk(walker *w, lj_model *m) {
     /* parameters, master weights, gradients, optimizer state */
     m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
     if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
-    else m->master = take(w, LJ_ARENA_MASTER, "master", shard * 4);
+    else m->master = training ? take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
     m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", Ppad * sg) : NULL;
     m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
     m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
@@ -156,6 +156,9 @@ static void walk(walker *w, lj_model *m) {
                               ? take(w, LJ_ARENA_WORKSPACE, "cross_entropy",
                                      ops->cross_entropy_fused_workspace_bytes((int)N, C, V))
                               : NULL;
+    m->ws_embedding = training ? take(w, LJ_ARENA_WORKSPACE, "embedding_backward",
+                                      ops->embedding_backward_workspace_bytes((int)N))
+                               : NULL;
     m->ws_norm = training ? take(w, LJ_ARENA_WORKSPACE, "global_norm", ops->global_norm_workspace_bytes((int64_t)Ppad))
                           : NULL;
 }

@@ -31,7 +31,8 @@ static void test_full_config(void **state) {
         "   \"reduce_bucket_size\": 5e7, \"allgather_bucket_size\": 2e8, \"stage3_prefetch_bucket_size\": 1000,\n"
         "   \"stage3_param_persistence_threshold\": 77, \"stage3_max_live_parameters\": 3e9,\n"
         "   \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}, \"offload_param\": {\"device\": \"none\"},\n"
-        "   \"reduce_scatter\": true, \"stage3_gather_16bit_weights_on_model_save\": true}}";
+        "   \"reduce_scatter\": true, \"stage3_gather_16bit_weights_on_model_save\": true},\n"
+        " \"data_types\": {\"grad_accum_dtype\": \"fp32\"}}";
     lj_deepspeed_config c;
     assert_int_equal(lj_deepspeed_parse(&c, text, "full.json"), LJ_OK);
     assert_int_equal(c.num_unknown, 0);
@@ -49,6 +50,7 @@ static void test_full_config(void **state) {
     assert_true(c.zero.reduce_bucket_size == 50000000 && c.zero.allgather_bucket_size == 200000000);
     assert_true(c.zero.stage3_prefetch_bucket_size == 1000 && c.zero.stage3_param_persistence_threshold == 77);
     assert_true(c.zero.stage3_max_live_parameters == 3000000000LL && c.zero.offload_optimizer_cpu == 1);
+    assert_string_equal(c.grad_accum_dtype, "fp32");
     lj_deepspeed_hints h = hints(2, 0, 0);
     assert_int_equal(lj_deepspeed_resolve(&c, &h), LJ_OK);
 }
@@ -190,6 +192,8 @@ static void test_bad_input(void **state) {
                  LJ_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer.device");
     expect_error("{\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}}", LJ_ERR_ARG, "stage is 0");
     expect_error("[1, 2]", LJ_ERR_FORMAT, "expected an object");
+    expect_error("{\"data_types\": {\"grad_accum_dtype\": \"fp16\"}}", LJ_ERR_FORMAT,
+                 "data_types.grad_accum_dtype: expected \"fp32\" or \"bf16\"");
     expect_error("{\"a\": 1,\n \"b\": 2,\n \"c\": }", LJ_ERR_FORMAT, "not valid JSON (error at line 3");
 
     char dir[512], path[600];

@@ -330,6 +330,25 @@ static lj_status parse_zero(ctx *c, const cJSON *obj) {
     return LJ_OK;
 }
 
+/* "data_types": {"grad_accum_dtype": "fp32" | "bf16"} (DeepSpeed's gradient accumulation
+ * dtype; "fp16" is refused, as the recipe is bf16). */
+static lj_status parse_data_types(ctx *c, const cJSON *obj) {
+    LJ_TRY(need_object(c, obj, "data_types"));
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        char path[160];
+        join_path(path, sizeof path, "data_types", it->string);
+        if (strcmp(it->string, "grad_accum_dtype") == 0) {
+            if (cJSON_IsNull(it)) continue;
+            if (!cJSON_IsString(it) || (strcmp(it->valuestring, "fp32") && strcmp(it->valuestring, "bf16")))
+                return bad_value(c, path, "\"fp32\" or \"bf16\"", it);
+            snprintf(c->cfg->grad_accum_dtype, sizeof c->cfg->grad_accum_dtype, "%s", it->valuestring);
+        } else {
+            unknown_key(c, path);
+        }
+    }
+    return LJ_OK;
+}
+
 /* ---- entry points ------------------------------------------------------------------- */
 
 void lj_deepspeed_init(lj_deepspeed_config *cfg) {
@@ -382,6 +401,7 @@ lj_status lj_deepspeed_parse(lj_deepspeed_config *cfg, const char *text, const c
         else if (strcmp(k, "optimizer") == 0) s = parse_optimizer(&c, it);
         else if (strcmp(k, "scheduler") == 0) s = parse_scheduler(&c, it);
         else if (strcmp(k, "zero_optimization") == 0) s = parse_zero(&c, it);
+        else if (strcmp(k, "data_types") == 0) s = parse_data_types(&c, it);
         else if (!in_list(k, QUIET_TOP)) unknown_key(&c, k);
     }
     cJSON_Delete(root);

@@ -67,6 +67,7 @@ typedef struct {
                                                step on the host */
     } zero;
 
+    char grad_accum_dtype[8];               /* data_types.grad_accum_dtype: "fp32", "bf16" or "" (absent) */
     int num_unknown;                        /* keys warned about */
     char unknown[512];                      /* their dotted paths, comma-separated (may be cut short) */
 } lj_deepspeed_config;

@@ -102,8 +102,13 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
         ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
         return;
     }
-    LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_F32, "gathering sharded state needs an f32 gradient buffer");
+    /* The gradient buffer (padded_numel elements of the grad dtype) is the landing space: each
+     * round all-gathers `c` f32 elements of every rank's shard, [world][c] floats. */
     void *stream = stream_of(m);
+    const int64_t S = m->shard_numel;
+    const int64_t room = (int64_t)((size_t)m->padded_numel * lj_dtype_size(ops->grad_dtype) / sizeof(float));
+    const int64_t c_max = room / dp->world < S ? room / dp->world : S;
+    float *land = (float *)m->grads, *host = dp->rank == 0 ? lj_malloc((size_t)(dp->world * c_max) * sizeof(float)) : NULL;
     const int f32_params = ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
     float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
     float *dst[3] = {w, mm, vv};
@@ -112,8 +117,19 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
             if (dp->rank == 0) ops->download(w, m->params, (size_t)P * sizeof(float));
             continue;
         }
-        lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i], m->grads, m->shard_numel, LJ_DTYPE_F32, stream));
-        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
-        if (dp->rank == 0) ops->download(dst[i], m->grads, (size_t)P * sizeof(float));
+        for (int64_t k = 0; k < S; k += c_max) {
+            const int64_t c = S - k < c_max ? S - k : c_max;
+            lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i] + k, land, c, LJ_DTYPE_F32, stream));
+            lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+            if (dp->rank != 0) continue;
+            ops->download(host, land, (size_t)(dp->world * c) * sizeof(float));
+            for (int r = 0; r < dp->world; r++) {
+                const int64_t at = (int64_t)r * S + k, keep = at >= P ? 0 : (P - at < c ? P - at : c);
+                if (keep > 0) memcpy(dst[i] + at, host + (int64_t)r * c, (size_t)keep * sizeof(float));
+            }
+        }
     }
+    free(host);
+    /* the gradients were overwritten: the caller saves between optimizer steps, where they are
+     * zeroed before the next backward anyway */
 }

@@ -459,6 +459,10 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
     const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
     int last_saved = r.iteration;
+    /* the printed lm loss is the mean over the iterations since the last printed line (Megatron's
+     * convention); --log-json keeps every iteration's own loss */
+    double interval_loss = 0.0;
+    int interval_iters = 0;
     while (r.iteration < cfg->train_iters && !r.stop) {
         const double t0 = lj_time_sec();
         double loss, grad_norm;
@@ -471,11 +475,16 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                         r.iteration);
             break;
         }
+        interval_loss += loss;
+        interval_iters++;
         if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
+            const double logged = interval_loss / interval_iters;
+            interval_loss = 0.0;
+            interval_iters = 0;
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
                    "tokens/s: %.0f | TFLOP/s: %.3f\n",
-                   r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, loss,
+                   r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, logged,
                    grad_norm, tps, tps * flops_per_token / 1e12);
             fflush(stdout);
         }

@@ -9,7 +9,8 @@ typedef struct {
     int N, I, C, V, nh, nkv, hd, T, B;
     int64_t P;
     void *gate_up, *out, *tmp, *dout, *dgu, *qkv, *emb_out, *wte, *params;
-    float *cosv, *sinv, *dwte, *master, *grad, *m, *v, *gn, *ws;
+    float *cosv, *sinv, *master, *m, *v, *gn, *ws;
+    void *dwte, *grad, *emb_ws; /* grad dtype */
     int32_t *ids;
     lj_adamw_segment seg[2];
 } ew_ctx;
@@ -40,7 +41,7 @@ static void emb_f(void *p) {
 }
 static void emb_b(void *p) {
     ew_ctx *c = (ew_ctx *)p;
-    c->ops->embedding_backward(c->dwte, c->emb_out, c->ids, c->N, c->C);
+    c->ops->embedding_backward(c->dwte, c->emb_out, c->ids, c->N, c->C, c->emb_ws);
 }
 static void norm_sq(void *p) {
     ew_ctx *c = (ew_ctx *)p;
@@ -100,8 +101,10 @@ int main(void) {
 
     c.wte = kl_rand_bf16(ops, (int64_t)c.V * c.C, 46, 1.0f);
     c.emb_out = kl_alloc(ops, (size_t)c.N * c.C * 2);
-    c.dwte = (float *)kl_alloc(ops, (size_t)c.V * c.C * 4);
-    ops->memset_zero(c.dwte, (size_t)c.V * c.C * 4);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.dwte = kl_alloc(ops, (size_t)c.V * c.C * gs);
+    ops->memset_zero(c.dwte, (size_t)c.V * c.C * gs);
+    c.emb_ws = kl_alloc(ops, ops->embedding_backward_workspace_bytes(c.N));
     int32_t *ids = (int32_t *)malloc((size_t)c.N * 4);
     for (int n = 0; n < c.N; n++) ids[n] = (int32_t)(((uint32_t)n * 2654435761u) % (uint32_t)c.V);
     c.ids = (int32_t *)kl_alloc(ops, (size_t)c.N * 4);
@@ -109,10 +112,10 @@ int main(void) {
     free(ids);
     printf("embedding N=%d C=%d V=%d\n", c.N, c.C, c.V);
     report("embedding forward", emb_f, &c, 4.0 * c.N * c.C);
-    report("embedding backward", emb_b, &c, 2.0 * c.N * c.C + 8.0 * c.N * c.C);
-    ops->free(c.wte), ops->free(c.emb_out), ops->free(c.dwte), ops->free(c.ids);
+    report("embedding backward", emb_b, &c, 2.0 * c.N * c.C + 2.0 * gs * c.N * c.C);
+    ops->free(c.wte), ops->free(c.emb_out), ops->free(c.dwte), ops->free(c.ids), ops->free(c.emb_ws);
 
-    c.grad = kl_rand_f32(ops, c.P, 47, 1e-3f);
+    c.grad = gs == 2 ? kl_rand_bf16(ops, c.P, 47, 1e-3f) : (void *)kl_rand_f32(ops, c.P, 47, 1e-3f);
     c.master = kl_rand_f32(ops, c.P, 48, 0.02f);
     c.m = kl_rand_f32(ops, c.P, 49, 1e-4f);
     c.v = (float *)kl_alloc(ops, (size_t)c.P * 4);
@@ -122,9 +125,9 @@ int main(void) {
     c.ws = (float *)kl_alloc(ops, ops->global_norm_workspace_bytes(c.P));
     c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f};
     c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f};
-    printf("optimizer over %lld parameters\n", (long long)c.P);
-    report("global_norm_sq", norm_sq, &c, 4.0 * c.P);
-    report("adamw_update", adamw, &c, 30.0 * c.P);
+    printf("optimizer over %lld parameters, %s gradients\n", (long long)c.P, lj_dtype_name(ops->grad_dtype));
+    report("global_norm_sq", norm_sq, &c, (double)gs * c.P);
+    report("adamw_update", adamw, &c, (26.0 + gs) * c.P);
     ops->free(c.grad), ops->free(c.master), ops->free(c.m), ops->free(c.v), ops->free(c.params), ops->free(c.gn);
     ops->free(c.ws);
     return kl_finish("kl_elementwise");

@@ -102,7 +102,8 @@ static inline double lj_cpu_dot_f64(const float *a, const float *b, int n) {
 
 /* cpu_elementwise.c: embedding, RMSNorm, residual add, RoPE, SwiGLU */
 void lj_cpu_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
-void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C);
+void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace);
+size_t lj_cpu_embedding_backward_workspace_bytes(int N);
 void lj_cpu_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                              int N, int C, void *workspace);

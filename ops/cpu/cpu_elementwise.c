@@ -20,7 +20,8 @@ void lj_cpu_embedding_forward(void *out, const int32_t *ids, const void *wte, in
     for (int n = 0; n < N; n++) memcpy(o + (int64_t)n * C, w + (int64_t)ids[n] * C, (size_t)C * sizeof(float));
 }
 
-void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C) {
+void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace) {
+    (void)workspace;
     float *dw = dwte;
     const float *d = dout;
     int blocks = (C + LJ_CPU_COL_BLOCK - 1) / LJ_CPU_COL_BLOCK;
@@ -33,6 +34,11 @@ void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids,
             for (int c = c0; c < c1; c++) dst[c] += src[c];
         }
     }
+}
+
+size_t lj_cpu_embedding_backward_workspace_bytes(int N) {
+    (void)N;
+    return 0;
 }
 
 /* ---- RMSNorm ------------------------------------------------------------------------- */

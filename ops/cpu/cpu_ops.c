@@ -102,6 +102,7 @@ static const lj_ops g_cpu_ops = {
 
     .embedding_forward = lj_cpu_embedding_forward,
     .embedding_backward = lj_cpu_embedding_backward,
+    .embedding_backward_workspace_bytes = lj_cpu_embedding_backward_workspace_bytes,
 
     .rmsnorm_forward = lj_cpu_rmsnorm_forward,
     .rmsnorm_backward = lj_cpu_rmsnorm_backward,

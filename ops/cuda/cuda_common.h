@@ -5,8 +5,9 @@
  * The first block is plain C (host code may include it, e.g. for CUDA-graph capture on
  * lj_cuda_stream()); the rest is for the .cu files only.
  *
- * Recipe: act_dtype BF16, param_dtype BF16, grad_dtype F32, fp32 accumulation everywhere,
- * fp32 master weights, AdamW moments and loss. Every op runs on lj_cuda_stream() and is
+ * Recipe: act_dtype BF16, param_dtype BF16, grad_dtype BF16 (default) or F32
+ * (lj_ops_cuda_set_grad_dtype), fp32 accumulation everywhere, fp32 master weights, AdamW moments
+ * and loss. Every op runs on lj_cuda_stream() and is
  * capturable in a CUDA graph (no allocation, no host synchronisation, no blocking copy). */
 #ifndef LJ_CUDA_COMMON_H
 #define LJ_CUDA_COMMON_H
@@ -28,6 +29,13 @@ cudaStream_t lj_cuda_stream(void);
  * through the tracked alloc (so it is part of lj_ops_allocated_bytes()): the cuBLASLt
  * workspace, 32 MiB. The memory plan adds this figure as the backend's fixed overhead. */
 size_t lj_cuda_fixed_workspace_bytes(void);
+
+/* The gradient dtype the backend's table says (lj_ops_cuda_set_grad_dtype), for the ops that
+ * write or read weight gradients; and the same as a cuBLASLt data type. */
+lj_dtype lj_cuda_grad_dtype(void);
+cudaDataType_t lj_cuda_grad_ctype(void);
+/* Updates the full table's grad_dtype (cuda_ops.cu); called by lj_ops_cuda_set_grad_dtype. */
+void lj_cuda_table_set_grad_dtype(lj_dtype dtype);
 
 /* Selects the attention kernels: 0 (default) the tensor-core flash-attention kernels for
  * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
@@ -75,7 +83,8 @@ void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x
 void lj_cuda_cast_f32_to_param(void *dst, const float *src, int64_t n);
 void lj_cuda_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t n);
 void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
-void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C);
+void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace);
+size_t lj_cuda_embedding_backward_workspace_bytes(int N);
 void lj_cuda_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                               int N, int C, void *workspace);
@@ -186,6 +195,9 @@ static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
 }
 static __device__ __forceinline__ float lj_ld(const lj_bf16 *p) { return __bfloat162float(*p); }
 static __device__ __forceinline__ void lj_st(lj_bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* fp32 twins, so that kernels templated on the gradient type read and write either. */
+static __device__ __forceinline__ float lj_ld(const float *p) { return *p; }
+static __device__ __forceinline__ void lj_st(float *p, float v) { *p = v; }
 
 /* 1 when every pointer is 16-byte aligned (host side, for choosing vector paths). */
 static inline int lj_cuda_aligned16(const void *a, const void *b, const void *c) {

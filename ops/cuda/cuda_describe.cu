@@ -4,20 +4,36 @@
 
 #include <string.h>
 
+static lj_dtype g_grad_dtype = LJ_DTYPE_BF16;
+static lj_ops g_describe;
+static int g_describe_ready;
+
+extern "C" lj_dtype lj_cuda_grad_dtype(void) { return g_grad_dtype; }
+extern "C" cudaDataType_t lj_cuda_grad_ctype(void) { return g_grad_dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
+    if (dtype != LJ_DTYPE_BF16 && dtype != LJ_DTYPE_F32)
+        return lj_fail(LJ_ERR_ARG, "the CUDA backend keeps gradients in bf16 or fp32, not %s", lj_dtype_name(dtype));
+    g_grad_dtype = dtype;
+    g_describe.grad_dtype = dtype;
+    lj_cuda_table_set_grad_dtype(dtype);
+    return LJ_OK;
+}
+
 extern "C" const lj_ops *lj_ops_cuda_describe(void) {
-    static lj_ops t;
-    static int ready;
-    if (!ready) {
+    lj_ops &t = g_describe;
+    if (!g_describe_ready) {
         memset(&t, 0, sizeof t);
         t.name = "cuda";
         t.act_dtype = LJ_DTYPE_BF16;
         t.param_dtype = LJ_DTYPE_BF16;
-        t.grad_dtype = LJ_DTYPE_F32;
+        t.grad_dtype = g_grad_dtype;
+        t.embedding_backward_workspace_bytes = lj_cuda_embedding_backward_workspace_bytes;
         t.rmsnorm_backward_workspace_bytes = lj_cuda_rmsnorm_backward_workspace_bytes;
         t.attention_workspace_bytes = lj_cuda_attention_workspace_bytes;
         t.cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes;
         t.global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes;
-        ready = 1;
+        g_describe_ready = 1;
     }
     return &t;
 }

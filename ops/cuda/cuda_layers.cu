@@ -4,6 +4,8 @@
  * path wherever rows are multiples of 8 elements and pointers are 16-byte aligned. */
 #include "ops/cuda/cuda_common.h"
 
+#include <cub/device/device_radix_sort.cuh>
+
 #define LJ_ROW_THREADS 256 /* threads per block of the warp-per-row kernels (8 rows) */
 
 /* ---- casts ------------------------------------------------------------------------ */
@@ -54,24 +56,6 @@ __global__ void embedding_forward_kernel(lj_bf16 *out, const int32_t *ids, const
     }
 }
 
-template <bool VEC>
-__global__ void embedding_backward_kernel(float *dwte, const lj_bf16 *dout, const int32_t *ids, int N, int C) {
-    const int per = VEC ? 8 : 1;
-    int64_t cols = C / per;
-    int64_t total = (int64_t)N * cols;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t n = i / cols, c = (i % cols) * per;
-        float *dst = dwte + (int64_t)ids[n] * C + c;
-        if (VEC) {
-            float g[8];
-            lj_load8(g, dout + n * C + c);
-            for (int j = 0; j < 8; j++) atomicAdd(dst + j, g[j]);
-        } else {
-            atomicAdd(dst, lj_ld(dout + n * C + c));
-        }
-    }
-}
-
 void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C) {
     if (N <= 0 || C <= 0) return;
     if (C % 8 == 0 && lj_cuda_aligned16(out, wte, NULL)) {
@@ -84,17 +68,88 @@ void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, i
     LJ_CUDA_LAUNCHED("embedding_forward_kernel");
 }
 
-/* fp32 atomics: the sum is exact up to the order of additions (not bit-reproducible). */
-void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C) {
-    if (N <= 0 || C <= 0) return;
-    if (C % 8 == 0 && lj_cuda_aligned16(dout, NULL, NULL)) {
-        embedding_backward_kernel<true><<<lj_cuda_blocks((int64_t)N * C / 8, 256), 256, 0, lj_cuda_stream()>>>(
-            (float *)dwte, (const lj_bf16 *)dout, ids, N, C);
-    } else {
-        embedding_backward_kernel<false><<<lj_cuda_blocks((int64_t)N * C, 256), 256, 0, lj_cuda_stream()>>>(
-            (float *)dwte, (const lj_bf16 *)dout, ids, N, C);
+/* Embedding backward without atomics: the ids are sorted with their positions (CUB radix
+ * sort), then block (i, column tile) starts only where a run of equal ids begins, sums that
+ * run's rows of dout in fp32 in sorted order, and adds the sum to the gradient row once. So
+ * the result is deterministic, and a bf16 gradient is rounded once per call, however often a
+ * token occurs. */
+#define LJ_EMB_THREADS 128 /* 8 columns per thread: 1024 columns per block */
+
+__global__ void iota_kernel(int32_t *out, int N) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) out[i] = i;
+}
+
+template <typename G, bool VEC>
+__global__ void __launch_bounds__(LJ_EMB_THREADS)
+    embedding_backward_sorted_kernel(G *dwte, const lj_bf16 *dout, const int32_t *sorted_ids, const int32_t *pos,
+                                     int N, int C) {
+    const int i = blockIdx.x;
+    const int32_t id = sorted_ids[i];
+    if (i > 0 && sorted_ids[i - 1] == id) return;
+    const int per = VEC ? 8 : 1;
+    const int c = (blockIdx.y * LJ_EMB_THREADS + threadIdx.x) * per;
+    if (c >= C) return;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = i; j < N && sorted_ids[j] == id; j++) {
+        const lj_bf16 *src = dout + (int64_t)pos[j] * C + c;
+        if (VEC) {
+            float g[8];
+            lj_load8(g, src);
+            for (int k = 0; k < 8; k++) acc[k] += g[k];
+        } else {
+            acc[0] += lj_ld(src);
+        }
     }
-    LJ_CUDA_LAUNCHED("embedding_backward_kernel");
+    G *dst = dwte + (int64_t)id * C + c;
+    for (int k = 0; k < per; k++) lj_st(dst + k, lj_ld(dst + k) + acc[k]);
+}
+
+/* Workspace: sorted ids [N], positions in [N] and out [N] (i32), then CUB's scratch. */
+static size_t embedding_sort_bytes(int N) {
+    size_t bytes = 0;
+    cub::DeviceRadixSort::SortPairs(NULL, bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
+                                    (int32_t *)NULL, N);
+    return bytes;
+}
+
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+size_t lj_cuda_embedding_backward_workspace_bytes(int N) {
+    if (N <= 0) return 0;
+    return 3 * align256((size_t)N * sizeof(int32_t)) + align256(embedding_sort_bytes(N));
+}
+
+void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace) {
+    if (N <= 0 || C <= 0) return;
+    char *ws = (char *)workspace;
+    const size_t idx_bytes = align256((size_t)N * sizeof(int32_t));
+    int32_t *sorted_ids = (int32_t *)ws, *pos_in = (int32_t *)(ws + idx_bytes), *pos = (int32_t *)(ws + 2 * idx_bytes);
+    void *scratch = ws + 3 * idx_bytes;
+    size_t scratch_bytes = embedding_sort_bytes(N);
+    iota_kernel<<<lj_cuda_blocks(N, 256), 256, 0, lj_cuda_stream()>>>(pos_in, N);
+    LJ_CUDA_LAUNCHED("iota_kernel");
+    LJ_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, scratch_bytes, ids, sorted_ids, pos_in, pos, N, 0, 32,
+                                                  lj_cuda_stream()),
+                  "cub::DeviceRadixSort::SortPairs in embedding_backward");
+    const bool vec = C % 8 == 0 && lj_cuda_aligned16(dout, dwte, NULL);
+    const int per = vec ? 8 : 1;
+    dim3 grid((unsigned)N, (unsigned)((C / per + LJ_EMB_THREADS - 1) / LJ_EMB_THREADS));
+    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32) {
+        if (vec)
+            embedding_backward_sorted_kernel<float, true><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
+                (float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
+        else
+            embedding_backward_sorted_kernel<float, false><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
+                (float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
+    } else {
+        if (vec)
+            embedding_backward_sorted_kernel<lj_bf16, true><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
+                (lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
+        else
+            embedding_backward_sorted_kernel<lj_bf16, false><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
+                (lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
+    }
+    LJ_CUDA_LAUNCHED("embedding_backward_sorted_kernel");
 }
 
 /* ---- RMSNorm ---------------------------------------------------------------------- */
@@ -249,12 +304,13 @@ __global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const lj_bf16
     }
 }
 
-__global__ void rmsnorm_backward_dw_final_kernel(float *dw, const float *partial, int parts, int C) {
+template <typename G>
+__global__ void rmsnorm_backward_dw_final_kernel(G *dw, const float *partial, int parts, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int p = 0; p < parts; p++) s += partial[(int64_t)p * C + c];
-    dw[c] += s;
+    lj_st(dw + c, lj_ld(dw + c) + s);
 }
 
 static int rmsnorm_parts(int N) {
@@ -313,8 +369,13 @@ void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *
         rmsnorm_backward_dw_partial_kernel<<<grid, 256, 0, lj_cuda_stream()>>>(
             (float *)workspace, (const lj_bf16 *)dout, (const lj_bf16 *)x, rstd, N, C, rows_per_part);
         LJ_CUDA_LAUNCHED("rmsnorm_backward_dw_partial_kernel");
-        rmsnorm_backward_dw_final_kernel<<<(unsigned)((C + 255) / 256), 256, 0, lj_cuda_stream()>>>(
-            (float *)dw, (const float *)workspace, parts, C);
+        const unsigned blocks = (unsigned)((C + 255) / 256);
+        if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+            rmsnorm_backward_dw_final_kernel<float><<<blocks, 256, 0, lj_cuda_stream()>>>(
+                (float *)dw, (const float *)workspace, parts, C);
+        else
+            rmsnorm_backward_dw_final_kernel<lj_bf16><<<blocks, 256, 0, lj_cuda_stream()>>>(
+                (lj_bf16 *)dw, (const float *)workspace, parts, C);
         LJ_CUDA_LAUNCHED("rmsnorm_backward_dw_final_kernel");
     }
 }

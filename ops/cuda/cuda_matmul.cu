@@ -1,6 +1,6 @@
 /* cuda_matmul.cu: the linear layers on cuBLASLt (bf16 operands, fp32 compute; bf16 outputs,
- * fp32 weight gradients accumulated in place), with a per-shape cache of descriptors and
- * the heuristic's algorithm.
+ * weight gradients in the grad dtype (lj_cuda_grad_dtype) accumulated in place), with a
+ * per-shape cache of descriptors and the heuristic's algorithm.
  *
  * Row-major to column-major: a row-major [R, K] matrix is a column-major [K, R] one with
  * leading dimension K. So out[N,OC] = x[N,IC] w[OC,IC]^T is, column-major,
@@ -145,11 +145,11 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
 }
 
 /* dx[N,IC] bf16 (=, or += with accumulate_dx) = dout[N,OC] w[OC,IC]: column-major
- * dx^T[IC,N] = w^T[IC,OC] dout^T[OC,N]. dw[OC,IC] f32 += dout^T x: column-major
+ * dx^T[IC,N] = w^T[IC,OC] dout^T[OC,N]. dw[OC,IC] (grad dtype) += dout^T x: column-major
  * dw^T[IC,OC] = x^T[IC,N] (dout^T)^T[N,OC]. */
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                              int OC, int accumulate_dx) {
     if (dx) lj_cuda_gemm("matmul_backward dx", 0, 0, IC, N, OC, w, IC, dout, OC, dx, CUDA_R_16BF, IC, 1.0f,
                          accumulate_dx ? 1.0f : 0.0f);
-    if (dw) lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, CUDA_R_32F, IC, 1.0f, 1.0f);
+    if (dw) lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_grad_ctype(), IC, 1.0f, 1.0f);
 }

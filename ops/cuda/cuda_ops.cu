@@ -181,6 +181,8 @@ static lj_status cuda_start(void) {
     return LJ_OK;
 }
 
+void lj_cuda_table_set_grad_dtype(lj_dtype dtype) { g_cuda.table.grad_dtype = dtype; }
+
 const lj_ops *lj_ops_cuda(void) {
     if (g_cuda.ready) return &g_cuda.table;
     if (cuda_start() != LJ_OK) return NULL;

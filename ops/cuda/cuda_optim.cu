@@ -1,6 +1,7 @@
 /* cuda_optim.cu: the optimizer ops on the GPU: the squared global gradient norm (a
  * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
- * weights and moments, and the bf16 parameter copy written in the same pass. */
+ * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
+ * bf16 or fp32 (lj_cuda_grad_dtype), read as fp32. */
 #include "ops/cuda/cuda_common.h"
 
 #include <math.h>
@@ -21,20 +22,14 @@ static __device__ double block_sum_double(double v) {
 }
 
 /* Pass 1: partial[b] = sum of squares over the elements block b strides over (fp64). */
-__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_partial_kernel(double *partial, const float *g, int64_t n) {
+template <typename G>
+__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_partial_kernel(double *partial, const G *g, int64_t n) {
     double acc = 0.0;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (((uintptr_t)g & 15u) == 0) {
-        int64_t n4 = n / 4;
-        const float4 *g4 = (const float4 *)g;
-        for (int64_t i = i0; i < n4; i += stride) {
-            float4 v = g4[i];
-            acc += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
-        }
-        for (int64_t i = n4 * 4 + i0; i < n; i += stride) acc += (double)g[i] * g[i];
-    } else {
-        for (int64_t i = i0; i < n; i += stride) acc += (double)g[i] * g[i];
+    for (int64_t i = i0; i < n; i += stride) {
+        double x = lj_ld(g + i);
+        acc += x * x;
     }
     double s = block_sum_double(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
@@ -58,8 +53,12 @@ size_t lj_cuda_global_norm_workspace_bytes(int64_t n) { return (size_t)norm_bloc
 
 void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace) {
     int blocks = norm_blocks(n);
-    norm_sq_partial_kernel<<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>((double *)workspace,
-                                                                                       (const float *)grad, n);
+    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+        norm_sq_partial_kernel<float><<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(
+            (double *)workspace, (const float *)grad, n);
+    else
+        norm_sq_partial_kernel<lj_bf16><<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(
+            (double *)workspace, (const lj_bf16 *)grad, n);
     LJ_CUDA_LAUNCHED("norm_sq_partial_kernel");
     norm_sq_final_kernel<<<1, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(out, (const double *)workspace, blocks);
     LJ_CUDA_LAUNCHED("norm_sq_final_kernel");
@@ -86,7 +85,8 @@ typedef struct {
 
 /* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
  * consecutive elements of one segment. Formula: ops.h (lj_adamw_hparams). */
-__global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const float *grad,
+template <typename G>
+__global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
                                                                  float *m, float *v, const lj_adamw_batch batch,
                                                                  const lj_adamw_consts k, const float *grad_norm_sq) {
     float clip = 1.0f;
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
             int64_t e = local + (int64_t)j * LJ_ADAMW_THREADS + threadIdx.x;
             if (e >= count) break;
             int64_t i = base + e;
-            float g = grad[i] * clip;
+            float g = lj_ld(grad + i) * clip;
             float mi = k.beta1 * m[i] + (1.0f - k.beta1) * g;
             float vi = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
             m[i] = mi;
@@ -145,8 +145,12 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
         int64_t units = batch.unit_start[batch.num];
         if (units == 0) continue;
         unsigned blocks = lj_cuda_blocks(units, 1);
-        adamw_kernel<<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(pb, master, (const float *)grad, m, v, batch,
-                                                                        k, grad_norm_sq);
+        if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+            adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(pb, master, (const float *)grad, m,
+                                                                               v, batch, k, grad_norm_sq);
+        else
+            adamw_kernel<lj_bf16><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+                pb, master, (const lj_bf16 *)grad, m, v, batch, k, grad_norm_sq);
         LJ_CUDA_LAUNCHED("adamw_kernel");
     }
 }

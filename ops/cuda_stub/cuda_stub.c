@@ -7,3 +7,8 @@ const lj_ops *lj_ops_cuda(void) {
 }
 
 const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
+
+lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
+    (void)dtype;
+    return LJ_OK;
+}

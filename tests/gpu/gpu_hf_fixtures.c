@@ -1,6 +1,7 @@
 /* gpu_hf_fixtures.c: the whole model on the CUDA backend (bf16 recipe) against the Hugging
  * Face fp64 fixtures (tests/fixtures/hf/): loss within 1e-2 relative, every gradient's cosine
- * similarity with the reference >= 0.999, fused and unfused, every recompute policy; and five
+ * similarity with the reference >= 0.999, fused and unfused, every recompute policy, bf16 and
+ * fp32 gradients; and five
  * AdamW steps whose losses stay within 2e-2 relative. Prints one line per check and exits 1 on
  * any failure. Usage: gpu_hf_fixtures [FIXTURE_ROOT] (default tests/fixtures/hf). */
 #include <math.h>
@@ -42,6 +43,18 @@ static int read_tensor(const lj_safetensors *st, const char *name, float *dst) {
         return 0;
     }
     return 1;
+}
+
+/* g[P] f32 (host) = the model's gradients, whatever the grad dtype. */
+static void download_grads(const lj_ops *ops, const lj_model *m, float *g, int64_t P) {
+    if (ops->grad_dtype == LJ_DTYPE_F32) {
+        ops->download(g, m->grads, (size_t)P * sizeof(float));
+        return;
+    }
+    uint16_t *h = lj_malloc((size_t)P * sizeof(uint16_t));
+    ops->download(h, m->grads, (size_t)P * sizeof(uint16_t));
+    for (int64_t i = 0; i < P; i++) g[i] = lj_bf16_to_f32(h[i]);
+    free(h);
 }
 
 static void run_case(const lj_ops *ops, const char *root, const char *name) {
@@ -93,10 +106,10 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
             lj_model_forward(&m, 1, dloss);
             lj_model_backward(&m, dloss);
             const double loss = lj_model_mean_loss(&m);
-            ops->download(g, m.grads, (size_t)P * sizeof(float)); /* grad dtype is f32 on CUDA */
+            download_grads(ops, &m, g, P);
             char what[160];
-            snprintf(what, sizeof what, "%s %s recompute=%s: loss relative error", name, fused ? "fused" : "unfused",
-                     lj_recompute_name((lj_recompute)policy));
+            snprintf(what, sizeof what, "%s %s grads %s recompute=%s: loss relative error", name,
+                     fused ? "fused" : "unfused", lj_dtype_name(ops->grad_dtype), lj_recompute_name((lj_recompute)policy));
             const double lerr = fabs(loss - ref_loss) / fabs(ref_loss);
             check(lerr <= 1e-2, lerr, 1e-2, what);
             double worst = 1.0;
@@ -115,8 +128,9 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
                     worst_name = pi->name;
                 }
             }
-            snprintf(what, sizeof what, "%s %s recompute=%s: worst gradient cosine (%s)", name,
-                     fused ? "fused" : "unfused", lj_recompute_name((lj_recompute)policy), worst_name);
+            snprintf(what, sizeof what, "%s %s grads %s recompute=%s: worst gradient cosine (%s)", name,
+                     fused ? "fused" : "unfused", lj_dtype_name(ops->grad_dtype), lj_recompute_name((lj_recompute)policy),
+                     worst_name);
             check(worst >= 0.999, worst, 0.999, what);
             lj_plan_release(&plan, ops);
             lj_plan_free(&plan);
@@ -149,7 +163,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
     const int nseg = lj_adamw_segments(&m.layout, &ac, &seg);
     double worst = 0.0;
     for (int step = 1; step <= 5; step++) {
-        ops->memset_zero(m.grads, (size_t)P * sizeof(float));
+        ops->memset_zero(m.grads, (size_t)P * lj_dtype_size(ops->grad_dtype));
         lj_model_forward(&m, 1, 1.0f / (B * T));
         lj_model_backward(&m, 1.0f / (B * T));
         const double loss = lj_model_mean_loss(&m);
@@ -160,7 +174,8 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         lj_dp_optimizer_step(&single, &m, seg, nseg, &ac, 1e-3f, step);
     }
     char what[160];
-    snprintf(what, sizeof what, "%s: 5 AdamW steps, worst loss relative error", name);
+    snprintf(what, sizeof what, "%s grads %s: 5 AdamW steps, worst loss relative error", name,
+             lj_dtype_name(ops->grad_dtype));
     check(worst <= 2e-2, worst, 2e-2, what);
     free(seg);
     lj_plan_release(&plan, ops);
@@ -180,9 +195,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpu_hf_fixtures: %s\n", lj_error_message());
         return 1;
     }
-    printf("gpu_hf_fixtures: CUDA backend (bf16 params/activations, fp32 grads/master/moments) vs HF fp64\n");
-    run_case(ops, root, "untied");
-    run_case(ops, root, "tied");
+    printf("gpu_hf_fixtures: CUDA backend (bf16 params/activations, bf16 or fp32 grads, fp32 master/moments) vs HF "
+           "fp64\n");
+    const lj_dtype grad_dtypes[2] = {LJ_DTYPE_BF16, LJ_DTYPE_F32};
+    for (int i = 0; i < 2; i++) {
+        lj_ops_cuda_set_grad_dtype(grad_dtypes[i]);
+        run_case(ops, root, "untied");
+        run_case(ops, root, "tied");
+    }
     printf("gpu_hf_fixtures: %s (%d failure%s)\n", g_failures ? "FAIL" : "PASS", g_failures, g_failures == 1 ? "" : "s");
     return g_failures ? 1 : 0;
 }

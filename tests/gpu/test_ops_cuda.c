@@ -28,13 +28,14 @@ const char *lj_cuda_cudnn_attention_describe(void);
 static const lj_ops *G, *H; /* GPU and CPU (host) backends */
 static lj_rng g_rng;
 
-#define MAX_OPS 128
+#define MAX_OPS 160
 static struct {
-    char name[48];
+    char name[64];
     int checks, fails;
     double worst;
 } g_ops[MAX_OPS];
 static int g_nops, g_total_fails;
+static int g_bf16_grads; /* the backend's grad dtype for this pass (lj_ops_cuda_set_grad_dtype) */
 
 /* ---- buffers ---------------------------------------------------------------------- */
 
@@ -107,6 +108,12 @@ static float *dl_f32(const void *d, int64_t n) {
     return x;
 }
 
+/* Weight gradients in the backend's grad dtype: upload (host values must be bf16-exact when it
+ * is bf16) and download as f32. */
+static void *ggrad(const float *x, int64_t n) { return g_bf16_grads ? gbf16(x, n) : gf32(x, n); }
+static float *dl_grad(const void *d, int64_t n) { return g_bf16_grads ? dl_bf16(d, n) : dl_f32(d, n); }
+static size_t grad_size(void) { return g_bf16_grads ? 2 : 4; }
+
 /* ---- comparison ------------------------------------------------------------------- */
 
 static int op_index(const char *op) {
@@ -142,6 +149,9 @@ static void check_strided(const char *op, const char *shape, const float *got, c
     /* a reference that is zero up to rounding (e.g. dQ, dK at T = 1, where dS = 0 exactly)
      * has no relative scale: then the absolute error alone decides */
     int fail = max_ref < LJ_TEST_ZERO ? bad || max_abs > LJ_TEST_ZERO : bad || rel > tol_l2 || mrel > tol_max;
+    char named[64];
+    snprintf(named, sizeof named, "%s%s", op, g_bf16_grads ? " [bf16 grads]" : "");
+    op = named;
     int i = op_index(op);
     g_ops[i].checks++;
     g_ops[i].fails += fail;
@@ -158,6 +168,8 @@ static void check(const char *op, const char *shape, const float *got, const flo
 
 #define TOL 1e-2, 2e-2
 #define TOL_EXACT 1e-6, 1e-6
+/* a weight gradient: `f32` when the grad dtype is fp32, bf16 rounding otherwise */
+#define TOL_GRAD(f32_l2, f32_max) (g_bf16_grads ? 1e-2 : (f32_l2)), (g_bf16_grads ? 2e-2 : (f32_max))
 
 /* ---- ops -------------------------------------------------------------------------- */
 
@@ -189,16 +201,23 @@ static void test_embedding(int N, int C, int V) {
     for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
     float *out = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
     H->embedding_forward(out, ids, wte, N, C);
-    H->embedding_backward(dw, dout, ids, N, C);
+    H->embedding_backward(dw, dout, ids, N, C, NULL);
     void *gw = gbf16(wte, (int64_t)V * C), *gout = galloc((size_t)N * C * 2), *gids = gi32(ids, N);
-    void *gdout = gbf16(dout, (int64_t)N * C), *gdw = gf32(dw0, (int64_t)V * C);
+    void *gdout = gbf16(dout, (int64_t)N * C), *gdw = ggrad(dw0, (int64_t)V * C);
+    void *gws = galloc(G->embedding_backward_workspace_bytes(N));
     gpoison(gout, (size_t)N * C * 2);
     G->embedding_forward(gout, gids, gw, N, C);
-    G->embedding_backward(gdw, gdout, gids, N, C);
-    float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_f32(gdw, (int64_t)V * C);
+    G->embedding_backward(gdw, gdout, gids, N, C, gws);
+    float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_grad(gdw, (int64_t)V * C);
     check("embedding_forward", shape, o, out, (int64_t)N * C, TOL_EXACT);
-    check("embedding_backward", shape, d, dw, (int64_t)V * C, 1e-6, 1e-5);
-    G->free(gw), G->free(gout), G->free(gids), G->free(gdout), G->free(gdw);
+    check("embedding_backward", shape, d, dw, (int64_t)V * C, TOL_GRAD(1e-6, 1e-5));
+    /* deterministic: a second call from the same start gives the same bytes */
+    void *gdw2 = ggrad(dw0, (int64_t)V * C);
+    G->embedding_backward(gdw2, gdout, gids, N, C, gws);
+    float *d2 = dl_grad(gdw2, (int64_t)V * C);
+    check("embedding_backward repeat", shape, d2, d, (int64_t)V * C, 0.0, 0.0);
+    G->free(gw), G->free(gout), G->free(gids), G->free(gdout), G->free(gdw), G->free(gws), G->free(gdw2);
+    free(d2);
     free(wte), free(dout), free(dw0), free(ids), free(out), free(dw), free(o), free(d);
 }
 
@@ -222,7 +241,7 @@ static void test_rmsnorm(int N, int C) {
     (void)res;
     /* GPU */
     void *gx = gbf16(x, n), *gw = gbf16(w, C), *gy = gbf16(y, n), *gdout = gbf16(dout, n);
-    void *gout = galloc((size_t)n * 2), *grstd = galloc((size_t)N * 4), *gdx = gbf16(dx0, n), *gdw = gf32(dw0, C);
+    void *gout = galloc((size_t)n * 2), *grstd = galloc((size_t)N * 4), *gdx = gbf16(dx0, n), *gdw = ggrad(dw0, C);
     void *gres = galloc((size_t)n * 2), *grout = galloc((size_t)n * 2), *grrstd = galloc((size_t)N * 4);
     void *gsum = galloc((size_t)n * 2), *gsout = galloc((size_t)n * 2), *gsrstd = galloc((size_t)N * 4);
     void *gws = galloc(G->rmsnorm_backward_workspace_bytes(N, C));
@@ -233,7 +252,7 @@ static void test_rmsnorm(int N, int C) {
     G->residual_rmsnorm_forward(gres, grout, grrstd, gx, gy, gw, N, C, eps);
     G->add(gsum, gx, gy, n);
     G->rmsnorm_forward(gsout, gsrstd, gsum, gw, N, C, eps);
-    float *o = dl_bf16(gout, n), *r = dl_f32(grstd, N), *ddx = dl_bf16(gdx, n), *ddw = dl_f32(gdw, C);
+    float *o = dl_bf16(gout, n), *r = dl_f32(grstd, N), *ddx = dl_bf16(gdx, n), *ddw = dl_grad(gdw, C);
     float *ores = dl_bf16(gres, n), *orout = dl_bf16(grout, n), *orr = dl_f32(grrstd, N);
     float *osum = dl_bf16(gsum, n), *osout = dl_bf16(gsout, n), *osr = dl_f32(gsrstd, N);
     check("rmsnorm_forward out", shape, o, out, n, TOL);
@@ -266,17 +285,17 @@ static void test_matmul(int N, int IC, int OC) {
     H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, 1);
     void *gx = gbf16(x, (int64_t)N * IC), *gw = gbf16(w, (int64_t)OC * IC), *gd = gbf16(dout, (int64_t)N * OC);
     void *go = galloc((size_t)N * OC * 2), *gdx = galloc((size_t)N * IC * 2), *gdxa = gbf16(dx0, (int64_t)N * IC);
-    void *gdw = gf32(dw0, (int64_t)OC * IC);
+    void *gdw = ggrad(dw0, (int64_t)OC * IC);
     gpoison(go, (size_t)N * OC * 2), gpoison(gdx, (size_t)N * IC * 2);
     G->matmul_forward(go, gx, gw, N, IC, OC);
     G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, 0);
     G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, 1);
     float *o = dl_bf16(go, (int64_t)N * OC), *a = dl_bf16(gdx, (int64_t)N * IC), *b = dl_bf16(gdxa, (int64_t)N * IC);
-    float *c = dl_f32(gdw, (int64_t)OC * IC);
+    float *c = dl_grad(gdw, (int64_t)OC * IC);
     check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
     check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
     check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
-    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, 1e-3, 1e-3);
+    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
     G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
     free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
     free(o), free(a), free(b), free(c);
@@ -483,21 +502,21 @@ static void test_cross_entropy_fused(int N, int C, int V) {
     void *hws = lj_malloc(H->cross_entropy_fused_workspace_bytes(N, C, V) + 1);
     H->cross_entropy_fused(losses, dx, dw, x, w, t, N, C, V, dloss, hws);
     void *gx = gbf16(x, (int64_t)N * C), *gw = gbf16(w, (int64_t)V * C), *gt = gi32(t, N);
-    void *gloss = galloc((size_t)N * 4), *gdx = galloc((size_t)N * C * 2), *gdw = gf32(dw0, (int64_t)V * C);
+    void *gloss = galloc((size_t)N * 4), *gdx = galloc((size_t)N * C * 2), *gdw = ggrad(dw0, (int64_t)V * C);
     void *gws = galloc(G->cross_entropy_fused_workspace_bytes(N, C, V));
     gpoison(gloss, (size_t)N * 4), gpoison(gdx, (size_t)N * C * 2);
     G->cross_entropy_fused(gloss, gdx, gdw, gx, gw, gt, N, C, V, dloss, gws);
-    float *ol = dl_f32(gloss, N), *odx = dl_bf16(gdx, (int64_t)N * C), *odw = dl_f32(gdw, (int64_t)V * C);
+    float *ol = dl_f32(gloss, N), *odx = dl_bf16(gdx, (int64_t)N * C), *odw = dl_grad(gdw, (int64_t)V * C);
     check("cross_entropy_fused losses", shape, ol, losses, N, 2e-3, 1e-2);
     check("cross_entropy_fused dx", shape, odx, dx, (int64_t)N * C, TOL);
     check("cross_entropy_fused dw (+=)", shape, odw, dw, (int64_t)V * C, TOL);
     /* the unfused twin on the GPU */
     void *glog = galloc((size_t)N * V * 2), *gloss2 = galloc((size_t)N * 4), *gdx2 = galloc((size_t)N * C * 2);
-    void *gdw2 = gf32(dw0, (int64_t)V * C);
+    void *gdw2 = ggrad(dw0, (int64_t)V * C);
     G->matmul_forward(glog, gx, gw, N, C, V);
     G->cross_entropy_forward_backward(gloss2, glog, glog, gt, N, V, dloss);
     G->matmul_backward(gdx2, gdw2, glog, gx, gw, N, C, V, 0);
-    float *ul = dl_f32(gloss2, N), *udx = dl_bf16(gdx2, (int64_t)N * C), *udw = dl_f32(gdw2, (int64_t)V * C);
+    float *ul = dl_f32(gloss2, N), *udx = dl_bf16(gdx2, (int64_t)N * C), *udw = dl_grad(gdw2, (int64_t)V * C);
     /* the chunk's GEMM may pick another algorithm than the full one: logits can differ by a
      * bf16 rounding step, hence bf16 tolerances */
     check("cross_entropy fused vs unfused losses", shape, ol, ul, N, 1e-3, 1e-2);
@@ -521,7 +540,7 @@ static void test_global_norm(int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     float ref = (float)s;
-    void *gg = gf32(g, n), *go = galloc(4), *gws = galloc(G->global_norm_workspace_bytes(n));
+    void *gg = ggrad(g, n), *go = galloc(4), *gws = galloc(G->global_norm_workspace_bytes(n));
     gpoison(go, 4);
     G->global_norm_sq(go, gg, n, gws);
     float *o = dl_f32(go, 1);
@@ -556,7 +575,7 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     float gn = (float)s;
     float *hp_master = hcopy(p, total), *hm = hcopy(m, total), *hv = hcopy(v, total), *hparams = hcopy(p, total);
     H->adamw_update(hparams, hp_master, g, hm, hv, seg, ns, &hp, &gn);
-    void *gp = galloc((size_t)total * 2), *gmaster = gf32(p, total), *gg = gf32(g, total), *gm = gf32(m, total);
+    void *gp = galloc((size_t)total * 2), *gmaster = gf32(p, total), *gg = ggrad(g, total), *gm = gf32(m, total);
     void *gv = gf32(v, total), *ggn = gf32(&gn, 1);
     gpoison(gp, (size_t)total * 2);
     G->adamw_update(gp, gmaster, gg, gm, gv, seg, ns, &hp, ggn);
@@ -588,16 +607,17 @@ typedef struct {
     int64_t P; /* flat parameter count: w_qkv, w_up, norm */
     int32_t *ids, *targets;
     void *wte, *x, *w_norm, *xn, *w_qkv, *qkv, *att, *lse, *att_ws, *dqkv, *datt, *gu, *w_up, *h, *dh, *dgu, *dxn;
-    void *dx_norm, *losses, *dx_ce, *dwte, *norm_ws, *ce_ws, *rstd, *cosv, *sinv, *grads, *gnorm, *gn_ws;
+    void *dx_norm, *losses, *dx_ce, *dwte, *norm_ws, *ce_ws, *emb_ws, *rstd, *cosv, *sinv, *grads, *gnorm, *gn_ws;
     void *master, *master0, *m, *m0, *v, *v0, *params, *w_lm, *dw_lm;
 } graph_bufs;
 
 static void graph_chain(const graph_bufs *g) {
     const lj_ops *o = G;
-    float *grads = g->grads;
-    float *dw_qkv = grads, *dw_up = grads + (int64_t)g->QKV * g->C, *dw_norm = dw_up + (int64_t)2 * g->I * g->C;
-    o->memset_zero(g->grads, (size_t)g->P * 4);
-    o->memset_zero(g->dwte, (size_t)g->V * g->C * 4);
+    const size_t gs = grad_size();
+    char *grads = g->grads;
+    char *dw_qkv = grads, *dw_up = grads + (size_t)g->QKV * g->C * gs, *dw_norm = dw_up + (size_t)2 * g->I * g->C * gs;
+    o->memset_zero(g->grads, (size_t)g->P * gs);
+    o->memset_zero(g->dwte, (size_t)g->V * g->C * gs);
     o->memset_zero(g->dx_norm, (size_t)g->N * g->C * 2);
     o->embedding_forward(g->x, g->ids, g->wte, g->N, g->C);
     o->rmsnorm_forward(g->xn, g->rstd, g->x, g->w_norm, g->N, g->C, 1e-5f);
@@ -606,7 +626,7 @@ static void graph_chain(const graph_bufs *g) {
     o->attention_forward(g->att, g->lse, g->qkv, g->B, g->T, g->nh, g->nkv, g->hd, g->att_ws);
     o->matmul_forward(g->gu, g->att, g->w_up, g->N, g->C, 2 * g->I);
     o->swiglu_forward(g->h, g->gu, g->N, g->I);
-    o->memset_zero(g->dw_lm, (size_t)g->V * g->I * 4);
+    o->memset_zero(g->dw_lm, (size_t)g->V * g->I * gs);
     o->cross_entropy_fused(g->losses, g->dh, g->dw_lm, g->h, g->w_lm, g->targets, g->N, g->I, g->V, 1.0f / g->N,
                            g->ce_ws);
     o->swiglu_backward(g->dgu, g->dh, g->gu, g->N, g->I);
@@ -615,7 +635,7 @@ static void graph_chain(const graph_bufs *g) {
     o->rope_backward(g->dqkv, g->cosv, g->sinv, g->B, g->T, g->nh, g->nkv, g->hd);
     o->matmul_backward(g->dxn, dw_qkv, g->dqkv, g->xn, g->w_qkv, g->N, g->C, g->QKV, 0);
     o->rmsnorm_backward(g->dx_norm, dw_norm, g->dxn, g->x, g->w_norm, g->rstd, g->N, g->C, g->norm_ws);
-    o->embedding_backward(g->dwte, g->dx_norm, g->ids, g->N, g->C);
+    o->embedding_backward(g->dwte, g->dx_norm, g->ids, g->N, g->C, g->emb_ws);
     o->global_norm_sq(g->gnorm, g->grads, g->P, g->gn_ws);
     o->copy(g->master, g->master0, (size_t)g->P * 4);
     o->copy(g->m, g->m0, (size_t)g->P * 4);
@@ -661,12 +681,13 @@ static void test_graph(void) {
     g.dqkv = galloc((size_t)g.N * g.QKV * 2), g.datt = galloc(nc * 2), g.gu = galloc((size_t)g.N * 2 * g.I * 2);
     g.h = galloc((size_t)g.N * g.I * 2), g.dh = galloc((size_t)g.N * g.I * 2), g.dgu = galloc((size_t)g.N * 2 * g.I * 2);
     g.dxn = galloc(nc * 2), g.dx_norm = galloc(nc * 2), g.losses = galloc((size_t)g.N * 4);
-    g.dwte = galloc((size_t)g.V * g.C * 4), g.rstd = galloc((size_t)g.N * 4);
+    g.dwte = galloc((size_t)g.V * g.C * grad_size()), g.rstd = galloc((size_t)g.N * 4);
     g.norm_ws = galloc(G->rmsnorm_backward_workspace_bytes(g.N, g.C));
     g.ce_ws = galloc(G->cross_entropy_fused_workspace_bytes(g.N, g.I, g.V));
-    g.grads = galloc((size_t)g.P * 4), g.gnorm = galloc(4), g.gn_ws = galloc(G->global_norm_workspace_bytes(g.P));
+    g.emb_ws = galloc(G->embedding_backward_workspace_bytes(g.N));
+    g.grads = galloc((size_t)g.P * grad_size()), g.gnorm = galloc(4), g.gn_ws = galloc(G->global_norm_workspace_bytes(g.P));
     g.master = galloc((size_t)g.P * 4), g.m = galloc((size_t)g.P * 4), g.v = galloc((size_t)g.P * 4);
-    g.params = galloc((size_t)g.P * 2), g.dw_lm = galloc((size_t)g.V * g.I * 4);
+    g.params = galloc((size_t)g.P * 2), g.dw_lm = galloc((size_t)g.V * g.I * grad_size());
 
     /* what is compared: name, buffer, elements, bf16?, exact? (atomics make some inexact) */
     struct {
@@ -676,9 +697,11 @@ static void test_graph(void) {
         int bf16, exact;
     } outs[] = {{"losses", g.losses, g.N, 0, 1},          {"attention out", g.att, (int64_t)nc, 1, 1},
                 {"dqkv", g.dqkv, (int64_t)g.N * g.QKV, 1, 0}, {"dx (rmsnorm)", g.dx_norm, (int64_t)nc, 1, 0},
-                {"dwte", g.dwte, (int64_t)g.V * g.C, 0, 0},   {"grads", g.grads, g.P, 0, 0},
-                {"master", g.master, g.P, 0, 0},             {"params", g.params, g.P, 1, 0},
-                {"dw lm_head", g.dw_lm, (int64_t)g.V * g.I, 0, 1}};
+                {"dwte", g.dwte, (int64_t)g.V * g.C, g_bf16_grads, 1},
+                {"grads", g.grads, g.P, g_bf16_grads, 0},
+                {"master", g.master, g.P, 0, 0},
+                {"params", g.params, g.P, 1, 0},
+                {"dw lm_head", g.dw_lm, (int64_t)g.V * g.I, g_bf16_grads, 1}};
     int nouts = (int)(sizeof outs / sizeof outs[0]);
     float *eager[16];
     graph_chain(&g);
@@ -722,7 +745,7 @@ static void test_graph(void) {
     for (int i = 0; i < nouts; i++) free(eager[i]);
     void *bufs[] = {g.ids, g.targets, g.wte, g.x, g.w_norm, g.xn, g.w_qkv, g.qkv, g.att, g.lse, g.att_ws, g.dqkv,
                     g.datt, g.gu, g.w_up, g.h, g.dh, g.dgu, g.dxn, g.dx_norm, g.losses, g.dwte, g.norm_ws, g.ce_ws,
-                    g.rstd, g.cosv, g.sinv, g.grads, g.gnorm, g.gn_ws, g.master, g.master0, g.m, g.m0, g.v, g.v0,
+                    g.emb_ws, g.rstd, g.cosv, g.sinv, g.grads, g.gnorm, g.gn_ws, g.master, g.master0, g.m, g.m0, g.v, g.v0,
                     g.params, g.w_lm, g.dw_lm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
     free(ids), free(tg);
@@ -749,13 +772,28 @@ int main(void) {
 
     test_cast(1), test_cast(1000);
     if (!quick) test_cast(1 << 20);
-    test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
-    if (!quick) test_embedding(512, 2048, 4096);
-    int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};
-    for (size_t i = 0; i < (quick ? 4 : sizeof norm_shapes / sizeof norm_shapes[0]); i++)
-        test_rmsnorm(norm_shapes[i][0], norm_shapes[i][1]);
-    int mm[][3] = {{1, 64, 32}, {37, 200, 72}, {100, 37, 53}, {7, 1, 9}, {128, 256, 512}, {512, 2048, 1536}};
-    for (size_t i = 0; i < (quick ? 4 : sizeof mm / sizeof mm[0]); i++) test_matmul(mm[i][0], mm[i][1], mm[i][2]);
+    /* the ops that write or read weight gradients: once per grad dtype */
+    for (g_bf16_grads = 0; g_bf16_grads <= 1; g_bf16_grads++) {
+        lj_ops_cuda_set_grad_dtype(g_bf16_grads ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
+        test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
+        if (!quick) test_embedding(512, 2048, 4096), test_embedding(4096, 2048, 128256);
+        int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};
+        for (size_t i = 0; i < (quick ? 4 : sizeof norm_shapes / sizeof norm_shapes[0]); i++)
+            test_rmsnorm(norm_shapes[i][0], norm_shapes[i][1]);
+        int mm[][3] = {{1, 64, 32}, {37, 200, 72}, {100, 37, 53}, {7, 1, 9}, {128, 256, 512}, {512, 2048, 1536}};
+        for (size_t i = 0; i < (quick ? 4 : sizeof mm / sizeof mm[0]); i++) test_matmul(mm[i][0], mm[i][1], mm[i][2]);
+        test_cross_entropy_fused(37, 64, 1000);
+        if (!quick) {
+            test_cross_entropy_fused(300, 128, 5003);
+            test_cross_entropy_fused(4500, 32, 128256); /* two chunks of rows */
+        }
+        test_global_norm(1), test_global_norm(1000);
+        if (!quick) test_global_norm(12345677);
+        test_adamw(10000, 1.0f), test_adamw(100000, 1e6f);
+        if (!quick) test_adamw(3000000, 0.0f);
+        test_graph();
+    }
+    g_bf16_grads = 0;
     test_rope(1, 1, 4, 2, 16), test_rope(2, 37, 4, 2, 64), test_rope(2, 5, 6, 3, 10);
     if (!quick) test_rope(1, 200, 8, 8, 128);
     int att[][5] = {{1, 1, 4, 2, 64},    {2, 37, 4, 2, 64},  {1, 77, 4, 1, 32},   {2, 129, 4, 4, 128},
@@ -781,16 +819,6 @@ int main(void) {
     if (!quick) test_swiglu(512, 2048);
     test_cross_entropy(1, 10), test_cross_entropy(37, 1000), test_cross_entropy(20, 1001);
     if (!quick) test_cross_entropy(8, 128256);
-    test_cross_entropy_fused(37, 64, 1000);
-    if (!quick) {
-        test_cross_entropy_fused(300, 128, 5003);
-        test_cross_entropy_fused(4500, 32, 128256); /* two chunks of rows */
-    }
-    test_global_norm(1), test_global_norm(1000);
-    if (!quick) test_global_norm(12345677);
-    test_adamw(10000, 1.0f), test_adamw(100000, 1e6f);
-    if (!quick) test_adamw(3000000, 0.0f);
-    test_graph();
 
     printf("\n%-40s %6s %6s %12s %s\n", "op", "checks", "fails", "worst_rel_l2", "result");
     for (int i = 0; i < g_nops; i++)
