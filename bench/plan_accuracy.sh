@@ -16,7 +16,7 @@ configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=(
   llama3.2-1b:2048:8:none llama3.2-1b:4096:4:none llama3.2-1b:4096:4:full llama3.2-1b:8192:2:selective
   llama3.2-3b:2048:4:none llama3.2-3b:4096:2:selective llama3.2-3b:4096:2:full llama3.2-3b:8192:1:none
-  llama3-8b:2048:1:full llama3-8b:4096:1:full llama3-8b:4096:2:full llama3-8b:8192:1:full)
+  llama3-8b:2048:1:full llama3-8b:4096:1:selective llama3-8b:4096:2:full llama3-8b:8192:1:full)
 OUT=${OUT:-out/plan-accuracy}
 mkdir -p "$OUT"
 printf '%-13s %5s %3s %-10s %14s %14s %8s %10s\n' model seq mb recompute "predicted GiB" "measured GiB" error tokens/s
