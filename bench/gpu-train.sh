@@ -56,12 +56,17 @@ for s in $steps; do
       --tokenizer .cache/tokenizer/llama3/tokenizer.json >"$OUT/prepare.log" 2>&1
     common=(--model llama3-tiny --data-path /tmp/kjv --seq-length 128 --micro-batch-size 8 --train-iters "$STEPS"
             --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --log-interval 10 --eval-iters 8 --seed 1234)
-    timeout 200 "$lj" train "${common[@]}" --device cuda --log-json "$OUT/kjv_cuda.jsonl" >"$OUT/kjv_cuda.log" 2>&1
-    say "3a. train llama3-tiny on cuda: rc=$? $(tail -1 "$OUT/kjv_cuda.log")"
     # the CPU curve of the same command is a committed reference (the CPU engine is deterministic
-    # up to the thread count; 300 iterations take 5-8 minutes on a CPU)
-    python3 bench/compare_curves.py "$OUT/kjv_cuda.jsonl" "$CPU_REF" --log-interval 10 >"$OUT/kjv_compare.txt" 2>&1
-    say "3b. GPU against the CPU reference $CPU_REF: rc=$?"; tail -2 "$OUT/kjv_compare.txt" | tee -a "$summary"
+    # up to the thread count; 300 iterations take 5-8 minutes on a CPU); both gradient dtypes
+    for gd in ${GRAD_DTYPES:-bf16 fp32}; do
+      timeout 200 "$lj" train "${common[@]}" --device cuda --grad-dtype "$gd" --log-json "$OUT/kjv_cuda_$gd.jsonl" \
+        >"$OUT/kjv_cuda_$gd.log" 2>&1
+      say "3a. train llama3-tiny on cuda, $gd gradients: rc=$? $(tail -1 "$OUT/kjv_cuda_$gd.log")"
+      python3 bench/compare_curves.py "$OUT/kjv_cuda_$gd.jsonl" "$CPU_REF" --log-interval 10 \
+        >"$OUT/kjv_compare_$gd.txt" 2>&1
+      say "3b. GPU ($gd gradients) against the CPU reference $CPU_REF: rc=$?"
+      tail -2 "$OUT/kjv_compare_$gd.txt" | tee -a "$summary"
+    done
     ;;
   4)
     timeout 240 "$lj" benchmark --model "$BENCH_MODEL" --device cuda --seq-length 4096 --micro-batch-size "$BENCH_MB" \

@@ -31,7 +31,7 @@ typedef struct {
     const lj_ops *ops;
     int N, IC, OC;
     void *x, *w, *out, *dout, *dx;
-    float *dw;
+    void *dw; /* grad dtype */
 } mm_ctx;
 
 static void run_fwd(void *p) {
@@ -98,17 +98,18 @@ static void bench_linear(const lj_ops *ops, const char *name, int N, int IC, int
     c.dout = kl_rand_bf16(ops, (int64_t)N * OC, 3, 1.0f);
     c.out = kl_alloc(ops, (size_t)N * OC * 2);
     c.dx = kl_alloc(ops, (size_t)N * IC * 2);
-    c.dw = (float *)kl_alloc(ops, (size_t)OC * IC * 4);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.dw = kl_alloc(ops, (size_t)OC * IC * gs);
     printf("%s: N=%d IC=%d OC=%d\n", name, N, IC, OC);
     run_fwd(&c);
     run_dx(&c);
-    ops->memset_zero(c.dw, (size_t)OC * IC * 4);
+    ops->memset_zero(c.dw, (size_t)OC * IC * gs);
     run_dw(&c);
     check_samples(ops, "forward out = x w^T", c.out, 0, OC, (const lj_bf16 *)c.x, IC, 1, (const lj_bf16 *)c.w, IC, 1,
                   IC, N, OC);
     check_samples(ops, "backward dx = dout w", c.dx, 0, IC, (const lj_bf16 *)c.dout, OC, 1, (const lj_bf16 *)c.w, 1,
                   IC, OC, N, IC);
-    check_samples(ops, "backward dw = dout^T x", c.dw, 1, IC, (const lj_bf16 *)c.dout, 1, OC, (const lj_bf16 *)c.x,
+    check_samples(ops, "backward dw = dout^T x", c.dw, gs == 4, IC, (const lj_bf16 *)c.dout, 1, OC, (const lj_bf16 *)c.x,
                   1, IC, N, OC, IC);
     double flop = 2.0 * N * IC * OC;
     const char *names[3] = {"forward", "backward dx", "backward dw"};

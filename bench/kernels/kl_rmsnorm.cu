@@ -9,7 +9,8 @@ typedef struct {
     const lj_ops *ops;
     int N, C;
     void *x, *y, *w, *out, *res, *sum, *dout, *dx, *ws;
-    float *rstd, *dw;
+    float *rstd;
+    void *dw; /* grad dtype */
 } rn_ctx;
 
 static void run_fwd(void *p) {
@@ -71,7 +72,8 @@ static void bench(const lj_ops *ops, int N, int C) {
     c.sum = kl_alloc(ops, (size_t)n * 2);
     c.dx = kl_alloc(ops, (size_t)n * 2);
     c.rstd = (float *)kl_alloc(ops, (size_t)N * 4);
-    c.dw = (float *)kl_alloc(ops, (size_t)C * 4);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.dw = kl_alloc(ops, (size_t)C * gs);
     c.ws = kl_alloc(ops, ops->rmsnorm_backward_workspace_bytes(N, C));
     printf("rmsnorm N=%d C=%d\n", N, C);
 
@@ -79,7 +81,7 @@ static void bench(const lj_ops *ops, int N, int C) {
     const lj_ops *cpu = lj_ops_cpu();
     if (cpu) {
         ops->memset_zero(c.dx, (size_t)n * 2);
-        ops->memset_zero(c.dw, (size_t)C * 4);
+        ops->memset_zero(c.dw, (size_t)C * gs);
         run_fwd(&c);
         run_bwd(&c);
         float *hx = to_host_f32(ops, c.x, n, 1), *hw = to_host_f32(ops, c.w, C, 1);
@@ -90,7 +92,7 @@ static void bench(const lj_ops *ops, int N, int C) {
         cpu->rmsnorm_forward(ho, hr, hx, hw, N, C, 1e-5f);
         cpu->rmsnorm_backward(hdx, hdw, hd, hx, hw, hr, N, C, hws);
         float *go = to_host_f32(ops, c.out, n, 1), *gdx = to_host_f32(ops, c.dx, n, 1);
-        float *gdw = to_host_f32(ops, c.dw, C, 0);
+        float *gdw = to_host_f32(ops, c.dw, C, gs == 2);
         host_check("forward out", go, ho, n, 1e-2);
         host_check("backward dx", gdx, hdx, n, 1e-2);
         host_check("backward dw", gdw, hdw, C, 1e-2);
