@@ -27,8 +27,7 @@ static void usage(FILE *f) {
             "  --json FILE                the result (or the ablation rows) as JSON\n"
             "  --seed S                   (default 1234)\n"
             "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
-            "  --zero-stage S             ZeRO stage 0-2 over the ranks (deepspeed/ names: 3, which is 0 on one rank\n"
-            "                             and not implemented over several ranks yet: 2 is used)\n",
+            "  --zero-stage S             ZeRO stage 0-3 over the ranks (deepspeed/ names: 3, which is 0 on one rank)\n",
             lj_config_preset_names());
 }
 
@@ -194,11 +193,6 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
     if (zero_stage < 0) zero_stage = deepspeed ? 3 : 0;
     if (zero_stage == 3 && world == 1) zero_stage = 0; /* stage 3 on one rank: nothing to shard */
-    if (zero_stage == 3) {
-        lj_log_warn("ZeRO stage 3 is not implemented over several ranks yet: running stage 2 (sharded AdamW state and "
-                    "master weights, reduce-scattered gradients)");
-        zero_stage = 2;
-    }
     char summary[256];
     snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);

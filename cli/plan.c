@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "  --buffers                    also list every buffer of the plan\n"
             "  --json FILE                  the same report as JSON\n"
             "  --world-size N --zero-stage S  the plan of one rank of N data-parallel ranks under ZeRO stage\n"
-            "                                 S (0-2; stage 3 only with N = 1, where it shards nothing)\n"
+            "                                 S (0-3; stage 3 over N = 1 shards nothing)\n"
             "\n"
             "CHECKPOINT_OPTIMIZATION=true|1|yes|on turns automatic recompute on; false|0|no|off|\"\" off.\n"
             "The cost model's throughputs come from <cache>/planner/<device>.json when measured, else\n"
@@ -92,8 +92,6 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
     if (a->world < 1) return lj_fail(LJ_ERR_ARG, "--world-size %d: must be at least 1", a->world);
     if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
-    if (a->zero == 3 && a->world > 1)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "--zero-stage 3 over %d ranks: not yet supported (stages 0-2 are)", a->world);
     if ((a->mm_tflops < 0) || (a->attn_tflops < 0) || (a->mem_gbs < 0))
         return lj_fail(LJ_ERR_ARG, "--matmul-tflops, --attention-tflops and --memory-gbs must be positive");
     return LJ_OK;
@@ -118,7 +116,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     char cache[1024];
     lj_cache_dir(cache, sizeof cache);
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
-    t->zero_stage = a->zero < 3 ? a->zero : 0; /* stage 3 is planned only on one GPU, where it shards nothing */
+    t->zero_stage = a->zero < 3 || a->world > 1 ? a->zero : 0; /* stage 3 on one GPU shards nothing */
     t->dp_world_size = a->world;
     t->fused = a->fused;
     uint64_t v = 0;
@@ -222,9 +220,12 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     printf("recompute: %s; micro-batch: %s\n", mode, a->mb ? "as given" : "auto");
     if (a->world > 1)
         printf("per rank of %d data-parallel ranks, ZeRO stage %d%s\n", a->world, a->zero,
-               a->zero == 0 ? " (replicated)" : a->zero == 1 ? " (AdamW state and master weights sharded)"
-                                              : " (AdamW state and master weights sharded; gradients reduce-scattered, "
-                                                "the full gradient buffer is still held)");
+               a->zero == 0   ? " (replicated)"
+               : a->zero == 1 ? " (AdamW state and master weights sharded)"
+               : a->zero == 2 ? " (AdamW state and master weights sharded; gradients reduce-scattered, "
+                                "the full gradient buffer is still held)"
+                              : " (parameters, gradients and AdamW state sharded; gather slots for the layers computing "
+                                "and prefetched, gradient slots reduce-scattered after each layer's backward)");
     else if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);
     printf("\nmemory breakdown (recompute %s, micro-batch %d%s):\n", lj_planner_candidate_describe(c, d, sizeof d),
            c->micro_batch_size, status == LJ_OK ? "" : ", does not fit");

@@ -22,7 +22,8 @@ static void usage(FILE *f) {
             "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
             "                                --device cpu through mpirun); mpirun/srun/torchrun also work\n"
             "  --zero-stage S                DeepSpeed ZeRO stage: 0 replicated, 1 sharded AdamW state,\n"
-            "                                2 also reduce-scattered gradients (3: not yet)\n"
+            "                                2 also reduce-scattered gradients, 3 also sharded parameters\n"
+            "                                (each layer all-gathered as it computes; 3 on one rank = 0)\n"
             "  --deepspeed ds_config.json    DeepSpeed config: batch sizes, gradient_clipping, optimizer,\n"
             "                                scheduler, zero_optimization (unknown keys are named)\n"
             "data:\n"
@@ -85,7 +86,7 @@ static lj_status check_ranges(const lj_train_config *c, int gbs) {
         {!(c->adamw.eps > 0), "--adam-eps must be positive"},
         {!(c->adamw.weight_decay >= 0), "--weight-decay must be >= 0"},
         {!(c->adamw.max_grad_norm >= 0), "--clip-grad must be >= 0 (0 = off)"},
-        {c->zero_stage < 0, "--zero-stage must be 0, 1 or 2"},
+        {c->zero_stage < 0 || c->zero_stage > 3, "--zero-stage must be 0, 1, 2 or 3"},
     };
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
         if (rules[i].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[i].what);

@@ -3,6 +3,8 @@
  * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)). */
 #include "model/model.h"
 
+#include "model/zero3.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -30,7 +32,15 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     /* ZeRO shards: equal slices of the flat buffers padded to a multiple of W * 64 elements */
     const int64_t P = m->layout.total;
     const int W = opt->zero_stage > 0 && opt->dp_world_size > 1 ? opt->dp_world_size : 1;
-    if (W > 1) {
+    m->zero3 = lj_zero3_create(m);
+    if (m->zero3) {
+        /* ZeRO-3: every buffer is this rank's shard of the layer partition. The collectives of
+         * a layer's gather and reduce-scatter are queued from the host as the layers run, with
+         * slot bookkeeping on the host, so forward + backward is not captured as a CUDA graph. */
+        m->opt.graphs = 0;
+        m->shard_numel = m->padded_numel = m->zero3->part.shard_numel;
+        m->shard_begin = 0;
+    } else if (W > 1) {
         m->shard_numel = ((P + W - 1) / W + 63) / 64 * 64;
         m->padded_numel = m->shard_numel * W;
         m->shard_begin = m->shard_numel * opt->dp_rank;
@@ -42,6 +52,7 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
 
 void lj_model_free(lj_model *m) {
     if (m->graph) m->ops->graph_destroy(m->graph);
+    lj_zero3_destroy(m->zero3);
     lj_param_layout_free(&m->layout);
     free(m->residual);
     free(m->layers);
@@ -102,6 +113,15 @@ void lj_model_upload_rope(lj_model *m) {
  * the master weights. */
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
+    if (m->zero3) {
+        /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
+         * params), then the param-dtype copy cast from it on the device */
+        if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
+            float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
+            lj_zero3_upload_f32(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params);
+        }
+        return;
+    }
     if (ops->param_dtype == LJ_DTYPE_F32) {
         ops->upload((float *)m->params + offset, src, (size_t)n * sizeof(float));
         return;
@@ -158,18 +178,55 @@ void lj_model_set_weights(lj_model *m, const float *params) { upload_range(m, pa
 
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
+    LJ_ASSERT(!m->zero3, "ZeRO-3 sharded parameters: gather them first (lj_dp_gather_state)");
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
     LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
     m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
+void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
+    const int64_t P = m->layout.total;
+    if (m->zero3) {
+        lj_zero3_upload_f32(m, dst, full, 0, P, NULL);
+        return;
+    }
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    if (n > 0) m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+}
+
 /* ---- helpers -------------------------------------------------------------------- */
 
+/* Parameter `index` and its gradient: in the flat buffers, or under ZeRO-3 in its group's gather
+ * slot and gradient slot (the group must be fetched, and hold a gradient slot). */
 static inline void *param(const lj_model *m, int index) {
+    if (m->zero3) return lj_zero3_param(m, index);
     return (char *)m->params + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->param_dtype);
 }
 static inline void *grad(const lj_model *m, int index) {
+    if (m->zero3) return lj_zero3_grad(m, index);
     return (char *)m->grads + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->grad_dtype);
+}
+
+/* ZeRO-3 hooks (no-ops without it): group of layer l (-1: embedding, L: final norm, L + 1:
+ * lm_head, the embedding when tied). */
+static int z3_group(const lj_model *m, int l) {
+    const lj_zero3 *z = m->zero3;
+    if (l < 0) return z->embed_group;
+    if (l == m->cfg.num_hidden_layers) return z->norm_group;
+    if (l > m->cfg.num_hidden_layers) return z->head_group;
+    return lj_zero_group_of_layer(&z->part, l);
+}
+static void z3_fetch(lj_model *m, int l, int direction) {
+    if (m->zero3) lj_zero3_fetch(m, z3_group(m, l), direction);
+}
+static void z3_release(lj_model *m, int l) {
+    if (m->zero3) lj_zero3_release(m, z3_group(m, l));
+}
+static void z3_grad_begin(lj_model *m, int l) {
+    if (m->zero3) lj_zero3_grad_begin(m, z3_group(m, l));
+}
+static void z3_grad_end(lj_model *m, int l) {
+    if (m->zero3) lj_zero3_grad_end(m, z3_group(m, l));
 }
 
 typedef struct {
@@ -254,18 +311,30 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_ops *ops = m->ops;
     const dims d = model_dims(m, m->opt.micro_batch_size, m->opt.seq_length);
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
+    /* ZeRO-3: a layer's group is fetched before it computes and released after; the end of a
+     * layer also reads the next group's input norm (fetched then) */
+    z3_fetch(m, -1, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), d.N, d.C);
+    z3_fetch(m, 0, +1);
+    z3_release(m, -1);
     ops->rmsnorm_forward(m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], param(m, lj_param_index(0, LJ_P_LN1)),
                          d.N, d.C, d.eps);
     for (int l = 0; l < d.L; l++) {
+        z3_fetch(m, l, +1);
         attention_block_forward(m, &d, l, m->residual[l]);
         mlp_block_forward(m, &d, l);
         const int last = l == d.L - 1;
         void *next_ln = last ? m->final_ln : m->layers[l + 1].ln1;
         float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
+        z3_fetch(m, l + 1, +1);
         const void *next_w = param(m, last ? m->layout.final_norm : lj_param_index(l + 1, LJ_P_LN1));
         residual_norm(m, m->residual[l + 1], next_ln, next_rstd, m->layers[l].res_mid, m->proj, next_w, d.N, d.C, d.eps);
+        z3_release(m, l);
     }
+    z3_release(m, d.L);
+    z3_fetch(m, d.L + 1, +1);
+    /* lm_head's gradient; tied, it is the embedding's, which collects until the embedding backward */
+    if (backward) z3_grad_begin(m, d.L + 1);
     const void *w_out = param(m, m->layout.lm_head);
     if (m->opt.fused) {
         ops->cross_entropy_fused(m->losses, backward ? m->d_ln : NULL, backward ? grad(m, m->layout.lm_head) : NULL,
@@ -276,6 +345,10 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
                                             dloss);
         if (backward)
             ops->matmul_backward(m->d_ln, grad(m, m->layout.lm_head), m->logits, m->final_ln, w_out, d.N, d.C, d.V, 0);
+    }
+    if (m->zero3) {
+        if (backward && !m->zero3->tied) z3_grad_end(m, d.L + 1);
+        lj_zero3_release_all(m);
     }
 }
 
@@ -302,9 +375,17 @@ void lj_model_backward(lj_model *m, float dloss) {
     const dims d = model_dims(m, m->opt.micro_batch_size, m->opt.seq_length);
     const size_t sa = lj_dtype_size(ops->act_dtype);
     ops->memset_zero(m->d_res, (size_t)d.N * d.C * sa);
+    /* ZeRO-3: each group is fetched (prefetching the next ones down), gets a gradient slot, and
+     * is reduce-scattered into the gradient shard right after its backward */
+    z3_fetch(m, d.L, -1);
+    z3_grad_begin(m, d.L);
     ops->rmsnorm_backward(m->d_res, grad(m, m->layout.final_norm), m->d_ln, m->residual[d.L],
                           param(m, m->layout.final_norm), m->final_rstd, d.N, d.C, m->ws_rmsnorm);
+    z3_grad_end(m, d.L);
+    z3_release(m, d.L);
     for (int l = d.L - 1; l >= 0; l--) {
+        z3_fetch(m, l, -1);
+        z3_grad_begin(m, l);
         recompute_layer(m, &d, l);
         lj_layer_acts *a = &m->layers[l];
         /* MLP: residual[l+1] = res_mid + down(swiglu(gate_up(ln2))) */
@@ -326,8 +407,13 @@ void lj_model_backward(lj_model *m, float dloss) {
                              param(m, lj_param_index(l, LJ_P_Q)), d.N, d.C, d.QKV, 0);
         ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
                               param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, d.N, d.C, m->ws_rmsnorm);
+        z3_grad_end(m, l);
+        z3_release(m, l);
     }
+    z3_grad_begin(m, -1); /* tied: held since the loss */
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, d.N, d.C, m->ws_embedding);
+    z3_grad_end(m, -1);
+    if (m->zero3) lj_zero3_release_all(m);
 }
 
 void lj_model_forward_backward(lj_model *m, float dloss) {

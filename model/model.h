@@ -13,6 +13,9 @@
 
 #define LJ_MAX_LAYERS 256
 
+struct lj_dist;                   /* dist/dist.h */
+typedef struct lj_zero3 lj_zero3; /* model/zero3.h: the ZeRO-3 runtime */
+
 /* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
 typedef enum {
     LJ_RECOMPUTE_NONE = 0,  /* keep every activation the backward needs */
@@ -30,8 +33,15 @@ typedef struct {
     int fused;              /* 1: fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE); 0: unfused twins */
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
     int graphs;             /* 1: replay forward + backward from a captured graph when the backend has graphs */
-    int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights */
+    int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
+                               3 (training, W > 1) the parameters and gradients too (model/zero3.h) */
     int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
+    struct lj_dist *dist;   /* ZeRO-3 over W > 1 ranks: the communicator of its all-gathers and
+                               reduce-scatters (NULL: a model built only to be planned) */
+    int64_t zero3_prefetch_numel;    /* stage3_prefetch_bucket_size, elements (0: auto, 0.9 d^2) */
+    int64_t zero3_max_live_numel;    /* stage3_max_live_parameters, elements (0: DeepSpeed's 1e9) */
+    int64_t zero3_persistence_numel; /* stage3_param_persistence_threshold, elements (0: auto, 10 d;
+                                        < 0: no persistent groups) */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
 
@@ -58,9 +68,14 @@ typedef struct {
     lj_param_layout layout;
 
     /* parameters and optimizer state, flat in the layout of model/config.h. Under ZeRO stage
-     * >= 1 the flat buffers are padded to padded_numel = W * shard_numel and this rank owns
-     * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P). */
+     * 1 or 2 the flat buffers are padded to padded_numel = W * shard_numel and this rank owns
+     * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P).
+     * Under ZeRO stage 3 over W > 1 ranks (zero3 != NULL) every buffer below is this rank's
+     * shard in the order of dist/zero.h's layer partition: padded_numel = shard_numel (the
+     * length of params and grads on this rank) and shard_begin = 0; the full parameters of a
+     * layer exist only while it is gathered (model/zero3.h). */
     int64_t shard_begin, shard_numel, padded_numel;
+    lj_zero3 *zero3;     /* ZeRO-3 state, or NULL */
     void *params;        /* [padded_numel] param dtype */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
                             backend: params + shard_begin) */
@@ -122,8 +137,13 @@ void lj_model_init_weights(lj_model *m, uint64_t seed);
 
 /* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard. */
 void lj_model_set_weights(lj_model *m, const float *params);
-/* Copies the weights to host f32 `params` [P] (unsharded master, or f32 params). */
+/* Copies the weights to host f32 `params` [P] (unsharded master, or f32 params; not under
+ * ZeRO-3 over several ranks: lj_dp_gather_state). */
 void lj_model_get_weights(lj_model *m, float *params);
+
+/* Host f32 `full` [P] (flat layout) -> this rank's part of it in the device f32 shard `dst`
+ * ([shard_numel]: master weights, AdamW moments), under any ZeRO stage. */
+void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */
 void lj_model_set_batch(lj_model *m, const int32_t *tokens);

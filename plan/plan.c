@@ -1,6 +1,8 @@
 /* plan.c: the static memory plan: every device buffer of a run, its arena and offset. */
 #include "plan/plan.h"
 
+#include "model/zero3.h"
+
 #include <string.h>
 
 const char *lj_arena_name(lj_arena a) {
@@ -64,6 +66,28 @@ static void walk(walker *w, lj_model *m) {
     m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
+
+    /* ZeRO-3 (model/zero3.h): gather slots and persistent groups' buffers beside the parameter
+     * shard, gradient slots beside the gradient shard */
+    lj_zero3 *z = m->zero3;
+    if (z) {
+        for (int s = 0; s < z->num_slots; s++) {
+            snprintf(name, sizeof name, "zero3.gather.%d", s);
+            void *p = take(w, LJ_ARENA_PARAMS, name, (size_t)z->slot_numel[s] * sp);
+            if (w->bind) z->slot[s] = p;
+        }
+        for (int g = 0; g < z->part.num_groups; g++) {
+            if (!z->part.groups[g].persistent) continue;
+            snprintf(name, sizeof name, "zero3.persistent.%d", g);
+            void *p = take(w, LJ_ARENA_PARAMS, name, (size_t)z->part.groups[g].gather_numel * sp);
+            if (w->bind) z->persist[g] = p;
+        }
+        for (int s = 0; s < z->num_grad_slots; s++) {
+            snprintf(name, sizeof name, "zero3.grad.%d", s);
+            void *p = take(w, LJ_ARENA_GRADS, name, (size_t)z->grad_slot_numel[s] * sg);
+            if (w->bind) z->grad_slot[s] = p;
+        }
+    }
 
     /* inputs, RoPE tables, residual stream */
     const int rope_rows = generation ? o->kv_cache_tokens : T;

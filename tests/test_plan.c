@@ -94,6 +94,65 @@ static void test_plan_equals_allocation(void **state) {
     assert_true(configs == 74);
 }
 
+/* ZeRO-3 per-rank plans (W = 2, 3, every rank): the allocation equals the plan, the shards are
+ * about 1/W of the parameters, and the gather and gradient slots are planned buffers. */
+static void test_plan_zero3_per_rank(void **state) {
+    (void)state;
+    int configs = 0;
+    for (int tie = 0; tie <= 1; tie++) {
+        lj_model_config c = lj_test_small_config(3, tie);
+        const int64_t P = lj_config_num_params(&c);
+        for (int W = 2; W <= 3; W++) {
+            for (int rank = 0; rank < W; rank++) {
+                for (int fused = 0; fused <= 1; fused++) {
+                    for (int policy = 0; policy < 3; policy++) {
+                        lj_model_options o;
+                        memset(&o, 0, sizeof o);
+                        o.micro_batch_size = 2;
+                        o.seq_length = 16;
+                        o.training = 1;
+                        o.fused = fused;
+                        o.zero_stage = 3;
+                        o.dp_rank = rank;
+                        o.dp_world_size = W;
+                        memset(o.recompute, policy, sizeof o.recompute);
+                        allocate_and_check(&c, &o);
+                        lj_model m;
+                        lj_model_init(&m, lj_ops_cpu(), &c, &o);
+                        assert_non_null(m.zero3);
+                        assert_true(m.padded_numel == m.shard_numel && m.shard_begin == 0);
+                        assert_true(m.shard_numel * W >= P && m.shard_numel * W <= P + 6 * W * 64);
+                        lj_plan p;
+                        lj_plan_build(&p, &m);
+                        int gather = 0, grad = 0;
+                        for (int i = 0; i < p.count; i++) {
+                            gather += strncmp(p.buffers[i].name, "zero3.gather.", 13) == 0;
+                            grad += strncmp(p.buffers[i].name, "zero3.grad.", 11) == 0;
+                            if (!strcmp(p.buffers[i].name, "params")) assert_true(p.buffers[i].bytes == (size_t)m.shard_numel * 4);
+                        }
+                        assert_true(gather >= 2 && grad == 3);
+                        lj_plan_free(&p);
+                        lj_model_free(&m);
+                        configs++;
+                    }
+                }
+            }
+        }
+        /* stage 3 on one rank shards nothing: the plan of stage 0 */
+        lj_model_options o;
+        memset(&o, 0, sizeof o);
+        o.micro_batch_size = 2;
+        o.seq_length = 16;
+        o.training = 1;
+        o.fused = 1;
+        const size_t stage0 = allocate_and_check(&c, &o);
+        o.zero_stage = 3;
+        o.dp_world_size = 1;
+        assert_true(allocate_and_check(&c, &o) == stage0);
+    }
+    assert_true(configs == 2 * (2 + 3) * 2 * 3);
+}
+
 static void test_recompute_saves_memory(void **state) {
     (void)state;
     lj_model_config c = lj_test_small_config(3, 1);
@@ -122,6 +181,7 @@ static void test_recompute_saves_memory(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_equals_allocation),
+        cmocka_unit_test(test_plan_zero3_per_rank),
         cmocka_unit_test(test_recompute_saves_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,6 +126,25 @@ assert abs(b * 4 - a) <= 4 * 64 * 4 * 2 + 4096, (a, b)' "$out/w1.json" "$out/w4.
     check "CHECKPOINT_OPTIMIZATION=ture: names variable and value" has "$out/env_bad.txt" "CHECKPOINT_OPTIMIZATION='ture'"
 fi
 
+# ZeRO-3 per rank of 2 and 3 ranks on the CPU: the AdamW moments are sharded by the world size,
+# and the gather and gradient slots are part of the plan
+"$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --micro-batch-size 1 --recompute none \
+    --json "$out/z3_1.json" >/dev/null 2>&1
+for w in 2 3; do
+    "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --micro-batch-size 1 --recompute none \
+        --world-size $w --zero-stage 3 --buffers --json "$out/z3_$w.json" >"$out/z3_$w.txt" 2>&1
+    check "--world-size $w --zero-stage 3: exit 0" test $? = 0
+    check "--world-size $w --zero-stage 3: per-rank plan" has "$out/z3_$w.txt" "per rank of $w data-parallel ranks, ZeRO stage 3"
+    check "--world-size $w --zero-stage 3: gather slots listed" has "$out/z3_$w.txt" "zero3.gather.0"
+    check "ZeRO-3 over $w ranks: 1/$w of the moments" python3 -c '
+import json, sys
+def moments(p):
+    d = json.load(open(p))
+    return [c["bytes"] for c in d["breakdown"] if c["category"].startswith("optimizer")][0]
+a, b, w = moments(sys.argv[1]), moments(sys.argv[2]), int(sys.argv[3])
+assert abs(b * w - a) <= w * 8 * 64 * 4 * 2 + 4096, (a, b)' "$out/z3_1.json" "$out/z3_$w.json" $w
+done
+
 # a CPU plan (fp32 recipe: no master weights, no CUDA context)
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --micro-batch-size 2 --json "$out/cpu.json" >"$out/cpu.txt" 2>&1
 check "cpu plan: exit 0" test $? = 0
@@ -156,13 +175,12 @@ bad "num layers" "--recompute-num-layers 99" --model llama3-nano --device cpu --
     --recompute-method block --recompute-num-layers 99
 bad "device memory" "--device-memory: 'lots'" --model llama3-nano --device cpu --device-memory lots
 bad "margin" "--margin: '150%'" --model llama3-nano --device cpu --margin 150%
-bad "world size" "not yet supported" --model llama3-nano --device cpu --world-size 2 --zero-stage 3
 bad "world size 0" "--world-size 0" --model llama3-nano --device cpu --world-size 0
 bad "zero stage" "--zero-stage 5" --model llama3-nano --device cpu --zero-stage 5
 bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
 bad "unknown model" "llama9" --model llama9 --device cpu
 bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length
-bad "grad dtype" "--grad-dtype: 'fp16'" --model llama3-nano --grad-dtype fp16
+bad "grad dtype" "--grad-dtype: 'fp16'" --model llama3-nano --device cpu --grad-dtype fp16
 bad "grad dtype on the CPU" "--grad-dtype bf16: the cpu backend keeps fp32 gradients" --model llama3-nano \
     --device cpu --grad-dtype bf16
 if [ "$gpu" = 1 ]; then

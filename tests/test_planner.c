@@ -261,6 +261,44 @@ static void test_peak_equals_plan(void **state) {
     free(r);
 }
 
+/* ZeRO-3 over 2 ranks: the planner's peak is the per-rank plan, allocated exactly, and smaller
+ * than the replicated one for a model whose state dominates. */
+static void test_zero3_per_rank_peak(void **state) {
+    (void)state;
+    lj_model_config c = small_config(8);
+    const lj_ops *ops = lj_ops_cpu();
+    lj_planner_target t = make_target(ops, (size_t)1 << 34, 0, 0);
+    lj_planner_result *r = malloc(sizeof *r);
+    uint8_t none[LJ_MAX_LAYERS] = {0};
+    assert_int_equal(lj_planner_search(&c, 16, 1, none, &t, r), LJ_OK);
+    const size_t replicated = r->chosen.peak_bytes;
+    t.zero_stage = 3;
+    t.dp_world_size = 2;
+    assert_int_equal(lj_planner_search(&c, 16, 1, none, &t, r), LJ_OK);
+    assert_true(r->chosen.peak_bytes < replicated);
+    lj_model_options o;
+    memset(&o, 0, sizeof o);
+    o.micro_batch_size = 1;
+    o.seq_length = 16;
+    o.training = 1;
+    o.fused = 1;
+    o.zero_stage = 3;
+    o.dp_world_size = 2;
+    o.dp_rank = 1;
+    lj_model m;
+    lj_model_init(&m, ops, &c, &o);
+    lj_plan p;
+    lj_plan_build(&p, &m);
+    assert_true(r->chosen.peak_bytes == p.total_bytes); /* no library workspace or context in this target */
+    const size_t before = lj_ops_allocated_bytes();
+    assert_int_equal(lj_plan_allocate(&p, &m), LJ_OK);
+    assert_true(lj_ops_allocated_bytes() - before == p.total_bytes);
+    lj_plan_release(&p, ops);
+    lj_plan_free(&p);
+    lj_model_free(&m);
+    free(r);
+}
+
 static void test_cost_model(void **state) {
     (void)state;
     lj_model_config c = small_config(4);
@@ -424,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_when_nothing_fits),
         cmocka_unit_test(test_micro_batch_auto),
         cmocka_unit_test(test_peak_equals_plan),
+        cmocka_unit_test(test_zero3_per_rank_peak),
         cmocka_unit_test(test_cost_model),
         cmocka_unit_test(test_rates_cache),
         cmocka_unit_test(test_env_switch),

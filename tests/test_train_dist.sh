@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# test_train_dist.sh: data-parallel training on CPU ranks (MPI), ZeRO stages 0-2:
+# test_train_dist.sh: data-parallel training on CPU ranks (MPI), ZeRO stages 0-3:
 #   - 2 ranks (--nproc-per-node 2) and 3 ranks (mpirun -np 3) with the same global batch as one
 #     process give the same loss sequence and final weights within fp32 tolerance, for ZeRO
-#     stage 0 (replicated), 1 (sharded AdamW state) and 2 (and reduce-scattered gradients);
-#   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1) and continues the
-#     single-process loss sequence;
-#   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names);
+#     stage 0 (replicated), 1 (sharded AdamW state), 2 (and reduce-scattered gradients) and 3
+#     (and sharded parameters, gathered per layer), with gradient accumulation (3 and 2 steps);
+#     stage 3 also with an untied lm_head, the unfused kernels and full recompute, and from a
+#     DeepSpeed config with "stage": 3 under --nproc-per-node;
+#   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1), and one saved on 2 ranks
+#     under stage 3 resumes on 3 ranks under stage 3, continuing the single-process losses;
+#   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3);
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
-#   - ZeRO stages not supported yet are refused by name.
+#   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
 tmp="$LJ_TEST_TMP/train_dist"
@@ -61,7 +64,7 @@ PY
 }
 echo "1 rank vs 2 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w2.jsonl" "$tmp/w1" "$tmp/w2" || fail "2 ranks differ from 1"
 echo "1 rank vs 3 ranks:"; compare "$tmp/w1.jsonl" "$tmp/w3.jsonl" "$tmp/w1" "$tmp/w3" || fail "3 ranks differ from 1"
-for stage in 1 2; do
+for stage in 1 2 3; do
   for np in 2 3; do
     mpirun --oversubscribe --bind-to none -np $np -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage $stage \
       --save "$tmp/z$stage$np" --log-json "$tmp/z$stage$np.jsonl" 2>"$tmp/z.err" || { cat "$tmp/z.err"; fail "stage $stage on $np ranks"; }
@@ -79,7 +82,37 @@ mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "
 [ "$(grep -c '"loss"' "$tmp/r.jsonl")" = 4 ] || fail "expected 4 logged iterations over the two halves"
 echo "saved on 2 ranks, resumed on 3:"; compare "$tmp/w1.jsonl" "$tmp/r.jsonl" || fail "resume on another world size"
 
-# the benchmark over 2 ranks (ZeRO stage 2), and deepspeed/ names (stage 3 -> 2 over several ranks)
+# ZeRO-3 with an untied lm_head (its own gather group), the unfused kernels and full recompute
+printf '{"architectures": ["LlamaForCausalLM"], "vocab_size": 128256, "hidden_size": 64, "intermediate_size": 192,
+ "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+ "tie_word_embeddings": false, "max_position_embeddings": 8192}\n' > "$tmp/untied.json"
+untied=(--model "$tmp/untied.json" --train-iters 3 --no-fusion --recompute-granularity full)
+"$LJPERF" train "${common[@]}" "${untied[@]}" --save "$tmp/u1" --log-json "$tmp/u1.jsonl" 2>"$tmp/u1.err" \
+  || { cat "$tmp/u1.err"; fail "untied model on 1 rank"; }
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" "${untied[@]}" --zero-stage 3 \
+  --save "$tmp/u3" --log-json "$tmp/u3.jsonl" 2>"$tmp/u3.err" || { cat "$tmp/u3.err"; fail "untied model, stage 3 on 3 ranks"; }
+echo "untied lm_head, unfused, full recompute: 1 rank vs 3 ranks, ZeRO stage 3:"
+compare "$tmp/u1.jsonl" "$tmp/u3.jsonl" "$tmp/u1" "$tmp/u3" || fail "untied model under ZeRO stage 3 differs"
+
+# a DeepSpeed config with "stage": 3 (DeepSpeed's batch rule gives 3 accumulation steps on 2 ranks)
+printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3,
+ "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": 0}}\n' > "$tmp/ds3.json"
+"$LJPERF" train "${common[@]}" --deepspeed "$tmp/ds3.json" --nproc-per-node 2 --save "$tmp/d3" \
+  --log-json "$tmp/d3.jsonl" 2>"$tmp/d3.err" || { cat "$tmp/d3.err"; fail "DeepSpeed stage 3 config on 2 ranks"; }
+grep -q "ZeRO stage 3" "$tmp/d3.err" || { cat "$tmp/d3.err"; fail "DeepSpeed stage 3 not reported"; }
+echo "1 rank vs 2 ranks, DeepSpeed config with stage 3:"
+compare "$tmp/w1.jsonl" "$tmp/d3.jsonl" "$tmp/w1" "$tmp/d3" || fail "DeepSpeed stage 3 differs"
+
+# saved on 2 ranks under stage 3 after iteration 2, resumed on 3 ranks under stage 3
+"$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$tmp/r3" --exit-interval 2 \
+  --log-json "$tmp/r3.jsonl" 2>"$tmp/r31.err" || { cat "$tmp/r31.err"; fail "first half on 2 ranks, stage 3"; }
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage 3 \
+  --save "$tmp/r3" --load "$tmp/r3" --log-json "$tmp/r3.jsonl" 2>"$tmp/r32.err" || { cat "$tmp/r32.err"; fail "stage 3 resume on 3 ranks"; }
+[ "$(grep -c '"loss"' "$tmp/r3.jsonl")" = 4 ] || fail "expected 4 logged iterations over the two stage-3 halves"
+echo "saved on 2 ranks, resumed on 3, ZeRO stage 3:"
+compare "$tmp/w1.jsonl" "$tmp/r3.jsonl" "$tmp/w1" "$tmp/r3" || fail "stage 3 resume on another world size"
+
+# the benchmark over 2 ranks (ZeRO stage 2), and deepspeed/ names (stage 3 over several ranks)
 "$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 2 \
   --warmup-iters 1 --no-progress --nproc-per-node 2 --zero-stage 2 --json "$tmp/b.json" >"$tmp/b.out" 2>"$tmp/b.err" \
   || { cat "$tmp/b.err"; fail "benchmark on 2 ranks"; }
@@ -88,7 +121,7 @@ python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["world_
   "$tmp/b.json" || fail "benchmark JSON"
 "$LJPERF" benchmark --model deepspeed/llama3-nano --device cpu --seq-length 32 --train-iters 1 --warmup-iters 0 \
   --no-progress --nproc-per-node 2 >"$tmp/ds.out" 2>"$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ on 2 ranks"; }
-grep -q "running stage 2" "$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ did not say it runs stage 2"; }
+grep -q "on 2 x cpu (ZeRO stage 3)" "$tmp/ds.out" || { cat "$tmp/ds.out" "$tmp/ds.err"; fail "deepspeed/ did not run stage 3"; }
 
 # a killed rank: the others stop (mpirun ends the job), and the launcher exits non-zero in time
 "$LJPERF" train "${common[@]}" --train-iters 100000 --seed 4242 --nproc-per-node 2 >/dev/null 2>"$tmp/kill.err" &
@@ -118,6 +151,9 @@ st=0; "$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --
   --deepspeed "$tmp/ds.json" 2>"$tmp/ds.err" || st=$?
 [ "$st" != 0 ] && grep -q "DeepSpeed's rule" "$tmp/ds.err" && grep -q "ds.json" "$tmp/ds.err" \
   || { cat "$tmp/ds.err"; fail "contradictory DeepSpeed batch sizes were not rejected"; }
-st=0; "$LJPERF" train "${common[@]}" --zero-stage 3 2>"$tmp/z.err" || st=$?
-[ "$st" != 0 ] && grep -q "ZeRO stage 3" "$tmp/z.err" || { cat "$tmp/z.err"; fail "ZeRO stage 3 was not refused by name"; }
+"$LJPERF" train "${common[@]}" --zero-stage 3 --log-json "$tmp/s3.jsonl" 2>"$tmp/s3.err" \
+  || { cat "$tmp/s3.err"; fail "stage 3 on one process"; }
+echo "stage 3 on one process vs stage 0:"; compare "$tmp/w1.jsonl" "$tmp/s3.jsonl" || fail "stage 3 on one process differs"
+st=0; "$LJPERF" train "${common[@]}" --zero-stage 4 2>"$tmp/z.err" || st=$?
+[ "$st" != 0 ] && grep -q -- "--zero-stage" "$tmp/z.err" || { cat "$tmp/z.err"; fail "ZeRO stage 4 was not refused by name"; }
 echo "1 passed, 0 failed"

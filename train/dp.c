@@ -1,13 +1,16 @@
 /* dp.c: data parallelism over a model (see dp.h). */
 #include "train/dp.h"
 
+#include "model/zero3.h"
+
 #include <math.h>
 #include <string.h>
 
 lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *summary) {
     memset(dp, 0, sizeof *dp);
-    if (zero_stage < 0 || zero_stage > 2)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "ZeRO stage %d is not supported yet (stages 0, 1 and 2 are)", zero_stage);
+    if (zero_stage < 0 || zero_stage > 3)
+        return lj_fail(LJ_ERR_ARG, "ZeRO stage %d does not exist (--zero-stage / zero_optimization.stage: 0, 1, 2 or 3)",
+                       zero_stage);
     lj_dist_options o;
     lj_dist_options_default(&o);
     o.backend = strcmp(ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
@@ -17,8 +20,9 @@ lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *s
     dp->rank = lj_dist_rank(dp->dist);
     dp->world = lj_dist_world_size(dp->dist);
     dp->zero_stage = zero_stage;
-    static const char *what[3] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
-                                  "AdamW state sharded, gradients reduce-scattered"};
+    static const char *what[4] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
+                                  "AdamW state sharded, gradients reduce-scattered",
+                                  "parameters, gradients and AdamW state sharded; layers all-gathered as they compute"};
     if (dp->world > 1 && dp->rank == 0)
         lj_log_info("data parallel: %d ranks (ZeRO stage %d: %s)", dp->world, zero_stage, what[zero_stage]);
     return LJ_OK;
@@ -39,6 +43,15 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
     o->zero_stage = dp->zero_stage;
     o->dp_rank = dp->rank;
     o->dp_world_size = dp->world;
+    if (dp->zero_stage == 3 && dp->world > 1) {
+        /* ZeRO-3 queues its collectives from the host between the layers (model/zero3.h): the
+         * forward + backward is not captured as a CUDA graph */
+        o->graphs = 0;
+        o->dist = dp->dist;
+        o->zero3_prefetch_numel = dp->stage3_prefetch_bucket_size;
+        o->zero3_max_live_numel = dp->stage3_max_live_parameters;
+        o->zero3_persistence_numel = dp->stage3_param_persistence_threshold;
+    }
     memcpy(o->recompute, recompute, sizeof o->recompute);
 }
 
@@ -57,9 +70,56 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n) {
     m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
 }
 
+/* The AdamW segments of this rank's ZeRO-3 shard: the parameter pieces it holds, in shard
+ * order, with the weight decay of lj_adamw_segments (adjacent equal ones merged). */
+static int zero3_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out) {
+    const lj_zero3 *z = m->zero3;
+    const int n = lj_zero_shard_params(&z->part, &m->layout, z->rank, NULL, 0);
+    lj_zero_param_piece *pieces = lj_calloc((size_t)(n > 0 ? n : 1), sizeof *pieces);
+    lj_zero_shard_params(&z->part, &m->layout, z->rank, pieces, n);
+    lj_adamw_segment *seg = lj_calloc((size_t)(n > 0 ? n : 1), sizeof *seg);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const lj_param_info *p = &m->layout.params[pieces[i].param];
+        const float wd = (p->kind == LJ_PARAM_MATRIX || cfg->decay_norms_and_embeddings) ? cfg->weight_decay : 0.0f;
+        const int64_t count = pieces[i].end - pieces[i].begin;
+        if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
+            seg[k - 1].count += count;
+        } else {
+            seg[k].offset = pieces[i].shard_offset;
+            seg[k].count = count;
+            seg[k].weight_decay = wd;
+            k++;
+        }
+    }
+    free(pieces);
+    *out = seg;
+    return k;
+}
+
+/* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
+ * whole shard (its padding carries zeros) enters the norm and the update. */
+static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, float lr, int step) {
+    const lj_ops *ops = m->ops;
+    void *stream = stream_of(m);
+    lj_zero3_step_begin(m);
+    ops->global_norm_sq(m->grad_norm_sq, m->grads, m->shard_numel, m->ws_norm);
+    lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+    lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    lj_adamw_segment *seg;
+    const int nseg = zero3_segments(m, cfg, &seg);
+    const lj_adamw_hparams hp = {lr, cfg->beta1, cfg->beta2, cfg->eps, step, cfg->max_grad_norm};
+    ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, seg, nseg, &hp, m->grad_norm_sq);
+    free(seg);
+    float norm_sq = 0.0f;
+    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    return sqrt((double)norm_sq);
+}
+
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step) {
     const lj_ops *ops = m->ops;
+    if (m->zero3) return zero3_step(dp, m, cfg, lr, step);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
@@ -92,10 +152,17 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     return sqrt((double)norm_sq);
 }
 
+void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv) {
+    (void)dp;
+    lj_model_set_weights(m, w);
+    lj_model_upload_shard(m, m->adam_m, mm);
+    lj_model_upload_shard(m, m->adam_v, vv);
+}
+
 void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) {
     const lj_ops *ops = m->ops;
     const int64_t P = m->layout.total;
-    if (m->shard_numel == P) {
+    if (!m->zero3 && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
         ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
@@ -106,10 +173,17 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
      * round all-gathers `c` f32 elements of every rank's shard, [world][c] floats. */
     void *stream = stream_of(m);
     const int64_t S = m->shard_numel;
-    const int64_t room = (int64_t)((size_t)m->padded_numel * lj_dtype_size(ops->grad_dtype) / sizeof(float));
+    lj_zero3 *z = m->zero3;
+    /* ZeRO-3: a gradient slot (the largest group, free between steps) is the landing space */
+    const size_t land_bytes = z ? (size_t)z->grad_slot_numel[0] * lj_dtype_size(ops->grad_dtype)
+                                : (size_t)m->padded_numel * lj_dtype_size(ops->grad_dtype);
+    const int64_t room = (int64_t)(land_bytes / sizeof(float));
     const int64_t c_max = room / dp->world < S ? room / dp->world : S;
-    float *land = (float *)m->grads, *host = dp->rank == 0 ? lj_malloc((size_t)(dp->world * c_max) * sizeof(float)) : NULL;
-    const int f32_params = ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
+    LJ_ASSERT(c_max > 0, "no landing space to gather the sharded state");
+    float *land = z ? (float *)z->grad_slot[0] : (float *)m->grads;
+    float *host = dp->rank == 0 ? lj_malloc((size_t)(dp->world * c_max) * sizeof(float)) : NULL;
+    if (z) lj_zero3_step_begin(m); /* the backward's reduce-scatters have finished with the slots */
+    const int f32_params = !z && ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
     float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
     float *dst[3] = {w, mm, vv};
     for (int i = 0; i < 3; i++) {
@@ -123,6 +197,10 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
             lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
             if (dp->rank != 0) continue;
             ops->download(host, land, (size_t)(dp->world * c) * sizeof(float));
+            if (z) {
+                lj_zero3_scatter_round(z, host, k, c, dst[i]);
+                continue;
+            }
             for (int r = 0; r < dp->world; r++) {
                 const int64_t at = (int64_t)r * S + k, keep = at >= P ? 0 : (P - at < c ? P - at : c);
                 if (keep > 0) memcpy(dst[i] + at, host + (int64_t)r * c, (size_t)keep * sizeof(float));

@@ -1,5 +1,5 @@
 /* dp.h: data parallelism over a model: joining the ranks, the ZeRO optimizer step (DeepSpeed
- * semantics, stages 0-2), sums of host scalars across ranks, and gathering sharded state.
+ * semantics, stages 0-3), sums of host scalars across ranks, and gathering sharded state.
  * Used by the training loop and the benchmark. */
 #ifndef LJ_DP_H
 #define LJ_DP_H
@@ -11,21 +11,25 @@
 typedef struct {
     lj_dist *dist;
     int rank, world, zero_stage;
+    /* ZeRO-3 knobs (DeepSpeed's zero_optimization names), elements; 0: auto (lj_model_options) */
+    int64_t stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold;
 } lj_dp;
 
 /* A world of one without any communicator (tests and tools that drive a model directly):
  * lj_dp_optimizer_step and lj_dp_sum then do the single-rank work only. */
-#define LJ_DP_SINGLE ((lj_dp){NULL, 0, 1, 0})
+#define LJ_DP_SINGLE ((lj_dp){.dist = NULL, .rank = 0, .world = 1, .zero_stage = 0})
 
 /* Joins the data-parallel world the launcher started (a world of one without a launcher): MPI
  * for CPU ranks, NCCL for GPU ranks. `summary` describes everything the ranks must agree on
- * (its hash is compared). Errors: ZeRO stage outside 0-2, bootstrap and mismatch errors. */
+ * (its hash is compared). Errors: ZeRO stage outside 0-3, bootstrap and mismatch errors.
+ * Stage 3 on one rank shards nothing and runs as stage 0. */
 lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *summary);
 void lj_dp_free(lj_dp *dp);
 
 /* The options of a training model on this rank: micro-batch B, sequence T, fused kernels with
- * CUDA graphs (or the unfused twins without), recompute[LJ_MAX_LAYERS], and this rank's ZeRO
- * shard. */
+ * CUDA graphs (or the unfused twins without; no graphs under ZeRO-3 over several ranks),
+ * recompute[LJ_MAX_LAYERS], and this rank's ZeRO shard (stage 3: the communicator and the
+ * stage3_* knobs too). */
 void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o);
 
 /* Sums `n` (<= 2) host floats across ranks (through m->dist_scalars). Collective. */
@@ -35,16 +39,25 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *   stage 0: all-reduce the gradients; every rank updates every parameter;
  *   stage 1: all-reduce the gradients; each rank updates its shard (AdamW moments and master
  *            weights), then the parameters are all-gathered;
- *   stage 2: reduce-scatter the gradients (each rank keeps its shard's sum), then as stage 1.
- * `segments` are those of this rank's shard (lj_adamw_segments_slice). The global gradient
- * norm is summed over the shards; returns it (before clipping). Collective. */
+ *   stage 2: reduce-scatter the gradients (each rank keeps its shard's sum), then as stage 1;
+ *   stage 3: the backward already reduce-scattered each layer's gradients into the shard
+ *            (model/zero3.h); each rank updates its shard of everything (parameters included)
+ *            and nothing is gathered: layers are gathered when they next compute.
+ * `segments` are those of this rank's shard (lj_adamw_segments_slice); under stage 3 over
+ * several ranks they are ignored and derived from the layer partition and cfg. The global
+ * gradient norm is summed over the shards; returns it (before clipping). Collective. */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
 
 /* Full host copies [P] of the master weights and AdamW moments on rank 0 (others pass NULL),
- * all-gathered from the shards through the f32 gradient buffer, which is free between steps.
- * Collective. */
+ * all-gathered from the shards through the gradient buffer (ZeRO-3: a gradient slot), which is
+ * free between steps. Collective. */
 void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv);
+
+/* The inverse, on every rank: weights from host f32 w [P] (params and this rank's master
+ * shard) and this rank's shard of the AdamW moments from mm, vv [P] (a checkpoint saved on any
+ * number of ranks under any stage). */
+void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv);
 
 /* Stops every rank when a collective failed (the others would wait for this one). */
 void lj_dp_check(lj_dp *dp, lj_status s);

@@ -114,10 +114,11 @@ static lj_status open_data(run *r) {
     LJ_TRY(lj_loader_init(&r->train_data, &lc));
     LJ_TRY(lj_loader_check_vocab(&r->train_data, c->model.vocab_size));
     if (!c->quiet) lj_loader_log_summary(&r->train_data);
-    lc.which = LJ_SPLIT_VALID; /* rank 0 evaluates the whole valid split alone */
+    lc.which = LJ_SPLIT_VALID; /* rank 0 evaluates the whole valid split alone; under ZeRO-3 every
+                                  rank runs the same forward (its layers are gathered collectively) */
     lc.dp_rank = 0;
     lc.dp_world_size = 1;
-    if (r->rank == 0) {
+    if (r->rank == 0 || (c->zero_stage == 3 && r->world > 1)) {
         if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
         else lj_log_warn("no validation data: %s", lj_error_message());
     }
@@ -296,13 +297,7 @@ static lj_status load_checkpoint(run *r) {
         }
     }
     if (s == LJ_OK) {
-        lj_model *m = &r->model;
-        lj_model_set_weights(m, w);
-        const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-        if (n > 0) {
-            m->ops->upload(m->adam_m, mm + m->shard_begin, (size_t)n * sizeof(float));
-            m->ops->upload(m->adam_v, vv + m->shard_begin, (size_t)n * sizeof(float));
-        }
+        lj_dp_scatter_state(&r->dp, &r->model, w, mm, vv); /* this rank's shard, whatever the saving world size */
         lj_log_info("resumed from %s at iteration %d", dir, r->iteration);
     }
     cJSON_Delete(state);
@@ -329,6 +324,7 @@ static double evaluate(run *r) {
 }
 
 static void log_eval(run *r, double loss) {
+    if (r->rank != 0) return;
     if (!r->cfg->quiet)
         printf("validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E\n", r->iteration, loss,
                exp(loss));
@@ -354,6 +350,12 @@ static lj_status setup(run *r) {
              c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
              c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
     LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero_stage, summary));
+    if (c->has_deepspeed) {
+        r->dp.stage3_prefetch_bucket_size = c->deepspeed.zero.stage3_prefetch_bucket_size;
+        r->dp.stage3_max_live_parameters = c->deepspeed.zero.stage3_max_live_parameters;
+        r->dp.stage3_param_persistence_threshold =
+            c->deepspeed.zero.stage3_param_persistence_threshold > 0 ? c->deepspeed.zero.stage3_param_persistence_threshold : -1;
+    }
     r->rank = r->dp.rank;
     r->world = r->dp.world;
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)

@@ -1,0 +1,276 @@
+/* zero3.c: the ZeRO stage 3 runtime (zero3.h): gather slots with prefetch, gradient slots
+ * reduce-scattered into the shard, and the mapping between flat and shard positions. */
+#include "model/zero3.h"
+
+#include <string.h>
+
+/* A failed collective stops every rank (the others would wait for this one). */
+static void check(const lj_zero3 *z, lj_status s) {
+    if (s != LJ_OK) lj_dist_abort(z->dist, 1, lj_error_message());
+}
+
+static void *stream_of(const lj_model *m) { return m->ops->stream ? m->ops->stream() : NULL; }
+
+lj_zero3 *lj_zero3_create(const lj_model *m) {
+    const lj_model_options *o = &m->opt;
+    if (!(o->zero_stage == 3 && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0)) return NULL;
+    lj_zero3 *z = lj_calloc(1, sizeof *z);
+    const int d = m->cfg.hidden_size;
+    const int64_t persist = o->zero3_persistence_numel == 0 ? lj_zero_persistence_threshold_auto(d)
+                                                            : (o->zero3_persistence_numel < 0 ? 0 : o->zero3_persistence_numel);
+    lj_zero_partition_layers(&z->part, &m->layout, o->dp_world_size, LJ_ZERO_ALIGN, 0, persist);
+    z->dist = o->dist;
+    z->rank = o->dp_rank;
+    z->world = o->dp_world_size;
+    z->prefetch_numel = o->zero3_prefetch_numel > 0 ? o->zero3_prefetch_numel : lj_zero_prefetch_bucket_auto(d);
+    z->max_live_numel = o->zero3_max_live_numel > 0 ? o->zero3_max_live_numel : 1000000000; /* DeepSpeed's default */
+    const lj_zero_partition *p = &z->part;
+    const int L = m->cfg.num_hidden_layers, G = p->num_groups;
+    z->tied = m->layout.lm_head == m->layout.embed;
+    z->embed_group = lj_zero_group_of_layer(p, LJ_ZERO_EMBED);
+    z->norm_group = lj_zero_group_of_layer(p, L);
+    z->head_group = z->tied ? z->embed_group : lj_zero_group_of_layer(p, L + 1);
+    z->param_group = lj_malloc((size_t)m->layout.count * sizeof(int));
+    for (int i = 0, g = 0; i < m->layout.count; i++) {
+        while (m->layout.params[i].offset >= p->groups[g].end) g++;
+        z->param_group[i] = g;
+    }
+    /* Gather slots: the group computing plus as many as DeepSpeed's prefetch rule would fetch
+     * ahead of it, at least one (the forward reads the next layer's input norm at the end of a
+     * layer, so two groups are live at once), at most 3 ahead. Slot 0 fits the largest
+     * non-persistent group; the embedding and lm_head are used only while no layer is (start
+     * and end of the forward), so the others need to fit the other groups only. Gradient slots
+     * likewise: slot 0 for any group (the tied embedding's is held across the backward), two
+     * for the layers (one computing, one whose reduce-scatter may still be in flight). */
+    int ahead = 1;
+    int64_t big = 0, small = 0, grad_big = 0, grad_small = 0;
+    for (int g = 0; g < G; g++) {
+        for (int dir = -1; dir <= 1; dir += 2) {
+            const int k = lj_zero_prefetch_count(p, g, dir, z->prefetch_numel, z->max_live_numel, p->groups[g].gather_numel);
+            if (k > ahead) ahead = k;
+        }
+        const int64_t n = p->groups[g].gather_numel;
+        const int end_group = g == z->embed_group || g == z->head_group;
+        if (!p->groups[g].persistent) {
+            if (n > big) big = n;
+            if (!end_group && n > small) small = n;
+        }
+        if (n > grad_big) grad_big = n;
+        if (!end_group && n > grad_small) grad_small = n;
+    }
+    z->num_slots = big == 0 ? 0 : 1 + (ahead < 3 ? ahead : 3); /* none when every group is persistent */
+    z->num_grad_slots = 3;
+    z->slot_numel = lj_calloc((size_t)z->num_slots + 1, sizeof(int64_t));
+    for (int s = 0; s < z->num_slots; s++) z->slot_numel[s] = s == 0 ? big : small;
+    z->grad_slot_numel = lj_calloc((size_t)z->num_grad_slots, sizeof(int64_t));
+    for (int s = 0; s < z->num_grad_slots; s++) z->grad_slot_numel[s] = s == 0 ? grad_big : grad_small;
+    z->slot = lj_calloc((size_t)z->num_slots + 1, sizeof(void *));
+    z->slot_group = lj_malloc(((size_t)z->num_slots + 1) * sizeof(int));
+    z->slot_ticket = lj_calloc((size_t)z->num_slots + 1, sizeof(lj_dist_ticket));
+    for (int s = 0; s < z->num_slots; s++) z->slot_group[s] = -1;
+    z->group_slot = lj_malloc((size_t)G * sizeof(int));
+    z->group_grad_slot = lj_malloc((size_t)G * sizeof(int));
+    for (int g = 0; g < G; g++) z->group_slot[g] = z->group_grad_slot[g] = -1;
+    z->persist = lj_calloc((size_t)G, sizeof(void *));
+    z->persist_fresh = lj_calloc((size_t)G, 1);
+    z->group_ticket = lj_calloc((size_t)G, sizeof(lj_dist_ticket));
+    z->grad_slot = lj_calloc((size_t)z->num_grad_slots, sizeof(void *));
+    z->grad_slot_group = lj_malloc((size_t)z->num_grad_slots * sizeof(int));
+    z->grad_slot_ticket = lj_calloc((size_t)z->num_grad_slots, sizeof(lj_dist_ticket));
+    z->grad_slot_age = lj_calloc((size_t)z->num_grad_slots, sizeof(uint64_t));
+    for (int s = 0; s < z->num_grad_slots; s++) z->grad_slot_group[s] = -1;
+    return z;
+}
+
+void lj_zero3_destroy(lj_zero3 *z) {
+    if (!z) return;
+    lj_zero_partition_free(&z->part);
+    free(z->param_group);
+    free(z->slot);
+    free(z->slot_numel);
+    free(z->grad_slot_numel);
+    free(z->slot_group);
+    free(z->slot_ticket);
+    free(z->group_slot);
+    free(z->persist);
+    free(z->persist_fresh);
+    free(z->grad_slot);
+    free(z->grad_slot_group);
+    free(z->grad_slot_ticket);
+    free(z->grad_slot_age);
+    free(z->group_grad_slot);
+    free(z->group_ticket);
+    free(z);
+}
+
+void *lj_zero3_param(const lj_model *m, int index) {
+    const lj_zero3 *z = m->zero3;
+    const int g = z->param_group[index];
+    const lj_zero_group *grp = &z->part.groups[g];
+    void *base = grp->persistent ? z->persist[g] : (z->group_slot[g] >= 0 ? z->slot[z->group_slot[g]] : NULL);
+    LJ_ASSERT(base && (!grp->persistent || z->persist_fresh[g]), "ZeRO-3: %s used while its group is not gathered",
+              m->layout.params[index].name);
+    return (char *)base + (size_t)(m->layout.params[index].offset - grp->begin) * lj_dtype_size(m->ops->param_dtype);
+}
+
+void *lj_zero3_grad(const lj_model *m, int index) {
+    const lj_zero3 *z = m->zero3;
+    const int g = z->param_group[index];
+    LJ_ASSERT(z->group_grad_slot[g] >= 0, "ZeRO-3: gradient of %s written while its group has no gradient slot",
+              m->layout.params[index].name);
+    return (char *)z->grad_slot[z->group_grad_slot[g]] +
+           (size_t)(m->layout.params[index].offset - z->part.groups[g].begin) * lj_dtype_size(m->ops->grad_dtype);
+}
+
+/* Queues the all-gather of group g into `buf` (one collective per unit) and returns its ticket. */
+static lj_dist_ticket gather(lj_model *m, int g, void *buf) {
+    lj_zero3 *z = m->zero3;
+    LJ_ASSERT(z->dist, "ZeRO-3: a model built for planning has no communicator");
+    const size_t sp = lj_dtype_size(m->ops->param_dtype);
+    const lj_zero_group *grp = &z->part.groups[g];
+    void *stream = stream_of(m);
+    for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+        const lj_zero_unit *un = &z->part.units[u];
+        check(z, lj_dist_all_gather(z->dist, (char *)m->params + (size_t)un->shard_offset * sp,
+                                    (char *)buf + (size_t)un->gather_offset * sp, un->shard, m->ops->param_dtype, stream));
+    }
+    lj_dist_ticket t = 0;
+    check(z, lj_dist_mark(z->dist, &t));
+    return t;
+}
+
+/* The smallest free slot of n elements or more; -1 if none. */
+static int free_slot(const lj_zero3 *z, int64_t n) {
+    int best = -1;
+    for (int s = 0; s < z->num_slots; s++)
+        if (z->slot_group[s] < 0 && z->slot_numel[s] >= n && (best < 0 || z->slot_numel[s] < z->slot_numel[best])) best = s;
+    return best;
+}
+
+/* Starts gathering non-persistent group g into a free slot; 0 if none is free. */
+static int start_gather(lj_model *m, int g) {
+    lj_zero3 *z = m->zero3;
+    if (z->group_slot[g] >= 0) return 1;
+    const int s = free_slot(z, z->part.groups[g].gather_numel);
+    if (s < 0) return 0;
+    z->slot_group[s] = g;
+    z->group_slot[g] = s;
+    z->slot_ticket[s] = gather(m, g, z->slot[s]);
+    return 1;
+}
+
+void lj_zero3_fetch(lj_model *m, int g, int direction) {
+    lj_zero3 *z = m->zero3;
+    const lj_zero_partition *p = &z->part;
+    void *stream = stream_of(m);
+    if (p->groups[g].persistent) {
+        if (!z->persist_fresh[g]) {
+            check(z, lj_dist_wait(z->dist, gather(m, g, z->persist[g]), stream));
+            z->persist_fresh[g] = 1;
+        }
+    } else {
+        LJ_ASSERT(start_gather(m, g), "ZeRO-3: no free gather slot for group %d (%d slots)", g, z->num_slots);
+        check(z, lj_dist_wait(z->dist, z->slot_ticket[z->group_slot[g]], stream));
+    }
+    /* prefetch (DeepSpeed's rule over the groups ahead, persistent ones skipped) while slots are free */
+    int64_t live = 0;
+    for (int s = 0; s < z->num_slots; s++)
+        if (z->slot_group[s] >= 0) live += p->groups[z->slot_group[s]].gather_numel;
+    const int k = lj_zero_prefetch_count(p, g, direction, z->prefetch_numel, z->max_live_numel, live);
+    for (int h = g + direction, taken = 0; taken < k && h >= 0 && h < p->num_groups; h += direction) {
+        if (p->groups[h].persistent) continue;
+        if (!start_gather(m, h)) break;
+        taken++;
+    }
+}
+
+void lj_zero3_release(lj_model *m, int g) {
+    lj_zero3 *z = m->zero3;
+    const int s = z->group_slot[g];
+    if (s < 0) return;
+    z->slot_group[s] = -1;
+    z->group_slot[g] = -1;
+}
+
+void lj_zero3_release_all(lj_model *m) {
+    for (int g = 0; g < m->zero3->part.num_groups; g++) lj_zero3_release(m, g);
+}
+
+void lj_zero3_grad_begin(lj_model *m, int g) {
+    lj_zero3 *z = m->zero3;
+    if (z->group_grad_slot[g] >= 0) return;
+    const lj_zero_group *grp = &z->part.groups[g];
+    int s = -1; /* the free slot that fits and was freed longest ago (its reduce-scatter is likeliest done) */
+    for (int i = 0; i < z->num_grad_slots; i++)
+        if (z->grad_slot_group[i] < 0 && z->grad_slot_numel[i] >= grp->gather_numel &&
+            (s < 0 || z->grad_slot_age[i] < z->grad_slot_age[s]))
+            s = i;
+    LJ_ASSERT(s >= 0, "ZeRO-3: no free gradient slot for group %d", g);
+    void *stream = stream_of(m);
+    /* the slot's last reduce-scatter has read it, and this group's last one has written its shard */
+    check(z, lj_dist_wait(z->dist, z->grad_slot_ticket[s], stream));
+    check(z, lj_dist_wait(z->dist, z->group_ticket[g], stream));
+    const size_t sg = lj_dtype_size(m->ops->grad_dtype);
+    char *slot = z->grad_slot[s];
+    m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
+    for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+        const lj_zero_unit *un = &z->part.units[u];
+        m->ops->copy(slot + (size_t)(un->gather_offset + (int64_t)z->rank * un->shard) * sg,
+                     (char *)m->grads + (size_t)un->shard_offset * sg, (size_t)un->shard * sg);
+    }
+    z->grad_slot_group[s] = g;
+    z->group_grad_slot[g] = s;
+}
+
+void lj_zero3_grad_end(lj_model *m, int g) {
+    lj_zero3 *z = m->zero3;
+    const int s = z->group_grad_slot[g];
+    LJ_ASSERT(s >= 0);
+    const size_t sg = lj_dtype_size(m->ops->grad_dtype);
+    const lj_zero_group *grp = &z->part.groups[g];
+    void *stream = stream_of(m);
+    for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+        const lj_zero_unit *un = &z->part.units[u];
+        check(z, lj_dist_reduce_scatter(z->dist, (char *)z->grad_slot[s] + (size_t)un->gather_offset * sg,
+                                        (char *)m->grads + (size_t)un->shard_offset * sg, un->shard,
+                                        m->ops->grad_dtype, stream));
+    }
+    lj_dist_ticket t = 0;
+    check(z, lj_dist_mark(z->dist, &t));
+    z->grad_slot_ticket[s] = z->group_ticket[g] = t;
+    z->grad_slot_group[s] = -1;
+    z->group_grad_slot[g] = -1;
+    z->grad_slot_age[s] = ++z->clock;
+}
+
+void lj_zero3_step_begin(lj_model *m) {
+    lj_zero3 *z = m->zero3;
+    check(z, lj_dist_wait(z->dist, LJ_DIST_ALL, stream_of(m)));
+    memset(z->persist_fresh, 0, (size_t)z->part.num_groups);
+}
+
+void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst) {
+    const lj_zero3 *z = m->zero3;
+    const size_t sp = lj_dtype_size(m->ops->param_dtype);
+    for (int u = 0; u < z->part.num_units; u++) {
+        int64_t b, e;
+        lj_zero_unit_slice(&z->part, u, z->rank, &b, &e);
+        const int64_t lo = b > offset ? b : offset, hi = e < offset + n ? e : offset + n;
+        if (hi <= lo) continue;
+        const int64_t at = z->part.units[u].shard_offset + (lo - b);
+        m->ops->upload(dst + at, src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
+        if (cast_dst) m->ops->cast_f32_to_param((char *)cast_dst + (size_t)at * sp, dst + at, hi - lo);
+    }
+}
+
+void lj_zero3_scatter_round(const lj_zero3 *z, const float *gathered, int64_t k, int64_t c, float *full) {
+    for (int r = 0; r < z->world; r++) {
+        for (int u = 0; u < z->part.num_units; u++) {
+            int64_t b, e;
+            lj_zero_unit_slice(&z->part, u, r, &b, &e);
+            const int64_t so = z->part.units[u].shard_offset;
+            const int64_t lo = so > k ? so : k, hi = so + (e - b) < k + c ? so + (e - b) : k + c;
+            if (hi > lo) memcpy(full + b + (lo - so), gathered + (int64_t)r * c + (lo - k), (size_t)(hi - lo) * sizeof(float));
+        }
+    }
+}

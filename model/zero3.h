@@ -1,0 +1,112 @@
+/* zero3.h: the ZeRO stage 3 runtime of a model over several data-parallel ranks (DeepSpeed
+ * semantics), used by model.c (forward and backward), plan.c (its buffers) and train/dp.c (the
+ * optimizer step and checkpoints). Internal to the engine: callers outside model/, plan/ and
+ * train/ use lj_model and lj_dp only.
+ *
+ * The partition is dist/zero.h's lj_zero_partition_layers: one gather group per layer, plus
+ * the embedding, the final norm and lm_head (absent when tied), each split evenly over the W
+ * ranks with padding. Every rank keeps only its shard (shard_numel elements, in the shard
+ * order of zero.h) of the parameters (param dtype), the fp32 master weights, the AdamW moments
+ * and the gradients: lj_model's params, master, adam_m, adam_v and grads are those shards.
+ *
+ * Parameters. Before a group computes (forward, recompute, backward), lj_zero3_fetch
+ * all-gathers it into one of num_slots gather slots (planned; the first fits the largest group,
+ * usually the embedding or lm_head, the others a layer), and prefetches the next groups of the pass while slots are free (DeepSpeed's
+ * rule, lj_zero_prefetch_count with stage3_prefetch_bucket_size and stage3_max_live_parameters).
+ * lj_zero3_release frees the slot after use. Persistent groups (at most
+ * stage3_param_persistence_threshold elements, DeepSpeed's ds_persist) have their own planned
+ * buffer, gathered at their first use after each optimizer step, and are never released.
+ *
+ * Gradients. lj_zero3_grad_begin gives a group a gradient slot (three, planned: one fits the
+ * largest group, two a layer, so that a layer's reduce-scatter overlaps the next layer's
+ * backward): zeroed, except that this rank's own slice of every unit holds the
+ * gradient shard accumulated so far (earlier micro-batches). The backward accumulates into it;
+ * lj_zero3_grad_end reduce-scatters each unit straight into the gradient shard. The sum over the
+ * ranks is then "accumulated shard + every rank's new gradients": accumulation across
+ * micro-batches without a scratch buffer or an add kernel, although the collective overwrites.
+ * Tied embeddings: the embedding's gradient slot is taken at the loss (lm_head's gradient, at
+ * the end of the forward) and kept until the embedding backward, the last op of the backward.
+ *
+ * Ordering (NCCL): collectives see everything queued on the compute stream before the call
+ * (dist.h); the compute stream waits on the ticket of a gather before reading its slot, on the
+ * ticket of a reduce-scatter before reusing its gradient slot or reading the shard it wrote.
+ * MPI completes every call before returning.
+ */
+#ifndef LJ_ZERO3_H
+#define LJ_ZERO3_H
+
+#include "dist/dist.h"
+#include "dist/zero.h"
+#include "model/model.h"
+
+struct lj_zero3 {
+    lj_zero_partition part;
+    lj_dist *dist;                 /* NULL in a model built only to be planned */
+    int rank, world;
+    int *param_group;              /* [layout.count] the group of each parameter */
+    int embed_group, norm_group, head_group; /* head_group: lm_head's group (the embedding's when tied) */
+    int tied;
+    int64_t prefetch_numel, max_live_numel;
+
+    int num_slots;                 /* gather slots: slot 0 fits any group, the others any layer */
+    int64_t *slot_numel;           /* [num_slots] param-dtype elements */
+    void **slot;                   /* [num_slots] bound by the plan */
+    int *slot_group;               /* [num_slots] group held, -1 when free */
+    lj_dist_ticket *slot_ticket;   /* [num_slots] the gather that filled it */
+    int *group_slot;               /* [num_groups] slot holding the group, -1 */
+    void **persist;                /* [num_groups] persistent groups' gather buffers (bound by the plan) */
+    uint8_t *persist_fresh;        /* [num_groups] gathered since the last optimizer step */
+
+    int num_grad_slots;            /* gradient slots: slot 0 fits any group, the others any layer */
+    int64_t *grad_slot_numel;      /* [num_grad_slots] grad-dtype elements */
+    void **grad_slot;              /* [num_grad_slots] bound by the plan */
+    int *grad_slot_group;          /* [num_grad_slots] group accumulating into it, -1 when free */
+    lj_dist_ticket *grad_slot_ticket; /* [num_grad_slots] its last reduce-scatter */
+    uint64_t *grad_slot_age;       /* [num_grad_slots] when it was last freed (oldest reused first) */
+    int *group_grad_slot;          /* [num_groups] slot of the group's gradients, -1 */
+    lj_dist_ticket *group_ticket;  /* [num_groups] the group's last reduce-scatter (wrote its shard) */
+    uint64_t clock;
+};
+
+/* The stage-3 state of a model whose options ask for ZeRO stage 3 over W > 1 ranks in training
+ * (NULL otherwise: stage 3 on one rank shards nothing and runs as stage 0). Sizes the shard
+ * (m->shard_numel) and the slots from the partition and the stage3_* options. */
+lj_zero3 *lj_zero3_create(const lj_model *m);
+void lj_zero3_destroy(lj_zero3 *z);
+
+/* Where parameter `index` (layout order) is while its group is gathered: in its gather slot or
+ * persistent buffer (param dtype). Asserts that it is gathered. */
+void *lj_zero3_param(const lj_model *m, int index);
+/* Where parameter `index`'s gradient accumulates while its group holds a gradient slot. */
+void *lj_zero3_grad(const lj_model *m, int index);
+
+/* Makes group g's parameters available (gathering them if needed; the compute stream waits
+ * for them) and prefetches the groups after it in `direction` (+1 forward, -1 backward). */
+void lj_zero3_fetch(lj_model *m, int g, int direction);
+/* Frees group g's gather slot (a no-op for persistent groups and groups not gathered). */
+void lj_zero3_release(lj_model *m, int g);
+/* Frees every gather slot (end of a pass). */
+void lj_zero3_release_all(lj_model *m);
+
+/* Gives group g a gradient slot (no-op if it holds one) seeded as described above. */
+void lj_zero3_grad_begin(lj_model *m, int g);
+/* Reduce-scatters group g's gradient slot into the gradient shard and frees the slot. */
+void lj_zero3_grad_end(lj_model *m, int g);
+
+/* The optimizer changed the shards: the compute stream waits for every queued reduce-scatter
+ * (call before reading the gradient shard), and persistent groups are gathered again at their
+ * next use. */
+void lj_zero3_step_begin(lj_model *m);
+
+/* Host f32 values [offset, offset + n) of the flat parameter buffer (layout order) into this
+ * rank's device shard `dst` ([shard_numel] f32): the part this rank holds, at its shard
+ * positions. cast_dst (a [shard_numel] param-dtype shard, or NULL) receives the same elements
+ * cast to the param dtype. */
+void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst);
+
+/* The inverse for one round of a gathered shard: `gathered` is [W][c] f32 on the host, each
+ * rank's shard positions [k, k + c); the real elements among them go to their flat positions
+ * in `full` [P]. */
+void lj_zero3_scatter_round(const lj_zero3 *z, const float *gathered, int64_t k, int64_t c, float *full);
+
+#endif
