@@ -62,8 +62,8 @@ enum {
 };
 
 /* Host: out[LJ_ADAMW_NUM_SCALARS] = the scalars of step `step` (t, starting at 1) with learning
- * rate `lr`; bias corrections 1 - beta^t in double as Python computes them (PyTorch's
- * _single_tensor_adamw), so that the CPU update is PyTorch's bit for bit. */
+ * rate `lr`; the bias corrections 1 - beta^t, step_size and bc2_sqrt in double as Python
+ * computes them in PyTorch's _single_tensor_adamw, then rounded once to f32. */
 void lj_adamw_step_scalars(float *out, const lj_adamw_hparams *hp, float lr, int step);
 
 typedef struct lj_ops lj_ops;
