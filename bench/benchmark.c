@@ -115,9 +115,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
-        ops->memset_zero(m.grads, (size_t)m.padded_numel * lj_dtype_size(ops->grad_dtype));
-        lj_model_forward_backward(&m, dloss);
-        lj_dp_optimizer_step(cfg->dp, &m, seg, nseg, &ac, 1e-4f, step);
+        /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
+        lj_dp_train_step(cfg->dp, &m, seg, nseg, &ac, 1e-4f, step, dloss);
         ops->synchronize();
         const double dt = lj_time_sec() - t0;
         float loss_sum = (float)lj_model_mean_loss(&m);

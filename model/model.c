@@ -52,6 +52,7 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
 
 void lj_model_free(lj_model *m) {
     if (m->graph) m->ops->graph_destroy(m->graph);
+    if (m->step_graph) m->ops->graph_destroy(m->step_graph);
     lj_zero3_destroy(m->zero3);
     lj_param_layout_free(&m->layout);
     free(m->residual);
@@ -445,6 +446,44 @@ void lj_model_forward_backward(lj_model *m, float dloss) {
         m->graph_dloss = dloss;
     }
     ops->graph_launch(m->graph);
+}
+
+/* The ops of one training step (lj_model_train_step), eager or under capture. */
+static void train_step_ops(lj_model *m, float dloss, lj_model_step_tail tail, void *ctx) {
+    m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+    lj_model_forward(m, 1, dloss);
+    lj_model_backward(m, dloss);
+    tail(m, ctx);
+}
+
+void lj_model_train_step(lj_model *m, float dloss, uint64_t key, lj_model_step_tail tail, void *ctx) {
+    const lj_ops *ops = m->ops;
+    LJ_ASSERT(m->opt.training && !m->zero3, "lj_model_train_step needs a training plan without ZeRO-3 sharding");
+    if (!m->opt.graphs || !ops->graph_capture_begin) {
+        train_step_ops(m, dloss, tail, ctx);
+        return;
+    }
+    if (m->step_graph && (m->step_graph_dloss != dloss || m->step_graph_key != key)) {
+        ops->graph_destroy(m->step_graph);
+        m->step_graph = NULL;
+    }
+    if (!m->step_graph) {
+        lj_status s = ops->graph_capture_begin();
+        if (s == LJ_OK) {
+            train_step_ops(m, dloss, tail, ctx);
+            s = ops->graph_capture_end(&m->step_graph);
+        }
+        if (s != LJ_OK) {
+            lj_log_warn("graph capture of the training step failed, running without graphs: %s", lj_error_message());
+            m->opt.graphs = 0;
+            m->step_graph = NULL;
+            train_step_ops(m, dloss, tail, ctx);
+            return;
+        }
+        m->step_graph_dloss = dloss;
+        m->step_graph_key = key;
+    }
+    ops->graph_launch(m->step_graph);
 }
 
 static void download_f32(const lj_model *m, float *dst, const void *src, int64_t n) {

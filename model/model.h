@@ -32,7 +32,8 @@ typedef struct {
     int training;           /* 1: gradients, AdamW state and backward buffers */
     int fused;              /* 1: fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE); 0: unfused twins */
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
-    int graphs;             /* 1: replay forward + backward from a captured graph when the backend has graphs */
+    int graphs;             /* 1: on a backend with graphs, replay forward + backward from a captured graph
+                               (lj_model_forward_backward), or the whole step (lj_model_train_step) */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
                                3 (training, W > 1) the parameters and gradients too (model/zero3.h) */
     int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
@@ -83,6 +84,8 @@ typedef struct {
     float *adam_m;       /* [shard_numel] f32 (training) */
     float *adam_v;       /* [shard_numel] f32 (training) */
     float *grad_norm_sq; /* [1] f32 */
+    float *adamw_scalars; /* [LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias corrections
+                             (ops.h), uploaded before the optimizer step runs or its graph is launched */
     float *dist_scalars; /* [2] f32 (training): values summed across data-parallel ranks (loss, stop flag) */
 
     /* inputs and activations */
@@ -115,6 +118,9 @@ typedef struct {
 
     void *graph;         /* captured forward + backward (opt.graphs), or NULL */
     float graph_dloss;   /* the dloss baked into it */
+    void *step_graph;    /* the whole training step captured as one graph (lj_model_train_step), or NULL */
+    float step_graph_dloss;   /* the dloss baked into it */
+    uint64_t step_graph_key;  /* the caller's key of everything else baked into it */
 } lj_model;
 
 /* Host-side tables derived from the config (the layout and the per-layer pointer arrays).
@@ -161,6 +167,23 @@ void lj_model_backward(lj_model *m, float dloss);
  * lj_model_backward): with opt.graphs on a backend with graphs, captured once and replayed
  * (recaptured if dloss changes). Gradients accumulate into m->grads. */
 void lj_model_forward_backward(lj_model *m, float dloss);
+
+/* The optimizer part of a training step (lj_model_train_step): ops of m->ops only, capturable
+ * (no host synchronisation, no allocation, no upload or download); per-step values are read
+ * from device memory (m->adamw_scalars). */
+typedef void (*lj_model_step_tail)(lj_model *m, void *ctx);
+
+/* One whole training step over the current batch (uploaded by lj_model_set_batch): zero the
+ * gradients, forward + backward with `dloss` (as lj_model_forward_backward), then
+ * `tail(m, ctx)` (the optimizer: global norm, AdamW and its parameter copy). With opt.graphs on
+ * a backend with graphs, all of it is captured once as ONE graph and replayed at every call; it
+ * is recaptured when dloss or `key` changes (key: a hash of everything else the tail bakes into
+ * its launches, e.g. AdamW's fixed hyper-parameters and segments; clipping on or off). The
+ * caller uploads the batch and the step's AdamW scalars before the call: they are read in
+ * stream order by the replay. Without graphs the same ops run eagerly in the same order. Not
+ * for ZeRO-3 over several ranks (its collectives are queued from the host). If the capture
+ * fails, a warning is logged, graphs are turned off for this model and the step runs eagerly. */
+void lj_model_train_step(lj_model *m, float dloss, uint64_t key, lj_model_step_tail tail, void *ctx);
 
 /* Full logits of the current batch into host f32 out[N, V] (forward only; for tests). */
 void lj_model_logits(lj_model *m, float *out);

@@ -13,7 +13,10 @@
  *   - Gradients of weights ACCUMULATE (+=) so that micro-batches add up; the caller zeroes
  *     them once per optimizer step. Gradients of activations overwrite unless the op says so.
  *   - Ops run asynchronously in stream order on the backend's stream; only the memcpy
- *     download and synchronize wait for the device.
+ *     download and synchronize wait for the device. upload is stream-ordered too (the host
+ *     source may be reused as soon as it returns).
+ *   - Per-step values an op reads from memory rather than from its arguments (AdamW's lr and
+ *     bias corrections) are what lets a captured graph replay a whole training step.
  *   - Workspaces are planned: each op that needs scratch reports its size through a
  *     *_workspace_bytes entry, and the memory plan (plan/plan.c) reserves it.
  */
@@ -30,16 +33,38 @@ typedef struct {
     float weight_decay;
 } lj_adamw_segment;
 
-/* AdamW hyper-parameters for one step. Source: Loshchilov & Hutter, "Decoupled Weight Decay
- * Regularization" (2019), Algorithm 2, with PyTorch's bias correction:
+/* AdamW. Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019),
+ * Algorithm 2, with PyTorch's bias correction (torch/optim/adamw.py):
  *   g  = grad * clip_scale,  clip_scale = min(1, max_grad_norm / (||grad||_2 + 1e-6))
  *   m  = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g^2
- *   p -= lr * (wd*p + (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)) */
+ *   p -= lr * (wd*p + (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps))
+ * evaluated in PyTorch's order (single-tensor path): p *= 1 - lr*wd; then
+ *   p -= step_size * m / (sqrt(v) / bc2_sqrt + eps),  step_size = lr / (1-b1^t), bc2_sqrt = sqrt(1-b2^t).
+ *
+ * The hyper-parameters come in two parts, so that a whole training step can be captured as one
+ * CUDA graph and replayed at every step:
+ *   - lj_adamw_hparams, fixed for a run, passed by value (a captured step bakes them in);
+ *   - the per-step scalars (lr and the bias corrections of step t), f32 in backend memory
+ *     (device memory on a GPU, host memory on the CPU), read by the update when it runs: the
+ *     host fills them with lj_adamw_step_scalars and uploads them, in stream order, before
+ *     the step (before the graph launch). */
 typedef struct {
-    float lr, beta1, beta2, eps;
-    int step;              /* t, starting at 1 */
+    float beta1, beta2, eps;
     float max_grad_norm;   /* <= 0: no clipping */
 } lj_adamw_hparams;
+
+/* Indices of the per-step scalars: float [LJ_ADAMW_NUM_SCALARS]. */
+enum {
+    LJ_ADAMW_LR = 0,        /* lr (the weight decay factor 1 - lr*wd is formed from it, in double) */
+    LJ_ADAMW_STEP_SIZE,     /* lr / (1 - beta1^t), computed in double, rounded once to f32 */
+    LJ_ADAMW_BC2_SQRT,      /* sqrt(1 - beta2^t), computed in double, rounded once to f32 */
+    LJ_ADAMW_NUM_SCALARS
+};
+
+/* Host: out[LJ_ADAMW_NUM_SCALARS] = the scalars of step `step` (t, starting at 1) with learning
+ * rate `lr`; the bias corrections 1 - beta^t, step_size and bc2_sqrt in double as Python
+ * computes them in PyTorch's _single_tensor_adamw, then rounded once to f32. */
+void lj_adamw_step_scalars(float *out, const lj_adamw_hparams *hp, float lr, int step);
 
 typedef struct lj_ops lj_ops;
 struct lj_ops {
@@ -150,14 +175,20 @@ struct lj_ops {
     size_t (*global_norm_workspace_bytes)(int64_t n);
     /* AdamW over every segment of the flat buffers, in one pass. master[n] f32 is updated;
      * params[n] (param dtype) receives the rounded copy, unless params == master (CPU).
+     * hp: the fixed hyper-parameters (by value: baked into a captured graph);
+     * step_scalars: [LJ_ADAMW_NUM_SCALARS] f32 in backend memory (lj_adamw_step_scalars,
+     * uploaded before the op runs; read on the device, so a replayed graph uses each step's);
      * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). */
     void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                         const float *grad_norm_sq);
+                         const float *step_scalars, const float *grad_norm_sq);
 
     /* ---- graphs (NULL on backends without them) ----
      * Between capture_begin and capture_end the ops issued are recorded, not run; the
-     * returned graph replays them with the same pointers and arguments. */
+     * returned graph replays them with the same pointers and arguments. Every op above is
+     * capturable except the memory entries that allocate, upload, download or synchronize:
+     * inputs that change between replays (the batch, the AdamW step scalars) are uploaded
+     * into their buffers before graph_launch, which runs in stream order after them. */
     lj_status (*graph_capture_begin)(void);
     lj_status (*graph_capture_end)(void **graph);
     void (*graph_launch)(void *graph);

@@ -65,6 +65,7 @@ static void walk(walker *w, lj_model *m) {
     m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
     m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
+    m->adamw_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
 
     /* ZeRO-3 (model/zero3.h): gather slots and persistent groups' buffers beside the parameter

@@ -1,6 +1,7 @@
 /* test_model.c: the whole model on the CPU backend: gradients against central finite
  * differences of the loss, recompute policies give bit-identical gradients, fused and unfused
- * twins agree, and a few AdamW steps on one batch lower the loss. */
+ * twins agree, a few AdamW steps on one batch lower the loss, and the one-call training step
+ * (lj_dp_train_step) equals the step taken op by op. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,12 +149,46 @@ static void test_adamw_lowers_loss(void **state) {
     teardown_model(&f);
 }
 
+/* lj_dp_train_step (the whole step in one call: on a GPU with graphs, one CUDA graph) runs the
+ * same ops as zero-grad + forward + backward + lj_dp_optimizer_step: bit-identical on the CPU,
+ * with the lr and step changing every step (read from the AdamW step scalars in memory). */
+static void test_train_step_matches_eager(void **state) {
+    (void)state;
+    lj_model_config c = small_config(0);
+    fixture a, b;
+    setup_model(&a, &c, 1, LJ_RECOMPUTE_NONE);
+    setup_model(&b, &c, 1, LJ_RECOMPUTE_NONE);
+    a.m.opt.graphs = 1; /* no graph entries on the CPU: the step runs eagerly */
+    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0};
+    lj_adamw_segment *seg;
+    const int nseg = lj_adamw_segments(&a.m.layout, &ac, &seg);
+    lj_dp single = LJ_DP_SINGLE;
+    const float dloss = 1.0f / (B * T);
+    for (int step = 1; step <= 4; step++) {
+        const float lr = 1e-2f / (float)step;
+        if (step == 3) ac.max_grad_norm = 0.0f; /* clipping off from step 3 */
+        const double na = lj_dp_train_step(&single, &a.m, seg, nseg, &ac, lr, step, dloss);
+        const double la = lj_model_mean_loss(&a.m);
+        const double lb = loss_and_grads(&b);
+        const double nb = lj_dp_optimizer_step(&single, &b.m, seg, nseg, &ac, lr, step);
+        assert_true(la == lb);
+        assert_true(na == nb);
+        assert_memory_equal(a.m.master, b.m.master, (size_t)a.m.layout.total * sizeof(float));
+        assert_memory_equal(a.m.adam_m, b.m.adam_m, (size_t)a.m.layout.total * sizeof(float));
+        assert_memory_equal(a.m.adam_v, b.m.adam_v, (size_t)a.m.layout.total * sizeof(float));
+    }
+    free(seg);
+    teardown_model(&a);
+    teardown_model(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients_finite_differences),
         cmocka_unit_test(test_recompute_is_bit_exact),
         cmocka_unit_test(test_fused_matches_unfused),
         cmocka_unit_test(test_adamw_lowers_loss),
+        cmocka_unit_test(test_train_step_matches_eager),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -511,9 +511,11 @@ static void check_adamw(float max_grad_norm, int separate_params, int expect_cli
     for (int t = 1; t <= 3; t++) {
         float *g = randf(n, 0.05f), norm_sq;
         ops->global_norm_sq(&norm_sq, g, n, ws);
-        lj_adamw_hparams hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = t,
-                               .max_grad_norm = max_grad_norm};
-        ops->adamw_update(params, master, g, m, v, seg, 3, &hp, &norm_sq);
+        const float lr = 1e-2f;
+        lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
+        float scalars[LJ_ADAMW_NUM_SCALARS]; /* the CPU backend's memory is host memory */
+        lj_adamw_step_scalars(scalars, &hp, lr, t);
+        ops->adamw_update(params, master, g, m, v, seg, 3, &hp, scalars, &norm_sq);
         double norm = 0;
         for (int64_t i = 0; i < n; i++) norm += (double)g[i] * g[i];
         norm = sqrt(norm);
@@ -521,7 +523,7 @@ static void check_adamw(float max_grad_norm, int separate_params, int expect_cli
         clipped |= clip < 1.0;
         for (int s = 0; s < 3; s++)
             for (int64_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
-                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, lr, hp.beta1, hp.beta2, hp.eps,
                           seg[s].weight_decay, t);
         free(g);
     }
@@ -552,10 +554,12 @@ static void test_adamw_clip_inactive_equals_off(void **state) {
     float *m1 = lj_calloc(n, 4), *v1 = lj_calloc(n, 4), *m2 = lj_calloc(n, 4), *v2 = lj_calloc(n, 4), ns;
     void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
     ops->global_norm_sq(&ns, g, n, ws);
-    lj_adamw_hparams hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 1, 0.0f};
-    ops->adamw_update(p1, p1, g, m1, v1, &seg, 1, &hp, &ns);
+    lj_adamw_hparams hp = {0.9f, 0.999f, 1e-8f, 0.0f};
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, &hp, 1e-3f, 1);
+    ops->adamw_update(p1, p1, g, m1, v1, &seg, 1, &hp, scalars, &ns);
     hp.max_grad_norm = 1e3f;
-    ops->adamw_update(p2, p2, g, m2, v2, &seg, 1, &hp, &ns);
+    ops->adamw_update(p2, p2, g, m2, v2, &seg, 1, &hp, scalars, &ns);
     assert_true(memcmp(p1, p2, n * sizeof(float)) == 0);
     free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2), free(ws);
 }

@@ -70,6 +70,47 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n) {
     m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
 }
 
+/* The fixed AdamW hyper-parameters of a config. */
+static lj_adamw_hparams hparams_of(const lj_adamw_config *cfg) {
+    const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm};
+    return hp;
+}
+
+/* Uploads the step's AdamW scalars (lr, bias corrections) to m->adamw_scalars, in stream order
+ * before the update that reads them. */
+static void upload_step_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step) {
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, hp, lr, step);
+    m->ops->upload(m->adamw_scalars, scalars, sizeof scalars);
+}
+
+static double download_norm(lj_model *m) {
+    float norm_sq = 0.0f;
+    m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    return sqrt((double)norm_sq);
+}
+
+/* The optimizer of a world of one (lj_dp_optimizer_step without collectives): the global norm
+ * of the shard's gradients (without ZeRO over several ranks: all of them), then AdamW over the
+ * segments with the scalars in m->adamw_scalars. Ops only: capturable. */
+typedef struct {
+    const lj_adamw_segment *segments;
+    int num_segments;
+    lj_adamw_hparams hp;
+} single_rank_update;
+
+static void single_rank_update_ops(lj_model *m, void *ctx) {
+    const single_rank_update *u = ctx;
+    const lj_ops *ops = m->ops;
+    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
+    const char *grad_shard = (const char *)m->grads + (size_t)m->shard_begin * sg;
+    const int64_t P = m->layout.total;
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
+    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
+                      u->segments, u->num_segments, &u->hp, m->adamw_scalars, m->grad_norm_sq);
+}
+
 /* The AdamW segments of this rank's ZeRO-3 shard: the parameter pieces it holds, in shard
  * order, with the weight decay of lj_adamw_segments (adjacent equal ones merged). */
 static int zero3_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out) {
@@ -99,7 +140,7 @@ static int zero3_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adam
 
 /* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
  * whole shard (its padding carries zeros) enters the norm and the update. */
-static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, float lr, int step) {
+static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, const lj_adamw_hparams *hp) {
     const lj_ops *ops = m->ops;
     void *stream = stream_of(m);
     lj_zero3_step_begin(m);
@@ -108,18 +149,18 @@ static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, flo
     lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     lj_adamw_segment *seg;
     const int nseg = zero3_segments(m, cfg, &seg);
-    const lj_adamw_hparams hp = {lr, cfg->beta1, cfg->beta2, cfg->eps, step, cfg->max_grad_norm};
-    ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, seg, nseg, &hp, m->grad_norm_sq);
+    ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, seg, nseg, hp, m->adamw_scalars,
+                      m->grad_norm_sq);
     free(seg);
-    float norm_sq = 0.0f;
-    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
-    return sqrt((double)norm_sq);
+    return download_norm(m);
 }
 
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step) {
     const lj_ops *ops = m->ops;
-    if (m->zero3) return zero3_step(dp, m, cfg, lr, step);
+    const lj_adamw_hparams hp = hparams_of(cfg);
+    upload_step_scalars(m, &hp, lr, step);
+    if (m->zero3) return zero3_step(dp, m, cfg, &hp);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
@@ -139,17 +180,39 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
         lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
-    const lj_adamw_hparams hp = {lr, cfg->beta1, cfg->beta2, cfg->eps, step, cfg->max_grad_norm};
     ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
-                      segments, num_segments, &hp, m->grad_norm_sq);
+                      segments, num_segments, &hp, m->adamw_scalars, m->grad_norm_sq);
     if (stage > 0) {
         lj_dp_check(dp, lj_dist_all_gather(dp->dist, (char *)m->params + (size_t)m->shard_begin * sp, m->params,
                                            m->shard_numel, ops->param_dtype, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
-    float norm_sq = 0.0f;
-    ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
-    return sqrt((double)norm_sq);
+    return download_norm(m);
+}
+
+double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
+                        const lj_adamw_config *cfg, float lr, int step, float dloss) {
+    if (dp->world > 1 || m->zero3) {
+        /* collectives between the backward and the update: not captured (yet) */
+        m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+        lj_model_forward_backward(m, dloss);
+        return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
+    }
+    const single_rank_update u = {segments, num_segments, hparams_of(cfg)};
+    /* everything the update bakes into its launches besides pointers: a changed value means a
+     * recapture (hashed field by field, never struct padding) */
+    uint64_t key = LJ_DIST_HASH_INIT;
+    const float fixed[4] = {u.hp.beta1, u.hp.beta2, u.hp.eps, u.hp.max_grad_norm};
+    key = lj_dist_hash(key, fixed, sizeof fixed);
+    key = lj_dist_hash(key, &num_segments, sizeof num_segments);
+    for (int i = 0; i < num_segments; i++) {
+        key = lj_dist_hash(key, &segments[i].offset, sizeof segments[i].offset);
+        key = lj_dist_hash(key, &segments[i].count, sizeof segments[i].count);
+        key = lj_dist_hash(key, &segments[i].weight_decay, sizeof segments[i].weight_decay);
+    }
+    upload_step_scalars(m, &u.hp, lr, step); /* in stream order before the step (its graph) reads them */
+    lj_model_train_step(m, dloss, key, single_rank_update_ops, (void *)&u);
+    return download_norm(m);
 }
 
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv) {

@@ -49,6 +49,22 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
 
+/* One whole training step of ONE micro-batch per rank (no gradient accumulation), over the
+ * batch already uploaded with lj_model_set_batch: zero the gradients, forward + backward with
+ * `dloss`, then the optimizer step as lj_dp_optimizer_step (same arguments). Returns the global
+ * gradient norm (before clipping); the losses stay readable (lj_model_mean_loss).
+ *   - World of one (no ZeRO-3 sharding): the step's AdamW scalars (lr, bias corrections of
+ *     `step`) are uploaded to m->adamw_scalars, then lj_model_train_step runs zero-grad +
+ *     forward + backward + global norm + AdamW (+ the parameter copy): with opt.graphs on a
+ *     backend with graphs, as ONE captured CUDA graph, recaptured when dloss, the AdamW
+ *     config (clipping on/off included) or the segments change; eagerly otherwise, with the
+ *     same ops in the same order as lj_model_forward_backward + lj_dp_optimizer_step.
+ *   - Several ranks, or ZeRO-3: forward + backward (one graph per micro-batch with
+ *     opt.graphs), then lj_dp_optimizer_step eagerly, as before.
+ * Collective when the world has several ranks. */
+double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
+                        const lj_adamw_config *cfg, float lr, int step, float dloss);
+
 /* Full host copies [P] of the master weights and AdamW moments on rank 0 (others pass NULL),
  * all-gathered from the shards through the gradient buffer (ZeRO-3: a gradient slot), which is
  * free between steps. Collective. */

@@ -416,24 +416,33 @@ static void teardown(run *r) {
     if (r->dp.dist) lj_dp_free(&r->dp);
 }
 
-/* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. */
+/* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. With
+ * one micro-batch per rank the whole iteration is one lj_dp_train_step (on a single GPU with
+ * graphs: zero-grad + forward + backward + norm + AdamW as one CUDA graph). */
 static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
-    m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
-    double sum = 0.0;
-    for (int micro = 0; micro < r->accumulation; micro++) {
-        lj_loader_next(&r->train_data, r->tokens);
-        lj_model_set_batch(m, r->tokens);
-        lj_model_forward_backward(m, dloss);
-        sum += lj_model_mean_loss(m);
-    }
     const int step = r->iteration + 1;
     *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
                       ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
                       : lj_lr_at(&c->lr, step));
-    *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step);
+    double sum = 0.0;
+    if (r->accumulation == 1) {
+        lj_loader_next(&r->train_data, r->tokens);
+        lj_model_set_batch(m, r->tokens); /* uploaded in stream order before the step */
+        *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step, dloss);
+        sum = lj_model_mean_loss(m); /* the losses of this step's forward (the update leaves them) */
+    } else {
+        m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+        for (int micro = 0; micro < r->accumulation; micro++) {
+            lj_loader_next(&r->train_data, r->tokens);
+            lj_model_set_batch(m, r->tokens);
+            lj_model_forward_backward(m, dloss);
+            sum += lj_model_mean_loss(m);
+        }
+        *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step);
+    }
     float scalars[2] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0)};
     lj_dp_sum(&r->dp, m, scalars, 2);
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;

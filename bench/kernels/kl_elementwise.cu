@@ -9,7 +9,7 @@ typedef struct {
     int N, I, C, V, nh, nkv, hd, T, B;
     int64_t P;
     void *gate_up, *out, *tmp, *dout, *dgu, *qkv, *emb_out, *wte, *params;
-    float *cosv, *sinv, *master, *m, *v, *gn, *ws;
+    float *cosv, *sinv, *master, *m, *v, *gn, *ws, *scalars; /* scalars: AdamW's per-step, device */
     void *dwte, *grad, *emb_ws; /* grad dtype */
     int32_t *ids;
     lj_adamw_segment seg[2];
@@ -49,8 +49,8 @@ static void norm_sq(void *p) {
 }
 static void adamw(void *p) {
     ew_ctx *c = (ew_ctx *)p;
-    lj_adamw_hparams hp = {3e-4f, 0.9f, 0.95f, 1e-8f, 10, 1.0f};
-    c->ops->adamw_update(c->params, c->master, c->grad, c->m, c->v, c->seg, 2, &hp, c->gn);
+    lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    c->ops->adamw_update(c->params, c->master, c->grad, c->m, c->v, c->seg, 2, &hp, c->scalars, c->gn);
 }
 
 static void report(const char *name, void (*fn)(void *), ew_ctx *c, double bytes) {
@@ -123,12 +123,19 @@ int main(void) {
     c.params = kl_alloc(ops, (size_t)c.P * 2);
     c.gn = (float *)kl_alloc(ops, 4);
     c.ws = (float *)kl_alloc(ops, ops->global_norm_workspace_bytes(c.P));
+    c.scalars = (float *)kl_alloc(ops, LJ_ADAMW_NUM_SCALARS * sizeof(float));
+    {
+        const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+        float s[LJ_ADAMW_NUM_SCALARS];
+        lj_adamw_step_scalars(s, &hp, 3e-4f, 10); /* lr 3e-4 at step 10 */
+        ops->upload(c.scalars, s, sizeof s);
+    }
     c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f};
     c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f};
     printf("optimizer over %lld parameters, %s gradients\n", (long long)c.P, lj_dtype_name(ops->grad_dtype));
     report("global_norm_sq", norm_sq, &c, (double)gs * c.P);
     report("adamw_update", adamw, &c, (26.0 + gs) * c.P);
     ops->free(c.grad), ops->free(c.master), ops->free(c.m), ops->free(c.v), ops->free(c.params), ops->free(c.gn);
-    ops->free(c.ws);
+    ops->free(c.ws), ops->free(c.scalars);
     return kl_finish("kl_elementwise");
 }

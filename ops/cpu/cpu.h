@@ -150,6 +150,6 @@ void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *worksp
 size_t lj_cpu_global_norm_workspace_bytes(int64_t n);
 void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                         const float *grad_norm_sq);
+                         const float *step_scalars, const float *grad_norm_sq);
 
 #endif

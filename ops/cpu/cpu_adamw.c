@@ -29,11 +29,12 @@ void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *worksp
 
 /* PyTorch's AdamW step order (torch/optim/adamw.py, single-tensor path): p *= 1 - lr*wd;
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= (lr/bc1) m / (sqrt(v)/sqrt(bc2) + eps),
- * with the bias corrections bc = 1 - beta^t computed in double as Python does. This is the
- * formula of ops.h: p -= lr (wd p + m_hat / (sqrt(v_hat) + eps)). */
+ * with the bias corrections bc = 1 - beta^t computed in double as Python does (the step
+ * scalars of lj_adamw_step_scalars, here in host memory). This is the formula of ops.h:
+ * p -= lr (wd p + m_hat / (sqrt(v_hat) + eps)). */
 void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                         const float *grad_norm_sq) {
+                         const float *step_scalars, const float *grad_norm_sq) {
     const float *g = grad;
     float clip = 1.0f;
     if (hp->max_grad_norm > 0.0f) {
@@ -41,9 +42,8 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
         float c = hp->max_grad_norm / (norm + 1e-6f);
         clip = c < 1.0f ? c : 1.0f;
     }
-    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = hp->lr;
-    const double bc1 = 1.0 - pow((double)b1, hp->step), bc2 = 1.0 - pow((double)b2, hp->step);
-    const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = step_scalars[LJ_ADAMW_LR];
+    const float step_size = step_scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
     for (int s = 0; s < num_segments; s++) {
         const lj_adamw_segment *seg = &segments[s];
         const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);

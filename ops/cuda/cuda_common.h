@@ -117,7 +117,7 @@ void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *works
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                          const float *grad_norm_sq);
+                          const float *step_scalars, const float *grad_norm_sq);
 
 /* cuda_attention.cu (flash kernels) and cuda_attention_simple.cu (fp32 reference kernels) */
 void lj_cuda_attention_init(void);

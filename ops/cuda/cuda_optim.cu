@@ -1,7 +1,9 @@
 /* cuda_optim.cu: the optimizer ops on the GPU: the squared global gradient norm (a
  * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
  * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
- * bf16 or fp32 (lj_cuda_grad_dtype), read as fp32. */
+ * bf16 or fp32 (lj_cuda_grad_dtype), read as fp32. Both ops are capturable: AdamW's per-step
+ * lr and bias corrections are read from device memory, so one captured graph serves every
+ * step. */
 #include "ops/cuda/cuda_common.h"
 
 #include <math.h>
@@ -79,28 +81,37 @@ typedef struct {
     int num;
 } lj_adamw_batch;
 
+/* The fixed hyper-parameters (by value; a captured graph bakes them in). The per-step ones
+ * (lr, step_size, bc2_sqrt) are read from device memory by the kernel. */
 typedef struct {
-    float lr, beta1, beta2, eps, bc1, bc2, max_grad_norm;
+    float beta1, beta2, eps, max_grad_norm;
 } lj_adamw_consts;
 
 /* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
- * consecutive elements of one segment. Formula: ops.h (lj_adamw_hparams). */
+ * consecutive elements of one segment. Formula and evaluation order: ops.h (AdamW), the CPU
+ * backend's (cpu_adamw.c) with the step scalars of lj_adamw_step_scalars read from
+ * `scalars` [LJ_ADAMW_NUM_SCALARS] f32 device memory, so that a replayed CUDA graph uses the
+ * values uploaded before each launch. */
 template <typename G>
 __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
                                                                  float *m, float *v, const lj_adamw_batch batch,
-                                                                 const lj_adamw_consts k, const float *grad_norm_sq) {
+                                                                 const lj_adamw_consts k, const float *scalars,
+                                                                 const float *grad_norm_sq) {
     float clip = 1.0f;
     if (k.max_grad_norm > 0.0f && grad_norm_sq) {
         float norm = sqrtf(*grad_norm_sq);
         clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
     }
+    const float lr = scalars[LJ_ADAMW_LR], step_size = scalars[LJ_ADAMW_STEP_SIZE];
+    const float bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
     int64_t units = batch.unit_start[batch.num];
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
         int s = 0;
         while (batch.unit_start[s + 1] <= u) s++;
         int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
         int64_t base = batch.offset[s], count = batch.count[s];
-        float wd = batch.weight_decay[s];
+        /* 1 - lr*wd in double, rounded once (as the CPU backend) */
+        const float decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
         for (int j = 0; j < 8; j++) {
             int64_t e = local + (int64_t)j * LJ_ADAMW_THREADS + threadIdx.x;
             if (e >= count) break;
@@ -110,9 +121,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
             float vi = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
             m[i] = mi;
             v[i] = vi;
-            float p = master[i];
-            float mhat = mi / k.bc1, vhat = vi / k.bc2;
-            p -= k.lr * (wd * p + mhat / (sqrtf(vhat) + k.eps));
+            float p = master[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + k.eps));
             master[i] = p;
             if (params) params[i] = __float2bfloat16_rn(p);
         }
@@ -121,14 +130,11 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
 
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                          const float *grad_norm_sq) {
+                          const float *step_scalars, const float *grad_norm_sq) {
     lj_adamw_consts k;
-    k.lr = hp->lr;
     k.beta1 = hp->beta1;
     k.beta2 = hp->beta2;
     k.eps = hp->eps;
-    k.bc1 = (float)(1.0 - pow((double)hp->beta1, (double)hp->step));
-    k.bc2 = (float)(1.0 - pow((double)hp->beta2, (double)hp->step));
     k.max_grad_norm = hp->max_grad_norm;
     lj_bf16 *pb = (void *)params == (void *)master ? NULL : (lj_bf16 *)params;
     for (int s0 = 0; s0 < num_segments; s0 += LJ_ADAMW_SEGS) {
@@ -146,11 +152,11 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
         if (units == 0) continue;
         unsigned blocks = lj_cuda_blocks(units, 1);
         if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
-            adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(pb, master, (const float *)grad, m,
-                                                                               v, batch, k, grad_norm_sq);
+            adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+                pb, master, (const float *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
         else
             adamw_kernel<lj_bf16><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
-                pb, master, (const lj_bf16 *)grad, m, v, batch, k, grad_norm_sq);
+                pb, master, (const lj_bf16 *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
         LJ_CUDA_LAUNCHED("adamw_kernel");
     }
 }

@@ -566,19 +566,20 @@ static void test_adamw(int64_t total, float max_grad_norm) {
         off += 17;
     }
     if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f};
-    lj_adamw_hparams hp = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = 3,
-                           .max_grad_norm = max_grad_norm};
+    lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
+    float sc[LJ_ADAMW_NUM_SCALARS]; /* lr 1e-3 at step 3: host memory for H, device memory for G */
+    lj_adamw_step_scalars(sc, &hp, 1e-3f, 3);
     float *p = hrand(total, 1.0f), *g = hrand(total, 1.0f), *m = hrand(total, 0.1f), *v = hzeros(total);
     for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_rng)) * 0.01f;
     double s = 0;
     for (int64_t i = 0; i < total; i++) s += (double)g[i] * g[i];
     float gn = (float)s;
     float *hp_master = hcopy(p, total), *hm = hcopy(m, total), *hv = hcopy(v, total), *hparams = hcopy(p, total);
-    H->adamw_update(hparams, hp_master, g, hm, hv, seg, ns, &hp, &gn);
+    H->adamw_update(hparams, hp_master, g, hm, hv, seg, ns, &hp, sc, &gn);
     void *gp = galloc((size_t)total * 2), *gmaster = gf32(p, total), *gg = ggrad(g, total), *gm = gf32(m, total);
-    void *gv = gf32(v, total), *ggn = gf32(&gn, 1);
+    void *gv = gf32(v, total), *ggn = gf32(&gn, 1), *gsc = gf32(sc, LJ_ADAMW_NUM_SCALARS);
     gpoison(gp, (size_t)total * 2);
-    G->adamw_update(gp, gmaster, gg, gm, gv, seg, ns, &hp, ggn);
+    G->adamw_update(gp, gmaster, gg, gm, gv, seg, ns, &hp, gsc, ggn);
     float *op = dl_bf16(gp, total), *om = dl_f32(gmaster, total), *omm = dl_f32(gm, total), *ov = dl_f32(gv, total);
     /* params outside every segment stay poisoned on the GPU: compare the segments only */
     float *ref_bf = hzeros(total), *op_seg = hzeros(total);
@@ -592,7 +593,7 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     check("adamw_update m", shape, omm, hm, total, 1e-6, 1e-5);
     check("adamw_update v", shape, ov, hv, total, 1e-6, 1e-5);
     check("adamw_update params (bf16)", shape, op_seg, ref_bf, total, 1e-2, 1e-2);
-    G->free(gp), G->free(gmaster), G->free(gg), G->free(gm), G->free(gv), G->free(ggn);
+    G->free(gp), G->free(gmaster), G->free(gg), G->free(gm), G->free(gv), G->free(ggn), G->free(gsc);
     free(p), free(g), free(m), free(v), free(hp_master), free(hm), free(hv), free(hparams), free(op), free(om);
     free(omm), free(ov), free(ref_bf), free(op_seg);
 }
@@ -601,15 +602,26 @@ static void test_adamw(int64_t total, float max_grad_norm) {
 
 /* A chain of ops shaped like one layer's step, on device buffers; every output is a separate
  * buffer and every accumulated gradient is zeroed inside the chain, so the chain is
- * idempotent (the optimizer state is restored from copies first). */
+ * idempotent (the optimizer state is restored from copies first) except for AdamW's step
+ * scalars (lr, bias corrections), which it reads from device memory (`scalars`): a replay
+ * takes the values uploaded before its launch, as the training step's graph does. */
 typedef struct {
     int B, T, C, nh, nkv, hd, I, V, N, QKV;
     int64_t P; /* flat parameter count: w_qkv, w_up, norm */
     int32_t *ids, *targets;
     void *wte, *x, *w_norm, *xn, *w_qkv, *qkv, *att, *lse, *att_ws, *dqkv, *datt, *gu, *w_up, *h, *dh, *dgu, *dxn;
     void *dx_norm, *losses, *dx_ce, *dwte, *norm_ws, *ce_ws, *emb_ws, *rstd, *cosv, *sinv, *grads, *gnorm, *gn_ws;
-    void *master, *master0, *m, *m0, *v, *v0, *params, *w_lm, *dw_lm;
+    void *master, *master0, *m, *m0, *v, *v0, *params, *w_lm, *dw_lm, *scalars;
 } graph_bufs;
+
+static const lj_adamw_hparams g_graph_hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+
+/* Uploads the AdamW step scalars of (lr, step) into g->scalars (stream order, outside capture). */
+static void graph_set_step(const graph_bufs *g, float lr, int step) {
+    float sc[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(sc, &g_graph_hp, lr, step);
+    G->upload(g->scalars, sc, sizeof sc);
+}
 
 static void graph_chain(const graph_bufs *g) {
     const lj_ops *o = G;
@@ -641,8 +653,7 @@ static void graph_chain(const graph_bufs *g) {
     o->copy(g->m, g->m0, (size_t)g->P * 4);
     o->copy(g->v, g->v0, (size_t)g->P * 4);
     lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f}, {g->P / 2, g->P - g->P / 2, 0.0f}};
-    lj_adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 1, 1.0f};
-    o->adamw_update(g->params, g->master, g->grads, g->m, g->v, seg, 2, &hp, g->gnorm);
+    o->adamw_update(g->params, g->master, g->grads, g->m, g->v, seg, 2, &g_graph_hp, g->scalars, g->gnorm);
 }
 
 static void test_graph(void) {
@@ -688,6 +699,7 @@ static void test_graph(void) {
     g.grads = galloc((size_t)g.P * grad_size()), g.gnorm = galloc(4), g.gn_ws = galloc(G->global_norm_workspace_bytes(g.P));
     g.master = galloc((size_t)g.P * 4), g.m = galloc((size_t)g.P * 4), g.v = galloc((size_t)g.P * 4);
     g.params = galloc((size_t)g.P * 2), g.dw_lm = galloc((size_t)g.V * g.I * grad_size());
+    g.scalars = galloc(LJ_ADAMW_NUM_SCALARS * sizeof(float));
 
     /* what is compared: name, buffer, elements, bf16?, exact? (atomics make some inexact) */
     struct {
@@ -703,50 +715,86 @@ static void test_graph(void) {
                 {"params", g.params, g.P, 1, 0},
                 {"dw lm_head", g.dw_lm, (int64_t)g.V * g.I, g_bf16_grads, 1}};
     int nouts = (int)(sizeof outs / sizeof outs[0]);
-    float *eager[16];
-    graph_chain(&g);
-    for (int i = 0; i < nouts; i++) eager[i] = outs[i].bf16 ? dl_bf16(outs[i].buf, outs[i].n) : dl_f32(outs[i].buf, outs[i].n);
-    for (int i = 0; i < nouts; i++) gpoison(outs[i].buf, (size_t)outs[i].n * (outs[i].bf16 ? 2 : 4));
+    /* two optimizer steps with different lr and step t: eager first */
+    const struct {
+        float lr;
+        int step;
+    } steps[2] = {{1e-3f, 1}, {2.5e-4f, 7}};
+    float *eager[2][16];
+    int i_master = 0;
+    for (int i = 0; i < nouts; i++)
+        if (!strcmp(outs[i].name, "master")) i_master = i;
+    for (int k = 0; k < 2; k++) {
+        graph_set_step(&g, steps[k].lr, steps[k].step);
+        graph_chain(&g);
+        for (int i = 0; i < nouts; i++)
+            eager[k][i] = outs[i].bf16 ? dl_bf16(outs[i].buf, outs[i].n) : dl_f32(outs[i].buf, outs[i].n);
+    }
+    /* the steps must update the weights differently, or a replay that kept the captured
+     * step's scalars would go unseen */
+    {
+        int64_t differ = 0;
+        for (int64_t k = 0; k < g.P; k++) differ += eager[0][i_master][k] != eager[1][i_master][k];
+        int i0 = op_index("cuda_graph AdamW steps differ");
+        g_ops[i0].checks++;
+        if (differ == 0) g_ops[i0].fails++, g_total_fails++, g_ops[i0].worst = INFINITY;
+        printf("%s cuda_graph AdamW steps differ (lr %g t %d vs lr %g t %d: %lld of %lld master weights)\n",
+               differ ? "PASS" : "FAIL", steps[0].lr, steps[0].step, steps[1].lr, steps[1].step, (long long)differ,
+               (long long)g.P);
+    }
 
+    /* capture once (the scalars of neither step baked in), then replay each step after
+     * uploading its scalars; step 0 is replayed twice */
     cudaStream_t s = lj_cuda_stream();
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
+    for (int i = 0; i < nouts; i++) gpoison(outs[i].buf, (size_t)outs[i].n * (outs[i].bf16 ? 2 : 4));
+    gpoison(g.scalars, LJ_ADAMW_NUM_SCALARS * sizeof(float));
     cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     if (e == cudaSuccess) {
         graph_chain(&g);
         e = cudaStreamEndCapture(s, &graph);
     }
     if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-    for (int r = 0; r < 2 && e == cudaSuccess; r++) e = cudaGraphLaunch(exec, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     int i0 = op_index("cuda_graph capture+replay");
-    if (e != cudaSuccess) {
-        printf("FAIL cuda_graph capture+replay: %s\n", cudaGetErrorString(e));
-        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
-        g_ops[i0].worst = INFINITY;
-    } else {
-        g_ops[i0].checks++;
-        size_t nodes = 0;
-        cudaGraphGetNodes(graph, NULL, &nodes);
-        printf("PASS cuda_graph capture+replay (%zu nodes, replayed twice)\n", nodes);
+    for (int k = 0; k < 2 && e == cudaSuccess; k++) {
+        for (int i = 0; i < nouts; i++) gpoison(outs[i].buf, (size_t)outs[i].n * (outs[i].bf16 ? 2 : 4));
+        graph_set_step(&g, steps[k].lr, steps[k].step); /* in stream order before the launch */
+        for (int r = 0; r < (k == 0 ? 2 : 1) && e == cudaSuccess; r++) e = cudaGraphLaunch(exec, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess) break;
+        if (k == 0) {
+            g_ops[i0].checks++;
+            size_t nodes = 0;
+            cudaGraphGetNodes(graph, NULL, &nodes);
+            printf("PASS cuda_graph capture+replay (%zu nodes, step 1 replayed twice, then step 2)\n", nodes);
+        }
+        char shape[64];
+        snprintf(shape, sizeof shape, "chain, lr %g step %d", steps[k].lr, steps[k].step);
         for (int i = 0; i < nouts; i++) {
             float *got = outs[i].bf16 ? dl_bf16(outs[i].buf, outs[i].n) : dl_f32(outs[i].buf, outs[i].n);
             char op[64];
             snprintf(op, sizeof op, "cuda_graph replay vs eager %s", outs[i].name);
             if (outs[i].exact)
-                check(op, "one layer-like chain", got, eager[i], outs[i].n, TOL_EXACT);
+                check(op, shape, got, eager[k][i], outs[i].n, TOL_EXACT);
             else
-                check(op, "one layer-like chain", got, eager[i], outs[i].n, 1e-3, 1e-2);
+                check(op, shape, got, eager[k][i], outs[i].n, 1e-3, 1e-2);
             free(got);
         }
     }
+    if (e != cudaSuccess) {
+        printf("FAIL cuda_graph capture+replay: %s\n", cudaGetErrorString(e));
+        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
+        g_ops[i0].worst = INFINITY;
+    }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
-    for (int i = 0; i < nouts; i++) free(eager[i]);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < nouts; i++) free(eager[k][i]);
     void *bufs[] = {g.ids, g.targets, g.wte, g.x, g.w_norm, g.xn, g.w_qkv, g.qkv, g.att, g.lse, g.att_ws, g.dqkv,
                     g.datt, g.gu, g.w_up, g.h, g.dh, g.dgu, g.dxn, g.dx_norm, g.losses, g.dwte, g.norm_ws, g.ce_ws,
                     g.emb_ws, g.rstd, g.cosv, g.sinv, g.grads, g.gnorm, g.gn_ws, g.master, g.master0, g.m, g.m0, g.v, g.v0,
-                    g.params, g.w_lm, g.dw_lm};
+                    g.params, g.w_lm, g.dw_lm, g.scalars};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
     free(ids), free(tg);
 #undef RAND_BF16
