@@ -174,6 +174,9 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
     fprintf(f, "%-28s %s\n", "peak memory measured", lj_format_bytes(r->measured_bytes, b1, sizeof b1));
     fprintf(f, "%-28s %s\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2));
     if (cfg->dp->world > 1) fprintf(f, "(memory figures are rank 0's)\n");
+    if (cfg->dp->world > 1 && cfg->dp->zero_stage >= 2)
+        fprintf(f, "overlap_comm: %s\n", cfg->dp->overlap_comm ? "on (collectives overlapped with compute)"
+                                                               : "off (the compute stream waits for each collective)");
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
     fprintf(f, "MFU convention: FLOPs/token = 6N + 12*L*d*s = %.3g (N = %.4g matmul parameters incl. lm_head); peak: %s\n",
             r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
@@ -190,6 +193,7 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
     cJSON_AddNumberToObject(o, "world_size", cfg->dp->world);
     cJSON_AddNumberToObject(o, "zero_stage", cfg->dp->zero_stage);
+    cJSON_AddBoolToObject(o, "overlap_comm", cfg->dp->overlap_comm);
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_device);

@@ -23,11 +23,16 @@ static void usage(FILE *f) {
             "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
             "                             on by itself for deepspeed/ names that would not fit)\n"
             "  --recompute-granularity full|selective --recompute-method uniform|block --recompute-num-layers N\n"
-            "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt\n"
+            "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, and over several\n"
+            "                             ranks under ZeRO stage 2 or 3 +CommOpt (overlap_comm off in the rows\n"
+            "                             above it, on in it)\n"
             "  --json FILE                the result (or the ablation rows) as JSON\n"
             "  --seed S                   (default 1234)\n"
             "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
-            "  --zero-stage S             ZeRO stage 0-3 over the ranks (deepspeed/ names: 3, which is 0 on one rank)\n",
+            "  --zero-stage S             ZeRO stage 0-3 over the ranks (deepspeed/ names: 3, which is 0 on one rank)\n"
+            "  --overlap-comm, --no-overlap-comm   ZeRO-2/3 collectives on their own stream overlapped with\n"
+            "                             compute (the default), or waited for by the compute stream right after\n"
+            "                             each; no effect on stages 0 and 1 (gradients all-reduced after the backward)\n",
             lj_config_preset_names());
 }
 
@@ -38,48 +43,77 @@ typedef struct {
     uint8_t planned[LJ_MAX_LAYERS];
 } ablation_ctx;
 
-/* One row of the ablation: a name and how it changes the configuration of the row above.
- * Adding a row is adding an entry here. */
+/* One row of the ablation: a name, how it changes the configuration of the row above, and
+ * (optional) why it does not apply to this run (NULL: it does; the row is then left out and the
+ * reason printed). Adding a row is adding an entry here. */
 typedef struct {
     const char *name;
     const char *what;
     void (*apply)(lj_bench_config *cfg, const ablation_ctx *ctx);
+    const char *(*omit)(const lj_bench_config *cfg);
 } ablation_row;
 
+/* the rows before +CommOpt run with overlap_comm off, so that +CommOpt measures it */
 static void apply_base(lj_bench_config *c, const ablation_ctx *x) {
     c->fused = 0;
     memcpy(c->recompute, x->manual, sizeof c->recompute);
+    c->dp->overlap_comm = 0;
 }
 static void apply_fusion(lj_bench_config *c, const ablation_ctx *x) { c->fused = 1; }
 static void apply_ckptopt(lj_bench_config *c, const ablation_ctx *x) {
     memcpy(c->recompute, x->planned, sizeof c->recompute);
 }
 
+static void apply_commopt(lj_bench_config *c, const ablation_ctx *x) {
+    (void)x;
+    c->dp->overlap_comm = 1;
+}
+static const char *omit_commopt(const lj_bench_config *c) {
+    if (c->dp->world == 1) return "one rank: there is no communication to overlap";
+    if (c->dp->zero_stage < 2)
+        return "ZeRO stages 0 and 1 all-reduce the gradients after the backward: nothing to overlap (--zero-stage 2 or 3)";
+    return NULL;
+}
+
 static const ablation_row k_ablation[] = {
-    {"Base", "unfused twins, no CUDA graph, manual recompute", apply_base},
-    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE), CUDA graph on GPUs", apply_fusion},
-    {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt},
+    {"Base", "unfused twins, no CUDA graph, manual recompute", apply_base, NULL},
+    {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE), CUDA graph on GPUs", apply_fusion, NULL},
+    {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt, NULL},
+    {"+CommOpt", "ZeRO-2/3 gradient reductions (and ZeRO-3 gathers, prefetched) overlapped with compute on their own "
+                 "stream (overlap_comm)",
+     apply_commopt, omit_commopt},
 };
 
 static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const char *json_path) {
-    const int rows = (int)(sizeof k_ablation / sizeof k_ablation[0]);
+    const int all = (int)(sizeof k_ablation / sizeof k_ablation[0]);
     double tps[8];
     lj_bench_result res[8];
-    for (int i = 0; i < rows; i++) {
+    int ran[8], rows = 0;
+    for (int i = 0; i < all; i++) {
+        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg) : NULL;
+        if (why) {
+            if (cfg->dp->rank == 0) fprintf(stderr, "ablation row %s left out: %s\n", k_ablation[i].name, why);
+            continue;
+        }
         k_ablation[i].apply(cfg, ctx);
         if (cfg->dp->rank == 0) fprintf(stderr, "ablation row %s (%s)\n", k_ablation[i].name, k_ablation[i].what);
-        if (lj_bench_run(cfg, &res[i]) != LJ_OK) return lj_cli_error("benchmark");
-        tps[i] = res[i].tokens_per_s;
+        if (lj_bench_run(cfg, &res[rows]) != LJ_OK) return lj_cli_error("benchmark");
+        tps[rows] = res[rows].tokens_per_s;
+        ran[rows++] = i;
     }
     if (cfg->dp->rank != 0) return 0;
-    printf("ljperf benchmark --ablation: %s on %s, seq %d, micro-batch %d\n", cfg->model.name, cfg->ops->name,
-           cfg->seq_length, cfg->micro_batch_size);
+    printf("ljperf benchmark --ablation: %s on %d x %s (ZeRO stage %d), seq %d, micro-batch %d\n", cfg->model.name,
+           cfg->dp->world, cfg->ops->name, cfg->dp->zero_stage, cfg->seq_length, cfg->micro_batch_size);
     printf("%-10s %14s %10s %8s  %s\n", "row", "tokens/s", "gain", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
         if (i > 0) snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (tps[i] / tps[i - 1] - 1.0));
-        printf("%-10s %14.0f %10s %7.1f%%  %s\n", k_ablation[i].name, tps[i], gain, 100.0 * res[i].mfu,
-               k_ablation[i].what);
+        printf("%-10s %14.0f %10s %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, 100.0 * res[i].mfu,
+               k_ablation[ran[i]].what);
+    }
+    for (int i = 0; i < all; i++) {
+        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg) : NULL;
+        if (why) printf("(%s left out: %s)\n", k_ablation[i].name, why);
     }
     if (json_path) {
         FILE *f = fopen(json_path, "w");
@@ -90,7 +124,7 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
         fprintf(f, "[\n");
         for (int i = 0; i < rows; i++)
             fprintf(f, "  {\"row\": \"%s\", \"tokens_per_s\": %.1f, \"mfu\": %.5f, \"step_ms_median\": %.3f}%s\n",
-                    k_ablation[i].name, tps[i], res[i].mfu, res[i].step_ms_median, i + 1 < rows ? "," : "");
+                    k_ablation[ran[i]].name, tps[i], res[i].mfu, res[i].step_ms_median, i + 1 < rows ? "," : "");
         fprintf(f, "]\n");
         fclose(f);
     }
@@ -114,7 +148,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL, *grad_dtype = NULL;
-    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1;
+    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
@@ -142,6 +176,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         else if (!strcmp(a, "--ablation")) ablation = 1;
         else if (!strcmp(a, "--no-progress")) cfg.progress = 0;
         else if (!strcmp(a, "--zero-stage")) s = lj_cli_int(argc, argv, &i, &zero_stage);
+        else if (!strcmp(a, "--overlap-comm")) overlap = 1;
+        else if (!strcmp(a, "--no-overlap-comm")) overlap = 0;
         else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else if (!strcmp(a, "--recompute-granularity")) s = lj_cli_str(argc, argv, &i, &granularity);
         else if (!strcmp(a, "--data") || !strcmp(a, "--data-path")) {
@@ -165,8 +201,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
                       : (iters_given && iters <= 0) ? "--train-iters must be positive"
                       : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
-                      : (ablation && (recompute || granularity || !cfg.fused))
-                          ? "--ablation chooses fusion and recompute per row: drop --recompute*, --no-fusion"
+                      : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
+                          ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
+                            "--[no-]overlap-comm"
                           : NULL;
     if (bad) {
         lj_fail(LJ_ERR_ARG, "%s", bad);
@@ -197,6 +234,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
     if (lj_dp_init(dp, cfg.ops, zero_stage, summary) != LJ_OK) return lj_cli_error("benchmark");
+    if (overlap >= 0) dp->overlap_comm = overlap;
     cfg.dp = dp;
     if (dp->rank != 0) {
         lj_log_set_quiet(1);

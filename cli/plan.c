@@ -222,8 +222,9 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
         printf("per rank of %d data-parallel ranks, ZeRO stage %d%s\n", a->world, a->zero,
                a->zero == 0   ? " (replicated)"
                : a->zero == 1 ? " (AdamW state and master weights sharded)"
-               : a->zero == 2 ? " (AdamW state and master weights sharded; gradients reduce-scattered, "
-                                "the full gradient buffer is still held)"
+               : a->zero == 2 ? " (AdamW state, master weights and gradients sharded: each rank holds its "
+                                "gradient shard and gradient slots for the layers in backward, reduced bucket by "
+                                "bucket to the shard owners; parameters replicated)"
                               : " (parameters, gradients and AdamW state sharded; gather slots for the layers computing "
                                 "and prefetched, gradient slots reduce-scattered after each layer's backward)");
     else if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);

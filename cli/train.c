@@ -22,8 +22,15 @@ static void usage(FILE *f) {
             "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
             "                                --device cpu through mpirun); mpirun/srun/torchrun also work\n"
             "  --zero-stage S                DeepSpeed ZeRO stage: 0 replicated, 1 sharded AdamW state,\n"
-            "                                2 also reduce-scattered gradients, 3 also sharded parameters\n"
-            "                                (each layer all-gathered as it computes; 3 on one rank = 0)\n"
+            "                                2 also sharded gradients (reduced bucket by bucket during the\n"
+            "                                backward), 3 also sharded parameters (each layer all-gathered\n"
+            "                                as it computes; 3 on one rank = 0)\n"
+            "  --overlap-comm, --no-overlap-comm   ZeRO-2/3 collectives overlapped with compute on their own\n"
+            "                                stream, or waited for right after each (default: on; with\n"
+            "                                --deepspeed, zero_optimization.overlap_comm, whose DeepSpeed\n"
+            "                                default is on for stage 3 only); no effect on stages 0 and 1\n"
+            "  --reduce-bucket-size N        ZeRO-2 elements per gradient reduction (default: hidden^2,\n"
+            "                                DeepSpeed's \"auto\"; or zero_optimization.reduce_bucket_size)\n"
             "  --deepspeed ds_config.json    DeepSpeed config: batch sizes, gradient_clipping, optimizer,\n"
             "                                scheduler, zero_optimization (unknown keys are named)\n"
             "data:\n"
@@ -176,7 +183,14 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--deepspeed") || !strcmp(a, "--deepspeed_config"))
             LJ_TRY(lj_cli_str(argc, argv, &i, &ds_path));
         else if (!strcmp(a, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->zero_stage));
-        else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
+        else if (!strcmp(a, "--overlap-comm")) c->overlap_comm = 1;
+        else if (!strcmp(a, "--no-overlap-comm")) c->overlap_comm = 0;
+        else if (!strcmp(a, "--reduce-bucket-size")) {
+            int n = 0;
+            LJ_TRY(lj_cli_int(argc, argv, &i, &n));
+            if (n <= 0) return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
+            c->reduce_bucket_size = n;
+        } else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");

@@ -33,19 +33,30 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     const int64_t P = m->layout.total;
     const int W = opt->zero_stage > 0 && opt->dp_world_size > 1 ? opt->dp_world_size : 1;
     m->zero3 = lj_zero3_create(m);
-    if (m->zero3) {
+    if (m->zero3 && !m->zero3->shard_params) {
+        /* ZeRO-2: flat shards as under stage 1, but only this rank's shard of the gradients. The
+         * gradient slots are reduced from the host as the layers' backward ends (as under stage
+         * 3), so forward + backward is not captured as a CUDA graph either. */
+        m->opt.graphs = 0;
+        m->shard_numel = m->zero3->flat.shard_numel;
+        m->padded_numel = m->shard_numel * W;
+        m->shard_begin = m->shard_numel * opt->dp_rank;
+        m->grad_numel = m->shard_numel;
+    } else if (m->zero3) {
         /* ZeRO-3: every buffer is this rank's shard of the layer partition. The collectives of
          * a layer's gather and reduce-scatter are queued from the host as the layers run, with
          * slot bookkeeping on the host, so forward + backward is not captured as a CUDA graph. */
         m->opt.graphs = 0;
         m->shard_numel = m->padded_numel = m->zero3->part.shard_numel;
         m->shard_begin = 0;
+        m->grad_numel = m->shard_numel;
     } else if (W > 1) {
         m->shard_numel = ((P + W - 1) / W + 63) / 64 * 64;
         m->padded_numel = m->shard_numel * W;
         m->shard_begin = m->shard_numel * opt->dp_rank;
+        m->grad_numel = m->padded_numel;
     } else {
-        m->shard_numel = m->padded_numel = P;
+        m->shard_numel = m->padded_numel = m->grad_numel = P;
         m->shard_begin = 0;
     }
 }
@@ -112,9 +123,11 @@ void lj_model_upload_rope(lj_model *m) {
  * directly on an f32 backend; else rounded to the param dtype on the host (round-to-nearest-even,
  * the device cast's rule) into the params, and the part inside this rank's shard, unrounded, into
  * the master weights. */
+static int shards_params(const lj_model *m) { return m->zero3 && m->zero3->shard_params; }
+
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
-    if (m->zero3) {
+    if (shards_params(m)) {
         /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
          * params), then the param-dtype copy cast from it on the device */
         if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
@@ -172,14 +185,14 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
         m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
-    if (m->grads) m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+    if (m->grads) m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
 }
 
 void lj_model_set_weights(lj_model *m, const float *params) { upload_range(m, params, 0, m->layout.total); }
 
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
-    LJ_ASSERT(!m->zero3, "ZeRO-3 sharded parameters: gather them first (lj_dp_gather_state)");
+    LJ_ASSERT(!shards_params(m), "ZeRO-3 sharded parameters: gather them first (lj_dp_gather_state)");
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
     LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
     m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
@@ -187,7 +200,7 @@ void lj_model_get_weights(lj_model *m, float *params) {
 
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     const int64_t P = m->layout.total;
-    if (m->zero3) {
+    if (shards_params(m)) {
         lj_zero3_upload_f32(m, dst, full, 0, P, NULL);
         return;
     }
@@ -198,9 +211,10 @@ void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
 /* ---- helpers -------------------------------------------------------------------- */
 
 /* Parameter `index` and its gradient: in the flat buffers, or under ZeRO-3 in its group's gather
- * slot and gradient slot (the group must be fetched, and hold a gradient slot). */
+ * slot and gradient slot (the group must be fetched, and hold a gradient slot); under ZeRO-2 the
+ * parameter is in the flat buffer and its gradient in the group's gradient slot. */
 static inline void *param(const lj_model *m, int index) {
-    if (m->zero3) return lj_zero3_param(m, index);
+    if (shards_params(m)) return lj_zero3_param(m, index);
     return (char *)m->params + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->param_dtype);
 }
 static inline void *grad(const lj_model *m, int index) {
@@ -208,7 +222,7 @@ static inline void *grad(const lj_model *m, int index) {
     return (char *)m->grads + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->grad_dtype);
 }
 
-/* ZeRO-3 hooks (no-ops without it): group of layer l (-1: embedding, L: final norm, L + 1:
+/* ZeRO-2/3 hooks (no-ops without it; fetch and release are no-ops under ZeRO-2): group of layer l (-1: embedding, L: final norm, L + 1:
  * lm_head, the embedding when tied). */
 static int z3_group(const lj_model *m, int l) {
     const lj_zero3 *z = m->zero3;
@@ -450,7 +464,7 @@ void lj_model_forward_backward(lj_model *m, float dloss) {
 
 /* The ops of one training step (lj_model_train_step), eager or under capture. */
 static void train_step_ops(lj_model *m, float dloss, lj_model_step_tail tail, void *ctx) {
-    m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+    m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
     lj_model_forward(m, 1, dloss);
     lj_model_backward(m, dloss);
     tail(m, ctx);

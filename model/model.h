@@ -14,7 +14,7 @@
 #define LJ_MAX_LAYERS 256
 
 struct lj_dist;                   /* dist/dist.h */
-typedef struct lj_zero3 lj_zero3; /* model/zero3.h: the ZeRO-3 runtime */
+typedef struct lj_zero3 lj_zero3; /* model/zero3.h: the ZeRO-2/3 runtime */
 
 /* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
 typedef enum {
@@ -35,14 +35,20 @@ typedef struct {
     int graphs;             /* 1: on a backend with graphs, replay forward + backward from a captured graph
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
-                               3 (training, W > 1) the parameters and gradients too (model/zero3.h) */
+                               2 (training, W > 1) the gradients too (reduced to their owners layer by
+                               layer during the backward), 3 the parameters too (model/zero3.h) */
     int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
-    struct lj_dist *dist;   /* ZeRO-3 over W > 1 ranks: the communicator of its all-gathers and
-                               reduce-scatters (NULL: a model built only to be planned) */
+    struct lj_dist *dist;   /* ZeRO-2/3 over W > 1 ranks: the communicator of its all-gathers and
+                               gradient reductions (NULL: a model built only to be planned) */
     int64_t zero3_prefetch_numel;    /* stage3_prefetch_bucket_size, elements (0: auto, 0.9 d^2) */
     int64_t zero3_max_live_numel;    /* stage3_max_live_parameters, elements (0: DeepSpeed's 1e9) */
     int64_t zero3_persistence_numel; /* stage3_param_persistence_threshold, elements (0: auto, 10 d;
                                         < 0: no persistent groups) */
+    int64_t zero_reduce_bucket_numel; /* ZeRO-2 reduce_bucket_size, elements (0: auto, d^2): the size of
+                                         each reduction of a gradient slot to the shard owners */
+    int zero_overlap_off;   /* ZeRO-2/3 over W > 1: 1 makes the compute stream wait for every collective
+                               right after queuing it, and disables the ZeRO-3 prefetch
+                               (overlap_comm false); 0 overlaps them with compute (the default) */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
 
@@ -74,13 +80,18 @@ typedef struct {
      * Under ZeRO stage 3 over W > 1 ranks (zero3 != NULL) every buffer below is this rank's
      * shard in the order of dist/zero.h's layer partition: padded_numel = shard_numel (the
      * length of params and grads on this rank) and shard_begin = 0; the full parameters of a
-     * layer exist only while it is gathered (model/zero3.h). */
+     * layer exist only while it is gathered (model/zero3.h). Under ZeRO stage 2 over W > 1 ranks
+     * (zero3 != NULL, zero3->shard_params == 0) the params stay replicated and flat as under
+     * stage 1, but grads holds only this rank's shard of the gradients (grad_numel =
+     * shard_numel elements, flat positions [shard_begin, shard_begin + shard_numel)). */
     int64_t shard_begin, shard_numel, padded_numel;
+    int64_t grad_numel;  /* elements of grads: padded_numel, or shard_numel when the gradients are
+                            partitioned (ZeRO-2/3 over W > 1 ranks) */
     lj_zero3 *zero3;     /* ZeRO-3 state, or NULL */
     void *params;        /* [padded_numel] param dtype */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
                             backend: params + shard_begin) */
-    void *grads;         /* [padded_numel] grad dtype (training) */
+    void *grads;         /* [grad_numel] grad dtype (training) */
     float *adam_m;       /* [shard_numel] f32 (training) */
     float *adam_v;       /* [shard_numel] f32 (training) */
     float *grad_norm_sq; /* [1] f32 */

@@ -1,5 +1,6 @@
 /* zero3.c: the ZeRO stage 3 runtime (zero3.h): gather slots with prefetch, gradient slots
- * reduce-scattered into the shard, and the mapping between flat and shard positions. */
+ * reduce-scattered into the shard, and the mapping between flat and shard positions; and its
+ * gradient half for ZeRO stage 2 (gradient slots reduced to the owners of the flat shard). */
 #include "model/zero3.h"
 
 #include <string.h>
@@ -13,12 +14,22 @@ static void *stream_of(const lj_model *m) { return m->ops->stream ? m->ops->stre
 
 lj_zero3 *lj_zero3_create(const lj_model *m) {
     const lj_model_options *o = &m->opt;
-    if (!(o->zero_stage == 3 && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0)) return NULL;
+    if (!((o->zero_stage == 2 || o->zero_stage == 3) && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0))
+        return NULL;
     lj_zero3 *z = lj_calloc(1, sizeof *z);
     const int d = m->cfg.hidden_size;
-    const int64_t persist = o->zero3_persistence_numel == 0 ? lj_zero_persistence_threshold_auto(d)
-                                                            : (o->zero3_persistence_numel < 0 ? 0 : o->zero3_persistence_numel);
+    z->shard_params = o->zero_stage == 3;
+    z->overlap = !o->zero_overlap_off;
+    /* stage 2: no persistent groups (nothing is gathered) */
+    const int64_t persist = !z->shard_params ? 0
+                            : o->zero3_persistence_numel == 0 ? lj_zero_persistence_threshold_auto(d)
+                                                              : (o->zero3_persistence_numel < 0 ? 0 : o->zero3_persistence_numel);
     lj_zero_partition_layers(&z->part, &m->layout, o->dp_world_size, LJ_ZERO_ALIGN, 0, persist);
+    if (!z->shard_params) {
+        lj_zero_partition_flat(&z->flat, m->layout.total, o->dp_world_size, LJ_ZERO_ALIGN);
+        z->bucket_numel = o->zero_reduce_bucket_numel > 0 ? o->zero_reduce_bucket_numel : lj_zero_reduce_bucket_auto(d);
+        z->pieces = lj_calloc((size_t)o->dp_world_size + 1, sizeof *z->pieces);
+    }
     z->dist = o->dist;
     z->rank = o->dp_rank;
     z->world = o->dp_world_size;
@@ -58,7 +69,8 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
         if (n > grad_big) grad_big = n;
         if (!end_group && n > grad_small) grad_small = n;
     }
-    z->num_slots = big == 0 ? 0 : 1 + (ahead < 3 ? ahead : 3); /* none when every group is persistent */
+    /* none when every group is persistent, or under stage 2 (parameters replicated) */
+    z->num_slots = big == 0 || !z->shard_params ? 0 : 1 + (ahead < 3 ? ahead : 3);
     z->num_grad_slots = 3;
     z->slot_numel = lj_calloc((size_t)z->num_slots + 1, sizeof(int64_t));
     for (int s = 0; s < z->num_slots; s++) z->slot_numel[s] = s == 0 ? big : small;
@@ -85,6 +97,8 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
 void lj_zero3_destroy(lj_zero3 *z) {
     if (!z) return;
     lj_zero_partition_free(&z->part);
+    if (!z->shard_params) lj_zero_partition_free(&z->flat);
+    free(z->pieces);
     free(z->param_group);
     free(z->slot);
     free(z->slot_numel);
@@ -161,6 +175,7 @@ static int start_gather(lj_model *m, int g) {
 
 void lj_zero3_fetch(lj_model *m, int g, int direction) {
     lj_zero3 *z = m->zero3;
+    if (!z->shard_params) return; /* stage 2: the parameters are replicated */
     const lj_zero_partition *p = &z->part;
     void *stream = stream_of(m);
     if (p->groups[g].persistent) {
@@ -176,7 +191,8 @@ void lj_zero3_fetch(lj_model *m, int g, int direction) {
     int64_t live = 0;
     for (int s = 0; s < z->num_slots; s++)
         if (z->slot_group[s] >= 0) live += p->groups[z->slot_group[s]].gather_numel;
-    const int k = lj_zero_prefetch_count(p, g, direction, z->prefetch_numel, z->max_live_numel, live);
+    /* overlap_comm off: no prefetch (each gather is waited for right when it is needed) */
+    const int k = z->overlap ? lj_zero_prefetch_count(p, g, direction, z->prefetch_numel, z->max_live_numel, live) : 0;
     for (int h = g + direction, taken = 0; taken < k && h >= 0 && h < p->num_groups; h += direction) {
         if (p->groups[h].persistent) continue;
         if (!start_gather(m, h)) break;
@@ -186,6 +202,7 @@ void lj_zero3_fetch(lj_model *m, int g, int direction) {
 
 void lj_zero3_release(lj_model *m, int g) {
     lj_zero3 *z = m->zero3;
+    if (!z->shard_params) return;
     const int s = z->group_slot[g];
     if (s < 0) return;
     z->slot_group[s] = -1;
@@ -213,7 +230,18 @@ void lj_zero3_grad_begin(lj_model *m, int g) {
     const size_t sg = lj_dtype_size(m->ops->grad_dtype);
     char *slot = z->grad_slot[s];
     m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
-    for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+    if (!z->shard_params) {
+        /* stage 2: the slot is the group's flat range; this rank's pieces of it start from the
+         * gradient shard accumulated so far */
+        const int n = lj_zero_range_pieces(&z->flat, grp->begin, grp->end, z->pieces, z->world + 1);
+        for (int i = 0; i < n; i++) {
+            const lj_zero_piece *pc = &z->pieces[i];
+            if (pc->rank == z->rank)
+                m->ops->copy(slot + (size_t)(pc->begin - grp->begin) * sg, (char *)m->grads + (size_t)pc->shard_offset * sg,
+                             (size_t)(pc->end - pc->begin) * sg);
+        }
+    }
+    for (int u = grp->first_unit; z->shard_params && u < grp->first_unit + grp->num_units; u++) {
         const lj_zero_unit *un = &z->part.units[u];
         m->ops->copy(slot + (size_t)(un->gather_offset + (int64_t)z->rank * un->shard) * sg,
                      (char *)m->grads + (size_t)un->shard_offset * sg, (size_t)un->shard * sg);
@@ -229,14 +257,29 @@ void lj_zero3_grad_end(lj_model *m, int g) {
     const size_t sg = lj_dtype_size(m->ops->grad_dtype);
     const lj_zero_group *grp = &z->part.groups[g];
     void *stream = stream_of(m);
-    for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+    for (int u = grp->first_unit; z->shard_params && u < grp->first_unit + grp->num_units; u++) {
         const lj_zero_unit *un = &z->part.units[u];
         check(z, lj_dist_reduce_scatter(z->dist, (char *)z->grad_slot[s] + (size_t)un->gather_offset * sg,
                                         (char *)m->grads + (size_t)un->shard_offset * sg, un->shard,
                                         m->ops->grad_dtype, stream));
     }
+    /* stage 2: each bucket of the slot's flat range goes to the owners of its pieces, in one group */
+    for (int64_t b0 = grp->begin; !z->shard_params && b0 < grp->end; b0 += z->bucket_numel) {
+        const int64_t b1 = grp->end - b0 < z->bucket_numel ? grp->end : b0 + z->bucket_numel;
+        const int n = lj_zero_range_pieces(&z->flat, b0, b1, z->pieces, z->world + 1);
+        check(z, lj_dist_group_start(z->dist));
+        for (int i = 0; i < n; i++) {
+            const lj_zero_piece *pc = &z->pieces[i];
+            check(z, lj_dist_reduce(z->dist, (char *)z->grad_slot[s] + (size_t)(pc->begin - grp->begin) * sg,
+                                    (char *)m->grads + (size_t)pc->shard_offset * sg, pc->end - pc->begin,
+                                    m->ops->grad_dtype, pc->rank, stream));
+        }
+        check(z, lj_dist_group_end(z->dist));
+    }
     lj_dist_ticket t = 0;
     check(z, lj_dist_mark(z->dist, &t));
+    /* overlap_comm off: the compute stream waits for the reduction before the next layer's backward */
+    if (!z->overlap) check(z, lj_dist_wait(z->dist, t, stream));
     z->grad_slot_ticket[s] = z->group_ticket[g] = t;
     z->grad_slot_group[s] = -1;
     z->group_grad_slot[g] = -1;

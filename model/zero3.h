@@ -1,7 +1,20 @@
 /* zero3.h: the ZeRO stage 3 runtime of a model over several data-parallel ranks (DeepSpeed
  * semantics), used by model.c (forward and backward), plan.c (its buffers) and train/dp.c (the
- * optimizer step and checkpoints). Internal to the engine: callers outside model/, plan/ and
- * train/ use lj_model and lj_dp only.
+ * optimizer step and checkpoints), and its gradient half for ZeRO stage 2 (below). Internal to
+ * the engine: callers outside model/, plan/ and train/ use lj_model and lj_dp only.
+ *
+ * ZeRO stage 2 (shard_params == 0) is stage 3 without the parameter sharding: the parameters
+ * stay replicated and flat (nothing is gathered before compute; lj_zero3_fetch and _release are
+ * no-ops and lj_zero3_param is not used), the master weights and AdamW moments are the flat
+ * shard of stage 1 (rank r: [r S, (r + 1) S), S = `flat`.shard_numel), and so is the gradient
+ * buffer: m->grads holds S elements, not P. The gradient slots work as under stage 3 (one per
+ * layer group, the same three), but lj_zero3_grad_end reduces a slot to the owners of its
+ * elements in the flat partition: the slot is cut into buckets of bucket_numel elements
+ * (DeepSpeed's reduce_bucket_size, "auto" = hidden^2), and each bucket is one NCCL group of
+ * ncclReduce calls, one per owner of a piece of it (DeepSpeed's average_tensor with
+ * reduce_scatter: a reduce-scatter over uneven ownership), on the communication stream while
+ * the backward of the next layer computes. The seeding of a slot with the accumulated shard
+ * (below) makes accumulation exact as under stage 3.
  *
  * The partition is dist/zero.h's lj_zero_partition_layers: one gather group per layer, plus
  * the embedding, the final norm and lm_head (absent when tied), each split evenly over the W
@@ -40,7 +53,12 @@
 #include "model/model.h"
 
 struct lj_zero3 {
-    lj_zero_partition part;
+    lj_zero_partition part;        /* the layer groups (stage 2: only their bounds are used) */
+    int shard_params;              /* 1: ZeRO-3; 0: ZeRO-2 (above) */
+    int overlap;                   /* overlap_comm: 0 makes the compute stream wait for each collective at once */
+    lj_zero_partition flat;        /* stage 2: the flat partition of the optimizer and gradient shard */
+    int64_t bucket_numel;          /* stage 2: elements per reduction bucket */
+    lj_zero_piece *pieces;         /* stage 2: [world + 1] scratch for lj_zero_range_pieces */
     lj_dist *dist;                 /* NULL in a model built only to be planned */
     int rank, world;
     int *param_group;              /* [layout.count] the group of each parameter */
@@ -68,9 +86,10 @@ struct lj_zero3 {
     uint64_t clock;
 };
 
-/* The stage-3 state of a model whose options ask for ZeRO stage 3 over W > 1 ranks in training
- * (NULL otherwise: stage 3 on one rank shards nothing and runs as stage 0). Sizes the shard
- * (m->shard_numel) and the slots from the partition and the stage3_* options. */
+/* The stage-3 state of a model whose options ask for ZeRO stage 3 over W > 1 ranks in training,
+ * or its stage-2 form for ZeRO stage 2 over W > 1 ranks in training (NULL otherwise: stage 3 on
+ * one rank shards nothing and runs as stage 0). Sizes the shard and the slots from the
+ * partition and the stage3_* / reduce_bucket_size options. */
 lj_zero3 *lj_zero3_create(const lj_model *m);
 void lj_zero3_destroy(lj_zero3 *z);
 
@@ -90,7 +109,8 @@ void lj_zero3_release_all(lj_model *m);
 
 /* Gives group g a gradient slot (no-op if it holds one) seeded as described above. */
 void lj_zero3_grad_begin(lj_model *m, int g);
-/* Reduce-scatters group g's gradient slot into the gradient shard and frees the slot. */
+/* Reduce-scatters group g's gradient slot into the gradient shard (stage 2: reduces its buckets
+ * to their owners) and frees the slot. */
 void lj_zero3_grad_end(lj_model *m, int g);
 
 /* The optimizer changed the shards: the compute stream waits for every queued reduce-scatter

@@ -61,7 +61,7 @@ static void walk(walker *w, lj_model *m) {
     m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
     if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
     else m->master = training ? take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
-    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", Ppad * sg) : NULL;
+    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * sg) : NULL;
     m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
     m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
@@ -69,7 +69,7 @@ static void walk(walker *w, lj_model *m) {
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
 
     /* ZeRO-3 (model/zero3.h): gather slots and persistent groups' buffers beside the parameter
-     * shard, gradient slots beside the gradient shard */
+     * shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only) */
     lj_zero3 *z = m->zero3;
     if (z) {
         for (int s = 0; s < z->num_slots; s++) {

@@ -299,7 +299,7 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
         size_t g = (states + room - 1) / room;
         if (g < 2) g = 2;
         w += snprintf(e + w, n - (size_t)w,
-                      " ZeRO-3 over at least %zu GPUs (%s of model states per GPU; not supported by ljperf yet);", g,
+                      " ZeRO-3 over at least %zu GPUs (%s of model states per GPU: --zero-stage 3);", g,
                       lj_format_bytes(states / g, b1, sizeof b1));
     } else if (w > 0 && (size_t)w < n) {
         w += snprintf(e + w, n - (size_t)w, " ZeRO sharding alone is not enough (the per-GPU rest is %s);",

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include "model/zero3.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 
@@ -153,6 +154,63 @@ static void test_plan_zero3_per_rank(void **state) {
     assert_true(configs == 2 * (2 + 3) * 2 * 3);
 }
 
+/* ZeRO-2 per-rank plans (W = 2, 3, every rank): the allocation equals the plan, the gradient
+ * buffer is this rank's shard only (not the full P), three gradient slots are planned, the
+ * parameters stay full, and the plan differs from stage 1's exactly by the gradients: the
+ * shard plus the slots instead of the padded full buffer. */
+static void test_plan_zero2_per_rank(void **state) {
+    (void)state;
+    for (int tie = 0; tie <= 1; tie++) {
+        lj_model_config c = lj_test_small_config(3, tie);
+        const int64_t P = lj_config_num_params(&c);
+        for (int W = 2; W <= 3; W++) {
+            for (int rank = 0; rank < W; rank++) {
+                lj_model_options o;
+                memset(&o, 0, sizeof o);
+                o.micro_batch_size = 2;
+                o.seq_length = 16;
+                o.training = 1;
+                o.fused = 1;
+                o.zero_stage = 2;
+                o.dp_rank = rank;
+                o.dp_world_size = W;
+                const size_t total2 = allocate_and_check(&c, &o);
+                o.zero_stage = 1;
+                const size_t total1 = allocate_and_check(&c, &o);
+                o.zero_stage = 2;
+                lj_model m;
+                lj_model_init(&m, lj_ops_cpu(), &c, &o);
+                assert_non_null(m.zero3);
+                assert_false(m.zero3->shard_params);
+                assert_true(m.grad_numel == m.shard_numel && m.padded_numel == m.shard_numel * W);
+                assert_true(m.shard_begin == m.shard_numel * rank && m.shard_numel * W >= P);
+                assert_false(m.opt.graphs);
+                lj_plan p;
+                lj_plan_build(&p, &m);
+                int grad_slots = 0, gather = 0;
+                size_t slot_bytes = 0;
+                for (int i = 0; i < p.count; i++) {
+                    const lj_plan_buffer *b = &p.buffers[i];
+                    if (!strncmp(b->name, "zero3.grad.", 11))
+                        grad_slots++, slot_bytes += (b->bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+                    gather += !strncmp(b->name, "zero3.gather.", 13);
+                    if (!strcmp(b->name, "grads")) assert_true(b->bytes == (size_t)m.shard_numel * 4);
+                    if (!strcmp(b->name, "params")) assert_true(b->bytes == (size_t)m.padded_numel * 4);
+                }
+                assert_true(grad_slots == 3 && gather == 0);
+                /* stage 1 holds the W S padded gradients; stage 2 the shard S plus the slots, and
+                 * nothing else differs */
+#define ALIGNED(x) (((x) + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN)
+                assert_true(total2 + ALIGNED((size_t)m.padded_numel * 4) ==
+                            total1 + ALIGNED((size_t)m.shard_numel * 4) + slot_bytes);
+#undef ALIGNED
+                lj_plan_free(&p);
+                lj_model_free(&m);
+            }
+        }
+    }
+}
+
 static void test_recompute_saves_memory(void **state) {
     (void)state;
     lj_model_config c = lj_test_small_config(3, 1);
@@ -182,6 +240,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_equals_allocation),
         cmocka_unit_test(test_plan_zero3_per_rank),
+        cmocka_unit_test(test_plan_zero2_per_rank),
         cmocka_unit_test(test_recompute_saves_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -145,6 +145,27 @@ a, b, w = moments(sys.argv[1]), moments(sys.argv[2]), int(sys.argv[3])
 assert abs(b * w - a) <= w * 8 * 64 * 4 * 2 + 4096, (a, b)' "$out/z3_1.json" "$out/z3_$w.json" $w
 done
 
+# ZeRO-2 per rank of 2 and 3 ranks: the gradient buffer is this rank's shard plus the gradient
+# slots of the layers in backward, not the full buffer that stage 1 holds
+for w in 2 3; do
+    for z in 1 2; do
+        "$LJPERF" plan --model llama3.2-1b --device cpu --seq-length 64 --micro-batch-size 1 --recompute none \
+            --world-size $w --zero-stage $z --json "$out/z${z}_$w.json" >"$out/z${z}_$w.txt" 2>&1
+        check "--world-size $w --zero-stage $z: exit 0" test $? = 0
+    done
+    check "--world-size $w --zero-stage 2: per-rank plan" has "$out/z2_$w.txt" "gradients sharded"
+    check "ZeRO-2 over $w ranks: gradients are a 1/$w shard plus the slots" python3 -c '
+import json, sys
+def grads(p):
+    d = json.load(open(p))
+    return [c["bytes"] for c in d["breakdown"] if c["category"] == "gradients"][0]
+g1, g2, w = grads(sys.argv[1]), grads(sys.argv[2]), int(sys.argv[3])
+P = 1235814400
+slots = (128256 * 2048 + 2 * 60821504) * 4  # the tied embedding and two layers, fp32
+assert g2 < g1, (g1, g2)
+assert abs(g2 - (g1 / w + slots)) <= 8 * 4096 + w * 64 * 4, (g1, g2, g1 / w + slots)' "$out/z1_$w.json" "$out/z2_$w.json" $w
+done
+
 # a CPU plan (fp32 recipe: no master weights, no CUDA context)
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --micro-batch-size 2 --json "$out/cpu.json" >"$out/cpu.txt" 2>&1
 check "cpu plan: exit 0" test $? = 0

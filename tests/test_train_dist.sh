@@ -5,10 +5,14 @@
 #     stage 0 (replicated), 1 (sharded AdamW state), 2 (and reduce-scattered gradients) and 3
 #     (and sharded parameters, gathered per layer), with gradient accumulation (3 and 2 steps);
 #     stage 3 also with an untied lm_head, the unfused kernels and full recompute, and from a
-#     DeepSpeed config with "stage": 3 under --nproc-per-node;
+#     DeepSpeed config with "stage": 3 under --nproc-per-node; stage 2's gradient partition
+#     (gradients reduced bucket by bucket during the backward) with buckets of 1000 elements and
+#     overlap_comm on and off, with an untied lm_head, and from a DeepSpeed config with "stage": 2;
+#     stage 3 with overlap_comm off;
 #   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1), and one saved on 2 ranks
 #     under stage 3 resumes on 3 ranks under stage 3, continuing the single-process losses;
-#   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3);
+#   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3), and its
+#     --ablation has a +CommOpt row there (left out, with the reason, on one rank);
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name.
@@ -74,6 +78,23 @@ for stage in 1 2 3; do
   done
 done
 
+# ZeRO-2's gradient partition with small buckets (many reductions per layer), overlap_comm off
+# and on, and ZeRO-3 with overlap_comm off (no prefetch; each collective waited for at once)
+for np in 2 3; do
+  for overlap in --overlap-comm --no-overlap-comm; do
+    mpirun --oversubscribe --bind-to none -np $np -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage 2 \
+      --reduce-bucket-size 1000 $overlap --save "$tmp/b$np$overlap" --log-json "$tmp/b$np$overlap.jsonl" 2>"$tmp/z.err" \
+      || { cat "$tmp/z.err"; fail "stage 2, buckets of 1000, $overlap on $np ranks"; }
+    grep -q "overlap_comm $([ $overlap = --overlap-comm ] && echo on || echo off)" "$tmp/z.err" || { cat "$tmp/z.err"; fail "$overlap not reported"; }
+    echo "1 rank vs $np ranks, ZeRO stage 2, buckets of 1000 elements, $overlap:"
+    compare "$tmp/w1.jsonl" "$tmp/b$np$overlap.jsonl" "$tmp/w1" "$tmp/b$np$overlap" || fail "stage 2 $overlap on $np ranks differs"
+  done
+done
+mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage 3 --no-overlap-comm \
+  --save "$tmp/n3" --log-json "$tmp/n3.jsonl" 2>"$tmp/z.err" || { cat "$tmp/z.err"; fail "stage 3 without overlap"; }
+echo "1 rank vs 2 ranks, ZeRO stage 3, --no-overlap-comm:"
+compare "$tmp/w1.jsonl" "$tmp/n3.jsonl" "$tmp/w1" "$tmp/n3" || fail "stage 3 without overlap differs"
+
 # saved on 2 ranks (stage 2) after iteration 2, resumed on 3 ranks (stage 1)
 "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 2 --save "$tmp/r" --exit-interval 2 \
   --log-json "$tmp/r.jsonl" 2>"$tmp/r1.err" || { cat "$tmp/r1.err"; fail "first half on 2 ranks"; }
@@ -93,6 +114,10 @@ mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "
   --save "$tmp/u3" --log-json "$tmp/u3.jsonl" 2>"$tmp/u3.err" || { cat "$tmp/u3.err"; fail "untied model, stage 3 on 3 ranks"; }
 echo "untied lm_head, unfused, full recompute: 1 rank vs 3 ranks, ZeRO stage 3:"
 compare "$tmp/u1.jsonl" "$tmp/u3.jsonl" "$tmp/u1" "$tmp/u3" || fail "untied model under ZeRO stage 3 differs"
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" "${untied[@]}" --zero-stage 2 \
+  --save "$tmp/u32" --log-json "$tmp/u32.jsonl" 2>"$tmp/u3.err" || { cat "$tmp/u3.err"; fail "untied model, stage 2 on 3 ranks"; }
+echo "untied lm_head, unfused, full recompute: 1 rank vs 3 ranks, ZeRO stage 2:"
+compare "$tmp/u1.jsonl" "$tmp/u32.jsonl" "$tmp/u1" "$tmp/u32" || fail "untied model under ZeRO stage 2 differs"
 
 # a DeepSpeed config with "stage": 3 (DeepSpeed's batch rule gives 3 accumulation steps on 2 ranks)
 printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3,
@@ -102,6 +127,15 @@ printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_opti
 grep -q "ZeRO stage 3" "$tmp/d3.err" || { cat "$tmp/d3.err"; fail "DeepSpeed stage 3 not reported"; }
 echo "1 rank vs 2 ranks, DeepSpeed config with stage 3:"
 compare "$tmp/w1.jsonl" "$tmp/d3.jsonl" "$tmp/w1" "$tmp/d3" || fail "DeepSpeed stage 3 differs"
+
+# a DeepSpeed config with "stage": 2, overlap_comm and reduce_bucket_size (3 accumulation steps on 2 ranks)
+printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2,
+ "overlap_comm": true, "reduce_bucket_size": 5000, "contiguous_gradients": true}}\n' > "$tmp/ds2.json"
+"$LJPERF" train "${common[@]}" --deepspeed "$tmp/ds2.json" --nproc-per-node 2 --save "$tmp/d2" \
+  --log-json "$tmp/d2.jsonl" 2>"$tmp/d2.err" || { cat "$tmp/d2.err"; fail "DeepSpeed stage 2 config on 2 ranks"; }
+grep -q "ZeRO stage 2: overlap_comm on" "$tmp/d2.err" || { cat "$tmp/d2.err"; fail "DeepSpeed stage 2 overlap_comm not reported"; }
+echo "1 rank vs 2 ranks, DeepSpeed config with stage 2:"
+compare "$tmp/w1.jsonl" "$tmp/d2.jsonl" "$tmp/w1" "$tmp/d2" || fail "DeepSpeed stage 2 differs"
 
 # saved on 2 ranks under stage 3 after iteration 2, resumed on 3 ranks under stage 3
 "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$tmp/r3" --exit-interval 2 \
@@ -122,6 +156,20 @@ python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["world_
 "$LJPERF" benchmark --model deepspeed/llama3-nano --device cpu --seq-length 32 --train-iters 1 --warmup-iters 0 \
   --no-progress --nproc-per-node 2 >"$tmp/ds.out" 2>"$tmp/ds.err" || { cat "$tmp/ds.err"; fail "deepspeed/ on 2 ranks"; }
 grep -q "on 2 x cpu (ZeRO stage 3)" "$tmp/ds.out" || { cat "$tmp/ds.out" "$tmp/ds.err"; fail "deepspeed/ did not run stage 3"; }
+
+# the ablation over 2 ranks under ZeRO stage 2 has the +CommOpt row (overlap_comm off -> on);
+# on one rank it is left out with the reason
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 1 \
+  --warmup-iters 0 --no-progress --nproc-per-node 2 --zero-stage 2 --ablation --json "$tmp/ab.json" >"$tmp/ab.out" 2>"$tmp/ab.err" \
+  || { cat "$tmp/ab.err"; fail "ablation on 2 ranks"; }
+grep -q "^+CommOpt " "$tmp/ab.out" || { cat "$tmp/ab.out"; fail "no +CommOpt row on 2 ranks"; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert [x["row"] for x in r] == ["Base", "+Fusion", "+CkptOpt", "+CommOpt"], r' \
+  "$tmp/ab.json" || fail "ablation JSON rows"
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 1 \
+  --warmup-iters 0 --no-progress --ablation >"$tmp/ab1.out" 2>"$tmp/ab1.err" || { cat "$tmp/ab1.err"; fail "ablation on 1 rank"; }
+grep -q "+CommOpt left out: one rank" "$tmp/ab1.out" && ! grep -q "^+CommOpt " "$tmp/ab1.out" \
+  || { cat "$tmp/ab1.out"; fail "+CommOpt on one rank not left out with its reason"; }
+echo "ablation: +CommOpt on 2 ranks (ZeRO stage 2), left out on 1"
 
 # a killed rank: the others stop (mpirun ends the job), and the launcher exits non-zero in time
 "$LJPERF" train "${common[@]}" --train-iters 100000 --seed 4242 --nproc-per-node 2 >/dev/null 2>"$tmp/kill.err" &

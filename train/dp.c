@@ -20,8 +20,9 @@ lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *s
     dp->rank = lj_dist_rank(dp->dist);
     dp->world = lj_dist_world_size(dp->dist);
     dp->zero_stage = zero_stage;
+    dp->overlap_comm = 1;
     static const char *what[4] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
-                                  "AdamW state sharded, gradients reduce-scattered",
+                                  "AdamW state and gradients sharded; gradients reduced bucket by bucket during the backward",
                                   "parameters, gradients and AdamW state sharded; layers all-gathered as they compute"};
     if (dp->world > 1 && dp->rank == 0)
         lj_log_info("data parallel: %d ranks (ZeRO stage %d: %s)", dp->world, zero_stage, what[zero_stage]);
@@ -43,11 +44,14 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
     o->zero_stage = dp->zero_stage;
     o->dp_rank = dp->rank;
     o->dp_world_size = dp->world;
-    if (dp->zero_stage == 3 && dp->world > 1) {
-        /* ZeRO-3 queues its collectives from the host between the layers (model/zero3.h): the
-         * forward + backward is not captured as a CUDA graph */
+    if ((dp->zero_stage == 2 || dp->zero_stage == 3) && dp->world > 1) {
+        /* ZeRO-2/3 queue their collectives from the host between the layers, with slot
+         * bookkeeping on the host (model/zero3.h): the forward + backward is not captured as a
+         * CUDA graph */
         o->graphs = 0;
         o->dist = dp->dist;
+        o->zero_reduce_bucket_numel = dp->reduce_bucket_size;
+        o->zero_overlap_off = !dp->overlap_comm;
         o->zero3_prefetch_numel = dp->stage3_prefetch_bucket_size;
         o->zero3_max_live_numel = dp->stage3_max_live_parameters;
         o->zero3_persistence_numel = dp->stage3_param_persistence_threshold;
@@ -160,16 +164,17 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = hparams_of(cfg);
     upload_step_scalars(m, &hp, lr, step);
-    if (m->zero3) return zero3_step(dp, m, cfg, &hp);
+    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, cfg, &hp);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
-    char *grad_shard = (char *)m->grads + (size_t)m->shard_begin * sg;
-    if (dp->world > 1) {
-        if (stage == 2)
-            lj_dp_check(dp, lj_dist_reduce_scatter(dp->dist, m->grads, grad_shard, m->shard_numel, ops->grad_dtype, stream));
-        else
-            lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
+    /* ZeRO-2 over several ranks (m->zero3 in its stage-2 form): m->grads is the shard itself,
+     * reduced during the backward; the compute stream waits for the last reductions */
+    char *grad_shard = m->zero3 ? (char *)m->grads : (char *)m->grads + (size_t)m->shard_begin * sg;
+    if (m->zero3) {
+        lj_zero3_step_begin(m);
+    } else if (dp->world > 1) {
+        lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
     /* the shard's real elements (the padding after P carries nothing) */
@@ -194,7 +199,7 @@ double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments
                         const lj_adamw_config *cfg, float lr, int step, float dloss) {
     if (dp->world > 1 || m->zero3) {
         /* collectives between the backward and the update: not captured (yet) */
-        m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+        m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
         lj_model_forward_backward(m, dloss);
         return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
     }
@@ -233,7 +238,8 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
         return;
     }
     /* The gradient buffer (padded_numel elements of the grad dtype) is the landing space: each
-     * round all-gathers `c` f32 elements of every rank's shard, [world][c] floats. */
+     * round all-gathers `c` f32 elements of every rank's shard, [world][c] floats. Under ZeRO-2/3
+     * the gradients are a shard only, and a gradient slot lands instead. */
     void *stream = stream_of(m);
     const int64_t S = m->shard_numel;
     lj_zero3 *z = m->zero3;
@@ -245,8 +251,9 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     LJ_ASSERT(c_max > 0, "no landing space to gather the sharded state");
     float *land = z ? (float *)z->grad_slot[0] : (float *)m->grads;
     float *host = dp->rank == 0 ? lj_malloc((size_t)(dp->world * c_max) * sizeof(float)) : NULL;
-    if (z) lj_zero3_step_begin(m); /* the backward's reduce-scatters have finished with the slots */
-    const int f32_params = !z && ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
+    if (z) lj_zero3_step_begin(m); /* the backward's reductions have finished with the slots */
+    const int zero3 = z && z->shard_params; /* shards in the layer partition's order, else flat */
+    const int f32_params = !zero3 && ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
     float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
     float *dst[3] = {w, mm, vv};
     for (int i = 0; i < 3; i++) {
@@ -260,7 +267,7 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
             lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
             if (dp->rank != 0) continue;
             ops->download(host, land, (size_t)(dp->world * c) * sizeof(float));
-            if (z) {
+            if (zero3) {
                 lj_zero3_scatter_round(z, host, k, c, dst[i]);
                 continue;
             }

@@ -13,11 +13,17 @@ typedef struct {
     int rank, world, zero_stage;
     /* ZeRO-3 knobs (DeepSpeed's zero_optimization names), elements; 0: auto (lj_model_options) */
     int64_t stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold;
+    /* ZeRO-2: zero_optimization.reduce_bucket_size, elements; 0: auto (hidden^2) */
+    int64_t reduce_bucket_size;
+    /* zero_optimization.overlap_comm: 1 (the default of lj_dp_init) overlaps the ZeRO-2/3
+     * collectives with compute; 0 makes the compute stream wait for each right after it is
+     * queued. Stages 0 and 1 all-reduce the gradients after the backward either way. */
+    int overlap_comm;
 } lj_dp;
 
 /* A world of one without any communicator (tests and tools that drive a model directly):
  * lj_dp_optimizer_step and lj_dp_sum then do the single-rank work only. */
-#define LJ_DP_SINGLE ((lj_dp){.dist = NULL, .rank = 0, .world = 1, .zero_stage = 0})
+#define LJ_DP_SINGLE ((lj_dp){.dist = NULL, .rank = 0, .world = 1, .zero_stage = 0, .overlap_comm = 1})
 
 /* Joins the data-parallel world the launcher started (a world of one without a launcher): MPI
  * for CPU ranks, NCCL for GPU ranks. `summary` describes everything the ranks must agree on
@@ -27,9 +33,9 @@ lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *s
 void lj_dp_free(lj_dp *dp);
 
 /* The options of a training model on this rank: micro-batch B, sequence T, fused kernels with
- * CUDA graphs (or the unfused twins without; no graphs under ZeRO-3 over several ranks),
- * recompute[LJ_MAX_LAYERS], and this rank's ZeRO shard (stage 3: the communicator and the
- * stage3_* knobs too). */
+ * CUDA graphs (or the unfused twins without; no graphs under ZeRO-2/3 over several ranks),
+ * recompute[LJ_MAX_LAYERS], and this rank's ZeRO shard (stages 2 and 3: the communicator,
+ * overlap_comm and the bucket and stage3_* knobs too). */
 void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o);
 
 /* Sums `n` (<= 2) host floats across ranks (through m->dist_scalars). Collective. */
@@ -39,7 +45,8 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *   stage 0: all-reduce the gradients; every rank updates every parameter;
  *   stage 1: all-reduce the gradients; each rank updates its shard (AdamW moments and master
  *            weights), then the parameters are all-gathered;
- *   stage 2: reduce-scatter the gradients (each rank keeps its shard's sum), then as stage 1;
+ *   stage 2: the backward already reduced each layer's gradients, bucket by bucket, into the
+ *            owners' gradient shards (model/zero3.h); then as stage 1;
  *   stage 3: the backward already reduce-scattered each layer's gradients into the shard
  *            (model/zero3.h); each rank updates its shard of everything (parameters included)
  *            and nothing is gathered: layers are gathered when they next compute.

@@ -75,6 +75,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
+    c->overlap_comm = -1;
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -356,6 +357,14 @@ static lj_status setup(run *r) {
         r->dp.stage3_param_persistence_threshold =
             c->deepspeed.zero.stage3_param_persistence_threshold > 0 ? c->deepspeed.zero.stage3_param_persistence_threshold : -1;
     }
+    r->dp.overlap_comm = c->overlap_comm >= 0 ? c->overlap_comm : c->has_deepspeed ? c->deepspeed.zero.overlap_comm != 0 : 1;
+    r->dp.reduce_bucket_size = c->reduce_bucket_size > 0 ? c->reduce_bucket_size
+                               : c->has_deepspeed && c->deepspeed.zero.reduce_bucket_size > 0 ? c->deepspeed.zero.reduce_bucket_size
+                                                                                                : 0;
+    if (r->dp.world > 1 && r->dp.zero_stage >= 2 && r->dp.rank == 0)
+        lj_log_info("ZeRO stage %d: overlap_comm %s", r->dp.zero_stage,
+                    r->dp.overlap_comm ? "on (collectives on their own stream, overlapped with compute)"
+                                       : "off (the compute stream waits for each collective)");
     r->rank = r->dp.rank;
     r->world = r->dp.world;
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
@@ -434,7 +443,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
         *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step, dloss);
         sum = lj_model_mean_loss(m); /* the losses of this step's forward (the update leaves them) */
     } else {
-        m->ops->memset_zero(m->grads, (size_t)m->padded_numel * lj_dtype_size(m->ops->grad_dtype));
+        m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
         for (int micro = 0; micro < r->accumulation; micro++) {
             lj_loader_next(&r->train_data, r->tokens);
             lj_model_set_batch(m, r->tokens);

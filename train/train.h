@@ -40,6 +40,10 @@ typedef struct {
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
     const char *log_json;      /* --log-json FILE */
     int zero_stage;            /* --zero-stage / DeepSpeed zero_optimization.stage (0: replicated) */
+    int overlap_comm;          /* --overlap-comm 1 / --no-overlap-comm 0; -1: zero_optimization.overlap_comm
+                                  with --deepspeed (DeepSpeed's default: stage == 3), else 1 */
+    int64_t reduce_bucket_size;/* --reduce-bucket-size, elements (0: zero_optimization.reduce_bucket_size
+                                  with --deepspeed, else "auto", hidden^2) */
     int has_deepspeed;         /* --deepspeed given: */
     lj_deepspeed_config deepspeed; /* the resolved config; its scheduler, if any, sets the LR */
     int quiet;                 /* no per-step lines (tests) */
