@@ -6,7 +6,10 @@
 #          (--nproc-per-node 2), the loss curves compared;
 #   8b     `ljperf benchmark --model deepspeed/llama3-8b --nproc-per-node 2` (ZeRO-3, micro-batch
 #          2, seq 4096) and PyTorch FSDP2 + torch.compile on the same settings (same job);
-#   1b     the same for llama3.2-1b, micro-batch 4 (ljperf: ZeRO stage 1).
+#   1b     the same for llama3.2-1b, micro-batch 4 (ljperf: ZeRO stage 1);
+#   overlap  deepspeed/llama3-8b (ZeRO-3, micro-batch 2) with --no-overlap-comm and with overlap:
+#          what the overlap of communication with compute earns (the +CommOpt row's question).
+# STAGES (default "0 1 2 3") picks the ZeRO stages of the equiv step.
 # Usage: bash bench/gpu-dist.sh [step...]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,7 +34,7 @@ for s in $steps; do
             --train-iters 20 --lr 3e-3 --lr-warmup-iters 5 --seed 5 --log-interval 10 --eval-iters 2 --device cuda)
     timeout 60 "$lj" train "${common[@]}" --log-json "$OUT/g1.jsonl" >"$OUT/g1.log" 2>&1
     echo "1 GPU: rc=$?"
-    for st in 0 1 2 3; do
+    for st in ${STAGES:-0 1 2 3}; do
       timeout 90 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage $st --log-json "$OUT/g2_$st.jsonl" \
         >"$OUT/g2_$st.log" 2>&1
       echo "2 GPUs, ZeRO stage $st: rc=$? $(grep -m1 'data parallel' "$OUT/g2_$st.log")"
@@ -42,7 +45,7 @@ d = sys.argv[1]
 def load(p):
     return {r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} if os.path.exists(p) else {}
 one = load(d + "/g1.jsonl")
-for st in (0, 1, 2, 3):
+for st in sorted(int(p[3:-6]) for p in os.listdir(d) if p.startswith("g2_") and p.endswith(".jsonl")):
     two = load(d + "/g2_%d.jsonl" % st)
     common = sorted(set(one) & set(two))
     if not common:
@@ -51,6 +54,14 @@ for st in (0, 1, 2, 3):
     print("stage %d: %d iterations, worst relative loss difference vs 1 GPU %.2e; last loss %.4f vs %.4f"
           % (st, len(common), worst, one[common[-1]], two[common[-1]]))
 PY
+    ;;
+  overlap)
+    for ov in --no-overlap-comm --overlap-comm; do
+      timeout 200 "$lj" benchmark --model deepspeed/llama3-8b --device cuda --nproc-per-node 2 --seq-length 4096 \
+        --micro-batch-size 2 --train-iters 6 --warmup-iters 2 --no-progress $ov --json "$OUT/bench_8b$ov.json" \
+        >"$OUT/bench_8b$ov.log" 2>&1
+      echo "8b ZeRO-3 $ov: rc=$? $(grep -E '^tokens/s per device|^peak memory measured' "$OUT/bench_8b$ov.log" | tr -s ' ' | tr '\n' ' ')"
+    done
     ;;
   8b|1b)
     if [ "$s" = 8b ]; then model=deepspeed/llama3-8b tmodel=llama3-8b mb=2 extra=(); else
