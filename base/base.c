@@ -15,10 +15,13 @@ static _Thread_local char g_error[2048];
 static int g_quiet;
 
 lj_status lj_fail(lj_status code, const char *fmt, ...) {
+    /* formatted aside first: the arguments may include lj_error_message() itself */
+    char buf[sizeof g_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(g_error, buf, sizeof g_error);
     return code;
 }
 

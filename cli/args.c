@@ -125,10 +125,15 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
         lj_planner_result res;
         lj_status s = lj_planner_search(cfg, seq_length, *micro_batch_size, policy, &target, &res);
         if (s == LJ_OK && res.found) return LJ_OK;
-        if (!auto_if_needed)
-            return lj_fail(LJ_ERR_OOM, "the run does not fit in %s memory: %s (or let the planner choose: "
-                                       "--recompute auto or CHECKPOINT_OPTIMIZATION=true)",
-                           ops->name, res.explanation);
+        if (!auto_if_needed) {
+            /* point at the planner only when some recompute policy would fit */
+            lj_planner_result any;
+            const int planner_fits = lj_planner_search(cfg, seq_length, *micro_batch_size, NULL, &target, &any) ==
+                                         LJ_OK && any.found;
+            return lj_fail(LJ_ERR_OOM, "the run does not fit in %s memory: %s%s", ops->name, res.explanation,
+                           planner_fits ? " (or let the planner choose: --recompute auto or CHECKPOINT_OPTIMIZATION=true)"
+                                        : "");
+        }
         lj_log_info("%s: the manual recompute policy does not fit; the planner chooses", cmd);
     }
     char why[1536];
@@ -141,9 +146,13 @@ int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
     int nproc = 0;
     const char *device = "auto";
     for (int i = 0; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--nproc-per-node") && lj_cli_parse_int("--nproc-per-node", argv[i + 1], &nproc) != LJ_OK) {
-            *status = lj_cli_error(cmd);
-            return 1;
+        if (!strcmp(argv[i], "--nproc-per-node")) {
+            lj_status s = lj_cli_parse_int("--nproc-per-node", argv[i + 1], &nproc);
+            if (s == LJ_OK && nproc < 1) s = lj_fail(LJ_ERR_ARG, "--nproc-per-node %d: must be at least 1", nproc);
+            if (s != LJ_OK) {
+                *status = lj_cli_error(cmd);
+                return 1;
+            }
         }
         if (!strcmp(argv[i], "--device")) device = argv[i + 1];
     }

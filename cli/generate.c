@@ -154,7 +154,13 @@ static lj_status run_generate(const gen_args *a) {
     free(ids);
     const int prompt_len = (int)n + 1;
     int total = prompt_len + a->max_new_tokens;
-    if (total > cfg.max_position_embeddings) total = cfg.max_position_embeddings;
+    if (total > cfg.max_position_embeddings) {
+        total = cfg.max_position_embeddings;
+        if (prompt_len < total)
+            lj_log_warn("--max-new-tokens %d: the model's max_position_embeddings (%d) leaves room for %d new tokens "
+                        "after the %d-token prompt",
+                        a->max_new_tokens, cfg.max_position_embeddings, total - prompt_len, prompt_len);
+    }
     if (prompt_len > cfg.max_position_embeddings || (a->max_new_tokens > 0 && prompt_len >= total)) {
         free(prompt);
         lj_tokenizer_free(tok);

@@ -30,7 +30,7 @@ static void usage(FILE *f) {
             "  --gpu-name NAME              device whose cached throughputs to use (default \"NVIDIA H200\")\n"
             "  --matmul-tflops X --attention-tflops X --memory-gbs X   override the cost model's throughputs\n"
             "  --buffers                    also list every buffer of the plan\n"
-            "  --json FILE                  the same report as JSON\n"
+            "  --json FILE                  the same report as JSON (- : on standard output, instead of the text)\n"
             "  --world-size N --zero-stage S  the plan of one rank of N data-parallel ranks under ZeRO stage\n"
             "                                 S (0-3; stage 3 over N = 1 shards nothing)\n"
             "\n"
@@ -60,7 +60,10 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
             *help = 1;
             return LJ_OK;
         } else if (!strcmp(f, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->model));
-        else if (!strcmp(f, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->seq));
+        else if (!strcmp(f, "--seq-length")) {
+            LJ_TRY(lj_cli_int(argc, argv, &i, &a->seq));
+            if (a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
+        }
         else if (!strcmp(f, "--micro-batch-size")) {
             if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
                 a->mb = 0;
@@ -366,7 +369,9 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddStringToObject(o, "explanation", r->explanation);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
-    lj_status s = lj_file_write_atomic(path, text, strlen(text));
+    lj_status s = LJ_OK;
+    if (strcmp(path, "-") == 0) printf("%s\n", text); /* --json -: standard output */
+    else s = lj_file_write_atomic(path, text, strlen(text));
     free(text);
     return s;
 }
@@ -403,7 +408,7 @@ int lj_cli_plan(int argc, char **argv) {
     lj_plan plan;
     lj_mem_breakdown bd;
     lj_planner_candidate_plan(&cfg, seq, &r->chosen, &t, &plan, &bd);
-    print_report(&cfg, &a, &t, r, &plan, &bd, seq, mode, fixed, s);
+    if (!a.json || strcmp(a.json, "-") != 0) print_report(&cfg, &a, &t, r, &plan, &bd, seq, mode, fixed, s);
     int rc = 0;
     if (a.json && write_json(a.json, &cfg, &a, &t, r, &bd, seq, mode, s) != LJ_OK) rc = lj_cli_error("plan");
     if (s != LJ_OK) {

@@ -40,7 +40,8 @@ static void usage(FILE *f) {
             "batch and schedule:\n"
             "  --seq-length T                tokens per sample (default 256)\n"
             "  --micro-batch-size B|auto     samples per forward/backward (default 4)\n"
-            "  --global-batch-size G         samples per optimizer step (default B; G/B accumulation steps)\n"
+            "  --global-batch-size G         samples per optimizer step (default B x ranks; G/(B x ranks)\n"
+            "                                accumulation steps)\n"
             "  --train-iters N               optimizer steps (default 100)\n"
             "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 0)\n"
             "  --lr-warmup-iters N           linear warm-up (default 0)\n"
@@ -232,7 +233,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
                             c->zero_stage, recompute, granularity, method, num_layers, 0, c->recompute));
-    c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size;
+    /* default: one micro-batch per rank per step (Megatron's default global batch) */
+    lj_dist_env env;
+    const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
+    c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size * world;
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;

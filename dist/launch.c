@@ -199,6 +199,7 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
     }
 
     double term_at = INFINITY, kill_at = INFINITY;
+    int stop_requests = 0;
     while (alive > 0) {
         for (int i = 0; i < nchild; i++) {
             int st;
@@ -239,8 +240,14 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
         siginfo_t info;
         const int sig = sigtimedwait(&handled, &info, &tick);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-            if (!opt->quiet) fprintf(stderr, "ljperf launcher: forwarding %s to %d process(es)\n", strsignal(sig), alive);
-            signal_alive(pids, nchild, sig);
+            /* mpirun ends the job on SIGINT/SIGTERM (and exits non-zero) but forwards SIGUSR1 to
+             * every rank: the first stop request goes through as SIGUSR1, which train handles like
+             * SIGTERM (save, exit 0); a second one is passed on as it is */
+            const int fwd = mpi_args && stop_requests++ == 0 ? SIGUSR1 : sig;
+            if (!opt->quiet)
+                fprintf(stderr, "ljperf launcher: forwarding %s to %d process(es)%s\n", strsignal(sig), alive,
+                        fwd != sig ? " (to the ranks as SIGUSR1 through mpirun; again to stop at once)" : "");
+            signal_alive(pids, nchild, fwd);
         }
     }
     /* take any signal that arrived at the very end, then restore the caller's mask */

@@ -293,16 +293,17 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
                      dtype_lower(ops->param_dtype), ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ",
                      dtype_lower(ops->grad_dtype),
                      lj_format_bytes(rest, b6, sizeof b6));
-    /* ZeRO-3: the states divide over G GPUs, the rest stays per GPU */
+    /* ZeRO-3: the states divide over G devices, the rest stays per device */
+    const char *devs = strcmp(ops->name, "cpu") == 0 ? "ranks" : "GPUs";
     if (usable > rest && w > 0 && (size_t)w < n) {
         const size_t room = usable - rest;
         size_t g = (states + room - 1) / room;
         if (g < 2) g = 2;
         w += snprintf(e + w, n - (size_t)w,
-                      " ZeRO-3 over at least %zu GPUs (%s of model states per GPU: --zero-stage 3);", g,
+                      " ZeRO-3 over at least %zu %s (%s of model states per rank: --zero-stage 3);", g, devs,
                       lj_format_bytes(states / g, b1, sizeof b1));
     } else if (w > 0 && (size_t)w < n) {
-        w += snprintf(e + w, n - (size_t)w, " ZeRO sharding alone is not enough (the per-GPU rest is %s);",
+        w += snprintf(e + w, n - (size_t)w, " ZeRO sharding alone is not enough (the per-rank rest is %s);",
                       lj_format_bytes(rest, b1, sizeof b1));
     }
     /* a shorter sequence: halve until the all-full plan at micro-batch 1 fits */

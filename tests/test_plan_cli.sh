@@ -201,6 +201,10 @@ bad "zero stage" "--zero-stage 5" --model llama3-nano --device cpu --zero-stage 
 bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
 bad "unknown model" "llama9" --model llama9 --device cpu
 bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length
+bad "seq length 0" "--seq-length 0: must be positive" --model llama3-nano --device cpu --seq-length 0
+"$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --json - >"$out/stdout.json" 2>/dev/null
+check "--json - writes JSON to standard output" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/stdout.json"
+check "--json - writes no file named -" test ! -e ./-
 bad "grad dtype" "--grad-dtype: 'fp16'" --model llama3-nano --device cpu --grad-dtype fp16
 bad "grad dtype on the CPU" "--grad-dtype bf16: the cpu backend keeps fp32 gradients" --model llama3-nano \
     --device cpu --grad-dtype bf16

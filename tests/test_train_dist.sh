@@ -193,6 +193,22 @@ wait "$launcher" || st=$?
 [ "$st" != 0 ] || fail "the launcher exited 0 after a rank was killed"
 echo "killed rank 1: the job stopped after $((SECONDS - t0)) s with status $st"
 
+# SIGTERM to the launcher: the ranks (under mpirun, through SIGUSR1) save a checkpoint and the
+# launcher exits 0, as a single process does; the default global batch is micro-batch x ranks
+"$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 \
+  --train-iters 100000 --seed 4343 --nproc-per-node 2 --save "$tmp/sig" --log-interval 1 >"$tmp/sig.out" 2>"$tmp/sig.err" &
+launcher=$!
+for _ in $(seq 1 600); do grep -q "^iteration" "$tmp/sig.out" && break; sleep 0.1; done
+grep -q "global batch size: 4 " "$tmp/sig.out" || { kill -9 "$launcher"; cat "$tmp/sig.out"; fail "default global batch is not micro-batch x ranks"; }
+kill -TERM "$launcher"
+st=0
+for _ in $(seq 1 600); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$launcher" 2>/dev/null; then kill -9 "$launcher"; fail "the job still runs 60 s after SIGTERM"; fi
+wait "$launcher" || st=$?
+[ "$st" = 0 ] && [ -f "$tmp/sig/latest_checkpointed_iteration.txt" ] && grep -q "checkpoint saved" "$tmp/sig.err" \
+  || { cat "$tmp/sig.err"; fail "SIGTERM to the launcher: status $st, or no checkpoint"; }
+echo "SIGTERM to the launcher: checkpoint at iteration $(cat "$tmp/sig/latest_checkpointed_iteration.txt"), status 0"
+
 # DeepSpeed's batch rule, and stages not supported yet
 printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8}\n' > "$tmp/ds.json"
 st=0; "$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --train-iters 1 \
@@ -204,4 +220,7 @@ st=0; "$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --
 echo "stage 3 on one process vs stage 0:"; compare "$tmp/w1.jsonl" "$tmp/s3.jsonl" || fail "stage 3 on one process differs"
 st=0; "$LJPERF" train "${common[@]}" --zero-stage 4 2>"$tmp/z.err" || st=$?
 [ "$st" != 0 ] && grep -q -- "--zero-stage" "$tmp/z.err" || { cat "$tmp/z.err"; fail "ZeRO stage 4 was not refused by name"; }
+st=0; "$LJPERF" train "${common[@]}" --nproc-per-node 0 2>"$tmp/np.err" || st=$?
+[ "$st" != 0 ] && grep -q -- "--nproc-per-node 0: must be at least 1" "$tmp/np.err" \
+  || { cat "$tmp/np.err"; fail "--nproc-per-node 0 was not refused"; }
 echo "1 passed, 0 failed"

@@ -179,14 +179,17 @@ static lj_status check_state(const run *r, const cJSON *root, const char *file) 
                            f[i].field, have, f[i].want);
     }
     const cJSON *rc = cJSON_GetObjectItemCaseSensitive(root, "run");
+    /* the micro-batch size may change (another world size or accumulation): a step's global
+     * samples are the same set whatever their split (data/loader.h) */
     const struct { const char *field; int want; } g[] = {
-        {"micro_batch_size", c->micro_batch_size}, {"seq_length", c->seq_length},
-        {"global_batch_size", c->global_batch_size}};
+        {"seq_length", c->seq_length}, {"global_batch_size", c->global_batch_size}};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(rc, g[i].field);
         if (!cJSON_IsNumber(it) || it->valueint != g[i].want)
             return lj_fail(LJ_ERR_FORMAT,
-                           "%s: run.%s is %d in the checkpoint but %d now (an exact resume needs the same batch shape)",
+                           "%s: run.%s is %d in the checkpoint but %d now (a resume continues the same global batches: "
+                           "keep --seq-length and --global-batch-size; the micro-batch size and the number of ranks "
+                           "may change)",
                            file, g[i].field, cJSON_IsNumber(it) ? it->valueint : -1, g[i].want);
     }
     return LJ_OK;
@@ -470,15 +473,20 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         return s;
     }
     g_stop_signal = 0;
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_usr1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1); /* the launcher's stop request through mpirun (and Slurm's --signal) */
 
     const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
     const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
     int last_saved = r.iteration;
+    if (r.iteration >= cfg->train_iters && r.rank == 0)
+        lj_log_info("the checkpoint is at iteration %d, not below --train-iters %d: nothing to train (raise "
+                    "--train-iters to continue)",
+                    r.iteration, cfg->train_iters);
     /* the printed lm loss is the mean over the iterations since the last printed line (Megatron's
      * convention); --log-json keeps every iteration's own loss */
     double interval_loss = 0.0;
@@ -527,13 +535,17 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
+            sigaction(SIGUSR1, &old_usr1, NULL);
             teardown(&r);
             return s;
         }
     }
     if (s == LJ_OK && r.stop) {
         lj_log_info("received %s at iteration %d: stopping",
-                    g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a signal (on another rank)",
+                    g_stop_signal == SIGINT    ? "SIGINT"
+                    : g_stop_signal == SIGTERM ? "SIGTERM"
+                    : g_stop_signal == SIGUSR1 ? "a stop request (SIGUSR1)"
+                                               : "a signal (on another rank)",
                     r.iteration);
         if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
         if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
@@ -545,6 +557,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
     teardown(&r);
     return s;
 }
