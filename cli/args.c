@@ -18,6 +18,15 @@ static lj_status value(int argc, char **argv, int *i, const char **out) {
 
 lj_status lj_cli_str(int argc, char **argv, int *i, const char **out) { return value(argc, argv, i, out); }
 
+lj_status lj_cli_offload(int argc, char **argv, int *i, int *out) {
+    const char *v = NULL;
+    LJ_TRY(value(argc, argv, i, &v));
+    if (strcmp(v, "cpu") == 0) *out = 1;
+    else if (strcmp(v, "none") == 0) *out = 0;
+    else return lj_fail(LJ_ERR_ARG, "--offload-optimizer: '%s' is not cpu or none (nvme is not supported)", v);
+    return LJ_OK;
+}
+
 lj_status lj_cli_parse_int(const char *flag, const char *v, int *out) {
     char *end;
     errno = 0;

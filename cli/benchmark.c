@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, and over several\n"
             "                             ranks under ZeRO stage 2 or 3 +CommOpt (overlap_comm off in the rows\n"
             "                             above it, on in it)\n"
+            "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host memory,\n"
+            "                             AdamW on the host (default none)\n"
             "  --json FILE                the result (or the ablation rows) as JSON\n"
             "  --seed S                   (default 1234)\n"
             "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
@@ -148,7 +150,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL, *grad_dtype = NULL;
-    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1;
+    int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
@@ -178,6 +180,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         else if (!strcmp(a, "--zero-stage")) s = lj_cli_int(argc, argv, &i, &zero_stage);
         else if (!strcmp(a, "--overlap-comm")) overlap = 1;
         else if (!strcmp(a, "--no-overlap-comm")) overlap = 0;
+        else if (!strcmp(a, "--offload-optimizer")) s = lj_cli_offload(argc, argv, &i, &offload);
         else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else if (!strcmp(a, "--recompute-granularity")) s = lj_cli_str(argc, argv, &i, &granularity);
         else if (!strcmp(a, "--data") || !strcmp(a, "--data-path")) {
@@ -229,12 +232,15 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
     if (zero_stage < 0) zero_stage = deepspeed ? 3 : 0;
+    const int requested_stage = zero_stage; /* offload is checked against the stage asked for */
     if (zero_stage == 3 && world == 1) zero_stage = 0; /* stage 3 on one rank: nothing to shard */
     char summary[256];
     snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
     if (lj_dp_init(dp, cfg.ops, zero_stage, summary) != LJ_OK) return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
+    dp->offload_optimizer = offload;
+    if (lj_dp_offload_check(dp, requested_stage, "--offload-optimizer cpu") != LJ_OK) return lj_cli_error("benchmark");
     cfg.dp = dp;
     if (dp->rank != 0) {
         lj_log_set_quiet(1);

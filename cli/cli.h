@@ -26,6 +26,8 @@ lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out);
 lj_status lj_cli_double(int argc, char **argv, int *i, double *out);
 lj_status lj_cli_float(int argc, char **argv, int *i, float *out);
 lj_status lj_cli_str(int argc, char **argv, int *i, const char **out);
+/* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device): *out = 1 for cpu, 0 for none. */
+lj_status lj_cli_offload(int argc, char **argv, int *i, int *out);
 
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  --json FILE                  the same report as JSON (- : on standard output, instead of the text)\n"
             "  --world-size N --zero-stage S  the plan of one rank of N data-parallel ranks under ZeRO stage\n"
             "                                 S (0-3; stage 3 over N = 1 shards nothing)\n"
+            "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host\n"
+            "                                 memory, out of the device plan (default none)\n"
             "\n"
             "CHECKPOINT_OPTIMIZATION=true|1|yes|on turns automatic recompute on; false|0|no|off|\"\" off.\n"
             "The cost model's throughputs come from <cache>/planner/<device>.json when measured, else\n"
@@ -43,7 +45,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
     const char *device_memory, *margin, *context, *grad_dtype;
-    int seq, mb, num_layers, world, zero, fused, buffers;
+    int seq, mb, num_layers, world, zero, fused, buffers, offload;
     double mm_tflops, attn_tflops, mem_gbs;
 } plan_args;
 
@@ -90,11 +92,15 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         else if (!strcmp(f, "--json")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->json));
         else if (!strcmp(f, "--world-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->world));
         else if (!strcmp(f, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->zero));
+        else if (!strcmp(f, "--offload-optimizer")) LJ_TRY(lj_cli_offload(argc, argv, &i, &a->offload));
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf plan --help)", f);
     }
     if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
     if (a->world < 1) return lj_fail(LJ_ERR_ARG, "--world-size %d: must be at least 1", a->world);
     if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
+    if (a->offload && a->zero == 0)
+        return lj_fail(LJ_ERR_ARG, "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed's "
+                                   "rule); add --zero-stage 1");
     if ((a->mm_tflops < 0) || (a->attn_tflops < 0) || (a->mem_gbs < 0))
         return lj_fail(LJ_ERR_ARG, "--matmul-tflops, --attention-tflops and --memory-gbs must be positive");
     return LJ_OK;
@@ -122,6 +128,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     t->zero_stage = a->zero < 3 || a->world > 1 ? a->zero : 0; /* stage 3 on one GPU shards nothing */
     t->dp_world_size = a->world;
     t->fused = a->fused;
+    t->offload_optimizer = a->offload && strcmp(ops->name, "cpu") != 0; /* the cpu backend: host memory already */
     uint64_t v = 0;
     if (a->device_memory) {
         if (lj_parse_bytes(a->device_memory, &v) != LJ_OK || v == 0)
@@ -231,6 +238,24 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
                               : " (parameters, gradients and AdamW state sharded; gather slots for the layers computing "
                                 "and prefetched, gradient slots reduce-scattered after each layer's backward)");
     else if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);
+    if (t->offload_optimizer) {
+        /* the host side of the plan of rank 0 (every shard has the same size) */
+        lj_model_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.micro_batch_size = 1;
+        opt.seq_length = seq;
+        opt.training = 1;
+        opt.fused = t->fused;
+        opt.zero_stage = t->zero_stage;
+        opt.dp_world_size = t->dp_world_size;
+        opt.offload_optimizer = 1;
+        lj_model m;
+        lj_model_init(&m, ops, cfg, &opt);
+        lj_plan_print_offload(&m, stdout);
+        lj_model_free(&m);
+    } else if (a->offload) {
+        printf("optimizer offload: the cpu backend keeps the optimizer state in host memory already; nothing moves\n");
+    }
     printf("\nmemory breakdown (recompute %s, micro-batch %d%s):\n", lj_planner_candidate_describe(c, d, sizeof d),
            c->micro_batch_size, status == LJ_OK ? "" : ", does not fit");
     printf("  %-34s %12s %7s\n", "category", "bytes", "%");

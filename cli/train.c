@@ -31,6 +31,10 @@ static void usage(FILE *f) {
             "                                default is on for stage 3 only); no effect on stages 0 and 1\n"
             "  --reduce-bucket-size N        ZeRO-2 elements per gradient reduction (default: hidden^2,\n"
             "                                DeepSpeed's \"auto\"; or zero_optimization.reduce_bucket_size)\n"
+            "  --offload-optimizer cpu|none  ZeRO stage >= 1: f32 master weights and AdamW moments in host\n"
+            "                                memory, AdamW on the host (DeepSpeed's zero_optimization.\n"
+            "                                offload_optimizer.device; default none; the cpu backend's\n"
+            "                                state is host memory already)\n"
             "  --deepspeed ds_config.json    DeepSpeed config: batch sizes, gradient_clipping, optimizer,\n"
             "                                scheduler, zero_optimization (unknown keys are named)\n"
             "data:\n"
@@ -186,6 +190,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->zero_stage));
         else if (!strcmp(a, "--overlap-comm")) c->overlap_comm = 1;
         else if (!strcmp(a, "--no-overlap-comm")) c->overlap_comm = 0;
+        else if (!strcmp(a, "--offload-optimizer")) LJ_TRY(lj_cli_offload(argc, argv, &i, &c->offload_optimizer));
         else if (!strcmp(a, "--reduce-bucket-size")) {
             int n = 0;
             LJ_TRY(lj_cli_int(argc, argv, &i, &n));

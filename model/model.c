@@ -70,6 +70,7 @@ void lj_model_free(lj_model *m) {
     free(m->layers);
     free(m->host_ids);
     free(m->host_losses);
+    free(m->offload_host);
     memset(m, 0, sizeof *m);
 }
 
@@ -125,19 +126,11 @@ void lj_model_upload_rope(lj_model *m) {
  * the master weights. */
 static int shards_params(const lj_model *m) { return m->zero3 && m->zero3->shard_params; }
 
-static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
+/* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
+static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
     const lj_ops *ops = m->ops;
-    if (shards_params(m)) {
-        /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
-         * params), then the param-dtype copy cast from it on the device */
-        if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
-            float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
-            lj_zero3_upload_f32(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params);
-        }
-        return;
-    }
     if (ops->param_dtype == LJ_DTYPE_F32) {
-        ops->upload((float *)m->params + offset, src, (size_t)n * sizeof(float));
+        ops->upload(dst, src, (size_t)n * sizeof(float));
         return;
     }
     LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "upload: param dtype %s", lj_dtype_name(ops->param_dtype));
@@ -147,12 +140,36 @@ static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t 
         const int64_t k = n - base < CHUNK ? n - base : CHUNK;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < k; i++) stage[i] = lj_f32_to_bf16(src[base + i]);
-        ops->upload((uint16_t *)m->params + offset + base, stage, (size_t)k * sizeof(uint16_t));
+        ops->upload((uint16_t *)dst + base, stage, (size_t)k * sizeof(uint16_t));
     }
     free(stage);
+}
+
+static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
+    const lj_ops *ops = m->ops;
+    const int offload = m->offload_host != NULL;
+    if (shards_params(m)) {
+        if (offload) {
+            /* the host master shard only; the params follow from it (lj_model_offload_push_params) */
+            lj_zero3_upload_f32(m, m->master, src, offset, n, NULL, 1);
+            return;
+        }
+        /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
+         * params), then the param-dtype copy cast from it on the device */
+        if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
+            float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
+            lj_zero3_upload_f32(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params, 0);
+        }
+        return;
+    }
+    upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
+    if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
     const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
     const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
-    if (m->master && hi > lo) ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
+    if (!m->master || hi <= lo) return;
+    const size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    if (offload) memcpy(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
+    else ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
 }
 
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
@@ -181,31 +198,96 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         }
     }
     free(stage);
-    if (m->adam_m) {
+    if (m->adam_m && m->offload_host) {
+        memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
+        memset(m->adam_v, 0, (size_t)m->shard_numel * sizeof(float));
+    } else if (m->adam_m) {
         m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
         m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
     if (m->grads) m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
 }
 
-void lj_model_set_weights(lj_model *m, const float *params) { upload_range(m, params, 0, m->layout.total); }
+void lj_model_set_weights(lj_model *m, const float *params) {
+    upload_range(m, params, 0, m->layout.total);
+    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
+}
 
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
     LJ_ASSERT(!shards_params(m), "ZeRO-3 sharded parameters: gather them first (lj_dp_gather_state)");
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
     LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
-    m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
+    if (!f32 && m->offload_host) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
+    else m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     const int64_t P = m->layout.total;
     if (shards_params(m)) {
-        lj_zero3_upload_f32(m, dst, full, 0, P, NULL);
+        lj_zero3_upload_f32(m, dst, full, 0, P, NULL, m->offload_host != NULL);
         return;
     }
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    if (n > 0) m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+    if (n <= 0) return;
+    if (m->offload_host) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+    else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+}
+
+/* ---- optimizer offload ------------------------------------------------------------ */
+
+enum { OFFLOAD_ALIGN = 64 };
+
+static size_t offload_round(size_t bytes) { return (bytes + OFFLOAD_ALIGN - 1) / OFFLOAD_ALIGN * OFFLOAD_ALIGN; }
+
+void lj_model_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
+    *state = *staging = 0;
+    if (!m->opt.offload_optimizer || !m->opt.training || m->opt.kv_cache_tokens > 0) return;
+    const size_t S = (size_t)m->shard_numel;
+    *state = 3 * offload_round(S * sizeof(float));
+    *staging = offload_round(S * sizeof(float)) + offload_round(S * sizeof(uint16_t)) +
+               offload_round(lj_ops_cpu()->global_norm_workspace_bytes(m->shard_numel));
+}
+
+lj_status lj_model_offload_alloc(lj_model *m) {
+    size_t state, staging;
+    lj_model_offload_bytes(m, &state, &staging);
+    if (state == 0 || m->offload_host) return LJ_OK;
+    char *p = aligned_alloc(OFFLOAD_ALIGN, state + staging);
+    if (!p) {
+        char b[32];
+        return lj_fail(LJ_ERR_OOM, "optimizer offload: cannot allocate %s of host memory for the AdamW state",
+                       lj_format_bytes(state + staging, b, sizeof b));
+    }
+    memset(p, 0, state + staging);
+    const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
+    m->offload_host = p;
+    m->master = (float *)p;
+    m->adam_m = (float *)(p + f);
+    m->adam_v = (float *)(p + 2 * f);
+    m->offload_grad = (float *)(p + 3 * f);
+    m->offload_stage = p + 4 * f;
+    m->offload_ws = p + 4 * f + offload_round(S * sizeof(uint16_t));
+    return LJ_OK;
+}
+
+void lj_model_offload_push_params(lj_model *m) {
+    const lj_ops *ops = m->ops;
+    const int64_t S = m->shard_numel;
+    char *dst = (char *)m->params + (size_t)m->shard_begin * lj_dtype_size(ops->param_dtype);
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload(dst, m->master, (size_t)S * sizeof(float));
+    } else {
+        LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: param dtype %s", lj_dtype_name(ops->param_dtype));
+        uint16_t *stage = m->offload_stage;
+        const float *master = m->master;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
+        ops->upload(dst, stage, (size_t)S * sizeof(uint16_t));
+    }
+    /* the staging is reused by the next step's download: the upload has read it */
+    ops->synchronize();
 }
 
 /* ---- helpers -------------------------------------------------------------------- */

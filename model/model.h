@@ -49,6 +49,11 @@ typedef struct {
     int zero_overlap_off;   /* ZeRO-2/3 over W > 1: 1 makes the compute stream wait for every collective
                                right after queuing it, and disables the ZeRO-3 prefetch
                                (overlap_comm false); 0 overlaps them with compute (the default) */
+    int offload_optimizer;  /* training, ZeRO stage >= 1: 1 keeps this rank's f32 master weights and AdamW
+                               moments in host memory (DeepSpeed's offload_optimizer.device "cpu"): they
+                               leave the memory plan, and the AdamW step runs on the host with the CPU
+                               backend's ops (train/dp.c). Also valid on the CPU backend, where it only
+                               moves the state out of the plan's arenas (tests of the host path). */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
 
@@ -90,10 +95,11 @@ typedef struct {
     lj_zero3 *zero3;     /* ZeRO-3 state, or NULL */
     void *params;        /* [padded_numel] param dtype */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
-                            backend: params + shard_begin) */
+                            backend: params + shard_begin; under opt.offload_optimizer: host memory) */
     void *grads;         /* [grad_numel] grad dtype (training) */
     float *adam_m;       /* [shard_numel] f32 (training) */
-    float *adam_v;       /* [shard_numel] f32 (training) */
+    float *adam_v;       /* [shard_numel] f32 (training); adam_m and adam_v are host memory under
+                            opt.offload_optimizer */
     float *grad_norm_sq; /* [1] f32 */
     float *adamw_scalars; /* [LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias corrections
                              (ops.h), uploaded before the optimizer step runs or its graph is launched */
@@ -127,6 +133,13 @@ typedef struct {
     float *host_losses;  /* [N] */
     int num_targets;     /* targets >= 0 in the current batch */
 
+    /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
+     * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
+    void *offload_host;  /* the allocation (lj_model_free releases it) */
+    float *offload_grad; /* [shard_numel] f32: this rank's gradient shard, downloaded each step */
+    void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
+    void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
+
     void *graph;         /* captured forward + backward (opt.graphs), or NULL */
     float graph_dloss;   /* the dloss baked into it */
     void *step_graph;    /* the whole training step captured as one graph (lj_model_train_step), or NULL */
@@ -158,9 +171,25 @@ void lj_model_set_weights(lj_model *m, const float *params);
  * ZeRO-3 over several ranks: lj_dp_gather_state). */
 void lj_model_get_weights(lj_model *m, float *params);
 
-/* Host f32 `full` [P] (flat layout) -> this rank's part of it in the device f32 shard `dst`
- * ([shard_numel]: master weights, AdamW moments), under any ZeRO stage. */
+/* Host f32 `full` [P] (flat layout) -> this rank's part of it in the f32 shard `dst`
+ * ([shard_numel]: master weights, AdamW moments; device memory, or host memory under
+ * opt.offload_optimizer), under any ZeRO stage. */
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
+
+/* Optimizer offload: bytes of host memory for this model's offloaded state: `state` the f32
+ * master weights and AdamW moments (12 B per shard element), `staging` the gradient and
+ * parameter staging and the norm workspace. Both 0 without opt.offload_optimizer. */
+void lj_model_offload_bytes(const lj_model *m, size_t *state, size_t *staging);
+
+/* Optimizer offload: allocates and zeroes the host buffers above and points master, adam_m and
+ * adam_v at them (called by lj_plan_allocate; a no-op without opt.offload_optimizer). Errors:
+ * LJ_ERR_OOM naming the bytes. */
+lj_status lj_model_offload_alloc(lj_model *m);
+
+/* Optimizer offload: rounds this rank's host master shard to the param dtype on the host
+ * (lj_f32_to_bf16, the device cast's round-to-nearest-even) and uploads it into the params at
+ * the shard (params + shard_begin). Stream-ordered like every upload. */
+void lj_model_offload_push_params(lj_model *m);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */
 void lj_model_set_batch(lj_model *m, const int32_t *tokens);

@@ -292,7 +292,9 @@ void lj_zero3_step_begin(lj_model *m) {
     memset(z->persist_fresh, 0, (size_t)z->part.num_groups);
 }
 
-void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst) {
+void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
+                         int dst_host) {
+    LJ_ASSERT(!dst_host || !cast_dst, "a host shard is not cast on the device");
     const lj_zero3 *z = m->zero3;
     const size_t sp = lj_dtype_size(m->ops->param_dtype);
     for (int u = 0; u < z->part.num_units; u++) {
@@ -301,7 +303,8 @@ void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_
         const int64_t lo = b > offset ? b : offset, hi = e < offset + n ? e : offset + n;
         if (hi <= lo) continue;
         const int64_t at = z->part.units[u].shard_offset + (lo - b);
-        m->ops->upload(dst + at, src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
+        if (dst_host) memcpy(dst + at, src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
+        else m->ops->upload(dst + at, src + (lo - offset), (size_t)(hi - lo) * sizeof(float));
         if (cast_dst) m->ops->cast_f32_to_param((char *)cast_dst + (size_t)at * sp, dst + at, hi - lo);
     }
 }

@@ -119,10 +119,12 @@ void lj_zero3_grad_end(lj_model *m, int g);
 void lj_zero3_step_begin(lj_model *m);
 
 /* Host f32 values [offset, offset + n) of the flat parameter buffer (layout order) into this
- * rank's device shard `dst` ([shard_numel] f32): the part this rank holds, at its shard
- * positions. cast_dst (a [shard_numel] param-dtype shard, or NULL) receives the same elements
- * cast to the param dtype. */
-void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst);
+ * rank's device shard `dst` ([shard_numel] f32; host memory when dst_host = 1, as under
+ * optimizer offload): the part this rank holds, at its shard positions. cast_dst (a
+ * [shard_numel] param-dtype device shard, or NULL; NULL when dst_host) receives the same
+ * elements cast to the param dtype. */
+void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
+                         int dst_host);
 
 /* The inverse for one round of a gathered shard: `gathered` is [W][c] f32 on the host, each
  * rank's shard positions [k, k + c); the real elements among them go to their flat positions

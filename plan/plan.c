@@ -57,13 +57,18 @@ static void walk(walker *w, lj_model *m) {
     const int training = o->training && !generation;
     char name[48];
 
-    /* parameters, master weights, gradients, optimizer state */
+    /* parameters, master weights, gradients, optimizer state; under optimizer offload the master
+     * weights and moments are host memory (lj_model_offload_alloc), outside the plan */
+    const int offload = training && o->offload_optimizer;
     m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
-    if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
+    if (offload) { /* master, adam_m, adam_v: bound by lj_model_offload_alloc */
+    } else if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
     else m->master = training ? take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
     m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * sg) : NULL;
-    m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
-    m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
+    if (!offload) {
+        m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
+        m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
+    }
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
     m->adamw_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
@@ -217,6 +222,11 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
         /* every buffer starts at zero (AdamW moments, gradients): runs are deterministic */
         m->ops->memset_zero(plan->base[a], plan->arena_bytes[a]);
     }
+    lj_status s = lj_model_offload_alloc(m);
+    if (s != LJ_OK) {
+        lj_plan_release(plan, m->ops);
+        return s;
+    }
     walker w = {plan, 1, 0};
     walk(&w, m);
     LJ_ASSERT(w.next == plan->count);
@@ -245,4 +255,14 @@ void lj_plan_print(const lj_plan *plan, FILE *f) {
                 100.0 * (double)plan->arena_bytes[a] / (double)plan->total_bytes);
     }
     fprintf(f, "  %-16s %12s\n", "total", lj_format_bytes(plan->total_bytes, buf, sizeof buf));
+}
+
+void lj_plan_print_offload(const lj_model *m, FILE *f) {
+    size_t state, staging;
+    lj_model_offload_bytes(m, &state, &staging);
+    if (state == 0) return;
+    char b1[32], b2[32];
+    fprintf(f, "optimizer offload: %s of optimizer state (f32 master weights and AdamW moments) in host memory, "
+               "plus %s of host staging; not in the device plan\n",
+            lj_format_bytes(state, b1, sizeof b1), lj_format_bytes(staging, b2, sizeof b2));
 }

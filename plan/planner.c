@@ -183,6 +183,7 @@ static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, 
     opt.fused = t->fused;
     opt.zero_stage = t->zero_stage;
     opt.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
+    opt.offload_optimizer = t->offload_optimizer;
     lj_model_init(&s->m, t->ops, cfg, &opt);
 }
 
@@ -329,7 +330,7 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
     }
     /* optimizer offload: f32 master weights and moments in host memory */
     const size_t offload = P * ((ops->param_dtype == LJ_DTYPE_F32 ? 0 : 4) + 8);
-    if (w > 0 && (size_t)w < n) {
+    if (w > 0 && (size_t)w < n && !t->offload_optimizer) {
         const size_t left = need > offload ? need - offload : 0;
         w += snprintf(e + w, n - (size_t)w,
                       " optimizer offload (master weights and moments on the host) would bring it to %s (%s);",

@@ -154,6 +154,8 @@ typedef struct {
     int grad_accum_steps;           /* micro-batches per optimizer step (>= 1) */
     int zero_stage;                 /* ZeRO stage of the run (0: replicated) */
     int dp_world_size;              /* data-parallel ranks (>= 1): plans are per rank */
+    int offload_optimizer;          /* 1: master weights and AdamW moments in host memory, outside the
+                                       device plan (lj_model_options.offload_optimizer; ZeRO stage >= 1) */
 } lj_planner_target;
 
 /* Fills a target for `ops`: device memory from ops->memory_info when the table has it (a real

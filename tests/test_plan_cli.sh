@@ -108,6 +108,10 @@ assert (c["layers_full"], c["layers_selective"], c["layers_none"]) == (5, 0, 11)
     "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 1 --recompute none --world-size 4 \
         --zero-stage 1 --json "$out/w4.json" >"$out/w4.txt" 2>&1
     check "--world-size 4 --zero-stage 1: per-rank plan" has "$out/w4.txt" "per rank of 4 data-parallel ranks"
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 1 --recompute none --world-size 4 \
+        --zero-stage 1 --offload-optimizer cpu >"$out/w4o.txt" 2>&1
+    check "--offload-optimizer cpu: host bytes line" has "$out/w4o.txt" "of optimizer state (f32 master weights and AdamW moments) in host memory"
+    check "--offload-optimizer cpu: no master weights on the device" grep -Eq "master weights +0 B" "$out/w4o.txt"
     check "ZeRO-1 over 4 ranks: a quarter of the moments" python3 -c '
 import json, sys
 def moments(p):
@@ -198,6 +202,9 @@ bad "device memory" "--device-memory: 'lots'" --model llama3-nano --device cpu -
 bad "margin" "--margin: '150%'" --model llama3-nano --device cpu --margin 150%
 bad "world size 0" "--world-size 0" --model llama3-nano --device cpu --world-size 0
 bad "zero stage" "--zero-stage 5" --model llama3-nano --device cpu --zero-stage 5
+bad "offload under stage 0" "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1" --model llama3-nano \
+    --device cpu --offload-optimizer cpu
+bad "offload device" "--offload-optimizer: 'nvme'" --model llama3-nano --device cpu --zero-stage 1 --offload-optimizer nvme
 bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
 bad "unknown model" "llama9" --model llama9 --device cpu
 bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length

@@ -15,7 +15,11 @@
 #     --ablation has a +CommOpt row there (left out, with the reason, on one rank);
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
-#   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name.
+#   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name;
+#   - optimizer offload (--offload-optimizer cpu, with LJPERF_OFFLOAD_HOST_PATH=1 so that the host
+#     path runs on the CPU backend) under stages 1, 2, 3 gives bit-identical losses and final state
+#     to the run without it (2 ranks; stage 2 also on 3), an offloaded run resumes, a DeepSpeed
+#     config with offload_optimizer "cpu" runs, and offload under stage 0 is refused by name.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
 tmp="$LJ_TEST_TMP/train_dist"
@@ -77,6 +81,48 @@ for stage in 1 2 3; do
     compare "$tmp/w1.jsonl" "$tmp/z$stage$np.jsonl" "$tmp/w1" "$tmp/z$stage$np" || fail "ZeRO stage $stage on $np ranks differs"
   done
 done
+
+# optimizer offload through the host path: bit-identical to the same run without it
+same_run() { # same_run A B: identical losses and final state files
+  cmp -s <(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r])' "$1.jsonl") \
+         <(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r])' "$2.jsonl") \
+    || return 1
+  cmp -s "$1/iter_0000004/state.safetensors" "$2/iter_0000004/state.safetensors"
+}
+for run in "1 2" "2 2" "3 2" "2 3"; do
+  set -- $run
+  LJPERF_OFFLOAD_HOST_PATH=1 mpirun --oversubscribe --bind-to none -np $2 -x OMP_NUM_THREADS -x LJPERF_OFFLOAD_HOST_PATH \
+    "$LJPERF" train "${common[@]}" --zero-stage $1 --offload-optimizer cpu --save "$tmp/o$1$2" --log-json "$tmp/o$1$2.jsonl" \
+    2>"$tmp/o.err" || { cat "$tmp/o.err"; fail "offload, stage $1 on $2 ranks"; }
+  grep -q "the host path runs on the cpu backend" "$tmp/o.err" || { cat "$tmp/o.err"; fail "offload host path not reported"; }
+  grep -q "of optimizer state in host memory" "$tmp/o.err" || { cat "$tmp/o.err"; fail "offload host bytes not reported"; }
+  echo "ZeRO stage $1 on $2 ranks, optimizer offload vs none: bit-identical"
+  same_run "$tmp/z$1$2" "$tmp/o$1$2" || fail "offload under stage $1 on $2 ranks differs from the run without it"
+done
+# an offloaded run saved after iteration 2 (stage 3, 2 ranks), resumed offloaded
+LJPERF_OFFLOAD_HOST_PATH=1 "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --offload-optimizer cpu \
+  --save "$tmp/or" --exit-interval 2 --log-json "$tmp/or.jsonl" 2>"$tmp/or.err" || { cat "$tmp/or.err"; fail "offload, first half"; }
+LJPERF_OFFLOAD_HOST_PATH=1 "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --offload-optimizer cpu \
+  --save "$tmp/or" --load "$tmp/or" --log-json "$tmp/or.jsonl" 2>"$tmp/or.err" || { cat "$tmp/or.err"; fail "offload, resume"; }
+echo "offloaded run saved and resumed (stage 3, 2 ranks):"; compare "$tmp/w1.jsonl" "$tmp/or.jsonl" "$tmp/w1" "$tmp/or" \
+  || fail "offloaded resume differs"
+# a DeepSpeed config with offload_optimizer "cpu" (stage 2); the cpu backend moves nothing
+printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2,
+ "offload_optimizer": {"device": "cpu", "pin_memory": true}}}\n' > "$tmp/dso.json"
+"$LJPERF" train "${common[@]}" --deepspeed "$tmp/dso.json" --nproc-per-node 2 --save "$tmp/dso" \
+  --log-json "$tmp/dso.jsonl" 2>"$tmp/dso.err" || { cat "$tmp/dso.err"; fail "DeepSpeed offload config on 2 ranks"; }
+grep -q "offload_optimizer.device \"cpu\"): the cpu backend keeps the AdamW state in host memory already" "$tmp/dso.err" \
+  || { cat "$tmp/dso.err"; fail "DeepSpeed offload not reported"; }
+echo "1 rank vs 2 ranks, DeepSpeed config with offload_optimizer cpu:"
+compare "$tmp/w1.jsonl" "$tmp/dso.jsonl" "$tmp/w1" "$tmp/dso" || fail "DeepSpeed offload config differs"
+# offload needs ZeRO stage >= 1
+if "$LJPERF" train "${common[@]}" --offload-optimizer cpu 2>"$tmp/o0.err"; then fail "offload under stage 0 was accepted"; fi
+grep -q -- "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1, 2 or 3" "$tmp/o0.err" \
+  || { cat "$tmp/o0.err"; fail "stage-0 offload refusal does not name the flag"; }
+printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0,
+ "offload_optimizer": {"device": "cpu"}}}\n' > "$tmp/dso0.json"
+if "$LJPERF" train "${common[@]}" --deepspeed "$tmp/dso0.json" 2>"$tmp/o0.err"; then fail "DeepSpeed offload under stage 0 accepted"; fi
+grep -q "offload_optimizer" "$tmp/o0.err" || { cat "$tmp/o0.err"; fail "DeepSpeed stage-0 offload refusal does not name the key"; }
 
 # ZeRO-2's gradient partition with small buckets (many reductions per layer), overlap_comm off
 # and on, and ZeRO-3 with overlap_comm off (no prefetch; each collective waited for at once)

@@ -4,6 +4,7 @@
 #include "model/zero3.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *summary) {
@@ -21,6 +22,7 @@ lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *s
     dp->world = lj_dist_world_size(dp->dist);
     dp->zero_stage = zero_stage;
     dp->overlap_comm = 1;
+    dp->host_backend = strcmp(ops->name, "cpu") == 0;
     static const char *what[4] = {"replicated, gradients all-reduced", "AdamW state sharded, gradients all-reduced",
                                   "AdamW state and gradients sharded; gradients reduced bucket by bucket during the backward",
                                   "parameters, gradients and AdamW state sharded; layers all-gathered as they compute"};
@@ -56,7 +58,32 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
         o->zero3_max_live_numel = dp->stage3_max_live_parameters;
         o->zero3_persistence_numel = dp->stage3_param_persistence_threshold;
     }
+    /* the CPU backend's memory is host memory already: offload moves nothing there */
+    o->offload_optimizer = dp->offload_optimizer && (!dp->host_backend || dp->offload_force);
     memcpy(o->recompute, recompute, sizeof o->recompute);
+}
+
+lj_status lj_dp_offload_check(lj_dp *dp, int zero_stage, const char *what) {
+    if (!dp->offload_optimizer) return LJ_OK;
+    const char *force = getenv("LJPERF_OFFLOAD_HOST_PATH");
+    dp->offload_force = force && strcmp(force, "1") == 0;
+    if (zero_stage < 1)
+        return lj_fail(LJ_ERR_ARG,
+                       "%s: optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed's rule); add --zero-stage 1 "
+                       "(or zero_optimization.stage >= 1), or use --offload-optimizer none",
+                       what);
+    if (dp->rank == 0) {
+        if (dp->host_backend && dp->offload_force)
+            lj_log_info("optimizer offload (%s): LJPERF_OFFLOAD_HOST_PATH=1: the host path runs on the cpu backend "
+                        "(tests)", what);
+        else if (dp->host_backend)
+            lj_log_info("optimizer offload (%s): the cpu backend keeps the AdamW state in host memory already; "
+                        "nothing moves", what);
+        else
+            lj_log_info("optimizer offload (%s): f32 master weights and AdamW moments in host memory, AdamW on the "
+                        "host (ZeRO stage %d)", what, zero_stage);
+    }
+    return LJ_OK;
 }
 
 void lj_dp_check(lj_dp *dp, lj_status s) {
@@ -142,12 +169,55 @@ static int zero3_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adam
     return k;
 }
 
+double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *segments,
+                          int num_segments, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
+    const lj_ops *ops = m->ops, *host = lj_ops_cpu();
+    LJ_ASSERT(m->offload_host, "optimizer offload: no host state (lj_plan_allocate binds it)");
+    LJ_ASSERT(n_grad >= 0 && n_grad <= m->shard_numel, "offload: %lld gradients in a shard of %lld",
+              (long long)n_grad, (long long)m->shard_numel);
+    float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
+    if (ops->grad_dtype == LJ_DTYPE_F32) {
+        ops->download(g, grad_shard, (size_t)n_grad * sizeof(float));
+        ops->synchronize();
+    } else {
+        LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
+        uint16_t *stage = m->offload_stage;
+        ops->download(stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
+        ops->synchronize(); /* the copy has landed before the host reads it */
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n_grad; i++) g[i] = lj_bf16_to_f32(stage[i]);
+    }
+    float norm_sq = 0.0f;
+    host->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
+    ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
+    if (reduce_norm) {
+        void *stream = stream_of(m);
+        lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+        ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    }
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, hp, lr, step);
+    /* params == master: the CPU backend's update writes the f32 master only */
+    host->adamw_update(m->master, m->master, g, m->adam_m, m->adam_v, segments, num_segments, hp, scalars, &norm_sq);
+    lj_model_offload_push_params(m);
+    return sqrt((double)norm_sq);
+}
+
 /* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
  * whole shard (its padding carries zeros) enters the norm and the update. */
-static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, const lj_adamw_hparams *hp) {
+static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, const lj_adamw_hparams *hp, float lr,
+                         int step) {
     const lj_ops *ops = m->ops;
     void *stream = stream_of(m);
     lj_zero3_step_begin(m);
+    if (m->offload_host) {
+        lj_adamw_segment *seg;
+        const int nseg = zero3_segments(m, cfg, &seg);
+        const double norm = lj_dp_offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
+        free(seg);
+        return norm;
+    }
     ops->global_norm_sq(m->grad_norm_sq, m->grads, m->shard_numel, m->ws_norm);
     lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
     lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
@@ -164,7 +234,7 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = hparams_of(cfg);
     upload_step_scalars(m, &hp, lr, step);
-    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, cfg, &hp);
+    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, cfg, &hp, lr, step);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
@@ -180,25 +250,32 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     /* the shard's real elements (the padding after P carries nothing) */
     const int64_t P = m->layout.total;
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
-    if (stage > 0) {
-        lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
-        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+    double norm;
+    if (m->offload_host) {
+        norm = lj_dp_offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, step, stage > 0);
+    } else {
+        ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
+        if (stage > 0) {
+            lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+            lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
+        }
+        ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
+                          segments, num_segments, &hp, m->adamw_scalars, m->grad_norm_sq);
+        norm = -1.0; /* read after the all-gather */
     }
-    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
-                      segments, num_segments, &hp, m->adamw_scalars, m->grad_norm_sq);
     if (stage > 0) {
         lj_dp_check(dp, lj_dist_all_gather(dp->dist, (char *)m->params + (size_t)m->shard_begin * sp, m->params,
                                            m->shard_numel, ops->param_dtype, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
-    return download_norm(m);
+    return norm >= 0.0 ? norm : download_norm(m);
 }
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                         const lj_adamw_config *cfg, float lr, int step, float dloss) {
-    if (dp->world > 1 || m->zero3) {
-        /* collectives between the backward and the update: not captured (yet) */
+    if (dp->world > 1 || m->zero3 || m->offload_host) {
+        /* collectives, or the offloaded update's host work, between the backward and the update:
+         * not captured */
         m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
         lj_model_forward_backward(m, dloss);
         return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
@@ -233,8 +310,13 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     if (!m->zero3 && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
-        ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
-        ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
+        if (m->offload_host) {
+            memcpy(mm, m->adam_m, (size_t)P * sizeof(float));
+            memcpy(vv, m->adam_v, (size_t)P * sizeof(float));
+        } else {
+            ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
+            ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
+        }
         return;
     }
     /* The gradient buffer (padded_numel elements of the grad dtype) is the landing space: each
@@ -253,7 +335,8 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     float *host = dp->rank == 0 ? lj_malloc((size_t)(dp->world * c_max) * sizeof(float)) : NULL;
     if (z) lj_zero3_step_begin(m); /* the backward's reductions have finished with the slots */
     const int zero3 = z && z->shard_params; /* shards in the layer partition's order, else flat */
-    const int f32_params = !zero3 && ops->param_dtype == LJ_DTYPE_F32; /* the params hold the full master */
+    /* the params hold the full master (under offload on an f32 backend: an exact copy of it) */
+    const int f32_params = !zero3 && ops->param_dtype == LJ_DTYPE_F32;
     float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
     float *dst[3] = {w, mm, vv};
     for (int i = 0; i < 3; i++) {
@@ -263,7 +346,14 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
         }
         for (int64_t k = 0; k < S; k += c_max) {
             const int64_t c = S - k < c_max ? S - k : c_max;
-            lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i] + k, land, c, LJ_DTYPE_F32, stream));
+            if (m->offload_host) {
+                /* host state: staged into this rank's slot of the landing space, gathered in place */
+                float *mine = land + (int64_t)dp->rank * c;
+                ops->upload(mine, src[i] + k, (size_t)c * sizeof(float));
+                lj_dp_check(dp, lj_dist_all_gather(dp->dist, mine, land, c, LJ_DTYPE_F32, stream));
+            } else {
+                lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i] + k, land, c, LJ_DTYPE_F32, stream));
+            }
             lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
             if (dp->rank != 0) continue;
             ops->download(host, land, (size_t)(dp->world * c) * sizeof(float));

@@ -19,6 +19,14 @@ typedef struct {
      * collectives with compute; 0 makes the compute stream wait for each right after it is
      * queued. Stages 0 and 1 all-reduce the gradients after the backward either way. */
     int overlap_comm;
+    /* zero_optimization.offload_optimizer.device "cpu" / --offload-optimizer cpu (ZeRO stage >= 1,
+     * checked by lj_dp_offload_check): this rank's master weights and AdamW moments in host memory
+     * and the AdamW step on the host. On the CPU backend the state is host memory already and
+     * nothing changes (lj_dp_model_options leaves the model's option off). */
+    int offload_optimizer;
+    int host_backend; /* the backend's memory is host memory (the CPU backend) */
+    int offload_force; /* tests: run the offload host path on the CPU backend too (environment
+                          LJPERF_OFFLOAD_HOST_PATH=1, read by lj_dp_offload_check) */
 } lj_dp;
 
 /* A world of one without any communicator (tests and tools that drive a model directly):
@@ -38,6 +46,12 @@ void lj_dp_free(lj_dp *dp);
  * overlap_comm and the bucket and stage3_* knobs too). */
 void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o);
 
+/* Validates and announces optimizer offload for `zero_stage` (what: the flag or key that asked for
+ * it, for the message). Errors: LJ_ERR_ARG under ZeRO stage 0 (DeepSpeed requires stage >= 1).
+ * Reads LJPERF_OFFLOAD_HOST_PATH (dp->offload_force). Logs (rank 0) where the state lives: host memory on a GPU backend, or that the CPU backend keeps
+ * it in host memory already. */
+lj_status lj_dp_offload_check(lj_dp *dp, int zero_stage, const char *what);
+
 /* Sums `n` (<= 2) host floats across ranks (through m->dist_scalars). Collective. */
 void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
 
@@ -52,9 +66,22 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *            and nothing is gathered: layers are gathered when they next compute.
  * `segments` are those of this rank's shard (lj_adamw_segments_slice); under stage 3 over
  * several ranks they are ignored and derived from the layer partition and cfg. The global
- * gradient norm is summed over the shards; returns it (before clipping). Collective. */
+ * gradient norm is summed over the shards; returns it (before clipping). Collective.
+ * Under optimizer offload (m->opt.offload_optimizer) the gradient reduction is the same; then the
+ * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
+ * with the CPU backend's ops over the host master and moments; the updated shard is rounded to the
+ * param dtype on the host and uploaded before the all-gather of stages 1-2 (lj_dp_offload_step). */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
+
+/* The host half of the optimizer step under optimizer offload, after the gradients are reduced:
+ * grad_shard: this rank's device gradient shard (grad dtype), n_grad of its elements real (the
+ * rest of the host copy stays zero); segments relative to the shard. Downloads the gradients
+ * (waits for the stream), global norm (all-reduced when `reduce_norm`), AdamW on the host over
+ * m->master/adam_m/adam_v, uploads the param-dtype shard at params + shard_begin. No all-gather.
+ * Returns the global gradient norm (before clipping). Collective when reduce_norm. */
+double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *segments,
+                          int num_segments, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm);
 
 /* One whole training step of ONE micro-batch per rank (no gradient accumulation), over the
  * batch already uploaded with lj_model_set_batch: zero the gradients, forward + backward with
@@ -66,7 +93,8 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
  *     backend with graphs, as ONE captured CUDA graph, recaptured when dloss, the AdamW
  *     config (clipping on/off included) or the segments change; eagerly otherwise, with the
  *     same ops in the same order as lj_model_forward_backward + lj_dp_optimizer_step.
- *   - Several ranks, or ZeRO-3: forward + backward (one graph per micro-batch with
+ *   - Several ranks, ZeRO-3 or optimizer offload (host work between the backward and the
+ *     update, never inside a capture): forward + backward (one graph per micro-batch with
  *     opt.graphs), then lj_dp_optimizer_step eagerly, as before.
  * Collective when the world has several ranks. */
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,

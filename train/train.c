@@ -76,6 +76,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
     c->overlap_comm = -1;
+    c->offload_optimizer = -1;
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -364,6 +365,12 @@ static lj_status setup(run *r) {
     r->dp.reduce_bucket_size = c->reduce_bucket_size > 0 ? c->reduce_bucket_size
                                : c->has_deepspeed && c->deepspeed.zero.reduce_bucket_size > 0 ? c->deepspeed.zero.reduce_bucket_size
                                                                                                 : 0;
+    r->dp.offload_optimizer = c->offload_optimizer >= 0 ? c->offload_optimizer
+                              : c->has_deepspeed ? c->deepspeed.zero.offload_optimizer_cpu
+                                                 : 0;
+    LJ_TRY(lj_dp_offload_check(&r->dp, c->zero_stage,
+                               c->offload_optimizer >= 0 ? "--offload-optimizer cpu"
+                                                         : "zero_optimization.offload_optimizer.device \"cpu\""));
     if (r->dp.world > 1 && r->dp.zero_stage >= 2 && r->dp.rank == 0)
         lj_log_info("ZeRO stage %d: overlap_comm %s", r->dp.zero_stage,
                     r->dp.overlap_comm ? "on (collectives on their own stream, overlapped with compute)"
@@ -388,6 +395,13 @@ static lj_status setup(run *r) {
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
                 c->global_batch_size, r->accumulation);
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
+    if (r->model.opt.offload_optimizer) {
+        size_t state, staging;
+        lj_model_offload_bytes(&r->model, &state, &staging);
+        char b2[32];
+        lj_log_info("optimizer offload: %s of optimizer state in host memory (+%s staging), outside the plan",
+                    lj_format_bytes(state, buf, sizeof buf), lj_format_bytes(staging, b2, sizeof b2));
+    }
     LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
     lj_model_upload_rope(&r->model);
     lj_model_init_weights(&r->model, c->seed);

@@ -44,6 +44,8 @@ typedef struct {
                                   with --deepspeed (DeepSpeed's default: stage == 3), else 1 */
     int64_t reduce_bucket_size;/* --reduce-bucket-size, elements (0: zero_optimization.reduce_bucket_size
                                   with --deepspeed, else "auto", hidden^2) */
+    int offload_optimizer;     /* --offload-optimizer cpu 1 / none 0; -1: zero_optimization.offload_optimizer
+                                  with --deepspeed, else none (needs ZeRO stage >= 1) */
     int has_deepspeed;         /* --deepspeed given: */
     lj_deepspeed_config deepspeed; /* the resolved config; its scheduler, if any, sets the LR */
     int quiet;                 /* no per-step lines (tests) */
