@@ -240,15 +240,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     else if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);
     if (t->offload_optimizer) {
         /* the host side of the plan of rank 0 (every shard has the same size) */
-        lj_model_options opt;
-        memset(&opt, 0, sizeof opt);
-        opt.micro_batch_size = 1;
-        opt.seq_length = seq;
-        opt.training = 1;
-        opt.fused = t->fused;
-        opt.zero_stage = t->zero_stage;
-        opt.dp_world_size = t->dp_world_size;
-        opt.offload_optimizer = 1;
+        const lj_model_options opt = lj_planner_model_options(t, seq);
         lj_model m;
         lj_model_init(&m, ops, cfg, &opt);
         lj_plan_print_offload(&m, stdout);

@@ -170,11 +170,7 @@ typedef struct {
     int plans_built;
 } search_ctx;
 
-static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, const lj_planner_target *t) {
-    memset(s, 0, sizeof *s);
-    s->cfg = cfg;
-    s->t = t;
-    s->usable = lj_planner_usable_bytes(t);
+lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length) {
     lj_model_options opt;
     memset(&opt, 0, sizeof opt);
     opt.micro_batch_size = 1;
@@ -184,6 +180,15 @@ static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, 
     opt.zero_stage = t->zero_stage;
     opt.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
     opt.offload_optimizer = t->offload_optimizer;
+    return opt;
+}
+
+static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, const lj_planner_target *t) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->t = t;
+    s->usable = lj_planner_usable_bytes(t);
+    const lj_model_options opt = lj_planner_model_options(t, seq_length);
     lj_model_init(&s->m, t->ops, cfg, &opt);
 }
 

@@ -173,6 +173,11 @@ lj_status lj_planner_target_init(lj_planner_target *t, const lj_ops *ops, const 
 /* device_memory_bytes - margin_bytes (0 when the margin is larger). */
 size_t lj_planner_usable_bytes(const lj_planner_target *t);
 
+/* The model options the planner plans `t` with: rank 0 of t's world size and ZeRO stage (every
+ * shard has the same size), fusion and offload as in t, micro-batch 1, no recompute (the search
+ * sets those), sequence length `seq_length`. */
+lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length);
+
 /* ---- the search ------------------------------------------------------------------- */
 
 /* One candidate: the first num_full layers recompute fully, the next num_selective layers

@@ -20,12 +20,7 @@ typedef struct {
 } model_run;
 
 static void create(model_run *r, const lj_model_config *c, int offload) {
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = 2;
-    o.seq_length = 16;
-    o.training = 1;
-    o.fused = 1;
+    lj_model_options o = lj_test_train_options(2, 16, 1);
     o.zero_stage = 1;
     o.dp_world_size = 1;
     o.offload_optimizer = offload;

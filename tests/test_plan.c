@@ -107,12 +107,7 @@ static void test_plan_zero3_per_rank(void **state) {
             for (int rank = 0; rank < W; rank++) {
                 for (int fused = 0; fused <= 1; fused++) {
                     for (int policy = 0; policy < 3; policy++) {
-                        lj_model_options o;
-                        memset(&o, 0, sizeof o);
-                        o.micro_batch_size = 2;
-                        o.seq_length = 16;
-                        o.training = 1;
-                        o.fused = fused;
+                        lj_model_options o = lj_test_train_options(2, 16, fused);
                         o.zero_stage = 3;
                         o.dp_rank = rank;
                         o.dp_world_size = W;
@@ -140,12 +135,7 @@ static void test_plan_zero3_per_rank(void **state) {
             }
         }
         /* stage 3 on one rank shards nothing: the plan of stage 0 */
-        lj_model_options o;
-        memset(&o, 0, sizeof o);
-        o.micro_batch_size = 2;
-        o.seq_length = 16;
-        o.training = 1;
-        o.fused = 1;
+        lj_model_options o = lj_test_train_options(2, 16, 1);
         const size_t stage0 = allocate_and_check(&c, &o);
         o.zero_stage = 3;
         o.dp_world_size = 1;
@@ -165,12 +155,7 @@ static void test_plan_zero2_per_rank(void **state) {
         const int64_t P = lj_config_num_params(&c);
         for (int W = 2; W <= 3; W++) {
             for (int rank = 0; rank < W; rank++) {
-                lj_model_options o;
-                memset(&o, 0, sizeof o);
-                o.micro_batch_size = 2;
-                o.seq_length = 16;
-                o.training = 1;
-                o.fused = 1;
+                lj_model_options o = lj_test_train_options(2, 16, 1);
                 o.zero_stage = 2;
                 o.dp_rank = rank;
                 o.dp_world_size = W;
@@ -217,12 +202,7 @@ static void test_recompute_saves_memory(void **state) {
     c.num_hidden_layers = 8;
     size_t act[3];
     for (int policy = 0; policy < 3; policy++) {
-        lj_model_options o;
-        memset(&o, 0, sizeof o);
-        o.micro_batch_size = 2;
-        o.seq_length = 64;
-        o.training = 1;
-        o.fused = 1;
+        lj_model_options o = lj_test_train_options(2, 64, 1);
         memset(o.recompute, policy, sizeof o.recompute);
         lj_model m;
         lj_model_init(&m, lj_ops_cpu(), &c, &o);

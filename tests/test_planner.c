@@ -37,12 +37,7 @@ static lj_planner_target make_target(const lj_ops *ops, size_t memory, size_t li
 
 /* Exact plan total of (B, first k full, next j selective) built the ordinary way. */
 static size_t plan_total(const lj_model_config *c, const lj_ops *ops, int B, int T, int k, int j, int fused) {
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = B;
-    o.seq_length = T;
-    o.training = 1;
-    o.fused = fused;
+    lj_model_options o = lj_test_train_options(B, T, fused);
     for (int l = 0; l < k; l++) o.recompute[l] = LJ_RECOMPUTE_FULL;
     for (int l = k; l < k + j; l++) o.recompute[l] = LJ_RECOMPUTE_SELECTIVE;
     lj_model m;
@@ -115,12 +110,7 @@ static void test_search_equals_exhaustive(void **state) {
         assert_true(r->found && r->chosen.fits && r->chosen.peak_bytes <= budget);
         double best = 0.0;
         for (int code = 0; code < 81; code++) {
-            lj_model_options o;
-            memset(&o, 0, sizeof o);
-            o.micro_batch_size = 2;
-            o.seq_length = T;
-            o.training = 1;
-            o.fused = 1;
+            lj_model_options o = lj_test_train_options(2, T, 1);
             for (int l = 0, x = code; l < L; l++, x /= 3) o.recompute[l] = (uint8_t)(x % 3);
             lj_model m;
             lj_model_init(&m, ops, &c, &o);
@@ -240,12 +230,7 @@ static void test_peak_equals_plan(void **state) {
     assert_int_equal(lj_planner_search(&c, 16, 2, NULL, &t, r), LJ_OK);
     uint8_t policy[LJ_MAX_LAYERS];
     lj_planner_candidate_policy(&r->chosen, policy);
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = 2;
-    o.seq_length = 16;
-    o.training = 1;
-    o.fused = 1;
+    lj_model_options o = lj_test_train_options(2, 16, 1);
     memcpy(o.recompute, policy, sizeof o.recompute);
     lj_model m;
     lj_model_init(&m, ops, &c, &o);
@@ -276,12 +261,7 @@ static void test_zero3_per_rank_peak(void **state) {
     t.dp_world_size = 2;
     assert_int_equal(lj_planner_search(&c, 16, 1, none, &t, r), LJ_OK);
     assert_true(r->chosen.peak_bytes < replicated);
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = 1;
-    o.seq_length = 16;
-    o.training = 1;
-    o.fused = 1;
+    lj_model_options o = lj_test_train_options(1, 16, 1);
     o.zero_stage = 3;
     o.dp_world_size = 2;
     o.dp_rank = 1;
@@ -305,12 +285,7 @@ static void test_cost_model(void **state) {
     const lj_ops *ops = lj_ops_cpu();
     lj_perf_rates rates;
     lj_perf_rates_default(&rates, "cuda", "test");
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = 2;
-    o.seq_length = 64;
-    o.training = 1;
-    o.fused = 1;
+    lj_model_options o = lj_test_train_options(2, 64, 1);
     lj_step_cost none, sel, full, unfused;
     lj_cost_step(&c, &o, ops, &rates, 1, &none);
     memset(o.recompute, LJ_RECOMPUTE_SELECTIVE, 4);

@@ -61,14 +61,21 @@ typedef struct {
     lj_plan p;
 } lj_test_model;
 
-static inline lj_status lj_test_model_create(lj_test_model *t, const lj_model_config *cfg, int B, int T, int fused,
-                                             int policy) {
+/* Options of a single-rank training model: micro-batch B, sequence T, fused or not, no
+ * recompute, every other field zero. */
+static inline lj_model_options lj_test_train_options(int B, int T, int fused) {
     lj_model_options o;
     memset(&o, 0, sizeof o);
     o.micro_batch_size = B;
     o.seq_length = T;
     o.training = 1;
     o.fused = fused;
+    return o;
+}
+
+static inline lj_status lj_test_model_create(lj_test_model *t, const lj_model_config *cfg, int B, int T, int fused,
+                                             int policy) {
+    lj_model_options o = lj_test_train_options(B, T, fused);
     memset(o.recompute, policy, sizeof o.recompute);
     lj_model_init(&t->m, lj_ops_cpu(), cfg, &o);
     lj_plan_build(&t->p, &t->m);
