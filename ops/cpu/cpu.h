@@ -31,7 +31,7 @@ int lj_cpu_num_threads(void);
 
 /* Measures the OpenBLAS sgemm rate on square n x n fp32 matrices through lj_cpu_sgemm (the
  * same call and thread split as matmul_forward: C = A B^T on lj_cpu_num_threads() threads),
- * timing repeated calls for about 0.3 s after one warm-up call.
+ * timing repeated calls for about 0.3 s after one warm-up call and keeping the fastest.
  * Returns GFLOP/s counted as 2*n^3 per call, or 0 when n <= 0 or memory is short. Uses host
  * memory outside the plan (a benchmark probe, not part of a run). */
 double lj_cpu_sgemm_gflops(int n);
