@@ -263,7 +263,9 @@ int lj_cli_train(int argc, char **argv) {
     }
     lj_status s = lj_train_run(&cfg);
     if (s == LJ_ERR_INTERRUPTED) {
-        fprintf(stderr, "ljperf train: %s\n", lj_error_message());
+        lj_dist_env env;
+        const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0; /* one line per job */
+        if (rank0) fprintf(stderr, "ljperf train: %s\n", lj_error_message());
         return cfg.save ? 0 : 130;
     }
     return s == LJ_OK ? 0 : lj_cli_error("train");
