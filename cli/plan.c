@@ -281,10 +281,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
             printf("  %-28s %-16s %12s\n", plan->buffers[i].name, lj_arena_name(plan->buffers[i].arena),
                    lj_format_bytes(plan->buffers[i].bytes, b1, sizeof b1));
     }
-    if (status != LJ_OK) {
-        printf("\ndoes not fit: %s\n", r->explanation);
-        return;
-    }
+    if (status != LJ_OK) return; /* the refusal and what would make it fit go to stderr (lj_cli_plan) */
     printf("\n%s: %s\n", fixed ? "evaluation" : "recommendation", r->explanation);
     printf("predicted step %.1f ms: GEMM %.1f ms + attention %.1f ms + element-wise/optimizer %.1f ms "
            "(recompute %.1f ms) = %.0f tokens/s\n",

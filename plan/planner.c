@@ -347,6 +347,8 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
                       lj_format_bytes(2 * P, b1, sizeof b1), lj_format_bytes(left, b2, sizeof b2),
                       left <= usable ? "fits" : "still does not fit");
     }
+    const size_t len = strlen(e);
+    if (len > 0 && e[len - 1] == ';') e[len - 1] = '.'; /* the list of ways out ends the sentence */
 }
 
 static void explain_choice(int T, int fixed, const lj_planner_target *t, lj_planner_result *r) {
