@@ -134,6 +134,9 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
         if (lj_parse_bytes(a->device_memory, &v) != LJ_OK || v == 0)
             return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)",
                            a->device_memory);
+        if (v < ((uint64_t)1 << 20))
+            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is less than 1 MiB: give a unit (e.g. 80GiB)",
+                           a->device_memory);
         t->device_memory_bytes = (size_t)v;
         t->memory_source = "--device-memory";
     }
