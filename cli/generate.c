@@ -43,9 +43,15 @@ static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
     struct stat st;
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/config.json", buf);
-    if (stat(cfg, &st) != 0)
-        return lj_fail(LJ_ERR_IO, "--load %s: no checkpoint there (expected %s or %s)", load,
-                       LJ_CKPT_LATEST_FILE, "config.json");
+    if (stat(cfg, &st) != 0) {
+        if (is_state)
+            return lj_fail(LJ_ERR_IO,
+                           "--load %s: the training checkpoint of iteration %d has no Hugging Face export (%s is "
+                           "missing); generate reads the export that --save writes next to the state",
+                           load, iteration, cfg);
+        return lj_fail(LJ_ERR_IO, "--load %s: no checkpoint there (expected %s or %s)", load, LJ_CKPT_LATEST_FILE,
+                       "config.json");
+    }
     return LJ_OK;
 }
 
