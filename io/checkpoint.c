@@ -174,7 +174,19 @@ lj_status lj_ckpt_save(const char *root, int iteration, const lj_ckpt_tensor *te
 
 lj_status lj_ckpt_save_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, const char *state_json,
                           int keep_last, lj_ckpt_extra_fn extra, void *ctx) {
-    LJ_ASSERT(iteration >= 0 && n >= 0 && keep_last >= 0 && (n == 0 || tensors));
+    LJ_TRY(lj_ckpt_write_iteration(root, iteration, tensors, n, state_json, extra, ctx));
+    return lj_ckpt_publish(root, iteration, keep_last);
+}
+
+void lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf, size_t len) {
+    char name[64];
+    snprintf(name, sizeof name, LJ_CKPT_SHARD_FILE_FMT, rank);
+    snprintf(buf, len, "%s/iter_%07d/%s", root, iteration, name);
+}
+
+lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n,
+                                  const char *state_json, lj_ckpt_extra_fn extra, void *ctx) {
+    LJ_ASSERT(iteration >= 0 && n >= 0 && (n == 0 || tensors));
     LJ_TRY(lj_mkdir_p(root));
     size_t plen = strlen(root) + 128;
     char *final = lj_malloc(plen), *tmp = lj_malloc(plen), *file = lj_malloc(plen);
@@ -205,19 +217,26 @@ lj_status lj_ckpt_save_ex(const char *root, int iteration, const lj_ckpt_tensor 
     }
     if (s == LJ_OK && extra) s = extra(tmp, ctx);
     if (s == LJ_OK) s = lj_ckpt_dir_install(tmp, final);
-    if (s != LJ_OK) {
-        remove_tree_quiet(tmp);
-        goto out;
-    }
-    /* The new iteration is complete and durable: point the latest file at it. */
-    snprintf(file, plen, "%s/%s", root, LJ_CKPT_LATEST_FILE);
-    s = lj_file_write_atomic(file, iter_text, strlen(iter_text));
-    if (s == LJ_OK) s = lj_ckpt_dir_fsync(root);
-    if (s == LJ_OK) prune(root, iteration, keep_last);
+    if (s != LJ_OK) remove_tree_quiet(tmp);
 out:
     free(st);
     free(final);
     free(tmp);
+    free(file);
+    return s;
+}
+
+lj_status lj_ckpt_publish(const char *root, int iteration, int keep_last) {
+    LJ_ASSERT(iteration >= 0 && keep_last >= 0);
+    /* the iteration is complete and durable: point the latest file at it */
+    size_t plen = strlen(root) + 128;
+    char *file = lj_malloc(plen);
+    char iter_text[32];
+    snprintf(iter_text, sizeof iter_text, "%d", iteration);
+    snprintf(file, plen, "%s/%s", root, LJ_CKPT_LATEST_FILE);
+    lj_status s = lj_file_write_atomic(file, iter_text, strlen(iter_text));
+    if (s == LJ_OK) s = lj_ckpt_dir_fsync(root);
+    if (s == LJ_OK) prune(root, iteration, keep_last);
     free(file);
     return s;
 }
@@ -284,6 +303,11 @@ out:
 }
 
 lj_status lj_ckpt_load(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json) {
+    return lj_ckpt_load_ex(root, iteration, tensors, n, state_json, 1);
+}
+
+lj_status lj_ckpt_load_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json,
+                          int warn_unused) {
     LJ_ASSERT(iteration >= 0 && n >= 0 && (n == 0 || tensors));
     size_t plen = strlen(root) + 128;
     char *dir = lj_malloc(plen), *file = lj_malloc(plen);
@@ -305,7 +329,7 @@ lj_status lj_ckpt_load(const char *root, int iteration, const lj_ckpt_tensor *te
                         file, e->name, (long long)e->numel, (long long)tensors[i].numel);
     }
     if (s != LJ_OK) goto close;
-    for (int i = 0; i < st.count; i++) {
+    for (int i = 0; i < st.count && warn_unused; i++) {
         int asked = 0;
         for (int j = 0; j < n && !asked; j++) asked = strcmp(st.entries[i].name, tensors[j].name) == 0;
         if (!asked) lj_log_warn("%s: tensor '%s' is not used by this run", file, st.entries[i].name);

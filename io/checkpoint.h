@@ -23,6 +23,9 @@
 #define LJ_CKPT_LATEST_FILE "latest_checkpointed_iteration.txt"
 #define LJ_CKPT_TENSORS_FILE "state.safetensors"
 #define LJ_CKPT_STATE_FILE "state.json"
+/* Per-rank ZeRO shard of the f32 master weights and AdamW moments (DeepSpeed writes one
+ * optimizer-state file per rank), printf format of the rank: zero_shard_rank_00001.safetensors */
+#define LJ_CKPT_SHARD_FILE_FMT "zero_shard_rank_%05d.safetensors"
 
 /* One named fp32 tensor of the training state, stored 1-D ([numel]) in state.safetensors. */
 typedef struct {
@@ -51,6 +54,19 @@ lj_status lj_ckpt_save(const char *root, int iteration, const lj_ckpt_tensor *te
 lj_status lj_ckpt_save_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, const char *state_json,
                           int keep_last, lj_ckpt_extra_fn extra, void *ctx);
 
+/* The two halves of lj_ckpt_save_ex, for savers that add files to the sealed iteration before it
+ * is published (per-rank ZeRO shard files written by every rank):
+ * lj_ckpt_write_iteration writes and installs ROOT/iter_NNNNNNN/ (tensors, state_json, `extra`)
+ * without touching the latest file; lj_ckpt_publish then points
+ * ROOT/latest_checkpointed_iteration.txt at it and prunes as lj_ckpt_save does. Until published,
+ * a resume keeps loading the previous iteration. Errors as lj_ckpt_save_ex. */
+lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n,
+                                  const char *state_json, lj_ckpt_extra_fn extra, void *ctx);
+lj_status lj_ckpt_publish(const char *root, int iteration, int keep_last);
+
+/* Writes ROOT/iter_%07d/zero_shard_rank_%05d.safetensors (rank's shard file) into buf. */
+void lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf, size_t len);
+
 /* The iteration named by ROOT/latest_checkpointed_iteration.txt. Without that file (a crash
  * during the very first save, after the directory was sealed) the highest complete
  * iter_NNNNNNN directory is used, with a warning.
@@ -67,6 +83,10 @@ lj_status lj_ckpt_latest(const char *root, int *iteration);
  * "ckpt/iter_0000100/state.safetensors: tensor 'master' has 1000 elements, this run needs
  * 2000 (a checkpoint from another model shape?)". */
 lj_status lj_ckpt_load(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json);
+/* lj_ckpt_load; `warn_unused` 0 reads a subset of the tensors without the warning (a resume
+ * that takes the AdamW moments from the per-rank shard files). */
+lj_status lj_ckpt_load_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json,
+                          int warn_unused);
 
 /* Writes ROOT/iter_%07d (the iteration's directory) into buf. */
 void lj_ckpt_iter_dir(const char *root, int iteration, char *buf, size_t len);

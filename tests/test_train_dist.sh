@@ -9,6 +9,11 @@
 #     (gradients reduced bucket by bucket during the backward) with buckets of 1000 elements and
 #     overlap_comm on and off, with an untied lm_head, and from a DeepSpeed config with "stage": 2;
 #     stage 3 with overlap_comm off;
+#   - per-rank ZeRO shard files (zero_shard_rank_RRRRR.safetensors): runs saved on 2 ranks under
+#     stages 1 and 3 resume on 2 ranks from the shards, continuing the single-process losses and
+#     bit-identical to the resume from the consolidated state; on 3 ranks they resume from the
+#     consolidated state (logged); a missing, truncated or another rank's shard file is an error
+#     naming the file;
 #   - a run saved on 2 ranks (stage 2) resumes on 3 ranks (stage 1), and one saved on 2 ranks
 #     under stage 3 resumes on 3 ranks under stage 3, continuing the single-process losses;
 #   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3), and its
@@ -182,6 +187,58 @@ printf '{"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "zero_opti
 grep -q "ZeRO stage 2: overlap_comm on" "$tmp/d2.err" || { cat "$tmp/d2.err"; fail "DeepSpeed stage 2 overlap_comm not reported"; }
 echo "1 rank vs 2 ranks, DeepSpeed config with stage 2:"
 compare "$tmp/w1.jsonl" "$tmp/d2.jsonl" "$tmp/w1" "$tmp/d2" || fail "DeepSpeed stage 2 differs"
+
+# per-rank ZeRO shard files: saved on 2 ranks after iteration 2 (stages 1 and 3), resumed on 2 ranks
+# from the shards; the same resume from the consolidated state (state.json without its "zero"
+# entry, as an older checkpoint) gives bit-identical losses and final state
+for stage in 1 3; do
+  d="$tmp/sh$stage"
+  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d" --exit-interval 2 \
+    --log-json "$d.jsonl" 2>"$d.err" || { cat "$d.err"; fail "shards: first half, stage $stage"; }
+  for rank in 0 1; do
+    [ -f "$d/iter_0000002/zero_shard_rank_0000$rank.safetensors" ] || fail "no shard file of rank $rank (stage $stage)"
+  done
+  cp -r "$d" "$d-c"; cp "$d.jsonl" "$d-c.jsonl"; cp -r "$d" "$d-keep"
+  python3 -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); del s["zero"]; json.dump(s, open(p, "w"))' \
+    "$d-c/iter_0000002/state.json"
+  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d" --load "$d" --log-json "$d.jsonl" \
+    2>"$d.err" || { cat "$d.err"; fail "shards: resume, stage $stage"; }
+  grep -q "from the per-rank ZeRO shard files" "$d.err" || { cat "$d.err"; fail "stage $stage resume did not use the shards"; }
+  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d-c" --load "$d-c" --log-json "$d-c.jsonl" \
+    2>"$d-c.err" || { cat "$d-c.err"; fail "consolidated resume, stage $stage"; }
+  grep -q "no per-rank ZeRO shard files in this checkpoint: resuming from the consolidated" "$d-c.err" \
+    || { cat "$d-c.err"; fail "stage $stage consolidated resume not reported"; }
+  echo "saved on 2 ranks, resumed on 2 from the shard files, ZeRO stage $stage:"
+  compare "$tmp/w1.jsonl" "$d.jsonl" "$tmp/w1" "$d" || fail "stage $stage resume from shards differs"
+  same_run "$d" "$d-c" || fail "stage $stage: resume from shards differs from the consolidated resume"
+  cmp -s "$d/iter_0000004/zero_shard_rank_00001.safetensors" "$d-c/iter_0000004/zero_shard_rank_00001.safetensors" \
+    || fail "stage $stage: final shard files differ between the two resumes"
+  echo "  bit-identical to the resume from the consolidated state"
+done
+# another world size: the consolidated state, with the reason logged
+mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --zero-stage 1 \
+  --save "$tmp/sh1-keep" --load "$tmp/sh1-keep" --log-json "$tmp/sh13.jsonl" 2>"$tmp/sh13.err" \
+  || { cat "$tmp/sh13.err"; fail "shards: resume on 3 ranks"; }
+grep -q "saved on 2 ranks under ZeRO stage 1, this run has 3 ranks under stage 1: the per-rank ZeRO shard files are not used" \
+  "$tmp/sh13.err" || { cat "$tmp/sh13.err"; fail "3-rank resume did not report the fallback"; }
+echo "saved on 2 ranks (shards), resumed on 3 from the consolidated state, ZeRO stage 1:"
+compare "$tmp/w1.jsonl" "$tmp/sh13.jsonl" "$tmp/w1" "$tmp/sh1-keep" || fail "fallback resume on 3 ranks differs"
+# a missing, truncated or mismatched shard file on a same-world resume is an error naming the file
+bad="$tmp/sh3-keep"
+shard_error() { # shard_error PATTERN: the stage-3 resume of $bad on 2 ranks fails naming PATTERN
+  local st=0
+  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --load "$bad" 2>"$tmp/bad.err" || st=$?
+  [ "$st" != 0 ] && grep -q -- "$1" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "expected an error naming '$1'"; }
+}
+f0="$bad/iter_0000002/zero_shard_rank_00000.safetensors" f1="$bad/iter_0000002/zero_shard_rank_00001.safetensors"
+cp "$f0" "$tmp/f0"; cp "$f1" "$tmp/f1"
+head -c 5000 "$tmp/f1" > "$f1"
+shard_error "zero_shard_rank_00001.safetensors"
+cp "$tmp/f1" "$f1"; rm "$f0"
+shard_error "zero_shard_rank_00000.safetensors"
+cp "$tmp/f1" "$f0"
+shard_error "zero_shard_rank_00000.safetensors: metadata 'rank' is 1, this rank needs 0"
+echo "missing, truncated and mismatched shard files: errors naming the file and field"
 
 # saved on 2 ranks under stage 3 after iteration 2, resumed on 3 ranks under stage 3
 "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$tmp/r3" --exit-interval 2 \

@@ -1,6 +1,7 @@
 /* dp.c: data parallelism over a model (see dp.h). */
 #include "train/dp.h"
 
+#include "io/safetensors.h"
 #include "model/zero3.h"
 
 #include <math.h>
@@ -370,4 +371,114 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     free(host);
     /* the gradients were overwritten: the caller saves between optimizer steps, where they are
      * zeroed before the next backward anyway */
+}
+
+/* ---- per-rank shard files --------------------------------------------------------- */
+
+int lj_dp_has_shard_files(const lj_dp *dp) { return dp->world > 1 && dp->zero_stage >= 1; }
+
+enum { SHARD_META = 9 };
+
+/* The metadata a shard file of this rank carries (values written into `values`, 32 bytes each). */
+static void shard_metadata(const lj_dp *dp, const lj_model *m, int iteration, const char **keys,
+                           char values[SHARD_META][32]) {
+    static const char *names[SHARD_META] = {"format", "iteration", "world_size", "zero_stage", "rank",
+                                            "partition", "shard_begin", "shard_numel", "parameters"};
+    const int zero3 = m->zero3 && m->zero3->shard_params;
+    snprintf(values[0], 32, "ljperf-zero-shard");
+    snprintf(values[1], 32, "%d", iteration);
+    snprintf(values[2], 32, "%d", dp->world);
+    snprintf(values[3], 32, "%d", dp->zero_stage);
+    snprintf(values[4], 32, "%d", dp->rank);
+    snprintf(values[5], 32, "%s", zero3 ? "zero3" : "flat");
+    snprintf(values[6], 32, "%lld", (long long)m->shard_begin);
+    snprintf(values[7], 32, "%lld", (long long)m->shard_numel);
+    snprintf(values[8], 32, "%lld", (long long)m->layout.total);
+    for (int i = 0; i < SHARD_META; i++) keys[i] = names[i];
+}
+
+/* Copies n f32 of a shard buffer (device memory, or host memory under offload) to the host. */
+static void shard_download(const lj_model *m, float *dst, const float *src, int64_t n) {
+    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
+    else m->ops->download(dst, src, (size_t)n * sizeof(float));
+}
+
+static void shard_upload(const lj_model *m, float *dst, const float *src, int64_t n) {
+    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
+    else m->ops->upload(dst, src, (size_t)n * sizeof(float));
+}
+
+static const char *const shard_tensor_names[3] = {"master", "adam_m", "adam_v"};
+
+lj_status lj_dp_save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration) {
+    const int64_t S = m->shard_numel;
+    float *host = lj_malloc((size_t)(3 * S > 0 ? 3 * S : 1) * sizeof(float));
+    const float *src[3] = {m->master, m->adam_m, m->adam_v};
+    lj_st_tensor t[3];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < 3; i++) {
+        shard_download(m, host + i * S, src[i], S);
+        t[i].name = shard_tensor_names[i];
+        t[i].dtype = LJ_ST_F32;
+        t[i].ndim = 1;
+        t[i].shape[0] = S;
+        t[i].data = host + i * S;
+    }
+    const char *keys[SHARD_META];
+    char values[SHARD_META][32];
+    shard_metadata(dp, m, iteration, keys, values);
+    const char *vals[SHARD_META];
+    for (int i = 0; i < SHARD_META; i++) vals[i] = values[i];
+    lj_status s = lj_safetensors_write(path, t, 3, keys, vals, SHARD_META);
+    free(host);
+    return s;
+}
+
+lj_status lj_dp_load_shard(const lj_dp *dp, lj_model *m, const char *path, int iteration) {
+    const int64_t S = m->shard_numel;
+    lj_safetensors st;
+    lj_status s = lj_safetensors_open(&st, path);
+    if (s != LJ_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", lj_error_message());
+        return lj_fail(s, "%s (this run has the saving world size and ZeRO stage, so it resumes from the per-rank "
+                          "shard files; restore the file, or resume on another number of ranks to use the "
+                          "consolidated state.safetensors)", why);
+    }
+    const char *keys[SHARD_META];
+    char want[SHARD_META][32];
+    shard_metadata(dp, m, iteration, keys, want);
+    for (int i = 0; i < SHARD_META && s == LJ_OK; i++) {
+        const char *have = lj_safetensors_metadata(&st, keys[i]);
+        if (!have) s = lj_fail(LJ_ERR_FORMAT, "%s: metadata '%s' is missing (not a ZeRO shard file?)", path, keys[i]);
+        else if (strcmp(have, want[i]) != 0)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: metadata '%s' is %.40s, this rank needs %s (a shard file of another rank, "
+                                       "world size, ZeRO stage, iteration or model?)", path, keys[i], have, want[i]);
+    }
+    const lj_st_entry *e[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3 && s == LJ_OK; i++) {
+        e[i] = lj_safetensors_find(&st, shard_tensor_names[i]);
+        if (!e[i]) s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing", path, shard_tensor_names[i]);
+        else if (e[i]->dtype != LJ_ST_F32)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32", path, e[i]->name,
+                        lj_st_dtype_name(e[i]->dtype));
+        else if (e[i]->numel != S)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, this rank's shard has %lld", path, e[i]->name,
+                        (long long)e[i]->numel, (long long)S);
+    }
+    if (s == LJ_OK && S > 0) {
+        /* the parameters were derived from state.safetensors' master: the shard must be the same save */
+        float *held = lj_malloc((size_t)S * sizeof(float));
+        shard_download(m, held, m->master, S);
+        if (memcmp(held, e[0]->data, (size_t)S * sizeof(float)) != 0)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor 'master' differs from this rank's part of %s's master (a shard file "
+                                       "of another save, or a corrupted file)", path, "state.safetensors");
+        free(held);
+    }
+    if (s == LJ_OK && S > 0) {
+        float *dst[3] = {m->master, m->adam_m, m->adam_v};
+        for (int i = 0; i < 3; i++) shard_upload(m, dst[i], (const float *)e[i]->data, S);
+    }
+    lj_safetensors_close(&st);
+    return s;
 }

@@ -157,6 +157,12 @@ static char *state_json(const run *r) {
     cJSON_AddNumberToObject(run_cfg, "seq_length", c->seq_length);
     cJSON_AddNumberToObject(run_cfg, "global_batch_size", c->global_batch_size);
     cJSON_AddNumberToObject(run_cfg, "seed", (double)c->seed);
+    /* the saving world: a resume with the same world size and ZeRO stage reads the per-rank shard
+     * files of the master weights and AdamW moments (zero_shard_rank_RRRRR.safetensors) */
+    cJSON *zero = cJSON_AddObjectToObject(root, "zero");
+    cJSON_AddNumberToObject(zero, "world_size", r->world);
+    cJSON_AddNumberToObject(zero, "stage", r->dp.zero_stage);
+    cJSON_AddBoolToObject(zero, "shard_files", lj_dp_has_shard_files(&r->dp));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
@@ -211,27 +217,34 @@ static lj_status export_hf(const char *dir, void *ctx) {
     return s;
 }
 
-/* Writes the checkpoint from the gathered state (rank 0). */
+/* Writes and installs the iteration directory from the gathered state (rank 0), without
+ * publishing it in the latest file. */
 static lj_status save_checkpoint(run *r, float *w, float *mm, float *vv) {
     const int64_t P = r->model.layout.total;
     const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
     char *json = state_json(r);
     export_ctx ctx = {r, w};
-    double t0 = lj_time_sec();
-    lj_status s = lj_ckpt_save_ex(r->cfg->save, r->iteration, t, 3, json, r->cfg->keep_last, export_hf, &ctx);
+    lj_status s = lj_ckpt_write_iteration(r->cfg->save, r->iteration, t, 3, json, export_hf, &ctx);
     free(json);
-    if (s == LJ_OK) {
-        char dir[1024];
-        lj_ckpt_iter_dir(r->cfg->save, r->iteration, dir, sizeof dir);
-        lj_log_info("saved checkpoint at iteration %d to %s (%.1f s; Hugging Face export in %s/hf)", r->iteration, dir,
-                    lj_time_sec() - t0, dir);
-    }
     return s;
 }
 
-/* The ranks gather the sharded state to rank 0, which saves; all ranks learn whether it worked,
- * so that none waits for a rank that stopped. The file holds the whole state, so a run resumes
- * on any number of ranks (each takes its shard at load). */
+/* Sums a failure flag across ranks: LJ_OK only if every rank's `s` is LJ_OK; a rank that was fine
+ * itself fails with `what` when another one was not. Collective. */
+static lj_status all_ok(run *r, lj_status s, const char *what) {
+    float failed = s != LJ_OK;
+    lj_dp_sum(&r->dp, &r->model, &failed, 1);
+    if (s == LJ_OK && failed > 0.0f) s = lj_fail(LJ_ERR_IO, "%s", what);
+    return s;
+}
+
+/* The ranks gather the sharded state to rank 0, which writes the iteration directory with the
+ * whole state, so a run resumes on any number of ranks (each takes its shard at load). Under
+ * ZeRO stage >= 1 over several ranks every rank then adds its own shard file
+ * (zero_shard_rank_RRRRR.safetensors, lj_dp_save_shard) to that directory, and only when all of
+ * them are written does rank 0 publish the iteration in the latest file: a published checkpoint
+ * has all its shards. All ranks learn whether each phase worked, so that none waits for a rank
+ * that stopped. */
 static lj_status checkpoint(run *r) {
     const int64_t P = r->model.layout.total;
     float *w = NULL, *mm = NULL, *vv = NULL;
@@ -240,14 +253,28 @@ static lj_status checkpoint(run *r) {
         mm = lj_malloc((size_t)P * sizeof(float));
         vv = lj_malloc((size_t)P * sizeof(float));
     }
+    const double t0 = lj_time_sec();
     lj_dp_gather_state(&r->dp, &r->model, w, mm, vv);
     lj_status s = r->rank == 0 ? save_checkpoint(r, w, mm, vv) : LJ_OK;
     free(w);
     free(mm);
     free(vv);
-    float failed = s != LJ_OK;
-    lj_dp_sum(&r->dp, &r->model, &failed, 1);
-    if (s == LJ_OK && failed > 0.0f) s = lj_fail(LJ_ERR_IO, "rank 0 could not save the checkpoint");
+    s = all_ok(r, s, "rank 0 could not save the checkpoint");
+    const int shards = lj_dp_has_shard_files(&r->dp);
+    char file[1200];
+    if (shards) {
+        lj_ckpt_shard_file(r->cfg->save, r->iteration, r->rank, file, sizeof file);
+        if (s == LJ_OK) s = lj_dp_save_shard(&r->dp, &r->model, file, r->iteration);
+        s = all_ok(r, s, "another rank could not write its ZeRO shard file (see its message)");
+    }
+    if (r->rank == 0 && s == LJ_OK) s = lj_ckpt_publish(r->cfg->save, r->iteration, r->cfg->keep_last);
+    s = all_ok(r, s, "rank 0 could not save the checkpoint");
+    if (s == LJ_OK) {
+        char dir[1024];
+        lj_ckpt_iter_dir(r->cfg->save, r->iteration, dir, sizeof dir);
+        lj_log_info("saved checkpoint at iteration %d to %s (%.1f s; Hugging Face export in %s/hf%s)", r->iteration, dir,
+                    lj_time_sec() - t0, dir, shards ? "; one ZeRO shard file per rank" : "");
+    }
     return s;
 }
 
@@ -277,12 +304,31 @@ static lj_status load_checkpoint(run *r) {
     cJSON *state = cJSON_Parse(text);
     free(text);
     lj_status s = state ? check_state(r, state, file) : lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
+    /* the per-rank shard files when this run has the saving world size and ZeRO stage */
+    const cJSON *zero = state ? cJSON_GetObjectItemCaseSensitive(state, "zero") : NULL;
+    const cJSON *zw = cJSON_GetObjectItemCaseSensitive(zero, "world_size"), *zs = cJSON_GetObjectItemCaseSensitive(zero, "stage");
+    const int saved_shards = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(zero, "shard_files")) && cJSON_IsNumber(zw) &&
+                             cJSON_IsNumber(zs);
+    const int use_shards = s == LJ_OK && saved_shards && lj_dp_has_shard_files(&r->dp) &&
+                           zw->valueint == r->world && zs->valueint == r->dp.zero_stage;
+    if (s == LJ_OK && !use_shards && (saved_shards || lj_dp_has_shard_files(&r->dp))) {
+        if (saved_shards)
+            lj_log_info("%s: saved on %d ranks under ZeRO stage %d, this run has %d ranks under stage %d: the per-rank "
+                        "ZeRO shard files are not used; resuming from the consolidated %s", dir, zw->valueint,
+                        zs->valueint, r->world, r->dp.zero_stage, LJ_CKPT_TENSORS_FILE);
+        else
+            lj_log_info("%s: no per-rank ZeRO shard files in this checkpoint: resuming from the consolidated %s", dir,
+                        LJ_CKPT_TENSORS_FILE);
+    }
     const int64_t P = r->model.layout.total;
-    float *w = lj_malloc((size_t)P * sizeof(float)), *mm = lj_malloc((size_t)P * sizeof(float)),
-          *vv = lj_malloc((size_t)P * sizeof(float));
+    float *w = lj_malloc((size_t)P * sizeof(float));
+    float *mm = use_shards ? NULL : lj_malloc((size_t)P * sizeof(float));
+    float *vv = use_shards ? NULL : lj_malloc((size_t)P * sizeof(float));
     const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
     char *json = NULL;
-    if (s == LJ_OK) s = lj_ckpt_load(root, iteration, t, 3, &json);
+    /* from shards, the consolidated file gives the weights only (the parameters are derived
+     * from them as on any resume); the moments come from the shard files */
+    if (s == LJ_OK) s = lj_ckpt_load_ex(root, iteration, t, use_shards ? 1 : 3, &json, !use_shards);
     if (s == LJ_OK) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
         const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
@@ -301,7 +347,21 @@ static lj_status load_checkpoint(run *r) {
             if (s == LJ_OK) s = lj_loader_set_state(&r->train_data, &ls);
         }
     }
-    if (s == LJ_OK) {
+    if (use_shards) {
+        /* every rank reaches this point (state.json is the same for all): the params and the master
+         * shard from the consolidated weights, then this rank's master and moments from its file */
+        char shard[1200];
+        lj_ckpt_shard_file(root, iteration, r->rank, shard, sizeof shard);
+        if (s == LJ_OK) {
+            lj_model_set_weights(&r->model, w);
+            s = lj_dp_load_shard(&r->dp, &r->model, shard, iteration);
+        }
+        s = all_ok(r, s, "another rank could not load its ZeRO shard file (see its message)");
+        if (s == LJ_OK)
+            lj_log_info("resumed from %s at iteration %d (master weights and AdamW moments from the per-rank ZeRO "
+                        "shard files, " LJ_CKPT_SHARD_FILE_FMT " and the others; parameters from %s)",
+                        dir, r->iteration, r->rank, LJ_CKPT_TENSORS_FILE);
+    } else if (s == LJ_OK) {
         lj_dp_scatter_state(&r->dp, &r->model, w, mm, vv); /* this rank's shard, whatever the saving world size */
         lj_log_info("resumed from %s at iteration %d", dir, r->iteration);
     }
