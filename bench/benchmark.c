@@ -157,11 +157,19 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     return LJ_OK;
 }
 
+void lj_bench_describe_stage(const lj_bench_config *cfg, char *buf, size_t len) {
+    if (cfg->zero_stage_asked != cfg->dp->zero_stage)
+        snprintf(buf, len, "ZeRO stage %d: one rank, nothing to shard", cfg->zero_stage_asked);
+    else
+        snprintf(buf, len, "ZeRO stage %d", cfg->dp->zero_stage);
+}
+
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *f) {
-    char b1[32], b2[32];
-    fprintf(f, "ljperf benchmark: %s on %d x %s (ZeRO stage %d), seq %d, micro-batch %d, %d timed step%s after %d "
+    char b1[32], b2[32], stage[64];
+    lj_bench_describe_stage(cfg, stage, sizeof stage);
+    fprintf(f, "ljperf benchmark: %s on %d x %s (%s), seq %d, micro-batch %d, %d timed step%s after %d "
                "warm-up%s\n",
-            cfg->model.name, cfg->dp->world, cfg->ops->name, cfg->dp->zero_stage, cfg->seq_length,
+            cfg->model.name, cfg->dp->world, cfg->ops->name, stage, cfg->seq_length,
             cfg->micro_batch_size, cfg->train_iters, cfg->train_iters == 1 ? "" : "s", cfg->warmup_iters,
             cfg->fused ? "" : " (unfused)");
     fprintf(f, "%-28s %s\n", "metric", "value");
@@ -192,7 +200,8 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddNumberToObject(o, "seq_length", cfg->seq_length);
     cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
     cJSON_AddNumberToObject(o, "world_size", cfg->dp->world);
-    cJSON_AddNumberToObject(o, "zero_stage", cfg->dp->zero_stage);
+    cJSON_AddNumberToObject(o, "zero_stage", cfg->zero_stage_asked);
+    cJSON_AddNumberToObject(o, "zero_stage_run", cfg->dp->zero_stage); /* 0 for stage 3 on one rank */
     cJSON_AddBoolToObject(o, "overlap_comm", cfg->dp->overlap_comm);
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);

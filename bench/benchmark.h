@@ -23,6 +23,8 @@ typedef struct {
     int progress;           /* 1: a progress line on stderr */
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it (and keep it here) */
     lj_dp *dp;              /* the data-parallel ranks (lj_dp_init; a world of one without a launcher) */
+    int zero_stage_asked;   /* the ZeRO stage asked for (deepspeed/ names: 3), reported; dp->zero_stage is
+                               what runs (stage 3 on one rank shards nothing and runs as stage 0) */
 } lj_bench_config;
 
 typedef struct {
@@ -45,6 +47,10 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res);
 
 /* Prints the result table (metric / value rows). */
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *res, FILE *f);
+
+/* "ZeRO stage S" for the report, or "ZeRO stage 3: one rank, nothing to shard" when the stage
+ * asked for is not the one that runs. buf: at least 64 bytes. */
+void lj_bench_describe_stage(const lj_bench_config *cfg, char *buf, size_t len);
 
 /* Writes the result as one JSON object (keys as in bench/pytorch_ref.py). */
 lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result *res, const char *path);

@@ -104,8 +104,10 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
         ran[rows++] = i;
     }
     if (cfg->dp->rank != 0) return 0;
-    printf("ljperf benchmark --ablation: %s on %d x %s (ZeRO stage %d), seq %d, micro-batch %d\n", cfg->model.name,
-           cfg->dp->world, cfg->ops->name, cfg->dp->zero_stage, cfg->seq_length, cfg->micro_batch_size);
+    char stage[64];
+    lj_bench_describe_stage(cfg, stage, sizeof stage);
+    printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d\n", cfg->model.name,
+           cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size);
     printf("%-10s %14s %10s %8s  %s\n", "row", "tokens/s", "gain", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
@@ -234,6 +236,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     if (zero_stage < 0) zero_stage = deepspeed ? 3 : 0;
     const int requested_stage = zero_stage; /* offload is checked against the stage asked for */
     if (zero_stage == 3 && world == 1) zero_stage = 0; /* stage 3 on one rank: nothing to shard */
+    cfg.zero_stage_asked = requested_stage;
     char summary[256];
     snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
