@@ -97,10 +97,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_init_weights(&m, cfg->seed);
 
     const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
-    lj_adamw_segment *all, *seg;
-    const int nall = lj_adamw_segments(&m.layout, &ac, &all);
-    const int nseg = lj_adamw_segments_slice(all, nall, m.shard_begin, m.shard_numel, &seg);
-    free(all);
+    lj_adamw_segment *seg;
+    const int nseg = lj_dp_segments(&m, &ac, &seg);
     const int world = cfg->dp->world;
     int32_t *tokens = lj_malloc((size_t)B * (T + 1) * sizeof(int32_t));
     lj_rng rng;

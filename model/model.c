@@ -62,8 +62,8 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
 }
 
 void lj_model_free(lj_model *m) {
-    if (m->graph) m->ops->graph_destroy(m->graph);
-    if (m->step_graph) m->ops->graph_destroy(m->step_graph);
+    if (m->fwd_bwd_graph.exec) m->ops->graph_destroy(m->fwd_bwd_graph.exec);
+    if (m->step_graph.exec) m->ops->graph_destroy(m->step_graph.exec);
     lj_zero3_destroy(m->zero3);
     lj_param_layout_free(&m->layout);
     free(m->residual);
@@ -205,7 +205,7 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
         m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
-    if (m->grads) m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+    if (m->grads) lj_model_zero_grads(m);
     if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
 }
 
@@ -513,73 +513,64 @@ void lj_model_backward(lj_model *m, float dloss) {
     if (m->zero3) lj_zero3_release_all(m);
 }
 
-void lj_model_forward_backward(lj_model *m, float dloss) {
-    const lj_ops *ops = m->ops;
-    if (!m->opt.graphs || !ops->graph_capture_begin) {
-        lj_model_forward(m, 1, dloss);
-        lj_model_backward(m, dloss);
-        return;
-    }
-    if (m->graph && m->graph_dloss != dloss) {
-        ops->graph_destroy(m->graph);
-        m->graph = NULL;
-    }
-    if (!m->graph) {
-        lj_status s = ops->graph_capture_begin();
-        if (s == LJ_OK) {
-            lj_model_forward(m, 1, dloss);
-            lj_model_backward(m, dloss);
-            s = ops->graph_capture_end(&m->graph);
-        }
-        if (s != LJ_OK) {
-            lj_log_warn("graph capture failed, running without graphs: %s", lj_error_message());
-            m->opt.graphs = 0;
-            m->graph = NULL;
-            lj_model_forward(m, 1, dloss);
-            lj_model_backward(m, dloss);
-            return;
-        }
-        m->graph_dloss = dloss;
-    }
-    ops->graph_launch(m->graph);
+void lj_model_zero_grads(lj_model *m) {
+    m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
 }
 
-/* The ops of one training step (lj_model_train_step), eager or under capture. */
-static void train_step_ops(lj_model *m, float dloss, lj_model_step_tail tail, void *ctx) {
-    m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+/* What one captured graph runs: forward + backward, or the whole step with its tail. */
+typedef struct {
+    lj_model_step_tail tail; /* NULL: forward + backward only */
+    void *ctx;
+} graph_body;
+
+static void run_body(lj_model *m, float dloss, const graph_body *b) {
+    if (b->tail) lj_model_zero_grads(m);
     lj_model_forward(m, 1, dloss);
     lj_model_backward(m, dloss);
-    tail(m, ctx);
+    if (b->tail) b->tail(m, b->ctx);
+}
+
+/* Runs `b` through graph `g`: eagerly without graphs; else captured once (again when dloss or
+ * key changed) and replayed. A failed capture turns graphs off for this model and runs eagerly. */
+static void run_graphed(lj_model *m, lj_model_graph *g, float dloss, uint64_t key, const graph_body *b) {
+    const lj_ops *ops = m->ops;
+    if (!m->opt.graphs || !ops->graph_capture_begin) {
+        run_body(m, dloss, b);
+        return;
+    }
+    if (g->exec && (g->dloss != dloss || g->key != key)) {
+        ops->graph_destroy(g->exec);
+        g->exec = NULL;
+    }
+    if (!g->exec) {
+        lj_status s = ops->graph_capture_begin();
+        if (s == LJ_OK) {
+            run_body(m, dloss, b);
+            s = ops->graph_capture_end(&g->exec);
+        }
+        if (s != LJ_OK) {
+            lj_log_warn("graph capture of the %s failed, running without graphs: %s",
+                        b->tail ? "training step" : "forward and backward", lj_error_message());
+            m->opt.graphs = 0;
+            g->exec = NULL;
+            run_body(m, dloss, b);
+            return;
+        }
+        g->dloss = dloss;
+        g->key = key;
+    }
+    ops->graph_launch(g->exec);
+}
+
+void lj_model_forward_backward(lj_model *m, float dloss) {
+    const graph_body b = {NULL, NULL};
+    run_graphed(m, &m->fwd_bwd_graph, dloss, 0, &b);
 }
 
 void lj_model_train_step(lj_model *m, float dloss, uint64_t key, lj_model_step_tail tail, void *ctx) {
-    const lj_ops *ops = m->ops;
     LJ_ASSERT(m->opt.training && !m->zero3, "lj_model_train_step needs a training plan without ZeRO-3 sharding");
-    if (!m->opt.graphs || !ops->graph_capture_begin) {
-        train_step_ops(m, dloss, tail, ctx);
-        return;
-    }
-    if (m->step_graph && (m->step_graph_dloss != dloss || m->step_graph_key != key)) {
-        ops->graph_destroy(m->step_graph);
-        m->step_graph = NULL;
-    }
-    if (!m->step_graph) {
-        lj_status s = ops->graph_capture_begin();
-        if (s == LJ_OK) {
-            train_step_ops(m, dloss, tail, ctx);
-            s = ops->graph_capture_end(&m->step_graph);
-        }
-        if (s != LJ_OK) {
-            lj_log_warn("graph capture of the training step failed, running without graphs: %s", lj_error_message());
-            m->opt.graphs = 0;
-            m->step_graph = NULL;
-            train_step_ops(m, dloss, tail, ctx);
-            return;
-        }
-        m->step_graph_dloss = dloss;
-        m->step_graph_key = key;
-    }
-    ops->graph_launch(m->step_graph);
+    const graph_body b = {tail, ctx};
+    run_graphed(m, &m->step_graph, dloss, key, &b);
 }
 
 static void download_f32(const lj_model *m, float *dst, const void *src, int64_t n) {

@@ -73,6 +73,14 @@ typedef struct {
     void *kv_cache;   /* generation: [kv_cache_tokens, 2*KV] act */
 } lj_layer_acts;
 
+/* A captured CUDA graph and what is baked into it besides pointers: replayed while dloss and
+ * key stay the same, recaptured otherwise. */
+typedef struct {
+    void *exec;     /* NULL: not captured */
+    float dloss;
+    uint64_t key;   /* the caller's hash of the rest (0 for forward + backward) */
+} lj_model_graph;
+
 typedef struct {
     const lj_ops *ops;
     lj_model_config cfg;
@@ -140,11 +148,8 @@ typedef struct {
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
 
-    void *graph;         /* captured forward + backward (opt.graphs), or NULL */
-    float graph_dloss;   /* the dloss baked into it */
-    void *step_graph;    /* the whole training step captured as one graph (lj_model_train_step), or NULL */
-    float step_graph_dloss;   /* the dloss baked into it */
-    uint64_t step_graph_key;  /* the caller's key of everything else baked into it */
+    lj_model_graph fwd_bwd_graph; /* forward + backward (lj_model_forward_backward, opt.graphs) */
+    lj_model_graph step_graph;    /* the whole training step as one graph (lj_model_train_step) */
 } lj_model;
 
 /* Host-side tables derived from the config (the layout and the per-layer pointer arrays).
@@ -202,6 +207,10 @@ void lj_model_forward(lj_model *m, int backward, float dloss);
 
 /* Backward over the current batch; weight gradients accumulate into m->grads. */
 void lj_model_backward(lj_model *m, float dloss);
+
+/* Zeroes the gradient buffer (m->grad_numel elements of the grad dtype), in stream order:
+ * once per optimizer step, before the first micro-batch's backward. */
+void lj_model_zero_grads(lj_model *m);
 
 /* Forward and backward of the current batch (lj_model_forward(m, 1, dloss) then
  * lj_model_backward): with opt.graphs on a backend with graphs, captured once and replayed

@@ -89,7 +89,7 @@ static void test_offload_steps_equal(void **state) {
             lj_model *m = &rs[k]->m;
             lj_model_set_batch(m, tokens);
             if (step % 2) { /* lj_dp_optimizer_step after an explicit forward + backward */
-                m->ops->memset_zero(m->grads, (size_t)m->grad_numel * sizeof(float));
+                lj_model_zero_grads(m);
                 lj_model_forward_backward(m, 1.0f / 32);
                 norms[k] = lj_dp_optimizer_step(&dp, m, seg, nseg, &cfg, 1e-2f, step);
             } else { /* the whole step */

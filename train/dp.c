@@ -143,10 +143,15 @@ static void single_rank_update_ops(lj_model *m, void *ctx) {
                       u->segments, u->num_segments, &u->hp, m->adamw_scalars, m->grad_norm_sq);
 }
 
-/* The AdamW segments of this rank's ZeRO-3 shard: the parameter pieces it holds, in shard
- * order, with the weight decay of lj_adamw_segments (adjacent equal ones merged). */
-static int zero3_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out) {
+int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out) {
     const lj_zero3 *z = m->zero3;
+    if (!z || !z->shard_params) {
+        lj_adamw_segment *all;
+        const int n_all = lj_adamw_segments(&m->layout, cfg, &all);
+        const int n = lj_adamw_segments_slice(all, n_all, m->shard_begin, m->shard_numel, out);
+        free(all);
+        return n;
+    }
     const int n = lj_zero_shard_params(&z->part, &m->layout, z->rank, NULL, 0);
     lj_zero_param_piece *pieces = lj_calloc((size_t)(n > 0 ? n : 1), sizeof *pieces);
     lj_zero_shard_params(&z->part, &m->layout, z->rank, pieces, n);
@@ -207,26 +212,17 @@ double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_
 
 /* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
  * whole shard (its padding carries zeros) enters the norm and the update. */
-static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_config *cfg, const lj_adamw_hparams *hp, float lr,
-                         int step) {
+static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
+                         float lr, int step) {
     const lj_ops *ops = m->ops;
     void *stream = stream_of(m);
     lj_zero3_step_begin(m);
-    if (m->offload_host) {
-        lj_adamw_segment *seg;
-        const int nseg = zero3_segments(m, cfg, &seg);
-        const double norm = lj_dp_offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
-        free(seg);
-        return norm;
-    }
+    if (m->offload_host) return lj_dp_offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
     ops->global_norm_sq(m->grad_norm_sq, m->grads, m->shard_numel, m->ws_norm);
     lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
     lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
-    lj_adamw_segment *seg;
-    const int nseg = zero3_segments(m, cfg, &seg);
     ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, seg, nseg, hp, m->adamw_scalars,
                       m->grad_norm_sq);
-    free(seg);
     return download_norm(m);
 }
 
@@ -235,7 +231,7 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = hparams_of(cfg);
     upload_step_scalars(m, &hp, lr, step);
-    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, cfg, &hp, lr, step);
+    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, segments, num_segments, &hp, lr, step);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
@@ -277,7 +273,7 @@ double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments
     if (dp->world > 1 || m->zero3 || m->offload_host) {
         /* collectives, or the offloaded update's host work, between the backward and the update:
          * not captured */
-        m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+        lj_model_zero_grads(m);
         lj_model_forward_backward(m, dloss);
         return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
     }

@@ -64,8 +64,7 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *   stage 3: the backward already reduce-scattered each layer's gradients into the shard
  *            (model/zero3.h); each rank updates its shard of everything (parameters included)
  *            and nothing is gathered: layers are gathered when they next compute.
- * `segments` are those of this rank's shard (lj_adamw_segments_slice); under stage 3 over
- * several ranks they are ignored and derived from the layer partition and cfg. The global
+ * `segments` are those of this rank's shard (lj_dp_segments). The global
  * gradient norm is summed over the shards; returns it (before clipping). Collective.
  * Under optimizer offload (m->opt.offload_optimizer) the gradient reduction is the same; then the
  * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
@@ -73,6 +72,12 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  * param dtype on the host and uploaded before the all-gather of stages 1-2 (lj_dp_offload_step). */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
+
+/* The AdamW segments (lj_adamw_segments: weight decay per tensor) of this rank's shard, offsets
+ * relative to the shard: a slice of the flat buffers (no ZeRO, stages 1-2), or under ZeRO-3
+ * over several ranks the parameter pieces the rank holds in shard order (adjacent equal ones
+ * merged). Computed once per run; returns the count, *out is heap-allocated. */
+int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out);
 
 /* The host half of the optimizer step under optimizer offload, after the gradients are reduced:
  * grad_shard: this rank's device gradient shard (grad dtype), n_grad of its elements real (the

@@ -465,10 +465,7 @@ static lj_status setup(run *r) {
     LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
     lj_model_upload_rope(&r->model);
     lj_model_init_weights(&r->model, c->seed);
-    lj_adamw_segment *all;
-    const int n_all = lj_adamw_segments(&r->model.layout, &c->adamw, &all);
-    r->num_segments = lj_adamw_segments_slice(all, n_all, r->model.shard_begin, r->model.shard_numel, &r->segments);
-    free(all);
+    r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
     if (c->save && r->rank == 0) {
@@ -520,7 +517,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
         *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step, dloss);
         sum = lj_model_mean_loss(m); /* the losses of this step's forward (the update leaves them) */
     } else {
-        m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+        lj_model_zero_grads(m);
         for (int micro = 0; micro < r->accumulation; micro++) {
             lj_loader_next(&r->train_data, r->tokens);
             lj_model_set_batch(m, r->tokens);

@@ -97,16 +97,19 @@ static inline float kl_time_ms(void (*fn)(void *), void *ctx, int warmup, int it
     return med;
 }
 
-/* Relative L2 error of two bf16 device tensors (n elements); records a failure above tol. */
-static inline double kl_check_bf16(const lj_ops *ops, const char *what, const void *got, const void *ref, int64_t n,
-                            double tol) {
-    uint16_t *a = (uint16_t *)malloc((size_t)n * 2), *b = (uint16_t *)malloc((size_t)n * 2);
-    ops->download(a, got, (size_t)n * 2);
-    ops->download(b, ref, (size_t)n * 2);
+/* Relative L2 error of two device tensors of `dtype` (bf16 or f32, n elements); records a
+ * failure above tol (or on a non-finite value). */
+static inline double kl_check(const lj_ops *ops, const char *what, const void *got, const void *ref, int64_t n,
+                              lj_dtype dtype, double tol) {
+    const size_t es = lj_dtype_size(dtype);
+    char *a = (char *)malloc((size_t)n * es), *b = (char *)malloc((size_t)n * es);
+    ops->download(a, got, (size_t)n * es);
+    ops->download(b, ref, (size_t)n * es);
     double num = 0, den = 0;
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        double x = lj_bf16_to_f32(a[i]), y = lj_bf16_to_f32(b[i]);
+        const double x = dtype == LJ_DTYPE_F32 ? ((const float *)a)[i] : lj_bf16_to_f32(((const uint16_t *)a)[i]);
+        const double y = dtype == LJ_DTYPE_F32 ? ((const float *)b)[i] : lj_bf16_to_f32(((const uint16_t *)b)[i]);
         if (!isfinite(x) || !isfinite(y)) bad = 1;
         num += (x - y) * (x - y);
         den += y * y;
@@ -120,26 +123,14 @@ static inline double kl_check_bf16(const lj_ops *ops, const char *what, const vo
     return rel;
 }
 
-/* Same for fp32 device tensors. */
+static inline double kl_check_bf16(const lj_ops *ops, const char *what, const void *got, const void *ref, int64_t n,
+                                   double tol) {
+    return kl_check(ops, what, got, ref, n, LJ_DTYPE_BF16, tol);
+}
+
 static inline double kl_check_f32(const lj_ops *ops, const char *what, const float *got, const float *ref, int64_t n,
-                           double tol) {
-    float *a = (float *)malloc((size_t)n * 4), *b = (float *)malloc((size_t)n * 4);
-    ops->download(a, got, (size_t)n * 4);
-    ops->download(b, ref, (size_t)n * 4);
-    double num = 0, den = 0;
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i])) bad = 1;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    free(a);
-    free(b);
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    int fail = bad || !(rel <= tol);
-    kl_failures += fail;
-    printf("  check %-40s rel_l2 %.3e (tol %.0e) %s\n", what, rel, tol, fail ? "FAIL" : "ok");
-    return rel;
+                                  double tol) {
+    return kl_check(ops, what, got, ref, n, LJ_DTYPE_F32, tol);
 }
 
 static inline const lj_ops *kl_start(const char *name) {

@@ -66,8 +66,7 @@ int main(void) {
     run_unfused(&c);
     kl_check_f32(ops, "losses fused vs unfused", l1, c.losses, c.N, 1e-5);
     kl_check_bf16(ops, "dx fused vs unfused", dx1, c.dx, nx, 1e-2);
-    if (gs == 4) kl_check_f32(ops, "dw fused vs unfused", (const float *)dw1, (const float *)c.dw, nw, 1e-3);
-    else kl_check_bf16(ops, "dw fused vs unfused", dw1, c.dw, nw, 1e-2);
+    kl_check(ops, "dw fused vs unfused", dw1, c.dw, nw, ops->grad_dtype, gs == 4 ? 1e-3 : 1e-2);
     float hl[4];
     ops->download(hl, l1, sizeof hl);
     printf("  losses[0..3] %.4f %.4f %.4f %.4f (ln V = %.4f)\n", hl[0], hl[1], hl[2], hl[3], log((double)c.V));

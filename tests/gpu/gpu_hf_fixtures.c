@@ -172,8 +172,8 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         for (int step = 1; step <= 5; step++) {
             lj_dp single = LJ_DP_SINGLE;
             lj_dp_train_step(&single, &m, seg, nseg, &ac, 1e-3f, step, 1.0f / (B * T));
-            if (step == 1) first_graph = m.step_graph;
-            same_graph &= m.step_graph == first_graph;
+            if (step == 1) first_graph = m.step_graph.exec;
+            same_graph &= m.step_graph.exec == first_graph;
             const double loss = lj_model_mean_loss(&m); /* this step's forward, before its update */
             step_loss[graphs][step - 1] = loss;
             const double want = cJSON_GetArrayItem(losses, step - 1)->valuedouble;
