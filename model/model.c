@@ -515,6 +515,7 @@ void lj_model_backward(lj_model *m, float dloss) {
 
 void lj_model_zero_grads(lj_model *m) {
     m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+    if (m->zero3) lj_zero3_grads_zeroed(m);
 }
 
 /* What one captured graph runs: forward + backward, or the whole step with its tail. */

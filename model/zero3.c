@@ -86,6 +86,7 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
     z->persist = lj_calloc((size_t)G, sizeof(void *));
     z->persist_fresh = lj_calloc((size_t)G, 1);
     z->group_ticket = lj_calloc((size_t)G, sizeof(lj_dist_ticket));
+    z->shard_zero = lj_calloc((size_t)G, 1);
     z->grad_slot = lj_calloc((size_t)z->num_grad_slots, sizeof(void *));
     z->grad_slot_group = lj_malloc((size_t)z->num_grad_slots * sizeof(int));
     z->grad_slot_ticket = lj_calloc((size_t)z->num_grad_slots, sizeof(lj_dist_ticket));
@@ -114,6 +115,7 @@ void lj_zero3_destroy(lj_zero3 *z) {
     free(z->grad_slot_age);
     free(z->group_grad_slot);
     free(z->group_ticket);
+    free(z->shard_zero);
     free(z);
 }
 
@@ -230,7 +232,10 @@ void lj_zero3_grad_begin(lj_model *m, int g) {
     const size_t sg = lj_dtype_size(m->ops->grad_dtype);
     char *slot = z->grad_slot[s];
     m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
-    if (!z->shard_params) {
+    /* a shard still zero since lj_model_zero_grads (first micro-batch) needs no seeding: the
+     * zeroed slot already holds it */
+    const int seed = !z->shard_zero[g];
+    if (seed && !z->shard_params) {
         /* stage 2: the slot is the group's flat range; this rank's pieces of it start from the
          * gradient shard accumulated so far */
         const int n = lj_zero_range_pieces(&z->flat, grp->begin, grp->end, z->pieces, z->world + 1);
@@ -241,7 +246,7 @@ void lj_zero3_grad_begin(lj_model *m, int g) {
                              (size_t)(pc->end - pc->begin) * sg);
         }
     }
-    for (int u = grp->first_unit; z->shard_params && u < grp->first_unit + grp->num_units; u++) {
+    for (int u = grp->first_unit; seed && z->shard_params && u < grp->first_unit + grp->num_units; u++) {
         const lj_zero_unit *un = &z->part.units[u];
         m->ops->copy(slot + (size_t)(un->gather_offset + (int64_t)z->rank * un->shard) * sg,
                      (char *)m->grads + (size_t)un->shard_offset * sg, (size_t)un->shard * sg);
@@ -281,10 +286,13 @@ void lj_zero3_grad_end(lj_model *m, int g) {
     /* overlap_comm off: the compute stream waits for the reduction before the next layer's backward */
     if (!z->overlap) check(z, lj_dist_wait(z->dist, t, stream));
     z->grad_slot_ticket[s] = z->group_ticket[g] = t;
+    z->shard_zero[g] = 0;
     z->grad_slot_group[s] = -1;
     z->group_grad_slot[g] = -1;
     z->grad_slot_age[s] = ++z->clock;
 }
+
+void lj_zero3_grads_zeroed(lj_model *m) { memset(m->zero3->shard_zero, 1, (size_t)m->zero3->part.num_groups); }
 
 void lj_zero3_step_begin(lj_model *m) {
     lj_zero3 *z = m->zero3;

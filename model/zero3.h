@@ -83,6 +83,8 @@ struct lj_zero3 {
     uint64_t *grad_slot_age;       /* [num_grad_slots] when it was last freed (oldest reused first) */
     int *group_grad_slot;          /* [num_groups] slot of the group's gradients, -1 */
     lj_dist_ticket *group_ticket;  /* [num_groups] the group's last reduce-scatter (wrote its shard) */
+    uint8_t *shard_zero;           /* [num_groups] its gradient shard is zero (lj_zero3_grads_zeroed, no
+                                    * reduce-scatter since): lj_zero3_grad_begin skips the seeding */
     uint64_t clock;
 };
 
@@ -112,6 +114,10 @@ void lj_zero3_grad_begin(lj_model *m, int g);
 /* Reduce-scatters group g's gradient slot into the gradient shard (stage 2: reduces its buckets
  * to their owners) and frees the slot. */
 void lj_zero3_grad_end(lj_model *m, int g);
+
+/* The gradient shard was just zeroed (lj_model_zero_grads): the next lj_zero3_grad_begin of
+ * each group leaves out the seeding copy (the zeroed slot already holds the zero shard). */
+void lj_zero3_grads_zeroed(lj_model *m);
 
 /* The optimizer changed the shards: the compute stream waits for every queued reduce-scatter
  * (call before reading the gradient shard), and persistent groups are gathered again at their

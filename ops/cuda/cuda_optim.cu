@@ -23,13 +23,38 @@ static __device__ double block_sum_double(double v) {
     return s;
 }
 
-/* Pass 1: partial[b] = sum of squares over the elements block b strides over (fp64). */
+/* Pass 1: partial[b] = sum of squares over the elements block b strides over (fp64). The
+ * elements go in 16-byte vectors (8 bf16 or 4 f32 per thread and turn) when `g` is 16-byte
+ * aligned, else one at a time; either way the order is fixed by the grid, so the result is
+ * deterministic. A bf16 square is exact in f32. */
 template <typename G>
 __global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_partial_kernel(double *partial, const G *g, int64_t n) {
     double acc = 0.0;
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    for (int64_t i = i0; i < n; i += stride) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    constexpr int V = 16 / sizeof(G);
+    int64_t done = 0;
+    if (((uintptr_t)g & 15) == 0) {
+        const int64_t nv = n / V;
+        const uint4 *gv = (const uint4 *)g;
+        for (int64_t i = i0; i < nv; i += stride) {
+            uint4 raw = gv[i];
+            const G *x = (const G *)&raw;
+            if (sizeof(G) == 2) {
+                for (int j = 0; j < V; j++) {
+                    float f = lj_ld(x + j);
+                    acc += (double)(f * f);
+                }
+            } else {
+                for (int j = 0; j < V; j++) {
+                    double f = lj_ld(x + j);
+                    acc += f * f;
+                }
+            }
+        }
+        done = nv * V;
+    }
+    for (int64_t i = done + i0; i < n; i += stride) {
         double x = lj_ld(g + i);
         acc += x * x;
     }
@@ -70,6 +95,7 @@ void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *works
 
 #define LJ_ADAMW_SEGS 48        /* segments per launch (the table travels as a kernel parameter) */
 #define LJ_ADAMW_THREADS 256
+#define LJ_ADAMW_VEC 4          /* consecutive elements per thread and turn */
 #define LJ_ADAMW_UNIT (LJ_ADAMW_THREADS * 8) /* elements per work unit */
 
 /* One launch's share of the segment table, passed by value (no device copy of the table). */
@@ -87,11 +113,27 @@ typedef struct {
     float beta1, beta2, eps, max_grad_norm;
 } lj_adamw_consts;
 
+/* One element of AdamW (formula and evaluation order: ops.h, as the CPU backend's
+ * cpu_adamw.c). */
+struct adamw_elem {
+    float beta1, beta2, eps, step_size, bc2_sqrt, decay;
+    __device__ __forceinline__ float operator()(float g, float &m, float &v, float &master) const {
+        float mi = beta1 * m + (1.0f - beta1) * g;
+        float vi = beta2 * v + (1.0f - beta2) * g * g;
+        m = mi;
+        v = vi;
+        master = master * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+        return master;
+    }
+};
+
 /* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
- * consecutive elements of one segment. Formula and evaluation order: ops.h (AdamW), the CPU
- * backend's (cpu_adamw.c) with the step scalars of lj_adamw_step_scalars read from
- * `scalars` [LJ_ADAMW_NUM_SCALARS] f32 device memory, so that a replayed CUDA graph uses the
- * values uploaded before each launch. */
+ * consecutive elements of one segment, LJ_ADAMW_VEC consecutive ones per thread and turn: as
+ * 16-byte vectors of the f32 state (and 8- or 16-byte ones of the gradient and parameters)
+ * where the segment's offset allows it, else one element at a time; the arithmetic is the
+ * same either way. The step scalars of lj_adamw_step_scalars are read from `scalars`
+ * [LJ_ADAMW_NUM_SCALARS] f32 device memory, so that a replayed CUDA graph uses the values
+ * uploaded before each launch. */
 template <typename G>
 __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
                                                                  float *m, float *v, const lj_adamw_batch batch,
@@ -102,8 +144,17 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         float norm = sqrtf(*grad_norm_sq);
         clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
     }
-    const float lr = scalars[LJ_ADAMW_LR], step_size = scalars[LJ_ADAMW_STEP_SIZE];
-    const float bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    const float lr = scalars[LJ_ADAMW_LR];
+    adamw_elem f;
+    f.beta1 = k.beta1;
+    f.beta2 = k.beta2;
+    f.eps = k.eps;
+    f.step_size = scalars[LJ_ADAMW_STEP_SIZE];
+    f.bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    /* vectors need the buffers 16-byte aligned (the 2-byte ones 8-byte aligned) */
+    const bool buffers_aligned =
+        (((uintptr_t)m | (uintptr_t)v | (uintptr_t)master | (uintptr_t)grad * (4 / sizeof(G)) |
+          (uintptr_t)params * 2) & 15) == 0;
     int64_t units = batch.unit_start[batch.num];
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
         int s = 0;
@@ -111,19 +162,44 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
         int64_t base = batch.offset[s], count = batch.count[s];
         /* 1 - lr*wd in double, rounded once (as the CPU backend) */
-        const float decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
-        for (int j = 0; j < 8; j++) {
-            int64_t e = local + (int64_t)j * LJ_ADAMW_THREADS + threadIdx.x;
+        f.decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
+        const bool aligned = buffers_aligned && base % LJ_ADAMW_VEC == 0;
+        for (int j = 0; j < LJ_ADAMW_UNIT / (LJ_ADAMW_THREADS * LJ_ADAMW_VEC); j++) {
+            int64_t e = local + ((int64_t)j * LJ_ADAMW_THREADS + threadIdx.x) * LJ_ADAMW_VEC;
             if (e >= count) break;
             int64_t i = base + e;
-            float g = lj_ld(grad + i) * clip;
-            float mi = k.beta1 * m[i] + (1.0f - k.beta1) * g;
-            float vi = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float p = master[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + k.eps));
-            master[i] = p;
-            if (params) params[i] = __float2bfloat16_rn(p);
+            if (aligned && e + LJ_ADAMW_VEC <= count) {
+                float4 mv = *(const float4 *)(m + i), vv = *(const float4 *)(v + i);
+                float4 pv = *(const float4 *)(master + i);
+                float gv[LJ_ADAMW_VEC];
+                if (sizeof(G) == 2) {
+                    uint2 raw = *(const uint2 *)(grad + i);
+                    const G *gx = (const G *)&raw;
+                    for (int q = 0; q < LJ_ADAMW_VEC; q++) gv[q] = lj_ld(gx + q) * clip;
+                } else {
+                    float4 raw = *(const float4 *)(grad + i);
+                    gv[0] = raw.x * clip, gv[1] = raw.y * clip, gv[2] = raw.z * clip, gv[3] = raw.w * clip;
+                }
+                f(gv[0], mv.x, vv.x, pv.x);
+                f(gv[1], mv.y, vv.y, pv.y);
+                f(gv[2], mv.z, vv.z, pv.z);
+                f(gv[3], mv.w, vv.w, pv.w);
+                *(float4 *)(m + i) = mv;
+                *(float4 *)(v + i) = vv;
+                *(float4 *)(master + i) = pv;
+                if (params) {
+                    __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
+                    uint2 out;
+                    out.x = *(const unsigned *)&lo;
+                    out.y = *(const unsigned *)&hi;
+                    *(uint2 *)(params + i) = out;
+                }
+            } else {
+                for (int q = 0; q < LJ_ADAMW_VEC && e + q < count; q++) {
+                    float p = f(lj_ld(grad + i + q) * clip, m[i + q], v[i + q], master[i + q]);
+                    if (params) params[i + q] = __float2bfloat16_rn(p);
+                }
+            }
         }
     }
 }
