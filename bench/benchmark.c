@@ -1,5 +1,6 @@
 /* benchmark.c: timed training steps and their metrics (see benchmark.h). */
 #include "bench/benchmark.h"
+#include "bench/reference.h"
 
 #include <cjson/cJSON.h>
 #include <string.h>
@@ -162,6 +163,12 @@ void lj_bench_describe_stage(const lj_bench_config *cfg, char *buf, size_t len) 
         snprintf(buf, len, "ZeRO stage %d", cfg->dp->zero_stage);
 }
 
+/* PyTorch's reference row for a GPU run of this model, sequence length and world size, or NULL. */
+static const lj_reference *reference_of(const lj_bench_config *cfg) {
+    if (strcmp(cfg->ops->name, "cuda") != 0) return NULL;
+    return lj_reference_find(cfg->model.name, cfg->seq_length, cfg->dp->world);
+}
+
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *f) {
     char b1[32], b2[32], stage[64];
     lj_bench_describe_stage(cfg, stage, sizeof stage);
@@ -188,6 +195,8 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
             r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
     if (strcmp(cfg->ops->name, "cpu") == 0)
         fprintf(f, "memory measured on the CPU is the process's peak resident set (VmHWM)\n");
+    const lj_reference *ref = reference_of(cfg);
+    if (ref) lj_reference_print(ref, r->tokens_per_s_per_device, (double)r->measured_bytes, cfg->micro_batch_size, f);
 }
 
 lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result *r, const char *path) {
@@ -214,6 +223,18 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddNumberToObject(o, "flops_per_token", r->flops_per_token);
     cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
     cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
+    const lj_reference *ref = reference_of(cfg);
+    if (ref) {
+        cJSON *rj = cJSON_AddObjectToObject(o, "reference");
+        cJSON_AddStringToObject(rj, "pytorch_run", ref->pytorch_run);
+        cJSON_AddNumberToObject(rj, "micro_batch_size", ref->micro_batch_size);
+        cJSON_AddNumberToObject(rj, "tokens_per_s_per_gpu", ref->tokens_per_s);
+        cJSON_AddNumberToObject(rj, "peak_mem_gib", ref->peak_gib);
+        cJSON_AddNumberToObject(rj, "goal_tokens_per_s_per_gpu", ref->goal_tokens_per_s);
+        cJSON_AddBoolToObject(rj, "goal_met", r->tokens_per_s_per_device >= ref->goal_tokens_per_s &&
+                                                  (!ref->memory_goal ||
+                                                   (double)r->measured_bytes <= ref->peak_gib * 1073741824.0));
+    }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     lj_status s = lj_file_write_atomic(path, text, strlen(text));

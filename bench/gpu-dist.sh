@@ -8,7 +8,12 @@
 #          2, seq 4096) and PyTorch FSDP2 + torch.compile on the same settings (same job);
 #   1b     the same for llama3.2-1b, micro-batch 4 (ljperf: ZeRO stage 1);
 #   overlap  deepspeed/llama3-8b (ZeRO-3, micro-batch 2) with --no-overlap-comm and with overlap:
-#          what the overlap of communication with compute earns (the +CommOpt row's question).
+#          what the overlap of communication with compute earns (the +CommOpt row's question);
+#   resume the equiv run (2 GPUs, ZeRO-3) saved after iteration 10 with per-rank shard files and
+#          resumed from them, and the same run with --offload-optimizer cpu: losses against the
+#          uninterrupted run (run equiv with stage 3 first);
+#   mb3    deepspeed/llama3-8b at micro-batch 3 with the planner's recompute for PyTorch's memory
+#          (--device-memory 106.5GiB --margin 0), against the goals table.
 # STAGES (default "0 1 2 3") picks the ZeRO stages of the equiv step.
 # Usage: bash bench/gpu-dist.sh [step...]
 set -uo pipefail
@@ -19,6 +24,8 @@ source bench/gpu-env.sh
 dev=build-gpu/dev
 lj=$dev/ljperf
 steps=${*:-nccl equiv 8b 1b}
+common=(--model llama3-tiny --data-path /tmp/kjv --seq-length 256 --micro-batch-size 4 --global-batch-size 16
+        --train-iters 20 --lr 3e-3 --lr-warmup-iters 5 --seed 5 --log-interval 1 --eval-iters 2 --device cuda)
 nvidia-smi -L
 torch_line() { python3 -c "import json,sys;r=json.load(open(sys.argv[1]));print('%.0f tokens/s per GPU, MFU %.1f%%, %.1f GiB allocated, %.1f GiB device' % (r['tokens_per_s_per_gpu'] if 'tokens_per_s_per_gpu' in r else r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib'], r['device_mem_used_gib']))" "$1" 2>/dev/null; }
 for s in $steps; do
@@ -30,8 +37,6 @@ for s in $steps; do
   equiv)
     [ -f /tmp/kjv.idx ] || "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv \
       --tokenizer .cache/tokenizer/llama3/tokenizer.json >"$OUT/prepare.log" 2>&1
-    common=(--model llama3-tiny --data-path /tmp/kjv --seq-length 256 --micro-batch-size 4 --global-batch-size 16
-            --train-iters 20 --lr 3e-3 --lr-warmup-iters 5 --seed 5 --log-interval 10 --eval-iters 2 --device cuda)
     timeout 60 "$lj" train "${common[@]}" --log-json "$OUT/g1.jsonl" >"$OUT/g1.log" 2>&1
     echo "1 GPU: rc=$?"
     for st in ${STAGES:-0 1 2 3}; do
@@ -54,6 +59,46 @@ for st in sorted(int(p[3:-6]) for p in os.listdir(d) if p.startswith("g2_") and 
     print("stage %d: %d iterations, worst relative loss difference vs 1 GPU %.2e; last loss %.4f vs %.4f"
           % (st, len(common), worst, one[common[-1]], two[common[-1]]))
 PY
+    ;;
+  resume)
+    d=$OUT/resume; rm -rf "$d"; mkdir -p "$d"
+    timeout 90 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$d/ck" --exit-interval 10 \
+      --log-json "$d/r.jsonl" >"$d/first.log" 2>&1
+    echo "resume, first half (ZeRO-3, 2 GPUs, saved at 10): rc=$? shards: $(ls "$d"/ck/iter_0000010 2>/dev/null | grep -c zero_shard)"
+    timeout 90 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$d/ck" --load "$d/ck" \
+      --log-json "$d/r.jsonl" >"$d/second.log" 2>&1
+    echo "resume, second half: rc=$? $(grep -m1 -i 'shard' "$d/second.log")"
+    timeout 120 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --offload-optimizer cpu \
+      --log-json "$d/off.jsonl" >"$d/off.log" 2>&1
+    echo "offload (ZeRO-3, 2 GPUs): rc=$? $(grep -m1 'host memory' "$d/off.log")"
+    python3 - "$OUT/g2_3.jsonl" "$d/r.jsonl" "$d/off.jsonl" <<'PY'
+import json, sys
+def load(p):
+    out = {}
+    for r in map(json.loads, open(p)):
+        if "loss" in r and "iteration" in r:
+            out[r["iteration"]] = r["loss"]
+    return out
+ref = load(sys.argv[1])
+for name, p in (("resumed from shards", sys.argv[2]), ("optimizer offload", sys.argv[3])):
+    try:
+        run = load(p)
+    except OSError as e:
+        print("%s: no log (%s)" % (name, e)); continue
+    common = sorted(set(ref) & set(run))
+    if not common:
+        print("%s: no common iterations" % name); continue
+    diff = max(abs(ref[i] - run[i]) / ref[i] for i in common)
+    same = sum(ref[i] == run[i] for i in common)
+    print("%s: iterations %d-%d, %d of %d bit-identical, worst relative difference %.2e"
+          % (name, common[0], common[-1], same, len(common), diff))
+PY
+    ;;
+  mb3)
+    timeout 240 "$lj" benchmark --model deepspeed/llama3-8b --device cuda --nproc-per-node 2 --seq-length 4096 \
+      --micro-batch-size 3 --recompute-granularity selective --recompute-method block --recompute-num-layers 25 \
+      --train-iters 6 --warmup-iters 2 --no-progress --json "$OUT/bench_8b_mb3.json" >"$OUT/bench_8b_mb3.log" 2>&1
+    echo "8b mb 3 (25 selective + 7 none): rc=$?"; grep -E 'tokens/s per|MFU  |memory|met' "$OUT/bench_8b_mb3.log"
     ;;
   overlap)
     for ov in --no-overlap-comm --overlap-comm; do

@@ -256,7 +256,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     printf("  %-34s %12s %7s\n", "category", "bytes", "%");
     const size_t peak = bd->peak_bytes;
     for (int k = 0; k < LJ_MEM_COUNT; k++) {
-        if (k == LJ_MEM_OTHER && bd->bytes[k] == 0) continue;
+        if ((k == LJ_MEM_OTHER || k == LJ_MEM_COMM) && bd->bytes[k] == 0) continue;
         print_row(lj_mem_category_name((lj_mem_category)k), bd->bytes[k], peak);
         if (k == LJ_MEM_ACTIVATIONS) {
             char label[64];
@@ -278,6 +278,9 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
            lj_format_bytes(bd->plan_bytes, b2, sizeof b2),
            lj_format_bytes(t->library_workspace_bytes, b3, sizeof b3),
            lj_format_bytes(t->context_bytes, d, sizeof d), t->context_source);
+    if (bd->bytes[LJ_MEM_COMM])
+        printf("NCCL buffers per rank: %s (%s)\n", lj_format_bytes(bd->bytes[LJ_MEM_COMM], b1, sizeof b1),
+               t->comm_source);
     if (a->buffers) {
         printf("\nbuffers (%d):\n", plan->count);
         for (int i = 0; i < plan->count; i++)
@@ -372,6 +375,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddNumberToObject(o, "plan_bytes", (double)bd->plan_bytes);
     cJSON_AddNumberToObject(o, "library_workspace_bytes", (double)t->library_workspace_bytes);
     cJSON_AddNumberToObject(o, "context_bytes", (double)t->context_bytes);
+    cJSON_AddNumberToObject(o, "nccl_bytes", (double)bd->bytes[LJ_MEM_COMM]);
     cJSON_AddNumberToObject(o, "peak_bytes", (double)bd->peak_bytes);
     cJSON *rates = cJSON_AddObjectToObject(o, "cost_model");
     cJSON_AddStringToObject(rates, "device", t->rates.device);

@@ -84,6 +84,33 @@ lj_status lj_dist_nccl_unique_id(unsigned char id[LJ_NCCL_ID_BYTES]) {
     return LJ_OK;
 }
 
+/* NCCL connects its peers (and allocates the connections' buffers) lazily, at the first
+ * collective of each algorithm. A small and a large all-reduce, all-gather, reduce-scatter and
+ * broadcast here do that at start-up: a broken link is reported before training starts, and
+ * the memory NCCL keeps is in use before the memory plan is allocated (so the benchmark's
+ * start-up measurement includes it; plan/planner.h LJ_PLANNER_NCCL_BYTES). */
+static lj_status connect_now(lj_dist *d) {
+    lj_dist_nccl *n = d->nccl;
+    const int world = d->env.world_size;
+    const size_t per_rank[2] = {(size_t)4 << 10, (size_t)4 << 20};
+    void *buf = NULL;
+    CUDA_TRY("cudaMalloc", cudaMalloc(&buf, per_rank[1] * (size_t)world * 2));
+    CUDA_TRY("cudaMemsetAsync", cudaMemsetAsync(buf, 0, per_rank[1] * (size_t)world * 2, n->stream));
+    char *a = buf, *b = (char *)buf + per_rank[1] * (size_t)world;
+    lj_status s = LJ_OK;
+    for (int i = 0; i < 2 && s == LJ_OK; i++) {
+        const size_t c = per_rank[i] / sizeof(float);
+        ncclResult_t r = ncclAllReduce(a, b, c * (size_t)world, ncclFloat32, ncclSum, n->comm, n->stream);
+        if (r == ncclSuccess) r = ncclAllGather(a, b, per_rank[i], ncclUint8, n->comm, n->stream);
+        if (r == ncclSuccess) r = ncclReduceScatter(a, b, c, ncclFloat32, ncclSum, n->comm, n->stream);
+        if (r == ncclSuccess) r = ncclBroadcast(a, a, per_rank[i], ncclUint8, 0, n->comm, n->stream);
+        if (r != ncclSuccess) s = nccl_fail(n, "the first collectives (connecting the ranks)", r);
+    }
+    if (s == LJ_OK) s = lj_dist_nccl_synchronize(d); /* with the rank timeout */
+    cudaFree(buf);
+    return s;
+}
+
 lj_status lj_dist_nccl_init(lj_dist *d, const unsigned char id[LJ_NCCL_ID_BYTES]) {
     lj_dist_nccl *n = lj_calloc(1, sizeof *n);
     d->nccl = n;
@@ -100,7 +127,7 @@ lj_status lj_dist_nccl_init(lj_dist *d, const unsigned char id[LJ_NCCL_ID_BYTES]
         CUDA_TRY("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&n->marks[i], cudaEventDisableTiming));
     CUDA_TRY("cudaMalloc", cudaMalloc((void **)&n->barrier_word, sizeof(float)));
     CUDA_TRY("cudaMemset", cudaMemset(n->barrier_word, 0, sizeof(float)));
-    return LJ_OK;
+    return connect_now(d);
 }
 
 /* Makes the communication stream wait for everything queued on the caller's stream. */

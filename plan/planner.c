@@ -18,7 +18,8 @@ const char *lj_mem_category_name(lj_mem_category c) {
     static const char *names[LJ_MEM_COUNT] = {
         "parameters",        "master weights",   "gradients",        "optimizer moments",
         "saved activations", "recompute buffers", "backward scratch", "logits/loss",
-        "op workspaces",     "library workspaces", "CUDA context",    "other"};
+        "op workspaces",     "library workspaces", "CUDA context",    "NCCL buffers",
+        "other"};
     return (unsigned)c < LJ_MEM_COUNT ? names[c] : "?";
 }
 
@@ -50,7 +51,7 @@ lj_mem_category lj_mem_category_of(const lj_plan_buffer *b) {
 static size_t padded(size_t bytes) { return (bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN; }
 
 void lj_mem_breakdown_of(const lj_plan *plan, const uint8_t *recompute, int num_layers, size_t library_workspace_bytes,
-                         size_t context_bytes, lj_mem_breakdown *out) {
+                         size_t context_bytes, size_t comm_bytes, lj_mem_breakdown *out) {
     memset(out, 0, sizeof *out);
     for (int l = 0; l < num_layers; l++) out->layers[recompute[l] <= LJ_RECOMPUTE_FULL ? recompute[l] : 0]++;
     for (int i = 0; i < plan->count; i++) {
@@ -67,8 +68,9 @@ void lj_mem_breakdown_of(const lj_plan *plan, const uint8_t *recompute, int num_
     }
     out->bytes[LJ_MEM_LIB_WORKSPACE] = library_workspace_bytes;
     out->bytes[LJ_MEM_CONTEXT] = context_bytes;
+    out->bytes[LJ_MEM_COMM] = comm_bytes;
     out->plan_bytes = plan->total_bytes;
-    out->peak_bytes = plan->total_bytes + library_workspace_bytes + context_bytes;
+    out->peak_bytes = plan->total_bytes + library_workspace_bytes + context_bytes + comm_bytes;
 }
 
 /* ---- target ------------------------------------------------------------------------ */
@@ -128,10 +130,25 @@ lj_status lj_planner_target_init(lj_planner_target *t, const lj_ops *ops, const 
             t->context_bytes = LJ_PLANNER_CUDA_CONTEXT_BYTES;
             t->context_source = "default: 544 MiB as measured on one H200 (nothing cached for this device)";
         }
+        env = getenv("LJ_NCCL_OVERHEAD");
+        if (env && *env) {
+            if (lj_parse_bytes(env, &v) != LJ_OK)
+                return lj_fail(LJ_ERR_ARG, "LJ_NCCL_OVERHEAD='%s' is not a byte count (e.g. 500MiB)", env);
+            t->comm_bytes = (size_t)v;
+            t->comm_source = "LJ_NCCL_OVERHEAD";
+        } else {
+            t->comm_bytes = LJ_PLANNER_NCCL_BYTES;
+            t->comm_source = "default: 994 MiB as measured per rank on 2 H200s";
+        }
     } else {
         t->context_source = "none on the CPU";
+        t->comm_source = "none on the CPU";
     }
     return LJ_OK;
+}
+
+size_t lj_planner_fixed_bytes(const lj_planner_target *t) {
+    return t->library_workspace_bytes + t->context_bytes + (t->dp_world_size > 1 ? t->comm_bytes : 0);
 }
 
 size_t lj_planner_usable_bytes(const lj_planner_target *t) {
@@ -215,7 +232,7 @@ static lj_planner_candidate evaluate(search_ctx *s, int B, int k, int j, const u
     lj_plan plan;
     lj_plan_build(&plan, &s->m);
     s->plans_built++;
-    c.peak_bytes = plan.total_bytes + s->t->library_workspace_bytes + s->t->context_bytes;
+    c.peak_bytes = plan.total_bytes + lj_planner_fixed_bytes(s->t);
     lj_plan_free(&plan);
     c.fits = c.peak_bytes <= s->usable;
     lj_cost_step(s->cfg, &s->m.opt, s->t->ops, &s->t->rates, s->t->grad_accum_steps, &c.cost);
@@ -511,7 +528,7 @@ void lj_planner_candidate_plan(const lj_model_config *cfg, int seq_length, const
     lj_planner_candidate_policy(c, s.m.opt.recompute);
     lj_plan_build(plan, &s.m);
     lj_mem_breakdown_of(plan, s.m.opt.recompute, cfg->num_hidden_layers, t->library_workspace_bytes,
-                        t->context_bytes, bd);
+                        t->context_bytes, t->dp_world_size > 1 ? t->comm_bytes : 0, bd);
     lj_model_free(&s.m);
 }
 

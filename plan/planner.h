@@ -29,6 +29,7 @@ typedef enum {
     LJ_MEM_OP_WORKSPACE,   /* op workspaces of the plan: attention, RMSNorm backward, lm_head+CE chunk, grad norm */
     LJ_MEM_LIB_WORKSPACE,  /* library workspaces allocated once by the backend (cuBLASLt) */
     LJ_MEM_CONTEXT,        /* CUDA context overhead (0 on the CPU) */
+    LJ_MEM_COMM,           /* NCCL's own buffers (GPU ranks of a world of 2 or more; else 0) */
     LJ_MEM_OTHER,          /* a plan buffer this file does not know (a bug: tests require 0) */
     LJ_MEM_COUNT
 } lj_mem_category;
@@ -44,7 +45,7 @@ typedef struct {
     int layers[3];                /* how many layers have each policy */
     size_t other_activation_bytes;/* inputs, targets, RoPE tables, final norm output */
     size_t plan_bytes;            /* lj_plan total_bytes */
-    size_t peak_bytes;            /* plan_bytes + library workspace + context = the sum of bytes[] */
+    size_t peak_bytes;            /* plan_bytes + library workspace + context + NCCL = the sum of bytes[] */
 } lj_mem_breakdown;
 
 /* Category of one plan buffer (from its arena and name). */
@@ -52,9 +53,11 @@ lj_mem_category lj_mem_category_of(const lj_plan_buffer *b);
 
 /* Sums the plan's buffers (with their LJ_PLAN_ALIGN padding, as the arenas hold them) by
  * category. `recompute` is the per-layer policy the plan was built with (lj_model_options);
- * `library_workspace_bytes` and `context_bytes` are the fixed overheads outside the plan. */
+ * `library_workspace_bytes`, `context_bytes` and `comm_bytes` (NCCL) are the fixed overheads
+ * outside the plan. */
 void lj_mem_breakdown_of(const lj_plan *plan, const uint8_t *recompute, int num_layers,
-                         size_t library_workspace_bytes, size_t context_bytes, lj_mem_breakdown *out);
+                         size_t library_workspace_bytes, size_t context_bytes, size_t comm_bytes,
+                         lj_mem_breakdown *out);
 
 /* ---- kernel throughputs per device model (plan/cost.c) ----------------------------- */
 
@@ -129,6 +132,16 @@ void lj_cost_step(const lj_model_config *cfg, const lj_model_options *opt, const
  * Override: --context-overhead, LJ_CUDA_CONTEXT_OVERHEAD, or the planner cache. */
 #define LJ_PLANNER_CUDA_CONTEXT_BYTES ((size_t)544 << 20)
 
+/* Default memory NCCL keeps per GPU rank when the world has 2 or more ranks: the
+ * communicator's state, its peer connections' buffers (all protocols and channels) and work
+ * queues, part allocated by ncclCommInitRank and part at the first collectives (which
+ * dist/dist_nccl.c runs at start-up). Measured on 2 H200s over NVLink (NCCL 2.28, one process
+ * per GPU) as the measured peak per rank minus plan, cuBLASLt workspace and CUDA context:
+ * 991.8 MiB (llama3.2-1b, ZeRO-1) and 993.5 MiB (llama3-8b, ZeRO-3); the larger, rounded up.
+ * Other topologies and world sizes differ (more peers, network buffers).
+ * Override: LJ_NCCL_OVERHEAD (a byte count). */
+#define LJ_PLANNER_NCCL_BYTES ((size_t)994 << 20)
+
 /* Default device memory of a GPU run when no GPU is detected: one H200 as cudaMemGetInfo
  * reports its total, 150109880320 bytes = 139.80 GiB, read on the H200 above (nvidia-smi
  * shows 143771 MiB; the CUDA runtime sees less, and the runtime is what the plan must fit).
@@ -147,8 +160,10 @@ typedef struct {
     size_t margin_bytes;            /* kept free: a candidate fits when peak <= memory - margin */
     size_t library_workspace_bytes; /* backend workspace allocated once (cuBLASLt), outside the plan */
     size_t context_bytes;           /* CUDA context overhead, 0 on the CPU */
+    size_t comm_bytes;              /* NCCL's buffers per rank when dp_world_size > 1 (0 on the CPU) */
     const char *memory_source;      /* how device_memory_bytes was found (printed) */
     const char *context_source;     /* how context_bytes was found (printed) */
+    const char *comm_source;        /* how comm_bytes was found (printed) */
     lj_perf_rates rates;
     int fused;                      /* fused kernels (the default) or the unfused twins */
     int grad_accum_steps;           /* micro-batches per optimizer step (>= 1) */
@@ -165,10 +180,17 @@ typedef struct {
  * lj_perf_cpu_device_name() for the CPU) under `cache_dir` (NULL: none), else on the CPU a
  * measurement (saved to the cache when cache_dir is given), else the defaults; context:
  * $LJ_CUDA_CONTEXT_OVERHEAD (a byte count such as 600MiB), else the cached measurement, else
- * LJ_PLANNER_CUDA_CONTEXT_BYTES (0 on the CPU); fused 1, grad_accum_steps 1.
- * Errors: LJ_ERR_ARG for a malformed LJ_CUDA_CONTEXT_OVERHEAD or cache file content. */
+ * LJ_PLANNER_CUDA_CONTEXT_BYTES (0 on the CPU); NCCL: $LJ_NCCL_OVERHEAD, else
+ * LJ_PLANNER_NCCL_BYTES (0 on the CPU; counted only when dp_world_size > 1); fused 1,
+ * grad_accum_steps 1.
+ * Errors: LJ_ERR_ARG for a malformed LJ_CUDA_CONTEXT_OVERHEAD, LJ_NCCL_OVERHEAD or cache file
+ * content. */
 lj_status lj_planner_target_init(lj_planner_target *t, const lj_ops *ops, const char *cache_dir,
                                  const char *device_name);
+
+/* What a rank holds outside its plan: library workspace + context, + NCCL's buffers when
+ * dp_world_size > 1. */
+size_t lj_planner_fixed_bytes(const lj_planner_target *t);
 
 /* device_memory_bytes - margin_bytes (0 when the margin is larger). */
 size_t lj_planner_usable_bytes(const lj_planner_target *t);
