@@ -107,10 +107,38 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *o
     return lj_ops_cuda_set_grad_dtype(dtype);
 }
 
+lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin) {
+    uint64_t v = 0;
+    if (device_memory) {
+        if (lj_parse_bytes(device_memory, &v) != LJ_OK || v == 0)
+            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)", device_memory);
+        if (v < ((uint64_t)1 << 20))
+            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is less than 1 MiB: give a unit (e.g. 80GiB)",
+                           device_memory);
+        t->device_memory_bytes = (size_t)v;
+        t->memory_source = "--device-memory";
+    }
+    if (margin) {
+        const size_t len = strlen(margin);
+        if (len > 1 && margin[len - 1] == '%') {
+            char *end;
+            const double pct = strtod(margin, &end);
+            if (end != margin + len - 1 || pct < 0 || pct >= 100)
+                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a percentage below 100%%", margin);
+            t->margin_bytes = (size_t)((double)t->device_memory_bytes * pct / 100.0);
+        } else {
+            if (lj_parse_bytes(margin, &v) != LJ_OK)
+                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a byte count or a percentage (1GiB, 5%%)", margin);
+            t->margin_bytes = (size_t)v;
+        }
+    }
+    return LJ_OK;
+}
+
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
                            int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
                            const char *granularity, const char *method, int num_layers, int auto_if_needed,
-                           uint8_t *policy) {
+                           const char *device_memory, const char *margin, uint8_t *policy) {
     int env_on = 0;
     LJ_TRY(lj_planner_env_enabled(&env_on));
     int use_planner = env_on || (recompute && strcmp(recompute, "auto") == 0);
@@ -125,6 +153,7 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
     char cache[1024];
     lj_planner_target target;
     LJ_TRY(lj_planner_target_init(&target, ops, lj_cache_dir(cache, sizeof cache), NULL));
+    LJ_TRY(lj_cli_memory_budget(&target, device_memory, margin));
     target.grad_accum_steps = grad_accum_steps > 0 ? grad_accum_steps : 1;
     lj_dist_env env;
     if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1) target.dp_world_size = env.world_size;

@@ -23,6 +23,9 @@ static void usage(FILE *f) {
             "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
             "                             on by itself for deepspeed/ names that would not fit)\n"
             "  --recompute-granularity full|selective --recompute-method uniform|block --recompute-num-layers N\n"
+            "  --device-memory BYTES      the memory budget the run is planned for (default: the device's),\n"
+            "                             e.g. 106.5GiB to stay within another engine's peak\n"
+            "  --margin BYTES|P%%          kept free below it (default 1GiB)\n"
             "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, and over several\n"
             "                             ranks under ZeRO stage 2 or 3 +CommOpt (overlap_comm off in the rows\n"
             "                             above it, on in it)\n"
@@ -151,7 +154,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     lj_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
-    const char *mbs = NULL, *grad_dtype = NULL;
+    const char *mbs = NULL, *grad_dtype = NULL, *device_memory = NULL, *margin = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
@@ -175,6 +178,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters), iters_given = 1;
         else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup), warmup_given = 1;
         else if (!strcmp(a, "--json")) s = lj_cli_str(argc, argv, &i, &json);
+        else if (!strcmp(a, "--device-memory")) s = lj_cli_str(argc, argv, &i, &device_memory);
+        else if (!strcmp(a, "--margin")) s = lj_cli_str(argc, argv, &i, &margin);
         else if (!strcmp(a, "--seed")) s = lj_cli_u64(argc, argv, &i, &cfg.seed);
         else if (!strcmp(a, "--no-fusion")) cfg.fused = 0;
         else if (!strcmp(a, "--ablation")) ablation = 1;
@@ -255,22 +260,22 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         /* the manual baseline: the flags, or full recompute when they do not fit */
         int mb = cfg.micro_batch_size > 0 ? cfg.micro_batch_size : 1;
         if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "none", NULL, NULL, -1, 0,
-                             ctx.manual) != LJ_OK &&
+                             device_memory, margin, ctx.manual) != LJ_OK &&
             !granularity) {
             lj_log_info("benchmark --ablation: no recompute does not fit; the manual baseline is full recompute");
             granularity = "full";
         }
         if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, NULL, granularity, method,
-                             num_layers, 0, ctx.manual) != LJ_OK)
+                             num_layers, 0, device_memory, margin, ctx.manual) != LJ_OK)
             return lj_cli_error("benchmark");
         cfg.micro_batch_size = mb;
         if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "auto", NULL, NULL, -1, 0,
-                             ctx.planned) != LJ_OK)
+                             device_memory, margin, ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
         return run_ablation(&cfg, &ctx, json);
     }
     if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, zero_stage, recompute,
-                         granularity, method, num_layers, deepspeed, cfg.recompute) != LJ_OK)
+                         granularity, method, num_layers, deepspeed, device_memory, margin, cfg.recompute) != LJ_OK)
         return lj_cli_error("benchmark");
     lj_bench_result res;
     if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");

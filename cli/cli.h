@@ -16,6 +16,7 @@ int lj_cli_error(const char *cmd);
 #include "base/base.h"
 #include "model/config.h"
 #include "ops/ops.h"
+#include "plan/planner.h"
 
 /* Flag values: each reads argv[*i + 1] for flag argv[*i] and advances *i.
  * Errors: LJ_ERR_ARG naming the flag ("--seq-length: 'abc' is not an integer"). */
@@ -46,12 +47,18 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *o
  *   - else Megatron's flags (granularity NULL: no recompute), checked against device memory.
  * *micro_batch_size: in, the size or 0 for auto (needs the planner); out, the size to use.
  * The plan is one rank's: the world size comes from the launcher's environment, the ZeRO
- * stage from `zero_stage`. Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
+ * stage from `zero_stage`; `device_memory` and `margin` (NULL: the device's memory and the 1 GiB
+ * default) are the budget, as lj_cli_memory_budget reads them. Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
  * typo), LJ_ERR_OOM (nothing fits: the smallest memory needed and what would make it fit). */
 lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
                            int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
                            const char *granularity, const char *method, int num_layers, int auto_if_needed,
-                           uint8_t *policy);
+                           const char *device_memory, const char *margin, uint8_t *policy);
+
+/* --device-memory BYTES (a byte count with a unit, at least 1 MiB) and --margin BYTES|P% (kept
+ * free below it) into a planner target; NULL leaves the target's value. Errors: LJ_ERR_ARG
+ * naming the flag and the value. */
+lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin);
 
 /* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (dist/dist.h lj_launch;
  * MPI ranks for --device cpu, NCCL ranks for --device cuda), waits for them, sets *status to

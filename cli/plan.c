@@ -130,31 +130,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     t->fused = a->fused;
     t->offload_optimizer = a->offload && strcmp(ops->name, "cpu") != 0; /* the cpu backend: host memory already */
     uint64_t v = 0;
-    if (a->device_memory) {
-        if (lj_parse_bytes(a->device_memory, &v) != LJ_OK || v == 0)
-            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)",
-                           a->device_memory);
-        if (v < ((uint64_t)1 << 20))
-            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is less than 1 MiB: give a unit (e.g. 80GiB)",
-                           a->device_memory);
-        t->device_memory_bytes = (size_t)v;
-        t->memory_source = "--device-memory";
-    }
-    if (a->margin) {
-        const size_t len = strlen(a->margin);
-        if (len > 1 && a->margin[len - 1] == '%') {
-            char *end;
-            const double pct = strtod(a->margin, &end);
-            if (end != a->margin + len - 1 || pct < 0 || pct >= 100)
-                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a percentage below 100%%", a->margin);
-            t->margin_bytes = (size_t)((double)t->device_memory_bytes * pct / 100.0);
-        } else {
-            if (lj_parse_bytes(a->margin, &v) != LJ_OK)
-                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a byte count or a percentage (1GiB, 5%%)",
-                               a->margin);
-            t->margin_bytes = (size_t)v;
-        }
-    }
+    LJ_TRY(lj_cli_memory_budget(t, a->device_memory, a->margin));
     if (a->context) {
         if (lj_parse_bytes(a->context, &v) != LJ_OK)
             return lj_fail(LJ_ERR_ARG, "--context-overhead: '%s' is not a byte count (e.g. 600MiB)", a->context);

@@ -63,6 +63,8 @@ static void usage(FILE *f) {
             "  --recompute-granularity full|selective   Megatron's manual recompute (default: none)\n"
             "  --recompute-method uniform|block         uniform: every layer; block: the first N layers\n"
             "  --recompute-num-layers N                 layers for --recompute-method block\n"
+            "  --device-memory BYTES, --margin BYTES|P%% the memory budget the run is planned and checked for\n"
+            "                                           (default: the device's memory, 1GiB kept free)\n"
             "  --no-fusion                   unfused kernel twins (for comparison)\n"
             "checkpoints and logs:\n"
             "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each)\n"
@@ -133,6 +135,7 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
 static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
     const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL, *grad_dtype = NULL;
+    const char *device_memory = NULL, *margin = NULL;
     int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
@@ -153,6 +156,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->seq_length));
         else if (!strcmp(a, "--micro-batch-size")) LJ_TRY(lj_cli_str(argc, argv, &i, &mbs));
         else if (!strcmp(a, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &recompute));
+        else if (!strcmp(a, "--device-memory")) LJ_TRY(lj_cli_str(argc, argv, &i, &device_memory));
+        else if (!strcmp(a, "--margin")) LJ_TRY(lj_cli_str(argc, argv, &i, &margin));
         else if (!strcmp(a, "--global-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &gbs));
         else if (!strcmp(a, "--train-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->train_iters));
         else if (!strcmp(a, "--lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.lr));
@@ -237,7 +242,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     }
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
-                            c->zero_stage, recompute, granularity, method, num_layers, 0, c->recompute));
+                            c->zero_stage, recompute, granularity, method, num_layers, 0, device_memory, margin,
+                            c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */
     lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;

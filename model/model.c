@@ -319,8 +319,15 @@ static void z3_fetch(lj_model *m, int l, int direction) {
 static void z3_release(lj_model *m, int l) {
     if (m->zero3) lj_zero3_release(m, z3_group(m, l));
 }
-static void z3_grad_begin(lj_model *m, int l) {
-    if (m->zero3) lj_zero3_grad_begin(m, z3_group(m, l));
+/* Returns 1 when the group's backward must run in the weight-gradient overwrite mode (its
+ * slot was not zeroed; lj_zero3_grad_begin), and turns that mode on. */
+static int z3_grad_begin(lj_model *m, int l) {
+    const int overwrite = m->zero3 && lj_zero3_grad_begin(m, z3_group(m, l));
+    if (overwrite) m->ops->set_weight_grad_overwrite(1);
+    return overwrite;
+}
+static void overwrite_end(lj_model *m, int overwrite) {
+    if (overwrite) m->ops->set_weight_grad_overwrite(0);
 }
 static void z3_grad_end(lj_model *m, int l) {
     if (m->zero3) lj_zero3_grad_end(m, z3_group(m, l));
@@ -475,14 +482,15 @@ void lj_model_backward(lj_model *m, float dloss) {
     /* ZeRO-3: each group is fetched (prefetching the next ones down), gets a gradient slot, and
      * is reduce-scattered into the gradient shard right after its backward */
     z3_fetch(m, d.L, -1);
-    z3_grad_begin(m, d.L);
+    int overwrite = z3_grad_begin(m, d.L);
     ops->rmsnorm_backward(m->d_res, grad(m, m->layout.final_norm), m->d_ln, m->residual[d.L],
                           param(m, m->layout.final_norm), m->final_rstd, d.N, d.C, m->ws_rmsnorm);
+    overwrite_end(m, overwrite);
     z3_grad_end(m, d.L);
     z3_release(m, d.L);
     for (int l = d.L - 1; l >= 0; l--) {
         z3_fetch(m, l, -1);
-        z3_grad_begin(m, l);
+        overwrite = z3_grad_begin(m, l);
         recompute_layer(m, &d, l);
         lj_layer_acts *a = &m->layers[l];
         /* MLP: residual[l+1] = res_mid + down(swiglu(gate_up(ln2))) */
@@ -504,6 +512,7 @@ void lj_model_backward(lj_model *m, float dloss) {
                              param(m, lj_param_index(l, LJ_P_Q)), d.N, d.C, d.QKV, 0);
         ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
                               param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, d.N, d.C, m->ws_rmsnorm);
+        overwrite_end(m, overwrite);
         z3_grad_end(m, l);
         z3_release(m, l);
     }

@@ -42,10 +42,21 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
     z->norm_group = lj_zero_group_of_layer(p, L);
     z->head_group = z->tied ? z->embed_group : lj_zero_group_of_layer(p, L + 1);
     z->param_group = lj_malloc((size_t)m->layout.count * sizeof(int));
+    z->grad_written = lj_calloc((size_t)G, 1);
+    int64_t *covered = lj_calloc((size_t)G, sizeof(int64_t));
     for (int i = 0, g = 0; i < m->layout.count; i++) {
         while (m->layout.params[i].offset >= p->groups[g].end) g++;
         z->param_group[i] = g;
+        covered[g] += m->layout.params[i].numel;
     }
+    /* a layer's or the final norm's gradients are each written once by the backward
+     * (matmul_backward, rmsnorm_backward); the embedding's (a scatter-add) and lm_head's (summed
+     * over the loss chunks) are accumulated */
+    for (int g = 0; g < G; g++)
+        z->grad_written[g] = m->ops->set_weight_grad_overwrite && covered[g] == p->groups[g].end - p->groups[g].begin &&
+                             p->groups[g].layer >= 0 && p->groups[g].layer <= L && g != z->embed_group &&
+                             g != z->head_group;
+    free(covered);
     /* Gather slots: the group computing plus as many as DeepSpeed's prefetch rule would fetch
      * ahead of it, at least one (the forward reads the next layer's input norm at the end of a
      * layer, so two groups are live at once), at most 3 ahead. Slot 0 fits the largest
@@ -116,6 +127,7 @@ void lj_zero3_destroy(lj_zero3 *z) {
     free(z->group_grad_slot);
     free(z->group_ticket);
     free(z->shard_zero);
+    free(z->grad_written);
     free(z);
 }
 
@@ -215,9 +227,9 @@ void lj_zero3_release_all(lj_model *m) {
     for (int g = 0; g < m->zero3->part.num_groups; g++) lj_zero3_release(m, g);
 }
 
-void lj_zero3_grad_begin(lj_model *m, int g) {
+int lj_zero3_grad_begin(lj_model *m, int g) {
     lj_zero3 *z = m->zero3;
-    if (z->group_grad_slot[g] >= 0) return;
+    if (z->group_grad_slot[g] >= 0) return 0;
     const lj_zero_group *grp = &z->part.groups[g];
     int s = -1; /* the free slot that fits and was freed longest ago (its reduce-scatter is likeliest done) */
     for (int i = 0; i < z->num_grad_slots; i++)
@@ -231,10 +243,19 @@ void lj_zero3_grad_begin(lj_model *m, int g) {
     check(z, lj_dist_wait(z->dist, z->group_ticket[g], stream));
     const size_t sg = lj_dtype_size(m->ops->grad_dtype);
     char *slot = z->grad_slot[s];
-    m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
-    /* a shard still zero since lj_model_zero_grads (first micro-batch) needs no seeding: the
-     * zeroed slot already holds it */
+    z->grad_slot_group[s] = g;
+    z->group_grad_slot[g] = s;
+    /* A shard still zero since lj_model_zero_grads (first micro-batch) needs no seeding. If the
+     * backward also writes every element of the group itself (overwrite mode), only the padding
+     * after the group's elements is zeroed; else the whole slot. */
     const int seed = !z->shard_zero[g];
+    const int64_t real = grp->end - grp->begin;
+    if (!seed && z->grad_written[g]) {
+        if (grp->gather_numel > real)
+            m->ops->memset_zero(slot + (size_t)real * sg, (size_t)(grp->gather_numel - real) * sg);
+        return 1;
+    }
+    m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
     if (seed && !z->shard_params) {
         /* stage 2: the slot is the group's flat range; this rank's pieces of it start from the
          * gradient shard accumulated so far */
@@ -251,8 +272,7 @@ void lj_zero3_grad_begin(lj_model *m, int g) {
         m->ops->copy(slot + (size_t)(un->gather_offset + (int64_t)z->rank * un->shard) * sg,
                      (char *)m->grads + (size_t)un->shard_offset * sg, (size_t)un->shard * sg);
     }
-    z->grad_slot_group[s] = g;
-    z->group_grad_slot[g] = s;
+    return 0;
 }
 
 void lj_zero3_grad_end(lj_model *m, int g) {

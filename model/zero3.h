@@ -83,6 +83,8 @@ struct lj_zero3 {
     uint64_t *grad_slot_age;       /* [num_grad_slots] when it was last freed (oldest reused first) */
     int *group_grad_slot;          /* [num_groups] slot of the group's gradients, -1 */
     lj_dist_ticket *group_ticket;  /* [num_groups] the group's last reduce-scatter (wrote its shard) */
+    uint8_t *grad_written;         /* [num_groups] the backward writes each of its gradients once (a
+                                    * layer, the final norm) and the ops can overwrite (lj_zero3_grad_begin) */
     uint8_t *shard_zero;           /* [num_groups] its gradient shard is zero (lj_zero3_grads_zeroed, no
                                     * reduce-scatter since): lj_zero3_grad_begin skips the seeding */
     uint64_t clock;
@@ -109,8 +111,11 @@ void lj_zero3_release(lj_model *m, int g);
 /* Frees every gather slot (end of a pass). */
 void lj_zero3_release_all(lj_model *m);
 
-/* Gives group g a gradient slot (no-op if it holds one) seeded as described above. */
-void lj_zero3_grad_begin(lj_model *m, int g);
+/* Gives group g a gradient slot (no-op if it holds one) seeded as described above. Returns 1
+ * when the slot was left unzeroed because the backward writes every element of the group once
+ * (a layer or the final norm, first micro-batch after lj_model_zero_grads): the caller then
+ * runs the group's backward in the ops' weight-gradient overwrite mode. Else 0. */
+int lj_zero3_grad_begin(lj_model *m, int g);
 /* Reduce-scatters group g's gradient slot into the gradient shard (stage 2: reduces its buckets
  * to their owners) and frees the slot. */
 void lj_zero3_grad_end(lj_model *m, int g);

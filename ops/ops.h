@@ -105,7 +105,8 @@ struct lj_ops {
      * computed in fp32) ---- */
     /* out[N,C] act, rstd[N] f32 = 1/sqrt(mean(x^2)+eps); x[N,C] act; w[C] param. */
     void (*rmsnorm_forward)(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
-    /* dx[N,C] += d/dx; dw[C] += d/dw. dout[N,C] act; x, w, rstd as saved by forward.
+    /* dx[N,C] += d/dx; dw[C] += d/dw (= in weight-gradient overwrite mode). dout[N,C] act; x, w,
+     * rstd as saved by forward.
      * `workspace` holds rmsnorm_backward_workspace_bytes(N, C) bytes. */
     void (*rmsnorm_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                              int N, int C, void *workspace);
@@ -120,7 +121,7 @@ struct lj_ops {
     /* ---- matmul: out[N,OC] = x[N,IC] w[OC,IC]^T (fp32 accumulation) ---- */
     void (*matmul_forward)(void *out, const void *x, const void *w, int N, int IC, int OC);
     /* dx[N,IC] = dout w (overwrite, or += when accumulate_dx; skipped when dx is NULL);
-     * dw[OC,IC] += dout^T x (skipped when dw is NULL). */
+     * dw[OC,IC] += dout^T x (skipped when dw is NULL; = in weight-gradient overwrite mode). */
     void (*matmul_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                             int OC, int accumulate_dx);
 
@@ -182,6 +183,14 @@ struct lj_ops {
     void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq);
+
+    /* ---- weight-gradient mode (NULL: always accumulate) ----
+     * overwrite = 1: until called again with 0, matmul_backward and rmsnorm_backward write
+     * their dw (dw = ...) instead of adding to it, so that a gradient buffer whose every element
+     * the backward writes exactly once needs no zeroing first (ZeRO-3's gradient slots,
+     * model/zero3.c). embedding_backward and cross_entropy_fused always accumulate. A host-side
+     * switch: a graph captured in one mode replays in that mode. */
+    void (*set_weight_grad_overwrite)(int overwrite);
 
     /* ---- graphs (NULL on backends without them) ----
      * Between capture_begin and capture_end the ops issued are recorded, not run; the

@@ -400,6 +400,12 @@ static void explain_choice(int T, int fixed, const lj_planner_target *t, lj_plan
     }
 }
 
+int lj_planner_next_micro_batch(int B) {
+    if (B < 2) return 2;
+    const int pow2 = (B & (B - 1)) == 0;
+    return pow2 ? B + B / 2 : B + B / 3; /* 2 -> 3 -> 4 -> 6 -> 8 -> 12 -> 16 ... */
+}
+
 lj_status lj_planner_search(const lj_model_config *cfg, int seq_length, int micro_batch_size,
                             const uint8_t *fixed_recompute, const lj_planner_target *t, lj_planner_result *res) {
     memset(res, 0, sizeof *res);
@@ -418,11 +424,11 @@ lj_status lj_planner_search(const lj_model_config *cfg, int seq_length, int micr
     search_ctx s;
     ctx_init(&s, cfg, seq_length, t);
 
-    lj_planner_candidate per_b[16];
-    int bs[16], nb = 0, stop_b = 0;
+    lj_planner_candidate per_b[LJ_PLANNER_MAX_MICRO_BATCH_SIZES];
+    int bs[LJ_PLANNER_MAX_MICRO_BATCH_SIZES], nb = 0, stop_b = 0;
     lj_planner_candidate stop_full;
     memset(&stop_full, 0, sizeof stop_full);
-    for (int B = auto_mb ? 1 : micro_batch_size; nb < 16; B *= 2) {
+    for (int B = auto_mb ? 1 : micro_batch_size; nb < LJ_PLANNER_MAX_MICRO_BATCH_SIZES; B = lj_planner_next_micro_batch(B)) {
         if (auto_mb && (B > LJ_PLANNER_MAX_MICRO_BATCH || (int64_t)B * seq_length > INT_MAX / 4)) break;
         lj_planner_candidate best;
         int ok;

@@ -220,8 +220,14 @@ typedef struct {
  * smallest one within this fraction of the best tokens/s to be chosen: the cost model is not
  * finer than that, and the smaller micro-batch leaves more memory free. */
 #define LJ_PLANNER_MICRO_BATCH_TOLERANCE 0.01
-/* Largest micro-batch size the auto search tries (it doubles from 1 until nothing fits). */
+/* Largest micro-batch size the auto search tries, and how many sizes it can try (below). */
 #define LJ_PLANNER_MAX_MICRO_BATCH 1024
+#define LJ_PLANNER_MAX_MICRO_BATCH_SIZES 32
+
+/* The micro-batch size the auto search tries after B: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (each
+ * power of two and 1.5 times it), so that the search stays short and still finds sizes such as 3
+ * that fit where 4 does not. */
+int lj_planner_next_micro_batch(int B);
 
 typedef struct {
     int found;                          /* 1: `chosen` fits */
@@ -234,7 +240,8 @@ typedef struct {
 } lj_planner_result;
 
 /* Searches the recompute policies (and the micro-batch size when micro_batch_size is 0:
- * 1, 2, 4, ... up to LJ_PLANNER_MAX_MICRO_BATCH, stopping at the first size where even full
+ * 1, 2, 3, 4, 6, 8, ... (lj_planner_next_micro_batch) up to LJ_PLANNER_MAX_MICRO_BATCH,
+ * stopping at the first size where even full
  * recompute does not fit) and picks the candidate with the highest predicted tokens/s whose
  * peak fits in the target's usable memory (ties: the smaller peak; across micro-batch sizes
  * the smallest within LJ_PLANNER_MICRO_BATCH_TOLERANCE of the fastest). With `fixed_recompute`

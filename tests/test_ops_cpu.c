@@ -175,6 +175,12 @@ static void check_rmsnorm(int N, int C) {
     for (int i = 0; i < C; i++) gw[i] += dw0[i];
     check_rel("rmsnorm dx", dx, gx, NC, TOL_GRAD);
     check_rel("rmsnorm dw", dw, gw, C, TOL_GRAD);
+    /* overwrite mode: dw is written, whatever it held (NaN here); dx still accumulates */
+    for (int i = 0; i < C; i++) dw[i] = NAN, gw[i] -= dw0[i];
+    ops->set_weight_grad_overwrite(1);
+    ops->rmsnorm_backward(dx, dw, c.R, x, w, rstd, N, C, ws);
+    ops->set_weight_grad_overwrite(0);
+    check_rel("rmsnorm dw (overwrite mode)", dw, gw, C, TOL_GRAD);
     free(x), free(w), free(out), free(rstd), free(c.x), free(c.w), free((void *)c.R), free(ref);
     free(dx), free(dw), free(dx0), free(dw0), free(ws), free(gx), free(gw);
 }
@@ -258,6 +264,12 @@ static void test_matmul(void **state) {
     for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
     ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, 0);
     check_rel("matmul dw (twice)", dw, dw_want, OC * IC, TOL_GRAD);
+    /* overwrite mode: dw is written, whatever it held (NaN here) */
+    for (int i = 0; i < OC * IC; i++) dw[i] = NAN;
+    ops->set_weight_grad_overwrite(1);
+    ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, 0);
+    ops->set_weight_grad_overwrite(0);
+    check_rel("matmul dw (overwrite mode)", dw, gw, OC * IC, TOL_GRAD);
     free(x), free(w), free(out), free(c.x), free(c.w), free((void *)c.R), free(ref), free(gx), free(gw);
     free(dx), free(dw), free(dw_want), free(dx_want);
 }

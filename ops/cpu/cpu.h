@@ -127,6 +127,9 @@ void lj_cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, co
 /* Makes OpenBLAS single-threaded (lj_cpu_sgemm brings the threads); lj_ops_cpu() calls it. */
 void lj_cpu_blas_init(void);
 void lj_cpu_matmul_forward(void *out, const void *x, const void *w, int N, int IC, int OC);
+/* The weight-gradient mode of ops.h (set_weight_grad_overwrite) and its current value. */
+void lj_cpu_set_weight_grad_overwrite(int overwrite);
+int lj_cpu_weight_grad_overwrite(void);
 void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC, int OC,
                             int accumulate_dx);
 

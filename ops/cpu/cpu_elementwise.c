@@ -84,6 +84,7 @@ void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x
         }
     }
     if (dwf) {
+        const int overwrite = lj_cpu_weight_grad_overwrite();
         int blocks = (C + LJ_CPU_COL_BLOCK - 1) / LJ_CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static)
         for (int blk = 0; blk < blocks; blk++) {
@@ -94,7 +95,7 @@ void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x
                 float r = rstd[n];
                 for (int c = c0; c < c1; c++) acc[c - c0] += (double)(dr[c] * (xr[c] * r));
             }
-            for (int c = c0; c < c1; c++) dwf[c] += (float)acc[c - c0];
+            for (int c = c0; c < c1; c++) dwf[c] = (overwrite ? 0.0f : dwf[c]) + (float)acc[c - c0];
         }
     }
 }

@@ -33,6 +33,9 @@ size_t lj_cuda_fixed_workspace_bytes(void);
 /* The gradient dtype the backend's table says (lj_ops_cuda_set_grad_dtype), for the ops that
  * write or read weight gradients; and the same as a cuBLASLt data type. */
 lj_dtype lj_cuda_grad_dtype(void);
+/* The weight-gradient mode of ops.h (set_weight_grad_overwrite) and its current value. */
+void lj_cuda_set_weight_grad_overwrite(int overwrite);
+int lj_cuda_weight_grad_overwrite(void);
 cudaDataType_t lj_cuda_grad_ctype(void);
 /* Updates the full table's grad_dtype (cuda_ops.cu); called by lj_ops_cuda_set_grad_dtype. */
 void lj_cuda_table_set_grad_dtype(lj_dtype dtype);

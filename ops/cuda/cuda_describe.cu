@@ -8,7 +8,11 @@ static lj_dtype g_grad_dtype = LJ_DTYPE_BF16;
 static lj_ops g_describe;
 static int g_describe_ready;
 
+static int g_dw_overwrite;
+
 extern "C" lj_dtype lj_cuda_grad_dtype(void) { return g_grad_dtype; }
+extern "C" void lj_cuda_set_weight_grad_overwrite(int overwrite) { g_dw_overwrite = overwrite != 0; }
+extern "C" int lj_cuda_weight_grad_overwrite(void) { return g_dw_overwrite; }
 extern "C" cudaDataType_t lj_cuda_grad_ctype(void) { return g_grad_dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
 extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {

@@ -305,12 +305,12 @@ __global__ void rmsnorm_backward_dw_partial_kernel(float *partial, const lj_bf16
 }
 
 template <typename G>
-__global__ void rmsnorm_backward_dw_final_kernel(G *dw, const float *partial, int parts, int C) {
+__global__ void rmsnorm_backward_dw_final_kernel(G *dw, const float *partial, int parts, int C, int overwrite) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int p = 0; p < parts; p++) s += partial[(int64_t)p * C + c];
-    lj_st(dw + c, lj_ld(dw + c) + s);
+    lj_st(dw + c, (overwrite ? 0.0f : lj_ld(dw + c)) + s);
 }
 
 static int rmsnorm_parts(int N) {
@@ -372,10 +372,10 @@ void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *
         const unsigned blocks = (unsigned)((C + 255) / 256);
         if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
             rmsnorm_backward_dw_final_kernel<float><<<blocks, 256, 0, lj_cuda_stream()>>>(
-                (float *)dw, (const float *)workspace, parts, C);
+                (float *)dw, (const float *)workspace, parts, C, lj_cuda_weight_grad_overwrite());
         else
             rmsnorm_backward_dw_final_kernel<lj_bf16><<<blocks, 256, 0, lj_cuda_stream()>>>(
-                (lj_bf16 *)dw, (const float *)workspace, parts, C);
+                (lj_bf16 *)dw, (const float *)workspace, parts, C, lj_cuda_weight_grad_overwrite());
         LJ_CUDA_LAUNCHED("rmsnorm_backward_dw_final_kernel");
     }
 }
@@ -412,49 +412,77 @@ void lj_cuda_add(void *out, const void *a, const void *b, int64_t n) {
 
 /* ---- RoPE ------------------------------------------------------------------------- */
 
-/* One thread per rotated pair (i, i + hd/2) of one q or k head of one row. Forward:
- * (x1, x2) -> (x1 c - x2 s, x2 c + x1 s) (HF rotate_half); backward: the transpose,
- * (d1, d2) -> (d1 c + d2 s, d2 c - d1 s). */
+/* The rotation of one pair (x1, x2) = (x[i], x[i + hd/2]). Forward: (x1 c - x2 s, x2 c + x1 s)
+ * (HF rotate_half); backward: the transpose, (d1 c + d2 s, d2 c - d1 s). */
 template <bool BACKWARD>
+static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, float s) {
+    const float y1 = BACKWARD ? x1 * c + x2 * s : x1 * c - x2 * s;
+    const float y2 = BACKWARD ? x2 * c - x1 * s : x2 * c + x1 * s;
+    x1 = y1;
+    x2 = y2;
+}
+
+/* One thread per PER consecutive pairs (i .. i + PER - 1 with their partners at + hd/2) of one
+ * q or k head of one row, in place. PER = 8 reads and writes 16-byte vectors (hd/2 a multiple
+ * of 8 and qkv 16-byte aligned); PER = 1 is the general case. */
+template <bool BACKWARD, int PER>
 __global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, int B, int T, int nh, int nkv,
                             int hd) {
-    int half = hd / 2, heads = nh + nkv;
-    int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;
-    int64_t total = (int64_t)B * T * heads * half;
+    const int half = hd / 2, heads = nh + nkv, groups = half / PER;
+    const int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;
+    const int64_t total = (int64_t)B * T * heads * groups;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
-        int i = (int)(idx % half);
-        int64_t rest = idx / half;
-        int head = (int)(rest % heads);
-        int64_t row = rest / heads;
-        int t = (int)(row % T);
+        const int i = (int)(idx % groups) * PER;
+        const int64_t rest = idx / groups;
+        const int head = (int)(rest % heads);
+        const int64_t row = rest / heads;
+        const int t = (int)(row % T);
         lj_bf16 *p = qkv + row * row_len + (int64_t)head * hd + i;
-        float c = cosv[(int64_t)t * half + i], s = sinv[(int64_t)t * half + i];
-        float x1 = lj_ld(p), x2 = lj_ld(p + half);
-        if (BACKWARD) {
-            lj_st(p, x1 * c + x2 * s);
-            lj_st(p + half, x2 * c - x1 * s);
+        const float *cp = cosv + (int64_t)t * half + i, *sp = sinv + (int64_t)t * half + i;
+        if (PER == 8) {
+            float x1[8], x2[8];
+            lj_load8(x1, p);
+            lj_load8(x2, p + half);
+            const float4 c0 = *(const float4 *)cp, c1 = *(const float4 *)(cp + 4);
+            const float4 s0 = *(const float4 *)sp, s1 = *(const float4 *)(sp + 4);
+            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+            for (int q = 0; q < 8; q++) rope_pair<BACKWARD>(x1[q], x2[q], c[q], s[q]);
+            lj_store8(p, x1);
+            lj_store8(p + half, x2);
         } else {
-            lj_st(p, x1 * c - x2 * s);
-            lj_st(p + half, x2 * c + x1 * s);
+            float x1 = lj_ld(p), x2 = lj_ld(p + half);
+            rope_pair<BACKWARD>(x1, x2, cp[0], sp[0]);
+            lj_st(p, x1);
+            lj_st(p + half, x2);
         }
     }
 }
 
-void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd) {
-    int64_t total = (int64_t)B * T * (nh + nkv) * (hd / 2);
+template <bool BACKWARD>
+static void rope(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd,
+                 const char *name) {
+    const int half = hd / 2;
+    const bool vec = half % 8 == 0 && ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)cos & 15) == 0 &&
+                     ((uintptr_t)sin & 15) == 0;
+    const int64_t total = (int64_t)B * T * (nh + nkv) * (half / (vec ? 8 : 1));
     if (total <= 0) return;
-    rope_kernel<false><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)qkv, cos, sin, B, T, nh,
-                                                                                 nkv, hd);
-    LJ_CUDA_LAUNCHED("rope_forward_kernel");
+    if (vec)
+        rope_kernel<BACKWARD, 8><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)qkv, cos, sin, B,
+                                                                                            T, nh, nkv, hd);
+    else
+        rope_kernel<BACKWARD, 1><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)qkv, cos, sin, B,
+                                                                                            T, nh, nkv, hd);
+    LJ_CUDA_LAUNCHED(name);
+}
+
+void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd) {
+    rope<false>(qkv, cos, sin, B, T, nh, nkv, hd, "rope_forward_kernel");
 }
 
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd) {
-    int64_t total = (int64_t)B * T * (nh + nkv) * (hd / 2);
-    if (total <= 0) return;
-    rope_kernel<true><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)dqkv, cos, sin, B, T, nh,
-                                                                                nkv, hd);
-    LJ_CUDA_LAUNCHED("rope_backward_kernel");
+    rope<true>(dqkv, cos, sin, B, T, nh, nkv, hd, "rope_backward_kernel");
 }
 
 /* ---- SwiGLU ----------------------------------------------------------------------- */

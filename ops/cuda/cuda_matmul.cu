@@ -151,5 +151,7 @@ void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x
                              int OC, int accumulate_dx) {
     if (dx) lj_cuda_gemm("matmul_backward dx", 0, 0, IC, N, OC, w, IC, dout, OC, dx, CUDA_R_16BF, IC, 1.0f,
                          accumulate_dx ? 1.0f : 0.0f);
-    if (dw) lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_grad_ctype(), IC, 1.0f, 1.0f);
+    if (dw)
+        lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_grad_ctype(), IC, 1.0f,
+                     lj_cuda_weight_grad_overwrite() ? 0.0f : 1.0f);
 }

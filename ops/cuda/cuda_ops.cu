@@ -207,6 +207,7 @@ const lj_ops *lj_ops_cuda(void) {
     t->add = lj_cuda_add;
     t->matmul_forward = lj_cuda_matmul_forward;
     t->matmul_backward = lj_cuda_matmul_backward;
+    t->set_weight_grad_overwrite = lj_cuda_set_weight_grad_overwrite;
     t->rope_forward = lj_cuda_rope_forward;
     t->rope_backward = lj_cuda_rope_backward;
     t->attention_forward = lj_cuda_attention_forward;

@@ -259,6 +259,19 @@ static void test_rmsnorm(int N, int C) {
     check("rmsnorm_forward rstd", shape, r, rstd, N, 1e-5, 1e-5);
     check("rmsnorm_backward dx (+=)", shape, ddx, dx, n, TOL);
     check("rmsnorm_backward dw (+=)", shape, ddw, dw, C, TOL);
+    {   /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
+        float *hdx = hzeros(n), *hdw = hzeros(C);
+        H->set_weight_grad_overwrite(1);
+        H->rmsnorm_backward(hdx, hdw, dout, x, w, rstd, N, C, hws);
+        H->set_weight_grad_overwrite(0);
+        gpoison(gdw, (size_t)C * lj_dtype_size(G->grad_dtype));
+        G->set_weight_grad_overwrite(1);
+        G->rmsnorm_backward(NULL, gdw, gdout, gx, gw, grstd, N, C, gws);
+        G->set_weight_grad_overwrite(0);
+        float *ow = dl_grad(gdw, C);
+        check("rmsnorm_backward dw (overwrite mode)", shape, ow, hdw, C, TOL);
+        free(hdx), free(hdw), free(ow);
+    }
     check("residual_rmsnorm res_out", shape, ores, resr, n, TOL_EXACT);
     check("residual_rmsnorm out", shape, orout, rout, n, TOL);
     check("residual_rmsnorm rstd", shape, orr, rrstd, N, 1e-5, 1e-5);
@@ -296,6 +309,18 @@ static void test_matmul(int N, int IC, int OC) {
     check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
     check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
     check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
+    /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
+    float *dwo = hzeros((int64_t)OC * IC);
+    H->set_weight_grad_overwrite(1);
+    H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, 0);
+    H->set_weight_grad_overwrite(0);
+    gpoison(gdw, (size_t)OC * IC * lj_dtype_size(G->grad_dtype));
+    G->set_weight_grad_overwrite(1);
+    G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, 0);
+    G->set_weight_grad_overwrite(0);
+    float *co = dl_grad(gdw, (int64_t)OC * IC);
+    check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
+    free(dwo), free(co);
     G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
     free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
     free(o), free(a), free(b), free(c);
