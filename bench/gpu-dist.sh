@@ -12,6 +12,10 @@
 #   resume the equiv run (2 GPUs, ZeRO-3) saved after iteration 10 with per-rank shard files and
 #          resumed from them, and the same run with --offload-optimizer cpu: losses against the
 #          uninterrupted run (run equiv with stage 3 first);
+#   goals  issue 6's table, ljperf only: deepspeed/llama3-8b at micro-batch 2 (PyTorch's setting)
+#          and with the planner choosing micro-batch and recompute within PyTorch's memory
+#          (--micro-batch-size auto --recompute auto --device-memory 106.5GiB), llama3.2-1b ZeRO-1 on
+#          2 GPUs and on 1 (scaling from 1 to 2 GPUs);
 #   mb3    deepspeed/llama3-8b at micro-batch 3 with the planner's recompute for PyTorch's memory
 #          (--device-memory 106.5GiB --margin 0), against the goals table.
 # STAGES (default "0 1 2 3") picks the ZeRO stages of the equiv step.
@@ -93,6 +97,22 @@ for name, p in (("resumed from shards", sys.argv[2]), ("optimizer offload", sys.
     print("%s: iterations %d-%d, %d of %d bit-identical, worst relative difference %.2e"
           % (name, common[0], common[-1], same, len(common), diff))
 PY
+    ;;
+  goals)
+    b8=(--model deepspeed/llama3-8b --device cuda --nproc-per-node 2 --seq-length 4096 --train-iters 8 --warmup-iters 2
+        --no-progress)
+    timeout 240 "$lj" benchmark "${b8[@]}" --micro-batch-size 2 --json "$OUT/goal_8b_mb2.json" >"$OUT/goal_8b_mb2.log" 2>&1
+    echo "8b ZeRO-3 mb 2: rc=$?"; grep -E 'tokens/s per|MFU  |memory|met' "$OUT/goal_8b_mb2.log"
+    timeout 300 "$lj" benchmark "${b8[@]}" --micro-batch-size auto --recompute auto --device-memory 106.5GiB \
+      --json "$OUT/goal_8b_auto.json" >"$OUT/goal_8b_auto.log" 2>&1
+    echo "8b ZeRO-3 planner within 106.5 GiB: rc=$?"; grep -E 'recompute planner|micro-batch [0-9]|tokens/s per|MFU  |memory|met' "$OUT/goal_8b_auto.log" | cut -c1-240
+    b1=(--model llama3.2-1b --device cuda --seq-length 4096 --micro-batch-size 4 --train-iters 10 --warmup-iters 3 --no-progress)
+    timeout 200 "$lj" benchmark "${b1[@]}" --nproc-per-node 2 --zero-stage 1 --json "$OUT/goal_1b_2.json" >"$OUT/goal_1b_2.log" 2>&1
+    echo "1b ZeRO-1 2 GPUs: rc=$?"; grep -E 'tokens/s per|MFU  |memory|met' "$OUT/goal_1b_2.log"
+    timeout 200 "$lj" benchmark "${b1[@]}" --json "$OUT/goal_1b_1.json" >"$OUT/goal_1b_1.log" 2>&1
+    echo "1b 1 GPU: rc=$? $(grep -E '^tokens/s per' "$OUT/goal_1b_1.log")"
+    python3 -c "import json,sys;a=json.load(open(sys.argv[1]))['tokens_per_s_per_gpu'];b=json.load(open(sys.argv[2]))['tokens_per_s_per_gpu'];print('scaling 1 -> 2 GPUs: %.0f / %.0f = %.1f%%' % (a, b, 100*a/b))" \
+      "$OUT/goal_1b_2.json" "$OUT/goal_1b_1.json" 2>/dev/null
     ;;
   mb3)
     timeout 240 "$lj" benchmark --model deepspeed/llama3-8b --device cuda --nproc-per-node 2 --seq-length 4096 \

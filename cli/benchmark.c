@@ -257,20 +257,24 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     ablation_ctx ctx;
     if (ablation) {
+        /* every row runs at one micro-batch size: the one given, or with auto the planner's */
+        int mb = cfg.micro_batch_size;
+        if (mb == 0 && lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "auto",
+                                        NULL, NULL, -1, 0, device_memory, margin, ctx.planned) != LJ_OK)
+            return lj_cli_error("benchmark");
         /* the manual baseline: the flags, or full recompute when they do not fit */
-        int mb = cfg.micro_batch_size > 0 ? cfg.micro_batch_size : 1;
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "none", NULL, NULL, -1, 0,
-                             device_memory, margin, ctx.manual) != LJ_OK &&
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "none", NULL, NULL,
+                             -1, 0, device_memory, margin, ctx.manual) != LJ_OK &&
             !granularity) {
             lj_log_info("benchmark --ablation: no recompute does not fit; the manual baseline is full recompute");
             granularity = "full";
         }
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, NULL, granularity, method,
-                             num_layers, 0, device_memory, margin, ctx.manual) != LJ_OK)
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, NULL, granularity,
+                             method, num_layers, 0, device_memory, margin, ctx.manual) != LJ_OK)
             return lj_cli_error("benchmark");
         cfg.micro_batch_size = mb;
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, 0, "auto", NULL, NULL, -1, 0,
-                             device_memory, margin, ctx.planned) != LJ_OK)
+        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "auto", NULL, NULL,
+                             -1, 0, device_memory, margin, ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
         return run_ablation(&cfg, &ctx, json);
     }

@@ -326,4 +326,20 @@ st=0; "$LJPERF" train "${common[@]}" --zero-stage 4 2>"$tmp/z.err" || st=$?
 st=0; "$LJPERF" train "${common[@]}" --nproc-per-node 0 2>"$tmp/np.err" || st=$?
 [ "$st" != 0 ] && grep -q -- "--nproc-per-node 0: must be at least 1" "$tmp/np.err" \
   || { cat "$tmp/np.err"; fail "--nproc-per-node 0 was not refused"; }
+# --ablation over 2 ranks under ZeRO-3 plans each rank's share: a budget (--device-memory) that the
+# sharded run fits and an unsharded one would not
+printf '%s\n' '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1024,' \
+  '"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 8, "num_attention_heads": 4,' \
+  '"num_key_value_heads": 2, "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,' \
+  '"tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}' > "$tmp/small.json"
+peak() { "$LJPERF" plan --model "$tmp/small.json" --device cpu --seq-length 64 --micro-batch-size 2 --recompute "$1" \
+  --margin 0 --world-size "$2" --zero-stage "$3" --json - | python3 -c "import json,sys;print(json.load(sys.stdin)['peak_bytes'])"; }
+p0=$(peak full 1 0) p3=$(peak none 2 3)
+[ "$p3" -lt "$p0" ] || fail "ZeRO-3 over 2 ranks does not plan less memory per rank ($p3 vs $p0 bytes)"
+budget=$(( (p0 + p3) / 2 ))
+"$LJPERF" benchmark --model "$tmp/small.json" --device cpu --nproc-per-node 2 --zero-stage 3 --seq-length 64 \
+  --micro-batch-size 2 --train-iters 1 --warmup-iters 0 --no-progress --ablation --device-memory "$budget" --margin 0 \
+  >"$tmp/abl.out" 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "--ablation under ZeRO-3 within $budget bytes"; }
+grep -q "^+CommOpt" "$tmp/abl.out" || { cat "$tmp/abl.out"; fail "--ablation under ZeRO-3: no +CommOpt row"; }
+echo "ablation under ZeRO-3 on 2 ranks within $budget bytes per rank (unsharded: $p0): $(grep -c '^[B+]' "$tmp/abl.out") rows"
 echo "1 passed, 0 failed"
