@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "  --buffers                    also list every buffer of the plan\n"
             "  --json FILE                  the same report as JSON (- : on standard output, instead of the text)\n"
             "  --world-size N --zero-stage S  the plan of one rank of N data-parallel ranks under ZeRO stage\n"
-            "                                 S (0-3; stage 3 over N = 1 shards nothing)\n"
+            "                                 S (0-3; default 0, 3 for deepspeed/ names; stage 3 over N = 1\n"
+            "                                 shards nothing)\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host\n"
             "                                 memory, out of the device plan (default none)\n"
             "\n"
@@ -56,6 +57,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     a->num_layers = -1;
     a->world = 1;
     a->fused = 1;
+    int zero_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
@@ -91,12 +93,17 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         else if (!strcmp(f, "--buffers")) a->buffers = 1;
         else if (!strcmp(f, "--json")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->json));
         else if (!strcmp(f, "--world-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->world));
-        else if (!strcmp(f, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->zero));
+        else if (!strcmp(f, "--zero-stage")) {
+            LJ_TRY(lj_cli_int(argc, argv, &i, &a->zero));
+            zero_given = 1;
+        }
         else if (!strcmp(f, "--offload-optimizer")) LJ_TRY(lj_cli_offload(argc, argv, &i, &a->offload));
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf plan --help)", f);
     }
     if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
     if (a->world < 1) return lj_fail(LJ_ERR_ARG, "--world-size %d: must be at least 1", a->world);
+    /* deepspeed/ names: ZeRO stage 3 by default, as `ljperf benchmark` runs them */
+    if (!zero_given) a->zero = a->model && strncmp(a->model, "deepspeed/", 10) == 0 ? 3 : 0;
     if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
     if (a->offload && a->zero == 0)
         return lj_fail(LJ_ERR_ARG, "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed's "

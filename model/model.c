@@ -523,8 +523,9 @@ void lj_model_backward(lj_model *m, float dloss) {
 }
 
 void lj_model_zero_grads(lj_model *m) {
-    m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
+    /* ZeRO-2/3: the first reduction of each group overwrites its part of the shard */
     if (m->zero3) lj_zero3_grads_zeroed(m);
+    else m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
 }
 
 /* What one captured graph runs: forward + backward, or the whole step with its tail. */

@@ -209,7 +209,9 @@ void lj_model_forward(lj_model *m, int backward, float dloss);
 void lj_model_backward(lj_model *m, float dloss);
 
 /* Zeroes the gradient buffer (m->grad_numel elements of the grad dtype), in stream order:
- * once per optimizer step, before the first micro-batch's backward. */
+ * once per optimizer step, before the first micro-batch's backward. Under ZeRO-2/3 over several
+ * ranks the shard is only marked as zero: each group's first reduction overwrites it
+ * (lj_zero3_grads_zeroed). */
 void lj_model_zero_grads(lj_model *m);
 
 /* Forward and backward of the current batch (lj_model_forward(m, 1, dloss) then

@@ -85,8 +85,8 @@ struct lj_zero3 {
     lj_dist_ticket *group_ticket;  /* [num_groups] the group's last reduce-scatter (wrote its shard) */
     uint8_t *grad_written;         /* [num_groups] the backward writes each of its gradients once (a
                                     * layer, the final norm) and the ops can overwrite (lj_zero3_grad_begin) */
-    uint8_t *shard_zero;           /* [num_groups] its gradient shard is zero (lj_zero3_grads_zeroed, no
-                                    * reduce-scatter since): lj_zero3_grad_begin skips the seeding */
+    uint8_t *shard_zero;           /* [num_groups] its gradient shard counts as zero (lj_zero3_grads_zeroed,
+                                    * no reduction since): lj_zero3_grad_begin skips the seeding */
     uint64_t clock;
 };
 
@@ -120,8 +120,11 @@ int lj_zero3_grad_begin(lj_model *m, int g);
  * to their owners) and frees the slot. */
 void lj_zero3_grad_end(lj_model *m, int g);
 
-/* The gradient shard was just zeroed (lj_model_zero_grads): the next lj_zero3_grad_begin of
- * each group leaves out the seeding copy (the zeroed slot already holds the zero shard). */
+/* A new accumulation starts (lj_model_zero_grads): the gradient shard counts as zero without
+ * being cleared. The next lj_zero3_grad_begin of each group leaves out the seeding copy (its
+ * slot starts from zero), and the reduction at its lj_zero3_grad_end overwrites every element of
+ * the group's part of the shard (stage 3: its units' slices, padding included; stage 2: the
+ * pieces this rank owns), so nothing reads the stale values. */
 void lj_zero3_grads_zeroed(lj_model *m);
 
 /* The optimizer changed the shards: the compute stream waits for every queued reduce-scatter
