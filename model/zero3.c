@@ -97,7 +97,8 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
     z->persist = lj_calloc((size_t)G, sizeof(void *));
     z->persist_fresh = lj_calloc((size_t)G, 1);
     z->group_ticket = lj_calloc((size_t)G, sizeof(lj_dist_ticket));
-    z->shard_zero = lj_calloc((size_t)G, 1);
+    z->shard_zero = lj_malloc((size_t)G);
+    memset(z->shard_zero, 1, (size_t)G); /* nothing reduced into the shard yet */
     z->grad_slot = lj_calloc((size_t)z->num_grad_slots, sizeof(void *));
     z->grad_slot_group = lj_malloc((size_t)z->num_grad_slots * sizeof(int));
     z->grad_slot_ticket = lj_calloc((size_t)z->num_grad_slots, sizeof(lj_dist_ticket));
