@@ -293,56 +293,99 @@ static size_t model_state_bytes(const lj_model_config *cfg, const lj_planner_tar
 
 static const char *dtype_lower(lj_dtype d) { return d == LJ_DTYPE_BF16 ? "bf16" : d == LJ_DTYPE_F16 ? "f16" : "f32"; }
 
-/* The refusal: the smallest memory needed and what would make the run fit. */
+/* The all-full plan at micro-batch B under target t fits; its peak and, under optimizer
+ * offload, the host bytes it takes (state + staging) when asked. */
+static int all_full_fits(const lj_model_config *cfg, int T, int B, const lj_planner_target *t, lj_planner_result *r,
+                         size_t *peak, size_t *host) {
+    search_ctx s;
+    ctx_init(&s, cfg, T, t);
+    lj_planner_candidate c = evaluate(&s, B, cfg->num_hidden_layers, 0, NULL);
+    r->plans_built += s.plans_built;
+    if (host) {
+        size_t state = 0, staging = 0;
+        lj_model_offload_bytes(&s.m, &state, &staging);
+        *host = state + staging;
+    }
+    lj_model_free(&s.m);
+    if (peak) *peak = c.peak_bytes;
+    return c.fits;
+}
+
+/* The refusal: the smallest memory needed (per rank), and what would make the run fit, each
+ * way out checked with an exact plan. */
 static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_planner_target *t, lj_planner_result *r) {
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
     const size_t usable = lj_planner_usable_bytes(t);
     const size_t need = r->min_peak_bytes;
     const lj_ops *ops = t->ops;
+    const int L = cfg->num_hidden_layers, W = t->dp_world_size > 1 ? t->dp_world_size : 1;
     const size_t P = (size_t)lj_config_num_params(cfg);
-    const size_t states = model_state_bytes(cfg, t);
-    const size_t per_param = states / (P ? P : 1);
+    /* this rank's model states (with ZeRO-3's gather and gradient slots) in the plan the need
+     * comes from: every layer full at micro-batch B */
+    lj_planner_candidate full;
+    memset(&full, 0, sizeof full);
+    full.micro_batch_size = B;
+    full.num_full = L;
+    lj_plan plan;
+    lj_mem_breakdown bd;
+    lj_planner_candidate_plan(cfg, T, &full, t, &plan, &bd);
+    lj_plan_free(&plan);
+    const size_t states = bd.bytes[LJ_MEM_PARAMETERS] + bd.bytes[LJ_MEM_MASTER] + bd.bytes[LJ_MEM_GRADIENTS] +
+                          bd.bytes[LJ_MEM_OPTIMIZER];
     const size_t rest = need > states ? need - states : 0;
+    const size_t per_param = model_state_bytes(cfg, t) / (P ? P : 1);
+    char share[96] = "";
+    if (W > 1 || t->offload_optimizer)
+        snprintf(share, sizeof share, "; this rank's share under ZeRO stage %d over %d rank%s%s", t->zero_stage, W,
+                 W == 1 ? "" : "s", t->offload_optimizer ? ", optimizer offloaded" : "");
     char *e = r->explanation;
     const size_t n = sizeof r->explanation;
     int w = snprintf(e, n,
                      "%s at seq %d does not fit in %s (%s usable after a %s margin) even with full recompute and "
-                     "micro-batch %d: it needs at least %s, of which model states take %s (%zu B/param: %s params, "
-                     "%s%s gradients, f32 AdamW moments) and activations, buffers and overheads %s. "
+                     "micro-batch %d: it needs at least %s%s, of which model states take %s (%zu B/param: %s params, "
+                     "%s%s gradients, f32 AdamW moments%s) and activations, buffers and overheads %s. "
                      "What would make it fit:",
                      cfg->name, T, lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
                      lj_format_bytes(usable, b2, sizeof b2), lj_format_bytes(t->margin_bytes, b3, sizeof b3), B,
-                     lj_format_bytes(need, b4, sizeof b4), lj_format_bytes(states, b5, sizeof b5), per_param,
-                     dtype_lower(ops->param_dtype), ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ",
-                     dtype_lower(ops->grad_dtype),
+                     lj_format_bytes(need, b4, sizeof b4), W > 1 ? " per rank" : "",
+                     lj_format_bytes(states, b5, sizeof b5), per_param, dtype_lower(ops->param_dtype),
+                     ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ", dtype_lower(ops->grad_dtype), share,
                      lj_format_bytes(rest, b6, sizeof b6));
-    /* ZeRO-3: the states divide over G devices, the rest stays per device */
+    /* ZeRO-3 over more ranks: the fewest that fit (doubling, then bisecting; at most 4096) */
     const char *devs = strcmp(ops->name, "cpu") == 0 ? "ranks" : "GPUs";
-    if (usable > rest && w > 0 && (size_t)w < n) {
-        const size_t room = usable - rest;
-        size_t g = (states + room - 1) / room;
-        if (g < 2) g = 2;
-        w += snprintf(e + w, n - (size_t)w,
-                      " ZeRO-3 over at least %zu %s (%s of model states per rank: --zero-stage 3);", g, devs,
-                      lj_format_bytes(states / g, b1, sizeof b1));
-    } else if (w > 0 && (size_t)w < n) {
-        w += snprintf(e + w, n - (size_t)w, " ZeRO sharding alone is not enough (the per-rank rest is %s);",
-                      lj_format_bytes(rest, b1, sizeof b1));
+    lj_planner_target t3 = *t;
+    t3.zero_stage = 3;
+    int lo = t->zero_stage == 3 ? W : (W > 2 ? W : 2) - 1, hi = 0; /* lo does not fit */
+    size_t peak3 = 0;
+    for (int g = lo + 1; g <= 4096; g = g * 2 > g + 1 ? g * 2 : g + 1) {
+        t3.dp_world_size = g;
+        if (all_full_fits(cfg, T, B, &t3, r, NULL, NULL)) {
+            hi = g;
+            break;
+        }
+        lo = g;
     }
-    /* a shorter sequence: halve until the all-full plan at micro-batch 1 fits */
-    search_ctx s;
-    int shorter = 0;
-    size_t shorter_peak = 0;
-    for (int T2 = T / 2; T2 >= 64 && !shorter; T2 /= 2) {
-        ctx_init(&s, cfg, T2, t);
-        lj_planner_candidate c = evaluate(&s, 1, cfg->num_hidden_layers, 0, NULL);
-        r->plans_built += s.plans_built;
-        lj_model_free(&s.m);
-        if (c.fits) {
-            shorter = T2;
-            shorter_peak = c.peak_bytes;
+    while (hi && hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        t3.dp_world_size = mid;
+        if (all_full_fits(cfg, T, B, &t3, r, NULL, NULL)) hi = mid;
+        else lo = mid;
+    }
+    if (w > 0 && (size_t)w < n) {
+        if (hi) {
+            t3.dp_world_size = hi;
+            all_full_fits(cfg, T, B, &t3, r, &peak3, NULL);
+            w += snprintf(e + w, n - (size_t)w, " ZeRO-3 over at least %d %s (%s per rank: --zero-stage 3);", hi, devs,
+                          lj_format_bytes(peak3, b1, sizeof b1));
+        } else {
+            w += snprintf(e + w, n - (size_t)w, " ZeRO-3 sharding alone is not enough (up to 4096 %s);", devs);
         }
     }
+    /* a shorter sequence: halve until the all-full plan at micro-batch 1 fits */
+    int shorter = 0;
+    size_t shorter_peak = 0;
+    for (int T2 = T / 2; T2 >= 64 && !shorter; T2 /= 2)
+        if (all_full_fits(cfg, T2, 1, t, r, &shorter_peak, NULL)) shorter = T2;
     if (w > 0 && (size_t)w < n) {
         if (shorter)
             w += snprintf(e + w, n - (size_t)w, " a shorter sequence (seq %d fits with full recompute: %s);", shorter,
@@ -350,18 +393,25 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
         else
             w += snprintf(e + w, n - (size_t)w, " no sequence length of 64 or more fits with these model states;");
     }
-    /* optimizer offload: f32 master weights and moments in host memory */
-    const size_t offload = P * ((ops->param_dtype == LJ_DTYPE_F32 ? 0 : 4) + 8);
-    if (w > 0 && (size_t)w < n && !t->offload_optimizer) {
-        const size_t left = need > offload ? need - offload : 0;
+    /* optimizer offload: this rank's f32 master weights and moments in host memory (ZeRO stage
+     * >= 1, DeepSpeed's rule; stage 1 on one rank is stage 0) */
+    if (w > 0 && (size_t)w < n && !t->offload_optimizer && strcmp(ops->name, "cpu") != 0) {
+        lj_planner_target to = *t;
+        to.offload_optimizer = 1;
+        if (to.zero_stage == 0) to.zero_stage = 1;
+        size_t left = 0, host = 0;
+        const int fits = all_full_fits(cfg, T, B, &to, r, &left, &host);
         w += snprintf(e + w, n - (size_t)w,
-                      " optimizer offload (master weights and moments on the host) would bring it to %s (%s);",
-                      lj_format_bytes(left, b1, sizeof b1), left <= usable ? "fits" : "still does not fit");
+                      " optimizer offload (--offload-optimizer cpu%s: master weights and moments on the host) would "
+                      "bring it to %s (%s; %s of host memory per rank);",
+                      t->zero_stage == 0 ? " --zero-stage 1" : "", lj_format_bytes(left, b1, sizeof b1),
+                      fits ? "fits" : "still does not fit", lj_format_bytes(host, b2, sizeof b2));
     }
     if (ops->grad_dtype == LJ_DTYPE_F32 && ops->param_dtype != LJ_DTYPE_F32 && w > 0 && (size_t)w < n) {
-        const size_t left = need > 2 * P ? need - 2 * P : 0;
+        const size_t save = bd.bytes[LJ_MEM_GRADIENTS] / 2;
+        const size_t left = need > save ? need - save : 0;
         w += snprintf(e + w, n - (size_t)w, " bf16 gradients would save %s (%s: %s).",
-                      lj_format_bytes(2 * P, b1, sizeof b1), lj_format_bytes(left, b2, sizeof b2),
+                      lj_format_bytes(save, b1, sizeof b1), lj_format_bytes(left, b2, sizeof b2),
                       left <= usable ? "fits" : "still does not fit");
     }
     const size_t len = strlen(e);

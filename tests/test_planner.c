@@ -176,7 +176,8 @@ static void test_refuses_when_nothing_fits(void **state) {
     assert_true(strstr(m, "needs at least") != NULL);
     assert_true(strstr(m, "ZeRO") != NULL);
     assert_true(strstr(m, "shorter sequence (seq 128 fits") != NULL);
-    assert_true(strstr(m, "optimizer offload") != NULL);
+    /* the CPU backend keeps the optimizer state in host memory already: no offload to suggest */
+    assert_true(strstr(m, "optimizer offload") == NULL);
     assert_true(strcmp(m, r->explanation) == 0);
     /* a fixed micro-batch that does not fit, when a smaller one would: name the way out */
     lj_planner_target t2 = make_target(ops, plan_total(&c, ops, 2, T, 3, 0, 1), 0, 0);
