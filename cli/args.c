@@ -113,7 +113,9 @@ lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, 
         if (lj_parse_bytes(device_memory, &v) != LJ_OK || v == 0)
             return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)", device_memory);
         if (v < ((uint64_t)1 << 20))
-            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is less than 1 MiB: give a unit (e.g. 80GiB)",
+            return lj_fail(LJ_ERR_ARG,
+                           "--device-memory: '%s' is less than 1 MiB, smaller than any device (a number without a "
+                           "unit counts bytes; e.g. 80GiB)",
                            device_memory);
         t->device_memory_bytes = (size_t)v;
         t->memory_source = "--device-memory";
@@ -129,8 +131,19 @@ lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, 
         } else {
             if (lj_parse_bytes(margin, &v) != LJ_OK)
                 return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a byte count or a percentage (1GiB, 5%%)", margin);
+            if (v > 0 && v < ((uint64_t)1 << 20))
+                return lj_fail(LJ_ERR_ARG,
+                               "--margin: '%s' is less than 1 MiB (a number without a unit counts bytes): give a "
+                               "unit or a percentage (e.g. 2GiB, 5%%), or 0 for none",
+                               margin);
             t->margin_bytes = (size_t)v;
         }
+    }
+    if ((device_memory || margin) && t->margin_bytes >= t->device_memory_bytes) {
+        char b1[32], b2[32];
+        return lj_fail(LJ_ERR_ARG, "the margin (--margin%s) of %s leaves nothing of the %s of device memory (%s)",
+                       margin ? "" : ", default 1GiB", lj_format_bytes(t->margin_bytes, b1, sizeof b1),
+                       lj_format_bytes(t->device_memory_bytes, b2, sizeof b2), t->memory_source);
     }
     return LJ_OK;
 }

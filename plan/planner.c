@@ -435,14 +435,20 @@ static void explain_choice(int T, int fixed, const lj_planner_target *t, lj_plan
     for (int i = 0; i < r->num_alternatives && w > 0 && (size_t)w < n; i++) {
         const lj_planner_candidate *a = &r->alternatives[i];
         /* the paragraph names the alternatives at the chosen micro-batch and the next larger one */
-        if (a->micro_batch_size != c->micro_batch_size && a->micro_batch_size != 2 * c->micro_batch_size) continue;
+        if (a->micro_batch_size != c->micro_batch_size &&
+            a->micro_batch_size != lj_planner_next_micro_batch(c->micro_batch_size))
+            continue;
         if (n - (size_t)w < 160) break; /* keep the paragraph whole: drop the rest */
         const double rel = 100.0 * (a->cost.tokens_per_s / c->cost.tokens_per_s - 1.0);
         if (a->fits)
-            w += snprintf(e + w, n - (size_t)w, " Recompute %s at micro-batch %d fits (%s) %s %.1f%% %s.",
+            w += snprintf(e + w, n - (size_t)w, " Recompute %s at micro-batch %d fits (%s) %s %.1f%% %s%s.",
                           lj_planner_candidate_describe(a, d, sizeof d), a->micro_batch_size,
                           lj_format_bytes(a->peak_bytes, b1, sizeof b1), rel > 0 ? "and is" : "but is",
-                          rel > 0 ? rel : -rel, rel > 0 ? "faster" : "slower");
+                          rel > 0 ? rel : -rel, rel > 0 ? "faster" : "slower",
+                          rel > 0 && a->micro_batch_size > c->micro_batch_size
+                              ? " (within the 1% the cost model cannot tell apart: the smaller micro-batch, with more "
+                                "memory free, is kept)"
+                              : "");
         else
             w += snprintf(e + w, n - (size_t)w, " Recompute %s at micro-batch %d would need %s: does not fit.",
                           lj_planner_candidate_describe(a, d, sizeof d), a->micro_batch_size,
