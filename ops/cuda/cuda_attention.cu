@@ -526,6 +526,12 @@ size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd) 
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
 }
 
+size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd) {
+    (void)nkv;
+    const size_t dnn = (size_t)B * T * nh * hd * 4; /* cuDNN SDPA backward's fp32 dQ accumulator */
+    return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
+}
+
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                void *workspace) {
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);

@@ -34,7 +34,7 @@ extern "C" const lj_ops *lj_ops_cuda_describe(void) {
         t.grad_dtype = g_grad_dtype;
         t.embedding_backward_workspace_bytes = lj_cuda_embedding_backward_workspace_bytes;
         t.rmsnorm_backward_workspace_bytes = lj_cuda_rmsnorm_backward_workspace_bytes;
-        t.attention_workspace_bytes = lj_cuda_attention_workspace_bytes;
+        t.attention_workspace_bytes = lj_cuda_attention_workspace_bytes_described;
         t.cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes;
         t.global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes;
         g_describe_ready = 1;
