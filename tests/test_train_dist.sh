@@ -326,6 +326,15 @@ st=0; "$LJPERF" train "${common[@]}" --zero-stage 4 2>"$tmp/z.err" || st=$?
 st=0; "$LJPERF" train "${common[@]}" --nproc-per-node 0 2>"$tmp/np.err" || st=$?
 [ "$st" != 0 ] && grep -q -- "--nproc-per-node 0: must be at least 1" "$tmp/np.err" \
   || { cat "$tmp/np.err"; fail "--nproc-per-node 0 was not refused"; }
+# 8 ranks under mpirun, ZeRO-3 (what an 8-GPU node runs, on CPU ranks): the same as one process
+c8=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
+    --global-batch-size 16 --train-iters 3 --lr 3e-3 --lr-warmup-iters 1 --seed 11 --quiet --eval-iters 1)
+"$LJPERF" train "${c8[@]}" --save "$tmp/e1" --log-json "$tmp/e1.jsonl" 2>"$tmp/e1.err" || { cat "$tmp/e1.err"; fail "1 rank, batch 16"; }
+mpirun --oversubscribe --bind-to none -np 8 -x OMP_NUM_THREADS "$LJPERF" train "${c8[@]}" --zero-stage 3 \
+  --save "$tmp/e8" --log-json "$tmp/e8.jsonl" 2>"$tmp/e8.err" || { cat "$tmp/e8.err"; fail "8 ranks under mpirun"; }
+grep -q "data parallel: 8 ranks" "$tmp/e8.err" || { cat "$tmp/e8.err"; fail "8 ranks did not report data parallelism"; }
+echo "8 ranks (mpirun -np 8), ZeRO-3 vs 1:"; compare "$tmp/e1.jsonl" "$tmp/e8.jsonl" "$tmp/e1" "$tmp/e8" || fail "8 ranks differ"
+
 # --ablation over 2 ranks under ZeRO-3 plans each rank's share: a budget (--device-memory) that the
 # sharded run fits and an unsharded one would not
 printf '%s\n' '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 1024,' \
