@@ -4,6 +4,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
+#include "dist/dist.h"
 
 #define LJ_VERSION "0.1.0"
 
@@ -22,7 +23,13 @@ static void usage(FILE *f) {
 }
 
 int lj_cli_error(const char *cmd) {
-    fprintf(stderr, "ljperf %s: %s\n", cmd, lj_error_message());
+    /* One of several ranks: every rank that fails says so (a rank's own file or device may be
+     * the cause), and ranks other than 0 name themselves. */
+    lj_dist_env env;
+    if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 && env.rank != 0)
+        fprintf(stderr, "ljperf %s (rank %d): %s\n", cmd, env.rank, lj_error_message());
+    else
+        fprintf(stderr, "ljperf %s: %s\n", cmd, lj_error_message());
     return 1;
 }
 
