@@ -231,9 +231,8 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
         cJSON_AddNumberToObject(rj, "tokens_per_s_per_gpu", ref->tokens_per_s);
         cJSON_AddNumberToObject(rj, "peak_mem_gib", ref->peak_gib);
         cJSON_AddNumberToObject(rj, "goal_tokens_per_s_per_gpu", ref->goal_tokens_per_s);
-        cJSON_AddBoolToObject(rj, "goal_met", r->tokens_per_s_per_device >= ref->goal_tokens_per_s &&
-                                                  (!ref->memory_goal ||
-                                                   (double)r->measured_bytes <= ref->peak_gib * 1073741824.0));
+        cJSON_AddBoolToObject(rj, "goal_met", lj_reference_speed_met(ref, r->tokens_per_s_per_device) &&
+                                                  lj_reference_memory_met(ref, (double)r->measured_bytes));
     }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);

@@ -15,9 +15,7 @@
 #   goals  issue 6's table, ljperf only: deepspeed/llama3-8b at micro-batch 2 (PyTorch's setting)
 #          and with the planner choosing micro-batch and recompute within PyTorch's memory
 #          (--micro-batch-size auto --recompute auto --device-memory 106.5GiB), llama3.2-1b ZeRO-1 on
-#          2 GPUs and on 1 (scaling from 1 to 2 GPUs);
-#   mb3    deepspeed/llama3-8b at micro-batch 3 with the planner's recompute for PyTorch's memory
-#          (--device-memory 106.5GiB --margin 0), against the goals table.
+#          2 GPUs and on 1 (scaling from 1 to 2 GPUs).
 # STAGES (default "0 1 2 3") picks the ZeRO stages of the equiv step.
 # Usage: bash bench/gpu-dist.sh [step...]
 set -uo pipefail
@@ -113,12 +111,6 @@ PY
     echo "1b 1 GPU: rc=$? $(grep -E '^tokens/s per' "$OUT/goal_1b_1.log")"
     python3 -c "import json,sys;a=json.load(open(sys.argv[1]))['tokens_per_s_per_gpu'];b=json.load(open(sys.argv[2]))['tokens_per_s_per_gpu'];print('scaling 1 -> 2 GPUs: %.0f / %.0f = %.1f%%' % (a, b, 100*a/b))" \
       "$OUT/goal_1b_2.json" "$OUT/goal_1b_1.json" 2>/dev/null
-    ;;
-  mb3)
-    timeout 240 "$lj" benchmark --model deepspeed/llama3-8b --device cuda --nproc-per-node 2 --seq-length 4096 \
-      --micro-batch-size 3 --recompute-granularity selective --recompute-method block --recompute-num-layers 25 \
-      --train-iters 6 --warmup-iters 2 --no-progress --json "$OUT/bench_8b_mb3.json" >"$OUT/bench_8b_mb3.log" 2>&1
-    echo "8b mb 3 (25 selective + 7 none): rc=$?"; grep -E 'tokens/s per|MFU  |memory|met' "$OUT/bench_8b_mb3.log"
     ;;
   overlap)
     for ov in --no-overlap-comm --overlap-comm; do

@@ -24,6 +24,11 @@ typedef struct {
  * REFERENCE.md has none. */
 const lj_reference *lj_reference_find(const char *model, int seq_length, int world_size);
 
+/* Whether a run with `tokens_per_s` per GPU and `peak_bytes` per GPU meets r's speed goal, and
+ * its memory goal (1 when r has none). */
+int lj_reference_speed_met(const lj_reference *r, double tokens_per_s);
+int lj_reference_memory_met(const lj_reference *r, double peak_bytes);
+
 /* Prints the comparison of a run (tokens/s per GPU, peak memory per GPU in bytes, its
  * micro-batch) with reference `r` and its goals, as a small table, each goal marked met or not
  * met. */

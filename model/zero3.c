@@ -49,13 +49,12 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
         z->param_group[i] = g;
         covered[g] += m->layout.params[i].numel;
     }
-    /* a layer's or the final norm's gradients are each written once by the backward
-     * (matmul_backward, rmsnorm_backward); the embedding's (a scatter-add) and lm_head's (summed
-     * over the loss chunks) are accumulated */
+    /* a layer's (0..L-1) or the final norm's (L) gradients are each written once by the backward
+     * (matmul_backward, rmsnorm_backward); the embedding's (a scatter-add, also lm_head's when
+     * tied) and lm_head's (summed over the loss chunks) are accumulated */
     for (int g = 0; g < G; g++)
         z->grad_written[g] = m->ops->set_weight_grad_overwrite && covered[g] == p->groups[g].end - p->groups[g].begin &&
-                             p->groups[g].layer >= 0 && p->groups[g].layer <= L && g != z->embed_group &&
-                             g != z->head_group;
+                             p->groups[g].layer >= 0 && p->groups[g].layer <= L;
     free(covered);
     /* Gather slots: the group computing plus as many as DeepSpeed's prefetch rule would fetch
      * ahead of it, at least one (the forward reads the next layer's input norm at the end of a

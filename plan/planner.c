@@ -147,8 +147,11 @@ lj_status lj_planner_target_init(lj_planner_target *t, const lj_ops *ops, const 
     return LJ_OK;
 }
 
+/* NCCL's buffers count only for a world of two or more ranks. */
+static size_t comm_bytes_of(const lj_planner_target *t) { return t->dp_world_size > 1 ? t->comm_bytes : 0; }
+
 size_t lj_planner_fixed_bytes(const lj_planner_target *t) {
-    return t->library_workspace_bytes + t->context_bytes + (t->dp_world_size > 1 ? t->comm_bytes : 0);
+    return t->library_workspace_bytes + t->context_bytes + comm_bytes_of(t);
 }
 
 size_t lj_planner_usable_bytes(const lj_planner_target *t) {
@@ -590,7 +593,7 @@ void lj_planner_candidate_plan(const lj_model_config *cfg, int seq_length, const
     lj_planner_candidate_policy(c, s.m.opt.recompute);
     lj_plan_build(plan, &s.m);
     lj_mem_breakdown_of(plan, s.m.opt.recompute, cfg->num_hidden_layers, t->library_workspace_bytes,
-                        t->context_bytes, t->dp_world_size > 1 ? t->comm_bytes : 0, bd);
+                        t->context_bytes, comm_bytes_of(t), bd);
     lj_model_free(&s.m);
 }
 

@@ -226,6 +226,23 @@ static void test_micro_batch_auto(void **state) {
     free(r);
 }
 
+/* A model built with options `o` plans peak - fixed bytes, and allocating the plan takes
+ * exactly that many bytes from the backend. */
+static void assert_peak_is_plan(const lj_model_config *c, const lj_ops *ops, const lj_model_options *o, size_t peak,
+                                size_t fixed) {
+    lj_model m;
+    lj_model_init(&m, ops, c, o);
+    lj_plan p;
+    lj_plan_build(&p, &m);
+    assert_true(peak == p.total_bytes + fixed);
+    const size_t before = lj_ops_allocated_bytes();
+    assert_int_equal(lj_plan_allocate(&p, &m), LJ_OK);
+    assert_true(lj_ops_allocated_bytes() - before == p.total_bytes);
+    lj_plan_release(&p, ops);
+    lj_plan_free(&p);
+    lj_model_free(&m);
+}
+
 /* The predicted peak is the plan's total plus the fixed overheads, and the plan is what the
  * CPU backend allocates. */
 static void test_peak_equals_plan(void **state) {
@@ -239,17 +256,7 @@ static void test_peak_equals_plan(void **state) {
     lj_planner_candidate_policy(&r->chosen, policy);
     lj_model_options o = lj_test_train_options(2, 16, 1);
     memcpy(o.recompute, policy, sizeof o.recompute);
-    lj_model m;
-    lj_model_init(&m, ops, &c, &o);
-    lj_plan p;
-    lj_plan_build(&p, &m);
-    assert_true(r->chosen.peak_bytes == p.total_bytes + 300000);
-    const size_t before = lj_ops_allocated_bytes();
-    assert_int_equal(lj_plan_allocate(&p, &m), LJ_OK);
-    assert_true(lj_ops_allocated_bytes() - before == p.total_bytes);
-    lj_plan_release(&p, ops);
-    lj_plan_free(&p);
-    lj_model_free(&m);
+    assert_peak_is_plan(&c, ops, &o, r->chosen.peak_bytes, 300000);
     free(r);
 }
 
@@ -272,17 +279,7 @@ static void test_zero3_per_rank_peak(void **state) {
     o.zero_stage = 3;
     o.dp_world_size = 2;
     o.dp_rank = 1;
-    lj_model m;
-    lj_model_init(&m, ops, &c, &o);
-    lj_plan p;
-    lj_plan_build(&p, &m);
-    assert_true(r->chosen.peak_bytes == p.total_bytes); /* no library workspace or context in this target */
-    const size_t before = lj_ops_allocated_bytes();
-    assert_int_equal(lj_plan_allocate(&p, &m), LJ_OK);
-    assert_true(lj_ops_allocated_bytes() - before == p.total_bytes);
-    lj_plan_release(&p, ops);
-    lj_plan_free(&p);
-    lj_model_free(&m);
+    assert_peak_is_plan(&c, ops, &o, r->chosen.peak_bytes, 0); /* no library workspace or context in this target */
     free(r);
 }
 

@@ -119,6 +119,22 @@ size_t lj_cuda_embedding_backward_workspace_bytes(int N) {
     return 3 * align256((size_t)N * sizeof(int32_t)) + align256(embedding_sort_bytes(N));
 }
 
+/* Launches embedding_backward_sorted_kernel for gradient dtype G, 8 columns per thread when the
+ * rows allow 16-byte accesses. */
+template <typename G>
+static void embedding_backward_sorted(G *dwte, const lj_bf16 *dout, const int32_t *sorted_ids, const int32_t *pos, int N,
+                                      int C) {
+    const bool vec = C % 8 == 0 && lj_cuda_aligned16(dout, dwte, NULL);
+    dim3 grid((unsigned)N, (unsigned)((C / (vec ? 8 : 1) + LJ_EMB_THREADS - 1) / LJ_EMB_THREADS));
+    if (vec)
+        embedding_backward_sorted_kernel<G, true><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(dwte, dout, sorted_ids,
+                                                                                               pos, N, C);
+    else
+        embedding_backward_sorted_kernel<G, false><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(dwte, dout, sorted_ids,
+                                                                                                pos, N, C);
+    LJ_CUDA_LAUNCHED("embedding_backward_sorted_kernel");
+}
+
 void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace) {
     if (N <= 0 || C <= 0) return;
     char *ws = (char *)workspace;
@@ -131,25 +147,10 @@ void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids
     LJ_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, scratch_bytes, ids, sorted_ids, pos_in, pos, N, 0, 32,
                                                   lj_cuda_stream()),
                   "cub::DeviceRadixSort::SortPairs in embedding_backward");
-    const bool vec = C % 8 == 0 && lj_cuda_aligned16(dout, dwte, NULL);
-    const int per = vec ? 8 : 1;
-    dim3 grid((unsigned)N, (unsigned)((C / per + LJ_EMB_THREADS - 1) / LJ_EMB_THREADS));
-    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32) {
-        if (vec)
-            embedding_backward_sorted_kernel<float, true><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
-                (float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
-        else
-            embedding_backward_sorted_kernel<float, false><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
-                (float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
-    } else {
-        if (vec)
-            embedding_backward_sorted_kernel<lj_bf16, true><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
-                (lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
-        else
-            embedding_backward_sorted_kernel<lj_bf16, false><<<grid, LJ_EMB_THREADS, 0, lj_cuda_stream()>>>(
-                (lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
-    }
-    LJ_CUDA_LAUNCHED("embedding_backward_sorted_kernel");
+    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+        embedding_backward_sorted<float>((float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
+    else
+        embedding_backward_sorted<lj_bf16>((lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
 }
 
 /* ---- RMSNorm ---------------------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "train/dp.h"
 #include "plan/plan.h"
+#include "tests/test_util.h"
 
 enum { B = 2, T = 64 };
 
@@ -84,12 +85,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
     float *gref = lj_malloc((size_t)P * sizeof(float));
     for (int fused = 0; fused <= 1; fused++) {
         for (int policy = 0; policy < 3; policy++) {
-            lj_model_options o;
-            memset(&o, 0, sizeof o);
-            o.micro_batch_size = B;
-            o.seq_length = T;
-            o.training = 1;
-            o.fused = fused;
+            lj_model_options o = lj_test_train_options(B, T, fused);
             memset(o.recompute, policy, sizeof o.recompute);
             lj_model m;
             lj_model_init(&m, ops, &cfg, &o);
@@ -148,12 +144,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
     const cJSON *losses = cJSON_GetObjectItemCaseSensitive(aj, "losses");
     double step_loss[2][5];
     for (int graphs = 1; graphs >= 0; graphs--) {
-        lj_model_options o;
-        memset(&o, 0, sizeof o);
-        o.micro_batch_size = B;
-        o.seq_length = T;
-        o.training = 1;
-        o.fused = 1;
+        lj_model_options o = lj_test_train_options(B, T, 1);
         o.graphs = graphs;
         lj_model m;
         lj_model_init(&m, ops, &cfg, &o);
