@@ -357,4 +357,5 @@ budget=$(( (p0 + p3) / 2 ))
   >"$tmp/abl.out" 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "--ablation under ZeRO-3 within $budget bytes"; }
 grep -q "^+CommOpt" "$tmp/abl.out" || { cat "$tmp/abl.out"; fail "--ablation under ZeRO-3: no +CommOpt row"; }
 echo "ablation under ZeRO-3 on 2 ranks within $budget bytes per rank (unsharded: $p0): $(grep -c '^[B+]' "$tmp/abl.out") rows"
+rm -rf "$tmp" # about 9 GB of checkpoints; a failing run keeps them for a look
 echo "1 passed, 0 failed"
