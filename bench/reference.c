@@ -34,7 +34,7 @@ void lj_reference_print(const lj_reference *r, double tokens_per_s, double peak_
             r->pytorch_run, r->world_size, r->micro_batch_size, micro_batch_size);
     fprintf(f, "  %-20s %-14s %-22s %-18s %s\n", "metric", "PyTorch", "goal", "ljperf", "");
     char goal[48], mine[48];
-    snprintf(goal, sizeof goal, ">= %.0f (%.2gx)", r->goal_tokens_per_s, r->goal_ratio);
+    snprintf(goal, sizeof goal, ">= %.0f (%gx)", r->goal_tokens_per_s, r->goal_ratio);
     snprintf(mine, sizeof mine, "%.0f (%.2fx)", tokens_per_s, tokens_per_s / r->tokens_per_s);
     fprintf(f, "  %-20s %-14.0f %-22s %-18s %s\n", "tokens/s per GPU", r->tokens_per_s, goal, mine,
             lj_reference_speed_met(r, tokens_per_s) ? "met" : "not met");

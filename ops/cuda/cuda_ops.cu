@@ -188,6 +188,9 @@ const lj_ops *lj_ops_cuda(void) {
     if (cuda_start() != LJ_OK) return NULL;
     lj_ops *t = &g_cuda.table;
     *t = *lj_ops_cuda_describe(); /* name, dtypes and workspace sizes */
+    /* with a device, cuDNN is asked for its attention workspace, which also builds its plans for
+     * the shape before any graph capture (the description can only estimate it) */
+    t->attention_workspace_bytes = lj_cuda_attention_workspace_bytes;
     t->alloc = lj_cuda_alloc;
     t->free = lj_cuda_free;
     t->memset_zero = cuda_memset_zero;
