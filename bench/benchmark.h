@@ -6,7 +6,7 @@
 
 #include "model/model.h"
 #include "optim/optim.h"
-#include "train/dp.h"
+#include "parallel/dp.h"
 
 typedef struct {
     lj_model_config model;

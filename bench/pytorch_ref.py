@@ -55,7 +55,7 @@ PEAK_TFLOPS = 989.0  # H100/H200 SXM bf16 dense
 GIB = float(1 << 30)
 
 # name: V, d, I, L, nh, nkv, hd, max_pos, tied, llama3 rope factor (0: none). Shapes: REFERENCE.md
-# (and model/config.c for the small presets).
+# (and config/config.c for the small presets).
 PRESETS = {
     "llama3.2-1b": (128256, 2048, 8192, 16, 32, 8, 64, 131072, True, 32.0),
     "llama3.2-3b": (128256, 3072, 8192, 28, 24, 8, 128, 131072, True, 32.0),

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "dist/dist.h"
+#include "parallel/dist.h"
 #include "plan/planner.h"
 
 static lj_status value(int argc, char **argv, int *i, const char **out) {

@@ -5,7 +5,7 @@
 
 #include "bench/benchmark.h"
 #include "cli/cli.h"
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -14,7 +14,7 @@ int lj_cli_generate(int argc, char **argv);
 int lj_cli_error(const char *cmd);
 
 #include "base/base.h"
-#include "model/config.h"
+#include "config/config.h"
 #include "ops/ops.h"
 #include "plan/planner.h"
 
@@ -60,7 +60,7 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
  * naming the flag and the value. */
 lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin);
 
-/* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (dist/dist.h lj_launch;
+/* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (parallel/dist.h lj_launch;
  * MPI ranks for --device cpu, NCCL ranks for --device cuda), waits for them, sets *status to
  * the launcher's exit status and returns 1. Returns 0 when there is nothing to launch (no flag,
  * N = 1, or this process is already a rank). */

@@ -7,7 +7,7 @@
 
 #include "cli/cli.h"
 #include "data/tokenizer.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
 #include "train/train.h"

@@ -4,7 +4,7 @@
 
 #include "base/base.h"
 #include "cli/cli.h"
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 #define LJ_VERSION "0.1.0"
 

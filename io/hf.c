@@ -2,6 +2,8 @@
  * and import (single or sharded; F32/BF16/F16) of the flat parameter buffer. */
 #include "io/hf.h"
 
+#include "base/fs.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -9,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/checkpoint.h"
 #include "io/safetensors.h"
 
 #define INDEX_FILE "model.safetensors.index.json"
@@ -142,13 +143,13 @@ lj_status lj_hf_export(const char *dir_arg, const lj_model_config *cfg, const fl
     char *tmp = lj_malloc(len + 32);
     snprintf(tmp, len + 32, "%s.tmp.%d", dir, (int)getpid());
     lj_status s = check_replaceable(dir);
-    if (s == LJ_OK) s = lj_ckpt_dir_remove(tmp);
+    if (s == LJ_OK) s = lj_dir_remove(tmp);
     if (s == LJ_OK) s = lj_mkdir_p(tmp);
     if (s == LJ_OK) s = lj_hf_export_into(tmp, cfg, params, dtype, max_shard_bytes);
-    if (s == LJ_OK) s = lj_ckpt_dir_install(tmp, dir);
+    if (s == LJ_OK) s = lj_dir_install(tmp, dir);
     if (s != LJ_OK) {
         char *msg = lj_strdup(lj_error_message());
-        lj_ckpt_dir_remove(tmp);
+        lj_dir_remove(tmp);
         lj_fail(s, "%s", msg);
         free(msg);
     }

@@ -4,7 +4,7 @@
  *
  * Format: ../shared/REFERENCE.md ("safetensors"; the index is {"metadata": {"total_size":
  * bytes}, "weight_map": {name: file}}, as transformers' save_pretrained writes it). Tensor
- * names, shapes and order are those of model/config.h's parameter layout (HF names, [out, in]
+ * names, shapes and order are those of config/config.h's parameter layout (HF names, [out, in]
  * matrices); q_proj/k_proj rows are in HF's half-split RoPE order, so nothing is permuted.
  * A tied model (tie_word_embeddings) has no lm_head.weight tensor.
  */
@@ -12,12 +12,12 @@
 #define LJ_HF_H
 
 #include "base/base.h"
-#include "model/config.h"
+#include "config/config.h"
 
 /* transformers' default max_shard_size for save_pretrained ("5GB"). */
 #define LJ_HF_DEFAULT_SHARD_BYTES 5000000000ull
 
-/* Exports `params` (the flat fp32 buffer of model/config.h's layout, lj_config_num_params(cfg)
+/* Exports `params` (the flat fp32 buffer of config/config.h's layout, lj_config_num_params(cfg)
  * elements) to the directory `dir`: config.json (lj_config_save, torch_dtype "bfloat16" or
  * "float32") and the weights in `dtype` (LJ_DTYPE_F32, or LJ_DTYPE_BF16 rounded to nearest
  * even by lj_f32_to_bf16), with metadata {"format": "pt"}. When the weights' total bytes
@@ -25,7 +25,7 @@
  * model-0000K-of-0000N.safetensors files of at most that size (a larger tensor gets a shard
  * of its own) plus model.safetensors.index.json.
  * Atomic: everything is written to DIR.tmp.PID and renamed to `dir`; an existing `dir` is
- * replaced in one step (lj_ckpt_dir_install) and its old contents deleted. An existing `dir`
+ * replaced in one step (lj_dir_install) and its old contents deleted. An existing `dir`
  * that is not empty and holds no config.json or *.safetensors is refused (it may be the
  * user's other data). Errors: LJ_ERR_ARG (bad dtype, a refused dir), LJ_ERR_IO naming the
  * path; on error nothing that existed before has changed. */

@@ -3,7 +3,7 @@
  * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)). */
 #include "model/model.h"
 
-#include "model/zero3.h"
+#include "parallel/zero3.h"
 
 #include <math.h>
 #include <string.h>

@@ -8,13 +8,13 @@
 #ifndef LJ_MODEL_H
 #define LJ_MODEL_H
 
-#include "model/config.h"
+#include "config/config.h"
 #include "ops/ops.h"
 
 #define LJ_MAX_LAYERS 256
 
-struct lj_dist;                   /* dist/dist.h */
-typedef struct lj_zero3 lj_zero3; /* model/zero3.h: the ZeRO-2/3 runtime */
+struct lj_dist;                   /* parallel/dist.h */
+typedef struct lj_zero3 lj_zero3; /* parallel/zero3.h: the ZeRO-2/3 runtime */
 
 /* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
 typedef enum {
@@ -36,7 +36,7 @@ typedef struct {
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
                                2 (training, W > 1) the gradients too (reduced to their owners layer by
-                               layer during the backward), 3 the parameters too (model/zero3.h) */
+                               layer during the backward), 3 the parameters too (parallel/zero3.h) */
     int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
     struct lj_dist *dist;   /* ZeRO-2/3 over W > 1 ranks: the communicator of its all-gathers and
                                gradient reductions (NULL: a model built only to be planned) */
@@ -52,7 +52,7 @@ typedef struct {
     int offload_optimizer;  /* training, ZeRO stage >= 1: 1 keeps this rank's f32 master weights and AdamW
                                moments in host memory (DeepSpeed's offload_optimizer.device "cpu"): they
                                leave the memory plan, and the AdamW step runs on the host with the CPU
-                               backend's ops (train/dp.c). Also valid on the CPU backend, where it only
+                               backend's ops (parallel/dp.c). Also valid on the CPU backend, where it only
                                moves the state out of the plan's arenas (tests of the host path). */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
 } lj_model_options;
@@ -87,13 +87,13 @@ typedef struct {
     lj_model_options opt;
     lj_param_layout layout;
 
-    /* parameters and optimizer state, flat in the layout of model/config.h. Under ZeRO stage
+    /* parameters and optimizer state, flat in the layout of config/config.h. Under ZeRO stage
      * 1 or 2 the flat buffers are padded to padded_numel = W * shard_numel and this rank owns
      * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P).
      * Under ZeRO stage 3 over W > 1 ranks (zero3 != NULL) every buffer below is this rank's
-     * shard in the order of dist/zero.h's layer partition: padded_numel = shard_numel (the
+     * shard in the order of parallel/zero.h's layer partition: padded_numel = shard_numel (the
      * length of params and grads on this rank) and shard_begin = 0; the full parameters of a
-     * layer exist only while it is gathered (model/zero3.h). Under ZeRO stage 2 over W > 1 ranks
+     * layer exist only while it is gathered (parallel/zero3.h). Under ZeRO stage 2 over W > 1 ranks
      * (zero3 != NULL, zero3->shard_params == 0) the params stay replicated and flat as under
      * stage 1, but grads holds only this rank's shard of the gradients (grad_numel =
      * shard_numel elements, flat positions [shard_begin, shard_begin + shard_numel)). */

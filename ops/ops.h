@@ -188,7 +188,7 @@ struct lj_ops {
      * overwrite = 1: until called again with 0, matmul_backward and rmsnorm_backward write
      * their dw (dw = ...) instead of adding to it, so that a gradient buffer whose every element
      * the backward writes exactly once needs no zeroing first (ZeRO-3's gradient slots,
-     * model/zero3.c). embedding_backward and cross_entropy_fused always accumulate. A host-side
+     * parallel/zero3.c). embedding_backward and cross_entropy_fused always accumulate. A host-side
      * switch: a graph captured in one mode replays in that mode. */
     void (*set_weight_grad_overwrite)(int overwrite);
 

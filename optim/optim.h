@@ -4,7 +4,7 @@
 #ifndef LJ_OPTIM_H
 #define LJ_OPTIM_H
 
-#include "model/config.h"
+#include "config/config.h"
 #include "ops/ops.h"
 
 typedef enum { LJ_LR_CONSTANT = 0, LJ_LR_LINEAR, LJ_LR_COSINE } lj_lr_decay_style;

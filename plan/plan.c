@@ -1,7 +1,7 @@
 /* plan.c: the static memory plan: every device buffer of a run, its arena and offset. */
 #include "plan/plan.h"
 
-#include "model/zero3.h"
+#include "parallel/zero3.h"
 
 #include <string.h>
 
@@ -73,7 +73,7 @@ static void walk(walker *w, lj_model *m) {
     m->adamw_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
     m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
 
-    /* ZeRO-3 (model/zero3.h): gather slots and persistent groups' buffers beside the parameter
+    /* ZeRO-3 (parallel/zero3.h): gather slots and persistent groups' buffers beside the parameter
      * shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only) */
     lj_zero3 *z = m->zero3;
     if (z) {

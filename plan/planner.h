@@ -135,7 +135,7 @@ void lj_cost_step(const lj_model_config *cfg, const lj_model_options *opt, const
 /* Default memory NCCL keeps per GPU rank when the world has 2 or more ranks: the
  * communicator's state, its peer connections' buffers (all protocols and channels) and work
  * queues, part allocated by ncclCommInitRank and part at the first collectives (which
- * dist/dist_nccl.c runs at start-up). Measured on 2 H200s over NVLink (NCCL 2.28, one process
+ * parallel/dist_nccl.c runs at start-up). Measured on 2 H200s over NVLink (NCCL 2.28, one process
  * per GPU) as the measured peak per rank minus plan, cuBLASLt workspace and CUDA context:
  * 991.8 MiB (llama3.2-1b, ZeRO-1) and 993.5 MiB (llama3-8b, ZeRO-3); the larger, rounded up.
  * Other topologies and world sizes differ (more peers, network buffers).

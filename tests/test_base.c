@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "model/config.h"
+#include "config/config.h"
 
 static void test_bf16_round_trip(void **state) {
     (void)state;

@@ -1,4 +1,4 @@
-/* test_checkpoint.c: io/checkpoint: training-state save/load round trip, the latest pointer,
+/* test_checkpoint.c: checkpoint/checkpoint.c: training-state save/load round trip, the latest pointer,
  * keep-last pruning, crash leftovers, re-saving an iteration, and rejection of checkpoints
  * that do not fit the run (tests named test_bad_* also run under valgrind from
  * test_io_bad.sh). */
@@ -11,8 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "tests/test_util.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "io/safetensors.h"
 
 static char g_dir[512];
@@ -25,7 +26,7 @@ static int setup_dir(void **state) {
 
 static int teardown_dir(void **state) {
     (void)state;
-    return lj_ckpt_dir_remove(g_dir) == LJ_OK ? 0 : -1;
+    return lj_dir_remove(g_dir) == LJ_OK ? 0 : -1;
 }
 
 /* A fresh checkpoint root for each test. */

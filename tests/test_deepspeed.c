@@ -1,4 +1,4 @@
-/* test_deepspeed.c: DeepSpeed JSON configs (train/deepspeed.h): every supported key, "auto",
+/* test_deepspeed.c: DeepSpeed JSON configs (parallel/deepspeed.h): every supported key, "auto",
  * DeepSpeed's batch-size derivation and its rule on contradictions (named in the message),
  * command-line agreement, unknown-key warnings with dotted paths, bad JSON and bad values
  * (file and key named), unsupported settings, the deepspeed/ default, and the LR schedules. */
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/deepspeed.h"
+#include "parallel/deepspeed.h"
 
 static lj_deepspeed_hints hints(int world, int64_t micro, int64_t global) {
     lj_deepspeed_hints h = {world, 4096, micro, global, 0, -1};

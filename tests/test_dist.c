@@ -1,4 +1,4 @@
-/* test_dist.c: the collectives (dist/dist.h) and their bootstrap and liveness.
+/* test_dist.c: the collectives (parallel/dist.h) and their bootstrap and liveness.
  *
  * Run by CTest with no arguments, it checks the single-rank path and the launcher environment
  * parsing in process, the torchrun-style TCP bootstrap with 2-3 forked ranks over loopback (a
@@ -26,8 +26,8 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "dist/dist.h"
-#include "dist/zero.h"
+#include "parallel/dist.h"
+#include "parallel/zero.h"
 
 /* ---- worker side: one rank of a multi-process check ------------------------------------ */
 
@@ -116,7 +116,7 @@ static void check_all_reduce(worker *w, int64_t n, lj_dtype dt, int in_place) {
     free(back);
 }
 
-/* reduce-scatter then all-gather of a padded flat buffer of P elements (dist/zero.h layout). */
+/* reduce-scatter then all-gather of a padded flat buffer of P elements (parallel/zero.h layout). */
 static void check_shards(worker *w, int64_t P, int in_place) {
     const int W = lj_dist_world_size(w->d), R = lj_dist_rank(w->d);
     lj_zero_partition z;

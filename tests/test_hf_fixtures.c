@@ -14,7 +14,7 @@
 
 #include "io/hf.h"
 #include "io/safetensors.h"
-#include "train/dp.h"
+#include "parallel/dp.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 

@@ -12,8 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "tests/test_util.h"
-#include "io/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 
@@ -26,7 +27,7 @@ static int setup_dir(void **state) {
 
 static int teardown_dir(void **state) {
     (void)state;
-    return lj_ckpt_dir_remove(g_dir) == LJ_OK ? 0 : -1;
+    return lj_dir_remove(g_dir) == LJ_OK ? 0 : -1;
 }
 
 static char *tmp_path(const char *name) {

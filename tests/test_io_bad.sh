@@ -4,7 +4,7 @@
 # tensors and configs) under valgrind: any invalid memory access, use of uninitialised
 # memory or definite leak fails the test.
 # The binaries are compiled here, without -march=native (the Release build's AVX-512 code is
-# not understood by valgrind 3.19) and from only the files io/ needs: base/, model/config.c,
+# not understood by valgrind 3.19) and from only the files io/ needs: base/, config/config.c,
 # io/. LJ_TEST_FILTER (a cmocka pattern such as '*bad*') narrows the cases.
 set -euo pipefail
 
@@ -22,7 +22,7 @@ done
 
 flags=(-std=gnu11 -O1 -g -I"$src" $(pkg-config --cflags libcjson cmocka))
 libs=($(pkg-config --libs libcjson cmocka) -lm)
-lib_srcs=("$src"/base/*.c "$src/model/config.c" "$src/io/safetensors.c" "$src/io/hf.c" "$src/io/checkpoint.c")
+lib_srcs=("$src"/base/*.c "$src/config/config.c" "$src/io/safetensors.c" "$src/io/hf.c" "$src/checkpoint/checkpoint.c")
 
 status=0
 for name in test_safetensors test_hf_io test_checkpoint; do

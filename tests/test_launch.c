@@ -1,4 +1,4 @@
-/* test_launch.c: the --nproc-per-node launcher (dist/launch.c): the flag is removed from the
+/* test_launch.c: the --nproc-per-node launcher (parallel/launch.c): the flag is removed from the
  * workers' arguments, each worker gets RANK / LOCAL_RANK / WORLD_SIZE / LOCAL_WORLD_SIZE /
  * MASTER_ADDR / MASTER_PORT, SIGTERM and SIGINT reach the workers, the first failure (exit
  * status or signal) is returned and the others are stopped, and a launcher inside a launched
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 static char g_dir[1024];
 

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "train/dp.h"
+#include "parallel/dp.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 

@@ -12,7 +12,7 @@
 
 #include "plan/plan.h"
 #include "tests/test_util.h"
-#include "train/dp.h"
+#include "parallel/dp.h"
 
 typedef struct {
     lj_model m;

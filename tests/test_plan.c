@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "model/zero3.h"
+#include "parallel/zero3.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-/* test_zero.c: ZeRO shard arithmetic (dist/zero.h): slices cover the flat buffer exactly once
+/* test_zero.c: ZeRO shard arithmetic (parallel/zero.h): slices cover the flat buffer exactly once
  * for many sizes and world sizes (uneven included), a simulated all-gather / reduce-scatter in
  * the padded layout reproduces each group in layout order, parameter pieces and owner pieces
  * agree with the slices, buckets, the prefetch rule, the "auto" sizes and per-stage counts. */
@@ -8,7 +8,7 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 /* Checks every invariant of a partition that zero.h states. */
 static void check_partition(const lj_zero_partition *z) {

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 
 #include "data/loader.h"
-#include "train/dp.h"
-#include "io/checkpoint.h"
+#include "parallel/dp.h"
+#include "checkpoint/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
 

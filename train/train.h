@@ -7,7 +7,7 @@
 
 #include "model/model.h"
 #include "optim/optim.h"
-#include "train/deepspeed.h"
+#include "parallel/deepspeed.h"
 
 typedef struct {
     lj_model_config model;

@@ -1,8 +1,8 @@
 /* dp.c: data parallelism over a model (see dp.h). */
-#include "train/dp.h"
+#include "parallel/dp.h"
 
 #include "io/safetensors.h"
-#include "model/zero3.h"
+#include "parallel/zero3.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,7 +49,7 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
     o->dp_world_size = dp->world;
     if ((dp->zero_stage == 2 || dp->zero_stage == 3) && dp->world > 1) {
         /* ZeRO-2/3 queue their collectives from the host between the layers, with slot
-         * bookkeeping on the host (model/zero3.h): the forward + backward is not captured as a
+         * bookkeeping on the host (parallel/zero3.h): the forward + backward is not captured as a
          * CUDA graph */
         o->graphs = 0;
         o->dist = dp->dist;

@@ -3,7 +3,7 @@
  * ranks), forwards SIGINT / SIGTERM / SIGHUP to them, waits, and returns the first failure
  * (stopping the rest after a grace time). */
 #define _GNU_SOURCE /* execvpe */
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* config.c: Llama presets, HF config.json load/save, the parameter layout and FLOP counts. */
-#include "model/config.h"
+#include "config/config.h"
 
 #include <cjson/cJSON.h>
 #include <string.h>

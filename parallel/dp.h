@@ -4,7 +4,7 @@
 #ifndef LJ_DP_H
 #define LJ_DP_H
 
-#include "dist/dist.h"
+#include "parallel/dist.h"
 #include "model/model.h"
 #include "optim/optim.h"
 
@@ -60,9 +60,9 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *   stage 1: all-reduce the gradients; each rank updates its shard (AdamW moments and master
  *            weights), then the parameters are all-gathered;
  *   stage 2: the backward already reduced each layer's gradients, bucket by bucket, into the
- *            owners' gradient shards (model/zero3.h); then as stage 1;
+ *            owners' gradient shards (parallel/zero3.h); then as stage 1;
  *   stage 3: the backward already reduce-scattered each layer's gradients into the shard
- *            (model/zero3.h); each rank updates its shard of everything (parameters included)
+ *            (parallel/zero3.h); each rank updates its shard of everything (parameters included)
  *            and nothing is gathered: layers are gathered when they next compute.
  * `segments` are those of this rank's shard (lj_dp_segments). The global
  * gradient norm is summed over the shards; returns it (before clipping). Collective.
@@ -124,7 +124,7 @@ int lj_dp_has_shard_files(const lj_dp *dp);
  * (atomic: a temporary name, fsync, rename): tensors "master", "adam_m", "adam_v", each 1-D F32
  * [shard_numel] (ZeRO-1/2: flat positions [shard_begin, shard_begin + shard_numel) of the
  * layout, padding after P included; ZeRO-3: the shard in the layer partition's order,
- * dist/zero.h), and "__metadata__" strings format "ljperf-zero-shard", iteration, world_size,
+ * parallel/zero.h), and "__metadata__" strings format "ljperf-zero-shard", iteration, world_size,
  * zero_stage, rank, partition ("flat" or "zero3"), shard_begin, shard_numel and parameters (P).
  * Not collective. Errors: LJ_ERR_IO naming the file. */
 lj_status lj_dp_save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration);

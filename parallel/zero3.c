@@ -1,7 +1,7 @@
 /* zero3.c: the ZeRO stage 3 runtime (zero3.h): gather slots with prefetch, gradient slots
  * reduce-scattered into the shard, and the mapping between flat and shard positions; and its
  * gradient half for ZeRO stage 2 (gradient slots reduced to the owners of the flat shard). */
-#include "model/zero3.h"
+#include "parallel/zero3.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * with events (dist.h, "Collective ordering"), plus the device copy of the single backend.
  * NCCL's environment variables are never set or changed here. Built only with LJ_HAVE_NCCL
  * (and LJ_HAVE_CUDA); otherwise every entry point returns LJ_ERR_UNSUPPORTED. */
-#include "dist/dist_internal.h"
+#include "parallel/dist_internal.h"
 
 #include <string.h>
 #include <time.h>

@@ -4,7 +4,7 @@
  * reduce_bucket_size / allgather_bucket_size, the prefetch rule, the "auto" sizes, and the
  * per-rank element counts of each ZeRO stage.
  *
- * The partition. The flat parameter buffer (model/config.h layout, P elements) is cut into
+ * The partition. The flat parameter buffer (config/config.h layout, P elements) is cut into
  * groups: contiguous ranges gathered together (ZeRO-3: the embedding, each layer, the final
  * norm, lm_head; ZeRO-1/2: usually one group, the whole buffer). A group is cut into units of
  * at most max_unit_numel elements, each a multiple of W * align except the group's last. Every
@@ -25,7 +25,7 @@
 #ifndef LJ_ZERO_H
 #define LJ_ZERO_H
 
-#include "model/config.h"
+#include "config/config.h"
 
 #define LJ_ZERO_ALIGN 64
 

@@ -65,7 +65,7 @@
  *
  * Uneven sizes: reduce-scatter and all-gather use the padded layout of ZeRO implementations
  * (DeepSpeed, FSDP): a flat buffer of W * shard elements, rank r owning [r*shard, (r+1)*shard).
- * The caller pads the flat buffer to a multiple of the world size (dist/zero.h computes the
+ * The caller pads the flat buffer to a multiple of the world size (parallel/zero.h computes the
  * padding and which real elements each rank holds); padding elements take part in the
  * collective like any other and carry no meaning.
  *
@@ -226,7 +226,7 @@ lj_status lj_dist_wait(lj_dist *d, lj_dist_ticket ticket, void *stream);
  * ncclCommAbort and LJ_ERR_DEVICE). Also reports NCCL's asynchronous errors. */
 lj_status lj_dist_synchronize(lj_dist *d);
 
-/* ---- bootstrap and liveness building blocks (dist/bootstrap.c) --------------------- */
+/* ---- bootstrap and liveness building blocks (parallel/bootstrap.c) --------------------- */
 
 typedef struct lj_bootstrap lj_bootstrap;
 
@@ -256,7 +256,7 @@ void lj_bootstrap_op_end(lj_bootstrap *b);
  * rank has said goodbye or gone. NULL is a no-op. */
 void lj_bootstrap_close(lj_bootstrap *b);
 
-/* ---- launcher (dist/launch.c) --------------------------------------------------------- */
+/* ---- launcher (parallel/launch.c) --------------------------------------------------------- */
 
 typedef struct {
     int nproc_per_node;     /* workers to start, >= 1 */

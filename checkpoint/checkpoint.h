@@ -1,5 +1,5 @@
 /* checkpoint.h: resumable training-state checkpoints in a Megatron-LM-like layout, and the
- * directory helpers (atomic install, recursive remove, fsync) that io/ shares.
+ * names of its files.
  *
  * Layout of a checkpoint root (the --save / --load directory):
  *   ROOT/iter_0000100/state.safetensors   named 1-D F32 tensors given by the caller (master
@@ -90,21 +90,5 @@ lj_status lj_ckpt_load_ex(const char *root, int iteration, const lj_ckpt_tensor 
 
 /* Writes ROOT/iter_%07d (the iteration's directory) into buf. */
 void lj_ckpt_iter_dir(const char *root, int iteration, char *buf, size_t len);
-
-/* ---- directory helpers ----------------------------------------------------------- */
-
-/* Removes `path` and everything below it (rm -rf; symlinks are removed, not followed). A
- * missing path is not an error. Errors: LJ_ERR_IO naming the entry that could not go. */
-lj_status lj_ckpt_dir_remove(const char *path);
-
-/* fsyncs directory `path` so that renames and creations inside it are durable.
- * Errors: LJ_ERR_IO naming the directory. */
-lj_status lj_ckpt_dir_fsync(const char *path);
-
-/* Moves the complete directory `tmp` to `final` atomically: a plain rename when `final`
- * does not exist, else an atomic exchange (Linux renameat2 RENAME_EXCHANGE; elsewhere
- * rename the old one aside first) followed by removing the old contents. fsyncs the parent
- * of `final`. Errors: LJ_ERR_IO naming both paths; on error `final` is unchanged. */
-lj_status lj_ckpt_dir_install(const char *tmp, const char *final);
 
 #endif

@@ -1,6 +1,6 @@
 /* deepspeed.c: parsing, defaults, resolution and the LR schedules of DeepSpeed's JSON
  * configuration (deepspeed.h). */
-#include "train/deepspeed.h"
+#include "parallel/deepspeed.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 /* Keys DeepSpeed knows that change nothing here (logging, profiling, or the numerically
  * equivalent choice of how a sum is split): accepted without a warning. */

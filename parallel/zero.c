@@ -1,6 +1,6 @@
 /* zero.c: ZeRO shard arithmetic (zero.h): the padded partition, slices, owners, parameter
  * pieces, buckets, prefetch counts, "auto" sizes and per-stage element counts. */
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 #include <string.h>
 

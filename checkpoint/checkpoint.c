@@ -1,7 +1,8 @@
 /* checkpoint.c: training-state checkpoints (iter_NNNNNNN/ directories, the latest file,
- * pruning) and the atomic directory helpers. */
-#define _GNU_SOURCE /* renameat2, nftw */
-#include "io/checkpoint.h"
+ * pruning). */
+#include "checkpoint/checkpoint.h"
+
+#include "base/fs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -15,89 +16,6 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
-
-/* ---- directory helpers ----------------------------------------------------------- */
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path) != 0 && errno != ENOENT ? -1 : 0;
-}
-
-/* rm -rf without touching the error message; returns 0 or an errno value. */
-static int remove_tree_quiet(const char *path) {
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : errno;
-    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0 ? 0 : errno;
-    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : (errno ? errno : EIO);
-}
-
-lj_status lj_ckpt_dir_remove(const char *path) {
-    int err = remove_tree_quiet(path);
-    return err ? lj_fail(LJ_ERR_IO, "%s: cannot remove: %s", path, strerror(err)) : LJ_OK;
-}
-
-lj_status lj_ckpt_dir_fsync(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
-    int rc = fsync(fd), err = errno;
-    close(fd);
-    /* Some file systems cannot fsync a directory (EINVAL); their renames are still ordered. */
-    if (rc != 0 && err != EINVAL) return lj_fail(LJ_ERR_IO, "%s: fsync failed: %s", path, strerror(err));
-    return LJ_OK;
-}
-
-static char *parent_of(const char *path) {
-    char *dir = lj_strdup(path);
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') dir[--n] = '\0';
-    char *slash = strrchr(dir, '/');
-    if (!slash) {
-        free(dir);
-        return lj_strdup(".");
-    }
-    slash[slash == dir ? 1 : 0] = '\0';
-    return dir;
-}
-
-static lj_status fsync_parent(const char *path) {
-    char *dir = parent_of(path);
-    lj_status s = lj_ckpt_dir_fsync(dir);
-    free(dir);
-    return s;
-}
-
-lj_status lj_ckpt_dir_install(const char *tmp, const char *final) {
-    LJ_TRY(lj_ckpt_dir_fsync(tmp));
-    if (rename(tmp, final) == 0) return fsync_parent(final);
-    if (errno != ENOTEMPTY && errno != EEXIST)
-        return lj_fail(LJ_ERR_IO, "%s: cannot rename %s into place: %s", final, tmp, strerror(errno));
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-        /* `tmp` now holds the old contents. */
-        LJ_TRY(fsync_parent(final));
-        int err = remove_tree_quiet(tmp);
-        if (err) lj_log_warn("%s: cannot remove the replaced checkpoint: %s", tmp, strerror(err));
-        return LJ_OK;
-    }
-    if (errno != EINVAL && errno != ENOSYS)
-        return lj_fail(LJ_ERR_IO, "%s: cannot exchange with %s: %s", final, tmp, strerror(errno));
-    /* No atomic exchange on this file system: move the old one aside, then the new one in. */
-    size_t len = strlen(final) + 32;
-    char *old = lj_malloc(len);
-    snprintf(old, len, "%s.old.%d", final, (int)getpid());
-    lj_status s = LJ_OK;
-    if (rename(final, old) != 0) {
-        s = lj_fail(LJ_ERR_IO, "%s: cannot move aside to %s: %s", final, old, strerror(errno));
-    } else if (rename(tmp, final) != 0) {
-        s = lj_fail(LJ_ERR_IO, "%s: cannot rename %s into place: %s", final, tmp, strerror(errno));
-        rename(old, final);
-    } else {
-        s = fsync_parent(final);
-        int err = remove_tree_quiet(old);
-        if (err) lj_log_warn("%s: cannot remove the replaced checkpoint: %s", old, strerror(err));
-    }
-    free(old);
-    return s;
-}
 
 /* ---- checkpoints ----------------------------------------------------------------- */
 
@@ -151,7 +69,7 @@ static void prune(const char *root, int current, int keep_last) {
             char *end;
             long pid = strtol(suffix + 5, &end, 10);
             if (*end == '\0' && pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
-                int err = remove_tree_quiet(path);
+                int err = lj_dir_remove_quiet(path);
                 if (err) lj_log_warn("%s: cannot remove a leftover temporary checkpoint: %s", path, strerror(err));
             }
         }
@@ -160,7 +78,7 @@ static void prune(const char *root, int current, int keep_last) {
     if (n > 1) qsort(iters, (size_t)n, sizeof(int), cmp_int_desc);
     for (int i = keep_last > 0 ? keep_last - 1 : n; i < n; i++) { /* iters[0 .. keep_last-2] stay beside current */
         lj_ckpt_iter_dir(root, iters[i], path, plen);
-        int err = remove_tree_quiet(path);
+        int err = lj_dir_remove_quiet(path);
         if (err) lj_log_warn("%s: cannot remove an old checkpoint: %s", path, strerror(err));
     }
     free(iters);
@@ -204,7 +122,7 @@ lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt
     snprintf(iter_text, sizeof iter_text, "%d", iteration);
     const char *meta_keys[] = {"format", "iteration"}, *meta_values[] = {"ljperf-train-state", iter_text};
     lj_status s = LJ_OK;
-    int err = remove_tree_quiet(tmp);
+    int err = lj_dir_remove_quiet(tmp);
     if (err) s = lj_fail(LJ_ERR_IO, "%s: cannot remove a stale temporary directory: %s", tmp, strerror(err));
     else if (mkdir(tmp, 0755) != 0) s = lj_fail(LJ_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
     if (s != LJ_OK) goto out;
@@ -216,8 +134,8 @@ lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt
         s = lj_file_write_atomic(file, text, strlen(text));
     }
     if (s == LJ_OK && extra) s = extra(tmp, ctx);
-    if (s == LJ_OK) s = lj_ckpt_dir_install(tmp, final);
-    if (s != LJ_OK) remove_tree_quiet(tmp);
+    if (s == LJ_OK) s = lj_dir_install(tmp, final);
+    if (s != LJ_OK) lj_dir_remove_quiet(tmp);
 out:
     free(st);
     free(final);
@@ -235,7 +153,7 @@ lj_status lj_ckpt_publish(const char *root, int iteration, int keep_last) {
     snprintf(iter_text, sizeof iter_text, "%d", iteration);
     snprintf(file, plen, "%s/%s", root, LJ_CKPT_LATEST_FILE);
     lj_status s = lj_file_write_atomic(file, iter_text, strlen(iter_text));
-    if (s == LJ_OK) s = lj_ckpt_dir_fsync(root);
+    if (s == LJ_OK) s = lj_dir_fsync(root);
     if (s == LJ_OK) prune(root, iteration, keep_last);
     free(file);
     return s;

@@ -2,7 +2,7 @@
  * side of bootstrap (rank discovery, config-hash check, NCCL unique id broadcast). Every MPI
  * call is checked and runs under the watchdog's deadline (dist.h, "Liveness"). Built only with
  * LJ_HAVE_MPI; otherwise every entry point returns LJ_ERR_UNSUPPORTED. */
-#include "dist/dist_internal.h"
+#include "parallel/dist_internal.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* dist.c: lj_dist_init (choosing the backend and bootstrap), the dispatch of every collective
  * to the NCCL or MPI implementation, and the single-rank implementation (copies and no-ops). */
-#include "dist/dist_internal.h"
+#include "parallel/dist_internal.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* zero3.h: the ZeRO stage 3 runtime of a model over several data-parallel ranks (DeepSpeed
- * semantics), used by model.c (forward and backward), plan.c (its buffers) and train/dp.c (the
+ * semantics), used by model.c (forward and backward), plan.c (its buffers) and parallel/dp.c (the
  * optimizer step and checkpoints), and its gradient half for ZeRO stage 2 (below). Internal to
  * the engine: callers outside model/, plan/ and train/ use lj_model and lj_dp only.
  *
@@ -16,7 +16,7 @@
  * the backward of the next layer computes. The seeding of a slot with the accumulated shard
  * (below) makes accumulation exact as under stage 3.
  *
- * The partition is dist/zero.h's lj_zero_partition_layers: one gather group per layer, plus
+ * The partition is parallel/zero.h's lj_zero_partition_layers: one gather group per layer, plus
  * the embedding, the final norm and lm_head (absent when tied), each split evenly over the W
  * ranks with padding. Every rank keeps only its shard (shard_numel elements, in the shard
  * order of zero.h) of the parameters (param dtype), the fp32 master weights, the AdamW moments
@@ -48,8 +48,8 @@
 #ifndef LJ_ZERO3_H
 #define LJ_ZERO3_H
 
-#include "dist/dist.h"
-#include "dist/zero.h"
+#include "parallel/dist.h"
+#include "parallel/zero.h"
 #include "model/model.h"
 
 struct lj_zero3 {

@@ -12,7 +12,7 @@
  *          u8 reason (for 'L'), u16 0, u32 rank (for 'L')
  */
 #define _GNU_SOURCE /* accept4, pipe2 */
-#include "dist/dist_internal.h"
+#include "parallel/dist_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

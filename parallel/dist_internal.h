@@ -3,7 +3,7 @@
 #ifndef LJ_DIST_INTERNAL_H
 #define LJ_DIST_INTERNAL_H
 
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 typedef struct lj_dist_mpi lj_dist_mpi;   /* dist_mpi.c */
 typedef struct lj_dist_nccl lj_dist_nccl; /* dist_nccl.c */
