@@ -319,3 +319,9 @@ int lj_num_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+uint64_t lj_hash(uint64_t hash, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001b3ULL;
+    return hash;
+}

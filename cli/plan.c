@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "plan/planner.h"
+#include "parallel/parallel.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -229,6 +230,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
         const lj_model_options opt = lj_planner_model_options(t, seq);
         lj_model m;
         lj_model_init(&m, ops, cfg, &opt);
+        lj_parallelize(&m, NULL);
         lj_plan_print_offload(&m, stdout);
         lj_model_free(&m);
     } else if (a->offload) {

@@ -33,12 +33,6 @@ void lj_dist_options_default(lj_dist_options *opt) {
     }
 }
 
-uint64_t lj_dist_hash(uint64_t hash, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001b3ULL;
-    return hash;
-}
-
 /* Undoes a (possibly partial) initialization; `clean` says goodbye, otherwise aborts. */
 static void dist_release(lj_dist *d, int clean) {
     if (!d) return;

@@ -1,6 +1,7 @@
 /* dp.h: data parallelism over a model: joining the ranks, the ZeRO optimizer step (DeepSpeed
- * semantics, stages 0-3), sums of host scalars across ranks, and gathering sharded state.
- * Used by the training loop and the benchmark. */
+ * semantics, stages 0-3: the gradient reductions and parameter all-gathers around the shard's
+ * update of optim/step.h), sums of host scalars across ranks, and gathering sharded state for
+ * checkpoints. Used by the training loop and the benchmark. */
 #ifndef LJ_DP_H
 #define LJ_DP_H
 
@@ -69,7 +70,7 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  * Under optimizer offload (m->opt.offload_optimizer) the gradient reduction is the same; then the
  * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
  * with the CPU backend's ops over the host master and moments; the updated shard is rounded to the
- * param dtype on the host and uploaded before the all-gather of stages 1-2 (lj_dp_offload_step). */
+ * param dtype on the host and uploaded before the all-gather of stages 1-2 (optim/offload.h). */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
 
@@ -78,15 +79,6 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
  * over several ranks the parameter pieces the rank holds in shard order (adjacent equal ones
  * merged). Computed once per run; returns the count, *out is heap-allocated. */
 int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out);
-
-/* The host half of the optimizer step under optimizer offload, after the gradients are reduced:
- * grad_shard: this rank's device gradient shard (grad dtype), n_grad of its elements real (the
- * rest of the host copy stays zero); segments relative to the shard. Downloads the gradients
- * (waits for the stream), global norm (all-reduced when `reduce_norm`), AdamW on the host over
- * m->master/adam_m/adam_v, uploads the param-dtype shard at params + shard_begin. No all-gather.
- * Returns the global gradient norm (before clipping). Collective when reduce_norm. */
-double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *segments,
-                          int num_segments, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm);
 
 /* One whole training step of ONE micro-batch per rank (no gradient accumulation), over the
  * batch already uploaded with lj_model_set_batch: zero the gradients, forward + backward with

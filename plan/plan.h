@@ -57,7 +57,7 @@ void lj_plan_free(lj_plan *plan);
 void lj_plan_print(const lj_plan *plan, FILE *f);
 
 /* Under optimizer offload (opt.offload_optimizer), one line with the host bytes of the
- * offloaded optimizer state and staging (lj_model_offload_bytes); nothing otherwise. */
+ * offloaded optimizer state and staging (lj_offload_bytes); nothing otherwise. */
 void lj_plan_print_offload(const lj_model *m, FILE *f);
 
 #endif

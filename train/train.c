@@ -14,6 +14,8 @@
 #include "checkpoint/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
+#include "optim/offload.h"
+#include "parallel/parallel.h"
 
 static volatile sig_atomic_t g_stop_signal;
 
@@ -449,6 +451,7 @@ static lj_status setup(run *r) {
     lj_model_options opt;
     lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
     lj_model_init(&r->model, c->ops, &c->model, &opt);
+    lj_parallelize(&r->model, r->dp.dist);
     lj_plan_build(&r->plan, &r->model);
     char buf[32];
     lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
@@ -457,7 +460,7 @@ static lj_status setup(run *r) {
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
     if (r->model.opt.offload_optimizer) {
         size_t state, staging;
-        lj_model_offload_bytes(&r->model, &state, &staging);
+        lj_offload_bytes(&r->model, &state, &staging);
         char b2[32];
         lj_log_info("optimizer offload: %s of optimizer state in host memory (+%s staging), outside the plan",
                     lj_format_bytes(state, buf, sizeof buf), lj_format_bytes(staging, b2, sizeof b2));

@@ -101,7 +101,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
             lj_model_set_batch(&m, tokens);
             const float dloss = 1.0f / (B * T);
             lj_model_forward(&m, 1, dloss);
-            lj_model_backward(&m, dloss);
+            lj_model_backward(&m);
             const double loss = lj_model_mean_loss(&m);
             download_grads(ops, &m, g, P);
             char what[160];
