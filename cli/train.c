@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+
+#include "checkpoint/state.h"
 #include "parallel/dist.h"
 #include "train/train.h"
 
@@ -217,9 +219,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     LJ_TRY(check_ranges(c, gbs));
     if (!model && c->load) {
         /* --load alone: the model is the checkpoint's (its config.json) */
-        char root[1024], hf[1100];
+        char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
         int iteration, is_state;
-        LJ_TRY(lj_train_resolve_load(c->load, root, sizeof root, &iteration, &is_state, hf, sizeof hf));
+        LJ_TRY(lj_ckpt_resolve_load(c->load, root, &iteration, &is_state, hf));
         LJ_TRY(lj_config_resolve(hf, &c->model));
     } else {
         LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));

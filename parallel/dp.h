@@ -107,32 +107,6 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv);
  * number of ranks under any stage). */
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv);
 
-/* Whether this run keeps per-rank ZeRO shard files in its checkpoints: ZeRO stage >= 1 over
- * more than one rank (the f32 master weights and AdamW moments are sharded). */
-int lj_dp_has_shard_files(const lj_dp *dp);
-
-/* Writes this rank's shard of the f32 master weights and AdamW moments, as this rank holds them
- * (device memory, or host memory under optimizer offload), to the safetensors file `path`
- * (atomic: a temporary name, fsync, rename): tensors "master", "adam_m", "adam_v", each 1-D F32
- * [shard_numel] (ZeRO-1/2: flat positions [shard_begin, shard_begin + shard_numel) of the
- * layout, padding after P included; ZeRO-3: the shard in the layer partition's order,
- * parallel/zero.h), and "__metadata__" strings format "ljperf-zero-shard", iteration, world_size,
- * zero_stage, rank, partition ("flat" or "zero3"), shard_begin, shard_numel and parameters (P).
- * Not collective. Errors: LJ_ERR_IO naming the file. */
-lj_status lj_dp_save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration);
-
-/* The inverse, for a resume on the same world size and ZeRO stage: checks every metadata field
- * of `path` against this rank (format, iteration, world_size, zero_stage, rank, partition,
- * shard_begin, shard_numel, parameters) and the three tensors (F32, shard_numel elements), then
- * requires the file's master shard to equal bit for bit the one m holds already (set from the
- * consolidated state.safetensors by lj_model_set_weights, which also derived the parameters from
- * it), and loads the master shard and the AdamW moments directly into m->master, m->adam_m,
- * m->adam_v. Nothing is written unless every check passes. Not collective.
- * Errors: LJ_ERR_IO (missing file) or LJ_ERR_FORMAT naming the file and the field or tensor,
- * e.g. "ckpt/iter_0000002/zero_shard_rank_00001.safetensors: metadata 'rank' is 0, this rank
- * is 1". */
-lj_status lj_dp_load_shard(const lj_dp *dp, lj_model *m, const char *path, int iteration);
-
 /* Stops every rank when a collective failed (the others would wait for this one). */
 void lj_dp_check(lj_dp *dp, lj_status s);
 
