@@ -1,6 +1,8 @@
 /* base.c: error messages, logging, host allocation, dtypes, RNG, timing and file helpers. */
 #include "base/base.h"
 
+#include "base/fs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -32,7 +34,8 @@ void lj_error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_error, sizeof old);
-    snprintf(g_error, sizeof g_error, "%s: %s", prefix, old);
+    /* the prefix first; what does not fit of the old message is cut (a message, not a path) */
+    snprintf(g_error, sizeof g_error, "%.1000s: %.1000s", prefix, old);
 }
 
 const char *lj_error_message(void) { return g_error; }
@@ -295,7 +298,7 @@ const char *lj_cache_dir(char *buf, size_t len) {
         snprintf(buf, len, "%s", env);
         return buf;
     }
-    char exe[PATH_MAX];
+    char exe[LJ_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';

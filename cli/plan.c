@@ -129,8 +129,8 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     } else {
         return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
     }
-    LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, ops));
-    char cache[1024];
+    LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, &ops));
+    char cache[LJ_PATH_MAX];
     lj_cache_dir(cache, sizeof cache);
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
     t->zero_stage = a->zero < 3 || a->world > 1 ? a->zero : 0; /* stage 3 on one GPU shards nothing */

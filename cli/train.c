@@ -236,11 +236,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, &c->ops));
-    if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, c->ops));
+    if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c->ops));
     else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
         char what[300];
         snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
-        LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, c->ops));
+        LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,

@@ -150,8 +150,6 @@ int lj_dist_rank(const lj_dist *d) { return d->env.rank; }
 int lj_dist_world_size(const lj_dist *d) { return d->env.world_size; }
 int lj_dist_local_rank(const lj_dist *d) { return d->env.local_rank; }
 int lj_dist_local_world_size(const lj_dist *d) { return d->env.local_world_size; }
-lj_launcher lj_dist_get_launcher(const lj_dist *d) { return d->env.launcher; }
-
 /* ---- dispatch ------------------------------------------------------------------- */
 
 static void check_sum_dtype(lj_dtype dtype) {

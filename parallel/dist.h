@@ -164,8 +164,6 @@ int lj_dist_rank(const lj_dist *d);
 int lj_dist_world_size(const lj_dist *d);
 int lj_dist_local_rank(const lj_dist *d);
 int lj_dist_local_world_size(const lj_dist *d);
-lj_launcher lj_dist_get_launcher(const lj_dist *d);
-
 /* ---- collectives (ordering and padding rules: top of this file) ------------------- */
 
 /* recv[i] = sum over ranks of send[i], i < count, on every rank. In place when send == recv.

@@ -249,18 +249,6 @@ void lj_plan_free(lj_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-void lj_plan_print(const lj_plan *plan, FILE *f) {
-    char buf[32];
-    fprintf(f, "memory plan (%d buffers):\n", plan->count);
-    for (int a = 0; a < LJ_ARENA_COUNT; a++) {
-        if (plan->arena_bytes[a] == 0) continue;
-        fprintf(f, "  %-16s %12s  %5.1f%%\n", lj_arena_name((lj_arena)a),
-                lj_format_bytes(plan->arena_bytes[a], buf, sizeof buf),
-                100.0 * (double)plan->arena_bytes[a] / (double)plan->total_bytes);
-    }
-    fprintf(f, "  %-16s %12s\n", "total", lj_format_bytes(plan->total_bytes, buf, sizeof buf));
-}
-
 void lj_plan_print_offload(const lj_model *m, FILE *f) {
     size_t state, staging;
     lj_offload_bytes(m, &state, &staging);

@@ -337,8 +337,8 @@ static void test_rates_cache(void **state) {
     assert_true(fabs(back.attention_flops - 400e12) < 1e3);
     assert_true(back.context_bytes == r.context_bytes);
     assert_true(strstr(back.source, "probe") != NULL);
-    char path[512];
-    lj_perf_rates_path(dir, "NVIDIA H200", path, sizeof path);
+    char path[LJ_PATH_MAX];
+    assert_int_equal(lj_perf_rates_path(dir, "NVIDIA H200", path), LJ_OK);
     assert_true(strstr(path, "/planner/NVIDIA_H200.json") != NULL);
     FILE *f = fopen(path, "w");
     fputs("{\"matmul_tflops\": \"fast\", \"attention_tflops\": 1, \"memory_bandwidth_gbs\": 1}", f);

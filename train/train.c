@@ -1,4 +1,5 @@
 /* train.c: the training loop (see train.h). */
+#include "base/fs.h"
 #include "train/train.h"
 
 #include <cjson/cJSON.h>
@@ -223,8 +224,8 @@ static lj_status setup(run *r) {
     if (c->save && r->rank == 0) {
         /* find an unwritable --save now, not after the last iteration */
         LJ_TRY(lj_mkdir_p(c->save));
-        char probe[1100];
-        snprintf(probe, sizeof probe, "%s/.ljperf-write-test", c->save);
+        char probe[LJ_PATH_MAX];
+        LJ_TRY(lj_path_join(probe, c->save, ".ljperf-write-test"));
         FILE *f = fopen(probe, "w");
         if (!f) return lj_fail(LJ_ERR_IO, "--save %s: cannot write there", c->save);
         fclose(f);

@@ -216,6 +216,7 @@ int main(int argc, char **argv) {
     const lj_dtype grad_dtypes[2] = {LJ_DTYPE_BF16, LJ_DTYPE_F32};
     for (int i = 0; i < 2; i++) {
         lj_ops_cuda_set_grad_dtype(grad_dtypes[i]);
+        ops = lj_ops_cuda(); /* the table of that gradient dtype */
         run_case(ops, root, "untied");
         run_case(ops, root, "tied");
     }

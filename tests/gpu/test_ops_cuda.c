@@ -840,6 +840,7 @@ int main(void) {
     /* the ops that write or read weight gradients: once per grad dtype */
     for (g_bf16_grads = 0; g_bf16_grads <= 1; g_bf16_grads++) {
         lj_ops_cuda_set_grad_dtype(g_bf16_grads ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
+        G = lj_ops_cuda(); /* the table of that gradient dtype */
         test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
         if (!quick) test_embedding(512, 2048, 4096), test_embedding(4096, 2048, 128256);
         int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};
