@@ -27,7 +27,7 @@ while IFS='|' read -r name envs flags; do
   for who in A B B A; do
     bin=$A
     [ "$who" = B ] && bin=$B
-    n=$(ls "$OUT" | grep -c "^$name-$who-" || true)
+    n=$(ls "$OUT" | grep -c "^$name-$who-.*\.json$" || true)
     log=$OUT/$name-$who-$n.log
     json=$OUT/$name-$who-$n.json
     # shellcheck disable=SC2086
