@@ -152,10 +152,11 @@ lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, 
     return LJ_OK;
 }
 
-lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
-                           int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
-                           const char *granularity, const char *method, int num_layers, int auto_if_needed,
-                           const char *device_memory, const char *margin, uint8_t *policy) {
+lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_size, uint8_t *policy) {
+    const char *cmd = q->cmd, *recompute = q->recompute, *granularity = q->granularity;
+    const lj_model_config *cfg = q->cfg;
+    const lj_ops *ops = q->ops;
+    const int seq_length = q->seq_length;
     int env_on = 0;
     LJ_TRY(lj_planner_env_enabled(&env_on));
     int use_planner = env_on || (recompute && strcmp(recompute, "auto") == 0);
@@ -170,17 +171,17 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
     char cache[LJ_PATH_MAX];
     lj_planner_target target;
     LJ_TRY(lj_planner_target_init(&target, ops, lj_cache_dir(cache, sizeof cache), NULL));
-    LJ_TRY(lj_cli_memory_budget(&target, device_memory, margin));
-    target.grad_accum_steps = grad_accum_steps > 0 ? grad_accum_steps : 1;
+    LJ_TRY(lj_cli_memory_budget(&target, q->device_memory, q->margin));
+    target.grad_accum_steps = q->grad_accum_steps > 0 ? q->grad_accum_steps : 1;
     lj_dist_env env;
     if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1) target.dp_world_size = env.world_size;
-    target.zero_stage = zero_stage;
+    target.zero_stage = q->zero_stage;
     if (!use_planner) {
-        LJ_TRY(lj_planner_megatron_recompute(granularity, method, num_layers, cfg->num_hidden_layers, policy));
+        LJ_TRY(lj_planner_megatron_recompute(granularity, q->method, q->num_layers, cfg->num_hidden_layers, policy));
         lj_planner_result res;
         lj_status s = lj_planner_search(cfg, seq_length, *micro_batch_size, policy, &target, &res);
         if (s == LJ_OK && res.found) return LJ_OK;
-        if (!auto_if_needed) {
+        if (!q->auto_if_needed) {
             /* point at the planner only when some recompute policy would fit */
             lj_planner_result any;
             const int planner_fits = lj_planner_search(cfg, seq_length, *micro_batch_size, NULL, &target, &any) ==

@@ -255,31 +255,49 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         cfg.progress = 0;
         json = NULL;
     }
+    /* the recompute decisions below differ only in the policy asked for */
+    const lj_cli_recompute_request base = {
+        .cmd = "benchmark",
+        .cfg = &cfg.model,
+        .ops = cfg.ops,
+        .seq_length = cfg.seq_length,
+        .grad_accum_steps = 1,
+        .zero_stage = zero_stage,
+        .num_layers = -1,
+        .device_memory = device_memory,
+        .margin = margin,
+    };
+    lj_cli_recompute_request planner = base, none = base, manual = base, given = base;
+    planner.recompute = "auto";
+    none.recompute = "none";
     ablation_ctx ctx;
     if (ablation) {
         /* every row runs at one micro-batch size: the one given, or with auto the planner's */
         int mb = cfg.micro_batch_size;
-        if (mb == 0 && lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "auto",
-                                        NULL, NULL, -1, 0, device_memory, margin, ctx.planned) != LJ_OK)
+        if (mb == 0 && lj_cli_recompute(&planner, &mb, ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
         /* the manual baseline: the flags, or full recompute when they do not fit */
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "none", NULL, NULL,
-                             -1, 0, device_memory, margin, ctx.manual) != LJ_OK &&
+        if (lj_cli_recompute(&none, &mb, ctx.manual) != LJ_OK &&
             !granularity) {
             lj_log_info("benchmark --ablation: no recompute does not fit; the manual baseline is full recompute");
             granularity = "full";
         }
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, NULL, granularity,
-                             method, num_layers, 0, device_memory, margin, ctx.manual) != LJ_OK)
+        manual.granularity = granularity;
+        manual.method = method;
+        manual.num_layers = num_layers;
+        if (lj_cli_recompute(&manual, &mb, ctx.manual) != LJ_OK)
             return lj_cli_error("benchmark");
         cfg.micro_batch_size = mb;
-        if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &mb, 1, zero_stage, "auto", NULL, NULL,
-                             -1, 0, device_memory, margin, ctx.planned) != LJ_OK)
+        if (lj_cli_recompute(&planner, &mb, ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
         return run_ablation(&cfg, &ctx, json);
     }
-    if (lj_cli_recompute("benchmark", &cfg.model, cfg.ops, cfg.seq_length, &cfg.micro_batch_size, 1, zero_stage, recompute,
-                         granularity, method, num_layers, deepspeed, device_memory, margin, cfg.recompute) != LJ_OK)
+    given.recompute = recompute;
+    given.granularity = granularity;
+    given.method = method;
+    given.num_layers = num_layers;
+    given.auto_if_needed = deepspeed;
+    if (lj_cli_recompute(&given, &cfg.micro_batch_size, cfg.recompute) != LJ_OK)
         return lj_cli_error("benchmark");
     lj_bench_result res;
     if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");

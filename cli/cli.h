@@ -42,20 +42,32 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops);
  * before anything is planned. `flag` names the source in messages. */
 lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **ops);
 
-/* The recompute policy (and micro-batch size) of a train or benchmark run, decided before
- * anything is allocated:
- *   - the planner (plan/planner.h) when `recompute` is "auto", when CHECKPOINT_OPTIMIZATION is
- *     on, or when `auto_if_needed` and the manual policy would not fit;
- *   - else Megatron's flags (granularity NULL: no recompute), checked against device memory.
+/* What decides the recompute policy of a train or benchmark run. */
+typedef struct {
+    const char *cmd;             /* "train" or "benchmark", for messages */
+    const lj_model_config *cfg;
+    const lj_ops *ops;
+    int seq_length;
+    int grad_accum_steps;        /* micro-batches per step (<= 0: 1) */
+    int zero_stage;              /* the plan is one rank's: the world size comes from the launcher */
+    const char *recompute;       /* --recompute auto|none|selective|full, or NULL */
+    const char *granularity;     /* Megatron's --recompute-granularity full|selective, or NULL (none) */
+    const char *method;          /* --recompute-method uniform|block, or NULL */
+    int num_layers;              /* --recompute-num-layers, -1 when not given */
+    int auto_if_needed;          /* 1: the planner chooses when the manual policy would not fit */
+    const char *device_memory;   /* --device-memory, or NULL: the device's memory */
+    const char *margin;          /* --margin, or NULL: 1 GiB (lj_cli_memory_budget) */
+} lj_cli_recompute_request;
+
+/* The recompute policy (and micro-batch size) of a run, decided before anything is allocated:
+ *   - the planner (plan/planner.h) when q->recompute is "auto", when CHECKPOINT_OPTIMIZATION is
+ *     on, or when q->auto_if_needed and the manual policy would not fit;
+ *   - else Megatron's flags, checked against device memory.
  * *micro_batch_size: in, the size or 0 for auto (needs the planner); out, the size to use.
- * The plan is one rank's: the world size comes from the launcher's environment, the ZeRO
- * stage from `zero_stage`; `device_memory` and `margin` (NULL: the device's memory and the 1 GiB
- * default) are the budget, as lj_cli_memory_budget reads them. Prints what was chosen and why. Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION
- * typo), LJ_ERR_OOM (nothing fits: the smallest memory needed and what would make it fit). */
-lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj_ops *ops, int seq_length,
-                           int *micro_batch_size, int grad_accum_steps, int zero_stage, const char *recompute,
-                           const char *granularity, const char *method, int num_layers, int auto_if_needed,
-                           const char *device_memory, const char *margin, uint8_t *policy);
+ * policy[LJ_MAX_LAYERS]: the lj_recompute of each layer. Prints what was chosen and why.
+ * Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION typo), LJ_ERR_OOM (nothing fits: the
+ * smallest memory needed and what would make it fit). */
+lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_size, uint8_t *policy);
 
 /* --device-memory BYTES (a byte count with a unit, at least 1 MiB) and --margin BYTES|P% (kept
  * free below it) into a planner target; NULL leaves the target's value. Errors: LJ_ERR_ARG

@@ -243,9 +243,21 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
-    LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,
-                            c->zero_stage, recompute, granularity, method, num_layers, 0, device_memory, margin,
-                            c->recompute));
+    const lj_cli_recompute_request rq = {
+        .cmd = "train",
+        .cfg = &c->model,
+        .ops = c->ops,
+        .seq_length = c->seq_length,
+        .grad_accum_steps = accumulation,
+        .zero_stage = c->zero_stage,
+        .recompute = recompute,
+        .granularity = granularity,
+        .method = method,
+        .num_layers = num_layers,
+        .device_memory = device_memory,
+        .margin = margin,
+    };
+    LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */
     lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;

@@ -113,7 +113,26 @@ static lj_status json_double(const cJSON *root, const char *field, double *out, 
     return LJ_OK;
 }
 
+/* The model families whose config.json a Llama decoder reads exactly (model_type; absent is
+ * taken as llama). Others differ in their layers and are refused by name rather than loaded
+ * wrong: qwen2 has q/k/v biases, qwen3 QK-norm, mistral a sliding window, gemma another norm. */
+static lj_status check_family(const cJSON *root, const char *path) {
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (mt && !cJSON_IsString(mt)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'model_type' must be a string", path);
+    const char *t = mt ? mt->valuestring : "llama";
+    if (strcmp(t, "llama") != 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED,
+                       "%s: field 'model_type' is \"%s\"; this build trains Llama-family decoders (model_type "
+                       "\"llama\") only, and another family's layers would load wrong",
+                       path, t);
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && !cJSON_IsNull(sw))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'sliding_window': sliding-window attention is not supported", path);
+    return LJ_OK;
+}
+
 static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const char *path) {
+    LJ_TRY(check_family(root, path));
     config_defaults(cfg);
     cfg->max_position_embeddings = 0;
     LJ_TRY(json_int(root, "vocab_size", 1, &cfg->vocab_size, path));
