@@ -10,7 +10,7 @@
 #include "plan/plan.h"
 #include "parallel/parallel.h"
 
-/* bf16 dense peak of an H100/H200 SXM (DESIGN.md, "MFU, stated once"). */
+/* bf16 dense peak of an H100/H200 SXM (docs/reference.md, "MFU, stated once"). */
 #define LJ_PEAK_TFLOPS_H100_BF16 989.0
 
 static int cmp_double(const void *a, const void *b) {

@@ -30,7 +30,7 @@ typedef struct {
 typedef struct {
     double tokens_per_s;             /* all ranks together */
     double tokens_per_s_per_device;
-    double tflops;           /* achieved model TFLOP/s (DESIGN.md FLOP convention) */
+    double tflops;           /* achieved model TFLOP/s (docs/reference.md FLOP convention) */
     double mfu;              /* tflops / peak_tflops */
     double peak_tflops;      /* bf16 dense peak of the device, or the measured sgemm rate on the CPU */
     const char *peak_source; /* where peak_tflops comes from */

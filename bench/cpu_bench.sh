@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cpu_bench.sh: CPU training throughput of the small presets: tokens/s and achieved GFLOP/s
-# against the OpenBLAS sgemm rate measured in the same run (issue 3's benchmark). Prints a table.
+# against the OpenBLAS sgemm rate measured in the same run. Prints a table.
 # Usage: bench/cpu_bench.sh [SEQ] [MICRO_BATCH]   (default 256, 4)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,4 +20,4 @@ print("%-12s %6s %4s %10.0f %10.1f %12.1f %7.1f%%" % (sys.argv[2], sys.argv[3], 
       r["tflops"] * 1e3, r["peak_tflops"] * 1e3, 100 * r["mfu"]))
 PY
 done
-echo "threads: ${OMP_NUM_THREADS:-$(nproc)}; FLOPs/token = 6N + 12*L*d*s (DESIGN.md)"
+echo "threads: ${OMP_NUM_THREADS:-$(nproc)}; FLOPs/token = 6N + 12*L*d*s (docs/reference.md)"

@@ -12,7 +12,7 @@
 #   resume the equiv run (2 GPUs, ZeRO-3) saved after iteration 10 with per-rank shard files and
 #          resumed from them, and the same run with --offload-optimizer cpu: losses against the
 #          uninterrupted run (run equiv with stage 3 first);
-#   goals  issue 6's table, ljperf only: deepspeed/llama3-8b at micro-batch 2 (PyTorch's setting)
+#   goals  the goals table, ljperf only: deepspeed/llama3-8b at micro-batch 2 (PyTorch's setting)
 #          and with the planner choosing micro-batch and recompute within PyTorch's memory
 #          (--micro-batch-size auto --recompute auto --device-memory 106.5GiB), llama3.2-1b ZeRO-1 on
 #          2 GPUs and on 1 (scaling from 1 to 2 GPUs).

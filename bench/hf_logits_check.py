@@ -2,7 +2,7 @@
 """hf_logits_check.py: loads an ljperf-exported HF checkpoint in transformers and checks its logits.
 
 The check behind "a fixture model exported by ljperf loads in transformers and gives the same
-logits" (issue 3). It loads CKPT_DIR (config.json + model.safetensors, or sharded with
+logits". It loads CKPT_DIR (config.json + model.safetensors, or sharded with
 model.safetensors.index.json) with LlamaForCausalLM.from_pretrained, in fp32 with eager
 attention, runs the fixture's inputs (input_ids [B, T+1] I32 in INPUTS; the model sees
 ids[:, :T]) and compares the logits (and the loss, mean cross-entropy of logits[:, t] against

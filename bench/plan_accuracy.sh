@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# plan_accuracy.sh: the memory planner's predicted peak against the measured one (issue 5),
+# plan_accuracy.sh: the memory planner's predicted peak against the measured one,
 # for a list of configurations: for each, `ljperf plan --json` (prediction: plan + cuBLASLt +
 # CUDA context) and `ljperf benchmark --json` (measured: whole device, total - free, at the
 # high-water mark), then a table with the error per row. On the GPU machine after

@@ -25,7 +25,7 @@ torch.cuda.synchronize(); the first --warmup-iters steps are not counted.
   TFLOP/s (per GPU) = tokens/s per GPU * FLOPs per token / 1e12
   MFU               = TFLOP/s / 989, FLOPs per token = 6*N + 12*L*d*s, N = parameters in
                       matmuls (every projection and lm_head, counted even when tied; not the
-                      embedding lookup) -- the ../shared/DESIGN.md convention
+                      embedding lookup) -- the docs/reference.md convention
   step_ms_median / step_ms_p90 over the counted steps (fsdp2: the slowest rank per step)
   peak_mem_gib      = torch.cuda.max_memory_allocated() since the end of set-up (max over ranks);
                       also peak_mem_reserved_gib and device_mem_used_gib = (total - free) from
@@ -54,7 +54,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 PEAK_TFLOPS = 989.0  # H100/H200 SXM bf16 dense
 GIB = float(1 << 30)
 
-# name: V, d, I, L, nh, nkv, hd, max_pos, tied, llama3 rope factor (0: none). Shapes: REFERENCE.md
+# name: V, d, I, L, nh, nkv, hd, max_pos, tied, llama3 rope factor (0: none). Shapes: docs/reference.md
 # (and config/config.c for the small presets).
 PRESETS = {
     "llama3.2-1b": (128256, 2048, 8192, 16, 32, 8, 64, 131072, True, 32.0),

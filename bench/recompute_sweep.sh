@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# recompute_sweep.sh: the recompute planner's choice against an exhaustive sweep (issue 5):
+# recompute_sweep.sh: the recompute planner's choice against an exhaustive sweep:
 # runs `ljperf benchmark` for every uniform policy (none, selective, full), every block split
 # (the first k layers full, k in STEPS; the first k layers selective, k in SEL_STEPS) and the
 # planner's own choice (--recompute auto), prints

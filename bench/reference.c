@@ -3,10 +3,11 @@
 
 #include <string.h>
 
-/* ../shared/REFERENCE.md (PyTorch 2.11, transformers 5.17, bf16 autocast, fused AdamW, SDPA; one
- * H200, or two with FSDP2: bf16 params, fp32 reduce, torch.compile per layer). Goals: issue 4
- * (>= 1.25x torch.compile, at most its memory), issue 5 (>= 1.3x full checkpointing), issue 6
- * (>= 1.2x FSDP2; for llama3-8b at no more memory). */
+/* docs/reference.md, "PyTorch on one H200" (PyTorch 2.11, transformers 5.17, bf16 autocast,
+ * fused AdamW, SDPA; one H200, or two with FSDP2: bf16 params, fp32 reduce, torch.compile per
+ * layer). The project's goals: >= 1.25x torch.compile at no more memory (llama3.2-1b, 3b),
+ * >= 1.3x full checkpointing (llama3-8b on one GPU), >= 1.2x FSDP2 (two GPUs; for llama3-8b at
+ * no more memory). */
 static const lj_reference g_refs[] = {
     {"llama3.2-1b", 4096, 1, 4, "torch.compile", 46900, 0.428, 52.7, 58600, 1.25, 1},
     {"llama3.2-3b", 4096, 1, 2, "torch.compile", 18600, 0.443, 75.9, 23300, 1.25, 1},
@@ -30,7 +31,7 @@ int lj_reference_memory_met(const lj_reference *r, double peak_bytes) {
 
 void lj_reference_print(const lj_reference *r, double tokens_per_s, double peak_bytes, int micro_batch_size, FILE *f) {
     const double gib = peak_bytes / (1024.0 * 1024.0 * 1024.0);
-    fprintf(f, "against PyTorch (REFERENCE.md: %s, %d x H200, micro-batch %d; this run: micro-batch %d):\n",
+    fprintf(f, "against PyTorch (docs/reference.md: %s, %d x H200, micro-batch %d; this run: micro-batch %d):\n",
             r->pytorch_run, r->world_size, r->micro_batch_size, micro_batch_size);
     fprintf(f, "  %-20s %-14s %-22s %-18s %s\n", "metric", "PyTorch", "goal", "ljperf", "");
     char goal[48], mine[48];

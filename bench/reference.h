@@ -1,6 +1,6 @@
-/* reference.h: PyTorch's measured numbers on H200s (../shared/REFERENCE.md, "Measured on one
- * H200" and the FSDP2 paragraph after it) and the project's goals against them (issues 4-6),
- * so that `ljperf benchmark` can print its result next to them. */
+/* reference.h: PyTorch's measured numbers on H200s (docs/reference.md, "PyTorch on one H200"
+ * and its FSDP2 paragraph) and the project's goals against them, so that `ljperf benchmark` can
+ * print its result next to them. */
 #ifndef LJ_REFERENCE_H
 #define LJ_REFERENCE_H
 
@@ -21,7 +21,7 @@ typedef struct {
 } lj_reference;
 
 /* The reference row for a run of `model` at `seq_length` on `world_size` GPUs, or NULL when
- * REFERENCE.md has none. */
+ * docs/reference.md has none. */
 const lj_reference *lj_reference_find(const char *model, int seq_length, int world_size);
 
 /* Whether a run with `tokens_per_s` per GPU and `peak_bytes` per GPU meets r's speed goal, and

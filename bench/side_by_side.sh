@@ -11,7 +11,7 @@
 # pytorch_ref.py flags, e.g. "--checkpointing full"), MODES (default "eager compile"),
 # PYTHON (default python3). A run that fails is reported as failed; the others still run, and
 # the script exits 1 at the end.
-# The ratios count only when all runs come from the same job (issue 4); this script is that job.
+# The ratios count only when all runs come from the same job; this script is that job.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

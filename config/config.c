@@ -11,7 +11,7 @@ typedef struct {
     double rope_factor; /* 0: no rope scaling */
 } preset;
 
-/* Shapes: ../shared/REFERENCE.md. The tiny presets keep the real vocabulary so that they
+/* Shapes: docs/reference.md. The tiny presets keep the real vocabulary so that they
  * train on real Llama 3 tokens. */
 static const preset k_presets[] = {
     {"llama3.2-1b", 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1, 32.0},

@@ -50,7 +50,7 @@ typedef struct {
 
 /* Fills `cfg` with a named preset: llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b,
  * llama3-70b, and the small CPU presets llama3-tiny (~40M params, real 128256 vocab) and
- * llama3-nano. Shapes: ../shared/REFERENCE.md (HF config.json values).
+ * llama3-nano. Shapes: docs/reference.md (HF config.json values).
  * Errors: LJ_ERR_ARG naming the unknown preset and listing the known ones. */
 lj_status lj_config_preset(const char *name, lj_model_config *cfg);
 
@@ -122,7 +122,7 @@ int64_t lj_config_num_params(const lj_model_config *cfg);
  * (lm_head, counted even when tied), excluding the input embedding lookup. */
 int64_t lj_config_num_matmul_params(const lj_model_config *cfg);
 
-/* Training FLOPs per token = 6*N + 12*L*d*s (../shared/DESIGN.md, "MFU, stated once"). */
+/* Training FLOPs per token = 6*N + 12*L*d*s (docs/reference.md, "MFU, stated once"). */
 double lj_config_flops_per_token(const lj_model_config *cfg, int seq_length);
 
 #endif

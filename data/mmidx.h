@@ -1,6 +1,6 @@
 /* mmidx.h: Megatron-LM indexed datasets (MMIDIDX version 1, `.bin` + `.idx`) and llm.c
  * token shards: constants, the writer used by `ljperf prepare`, and the mmap reader used by
- * the loader. Format: ../shared/REFERENCE.md ("Megatron-LM indexed dataset"; source:
+ * the loader. Format: docs/reference.md ("Megatron-LM indexed dataset"; source:
  * megatron/core/datasets/indexed_dataset.py) and ("llm.c token shards"; source: llm.c
  * dev/data/data_common.py).
  */

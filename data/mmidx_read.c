@@ -1,6 +1,6 @@
 /* mmidx_read.c: the mmap reader of Megatron-LM indexed datasets (PREFIX.idx + PREFIX.bin,
  * MMIDIDX version 1) and of llm.c token shards, with the checks that make a bad file fail
- * with a message naming the file and the field. Formats: ../shared/REFERENCE.md; sources:
+ * with a message naming the file and the field. Formats: docs/reference.md; sources:
  * megatron/core/datasets/indexed_dataset.py (_IndexWriter.write / _IndexReader) and llm.c
  * dev/data/data_common.py (write_datafile).
  *

@@ -1,5 +1,5 @@
 /* mmidx_write.c: the Megatron-LM indexed dataset writer (MMIDIDX version 1, PREFIX.bin + PREFIX.idx)
- * declared in data/mmidx.h. Format: REFERENCE.md "Megatron-LM indexed dataset" (source:
+ * declared in data/mmidx.h. Format: docs/reference.md "Megatron-LM indexed dataset" (source:
  * megatron/core/datasets/indexed_dataset.py, _IndexWriter.write). One sequence per document, so
  * the document indices are 0, 1, ..., N and the .idx document count is N + 1 (the length of that
  * array, as Megatron writes it).

@@ -1,6 +1,6 @@
 /* prepare.h: `ljperf prepare`: tokenizes .txt / .jsonl text (or stdin) with a byte-level BPE
  * tokenizer on all cores and writes a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx,
- * MMIDIDX version 1; format: REFERENCE.md, data/mmidx.h), one sequence per document, in input
+ * MMIDIDX version 1; format: docs/reference.md, data/mmidx.h), one sequence per document, in input
  * order whatever the number of workers.
  *
  * Documents: a .txt file is one document, byte for byte (split_on FILE), or is cut at blank lines

@@ -14,7 +14,7 @@
 
 /* The GPT-2 regex, built into HF's ByteLevel pre-tokenizer (tokenizers byte_level.rs). */
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-/* The Llama 3 Split regex (REFERENCE.md); only this one allows lj_tokenizer_split_point. */
+/* The Llama 3 Split regex (docs/reference.md); only this one allows lj_tokenizer_split_point. */
 static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 

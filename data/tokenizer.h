@@ -2,7 +2,7 @@
  * tokenizer.json, plus the UTF-8 checks its callers need.
  *
  * Supported tokenizer.json (source: huggingface/tokenizers, tokenizers/src/models/bpe and
- * pre_tokenizers/{split,byte_level,sequence}.rs; REFERENCE.md "The Llama 3 tokenizer"):
+ * pre_tokenizers/{split,byte_level,sequence}.rs; docs/reference.md "The Llama 3 tokenizer"):
  *   - model.type "BPE" with vocab {token: id} and merges in either form ("a b" strings or
  *     [a, b] arrays; the rank of a merge is its index), ignore_merges, no dropout, no
  *     continuing_subword_prefix / end_of_word_suffix, no byte_fallback;

@@ -2,7 +2,7 @@
  * model-0000K-of-0000N.safetensors with model.safetensors.index.json): export and import of
  * the flat parameter buffer.
  *
- * Format: ../shared/REFERENCE.md ("safetensors"; the index is {"metadata": {"total_size":
+ * Format: docs/reference.md ("safetensors"; the index is {"metadata": {"total_size":
  * bytes}, "weight_map": {name: file}}, as transformers' save_pretrained writes it). Tensor
  * names, shapes and order are those of config/config.h's parameter layout (HF names, [out, in]
  * matrices); q_proj/k_proj rows are in HF's half-split RoPE order, so nothing is permuted.

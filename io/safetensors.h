@@ -1,6 +1,6 @@
 /* safetensors.h: the safetensors file format: a validating mmap reader and an atomic writer.
  *
- * Format (../shared/REFERENCE.md "safetensors"; source: huggingface/safetensors README and
+ * Format (docs/reference.md "safetensors"; source: huggingface/safetensors README and
  * safetensors/src/tensor.rs): u64 little-endian header length N, then N bytes of UTF-8 JSON
  * (may be padded with trailing spaces), then the data buffer. The JSON maps each tensor name
  * to {"dtype": "BF16", "shape": [...], "data_offsets": [begin, end]} with byte offsets

@@ -19,7 +19,7 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
         r->memory_bandwidth = 10e9;
         snprintf(r->source, sizeof r->source, "CPU placeholders (50 GFLOP/s sgemm, 10 GB/s), not measured");
     } else {
-        /* ../shared/REFERENCE.md, "Ceilings on the same card" (one H200): cuBLAS bf16 GEMM
+        /* docs/reference.md, "Ceilings of one H200": cuBLAS bf16 GEMM
          * 650-790 TFLOP/s, cuDNN SDPA causal fwd+bwd 385-460 TFLOP/s; HBM3e 4.8 TB/s peak,
          * ~3.5 TB/s reached by streaming kernels. */
         r->matmul_flops = 700e12;
@@ -175,7 +175,7 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
  *   backward            2x forward (dx and dW for every matmul, lm_head included)
  *   recompute, full     2N(C*QKV + Q*C + C*2I)   (q/k/v, o_proj, gate/up; not down_proj)
  *   recompute, selective 0
- * Attention (the convention of REFERENCE.md's SDPA figures, causal counted as half):
+ * Attention (the convention of docs/reference.md's SDPA figures, causal counted as half):
  *   forward 2*B*nh*T^2*hd, backward 2.5x forward; full recompute adds one forward.
  * Element-wise passes, bytes read + written (fused kernels; the unfused twins in brackets):
  *   residual add + RMSNorm     4NC*sa   [add 3NC*sa + RMSNorm 2NC*sa]   2 per layer forward

@@ -72,7 +72,7 @@ typedef struct {
 } lj_perf_rates;
 
 /* Defaults without a measurement. backend "cuda": H100/H200 SXM figures from
- * ../shared/REFERENCE.md (cuBLAS bf16 GEMM 650-790 TFLOP/s -> 700e12; cuDNN SDPA causal
+ * docs/reference.md (cuBLAS bf16 GEMM 650-790 TFLOP/s -> 700e12; cuDNN SDPA causal
  * fwd+bwd 385-460 -> 400e12; HBM3e effective ~3.5e12 B/s). backend "cpu": 50 GFLOP/s sgemm,
  * attention at a quarter of that, 10 GB/s (placeholders until lj_perf_rates_measure_cpu). */
 void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *device);

@@ -40,7 +40,7 @@ static void test_parse_bytes(void **state) {
 
 static void test_presets_param_counts(void **state) {
     (void)state;
-    /* ../shared/REFERENCE.md */
+    /* docs/reference.md */
     const struct { const char *name; int64_t params; } want[] = {
         {"llama3.2-1b", 1235814400}, {"llama3.2-3b", 3212749824}, {"llama3-8b", 8030261248}};
     for (int i = 0; i < 3; i++) {

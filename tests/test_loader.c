@@ -2,7 +2,7 @@
  * int32, llm.c uint16 / uint32 shards, sequences stored out of order), determinism, the
  * per-epoch permutation, rank partitioning, resume through JSON, blending proportions, the
  * train/valid split and the --data-path / --split parsers. The tests write their own tiny
- * datasets (layout: ../shared/REFERENCE.md) under $LJ_TEST_TMP. */
+ * datasets (layout: docs/reference.md) under $LJ_TEST_TMP. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

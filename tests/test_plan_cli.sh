@@ -88,7 +88,7 @@ import json, sys; d = json.load(open(sys.argv[1])); assert d["chosen"]["micro_ba
         check "70b refusal mentions '$what'" has "$out/70b.err" "$what"
     done
     check "70b breakdown printed" has "$out/70b.txt" "optimizer moments"
-    # 8 GPUs with ZeRO-3 (issue 7): still refused, per rank, with the ways out checked by plans
+    # 8 GPUs with ZeRO-3: still refused, per rank, with the ways out checked by plans
     "$LJPERF" plan --model llama3-70b --seq-length 4096 --world-size 8 --zero-stage 3 >"$out/70b8.txt" 2>"$out/70b8.err"
     check "70b on 8 GPUs, ZeRO-3: exit 1" test $? = 1
     for what in "needs at least [0-9.]* GiB per rank" "this rank's share under ZeRO stage 3 over 8 ranks" \

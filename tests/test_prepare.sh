@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_prepare.sh: `ljperf prepare`: the .bin/.idx bytes of tiny cases checked byte by byte against
-# the Megatron-LM layout in REFERENCE.md (int32 with the Llama 3 tokenizer, uint16 with the small
+# the Megatron-LM layout in docs/reference.md (int32 with the Llama 3 tokenizer, uint16 with the small
 # GPT-2 style tokenizer in tests/data/gpt2_mini); .jsonl with --json-key; stdin; blank-line
 # splitting; the same output for any number of workers; and bad inputs (a line that is not JSON,
 # a missing key, empty input, invalid UTF-8, a missing or garbled tokenizer, a missing input),

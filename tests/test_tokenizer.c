@@ -67,7 +67,7 @@ static void round_trip(lj_tokenizer *tok, const char *text, size_t len) {
     free(ids);
 }
 
-/* REFERENCE.md: "This is a test sentence." with BOS and EOS. */
+/* docs/reference.md: "This is a test sentence." with BOS and EOS. */
 static void test_known_vector(void **state) {
     lj_tokenizer *tok = ((fixture *)*state)->tok;
     assert_int_equal(lj_tokenizer_vocab_size(tok), 128256);
