@@ -381,35 +381,17 @@ static void res_destroy(lj_model *m) {
     m->residency_state = NULL;
 }
 
-static const lj_residency g_zero2 = {
-    .name = "zero2",
-    .fetch = res_fetch,
-    .release = res_release,
-    .grad_begin = res_grad_begin,
-    .grad_end = res_grad_end,
-    .pass_end = release_all,
-    .grads_zeroed = grads_zeroed,
-    .param = flat_param,
-    .grad = group_grad,
-    .upload_shard = upload_shard,
-    .shards_params = 0,
-    .destroy = res_destroy,
-};
+/* The two modes differ in where the parameters are read and whether they are sharded. */
+#define ZERO_RESIDENCY(name_, param_, shards_)                                                 \
+    {                                                                                         \
+        .name = name_, .fetch = res_fetch, .release = res_release, .grad_begin = res_grad_begin, \
+        .grad_end = res_grad_end, .pass_end = release_all, .grads_zeroed = grads_zeroed,        \
+        .param = param_, .grad = group_grad, .upload_shard = upload_shard,                     \
+        .shards_params = shards_, .destroy = res_destroy,                                      \
+    }
 
-static const lj_residency g_zero3 = {
-    .name = "zero3",
-    .fetch = res_fetch,
-    .release = res_release,
-    .grad_begin = res_grad_begin,
-    .grad_end = res_grad_end,
-    .pass_end = release_all,
-    .grads_zeroed = grads_zeroed,
-    .param = group_param,
-    .grad = group_grad,
-    .upload_shard = upload_shard,
-    .shards_params = 1,
-    .destroy = res_destroy,
-};
+static const lj_residency g_zero2 = ZERO_RESIDENCY("zero2", flat_param, 0);
+static const lj_residency g_zero3 = ZERO_RESIDENCY("zero3", group_param, 1);
 
 lj_zero3 *lj_zero3_of(const lj_model *m) {
     return m->residency == &g_zero2 || m->residency == &g_zero3 ? m->residency_state : NULL;
