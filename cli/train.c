@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/monitor.h"
 #include "parallel/dist.h"
 #include "train/train.h"
 
@@ -78,6 +79,7 @@ static void usage(FILE *f) {
             "  --log-json FILE               the per-step line as JSON lines\n"
             "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
+    lj_cli_monitor_usage(f);
 }
 
 /* Values a user can get wrong that no later step would catch. */
@@ -132,11 +134,12 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
     return LJ_OK;
 }
 
-static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
+static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor *mon, int *help) {
     const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
     const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL, *grad_dtype = NULL;
     const char *device_memory = NULL, *margin = NULL;
     int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
+    lj_status s = LJ_OK;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -202,6 +205,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
             if (n <= 0) return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
             c->reduce_bucket_size = n;
         } else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
+        else if (lj_cli_monitor_flag(mon, argc, argv, &i, &s)) LJ_TRY(s);
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
@@ -227,6 +231,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     if (ds_path) {
         int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
         LJ_TRY(apply_deepspeed(c, ds_path, &gbs, &mb));
+        LJ_TRY(lj_cli_monitor_deepspeed(mon, ds_path));
         c->micro_batch_size = mb;
         LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
     }
@@ -254,6 +259,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(hf_dtype, "fp32")) c->hf_dtype = LJ_DTYPE_F32;
         else return lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
     }
+    lj_cli_monitor_apply(mon, c, world == 1 || env.rank == 0);
     return LJ_OK;
 }
 
@@ -261,8 +267,10 @@ int lj_cli_train(int argc, char **argv) {
     int status;
     if (lj_cli_maybe_launch("train", argc, argv, &status)) return status;
     lj_train_config cfg;
+    lj_cli_monitor mon;
+    memset(&mon, 0, sizeof mon);
     int help = 0;
-    if (parse(argc, argv, &cfg, &help) != LJ_OK) return lj_cli_error("train");
+    if (parse(argc, argv, &cfg, &mon, &help) != LJ_OK) return lj_cli_error("train");
     if (help) {
         usage(stdout);
         return 0;

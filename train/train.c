@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "io/hf.h"
 #include "plan/plan.h"
+#include "train/tensorboard.h"
 
 static volatile sig_atomic_t g_stop_signal;
 
@@ -66,6 +67,8 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->global_batch_size = 0; /* = micro-batch size */
     c->train_iters = 100;
     c->log_interval = 1;
+    c->tensorboard_log_interval = 1;
+    c->tensorboard_queue_size = 1000;
     c->eval_interval = 0;
     c->eval_iters = 10;
     c->seed = 1234;
@@ -95,6 +98,7 @@ typedef struct {
     lj_rng rng;                /* reserved for stochastic features; saved for exact resume */
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
+    lj_train_tb tb;            /* TensorBoard event file (rank 0, --tensorboard-dir) */
     lj_dp dp;                  /* data-parallel ranks (a world of one without a launcher) */
     int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
     int rank, world;
@@ -397,6 +401,7 @@ static void log_eval(run *r, double loss) {
         fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %.17g}\n", r->iteration, loss);
         fflush(r->log_json);
     }
+    lj_train_tb_validation(&r->tb, r->iteration, r->consumed_samples, loss);
 }
 
 static lj_status setup(run *r) {
@@ -482,11 +487,13 @@ static lj_status setup(run *r) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
     }
+    if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
     return LJ_OK;
 }
 
 static void teardown(run *r) {
     if (r->log_json) fclose(r->log_json);
+    lj_train_tb_close(&r->tb);
     free(r->tokens);
     free(r->segments);
     if (r->plan.buffers) {
@@ -594,6 +601,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                     r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples);
             fflush(r.log_json);
         }
+        const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
+        lj_train_tb_iteration(&r.tb, &tb_step);
         if (r.have_valid && cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0)
             log_eval(&r, evaluate(&r));
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {
