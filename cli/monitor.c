@@ -86,7 +86,7 @@ static lj_status read_sections(lj_cli_monitor *m, const cJSON *root, const char 
             /* DeepSpeed: os.path.join(output_path, job_name) */
             if (out[0]) {
                 if (lj_path_join(m->ds_tensorboard_dir, out, job) != LJ_OK) {
-                    lj_error_prefix("%s: tensorboard.output_path: ", src);
+                    lj_error_prefix("%s: tensorboard.output_path", src);
                     return LJ_ERR_FORMAT;
                 }
             } else {

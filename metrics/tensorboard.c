@@ -90,7 +90,7 @@ lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, 
     *out = NULL;
     if (!dir || !*dir) return lj_fail(LJ_ERR_ARG, "%s: the directory name is empty", flag);
     if (lj_mkdir_p(dir) != LJ_OK) {
-        lj_error_prefix("%s %s: ", flag, dir);
+        lj_error_prefix("%s %s", flag, dir);
         return LJ_ERR_IO;
     }
     char host[256] = "localhost";
@@ -107,7 +107,7 @@ lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, 
         if (lj_path_format(w->path, "%s/events.out.tfevents.%010ld.%s.%d.%d", dir, now, host, (int)getpid(), n) !=
             LJ_OK) {
             free(w);
-            lj_error_prefix("%s: ", flag);
+            lj_error_prefix("%s", flag);
             return LJ_ERR_ARG;
         }
         fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

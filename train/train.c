@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "data/loader.h"
+#include "data/tokenizer_export.h"
 #include "parallel/dp.h"
 #include "checkpoint/checkpoint.h"
 #include "io/hf.h"
@@ -217,6 +218,7 @@ static lj_status export_hf(const char *dir, void *ctx) {
     char *path = lj_malloc(n);
     snprintf(path, n, "%s/hf", dir);
     lj_status s = lj_hf_export(path, &e->r->cfg->model, e->weights, e->r->cfg->hf_dtype, 5ull << 30);
+    if (s == LJ_OK && e->r->cfg->tokenizer) s = lj_tokenizer_export_hf(e->r->cfg->tokenizer, path, &e->r->cfg->model);
     free(path);
     return s;
 }

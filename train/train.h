@@ -38,6 +38,8 @@ typedef struct {
     int exit_interval;         /* --exit-interval: save and exit after an iteration divisible by it */
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
+    const char *tokenizer;     /* --tokenizer-model: tokenizer.json copied into each HF export with the
+                                  other tokenizer files (data/tokenizer_export.h); NULL: none */
     const char *log_json;      /* --log-json FILE */
     const char *tensorboard_dir;      /* --tensorboard-dir DIR (or the DeepSpeed "tensorboard" section): event
                                          files on rank 0 (train/tensorboard.h); NULL: none */
