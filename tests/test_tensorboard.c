@@ -17,6 +17,7 @@
 #include "base/fs.h"
 #include "metrics/tensorboard.h"
 #include "metrics/tensorboard_event.pb-c.h"
+#include "train/tensorboard.h"
 #include "test_util.h"
 
 static void test_crc32c_known_values(void **state) {
@@ -197,6 +198,42 @@ static void test_cost_per_scalar(void **state) {
     lj_dir_remove_quiet(dir);
 }
 
+/* The whole per-iteration hook of the training loop (train/tensorboard.h): its scalars every
+ * iteration, and at each log line the interval values, the memory reading and a flush. */
+static void test_cost_per_iteration(void **state) {
+    (void)state;
+    char dir[512];
+    assert_int_equal(lj_test_make_dir(dir, sizeof dir, "tb_iter"), 0);
+    lj_train_config c;
+    lj_train_config_defaults(&c);
+    assert_int_equal(lj_config_preset("llama3-nano", &c.model), LJ_OK);
+    c.ops = lj_ops_cpu();
+    c.seq_length = 128;
+    c.global_batch_size = 8;
+    c.tensorboard_dir = dir;
+    const int n = 20000;
+    c.train_iters = n;
+    const int intervals[2] = {1, 10};
+    for (int k = 0; k < 2; k++) {
+        c.log_interval = intervals[k];
+        lj_train_tb tb;
+        assert_int_equal(lj_train_tb_open(&tb, &c, 1, 1 << 20), LJ_OK);
+        const double t0 = lj_time_sec();
+        for (int i = 1; i <= n; i++) {
+            const lj_train_tb_step s = {i, (int64_t)i * 8, 8, 5.0, 3e-4, 1.0, 0.0015};
+            lj_train_tb_iteration(&tb, &s);
+        }
+        const double dt = lj_time_sec() - t0;
+        assert_non_null(tb.writer); /* no write failed */
+        lj_train_tb_close(&tb);
+        printf("tensorboard hook: %.2f us per iteration with --log-interval %d (a log line, memory reading and "
+               "flush every %d)\n",
+               dt / n * 1e6, intervals[k], intervals[k]);
+        assert_true(dt / n < 500e-6);
+    }
+    lj_dir_remove_quiet(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_known_values),
@@ -204,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_bad_directories),
         cmocka_unit_test(test_write_error_is_reported),
         cmocka_unit_test(test_cost_per_scalar),
+        cmocka_unit_test(test_cost_per_iteration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
