@@ -599,8 +599,9 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         if (r.log_json) {
             fprintf(r.log_json,
                     "{\"iteration\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
-                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 "}\n",
-                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples);
+                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g}\n",
+                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples,
+                    tps * flops_per_token / 1e12 / r.world);
             fflush(r.log_json);
         }
         const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
