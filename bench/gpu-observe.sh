@@ -9,8 +9,10 @@
 #      --tensorboard-dir, twice each, alternating; median ms per iteration from --log-json;
 #   3. the checkpoint's Hugging Face export in transformers: AutoTokenizer, GenerationConfig
 #      and pipeline("text-generation") (bench/hf_pipeline_check.py), against ljperf's own
-#      tokenizer ids and greedy continuation.
-# Usage: bash bench/gpu-observe.sh [steps...]   (default: 1 2 3)
+#      tokenizer ids and greedy continuation;
+#   4. progress of a long checkpoint save and load: llama3.2-1b's state (about 15 GB on rank 0)
+#      written and read back, stderr to a file (plain progress lines with MB/s and time left).
+# Usage: bash bench/gpu-observe.sh [steps...]   (default: 1 2 3 4)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -18,7 +20,7 @@ OUT=${OUT:-$repo/out/gpu-observe}
 mkdir -p "$OUT"
 source bench/gpu-env.sh
 lj=build-gpu/dev/ljperf
-steps=${*:-1 2 3}
+steps=${*:-1 2 3 4}
 ITERS=${ITERS:-200}
 summary=$OUT/summary.txt
 : >"$summary"
@@ -84,6 +86,16 @@ PY
     timeout 300 python3 bench/hf_pipeline_check.py "$hf" --prompt "$prompt" --max-new-tokens 24 \
       ${ids:+--expect-ids "$ids"} --expect-text "$(cat "$OUT/generate.txt")" >"$OUT/hf_pipeline.log" 2>&1
     say "3c. transformers on the export: rc=$? $(grep -E 'PASS|FAIL|same|differs' "$OUT/hf_pipeline.log" | tr '\n' ' ')"
+    ;;
+  4)
+    rm -rf /tmp/ckpt1b
+    one=(--model llama3.2-1b --device cuda --data-path /tmp/kjv --seq-length 1024 --micro-batch-size 1 --eval-iters 0
+         --tokenizer-model .cache/tokenizer/llama3/tokenizer.json)
+    timeout 400 "$lj" train "${one[@]}" --train-iters 1 --save /tmp/ckpt1b >"$OUT/save1b.out" 2>"$OUT/save1b.log"
+    say "4a. llama3.2-1b save rc=$?: $(grep -E 'writing .*: [0-9]+%|writing .* in |saved checkpoint' "$OUT/save1b.log" | tail -4 | tr '\n' ' ')"
+    timeout 400 "$lj" train "${one[@]}" --train-iters 2 --load /tmp/ckpt1b >"$OUT/load1b.out" 2>"$OUT/load1b.log"
+    say "4b. llama3.2-1b load rc=$?: $(grep -E 'reading .*: [0-9]+%|reading .* in |resumed from' "$OUT/load1b.log" | tail -4 | tr '\n' ' ')"
+    rm -rf /tmp/ckpt1b
     ;;
   esac
 done

@@ -591,9 +591,9 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             interval_iters = 0;
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
-                   "tokens/s: %.0f | TFLOP/s: %.3f\n",
+                   "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f\n",
                    r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, logged,
-                   grad_norm, tps, tps * flops_per_token / 1e12);
+                   grad_norm, tps, tps * flops_per_token / 1e12 / r.world);
             fflush(stdout);
         }
         if (r.log_json) {
