@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, cmocka, Open MPI, valgrind,
-#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), Node.js and
+#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), zlib and
+#     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
 #     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
@@ -24,7 +25,7 @@ say() { printf 'setup: %s\n' "$*"; }
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev protobuf-compiler python3-protobuf python3-crc32c
-      chromium fonts-dejavu-core)
+      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
