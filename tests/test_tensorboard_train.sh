@@ -6,7 +6,8 @@
 #     loss-scale at each iteration, each also "vs samples" (step = consumed samples), with the
 #     values --log-json has (as 32-bit floats); iteration-time, throughput, tokens-per-sec and
 #     memory at each log line; validation loss and ppl after each evaluation;
-#   - a resumed run adds a second event file that continues the steps;
+#   - a resumed run adds a second event file that continues the steps; with 2 ranks only rank 0
+#     writes;
 #   - the DeepSpeed config's tensorboard section (output_path/job_name), its wandb section and
 #     --wandb-project print how W&B imports the files;
 #   - bad input: a directory below a regular file, a bad DeepSpeed tensorboard section, a zero
@@ -86,6 +87,14 @@ check_run "$tmp/events.json" "$tmp/run.jsonl" 1 7 3 4,7 || fail "event contents"
 [ "$(ls "$tmp/tb" | grep -c '^events.out.tfevents')" = 2 ] || fail "the resume did not add a second event file"
 read_events "$(ls -d "$tmp"/tb/events.out.tfevents.* | tail -1)" > "$tmp/events2.json" || fail "second file"
 check_run "$tmp/events2.json" "$tmp/run.jsonl" 8 9 3 9 || fail "resumed event contents"
+
+# 2b. two data-parallel ranks: rank 0 alone writes, one file
+"$LJPERF" train "${common[@]}" --train-iters 3 --nproc-per-node 2 --quiet --tensorboard-dir "$tmp/tb2" \
+  >/dev/null 2>"$tmp/dp.err" || { cat "$tmp/dp.err"; fail "2 ranks"; }
+[ "$(ls "$tmp/tb2" | grep -c '^events.out.tfevents')" = 1 ] || fail "2 ranks wrote $(ls "$tmp/tb2" | wc -l) event files"
+n=$(read_events "$tmp/tb2" | $py -c 'import json,sys; print([s for s, _, _ in json.load(sys.stdin)["scalars"]["lm loss"]])')
+[ "$n" = "[1, 2, 3]" ] || fail "2 ranks: lm loss steps $n"
+echo "2 ranks: one event file (rank 0), iterations 1-3"
 
 # 3. the DeepSpeed config's sections
 cat > "$tmp/ds.json" <<EOF
