@@ -1,6 +1,8 @@
 /* base.c: error messages, logging, host allocation, dtypes, RNG, timing and file helpers. */
 #include "base/base.h"
 
+#include "base/fs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -32,7 +34,8 @@ void lj_error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_error, sizeof old);
-    snprintf(g_error, sizeof g_error, "%s: %s", prefix, old);
+    /* the prefix first; what does not fit of the old message is cut (a message, not a path) */
+    snprintf(g_error, sizeof g_error, "%.1000s: %.1000s", prefix, old);
 }
 
 const char *lj_error_message(void) { return g_error; }
@@ -296,7 +299,7 @@ const char *lj_cache_dir(char *buf, size_t len) {
         snprintf(buf, len, "%s", env);
         return buf;
     }
-    char exe[PATH_MAX];
+    char exe[LJ_PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
@@ -319,4 +322,10 @@ int lj_num_threads(void) {
     if (env && atoi(env) > 0) return atoi(env);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+uint64_t lj_hash(uint64_t hash, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001b3ULL;
+    return hash;
 }

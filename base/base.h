@@ -106,6 +106,12 @@ double lj_rng_normal(lj_rng *rng);
 
 /* ---- time, files, numbers -------------------------------------------------------- */
 
+/* FNV-1a (64-bit) of `bytes` bytes, continuing from `hash` (start with LJ_HASH_INIT): for hashing
+ * values field by field (never struct padding), e.g. what the ranks of a run must agree on.
+ * Source: Fowler, Noll, Vo, the FNV-1a algorithm (64-bit offset basis and prime). */
+#define LJ_HASH_INIT 0xcbf29ce484222325ULL
+uint64_t lj_hash(uint64_t hash, const void *data, size_t bytes);
+
 /* Monotonic wall-clock seconds. */
 double lj_time_sec(void);
 

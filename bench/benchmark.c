@@ -8,6 +8,7 @@
 #include "data/loader.h"
 #include "ops/cpu/cpu.h"
 #include "plan/plan.h"
+#include "parallel/parallel.h"
 
 /* bf16 dense peak of an H100/H200 SXM (DESIGN.md, "MFU, stated once"). */
 #define LJ_PEAK_TFLOPS_H100_BF16 989.0
@@ -81,6 +82,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_dp_model_options(cfg->dp, B, T, cfg->fused, cfg->recompute, &opt);
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
+    lj_parallelize(&m, cfg->dp->dist);
     lj_plan plan;
     lj_plan_build(&plan, &m);
     /* On a GPU, what the process holds before the plan is allocated (the CUDA context and the

@@ -19,8 +19,13 @@
 
 /* ---- checkpoints ----------------------------------------------------------------- */
 
-void lj_ckpt_iter_dir(const char *root, int iteration, char *buf, size_t len) {
+/* buf[len] = ROOT/iter_%07d; len >= strlen(root) + 20 */
+static void iter_dir(const char *root, int iteration, char *buf, size_t len) {
     snprintf(buf, len, "%s/iter_%07d", root, iteration);
+}
+
+lj_status lj_ckpt_iter_dir(const char *root, int iteration, char *buf) {
+    return lj_path_format(buf, "%s/iter_%07d", root, iteration);
 }
 
 /* Parses "iter_" followed by digits only (at least 7). Returns the iteration or -1. */
@@ -77,7 +82,7 @@ static void prune(const char *root, int current, int keep_last) {
     closedir(d);
     if (n > 1) qsort(iters, (size_t)n, sizeof(int), cmp_int_desc);
     for (int i = keep_last > 0 ? keep_last - 1 : n; i < n; i++) { /* iters[0 .. keep_last-2] stay beside current */
-        lj_ckpt_iter_dir(root, iters[i], path, plen);
+        iter_dir(root, iters[i], path, plen);
         int err = lj_dir_remove_quiet(path);
         if (err) lj_log_warn("%s: cannot remove an old checkpoint: %s", path, strerror(err));
     }
@@ -96,10 +101,8 @@ lj_status lj_ckpt_save_ex(const char *root, int iteration, const lj_ckpt_tensor 
     return lj_ckpt_publish(root, iteration, keep_last);
 }
 
-void lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf, size_t len) {
-    char name[64];
-    snprintf(name, sizeof name, LJ_CKPT_SHARD_FILE_FMT, rank);
-    snprintf(buf, len, "%s/iter_%07d/%s", root, iteration, name);
+lj_status lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf) {
+    return lj_path_format(buf, "%s/iter_%07d/" LJ_CKPT_SHARD_FILE_FMT, root, iteration, rank);
 }
 
 lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n,
@@ -108,7 +111,7 @@ lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt
     LJ_TRY(lj_mkdir_p(root));
     size_t plen = strlen(root) + 128;
     char *final = lj_malloc(plen), *tmp = lj_malloc(plen), *file = lj_malloc(plen);
-    lj_ckpt_iter_dir(root, iteration, final, plen);
+    iter_dir(root, iteration, final, plen);
     snprintf(tmp, plen, "%s.tmp.%d", final, (int)getpid());
     lj_st_tensor *st = lj_calloc((size_t)(n ? n : 1), sizeof(lj_st_tensor));
     for (int i = 0; i < n; i++) {
@@ -208,7 +211,7 @@ lj_status lj_ckpt_latest(const char *root, int *iteration) {
         s = lj_fail(LJ_ERR_FORMAT, "%s: expected an iteration number, found \"%.40s\"", file, text);
         goto out;
     }
-    lj_ckpt_iter_dir(root, (int)v, file, plen);
+    iter_dir(root, (int)v, file, plen);
     if (!is_dir(file)) {
         s = lj_fail(LJ_ERR_FORMAT, "%s/%s: names iteration %ld, but %s is missing", root, LJ_CKPT_LATEST_FILE, v, file);
         goto out;
@@ -229,7 +232,7 @@ lj_status lj_ckpt_load_ex(const char *root, int iteration, const lj_ckpt_tensor 
     LJ_ASSERT(iteration >= 0 && n >= 0 && (n == 0 || tensors));
     size_t plen = strlen(root) + 128;
     char *dir = lj_malloc(plen), *file = lj_malloc(plen);
-    lj_ckpt_iter_dir(root, iteration, dir, plen);
+    iter_dir(root, iteration, dir, plen);
     snprintf(file, plen, "%s/%s", dir, LJ_CKPT_TENSORS_FILE);
     lj_safetensors st;
     char *text = NULL;

@@ -18,7 +18,7 @@
 #ifndef LJ_CHECKPOINT_H
 #define LJ_CHECKPOINT_H
 
-#include "base/base.h"
+#include "base/fs.h"
 
 #define LJ_CKPT_LATEST_FILE "latest_checkpointed_iteration.txt"
 #define LJ_CKPT_TENSORS_FILE "state.safetensors"
@@ -64,8 +64,9 @@ lj_status lj_ckpt_write_iteration(const char *root, int iteration, const lj_ckpt
                                   const char *state_json, lj_ckpt_extra_fn extra, void *ctx);
 lj_status lj_ckpt_publish(const char *root, int iteration, int keep_last);
 
-/* Writes ROOT/iter_%07d/zero_shard_rank_%05d.safetensors (rank's shard file) into buf. */
-void lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf, size_t len);
+/* buf[LJ_PATH_MAX] = ROOT/iter_%07d/zero_shard_rank_%05d.safetensors (rank's shard file).
+ * Errors: LJ_ERR_ARG when the path is longer than LJ_PATH_MAX. */
+lj_status lj_ckpt_shard_file(const char *root, int iteration, int rank, char *buf);
 
 /* The iteration named by ROOT/latest_checkpointed_iteration.txt. Without that file (a crash
  * during the very first save, after the directory was sealed) the highest complete
@@ -88,7 +89,8 @@ lj_status lj_ckpt_load(const char *root, int iteration, const lj_ckpt_tensor *te
 lj_status lj_ckpt_load_ex(const char *root, int iteration, const lj_ckpt_tensor *tensors, int n, char **state_json,
                           int warn_unused);
 
-/* Writes ROOT/iter_%07d (the iteration's directory) into buf. */
-void lj_ckpt_iter_dir(const char *root, int iteration, char *buf, size_t len);
+/* buf[LJ_PATH_MAX] = ROOT/iter_%07d (the iteration's directory). Errors: LJ_ERR_ARG when the path
+ * is longer than LJ_PATH_MAX. */
+lj_status lj_ckpt_iter_dir(const char *root, int iteration, char *buf);
 
 #endif

@@ -93,7 +93,8 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
     return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
 }
 
-lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *ops) {
+lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **ops_inout) {
+    const lj_ops *ops = *ops_inout;
     if (!value) return LJ_OK;
     lj_dtype dtype;
     if (!strcmp(value, "bf16")) dtype = LJ_DTYPE_BF16;
@@ -104,7 +105,10 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *o
         return lj_fail(LJ_ERR_ARG, "%s bf16: the %s backend keeps fp32 gradients (its whole recipe is fp32)", flag,
                        ops->name);
     }
-    return lj_ops_cuda_set_grad_dtype(dtype);
+    LJ_TRY(lj_ops_cuda_set_grad_dtype(dtype));
+    /* the table of that gradient dtype (the device's, or the GPU-less description) */
+    *ops_inout = ops->alloc ? lj_ops_cuda() : lj_ops_cuda_describe();
+    return LJ_OK;
 }
 
 lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin) {
@@ -163,7 +167,7 @@ lj_status lj_cli_recompute(const char *cmd, const lj_model_config *cfg, const lj
     }
     if (*micro_batch_size == 0 && !use_planner)
         return lj_fail(LJ_ERR_ARG, "--micro-batch-size auto needs --recompute auto or CHECKPOINT_OPTIMIZATION=true");
-    char cache[1024];
+    char cache[LJ_PATH_MAX];
     lj_planner_target target;
     LJ_TRY(lj_planner_target_init(&target, ops, lj_cache_dir(cache, sizeof cache), NULL));
     LJ_TRY(lj_cli_memory_budget(&target, device_memory, margin));

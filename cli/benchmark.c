@@ -205,7 +205,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
     if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
-        lj_cli_grad_dtype("--grad-dtype", grad_dtype, cfg.ops) != LJ_OK)
+        lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"

@@ -14,6 +14,7 @@ int lj_cli_report(int argc, char **argv);
 /* Prints "ljperf <cmd>: <lj_error_message()>" to stderr and returns 1. */
 int lj_cli_error(const char *cmd);
 
+#include "base/fs.h"
 #include "base/base.h"
 #include "config/config.h"
 #include "ops/ops.h"
@@ -35,11 +36,12 @@ lj_status lj_cli_offload(int argc, char **argv, int *i, int *out);
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
 lj_status lj_cli_device(const char *device, const lj_ops **ops);
 
-/* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend `ops`:
- * sets the CUDA backend's gradient dtype (lj_ops_cuda_set_grad_dtype); NULL keeps the default
- * (bf16 on CUDA). The CPU backend keeps fp32 gradients: bf16 there is an error. Call it before
- * anything is planned. `flag` names the source in messages. */
-lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops *ops);
+/* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend *ops:
+ * selects the CUDA backend's gradient dtype (lj_ops_cuda_set_grad_dtype) and replaces *ops by
+ * that dtype's table (the device's or the GPU-less description, as *ops was); NULL keeps the
+ * default (bf16 on CUDA). The CPU backend keeps fp32 gradients: bf16 there is an error. Call it
+ * before anything is planned. `flag` names the source in messages. */
+lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **ops);
 
 /* The recompute policy (and micro-batch size) of a train or benchmark run, decided before
  * anything is allocated:

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "data/tokenizer.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/state.h"
 #include "io/hf.h"
 #include "plan/plan.h"
 #include "train/train.h"
@@ -37,15 +38,15 @@ static void usage(FILE *f) {
                "  --device auto|cpu|cuda (default auto)\n");
 }
 
-/* The HF directory to load: DIR itself, or the Hugging Face export of a training checkpoint
- * (lj_train_resolve_load: a root's latest iteration, or one iter_NNNNNNN directory). */
-static lj_status resolve_model_dir(const char *load, char *buf, size_t len) {
-    char root[1024];
+/* buf[LJ_PATH_MAX] = the HF directory to load: DIR itself, or the Hugging Face export of a
+ * training checkpoint (lj_ckpt_resolve_load: a root's latest iteration, or one iter_NNNNNNN
+ * directory). */
+static lj_status resolve_model_dir(const char *load, char *buf) {
+    char root[LJ_PATH_MAX], cfg[LJ_PATH_MAX];
     int iteration, is_state;
-    LJ_TRY(lj_train_resolve_load(load, root, sizeof root, &iteration, &is_state, buf, len));
+    LJ_TRY(lj_ckpt_resolve_load(load, root, &iteration, &is_state, buf));
     struct stat st;
-    char cfg[1200];
-    snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+    LJ_TRY(lj_path_join(cfg, buf, "config.json"));
     if (stat(cfg, &st) != 0) {
         if (is_state)
             return lj_fail(LJ_ERR_IO,
@@ -135,8 +136,8 @@ static void flush_utf8(char *pending, size_t *n, int final) {
 }
 
 static lj_status run_generate(const gen_args *a) {
-    char dir[1200], tokpath[LJ_PATH_MAX];
-    LJ_TRY(resolve_model_dir(a->load, dir, sizeof dir));
+    char dir[LJ_PATH_MAX], tokpath[LJ_PATH_MAX];
+    LJ_TRY(resolve_model_dir(a->load, dir));
     lj_model_config cfg;
     LJ_TRY(lj_hf_load_config(dir, &cfg));
     const lj_ops *ops;

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "plan/planner.h"
+#include "parallel/parallel.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -128,8 +129,8 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     } else {
         return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
     }
-    LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, ops));
-    char cache[1024];
+    LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, &ops));
+    char cache[LJ_PATH_MAX];
     lj_cache_dir(cache, sizeof cache);
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
     t->zero_stage = a->zero < 3 || a->world > 1 ? a->zero : 0; /* stage 3 on one GPU shards nothing */
@@ -229,6 +230,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
         const lj_model_options opt = lj_planner_model_options(t, seq);
         lj_model m;
         lj_model_init(&m, ops, cfg, &opt);
+        lj_parallelize(&m, NULL);
         lj_plan_print_offload(&m, stdout);
         lj_model_free(&m);
     } else if (a->offload) {

@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 
 static void usage(FILE *f) {
-    char def[4096];
+    char def[LJ_PATH_MAX];
     fprintf(f,
             "usage: ljperf prepare --input PATH [--input PATH ...] --output-prefix PREFIX [flags]\n"
             "\n"

@@ -10,6 +10,7 @@
 #include "cli/monitor.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_export.h"
+#include "checkpoint/state.h"
 #include "parallel/dist.h"
 #include "train/train.h"
 
@@ -264,9 +265,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     LJ_TRY(check_ranges(c, gbs));
     if (!model && c->load) {
         /* --load alone: the model is the checkpoint's (its config.json) */
-        char root[1024], hf[1100];
+        char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
         int iteration, is_state;
-        LJ_TRY(lj_train_resolve_load(c->load, root, sizeof root, &iteration, &is_state, hf, sizeof hf));
+        LJ_TRY(lj_ckpt_resolve_load(c->load, root, &iteration, &is_state, hf));
         LJ_TRY(lj_config_resolve(hf, &c->model));
     } else {
         LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));
@@ -282,11 +283,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, &c->ops));
-    if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, c->ops));
+    if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c->ops));
     else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
         char what[300];
         snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
-        LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, c->ops));
+        LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     LJ_TRY(lj_cli_recompute("train", &c->model, c->ops, c->seq_length, &c->micro_batch_size, accumulation,

@@ -77,6 +77,9 @@ lj_status lj_config_validate(const lj_model_config *c, const char *src) {
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return lj_fail(LJ_ERR_FORMAT, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)", src,
                        c->num_attention_heads, c->num_key_value_heads);
+    if (c->num_hidden_layers > LJ_MAX_LAYERS)
+        return lj_fail(LJ_ERR_FORMAT, "%s: num_hidden_layers (%d) is above the %d layers ljperf builds", src,
+                       c->num_hidden_layers, LJ_MAX_LAYERS);
     if (c->head_dim % 2 != 0) return lj_fail(LJ_ERR_FORMAT, "%s: head_dim (%d) must be even for RoPE", src, c->head_dim);
     if (!(c->rms_norm_eps > 0)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'rms_norm_eps' must be positive", src);
     if (!(c->rope_theta > 0)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'rope_theta' must be positive", src);

@@ -22,6 +22,9 @@
 
 #include "base/base.h"
 
+/* The most decoder layers a model may have (per-layer tables are this long). */
+#define LJ_MAX_LAYERS 256
+
 typedef struct {
     char name[64];              /* preset name or the config.json path's basename */
     int vocab_size;             /* V */

@@ -342,12 +342,6 @@ int64_t lj_loader_samples_per_epoch(const lj_loader *ld, int dataset) {
     return ld->sources[dataset].num_samples;
 }
 
-int64_t lj_loader_total_samples_per_epoch(const lj_loader *ld) {
-    int64_t n = 0;
-    for (int j = 0; j < ld->num_sources; j++) n += ld->sources[j].num_samples;
-    return n;
-}
-
 int64_t lj_loader_epoch(const lj_loader *ld, int dataset) {
     LJ_ASSERT(dataset >= 0 && dataset < ld->num_sources);
     return ld->state.dataset_samples[dataset] / ld->sources[dataset].num_samples;

@@ -127,7 +127,6 @@ void lj_loader_reset(lj_loader *ld);
 
 /* Samples per epoch of dataset j in this loader's split, and the sum over datasets. */
 int64_t lj_loader_samples_per_epoch(const lj_loader *ld, int dataset);
-int64_t lj_loader_total_samples_per_epoch(const lj_loader *ld);
 /* The epoch dataset j is in at the current position (0 at the start). */
 int64_t lj_loader_epoch(const lj_loader *ld, int dataset);
 

@@ -6,6 +6,7 @@
  * (1/4 of the document per worker, between 64 KiB and 1 MiB) is cut into pieces at points where
  * the tokenizer allows it (lj_tokenizer_split_point), so one big file still uses every core.
  * Rounds are written in order, so the output does not depend on the worker count. */
+#include "base/fs.h"
 #include "data/prepare.h"
 
 #include <cjson/cJSON.h>
@@ -620,7 +621,7 @@ lj_status lj_prepare_run(const lj_prepare_config *c, lj_prepare_stats *stats) {
     lj_prepare_stats local;
     lj_prepare_stats *s = stats ? stats : &local;
     memset(s, 0, sizeof *s);
-    char defbuf[4096];
+    char defbuf[LJ_PATH_MAX];
     const char *tok_path = NULL;
     LJ_TRY(check_config(c, &tok_path, defbuf, sizeof defbuf));
 

@@ -1,6 +1,7 @@
 /* tokenizer.c: byte-level BPE (Llama 3 / GPT-2) from a Hugging Face tokenizer.json: loading with
  * cJSON, pre-tokenizing with PCRE2, BPE merges with a heap, decoding, and UTF-8 checks. */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "base/fs.h"
 #include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -616,7 +617,7 @@ void lj_tokenizer_free(lj_tokenizer *t) {
 }
 
 const char *lj_tokenizer_default_path(char *buf, size_t buflen) {
-    char cache[PATH_MAX];
+    char cache[LJ_PATH_MAX];
     snprintf(buf, buflen, "%s/tokenizer/llama3/tokenizer.json", lj_cache_dir(cache, sizeof cache));
     return buf;
 }

@@ -49,17 +49,6 @@ int lj_st_dtype_parse(const char *name, lj_st_dtype *dtype) {
     return 0;
 }
 
-lj_st_dtype lj_st_dtype_from_lj(lj_dtype dtype) {
-    switch (dtype) {
-    case LJ_DTYPE_F32: return LJ_ST_F32;
-    case LJ_DTYPE_BF16: return LJ_ST_BF16;
-    case LJ_DTYPE_F16: return LJ_ST_F16;
-    case LJ_DTYPE_I32: return LJ_ST_I32;
-    case LJ_DTYPE_U16: return LJ_ST_U16;
-    }
-    LJ_ASSERT(0, "bad dtype %d", (int)dtype);
-}
-
 /* IEEE 754 binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
 uint16_t lj_f32_to_f16(float f) {
     uint32_t x;

@@ -31,9 +31,6 @@ const char *lj_st_dtype_name(lj_st_dtype dtype);
 size_t lj_st_dtype_size(lj_st_dtype dtype);
 /* Parses a dtype name; returns 0 (and leaves *dtype alone) if the name is unknown. */
 int lj_st_dtype_parse(const char *name, lj_st_dtype *dtype);
-/* The file dtype of an engine dtype (base.h's lj_dtype). */
-lj_st_dtype lj_st_dtype_from_lj(lj_dtype dtype);
-
 /* fp32 <-> IEEE binary16 (round to nearest even; NaN stays NaN, overflow gives inf). */
 uint16_t lj_f32_to_f16(float f);
 float lj_f16_to_f32(uint16_t h);

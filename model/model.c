@@ -1,9 +1,9 @@
 /* model.c: Llama 3 forward, backward (with per-layer recompute) and KV-cache generation,
  * written once over the op table. Equations: HF transformers LlamaForCausalLM
- * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)). */
+ * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)).
+ * Where the weights and gradients are is the residency's business (model/residency.h), how a
+ * linear layer computes the linear module's (model/linear.h). */
 #include "model/model.h"
-
-#include "parallel/zero3.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,54 +17,46 @@ const char *lj_recompute_name(lj_recompute r) {
     return "?";
 }
 
+lj_layer_spec lj_layer_spec_of(const lj_model_config *c) {
+    lj_layer_spec s;
+    memset(&s, 0, sizeof s);
+    s.C = c->hidden_size;
+    s.I = c->intermediate_size;
+    s.V = c->vocab_size;
+    s.nh = c->num_attention_heads;
+    s.nkv = c->num_key_value_heads;
+    s.hd = c->head_dim;
+    s.Q = s.nh * s.hd;
+    s.KV = s.nkv * s.hd;
+    s.QKV = s.Q + 2 * s.KV;
+    s.L = c->num_hidden_layers;
+    s.eps = (float)c->rms_norm_eps;
+    s.tied = c->tie_word_embeddings;
+    return s;
+}
+
 void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, const lj_model_options *opt) {
     memset(m, 0, sizeof *m);
     LJ_ASSERT(cfg->num_hidden_layers <= LJ_MAX_LAYERS, "at most %d layers", LJ_MAX_LAYERS);
     m->ops = ops;
     m->cfg = *cfg;
     m->opt = *opt;
+    m->spec = lj_layer_spec_of(cfg);
     lj_param_layout_init(&m->layout, cfg);
     m->residual = lj_calloc((size_t)cfg->num_hidden_layers + 1, sizeof(void *));
     m->layers = lj_calloc((size_t)cfg->num_hidden_layers, sizeof(lj_layer_acts));
     const size_t N = (size_t)(opt->kv_cache_tokens > 0 ? 1 : opt->micro_batch_size) * opt->seq_length;
     m->host_ids = lj_malloc(2 * N * sizeof(int32_t));
     m->host_losses = lj_malloc(N * sizeof(float));
-    /* ZeRO shards: equal slices of the flat buffers padded to a multiple of W * 64 elements */
-    const int64_t P = m->layout.total;
-    const int W = opt->zero_stage > 0 && opt->dp_world_size > 1 ? opt->dp_world_size : 1;
-    m->zero3 = lj_zero3_create(m);
-    if (m->zero3 && !m->zero3->shard_params) {
-        /* ZeRO-2: flat shards as under stage 1, but only this rank's shard of the gradients. The
-         * gradient slots are reduced from the host as the layers' backward ends (as under stage
-         * 3), so forward + backward is not captured as a CUDA graph either. */
-        m->opt.graphs = 0;
-        m->shard_numel = m->zero3->flat.shard_numel;
-        m->padded_numel = m->shard_numel * W;
-        m->shard_begin = m->shard_numel * opt->dp_rank;
-        m->grad_numel = m->shard_numel;
-    } else if (m->zero3) {
-        /* ZeRO-3: every buffer is this rank's shard of the layer partition. The collectives of
-         * a layer's gather and reduce-scatter are queued from the host as the layers run, with
-         * slot bookkeeping on the host, so forward + backward is not captured as a CUDA graph. */
-        m->opt.graphs = 0;
-        m->shard_numel = m->padded_numel = m->zero3->part.shard_numel;
-        m->shard_begin = 0;
-        m->grad_numel = m->shard_numel;
-    } else if (W > 1) {
-        m->shard_numel = ((P + W - 1) / W + 63) / 64 * 64;
-        m->padded_numel = m->shard_numel * W;
-        m->shard_begin = m->shard_numel * opt->dp_rank;
-        m->grad_numel = m->padded_numel;
-    } else {
-        m->shard_numel = m->padded_numel = m->grad_numel = P;
-        m->shard_begin = 0;
-    }
+    /* replicated: this rank's shard is everything (lj_parallelize may shard it) */
+    m->shard_numel = m->padded_numel = m->grad_numel = m->layout.total;
+    m->shard_begin = 0;
 }
 
 void lj_model_free(lj_model *m) {
     if (m->fwd_bwd_graph.exec) m->ops->graph_destroy(m->fwd_bwd_graph.exec);
     if (m->step_graph.exec) m->ops->graph_destroy(m->step_graph.exec);
-    lj_zero3_destroy(m->zero3);
+    if (m->residency) m->residency->destroy(m);
     lj_param_layout_free(&m->layout);
     free(m->residual);
     free(m->layers);
@@ -118,281 +110,101 @@ void lj_model_upload_rope(lj_model *m) {
     free(s);
 }
 
-/* ---- weights -------------------------------------------------------------------- */
+/* ---- parameters and the residency's fixed points ---------------------------------- */
 
-/* Uploads host f32 values [offset, offset + n) of the flat parameter buffer: into the params
- * directly on an f32 backend; else rounded to the param dtype on the host (round-to-nearest-even,
- * the device cast's rule) into the params, and the part inside this rank's shard, unrounded, into
- * the master weights. */
-static int shards_params(const lj_model *m) { return m->zero3 && m->zero3->shard_params; }
-
-/* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
-static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
-    const lj_ops *ops = m->ops;
-    if (ops->param_dtype == LJ_DTYPE_F32) {
-        ops->upload(dst, src, (size_t)n * sizeof(float));
-        return;
-    }
-    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "upload: param dtype %s", lj_dtype_name(ops->param_dtype));
-    enum { CHUNK = 1 << 22 };
-    uint16_t *stage = lj_malloc((size_t)(n < CHUNK ? n : CHUNK) * sizeof(uint16_t));
-    for (int64_t base = 0; base < n; base += CHUNK) {
-        const int64_t k = n - base < CHUNK ? n - base : CHUNK;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < k; i++) stage[i] = lj_f32_to_bf16(src[base + i]);
-        ops->upload((uint16_t *)dst + base, stage, (size_t)k * sizeof(uint16_t));
-    }
-    free(stage);
-}
-
-static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
-    const lj_ops *ops = m->ops;
-    const int offload = m->offload_host != NULL;
-    if (shards_params(m)) {
-        if (offload) {
-            /* the host master shard only; the params follow from it (lj_model_offload_push_params) */
-            lj_zero3_upload_f32(m, m->master, src, offset, n, NULL, 1);
-            return;
-        }
-        /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
-         * params), then the param-dtype copy cast from it on the device */
-        if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
-            float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
-            lj_zero3_upload_f32(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params, 0);
-        }
-        return;
-    }
-    upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
-    if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
-    const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
-    const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
-    if (!m->master || hi <= lo) return;
-    const size_t bytes = (size_t)(hi - lo) * sizeof(float);
-    if (offload) memcpy(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
-    else ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
-}
-
-void lj_model_init_weights(lj_model *m, uint64_t seed) {
-    enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
-    const double std = m->cfg.initializer_range;
-    float *stage = lj_malloc((size_t)STAGE * sizeof(float));
-    for (int p = 0; p < m->layout.count; p++) {
-        const lj_param_info *info = &m->layout.params[p];
-        for (int64_t base = 0; base < info->numel; base += STAGE) {
-            const int64_t n = info->numel - base < STAGE ? info->numel - base : STAGE;
-            if (info->kind == LJ_PARAM_NORM) {
-                for (int64_t i = 0; i < n; i++) stage[i] = 1.0f;
-            } else {
-                /* One RNG stream per chunk of CHUNK elements: the values do not depend on the
-                 * thread count. */
-                const int64_t chunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-                for (int64_t c = 0; c < chunks; c++) {
-                    lj_rng rng;
-                    lj_rng_seed(&rng, seed ^ ((uint64_t)(p + 1) << 40) ^ (uint64_t)((base / CHUNK) + c));
-                    const int64_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
-                    for (int64_t i = c * CHUNK; i < end; i++) stage[i] = (float)(std * lj_rng_normal(&rng));
-                }
-            }
-            upload_range(m, stage, info->offset + base, n);
-        }
-    }
-    free(stage);
-    if (m->adam_m && m->offload_host) {
-        memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
-        memset(m->adam_v, 0, (size_t)m->shard_numel * sizeof(float));
-    } else if (m->adam_m) {
-        m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
-        m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
-    }
-    if (m->grads) lj_model_zero_grads(m);
-    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
-}
-
-void lj_model_set_weights(lj_model *m, const float *params) {
-    upload_range(m, params, 0, m->layout.total);
-    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
-}
-
-void lj_model_get_weights(lj_model *m, float *params) {
-    const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
-    LJ_ASSERT(!shards_params(m), "ZeRO-3 sharded parameters: gather them first (lj_dp_gather_state)");
-    LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
-    LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
-    if (!f32 && m->offload_host) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
-    else m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
-}
-
-void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
-    const int64_t P = m->layout.total;
-    if (shards_params(m)) {
-        lj_zero3_upload_f32(m, dst, full, 0, P, NULL, m->offload_host != NULL);
-        return;
-    }
-    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    if (n <= 0) return;
-    if (m->offload_host) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
-    else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
-}
-
-/* ---- optimizer offload ------------------------------------------------------------ */
-
-enum { OFFLOAD_ALIGN = 64 };
-
-static size_t offload_round(size_t bytes) { return (bytes + OFFLOAD_ALIGN - 1) / OFFLOAD_ALIGN * OFFLOAD_ALIGN; }
-
-void lj_model_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
-    *state = *staging = 0;
-    if (!m->opt.offload_optimizer || !m->opt.training || m->opt.kv_cache_tokens > 0) return;
-    const size_t S = (size_t)m->shard_numel;
-    *state = 3 * offload_round(S * sizeof(float));
-    *staging = offload_round(S * sizeof(float)) + offload_round(S * sizeof(uint16_t)) +
-               offload_round(lj_ops_cpu()->global_norm_workspace_bytes(m->shard_numel));
-}
-
-lj_status lj_model_offload_alloc(lj_model *m) {
-    size_t state, staging;
-    lj_model_offload_bytes(m, &state, &staging);
-    if (state == 0 || m->offload_host) return LJ_OK;
-    char *p = aligned_alloc(OFFLOAD_ALIGN, state + staging);
-    if (!p) {
-        char b[32];
-        return lj_fail(LJ_ERR_OOM, "optimizer offload: cannot allocate %s of host memory for the AdamW state",
-                       lj_format_bytes(state + staging, b, sizeof b));
-    }
-    memset(p, 0, state + staging);
-    const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
-    m->offload_host = p;
-    m->master = (float *)p;
-    m->adam_m = (float *)(p + f);
-    m->adam_v = (float *)(p + 2 * f);
-    m->offload_grad = (float *)(p + 3 * f);
-    m->offload_stage = p + 4 * f;
-    m->offload_ws = p + 4 * f + offload_round(S * sizeof(uint16_t));
-    return LJ_OK;
-}
-
-void lj_model_offload_push_params(lj_model *m) {
-    const lj_ops *ops = m->ops;
-    const int64_t S = m->shard_numel;
-    char *dst = (char *)m->params + (size_t)m->shard_begin * lj_dtype_size(ops->param_dtype);
-    if (ops->param_dtype == LJ_DTYPE_F32) {
-        ops->upload(dst, m->master, (size_t)S * sizeof(float));
-    } else {
-        LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: param dtype %s", lj_dtype_name(ops->param_dtype));
-        uint16_t *stage = m->offload_stage;
-        const float *master = m->master;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
-        ops->upload(dst, stage, (size_t)S * sizeof(uint16_t));
-    }
-    /* the staging is reused by the next step's download: the upload has read it */
-    ops->synchronize();
-}
-
-/* ---- helpers -------------------------------------------------------------------- */
-
-/* Parameter `index` and its gradient: in the flat buffers, or under ZeRO-3 in its group's gather
- * slot and gradient slot (the group must be fetched, and hold a gradient slot); under ZeRO-2 the
- * parameter is in the flat buffer and its gradient in the group's gradient slot. */
-static inline void *param(const lj_model *m, int index) {
-    if (shards_params(m)) return lj_zero3_param(m, index);
+void *lj_model_param(const lj_model *m, int index) {
+    if (m->residency) return m->residency->param(m, index);
     return (char *)m->params + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->param_dtype);
 }
-static inline void *grad(const lj_model *m, int index) {
-    if (m->zero3) return lj_zero3_grad(m, index);
+
+void *lj_model_grad(const lj_model *m, int index) {
+    if (m->residency) return m->residency->grad(m, index);
     return (char *)m->grads + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->grad_dtype);
 }
 
-/* ZeRO-2/3 hooks (no-ops without it; fetch and release are no-ops under ZeRO-2): group of layer l (-1: embedding, L: final norm, L + 1:
- * lm_head, the embedding when tied). */
-static int z3_group(const lj_model *m, int l) {
-    const lj_zero3 *z = m->zero3;
-    if (l < 0) return z->embed_group;
-    if (l == m->cfg.num_hidden_layers) return z->norm_group;
-    if (l > m->cfg.num_hidden_layers) return z->head_group;
-    return lj_zero_group_of_layer(&z->part, l);
+/* Replicated (no residency): every hook is a no-op and weight gradients accumulate. */
+static void fetch(lj_model *m, int unit, int direction) {
+    if (m->residency) m->residency->fetch(m, unit, direction);
 }
-static void z3_fetch(lj_model *m, int l, int direction) {
-    if (m->zero3) lj_zero3_fetch(m, z3_group(m, l), direction);
+static void release(lj_model *m, int unit) {
+    if (m->residency) m->residency->release(m, unit);
 }
-static void z3_release(lj_model *m, int l) {
-    if (m->zero3) lj_zero3_release(m, z3_group(m, l));
+static lj_grad_mode grad_begin(lj_model *m, int unit) {
+    return m->residency ? m->residency->grad_begin(m, unit) : LJ_GRAD_ACCUMULATE;
 }
-/* Returns 1 when the group's backward must run in the weight-gradient overwrite mode (its
- * slot was not zeroed; lj_zero3_grad_begin), and turns that mode on. */
-static int z3_grad_begin(lj_model *m, int l) {
-    const int overwrite = m->zero3 && lj_zero3_grad_begin(m, z3_group(m, l));
-    if (overwrite) m->ops->set_weight_grad_overwrite(1);
-    return overwrite;
+static void grad_end(lj_model *m, int unit) {
+    if (m->residency) m->residency->grad_end(m, unit);
 }
-static void overwrite_end(lj_model *m, int overwrite) {
-    if (overwrite) m->ops->set_weight_grad_overwrite(0);
-}
-static void z3_grad_end(lj_model *m, int l) {
-    if (m->zero3) lj_zero3_grad_end(m, z3_group(m, l));
+static void pass_end(lj_model *m) {
+    if (m->residency) m->residency->pass_end(m);
 }
 
-typedef struct {
-    int B, T, N, C, I, V, Q, KV, QKV, nh, nkv, hd, L;
-    float eps;
-} dims;
-
-static dims model_dims(const lj_model *m, int B, int T) {
-    const lj_model_config *c = &m->cfg;
-    dims d;
-    d.B = B;
-    d.T = T;
-    d.N = B * T;
-    d.C = c->hidden_size;
-    d.I = c->intermediate_size;
-    d.V = c->vocab_size;
-    d.nh = c->num_attention_heads;
-    d.nkv = c->num_key_value_heads;
-    d.hd = c->head_dim;
-    d.Q = d.nh * d.hd;
-    d.KV = d.nkv * d.hd;
-    d.QKV = d.Q + 2 * d.KV;
-    d.L = c->num_hidden_layers;
-    d.eps = (float)c->rms_norm_eps;
-    return d;
-}
+static void *param(const lj_model *m, int index) { return lj_model_param(m, index); }
+static void *grad(const lj_model *m, int index) { return lj_model_grad(m, index); }
 
 /* res_out = res_in + y; out = rmsnorm(res_out): the fused op or its unfused twin. */
 static void residual_norm(const lj_model *m, void *res_out, void *out, float *rstd, const void *res_in, const void *y,
-                          const void *w, int N, int C, float eps) {
+                          const void *w, int N) {
+    const lj_layer_spec *s = &m->spec;
     if (m->opt.fused) {
-        m->ops->residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, C, eps);
+        m->ops->residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, s->C, s->eps);
     } else {
-        m->ops->add(res_out, res_in, y, (int64_t)N * C);
-        m->ops->rmsnorm_forward(out, rstd, res_out, w, N, C, eps);
+        m->ops->add(res_out, res_in, y, (int64_t)N * s->C);
+        m->ops->rmsnorm_forward(out, rstd, res_out, w, N, s->C, s->eps);
     }
 }
 
-static void swiglu(const lj_model *m, void *out, const void *gate_up, int N, int I) {
-    if (m->opt.fused) m->ops->swiglu_forward(out, gate_up, N, I);
-    else m->ops->swiglu_forward_unfused(out, m->swiglu_tmp, gate_up, N, I);
+static void rmsnorm(const lj_model *m, void *out, float *rstd, const void *x, int norm_param, int N) {
+    m->ops->rmsnorm_forward(out, rstd, x, param(m, norm_param), N, m->spec.C, m->spec.eps);
 }
 
-/* The attention half of layer l from its input norm a->ln1 to a->res_mid and a->ln2. */
-static void attention_block_forward(lj_model *m, const dims *d, int l, const void *res_in) {
-    const lj_ops *ops = m->ops;
-    lj_layer_acts *a = &m->layers[l];
-    ops->matmul_forward(a->qkv, a->ln1, param(m, lj_param_index(l, LJ_P_Q)), d->N, d->C, d->QKV);
-    ops->rope_forward(a->qkv, m->rope_cos, m->rope_sin, d->B, d->T, d->nh, d->nkv, d->hd);
-    ops->attention_forward(a->attn, a->lse, a->qkv, d->B, d->T, d->nh, d->nkv, d->hd, m->ws_attention);
-    ops->matmul_forward(m->proj, a->attn, param(m, lj_param_index(l, LJ_P_O)), d->N, d->Q, d->C);
-    residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), d->N,
-                  d->C, d->eps);
+static void swiglu(const lj_model *m, void *out, const void *gate_up, int N) {
+    if (m->opt.fused) m->ops->swiglu_forward(out, gate_up, N, m->spec.I);
+    else m->ops->swiglu_forward_unfused(out, m->swiglu_tmp, gate_up, N, m->spec.I);
 }
 
-/* The MLP half of layer l up to m->proj = down_proj output. */
-static void mlp_block_forward(lj_model *m, const dims *d, int l) {
-    const lj_ops *ops = m->ops;
+/* The attention half of layer l, from its input norm a->ln1 to the residual a->res_mid and the
+ * MLP's input norm a->ln2. B sequences of T positions. */
+static void attention_block_forward(lj_model *m, int l, const void *res_in, int B, int T) {
+    const lj_layer_spec *s = &m->spec;
     lj_layer_acts *a = &m->layers[l];
-    ops->matmul_forward(a->gate_up, a->ln2, param(m, lj_param_index(l, LJ_P_GATE)), d->N, d->C, 2 * d->I);
-    swiglu(m, a->mlp_act, a->gate_up, d->N, d->I);
-    ops->matmul_forward(m->proj, a->mlp_act, param(m, lj_param_index(l, LJ_P_DOWN)), d->N, d->I, d->C);
+    const int N = B * T;
+    lj_linear_forward(m, LJ_LINEAR_QKV, l, a->qkv, a->ln1, N);
+    m->ops->rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+    m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
+    lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
+    residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), N);
+}
+
+/* The MLP half of layer l, up to m->proj = down_proj(swiglu(gate_up(ln2))). */
+static void mlp_block_forward(lj_model *m, int l, int N) {
+    lj_layer_acts *a = &m->layers[l];
+    lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+    swiglu(m, a->mlp_act, a->gate_up, N);
+    lj_linear_forward(m, LJ_LINEAR_DOWN, l, m->proj, a->mlp_act, N);
+}
+
+/* The backward of layer l (its recomputed or kept activations in place): m->d_res holds the
+ * gradient of the layer's output and receives the gradient of its input. */
+static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mode) {
+    const lj_ops *ops = m->ops;
+    const lj_layer_spec *s = &m->spec;
+    lj_layer_acts *a = &m->layers[l];
+    const int N = B * T;
+    /* MLP: residual[l+1] = res_mid + down(swiglu(gate_up(ln2))) */
+    lj_linear_backward(m, LJ_LINEAR_DOWN, l, m->d_mlp, m->d_res, a->mlp_act, N, dw_mode);
+    if (m->opt.fused) ops->swiglu_backward(m->d_gate_up, m->d_mlp, a->gate_up, N, s->I);
+    else ops->swiglu_backward_unfused(m->d_gate_up, m->swiglu_tmp, m->d_mlp, a->gate_up, N, s->I);
+    lj_linear_backward(m, LJ_LINEAR_GATE_UP, l, m->d_ln, m->d_gate_up, a->ln2, N, dw_mode);
+    ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN2)), m->d_ln, a->res_mid,
+                          param(m, lj_param_index(l, LJ_P_LN2)), a->ln2_rstd, N, s->C, dw_mode, m->ws_rmsnorm);
+    /* attention: res_mid = residual[l] + o_proj(attention(rope(qkv(ln1)))) */
+    lj_linear_backward(m, LJ_LINEAR_O, l, m->d_attn, m->d_res, a->attn, N, dw_mode);
+    ops->attention_backward(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
+    ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+    lj_linear_backward(m, LJ_LINEAR_QKV, l, m->d_ln, m->d_qkv, a->ln1, N, dw_mode);
+    ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
+                          param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, N, s->C, dw_mode, m->ws_rmsnorm);
 }
 
 /* ---- forward / backward --------------------------------------------------------- */
@@ -413,118 +225,88 @@ void lj_model_set_batch(lj_model *m, const int32_t *tokens) {
 
 void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_ops *ops = m->ops;
-    const dims d = model_dims(m, m->opt.micro_batch_size, m->opt.seq_length);
+    const lj_layer_spec *s = &m->spec;
+    const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
-    /* ZeRO-3: a layer's group is fetched before it computes and released after; the end of a
-     * layer also reads the next group's input norm (fetched then) */
-    z3_fetch(m, -1, +1);
-    ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), d.N, d.C);
-    z3_fetch(m, 0, +1);
-    z3_release(m, -1);
-    ops->rmsnorm_forward(m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], param(m, lj_param_index(0, LJ_P_LN1)),
-                         d.N, d.C, d.eps);
-    for (int l = 0; l < d.L; l++) {
-        z3_fetch(m, l, +1);
-        attention_block_forward(m, &d, l, m->residual[l]);
-        mlp_block_forward(m, &d, l);
-        const int last = l == d.L - 1;
-        void *next_ln = last ? m->final_ln : m->layers[l + 1].ln1;
-        float *next_rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
-        z3_fetch(m, l + 1, +1);
-        const void *next_w = param(m, last ? m->layout.final_norm : lj_param_index(l + 1, LJ_P_LN1));
-        residual_norm(m, m->residual[l + 1], next_ln, next_rstd, m->layers[l].res_mid, m->proj, next_w, d.N, d.C, d.eps);
-        z3_release(m, l);
+    fetch(m, LJ_UNIT_EMBED, +1);
+    ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
+    fetch(m, 0, +1);
+    release(m, LJ_UNIT_EMBED);
+    rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(0, LJ_P_LN1), N);
+    for (int l = 0; l < L; l++) {
+        fetch(m, l, +1);
+        attention_block_forward(m, l, m->residual[l], B, T);
+        mlp_block_forward(m, l, N);
+        /* the layer's output residual, and the next layer's input norm (the final norm after the last) */
+        const int last = l == L - 1;
+        fetch(m, l + 1, +1);
+        residual_norm(m, m->residual[l + 1], last ? m->final_ln : m->layers[l + 1].ln1,
+                      last ? m->final_rstd : m->layers[l + 1].ln1_rstd, m->layers[l].res_mid, m->proj,
+                      param(m, last ? m->layout.final_norm : lj_param_index(l + 1, LJ_P_LN1)), N);
+        release(m, l);
     }
-    z3_release(m, d.L);
-    z3_fetch(m, d.L + 1, +1);
+    release(m, L);
+    fetch(m, L + 1, +1);
     /* lm_head's gradient; tied, it is the embedding's, which collects until the embedding backward */
-    if (backward) z3_grad_begin(m, d.L + 1);
+    if (backward) (void)grad_begin(m, L + 1); /* the loss accumulates into it whatever the mode */
     const void *w_out = param(m, m->layout.lm_head);
     if (m->opt.fused) {
         ops->cross_entropy_fused(m->losses, backward ? m->d_ln : NULL, backward ? grad(m, m->layout.lm_head) : NULL,
-                                 m->final_ln, w_out, m->targets, d.N, d.C, d.V, dloss, m->ws_cross_entropy);
+                                 m->final_ln, w_out, m->targets, N, s->C, s->V, dloss, m->ws_cross_entropy);
     } else {
-        ops->matmul_forward(m->logits, m->final_ln, w_out, d.N, d.C, d.V);
-        ops->cross_entropy_forward_backward(m->losses, backward ? m->logits : NULL, m->logits, m->targets, d.N, d.V,
+        lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, N);
+        ops->cross_entropy_forward_backward(m->losses, backward ? m->logits : NULL, m->logits, m->targets, N, s->V,
                                             dloss);
-        if (backward)
-            ops->matmul_backward(m->d_ln, grad(m, m->layout.lm_head), m->logits, m->final_ln, w_out, d.N, d.C, d.V, 0);
+        if (backward) lj_linear_backward(m, LJ_LINEAR_LM_HEAD, 0, m->d_ln, m->logits, m->final_ln, N, LJ_GRAD_ACCUMULATE);
     }
-    if (m->zero3) {
-        if (backward && !m->zero3->tied) z3_grad_end(m, d.L + 1);
-        lj_zero3_release_all(m);
-    }
+    if (backward && !s->tied) grad_end(m, L + 1);
+    pass_end(m);
 }
 
 /* Recomputes what layer l's policy did not keep, from its input (and kept tensors). */
-static void recompute_layer(lj_model *m, const dims *d, int l) {
+static void recompute_layer(lj_model *m, int l, int B, int T) {
     const int policy = m->opt.recompute[l];
     if (policy == LJ_RECOMPUTE_NONE) return;
     lj_layer_acts *a = &m->layers[l];
-    m->ops->rmsnorm_forward(a->ln1, a->ln1_rstd, m->residual[l], param(m, lj_param_index(l, LJ_P_LN1)), d->N, d->C,
-                            d->eps);
+    const int N = B * T;
+    rmsnorm(m, a->ln1, a->ln1_rstd, m->residual[l], lj_param_index(l, LJ_P_LN1), N);
     if (policy == LJ_RECOMPUTE_FULL) {
-        attention_block_forward(m, d, l, m->residual[l]);
-        m->ops->matmul_forward(a->gate_up, a->ln2, param(m, lj_param_index(l, LJ_P_GATE)), d->N, d->C, 2 * d->I);
+        attention_block_forward(m, l, m->residual[l], B, T);
+        lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
     } else {
-        m->ops->rmsnorm_forward(a->ln2, a->ln2_rstd, a->res_mid, param(m, lj_param_index(l, LJ_P_LN2)), d->N, d->C,
-                                d->eps);
+        rmsnorm(m, a->ln2, a->ln2_rstd, a->res_mid, lj_param_index(l, LJ_P_LN2), N);
     }
-    swiglu(m, a->mlp_act, a->gate_up, d->N, d->I);
+    swiglu(m, a->mlp_act, a->gate_up, N);
 }
 
-void lj_model_backward(lj_model *m, float dloss) {
-    (void)dloss; /* already applied by the loss gradient in lj_model_forward */
+void lj_model_backward(lj_model *m) {
     const lj_ops *ops = m->ops;
-    const dims d = model_dims(m, m->opt.micro_batch_size, m->opt.seq_length);
-    const size_t sa = lj_dtype_size(ops->act_dtype);
-    ops->memset_zero(m->d_res, (size_t)d.N * d.C * sa);
-    /* ZeRO-3: each group is fetched (prefetching the next ones down), gets a gradient slot, and
-     * is reduce-scattered into the gradient shard right after its backward */
-    z3_fetch(m, d.L, -1);
-    int overwrite = z3_grad_begin(m, d.L);
-    ops->rmsnorm_backward(m->d_res, grad(m, m->layout.final_norm), m->d_ln, m->residual[d.L],
-                          param(m, m->layout.final_norm), m->final_rstd, d.N, d.C, m->ws_rmsnorm);
-    overwrite_end(m, overwrite);
-    z3_grad_end(m, d.L);
-    z3_release(m, d.L);
-    for (int l = d.L - 1; l >= 0; l--) {
-        z3_fetch(m, l, -1);
-        overwrite = z3_grad_begin(m, l);
-        recompute_layer(m, &d, l);
-        lj_layer_acts *a = &m->layers[l];
-        /* MLP: residual[l+1] = res_mid + down(swiglu(gate_up(ln2))) */
-        ops->matmul_backward(m->d_mlp, grad(m, lj_param_index(l, LJ_P_DOWN)), m->d_res, a->mlp_act,
-                             param(m, lj_param_index(l, LJ_P_DOWN)), d.N, d.I, d.C, 0);
-        if (m->opt.fused) ops->swiglu_backward(m->d_gate_up, m->d_mlp, a->gate_up, d.N, d.I);
-        else ops->swiglu_backward_unfused(m->d_gate_up, m->swiglu_tmp, m->d_mlp, a->gate_up, d.N, d.I);
-        ops->matmul_backward(m->d_ln, grad(m, lj_param_index(l, LJ_P_GATE)), m->d_gate_up, a->ln2,
-                             param(m, lj_param_index(l, LJ_P_GATE)), d.N, d.C, 2 * d.I, 0);
-        ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN2)), m->d_ln, a->res_mid,
-                              param(m, lj_param_index(l, LJ_P_LN2)), a->ln2_rstd, d.N, d.C, m->ws_rmsnorm);
-        /* attention: res_mid = residual[l] + o_proj(attention(rope(qkv(ln1)))) */
-        ops->matmul_backward(m->d_attn, grad(m, lj_param_index(l, LJ_P_O)), m->d_res, a->attn,
-                             param(m, lj_param_index(l, LJ_P_O)), d.N, d.Q, d.C, 0);
-        ops->attention_backward(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, d.B, d.T, d.nh, d.nkv, d.hd,
-                                m->ws_attention);
-        ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, d.B, d.T, d.nh, d.nkv, d.hd);
-        ops->matmul_backward(m->d_ln, grad(m, lj_param_index(l, LJ_P_Q)), m->d_qkv, a->ln1,
-                             param(m, lj_param_index(l, LJ_P_Q)), d.N, d.C, d.QKV, 0);
-        ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
-                              param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, d.N, d.C, m->ws_rmsnorm);
-        overwrite_end(m, overwrite);
-        z3_grad_end(m, l);
-        z3_release(m, l);
+    const lj_layer_spec *s = &m->spec;
+    const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
+    ops->memset_zero(m->d_res, (size_t)N * s->C * lj_dtype_size(ops->act_dtype));
+    /* the final norm (its input gradient m->d_ln came from the loss in lj_model_forward) */
+    fetch(m, L, -1);
+    const lj_grad_mode norm_mode = grad_begin(m, L);
+    ops->rmsnorm_backward(m->d_res, grad(m, m->layout.final_norm), m->d_ln, m->residual[L],
+                          param(m, m->layout.final_norm), m->final_rstd, N, s->C, norm_mode, m->ws_rmsnorm);
+    grad_end(m, L);
+    release(m, L);
+    for (int l = L - 1; l >= 0; l--) {
+        fetch(m, l, -1);
+        const lj_grad_mode mode = grad_begin(m, l);
+        recompute_layer(m, l, B, T);
+        layer_backward(m, l, B, T, mode);
+        grad_end(m, l);
+        release(m, l);
     }
-    z3_grad_begin(m, -1); /* tied: held since the loss */
-    ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, d.N, d.C, m->ws_embedding);
-    z3_grad_end(m, -1);
-    if (m->zero3) lj_zero3_release_all(m);
+    (void)grad_begin(m, LJ_UNIT_EMBED); /* tied: held since the loss; the scatter-add always accumulates */
+    ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
+    grad_end(m, LJ_UNIT_EMBED);
+    pass_end(m);
 }
 
 void lj_model_zero_grads(lj_model *m) {
-    /* ZeRO-2/3: the first reduction of each group overwrites its part of the shard */
-    if (m->zero3) lj_zero3_grads_zeroed(m);
+    if (m->residency) m->residency->grads_zeroed(m);
     else m->ops->memset_zero(m->grads, (size_t)m->grad_numel * lj_dtype_size(m->ops->grad_dtype));
 }
 
@@ -537,7 +319,7 @@ typedef struct {
 static void run_body(lj_model *m, float dloss, const graph_body *b) {
     if (b->tail) lj_model_zero_grads(m);
     lj_model_forward(m, 1, dloss);
-    lj_model_backward(m, dloss);
+    lj_model_backward(m);
     if (b->tail) b->tail(m, b->ctx);
 }
 
@@ -579,7 +361,7 @@ void lj_model_forward_backward(lj_model *m, float dloss) {
 }
 
 void lj_model_train_step(lj_model *m, float dloss, uint64_t key, lj_model_step_tail tail, void *ctx) {
-    LJ_ASSERT(m->opt.training && !m->zero3, "lj_model_train_step needs a training plan without ZeRO-3 sharding");
+    LJ_ASSERT(m->opt.training && !m->residency, "lj_model_train_step needs a replicated training model (no ZeRO-2/3)");
     const graph_body b = {tail, ctx};
     run_graphed(m, &m->step_graph, dloss, key, &b);
 }
@@ -614,30 +396,26 @@ double lj_model_mean_loss(lj_model *m) {
 
 void lj_model_decode(lj_model *m, const int32_t *ids, int n, int p0, float *logits) {
     const lj_ops *ops = m->ops;
+    const lj_layer_spec *s = &m->spec;
     LJ_ASSERT(m->opt.kv_cache_tokens > 0 && n >= 1 && n <= m->opt.seq_length && p0 + n <= m->opt.kv_cache_tokens);
-    const dims d = model_dims(m, 1, n);
     const size_t sa = lj_dtype_size(ops->act_dtype);
-    const int half = d.hd / 2;
+    const int half = s->hd / 2;
     void *x = m->residual[0];
     ops->upload(m->inputs, ids, (size_t)n * sizeof(int32_t));
-    ops->embedding_forward(x, m->inputs, param(m, m->layout.embed), n, d.C);
-    for (int l = 0; l < d.L; l++) {
+    ops->embedding_forward(x, m->inputs, param(m, m->layout.embed), n, s->C);
+    for (int l = 0; l < s->L; l++) {
         lj_layer_acts *a = &m->layers[l];
-        ops->rmsnorm_forward(a->ln1, a->ln1_rstd, x, param(m, lj_param_index(l, LJ_P_LN1)), n, d.C, d.eps);
-        ops->matmul_forward(a->qkv, a->ln1, param(m, lj_param_index(l, LJ_P_Q)), n, d.C, d.QKV);
-        ops->rope_forward(a->qkv, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, n, d.nh, d.nkv,
-                          d.hd);
-        ops->attention_decode(a->attn, a->kv_cache, a->qkv, p0, n, d.nh, d.nkv, d.hd);
-        ops->matmul_forward(m->proj, a->attn, param(m, lj_param_index(l, LJ_P_O)), n, d.Q, d.C);
-        residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), n, d.C,
-                      d.eps);
-        ops->matmul_forward(a->gate_up, a->ln2, param(m, lj_param_index(l, LJ_P_GATE)), n, d.C, 2 * d.I);
-        swiglu(m, a->mlp_act, a->gate_up, n, d.I);
-        ops->matmul_forward(m->proj, a->mlp_act, param(m, lj_param_index(l, LJ_P_DOWN)), n, d.I, d.C);
-        ops->add(x, a->res_mid, m->proj, (int64_t)n * d.C);
+        rmsnorm(m, a->ln1, a->ln1_rstd, x, lj_param_index(l, LJ_P_LN1), n);
+        lj_linear_forward(m, LJ_LINEAR_QKV, l, a->qkv, a->ln1, n);
+        ops->rope_forward(a->qkv, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, n, s->nh, s->nkv,
+                          s->hd);
+        ops->attention_decode(a->attn, a->kv_cache, a->qkv, p0, n, s->nh, s->nkv, s->hd);
+        lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n);
+        residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), n);
+        mlp_block_forward(m, l, n);
+        ops->add(x, a->res_mid, m->proj, (int64_t)n * s->C);
     }
-    ops->rmsnorm_forward(m->final_ln, m->final_rstd, (char *)x + (size_t)(n - 1) * d.C * sa,
-                         param(m, m->layout.final_norm), 1, d.C, d.eps);
-    ops->matmul_forward(m->logits, m->final_ln, param(m, m->layout.lm_head), 1, d.C, d.V);
-    download_f32(m, logits, m->logits, d.V);
+    rmsnorm(m, m->final_ln, m->final_rstd, (char *)x + (size_t)(n - 1) * s->C * sa, m->layout.final_norm, 1);
+    lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, 1);
+    download_f32(m, logits, m->logits, s->V);
 }

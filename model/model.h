@@ -1,6 +1,9 @@
 /* model.h: the Llama 3 decoder as a set of device buffers plus forward, backward and
  * generation written once over the op table (ops/ops.h). No allocation happens here: every
- * pointer in lj_model is bound by the static memory plan (plan/plan.h).
+ * pointer in lj_model is bound by the static memory plan (plan/plan.h). The loop reads its
+ * parameters through the residency interface (model/residency.h) and runs its matmuls through
+ * the linear-layer module (model/linear.h); how the model is sharded over data-parallel ranks is
+ * applied from outside, by lj_parallelize (parallel/parallel.h), before the plan is built.
  *
  * Shapes: B micro-batch size, T sequence length, N = B*T, C = hidden size, Q = nh*hd,
  * KV = nkv*hd, QKV = Q + 2*KV, I = intermediate size, V = vocabulary, L layers.
@@ -9,12 +12,9 @@
 #define LJ_MODEL_H
 
 #include "config/config.h"
+#include "model/linear.h"
+#include "model/residency.h"
 #include "ops/ops.h"
-
-#define LJ_MAX_LAYERS 256
-
-struct lj_dist;                   /* parallel/dist.h */
-typedef struct lj_zero3 lj_zero3; /* parallel/zero3.h: the ZeRO-2/3 runtime */
 
 /* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
 typedef enum {
@@ -25,6 +25,20 @@ typedef enum {
 
 const char *lj_recompute_name(lj_recompute r);
 
+/* The layer definition, derived from the config once (lj_layer_spec_of): the shapes the forward
+ * and backward use, and the parts a model family adds to the Llama block. A new dense family is
+ * a new field here (and maybe an op), read where its part sits in the block. */
+typedef struct {
+    int C, I, V;        /* hidden size, intermediate size, vocabulary */
+    int nh, nkv, hd;    /* query heads, key/value heads, head dim (nh*hd need not equal C) */
+    int Q, KV, QKV;     /* nh*hd, nkv*hd, Q + 2*KV: the widths of q, of k (= v), of the qkv row */
+    int L;              /* layers */
+    float eps;          /* RMSNorm epsilon */
+    int tied;           /* lm_head is the embedding (tie_word_embeddings) */
+} lj_layer_spec;
+
+lj_layer_spec lj_layer_spec_of(const lj_model_config *cfg);
+
 /* Everything besides the model shape that decides the buffers of a run. */
 typedef struct {
     int micro_batch_size;   /* B */
@@ -34,21 +48,21 @@ typedef struct {
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
     int graphs;             /* 1: on a backend with graphs, replay forward + backward from a captured graph
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
+    lj_linear_recipe linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
+    /* Data parallelism, applied by lj_parallelize (parallel/parallel.h); plain data here: */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
                                2 (training, W > 1) the gradients too (reduced to their owners layer by
                                layer during the backward), 3 the parameters too (parallel/zero3.h) */
     int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
-    struct lj_dist *dist;   /* ZeRO-2/3 over W > 1 ranks: the communicator of its all-gathers and
-                               gradient reductions (NULL: a model built only to be planned) */
     int64_t zero3_prefetch_numel;    /* stage3_prefetch_bucket_size, elements (0: auto, 0.9 d^2) */
     int64_t zero3_max_live_numel;    /* stage3_max_live_parameters, elements (0: DeepSpeed's 1e9) */
     int64_t zero3_persistence_numel; /* stage3_param_persistence_threshold, elements (0: auto, 10 d;
                                         < 0: no persistent groups) */
     int64_t zero_reduce_bucket_numel; /* ZeRO-2 reduce_bucket_size, elements (0: auto, d^2): the size of
                                          each reduction of a gradient slot to the shard owners */
-    int zero_overlap_off;   /* ZeRO-2/3 over W > 1: 1 makes the compute stream wait for every collective
-                               right after queuing it, and disables the ZeRO-3 prefetch
-                               (overlap_comm false); 0 overlaps them with compute (the default) */
+    int overlap_comm;       /* ZeRO-2/3 over W > 1 (DeepSpeed's zero_optimization.overlap_comm): 1 overlaps
+                               the collectives with compute and prefetches ZeRO-3 gathers; 0 makes the
+                               compute stream wait for every collective right after queuing it */
     int offload_optimizer;  /* training, ZeRO stage >= 1: 1 keeps this rank's f32 master weights and AdamW
                                moments in host memory (DeepSpeed's offload_optimizer.device "cpu"): they
                                leave the memory plan, and the AdamW step runs on the host with the CPU
@@ -81,26 +95,29 @@ typedef struct {
     uint64_t key;   /* the caller's hash of the rest (0 for forward + backward) */
 } lj_model_graph;
 
-typedef struct {
+struct lj_model {
     const lj_ops *ops;
     lj_model_config cfg;
+    lj_layer_spec spec;
     lj_model_options opt;
     lj_param_layout layout;
 
-    /* parameters and optimizer state, flat in the layout of config/config.h. Under ZeRO stage
-     * 1 or 2 the flat buffers are padded to padded_numel = W * shard_numel and this rank owns
-     * [shard_begin, shard_begin + shard_numel); without ZeRO the shard is the whole [0, P).
-     * Under ZeRO stage 3 over W > 1 ranks (zero3 != NULL) every buffer below is this rank's
-     * shard in the order of parallel/zero.h's layer partition: padded_numel = shard_numel (the
-     * length of params and grads on this rank) and shard_begin = 0; the full parameters of a
-     * layer exist only while it is gathered (parallel/zero3.h). Under ZeRO stage 2 over W > 1 ranks
-     * (zero3 != NULL, zero3->shard_params == 0) the params stay replicated and flat as under
-     * stage 1, but grads holds only this rank's shard of the gradients (grad_numel =
-     * shard_numel elements, flat positions [shard_begin, shard_begin + shard_numel)). */
+    /* parameters and optimizer state, flat in the layout of config/config.h. Replicated (the
+     * default of lj_model_init), the shard is the whole [0, P). lj_parallelize may change that:
+     * under ZeRO stage 1 or 2 the flat buffers are padded to padded_numel = W * shard_numel and
+     * this rank owns [shard_begin, shard_begin + shard_numel). Under ZeRO stage 3 over W > 1
+     * ranks every buffer below is this rank's shard in the order of parallel/zero.h's layer
+     * partition: padded_numel = shard_numel (the length of params and grads on this rank) and
+     * shard_begin = 0; the full parameters of a layer exist only while it is gathered. Under ZeRO
+     * stage 2 over W > 1 ranks the params stay replicated and flat as under stage 1, but grads
+     * holds only this rank's shard of the gradients (grad_numel = shard_numel elements, flat
+     * positions [shard_begin, shard_begin + shard_numel)). */
     int64_t shard_begin, shard_numel, padded_numel;
     int64_t grad_numel;  /* elements of grads: padded_numel, or shard_numel when the gradients are
                             partitioned (ZeRO-2/3 over W > 1 ranks) */
-    lj_zero3 *zero3;     /* ZeRO-3 state, or NULL */
+    const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
+    void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
+    int parallelized;              /* lj_parallelize has run (lj_plan_build checks it) */
     void *params;        /* [padded_numel] param dtype */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
                             backend: params + shard_begin; under opt.offload_optimizer: host memory) */
@@ -150,10 +167,12 @@ typedef struct {
 
     lj_model_graph fwd_bwd_graph; /* forward + backward (lj_model_forward_backward, opt.graphs) */
     lj_model_graph step_graph;    /* the whole training step as one graph (lj_model_train_step) */
-} lj_model;
+};
 
-/* Host-side tables derived from the config (the layout and the per-layer pointer arrays).
- * The device pointers are bound later by lj_plan_bind. */
+/* Host-side tables derived from the config (the layout and the per-layer pointer arrays), for a
+ * replicated model: the shard is everything. lj_parallelize (parallel/parallel.h) then applies
+ * the options' ZeRO sharding, if any. The device pointers are bound later by lj_plan_bind.
+ * Asserts num_hidden_layers <= LJ_MAX_LAYERS (lj_config_validate refuses more). */
 void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, const lj_model_options *opt);
 void lj_model_free(lj_model *m);
 
@@ -181,16 +200,6 @@ void lj_model_get_weights(lj_model *m, float *params);
  * opt.offload_optimizer), under any ZeRO stage. */
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
 
-/* Optimizer offload: bytes of host memory for this model's offloaded state: `state` the f32
- * master weights and AdamW moments (12 B per shard element), `staging` the gradient and
- * parameter staging and the norm workspace. Both 0 without opt.offload_optimizer. */
-void lj_model_offload_bytes(const lj_model *m, size_t *state, size_t *staging);
-
-/* Optimizer offload: allocates and zeroes the host buffers above and points master, adam_m and
- * adam_v at them (called by lj_plan_allocate; a no-op without opt.offload_optimizer). Errors:
- * LJ_ERR_OOM naming the bytes. */
-lj_status lj_model_offload_alloc(lj_model *m);
-
 /* Optimizer offload: rounds this rank's host master shard to the param dtype on the host
  * (lj_f32_to_bf16, the device cast's round-to-nearest-even) and uploads it into the params at
  * the shard (params + shard_begin). Stream-ordered like every upload. */
@@ -205,8 +214,14 @@ void lj_model_set_batch(lj_model *m, const int32_t *tokens);
  * the loss (fused path), and lj_model_backward must follow. */
 void lj_model_forward(lj_model *m, int backward, float dloss);
 
-/* Backward over the current batch; weight gradients accumulate into m->grads. */
-void lj_model_backward(lj_model *m, float dloss);
+/* Backward over the current batch (after lj_model_forward with backward = 1, which applied
+ * dloss); weight gradients accumulate into m->grads (or the residency's gradient buffers). */
+void lj_model_backward(lj_model *m);
+
+/* Where parameter `index` (layout order) and its gradient are now: in the flat buffers, or where
+ * the residency keeps them while the parameter's unit is fetched / collecting gradients. */
+void *lj_model_param(const lj_model *m, int index);
+void *lj_model_grad(const lj_model *m, int index);
 
 /* Zeroes the gradient buffer (m->grad_numel elements of the grad dtype), in stream order:
  * once per optimizer step, before the first micro-batch's backward. Under ZeRO-2/3 over several

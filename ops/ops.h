@@ -10,8 +10,10 @@
  *     Q = nh*hd, KV = nkv*hd, QKV = Q + 2*KV, I = intermediate size, V = vocabulary.
  *   - The QKV layout of a row is [q heads (nh*hd) | k heads (nkv*hd) | v heads (nkv*hd)];
  *     within a head the RoPE pairs are (i, i + hd/2) (HF half-split convention).
- *   - Gradients of weights ACCUMULATE (+=) so that micro-batches add up; the caller zeroes
- *     them once per optimizer step. Gradients of activations overwrite unless the op says so.
+ *   - Gradients of weights ACCUMULATE (+=) so that micro-batches add up, and the caller zeroes
+ *     them once per optimizer step; the ops that can also overwrite them take an lj_grad_mode
+ *     argument. Gradients of activations overwrite unless the op says so.
+ *   - The table is stateless: no entry changes what another does.
  *   - Ops run asynchronously in stream order on the backend's stream; only the memcpy
  *     download and synchronize wait for the device. upload is stream-ordered too (the host
  *     source may be reused as soon as it returns).
@@ -66,6 +68,14 @@ enum {
  * computes them in PyTorch's _single_tensor_adamw, then rounded once to f32. */
 void lj_adamw_step_scalars(float *out, const lj_adamw_hparams *hp, float lr, int step);
 
+/* How an op writes a gradient it produces: OVERWRITE (dst = g) or ACCUMULATE (dst += g). A
+ * buffer that the backward writes exactly once per step (ZeRO's per-layer gradient slots) can
+ * be overwritten instead of zeroed first. */
+typedef enum {
+    LJ_GRAD_OVERWRITE = 0,
+    LJ_GRAD_ACCUMULATE = 1,
+} lj_grad_mode;
+
 typedef struct lj_ops lj_ops;
 struct lj_ops {
     const char *name;      /* "cpu" or "cuda" */
@@ -105,11 +115,11 @@ struct lj_ops {
      * computed in fp32) ---- */
     /* out[N,C] act, rstd[N] f32 = 1/sqrt(mean(x^2)+eps); x[N,C] act; w[C] param. */
     void (*rmsnorm_forward)(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
-    /* dx[N,C] += d/dx; dw[C] += d/dw (= in weight-gradient overwrite mode). dout[N,C] act; x, w,
-     * rstd as saved by forward.
-     * `workspace` holds rmsnorm_backward_workspace_bytes(N, C) bytes. */
+    /* dx[N,C] += d/dx; dw[C] (grad) += d/dw, or = with dw_mode LJ_GRAD_OVERWRITE. dout[N,C] act;
+     * x, w, rstd as saved by forward. `workspace` holds rmsnorm_backward_workspace_bytes(N, C)
+     * bytes. */
     void (*rmsnorm_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
-                             int N, int C, void *workspace);
+                             int N, int C, lj_grad_mode dw_mode, void *workspace);
     size_t (*rmsnorm_backward_workspace_bytes)(int N, int C);
     /* Fused residual add + RMSNorm: res_out = res_in + y; out = rmsnorm(res_out).
      * Equal to add() then rmsnorm_forward() on res_out, bit for bit on the CPU. */
@@ -120,10 +130,10 @@ struct lj_ops {
 
     /* ---- matmul: out[N,OC] = x[N,IC] w[OC,IC]^T (fp32 accumulation) ---- */
     void (*matmul_forward)(void *out, const void *x, const void *w, int N, int IC, int OC);
-    /* dx[N,IC] = dout w (overwrite, or += when accumulate_dx; skipped when dx is NULL);
-     * dw[OC,IC] += dout^T x (skipped when dw is NULL; = in weight-gradient overwrite mode). */
+    /* dx[N,IC] act = dout w (dx_mode: = or +=; skipped when dx is NULL);
+     * dw[OC,IC] grad = dout^T x (dw_mode: += or =; skipped when dw is NULL). */
     void (*matmul_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
-                            int OC, int accumulate_dx);
+                            int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode);
 
     /* ---- RoPE in the QKV layout (Su et al. 2021; HF apply_rotary_pos_emb, half-split) ----
      * qkv[B*T, QKV] act, rotated in place for the q and k heads; row (b, t) uses position
@@ -184,14 +194,6 @@ struct lj_ops {
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq);
 
-    /* ---- weight-gradient mode (NULL: always accumulate) ----
-     * overwrite = 1: until called again with 0, matmul_backward and rmsnorm_backward write
-     * their dw (dw = ...) instead of adding to it, so that a gradient buffer whose every element
-     * the backward writes exactly once needs no zeroing first (ZeRO-3's gradient slots,
-     * parallel/zero3.c). embedding_backward and cross_entropy_fused always accumulate. A host-side
-     * switch: a graph captured in one mode replays in that mode. */
-    void (*set_weight_grad_overwrite)(int overwrite);
-
     /* ---- graphs (NULL on backends without them) ----
      * Between capture_begin and capture_end the ops issued are recorded, not run; the
      * returned graph replays them with the same pointers and arguments. Every op above is
@@ -211,15 +213,19 @@ const lj_ops *lj_ops_cpu(void);
  * or no usable GPU is present. */
 const lj_ops *lj_ops_cuda(void);
 
-/* Sets the CUDA backend's gradient dtype (DeepSpeed's data_types.grad_accum_dtype):
+/* Chooses the CUDA backend's gradient dtype (DeepSpeed's data_types.grad_accum_dtype):
  * LJ_DTYPE_BF16 (the default: 2 bytes per parameter; weight-gradient GEMMs accumulate in fp32
  * and round once per micro-batch) or LJ_DTYPE_F32 (4 bytes; exact accumulation over
- * micro-batches). It changes the tables of lj_ops_cuda() and lj_ops_cuda_describe(); call it
- * before any model is planned. Errors: LJ_ERR_ARG for another dtype. No-op without CUDA. */
+ * micro-batches). The backend has one constant table per gradient dtype; this selects which
+ * one lj_ops_cuda() and lj_ops_cuda_describe() return from then on (a table already handed out
+ * keeps its own). Call it before any model is planned. Errors: LJ_ERR_ARG for another dtype.
+ * No-op without CUDA. */
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
 
-/* The CUDA backend's dtypes and workspace-size entries only (every other entry is NULL),
- * without touching a device: for planning GPU runs on a machine without one. NULL when this
+/* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
+ * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for
+ * planning GPU runs on a machine without one. The attention workspace is the size cuDNN reports
+ * on an H200 (cuda_attention.cu), since cuDNN cannot be asked without a device. NULL when this
  * build has no CUDA. */
 const lj_ops *lj_ops_cuda_describe(void);
 

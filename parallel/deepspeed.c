@@ -34,9 +34,11 @@ static int in_list(const char *key, const char *const *list) {
     return 0;
 }
 
+/* out[n] = "prefix.key", a JSON key path for messages (cut to fit: config keys are short). */
 static void join_path(char *out, size_t n, const char *prefix, const char *key) {
-    if (prefix && *prefix) snprintf(out, n, "%s.%s", prefix, key);
-    else snprintf(out, n, "%s", key);
+    const int half = (int)(n / 2) - 1;
+    if (prefix && *prefix) snprintf(out, n, "%.*s.%.*s", half, prefix, half - 1, key);
+    else snprintf(out, n, "%.*s", (int)n - 1, key);
 }
 
 static void unknown_key(ctx *c, const char *path) {

@@ -33,12 +33,6 @@ void lj_dist_options_default(lj_dist_options *opt) {
     }
 }
 
-uint64_t lj_dist_hash(uint64_t hash, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001b3ULL;
-    return hash;
-}
-
 /* Undoes a (possibly partial) initialization; `clean` says goodbye, otherwise aborts. */
 static void dist_release(lj_dist *d, int clean) {
     if (!d) return;
@@ -156,8 +150,6 @@ int lj_dist_rank(const lj_dist *d) { return d->env.rank; }
 int lj_dist_world_size(const lj_dist *d) { return d->env.world_size; }
 int lj_dist_local_rank(const lj_dist *d) { return d->env.local_rank; }
 int lj_dist_local_world_size(const lj_dist *d) { return d->env.local_world_size; }
-lj_launcher lj_dist_get_launcher(const lj_dist *d) { return d->env.launcher; }
-
 /* ---- dispatch ------------------------------------------------------------------- */
 
 static void check_sum_dtype(lj_dtype dtype) {

@@ -137,12 +137,6 @@ typedef struct {
 /* Defaults: backend MPI, hash 0, no summary, timeout LJPERF_DIST_TIMEOUT or 600 s, set_device 1. */
 void lj_dist_options_default(lj_dist_options *opt);
 
-/* FNV-1a (64-bit) of `bytes` bytes, continuing from `hash` (start with LJ_DIST_HASH_INIT): for
- * building lj_dist_options.config_hash field by field (hash values, never struct padding or
- * pointers). Source: Fowler, Noll, Vo, the FNV-1a algorithm (offset basis and prime below). */
-#define LJ_DIST_HASH_INIT 0xcbf29ce484222325ULL
-uint64_t lj_dist_hash(uint64_t hash, const void *data, size_t bytes);
-
 typedef struct lj_dist lj_dist;
 
 /* Finds the ranks (lj_dist_env_detect), bootstraps the backend and checks the configuration
@@ -170,8 +164,6 @@ int lj_dist_rank(const lj_dist *d);
 int lj_dist_world_size(const lj_dist *d);
 int lj_dist_local_rank(const lj_dist *d);
 int lj_dist_local_world_size(const lj_dist *d);
-lj_launcher lj_dist_get_launcher(const lj_dist *d);
-
 /* ---- collectives (ordering and padding rules: top of this file) ------------------- */
 
 /* recv[i] = sum over ranks of send[i], i < count, on every rank. In place when send == recv.

@@ -2,6 +2,8 @@
 #include "parallel/dp.h"
 
 #include "io/safetensors.h"
+#include "optim/offload.h"
+#include "optim/step.h"
 #include "parallel/zero3.h"
 
 #include <math.h>
@@ -16,7 +18,7 @@ lj_status lj_dp_init(lj_dp *dp, const lj_ops *ops, int zero_stage, const char *s
     lj_dist_options o;
     lj_dist_options_default(&o);
     o.backend = strcmp(ops->name, "cpu") == 0 ? LJ_DIST_MPI : LJ_DIST_NCCL;
-    o.config_hash = lj_dist_hash(LJ_DIST_HASH_INIT, summary, strlen(summary));
+    o.config_hash = lj_hash(LJ_HASH_INIT, summary, strlen(summary));
     o.config_summary = summary;
     LJ_TRY(lj_dist_init(&dp->dist, &o));
     dp->rank = lj_dist_rank(dp->dist);
@@ -52,9 +54,8 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
          * bookkeeping on the host (parallel/zero3.h): the forward + backward is not captured as a
          * CUDA graph */
         o->graphs = 0;
-        o->dist = dp->dist;
         o->zero_reduce_bucket_numel = dp->reduce_bucket_size;
-        o->zero_overlap_off = !dp->overlap_comm;
+        o->overlap_comm = dp->overlap_comm;
         o->zero3_prefetch_numel = dp->stage3_prefetch_bucket_size;
         o->zero3_max_live_numel = dp->stage3_max_live_parameters;
         o->zero3_persistence_numel = dp->stage3_param_persistence_threshold;
@@ -102,49 +103,15 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n) {
     m->ops->download(values, m->dist_scalars, (size_t)n * sizeof(float));
 }
 
-/* The fixed AdamW hyper-parameters of a config. */
-static lj_adamw_hparams hparams_of(const lj_adamw_config *cfg) {
-    const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm};
-    return hp;
-}
-
-/* Uploads the step's AdamW scalars (lr, bias corrections) to m->adamw_scalars, in stream order
- * before the update that reads them. */
-static void upload_step_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step) {
-    float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars(scalars, hp, lr, step);
-    m->ops->upload(m->adamw_scalars, scalars, sizeof scalars);
-}
-
-static double download_norm(lj_model *m) {
-    float norm_sq = 0.0f;
-    m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
-    return sqrt((double)norm_sq);
-}
-
-/* The optimizer of a world of one (lj_dp_optimizer_step without collectives): the global norm
- * of the shard's gradients (without ZeRO over several ranks: all of them), then AdamW over the
- * segments with the scalars in m->adamw_scalars. Ops only: capturable. */
-typedef struct {
-    const lj_adamw_segment *segments;
-    int num_segments;
-    lj_adamw_hparams hp;
-} single_rank_update;
-
-static void single_rank_update_ops(lj_model *m, void *ctx) {
-    const single_rank_update *u = ctx;
-    const lj_ops *ops = m->ops;
-    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
-    const char *grad_shard = (const char *)m->grads + (size_t)m->shard_begin * sg;
-    const int64_t P = m->layout.total;
-    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
-    ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
-                      u->segments, u->num_segments, &u->hp, m->adamw_scalars, m->grad_norm_sq);
+/* The squared norm in m->grad_norm_sq summed over the ranks. */
+static void all_reduce_norm(lj_dp *dp, lj_model *m) {
+    void *stream = stream_of(m);
+    lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
+    lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
 }
 
 int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out) {
-    const lj_zero3 *z = m->zero3;
+    const lj_zero3 *z = lj_zero3_of(m);
     if (!z || !z->shard_params) {
         lj_adamw_segment *all;
         const int n_all = lj_adamw_segments(&m->layout, cfg, &all);
@@ -175,38 +142,16 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
     return k;
 }
 
-double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *segments,
-                          int num_segments, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
-    const lj_ops *ops = m->ops, *host = lj_ops_cpu();
-    LJ_ASSERT(m->offload_host, "optimizer offload: no host state (lj_plan_allocate binds it)");
-    LJ_ASSERT(n_grad >= 0 && n_grad <= m->shard_numel, "offload: %lld gradients in a shard of %lld",
-              (long long)n_grad, (long long)m->shard_numel);
-    float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
-    if (ops->grad_dtype == LJ_DTYPE_F32) {
-        ops->download(g, grad_shard, (size_t)n_grad * sizeof(float));
-        ops->synchronize();
-    } else {
-        LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
-        uint16_t *stage = m->offload_stage;
-        ops->download(stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
-        ops->synchronize(); /* the copy has landed before the host reads it */
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n_grad; i++) g[i] = lj_bf16_to_f32(stage[i]);
-    }
-    float norm_sq = 0.0f;
-    host->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
-    ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
+/* Optimizer offload: the host halves (optim/offload.h) around the norm's all-reduce. */
+static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *seg,
+                           int nseg, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
+    float norm_sq = lj_offload_grad_norm_sq(m, grad_shard, n_grad);
+    m->ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
     if (reduce_norm) {
-        void *stream = stream_of(m);
-        lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
-        lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
-        ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+        all_reduce_norm(dp, m);
+        m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
     }
-    float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars(scalars, hp, lr, step);
-    /* params == master: the CPU backend's update writes the f32 master only */
-    host->adamw_update(m->master, m->master, g, m->adam_m, m->adam_v, segments, num_segments, hp, scalars, &norm_sq);
-    lj_model_offload_push_params(m);
+    lj_offload_update(m, seg, nseg, hp, lr, step, norm_sq);
     return sqrt((double)norm_sq);
 }
 
@@ -214,31 +159,28 @@ double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_
  * whole shard (its padding carries zeros) enters the norm and the update. */
 static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
                          float lr, int step) {
-    const lj_ops *ops = m->ops;
-    void *stream = stream_of(m);
     lj_zero3_step_begin(m);
-    if (m->offload_host) return lj_dp_offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
-    ops->global_norm_sq(m->grad_norm_sq, m->grads, m->shard_numel, m->ws_norm);
-    lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
-    lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
-    ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, seg, nseg, hp, m->adamw_scalars,
-                      m->grad_norm_sq);
-    return download_norm(m);
+    if (m->offload_host) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
+    lj_optim_norm_sq(m, m->grads, m->shard_numel);
+    all_reduce_norm(dp, m);
+    lj_optim_update(m, m->params, m->grads, seg, nseg, hp);
+    return lj_optim_read_norm(m);
 }
 
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step) {
     const lj_ops *ops = m->ops;
-    const lj_adamw_hparams hp = hparams_of(cfg);
-    upload_step_scalars(m, &hp, lr, step);
-    if (m->zero3 && m->zero3->shard_params) return zero3_step(dp, m, segments, num_segments, &hp, lr, step);
+    const lj_adamw_hparams hp = lj_adamw_hparams_of(cfg);
+    lj_optim_upload_scalars(m, &hp, lr, step);
+    lj_zero3 *z = lj_zero3_of(m);
+    if (z && z->shard_params) return zero3_step(dp, m, segments, num_segments, &hp, lr, step);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
-    /* ZeRO-2 over several ranks (m->zero3 in its stage-2 form): m->grads is the shard itself,
-     * reduced during the backward; the compute stream waits for the last reductions */
-    char *grad_shard = m->zero3 ? (char *)m->grads : (char *)m->grads + (size_t)m->shard_begin * sg;
-    if (m->zero3) {
+    /* ZeRO-2 over several ranks (the ZeRO runtime in its stage-2 form): m->grads is the shard
+     * itself, reduced during the backward; the compute stream waits for the last reductions */
+    char *grad_shard = z ? (char *)m->grads : (char *)m->grads + (size_t)m->shard_begin * sg;
+    if (z) {
         lj_zero3_step_begin(m);
     } else if (dp->world > 1) {
         lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grads, m->grads, m->padded_numel, ops->grad_dtype, stream));
@@ -249,15 +191,11 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
     double norm;
     if (m->offload_host) {
-        norm = lj_dp_offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, step, stage > 0);
+        norm = offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, step, stage > 0);
     } else {
-        ops->global_norm_sq(m->grad_norm_sq, grad_shard, n > 0 ? n : 0, m->ws_norm);
-        if (stage > 0) {
-            lj_dp_check(dp, lj_dist_all_reduce(dp->dist, m->grad_norm_sq, m->grad_norm_sq, 1, LJ_DTYPE_F32, stream));
-            lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
-        }
-        ops->adamw_update((char *)m->params + (size_t)m->shard_begin * sp, m->master, grad_shard, m->adam_m, m->adam_v,
-                          segments, num_segments, &hp, m->adamw_scalars, m->grad_norm_sq);
+        lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
+        if (stage > 0) all_reduce_norm(dp, m);
+        lj_optim_update(m, (char *)m->params + (size_t)m->shard_begin * sp, grad_shard, segments, num_segments, &hp);
         norm = -1.0; /* read after the all-gather */
     }
     if (stage > 0) {
@@ -265,33 +203,22 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
                                            m->shard_numel, ops->param_dtype, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
-    return norm >= 0.0 ? norm : download_norm(m);
+    return norm >= 0.0 ? norm : lj_optim_read_norm(m);
 }
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                         const lj_adamw_config *cfg, float lr, int step, float dloss) {
-    if (dp->world > 1 || m->zero3 || m->offload_host) {
+    if (dp->world > 1 || m->residency || m->offload_host) {
         /* collectives, or the offloaded update's host work, between the backward and the update:
          * not captured */
         lj_model_zero_grads(m);
         lj_model_forward_backward(m, dloss);
         return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
     }
-    const single_rank_update u = {segments, num_segments, hparams_of(cfg)};
-    /* everything the update bakes into its launches besides pointers: a changed value means a
-     * recapture (hashed field by field, never struct padding) */
-    uint64_t key = LJ_DIST_HASH_INIT;
-    const float fixed[4] = {u.hp.beta1, u.hp.beta2, u.hp.eps, u.hp.max_grad_norm};
-    key = lj_dist_hash(key, fixed, sizeof fixed);
-    key = lj_dist_hash(key, &num_segments, sizeof num_segments);
-    for (int i = 0; i < num_segments; i++) {
-        key = lj_dist_hash(key, &segments[i].offset, sizeof segments[i].offset);
-        key = lj_dist_hash(key, &segments[i].count, sizeof segments[i].count);
-        key = lj_dist_hash(key, &segments[i].weight_decay, sizeof segments[i].weight_decay);
-    }
-    upload_step_scalars(m, &u.hp, lr, step); /* in stream order before the step (its graph) reads them */
-    lj_model_train_step(m, dloss, key, single_rank_update_ops, (void *)&u);
-    return download_norm(m);
+    const lj_optim_local u = {segments, num_segments, lj_adamw_hparams_of(cfg)};
+    lj_optim_upload_scalars(m, &u.hp, lr, step); /* in stream order before the step (its graph) reads them */
+    lj_model_train_step(m, dloss, lj_optim_local_key(&u), lj_optim_local_step, (void *)&u);
+    return lj_optim_read_norm(m);
 }
 
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv) {
@@ -304,7 +231,8 @@ void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm
 void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) {
     const lj_ops *ops = m->ops;
     const int64_t P = m->layout.total;
-    if (!m->zero3 && m->shard_numel == P) {
+    lj_zero3 *z = lj_zero3_of(m);
+    if (!z && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
         if (m->offload_host) {
@@ -321,7 +249,6 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
      * the gradients are a shard only, and a gradient slot lands instead. */
     void *stream = stream_of(m);
     const int64_t S = m->shard_numel;
-    lj_zero3 *z = m->zero3;
     /* ZeRO-3: a gradient slot (the largest group, free between steps) is the landing space */
     const size_t land_bytes = z ? (size_t)z->grad_slot_numel[0] * lj_dtype_size(ops->grad_dtype)
                                 : (size_t)m->padded_numel * lj_dtype_size(ops->grad_dtype);
@@ -367,114 +294,4 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     free(host);
     /* the gradients were overwritten: the caller saves between optimizer steps, where they are
      * zeroed before the next backward anyway */
-}
-
-/* ---- per-rank shard files --------------------------------------------------------- */
-
-int lj_dp_has_shard_files(const lj_dp *dp) { return dp->world > 1 && dp->zero_stage >= 1; }
-
-enum { SHARD_META = 9 };
-
-/* The metadata a shard file of this rank carries (values written into `values`, 32 bytes each). */
-static void shard_metadata(const lj_dp *dp, const lj_model *m, int iteration, const char **keys,
-                           char values[SHARD_META][32]) {
-    static const char *names[SHARD_META] = {"format", "iteration", "world_size", "zero_stage", "rank",
-                                            "partition", "shard_begin", "shard_numel", "parameters"};
-    const int zero3 = m->zero3 && m->zero3->shard_params;
-    snprintf(values[0], 32, "ljperf-zero-shard");
-    snprintf(values[1], 32, "%d", iteration);
-    snprintf(values[2], 32, "%d", dp->world);
-    snprintf(values[3], 32, "%d", dp->zero_stage);
-    snprintf(values[4], 32, "%d", dp->rank);
-    snprintf(values[5], 32, "%s", zero3 ? "zero3" : "flat");
-    snprintf(values[6], 32, "%lld", (long long)m->shard_begin);
-    snprintf(values[7], 32, "%lld", (long long)m->shard_numel);
-    snprintf(values[8], 32, "%lld", (long long)m->layout.total);
-    for (int i = 0; i < SHARD_META; i++) keys[i] = names[i];
-}
-
-/* Copies n f32 of a shard buffer (device memory, or host memory under offload) to the host. */
-static void shard_download(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
-    else m->ops->download(dst, src, (size_t)n * sizeof(float));
-}
-
-static void shard_upload(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
-    else m->ops->upload(dst, src, (size_t)n * sizeof(float));
-}
-
-static const char *const shard_tensor_names[3] = {"master", "adam_m", "adam_v"};
-
-lj_status lj_dp_save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration) {
-    const int64_t S = m->shard_numel;
-    float *host = lj_malloc((size_t)(3 * S > 0 ? 3 * S : 1) * sizeof(float));
-    const float *src[3] = {m->master, m->adam_m, m->adam_v};
-    lj_st_tensor t[3];
-    memset(t, 0, sizeof t);
-    for (int i = 0; i < 3; i++) {
-        shard_download(m, host + i * S, src[i], S);
-        t[i].name = shard_tensor_names[i];
-        t[i].dtype = LJ_ST_F32;
-        t[i].ndim = 1;
-        t[i].shape[0] = S;
-        t[i].data = host + i * S;
-    }
-    const char *keys[SHARD_META];
-    char values[SHARD_META][32];
-    shard_metadata(dp, m, iteration, keys, values);
-    const char *vals[SHARD_META];
-    for (int i = 0; i < SHARD_META; i++) vals[i] = values[i];
-    lj_status s = lj_safetensors_write(path, t, 3, keys, vals, SHARD_META);
-    free(host);
-    return s;
-}
-
-lj_status lj_dp_load_shard(const lj_dp *dp, lj_model *m, const char *path, int iteration) {
-    const int64_t S = m->shard_numel;
-    lj_safetensors st;
-    lj_status s = lj_safetensors_open(&st, path);
-    if (s != LJ_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", lj_error_message());
-        return lj_fail(s, "%s (this run has the saving world size and ZeRO stage, so it resumes from the per-rank "
-                          "shard files; restore the file, or resume on another number of ranks to use the "
-                          "consolidated state.safetensors)", why);
-    }
-    const char *keys[SHARD_META];
-    char want[SHARD_META][32];
-    shard_metadata(dp, m, iteration, keys, want);
-    for (int i = 0; i < SHARD_META && s == LJ_OK; i++) {
-        const char *have = lj_safetensors_metadata(&st, keys[i]);
-        if (!have) s = lj_fail(LJ_ERR_FORMAT, "%s: metadata '%s' is missing (not a ZeRO shard file?)", path, keys[i]);
-        else if (strcmp(have, want[i]) != 0)
-            s = lj_fail(LJ_ERR_FORMAT, "%s: metadata '%s' is %.40s, this rank needs %s (a shard file of another rank, "
-                                       "world size, ZeRO stage, iteration or model?)", path, keys[i], have, want[i]);
-    }
-    const lj_st_entry *e[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3 && s == LJ_OK; i++) {
-        e[i] = lj_safetensors_find(&st, shard_tensor_names[i]);
-        if (!e[i]) s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing", path, shard_tensor_names[i]);
-        else if (e[i]->dtype != LJ_ST_F32)
-            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32", path, e[i]->name,
-                        lj_st_dtype_name(e[i]->dtype));
-        else if (e[i]->numel != S)
-            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, this rank's shard has %lld", path, e[i]->name,
-                        (long long)e[i]->numel, (long long)S);
-    }
-    if (s == LJ_OK && S > 0) {
-        /* the parameters were derived from state.safetensors' master: the shard must be the same save */
-        float *held = lj_malloc((size_t)S * sizeof(float));
-        shard_download(m, held, m->master, S);
-        if (memcmp(held, e[0]->data, (size_t)S * sizeof(float)) != 0)
-            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor 'master' differs from this rank's part of %s's master (a shard file "
-                                       "of another save, or a corrupted file)", path, "state.safetensors");
-        free(held);
-    }
-    if (s == LJ_OK && S > 0) {
-        float *dst[3] = {m->master, m->adam_m, m->adam_v};
-        for (int i = 0; i < 3; i++) shard_upload(m, dst[i], (const float *)e[i]->data, S);
-    }
-    lj_safetensors_close(&st);
-    return s;
 }

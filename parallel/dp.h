@@ -1,6 +1,7 @@
 /* dp.h: data parallelism over a model: joining the ranks, the ZeRO optimizer step (DeepSpeed
- * semantics, stages 0-3), sums of host scalars across ranks, and gathering sharded state.
- * Used by the training loop and the benchmark. */
+ * semantics, stages 0-3: the gradient reductions and parameter all-gathers around the shard's
+ * update of optim/step.h), sums of host scalars across ranks, and gathering sharded state for
+ * checkpoints. Used by the training loop and the benchmark. */
 #ifndef LJ_DP_H
 #define LJ_DP_H
 
@@ -69,7 +70,7 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  * Under optimizer offload (m->opt.offload_optimizer) the gradient reduction is the same; then the
  * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
  * with the CPU backend's ops over the host master and moments; the updated shard is rounded to the
- * param dtype on the host and uploaded before the all-gather of stages 1-2 (lj_dp_offload_step). */
+ * param dtype on the host and uploaded before the all-gather of stages 1-2 (optim/offload.h). */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                             const lj_adamw_config *cfg, float lr, int step);
 
@@ -78,15 +79,6 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
  * over several ranks the parameter pieces the rank holds in shard order (adjacent equal ones
  * merged). Computed once per run; returns the count, *out is heap-allocated. */
 int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out);
-
-/* The host half of the optimizer step under optimizer offload, after the gradients are reduced:
- * grad_shard: this rank's device gradient shard (grad dtype), n_grad of its elements real (the
- * rest of the host copy stays zero); segments relative to the shard. Downloads the gradients
- * (waits for the stream), global norm (all-reduced when `reduce_norm`), AdamW on the host over
- * m->master/adam_m/adam_v, uploads the param-dtype shard at params + shard_begin. No all-gather.
- * Returns the global gradient norm (before clipping). Collective when reduce_norm. */
-double lj_dp_offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *segments,
-                          int num_segments, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm);
 
 /* One whole training step of ONE micro-batch per rank (no gradient accumulation), over the
  * batch already uploaded with lj_model_set_batch: zero the gradients, forward + backward with
@@ -114,32 +106,6 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv);
  * shard) and this rank's shard of the AdamW moments from mm, vv [P] (a checkpoint saved on any
  * number of ranks under any stage). */
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv);
-
-/* Whether this run keeps per-rank ZeRO shard files in its checkpoints: ZeRO stage >= 1 over
- * more than one rank (the f32 master weights and AdamW moments are sharded). */
-int lj_dp_has_shard_files(const lj_dp *dp);
-
-/* Writes this rank's shard of the f32 master weights and AdamW moments, as this rank holds them
- * (device memory, or host memory under optimizer offload), to the safetensors file `path`
- * (atomic: a temporary name, fsync, rename): tensors "master", "adam_m", "adam_v", each 1-D F32
- * [shard_numel] (ZeRO-1/2: flat positions [shard_begin, shard_begin + shard_numel) of the
- * layout, padding after P included; ZeRO-3: the shard in the layer partition's order,
- * parallel/zero.h), and "__metadata__" strings format "ljperf-zero-shard", iteration, world_size,
- * zero_stage, rank, partition ("flat" or "zero3"), shard_begin, shard_numel and parameters (P).
- * Not collective. Errors: LJ_ERR_IO naming the file. */
-lj_status lj_dp_save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration);
-
-/* The inverse, for a resume on the same world size and ZeRO stage: checks every metadata field
- * of `path` against this rank (format, iteration, world_size, zero_stage, rank, partition,
- * shard_begin, shard_numel, parameters) and the three tensors (F32, shard_numel elements), then
- * requires the file's master shard to equal bit for bit the one m holds already (set from the
- * consolidated state.safetensors by lj_model_set_weights, which also derived the parameters from
- * it), and loads the master shard and the AdamW moments directly into m->master, m->adam_m,
- * m->adam_v. Nothing is written unless every check passes. Not collective.
- * Errors: LJ_ERR_IO (missing file) or LJ_ERR_FORMAT naming the file and the field or tensor,
- * e.g. "ckpt/iter_0000002/zero_shard_rank_00001.safetensors: metadata 'rank' is 0, this rank
- * is 1". */
-lj_status lj_dp_load_shard(const lj_dp *dp, lj_model *m, const char *path, int iteration);
 
 /* Stops every rank when a collective failed (the others would wait for this one). */
 void lj_dp_check(lj_dp *dp, lj_status s);

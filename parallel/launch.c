@@ -3,6 +3,7 @@
  * ranks), forwards SIGINT / SIGTERM / SIGHUP to them, waits, and returns the first failure
  * (stopping the rest after a grace time). */
 #define _GNU_SOURCE /* execvpe */
+#include "base/fs.h"
 #include "parallel/dist.h"
 
 #include <errno.h>
@@ -140,7 +141,7 @@ static char **mpirun_argv(int n, const char *exe, char *const child_argv[], char
 int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
     const int n = opt->nproc_per_node;
     LJ_ASSERT(n >= 1 && child_argv && child_argv[0]);
-    char self[4096];
+    char self[LJ_PATH_MAX];
     const char *exe = opt->exe ? opt->exe : self_exe(self, sizeof self);
     const double grace = opt->kill_grace_sec > 0 ? opt->kill_grace_sec : 30.0;
     /* the processes this launcher starts: the N workers, or one mpirun */

@@ -202,50 +202,6 @@ int lj_zero_shard_params(const lj_zero_partition *z, const lj_param_layout *layo
     return count;
 }
 
-static void emit(lj_zero_range *out, int max, int *count, int64_t b, int64_t e) {
-    if (*count < max) {
-        out[*count].begin = b;
-        out[*count].end = e;
-    }
-    (*count)++;
-}
-
-int lj_zero_buckets(const int64_t *bounds, int n, int64_t bucket_numel, int reverse, lj_zero_range *out, int max) {
-    int count = 0;
-    int64_t cb = 0, ce = 0; /* the open bucket [cb, ce); empty when cb == ce */
-    for (int k = 0; k < n; k++) {
-        const int i = reverse ? n - 1 - k : k;
-        const int64_t rb = bounds[i], re = bounds[i + 1], len = re - rb;
-        LJ_ASSERT(len >= 0);
-        if (len == 0) continue;
-        if (bucket_numel <= 0) {
-            emit(out, max, &count, rb, re);
-            continue;
-        }
-        if (cb < ce && (ce - cb) + len > bucket_numel) {
-            emit(out, max, &count, cb, ce);
-            cb = ce = 0;
-        }
-        if (len > bucket_numel) {
-            if (!reverse)
-                for (int64_t p = rb; p < re; p += bucket_numel) emit(out, max, &count, p, min64(p + bucket_numel, re));
-            else
-                for (int64_t p = re; p > rb; p -= bucket_numel) emit(out, max, &count, max64(p - bucket_numel, rb), p);
-            continue;
-        }
-        if (cb == ce) {
-            cb = rb;
-            ce = re;
-        } else if (!reverse) {
-            ce = re;
-        } else {
-            cb = rb;
-        }
-    }
-    if (cb < ce) emit(out, max, &count, cb, ce);
-    return count;
-}
-
 int lj_zero_prefetch_count(const lj_zero_partition *z, int group, int direction, int64_t prefetch_bucket_numel,
                            int64_t max_live_numel, int64_t live_numel) {
     LJ_ASSERT(group >= 0 && group < z->num_groups && (direction == 1 || direction == -1));

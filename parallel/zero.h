@@ -123,15 +123,6 @@ typedef struct {
     int64_t begin, end;
 } lj_zero_range;
 
-/* Buckets for reduce_bucket_size / allgather_bucket_size over the ranges
- * [bounds[i], bounds[i + 1]), i < n (e.g. the unit or group bounds): consecutive whole ranges
- * are merged while the bucket stays within bucket_numel (DeepSpeed flushes a bucket before a
- * tensor would overflow it); a range larger than bucket_numel is cut into pieces of
- * bucket_numel (the last one shorter). reverse != 0 walks from the last range to the first
- * (the order backward produces gradients) and lists buckets in that order. bucket_numel <= 0:
- * one bucket per range. Writes at most `max` buckets and returns the count. */
-int lj_zero_buckets(const int64_t *bounds, int n, int64_t bucket_numel, int reverse, lj_zero_range *out, int max);
-
 /* ZeRO-3 prefetch: how many groups after `group` (direction +1 forward, -1 backward),
  * skipping persistent ones, to all-gather ahead while `group` computes. DeepSpeed's rule
  * (PartitionedParameterCoordinator.fetch_sub_module): keep taking the next group while the

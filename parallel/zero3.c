@@ -12,14 +12,16 @@ static void check(const lj_zero3 *z, lj_status s) {
 
 static void *stream_of(const lj_model *m) { return m->ops->stream ? m->ops->stream() : NULL; }
 
-lj_zero3 *lj_zero3_create(const lj_model *m) {
+int lj_zero3_wanted(const lj_model_options *o) {
+    return (o->zero_stage == 2 || o->zero_stage == 3) && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0;
+}
+
+static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist) {
     const lj_model_options *o = &m->opt;
-    if (!((o->zero_stage == 2 || o->zero_stage == 3) && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0))
-        return NULL;
     lj_zero3 *z = lj_calloc(1, sizeof *z);
     const int d = m->cfg.hidden_size;
     z->shard_params = o->zero_stage == 3;
-    z->overlap = !o->zero_overlap_off;
+    z->overlap = o->overlap_comm;
     /* stage 2: no persistent groups (nothing is gathered) */
     const int64_t persist = !z->shard_params ? 0
                             : o->zero3_persistence_numel == 0 ? lj_zero_persistence_threshold_auto(d)
@@ -30,7 +32,7 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
         z->bucket_numel = o->zero_reduce_bucket_numel > 0 ? o->zero_reduce_bucket_numel : lj_zero_reduce_bucket_auto(d);
         z->pieces = lj_calloc((size_t)o->dp_world_size + 1, sizeof *z->pieces);
     }
-    z->dist = o->dist;
+    z->dist = dist;
     z->rank = o->dp_rank;
     z->world = o->dp_world_size;
     z->prefetch_numel = o->zero3_prefetch_numel > 0 ? o->zero3_prefetch_numel : lj_zero_prefetch_bucket_auto(d);
@@ -53,8 +55,8 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
      * (matmul_backward, rmsnorm_backward); the embedding's (a scatter-add, also lm_head's when
      * tied) and lm_head's (summed over the loss chunks) are accumulated */
     for (int g = 0; g < G; g++)
-        z->grad_written[g] = m->ops->set_weight_grad_overwrite && covered[g] == p->groups[g].end - p->groups[g].begin &&
-                             p->groups[g].layer >= 0 && p->groups[g].layer <= L;
+        z->grad_written[g] = covered[g] == p->groups[g].end - p->groups[g].begin && p->groups[g].layer >= 0 &&
+                             p->groups[g].layer <= L;
     free(covered);
     /* Gather slots: the group computing plus as many as DeepSpeed's prefetch rule would fetch
      * ahead of it, at least one (the forward reads the next layer's input norm at the end of a
@@ -106,7 +108,7 @@ lj_zero3 *lj_zero3_create(const lj_model *m) {
     return z;
 }
 
-void lj_zero3_destroy(lj_zero3 *z) {
+static void zero3_destroy(lj_zero3 *z) {
     if (!z) return;
     lj_zero_partition_free(&z->part);
     if (!z->shard_params) lj_zero_partition_free(&z->flat);
@@ -131,8 +133,8 @@ void lj_zero3_destroy(lj_zero3 *z) {
     free(z);
 }
 
-void *lj_zero3_param(const lj_model *m, int index) {
-    const lj_zero3 *z = m->zero3;
+static void *group_param(const lj_model *m, int index) {
+    const lj_zero3 *z = lj_zero3_of(m);
     const int g = z->param_group[index];
     const lj_zero_group *grp = &z->part.groups[g];
     void *base = grp->persistent ? z->persist[g] : (z->group_slot[g] >= 0 ? z->slot[z->group_slot[g]] : NULL);
@@ -141,8 +143,8 @@ void *lj_zero3_param(const lj_model *m, int index) {
     return (char *)base + (size_t)(m->layout.params[index].offset - grp->begin) * lj_dtype_size(m->ops->param_dtype);
 }
 
-void *lj_zero3_grad(const lj_model *m, int index) {
-    const lj_zero3 *z = m->zero3;
+static void *group_grad(const lj_model *m, int index) {
+    const lj_zero3 *z = lj_zero3_of(m);
     const int g = z->param_group[index];
     LJ_ASSERT(z->group_grad_slot[g] >= 0, "ZeRO-3: gradient of %s written while its group has no gradient slot",
               m->layout.params[index].name);
@@ -152,7 +154,7 @@ void *lj_zero3_grad(const lj_model *m, int index) {
 
 /* Queues the all-gather of group g into `buf` (one collective per unit) and returns its ticket. */
 static lj_dist_ticket gather(lj_model *m, int g, void *buf) {
-    lj_zero3 *z = m->zero3;
+    lj_zero3 *z = lj_zero3_of(m);
     LJ_ASSERT(z->dist, "ZeRO-3: a model built for planning has no communicator");
     const size_t sp = lj_dtype_size(m->ops->param_dtype);
     const lj_zero_group *grp = &z->part.groups[g];
@@ -177,7 +179,7 @@ static int free_slot(const lj_zero3 *z, int64_t n) {
 
 /* Starts gathering non-persistent group g into a free slot; 0 if none is free. */
 static int start_gather(lj_model *m, int g) {
-    lj_zero3 *z = m->zero3;
+    lj_zero3 *z = lj_zero3_of(m);
     if (z->group_slot[g] >= 0) return 1;
     const int s = free_slot(z, z->part.groups[g].gather_numel);
     if (s < 0) return 0;
@@ -187,8 +189,8 @@ static int start_gather(lj_model *m, int g) {
     return 1;
 }
 
-void lj_zero3_fetch(lj_model *m, int g, int direction) {
-    lj_zero3 *z = m->zero3;
+static void fetch_group(lj_model *m, int g, int direction) {
+    lj_zero3 *z = lj_zero3_of(m);
     if (!z->shard_params) return; /* stage 2: the parameters are replicated */
     const lj_zero_partition *p = &z->part;
     void *stream = stream_of(m);
@@ -214,8 +216,8 @@ void lj_zero3_fetch(lj_model *m, int g, int direction) {
     }
 }
 
-void lj_zero3_release(lj_model *m, int g) {
-    lj_zero3 *z = m->zero3;
+static void release_group(lj_model *m, int g) {
+    lj_zero3 *z = lj_zero3_of(m);
     if (!z->shard_params) return;
     const int s = z->group_slot[g];
     if (s < 0) return;
@@ -223,12 +225,12 @@ void lj_zero3_release(lj_model *m, int g) {
     z->group_slot[g] = -1;
 }
 
-void lj_zero3_release_all(lj_model *m) {
-    for (int g = 0; g < m->zero3->part.num_groups; g++) lj_zero3_release(m, g);
+static void release_all(lj_model *m) {
+    for (int g = 0; g < lj_zero3_of(m)->part.num_groups; g++) release_group(m, g);
 }
 
-int lj_zero3_grad_begin(lj_model *m, int g) {
-    lj_zero3 *z = m->zero3;
+static int grad_begin_group(lj_model *m, int g) {
+    lj_zero3 *z = lj_zero3_of(m);
     if (z->group_grad_slot[g] >= 0) return 0;
     const lj_zero_group *grp = &z->part.groups[g];
     int s = -1; /* the free slot that fits and was freed longest ago (its reduce-scatter is likeliest done) */
@@ -275,8 +277,8 @@ int lj_zero3_grad_begin(lj_model *m, int g) {
     return 0;
 }
 
-void lj_zero3_grad_end(lj_model *m, int g) {
-    lj_zero3 *z = m->zero3;
+static void grad_end_group(lj_model *m, int g) {
+    lj_zero3 *z = lj_zero3_of(m);
     const int s = z->group_grad_slot[g];
     LJ_ASSERT(s >= 0);
     const size_t sg = lj_dtype_size(m->ops->grad_dtype);
@@ -312,18 +314,18 @@ void lj_zero3_grad_end(lj_model *m, int g) {
     z->grad_slot_age[s] = ++z->clock;
 }
 
-void lj_zero3_grads_zeroed(lj_model *m) { memset(m->zero3->shard_zero, 1, (size_t)m->zero3->part.num_groups); }
+static void grads_zeroed(lj_model *m) { memset(lj_zero3_of(m)->shard_zero, 1, (size_t)lj_zero3_of(m)->part.num_groups); }
 
 void lj_zero3_step_begin(lj_model *m) {
-    lj_zero3 *z = m->zero3;
+    lj_zero3 *z = lj_zero3_of(m);
     check(z, lj_dist_wait(z->dist, LJ_DIST_ALL, stream_of(m)));
     memset(z->persist_fresh, 0, (size_t)z->part.num_groups);
 }
 
-void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
+static void upload_shard(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
                          int dst_host) {
     LJ_ASSERT(!dst_host || !cast_dst, "a host shard is not cast on the device");
-    const lj_zero3 *z = m->zero3;
+    const lj_zero3 *z = lj_zero3_of(m);
     const size_t sp = lj_dtype_size(m->ops->param_dtype);
     for (int u = 0; u < z->part.num_units; u++) {
         int64_t b, e;
@@ -347,4 +349,74 @@ void lj_zero3_scatter_round(const lj_zero3 *z, const float *gathered, int64_t k,
             if (hi > lo) memcpy(full + b + (lo - so), gathered + (int64_t)r * c + (lo - k), (size_t)(hi - lo) * sizeof(float));
         }
     }
+}
+
+/* ---- the residency (model/residency.h) ------------------------------------------- */
+
+/* The group of unit u: LJ_UNIT_EMBED, layers 0..L-1, the final norm L, lm_head L + 1 (the
+ * embedding's group when tied). */
+static int group_of(const lj_model *m, int u) {
+    const lj_zero3 *z = lj_zero3_of(m);
+    if (u < 0) return z->embed_group;
+    if (u == m->cfg.num_hidden_layers) return z->norm_group;
+    if (u > m->cfg.num_hidden_layers) return z->head_group;
+    return lj_zero_group_of_layer(&z->part, u);
+}
+
+static void res_fetch(lj_model *m, int unit, int direction) { fetch_group(m, group_of(m, unit), direction); }
+static void res_release(lj_model *m, int unit) { release_group(m, group_of(m, unit)); }
+static lj_grad_mode res_grad_begin(lj_model *m, int unit) {
+    return grad_begin_group(m, group_of(m, unit)) ? LJ_GRAD_OVERWRITE : LJ_GRAD_ACCUMULATE;
+}
+static void res_grad_end(lj_model *m, int unit) { grad_end_group(m, group_of(m, unit)); }
+
+/* Stage 2: the parameters are replicated and flat. */
+static void *flat_param(const lj_model *m, int index) {
+    return (char *)m->params + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->param_dtype);
+}
+
+static void res_destroy(lj_model *m) {
+    zero3_destroy(lj_zero3_of(m));
+    m->residency = NULL;
+    m->residency_state = NULL;
+}
+
+static const lj_residency g_zero2 = {
+    .name = "zero2",
+    .fetch = res_fetch,
+    .release = res_release,
+    .grad_begin = res_grad_begin,
+    .grad_end = res_grad_end,
+    .pass_end = release_all,
+    .grads_zeroed = grads_zeroed,
+    .param = flat_param,
+    .grad = group_grad,
+    .upload_shard = upload_shard,
+    .shards_params = 0,
+    .destroy = res_destroy,
+};
+
+static const lj_residency g_zero3 = {
+    .name = "zero3",
+    .fetch = res_fetch,
+    .release = res_release,
+    .grad_begin = res_grad_begin,
+    .grad_end = res_grad_end,
+    .pass_end = release_all,
+    .grads_zeroed = grads_zeroed,
+    .param = group_param,
+    .grad = group_grad,
+    .upload_shard = upload_shard,
+    .shards_params = 1,
+    .destroy = res_destroy,
+};
+
+lj_zero3 *lj_zero3_of(const lj_model *m) {
+    return m->residency == &g_zero2 || m->residency == &g_zero3 ? m->residency_state : NULL;
+}
+
+void lj_zero3_attach(lj_model *m, lj_dist *dist) {
+    lj_zero3 *z = zero3_create(m, dist);
+    m->residency_state = z;
+    m->residency = z->shard_params ? &g_zero3 : &g_zero2;
 }

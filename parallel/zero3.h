@@ -1,14 +1,16 @@
 /* zero3.h: the ZeRO stage 3 runtime of a model over several data-parallel ranks (DeepSpeed
- * semantics), used by model.c (forward and backward), plan.c (its buffers) and parallel/dp.c (the
- * optimizer step and checkpoints), and its gradient half for ZeRO stage 2 (below). Internal to
- * the engine: callers outside model/, plan/ and train/ use lj_model and lj_dp only.
+ * semantics) and its gradient half for ZeRO stage 2 (below): the residency (model/residency.h)
+ * the forward and backward loops call, attached by lj_parallelize (parallel/parallel.h); the
+ * memory plan (plan/plan.c) binds its buffers and the data-parallel step (parallel/dp.c) waits
+ * for its reductions and gathers its shards for checkpoints. ZeRO-3's gather is fetch_group and
+ * gather() in zero3.c; the per-layer gradient reduction is grad_end_group.
  *
  * ZeRO stage 2 (shard_params == 0) is stage 3 without the parameter sharding: the parameters
- * stay replicated and flat (nothing is gathered before compute; lj_zero3_fetch and _release are
- * no-ops and lj_zero3_param is not used), the master weights and AdamW moments are the flat
+ * stay replicated and flat (nothing is gathered before compute; fetch and release are
+ * no-ops and the parameters are read flat), the master weights and AdamW moments are the flat
  * shard of stage 1 (rank r: [r S, (r + 1) S), S = `flat`.shard_numel), and so is the gradient
  * buffer: m->grads holds S elements, not P. The gradient slots work as under stage 3 (one per
- * layer group, the same three), but lj_zero3_grad_end reduces a slot to the owners of its
+ * layer group, the same three), but grad_end_group reduces a slot to the owners of its
  * elements in the flat partition: the slot is cut into buckets of bucket_numel elements
  * (DeepSpeed's reduce_bucket_size, "auto" = hidden^2), and each bucket is one NCCL group of
  * ncclReduce calls, one per owner of a piece of it (DeepSpeed's average_tensor with
@@ -22,19 +24,19 @@
  * order of zero.h) of the parameters (param dtype), the fp32 master weights, the AdamW moments
  * and the gradients: lj_model's params, master, adam_m, adam_v and grads are those shards.
  *
- * Parameters. Before a group computes (forward, recompute, backward), lj_zero3_fetch
+ * Parameters. Before a group computes (forward, recompute, backward), fetch_group
  * all-gathers it into one of num_slots gather slots (planned; the first fits the largest group,
  * usually the embedding or lm_head, the others a layer), and prefetches the next groups of the pass while slots are free (DeepSpeed's
  * rule, lj_zero_prefetch_count with stage3_prefetch_bucket_size and stage3_max_live_parameters).
- * lj_zero3_release frees the slot after use. Persistent groups (at most
+ * release_group frees the slot after use. Persistent groups (at most
  * stage3_param_persistence_threshold elements, DeepSpeed's ds_persist) have their own planned
  * buffer, gathered at their first use after each optimizer step, and are never released.
  *
- * Gradients. lj_zero3_grad_begin gives a group a gradient slot (three, planned: one fits the
+ * Gradients. grad_begin_group gives a group a gradient slot (three, planned: one fits the
  * largest group, two a layer, so that a layer's reduce-scatter overlaps the next layer's
  * backward): zeroed, except that this rank's own slice of every unit holds the
  * gradient shard accumulated so far (earlier micro-batches). The backward accumulates into it;
- * lj_zero3_grad_end reduce-scatters each unit straight into the gradient shard. The sum over the
+ * grad_end_group reduce-scatters each unit straight into the gradient shard. The sum over the
  * ranks is then "accumulated shard + every rank's new gradients": accumulation across
  * micro-batches without a scratch buffer or an add kernel, although the collective overwrites.
  * Tied embeddings: the embedding's gradient slot is taken at the loss (lm_head's gradient, at
@@ -51,6 +53,8 @@
 #include "parallel/dist.h"
 #include "parallel/zero.h"
 #include "model/model.h"
+
+typedef struct lj_zero3 lj_zero3;
 
 struct lj_zero3 {
     lj_zero_partition part;        /* the layer groups (stage 2: only their bounds are used) */
@@ -84,61 +88,28 @@ struct lj_zero3 {
     int *group_grad_slot;          /* [num_groups] slot of the group's gradients, -1 */
     lj_dist_ticket *group_ticket;  /* [num_groups] the group's last reduce-scatter (wrote its shard) */
     uint8_t *grad_written;         /* [num_groups] the backward writes each of its gradients once (a
-                                    * layer, the final norm) and the ops can overwrite (lj_zero3_grad_begin) */
-    uint8_t *shard_zero;           /* [num_groups] its gradient shard counts as zero (lj_zero3_grads_zeroed,
-                                    * no reduction since): lj_zero3_grad_begin skips the seeding */
+                                    * layer, the final norm) and the ops can overwrite (grad_begin_group) */
+    uint8_t *shard_zero;           /* [num_groups] its gradient shard counts as zero (grads_zeroed,
+                                    * no reduction since): grad_begin_group skips the seeding */
     uint64_t clock;
 };
 
-/* The stage-3 state of a model whose options ask for ZeRO stage 3 over W > 1 ranks in training,
- * or its stage-2 form for ZeRO stage 2 over W > 1 ranks in training (NULL otherwise: stage 3 on
- * one rank shards nothing and runs as stage 0). Sizes the shard and the slots from the
- * partition and the stage3_* / reduce_bucket_size options. */
-lj_zero3 *lj_zero3_create(const lj_model *m);
-void lj_zero3_destroy(lj_zero3 *z);
+/* 1 when the options ask for this runtime: ZeRO stage 2 or 3 over W > 1 ranks, training (stage 3
+ * on one rank shards nothing and runs as stage 0). */
+int lj_zero3_wanted(const lj_model_options *o);
 
-/* Where parameter `index` (layout order) is while its group is gathered: in its gather slot or
- * persistent buffer (param dtype). Asserts that it is gathered. */
-void *lj_zero3_param(const lj_model *m, int index);
-/* Where parameter `index`'s gradient accumulates while its group holds a gradient slot. */
-void *lj_zero3_grad(const lj_model *m, int index);
+/* Creates the runtime for m's options (the partition, the slots from the stage3_* and
+ * reduce_bucket_size options) and makes it m's residency; `dist` is the communicator of its
+ * collectives (NULL: a model built only to be planned). Called by lj_parallelize. */
+void lj_zero3_attach(lj_model *m, lj_dist *dist);
 
-/* Makes group g's parameters available (gathering them if needed; the compute stream waits
- * for them) and prefetches the groups after it in `direction` (+1 forward, -1 backward). */
-void lj_zero3_fetch(lj_model *m, int g, int direction);
-/* Frees group g's gather slot (a no-op for persistent groups and groups not gathered). */
-void lj_zero3_release(lj_model *m, int g);
-/* Frees every gather slot (end of a pass). */
-void lj_zero3_release_all(lj_model *m);
-
-/* Gives group g a gradient slot (no-op if it holds one) seeded as described above. Returns 1
- * when the slot was left unzeroed because the backward writes every element of the group once
- * (a layer or the final norm, first micro-batch after lj_model_zero_grads): the caller then
- * runs the group's backward in the ops' weight-gradient overwrite mode. Else 0. */
-int lj_zero3_grad_begin(lj_model *m, int g);
-/* Reduce-scatters group g's gradient slot into the gradient shard (stage 2: reduces its buckets
- * to their owners) and frees the slot. */
-void lj_zero3_grad_end(lj_model *m, int g);
-
-/* A new accumulation starts (lj_model_zero_grads): the gradient shard counts as zero without
- * being cleared. The next lj_zero3_grad_begin of each group leaves out the seeding copy (its
- * slot starts from zero), and the reduction at its lj_zero3_grad_end overwrites every element of
- * the group's part of the shard (stage 3: its units' slices, padding included; stage 2: the
- * pieces this rank owns), so nothing reads the stale values. */
-void lj_zero3_grads_zeroed(lj_model *m);
+/* m's ZeRO-2/3 runtime, or NULL when m has another residency. */
+lj_zero3 *lj_zero3_of(const lj_model *m);
 
 /* The optimizer changed the shards: the compute stream waits for every queued reduce-scatter
  * (call before reading the gradient shard), and persistent groups are gathered again at their
  * next use. */
 void lj_zero3_step_begin(lj_model *m);
-
-/* Host f32 values [offset, offset + n) of the flat parameter buffer (layout order) into this
- * rank's device shard `dst` ([shard_numel] f32; host memory when dst_host = 1, as under
- * optimizer offload): the part this rank holds, at its shard positions. cast_dst (a
- * [shard_numel] param-dtype device shard, or NULL; NULL when dst_host) receives the same
- * elements cast to the param dtype. */
-void lj_zero3_upload_f32(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
-                         int dst_host);
 
 /* The inverse for one round of a gathered shard: `gathered` is [W][c] f32 on the host, each
  * rank's shard positions [k, k + c); the real elements among them go to their flat positions

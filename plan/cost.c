@@ -30,7 +30,7 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
     }
 }
 
-const char *lj_perf_rates_path(const char *cache_dir, const char *device, char *buf, size_t len) {
+lj_status lj_perf_rates_path(const char *cache_dir, const char *device, char *buf) {
     char key[96];
     size_t n = 0;
     for (const char *p = device; *p && n + 1 < sizeof key; p++) {
@@ -40,8 +40,7 @@ const char *lj_perf_rates_path(const char *cache_dir, const char *device, char *
         key[n++] = ok ? ch : '_';
     }
     key[n] = '\0';
-    snprintf(buf, len, "%s/planner/%s.json", cache_dir, n ? key : "device");
-    return buf;
+    return lj_path_format(buf, "%s/planner/%s.json", cache_dir, n ? key : "device");
 }
 
 static lj_status positive_field(const cJSON *root, const char *path, const char *field, double *out) {
@@ -53,8 +52,8 @@ static lj_status positive_field(const cJSON *root, const char *path, const char 
 }
 
 lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_rates *r) {
-    char path[1024];
-    lj_perf_rates_path(cache_dir, device, path, sizeof path);
+    char path[LJ_PATH_MAX];
+    LJ_TRY(lj_perf_rates_path(cache_dir, device, path));
     char *text = NULL;
     size_t size = 0;
     FILE *probe = fopen(path, "rb");
@@ -83,7 +82,8 @@ lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_
         x.memory_bandwidth = bw * 1e9;
         x.context_bytes = ctx ? (size_t)ctx->valuedouble : 0;
         const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
-        snprintf(x.source, sizeof x.source, "%s (cached in %s)", cJSON_IsString(src) ? src->valuestring : "measured",
+        /* a description for the plan's printout: cut to fit */
+        snprintf(x.source, sizeof x.source, "%.60s (cached in %.80s)", cJSON_IsString(src) ? src->valuestring : "measured",
                  path);
         *r = x;
     }
@@ -92,10 +92,10 @@ lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_
 }
 
 lj_status lj_perf_rates_save(const char *cache_dir, const lj_perf_rates *r) {
-    char dir[1024], path[1024];
-    snprintf(dir, sizeof dir, "%s/planner", cache_dir);
+    char dir[LJ_PATH_MAX], path[LJ_PATH_MAX];
+    LJ_TRY(lj_path_join(dir, cache_dir, "planner"));
     LJ_TRY(lj_mkdir_p(dir));
-    lj_perf_rates_path(cache_dir, r->device, path, sizeof path);
+    LJ_TRY(lj_perf_rates_path(cache_dir, r->device, path));
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "device", r->device);
     cJSON_AddNumberToObject(o, "matmul_tflops", r->matmul_flops / 1e12);

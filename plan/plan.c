@@ -2,6 +2,7 @@
 #include "plan/plan.h"
 
 #include "parallel/zero3.h"
+#include "optim/offload.h"
 
 #include <string.h>
 
@@ -58,10 +59,10 @@ static void walk(walker *w, lj_model *m) {
     char name[48];
 
     /* parameters, master weights, gradients, optimizer state; under optimizer offload the master
-     * weights and moments are host memory (lj_model_offload_alloc), outside the plan */
+     * weights and moments are host memory (lj_offload_alloc), outside the plan */
     const int offload = training && o->offload_optimizer;
     m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
-    if (offload) { /* master, adam_m, adam_v: bound by lj_model_offload_alloc */
+    if (offload) { /* master, adam_m, adam_v: bound by lj_offload_alloc */
     } else if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
     else m->master = training ? take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
     m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * sg) : NULL;
@@ -75,7 +76,7 @@ static void walk(walker *w, lj_model *m) {
 
     /* ZeRO-3 (parallel/zero3.h): gather slots and persistent groups' buffers beside the parameter
      * shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only) */
-    lj_zero3 *z = m->zero3;
+    lj_zero3 *z = lj_zero3_of(m);
     if (z) {
         for (int s = 0; s < z->num_slots; s++) {
             snprintf(name, sizeof name, "zero3.gather.%d", s);
@@ -194,6 +195,9 @@ static void walk(walker *w, lj_model *m) {
 }
 
 void lj_plan_build(lj_plan *plan, const lj_model *model) {
+    LJ_ASSERT(model->parallelized || model->opt.zero_stage == 0 || model->opt.dp_world_size <= 1,
+              "a model with ZeRO stage %d over %d ranks needs lj_parallelize before its plan", model->opt.zero_stage,
+              model->opt.dp_world_size);
     memset(plan, 0, sizeof *plan);
     /* The walk writes NULL pointers while sizing; do it on a copy whose host arrays are scratch. */
     lj_model m = *model;
@@ -222,7 +226,7 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
         /* every buffer starts at zero (AdamW moments, gradients): runs are deterministic */
         m->ops->memset_zero(plan->base[a], plan->arena_bytes[a]);
     }
-    lj_status s = lj_model_offload_alloc(m);
+    lj_status s = lj_offload_alloc(m);
     if (s != LJ_OK) {
         lj_plan_release(plan, m->ops);
         return s;
@@ -245,21 +249,9 @@ void lj_plan_free(lj_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-void lj_plan_print(const lj_plan *plan, FILE *f) {
-    char buf[32];
-    fprintf(f, "memory plan (%d buffers):\n", plan->count);
-    for (int a = 0; a < LJ_ARENA_COUNT; a++) {
-        if (plan->arena_bytes[a] == 0) continue;
-        fprintf(f, "  %-16s %12s  %5.1f%%\n", lj_arena_name((lj_arena)a),
-                lj_format_bytes(plan->arena_bytes[a], buf, sizeof buf),
-                100.0 * (double)plan->arena_bytes[a] / (double)plan->total_bytes);
-    }
-    fprintf(f, "  %-16s %12s\n", "total", lj_format_bytes(plan->total_bytes, buf, sizeof buf));
-}
-
 void lj_plan_print_offload(const lj_model *m, FILE *f) {
     size_t state, staging;
-    lj_model_offload_bytes(m, &state, &staging);
+    lj_offload_bytes(m, &state, &staging);
     if (state == 0) return;
     char b1[32], b2[32];
     fprintf(f, "optimizer offload: %s of optimizer state (f32 master weights and AdamW moments) in host memory, "

@@ -53,11 +53,8 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m);
 void lj_plan_release(lj_plan *plan, const lj_ops *ops);
 void lj_plan_free(lj_plan *plan);
 
-/* Prints the breakdown per arena (bytes and %) and the total. */
-void lj_plan_print(const lj_plan *plan, FILE *f);
-
 /* Under optimizer offload (opt.offload_optimizer), one line with the host bytes of the
- * offloaded optimizer state and staging (lj_model_offload_bytes); nothing otherwise. */
+ * offloaded optimizer state and staging (lj_offload_bytes); nothing otherwise. */
 void lj_plan_print_offload(const lj_model *m, FILE *f);
 
 #endif

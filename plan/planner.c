@@ -3,6 +3,9 @@
  * nothing fits), CHECKPOINT_OPTIMIZATION and Megatron-LM's recompute flags. */
 #include "plan/planner.h"
 
+#include "optim/offload.h"
+#include "parallel/parallel.h"
+
 #include <ctype.h>
 #include <limits.h>
 #include <string.h>
@@ -210,6 +213,7 @@ static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, 
     s->usable = lj_planner_usable_bytes(t);
     const lj_model_options opt = lj_planner_model_options(t, seq_length);
     lj_model_init(&s->m, t->ops, cfg, &opt);
+    lj_parallelize(&s->m, NULL);
 }
 
 /* Evaluates the candidate (B, first k full, next j selective) with an exact plan. With
@@ -306,7 +310,7 @@ static int all_full_fits(const lj_model_config *cfg, int T, int B, const lj_plan
     r->plans_built += s.plans_built;
     if (host) {
         size_t state = 0, staging = 0;
-        lj_model_offload_bytes(&s.m, &state, &staging);
+        lj_offload_bytes(&s.m, &state, &staging);
         *host = state + staging;
     }
     lj_model_free(&s.m);

@@ -13,6 +13,7 @@
 #ifndef LJ_PLANNER_H
 #define LJ_PLANNER_H
 
+#include "base/fs.h"
 #include "plan/plan.h"
 
 /* ---- breakdown of a plan by category ---------------------------------------------- */
@@ -76,9 +77,9 @@ typedef struct {
  * attention at a quarter of that, 10 GB/s (placeholders until lj_perf_rates_measure_cpu). */
 void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *device);
 
-/* The cache file of `device`: <cache_dir>/planner/<device with every character outside
- * [A-Za-z0-9._-] turned into '_'>.json. Written into buf; returns buf. */
-const char *lj_perf_rates_path(const char *cache_dir, const char *device, char *buf, size_t len);
+/* buf[LJ_PATH_MAX] = the cache file of `device`: <cache_dir>/planner/<device with every character
+ * outside [A-Za-z0-9._-] turned into '_'>.json. Errors: LJ_ERR_ARG for a path over LJ_PATH_MAX. */
+lj_status lj_perf_rates_path(const char *cache_dir, const char *device, char *buf);
 
 /* Reads the cached measurement of `device`: a JSON object {"device", "matmul_tflops",
  * "attention_tflops", "memory_bandwidth_gbs", "context_overhead_bytes", "source"}.

@@ -88,7 +88,7 @@ static void test_bad_magic(void **state) {
     good_dataset g;
     make_good(&g);
     g.idx[3] = 'X';
-    char prefix[600], want[700];
+    char prefix[600], want[1200];
     assert_int_equal(open_variant(&g, sizeof g.idx, sizeof g.bin, "magic", prefix, sizeof prefix), LJ_ERR_FORMAT);
     snprintf(want, sizeof want, "%s.idx", prefix);
     expect_message(want, "bad magic (expected MMIDIDX");
@@ -99,7 +99,7 @@ static void test_bad_version(void **state) {
     good_dataset g;
     make_good(&g);
     g.idx[9] = 2;
-    char prefix[600], want[700];
+    char prefix[600], want[1200];
     assert_int_equal(open_variant(&g, sizeof g.idx, sizeof g.bin, "version", prefix, sizeof prefix), LJ_ERR_FORMAT);
     snprintf(want, sizeof want, "%s.idx", prefix);
     expect_message(want, "bad version 2 (expected 1)");
@@ -125,7 +125,7 @@ static void test_truncated_idx(void **state) {
     (void)state;
     good_dataset g;
     make_good(&g);
-    char prefix[600], want[700];
+    char prefix[600], want[1200];
     /* Inside the header, and inside the arrays. */
     assert_int_equal(open_variant(&g, 20, sizeof g.bin, "trunc_hdr", prefix, sizeof prefix), LJ_ERR_FORMAT);
     snprintf(want, sizeof want, "%s.idx", prefix);
@@ -175,7 +175,7 @@ static void test_vocab(void **state) {
     good_dataset g;
     make_good(&g);
     g.bin[9] = 1000; /* reaches vocab_size 1000 */
-    char prefix[600], want[700];
+    char prefix[600], want[1200];
     assert_int_equal(open_variant(&g, sizeof g.idx, sizeof g.bin, "vocab", prefix, sizeof prefix), LJ_OK);
     lj_token_dataset ds;
     assert_int_equal(lj_token_dataset_open(&ds, prefix), LJ_OK);
@@ -236,7 +236,7 @@ static void test_llmc_bad(void **state) {
 
 static void test_missing_files(void **state) {
     (void)state;
-    char prefix[600], want[700];
+    char prefix[600], want[LJ_LOADER_PATH_MAX + 8];
     tmp_path(prefix, sizeof prefix, "nothing_here");
     lj_token_dataset ds;
     assert_int_equal(lj_token_dataset_open(&ds, prefix), LJ_ERR_IO);

@@ -105,7 +105,7 @@ static double forward_backward(engine *e) {
     const float dloss = 1.0f / (B * T);
     e->m.ops->memset_zero(e->m.grads, (size_t)e->m.layout.total * sizeof(float));
     lj_model_forward(&e->m, 1, dloss);
-    lj_model_backward(&e->m, dloss);
+    lj_model_backward(&e->m);
     return lj_model_mean_loss(&e->m);
 }
 

@@ -47,7 +47,7 @@ static double loss_and_grads(fixture *f) {
     const float dloss = 1.0f / (B * T);
     f->m.ops->memset_zero(f->m.grads, (size_t)f->m.layout.total * sizeof(float));
     lj_model_forward(&f->m, 1, dloss);
-    lj_model_backward(&f->m, dloss);
+    lj_model_backward(&f->m);
     return lj_model_mean_loss(&f->m);
 }
 

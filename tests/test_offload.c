@@ -13,6 +13,8 @@
 #include "plan/plan.h"
 #include "tests/test_util.h"
 #include "parallel/dp.h"
+#include "optim/offload.h"
+#include "parallel/parallel.h"
 
 typedef struct {
     lj_model m;
@@ -25,6 +27,7 @@ static void create(model_run *r, const lj_model_config *c, int offload) {
     o.dp_world_size = 1;
     o.offload_optimizer = offload;
     lj_model_init(&r->m, lj_ops_cpu(), c, &o);
+    lj_parallelize(&r->m, NULL);
     lj_plan_build(&r->p, &r->m);
     const size_t before = lj_ops_allocated_bytes();
     assert_int_equal(lj_plan_allocate(&r->p, &r->m), LJ_OK);
@@ -51,10 +54,10 @@ static void test_offload_plan(void **state) {
     assert_true(a.p.arena_bytes[LJ_ARENA_OPTIMIZER] - b.p.arena_bytes[LJ_ARENA_OPTIMIZER] ==
                 2 * ((S * 4 + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN));
     size_t host_state, staging;
-    lj_model_offload_bytes(&b.m, &host_state, &staging);
+    lj_offload_bytes(&b.m, &host_state, &staging);
     assert_true(host_state == 3 * ((S * 4 + 63) / 64 * 64));
     assert_true(staging > 0);
-    lj_model_offload_bytes(&a.m, &host_state, &staging);
+    lj_offload_bytes(&a.m, &host_state, &staging);
     assert_true(host_state == 0 && staging == 0);
     destroy(&a);
     destroy(&b);

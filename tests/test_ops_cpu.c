@@ -169,7 +169,7 @@ static void check_rmsnorm(int N, int C) {
     double *dx0 = to_double(dx, NC), *dw0 = to_double(dw, C);
     size_t wsb = ops->rmsnorm_backward_workspace_bytes(N, C);
     void *ws = lj_malloc(wsb ? wsb : 1);
-    ops->rmsnorm_backward(dx, dw, c.R, x, w, rstd, N, C, ws);
+    ops->rmsnorm_backward(dx, dw, c.R, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, ws);
     double *gx = fd_grad(norm_loss, &c, c.x, NC), *gw = fd_grad(norm_loss, &c, c.w, C);
     for (int64_t i = 0; i < NC; i++) gx[i] += dx0[i];
     for (int i = 0; i < C; i++) gw[i] += dw0[i];
@@ -177,9 +177,7 @@ static void check_rmsnorm(int N, int C) {
     check_rel("rmsnorm dw", dw, gw, C, TOL_GRAD);
     /* overwrite mode: dw is written, whatever it held (NaN here); dx still accumulates */
     for (int i = 0; i < C; i++) dw[i] = NAN, gw[i] -= dw0[i];
-    ops->set_weight_grad_overwrite(1);
-    ops->rmsnorm_backward(dx, dw, c.R, x, w, rstd, N, C, ws);
-    ops->set_weight_grad_overwrite(0);
+    ops->rmsnorm_backward(dx, dw, c.R, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, ws);
     check_rel("rmsnorm dw (overwrite mode)", dw, gw, C, TOL_GRAD);
     free(x), free(w), free(out), free(rstd), free(c.x), free(c.w), free((void *)c.R), free(ref);
     free(dx), free(dw), free(dx0), free(dw0), free(ws), free(gx), free(gw);
@@ -252,23 +250,21 @@ static void test_matmul(void **state) {
     float *dx = randf(N * IC, 1), *dw = randf(OC * IC, 1);
     double *dw_want = to_double(dw, OC * IC);
     for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
-    ops->matmul_backward(dx, dw, c.R, x, w, N, IC, OC, 0);
+    ops->matmul_backward(dx, dw, c.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     check_rel("matmul dx", dx, gx, N * IC, TOL_GRAD);
     check_rel("matmul dw (accumulated)", dw, dw_want, OC * IC, TOL_GRAD);
     /* accumulate_dx adds onto dx; a NULL dw is skipped */
     double *dx_want = to_double(dx, N * IC);
     for (int i = 0; i < N * IC; i++) dx_want[i] += gx[i];
-    ops->matmul_backward(dx, NULL, c.R, x, w, N, IC, OC, 1);
+    ops->matmul_backward(dx, NULL, c.R, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
     check_rel("matmul dx (accumulated)", dx, dx_want, N * IC, TOL_GRAD);
     /* a NULL dx is skipped */
     for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
-    ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, 0);
+    ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     check_rel("matmul dw (twice)", dw, dw_want, OC * IC, TOL_GRAD);
     /* overwrite mode: dw is written, whatever it held (NaN here) */
     for (int i = 0; i < OC * IC; i++) dw[i] = NAN;
-    ops->set_weight_grad_overwrite(1);
-    ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, 0);
-    ops->set_weight_grad_overwrite(0);
+    ops->matmul_backward(NULL, dw, c.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
     check_rel("matmul dw (overwrite mode)", dw, gw, OC * IC, TOL_GRAD);
     free(x), free(w), free(out), free(c.x), free(c.w), free((void *)c.R), free(ref), free(gx), free(gw);
     free(dx), free(dw), free(dw_want), free(dx_want);
@@ -433,7 +429,7 @@ static void check_ce_twins(const float *x, const float *w, const int32_t *target
     ops->cross_entropy_forward_backward(l3, NULL, logits, targets, N, V, dloss); /* loss only */
     ops->cross_entropy_forward_backward(l2, logits, logits, targets, N, V, dloss); /* dlogits aliases logits */
     assert_true(memcmp(l2, l3, N * sizeof(float)) == 0);
-    ops->matmul_backward(dx2, dw2, logits, x, w, N, C, V, 0);
+    ops->matmul_backward(dx2, dw2, logits, x, w, N, C, V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     for (int n = 0; n < N; n++) assert_true(fabsf(losses[n] - l2[n]) <= 1e-6f * (1 + fabsf(l2[n])));
     double *ref_dx = to_double(dx2, (int64_t)N * C);
     check_rel("fused vs unfused dx", dx, ref_dx, (int64_t)N * C, 1e-6);

@@ -143,7 +143,7 @@ static void test_thread_count_independence(void **state) {
         ops->attention_forward(att, lse, qkv, B, T, nh, nkv, hd, ws);
         ops->attention_backward(dqkv, att, qkv, att, lse, B, T, nh, nkv, hd, ws);
         ops->rmsnorm_forward(ln, rstd, x, w, N, C, 1e-5f);
-        ops->rmsnorm_backward(dx, NULL, ln, x, w, rstd, N, C, NULL);
+        ops->rmsnorm_backward(dx, NULL, ln, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, NULL);
         ops->swiglu_forward(act, gu, N, I);
         ops->swiglu_backward(dgu, act, gu, N, I);
         ops->cross_entropy_forward_backward(losses, dl, logits, targets, N, V, 0.01f);

@@ -10,6 +10,7 @@
 #include "parallel/zero3.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
+#include "parallel/parallel.h"
 
 
 static void check_layout(const lj_plan *p) {
@@ -32,6 +33,7 @@ static void check_layout(const lj_plan *p) {
 static size_t allocate_and_check(const lj_model_config *c, const lj_model_options *o) {
     lj_model m;
     lj_model_init(&m, lj_ops_cpu(), c, o);
+    lj_parallelize(&m, NULL);
     lj_plan p;
     lj_plan_build(&p, &m);
     check_layout(&p);
@@ -115,7 +117,8 @@ static void test_plan_zero3_per_rank(void **state) {
                         allocate_and_check(&c, &o);
                         lj_model m;
                         lj_model_init(&m, lj_ops_cpu(), &c, &o);
-                        assert_non_null(m.zero3);
+                        lj_parallelize(&m, NULL);
+                        assert_non_null(lj_zero3_of(&m));
                         assert_true(m.padded_numel == m.shard_numel && m.shard_begin == 0);
                         assert_true(m.shard_numel * W >= P && m.shard_numel * W <= P + 6 * W * 64);
                         lj_plan p;
@@ -165,8 +168,9 @@ static void test_plan_zero2_per_rank(void **state) {
                 o.zero_stage = 2;
                 lj_model m;
                 lj_model_init(&m, lj_ops_cpu(), &c, &o);
-                assert_non_null(m.zero3);
-                assert_false(m.zero3->shard_params);
+                lj_parallelize(&m, NULL);
+                assert_non_null(lj_zero3_of(&m));
+                assert_false(lj_zero3_of(&m)->shard_params);
                 assert_true(m.grad_numel == m.shard_numel && m.padded_numel == m.shard_numel * W);
                 assert_true(m.shard_begin == m.shard_numel * rank && m.shard_numel * W >= P);
                 assert_false(m.opt.graphs);
@@ -206,6 +210,7 @@ static void test_recompute_saves_memory(void **state) {
         memset(o.recompute, policy, sizeof o.recompute);
         lj_model m;
         lj_model_init(&m, lj_ops_cpu(), &c, &o);
+        lj_parallelize(&m, NULL);
         lj_plan p;
         lj_plan_build(&p, &m);
         act[policy] = p.arena_bytes[LJ_ARENA_ACTIVATIONS] + p.arena_bytes[LJ_ARENA_SCRATCH];

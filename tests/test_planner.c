@@ -15,6 +15,7 @@
 
 #include "plan/planner.h"
 #include "tests/test_util.h"
+#include "parallel/parallel.h"
 
 static lj_model_config small_config(int layers) { return lj_test_small_config(layers, 1); }
 
@@ -42,6 +43,7 @@ static size_t plan_total(const lj_model_config *c, const lj_ops *ops, int B, int
     for (int l = k; l < k + j; l++) o.recompute[l] = LJ_RECOMPUTE_SELECTIVE;
     lj_model m;
     lj_model_init(&m, ops, c, &o);
+    lj_parallelize(&m, NULL);
     lj_plan p;
     lj_plan_build(&p, &m);
     const size_t total = p.total_bytes;
@@ -114,6 +116,7 @@ static void test_search_equals_exhaustive(void **state) {
             for (int l = 0, x = code; l < L; l++, x /= 3) o.recompute[l] = (uint8_t)(x % 3);
             lj_model m;
             lj_model_init(&m, ops, &c, &o);
+            lj_parallelize(&m, NULL);
             lj_plan p;
             lj_plan_build(&p, &m);
             if (p.total_bytes <= budget) {
@@ -232,6 +235,7 @@ static void assert_peak_is_plan(const lj_model_config *c, const lj_ops *ops, con
                                 size_t fixed) {
     lj_model m;
     lj_model_init(&m, ops, c, o);
+    lj_parallelize(&m, NULL);
     lj_plan p;
     lj_plan_build(&p, &m);
     assert_true(peak == p.total_bytes + fixed);
@@ -333,8 +337,8 @@ static void test_rates_cache(void **state) {
     assert_true(fabs(back.attention_flops - 400e12) < 1e3);
     assert_true(back.context_bytes == r.context_bytes);
     assert_true(strstr(back.source, "probe") != NULL);
-    char path[512];
-    lj_perf_rates_path(dir, "NVIDIA H200", path, sizeof path);
+    char path[LJ_PATH_MAX];
+    assert_int_equal(lj_perf_rates_path(dir, "NVIDIA H200", path), LJ_OK);
     assert_true(strstr(path, "/planner/NVIDIA_H200.json") != NULL);
     FILE *f = fopen(path, "w");
     fputs("{\"matmul_tflops\": \"fast\", \"attention_tflops\": 1, \"memory_bandwidth_gbs\": 1}", f);

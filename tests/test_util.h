@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "parallel/parallel.h"
 
 /* Makes a new directory $LJ_TEST_TMP/<tag>.XXXXXX (or under /tmp) into buf. Returns 0 or -1. */
 static inline int lj_test_make_dir(char *buf, size_t len, const char *tag) {
@@ -78,6 +79,7 @@ static inline lj_status lj_test_model_create(lj_test_model *t, const lj_model_co
     lj_model_options o = lj_test_train_options(B, T, fused);
     memset(o.recompute, policy, sizeof o.recompute);
     lj_model_init(&t->m, lj_ops_cpu(), cfg, &o);
+    lj_parallelize(&t->m, NULL);
     lj_plan_build(&t->p, &t->m);
     lj_status s = lj_plan_allocate(&t->p, &t->m);
     if (s == LJ_OK) lj_model_upload_rope(&t->m);

@@ -221,23 +221,6 @@ static void test_range_pieces(void **state) {
     lj_zero_partition_free(&z);
 }
 
-static void test_buckets(void **state) {
-    (void)state;
-    const int64_t bounds[] = {0, 10, 20, 50, 55, 60};
-    lj_zero_range out[16];
-    int n = lj_zero_buckets(bounds, 5, 25, 0, out, 16);
-    const int64_t fwd[][2] = {{0, 20}, {20, 45}, {45, 50}, {50, 60}};
-    assert_int_equal(n, 4);
-    for (int i = 0; i < n; i++) assert_true(out[i].begin == fwd[i][0] && out[i].end == fwd[i][1]);
-    n = lj_zero_buckets(bounds, 5, 25, 1, out, 16);
-    const int64_t rev[][2] = {{50, 60}, {25, 50}, {20, 25}, {0, 20}};
-    assert_int_equal(n, 4);
-    for (int i = 0; i < n; i++) assert_true(out[i].begin == rev[i][0] && out[i].end == rev[i][1]);
-    assert_int_equal(lj_zero_buckets(bounds, 5, 0, 0, out, 16), 5);
-    assert_int_equal(lj_zero_buckets(bounds, 5, 1000, 1, NULL, 0), 1);
-    assert_int_equal(lj_zero_buckets(bounds, 5, 1, 0, NULL, 0), 60);
-}
-
 static void test_prefetch(void **state) {
     (void)state;
     const int64_t bounds[] = {0, 100, 150, 200, 250, 260, 310};
@@ -276,7 +259,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flat_uneven),     cmocka_unit_test(test_simulated_collectives),
         cmocka_unit_test(test_layers_and_params), cmocka_unit_test(test_range_pieces),
-        cmocka_unit_test(test_buckets),         cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_auto_and_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -58,14 +58,6 @@ typedef struct {
     int quiet;                 /* no per-step lines (tests) */
 } lj_train_config;
 
-/* Classifies a --load path: a training checkpoint root (latest_checkpointed_iteration.txt or
- * iter_NNNNNNN directories: its latest iteration), one iter_NNNNNNN directory of a root, or
- * else a Hugging Face model directory (*is_state = 0). For a training checkpoint, root and
- * *iteration name it and `hf_dir` its Hugging Face export; for an HF directory hf_dir = path.
- * Errors: LJ_ERR_FORMAT / LJ_ERR_IO for a broken root (a latest file naming no iteration). */
-lj_status lj_train_resolve_load(const char *path, char *root, size_t root_len, int *iteration, int *is_state,
-                                char *hf_dir, size_t hf_len);
-
 /* Fills the defaults (Megatron-LM's where they exist). */
 void lj_train_config_defaults(lj_train_config *cfg);
 

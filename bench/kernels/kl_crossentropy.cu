@@ -24,7 +24,7 @@ static void run_unfused(void *p) {
     ce_ctx *c = (ce_ctx *)p;
     c->ops->matmul_forward(c->logits, c->x, c->w, c->N, c->C, c->V);
     c->ops->cross_entropy_forward_backward(c->losses, c->logits, c->logits, c->targets, c->N, c->V, 1.0f / c->N);
-    c->ops->matmul_backward(c->dx, c->dw, c->logits, c->x, c->w, c->N, c->C, c->V, 0);
+    c->ops->matmul_backward(c->dx, c->dw, c->logits, c->x, c->w, c->N, c->C, c->V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
 }
 
 int main(void) {

@@ -40,11 +40,11 @@ static void run_fwd(void *p) {
 }
 static void run_dx(void *p) {
     mm_ctx *c = (mm_ctx *)p;
-    c->ops->matmul_backward(c->dx, NULL, c->dout, c->x, c->w, c->N, c->IC, c->OC, 0);
+    c->ops->matmul_backward(c->dx, NULL, c->dout, c->x, c->w, c->N, c->IC, c->OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
 }
 static void run_dw(void *p) {
     mm_ctx *c = (mm_ctx *)p;
-    c->ops->matmul_backward(NULL, c->dw, c->dout, c->x, c->w, c->N, c->IC, c->OC, 0);
+    c->ops->matmul_backward(NULL, c->dw, c->dout, c->x, c->w, c->N, c->IC, c->OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
 }
 
 /* Compares `samples` entries (rows[s], cols[s]) of got (row-major, ld columns; bf16 or f32)

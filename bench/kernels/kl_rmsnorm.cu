@@ -28,7 +28,7 @@ static void run_unfused(void *p) {
 }
 static void run_bwd(void *p) {
     rn_ctx *c = (rn_ctx *)p;
-    c->ops->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->N, c->C, c->ws);
+    c->ops->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->N, c->C, LJ_GRAD_ACCUMULATE, c->ws);
 }
 
 static float *to_host_f32(const lj_ops *ops, const void *d, int64_t n, int bf16) {
@@ -90,7 +90,7 @@ static void bench(const lj_ops *ops, int N, int C) {
         float *hdx = (float *)calloc((size_t)n, 4), *hdw = (float *)calloc((size_t)C, 4);
         void *hws = malloc(cpu->rmsnorm_backward_workspace_bytes(N, C) + 1);
         cpu->rmsnorm_forward(ho, hr, hx, hw, N, C, 1e-5f);
-        cpu->rmsnorm_backward(hdx, hdw, hd, hx, hw, hr, N, C, hws);
+        cpu->rmsnorm_backward(hdx, hdw, hd, hx, hw, hr, N, C, LJ_GRAD_ACCUMULATE, hws);
         float *go = to_host_f32(ops, c.out, n, 1), *gdx = to_host_f32(ops, c.dx, n, 1);
         float *gdw = to_host_f32(ops, c.dw, C, gs == 2);
         host_check("forward out", go, ho, n, 1e-2);

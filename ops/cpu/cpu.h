@@ -106,7 +106,7 @@ void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids,
 size_t lj_cpu_embedding_backward_workspace_bytes(int N);
 void lj_cpu_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
-                             int N, int C, void *workspace);
+                             int N, int C, lj_grad_mode dw_mode, void *workspace);
 size_t lj_cpu_rmsnorm_backward_workspace_bytes(int N, int C);
 void lj_cpu_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                                      const void *w, int N, int C, float eps);
@@ -127,11 +127,8 @@ void lj_cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, co
 /* Makes OpenBLAS single-threaded (lj_cpu_sgemm brings the threads); lj_ops_cpu() calls it. */
 void lj_cpu_blas_init(void);
 void lj_cpu_matmul_forward(void *out, const void *x, const void *w, int N, int IC, int OC);
-/* The weight-gradient mode of ops.h (set_weight_grad_overwrite) and its current value. */
-void lj_cpu_set_weight_grad_overwrite(int overwrite);
-int lj_cpu_weight_grad_overwrite(void);
 void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC, int OC,
-                            int accumulate_dx);
+                            lj_grad_mode dx_mode, lj_grad_mode dw_mode);
 
 /* cpu_attention.c */
 void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,

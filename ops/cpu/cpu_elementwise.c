@@ -64,7 +64,7 @@ void lj_cpu_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w
 /* dx_j += r*g_j - (r^3/C) * x_j * sum_i g_i x_i with g = w * dout (the derivative of
  * y = w * x * r, r = (mean(x^2) + eps)^(-1/2)); dw_i += sum_n dout_ni * x_ni * r_n. */
 void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
-                             int N, int C, void *workspace) {
+                             int N, int C, lj_grad_mode dw_mode, void *workspace) {
     float *dxf = dx, *dwf = dw;
     const float *d = dout, *xf = x, *wf = w;
     if (dxf) {
@@ -84,7 +84,7 @@ void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x
         }
     }
     if (dwf) {
-        const int overwrite = lj_cpu_weight_grad_overwrite();
+        const int overwrite = dw_mode == LJ_GRAD_OVERWRITE;
         int blocks = (C + LJ_CPU_COL_BLOCK - 1) / LJ_CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static)
         for (int blk = 0; blk < blocks; blk++) {

@@ -57,17 +57,11 @@ void lj_cpu_matmul_forward(void *out, const void *x, const void *w, int N, int I
     lj_cpu_sgemm(0, 1, N, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
 }
 
-static int g_dw_overwrite; /* lj_cpu_set_weight_grad_overwrite */
-
-void lj_cpu_set_weight_grad_overwrite(int overwrite) { g_dw_overwrite = overwrite != 0; }
-int lj_cpu_weight_grad_overwrite(void) { return g_dw_overwrite; }
-
-/* dx[N,IC] (=, or += when accumulate_dx) dout[N,OC] w[OC,IC]; dw[OC,IC] += dout^T x (= in
- * overwrite mode). */
+/* dx[N,IC] (= or +=, dx_mode) dout[N,OC] w[OC,IC]; dw[OC,IC] (+= or =, dw_mode) dout^T x. */
 void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC, int OC,
-                            int accumulate_dx) {
-    if (dx) lj_cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, accumulate_dx ? 1.0f : 0.0f, dx, IC);
-    if (dw) lj_cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, g_dw_overwrite ? 0.0f : 1.0f, dw, IC);
+                            lj_grad_mode dx_mode, lj_grad_mode dw_mode) {
+    if (dx) lj_cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, dx_mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f, dx, IC);
+    if (dw) lj_cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, x, IC, dw_mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f, dw, IC);
 }
 
 double lj_cpu_sgemm_gflops(int n) {

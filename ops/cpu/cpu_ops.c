@@ -112,7 +112,6 @@ static const lj_ops g_cpu_ops = {
 
     .matmul_forward = lj_cpu_matmul_forward,
     .matmul_backward = lj_cpu_matmul_backward,
-    .set_weight_grad_overwrite = lj_cpu_set_weight_grad_overwrite,
 
     .rope_forward = lj_cpu_rope_forward,
     .rope_backward = lj_cpu_rope_backward,

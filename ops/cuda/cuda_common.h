@@ -30,15 +30,16 @@ cudaStream_t lj_cuda_stream(void);
  * workspace, 32 MiB. The memory plan adds this figure as the backend's fixed overhead. */
 size_t lj_cuda_fixed_workspace_bytes(void);
 
-/* The gradient dtype the backend's table says (lj_ops_cuda_set_grad_dtype), for the ops that
- * write or read weight gradients; and the same as a cuBLASLt data type. */
-lj_dtype lj_cuda_grad_dtype(void);
-/* The weight-gradient mode of ops.h (set_weight_grad_overwrite) and its current value. */
-void lj_cuda_set_weight_grad_overwrite(int overwrite);
-int lj_cuda_weight_grad_overwrite(void);
-cudaDataType_t lj_cuda_grad_ctype(void);
-/* Updates the full table's grad_dtype (cuda_ops.cu); called by lj_ops_cuda_set_grad_dtype. */
-void lj_cuda_table_set_grad_dtype(lj_dtype dtype);
+/* A gradient dtype (bf16 or fp32) as a cuBLASLt data type. The ops that write or read weight
+ * gradients take the dtype as their last argument; each of the backend's tables (one per
+ * gradient dtype, cuda_ops.cu) passes its own. */
+static inline cudaDataType_t lj_cuda_ctype(lj_dtype dtype) { return dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+/* The backend's constant table for a gradient dtype (cuda_ops.cu), with or without a device
+ * (its entries run only after lj_ops_cuda() started the device). */
+const lj_ops *lj_cuda_table(lj_dtype grad_dtype);
+/* The gradient dtype lj_ops_cuda_set_grad_dtype chose (default bf16). */
+lj_dtype lj_cuda_selected_grad_dtype(void);
 
 /* Selects the attention kernels: 0 (default) the tensor-core flash-attention kernels for
  * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
@@ -80,17 +81,18 @@ void lj_cuda_gemm(const char *what, int transa, int transb, int m, int n, int k,
 lj_status lj_cuda_matmul_init(void);
 void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int IC, int OC);
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
-                             int OC, int accumulate_dx);
+                             int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype);
 
 /* cuda_layers.cu */
 void lj_cuda_cast_f32_to_param(void *dst, const float *src, int64_t n);
 void lj_cuda_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t n);
 void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
-void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace);
+void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace,
+                                lj_dtype grad_dtype);
 size_t lj_cuda_embedding_backward_workspace_bytes(int N);
 void lj_cuda_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
-                              int N, int C, void *workspace);
+                              int N, int C, lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_rmsnorm_backward_workspace_bytes(int N, int C);
 void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                                       const void *w, int N, int C, float eps);
@@ -104,7 +106,8 @@ void lj_cuda_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout
 
 /* cuda_loss.cu */
 void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
-                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace);
+                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace,
+                                 lj_dtype grad_dtype);
 size_t lj_cuda_cross_entropy_fused_workspace_bytes(int N, int C, int V);
 void lj_cuda_cross_entropy_forward_backward(float *losses, void *dlogits, const void *logits,
                                             const int32_t *targets, int N, int V, float dloss);
@@ -116,11 +119,11 @@ void lj_cuda_graph_launch(void *graph);
 void lj_cuda_graph_destroy(void *graph);
 
 /* cuda_optim.cu */
-void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace);
+void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                          const float *step_scalars, const float *grad_norm_sq);
+                          const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype);
 
 /* cuda_attention.cu (flash kernels) and cuda_attention_simple.cu (fp32 reference kernels) */
 void lj_cuda_attention_init(void);

@@ -1,43 +1,45 @@
-/* cuda_describe.cu: the CUDA backend's planning description: dtypes and workspace sizes,
- * usable without a GPU (ljperf plan on a machine with no device). */
+/* cuda_describe.cu: the CUDA backend's planning description, derived from its tables: name,
+ * dtypes and workspace sizes, usable without a GPU (ljperf plan on a machine with no device). */
 #include "ops/cuda/cuda_common.h"
 
 #include <string.h>
 
 static lj_dtype g_grad_dtype = LJ_DTYPE_BF16;
-static lj_ops g_describe;
-static int g_describe_ready;
 
-static int g_dw_overwrite;
-
-extern "C" lj_dtype lj_cuda_grad_dtype(void) { return g_grad_dtype; }
-extern "C" void lj_cuda_set_weight_grad_overwrite(int overwrite) { g_dw_overwrite = overwrite != 0; }
-extern "C" int lj_cuda_weight_grad_overwrite(void) { return g_dw_overwrite; }
-extern "C" cudaDataType_t lj_cuda_grad_ctype(void) { return g_grad_dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
+extern "C" lj_dtype lj_cuda_selected_grad_dtype(void) { return g_grad_dtype; }
 
 extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
     if (dtype != LJ_DTYPE_BF16 && dtype != LJ_DTYPE_F32)
         return lj_fail(LJ_ERR_ARG, "the CUDA backend keeps gradients in bf16 or fp32, not %s", lj_dtype_name(dtype));
     g_grad_dtype = dtype;
-    g_describe.grad_dtype = dtype;
-    lj_cuda_table_set_grad_dtype(dtype);
     return LJ_OK;
 }
 
+/* The description of `t`: what planning reads (name, dtypes, workspace sizes), nothing that
+ * runs on a device. */
+static lj_ops describe(const lj_ops *t) {
+    lj_ops d;
+    memset(&d, 0, sizeof d);
+    d.name = t->name;
+    d.act_dtype = t->act_dtype;
+    d.param_dtype = t->param_dtype;
+    d.grad_dtype = t->grad_dtype;
+    d.embedding_backward_workspace_bytes = t->embedding_backward_workspace_bytes;
+    d.rmsnorm_backward_workspace_bytes = t->rmsnorm_backward_workspace_bytes;
+    d.cross_entropy_fused_workspace_bytes = t->cross_entropy_fused_workspace_bytes;
+    d.global_norm_workspace_bytes = t->global_norm_workspace_bytes;
+    /* cuDNN is asked for its workspace only with a device: its size on an H200 instead */
+    d.attention_workspace_bytes = lj_cuda_attention_workspace_bytes_described;
+    return d;
+}
+
 extern "C" const lj_ops *lj_ops_cuda_describe(void) {
-    lj_ops &t = g_describe;
-    if (!g_describe_ready) {
-        memset(&t, 0, sizeof t);
-        t.name = "cuda";
-        t.act_dtype = LJ_DTYPE_BF16;
-        t.param_dtype = LJ_DTYPE_BF16;
-        t.grad_dtype = g_grad_dtype;
-        t.embedding_backward_workspace_bytes = lj_cuda_embedding_backward_workspace_bytes;
-        t.rmsnorm_backward_workspace_bytes = lj_cuda_rmsnorm_backward_workspace_bytes;
-        t.attention_workspace_bytes = lj_cuda_attention_workspace_bytes_described;
-        t.cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes;
-        t.global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes;
-        g_describe_ready = 1;
+    static lj_ops described[2];
+    static int ready[2];
+    const int i = g_grad_dtype == LJ_DTYPE_F32;
+    if (!ready[i]) {
+        described[i] = describe(lj_cuda_table(g_grad_dtype));
+        ready[i] = 1;
     }
-    return &t;
+    return &described[i];
 }

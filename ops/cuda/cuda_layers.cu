@@ -135,7 +135,8 @@ static void embedding_backward_sorted(G *dwte, const lj_bf16 *dout, const int32_
     LJ_CUDA_LAUNCHED("embedding_backward_sorted_kernel");
 }
 
-void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace) {
+void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace,
+                                lj_dtype grad_dtype) {
     if (N <= 0 || C <= 0) return;
     char *ws = (char *)workspace;
     const size_t idx_bytes = align256((size_t)N * sizeof(int32_t));
@@ -147,7 +148,7 @@ void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids
     LJ_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, scratch_bytes, ids, sorted_ids, pos_in, pos, N, 0, 32,
                                                   lj_cuda_stream()),
                   "cub::DeviceRadixSort::SortPairs in embedding_backward");
-    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+    if (grad_dtype == LJ_DTYPE_F32)
         embedding_backward_sorted<float>((float *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
     else
         embedding_backward_sorted<lj_bf16>((lj_bf16 *)dwte, (const lj_bf16 *)dout, sorted_ids, pos, N, C);
@@ -352,7 +353,7 @@ void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, con
 /* Three passes: dx (row-wise), dw partial sums per block of rows, then their fixed-order sum
  * (deterministic: no atomics). workspace: [parts, C] f32. */
 void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
-                              int N, int C, void *workspace) {
+                              int N, int C, lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype) {
     if (N <= 0 || C <= 0) return;
     if (dx) {
         if (C % 8 == 0 && lj_cuda_aligned16(dx, dout, x) && lj_cuda_aligned16(w, NULL, NULL))
@@ -371,12 +372,13 @@ void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *
             (float *)workspace, (const lj_bf16 *)dout, (const lj_bf16 *)x, rstd, N, C, rows_per_part);
         LJ_CUDA_LAUNCHED("rmsnorm_backward_dw_partial_kernel");
         const unsigned blocks = (unsigned)((C + 255) / 256);
-        if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+        const int overwrite = dw_mode == LJ_GRAD_OVERWRITE;
+        if (grad_dtype == LJ_DTYPE_F32)
             rmsnorm_backward_dw_final_kernel<float><<<blocks, 256, 0, lj_cuda_stream()>>>(
-                (float *)dw, (const float *)workspace, parts, C, lj_cuda_weight_grad_overwrite());
+                (float *)dw, (const float *)workspace, parts, C, overwrite);
         else
             rmsnorm_backward_dw_final_kernel<lj_bf16><<<blocks, 256, 0, lj_cuda_stream()>>>(
-                (lj_bf16 *)dw, (const float *)workspace, parts, C, lj_cuda_weight_grad_overwrite());
+                (lj_bf16 *)dw, (const float *)workspace, parts, C, overwrite);
         LJ_CUDA_LAUNCHED("rmsnorm_backward_dw_final_kernel");
     }
 }

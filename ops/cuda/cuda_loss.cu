@@ -123,7 +123,8 @@ size_t lj_cuda_cross_entropy_fused_workspace_bytes(int N, int C, int V) {
 /* Per chunk of R rows: logits[R,V] = x w^T (bf16, workspace); losses and dlogits (in place);
  * dx[R,C] = dlogits w; dw[V,C] += dlogits^T x. */
 void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
-                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace) {
+                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace,
+                                 lj_dtype grad_dtype) {
     if (N <= 0 || V <= 0) return;
     int R = ce_chunk_rows(N, V);
     const lj_bf16 *xb = (const lj_bf16 *)x;
@@ -138,6 +139,6 @@ void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *
                      CUDA_R_16BF, C, 1.0f, 0.0f);
         if (dw)
             lj_cuda_gemm("cross_entropy_fused dw", 0, 1, C, V, rows, xb + (int64_t)r0 * C, C, workspace, V, dw,
-                         lj_cuda_grad_ctype(), C, 1.0f, 1.0f);
+                         lj_cuda_ctype(grad_dtype), C, 1.0f, 1.0f);
     }
 }

@@ -1,5 +1,5 @@
 /* cuda_matmul.cu: the linear layers on cuBLASLt (bf16 operands, fp32 compute; bf16 outputs,
- * weight gradients in the grad dtype (lj_cuda_grad_dtype) accumulated in place), with a
+ * weight gradients in the table's grad dtype accumulated in place), with a
  * per-shape cache of descriptors and the heuristic's algorithm.
  *
  * Row-major to column-major: a row-major [R, K] matrix is a column-major [K, R] one with
@@ -144,14 +144,14 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
     lj_cuda_gemm("matmul_forward", 1, 0, OC, N, IC, w, IC, x, IC, out, CUDA_R_16BF, OC, 1.0f, 0.0f);
 }
 
-/* dx[N,IC] bf16 (=, or += with accumulate_dx) = dout[N,OC] w[OC,IC]: column-major
- * dx^T[IC,N] = w^T[IC,OC] dout^T[OC,N]. dw[OC,IC] (grad dtype) += dout^T x: column-major
+/* dx[N,IC] bf16 (= or +=, dx_mode) dout[N,OC] w[OC,IC]: column-major
+ * dx^T[IC,N] = w^T[IC,OC] dout^T[OC,N]. dw[OC,IC] (grad dtype, += or =) dout^T x: column-major
  * dw^T[IC,OC] = x^T[IC,N] (dout^T)^T[N,OC]. */
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
-                             int OC, int accumulate_dx) {
+                             int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype) {
     if (dx) lj_cuda_gemm("matmul_backward dx", 0, 0, IC, N, OC, w, IC, dout, OC, dx, CUDA_R_16BF, IC, 1.0f,
-                         accumulate_dx ? 1.0f : 0.0f);
+                         dx_mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f);
     if (dw)
-        lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_grad_ctype(), IC, 1.0f,
-                     lj_cuda_weight_grad_overwrite() ? 0.0f : 1.0f);
+        lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_ctype(grad_dtype), IC, 1.0f,
+                     dw_mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f);
 }

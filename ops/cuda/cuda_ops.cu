@@ -25,7 +25,6 @@ static struct {
     int fwd_mtiles; /* 0: the default (2) */
     lj_cuda_allocation *allocs;
     int num_allocs, cap_allocs;
-    lj_ops table;
 } g_cuda;
 
 void lj_cuda_die(const char *what, const char *detail, const char *file, int line) {
@@ -181,53 +180,109 @@ static lj_status cuda_start(void) {
     return LJ_OK;
 }
 
-void lj_cuda_table_set_grad_dtype(lj_dtype dtype) { g_cuda.table.grad_dtype = dtype; }
+/* ---- the tables ------------------------------------------------------------------- */
+
+/* The entries that read or write gradients, bound to one gradient dtype: the two tables differ
+ * in these and in grad_dtype only. */
+#define LJ_CUDA_GRAD_ENTRIES(G, sfx)                                                                              \
+    static void embedding_backward_##sfx(void *dwte, const void *dout, const int32_t *ids, int N, int C,         \
+                                         void *workspace) {                                                      \
+        lj_cuda_embedding_backward(dwte, dout, ids, N, C, workspace, G);                                         \
+    }                                                                                                            \
+    static void rmsnorm_backward_##sfx(void *dx, void *dw, const void *dout, const void *x, const void *w,       \
+                                       const float *rstd, int N, int C, lj_grad_mode dw_mode, void *workspace) { \
+        lj_cuda_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, dw_mode, workspace, G);                         \
+    }                                                                                                            \
+    static void matmul_backward_##sfx(void *dx, void *dw, const void *dout, const void *x, const void *w, int N,  \
+                                      int IC, int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode) {              \
+        lj_cuda_matmul_backward(dx, dw, dout, x, w, N, IC, OC, dx_mode, dw_mode, G);                             \
+    }                                                                                                            \
+    static void cross_entropy_fused_##sfx(float *losses, void *dx, void *dw, const void *x, const void *w,       \
+                                          const int32_t *targets, int N, int C, int V, float dloss,              \
+                                          void *workspace) {                                                     \
+        lj_cuda_cross_entropy_fused(losses, dx, dw, x, w, targets, N, C, V, dloss, workspace, G);                \
+    }                                                                                                            \
+    static void global_norm_sq_##sfx(float *out, const void *grad, int64_t n, void *workspace) {                 \
+        lj_cuda_global_norm_sq(out, grad, n, workspace, G);                                                      \
+    }                                                                                                            \
+    static void adamw_update_##sfx(void *params, float *master, const void *grad, float *m, float *v,           \
+                                   const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp, \
+                                   const float *step_scalars, const float *grad_norm_sq) {                       \
+        lj_cuda_adamw_update(params, master, grad, m, v, segments, num_segments, hp, step_scalars, grad_norm_sq, G); \
+    }
+
+LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_BF16, bf16)
+LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
+
+/* One table, written once for both gradient dtypes. */
+#define LJ_CUDA_TABLE(G, sfx)                                                        \
+    {                                                                                \
+        .name = "cuda",                                                              \
+        .act_dtype = LJ_DTYPE_BF16,                                                  \
+        .param_dtype = LJ_DTYPE_BF16,                                                \
+        .grad_dtype = G,                                                             \
+                                                                                     \
+        .alloc = lj_cuda_alloc,                                                      \
+        .free = lj_cuda_free,                                                        \
+        .memset_zero = cuda_memset_zero,                                             \
+        .upload = cuda_upload,                                                       \
+        .download = cuda_download,                                                   \
+        .copy = cuda_copy,                                                           \
+        .synchronize = cuda_synchronize,                                             \
+        .stream = cuda_stream_ptr,                                                   \
+        .memory_info = cuda_memory_info,                                             \
+        .cast_f32_to_param = lj_cuda_cast_f32_to_param,                              \
+        .cast_to_f32 = lj_cuda_cast_to_f32,                                          \
+                                                                                     \
+        .embedding_forward = lj_cuda_embedding_forward,                              \
+        .embedding_backward = embedding_backward_##sfx,                              \
+        .embedding_backward_workspace_bytes = lj_cuda_embedding_backward_workspace_bytes, \
+                                                                                     \
+        .rmsnorm_forward = lj_cuda_rmsnorm_forward,                                  \
+        .rmsnorm_backward = rmsnorm_backward_##sfx,                                  \
+        .rmsnorm_backward_workspace_bytes = lj_cuda_rmsnorm_backward_workspace_bytes, \
+        .residual_rmsnorm_forward = lj_cuda_residual_rmsnorm_forward,                \
+        .add = lj_cuda_add,                                                          \
+                                                                                     \
+        .matmul_forward = lj_cuda_matmul_forward,                                    \
+        .matmul_backward = matmul_backward_##sfx,                                    \
+                                                                                     \
+        .rope_forward = lj_cuda_rope_forward,                                        \
+        .rope_backward = lj_cuda_rope_backward,                                      \
+                                                                                     \
+        .attention_forward = lj_cuda_attention_forward,                              \
+        .attention_backward = lj_cuda_attention_backward,                            \
+        .attention_workspace_bytes = lj_cuda_attention_workspace_bytes,              \
+        .attention_decode = lj_cuda_attention_decode,                                \
+                                                                                     \
+        .swiglu_forward = lj_cuda_swiglu_forward,                                    \
+        .swiglu_backward = lj_cuda_swiglu_backward,                                  \
+        .swiglu_forward_unfused = lj_cuda_swiglu_forward_unfused,                    \
+        .swiglu_backward_unfused = lj_cuda_swiglu_backward_unfused,                  \
+                                                                                     \
+        .cross_entropy_fused = cross_entropy_fused_##sfx,                            \
+        .cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes, \
+        .cross_entropy_forward_backward = lj_cuda_cross_entropy_forward_backward,    \
+                                                                                     \
+        .global_norm_sq = global_norm_sq_##sfx,                                      \
+        .global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes,          \
+        .adamw_update = adamw_update_##sfx,                                          \
+                                                                                     \
+        .graph_capture_begin = lj_cuda_graph_capture_begin,                          \
+        .graph_capture_end = lj_cuda_graph_capture_end,                              \
+        .graph_launch = lj_cuda_graph_launch,                                        \
+        .graph_destroy = lj_cuda_graph_destroy,                                      \
+    }
+
+/* [0]: bf16 gradients (the default), [1]: fp32 gradients. */
+static const lj_ops g_cuda_tables[2] = {LJ_CUDA_TABLE(LJ_DTYPE_BF16, bf16), LJ_CUDA_TABLE(LJ_DTYPE_F32, f32)};
+
+const lj_ops *lj_cuda_table(lj_dtype grad_dtype) { return &g_cuda_tables[grad_dtype == LJ_DTYPE_F32 ? 1 : 0]; }
 
 const lj_ops *lj_ops_cuda(void) {
-    if (g_cuda.ready) return &g_cuda.table;
-    if (cuda_start() != LJ_OK) return NULL;
-    lj_ops *t = &g_cuda.table;
-    *t = *lj_ops_cuda_describe(); /* name, dtypes and workspace sizes */
-    /* with a device, cuDNN is asked for its attention workspace, which also builds its plans for
-     * the shape before any graph capture (the description can only estimate it) */
-    t->attention_workspace_bytes = lj_cuda_attention_workspace_bytes;
-    t->alloc = lj_cuda_alloc;
-    t->free = lj_cuda_free;
-    t->memset_zero = cuda_memset_zero;
-    t->upload = cuda_upload;
-    t->download = cuda_download;
-    t->copy = cuda_copy;
-    t->synchronize = cuda_synchronize;
-    t->memory_info = cuda_memory_info;
-    t->stream = cuda_stream_ptr;
-    t->cast_f32_to_param = lj_cuda_cast_f32_to_param;
-    t->cast_to_f32 = lj_cuda_cast_to_f32;
-    t->embedding_forward = lj_cuda_embedding_forward;
-    t->embedding_backward = lj_cuda_embedding_backward;
-    t->rmsnorm_forward = lj_cuda_rmsnorm_forward;
-    t->rmsnorm_backward = lj_cuda_rmsnorm_backward;
-    t->residual_rmsnorm_forward = lj_cuda_residual_rmsnorm_forward;
-    t->add = lj_cuda_add;
-    t->matmul_forward = lj_cuda_matmul_forward;
-    t->matmul_backward = lj_cuda_matmul_backward;
-    t->set_weight_grad_overwrite = lj_cuda_set_weight_grad_overwrite;
-    t->rope_forward = lj_cuda_rope_forward;
-    t->rope_backward = lj_cuda_rope_backward;
-    t->attention_forward = lj_cuda_attention_forward;
-    t->attention_backward = lj_cuda_attention_backward;
-    t->attention_decode = lj_cuda_attention_decode;
-    t->swiglu_forward = lj_cuda_swiglu_forward;
-    t->swiglu_backward = lj_cuda_swiglu_backward;
-    t->swiglu_forward_unfused = lj_cuda_swiglu_forward_unfused;
-    t->swiglu_backward_unfused = lj_cuda_swiglu_backward_unfused;
-    t->cross_entropy_fused = lj_cuda_cross_entropy_fused;
-    t->cross_entropy_forward_backward = lj_cuda_cross_entropy_forward_backward;
-    t->global_norm_sq = lj_cuda_global_norm_sq;
-    t->adamw_update = lj_cuda_adamw_update;
-    t->graph_capture_begin = lj_cuda_graph_capture_begin;
-    t->graph_capture_end = lj_cuda_graph_capture_end;
-    t->graph_launch = lj_cuda_graph_launch;
-    t->graph_destroy = lj_cuda_graph_destroy;
-    g_cuda.ready = 1;
-    return t;
+    if (!g_cuda.ready) {
+        if (cuda_start() != LJ_OK) return NULL;
+        g_cuda.ready = 1;
+    }
+    return lj_cuda_table(lj_cuda_selected_grad_dtype());
 }

@@ -1,7 +1,7 @@
 /* cuda_optim.cu: the optimizer ops on the GPU: the squared global gradient norm (a
  * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
  * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
- * bf16 or fp32 (lj_cuda_grad_dtype), read as fp32. Both ops are capturable: AdamW's per-step
+ * bf16 or fp32 (the table's grad dtype), read as fp32. Both ops are capturable: AdamW's per-step
  * lr and bias corrections are read from device memory, so one captured graph serves every
  * step. */
 #include "ops/cuda/cuda_common.h"
@@ -78,9 +78,9 @@ static int norm_blocks(int64_t n) {
 
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n) { return (size_t)norm_blocks(n) * sizeof(double); }
 
-void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace) {
+void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype) {
     int blocks = norm_blocks(n);
-    if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+    if (grad_dtype == LJ_DTYPE_F32)
         norm_sq_partial_kernel<float><<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(
             (double *)workspace, (const float *)grad, n);
     else
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
 
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                          const float *step_scalars, const float *grad_norm_sq) {
+                          const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype) {
     lj_adamw_consts k;
     k.beta1 = hp->beta1;
     k.beta2 = hp->beta2;
@@ -227,7 +227,7 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
         int64_t units = batch.unit_start[batch.num];
         if (units == 0) continue;
         unsigned blocks = lj_cuda_blocks(units, 1);
-        if (lj_cuda_grad_dtype() == LJ_DTYPE_F32)
+        if (grad_dtype == LJ_DTYPE_F32)
             adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
                 pb, master, (const float *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
         else

@@ -101,7 +101,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
             lj_model_set_batch(&m, tokens);
             const float dloss = 1.0f / (B * T);
             lj_model_forward(&m, 1, dloss);
-            lj_model_backward(&m, dloss);
+            lj_model_backward(&m);
             const double loss = lj_model_mean_loss(&m);
             download_grads(ops, &m, g, P);
             char what[160];
@@ -216,6 +216,7 @@ int main(int argc, char **argv) {
     const lj_dtype grad_dtypes[2] = {LJ_DTYPE_BF16, LJ_DTYPE_F32};
     for (int i = 0; i < 2; i++) {
         lj_ops_cuda_set_grad_dtype(grad_dtypes[i]);
+        ops = lj_ops_cuda(); /* the table of that gradient dtype */
         run_case(ops, root, "untied");
         run_case(ops, root, "tied");
     }

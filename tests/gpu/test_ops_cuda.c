@@ -233,7 +233,7 @@ static void test_rmsnorm(int N, int C) {
     float *res = hzeros(n), *rout = hzeros(n), *rrstd = hzeros(N);
     void *hws = lj_malloc(H->rmsnorm_backward_workspace_bytes(N, C) + 1);
     H->rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    H->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, hws);
+    H->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, hws);
     /* the residual input is rounded to bf16 first, as the GPU stores it */
     float *resr = hzeros(n);
     for (int64_t i = 0; i < n; i++) resr[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i] + y[i]));
@@ -248,7 +248,7 @@ static void test_rmsnorm(int N, int C) {
     gpoison(gout, (size_t)n * 2), gpoison(grstd, (size_t)N * 4), gpoison(gres, (size_t)n * 2);
     gpoison(grout, (size_t)n * 2), gpoison(gsum, (size_t)n * 2), gpoison(gsout, (size_t)n * 2);
     G->rmsnorm_forward(gout, grstd, gx, gw, N, C, eps);
-    G->rmsnorm_backward(gdx, gdw, gdout, gx, gw, grstd, N, C, gws);
+    G->rmsnorm_backward(gdx, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_ACCUMULATE, gws);
     G->residual_rmsnorm_forward(gres, grout, grrstd, gx, gy, gw, N, C, eps);
     G->add(gsum, gx, gy, n);
     G->rmsnorm_forward(gsout, gsrstd, gsum, gw, N, C, eps);
@@ -261,13 +261,9 @@ static void test_rmsnorm(int N, int C) {
     check("rmsnorm_backward dw (+=)", shape, ddw, dw, C, TOL);
     {   /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
         float *hdx = hzeros(n), *hdw = hzeros(C);
-        H->set_weight_grad_overwrite(1);
-        H->rmsnorm_backward(hdx, hdw, dout, x, w, rstd, N, C, hws);
-        H->set_weight_grad_overwrite(0);
+        H->rmsnorm_backward(hdx, hdw, dout, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, hws);
         gpoison(gdw, (size_t)C * lj_dtype_size(G->grad_dtype));
-        G->set_weight_grad_overwrite(1);
-        G->rmsnorm_backward(NULL, gdw, gdout, gx, gw, grstd, N, C, gws);
-        G->set_weight_grad_overwrite(0);
+        G->rmsnorm_backward(NULL, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_OVERWRITE, gws);
         float *ow = dl_grad(gdw, C);
         check("rmsnorm_backward dw (overwrite mode)", shape, ow, hdw, C, TOL);
         free(hdx), free(hdw), free(ow);
@@ -294,15 +290,15 @@ static void test_matmul(int N, int IC, int OC) {
     float *out = hzeros((int64_t)N * OC), *dx = hzeros((int64_t)N * IC), *dxa = hcopy(dx0, (int64_t)N * IC);
     float *dw = hcopy(dw0, (int64_t)OC * IC);
     H->matmul_forward(out, x, w, N, IC, OC);
-    H->matmul_backward(dx, dw, dout, x, w, N, IC, OC, 0);
-    H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, 1);
+    H->matmul_backward(dx, dw, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+    H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
     void *gx = gbf16(x, (int64_t)N * IC), *gw = gbf16(w, (int64_t)OC * IC), *gd = gbf16(dout, (int64_t)N * OC);
     void *go = galloc((size_t)N * OC * 2), *gdx = galloc((size_t)N * IC * 2), *gdxa = gbf16(dx0, (int64_t)N * IC);
     void *gdw = ggrad(dw0, (int64_t)OC * IC);
     gpoison(go, (size_t)N * OC * 2), gpoison(gdx, (size_t)N * IC * 2);
     G->matmul_forward(go, gx, gw, N, IC, OC);
-    G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, 0);
-    G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, 1);
+    G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+    G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
     float *o = dl_bf16(go, (int64_t)N * OC), *a = dl_bf16(gdx, (int64_t)N * IC), *b = dl_bf16(gdxa, (int64_t)N * IC);
     float *c = dl_grad(gdw, (int64_t)OC * IC);
     check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
@@ -311,13 +307,9 @@ static void test_matmul(int N, int IC, int OC) {
     check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
     /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
     float *dwo = hzeros((int64_t)OC * IC);
-    H->set_weight_grad_overwrite(1);
-    H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, 0);
-    H->set_weight_grad_overwrite(0);
+    H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
     gpoison(gdw, (size_t)OC * IC * lj_dtype_size(G->grad_dtype));
-    G->set_weight_grad_overwrite(1);
-    G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, 0);
-    G->set_weight_grad_overwrite(0);
+    G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
     float *co = dl_grad(gdw, (int64_t)OC * IC);
     check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
     free(dwo), free(co);
@@ -540,7 +532,7 @@ static void test_cross_entropy_fused(int N, int C, int V) {
     void *gdw2 = ggrad(dw0, (int64_t)V * C);
     G->matmul_forward(glog, gx, gw, N, C, V);
     G->cross_entropy_forward_backward(gloss2, glog, glog, gt, N, V, dloss);
-    G->matmul_backward(gdx2, gdw2, glog, gx, gw, N, C, V, 0);
+    G->matmul_backward(gdx2, gdw2, glog, gx, gw, N, C, V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     float *ul = dl_f32(gloss2, N), *udx = dl_bf16(gdx2, (int64_t)N * C), *udw = dl_grad(gdw2, (int64_t)V * C);
     /* the chunk's GEMM may pick another algorithm than the full one: logits can differ by a
      * bf16 rounding step, hence bf16 tolerances */
@@ -667,11 +659,11 @@ static void graph_chain(const graph_bufs *g) {
     o->cross_entropy_fused(g->losses, g->dh, g->dw_lm, g->h, g->w_lm, g->targets, g->N, g->I, g->V, 1.0f / g->N,
                            g->ce_ws);
     o->swiglu_backward(g->dgu, g->dh, g->gu, g->N, g->I);
-    o->matmul_backward(g->datt, dw_up, g->dgu, g->att, g->w_up, g->N, g->C, 2 * g->I, 0);
+    o->matmul_backward(g->datt, dw_up, g->dgu, g->att, g->w_up, g->N, g->C, 2 * g->I, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     o->attention_backward(g->dqkv, g->datt, g->qkv, g->att, g->lse, g->B, g->T, g->nh, g->nkv, g->hd, g->att_ws);
     o->rope_backward(g->dqkv, g->cosv, g->sinv, g->B, g->T, g->nh, g->nkv, g->hd);
-    o->matmul_backward(g->dxn, dw_qkv, g->dqkv, g->xn, g->w_qkv, g->N, g->C, g->QKV, 0);
-    o->rmsnorm_backward(g->dx_norm, dw_norm, g->dxn, g->x, g->w_norm, g->rstd, g->N, g->C, g->norm_ws);
+    o->matmul_backward(g->dxn, dw_qkv, g->dqkv, g->xn, g->w_qkv, g->N, g->C, g->QKV, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+    o->rmsnorm_backward(g->dx_norm, dw_norm, g->dxn, g->x, g->w_norm, g->rstd, g->N, g->C, LJ_GRAD_ACCUMULATE, g->norm_ws);
     o->embedding_backward(g->dwte, g->dx_norm, g->ids, g->N, g->C, g->emb_ws);
     o->global_norm_sq(g->gnorm, g->grads, g->P, g->gn_ws);
     o->copy(g->master, g->master0, (size_t)g->P * 4);
@@ -848,6 +840,7 @@ int main(void) {
     /* the ops that write or read weight gradients: once per grad dtype */
     for (g_bf16_grads = 0; g_bf16_grads <= 1; g_bf16_grads++) {
         lj_ops_cuda_set_grad_dtype(g_bf16_grads ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
+        G = lj_ops_cuda(); /* the table of that gradient dtype */
         test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
         if (!quick) test_embedding(512, 2048, 4096), test_embedding(4096, 2048, 128256);
         int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};

@@ -1,0 +1,143 @@
+/* weights.c: a model's weights between the host and its buffers: random init, upload of host
+ * f32 values (rounded to the param dtype, the master shard kept in f32), download, and the
+ * upload of a host master shard under optimizer offload. Where this rank's part of the state
+ * lives is the residency's (model/residency.h) and the shard bounds of lj_model. */
+#include "model/model.h"
+
+#include <string.h>
+
+/* The parameters themselves are sharded (ZeRO-3 over several ranks): m->params is this rank's
+ * shard, filled through the residency. */
+static int shards_params(const lj_model *m) { return m->residency && m->residency->shards_params; }
+
+/* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
+static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
+    const lj_ops *ops = m->ops;
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "upload: param dtype %s", lj_dtype_name(ops->param_dtype));
+    enum { CHUNK = 1 << 22 };
+    uint16_t *stage = lj_malloc((size_t)(n < CHUNK ? n : CHUNK) * sizeof(uint16_t));
+    for (int64_t base = 0; base < n; base += CHUNK) {
+        const int64_t k = n - base < CHUNK ? n - base : CHUNK;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < k; i++) stage[i] = lj_f32_to_bf16(src[base + i]);
+        ops->upload((uint16_t *)dst + base, stage, (size_t)k * sizeof(uint16_t));
+    }
+    free(stage);
+}
+
+/* Uploads host f32 values [offset, offset + n) of the flat parameter buffer: into the params
+ * directly on an f32 backend; else rounded to the param dtype on the host (round-to-nearest-even,
+ * the device cast's rule) into the params, and the part inside this rank's shard, unrounded, into
+ * the master weights. Sharded parameters go through the residency. */
+static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
+    const lj_ops *ops = m->ops;
+    const int offload = m->offload_host != NULL;
+    if (shards_params(m)) {
+        if (offload) {
+            /* the host master shard only; the params follow from it (lj_model_offload_push_params) */
+            m->residency->upload_shard(m, m->master, src, offset, n, NULL, 1);
+            return;
+        }
+        /* this rank's shard: the f32 values into the master shard (on an f32 backend that is the
+         * params), then the param-dtype copy cast from it on the device */
+        if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
+            float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
+            m->residency->upload_shard(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params, 0);
+        }
+        return;
+    }
+    upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
+    if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
+    const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
+    const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
+    if (!m->master || hi <= lo) return;
+    const size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    if (offload) memcpy(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
+    else ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
+}
+
+void lj_model_init_weights(lj_model *m, uint64_t seed) {
+    enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
+    const double std = m->cfg.initializer_range;
+    float *stage = lj_malloc((size_t)STAGE * sizeof(float));
+    for (int p = 0; p < m->layout.count; p++) {
+        const lj_param_info *info = &m->layout.params[p];
+        for (int64_t base = 0; base < info->numel; base += STAGE) {
+            const int64_t n = info->numel - base < STAGE ? info->numel - base : STAGE;
+            if (info->kind == LJ_PARAM_NORM) {
+                for (int64_t i = 0; i < n; i++) stage[i] = 1.0f;
+            } else {
+                /* One RNG stream per chunk of CHUNK elements: the values do not depend on the
+                 * thread count. */
+                const int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+                for (int64_t c = 0; c < chunks; c++) {
+                    lj_rng rng;
+                    lj_rng_seed(&rng, seed ^ ((uint64_t)(p + 1) << 40) ^ (uint64_t)((base / CHUNK) + c));
+                    const int64_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
+                    for (int64_t i = c * CHUNK; i < end; i++) stage[i] = (float)(std * lj_rng_normal(&rng));
+                }
+            }
+            upload_range(m, stage, info->offset + base, n);
+        }
+    }
+    free(stage);
+    if (m->adam_m && m->offload_host) {
+        memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
+        memset(m->adam_v, 0, (size_t)m->shard_numel * sizeof(float));
+    } else if (m->adam_m) {
+        m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
+        m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
+    }
+    if (m->grads) lj_model_zero_grads(m);
+    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
+}
+
+void lj_model_set_weights(lj_model *m, const float *params) {
+    upload_range(m, params, 0, m->layout.total);
+    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
+}
+
+void lj_model_get_weights(lj_model *m, float *params) {
+    const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
+    LJ_ASSERT(!shards_params(m), "sharded parameters (ZeRO-3): gather them first (lj_dp_gather_state)");
+    LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
+    LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
+    if (!f32 && m->offload_host) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
+    else m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
+}
+
+void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
+    const int64_t P = m->layout.total;
+    if (shards_params(m)) {
+        m->residency->upload_shard(m, dst, full, 0, P, NULL, m->offload_host != NULL);
+        return;
+    }
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    if (n <= 0) return;
+    if (m->offload_host) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+    else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+}
+
+
+void lj_model_offload_push_params(lj_model *m) {
+    const lj_ops *ops = m->ops;
+    const int64_t S = m->shard_numel;
+    char *dst = (char *)m->params + (size_t)m->shard_begin * lj_dtype_size(ops->param_dtype);
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload(dst, m->master, (size_t)S * sizeof(float));
+    } else {
+        LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: param dtype %s", lj_dtype_name(ops->param_dtype));
+        uint16_t *stage = m->offload_stage;
+        const float *master = m->master;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
+        ops->upload(dst, stage, (size_t)S * sizeof(uint16_t));
+    }
+    /* the staging is reused by the next step's download: the upload has read it */
+    ops->synchronize();
+}

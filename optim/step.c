@@ -1,0 +1,55 @@
+/* step.c: the optimizer step over one rank's shard (step.h). */
+#include "optim/step.h"
+
+#include <math.h>
+
+lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg) {
+    const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm};
+    return hp;
+}
+
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step) {
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, hp, lr, step);
+    m->ops->upload(m->adamw_scalars, scalars, sizeof scalars);
+}
+
+void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n) {
+    m->ops->global_norm_sq(m->grad_norm_sq, grad_shard, n, m->ws_norm);
+}
+
+void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, const lj_adamw_segment *segments,
+                     int num_segments, const lj_adamw_hparams *hp) {
+    m->ops->adamw_update(params_shard, m->master, grad_shard, m->adam_m, m->adam_v, segments, num_segments, hp,
+                         m->adamw_scalars, m->grad_norm_sq);
+}
+
+double lj_optim_read_norm(lj_model *m) {
+    float norm_sq = 0.0f;
+    m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
+    return sqrt((double)norm_sq);
+}
+
+void lj_optim_local_step(lj_model *m, void *ctx) {
+    const lj_optim_local *u = ctx;
+    const size_t sg = lj_dtype_size(m->ops->grad_dtype), sp = lj_dtype_size(m->ops->param_dtype);
+    const char *grad_shard = (const char *)m->grads + (size_t)m->shard_begin * sg;
+    /* the shard's real elements (the padding after P carries nothing) */
+    const int64_t P = m->layout.total;
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
+    lj_optim_update(m, (char *)m->params + (size_t)m->shard_begin * sp, grad_shard, u->segments, u->num_segments, &u->hp);
+}
+
+uint64_t lj_optim_local_key(const lj_optim_local *u) {
+    uint64_t key = LJ_HASH_INIT;
+    const float fixed[4] = {u->hp.beta1, u->hp.beta2, u->hp.eps, u->hp.max_grad_norm};
+    key = lj_hash(key, fixed, sizeof fixed);
+    key = lj_hash(key, &u->num_segments, sizeof u->num_segments);
+    for (int i = 0; i < u->num_segments; i++) {
+        key = lj_hash(key, &u->segments[i].offset, sizeof u->segments[i].offset);
+        key = lj_hash(key, &u->segments[i].count, sizeof u->segments[i].count);
+        key = lj_hash(key, &u->segments[i].weight_decay, sizeof u->segments[i].weight_decay);
+    }
+    return key;
+}

@@ -1,0 +1,45 @@
+/* step.h: the optimizer step over one rank's shard of a model, on the op table: the step's AdamW
+ * scalars, the shard's squared gradient norm, the AdamW update with clipping, and the whole
+ * single-rank step as a capturable tail of lj_model_train_step. What happens between these
+ * (gradient reductions, the norm's all-reduce, the parameter all-gather under ZeRO) is the data
+ * parallel step's (parallel/dp.h). Shards: m->shard_begin, m->shard_numel (model/model.h). */
+#ifndef LJ_STEP_H
+#define LJ_STEP_H
+
+#include "model/model.h"
+#include "optim/optim.h"
+
+/* The fixed AdamW hyper-parameters of a config (ops.h lj_adamw_hparams). */
+lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg);
+
+/* Uploads the AdamW scalars of step `step` at `lr` (lj_adamw_step_scalars) to
+ * m->adamw_scalars, in stream order before the update (or the captured step) that reads them. */
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step);
+
+/* m->grad_norm_sq (device f32) = the sum of squares of grad_shard[n] (grad dtype). */
+void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n);
+
+/* AdamW over this rank's shard: master, adam_m, adam_v (f32) and the param-dtype copy at
+ * `params_shard`, from grad_shard, with the scalars in m->adamw_scalars and clipping by
+ * m->grad_norm_sq. `segments` are relative to the shard. Capturable. */
+void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, const lj_adamw_segment *segments,
+                     int num_segments, const lj_adamw_hparams *hp);
+
+/* The global gradient norm, sqrt(m->grad_norm_sq) (host sync). */
+double lj_optim_read_norm(lj_model *m);
+
+/* The optimizer of one rank without collectives, as a tail of lj_model_train_step (ctx: an
+ * lj_optim_local): the norm of the shard's gradients, then AdamW over it. Ops only: capturable. */
+typedef struct {
+    const lj_adamw_segment *segments;
+    int num_segments;
+    lj_adamw_hparams hp;
+} lj_optim_local;
+
+void lj_optim_local_step(lj_model *m, void *ctx);
+
+/* What a captured step bakes into its launches besides pointers (the fixed hyper-parameters,
+ * clipping on or off, the segments): a changed value means a recapture. Hashed field by field. */
+uint64_t lj_optim_local_key(const lj_optim_local *u);
+
+#endif

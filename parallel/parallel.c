@@ -1,0 +1,33 @@
+/* parallel.c: lj_parallelize (parallel.h). */
+#include "parallel/parallel.h"
+
+#include "parallel/zero3.h"
+
+void lj_parallelize(lj_model *m, lj_dist *dist) {
+    LJ_ASSERT(!m->parallelized, "lj_parallelize: called twice");
+    m->parallelized = 1;
+    const lj_model_options *o = &m->opt;
+    const int64_t P = m->layout.total;
+    const int W = o->zero_stage > 0 && o->dp_world_size > 1 ? o->dp_world_size : 1;
+    if (lj_zero3_wanted(o)) {
+        lj_zero3_attach(m, dist);
+        m->opt.graphs = 0;
+        const lj_zero3 *z = lj_zero3_of(m);
+        if (!z->shard_params) {
+            /* ZeRO-2: flat shards as under stage 1, but only this rank's shard of the gradients */
+            m->shard_numel = z->flat.shard_numel;
+            m->padded_numel = m->shard_numel * W;
+            m->shard_begin = m->shard_numel * o->dp_rank;
+        } else {
+            /* ZeRO-3: every buffer is this rank's shard of the layer partition */
+            m->shard_numel = m->padded_numel = z->part.shard_numel;
+            m->shard_begin = 0;
+        }
+        m->grad_numel = m->shard_numel;
+    } else if (W > 1) {
+        m->shard_numel = ((P + W - 1) / W + 63) / 64 * 64;
+        m->padded_numel = m->shard_numel * W;
+        m->shard_begin = m->shard_numel * o->dp_rank;
+        m->grad_numel = m->padded_numel;
+    }
+}
