@@ -10,8 +10,8 @@ void lj_cli_monitor_usage(FILE *f) {
     fprintf(f,
             "monitoring (rank 0):\n"
             "  --tensorboard-dir DIR         TensorBoard event files with Megatron-LM's tags (lm loss,\n"
-            "                                learning-rate, grad-norm, batch-size, throughput, memory,\n"
-            "                                validation; each also \"vs samples\"), flushed at every log line\n"
+            "                                learning-rate, grad-norm, batch-size and validation, each also\n"
+            "                                \"vs samples\"; throughput, memory), flushed at every log line\n"
             "                                (also the DeepSpeed config's tensorboard section)\n"
             "  --tensorboard-log-interval N  scalars every N iterations (default 1)\n"
             "  --tensorboard-queue-size N    events kept in memory between writes (default 1000)\n"
