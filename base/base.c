@@ -54,6 +54,7 @@ void lj_assert_fail(const char *file, int line, const char *cond, const char *fm
 }
 
 void lj_log_set_quiet(int quiet) { g_quiet = quiet; }
+int lj_log_is_quiet(void) { return g_quiet; }
 
 void lj_log_info(const char *fmt, ...) {
     if (g_quiet) return;

@@ -57,6 +57,8 @@ void lj_assert_fail(const char *file, int line, const char *cond, const char *fm
 void lj_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void lj_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void lj_log_set_quiet(int quiet);
+/* 1 while info lines are silenced. */
+int lj_log_is_quiet(void);
 
 /* Allocation helpers for host memory that abort on failure (host bookkeeping only: the
  * engine's tensors come from the static plan, see plan/plan.h). */

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
+#include "data/tokenizer_export.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 #include "parallel/zero3.h"
@@ -244,7 +245,8 @@ static lj_status export_hf(const char *dir, void *ctx) {
     const export_ctx *e = ctx;
     char path[LJ_PATH_MAX];
     LJ_TRY(lj_path_join(path, dir, "hf"));
-    return lj_hf_export(path, e->r->model_cfg, e->weights, e->r->hf_dtype, 5ull << 30);
+    LJ_TRY(lj_hf_export(path, e->r->model_cfg, e->weights, e->r->hf_dtype, 5ull << 30));
+    return e->r->tokenizer ? lj_tokenizer_export_hf(e->r->tokenizer, path, e->r->model_cfg) : LJ_OK;
 }
 
 /* Writes and installs the iteration directory from the gathered state (rank 0), without

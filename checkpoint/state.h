@@ -8,7 +8,8 @@
  *                                         position, data/loader.h), "model" (the shape), "run"
  *                                         (micro_batch_size, seq_length, global_batch_size, seed),
  *                                         "zero" (world_size, stage, shard_files)}
- *   ROOT/iter_NNNNNNN/hf/                 the Hugging Face export (io/hf.h)
+ *   ROOT/iter_NNNNNNN/hf/                 the Hugging Face export (io/hf.h), with the tokenizer
+ *                                         files when the run names its tokenizer
  *   ROOT/iter_NNNNNNN/zero_shard_rank_RRRRR.safetensors
  *                                         under ZeRO stage >= 1 over several ranks: each rank's
  *                                         shard of the master weights and moments ("master",
@@ -40,6 +41,8 @@ typedef struct {
     const char *save;  /* --save root */
     int keep_last;     /* --keep-last (0: all) */
     lj_dtype hf_dtype; /* dtype of the HF export */
+    const char *tokenizer; /* tokenizer.json copied into the HF export with the other tokenizer files
+                              (data/tokenizer_export.h); NULL: none */
     int quiet;         /* no info lines */
     /* the position in the run: saved by lj_run_state_save, set by lj_run_state_load */
     int iteration;

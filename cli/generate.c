@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/fs.h"
 #include "cli/cli.h"
 #include "data/tokenizer.h"
 #include "checkpoint/checkpoint.h"
@@ -31,7 +33,8 @@ static void usage(FILE *f) {
                "  --top-k K              keep the K most likely tokens (default 0 = all)\n"
                "  --top-p P              nucleus sampling (default 1.0 = off)\n"
                "  --seed S               sampling seed (default 1234)\n"
-               "  --tokenizer PATH       tokenizer.json (default: the set-up script's Llama 3 tokenizer)\n"
+               "  --tokenizer PATH       tokenizer.json (default: the one in the model directory, which\n"
+               "                         ljperf's exports carry, else the set-up script's Llama 3 tokenizer)\n"
                "  --device auto|cpu|cuda (default auto)\n");
 }
 
@@ -140,7 +143,10 @@ static lj_status run_generate(const gen_args *a) {
     const lj_ops *ops;
     LJ_TRY(lj_cli_device(a->device, &ops));
     lj_tokenizer *tok;
-    LJ_TRY(lj_tokenizer_load(a->tokenizer ? a->tokenizer : lj_tokenizer_default_path(tokpath, sizeof tokpath), &tok));
+    /* --tokenizer, else the tokenizer beside the model, else the default */
+    if (!a->tokenizer && (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0))
+        lj_tokenizer_default_path(tokpath, sizeof tokpath);
+    LJ_TRY(lj_tokenizer_load(a->tokenizer ? a->tokenizer : tokpath, &tok));
     if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
         lj_tokenizer_free(tok);
         return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,

@@ -1,8 +1,14 @@
 /* prepare.c: `ljperf prepare`: flags, then data/prepare.h does the work; prints the summary. */
+#include <dirent.h>
+#include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "base/fs.h"
 #include "cli/cli.h"
+#include "data/input.h"
 #include "data/mmidx.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
@@ -17,8 +23,10 @@ static void usage(FILE *f) {
             "sequence per document, in input order. Written under temporary names and renamed at the\n"
             "end: on any error nothing is left behind.\n"
             "\n"
-            "  --input PATH          a .txt or .jsonl (.ndjson, .json) file, or - for stdin (read as\n"
-            "                        text unless --format jsonl); repeat for more inputs\n"
+            "  --input PATH          a .txt or .jsonl (.ndjson, .json) file, compressed or not (.gz, .zst),\n"
+            "                        a directory (its files with those names, sorted; not recursive), a\n"
+            "                        glob such as 'shards/*.jsonl.zst' (quoted: sorted matches), or - for\n"
+            "                        stdin (read as text unless --format jsonl); repeat for more inputs\n"
             "  --output-prefix P     writes P.bin and P.idx (parent directories are created)\n"
             "  --tokenizer PATH      a Hugging Face tokenizer.json (byte-level BPE: Llama 3, GPT-2);\n"
             "                        default %s\n"
@@ -28,7 +36,8 @@ static void usage(FILE *f) {
             "                        blank-line: a line that is empty or only spaces/tabs ends a\n"
             "                        document (the document drops its last line end)\n"
             "  --format FMT          auto (by file extension; default), txt or jsonl\n"
-            "  --json-key KEY        the string field of each .jsonl object to tokenize (default text)\n"
+            "  --json-key KEY        the string field of each .jsonl object to tokenize (default text;\n"
+            "                        also Megatron-LM's --json-keys, with one key)\n"
             "  --append-eos          end each document with EOS (default; Megatron's --append-eod)\n"
             "  --no-append-eos       do not\n"
             "  --prepend-bos         start each document with BOS (also --append-bos)\n"
@@ -54,20 +63,82 @@ static int usage_error(const char *msg) {
     return 2;
 }
 
+static void free_inputs(char **inputs, int n) {
+    for (int i = 0; i < n; i++) free(inputs[i]);
+    free(inputs);
+}
+
+/* A name prepare reads: .txt, .jsonl, .ndjson or .json, each also .gz or .zst. */
+static int input_name(const char *name) {
+    const size_t n = lj_input_base_len(name);
+    const char *ext[4] = {".txt", ".jsonl", ".ndjson", ".json"};
+    for (int i = 0; i < 4; i++) {
+        const size_t m = strlen(ext[i]);
+        if (n > m && strncmp(name + n - m, ext[i], m) == 0) return 1;
+    }
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Appends the files one --input value names to (*list, *n): a directory's input files
+ * (sorted), a glob's matches (sorted), else the value itself (a file or "-", checked later). */
+static lj_status expand_input(const char *v, char ***list, int *n) {
+    struct stat st;
+    const int exists = stat(v, &st) == 0;
+    char **found = NULL;
+    int count = 0;
+    if (exists && S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(v);
+        if (!d) return lj_fail(LJ_ERR_IO, "--input %s: cannot read the directory: %s", v, strerror(errno));
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.' || !input_name(e->d_name)) continue;
+            char path[LJ_PATH_MAX];
+            struct stat fs;
+            if (lj_path_join(path, v, e->d_name) != LJ_OK || stat(path, &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+            found = lj_realloc(found, (size_t)(count + 1) * sizeof *found);
+            found[count++] = lj_strdup(path);
+        }
+        closedir(d);
+        if (count == 0)
+            return lj_fail(LJ_ERR_ARG, "--input %s: the directory holds no .txt, .jsonl, .ndjson or .json file "
+                                       "(compressed or not)", v);
+        qsort(found, (size_t)count, sizeof *found, by_name);
+    } else if (!exists && strpbrk(v, "*?[")) {
+        glob_t g;
+        const int rc = glob(v, 0, NULL, &g);
+        if (rc == GLOB_NOMATCH) return lj_fail(LJ_ERR_ARG, "--input %s: no file matches", v);
+        if (rc != 0) return lj_fail(LJ_ERR_IO, "--input %s: cannot expand the pattern", v);
+        count = (int)g.gl_pathc; /* glob sorts them */
+        found = lj_malloc((size_t)count * sizeof *found);
+        for (int i = 0; i < count; i++) found[i] = lj_strdup(g.gl_pathv[i]);
+        globfree(&g);
+    } else {
+        found = lj_malloc(sizeof *found);
+        found[count++] = lj_strdup(v);
+    }
+    *list = lj_realloc(*list, (size_t)(*n + count) * sizeof **list);
+    memcpy(*list + *n, found, (size_t)count * sizeof *found);
+    *n += count;
+    free(found);
+    return LJ_OK;
+}
+
 int lj_cli_prepare(int argc, char **argv) {
     lj_prepare_config cfg;
     lj_prepare_config_init(&cfg);
-    const char **inputs = lj_calloc((size_t)argc + 1, sizeof *inputs);
+    char **inputs = NULL;
     int ninputs = 0, rc = 0;
     lj_status st = LJ_OK;
     for (int i = 0; i < argc && st == LJ_OK && rc == 0; i++) {
         const char *a = argv[i], *v = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
-            free(inputs);
+            free_inputs(inputs, ninputs);
             return 0;
         } else if (strcmp(a, "--input") == 0) {
-            if ((st = lj_cli_str(argc, argv, &i, &v)) == LJ_OK) inputs[ninputs++] = v;
+            if ((st = lj_cli_str(argc, argv, &i, &v)) == LJ_OK) st = expand_input(v, &inputs, &ninputs);
         } else if (strcmp(a, "--output-prefix") == 0) {
             st = lj_cli_str(argc, argv, &i, &cfg.output_prefix);
         } else if (strcmp(a, "--tokenizer") == 0) {
@@ -85,6 +156,11 @@ int lj_cli_prepare(int argc, char **argv) {
             else st = lj_fail(LJ_ERR_ARG, "--format: '%s' is not one of auto, txt, jsonl", v);
         } else if (strcmp(a, "--json-key") == 0) {
             st = lj_cli_str(argc, argv, &i, &cfg.json_key);
+        } else if (strcmp(a, "--json-keys") == 0) { /* Megatron-LM: nargs='+' */
+            if ((st = lj_cli_str(argc, argv, &i, &cfg.json_key)) != LJ_OK) break;
+            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                st = lj_fail(LJ_ERR_ARG, "--json-keys %s %s: one key per run (ljperf writes one dataset; run prepare "
+                                         "once per key)", cfg.json_key, argv[i + 1]);
         } else if (strcmp(a, "--append-eos") == 0 || strcmp(a, "--append-eod") == 0) {
             cfg.append_eos = 1;
         } else if (strcmp(a, "--no-append-eos") == 0) {
@@ -112,14 +188,14 @@ int lj_cli_prepare(int argc, char **argv) {
     if (rc == 0 && st == LJ_OK && ninputs == 0) rc = usage_error("no --input given");
     if (rc == 0 && st == LJ_OK && !cfg.output_prefix) rc = usage_error("no --output-prefix given");
     if (rc != 0 || st != LJ_OK) {
-        free(inputs);
+        free_inputs(inputs, ninputs);
         return rc != 0 ? rc : usage_error(lj_error_message());
     }
-    cfg.inputs = inputs;
+    cfg.inputs = (const char *const *)inputs;
     cfg.num_inputs = ninputs;
     lj_prepare_stats s;
     st = lj_prepare_run(&cfg, &s);
-    free(inputs);
+    free_inputs(inputs, ninputs);
     if (st != LJ_OK) return lj_cli_error("prepare");
     double secs = s.seconds > 1e-9 ? s.seconds : 1e-9;
     printf("prepare: wrote %s.bin and %s.idx (%s tokens, vocabulary %d)\n", cfg.output_prefix, cfg.output_prefix,

@@ -3,9 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
-
+#include "cli/monitor.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_export.h"
 #include "checkpoint/state.h"
 #include "parallel/dist.h"
 #include "train/train.h"
@@ -74,12 +78,18 @@ static void usage(FILE *f) {
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
+            "  --tokenizer-model PATH        the data's tokenizer.json (or its directory), copied into each HF\n"
+            "                                export with tokenizer_config.json, special_tokens_map.json and\n"
+            "                                generation_config.json (default: the set-up script's Llama 3\n"
+            "                                tokenizer when it fits the vocabulary); also --tokenizer\n"
+            "  --tokenizer-type HuggingFaceTokenizer   Megatron-LM's flag (the only type ljperf reads)\n"
             "  --log-interval N              print every N iterations (default 1)\n"
             "  --eval-interval N             validation loss every N iterations (default: at the end)\n"
             "  --eval-iters N                validation micro-batches per evaluation (default 10)\n"
             "  --log-json FILE               the per-step line as JSON lines\n"
             "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
+    lj_cli_monitor_usage(f);
 }
 
 /* Values a user can get wrong that no later step would catch. */
@@ -134,11 +144,44 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
     return LJ_OK;
 }
 
-static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
+/* The tokenizer the HF exports carry (--save only): --tokenizer-model (a tokenizer.json or a
+ * directory holding one), else the set-up script's default when it exists and fits the model's
+ * vocabulary. A given tokenizer that does not load or fit is an error; the default is then
+ * left out with a note. `buf` (LJ_PATH_MAX bytes) holds the path c->tokenizer points to. */
+static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const char *type, char *buf) {
+    if (type && strcmp(type, "HuggingFaceTokenizer") != 0)
+        return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not HuggingFaceTokenizer (ljperf reads Hugging Face "
+                                   "tokenizer.json files)", type);
+    if (!c->save) return LJ_OK;
+    if (given) {
+        struct stat st;
+        if (stat(given, &st) == 0 && S_ISDIR(st.st_mode)) LJ_TRY(lj_path_join(buf, given, "tokenizer.json"));
+        else if (strlen(given) < LJ_PATH_MAX) strcpy(buf, given);
+        else return lj_fail(LJ_ERR_ARG, "--tokenizer-model: the path is longer than %d bytes", LJ_PATH_MAX - 1);
+        LJ_TRY(lj_tokenizer_check_export(buf, &c->model, "--tokenizer-model"));
+        c->tokenizer = buf;
+        return LJ_OK;
+    }
+    lj_tokenizer_default_path(buf, LJ_PATH_MAX);
+    if (access(buf, R_OK) != 0) {
+        lj_log_info("no tokenizer in the Hugging Face exports (the default %s is missing; --tokenizer-model PATH "
+                    "adds one)", buf);
+        return LJ_OK;
+    }
+    if (lj_tokenizer_check_export(buf, &c->model, "the default tokenizer") != LJ_OK) {
+        lj_log_info("no tokenizer in the Hugging Face exports: %s (--tokenizer-model PATH adds one)", lj_error_message());
+        return LJ_OK;
+    }
+    c->tokenizer = buf;
+    return LJ_OK;
+}
+
+static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor *mon, char *tok_buf, int *help) {
     const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
     const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL, *grad_dtype = NULL;
-    const char *device_memory = NULL, *margin = NULL;
+    const char *device_memory = NULL, *margin = NULL, *tokenizer = NULL, *tokenizer_type = NULL;
     int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
+    lj_status s = LJ_OK;
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -187,6 +230,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(a, "--exit-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->exit_interval));
         else if (!strcmp(a, "--keep-last")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->keep_last));
         else if (!strcmp(a, "--hf-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &hf_dtype));
+        else if (!strcmp(a, "--tokenizer-model") || !strcmp(a, "--tokenizer")) LJ_TRY(lj_cli_str(argc, argv, &i, &tokenizer));
+        else if (!strcmp(a, "--tokenizer-type")) LJ_TRY(lj_cli_str(argc, argv, &i, &tokenizer_type));
         else if (!strcmp(a, "--log-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->log_interval));
         else if (!strcmp(a, "--eval-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_interval));
         else if (!strcmp(a, "--eval-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_iters));
@@ -204,6 +249,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
             if (n <= 0) return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
             c->reduce_bucket_size = n;
         } else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
+        else if (lj_cli_monitor_flag(mon, argc, argv, &i, &s)) LJ_TRY(s);
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
@@ -229,6 +275,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
     if (ds_path) {
         int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
         LJ_TRY(apply_deepspeed(c, ds_path, &gbs, &mb));
+        LJ_TRY(lj_cli_monitor_deepspeed(mon, ds_path));
         c->micro_batch_size = mb;
         LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
     }
@@ -268,6 +315,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, int *help) {
         else if (!strcmp(hf_dtype, "fp32")) c->hf_dtype = LJ_DTYPE_F32;
         else return lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
     }
+    lj_cli_monitor_apply(mon, c, world == 1 || env.rank == 0);
+    LJ_TRY(resolve_tokenizer(c, tokenizer, tokenizer_type, tok_buf));
     return LJ_OK;
 }
 
@@ -275,8 +324,11 @@ int lj_cli_train(int argc, char **argv) {
     int status;
     if (lj_cli_maybe_launch("train", argc, argv, &status)) return status;
     lj_train_config cfg;
+    lj_cli_monitor mon;
+    memset(&mon, 0, sizeof mon);
+    char tokenizer[LJ_PATH_MAX];
     int help = 0;
-    if (parse(argc, argv, &cfg, &help) != LJ_OK) return lj_cli_error("train");
+    if (parse(argc, argv, &cfg, &mon, tokenizer, &help) != LJ_OK) return lj_cli_error("train");
     if (help) {
         usage(stdout);
         return 0;

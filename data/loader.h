@@ -33,7 +33,7 @@
 #include "base/base.h"
 #include "data/mmidx.h"
 
-#define LJ_LOADER_MAX_DATASETS 64
+#define LJ_LOADER_MAX_DATASETS 256 /* llm.c's FineWeb-10B has 103 shards */
 #define LJ_LOADER_PATH_MAX 1024
 
 typedef enum { LJ_SPLIT_TRAIN = 0, LJ_SPLIT_VALID = 1, LJ_SPLIT_TEST = 2 } lj_split;

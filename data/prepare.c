@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/input.h"
 #include "data/mmidx.h"
 #include "data/tokenizer.h"
 
@@ -64,6 +65,7 @@ typedef struct {
 typedef struct {
     const char *name;
     FILE *f;
+    char err[256];   /* why a read of compressed data failed (data/input.h) */
     int jsonl;
     char *buf;
     size_t start, end, cap;
@@ -94,9 +96,15 @@ typedef struct { prep *p; int index; } worker_arg;
 
 /* ---- reading ---------------------------------------------------------------------- */
 
+/* By the name without a .gz / .zst suffix. */
 static int is_jsonl_name(const char *path) {
-    const char *dot = strrchr(path, '.');
-    return dot && (strcmp(dot, ".jsonl") == 0 || strcmp(dot, ".ndjson") == 0 || strcmp(dot, ".json") == 0);
+    const size_t n = lj_input_base_len(path);
+    const char *ext[3] = {".jsonl", ".ndjson", ".json"};
+    for (int i = 0; i < 3; i++) {
+        const size_t m = strlen(ext[i]);
+        if (n >= m && strncmp(path + n - m, ext[i], m) == 0) return 1;
+    }
+    return 0;
 }
 
 static lj_status reader_open(prep *p, const char *path) {
@@ -105,7 +113,7 @@ static lj_status reader_open(prep *p, const char *path) {
     r->line = 1;
     int is_stdin = strcmp(path, "-") == 0;
     r->name = is_stdin ? "<stdin>" : path;
-    r->f = is_stdin ? stdin : fopen(path, "rb");
+    r->f = is_stdin ? stdin : lj_input_open(path, r->err, sizeof r->err);
     if (!r->f) return lj_fail(LJ_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     lj_prepare_format fmt = p->cfg->format;
     r->jsonl = fmt == LJ_PREPARE_FORMAT_JSONL || (fmt == LJ_PREPARE_FORMAT_AUTO && !is_stdin && is_jsonl_name(path));
@@ -135,7 +143,8 @@ static lj_status reader_fill(reader *r) {
     size_t got = fread(r->buf + r->end, 1, READ_CHUNK, r->f);
     r->end += got;
     if (got < READ_CHUNK) {
-        if (ferror(r->f)) return lj_fail(LJ_ERR_IO, "%s: read error: %s", r->name, strerror(errno));
+        if (ferror(r->f))
+            return lj_fail(LJ_ERR_IO, "%s: read error: %s", r->name, r->err[0] ? r->err : strerror(errno));
         r->eof = 1;
     }
     return LJ_OK;
@@ -622,7 +631,8 @@ lj_status lj_prepare_run(const lj_prepare_config *c, lj_prepare_stats *stats) {
     p.input = -1;
     for (int i = 0; i < c->num_inputs; i++) {
         struct stat st;
-        if (strcmp(c->inputs[i], "-") == 0 || stat(c->inputs[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (strcmp(c->inputs[i], "-") == 0 || stat(c->inputs[i], &st) != 0 || !S_ISREG(st.st_mode) ||
+            lj_input_compression_of(c->inputs[i]) != LJ_INPUT_PLAIN) { /* progress in bytes read: no percentage */
             p.total_input = 0;
             break;
         }

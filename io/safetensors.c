@@ -9,6 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/progress.h"
+
+/* The progress of reading one file's tensors (lj_safetensors_read_f32). */
+struct lj_st_reading {
+    lj_progress progress;
+    uint64_t bytes;
+};
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "io/safetensors.c assumes a little-endian host (safetensors data is little-endian)"
 #endif
@@ -91,6 +99,8 @@ void lj_safetensors_close(lj_safetensors *st) {
     free(st->by_name);
     free(st->path);
     if (st->map) munmap(st->map, st->map_bytes);
+    if (st->reading) lj_progress_end(&st->reading->progress);
+    free(st->reading);
     memset(st, 0, sizeof *st);
 }
 
@@ -320,22 +330,36 @@ const char *lj_safetensors_metadata(const lj_safetensors *st, const char *key) {
     return NULL;
 }
 
+/* Elements per step of a read, so that a large tensor reports its progress as it goes. */
+#define READ_STEP ((int64_t)16 << 20)
+
 lj_status lj_safetensors_read_f32(const lj_safetensors *st, const lj_st_entry *e, float *dst) {
     const unsigned char *src = e->data;
-    switch (e->dtype) {
-    case LJ_ST_F32:
-        if (e->numel) memcpy(dst, src, (size_t)e->numel * 4);
-        return LJ_OK;
-    case LJ_ST_BF16:
-        for (int64_t i = 0; i < e->numel; i++) dst[i] = lj_bf16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
-        return LJ_OK;
-    case LJ_ST_F16:
-        for (int64_t i = 0; i < e->numel; i++) dst[i] = lj_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
-        return LJ_OK;
-    default:
+    if (e->dtype != LJ_ST_F32 && e->dtype != LJ_ST_BF16 && e->dtype != LJ_ST_F16)
         return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has dtype %s; expected F32, BF16 or F16", st->path, e->name,
                        lj_st_dtype_name(e->dtype));
+    struct lj_st_reading *r = st->reading;
+    if (!r) { /* the first read of this file: progress over all of its tensor bytes */
+        r = ((lj_safetensors *)st)->reading = lj_calloc(1, sizeof *r);
+        char what[200];
+        snprintf(what, sizeof what, "reading %s", st->path);
+        lj_progress_begin(&r->progress, what, st->buffer_bytes);
     }
+    const size_t es = lj_st_dtype_size(e->dtype);
+    for (int64_t i0 = 0; i0 < e->numel; i0 += READ_STEP) {
+        const int64_t n = e->numel - i0 < READ_STEP ? e->numel - i0 : READ_STEP;
+        const unsigned char *s = src + (size_t)i0 * es;
+        float *d = dst + i0;
+        if (e->dtype == LJ_ST_F32) memcpy(d, s, (size_t)n * 4);
+        else if (e->dtype == LJ_ST_BF16)
+            for (int64_t i = 0; i < n; i++) d[i] = lj_bf16_to_f32((uint16_t)(s[2 * i] | (s[2 * i + 1] << 8)));
+        else
+            for (int64_t i = 0; i < n; i++) d[i] = lj_f16_to_f32((uint16_t)(s[2 * i] | (s[2 * i + 1] << 8)));
+        r->bytes += (uint64_t)n * es;
+        lj_progress_update(&r->progress, r->bytes);
+    }
+    if (r->bytes >= st->buffer_bytes) lj_progress_end(&r->progress);
+    return LJ_OK;
 }
 
 /* ---- writer ------------------------------------------------------------------------ */
@@ -404,27 +428,29 @@ static char *build_header(const lj_st_tensor *ts, int n, const char *const *keys
     return text;
 }
 
-static int write_all(int fd, const void *data, size_t n) {
+/* Writes n bytes in steps of at most 64 MiB, reporting each to `pg` (NULL: none). */
+static int write_all(int fd, const void *data, size_t n, lj_progress *pg) {
     const char *p = data;
     while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t w = write(fd, p, n > (64u << 20) ? (64u << 20) : n);
         if (w < 0) {
             if (errno == EINTR) continue;
             return -1;
         }
         p += w;
         n -= (size_t)w;
+        if (pg) lj_progress_update(pg, pg->done + (uint64_t)w);
     }
     return 0;
 }
 
 /* Writes one tensor's bytes, converting from fp32 in chunks when asked. */
-static int write_tensor(int fd, const lj_st_tensor *t) {
+static int write_tensor(int fd, const lj_st_tensor *t, lj_progress *pg) {
     int64_t numel = lj_st_tensor_numel(t);
     size_t esize = lj_st_dtype_size(t->dtype);
     if (!t->from_f32 || t->dtype == LJ_ST_F32) {
         const void *src = t->from_f32 ? (const void *)t->from_f32 : t->data;
-        return numel ? write_all(fd, src, (size_t)numel * esize) : 0;
+        return numel ? write_all(fd, src, (size_t)numel * esize, pg) : 0;
     }
     enum { CHUNK = 1 << 16 };
     uint16_t *buf = lj_malloc(CHUNK * sizeof(uint16_t));
@@ -433,7 +459,7 @@ static int write_tensor(int fd, const lj_st_tensor *t) {
         int64_t m = numel - i < CHUNK ? numel - i : CHUNK;
         for (int64_t j = 0; j < m; j++)
             buf[j] = t->dtype == LJ_ST_BF16 ? lj_f32_to_bf16(t->from_f32[i + j]) : lj_f32_to_f16(t->from_f32[i + j]);
-        rc = write_all(fd, buf, (size_t)m * sizeof(uint16_t));
+        rc = write_all(fd, buf, (size_t)m * sizeof(uint16_t), pg);
     }
     free(buf);
     return rc;
@@ -470,13 +496,20 @@ lj_status lj_safetensors_write(const char *path, const lj_st_tensor *tensors, in
     }
     unsigned char n8[8];
     for (int i = 0; i < 8; i++) n8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    int rc = write_all(fd, n8, 8);
-    if (rc == 0) rc = write_all(fd, header, len);
-    if (rc == 0) rc = write_all(fd, "        ", padded - len);
-    for (int i = 0; i < n && rc == 0; i++) rc = write_tensor(fd, &tensors[i]);
+    uint64_t total = 8 + padded;
+    for (int i = 0; i < n; i++) total += (uint64_t)lj_st_tensor_numel(&tensors[i]) * lj_st_dtype_size(tensors[i].dtype);
+    lj_progress pg;
+    char what[200];
+    snprintf(what, sizeof what, "writing %s", path);
+    lj_progress_begin(&pg, what, total);
+    int rc = write_all(fd, n8, 8, &pg);
+    if (rc == 0) rc = write_all(fd, header, len, &pg);
+    if (rc == 0) rc = write_all(fd, "        ", padded - len, &pg);
+    for (int i = 0; i < n && rc == 0; i++) rc = write_tensor(fd, &tensors[i], &pg);
     if (rc != 0) s = lj_fail(LJ_ERR_IO, "%s: write to %s failed: %s", path, tmp, strerror(errno));
     else if (fsync(fd) != 0) s = lj_fail(LJ_ERR_IO, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
     if (close(fd) != 0 && s == LJ_OK) s = lj_fail(LJ_ERR_IO, "%s: close of %s failed: %s", path, tmp, strerror(errno));
+    lj_progress_end(&pg); /* after the fsync: the rate is the disk's, not the page cache's */
     if (s == LJ_OK && rename(tmp, path) != 0) s = lj_fail(LJ_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     if (s != LJ_OK) unlink(tmp);
     else fsync_parent(path);

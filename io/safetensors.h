@@ -61,6 +61,7 @@ typedef struct {
     const lj_st_entry **by_name; /* [count] the entries sorted by name (for lookup) */
     void *map;
     size_t map_bytes;
+    struct lj_st_reading *reading; /* progress of lj_safetensors_read_f32 over the buffer (base/progress.h) */
 } lj_safetensors;
 
 /* Opens and mmaps `path` read-only and validates all of it: the header length against the

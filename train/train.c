@@ -16,6 +16,7 @@
 #include "checkpoint/state.h"
 #include "io/hf.h"
 #include "plan/plan.h"
+#include "train/tensorboard.h"
 #include "optim/offload.h"
 #include "parallel/parallel.h"
 
@@ -30,6 +31,8 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->global_batch_size = 0; /* = micro-batch size */
     c->train_iters = 100;
     c->log_interval = 1;
+    c->tensorboard_log_interval = 1;
+    c->tensorboard_queue_size = 1000;
     c->eval_interval = 0;
     c->eval_iters = 10;
     c->seed = 1234;
@@ -58,6 +61,7 @@ typedef struct {
     int64_t consumed_samples;
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
+    lj_train_tb tb;            /* TensorBoard event file (rank 0, --tensorboard-dir) */
     lj_dp dp;                  /* data-parallel ranks (a world of one without a launcher) */
     int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
     int rank, world;
@@ -106,6 +110,7 @@ static lj_run_state state_of(run *r) {
         .save = c->save,
         .keep_last = c->keep_last,
         .hf_dtype = c->hf_dtype,
+        .tokenizer = c->tokenizer,
         .quiet = 0,
         .iteration = r->iteration,
         .consumed_samples = r->consumed_samples,
@@ -150,6 +155,7 @@ static void log_eval(run *r, double loss) {
         fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %.17g}\n", r->iteration, loss);
         fflush(r->log_json);
     }
+    lj_train_tb_validation(&r->tb, r->iteration, r->consumed_samples, loss);
 }
 
 static lj_status setup(run *r) {
@@ -235,11 +241,13 @@ static lj_status setup(run *r) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
     }
+    if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
     return LJ_OK;
 }
 
 static void teardown(run *r) {
     if (r->log_json) fclose(r->log_json);
+    lj_train_tb_close(&r->tb);
     free(r->tokens);
     free(r->segments);
     if (r->plan.buffers) {
@@ -335,18 +343,21 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             interval_iters = 0;
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
-                   "tokens/s: %.0f | TFLOP/s: %.3f\n",
+                   "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f\n",
                    r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, logged,
-                   grad_norm, tps, tps * flops_per_token / 1e12);
+                   grad_norm, tps, tps * flops_per_token / 1e12 / r.world);
             fflush(stdout);
         }
         if (r.log_json) {
             fprintf(r.log_json,
                     "{\"iteration\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
-                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 "}\n",
-                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples);
+                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g}\n",
+                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples,
+                    tps * flops_per_token / 1e12 / r.world);
             fflush(r.log_json);
         }
+        const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
+        lj_train_tb_iteration(&r.tb, &tb_step);
         if (r.have_valid && cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0)
             log_eval(&r, evaluate(&r));
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {

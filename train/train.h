@@ -38,7 +38,14 @@ typedef struct {
     int exit_interval;         /* --exit-interval: save and exit after an iteration divisible by it */
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
+    const char *tokenizer;     /* --tokenizer-model: tokenizer.json copied into each HF export with the
+                                  other tokenizer files (data/tokenizer_export.h); NULL: none */
     const char *log_json;      /* --log-json FILE */
+    const char *tensorboard_dir;      /* --tensorboard-dir DIR (or the DeepSpeed "tensorboard" section): event
+                                         files on rank 0 (train/tensorboard.h); NULL: none */
+    const char *tensorboard_source;   /* where tensorboard_dir came from, for messages */
+    int tensorboard_log_interval;     /* --tensorboard-log-interval (default 1) */
+    int tensorboard_queue_size;       /* --tensorboard-queue-size (default 1000) */
     int zero_stage;            /* --zero-stage / DeepSpeed zero_optimization.stage (0: replicated) */
     int overlap_comm;          /* --overlap-comm 1 / --no-overlap-comm 0; -1: zero_optimization.overlap_comm
                                   with --deepspeed (DeepSpeed's default: stage == 3), else 1 */

@@ -1,0 +1,96 @@
+/* report.c: `ljperf report`: a run directory (or named files) -> one offline HTML page with the
+ * loss, throughput, memory-plan and ablation charts (bench/report.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/fs.h"
+#include "bench/report.h"
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf report [DIR] [flags]\n"
+            "\n"
+            "Draws a run as one self-contained HTML page (inline SVG, works offline): the training and\n"
+            "validation loss, tokens/s and MFU per iteration, the memory plan as a stacked bar with the\n"
+            "predicted and measured peak, and the ablation with each row's gain.\n"
+            "\n"
+            "  DIR                   a run directory: every *.json / *.jsonl file in it is read and recognised\n"
+            "                        by its content (train --log-json, plan --json, benchmark --json,\n"
+            "                        benchmark --ablation --json)\n"
+            "  --log-json FILE       a training log (ljperf train --log-json)\n"
+            "  --plan FILE           a memory plan (ljperf plan --json)\n"
+            "  --benchmark FILE      a benchmark result (ljperf benchmark --json): the measured peak\n"
+            "  --ablation FILE       ablation rows (ljperf benchmark --ablation --json)\n"
+            "  --output FILE         the page (default DIR/report.html, else report.html)\n"
+            "  --title TEXT          the page's heading (default: \"ljperf run: DIR\")\n"
+            "  --peak-tflops X       the peak MFU is counted against (default: the benchmark's, else 989,\n"
+            "                        bf16 dense H100/H200)\n");
+}
+
+static lj_status run_report(int argc, char **argv, int *help) {
+    const char *dir = NULL, *output = NULL, *title = NULL;
+    const char *files[4] = {NULL, NULL, NULL, NULL};
+    const char *flags[4] = {"--log-json", "--plan", "--benchmark", "--ablation"};
+    const char *kinds[4] = {"training log", "plan", "benchmark", "ablation"};
+    double peak = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int matched = 0;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(a, flags[k])) {
+                LJ_TRY(lj_cli_str(argc, argv, &i, &files[k]));
+                matched = 1;
+            }
+        if (matched) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = 1;
+            return LJ_OK;
+        } else if (!strcmp(a, "--output")) LJ_TRY(lj_cli_str(argc, argv, &i, &output));
+        else if (!strcmp(a, "--title")) LJ_TRY(lj_cli_str(argc, argv, &i, &title));
+        else if (!strcmp(a, "--peak-tflops")) {
+            LJ_TRY(lj_cli_double(argc, argv, &i, &peak));
+            if (!(peak > 0)) return lj_fail(LJ_ERR_ARG, "--peak-tflops must be positive");
+        } else if (a[0] == '-' && a[1] != '\0') return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf report --help)", a);
+        else if (!dir) dir = a;
+        else return lj_fail(LJ_ERR_ARG, "one run directory only ('%s' and '%s')", dir, a);
+    }
+    if (!dir && !files[0] && !files[1] && !files[2] && !files[3])
+        return lj_fail(LJ_ERR_ARG, "give a run directory or --log-json / --plan / --benchmark / --ablation files");
+    lj_report_data d;
+    lj_report_init(&d);
+    lj_status s = dir ? lj_report_add_dir(&d, dir) : LJ_OK;
+    for (int k = 0; k < 4 && s == LJ_OK; k++) {
+        if (!files[k]) continue;
+        const char *kind = NULL;
+        s = lj_report_add_file(&d, files[k], &kind);
+        if (s == LJ_OK && (!kind || strcmp(kind, kinds[k]) != 0))
+            s = lj_fail(LJ_ERR_FORMAT, "%s %s: not a %s (%s)", flags[k], files[k], kinds[k],
+                        kind ? kind : "JSON that ljperf does not write");
+    }
+    if (s == LJ_OK && lj_report_num_charts(&d) == 0)
+        s = lj_fail(LJ_ERR_ARG, "%s: nothing to draw: no --log-json training log, plan --json, benchmark --json or "
+                                "--ablation --json output found",
+                    dir ? dir : "the files given");
+    if (s == LJ_OK && peak > 0) d.peak_tflops = peak;
+    char out[LJ_PATH_MAX], head[1200];
+    if (s == LJ_OK) {
+        if (output) s = strlen(output) < sizeof out ? (strcpy(out, output), LJ_OK) : lj_fail(LJ_ERR_ARG, "--output: too long");
+        else s = dir ? lj_path_join(out, dir, "report.html") : (strcpy(out, "report.html"), LJ_OK);
+    }
+    if (s == LJ_OK) {
+        snprintf(head, sizeof head, "ljperf run: %s", dir ? dir : files[0] ? files[0] : files[1] ? files[1] : "report");
+        s = lj_report_write_html(&d, title ? title : head, out);
+    }
+    if (s == LJ_OK)
+        printf("report: %s (%d of 4 charts with data)\n", out, lj_report_num_charts(&d));
+    lj_report_free(&d);
+    return s;
+}
+
+int lj_cli_report(int argc, char **argv) {
+    int help = 0;
+    if (run_report(argc, argv, &help) != LJ_OK) return lj_cli_error("report");
+    if (help) usage(stdout);
+    return 0;
+}

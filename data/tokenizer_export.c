@@ -1,0 +1,122 @@
+/* tokenizer_export.c: tokenizer files of a Hugging Face model directory (tokenizer_export.h). */
+#include "data/tokenizer_export.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "data/tokenizer.h"
+
+/* The token text of `id` as a NUL-terminated heap string, or NULL. */
+static char *token_text(const lj_tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const char *b = id >= 0 ? lj_tokenizer_token(tok, id, &len) : NULL;
+    if (!b) return NULL;
+    char *s = lj_malloc(len + 1);
+    memcpy(s, b, len);
+    s[len] = '\0';
+    return s;
+}
+
+static lj_status write_json(const char *dir, const char *name, cJSON *o) {
+    char path[LJ_PATH_MAX];
+    lj_status s = lj_path_join(path, dir, name);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (s == LJ_OK) {
+        const size_t n = strlen(text);
+        char *with_nl = lj_malloc(n + 2);
+        memcpy(with_nl, text, n);
+        with_nl[n] = '\n';
+        s = lj_file_write_atomic(path, with_nl, n + 1);
+        free(with_nl);
+    }
+    free(text);
+    return s;
+}
+
+static lj_status copy_file(const char *from, const char *dir, const char *name) {
+    char path[LJ_PATH_MAX];
+    LJ_TRY(lj_path_join(path, dir, name));
+    char *data = NULL;
+    size_t size = 0;
+    LJ_TRY(lj_file_read_all(from, &data, &size));
+    lj_status s = lj_file_write_atomic(path, data, size);
+    free(data);
+    return s;
+}
+
+static lj_status load_checked(const char *tokenizer_path, const lj_model_config *cfg, const char *flag,
+                              lj_tokenizer **tok) {
+    lj_status s = lj_tokenizer_load(tokenizer_path, tok);
+    if (s != LJ_OK) {
+        lj_error_prefix("%s", flag);
+        return s;
+    }
+    const int32_t v = lj_tokenizer_vocab_size(*tok);
+    if (v > cfg->vocab_size) {
+        lj_tokenizer_free(*tok);
+        *tok = NULL;
+        return lj_fail(LJ_ERR_ARG, "%s %s: the tokenizer has %d ids but the model's vocab_size is %d (the tokenizer "
+                                   "of the data this run trains on belongs in the export)",
+                       flag, tokenizer_path, v, cfg->vocab_size);
+    }
+    return LJ_OK;
+}
+
+lj_status lj_tokenizer_check_export(const char *tokenizer_path, const lj_model_config *cfg, const char *flag) {
+    lj_tokenizer *tok = NULL;
+    LJ_TRY(load_checked(tokenizer_path, cfg, flag, &tok));
+    lj_tokenizer_free(tok);
+    return LJ_OK;
+}
+
+lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, const lj_model_config *cfg) {
+    lj_tokenizer *tok = NULL;
+    LJ_TRY(load_checked(tokenizer_path, cfg, "tokenizer", &tok));
+    const int32_t bos = lj_tokenizer_bos_id(tok) >= 0 ? lj_tokenizer_bos_id(tok) : cfg->bos_token_id;
+    const int32_t eos = lj_tokenizer_eos_id(tok) >= 0 ? lj_tokenizer_eos_id(tok) : cfg->eos_token_id;
+    char *bos_text = token_text(tok, bos), *eos_text = token_text(tok, eos);
+    lj_tokenizer_free(tok);
+
+    lj_status s = copy_file(tokenizer_path, dir, "tokenizer.json");
+    /* tokenizer_config.json: the one beside the tokenizer, else derived */
+    char beside[LJ_PATH_MAX];
+    snprintf(beside, sizeof beside, "%s", tokenizer_path);
+    char *slash = strrchr(beside, '/');
+    const char *cfg_name = "tokenizer_config.json";
+    if (slash) slash[1] = '\0';
+    else beside[0] = '\0';
+    const int fits = strlen(beside) + strlen(cfg_name) < sizeof beside;
+    if (fits) strcat(beside, cfg_name);
+    if (s == LJ_OK && fits && access(beside, R_OK) == 0) {
+        s = copy_file(beside, dir, cfg_name);
+    } else if (s == LJ_OK) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "tokenizer_class", "PreTrainedTokenizerFast");
+        if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
+        if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+        cJSON_AddNumberToObject(o, "model_max_length", cfg->max_position_embeddings);
+        cJSON_AddBoolToObject(o, "clean_up_tokenization_spaces", 0);
+        cJSON *names = cJSON_AddArrayToObject(o, "model_input_names");
+        cJSON_AddItemToArray(names, cJSON_CreateString("input_ids"));
+        cJSON_AddItemToArray(names, cJSON_CreateString("attention_mask"));
+        s = write_json(dir, cfg_name, o);
+    }
+    if (s == LJ_OK) {
+        cJSON *o = cJSON_CreateObject();
+        if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
+        if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+        s = write_json(dir, "special_tokens_map.json", o);
+    }
+    if (s == LJ_OK) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "bos_token_id", bos);
+        cJSON_AddNumberToObject(o, "eos_token_id", eos);
+        s = write_json(dir, "generation_config.json", o);
+    }
+    free(bos_text);
+    free(eos_text);
+    return s;
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_hf_export_tokenizer.sh: the Hugging Face export in each checkpoint is complete: besides
+# config.json and the weights it holds tokenizer.json (a byte copy of the run's tokenizer),
+# tokenizer_config.json (the one beside it, copied, or one derived from the tokenizer),
+# special_tokens_map.json and generation_config.json (BOS/EOS); `generate` reads the tokenizer
+# beside the model (with no other tokenizer to be found), and bad --tokenizer-model /
+# --tokenizer-type values are named.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
+tmp="$LJ_TEST_TMP/hf_export_tokenizer"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+tok="$LJ_CACHE/tokenizer/llama3/tokenizer.json"
+[ -s "$tok" ] || fail "$tok is missing: run scripts/setup.sh"
+head -c 100000 "$LJ_CACHE/data/kjv.txt" > "$tmp/kjv.txt"
+"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" --tokenizer "$tok" >/dev/null 2>&1 || fail "prepare"
+common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 --train-iters 1 --quiet)
+
+# 1. the default tokenizer (the set-up script's Llama 3, with its tokenizer_config.json)
+LJPERF_CACHE="$LJ_CACHE" "$LJPERF" train "${common[@]}" --save "$tmp/ckpt" 2>"$tmp/train.err" || { cat "$tmp/train.err"; fail "train"; }
+hf="$tmp/ckpt/iter_0000001/hf"
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json; do
+  [ -s "$hf/$f" ] || fail "$hf/$f is missing"
+done
+cmp -s "$tok" "$hf/tokenizer.json" || fail "tokenizer.json is not a copy of the run's tokenizer"
+cmp -s "$(dirname "$tok")/tokenizer_config.json" "$hf/tokenizer_config.json" || fail "tokenizer_config.json is not the one beside the tokenizer"
+python3 - "$hf" <<'PY' || fail "special tokens / generation config"
+import json, sys
+d = sys.argv[1]
+st = json.load(open(f"{d}/special_tokens_map.json"))
+gc = json.load(open(f"{d}/generation_config.json"))
+cfg = json.load(open(f"{d}/config.json"))
+assert st == {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, st
+assert gc == {"bos_token_id": 128000, "eos_token_id": 128001}, gc
+assert (cfg["bos_token_id"], cfg["eos_token_id"]) == (128000, 128001), cfg
+PY
+echo "export: six files, the tokenizer copied, BOS/EOS 128000/128001"
+
+# 2. generate finds the tokenizer beside the model (no cache to fall back to)
+LJPERF_CACHE="$tmp/no-cache" "$LJPERF" generate --load "$tmp/ckpt" --prompt "And God said" --max-new-tokens 4 \
+  --device cpu >"$tmp/gen.out" 2>"$tmp/gen.err" || { cat "$tmp/gen.err"; fail "generate without a default tokenizer"; }
+grep -q "^And God said" "$tmp/gen.out" || fail "generate output"
+echo "generate: the tokenizer beside the model"
+
+# 3. a tokenizer.json alone (a directory given): tokenizer_config.json is derived
+mkdir -p "$tmp/tok_alone" && cp "$tok" "$tmp/tok_alone/"
+LJPERF_CACHE="$tmp/no-cache" "$LJPERF" train "${common[@]}" --save "$tmp/ckpt2" --tokenizer-model "$tmp/tok_alone" \
+  --tokenizer-type HuggingFaceTokenizer 2>"$tmp/train2.err" || { cat "$tmp/train2.err"; fail "train --tokenizer-model DIR"; }
+python3 - "$tmp/ckpt2/iter_0000001/hf/tokenizer_config.json" <<'PY' || fail "derived tokenizer_config.json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["tokenizer_class"] == "PreTrainedTokenizerFast", c
+assert (c["bos_token"], c["eos_token"]) == ("<|begin_of_text|>", "<|end_of_text|>"), c
+assert c["model_max_length"] == 131072 or c["model_max_length"] > 0, c
+PY
+echo "derived tokenizer_config.json: PreTrainedTokenizerFast with BOS/EOS"
+
+# 4. no tokenizer that fits: the export goes without, with a note; bad flags are named
+LJPERF_CACHE="$tmp/no-cache" "$LJPERF" train "${common[@]}" --save "$tmp/ckpt3" 2>"$tmp/train3.err" || { cat "$tmp/train3.err"; fail "train without a tokenizer"; }
+grep -q "no tokenizer in the Hugging Face exports" "$tmp/train3.err" || fail "no note about the missing tokenizer"
+[ ! -e "$tmp/ckpt3/iter_0000001/hf/tokenizer.json" ] || fail "a tokenizer appeared from nowhere"
+bad() { local want=$1; shift
+  if "$LJPERF" train "$@" >/dev/null 2>"$tmp/bad.err"; then fail "accepted: $*"; fi
+  grep -q -- "$want" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "message lacks '$want'"; }
+}
+bad "--tokenizer-model: $tmp/kjv.txt: not valid JSON" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/kjv.txt"
+bad "--tokenizer-model: $tmp/none.json: cannot open" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/none.json"
+bad "--tokenizer-type: 'SentencePieceTokenizer' is not HuggingFaceTokenizer" "${common[@]}" --tokenizer-type SentencePieceTokenizer
+[ ! -e "$tmp/bad1/iter_0000001" ] || fail "a refused run saved a checkpoint"
+echo "bad input: named"
+echo "test_hf_export_tokenizer: passed"
