@@ -8,10 +8,12 @@
 #   bash bench/gpu-check.sh             (on the GPU machine, repo root, $OUT set; carry
 #                                        .deb and build-gpu/dev)
 #       unpacks .deb/*.deb into /tmp/ljdeps (dpkg -x, nothing installed), finds the CUDA
-#       libraries, runs nvidia-smi, tests/gpu/test_ops_cuda (every op against the CPU
-#       backend), tests/gpu/gpu_hf_fixtures (the whole model against the HF fixtures), every
-#       kernel-lab program, and compute-sanitizer memcheck and racecheck on test_ops_cuda's
-#       quick mode; full logs go to $OUT, a short table is printed last.
+#       libraries, runs nvidia-smi, the op harness on the GPU (tests/ops: `test_ops_cuda check`,
+#       every op against the CPU backend with both gradient dtypes; `test_ops_cuda perf`, the
+#       hot ops at the benchmark shapes against the card's ceilings), tests/gpu/gpu_hf_fixtures
+#       (the whole model against the HF fixtures), every kernel-lab program (bench/kernels,
+#       every numbered version of each kernel), and compute-sanitizer memcheck and racecheck on
+#       `test_ops_cuda check --quick`; full logs go to $OUT, a short table is printed last.
 # The GPU machine only runs programs; it builds nothing.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +30,7 @@ if [ "${1:-}" = "--prepare" ]; then
   cmake --build build-gpu -j"$(nproc)" --target test_ops_cuda gpu_hf_fixtures $kl >>build-gpu/prepare.log 2>&1 ||
     { grep -E 'error' -A3 build-gpu/prepare.log | head -40; exit 1; }
   rm -rf "$dev" && mkdir -p "$dev"
-  cp build-gpu/tests/gpu/test_ops_cuda build-gpu/tests/gpu/gpu_hf_fixtures "$dev"/
+  cp build-gpu/tests/ops/test_ops_cuda build-gpu/tests/gpu/gpu_hf_fixtures "$dev"/
   for k in $kl; do cp "build-gpu/bench/kernels/$k" "$dev"/; done
   # the CLI too, when the rest of the tree builds (not needed by the checks below)
   cmake --build build-gpu -j"$(nproc)" --target ljperf >>build-gpu/prepare.log 2>&1 && cp build-gpu/ljperf "$dev"/ || true
@@ -70,18 +72,20 @@ run() { # name timeout log command...
 }
 
 tlog=$OUT/test_ops_cuda.log
-run test_ops_cuda 150 "$tlog" "$dev/test_ops_cuda"
+run test_ops_cuda 150 "$tlog" "$dev/test_ops_cuda" check
+plog=$OUT/perf.log
+run perf 120 "$plog" "$dev/test_ops_cuda" perf
 hlog=$OUT/hf_fixtures.log
 [ -x "$dev/gpu_hf_fixtures" ] && run gpu_hf_fixtures 120 "$hlog" "$dev/gpu_hf_fixtures" tests/fixtures/hf
 klog=$OUT/kernels.log
-for k in kl_matmul kl_attention kl_rmsnorm kl_crossentropy kl_elementwise; do
+for k in kl_adamw kl_global_norm kl_rope kl_cross_entropy kl_attention; do
   [ -x "$dev/$k" ] && run "$k" 90 "$klog" "$dev/$k"
 done
 slog=$OUT/sanitizer.log
 : >"$slog"
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  LJ_TEST_QUICK=1 run memcheck 120 "$slog" compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/test_ops_cuda"
-  LJ_TEST_QUICK=1 run racecheck 120 "$slog" compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_ops_cuda"
+  run memcheck 120 "$slog" compute-sanitizer --tool memcheck --error-exitcode 9 "$dev/test_ops_cuda" check --quick
+  run racecheck 120 "$slog" compute-sanitizer --tool racecheck --error-exitcode 9 "$dev/test_ops_cuda" check --quick
 else
   echo "compute-sanitizer not found" >>"$slog"
 fi
@@ -89,11 +93,13 @@ fi
 # ---- short table (last) -----------------------------------------------------------------
 echo
 echo "== failing checks (first 30)"
-grep -hE '^FAIL|CUDA error|Assertion|ljperf:|^(test_ops_cuda|kl_[a-z]+): [^PF]|not found' "$tlog" "$klog" 2>/dev/null | head -30
+grep -hE '^FAIL|CUDA error|Assertion|ljperf:|^(test_ops_cuda|kl_[a-z_]+): [^PFm0-9]|not found' "$tlog" "$plog" "$klog" 2>/dev/null | head -30
 echo "== sanitizer"
 grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race reported|CUDA error' "$slog" | sort | uniq -c | head -20
+echo "== perf (test_ops_cuda perf)"
+grep -hE '^RESULT|^test_ops_cuda: (PASS|FAIL)' "$plog"
 echo "== kernel lab"
-grep -E '^RESULT|check .*FAIL|: (PASS|FAIL)$' "$klog"
+grep -E '^RESULT|^kl_[a-z_]+: (PASS|FAIL)' "$klog"
 echo "== gpu_hf_fixtures"
 grep -cE '^\s*\[ ok \]' "${hlog:-/dev/null}" 2>/dev/null | sed 's/^/ok checks: /'
 grep -E 'FAIL|error|gpu_hf_fixtures:' "${hlog:-/dev/null}" 2>/dev/null | head -15

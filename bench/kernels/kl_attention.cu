@@ -1,11 +1,36 @@
-/* kl_attention.cu: kernel lab for causal GQA attention: the own flash kernels
- * (cuda_attention.cu) and cuDNN's fused SDPA (cuda_attention_cudnn.cu), each checked against
- * the simple fp32 kernels at a shorter sequence, then timed at the benchmark shapes (llama3.2-1b: B=4 nh=32 nkv=8 hd=64; llama3.2-3b: B=2 nh=24 nkv=8 hd=128; T=4096).
- * FLOPs as FlashAttention counts them for causal attention: forward 2*B*H*S^2*D (4 B H S^2 D
- * halved by the mask), backward 2.5x that, forward+backward 3.5 * 2*B*H*S^2*D; compared with
- * cuDNN SDPA through PyTorch on the same card (REFERENCE.md). */
-#include "bench/kernels/kl_common.h"
+/* kl_attention.cu: kernel lab for causal GQA attention forward + backward. Unlike the other lab
+ * programs, the versions here are not copies: each is a kernel family the backend still carries
+ * and selects at run time (lj_cuda_set_simple_attention, lj_cuda_set_flash_forward_mtiles,
+ * lj_cuda_set_cudnn_attention), so the lab runs them through the op table. Versions 2-4 are
+ * checked against version 1 at T = 1000 (no tile divides it), version 1 against the CPU backend
+ * at T = 77; all are timed at llama3.2-1b's shape (B=4 T=4096 nh=32 nkv=8 hd=64) and
+ * llama3.2-3b's (B=2 T=4096 nh=24 nkv=8 hd=128), in TFLOP/s as FlashAttention counts causal
+ * attention (forward 2*B*H*S^2*D, backward 2.5x, forward+backward 3.5x).
+ *
+ *   kl_attention [--version N]
+ *
+ * Version 1 (2cefea8, cuda_attention_simple.cu): the simple fp32 kernels, every head_dim, slow;
+ * the reference of the others.
+ * Version 2 (2cefea8, first run): FlashAttention-2-shaped tensor-core kernels (mma.sync,
+ * ldmatrix), one 16-query m-tile per warp in the head_dim 64 forward. Measured
+ * (bench/results/cuda-ops.md): llama3.2-1b forward 192.9, fwd+bwd 142.9 TFLOP/s (0.37x cuDNN).
+ * Version 3 (2cefea8, second run): two m-tiles per warp (128-query blocks), so each K/V
+ * fragment from shared memory feeds two mma. Predicted up to 1.3x on the forward; measured
+ * forward 192.9 -> 222.9 TFLOP/s (+16%), fwd+bwd 147.6; llama3.2-3b fwd+bwd 143.2.
+ * Version 4 (7dd2a7e, the default where cuDNN supports the shape): cuDNN's fused SDPA through
+ * the backend graph API. Predicted ~385 / ~455 TFLOP/s (the engines PyTorch uses); measured
+ * (bench/results/cuda-attention-cudnn.md) fwd+bwd 382.0 (hd 64) and 478.4 (hd 128), the
+ * llama3.2-1b step 51,223 -> 62,496 tokens/s. */
+#include "bench/kernels/lab.h"
 
+#define NUM_VERSIONS 4
+
+/* Selects version v's kernels in the backend. */
+static void select_version(int v) {
+    lj_cuda_set_simple_attention(v == 1);
+    lj_cuda_set_flash_forward_mtiles(v == 2 ? 1 : 2);
+    lj_cuda_set_cudnn_attention(v == 4);
+}
 
 typedef struct {
     const lj_ops *ops;
@@ -14,103 +39,122 @@ typedef struct {
     float *lse;
 } att_ctx;
 
-static void run_fwd(void *p) {
+static void fwd(void *p) {
     att_ctx *c = (att_ctx *)p;
     c->ops->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
 }
-static void run_bwd(void *p) {
+static void bwd(void *p) {
     att_ctx *c = (att_ctx *)p;
     c->ops->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
 }
 
 static att_ctx make(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
     att_ctx c = {ops, B, T, nh, nkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
-    int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
-    c.qkv = kl_rand_bf16(ops, rows * row, 11, 2.0f);
-    c.dout = kl_rand_bf16(ops, rows * nh * hd, 12, 1.0f);
-    c.out = kl_alloc(ops, (size_t)rows * nh * hd * 2);
-    c.dqkv = kl_alloc(ops, (size_t)rows * row * 2);
-    c.lse = (float *)kl_alloc(ops, (size_t)B * nh * T * 4);
-    c.ws = kl_alloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    const int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    c.qkv = lj_harness_drand_bf16(ops, rows * row, 11, 2.0f);
+    c.dout = lj_harness_drand_bf16(ops, rows * nh * hd, 12, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)rows * nh * hd * 2);
+    c.dqkv = lj_harness_dalloc(ops, (size_t)rows * row * 2);
+    c.lse = (float *)lj_harness_dalloc(ops, (size_t)B * nh * T * 4);
+    c.ws = lj_harness_dalloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
     return c;
 }
 
 static void release(att_ctx *c) {
-    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv);
-    c->ops->free(c->lse), c->ops->free(c->ws);
+    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv), c->ops->free(c->lse);
+    c->ops->free(c->ws);
 }
 
-/* Flash (cudnn 0) or cuDNN (cudnn 1) against simple on the same inputs. */
-static void check_shape(const lj_ops *ops, int B, int T, int nh, int nkv, int hd, int cudnn) {
-    lj_cuda_set_cudnn_attention(cudnn);
-    const char *what = !cudnn ? "flash" : lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd) ? "cudnn" : "cudnn-fallback";
-    printf("check B=%d T=%d nh=%d nkv=%d hd=%d: %s vs simple\n", B, T, nh, nkv, hd, what);
-    att_ctx f = make(ops, B, T, nh, nkv, hd);
-    att_ctx s = f;
-    int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
-    s.out = kl_alloc(ops, (size_t)rows * nh * hd * 2);
-    s.dqkv = kl_alloc(ops, (size_t)rows * row * 2);
-    s.lse = (float *)kl_alloc(ops, (size_t)B * nh * T * 4);
-    run_fwd(&f);
-    run_bwd(&f);
-    lj_cuda_set_simple_attention(1);
-    run_fwd(&s);
-    run_bwd(&s);
-    lj_cuda_set_simple_attention(0);
-    kl_check_bf16(ops, "out", f.out, s.out, rows * nh * hd, 1e-2);
-    kl_check_f32(ops, "lse", f.lse, s.lse, (int64_t)B * nh * T, 1e-3);
-    kl_check_bf16(ops, "dqkv", f.dqkv, s.dqkv, rows * row, 2e-2);
-    ops->free(s.out), ops->free(s.dqkv), ops->free(s.lse);
-    release(&f);
-    lj_cuda_set_cudnn_attention(1);
+/* Forward and backward of version v, downloaded as fp32: out, lse, dqkv. */
+static void outputs(att_ctx *c, int v, float **out, float **lse, float **dqkv) {
+    select_version(v);
+    fwd(c);
+    bwd(c);
+    const int64_t rows = (int64_t)c->B * c->T, row = (int64_t)(c->nh + 2 * c->nkv) * c->hd;
+    *out = lj_harness_download_f32(c->ops, c->out, rows * c->nh * c->hd, LJ_DTYPE_BF16);
+    *lse = lj_harness_download_f32(c->ops, c->lse, (int64_t)c->B * c->nh * c->T, LJ_DTYPE_F32);
+    *dqkv = lj_harness_download_f32(c->ops, c->dqkv, rows * row, LJ_DTYPE_BF16);
 }
 
-static void bench_shape(const lj_ops *ops, const char *name, int B, int T, int nh, int nkv, int hd, double cudnn,
-                        int use_cudnn) {
-    lj_cuda_set_cudnn_attention(use_cudnn);
-    if (use_cudnn && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) printf("%s: cuDNN not active (own kernels)\n", name);
-    att_ctx c = make(ops, B, T, nh, nkv, hd);
-    double f = 2.0 * B * nh * (double)T * T * hd;
-    float fwd = kl_time_ms(run_fwd, &c, 3, 10);
-    float bwd = kl_time_ms(run_bwd, &c, 3, 10);
-    double tf_f = f / (fwd * 1e-3) / 1e12, tf_b = 2.5 * f / (bwd * 1e-3) / 1e12;
-    double tf_fb = 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12;
-    printf("%s: B=%d T=%d nh=%d nkv=%d hd=%d\n", name, B, T, nh, nkv, hd);
-    printf("  forward  %8.3f ms %7.1f TFLOP/s\n", fwd, tf_f);
-    printf("  backward %8.3f ms %7.1f TFLOP/s\n", bwd, tf_b);
-    printf("  fwd+bwd  %8.3f ms %7.1f TFLOP/s  (%.2fx cuDNN SDPA's %.0f)\n", fwd + bwd, tf_fb, tf_fb / cudnn, cudnn);
-    printf("RESULT attention %s fwd %.1f bwd %.1f fwd+bwd %.1f TFLOP/s (%.2fx cuDNN)\n", name, tf_f, tf_b, tf_fb,
-           tf_fb / cudnn);
-    release(&c);
-    lj_cuda_set_cudnn_attention(1);
+static void compare(lj_harness *h, int v, const char *against, const att_ctx *c, const float *o, const float *l,
+                    const float *d, const float *ro, const float *rl, const float *rd) {
+    char op[64], shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", c->B, c->T, c->nh, c->nkv, c->hd);
+    const int64_t rows = (int64_t)c->B * c->T, row = (int64_t)(c->nh + 2 * c->nkv) * c->hd;
+    snprintf(op, sizeof op, "attention v%d out vs %s", v, against);
+    lj_harness_check_f(h, op, shape, o, ro, rows * c->nh * c->hd, lj_harness_tol_gpu(1e-2, 2e-2));
+    snprintf(op, sizeof op, "attention v%d lse vs %s", v, against);
+    lj_harness_check_f(h, op, shape, l, rl, (int64_t)c->B * c->nh * c->T, lj_harness_tol_gpu(1e-3, 1e-2));
+    snprintf(op, sizeof op, "attention v%d dqkv vs %s", v, against);
+    lj_harness_check_f(h, op, shape, d, rd, rows * row, lj_harness_tol_gpu(2e-2, 5e-2));
 }
 
-int main(void) {
-    const lj_ops *ops = kl_start("kl_attention");
-    /* head_dim 64: both forward tilings (1 or 2 m-tiles of 16 queries per warp) */
-    for (int mt = 1; mt <= 2; mt++) {
-        lj_cuda_set_flash_forward_mtiles(mt);
-        printf("[head_dim 64 forward: %d m-tile(s) per warp]\n", mt);
-        check_shape(ops, 1, 1000, 32, 8, 64, 0);
-        check_shape(ops, 2, 333, 4, 2, 64, 0);
+int main(int argc, char **argv) {
+    lj_harness h;
+    const lj_ops *ops;
+    int only = lj_lab_start(&h, "kl_attention", NUM_VERSIONS, argc, argv, &ops);
+    const lj_ops *cpu = lj_ops_cpu();
+    /* version 1 against the CPU backend */
+    if (!only || only == 1) {
+        att_ctx c = make(ops, 1, 77, 4, 2, 64);
+        float *o, *l, *d;
+        outputs(&c, 1, &o, &l, &d);
+        const int64_t row = (int64_t)(c.nh + 2 * c.nkv) * c.hd, no = (int64_t)c.T * c.nh * c.hd;
+        float *hq = lj_harness_download_f32(ops, c.qkv, c.T * row, LJ_DTYPE_BF16);
+        float *hd = lj_harness_download_f32(ops, c.dout, no, LJ_DTYPE_BF16);
+        float *ro = (float *)lj_malloc((size_t)no * 4), *rl = (float *)lj_malloc((size_t)c.nh * c.T * 4);
+        float *rd = (float *)lj_malloc((size_t)c.T * row * 4);
+        void *hws = lj_malloc(cpu->attention_workspace_bytes(1, c.T, c.nh, c.nkv, c.hd) + 1);
+        cpu->attention_forward(ro, rl, hq, 1, c.T, c.nh, c.nkv, c.hd, hws);
+        cpu->attention_backward(rd, hd, hq, ro, rl, 1, c.T, c.nh, c.nkv, c.hd, hws);
+        compare(&h, 1, "cpu", &c, o, l, d, ro, rl, rd);
+        free(o), free(l), free(d), free(hq), free(hd), free(ro), free(rl), free(rd), free(hws);
+        release(&c);
     }
-    check_shape(ops, 1, 1000, 24, 8, 128, 0);
-    printf("[cuDNN SDPA]\n");
-    check_shape(ops, 1, 1000, 32, 8, 64, 1);
-    check_shape(ops, 2, 333, 4, 2, 64, 1);
-    check_shape(ops, 1, 1024, 32, 8, 64, 1);
-    check_shape(ops, 1, 1000, 24, 8, 128, 1);
-    check_shape(ops, 1, 1024, 24, 8, 128, 1);
-    for (int mt = 1; mt <= 2; mt++) {
-        lj_cuda_set_flash_forward_mtiles(mt);
-        char name[64];
-        snprintf(name, sizeof name, "llama3.2-1b (fwd m-tiles %d)", mt);
-        bench_shape(ops, name, 4, 4096, 32, 8, 64, KL_ATTN_CUDNN_TFLOPS_HD64, 0);
+    /* versions 2-4 against version 1 */
+    const int shapes[2][5] = {{1, 1000, 32, 8, 64}, {1, 1000, 24, 8, 128}};
+    for (int s = 0; s < 2; s++) {
+        att_ctx c = make(ops, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+        float *ro, *rl, *rd;
+        outputs(&c, 1, &ro, &rl, &rd);
+        for (int v = 2; v <= NUM_VERSIONS; v++) {
+            if (only && v != only) continue;
+            if (v == 2 && c.hd != 64) continue; /* one m-tile is a head_dim 64 variant */
+            float *o, *l, *d;
+            outputs(&c, v, &o, &l, &d);
+            compare(&h, v, v == 4 && !lj_cuda_cudnn_attention_active(c.B, c.T, c.nh, c.nkv, c.hd) ? "v1 (cuDNN fell back)"
+                                                                                             : "v1",
+                    &c, o, l, d, ro, rl, rd);
+            free(o), free(l), free(d);
+        }
+        free(ro), free(rl), free(rd);
+        release(&c);
     }
-    lj_cuda_set_flash_forward_mtiles(2);
-    bench_shape(ops, "llama3.2-3b", 2, 4096, 24, 8, 128, KL_ATTN_CUDNN_TFLOPS_HD128, 0);
-    bench_shape(ops, "llama3.2-1b cudnn", 4, 4096, 32, 8, 64, KL_ATTN_CUDNN_TFLOPS_HD64, 1);
-    bench_shape(ops, "llama3.2-3b cudnn", 2, 4096, 24, 8, 128, KL_ATTN_CUDNN_TFLOPS_HD128, 1);
+    /* timings */
+    const int bench[2][5] = {{4, 4096, 32, 8, 64}, {2, 4096, 24, 8, 128}};
+    for (int s = 0; s < 2; s++) {
+        att_ctx c = make(ops, bench[s][0], bench[s][1], bench[s][2], bench[s][3], bench[s][4]);
+        const double f = 2.0 * c.B * c.nh * (double)c.T * c.T * c.hd;
+        const double ceiling = c.hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+        char group[160];
+        snprintf(group, sizeof group, "attention B=%d T=%d nh=%d nkv=%d hd=%d", c.B, c.T, c.nh, c.nkv, c.hd);
+        printf("%s\n", group);
+        for (int v = 1; v <= NUM_VERSIONS; v++) {
+            if ((only && v != only) || (v == 2 && c.hd != 64)) continue;
+            select_version(v);
+            const int iters = v == 1 ? 3 : 10;
+            double tf = lj_harness_time_ms(ops, fwd, &c, 1, iters), tb = lj_harness_time_ms(ops, bwd, &c, 1, iters);
+            char what[48];
+            snprintf(what, sizeof what, "version %d forward", v);
+            lj_harness_report(group, what, tf, f / (tf * 1e-3) / 1e12, "TFLOP/s", ceiling);
+            snprintf(what, sizeof what, "version %d backward", v);
+            lj_harness_report(group, what, tb, 2.5 * f / (tb * 1e-3) / 1e12, "TFLOP/s", ceiling);
+            snprintf(what, sizeof what, "version %d fwd+bwd", v);
+            lj_harness_report(group, what, tf + tb, 3.5 * f / ((tf + tb) * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        }
+        release(&c);
+    }
+    select_version(4);
     printf("%s\n", lj_cuda_cudnn_attention_describe());
-    return kl_finish("kl_attention");
+    return lj_harness_summary(&h);
 }

@@ -1,47 +1,68 @@
-/* test_ops_cuda.c: every op of the CUDA backend against the CPU backend (lj_ops_cpu) on the
- * same random inputs (bf16-representable values, given to the CPU as fp32), at several shapes
- * including ones that are not multiples of the kernels' tiles; fused ops against their
- * unfused twins too. Prints one line per check (max abs error, relative L2 error, the
- * tolerance, PASS/FAIL), a summary per op, and exits 1 on any FAIL. GPU only: run by
- * bench/gpu-check.sh, never by CTest.
+/* cases_cuda.c: the CUDA backend's cases: every op of lj_ops_cuda() against the CPU backend
+ * (lj_ops_cpu) on the same random inputs (bf16-representable values, given to the CPU as fp32),
+ * at shapes that include ones that are not multiples of the kernels' tiles; fused ops against
+ * their unfused twins too. GPU outputs are poisoned (0xff bytes: NaN in bf16 and fp32) before
+ * each op, so an element left unwritten fails. The graph case captures a chain of ops shaped
+ * like one layer's step into a CUDA graph and replays it against the eager results.
  *
- * Error measures: rel_l2 = ||gpu - ref|| / ||ref||; max_rel = max|gpu - ref| / max|ref|.
- * bf16 outputs carry a rounding error of up to 2^-9 relative per element, so most checks
- * allow rel_l2 <= 1e-2 and max_rel <= 2e-2; attention's backward, which rounds P and dS to
- * bf16 for the tensor cores, allows 2e-2 and 5e-2. A reference whose values are all below
- * 1e-5 (zero up to rounding) is compared by absolute error (<= 1e-5). GPU outputs are
- * poisoned (NaN bytes) before each op, so an element left unwritten fails. The last check
- * captures a chain of ops into a CUDA graph and replays it against the eager results. */
+ * Tolerances: a case's `tol` applies to its bf16 outputs (rel_l2 <= 1e-2 and max_rel <= 2e-2 in
+ * the table: bf16 carries up to 2^-9 relative rounding per element) and `tol_grad` to weight
+ * gradients (bf16 rounding when the gradient dtype is bf16, the op's fp32 figure otherwise);
+ * fp32 and exact outputs keep their own figures below. Attention's backward, which rounds P
+ * and dS to bf16 for the tensor cores, allows 2e-2 / 5e-2.
+ *
+ * The case being run is held in file-scope pointers (set by begin() at the start of each case):
+ * G the CUDA table of the case's gradient dtype, H the CPU table, g_h the harness. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/cuda_common.h"
-#include "ops/ops.h"
+#include "tests/ops/op_cases.h"
 
-/* cuda_attention_cudnn.cu (not yet declared in cuda_common.h) */
-void lj_cuda_set_cudnn_attention(int on);
-int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
-const char *lj_cuda_cudnn_attention_describe(void);
+static const lj_ops *G, *H;
+static lj_harness *g_h;
+static const lj_op_case *g_case;
+static int g_bf16_grads; /* the case's gradient dtype is bf16 */
 
-static const lj_ops *G, *H; /* GPU and CPU (host) backends */
-static lj_rng g_rng;
+/* Selects the CUDA table of the case's gradient dtype (one constant table per dtype: it must be
+ * fetched again after lj_ops_cuda_set_grad_dtype). */
+static void begin(lj_harness *h, const lj_op_case *c) {
+    g_h = h;
+    g_case = c;
+    LJ_ASSERT(c->dtype == LJ_DTYPE_BF16 || c->dtype == LJ_DTYPE_F32, "CUDA case %s: gradient dtype %d", c->op,
+              (int)c->dtype);
+    lj_ops_cuda_set_grad_dtype(c->dtype);
+    G = lj_ops_cuda();
+    LJ_ASSERT(G && G->grad_dtype == c->dtype, "CUDA case %s: no table of gradient dtype %s", c->op,
+              lj_dtype_name(c->dtype));
+    H = lj_ops_cpu();
+    g_bf16_grads = c->dtype == LJ_DTYPE_BF16;
+}
 
-#define MAX_OPS 160
-static struct {
-    char name[64];
-    int checks, fails;
-    double worst;
-} g_ops[MAX_OPS];
-static int g_nops, g_total_fails;
-static int g_bf16_grads; /* the backend's grad dtype for this pass (lj_ops_cuda_set_grad_dtype) */
+#define TOL g_case->tol.rel_l2, g_case->tol.max_rel
+#define TOL_WGRAD g_case->tol_grad.rel_l2, g_case->tol_grad.max_rel
+#define TOL_EXACT 1e-6, 1e-6
+
+static void check(const char *op, const char *shape, const float *got, const float *ref, int64_t n, double tol_l2,
+                  double tol_max) {
+    lj_harness_check_f(g_h, op, shape, got, ref, n, lj_harness_tol_gpu(tol_l2, tol_max));
+}
+
+/* n values of a strided view (element k at (k / width) * stride + k % width) of both sides. */
+static void check_strided(const char *op, const char *shape, const float *got, const float *ref, int64_t n,
+                          int64_t stride, int64_t width, double tol_l2, double tol_max) {
+    float *a = lj_harness_gather(got, n, stride, width), *b = lj_harness_gather(ref, n, stride, width);
+    check(op, shape, a, b, n, tol_l2, tol_max);
+    free(a), free(b);
+}
 
 /* ---- buffers ---------------------------------------------------------------------- */
 
 static float *hrand(int64_t n, float scale) {
     float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(lj_f32_to_bf16((float)lj_rng_normal(&g_rng) * scale));
+    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(lj_f32_to_bf16((float)lj_rng_normal(&g_h->rng) * scale));
     return x;
 }
 
@@ -56,7 +77,7 @@ static float *hcopy(const float *x, int64_t n) {
 static void *galloc(size_t bytes) {
     void *p = NULL;
     if (G->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
-        fprintf(stderr, "test_ops_cuda: %s\n", lj_error_message());
+        fprintf(stderr, "op harness: %s\n", lj_error_message());
         exit(2);
     }
     return p;
@@ -114,63 +135,6 @@ static void *ggrad(const float *x, int64_t n) { return g_bf16_grads ? gbf16(x, n
 static float *dl_grad(const void *d, int64_t n) { return g_bf16_grads ? dl_bf16(d, n) : dl_f32(d, n); }
 static size_t grad_size(void) { return g_bf16_grads ? 2 : 4; }
 
-/* ---- comparison ------------------------------------------------------------------- */
-
-static int op_index(const char *op) {
-    for (int i = 0; i < g_nops; i++)
-        if (strcmp(g_ops[i].name, op) == 0) return i;
-    LJ_ASSERT(g_nops < MAX_OPS);
-    snprintf(g_ops[g_nops].name, sizeof g_ops[g_nops].name, "%s", op);
-    return g_nops++;
-}
-
-#define LJ_TEST_ZERO 1e-5 /* |values| below this count as zero */
-
-/* Compares n values (strided: element i at got[i*stride + off]) and records the result. */
-static void check_strided(const char *op, const char *shape, const float *got, const float *ref, int64_t n,
-                          int64_t stride, int64_t width, double tol_l2, double tol_max) {
-    double num = 0, den = 0, max_abs = 0, max_ref = 0;
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = width > 0 ? (i / width) * stride + i % width : i;
-        double g = got[k], r = ref[k];
-        if (!isfinite(g) || !isfinite(r)) {
-            bad = 1;
-            continue;
-        }
-        double d = fabs(g - r);
-        num += d * d;
-        den += r * r;
-        if (d > max_abs) max_abs = d;
-        if (fabs(r) > max_ref) max_ref = fabs(r);
-    }
-    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    double mrel = max_ref > 0 ? max_abs / max_ref : max_abs;
-    /* a reference that is zero up to rounding (e.g. dQ, dK at T = 1, where dS = 0 exactly)
-     * has no relative scale: then the absolute error alone decides */
-    int fail = max_ref < LJ_TEST_ZERO ? bad || max_abs > LJ_TEST_ZERO : bad || rel > tol_l2 || mrel > tol_max;
-    char named[64];
-    snprintf(named, sizeof named, "%s%s", op, g_bf16_grads ? " [bf16 grads]" : "");
-    op = named;
-    int i = op_index(op);
-    g_ops[i].checks++;
-    g_ops[i].fails += fail;
-    if (rel > g_ops[i].worst || bad) g_ops[i].worst = bad ? INFINITY : rel;
-    g_total_fails += fail;
-    printf("%s %-34s %-30s max_abs %.3e rel_l2 %.3e max_rel %.3e (tol %.0e/%.0e)%s\n", fail ? "FAIL" : "PASS", op,
-           shape, max_abs, rel, mrel, tol_l2, tol_max, bad ? " NON-FINITE" : "");
-}
-
-static void check(const char *op, const char *shape, const float *got, const float *ref, int64_t n, double tol_l2,
-                  double tol_max) {
-    check_strided(op, shape, got, ref, n, 0, 0, tol_l2, tol_max);
-}
-
-#define TOL 1e-2, 2e-2
-#define TOL_EXACT 1e-6, 1e-6
-/* a weight gradient: `f32` when the grad dtype is fp32, bf16 rounding otherwise */
-#define TOL_GRAD(f32_l2, f32_max) (g_bf16_grads ? 1e-2 : (f32_l2)), (g_bf16_grads ? 2e-2 : (f32_max))
-
 /* ---- ops -------------------------------------------------------------------------- */
 
 static void test_cast(int64_t n) {
@@ -178,7 +142,7 @@ static void test_cast(int64_t n) {
     snprintf(shape, sizeof shape, "n=%lld", (long long)n);
     float *x = lj_malloc((size_t)n * 4), *ref = lj_malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) {
-        x[i] = (float)lj_rng_normal(&g_rng) * 3.0f;
+        x[i] = (float)lj_rng_normal(&g_h->rng) * 3.0f;
         ref[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i]));
     }
     void *dx = gf32(x, n), *db = galloc((size_t)n * 2), *dy = galloc((size_t)n * 4);
@@ -198,7 +162,7 @@ static void test_embedding(int N, int C, int V) {
     float *wte = hrand((int64_t)V * C, 1.0f), *dout = hrand((int64_t)N * C, 1.0f);
     float *dw0 = hrand((int64_t)V * C, 0.1f);
     int32_t *ids = lj_malloc((size_t)N * 4);
-    for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
+    for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_h->rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
     float *out = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
     H->embedding_forward(out, ids, wte, N, C);
     H->embedding_backward(dw, dout, ids, N, C, NULL);
@@ -210,7 +174,7 @@ static void test_embedding(int N, int C, int V) {
     G->embedding_backward(gdw, gdout, gids, N, C, gws);
     float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_grad(gdw, (int64_t)V * C);
     check("embedding_forward", shape, o, out, (int64_t)N * C, TOL_EXACT);
-    check("embedding_backward", shape, d, dw, (int64_t)V * C, TOL_GRAD(1e-6, 1e-5));
+    check("embedding_backward", shape, d, dw, (int64_t)V * C, TOL_WGRAD);
     /* deterministic: a second call from the same start gives the same bytes */
     void *gdw2 = ggrad(dw0, (int64_t)V * C);
     G->embedding_backward(gdw2, gdout, gids, N, C, gws);
@@ -304,14 +268,14 @@ static void test_matmul(int N, int IC, int OC) {
     check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
     check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
     check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
-    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
+    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_WGRAD);
     /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
     float *dwo = hzeros((int64_t)OC * IC);
     H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
     gpoison(gdw, (size_t)OC * IC * lj_dtype_size(G->grad_dtype));
     G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
     float *co = dl_grad(gdw, (int64_t)OC * IC);
-    check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_GRAD(1e-3, 1e-3));
+    check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_WGRAD);
     free(dwo), free(co);
     G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
     free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
@@ -423,10 +387,7 @@ static void test_attention_first_run_captured(void) {
     char op[48];
     snprintf(op, sizeof op, "attention first run captured (%s)", kind);
     if (e != cudaSuccess) {
-        int i0 = op_index(op);
-        printf("FAIL %s: %s\n", op, cudaGetErrorString(e));
-        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
-        g_ops[i0].worst = INFINITY;
+        lj_harness_check_true(g_h, op, shape, 0, "capture and replay: %s", cudaGetErrorString(e));
     } else {
         float *o = dl_bf16(go, no), *d = dl_bf16(gdq, n);
         check(op, shape, o, out, no, TOL);
@@ -485,7 +446,7 @@ static void test_swiglu(int N, int I) {
 
 static int32_t *targets_with_ignored(int N, int V) {
     int32_t *t = lj_malloc((size_t)N * 4);
-    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (int32_t)lj_rng_below(&g_rng, (uint64_t)V);
+    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (int32_t)lj_rng_below(&g_h->rng, (uint64_t)V);
     return t;
 }
 
@@ -587,7 +548,7 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     float sc[LJ_ADAMW_NUM_SCALARS]; /* lr 1e-3 at step 3: host memory for H, device memory for G */
     lj_adamw_step_scalars(sc, &hp, 1e-3f, 3);
     float *p = hrand(total, 1.0f), *g = hrand(total, 1.0f), *m = hrand(total, 0.1f), *v = hzeros(total);
-    for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_rng)) * 0.01f;
+    for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_h->rng)) * 0.01f;
     double s = 0;
     for (int64_t i = 0; i < total; i++) s += (double)g[i] * g[i];
     float gn = (float)s;
@@ -681,8 +642,8 @@ static void test_graph(void) {
     g.P = (int64_t)g.QKV * g.C + (int64_t)2 * g.I * g.C + g.C;
     int32_t *ids = lj_malloc((size_t)g.N * 4), *tg = lj_malloc((size_t)g.N * 4);
     for (int n = 0; n < g.N; n++) {
-        ids[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)g.V);
-        tg[n] = (int32_t)lj_rng_below(&g_rng, (uint64_t)g.V);
+        ids[n] = (int32_t)lj_rng_below(&g_h->rng, (uint64_t)g.V);
+        tg[n] = (int32_t)lj_rng_below(&g_h->rng, (uint64_t)g.V);
     }
     g.ids = gi32(ids, g.N), g.targets = gi32(tg, g.N);
     float *t;
@@ -752,12 +713,9 @@ static void test_graph(void) {
     {
         int64_t differ = 0;
         for (int64_t k = 0; k < g.P; k++) differ += eager[0][i_master][k] != eager[1][i_master][k];
-        int i0 = op_index("cuda_graph AdamW steps differ");
-        g_ops[i0].checks++;
-        if (differ == 0) g_ops[i0].fails++, g_total_fails++, g_ops[i0].worst = INFINITY;
-        printf("%s cuda_graph AdamW steps differ (lr %g t %d vs lr %g t %d: %lld of %lld master weights)\n",
-               differ ? "PASS" : "FAIL", steps[0].lr, steps[0].step, steps[1].lr, steps[1].step, (long long)differ,
-               (long long)g.P);
+        lj_harness_check_true(g_h, "cuda_graph AdamW steps differ", "chain", differ != 0,
+                              "lr %g t %d vs lr %g t %d: %lld of %lld master weights differ", steps[0].lr,
+                              steps[0].step, steps[1].lr, steps[1].step, (long long)differ, (long long)g.P);
     }
 
     /* capture once (the scalars of neither step baked in), then replay each step after
@@ -773,7 +731,6 @@ static void test_graph(void) {
         e = cudaStreamEndCapture(s, &graph);
     }
     if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
-    int i0 = op_index("cuda_graph capture+replay");
     for (int k = 0; k < 2 && e == cudaSuccess; k++) {
         for (int i = 0; i < nouts; i++) gpoison(outs[i].buf, (size_t)outs[i].n * (outs[i].bf16 ? 2 : 4));
         graph_set_step(&g, steps[k].lr, steps[k].step); /* in stream order before the launch */
@@ -781,10 +738,10 @@ static void test_graph(void) {
         if (e == cudaSuccess) e = cudaStreamSynchronize(s);
         if (e != cudaSuccess) break;
         if (k == 0) {
-            g_ops[i0].checks++;
             size_t nodes = 0;
             cudaGraphGetNodes(graph, NULL, &nodes);
-            printf("PASS cuda_graph capture+replay (%zu nodes, step 1 replayed twice, then step 2)\n", nodes);
+            lj_harness_check_true(g_h, "cuda_graph capture+replay", "chain", 1,
+                                  "%zu nodes, step 1 replayed twice, then step 2", nodes);
         }
         char shape[64];
         snprintf(shape, sizeof shape, "chain, lr %g step %d", steps[k].lr, steps[k].step);
@@ -800,9 +757,7 @@ static void test_graph(void) {
         }
     }
     if (e != cudaSuccess) {
-        printf("FAIL cuda_graph capture+replay: %s\n", cudaGetErrorString(e));
-        g_ops[i0].checks++, g_ops[i0].fails++, g_total_fails++;
-        g_ops[i0].worst = INFINITY;
+        lj_harness_check_true(g_h, "cuda_graph capture+replay", "chain", 0, "%s", cudaGetErrorString(e));
     }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
@@ -818,78 +773,99 @@ static void test_graph(void) {
 #undef RAND_F32
 }
 
-int main(void) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    G = lj_ops_cuda();
-    if (!G) {
-        fprintf(stderr, "test_ops_cuda: %s\n", lj_error_message());
-        return 2;
-    }
-    H = lj_ops_cpu();
-    if (!H) {
-        fprintf(stderr, "test_ops_cuda: the CPU backend is not available: %s\n", lj_error_message());
-        return 2;
-    }
-    lj_rng_seed(&g_rng, 20251129);
-    /* LJ_TEST_QUICK=1: small shapes only (for compute-sanitizer runs) */
-    const char *q = getenv("LJ_TEST_QUICK");
-    int quick = q && q[0] && strcmp(q, "0") != 0;
 
-    test_cast(1), test_cast(1000);
-    if (!quick) test_cast(1 << 20);
-    /* the ops that write or read weight gradients: once per grad dtype */
-    for (g_bf16_grads = 0; g_bf16_grads <= 1; g_bf16_grads++) {
-        lj_ops_cuda_set_grad_dtype(g_bf16_grads ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
-        G = lj_ops_cuda(); /* the table of that gradient dtype */
-        test_embedding(1, 64, 10), test_embedding(37, 200, 300), test_embedding(64, 13, 50);
-        if (!quick) test_embedding(512, 2048, 4096), test_embedding(4096, 2048, 128256);
-        int norm_shapes[][2] = {{1, 64}, {37, 200}, {5, 13}, {300, 100}, {256, 2048}, {64, 8192}, {1000, 3000}};
-        for (size_t i = 0; i < (quick ? 4 : sizeof norm_shapes / sizeof norm_shapes[0]); i++)
-            test_rmsnorm(norm_shapes[i][0], norm_shapes[i][1]);
-        int mm[][3] = {{1, 64, 32}, {37, 200, 72}, {100, 37, 53}, {7, 1, 9}, {128, 256, 512}, {512, 2048, 1536}};
-        for (size_t i = 0; i < (quick ? 4 : sizeof mm / sizeof mm[0]); i++) test_matmul(mm[i][0], mm[i][1], mm[i][2]);
-        test_cross_entropy_fused(37, 64, 1000);
-        if (!quick) {
-            test_cross_entropy_fused(300, 128, 5003);
-            test_cross_entropy_fused(4500, 32, 128256); /* two chunks of rows */
-        }
-        test_global_norm(1), test_global_norm(1000);
-        if (!quick) test_global_norm(12345677);
-        test_adamw(10000, 1.0f), test_adamw(100000, 1e6f);
-        if (!quick) test_adamw(3000000, 0.0f);
-        test_graph();
-    }
-    g_bf16_grads = 0;
-    test_rope(1, 1, 4, 2, 16), test_rope(2, 37, 4, 2, 64), test_rope(2, 5, 6, 3, 10);
-    if (!quick) test_rope(1, 200, 8, 8, 128);
-    int att[][5] = {{1, 1, 4, 2, 64},    {2, 37, 4, 2, 64},  {1, 77, 4, 1, 32},   {2, 129, 4, 4, 128},
-                    {1, 200, 4, 2, 16},  {1, 128, 8, 8, 128}, {2, 200, 32, 8, 64}, {1, 300, 8, 2, 128},
-                    {1, 64, 2, 2, 64},   {1, 1, 4, 4, 128},   {1, 512, 8, 2, 64}};
-    for (size_t i = 0; i < (quick ? 4 : sizeof att / sizeof att[0]); i++) {
-        test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 0);
-        test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 1);
-        if (att[i][4] == 64) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 2);
-        if (att[i][4] == 64 || att[i][4] == 128) test_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4], 3);
-    }
-    /* cuDNN's SDPA at T = 37, 128, 200 (not multiples of its tiles but 128), head_dim 64/128,
-     * GQA 32/8 and 4/2 */
-    int dnn[][5] = {{2, 37, 4, 2, 64},   {1, 37, 32, 8, 128}, {1, 128, 32, 8, 64}, {2, 128, 4, 2, 128},
-                    {1, 200, 4, 2, 128}, {1, 37, 32, 8, 64},  {1, 128, 32, 8, 128}, {1, 200, 32, 8, 128}};
-    for (size_t i = 0; i < (quick ? 2 : sizeof dnn / sizeof dnn[0]); i++)
-        test_attention(dnn[i][0], dnn[i][1], dnn[i][2], dnn[i][3], dnn[i][4], 3);
-    if (!quick) test_attention_first_run_captured();
-    printf("%s\n", lj_cuda_cudnn_attention_describe());
-    test_decode(0, 1, 8, 4, 2, 64), test_decode(5, 3, 16, 4, 2, 64), test_decode(7, 4, 12, 4, 4, 16);
-    if (!quick) test_decode(30, 1, 40, 8, 2, 128);
-    test_swiglu(1, 8), test_swiglu(37, 200), test_swiglu(5, 13);
-    if (!quick) test_swiglu(512, 2048);
-    test_cross_entropy(1, 10), test_cross_entropy(37, 1000), test_cross_entropy(20, 1001);
-    if (!quick) test_cross_entropy(8, 128256);
+/* ---- the table's entry points ---------------------------------------------------------- */
 
-    printf("\n%-40s %6s %6s %12s %s\n", "op", "checks", "fails", "worst_rel_l2", "result");
-    for (int i = 0; i < g_nops; i++)
-        printf("%-40s %6d %6d %12.3e %s\n", g_ops[i].name, g_ops[i].checks, g_ops[i].fails, g_ops[i].worst,
-               g_ops[i].fails ? "FAIL" : "PASS");
-    printf("test_ops_cuda: %s (%d failing checks)\n", g_total_fails ? "FAIL" : "PASS", g_total_fails);
-    return g_total_fails ? 1 : 0;
+/* d = {n} */
+void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_cast(c->d[0]);
+}
+/* d = {N, C, V} */
+void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_embedding(c->d[0], c->d[1], c->d[2]);
+}
+/* d = {N, C} */
+void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_rmsnorm(c->d[0], c->d[1]);
+}
+/* d = {N, IC, OC} */
+void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_matmul(c->d[0], c->d[1], c->d[2]);
+}
+/* d = {B, T, nh, nkv, hd} */
+void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_rope(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4]);
+}
+/* d = {B, T, nh, nkv, hd, kind}: kind -1 runs every kernel family the shape has (flash,
+ * simple, flash with 1 m-tile at head_dim 64, cuDNN at head_dim 64 and 128); 3 cuDNN only. */
+void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], kind = c->d[5];
+    if (kind >= 0) {
+        test_attention(B, T, nh, nkv, hd, kind);
+        return;
+    }
+    test_attention(B, T, nh, nkv, hd, 0);
+    test_attention(B, T, nh, nkv, hd, 1);
+    if (hd == 64) test_attention(B, T, nh, nkv, hd, 2);
+    if (hd == 64 || hd == 128) test_attention(B, T, nh, nkv, hd, 3);
+}
+/* no shape (B=1 T=256 nh=4 nkv=2 hd=128, fixed) */
+void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_attention_first_run_captured();
+}
+/* d = {p0, Tq, Tmax, nh, nkv, hd} */
+void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_decode(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], c->d[5]);
+}
+/* d = {N, I} */
+void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_swiglu(c->d[0], c->d[1]);
+}
+/* d = {N, V} */
+void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_cross_entropy(c->d[0], c->d[1]);
+}
+/* d = {N, C, V} */
+void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_cross_entropy_fused(c->d[0], c->d[1], c->d[2]);
+}
+/* d = {n} */
+void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_global_norm(c->d[0]);
+}
+/* d = {n}; param = max_grad_norm */
+void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_adamw(c->d[0], (float)c->param);
+}
+/* no shape (the chain's sizes are fixed in test_graph) */
+void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(h, c);
+    test_graph();
 }

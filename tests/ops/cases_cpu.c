@@ -1,0 +1,841 @@
+/* cases_cpu.c: the CPU backend's cases: every op of lj_ops_cpu() against a double-precision
+ * reference written here (check), every backward against central finite differences of
+ * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
+ * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
+ * the sgemm rate probe, thread-count independence). The shapes come from the case table
+ * (op_cases.c); the comment above each function says what its d[] entries are. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/cpu.h"
+#include "tests/ops/op_cases.h"
+
+#define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
+#define CHECK_D(op, got, ref, n, tol) lj_harness_check_d(h, (op), shape, (got), (ref), (n), (tol))
+#define CHECK_BITS(op, a, b, bytes) lj_harness_check_bits(h, (op), shape, (a), (b), (bytes))
+#define CHECK_TRUE(op, cond, ...) lj_harness_check_true(h, (op), shape, (cond), __VA_ARGS__)
+
+static float *randf(lj_harness *h, int64_t n, float scale) { return lj_harness_randf(h, n, scale); }
+
+static double dot_fd(const double *a, const float *r, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * r[i];
+    return s;
+}
+
+/* ---- memory (no shape) -------------------------------------------------------------- */
+
+void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)c, (void)mode;
+    SHAPE("-");
+    const lj_ops *ops = lj_ops_cpu();
+    const char *op = "memory";
+    if (!CHECK_TRUE(op, ops != NULL, "lj_ops_cpu() is not NULL")) return;
+    CHECK_TRUE(op, strcmp(ops->name, "cpu") == 0, "name \"%s\" == \"cpu\"", ops->name);
+    CHECK_TRUE(op, ops->act_dtype == LJ_DTYPE_F32, "act_dtype %d == F32", (int)ops->act_dtype);
+    size_t before = lj_ops_allocated_bytes();
+    void *a = NULL, *b = NULL;
+    CHECK_TRUE(op, ops->alloc(&a, 1000) == LJ_OK, "alloc 1000 bytes");
+    CHECK_TRUE(op, ops->alloc(&b, 13) == LJ_OK, "alloc 13 bytes");
+    CHECK_TRUE(op, ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0, "allocations 64-byte aligned");
+    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 1013, "allocated bytes +1013");
+    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
+    ops->upload(a, src, sizeof src);
+    ops->copy((char *)a + 16, a, 16);
+    ops->download(dst, (char *)a + 16, 16);
+    CHECK_BITS("memory upload+copy+download", dst, src, 16);
+    ops->memset_zero(a, 16);
+    ops->download(dst, a, 16);
+    CHECK_TRUE(op, dst[0] == 0 && dst[3] == 0, "memset_zero");
+    uint16_t bf[3] = {lj_f32_to_bf16(1.5f), lj_f32_to_bf16(-2.0f), lj_f32_to_bf16(0.25f)};
+    float back[3];
+    ops->cast_to_f32(back, bf, LJ_DTYPE_BF16, 3);
+    CHECK_TRUE(op, back[0] == 1.5f && back[1] == -2.0f && back[2] == 0.25f, "cast_to_f32 from bf16");
+    ops->cast_f32_to_param(dst, src, 4);
+    CHECK_BITS("memory cast_f32_to_param", dst, src, 16);
+    ops->free(a);
+    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 13, "free gives back 1000 bytes");
+    ops->free(b);
+    CHECK_TRUE(op, lj_ops_allocated_bytes() == before, "free gives back 13 bytes");
+    size_t free_b = 0, total_b = 0;
+    CHECK_TRUE(op, ops->memory_info(&free_b, &total_b) == LJ_OK, "memory_info");
+    CHECK_TRUE(op, total_b > 0 && free_b <= total_b, "memory_info: free %zu <= total %zu", free_b, total_b);
+}
+
+/* ---- embedding: d = {N, C, V} (ids fixed, repeating) -------------------------------- */
+
+void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int N = c->d[0], C = c->d[1], V = c->d[2];
+    SHAPE("N=%d C=%d V=%d", N, C, V);
+    LJ_ASSERT(N == 9 && V >= 6, "embedding case: the ids are written for N = 9, V >= 6");
+    int32_t ids[9] = {3, 0, 5, 3, 3, 1, 0, 5, 2};
+    float *wte = randf(h, (int64_t)V * C, 1), *out = randf(h, (int64_t)N * C, 1);
+    ops->embedding_forward(out, ids, wte, N, C);
+    int rows_equal = 1;
+    for (int n = 0; n < N; n++) rows_equal &= memcmp(out + n * C, wte + ids[n] * C, C * sizeof(float)) == 0;
+    CHECK_TRUE("embedding_forward", rows_equal, "out[n] == wte[ids[n]] bit for bit");
+    float *dout = randf(h, (int64_t)N * C, 1), *dw = randf(h, (int64_t)V * C, 1);
+    double *want = lj_harness_to_double(dw, (int64_t)V * C);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < C; i++) want[ids[n] * C + i] += dout[n * C + i];
+    ops->embedding_backward(dw, dout, ids, N, C, NULL);
+    CHECK_D("embedding_backward dwte (+=)", dw, want, (int64_t)V * C, c->tol_grad);
+    free(wte), free(out), free(dout), free(dw), free(want);
+}
+
+/* ---- RMSNorm: d = {N, C}; param = eps ------------------------------------------------- */
+
+typedef struct {
+    int N, C;
+    double eps, *x, *w;
+    const float *R;
+} norm_ctx;
+
+static void ref_rmsnorm(double *out, const double *x, const double *w, int N, int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < C; i++) ss += x[n * C + i] * x[n * C + i];
+        double r = 1 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) out[n * C + i] = w[i] * x[n * C + i] * r;
+    }
+}
+
+static double norm_loss(void *p) {
+    norm_ctx *c = p;
+    double *o = lj_malloc((size_t)c->N * c->C * sizeof(double));
+    ref_rmsnorm(o, c->x, c->w, c->N, c->C, c->eps);
+    double l = dot_fd(o, c->R, (int64_t)c->N * c->C);
+    free(o);
+    return l;
+}
+
+void lj_case_cpu_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    const lj_ops *ops = lj_ops_cpu();
+    const int N = c->d[0], C = c->d[1];
+    const float eps = (float)c->param;
+    SHAPE("N=%d C=%d", N, C);
+    int64_t NC = (int64_t)N * C;
+    float *x = randf(h, NC, 1), *w = randf(h, C, 1), *out = randf(h, NC, 1), *rstd = randf(h, N, 1);
+    for (int i = 0; i < C; i++) w[i] += 1.0f;
+    ops->rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    norm_ctx nc = {N, C, eps, lj_harness_to_double(x, NC), lj_harness_to_double(w, C), randf(h, NC, 1)};
+    if (mode == LJ_HARNESS_CHECK) {
+        double *ref = lj_malloc(NC * sizeof(double));
+        ref_rmsnorm(ref, nc.x, nc.w, N, C, eps);
+        CHECK_D("rmsnorm_forward out", out, ref, NC, c->tol);
+        int rows_ok = 1;
+        for (int n = 0; n < N; n++) {
+            double ss = 0;
+            for (int i = 0; i < C; i++) ss += nc.x[n * C + i] * nc.x[n * C + i];
+            rows_ok &= fabs(rstd[n] - 1 / sqrt(ss / C + eps)) <= 1e-6 * rstd[n];
+        }
+        CHECK_TRUE("rmsnorm_forward rstd", rows_ok, "|rstd - 1/sqrt(mean(x^2)+eps)| <= 1e-6 rstd on every row");
+        free(ref);
+    } else {
+        /* the backward accumulates into dx and dw: start from random values and add them to the
+         * finite differences */
+        float *dx = randf(h, NC, 1), *dw = randf(h, C, 1);
+        double *dx0 = lj_harness_to_double(dx, NC), *dw0 = lj_harness_to_double(dw, C);
+        size_t wsb = ops->rmsnorm_backward_workspace_bytes(N, C);
+        void *ws = lj_malloc(wsb ? wsb : 1);
+        ops->rmsnorm_backward(dx, dw, nc.R, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, ws);
+        double *gx = lj_harness_fd_grad(norm_loss, &nc, nc.x, NC), *gw = lj_harness_fd_grad(norm_loss, &nc, nc.w, C);
+        for (int64_t i = 0; i < NC; i++) gx[i] += dx0[i];
+        for (int i = 0; i < C; i++) gw[i] += dw0[i];
+        CHECK_D("rmsnorm_backward dx (+=)", dx, gx, NC, c->tol_grad);
+        CHECK_D("rmsnorm_backward dw (+=)", dw, gw, C, c->tol_grad);
+        /* overwrite mode: dw is written, whatever it held (NaN here); dx still accumulates */
+        for (int i = 0; i < C; i++) dw[i] = NAN, gw[i] -= dw0[i];
+        ops->rmsnorm_backward(dx, dw, nc.R, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, ws);
+        CHECK_D("rmsnorm_backward dw (overwrite mode)", dw, gw, C, c->tol_grad);
+        free(dx), free(dw), free(dx0), free(dw0), free(ws), free(gx), free(gw);
+    }
+    free(x), free(w), free(out), free(rstd), free(nc.x), free(nc.w), free((void *)nc.R);
+}
+
+/* ---- fused residual + RMSNorm against add then rmsnorm_forward: d = {N, C} ----------- */
+
+void lj_case_cpu_residual_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int N = c->d[0], C = c->d[1];
+    SHAPE("N=%d C=%d", N, C);
+    int64_t NC = (int64_t)N * C;
+    float *a = randf(h, NC, 1), *y = randf(h, NC, 1), *w = randf(h, C, 1);
+    float *res1 = randf(h, NC, 1), *out1 = randf(h, NC, 1), *rstd1 = randf(h, N, 1);
+    float *res2 = randf(h, NC, 1), *out2 = randf(h, NC, 1), *rstd2 = randf(h, N, 1);
+    ops->add(res1, a, y, NC);
+    ops->rmsnorm_forward(out1, rstd1, res1, w, N, C, 1e-5f);
+    /* fused, in place on the residual stream (res_out == res_in) */
+    memcpy(res2, a, NC * sizeof(float));
+    ops->residual_rmsnorm_forward(res2, out2, rstd2, res2, y, w, N, C, 1e-5f);
+    CHECK_BITS("residual_rmsnorm vs add+rmsnorm res_out", res1, res2, NC * sizeof(float));
+    CHECK_BITS("residual_rmsnorm vs add+rmsnorm out", out1, out2, NC * sizeof(float));
+    CHECK_BITS("residual_rmsnorm vs add+rmsnorm rstd", rstd1, rstd2, N * sizeof(float));
+    int sums = 1;
+    for (int64_t i = 0; i < NC; i++) sums &= res1[i] == a[i] + y[i];
+    CHECK_TRUE("add", sums, "out[i] == a[i] + b[i] exactly");
+    free(a), free(y), free(w), free(res1), free(out1), free(rstd1), free(res2), free(out2), free(rstd2);
+}
+
+/* ---- matmul: d = {N, IC, OC} ---------------------------------------------------------- */
+
+typedef struct {
+    int N, IC, OC;
+    double *x, *w;
+    const float *R;
+} mm_ctx;
+
+static void ref_matmul(double *out, const double *x, const double *w, int N, int IC, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int i = 0; i < IC; i++) s += x[n * IC + i] * w[o * IC + i];
+            out[n * OC + o] = s;
+        }
+}
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    double *o = lj_malloc((size_t)c->N * c->OC * sizeof(double));
+    ref_matmul(o, c->x, c->w, c->N, c->IC, c->OC);
+    double l = dot_fd(o, c->R, (int64_t)c->N * c->OC);
+    free(o);
+    return l;
+}
+
+void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    const lj_ops *ops = lj_ops_cpu();
+    const int N = c->d[0], IC = c->d[1], OC = c->d[2];
+    SHAPE("N=%d IC=%d OC=%d", N, IC, OC);
+    float *x = randf(h, N * IC, 1), *w = randf(h, OC * IC, 1), *out = randf(h, N * OC, 1);
+    mm_ctx mc = {N, IC, OC, lj_harness_to_double(x, N * IC), lj_harness_to_double(w, OC * IC), randf(h, N * OC, 1)};
+    if (mode == LJ_HARNESS_CHECK) {
+        ops->matmul_forward(out, x, w, N, IC, OC);
+        double *ref = lj_malloc(N * OC * sizeof(double));
+        ref_matmul(ref, mc.x, mc.w, N, IC, OC);
+        CHECK_D("matmul_forward", out, ref, N * OC, c->tol);
+        free(ref);
+    } else {
+        double *gx = lj_harness_fd_grad(mm_loss, &mc, mc.x, N * IC), *gw = lj_harness_fd_grad(mm_loss, &mc, mc.w, OC * IC);
+        /* overwrite dx, accumulate dw */
+        float *dx = randf(h, N * IC, 1), *dw = randf(h, OC * IC, 1);
+        double *dw_want = lj_harness_to_double(dw, OC * IC);
+        for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
+        ops->matmul_backward(dx, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+        CHECK_D("matmul_backward dx", dx, gx, N * IC, c->tol_grad);
+        CHECK_D("matmul_backward dw (+=)", dw, dw_want, OC * IC, c->tol_grad);
+        /* dx_mode ACCUMULATE adds onto dx; a NULL dw is skipped */
+        double *dx_want = lj_harness_to_double(dx, N * IC);
+        for (int i = 0; i < N * IC; i++) dx_want[i] += gx[i];
+        ops->matmul_backward(dx, NULL, mc.R, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
+        CHECK_D("matmul_backward dx (+=)", dx, dx_want, N * IC, c->tol_grad);
+        /* a NULL dx is skipped */
+        for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
+        ops->matmul_backward(NULL, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+        CHECK_D("matmul_backward dw (+= twice)", dw, dw_want, OC * IC, c->tol_grad);
+        /* overwrite mode: dw is written, whatever it held (NaN here) */
+        for (int i = 0; i < OC * IC; i++) dw[i] = NAN;
+        ops->matmul_backward(NULL, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
+        CHECK_D("matmul_backward dw (overwrite mode)", dw, gw, OC * IC, c->tol_grad);
+        free(gx), free(gw), free(dx), free(dw), free(dw_want), free(dx_want);
+    }
+    free(x), free(w), free(out), free(mc.x), free(mc.w), free((void *)mc.R);
+}
+
+/* ---- RoPE: d = {B, T, nh, nkv, hd, p0}; param = theta --------------------------------- */
+
+static void rope_tables(float *cos_t, float *sin_t, int T, int hd, double theta) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hd / 2; i++) {
+            double inv_freq = 1.0 / pow(theta, 2.0 * i / hd), a = t * inv_freq;
+            cos_t[t * hd / 2 + i] = (float)cos(a);
+            sin_t[t * hd / 2 + i] = (float)sin(a);
+        }
+}
+
+void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], P0 = c->d[5];
+    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d p0=%d", B, T, nh, nkv, hd, P0);
+    const int row = (nh + 2 * nkv) * hd;
+    int64_t n = (int64_t)B * T * row;
+    float *cos_t = lj_malloc((T + P0) * hd / 2 * sizeof(float)), *sin_t = lj_malloc((T + P0) * hd / 2 * sizeof(float));
+    rope_tables(cos_t, sin_t, T + P0, hd, c->param);
+    float *x = randf(h, n, 1), *y = lj_malloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    /* start at position P0, as generation does */
+    ops->rope_forward(y, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
+    double *want = lj_harness_to_double(x, n);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int hh = 0; hh < nh + nkv; hh++) /* q and k heads rotate; v heads stay */
+                for (int i = 0; i < hd / 2; i++) {
+                    int64_t o = ((int64_t)b * T + t) * row + hh * hd;
+                    double cv = cos_t[(t + P0) * hd / 2 + i], sv = sin_t[(t + P0) * hd / 2 + i];
+                    double x1 = x[o + i], x2 = x[o + i + hd / 2];
+                    want[o + i] = x1 * cv - x2 * sv;
+                    want[o + i + hd / 2] = x2 * cv + x1 * sv;
+                }
+    CHECK_D("rope_forward", y, want, n, c->tol);
+    int v_same = 1;
+    for (int64_t i = 0; i < n; i++)
+        if ((i % row) >= (nh + nkv) * hd) v_same &= y[i] == x[i];
+    CHECK_TRUE("rope_forward", v_same, "v heads unchanged");
+    /* the backward is the transpose: <R, rope(x)> == <rope_backward(R), x> */
+    float *R = randf(h, n, 1), *Rb = lj_malloc(n * sizeof(float));
+    memcpy(Rb, R, n * sizeof(float));
+    ops->rope_backward(Rb, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
+    double lhs = 0, rhs = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lhs += (double)R[i] * y[i];
+        rhs += (double)Rb[i] * x[i];
+        mag += fabs((double)R[i] * y[i]);
+    }
+    CHECK_TRUE("rope_backward", fabs(lhs - rhs) <= 1e-6 * mag, "<R, rope(x)> == <rope_backward(R), x>: %.9g vs %.9g",
+               lhs, rhs);
+    /* and forward then backward gives x back */
+    ops->rope_backward(y, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
+    double *xd = lj_harness_to_double(x, n);
+    CHECK_D("rope_backward(rope_forward(x))", y, xd, n, c->tol);
+    free(cos_t), free(sin_t), free(x), free(y), free(want), free(R), free(Rb), free(xd);
+}
+
+/* ---- SwiGLU: d = {N, I} --------------------------------------------------------------- */
+
+typedef struct {
+    int N, I;
+    double *gu;
+    const float *R;
+} swiglu_ctx;
+
+static void ref_swiglu(double *out, const double *gu, int N, int I) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++) {
+            double g = gu[(int64_t)n * 2 * I + i], u = gu[(int64_t)n * 2 * I + I + i];
+            out[(int64_t)n * I + i] = g / (1 + exp(-g)) * u;
+        }
+}
+
+static double swiglu_loss(void *p) {
+    swiglu_ctx *c = p;
+    double *o = lj_malloc((size_t)c->N * c->I * sizeof(double));
+    ref_swiglu(o, c->gu, c->N, c->I);
+    double l = dot_fd(o, c->R, (int64_t)c->N * c->I);
+    free(o);
+    return l;
+}
+
+void lj_case_cpu_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    const lj_ops *ops = lj_ops_cpu();
+    const int N = c->d[0], I = c->d[1];
+    SHAPE("N=%d I=%d", N, I);
+    const int64_t NI = (int64_t)N * I;
+    float *gu = randf(h, 2 * NI, 2), *out = randf(h, NI, 1), *out2 = randf(h, NI, 1), *tmp = randf(h, NI, 1);
+    swiglu_ctx sc = {N, I, lj_harness_to_double(gu, 2 * NI), randf(h, NI, 1)};
+    float *d1 = randf(h, 2 * NI, 1), *d2 = randf(h, 2 * NI, 1);
+    ops->swiglu_backward(d1, sc.R, gu, N, I);
+    if (mode == LJ_HARNESS_CHECK) {
+        ops->swiglu_forward(out, gu, N, I);
+        ops->swiglu_forward_unfused(out2, tmp, gu, N, I);
+        CHECK_BITS("swiglu fused vs unfused fwd", out, out2, NI * sizeof(float));
+        double *ref = lj_malloc(NI * sizeof(double));
+        ref_swiglu(ref, sc.gu, N, I);
+        CHECK_D("swiglu_forward", out, ref, NI, c->tol);
+        ops->swiglu_backward_unfused(d2, tmp, sc.R, gu, N, I);
+        CHECK_BITS("swiglu fused vs unfused bwd", d1, d2, 2 * NI * sizeof(float));
+        /* in place: dgate_up may alias gate_up */
+        float *inplace = lj_malloc(2 * NI * sizeof(float));
+        memcpy(inplace, gu, 2 * NI * sizeof(float));
+        ops->swiglu_backward(inplace, sc.R, inplace, N, I);
+        CHECK_BITS("swiglu_backward in place", inplace, d1, 2 * NI * sizeof(float));
+        memcpy(inplace, gu, 2 * NI * sizeof(float));
+        ops->swiglu_backward_unfused(inplace, tmp, sc.R, inplace, N, I);
+        CHECK_BITS("swiglu_backward_unfused in place", inplace, d1, 2 * NI * sizeof(float));
+        free(ref), free(inplace);
+    } else {
+        double *g = lj_harness_fd_grad(swiglu_loss, &sc, sc.gu, 2 * NI);
+        CHECK_D("swiglu_backward dgate_up", d1, g, 2 * NI, c->tol_grad);
+        free(g);
+    }
+    free(gu), free(out), free(out2), free(tmp), free(sc.gu), free((void *)sc.R), free(d1), free(d2);
+}
+
+/* ---- cross-entropy: d = {N, C, V, ignore}; ignore 0: the fixed targets of N = 6 rows
+ * (one ignored, mean over the 5 counted); ignore 1: random targets, every 17th row
+ * ignored (-100), dloss 1/N ------------------------------------------------------------- */
+
+typedef struct {
+    int N, C, V;
+    double *x, *w, dloss;
+    const int32_t *targets;
+} ce_ctx;
+
+/* sum_n dloss * (logsumexp(x_n w^T) - (x_n w^T)[t_n]) over rows with t_n >= 0; per-row losses to
+ * `losses` when not NULL. */
+static double ce_ref(ce_ctx *c, double *losses) {
+    double *l = lj_malloc((size_t)c->V * sizeof(double)), total = 0;
+    for (int n = 0; n < c->N; n++) {
+        double loss = 0;
+        if (c->targets[n] >= 0) {
+            double m = -INFINITY, s = 0;
+            for (int v = 0; v < c->V; v++) {
+                l[v] = 0;
+                for (int i = 0; i < c->C; i++) l[v] += c->x[(int64_t)n * c->C + i] * c->w[(int64_t)v * c->C + i];
+                m = fmax(m, l[v]);
+            }
+            for (int v = 0; v < c->V; v++) s += exp(l[v] - m);
+            loss = m + log(s) - l[c->targets[n]];
+        }
+        if (losses) losses[n] = loss;
+        total += c->dloss * loss;
+    }
+    free(l);
+    return total;
+}
+
+static double ce_loss(void *p) { return ce_ref(p, NULL); }
+
+/* Fused against the unfused twin (matmul_forward, cross_entropy_forward_backward,
+ * matmul_backward); returns the fused outputs through the pointers. */
+static void check_ce_twins(lj_harness *h, const char *shape, const float *x, const float *w, const int32_t *targets,
+                           int N, int C, int V, float dloss, float *losses, float *dx, float *dw) {
+    const lj_ops *ops = lj_ops_cpu();
+    void *ws = lj_malloc(ops->cross_entropy_fused_workspace_bytes(N, C, V));
+    double *ref_dw = lj_harness_to_double(dw, (int64_t)V * C);
+    ops->cross_entropy_fused(losses, dx, dw, x, w, targets, N, C, V, dloss, ws);
+    float *logits = lj_malloc((size_t)N * V * sizeof(float)), *l2 = lj_malloc(N * sizeof(float));
+    float *dx2 = lj_malloc((size_t)N * C * sizeof(float)), *dw2 = lj_calloc((size_t)V * C, sizeof(float));
+    float *l3 = lj_malloc(N * sizeof(float));
+    ops->matmul_forward(logits, x, w, N, C, V);
+    ops->cross_entropy_forward_backward(l3, NULL, logits, targets, N, V, dloss); /* loss only */
+    ops->cross_entropy_forward_backward(l2, logits, logits, targets, N, V, dloss); /* dlogits aliases logits */
+    CHECK_BITS("cross_entropy_fwd_bwd losses with vs without dlogits", l2, l3, N * sizeof(float));
+    ops->matmul_backward(dx2, dw2, logits, x, w, N, C, V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+    int close = 1;
+    for (int n = 0; n < N; n++) close &= fabsf(losses[n] - l2[n]) <= 1e-6f * (1 + fabsf(l2[n]));
+    CHECK_TRUE("cross_entropy fused vs unfused losses", close, "|fused - unfused| <= 1e-6 (1 + |unfused|) per row");
+    double *ref_dx = lj_harness_to_double(dx2, (int64_t)N * C);
+    CHECK_D("cross_entropy fused vs unfused dx", dx, ref_dx, (int64_t)N * C, lj_harness_tol_l2(1e-6));
+    for (int64_t i = 0; i < (int64_t)V * C; i++) ref_dw[i] += dw2[i];
+    CHECK_D("cross_entropy fused vs unfused dw", dw, ref_dw, (int64_t)V * C, lj_harness_tol_l2(1e-6));
+    /* loss only: both gradients NULL, same losses */
+    float *l4 = lj_malloc(N * sizeof(float));
+    ops->cross_entropy_fused(l4, NULL, NULL, x, w, targets, N, C, V, dloss, ws);
+    CHECK_BITS("cross_entropy_fused losses (no grad)", l4, losses, N * sizeof(float));
+    free(ws), free(logits), free(l2), free(dx2), free(dw2), free(l3), free(ref_dx), free(ref_dw), free(l4);
+}
+
+void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    const int N = c->d[0], C = c->d[1], V = c->d[2], chunks = c->d[3];
+    SHAPE("N=%d C=%d V=%d", N, C, V);
+    int32_t *targets = lj_malloc((size_t)N * sizeof(int32_t));
+    float dloss;
+    float *x, *w, *losses, *dx, *dw;
+    if (!chunks) {
+        LJ_ASSERT(N == 6 && V > 22, "cross-entropy case: the fixed targets are written for N = 6, V > 22");
+        const int32_t fixed[6] = {3, -1, 22, 0, 7, 7};
+        memcpy(targets, fixed, sizeof fixed);
+        dloss = 1.0f / 5; /* mean over the 5 counted rows */
+        x = randf(h, N * C, 1), w = randf(h, V * C, 1), losses = randf(h, N, 1), dx = randf(h, N * C, 1);
+        dw = randf(h, V * C, 1);
+    } else {
+        for (int n = 0; n < N; n++) targets[n] = n % 17 == 5 ? -100 : (int32_t)lj_rng_below(&h->rng, V);
+        dloss = 1.0f / N;
+        x = randf(h, (int64_t)N * C, 1), w = randf(h, (int64_t)V * C, 0.5f), losses = lj_malloc(N * sizeof(float));
+        dx = lj_malloc((size_t)N * C * sizeof(float)), dw = lj_calloc((size_t)V * C, sizeof(float));
+    }
+    double *dw0 = lj_harness_to_double(dw, (int64_t)V * C);
+    if (mode == LJ_HARNESS_CHECK) {
+        check_ce_twins(h, shape, x, w, targets, N, C, V, dloss, losses, dx, dw);
+    } else {
+        void *ws = lj_malloc(lj_ops_cpu()->cross_entropy_fused_workspace_bytes(N, C, V));
+        lj_ops_cpu()->cross_entropy_fused(losses, dx, dw, x, w, targets, N, C, V, dloss, ws);
+        free(ws);
+    }
+    ce_ctx cc = {N, C, V, lj_harness_to_double(x, (int64_t)N * C), lj_harness_to_double(w, (int64_t)V * C),
+                 chunks ? 1.0 : dloss, targets};
+    if (mode == LJ_HARNESS_CHECK) {
+        double *ref_losses = lj_malloc(N * sizeof(double));
+        ce_ref(&cc, ref_losses);
+        CHECK_D("cross_entropy_fused losses", losses, ref_losses, N, c->tol);
+        if (!chunks) CHECK_TRUE("cross_entropy_fused losses", losses[1] == 0.0f, "an ignored row's loss is 0");
+        free(ref_losses);
+    } else {
+        double *gx = lj_harness_fd_grad(ce_loss, &cc, cc.x, (int64_t)N * C);
+        double *gw = lj_harness_fd_grad(ce_loss, &cc, cc.w, (int64_t)V * C);
+        for (int64_t i = 0; i < (int64_t)V * C; i++) gw[i] += dw0[i];
+        CHECK_D("cross_entropy_fused dx", dx, gx, (int64_t)N * C, c->tol_grad);
+        CHECK_D("cross_entropy_fused dw (+=)", dw, gw, (int64_t)V * C, c->tol_grad);
+        /* an ignored row gets a zero gradient */
+        int zero = 1;
+        for (int i = 0; i < C; i++) zero &= dx[1 * C + i] == 0.0f;
+        CHECK_TRUE("cross_entropy_fused dx", zero, "an ignored row's dx is 0");
+        free(gx), free(gw);
+    }
+    free(targets), free(x), free(w), free(losses), free(dx), free(dw), free(dw0), free(cc.x), free(cc.w);
+}
+
+/* ---- global norm: d = {n} -------------------------------------------------------------- */
+
+void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int64_t n = c->d[0];
+    SHAPE("n=%lld", (long long)n);
+    float *g = randf(h, n, 0.01f), out = 0, out2 = 0;
+    void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
+    ops->global_norm_sq(&out, g, n, ws);
+    ops->global_norm_sq(&out2, g, n, ws);
+    double want = 0;
+    for (int64_t i = 0; i < n; i++) want += (double)g[i] * g[i];
+    CHECK_TRUE("global_norm_sq", fabs(out - want) <= 1e-6 * want, "%.9g vs double %.9g (1e-6 relative)", out, want);
+    CHECK_BITS("global_norm_sq repeat", &out, &out2, sizeof out);
+    free(g), free(ws);
+}
+
+/* ---- AdamW: d = {separate_params, expect_clipped}; param = max_grad_norm; three steps over
+ * three segments of 1000 elements ------------------------------------------------------- */
+
+/* A scalar double AdamW step (ops.h formula) over one element. */
+static void adamw_ref(double *p, double *m, double *v, double g, double lr, double b1, double b2, double eps,
+                      double wd, int t) {
+    *m = b1 * *m + (1 - b1) * g;
+    *v = b2 * *v + (1 - b2) * g * g;
+    double mh = *m / (1 - pow(b1, t)), vh = *v / (1 - pow(b2, t));
+    *p -= lr * (wd * *p + mh / (sqrt(vh) + eps));
+}
+
+void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const float max_grad_norm = (float)c->param;
+    const int separate_params = c->d[0], expect_clipped = c->d[1];
+    SHAPE("n=1000 clip=%g%s", max_grad_norm, separate_params ? " params!=master" : "");
+    const int64_t n = 1000;
+    lj_adamw_segment seg[3] = {{0, 300, 0.1f}, {300, 200, 0.0f}, {500, 500, 0.01f}};
+    float *master = randf(h, n, 1), *m = lj_calloc(n, sizeof(float)), *v = lj_calloc(n, sizeof(float));
+    float *params = separate_params ? lj_calloc(n, sizeof(float)) : master;
+    double *pr = lj_harness_to_double(master, n), *mr = lj_calloc(n, sizeof(double)), *vr = lj_calloc(n, sizeof(double));
+    void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
+    int clipped = 0;
+    for (int t = 1; t <= 3; t++) {
+        float *g = randf(h, n, 0.05f), norm_sq;
+        ops->global_norm_sq(&norm_sq, g, n, ws);
+        const float lr = 1e-2f;
+        lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
+        float scalars[LJ_ADAMW_NUM_SCALARS]; /* the CPU backend's memory is host memory */
+        lj_adamw_step_scalars(scalars, &hp, lr, t);
+        ops->adamw_update(params, master, g, m, v, seg, 3, &hp, scalars, &norm_sq);
+        double norm = 0;
+        for (int64_t i = 0; i < n; i++) norm += (double)g[i] * g[i];
+        norm = sqrt(norm);
+        double clip = max_grad_norm > 0 ? fmin(1.0, max_grad_norm / (norm + 1e-6)) : 1.0;
+        clipped |= clip < 1.0;
+        for (int s = 0; s < 3; s++)
+            for (int64_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
+                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, lr, hp.beta1, hp.beta2, hp.eps, seg[s].weight_decay, t);
+        free(g);
+    }
+    CHECK_TRUE("adamw_update clipping", clipped == expect_clipped, "clipping active %d, expected %d", clipped,
+               expect_clipped);
+    CHECK_D("adamw_update master", master, pr, n, c->tol);
+    CHECK_D("adamw_update m", m, mr, n, c->tol);
+    CHECK_D("adamw_update v", v, vr, n, c->tol_grad); /* v's tolerance: 1e-5 */
+    if (separate_params) CHECK_BITS("adamw_update params == master", params, master, n * sizeof(float));
+    free(master), free(m), free(v), free(pr), free(mr), free(vr), free(ws);
+    if (separate_params) free(params);
+}
+
+/* The inactive clip (scale 1) must give the same bits as no clipping: d = {n}. */
+void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int64_t n = c->d[0];
+    SHAPE("n=%lld", (long long)n);
+    lj_adamw_segment seg = {0, n, 0.1f};
+    float *p1 = randf(h, n, 1), *p2 = lj_malloc(n * sizeof(float)), *g = randf(h, n, 0.1f);
+    memcpy(p2, p1, n * sizeof(float));
+    float *m1 = lj_calloc(n, 4), *v1 = lj_calloc(n, 4), *m2 = lj_calloc(n, 4), *v2 = lj_calloc(n, 4), ns;
+    void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
+    ops->global_norm_sq(&ns, g, n, ws);
+    lj_adamw_hparams hp = {0.9f, 0.999f, 1e-8f, 0.0f};
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, &hp, 1e-3f, 1);
+    ops->adamw_update(p1, p1, g, m1, v1, &seg, 1, &hp, scalars, &ns);
+    hp.max_grad_norm = 1e3f;
+    ops->adamw_update(p2, p2, g, m2, v2, &seg, 1, &hp, scalars, &ns);
+    CHECK_BITS("adamw_update inactive clip == no clip", p1, p2, n * sizeof(float));
+    free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2), free(ws);
+}
+
+/* ---- attention: d = {B, T, nh, nkv, hd} ------------------------------------------------ */
+
+typedef struct {
+    int B, T, nh, nkv, hd;
+    double *qkv;
+    const float *R;
+} attn_ctx;
+
+/* out[B*T, Q], lse[B, nh, T] (lse may be NULL): softmax((q k^T) / sqrt(hd)) v over keys j <= t,
+ * query head h reading kv head h / (nh/nkv). */
+static void ref_attention(const attn_ctx *c, double *out, double *lse) {
+    const int Q = c->nh * c->hd, KV = c->nkv * c->hd, row = Q + 2 * KV, T = c->T, hd = c->hd;
+    double *s = lj_malloc((size_t)T * sizeof(double));
+    for (int b = 0; b < c->B; b++)
+        for (int hh = 0; hh < c->nh; hh++) {
+            int g = hh / (c->nh / c->nkv);
+            for (int t = 0; t < T; t++) {
+                const double *q = c->qkv + ((int64_t)b * T + t) * row + hh * hd;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *k = c->qkv + ((int64_t)b * T + j) * row + Q + g * hd;
+                    s[j] = 0;
+                    for (int d = 0; d < hd; d++) s[j] += q[d] * k[d];
+                    s[j] /= sqrt((double)hd);
+                    m = fmax(m, s[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+                if (lse) lse[((int64_t)b * c->nh + hh) * T + t] = m + log(sum);
+                double *o = out + ((int64_t)b * T + t) * Q + hh * hd;
+                for (int d = 0; d < hd; d++) o[d] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const double *v = c->qkv + ((int64_t)b * T + j) * row + Q + KV + g * hd;
+                    double p = exp(s[j] - m) / sum;
+                    for (int d = 0; d < hd; d++) o[d] += p * v[d];
+                }
+            }
+        }
+    free(s);
+}
+
+static double attn_loss(void *p) {
+    attn_ctx *c = p;
+    int64_t n = (int64_t)c->B * c->T * c->nh * c->hd;
+    double *o = lj_malloc((size_t)n * sizeof(double)), l = 0;
+    ref_attention(c, o, NULL);
+    for (int64_t i = 0; i < n; i++) l += o[i] * c->R[i];
+    free(o);
+    return l;
+}
+
+void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    const lj_ops *ops = lj_ops_cpu();
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4];
+    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    const int Q = nh * hd, row = Q + 2 * nkv * hd;
+    const int64_t nqkv = (int64_t)B * T * row, nout = (int64_t)B * T * Q, nlse = (int64_t)B * nh * T;
+    float *qkv = randf(h, nqkv, 1), *out = randf(h, nout, 1), *lse = randf(h, nlse, 1);
+    void *ws = lj_malloc(ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    ops->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, ws);
+    attn_ctx ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), randf(h, nout, 1)};
+    /* dqkv is overwritten: start from garbage */
+    float *dqkv = randf(h, nqkv, 100);
+    ops->attention_backward(dqkv, ac.R, qkv, out, lse, B, T, nh, nkv, hd, ws);
+    if (mode == LJ_HARNESS_CHECK) {
+        double *ref = lj_malloc(nout * sizeof(double)), *ref_lse = lj_malloc(nlse * sizeof(double));
+        ref_attention(&ac, ref, ref_lse);
+        CHECK_D("attention_forward out", out, ref, nout, c->tol);
+        CHECK_D("attention_forward lse", lse, ref_lse, nlse, c->tol);
+        /* the same inputs give the same bits */
+        float *out2 = lj_malloc(nout * sizeof(float)), *lse2 = lj_malloc(nlse * sizeof(float));
+        float *dqkv2 = randf(h, nqkv, 1);
+        ops->attention_forward(out2, lse2, qkv, B, T, nh, nkv, hd, ws);
+        ops->attention_backward(dqkv2, ac.R, qkv, out, lse, B, T, nh, nkv, hd, ws);
+        CHECK_BITS("attention_forward out repeat", out, out2, nout * sizeof(float));
+        CHECK_BITS("attention_forward lse repeat", lse, lse2, nlse * sizeof(float));
+        CHECK_BITS("attention_backward dqkv repeat", dqkv, dqkv2, nqkv * sizeof(float));
+        free(ref), free(ref_lse), free(out2), free(lse2), free(dqkv2);
+    } else {
+        double *g = lj_harness_fd_grad(attn_loss, &ac, ac.qkv, nqkv);
+        CHECK_D("attention_backward dqkv", dqkv, g, nqkv, c->tol_grad);
+        free(g);
+    }
+    free(qkv), free(out), free(lse), free(ws), free(ac.qkv), free((void *)ac.R), free(dqkv);
+}
+
+/* KV-cache decoding against the full forward on the same sequence: a prefill, then single-token
+ * steps. d = {T, nh, nkv, hd, Tmax, prefill}. */
+void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int T = c->d[0], nh = c->d[1], nkv = c->d[2], hd = c->d[3], Tmax = c->d[4], prefill = c->d[5];
+    SHAPE("T=%d nh=%d nkv=%d hd=%d Tmax=%d prefill=%d", T, nh, nkv, hd, Tmax, prefill);
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    float *qkv = randf(h, (int64_t)T * row, 1), *full = lj_malloc((size_t)T * Q * sizeof(float));
+    float *lse = lj_malloc((size_t)nh * T * sizeof(float));
+    void *ws = lj_malloc(ops->attention_workspace_bytes(1, T, nh, nkv, hd));
+    ops->attention_forward(full, lse, qkv, 1, T, nh, nkv, hd, ws);
+    float *cache = lj_calloc((size_t)Tmax * 2 * KV, sizeof(float));
+    float *dec = lj_malloc((size_t)T * Q * sizeof(float));
+    ops->attention_decode(dec, cache, qkv, 0, prefill, nh, nkv, hd);
+    for (int p = prefill; p < T; p++)
+        ops->attention_decode(dec + (int64_t)p * Q, cache, qkv + (int64_t)p * row, p, 1, nh, nkv, hd);
+    int cache_ok = 1, bad_t = -1, bad_i = -1;
+    for (int t = 0; t < T; t++) {
+        cache_ok &= memcmp(cache + (int64_t)t * 2 * KV, qkv + (int64_t)t * row + Q, 2 * KV * sizeof(float)) == 0;
+        for (int i = 0; i < Q; i++) {
+            float a = dec[t * Q + i], b = full[t * Q + i];
+            if (!(fabsf(a - b) <= 1e-5f * (1 + fabsf(b))) && bad_t < 0) bad_t = t, bad_i = i;
+        }
+    }
+    CHECK_TRUE("attention_decode kv_cache", cache_ok, "cache rows 0..T-1 hold the k and v parts of qkv");
+    CHECK_TRUE("attention_decode out", bad_t < 0, "decode == full forward within 1e-5 (1 + |full|)%s",
+               bad_t < 0 ? "" : " (first mismatch below)");
+    if (bad_t >= 0)
+        printf("     decode row %d col %d: %g vs %g\n", bad_t, bad_i, dec[bad_t * Q + bad_i], full[bad_t * Q + bad_i]);
+    int rest_zero = 1;
+    for (int t = T; t < Tmax; t++)
+        for (int i = 0; i < 2 * KV; i++) rest_zero &= cache[t * 2 * KV + i] == 0.0f;
+    CHECK_TRUE("attention_decode kv_cache", rest_zero, "cache rows T..Tmax-1 untouched");
+    free(qkv), free(full), free(lse), free(ws), free(cache), free(dec);
+}
+
+/* ---- building blocks (ops/cpu/cpu.h) ------------------------------------------------- */
+
+/* Sets OMP_NUM_THREADS to `threads` (lj_num_threads reads it on every call) until
+ * threads_pop restores the previous value. */
+static char g_saved_threads[32];
+static void threads_push(int threads) {
+    const char *old = getenv("OMP_NUM_THREADS");
+    snprintf(g_saved_threads, sizeof g_saved_threads, "%s", old ? old : "");
+    char buf[16];
+    snprintf(buf, sizeof buf, "%d", threads);
+    setenv("OMP_NUM_THREADS", buf, 1);
+}
+static void threads_pop(void) {
+    if (g_saved_threads[0])
+        setenv("OMP_NUM_THREADS", g_saved_threads, 1);
+    else
+        unsetenv("OMP_NUM_THREADS");
+}
+
+/* C[M,N] = alpha op(A) op(B) + beta C in double, row-major. */
+static void ref_gemm(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda, const float *B,
+                     int ldb, double beta, const float *C0, double *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(int64_t)k * lda + i] : A[(int64_t)i * lda + k];
+                double b = tb ? B[(int64_t)j * ldb + k] : B[(int64_t)k * ldb + j];
+                s += a * b;
+            }
+            C[(int64_t)i * ldc + j] = alpha * s + beta * C0[(int64_t)i * ldc + j];
+        }
+}
+
+/* lj_cpu_sgemm (alpha 0.5) in every transpose combination on 1, 2 and 3 threads:
+ * d = {M, N, K}; param = beta. fp32 accumulation over K terms: the error grows like sqrt(K)
+ * ulp, so the tolerance is 2e-7 sqrt(K). */
+void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const int M = c->d[0], N = c->d[1], K = c->d[2];
+    const float beta = (float)c->param;
+    const int threads[3] = {1, 2, 3};
+    for (int th = 0; th < 3; th++) {
+        threads_push(threads[th]);
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                SHAPE("ta=%d tb=%d %dx%dx%d beta=%g threads=%d", ta, tb, M, N, K, beta, threads[th]);
+                int lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+                float *A = randf(h, (int64_t)(ta ? K : M) * lda, 1), *B = randf(h, (int64_t)(tb ? N : K) * ldb, 1);
+                float *C = randf(h, (int64_t)M * ldc, 1), *C0 = lj_malloc((size_t)M * ldc * sizeof(float));
+                memcpy(C0, C, (size_t)M * ldc * sizeof(float));
+                double *want = lj_malloc((size_t)M * ldc * sizeof(double));
+                ref_gemm(ta, tb, M, N, K, 0.5, A, lda, B, ldb, beta, C0, want, ldc);
+                lj_cpu_sgemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C, ldc);
+                CHECK_D("lj_cpu_sgemm", C, want, (int64_t)M * ldc, lj_harness_tol_l2(c->tol.rel_l2 * sqrt((double)K)));
+                free(A), free(B), free(C), free(C0), free(want);
+            }
+        threads_pop();
+    }
+}
+
+/* lj_cpu_expf against libm over [-87, 88] (no shape). */
+void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)c, (void)mode;
+    SHAPE("x in [-87, 88] step 0.00173");
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.00173f) {
+        double want = exp((double)x), rel = fabs(lj_cpu_expf(x) - want) / want;
+        worst = rel > worst ? rel : worst;
+    }
+    CHECK_TRUE("lj_cpu_expf", worst <= 2.4e-7, "worst relative error %.3g <= 2.4e-7 (2 ulp)", worst);
+    CHECK_TRUE("lj_cpu_expf", lj_cpu_expf(0.0f) == 1.0f, "expf(0) == 1");
+    CHECK_TRUE("lj_cpu_expf", lj_cpu_expf(-87.5f) == 0.0f, "expf(-87.5) == 0");
+    CHECK_TRUE("lj_cpu_expf", lj_cpu_expf(-INFINITY) == 0.0f, "expf(-inf) == 0");
+    CHECK_TRUE("lj_cpu_expf", isnan(lj_cpu_expf(NAN)), "expf(NaN) is NaN");
+}
+
+/* lj_cpu_max, lj_cpu_sum_f64 and lj_cpu_dot_f64 against plain loops: d = {n}. */
+void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const int n = c->d[0];
+    SHAPE("n=%d", n);
+    float *x = randf(h, n, 1), *y = randf(h, n, 1);
+    double s = 0, d = 0;
+    float m = x[0];
+    for (int i = 0; i < n; i++) {
+        s += x[i];
+        d += (double)x[i] * y[i];
+        m = x[i] > m ? x[i] : m;
+    }
+    CHECK_TRUE("lj_cpu_max", lj_cpu_max(x, n) == m, "max over %d", n);
+    CHECK_TRUE("lj_cpu_sum_f64", fabs(lj_cpu_sum_f64(x, n) - s) <= 1e-12 * n, "sum within 1e-12 n");
+    CHECK_TRUE("lj_cpu_dot_f64", fabs(lj_cpu_dot_f64(x, y, n) - d) <= 1e-12 * n, "dot within 1e-12 n");
+    CHECK_TRUE("lj_cpu_max", lj_cpu_max(x + 3, 5) == fmaxf(fmaxf(fmaxf(x[3], x[4]), fmaxf(x[5], x[6])), x[7]),
+               "max over 5 (below one lane group)");
+    free(x), free(y);
+}
+
+/* lj_cpu_sgemm_gflops: d = {n}; a positive rate for n, 0 for n = 0. */
+void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    SHAPE("n=%d", c->d[0]);
+    double r = lj_cpu_sgemm_gflops(c->d[0]);
+    CHECK_TRUE("lj_cpu_sgemm_gflops", r > 0.0, "%.1f GFLOP/s > 0", r);
+    CHECK_TRUE("lj_cpu_sgemm_gflops", lj_cpu_sgemm_gflops(0) == 0.0, "0 for n = 0");
+}
+
+/* Attention, RMSNorm, SwiGLU and the cross-entropy rows partition work by rows or heads, never
+ * a reduction: the bits do not depend on the thread count (1, 2, 3).
+ * d = {B, T, nh, nkv, hd}; C = 48, I = 40, V = 97. */
+void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], C = 48, I = 40, V = 97;
+    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    const int N = B * T, QKV = (nh + 2 * nkv) * hd, Q = nh * hd;
+    float *qkv = randf(h, (int64_t)N * QKV, 1), *x = randf(h, (int64_t)N * C, 1), *w = randf(h, C, 1);
+    float *gu = randf(h, (int64_t)N * 2 * I, 1), *logits = randf(h, (int64_t)N * V, 3);
+    int32_t *targets = lj_malloc(N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) targets[n] = n % 5 == 0 ? -1 : (int32_t)lj_rng_below(&h->rng, V);
+    size_t out_floats = (size_t)N * Q + (size_t)B * nh * T + (size_t)N * QKV + (size_t)N * C + N + (size_t)N * C +
+                        (size_t)N * I + (size_t)N * 2 * I + N + (size_t)N * V;
+    float *res[3];
+    for (int t = 0; t < 3; t++) {
+        threads_push(t + 1);
+        float *o = res[t] = lj_calloc(out_floats, sizeof(float));
+        void *ws = lj_malloc(ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+        float *att = o, *lse = att + (size_t)N * Q, *dqkv = lse + (size_t)B * nh * T, *ln = dqkv + (size_t)N * QKV;
+        float *rstd = ln + (size_t)N * C, *dx = rstd + N, *act = dx + (size_t)N * C, *dgu = act + (size_t)N * I;
+        float *losses = dgu + (size_t)N * 2 * I, *dl = losses + N;
+        ops->attention_forward(att, lse, qkv, B, T, nh, nkv, hd, ws);
+        ops->attention_backward(dqkv, att, qkv, att, lse, B, T, nh, nkv, hd, ws);
+        ops->rmsnorm_forward(ln, rstd, x, w, N, C, 1e-5f);
+        ops->rmsnorm_backward(dx, NULL, ln, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, NULL);
+        ops->swiglu_forward(act, gu, N, I);
+        ops->swiglu_backward(dgu, act, gu, N, I);
+        ops->cross_entropy_forward_backward(losses, dl, logits, targets, N, V, 0.01f);
+        free(ws);
+        threads_pop();
+    }
+    CHECK_BITS("thread count: 1 vs 2 threads", res[0], res[1], out_floats * sizeof(float));
+    CHECK_BITS("thread count: 1 vs 3 threads", res[0], res[2], out_floats * sizeof(float));
+    free(qkv), free(x), free(w), free(gu), free(logits), free(targets), free(res[0]), free(res[1]), free(res[2]);
+}

@@ -1,0 +1,178 @@
+/* op_cases.c: the op harness's one table of cases, shared by the CPU test (test_ops, run by
+ * CTest) and the GPU program (test_ops_cuda). A row names the op, the backend, the modes it runs
+ * in, the dtype, the shape d[] (its meaning is said beside the case function), one scalar, the
+ * tolerances of the outputs and of the gradients, whether it is part of --quick, and the case
+ * function. tests/ops/README.md says how to add a row. */
+#include "tests/ops/op_cases.h"
+
+#define CHECK LJ_HARNESS_CHECK
+#define GRAD LJ_HARNESS_GRAD
+#define PERF LJ_HARNESS_PERF
+#define F32 LJ_DTYPE_F32
+#define BF16 LJ_DTYPE_BF16
+
+/* CPU: fp32 forward values against the double reference; analytic gradients against finite
+ * differences of the double reference. */
+#define CPU_FWD {1e-5, -1, 0}
+#define CPU_GRAD {1e-4, -1, 0}
+#define L2(x) {x, -1, 0}
+/* CUDA against the CPU backend: bf16 outputs (2^-9 relative rounding per element) */
+#define GPU_BF16 {1e-2, 2e-2, 1e-5}
+#define NONE {0, -1, 0}
+
+#ifdef LJ_HAVE_CUDA
+#define CUDA(fn) fn
+#else
+#define CUDA(fn) NULL /* rows of the CUDA backend are skipped in a build without it */
+#endif
+
+/* One row per grad dtype for the CUDA ops that read or write weight gradients: `wgrad_f32` is
+ * the weight-gradient tolerance with fp32 gradients (with bf16 ones it is bf16 rounding). */
+#define CUDA_BOTH(op, d, param, wgrad_f32, quick, fn)                                 \
+    {op, "cuda", CHECK, F32, d, param, GPU_BF16, wgrad_f32, quick, CUDA(fn)},      \
+    {op, "cuda", CHECK, BF16, d, param, GPU_BF16, GPU_BF16, quick, CUDA(fn)}
+#define CUDA_ONE(op, d, param, quick, fn) {op, "cuda", CHECK, BF16, d, param, GPU_BF16, GPU_BF16, quick, CUDA(fn)}
+#define CUDA_PERF(op, d, fn) {op, "cuda", PERF, BF16, d, 0, NONE, NONE, 0, CUDA(fn)}
+#define D(...) {__VA_ARGS__}
+
+const lj_op_case lj_op_cases[] = {
+    /* ---- CPU backend against double references and finite differences ---- */
+    {"memory", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_memory},
+    /* C spans two column blocks; ids repeat */
+    {"embedding", "cpu", CHECK, F32, D(9, 70, 6), 0, NONE, L2(1e-6), 1, lj_case_cpu_embedding},
+    {"rmsnorm", "cpu", CHECK | GRAD, F32, D(5, 16), 1e-5, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_rmsnorm},
+    /* two column blocks, an odd tail */
+    {"rmsnorm", "cpu", CHECK | GRAD, F32, D(3, 77), 1e-5, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_rmsnorm},
+    {"residual_rmsnorm", "cpu", CHECK, F32, D(13, 96), 0, NONE, NONE, 1, lj_case_cpu_residual_rmsnorm},
+    {"matmul", "cpu", CHECK | GRAD, F32, D(7, 12, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_matmul},
+    /* starts at position 3, as generation does */
+    {"rope", "cpu", CHECK, F32, D(2, 11, 4, 2, 16, 3), 10000.0, L2(1e-6), NONE, 1, lj_case_cpu_rope},
+    {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_swiglu},
+    /* fixed targets, one ignored */
+    {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_cross_entropy},
+    /* more rows than one chunk of the fused op (LJ_CPU_CE_CHUNK_ROWS + 45) */
+    {"cross_entropy", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1, lj_case_cpu_cross_entropy},
+    /* 3 * LJ_CPU_NORM_CHUNK + 17 */
+    {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_cpu_global_norm},
+    /* d = {params != master, clipping expected}, param = max_grad_norm; tol: master and m,
+     * tol_grad: v */
+    {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
+    {"adamw", "cpu", CHECK, F32, D(0, 0), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* inactive (norm ~1.6) */
+    {"adamw", "cpu", CHECK, F32, D(1, 1), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* active; params copy */
+    {"adamw", "cpu", CHECK, F32, D(257), 0, NONE, NONE, 1, lj_case_cpu_adamw_clip_inactive},
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* GQA 2:1, odd T */
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* 4 q heads per kv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention}, /* nh == nkv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* T = 1 */
+    /* prefill of 5 tokens, then 4 single-token steps */
+    {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
+    /* the CPU building blocks; sgemm tol is per sqrt(K) */
+    {"sgemm", "cpu", CHECK, F32, D(203, 37, 61), 0.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* split by rows */
+    {"sgemm", "cpu", CHECK, F32, D(19, 333, 50), 1.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* 16-column blocks, odd tail */
+    {"sgemm", "cpu", CHECK, F32, D(5, 7, 3), 1.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},      /* below the split threshold */
+    {"sgemm", "cpu", CHECK, F32, D(2, 40, 4000), 0.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* long K, 3 column blocks */
+    {"expf", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_expf},
+    {"lane_reductions", "cpu", CHECK, F32, D(1000 + 7), 0, NONE, NONE, 1, lj_case_cpu_lane_reductions},
+    {"sgemm_probe", "cpu", CHECK, F32, D(128), 0, NONE, NONE, 1, lj_case_cpu_sgemm_probe},
+    {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
+
+    /* ---- CUDA backend against the CPU backend ---- */
+    CUDA_ONE("cast", D(1), 0, 1, lj_case_cuda_cast),
+    CUDA_ONE("cast", D(1000), 0, 1, lj_case_cuda_cast),
+    CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cuda_cast),
+    CUDA_BOTH("embedding", D(1, 64, 10), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_cuda_embedding),
+    CUDA_BOTH("embedding", D(37, 200, 300), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_cuda_embedding),
+    CUDA_BOTH("embedding", D(64, 13, 50), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_cuda_embedding),
+    CUDA_BOTH("embedding", D(512, 2048, 4096), 0, D(1e-6, 1e-5, 1e-5), 0, lj_case_cuda_embedding),
+    CUDA_BOTH("embedding", D(4096, 2048, 128256), 0, D(1e-6, 1e-5, 1e-5), 0, lj_case_cuda_embedding),
+    CUDA_BOTH("rmsnorm", D(1, 64), 0, GPU_BF16, 1, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(37, 200), 0, GPU_BF16, 1, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(5, 13), 0, GPU_BF16, 1, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(300, 100), 0, GPU_BF16, 1, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(256, 2048), 0, GPU_BF16, 0, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(64, 8192), 0, GPU_BF16, 0, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("rmsnorm", D(1000, 3000), 0, GPU_BF16, 0, lj_case_cuda_rmsnorm),
+    CUDA_BOTH("matmul", D(1, 64, 32), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_cuda_matmul),
+    CUDA_BOTH("matmul", D(37, 200, 72), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_cuda_matmul),
+    CUDA_BOTH("matmul", D(100, 37, 53), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_cuda_matmul),
+    CUDA_BOTH("matmul", D(7, 1, 9), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_cuda_matmul),
+    CUDA_BOTH("matmul", D(128, 256, 512), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_cuda_matmul),
+    CUDA_BOTH("matmul", D(512, 2048, 1536), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_cuda_matmul),
+    CUDA_BOTH("cross_entropy_fused", D(37, 64, 1000), 0, GPU_BF16, 1, lj_case_cuda_cross_entropy_fused),
+    CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    /* two chunks of rows */
+    CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_cuda_global_norm),
+    CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_cuda_global_norm),
+    CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_cuda_global_norm),
+    CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
+    CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
+    CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
+    CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_cuda_graph),
+    CUDA_ONE("rope", D(1, 1, 4, 2, 16), 0, 1, lj_case_cuda_rope),
+    CUDA_ONE("rope", D(2, 37, 4, 2, 64), 0, 1, lj_case_cuda_rope),
+    CUDA_ONE("rope", D(2, 5, 6, 3, 10), 0, 1, lj_case_cuda_rope),
+    CUDA_ONE("rope", D(1, 200, 8, 8, 128), 0, 0, lj_case_cuda_rope),
+    /* every kernel family the shape has (kind -1) */
+    CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 77, 4, 1, 32, -1), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(2, 129, 4, 4, 128, -1), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 16, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 128, 8, 8, 128, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(2, 200, 32, 8, 64, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 300, 8, 2, 128, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 64, 2, 2, 64, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 1, 4, 4, 128, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 512, 8, 2, 64, -1), 0, 0, lj_case_cuda_attention),
+    /* cuDNN's SDPA at T = 37, 128, 200 (not multiples of its tiles but 128), head_dim 64/128,
+     * GQA 32/8 and 4/2 */
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, 3), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 128, 3), 0, 1, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(2, 128, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(0), 0, 0, lj_case_cuda_attention_captured),
+    CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
+    CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
+    CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),
+    CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_cuda_attention_decode),
+    CUDA_ONE("swiglu", D(1, 8), 0, 1, lj_case_cuda_swiglu),
+    CUDA_ONE("swiglu", D(37, 200), 0, 1, lj_case_cuda_swiglu),
+    CUDA_ONE("swiglu", D(5, 13), 0, 1, lj_case_cuda_swiglu),
+    CUDA_ONE("swiglu", D(512, 2048), 0, 0, lj_case_cuda_swiglu),
+    CUDA_ONE("cross_entropy", D(1, 10), 0, 1, lj_case_cuda_cross_entropy),
+    CUDA_ONE("cross_entropy", D(37, 1000), 0, 1, lj_case_cuda_cross_entropy),
+    CUDA_ONE("cross_entropy", D(20, 1001), 0, 1, lj_case_cuda_cross_entropy),
+    CUDA_ONE("cross_entropy", D(8, 128256), 0, 0, lj_case_cuda_cross_entropy),
+
+    /* ---- CUDA perf at the benchmark shapes: llama3.2-1b (micro-batch 4) and llama3.2-3b
+     * (micro-batch 2), sequence 4096 ---- */
+    CUDA_PERF("matmul", D(16384, 2048, 3072), lj_case_cuda_perf_matmul),    /* 1b qkv */
+    CUDA_PERF("matmul", D(16384, 2048, 2048), lj_case_cuda_perf_matmul),    /* 1b o_proj */
+    CUDA_PERF("matmul", D(16384, 2048, 16384), lj_case_cuda_perf_matmul),   /* 1b gate_up */
+    CUDA_PERF("matmul", D(16384, 8192, 2048), lj_case_cuda_perf_matmul),    /* 1b down */
+    CUDA_PERF("matmul", D(16384, 2048, 128256), lj_case_cuda_perf_matmul),  /* 1b lm_head */
+    CUDA_PERF("matmul", D(8192, 3072, 5120), lj_case_cuda_perf_matmul),     /* 3b qkv */
+    CUDA_PERF("matmul", D(8192, 3072, 3072), lj_case_cuda_perf_matmul),     /* 3b o_proj */
+    CUDA_PERF("matmul", D(8192, 3072, 16384), lj_case_cuda_perf_matmul),    /* 3b gate_up */
+    CUDA_PERF("matmul", D(8192, 8192, 3072), lj_case_cuda_perf_matmul),     /* 3b down */
+    CUDA_PERF("matmul", D(8192, 8192, 8192), lj_case_cuda_perf_matmul),     /* 8k square */
+    CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 1), lj_case_cuda_perf_attention),  /* 1b, flash 1 m-tile */
+    CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 2), lj_case_cuda_perf_attention),  /* 1b, flash */
+    CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 2), lj_case_cuda_perf_attention), /* 3b, flash */
+    CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 3), lj_case_cuda_perf_attention),  /* 1b, cuDNN */
+    CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 3), lj_case_cuda_perf_attention), /* 3b, cuDNN */
+    CUDA_PERF("rmsnorm", D(16384, 2048), lj_case_cuda_perf_rmsnorm),
+    CUDA_PERF("rmsnorm", D(8192, 3072), lj_case_cuda_perf_rmsnorm),
+    CUDA_PERF("cross_entropy_fused", D(16384, 2048, 128256), lj_case_cuda_perf_cross_entropy),
+    CUDA_PERF("swiglu", D(16384, 8192), lj_case_cuda_perf_swiglu),
+    CUDA_PERF("rope", D(4, 4096, 32, 8, 64), lj_case_cuda_perf_rope),
+    CUDA_PERF("embedding", D(16384, 2048, 128256), lj_case_cuda_perf_embedding),
+    CUDA_PERF("optimizer", D(12358144), lj_case_cuda_perf_optimizer), /* llama3.2-1b: 1,235,814,400 parameters */
+};
+
+const int lj_op_num_cases = (int)(sizeof lj_op_cases / sizeof lj_op_cases[0]);

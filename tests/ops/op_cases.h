@@ -1,0 +1,91 @@
+/* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
+ * (cases_cpu.c: CPU checks and finite differences; cases_cuda.c: CUDA against the CPU backend;
+ * perf_cuda.cu: CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
+#ifndef LJ_TESTS_OPS_OP_CASES_H
+#define LJ_TESTS_OPS_OP_CASES_H
+
+#include "tests/ops/harness.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct lj_op_case lj_op_case;
+
+/* Runs case c in `mode` (one of the bits of c->modes) on the backend the case names. */
+typedef void (*lj_op_case_fn)(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+
+struct lj_op_case {
+    const char *op;          /* the op (or op family) exercised; --op NAME selects cases by it */
+    const char *backend;     /* "cpu" or "cuda" */
+    int modes;               /* lj_harness_mode bits the case runs in */
+    lj_dtype dtype;          /* cpu: F32 (every tensor); cuda: the gradient dtype of the CUDA table
+                              * the case runs on (act and params are bf16) */
+    int d[6];                /* the shape; what each entry means is said beside the case function */
+    double param;            /* one scalar of the case (a clip norm, a beta), else 0 */
+    lj_harness_tol tol;      /* the op's outputs */
+    lj_harness_tol tol_grad; /* gradients: against finite differences (cpu), weight gradients (cuda) */
+    int quick;               /* part of --quick (small shapes, for compute-sanitizer) */
+    lj_op_case_fn fn;
+};
+
+extern const lj_op_case lj_op_cases[];
+extern const int lj_op_num_cases;
+
+/* Runs the cases of `backend` ("cpu" or "cuda") in the mode named by argv (check, grad, perf;
+ * default check); options --quick, --op NAME, --verbose. Returns the exit status (0: every
+ * check passed; 1: a check failed; 2: bad arguments or no such backend). */
+int lj_op_cases_main(int argc, char **argv, const char *program, const char *backend);
+
+/* ---- case functions ---- */
+
+void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_residual_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+
+#ifdef LJ_HAVE_CUDA
+void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* perf_cuda.cu */
+void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

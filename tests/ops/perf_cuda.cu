@@ -1,0 +1,550 @@
+/* perf_cuda.cu: the perf cases: each hot op of the CUDA backend at the benchmark shapes
+ * (llama3.2-1b at micro-batch 4 and llama3.2-3b at micro-batch 2, sequence 4096), checked first
+ * (sampled fp32 dot products for the GEMMs, the simple fp32 kernels for attention, the CPU
+ * backend or the unfused twin elsewhere), then timed (median of repeated runs after warm-up,
+ * CUDA events on the backend's stream) and reported against the card's ceilings (harness.h):
+ * TFLOP/s of 2*M*N*K per GEMM; attention as FlashAttention counts causal attention (forward
+ * 2*B*H*S^2*D, backward 2.5x that, forward+backward 3.5x); memory-bound ops in GB/s of the
+ * fewest bytes each must move (every input read once, every output written once). */
+#include <math.h>
+#include <string.h>
+
+#include "tests/ops/harness_cuda.cuh"
+#include "tests/ops/op_cases.h"
+
+#define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
+
+static const lj_ops *perf_begin(const lj_op_case *c) {
+    lj_ops_cuda_set_grad_dtype(c->dtype);
+    const lj_ops *ops = lj_ops_cuda(); /* the table of the case's gradient dtype */
+    LJ_ASSERT(ops && ops->grad_dtype == c->dtype, "perf case %s: no CUDA table of gradient dtype %s", c->op,
+              lj_dtype_name(c->dtype));
+    return ops;
+}
+
+static void report_gbs(const char *group, const char *what, const lj_ops *ops, void (*fn)(void *), void *ctx,
+                       double bytes) {
+    double ms = lj_harness_time_ms(ops, fn, ctx, 3, 20);
+    lj_harness_report(group, what, ms, bytes / (ms * 1e-3) / 1e9, "GB/s", LJ_HARNESS_HBM_CEILING_GBS);
+}
+
+/* ---- matmul: d = {N, IC, OC} ------------------------------------------------------------ */
+
+/* ref[s] = sum_k A[rows[s]*ar + k*as] * B[cols[s]*bc + k*bs] (fp32), one block per sample. */
+static __global__ void sample_dot_kernel(float *ref, const lj_bf16 *A, int64_t ar, int64_t as, const lj_bf16 *B,
+                                         int64_t bc, int64_t bs, int K, const int *rows, const int *cols) {
+    int s = blockIdx.x;
+    float acc = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        acc += __bfloat162float(A[rows[s] * ar + k * as]) * __bfloat162float(B[cols[s] * bc + k * bs]);
+    acc = lj_warp_sum(acc);
+    __shared__ float red[8];
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int w = 0; w < 8; w++) t += red[w];
+        ref[s] = t;
+    }
+}
+
+#define PERF_SAMPLES 512
+
+/* Compares PERF_SAMPLES entries (row, col) of got (row-major, ld columns, `dtype`) with fp32
+ * dot products of A's and B's vectors. */
+static void check_samples(lj_harness *h, const lj_ops *ops, const char *what, const char *shape, const void *got,
+                          lj_dtype dtype, int64_t ld, const void *A, int64_t ar, int64_t as, const void *B, int64_t bc,
+                          int64_t bs, int K, int R, int Cc) {
+    int hr[PERF_SAMPLES], hc[PERF_SAMPLES];
+    uint32_t x = 12345;
+    for (int s = 0; s < PERF_SAMPLES; s++) {
+        x = x * 1664525u + 1013904223u;
+        hr[s] = (int)(x % (uint32_t)R);
+        x = x * 1664525u + 1013904223u;
+        hc[s] = (int)(x % (uint32_t)Cc);
+    }
+    int *drows = (int *)lj_harness_dalloc(ops, sizeof hr), *dcols = (int *)lj_harness_dalloc(ops, sizeof hc);
+    float *dref = (float *)lj_harness_dalloc(ops, PERF_SAMPLES * 4);
+    ops->upload(drows, hr, sizeof hr);
+    ops->upload(dcols, hc, sizeof hc);
+    sample_dot_kernel<<<PERF_SAMPLES, 256, 0, lj_cuda_stream()>>>(dref, (const lj_bf16 *)A, ar, as, (const lj_bf16 *)B,
+                                                                  bc, bs, K, drows, dcols);
+    LJ_CUDA_LAUNCHED("sample_dot_kernel");
+    float ref[PERF_SAMPLES], g[PERF_SAMPLES];
+    ops->download(ref, dref, sizeof ref);
+    for (int s = 0; s < PERF_SAMPLES; s++) {
+        float *v = lj_harness_download_f32(ops, (const char *)got + ((int64_t)hr[s] * ld + hc[s]) * lj_dtype_size(dtype),
+                                           1, dtype);
+        g[s] = v[0];
+        free(v);
+    }
+    lj_harness_check_f(h, what, shape, g, ref, PERF_SAMPLES, lj_harness_tol_l2(1e-2));
+    ops->free(drows), ops->free(dcols), ops->free(dref);
+}
+
+typedef struct {
+    const lj_ops *ops;
+    int N, IC, OC;
+    void *x, *w, *out, *dout, *dx, *dw;
+} mm_ctx;
+
+static void mm_fwd(void *p) {
+    mm_ctx *c = (mm_ctx *)p;
+    c->ops->matmul_forward(c->out, c->x, c->w, c->N, c->IC, c->OC);
+}
+static void mm_dx(void *p) {
+    mm_ctx *c = (mm_ctx *)p;
+    c->ops->matmul_backward(c->dx, NULL, c->dout, c->x, c->w, c->N, c->IC, c->OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+}
+static void mm_dw(void *p) {
+    mm_ctx *c = (mm_ctx *)p;
+    c->ops->matmul_backward(NULL, c->dw, c->dout, c->x, c->w, c->N, c->IC, c->OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+}
+
+void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    const int N = cs->d[0], IC = cs->d[1], OC = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", N, IC, OC);
+    printf("matmul %s\n", shape);
+    mm_ctx c = {ops, N, IC, OC, NULL, NULL, NULL, NULL, NULL, NULL};
+    c.x = lj_harness_drand_bf16(ops, (int64_t)N * IC, 1, 1.0f);
+    c.w = lj_harness_drand_bf16(ops, (int64_t)OC * IC, 2, 0.05f);
+    c.dout = lj_harness_drand_bf16(ops, (int64_t)N * OC, 3, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)N * OC * 2);
+    c.dx = lj_harness_dalloc(ops, (size_t)N * IC * 2);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.dw = lj_harness_dalloc(ops, (size_t)OC * IC * gs);
+    mm_fwd(&c);
+    mm_dx(&c);
+    ops->memset_zero(c.dw, (size_t)OC * IC * gs);
+    mm_dw(&c);
+    check_samples(h, ops, "perf matmul forward out = x w^T", shape, c.out, LJ_DTYPE_BF16, OC, c.x, IC, 1, c.w, IC, 1,
+                  IC, N, OC);
+    check_samples(h, ops, "perf matmul backward dx = dout w", shape, c.dx, LJ_DTYPE_BF16, IC, c.dout, OC, 1, c.w, 1,
+                  IC, OC, N, IC);
+    check_samples(h, ops, "perf matmul backward dw = dout^T x", shape, c.dw, ops->grad_dtype, IC, c.dout, 1, OC, c.x, 1,
+                  IC, N, OC, IC);
+    const double flop = 2.0 * N * IC * OC;
+    const char *names[3] = {"forward", "backward dx", "backward dw"};
+    void (*fns[3])(void *) = {mm_fwd, mm_dx, mm_dw};
+    char group[160];
+    snprintf(group, sizeof group, "matmul %s", shape);
+    for (int i = 0; i < 3; i++) {
+        double ms = lj_harness_time_ms(ops, fns[i], &c, 3, 10);
+        lj_harness_report(group, names[i], ms, flop / (ms * 1e-3) / 1e12, "TFLOP/s", LJ_HARNESS_GEMM_CEILING_TFLOPS);
+    }
+    ops->free(c.x), ops->free(c.w), ops->free(c.dout), ops->free(c.out), ops->free(c.dx), ops->free(c.dw);
+}
+
+/* ---- attention: d = {B, T, nh, nkv, hd, path}; path 1: own flash kernels with one 16-query
+ * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA ---- */
+
+typedef struct {
+    const lj_ops *ops;
+    int B, T, nh, nkv, hd;
+    void *qkv, *out, *dout, *dqkv, *ws;
+    float *lse;
+} att_ctx;
+
+static void att_fwd(void *p) {
+    att_ctx *c = (att_ctx *)p;
+    c->ops->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+static void att_bwd(void *p) {
+    att_ctx *c = (att_ctx *)p;
+    c->ops->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+static att_ctx att_make(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
+    att_ctx c = {ops, B, T, nh, nkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
+    int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    c.qkv = lj_harness_drand_bf16(ops, rows * row, 11, 2.0f);
+    c.dout = lj_harness_drand_bf16(ops, rows * nh * hd, 12, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)rows * nh * hd * 2);
+    c.dqkv = lj_harness_dalloc(ops, (size_t)rows * row * 2);
+    c.lse = (float *)lj_harness_dalloc(ops, (size_t)B * nh * T * 4);
+    c.ws = lj_harness_dalloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    return c;
+}
+
+static void att_free(att_ctx *c) {
+    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv);
+    c->ops->free(c->lse), c->ops->free(c->ws);
+}
+
+void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    const int B = cs->d[0], T = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], path = cs->d[5];
+    const char *pname = path == 3 ? "cudnn" : path == 1 ? "flash-mt1" : "flash";
+    lj_cuda_set_cudnn_attention(path == 3);
+    lj_cuda_set_flash_forward_mtiles(path == 1 ? 1 : 2);
+    if (path == 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) pname = "cudnn-fallback";
+    /* check against the simple fp32 kernels at T = 1000 (not a multiple of any tile) */
+    {
+        const int Tc = 1000;
+        SHAPE("B=1 T=%d nh=%d nkv=%d hd=%d", Tc, nh, nkv, hd);
+        att_ctx f = att_make(ops, 1, Tc, nh, nkv, hd), s = f;
+        int64_t row = (int64_t)(nh + 2 * nkv) * hd;
+        s.out = lj_harness_dalloc(ops, (size_t)Tc * nh * hd * 2);
+        s.dqkv = lj_harness_dalloc(ops, (size_t)Tc * row * 2);
+        s.lse = (float *)lj_harness_dalloc(ops, (size_t)nh * Tc * 4);
+        att_fwd(&f);
+        att_bwd(&f);
+        lj_cuda_set_simple_attention(1);
+        att_fwd(&s);
+        att_bwd(&s);
+        lj_cuda_set_simple_attention(0);
+        char op[64];
+        snprintf(op, sizeof op, "perf attention out (%s vs simple)", pname);
+        lj_harness_check_device(h, ops, op, shape, f.out, s.out, (int64_t)Tc * nh * hd, LJ_DTYPE_BF16,
+                                lj_harness_tol_l2(1e-2));
+        snprintf(op, sizeof op, "perf attention lse (%s vs simple)", pname);
+        lj_harness_check_device(h, ops, op, shape, f.lse, s.lse, (int64_t)nh * Tc, LJ_DTYPE_F32, lj_harness_tol_l2(1e-3));
+        snprintf(op, sizeof op, "perf attention dqkv (%s vs simple)", pname);
+        lj_harness_check_device(h, ops, op, shape, f.dqkv, s.dqkv, (int64_t)Tc * row, LJ_DTYPE_BF16,
+                                lj_harness_tol_l2(2e-2));
+        ops->free(s.out), ops->free(s.dqkv), ops->free(s.lse);
+        att_free(&f);
+    }
+    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
+    printf("attention %s (%s)\n", shape, pname);
+    att_ctx c = att_make(ops, B, T, nh, nkv, hd);
+    const double f = 2.0 * B * nh * (double)T * T * hd;
+    const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+    double fwd = lj_harness_time_ms(ops, att_fwd, &c, 3, 10), bwd = lj_harness_time_ms(ops, att_bwd, &c, 3, 10);
+    char group[160];
+    snprintf(group, sizeof group, "attention %s %s", shape, pname);
+    lj_harness_report(group, "forward", fwd, f / (fwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    lj_harness_report(group, "backward", bwd, 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    att_free(&c);
+    lj_cuda_set_cudnn_attention(1);
+    lj_cuda_set_flash_forward_mtiles(2);
+}
+
+/* ---- RMSNorm: d = {N, C} ----------------------------------------------------------------- */
+
+typedef struct {
+    const lj_ops *ops;
+    int N, C;
+    void *x, *y, *w, *out, *res, *sum, *dout, *dx, *ws, *dw;
+    float *rstd;
+} rn_ctx;
+
+static void rn_fwd(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    c->ops->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->N, c->C, 1e-5f);
+}
+static void rn_fused(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    c->ops->residual_rmsnorm_forward(c->res, c->out, c->rstd, c->x, c->y, c->w, c->N, c->C, 1e-5f);
+}
+static void rn_unfused(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    c->ops->add(c->sum, c->x, c->y, (int64_t)c->N * c->C);
+    c->ops->rmsnorm_forward(c->out, c->rstd, c->sum, c->w, c->N, c->C, 1e-5f);
+}
+static void rn_bwd(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    c->ops->rmsnorm_backward(c->dx, c->dw, c->dout, c->x, c->w, c->rstd, c->N, c->C, LJ_GRAD_ACCUMULATE, c->ws);
+}
+
+void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs), *cpu = lj_ops_cpu();
+    const int N = cs->d[0], C = cs->d[1];
+    SHAPE("N=%d C=%d", N, C);
+    printf("rmsnorm %s\n", shape);
+    const int64_t n = (int64_t)N * C;
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    rn_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.N = N, c.C = C;
+    c.x = lj_harness_drand_bf16(ops, n, 21, 2.0f);
+    c.y = lj_harness_drand_bf16(ops, n, 22, 1.0f);
+    c.w = lj_harness_drand_bf16(ops, C, 23, 1.0f);
+    c.dout = lj_harness_drand_bf16(ops, n, 24, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)n * 2), c.res = lj_harness_dalloc(ops, (size_t)n * 2);
+    c.sum = lj_harness_dalloc(ops, (size_t)n * 2), c.dx = lj_harness_dalloc(ops, (size_t)n * 2);
+    c.rstd = (float *)lj_harness_dalloc(ops, (size_t)N * 4);
+    c.dw = lj_harness_dalloc(ops, (size_t)C * gs);
+    c.ws = lj_harness_dalloc(ops, ops->rmsnorm_backward_workspace_bytes(N, C));
+    /* forward and backward against the CPU backend */
+    ops->memset_zero(c.dx, (size_t)n * 2);
+    ops->memset_zero(c.dw, (size_t)C * gs);
+    rn_fwd(&c);
+    rn_bwd(&c);
+    float *hx = lj_harness_download_f32(ops, c.x, n, LJ_DTYPE_BF16), *hw = lj_harness_download_f32(ops, c.w, C, LJ_DTYPE_BF16);
+    float *hd = lj_harness_download_f32(ops, c.dout, n, LJ_DTYPE_BF16);
+    float *ho = (float *)lj_calloc((size_t)n, 4), *hr = (float *)lj_calloc((size_t)N, 4);
+    float *hdx = (float *)lj_calloc((size_t)n, 4), *hdw = (float *)lj_calloc((size_t)C, 4);
+    void *hws = lj_malloc(cpu->rmsnorm_backward_workspace_bytes(N, C) + 1);
+    cpu->rmsnorm_forward(ho, hr, hx, hw, N, C, 1e-5f);
+    cpu->rmsnorm_backward(hdx, hdw, hd, hx, hw, hr, N, C, LJ_GRAD_ACCUMULATE, hws);
+    float *go = lj_harness_download_f32(ops, c.out, n, LJ_DTYPE_BF16), *gdx = lj_harness_download_f32(ops, c.dx, n, LJ_DTYPE_BF16);
+    float *gdw = lj_harness_download_f32(ops, c.dw, C, ops->grad_dtype);
+    lj_harness_check_f(h, "perf rmsnorm_forward out", shape, go, ho, n, lj_harness_tol_l2(1e-2));
+    lj_harness_check_f(h, "perf rmsnorm_backward dx", shape, gdx, hdx, n, lj_harness_tol_l2(1e-2));
+    lj_harness_check_f(h, "perf rmsnorm_backward dw", shape, gdw, hdw, C, lj_harness_tol_l2(1e-2));
+    free(hx), free(hw), free(hd), free(ho), free(hr), free(hdx), free(hdw), free(hws), free(go), free(gdx), free(gdw);
+    /* the fused residual add + norm against add then norm */
+    rn_fused(&c);
+    void *fused_out = lj_harness_dalloc(ops, (size_t)n * 2);
+    ops->copy(fused_out, c.out, (size_t)n * 2);
+    rn_unfused(&c);
+    lj_harness_check_device(h, ops, "perf residual_rmsnorm vs add+rmsnorm out", shape, fused_out, c.out, n,
+                            LJ_DTYPE_BF16, lj_harness_tol_l2(1e-6));
+    lj_harness_check_device(h, ops, "perf residual_rmsnorm vs add res_out", shape, c.res, c.sum, n, LJ_DTYPE_BF16,
+                            lj_harness_tol_l2(1e-6));
+    ops->free(fused_out);
+    char group[160];
+    snprintf(group, sizeof group, "rmsnorm %s", shape);
+    report_gbs(group, "forward", ops, rn_fwd, &c, 4.0 * n);
+    report_gbs(group, "residual+norm fused", ops, rn_fused, &c, 8.0 * n);
+    report_gbs(group, "add + norm unfused", ops, rn_unfused, &c, 10.0 * n);
+    report_gbs(group, "backward", ops, rn_bwd, &c, 8.0 * n);
+    ops->free(c.x), ops->free(c.y), ops->free(c.w), ops->free(c.dout), ops->free(c.out), ops->free(c.res);
+    ops->free(c.sum), ops->free(c.dx), ops->free(c.rstd), ops->free(c.dw), ops->free(c.ws);
+}
+
+/* ---- lm_head + cross-entropy: d = {N, C, V}; fused against unfused -------------------------- */
+
+typedef struct {
+    const lj_ops *ops;
+    int N, C, V;
+    void *x, *w, *dx, *logits, *ws, *dw;
+    float *losses;
+    int32_t *targets;
+} ce_ctx;
+
+static void ce_fused(void *p) {
+    ce_ctx *c = (ce_ctx *)p;
+    c->ops->cross_entropy_fused(c->losses, c->dx, c->dw, c->x, c->w, c->targets, c->N, c->C, c->V, 1.0f / c->N, c->ws);
+}
+static void ce_unfused(void *p) {
+    ce_ctx *c = (ce_ctx *)p;
+    c->ops->matmul_forward(c->logits, c->x, c->w, c->N, c->C, c->V);
+    c->ops->cross_entropy_forward_backward(c->losses, c->logits, c->logits, c->targets, c->N, c->V, 1.0f / c->N);
+    c->ops->matmul_backward(c->dx, c->dw, c->logits, c->x, c->w, c->N, c->C, c->V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+}
+
+void lj_case_cuda_perf_cross_entropy(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    ce_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.N = cs->d[0], c.C = cs->d[1], c.V = cs->d[2];
+    SHAPE("N=%d C=%d V=%d", c.N, c.C, c.V);
+    const int64_t nx = (int64_t)c.N * c.C, nw = (int64_t)c.V * c.C;
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.x = lj_harness_drand_bf16(ops, nx, 31, 2.0f);
+    c.w = lj_harness_drand_bf16(ops, nw, 32, 0.05f);
+    c.dx = lj_harness_dalloc(ops, (size_t)nx * 2);
+    c.dw = lj_harness_dalloc(ops, (size_t)nw * gs);
+    c.losses = (float *)lj_harness_dalloc(ops, (size_t)c.N * 4);
+    c.logits = lj_harness_dalloc(ops, (size_t)c.N * c.V * 2);
+    const size_t wsb = ops->cross_entropy_fused_workspace_bytes(c.N, c.C, c.V);
+    c.ws = lj_harness_dalloc(ops, wsb);
+    int32_t *t = (int32_t *)lj_malloc((size_t)c.N * 4);
+    for (int n = 0; n < c.N; n++) t[n] = n % 97 == 5 ? -1 : (int32_t)(((uint32_t)n * 2654435761u) % (uint32_t)c.V);
+    c.targets = (int32_t *)lj_harness_dalloc(ops, (size_t)c.N * 4);
+    ops->upload(c.targets, t, (size_t)c.N * 4);
+    free(t);
+    printf("lm_head + cross-entropy %s (fused workspace %.0f MiB, unfused logits %.0f MiB)\n", shape, wsb / 1048576.0,
+           (double)c.N * c.V * 2 / 1048576.0);
+    float *l1 = (float *)lj_harness_dalloc(ops, (size_t)c.N * 4);
+    void *dw1 = lj_harness_dalloc(ops, (size_t)nw * gs), *dx1 = lj_harness_dalloc(ops, (size_t)nx * 2);
+    ops->memset_zero(c.dw, (size_t)nw * gs);
+    ce_fused(&c);
+    ops->copy(l1, c.losses, (size_t)c.N * 4);
+    ops->copy(dx1, c.dx, (size_t)nx * 2);
+    ops->copy(dw1, c.dw, (size_t)nw * gs);
+    ops->memset_zero(c.dw, (size_t)nw * gs);
+    ce_unfused(&c);
+    lj_harness_check_device(h, ops, "perf cross_entropy fused vs unfused losses", shape, l1, c.losses, c.N,
+                            LJ_DTYPE_F32, lj_harness_tol_l2(1e-5));
+    lj_harness_check_device(h, ops, "perf cross_entropy fused vs unfused dx", shape, dx1, c.dx, nx, LJ_DTYPE_BF16,
+                            lj_harness_tol_l2(1e-2));
+    lj_harness_check_device(h, ops, "perf cross_entropy fused vs unfused dw", shape, dw1, c.dw, nw, ops->grad_dtype,
+                            lj_harness_tol_l2(gs == 4 ? 1e-3 : 1e-2));
+    ops->free(l1), ops->free(dw1), ops->free(dx1);
+    const double flop = 6.0 * c.N * (double)c.V * c.C;
+    char group[160];
+    snprintf(group, sizeof group, "cross_entropy %s", shape);
+    double fused = lj_harness_time_ms(ops, ce_fused, &c, 2, 10), unfused = lj_harness_time_ms(ops, ce_unfused, &c, 2, 10);
+    lj_harness_report(group, "fused", fused, flop / (fused * 1e-3) / 1e12, "TFLOP/s", LJ_HARNESS_GEMM_CEILING_TFLOPS);
+    lj_harness_report(group, "unfused", unfused, flop / (unfused * 1e-3) / 1e12, "TFLOP/s",
+                      LJ_HARNESS_GEMM_CEILING_TFLOPS);
+    ops->free(c.x), ops->free(c.w), ops->free(c.dx), ops->free(c.dw), ops->free(c.losses), ops->free(c.logits);
+    ops->free(c.ws), ops->free(c.targets);
+}
+
+/* ---- memory-bound ops ----------------------------------------------------------------------- */
+
+typedef struct {
+    const lj_ops *ops;
+    int N, I, C, V, B, T, nh, nkv, hd;
+    int64_t P;
+    void *gate_up, *out, *tmp, *dout, *dgu, *qkv, *emb_out, *wte, *params, *dwte, *grad, *emb_ws;
+    float *cosv, *sinv, *master, *m, *v, *gn, *ws, *scalars;
+    int32_t *ids;
+    lj_adamw_segment seg[2];
+} ew_ctx;
+
+static void sw_f(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->swiglu_forward(c->out, c->gate_up, c->N, c->I);
+}
+static void sw_fu(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->swiglu_forward_unfused(c->out, c->tmp, c->gate_up, c->N, c->I);
+}
+static void sw_b(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->swiglu_backward(c->dgu, c->dout, c->gate_up, c->N, c->I);
+}
+static void sw_bu(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->swiglu_backward_unfused(c->dgu, c->tmp, c->dout, c->gate_up, c->N, c->I);
+}
+
+/* d = {N, I} */
+void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.N = cs->d[0], c.I = cs->d[1];
+    SHAPE("N=%d I=%d", c.N, c.I);
+    printf("swiglu %s\n", shape);
+    const int64_t nI = (int64_t)c.N * c.I;
+    c.gate_up = lj_harness_drand_bf16(ops, 2 * nI, 41, 3.0f);
+    c.dout = lj_harness_drand_bf16(ops, nI, 42, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)nI * 2), c.tmp = lj_harness_dalloc(ops, (size_t)nI * 2);
+    c.dgu = lj_harness_dalloc(ops, (size_t)nI * 4);
+    void *o1 = lj_harness_dalloc(ops, (size_t)nI * 2), *d1 = lj_harness_dalloc(ops, (size_t)nI * 4);
+    sw_f(&c);
+    sw_b(&c);
+    ops->copy(o1, c.out, (size_t)nI * 2);
+    ops->copy(d1, c.dgu, (size_t)nI * 4);
+    sw_fu(&c);
+    sw_bu(&c);
+    lj_harness_check_device(h, ops, "perf swiglu fused vs unfused forward", shape, o1, c.out, nI, LJ_DTYPE_BF16,
+                            lj_harness_tol_l2(1e-2));
+    lj_harness_check_device(h, ops, "perf swiglu fused vs unfused backward", shape, d1, c.dgu, 2 * nI, LJ_DTYPE_BF16,
+                            lj_harness_tol_l2(1e-2));
+    ops->free(o1), ops->free(d1);
+    char group[160];
+    snprintf(group, sizeof group, "swiglu %s", shape);
+    report_gbs(group, "forward fused", ops, sw_f, &c, 6.0 * nI);
+    report_gbs(group, "forward unfused", ops, sw_fu, &c, 6.0 * nI);
+    report_gbs(group, "backward fused", ops, sw_b, &c, 10.0 * nI);
+    report_gbs(group, "backward unfused", ops, sw_bu, &c, 10.0 * nI);
+    ops->free(c.gate_up), ops->free(c.dout), ops->free(c.out), ops->free(c.tmp), ops->free(c.dgu);
+}
+
+static void rope_f(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->rope_forward(c->qkv, c->cosv, c->sinv, c->B, c->T, c->nh, c->nkv, c->hd);
+}
+
+/* d = {B, T, nh, nkv, hd} (timing only: check mode compares RoPE with the CPU backend) */
+void lj_case_cuda_perf_rope(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)h, (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.B = cs->d[0], c.T = cs->d[1], c.nh = cs->d[2], c.nkv = cs->d[3], c.hd = cs->d[4];
+    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", c.B, c.T, c.nh, c.nkv, c.hd);
+    printf("rope %s\n", shape);
+    const int64_t N = (int64_t)c.B * c.T, row = (int64_t)(c.nh + 2 * c.nkv) * c.hd;
+    c.qkv = lj_harness_drand_bf16(ops, N * row, 43, 1.0f);
+    c.cosv = lj_harness_drand_f32(ops, (int64_t)c.T * c.hd / 2, 44, 1.0f);
+    c.sinv = lj_harness_drand_f32(ops, (int64_t)c.T * c.hd / 2, 45, 1.0f);
+    char group[160];
+    snprintf(group, sizeof group, "rope %s", shape);
+    report_gbs(group, "forward", ops, rope_f, &c, 4.0 * N * (c.nh + c.nkv) * c.hd);
+    ops->free(c.qkv), ops->free(c.cosv), ops->free(c.sinv);
+}
+
+static void emb_f(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->embedding_forward(c->emb_out, c->ids, c->wte, c->N, c->C);
+}
+static void emb_b(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->embedding_backward(c->dwte, c->emb_out, c->ids, c->N, c->C, c->emb_ws);
+}
+
+/* d = {N, C, V} (timing only) */
+void lj_case_cuda_perf_embedding(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)h, (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.N = cs->d[0], c.C = cs->d[1], c.V = cs->d[2];
+    SHAPE("N=%d C=%d V=%d", c.N, c.C, c.V);
+    printf("embedding %s\n", shape);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    c.wte = lj_harness_drand_bf16(ops, (int64_t)c.V * c.C, 46, 1.0f);
+    c.emb_out = lj_harness_dalloc(ops, (size_t)c.N * c.C * 2);
+    c.dwte = lj_harness_dalloc(ops, (size_t)c.V * c.C * gs);
+    ops->memset_zero(c.dwte, (size_t)c.V * c.C * gs);
+    c.emb_ws = lj_harness_dalloc(ops, ops->embedding_backward_workspace_bytes(c.N));
+    int32_t *ids = (int32_t *)lj_malloc((size_t)c.N * 4);
+    for (int n = 0; n < c.N; n++) ids[n] = (int32_t)(((uint32_t)n * 2654435761u) % (uint32_t)c.V);
+    c.ids = (int32_t *)lj_harness_dalloc(ops, (size_t)c.N * 4);
+    ops->upload(c.ids, ids, (size_t)c.N * 4);
+    free(ids);
+    char group[160];
+    snprintf(group, sizeof group, "embedding %s", shape);
+    report_gbs(group, "forward", ops, emb_f, &c, 4.0 * c.N * c.C);
+    report_gbs(group, "backward", ops, emb_b, &c, 2.0 * c.N * c.C + 2.0 * gs * c.N * c.C);
+    ops->free(c.wte), ops->free(c.emb_out), ops->free(c.dwte), ops->free(c.ids), ops->free(c.emb_ws);
+}
+
+static void opt_norm(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    c->ops->global_norm_sq(c->gn, c->grad, c->P, c->ws);
+}
+static void opt_adamw(void *p) {
+    ew_ctx *c = (ew_ctx *)p;
+    lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    c->ops->adamw_update(c->params, c->master, c->grad, c->m, c->v, c->seg, 2, &hp, c->scalars, c->gn);
+}
+
+/* d = {P}: the global norm and multi-tensor AdamW over P parameters (P = d[0] * 100, to fit
+ * an int) in two segments (timing only) */
+void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)h, (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    ew_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.P = (int64_t)cs->d[0] * 100;
+    SHAPE("P=%lld", (long long)c.P);
+    const size_t gs = lj_dtype_size(ops->grad_dtype);
+    printf("optimizer %s, %s gradients\n", shape, lj_dtype_name(ops->grad_dtype));
+    c.grad = gs == 2 ? lj_harness_drand_bf16(ops, c.P, 47, 1e-3f) : (void *)lj_harness_drand_f32(ops, c.P, 47, 1e-3f);
+    c.master = lj_harness_drand_f32(ops, c.P, 48, 0.02f);
+    c.m = lj_harness_drand_f32(ops, c.P, 49, 1e-4f);
+    c.v = (float *)lj_harness_dalloc(ops, (size_t)c.P * 4);
+    ops->memset_zero(c.v, (size_t)c.P * 4);
+    c.params = lj_harness_dalloc(ops, (size_t)c.P * 2);
+    c.gn = (float *)lj_harness_dalloc(ops, 4);
+    c.ws = (float *)lj_harness_dalloc(ops, ops->global_norm_workspace_bytes(c.P));
+    c.scalars = (float *)lj_harness_dalloc(ops, LJ_ADAMW_NUM_SCALARS * sizeof(float));
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    float s[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(s, &hp, 3e-4f, 10); /* lr 3e-4 at step 10 */
+    ops->upload(c.scalars, s, sizeof s);
+    c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f};
+    c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f};
+    char group[160];
+    snprintf(group, sizeof group, "optimizer %s grad %s", shape, lj_dtype_name(ops->grad_dtype));
+    report_gbs(group, "global_norm_sq", ops, opt_norm, &c, (double)gs * c.P);
+    report_gbs(group, "adamw_update", ops, opt_adamw, &c, (26.0 + gs) * c.P);
+    ops->free(c.grad), ops->free(c.master), ops->free(c.m), ops->free(c.v), ops->free(c.params), ops->free(c.gn);
+    ops->free(c.ws), ops->free(c.scalars);
+}
