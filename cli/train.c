@@ -89,6 +89,7 @@ static void usage(FILE *f) {
             "  --log-json FILE               the per-step line as JSON lines\n"
             "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
+    lj_cli_fp8_usage(f);
     lj_cli_monitor_usage(f);
 }
 
@@ -182,6 +183,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     const char *device_memory = NULL, *margin = NULL, *tokenizer = NULL, *tokenizer_type = NULL;
     int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
     lj_status s = LJ_OK;
+    lj_cli_fp8 fp8;
+    lj_cli_fp8_init(&fp8);
     lj_train_config_defaults(c);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -250,6 +253,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
             c->reduce_bucket_size = n;
         } else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
         else if (lj_cli_monitor_flag(mon, argc, argv, &i, &s)) LJ_TRY(s);
+        else if (lj_cli_fp8_flag(&fp8, argc, argv, &i, &s)) LJ_TRY(s);
         else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
     }
     if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
@@ -289,6 +293,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
+    LJ_TRY(lj_cli_fp8_resolve(&fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     const lj_cli_recompute_request rq = {
         .cmd = "train",
@@ -303,6 +308,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .num_layers = num_layers,
         .device_memory = device_memory,
         .margin = margin,
+        .linear_recipe = c->linear_recipe,
+        .fp8 = &c->fp8,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */
