@@ -112,6 +112,21 @@ LJ_FP8_HD float lj_fp8_delayed_scale(float amax, float scaled_max, float previou
     return s;
 }
 
+/* Delayed scaling's update of tensor t's column of an amax history h [H, num] (row 0 the newest;
+ * TransformerEngine's amax_and_scale_update): rolls it by one row (row i takes row i+1, the last
+ * row the old row 0, row 0 becomes 0, ready to record) and returns the amax the next scale uses:
+ * the old history's max (fmaxf, which passes over NaN) when algo_max, else its row 0. */
+LJ_FP8_HD float lj_fp8_roll_history(float *h, int num, int H, int t, int algo_max) {
+    const float last = h[t];
+    float amax = 0.0f;
+    for (int i = 0; i < H; i++) {
+        const float a = i < H - 1 ? h[(int64_t)(i + 1) * num + t] : last;
+        amax = fmaxf(amax, a);
+        h[(int64_t)i * num + t] = i > 0 ? a : 0.0f;
+    }
+    return algo_max ? amax : last;
+}
+
 /* |x| as the bits of a non-negative fp32, whose unsigned order is the order of the values with
  * NaN above +inf: the amax reductions of both backends take the maximum of these, so that a NaN
  * anywhere in a tensor makes its amax NaN (the overflow the run reports). */

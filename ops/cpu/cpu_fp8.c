@@ -56,14 +56,7 @@ void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, 
 void lj_cpu_fp8_scale_update(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
                              float scaled_max_first, float scaled_max_rest, int algo_max) {
     for (int t = 0; t < num; t++) {
-        const float last = h[t];
-        float amax = 0.0f;
-        for (int i = 0; i < H; i++) {
-            const float a = i < H - 1 ? h[(size_t)(i + 1) * num + t] : last;
-            amax = fmaxf(amax, a);
-            h[(size_t)i * num + t] = i > 0 ? a : 0.0f;
-        }
-        if (!algo_max) amax = last;
+        const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
         const float s = lj_fp8_delayed_scale(amax, t < num_first ? scaled_max_first : scaled_max_rest, scale[t]);
         scale[t] = s;
         scale_inv[t] = 1.0f / s;

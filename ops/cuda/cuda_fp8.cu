@@ -107,14 +107,7 @@ __global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv
                                         float smax_first, float smax_rest, int algo_max) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= num) return;
-    const float last = h[t];
-    float amax = 0.0f;
-    for (int i = 0; i < H; i++) {
-        const float a = i < H - 1 ? h[(int64_t)(i + 1) * num + t] : last;
-        amax = fmaxf(amax, a);
-        h[(int64_t)i * num + t] = i > 0 ? a : 0.0f;
-    }
-    if (!algo_max) amax = last;
+    const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
     const float s = lj_fp8_delayed_scale(amax, t < num_first ? smax_first : smax_rest, scale[t]);
     scale[t] = s;
     scale_inv[t] = 1.0f / s;
