@@ -163,6 +163,7 @@ typedef struct {
     int m, n, k, ld;
     cudaDataType_t ta, tb, ctype;
     int align_c;
+    int scaled; /* the heuristic saw A and B scale pointers (every real GEMM; not the start-up probe) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -179,13 +180,17 @@ static cudaDataType_t fp8_type(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? CUDA
 
 /* The plan of C[m, n] (column-major, ld m, type ctype) = A^T B with A [k, m] and B [k, n]
  * column-major FP8, ld `ld` (k padded to 16): cuBLASLt's "TN" FP8 form. `found` = 0 when
- * cuBLASLt has no algorithm for it (the caller decides whether that is fatal). */
+ * cuBLASLt has no algorithm for it (the caller decides whether that is fatal). The A and B scale
+ * pointers (device f32, or NULL for a probe) are set before the heuristic is asked: the
+ * algorithm it returns for a descriptor without them is refused at run time with them
+ * (CUBLAS_STATUS_NOT_SUPPORTED). */
 static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cudaDataType_t ta, cudaDataType_t tb,
-                             cudaDataType_t ctype, int align_c) {
+                             cudaDataType_t ctype, int align_c, const float *a_scale, const float *b_scale) {
+    const int scaled = a_scale && b_scale;
     for (int i = 0; i < g_fp8.cached; i++) {
         lj_fp8_plan *p = &g_fp8.cache[i];
         if (p->m == m && p->n == n && p->k == k && p->ld == ld && p->ta == ta && p->tb == tb && p->ctype == ctype &&
-            p->align_c == align_c)
+            p->align_c == align_c && p->scaled == scaled)
             return p;
     }
     lj_fp8_plan *p = g_fp8.cached < LJ_FP8_CACHE_SIZE ? &g_fp8.cache[g_fp8.cached] : &g_fp8.cache[0];
@@ -197,6 +202,7 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
     }
     memset(p, 0, sizeof *p);
     p->m = m, p->n = n, p->k = k, p->ld = ld, p->ta = ta, p->tb = tb, p->ctype = ctype, p->align_c = align_c;
+    p->scaled = scaled;
     const cublasOperation_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N;
     const int8_t fast_accum = 0; /* fp32 accumulation throughout (no periodic-promotion shortcut) */
     LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
@@ -204,6 +210,12 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opn, sizeof opn), what);
     LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum),
              what);
+    if (scaled) {
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale),
+                 what);
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale),
+                 what);
+    }
     LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, ta, k, m, ld), what);
     LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, tb, k, n, ld), what);
     LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, ctype, m, n, m), what);
@@ -243,7 +255,8 @@ extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a,
               lj_dtype_name(out_dtype));
     const cudaDataType_t ctype = lj_cuda_ctype(out_dtype);
     const int ld = lj_fp8_ld(K);
-    lj_fp8_plan *p = fp8_plan(what, N, M, ld, ld, fp8_type(fb), fp8_type(fa), ctype, ptr_alignment(out));
+    lj_fp8_plan *p =
+        fp8_plan(what, N, M, ld, ld, fp8_type(fb), fp8_type(fa), ctype, ptr_alignment(out), b_scale_inv, a_scale_inv);
     if (!p->found) {
         char msg[200];
         snprintf(msg, sizeof msg, "M=%d N=%d K=%d (%s x %s -> %s): cuBLASLt found no FP8 algorithm", M, N, K,
@@ -281,7 +294,7 @@ extern "C" lj_status lj_ops_cuda_fp8_check(void) {
     const cudaDataType_t ins[2] = {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
     for (int i = 0; i < 2; i++) {
         for (int o = 0; o < 2; o++) {
-            lj_fp8_plan *p = fp8_plan("fp8 check", 64, 64, 64, 64, CUDA_R_8F_E4M3, ins[i], outs[o], 256);
+            lj_fp8_plan *p = fp8_plan("fp8 check", 64, 64, 64, 64, CUDA_R_8F_E4M3, ins[i], outs[o], 256, NULL, NULL);
             if (!p->found)
                 return lj_fail(LJ_ERR_UNSUPPORTED,
                                "--fp8-format: this cuBLASLt (version %zu) has no FP8 GEMM for e4m3 x %s -> %s on %s",
