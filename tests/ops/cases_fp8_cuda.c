@@ -178,7 +178,8 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
     /* bf16 output (the forward and dgrad form) */
     void *dout = up(NULL, (size_t)M * N * 2);
-    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_OVERWRITE, NULL);
+    void *gws = up(NULL, G->fp8_matmul_workspace_bytes(M, N, K));
+    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_OVERWRITE, gws);
     uint16_t *ob = lj_malloc((size_t)M * N * 2);
     float *got = lj_malloc((size_t)M * N * 4);
     down(ob, dout, (size_t)M * N * 2);
@@ -195,7 +196,7 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     const size_t gsz = lj_dtype_size(c->dtype);
     float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
     void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
-    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_ACCUMULATE, NULL);
+    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_ACCUMULATE, gws);
     void *hacc = lj_malloc((size_t)M * N * gsz);
     down(hacc, dacc, (size_t)M * N * gsz);
     for (int i = 0; i < M * N; i++) {
@@ -204,13 +205,14 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     }
     lj_harness_check_f(h, "fp8_matmul += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
     G->free(dst), G->free(dqa), G->free(dqb), G->free(dout), G->free(da), G->free(db), G->free(dmm), G->free(dacc);
+    G->free(gws);
     free(a), free(b), free(qa), free(qb), free(ws), free(ref), free(ob), free(got), free(mm), free(init), free(hacc);
 }
 
 /* ---- perf: d = {N tokens, in, out} ---------------------------------------------------- */
 
 typedef struct {
-    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw;
+    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw, *ws;
     float *st;
     int N, in, outf;
 } fp8_perf_ctx;
@@ -218,12 +220,12 @@ typedef struct {
 static void perf_fwd(void *p) {
     fp8_perf_ctx *c = p;
     G->fp8_matmul(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->st + 1, c->qw, LJ_FP8_E4M3, c->st + 4, c->N, c->outf,
-                  c->in, LJ_GRAD_OVERWRITE, NULL);
+                  c->in, LJ_GRAD_OVERWRITE, c->ws);
 }
 static void perf_wgrad(void *p) {
     fp8_perf_ctx *c = p;
     G->fp8_matmul(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->st + 1, c->qx_t, LJ_FP8_E4M3, c->st + 4, c->outf, c->in,
-                  c->N, LJ_GRAD_ACCUMULATE, NULL);
+                  c->N, LJ_GRAD_ACCUMULATE, c->ws);
 }
 static void perf_bf16(void *p) {
     fp8_perf_ctx *c = p;
@@ -251,6 +253,7 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
     c.qx = up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
     c.qx_t = up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
     c.dw = up(NULL, nw * lj_dtype_size(G->grad_dtype));
+    c.ws = up(NULL, G->fp8_matmul_workspace_bytes(c.N, c.outf, c.in));
     G->memset_zero(c.x, nx * 2), G->memset_zero(c.w, nw * 2);
     G->memset_zero(c.qx, (size_t)c.N * lj_fp8_ld(c.in)), G->memset_zero(c.qw, (size_t)c.outf * lj_fp8_ld(c.in));
     G->memset_zero(c.qx_t, (size_t)c.in * lj_fp8_ld(c.N)), G->memset_zero(c.qdy_t, (size_t)c.outf * lj_fp8_ld(c.N));
@@ -269,5 +272,5 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
     lj_harness_report(group, "amax + cast with transpose of x (unfused)", ms, bytes / ms / 1e6, "GB/s",
                       LJ_HARNESS_HBM_CEILING_GBS);
     G->free(c.st), G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
-    G->free(c.qdy_t), G->free(c.dw);
+    G->free(c.qdy_t), G->free(c.dw), G->free(c.ws);
 }
