@@ -23,8 +23,17 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 
-# pkg-config reads the arm64 .pc files only (the host's would link amd64 libraries).
-set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/${LJ_TRIPLET}/pkgconfig:/usr/share/pkgconfig)
+# pkg-config reads the arm64 .pc files only (the host's would link amd64 libraries): the
+# multiarch ones, then those of the arm64 packages that Debian 12 cannot install beside their
+# amd64 twins (ISA-L), which scripts/setup.sh unpacks into the cache's arm64/root with .pc
+# files that point there (a library found there is linked with its directory as run path).
+if(DEFINED ENV{LJPERF_CACHE})
+  set(LJ_ARM64_ROOT $ENV{LJPERF_CACHE}/arm64/root)
+else()
+  get_filename_component(LJ_ARM64_ROOT ${CMAKE_CURRENT_LIST_DIR}/../.cache/arm64/root ABSOLUTE)
+endif()
+set(ENV{PKG_CONFIG_LIBDIR}
+  /usr/lib/${LJ_TRIPLET}/pkgconfig:/usr/share/pkgconfig:${LJ_ARM64_ROOT}/usr/lib/${LJ_TRIPLET}/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
 # Open MPI: used when the arm64 development files are there (an arm64 sysroot that has them).
@@ -32,7 +41,7 @@ set(ENV{PKG_CONFIG_PATH} "")
 # cannot install libopenmpi3 for amd64 and arm64 side by side (libmunge2, which it needs, is not
 # Multi-Arch: same), so on a host that has the amd64 Open MPI the cross build goes without MPI
 # (and must not pick up the host's mpicc); scripts/build.sh then compiles the MPI backend
-# against the arm64 headers alone.
+# against the arm64 headers alone (from the cache's arm64/root).
 if(EXISTS /usr/lib/${LJ_TRIPLET}/openmpi/include/mpi.h AND EXISTS /usr/lib/${LJ_TRIPLET}/libmpi.so)
   set(MPI_C_COMPILER ${CMAKE_C_COMPILER})
   set(MPI_C_HEADER_DIR /usr/lib/${LJ_TRIPLET}/openmpi/include)

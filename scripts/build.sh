@@ -6,7 +6,7 @@
 #                               (cmake/aarch64-linux-gnu.cmake, CPU only; its tests run under
 #                               qemu-user and compare against build/ljperf, so build that first),
 #                               and the MPI backend compiled for aarch64 against the arm64
-#                               Open MPI headers that scripts/setup.sh unpacks.
+#                               Open MPI headers that scripts/setup.sh unpacks into the cache.
 # The log is build.log (build-aarch64/build.log for the cross build).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,7 +37,7 @@ cmake --build build-aarch64 -j"$jobs" >>$log 2>&1 || { grep -E 'error|Error' -A3
 
 # The MPI backend, compiled (not linked: Debian 12 has no co-installable arm64 libmpi) with the
 # arm64 headers and the library's warning flags, when the cross build went without MPI.
-mpi_inc=${LJPERF_CACHE:-$repo/.cache}/arm64/openmpi/usr/lib/aarch64-linux-gnu/openmpi/include
+mpi_inc=${LJPERF_CACHE:-$repo/.cache}/arm64/root/usr/lib/aarch64-linux-gnu/openmpi/include
 if ! grep -q '^-- ljperf: .*MPI ON' $log; then
   [ -f "$mpi_inc/mpi.h" ] || { echo "build.sh: $mpi_inc/mpi.h is missing: run scripts/setup.sh" >&2; exit 1; }
   aarch64-linux-gnu-gcc -std=gnu11 -O3 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -Werror \

