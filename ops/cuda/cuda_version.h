@@ -14,8 +14,11 @@
  * Features so switched:
  *   LJ_CUDA_HAVE_FP8_BLOCK_SCALING  cuBLASLt's block-scaled FP8 GEMM on Hopper (1x128 and
  *                                   128x128 scales, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F and
- *                                   _BLK128x128_32F): cuBLAS 12.9. Without it the FP8 recipe has
- *                                   tensor-wise scales only.
+ *                                   _BLK128x128_32F; the per-row/column _OUTER_VEC_32F came to
+ *                                   sm_90 in the same release): cuBLAS 12.9. Without it only the
+ *                                   per-tensor scales of the delayed and tensor-wise recipes
+ *                                   (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER, older than 12.8)
+ *                                   are there.
  *
  * Plain C: host code includes it too. */
 #ifndef LJ_CUDA_VERSION_H
