@@ -13,6 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Every file format ljperf reads and writes (safetensors, Megatron .bin/.idx, llm.c shards, the
+ * training state) stores little-endian integers and floats, and the readers memcpy them into
+ * native ones: the host must be little-endian, as x86-64 and aarch64 Linux are. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ljperf's file readers need a little-endian host");
+
 static _Thread_local char g_error[2048];
 static int g_quiet;
 

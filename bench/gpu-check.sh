@@ -2,9 +2,10 @@
 # gpu-check.sh: the CUDA backend's correctness and kernel-lab run on a GPU machine.
 #
 #   bash bench/gpu-check.sh --prepare   (here, on the build machine with nvcc and network)
-#       builds build-gpu/ (the root CMake, a portable host ISA: x86-64-v3 instead of
-#       -march=native), copies the GPU programs into build-gpu/dev/, and fetches the Debian
-#       run-time libraries into .deb/ (scripts/fetch-gpu-deps.sh).
+#       builds build-gpu/ (the root CMake, Release, with a portable host ISA for the build
+#       machine's architecture: x86-64-v3 on amd64, the Armv8-A base on aarch64 such as GH200's
+#       Grace; not -march=native), copies the GPU programs into build-gpu/dev/, and fetches the
+#       Debian run-time libraries into .deb/ (scripts/fetch-gpu-deps.sh).
 #   bash bench/gpu-check.sh             (on the GPU machine, repo root, $OUT set; carry
 #                                        .deb and build-gpu/dev)
 #       unpacks .deb/*.deb into /tmp/ljdeps (dpkg -x, nothing installed), finds the CUDA
@@ -24,7 +25,11 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   export PATH=/usr/local/cuda/bin:$PATH
   mkdir -p build-gpu
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=GpuPortable -DCMAKE_C_FLAGS_GPUPORTABLE="-O3 -march=x86-64-v3" \
+  case "$(uname -m)" in
+    x86_64) isa="-march=x86-64-v3" ;;
+    *) isa="" ;; # aarch64: the CMake default (Armv8-A with Advanced SIMD)
+  esac
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLJ_ARCH_FLAGS="$isa" \
     >build-gpu/prepare.log 2>&1 || { tail -30 build-gpu/prepare.log; exit 1; }
   kl=$(cd bench/kernels && ls kl_*.cu | sed 's/\.cu$//')
   cmake --build build-gpu -j"$(nproc)" --target test_ops_cuda gpu_hf_fixtures $kl >>build-gpu/prepare.log 2>&1 ||

