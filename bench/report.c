@@ -11,7 +11,7 @@
 
 #include "base/fs.h"
 
-#define PEAK_TFLOPS_DEFAULT 989.0 /* DESIGN.md: H100/H200 SXM bf16 dense */
+#define PEAK_TFLOPS_DEFAULT 989.0 /* docs/reference.md, "MFU, stated once": H100/H200 SXM bf16 dense */
 
 void lj_report_init(lj_report_data *d) {
     memset(d, 0, sizeof *d);

@@ -1,7 +1,7 @@
 /* report.h: `ljperf report`: a run's results as one self-contained HTML page (inline SVG
  * drawn here, inline CSS, no network at view time) with four charts:
  *   - loss: every iteration's training loss (--log-json "loss") and the validation loss;
- *   - speed: tokens/s per iteration and MFU (tflops_per_gpu / the peak: DESIGN.md's FLOP count
+ *   - speed: tokens/s per iteration and MFU (tflops_per_gpu / the peak: the FLOP count of docs/reference.md, "MFU, stated once"
  *     against 989 TFLOP/s bf16 dense, or the benchmark JSON's peak_tflops);
  *   - memory: the static plan as a stacked bar (parameters, master weights, gradients, optimizer
  *     moments, saved activations by recompute policy, buffers, workspaces, context, NCCL), with
@@ -45,7 +45,7 @@ typedef struct {
     double row_tokens_per_s[LJ_REPORT_MAX_ROWS], row_mfu[LJ_REPORT_MAX_ROWS];
 } lj_report_data;
 
-/* Empties `d` (peak_tflops = 989, DESIGN.md's H100/H200 bf16 dense peak). */
+/* Empties `d` (peak_tflops = 989, the H100/H200 bf16 dense peak, docs/reference.md). */
 void lj_report_init(lj_report_data *d);
 void lj_report_free(lj_report_data *d);
 

@@ -10,7 +10,7 @@
  *     loss-scale       1 (bf16 and fp32 recipes use no loss scaling)
  *   at every log line (--log-interval, the first and the last iteration), step = iteration:
  *     iteration-time   mean seconds per iteration since the previous log line
- *     throughput       model TFLOP/s per GPU over the same iterations (DESIGN.md's FLOP count)
+ *     throughput       model TFLOP/s per GPU over the same iterations (the FLOP count of docs/reference.md, "MFU, stated once")
  *     tokens-per-sec   tokens per second of the whole job over the same iterations
  *     mem-allocated-bytes  the static memory plan of this rank (every device byte ljperf allocates)
  *     mem-reserved-bytes   CUDA: the device's used memory (total - free); CPU: the process's RSS
@@ -30,7 +30,7 @@ typedef struct {
     lj_tb_writer *writer;      /* NULL: nothing is written */
     int tb_interval;           /* --tensorboard-log-interval */
     int log_interval, train_iters;
-    double flops_per_token;    /* DESIGN.md's 6N + 12 L d s */
+    double flops_per_token;    /* 6N + 12 L d s, docs/reference.md "MFU, stated once" */
     int64_t tokens_per_iter;   /* global batch x sequence length */
     int world;                 /* data-parallel ranks */
     const lj_ops *ops;
