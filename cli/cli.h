@@ -16,21 +16,14 @@ int lj_cli_error(const char *cmd);
 
 #include "base/fs.h"
 #include "base/base.h"
+#include "cli/flags.h"
 #include "config/config.h"
 #include "ops/ops.h"
 #include "plan/planner.h"
 
-/* Flag values: each reads argv[*i + 1] for flag argv[*i] and advances *i.
- * Errors: LJ_ERR_ARG naming the flag ("--seq-length: 'abc' is not an integer"). */
-lj_status lj_cli_int(int argc, char **argv, int *i, int *out);
-/* Parses `text` as the integer value of `flag`. */
-lj_status lj_cli_parse_int(const char *flag, const char *text, int *out);
-lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out);
-lj_status lj_cli_double(int argc, char **argv, int *i, double *out);
-lj_status lj_cli_float(int argc, char **argv, int *i, float *out);
-lj_status lj_cli_str(int argc, char **argv, int *i, const char **out);
-/* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device): *out = 1 for cpu, 0 for none. */
-lj_status lj_cli_offload(int argc, char **argv, int *i, int *out);
+/* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device), an LJ_FLAG_FUNC row's
+ * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
+lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
