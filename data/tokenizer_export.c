@@ -47,6 +47,72 @@ static lj_status copy_file(const char *from, const char *dir, const char *name) 
     return s;
 }
 
+/* Whether a post_processor (tokenizer.json) adds special tokens itself (a TemplateProcessing,
+ * alone or inside a Sequence). */
+static int adds_template(const cJSON *pp) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(pp, "type");
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "TemplateProcessing") == 0) return 1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors"), *it;
+    cJSON_ArrayForEach(it, list) if (adds_template(it)) return 1;
+    return 0;
+}
+
+/* {"SpecialToken": {"id": bos, "type_id": t}} or {"Sequence": {"id": seq, "type_id": t}} */
+static cJSON *template_piece(const char *kind, const char *id, int type_id) {
+    cJSON *o = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(o, kind);
+    cJSON_AddStringToObject(in, "id", id);
+    cJSON_AddNumberToObject(in, "type_id", type_id);
+    return o;
+}
+
+/* Writes DIR/tokenizer.json: the run's tokenizer, with BOS prepended by its post-processor when
+ * it does not add it already. ljperf's generate starts every prompt with BOS (as Llama 3 was
+ * trained), and Meta's published Llama 3 tokenizer.json does the same with a TemplateProcessing
+ * after the ByteLevel step, so AutoTokenizer then encodes as ljperf does. Anything else in the
+ * file is kept as it is. */
+static lj_status export_tokenizer_json(const char *from, const char *dir, const char *bos_text, int32_t bos) {
+    char *text = NULL;
+    LJ_TRY(lj_file_read_all(from, &text, NULL));
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", from);
+    cJSON *pp = cJSON_DetachItemFromObjectCaseSensitive(root, "post_processor");
+    if (bos_text && !(pp && adds_template(pp))) {
+        cJSON *seq = cJSON_CreateObject();
+        cJSON_AddStringToObject(seq, "type", "Sequence");
+        cJSON *procs = cJSON_AddArrayToObject(seq, "processors");
+        if (pp && !cJSON_IsNull(pp)) cJSON_AddItemToArray(procs, pp);
+        else cJSON_Delete(pp);
+        cJSON *tp = cJSON_CreateObject();
+        cJSON_AddStringToObject(tp, "type", "TemplateProcessing");
+        cJSON *single = cJSON_AddArrayToObject(tp, "single");
+        cJSON_AddItemToArray(single, template_piece("SpecialToken", bos_text, 0));
+        cJSON_AddItemToArray(single, template_piece("Sequence", "A", 0));
+        cJSON *pair = cJSON_AddArrayToObject(tp, "pair");
+        cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 0));
+        cJSON_AddItemToArray(pair, template_piece("Sequence", "A", 0));
+        cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 1));
+        cJSON_AddItemToArray(pair, template_piece("Sequence", "B", 1));
+        cJSON *special = cJSON_AddObjectToObject(tp, "special_tokens");
+        cJSON *b = cJSON_AddObjectToObject(special, bos_text);
+        cJSON_AddStringToObject(b, "id", bos_text);
+        cJSON *ids = cJSON_AddArrayToObject(b, "ids");
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber(bos));
+        cJSON *toks = cJSON_AddArrayToObject(b, "tokens");
+        cJSON_AddItemToArray(toks, cJSON_CreateString(bos_text));
+        cJSON_AddItemToArray(procs, tp);
+        pp = seq;
+    }
+    if (pp) cJSON_AddItemToObject(root, "post_processor", pp);
+    char path[LJ_PATH_MAX];
+    lj_status s = lj_path_join(path, dir, "tokenizer.json");
+    char *out = s == LJ_OK ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (s == LJ_OK) s = lj_file_write_atomic(path, out, strlen(out));
+    free(out);
+    return s;
+}
+
 static lj_status load_checked(const char *tokenizer_path, const lj_model_config *cfg, const char *flag,
                               lj_tokenizer **tok) {
     lj_status s = lj_tokenizer_load(tokenizer_path, tok);
@@ -80,7 +146,7 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
     char *bos_text = token_text(tok, bos), *eos_text = token_text(tok, eos);
     lj_tokenizer_free(tok);
 
-    lj_status s = copy_file(tokenizer_path, dir, "tokenizer.json");
+    lj_status s = export_tokenizer_json(tokenizer_path, dir, bos_text, bos);
     /* tokenizer_config.json: the one beside the tokenizer, else derived */
     char beside[LJ_PATH_MAX];
     snprintf(beside, sizeof beside, "%s", tokenizer_path);

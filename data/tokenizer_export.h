@@ -10,7 +10,9 @@
 #include "config/config.h"
 
 /* Writes into the existing directory `dir`, each file atomically (lj_file_write_atomic):
- *   tokenizer.json           a byte copy of `tokenizer_path`;
+ *   tokenizer.json           `tokenizer_path` as it is, except that its post_processor prepends
+ *                            the BOS token when it does not already (as Meta's Llama 3
+ *                            tokenizer.json and ljperf's generate do);
  *   tokenizer_config.json    a byte copy of the tokenizer_config.json beside `tokenizer_path`
  *                            (chat template and added-token table kept), else one derived from
  *                            the tokenizer: tokenizer_class PreTrainedTokenizerFast, bos_token,

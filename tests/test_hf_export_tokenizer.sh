@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_hf_export_tokenizer.sh: the Hugging Face export in each checkpoint is complete: besides
-# config.json and the weights it holds tokenizer.json (a byte copy of the run's tokenizer),
+# config.json and the weights it holds tokenizer.json (the run's tokenizer, BOS prepended),
 # tokenizer_config.json (the one beside it, copied, or one derived from the tokenizer),
 # special_tokens_map.json and generation_config.json (BOS/EOS); `generate` reads the tokenizer
 # beside the model (with no other tokenizer to be found), and bad --tokenizer-model /
@@ -22,7 +22,17 @@ hf="$tmp/ckpt/iter_0000001/hf"
 for f in config.json model.safetensors tokenizer.json tokenizer_config.json special_tokens_map.json generation_config.json; do
   [ -s "$hf/$f" ] || fail "$hf/$f is missing"
 done
-cmp -s "$tok" "$hf/tokenizer.json" || fail "tokenizer.json is not a copy of the run's tokenizer"
+python3 - "$tok" "$hf/tokenizer.json" <<'PY' || fail "tokenizer.json is not the run's tokenizer with BOS prepended by its post-processor"
+import json, sys
+src, out = (json.load(open(p)) for p in sys.argv[1:])
+pp_src, pp_out = src.pop("post_processor", None), out.pop("post_processor")
+assert src == out, "fields other than post_processor differ"
+assert pp_out["type"] == "Sequence" and pp_out["processors"][0] == pp_src, pp_out
+tp = pp_out["processors"][1]
+assert tp["type"] == "TemplateProcessing", tp
+assert tp["single"][0] == {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, tp["single"]
+assert tp["special_tokens"]["<|begin_of_text|>"]["ids"] == [128000], tp["special_tokens"]
+PY
 cmp -s "$(dirname "$tok")/tokenizer_config.json" "$hf/tokenizer_config.json" || fail "tokenizer_config.json is not the one beside the tokenizer"
 python3 - "$hf" <<'PY' || fail "special tokens / generation config"
 import json, sys
