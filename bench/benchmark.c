@@ -80,6 +80,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
 
     lj_model_options opt;
     lj_dp_model_options(cfg->dp, B, T, cfg->fused, cfg->recompute, &opt);
+    opt.linear_recipe = cfg->linear_recipe;
+    opt.fp8 = cfg->fp8;
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
     lj_parallelize(&m, cfg->dp->dist);
@@ -193,6 +195,13 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
         fprintf(f, "overlap_comm: %s\n", cfg->dp->overlap_comm ? "on (collectives overlapped with compute)"
                                                                : "off (the compute stream waits for each collective)");
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    if (cfg->linear_recipe == LJ_LINEAR_RECIPE_FP8) {
+        char what[200];
+        lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
+        fprintf(f, "precision: %s for the transformer blocks' linears; the MFU above keeps the bf16 dense peak "
+                   "(989 TFLOP/s on H100/H200) as its convention; the TFLOP/s line is the achieved model rate\n",
+                what);
+    }
     fprintf(f, "MFU convention: FLOPs/token = 6N + 12*L*d*s = %.3g (N = %.4g matmul parameters incl. lm_head); peak: %s\n",
             r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
     if (strcmp(cfg->ops->name, "cpu") == 0)
@@ -212,6 +221,11 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddNumberToObject(o, "zero_stage", cfg->zero_stage_asked);
     cJSON_AddNumberToObject(o, "zero_stage_run", cfg->dp->zero_stage); /* 0 for stage 3 on one rank */
     cJSON_AddBoolToObject(o, "overlap_comm", cfg->dp->overlap_comm);
+    if (cfg->linear_recipe == LJ_LINEAR_RECIPE_FP8) {
+        char what[200];
+        lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
+        cJSON_AddStringToObject(o, "precision", what);
+    }
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_device);

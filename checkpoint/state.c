@@ -198,6 +198,18 @@ static char *state_json(const lj_run_state *r) {
     cJSON_AddNumberToObject(zero, "world_size", r->dp->world);
     cJSON_AddNumberToObject(zero, "stage", r->dp->zero_stage);
     cJSON_AddBoolToObject(zero, "shard_files", has_shard_files(r->dp));
+    /* the FP8 recipe's state (model/linear.h), tensor "fp8.state": amax histories, scales, inverses */
+    const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
+    if (f8->active) {
+        cJSON *fp8 = cJSON_AddObjectToObject(root, "fp8");
+        char what[200];
+        lj_linear_fp8_describe(&r->model->opt.fp8, what, sizeof what);
+        int64_t nh, ns;
+        cJSON_AddStringToObject(fp8, "recipe", what);
+        cJSON_AddNumberToObject(fp8, "num_linears", f8->num_linears);
+        cJSON_AddNumberToObject(fp8, "history_len", f8->history_len);
+        cJSON_AddNumberToObject(fp8, "state_numel", (double)lj_linear_fp8_state_numel(f8, &nh, &ns));
+    }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
@@ -253,12 +265,42 @@ static lj_status export_hf(const char *dir, void *ctx) {
  * publishing it in the latest file. */
 static lj_status save_checkpoint(lj_run_state *r, float *w, float *mm, float *vv) {
     const int64_t P = r->model->layout.total;
-    const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
+    int64_t nh, ns;
+    const int fp8 = r->model->linear_fp8.active;
+    const int64_t n8 = fp8 ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
+    float *f8 = fp8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
+    if (fp8) lj_linear_fp8_state_get(r->model, f8);
+    const lj_ckpt_tensor t[4] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}, {"fp8.state", f8, n8}};
     char *json = state_json(r);
     export_ctx ctx = {r, w};
-    lj_status s = lj_ckpt_write_iteration(r->save, r->iteration, t, 3, json, export_hf, &ctx);
+    lj_status s = lj_ckpt_write_iteration(r->save, r->iteration, t, fp8 ? 4 : 3, json, export_hf, &ctx);
     free(json);
+    free(f8);
     return s;
+}
+
+/* Whether the checkpoint's state.json has FP8 recipe state this run can take (same linears and
+ * history length): *numel its size, 0 when not (a note says why the recipe starts fresh). */
+static int64_t fp8_state_to_load(const lj_run_state *r, const cJSON *state, const char *file) {
+    const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
+    const cJSON *fp8 = cJSON_GetObjectItemCaseSensitive(state, "fp8");
+    if (!f8->active) {
+        if (fp8) lj_log_info("%s: the checkpoint's FP8 recipe state is not used (this run has no FP8 linears)", file);
+        return 0;
+    }
+    int64_t nh, ns;
+    const int64_t want = lj_linear_fp8_state_numel(f8, &nh, &ns);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(fp8, "state_numel");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(fp8, "num_linears");
+    const cJSON *hl = cJSON_GetObjectItemCaseSensitive(fp8, "history_len");
+    if (!cJSON_IsNumber(n) || !cJSON_IsNumber(f) || !cJSON_IsNumber(hl) || (int64_t)n->valuedouble != want ||
+        f->valueint != f8->num_linears || hl->valueint != f8->history_len) {
+        lj_log_info("%s: %s: the FP8 amax histories and scales start fresh", file,
+                    fp8 ? "its FP8 recipe state has another shape (FP8 layers or amax history length)"
+                        : "no FP8 recipe state in it (saved by a run without FP8)");
+        return 0;
+    }
+    return want;
 }
 
 /* Sums a failure flag across ranks: LJ_OK only if every rank's `s` is LJ_OK; a rank that was fine
@@ -355,11 +397,17 @@ lj_status lj_run_state_load(lj_run_state *r, const char *load) {
     float *w = lj_malloc((size_t)P * sizeof(float));
     float *mm = use_shards ? NULL : lj_malloc((size_t)P * sizeof(float));
     float *vv = use_shards ? NULL : lj_malloc((size_t)P * sizeof(float));
-    const lj_ckpt_tensor t[3] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}};
+    const int64_t n8 = s == LJ_OK ? fp8_state_to_load(r, state, file) : 0;
+    float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
+    lj_ckpt_tensor t[4] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}, {"fp8.state", f8, n8}};
+    int nt = use_shards ? 1 : 3;
+    if (n8) t[nt++] = t[3];
     char *json = NULL;
     /* from shards, the consolidated file gives the weights only (the parameters are derived
      * from them as on any resume); the moments come from the shard files */
-    if (s == LJ_OK) s = lj_ckpt_load_ex(root, iteration, t, use_shards ? 1 : 3, &json, !use_shards);
+    if (s == LJ_OK) s = lj_ckpt_load_ex(root, iteration, t, nt, &json, !use_shards);
+    if (s == LJ_OK && n8) lj_linear_fp8_state_set(r->model, f8);
+    free(f8);
     if (s == LJ_OK) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
         const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");

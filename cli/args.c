@@ -118,6 +118,8 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     lj_dist_env env;
     if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1) target.dp_world_size = env.world_size;
     target.zero_stage = q->zero_stage;
+    target.linear_recipe = q->linear_recipe;
+    if (q->fp8) target.fp8 = *q->fp8;
     if (!use_planner) {
         LJ_TRY(lj_planner_megatron_recompute(granularity, q->method, q->num_layers, cfg->num_hidden_layers, policy));
         lj_planner_result res;

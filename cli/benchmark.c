@@ -39,6 +39,7 @@ static void usage(FILE *f) {
             "                             compute (the default), or waited for by the compute stream right after\n"
             "                             each; no effect on stages 0 and 1 (gradients all-reduced after the backward)\n",
             lj_config_preset_names());
+    lj_cli_fp8_usage(f);
 }
 
 /* The recompute policies the ablation compares: the manual one (Megatron flags; full
@@ -157,13 +158,15 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *mbs = NULL, *grad_dtype = NULL, *device_memory = NULL, *margin = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
     int seq_given = 0, iters_given = 0, warmup_given = 0;
+    lj_cli_fp8 fp8;
+    lj_cli_fp8_init(&fp8);
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
     cfg.seed = 1234;
     cfg.progress = 1;
     lj_flag_list data = {0, NULL};
     int nproc = 0;
-    const lj_flag rows[] = {
+    const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype},
@@ -190,8 +193,12 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data},
     };
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    memcpy(rows, own, sizeof own);
+    const int n = (int)(sizeof own / sizeof own[0]);
     lj_flags_result parsed;
-    if (lj_flags_parse("benchmark", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &parsed) != LJ_OK)
+    if (lj_flags_parse("benchmark", rows, n + lj_cli_fp8_rows(&fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0,
+                       &parsed) != LJ_OK)
         return lj_cli_error("benchmark");
     if (parsed.help) {
         usage(stdout);
@@ -207,10 +214,14 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
         lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
+    if (lj_cli_fp8_resolve(&fp8, cfg.ops, &cfg.model, &cfg.linear_recipe, &cfg.fp8) != LJ_OK)
+        return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
                       : (iters_given && iters <= 0) ? "--train-iters must be positive"
                       : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
+                      : (ablation && cfg.linear_recipe != LJ_LINEAR_RECIPE_DEFAULT)
+                          ? "--ablation measures the bf16 recipe: drop --fp8-format (an FP8 row is not built yet)"
                       : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
                           ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
                             "--[no-]overlap-comm"
@@ -266,6 +277,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         .num_layers = -1,
         .device_memory = device_memory,
         .margin = margin,
+        .linear_recipe = cfg.linear_recipe,
+        .fp8 = &cfg.fp8,
     };
     lj_cli_recompute_request planner = base, none = base, manual = base, given = base;
     planner.recompute = "auto";

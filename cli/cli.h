@@ -51,6 +51,8 @@ typedef struct {
     int auto_if_needed;          /* 1: the planner chooses when the manual policy would not fit */
     const char *device_memory;   /* --device-memory, or NULL: the device's memory */
     const char *margin;          /* --margin, or NULL: 1 GiB (lj_cli_memory_budget) */
+    lj_linear_recipe linear_recipe;       /* the linears' recipe (its FP8 buffers are planned) */
+    const lj_linear_fp8_options *fp8;     /* its FP8 settings, or NULL */
 } lj_cli_recompute_request;
 
 /* The recompute policy (and micro-batch size) of a run, decided before anything is allocated:
@@ -73,6 +75,30 @@ lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, 
  * the launcher's exit status and returns 1. Returns 0 when there is nothing to launch (no flag,
  * N = 1, or this process is already a rank). */
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
+
+/* The FP8 flags as given (cli/fp8.c), Megatron-LM's names: --fp8-format, --fp8-recipe,
+ * --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,
+ * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16. */
+typedef struct {
+    const char *format, *recipe, *algo; /* NULL: not given */
+    int history_len, margin, layers_start, layers_end; /* -1: not given */
+    int first_last_bf16;
+} lj_cli_fp8;
+
+void lj_cli_fp8_init(lj_cli_fp8 *f);
+/* Writes the FP8 rows of a command's flag table (a section heading and one row per flag, pointing
+ * into `f`) to rows[0..max) and returns how many: at most LJ_CLI_FP8_ROWS. */
+#define LJ_CLI_FP8_ROWS 9
+int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max);
+/* The FP8 lines of --help: the rows' help. */
+void lj_cli_fp8_usage(FILE *out);
+/* The recipe of the flags for a run of `cfg` on `ops`: the default recipe without --fp8-format,
+ * else LJ_LINEAR_RECIPE_FP8 with its options. Checked before anything is planned: values,
+ * combinations, and the backend (a GPU without FP8 tensor cores or a toolkit without FP8 GEMMs is
+ * LJ_ERR_UNSUPPORTED naming what is missing; the CPU runs the emulation and says so; a GPU-less
+ * description is planned as is). Errors: LJ_ERR_ARG, LJ_ERR_UNSUPPORTED (blockwise: not built yet). */
+lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,
+                             lj_linear_recipe *recipe, lj_linear_fp8_options *o);
 
 
 #endif

@@ -448,6 +448,9 @@ void lj_cli_megatron_usage(FILE *f) {
                "inverse-square-root, WSD), --weight-decay, --adam-beta1/2, --adam-eps, --clip-grad, --seed,\n"
                "--data-path, --split, --tokenizer-type, --tokenizer-model, --recompute-*, --save, --load,\n"
                "--save-interval, --exit-interval, --log-interval, --eval-interval, --eval-iters,\n"
-               "--tensorboard-*, --wandb-*; --arg=value works as with argparse, prefixes do not.\n");
+               "--tensorboard-*, --wandb-*, --fp8-format, --fp8-recipe, --fp8-amax-history-len,\n"
+               "--fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,\n"
+               "--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16; --arg=value works as with\n"
+               "argparse, prefixes do not.\n");
     lj_flags_print_help(f, rows, n);
 }

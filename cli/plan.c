@@ -42,6 +42,7 @@ static void usage(FILE *f) {
             "The cost model's throughputs come from <cache>/planner/<device>.json when measured, else\n"
             "from defaults (GPU) or a quick measurement (CPU). Exit status 1 when nothing fits.\n",
             lj_config_preset_names());
+    lj_cli_fp8_usage(f);
 }
 
 typedef struct {
@@ -49,6 +50,7 @@ typedef struct {
     const char *device_memory, *margin, *context, *grad_dtype;
     int seq, mb, num_layers, world, zero, fused, buffers, offload;
     double mm_tflops, attn_tflops, mem_gbs;
+    lj_cli_fp8 fp8;
 } plan_args;
 
 static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
@@ -58,9 +60,10 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     a->num_layers = -1;
     a->world = 1;
     a->fused = 1;
+    lj_cli_fp8_init(&a->fp8);
     int zero_given = 0, seq_given = 0;
     const char *mb = NULL;
-    const lj_flag rows[] = {
+    const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
@@ -84,8 +87,11 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
     };
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    memcpy(rows, own, sizeof own);
+    const int n = (int)(sizeof own / sizeof own[0]);
     lj_flags_result res;
-    LJ_TRY(lj_flags_parse("plan", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res));
+    LJ_TRY(lj_flags_parse("plan", rows, n + lj_cli_fp8_rows(&a->fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0, &res));
     if (res.help) {
         *help = 1;
         return LJ_OK;
@@ -236,7 +242,7 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     printf("  %-34s %12s %7s\n", "category", "bytes", "%");
     const size_t peak = bd->peak_bytes;
     for (int k = 0; k < LJ_MEM_COUNT; k++) {
-        if ((k == LJ_MEM_OTHER || k == LJ_MEM_COMM) && bd->bytes[k] == 0) continue;
+        if ((k == LJ_MEM_OTHER || k == LJ_MEM_COMM || k == LJ_MEM_FP8) && bd->bytes[k] == 0) continue;
         print_row(lj_mem_category_name((lj_mem_category)k), bd->bytes[k], peak);
         if (k == LJ_MEM_ACTIVATIONS) {
             char label[64];
@@ -337,6 +343,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddItemToObject(o, status == LJ_OK ? "chosen" : "smallest", chosen);
     cJSON *br = cJSON_AddArrayToObject(o, "breakdown");
     for (int k = 0; k < LJ_MEM_COUNT; k++) {
+        if (k == LJ_MEM_FP8 && bd->bytes[k] == 0) continue;
         cJSON *row = cJSON_CreateObject();
         cJSON_AddStringToObject(row, "category", lj_mem_category_name((lj_mem_category)k));
         cJSON_AddNumberToObject(row, "bytes", (double)bd->bytes[k]);
@@ -390,6 +397,7 @@ int lj_cli_plan(int argc, char **argv) {
     if (lj_config_resolve(name, &cfg) != LJ_OK) return lj_cli_error("plan");
     lj_planner_target t;
     if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
+    if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");
     const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);
     if (a.seq < 0) {
         lj_fail(LJ_ERR_ARG, "--seq-length %d must be positive", a.seq);

@@ -92,6 +92,7 @@ static void usage(FILE *f) {
             "  --log-json FILE               the per-step line as JSON lines\n"
             "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
+    lj_cli_fp8_usage(f);
     lj_cli_monitor_usage(f);
     lj_cli_megatron_usage(f);
 }
@@ -202,13 +203,14 @@ static int load_is_empty(const char *load, const char *save, int exit_on_missing
     return empty;
 }
 
-/* Every flag of `ljperf train`: ljperf's own, the monitoring ones, Megatron-LM's. */
+/* Every flag of `ljperf train`: ljperf's own, the monitoring ones, FP8's, Megatron-LM's. */
 typedef struct {
     const char *model, *device, *granularity, *method, *hf_dtype;
     const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
     const char *device_memory, *margin, *tokenizer, *tokenizer_type;
     int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size, zero_given, rbs_given;
     lj_flag_list data;
+    lj_cli_fp8 fp8;
     lj_cli_megatron mg;
 } train_args;
 
@@ -270,6 +272,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
     LJ_ASSERT(n <= max);
     memcpy(rows, own, sizeof own);
     int k = n + lj_cli_monitor_rows(mon, rows + n, max - n);
+    k += lj_cli_fp8_rows(&a->fp8, rows + k, max - k);
     return k + lj_cli_megatron_rows(&a->mg, rows + k, max - k);
 }
 
@@ -282,6 +285,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     memset(&a, 0, sizeof a);
     a.device = "auto";
     a.num_layers = a.decay_iters = a.warmup_iters = a.train_iters = -1;
+    lj_cli_fp8_init(&a.fp8);
     lj_cli_megatron_init(&a.mg);
     lj_train_config_defaults(c);
     lj_flag rows[TRAIN_MAX_ROWS];
@@ -402,6 +406,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
+    LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     const lj_cli_recompute_request rq = {
         .cmd = "train",
@@ -416,6 +421,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .num_layers = num_layers,
         .device_memory = device_memory,
         .margin = margin,
+        .linear_recipe = c->linear_recipe,
+        .fp8 = &c->fp8,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */

@@ -1,14 +1,55 @@
-/* linear.c: the transformer's linear layers (linear.h) over the op table's matmuls. */
+/* linear.c: the transformer's linear layers (linear.h) over the op table's matmuls, and the FP8
+ * recipe over its FP8 ops (ops.h "FP8"). */
 #include "model/linear.h"
 
 #include "model/model.h"
 
+#include <string.h>
+
 const char *lj_linear_recipe_name(lj_linear_recipe r) {
     switch (r) {
     case LJ_LINEAR_RECIPE_DEFAULT: return "default";
+    case LJ_LINEAR_RECIPE_FP8: return "fp8";
     }
     return "?";
 }
+
+const char *lj_fp8_recipe_name(lj_fp8_recipe r) {
+    switch (r) {
+    case LJ_FP8_RECIPE_DELAYED: return "delayed";
+    case LJ_FP8_RECIPE_TENSORWISE: return "tensorwise";
+    case LJ_FP8_RECIPE_BLOCKWISE: return "blockwise";
+    }
+    return "?";
+}
+
+lj_linear_fp8_options lj_linear_fp8_defaults(void) {
+    lj_linear_fp8_options o;
+    memset(&o, 0, sizeof o);
+    o.hybrid = 1;
+    o.recipe = LJ_FP8_RECIPE_DELAYED;
+    o.amax_history_len = 1;
+    o.amax_compute_max = 0;
+    return o;
+}
+
+void lj_linear_fp8_describe(const lj_linear_fp8_options *o, char *buf, size_t len) {
+    int n = snprintf(buf, len, "fp8 %s (%s forward, %s gradients), %s scaling", o->hybrid ? "hybrid" : "e4m3",
+                     "e4m3", o->hybrid ? "e5m2" : "e4m3", lj_fp8_recipe_name(o->recipe));
+    if (o->recipe == LJ_FP8_RECIPE_DELAYED && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " (amax history %d, %s, margin %d)", o->amax_history_len,
+                      o->amax_compute_max ? "max" : "most_recent", o->margin);
+    if ((o->bf16_layers_start || o->bf16_layers_end) && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "; first %d and last %d layers in bf16", o->bf16_layers_start,
+                 o->bf16_layers_end);
+}
+
+lj_fp8_format lj_linear_fp8_fwd_format(const lj_linear_fp8_options *o) {
+    (void)o;
+    return LJ_FP8_E4M3;
+}
+
+lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o) { return o->hybrid ? LJ_FP8_E5M2 : LJ_FP8_E4M3; }
 
 int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_features, int *out_features) {
     const lj_layer_spec *s = &m->spec;
@@ -23,11 +64,160 @@ int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_feat
     return -1;
 }
 
+/* ---- the FP8 recipe's state ------------------------------------------------------ */
+
+void lj_linear_init(lj_model *m) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    memset(f, 0, sizeof *f);
+    memset(f->slot, 0xff, sizeof f->slot); /* -1: not FP8 */
+    const lj_model_options *o = &m->opt;
+    if (o->linear_recipe != LJ_LINEAR_RECIPE_FP8 || !o->training || o->kv_cache_tokens > 0) return;
+    LJ_ASSERT(o->fp8.recipe != LJ_FP8_RECIPE_BLOCKWISE, "the blockwise FP8 recipe is not built yet");
+    const int L = m->spec.L;
+    for (int l = o->fp8.bf16_layers_start; l < L - o->fp8.bf16_layers_end; l++) {
+        for (int k = 0; k < 4; k++) {
+            int in, out;
+            (void)lj_linear_param(m, (lj_linear_kind)k, l, &in, &out);
+            f->slot[l][k] = (int16_t)f->num_linears++;
+            if (in > f->max_in) f->max_in = in;
+            if (out > f->max_out) f->max_out = out;
+        }
+    }
+    f->active = f->num_linears > 0;
+    f->history_len = o->fp8.recipe == LJ_FP8_RECIPE_DELAYED && o->fp8.amax_history_len > 1 ? o->fp8.amax_history_len : 1;
+}
+
+void lj_linear_reset(lj_model *m) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    if (!f->active) return;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    float *ones = lj_malloc((size_t)ns * sizeof(float));
+    for (int64_t i = 0; i < ns; i++) ones[i] = 1.0f;
+    m->ops->memset_zero(f->amax_history, (size_t)nh * sizeof(float));
+    m->ops->upload(f->scale, ones, (size_t)ns * sizeof(float));
+    m->ops->upload(f->scale_inv, ones, (size_t)ns * sizeof(float));
+    free(ones);
+}
+
+void lj_linear_pass_begin(lj_model *m) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    if (!f->active) return;
+    memset(f->w_ready, 0, sizeof f->w_ready);
+    const lj_linear_fp8_options *o = &m->opt.fp8;
+    if (o->recipe != LJ_FP8_RECIPE_DELAYED) return;
+    const float margin = ldexpf(1.0f, -o->margin);
+    const int F = f->num_linears;
+    m->ops->fp8_scale_update(f->amax_history, f->scale, f->scale_inv, 3 * F, f->history_len, 2 * F,
+                             lj_fp8_max(lj_linear_fp8_fwd_format(o)) * margin,
+                             lj_fp8_max(lj_linear_fp8_bwd_format(o)) * margin, o->amax_compute_max);
+}
+
+void lj_linear_fp8_state_get(lj_model *m, float *dst) {
+    const lj_linear_fp8_state *f = &m->linear_fp8;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    m->ops->download(dst, f->amax_history, (size_t)nh * sizeof(float));
+    m->ops->download(dst + nh, f->scale, (size_t)ns * sizeof(float));
+    m->ops->download(dst + nh + ns, f->scale_inv, (size_t)ns * sizeof(float));
+}
+
+void lj_linear_fp8_state_set(lj_model *m, const float *src) {
+    const lj_linear_fp8_state *f = &m->linear_fp8;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    m->ops->upload(f->amax_history, src, (size_t)nh * sizeof(float));
+    m->ops->upload(f->scale, src + nh, (size_t)ns * sizeof(float));
+    m->ops->upload(f->scale_inv, src + nh + ns, (size_t)ns * sizeof(float));
+}
+
+int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
+    const lj_linear_fp8_state *f = &m->linear_fp8;
+    if (!f->active) return 0;
+    const int F = f->num_linears;
+    float *amax = lj_malloc((size_t)3 * F * sizeof(float));
+    m->ops->download(amax, f->amax_history, (size_t)3 * F * sizeof(float));
+    static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
+    int bad = 0;
+    for (int l = 0; l < m->spec.L && !bad; l++) {
+        for (int k = 0; k < 4 && !bad; k++) {
+            const int s = f->slot[l][k];
+            if (s < 0) continue;
+            const int t[3] = {2 * s, 2 * s + 1, 2 * F + s};
+            static const char *roles[3] = {"input x", "weight", "gradient dy"};
+            for (int r = 0; r < 3 && !bad; r++) {
+                if (isfinite(amax[t[r]])) continue;
+                snprintf(what, len, "layers.%d.%s %s (amax %g)", l, kinds[k], roles[r], (double)amax[t[r]]);
+                bad = 1;
+            }
+        }
+    }
+    free(amax);
+    return bad;
+}
+
+/* ---- the FP8 linear ---------------------------------------------------------------- */
+
+/* Casts x[rows, cols] as tensor t of the scale state into q and/or q_t. `fresh`: this cast
+ * defines the tensor's amax this pass (current scaling computes it first; delayed scaling
+ * records it into the history's newest row); else the scale is only read (the backward's
+ * second cast of x). */
+static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                     int fresh) {
+    const lj_ops *ops = m->ops;
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    lj_fp8_scaling sc = {f->scale + t, f->scale_inv + t, fresh ? f->amax_history + t : NULL, 0};
+    if (fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE) {
+        ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
+        sc.current = 1;
+    }
+    ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
+}
+
+static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
+    if (!f->w_ready[s]) {
+        quantize(m, 2 * s + 1, f->w[s], f->w_t[s], w, outf, in, fwd, 1);
+        f->w_ready[s] = 1;
+    }
+    quantize(m, 2 * s, f->xq, NULL, x, N, in, fwd, 1);
+    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, f->scale_inv + 2 * s, f->w[s], fwd,
+                       f->scale_inv + 2 * s + 1, N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+}
+
+static void fp8_backward(lj_model *m, int s, void *dx, void *dw, const void *dout, const void *x, int N, int in,
+                         int outf, lj_grad_mode dw_mode) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    const lj_ops *ops = m->ops;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
+    const int F = f->num_linears, tdy = 2 * F + s;
+    quantize(m, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1);
+    if (dx)
+        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, f->scale_inv + tdy, f->w_t[s], fwd, f->scale_inv + 2 * s + 1,
+                        N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
+    quantize(m, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0);
+    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, f->scale_inv + tdy, f->xq_t, fwd, f->scale_inv + 2 * s, outf,
+                    in, N, dw_mode, f->workspace);
+}
+
+/* The FP8 index of linear k of layer `layer`, or -1 when it runs in the default recipe. */
+static int fp8_slot(const lj_model *m, lj_linear_kind k, int layer) {
+    if (!m->linear_fp8.active || k == LJ_LINEAR_LM_HEAD) return -1;
+    return m->linear_fp8.slot[layer][k];
+}
+
 void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
     int in, outf;
     const int p = lj_linear_param(m, k, layer, &in, &outf);
     switch (m->opt.linear_recipe) {
     case LJ_LINEAR_RECIPE_DEFAULT: m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf); return;
+    case LJ_LINEAR_RECIPE_FP8: {
+        const int s = fp8_slot(m, k, layer);
+        if (s < 0) m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf);
+        else fp8_forward(m, s, lj_model_param(m, p), out, x, N, in, outf);
+        return;
+    }
     }
     LJ_ASSERT(0, "linear recipe %d", (int)m->opt.linear_recipe);
 }
@@ -41,6 +231,14 @@ void lj_linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, cons
         m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf, LJ_GRAD_OVERWRITE,
                                 dw_mode);
         return;
+    case LJ_LINEAR_RECIPE_FP8: {
+        const int s = fp8_slot(m, k, layer);
+        if (s < 0)
+            m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf,
+                                    LJ_GRAD_OVERWRITE, dw_mode);
+        else fp8_backward(m, s, dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
+        return;
+    }
     }
     LJ_ASSERT(0, "linear recipe %d", (int)m->opt.linear_recipe);
 }

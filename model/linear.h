@@ -5,10 +5,29 @@
  *   LJ_LINEAR_RECIPE_DEFAULT  the backend's activation dtype (bf16 on CUDA, fp32 on the CPU) in
  *                             and out, fp32 accumulation, through the op table's matmuls; the
  *                             saved input for the backward is the caller's activation itself.
+ *   LJ_LINEAR_RECIPE_FP8      the four block linears (QKV, O, gate/up, down) of every layer not
+ *                             kept in bf16 by lj_linear_fp8_options in FP8 with per-tensor scales
+ *                             (TransformerEngine's DelayedScaling or Float8CurrentScaling, Megatron-
+ *                             LM's --fp8-recipe delayed|tensorwise); lm_head, the embedding, norms
+ *                             and attention stay in the act dtype. Training plans only (generation
+ *                             and forward-only plans use the default recipe). The CPU backend
+ *                             emulates it exactly (ops/cpu/cpu_fp8.c).
  *
- * A new precision (e.g. FP8 with per-tensor scales and quantized weight caches) is a new recipe
- * here: its scale state and its own saved copies of the inputs live in this module, and the
- * forward and backward loops do not change.
+ * The FP8 recipe, per linear y[N, out] = x[N, in] W[out, in]^T (docs/reference.md, "FP8 recipes"):
+ *   forward  Wq = fp8_fwd(W * s_w) and its transpose Wq_t (once per forward pass, at the layer's
+ *            first use; with one micro-batch per step, once per optimizer step), xq = fp8_fwd(x *
+ *            s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32, written in the act dtype;
+ *   backward dyq, dyq_t = fp8_bwd(dy * s_dy) (E5M2 under hybrid, else E4M3),
+ *            dx = (1/s_dy)(1/s_w) dyq Wq_t^T, xq_t = fp8_fwd(x * s_x)^T (the saved act-dtype x
+ *            cast again with the forward's scale: bit-identical to a kept copy),
+ *            dW (grad dtype, dw_mode) = (1/s_dy)(1/s_x) dyq_t xq_t^T.
+ * Hopper's FP8 GEMM takes both operands K-contiguous ("TN"), hence the transposed copies. Scale
+ * state per FP8 linear f of F and tensor, in backend memory: tensors 2f (x), 2f+1 (W), 2F+f (dy);
+ * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
+ * scaling, where row 0 holds this pass's amaxes), scale [3F], scale_inv [3F]. Delayed scaling
+ * updates them on the device at the start of every forward pass (lj_linear_pass_begin: no host
+ * synchronisation, so a captured step graph replays it); current scaling computes each amax just
+ * before its cast.
  *
  * Shapes (N rows = micro-batch x sequence, C hidden, Q = nh*hd, QKV = Q + 2*nkv*hd, I
  * intermediate, V vocabulary), act dtype, row-major:
@@ -22,6 +41,7 @@
 #ifndef LJ_LINEAR_H
 #define LJ_LINEAR_H
 
+#include "config/config.h"
 #include "ops/ops.h"
 
 typedef struct lj_model lj_model;
@@ -36,10 +56,87 @@ typedef enum {
 
 typedef enum {
     LJ_LINEAR_RECIPE_DEFAULT = 0,
+    LJ_LINEAR_RECIPE_FP8,
 } lj_linear_recipe;
 
-/* Name of a recipe ("default"). */
+/* Name of a recipe ("default", "fp8"). */
 const char *lj_linear_recipe_name(lj_linear_recipe r);
+
+/* How FP8 scales are chosen (Megatron-LM's --fp8-recipe). */
+typedef enum {
+    LJ_FP8_RECIPE_DELAYED = 0, /* per tensor, from the amax history of the previous passes */
+    LJ_FP8_RECIPE_TENSORWISE,  /* per tensor, from this tensor's own amax (current scaling) */
+    LJ_FP8_RECIPE_BLOCKWISE,   /* 1x128 / 128x128 tiles (DeepSeek-V3): not built yet, refused */
+} lj_fp8_recipe;
+
+/* "delayed", "tensorwise", "blockwise". */
+const char *lj_fp8_recipe_name(lj_fp8_recipe r);
+
+/* The FP8 recipe's settings (Megatron-LM's flags in parentheses; its defaults). */
+typedef struct {
+    int hybrid;              /* --fp8-format hybrid (1: E4M3 forward, E5M2 gradients) or e4m3 (0) */
+    lj_fp8_recipe recipe;    /* --fp8-recipe (delayed) */
+    int amax_history_len;    /* --fp8-amax-history-len (1), delayed only */
+    int amax_compute_max;    /* --fp8-amax-compute-algo max (1) or most_recent (0, the default) */
+    int margin;              /* --fp8-margin (0): delayed scales are divided by 2^margin */
+    int bf16_layers_start;   /* --first-last-layers-bf16 with --num-layers-at-start-in-bf16 (1): */
+    int bf16_layers_end;     /* ... and --num-layers-at-end-in-bf16 (1): layers kept in bf16 */
+} lj_linear_fp8_options;
+
+/* Megatron-LM's defaults above (format hybrid, delayed, history 1, most_recent, margin 0, no
+ * bf16 layers). */
+lj_linear_fp8_options lj_linear_fp8_defaults(void);
+
+/* "fp8 hybrid delayed (amax history 1, most_recent, margin 0)" and the like, for start-up lines. */
+void lj_linear_fp8_describe(const lj_linear_fp8_options *o, char *buf, size_t len);
+
+/* The formats of the forward tensors (x, W) and of the gradients (dy). */
+lj_fp8_format lj_linear_fp8_fwd_format(const lj_linear_fp8_options *o);
+lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o);
+
+/* The FP8 recipe's state of a model (bound by the memory plan; host bookkeeping besides). */
+#define LJ_LINEAR_FP8_MAX (LJ_MAX_LAYERS * 4)
+typedef struct {
+    int active;                 /* the recipe runs (FP8 options, a training plan, backend with FP8 ops) */
+    int num_linears;            /* F: the FP8 linears */
+    int16_t slot[LJ_MAX_LAYERS][4]; /* the FP8 index of (layer, kind) for the four block kinds, -1: bf16 */
+    int max_in, max_out;        /* the widest input and output of the FP8 linears (scratch sizes) */
+    int history_len;            /* H rows of amax_history */
+    void *w[LJ_LINEAR_FP8_MAX];   /* [out, ld(in)] fp8 weight copies */
+    void *w_t[LJ_LINEAR_FP8_MAX]; /* [in, ld(out)] their transposes (training) */
+    uint8_t w_ready[LJ_LINEAR_FP8_MAX]; /* host: quantized in this pass */
+    void *xq, *xq_t;            /* scratch: [N, ld(max_in)], [max_in, ld(N)] fp8 */
+    void *dyq, *dyq_t;          /* scratch: [N, ld(max_out)], [max_out, ld(N)] fp8 */
+    float *amax_history;        /* [H, 3F] f32 */
+    float *scale, *scale_inv;   /* [3F] f32 */
+    void *workspace;            /* fp8_matmul's */
+} lj_linear_fp8_state;
+
+/* Number of f32 values of the recipe state (history, scale, scale_inv). */
+static inline int64_t lj_linear_fp8_state_numel(const lj_linear_fp8_state *s, int64_t *history, int64_t *scales) {
+    *history = (int64_t)s->history_len * 3 * s->num_linears;
+    *scales = 3 * (int64_t)s->num_linears;
+    return *history + 2 * *scales;
+}
+
+/* Called by lj_model_init: decides which linears are FP8 (m->linear) from m->opt. */
+void lj_linear_init(lj_model *m);
+
+/* Called once the plan has bound the buffers: scales to 1, histories to 0 (a fresh run). */
+void lj_linear_reset(lj_model *m);
+
+/* Called at the start of each forward pass: the delayed-scaling update (on the device) and the
+ * weight copies marked stale. No-op for the default recipe. */
+void lj_linear_pass_begin(lj_model *m);
+
+/* The recipe state as host f32 [history | scale | scale_inv] (lj_linear_fp8_state_numel values),
+ * for checkpoints; and back. */
+void lj_linear_fp8_state_get(lj_model *m, float *dst);
+void lj_linear_fp8_state_set(lj_model *m, const float *src);
+
+/* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
+ * ("layers.3.down dy"): returns 1 then, 0 when all are finite. */
+int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len);
 
 /* The parameter index (config/config.h layout order) of linear `k` of layer `layer` (ignored for
  * LJ_LINEAR_LM_HEAD), and its input and output features. */

@@ -51,6 +51,7 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     /* replicated: this rank's shard is everything (lj_parallelize may shard it) */
     m->shard_numel = m->padded_numel = m->grad_numel = m->layout.total;
     m->shard_begin = 0;
+    lj_linear_init(m);
 }
 
 void lj_model_free(lj_model *m) {
@@ -228,6 +229,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
+    lj_linear_pass_begin(m);
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     fetch(m, 0, +1);

@@ -49,6 +49,7 @@ typedef struct {
     int graphs;             /* 1: on a backend with graphs, replay forward + backward from a captured graph
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
     lj_linear_recipe linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
+    lj_linear_fp8_options fp8;      /* LJ_LINEAR_RECIPE_FP8's settings */
     /* Data parallelism, applied by lj_parallelize (parallel/parallel.h); plain data here: */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
                                2 (training, W > 1) the gradients too (reduced to their owners layer by
@@ -164,6 +165,8 @@ struct lj_model {
     float *offload_grad; /* [shard_numel] f32: this rank's gradient shard, downloaded each step */
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
+
+    lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
 
     lj_model_graph fwd_bwd_graph; /* forward + backward (lj_model_forward_backward, opt.graphs) */
     lj_model_graph step_graph;    /* the whole training step as one graph (lj_model_train_step) */

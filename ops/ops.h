@@ -26,6 +26,7 @@
 #define LJ_OPS_H
 
 #include "base/base.h"
+#include "base/fp8.h"
 
 /* One contiguous range of the flat parameter buffer updated by AdamW with its own weight
  * decay (norms and embeddings get none unless asked). */
@@ -75,6 +76,19 @@ typedef enum {
     LJ_GRAD_OVERWRITE = 0,
     LJ_GRAD_ACCUMULATE = 1,
 } lj_grad_mode;
+
+/* Where a per-tensor FP8 cast finds and leaves its scale (f32 scalars in backend memory; see
+ * fp8_quantize). Source of the recipes: TransformerEngine's DelayedScaling and
+ * Float8CurrentScaling (docs/reference.md, "FP8 recipes"). */
+typedef struct {
+    float *scale;     /* [1]: q = fp8(x * scale); written by a current-scaling cast */
+    float *scale_inv; /* [1]: 1 / scale, the GEMM's dequantization factor; written likewise */
+    float *amax;      /* [1]: current scaling reads the tensor's amax here (fp8_amax wrote it);
+                         delayed scaling, when not NULL, raises it to max(amax, max|x|) (the amax
+                         history's newest entry); NULL with current = 0: the scale is only read */
+    int current;      /* 1: current (tensorwise) scaling: scale = lj_fp8_current_scale(*amax, max);
+                         0: delayed: *scale as it is */
+} lj_fp8_scaling;
 
 typedef struct lj_ops lj_ops;
 struct lj_ops {
@@ -134,6 +148,40 @@ struct lj_ops {
      * dw[OC,IC] grad = dout^T x (dw_mode: += or =; skipped when dw is NULL). */
     void (*matmul_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                             int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode);
+
+    /* ---- FP8 (the FP8 linear recipe, model/linear.h) ----
+     * An FP8 matrix [rows, cols] is row-major with row stride lj_fp8_ld(cols) bytes (cols
+     * rounded up to 16), one byte per element (base/fp8.h codes), the padding columns zero. */
+    /* amax[0] (f32) = max |x[i]| over x[n] (act dtype); NaN when any x[i] is NaN. Overwrites. */
+    void (*fp8_amax)(float *amax, const void *x, int64_t n);
+    /* q[rows, ld(cols)] = fp8(x * s) of x[rows, cols] (act dtype), rounded to nearest even and
+     * saturated (lj_fp8_from_f32; the CUDA backend's cvt.rn.satfinite), and q_t[cols, ld(rows)]
+     * the same codes transposed (the "TN" operand of a backward GEMM); either may be NULL. The
+     * scale s comes from `sc` (lj_fp8_scaling): a current-scaling cast computes it from *amax and
+     * writes scale and scale_inv; a delayed one reads *scale and raises *amax (if not NULL) to
+     * max|x|. One pass over x (amax, scale and cast together), the form a producer kernel
+     * fuses. */
+    void (*fp8_quantize)(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                         const lj_fp8_scaling *sc);
+    /* Delayed scaling's update over `num` tensors, once per pass (TransformerEngine's
+     * amax_and_scale_update): amax_history [history_len, num] f32 (row 0 the newest) is rolled
+     * by one row (row i takes row i+1, the last row takes the old row 0, row 0 becomes 0, ready
+     * to record), the amax is the old history's max (algo_max = 1) or its row 0 (most recent),
+     * and scale[t] = lj_fp8_delayed_scale(amax, scaled_max, scale[t]), scale_inv[t] = 1/scale[t],
+     * with scaled_max = scaled_max_first for t < num_first, scaled_max_rest after (fp8_max /
+     * 2^margin of each format). */
+    void (*fp8_scale_update)(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
+                             int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
+    /* out[M, N] (out_dtype: act dtype, or the grad dtype for a weight gradient; = or += as mode
+     * says) = (a_scale_inv * b_scale_inv) * a[M, K] b[N, K]^T, FP8 a (format fa) and b (fb) with
+     * row stride lj_fp8_ld(K), fp32 accumulation; a_scale_inv, b_scale_inv: [1] f32 in backend
+     * memory. Not both formats E5M2 (cuBLASLt has no such kernel). CUDA: cuBLASLt's FP8 GEMM
+     * ("TN", A/B_SCALE_POINTER), N a multiple of 8 (16-byte output rows). CPU: the codes decoded
+     * exactly to fp32 into `workspace` (fp8_matmul_workspace_bytes) and one sgemm. */
+    void (*fp8_matmul)(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
+                       const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
+                       lj_grad_mode mode, void *workspace);
+    size_t (*fp8_matmul_workspace_bytes)(int M, int N, int K);
 
     /* ---- RoPE in the QKV layout (Su et al. 2021; HF apply_rotary_pos_emb, half-split) ----
      * qkv[B*T, QKV] act, rotated in place for the q and k heads; row (b, t) uses position
@@ -228,6 +276,12 @@ lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
  * on an H200 (cuda_attention.cu), since cuDNN cannot be asked without a device. NULL when this
  * build has no CUDA. */
 const lj_ops *lj_ops_cuda_describe(void);
+
+/* Whether this GPU and toolkit can run the FP8 linear recipe (model/linear.h): a GPU with FP8
+ * tensor cores (compute capability 8.9 or 9.x; this build's kernels are sm_90a) and cuBLASLt's
+ * FP8 GEMM. Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA).
+ * Call after lj_ops_cuda(). */
+lj_status lj_ops_cuda_fp8_check(void);
 
 /* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation
  * test and for the benchmark's "planned" figure). */

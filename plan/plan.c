@@ -176,6 +176,40 @@ static void walk(walker *w, lj_model *m) {
     m->d_gate_up = training ? take(w, LJ_ARENA_SCRATCH, "d_gate_up", N * 2 * I * sa) : NULL;
     m->d_mlp = training ? take(w, LJ_ARENA_SCRATCH, "d_mlp", N * I * sa) : NULL;
 
+    /* the FP8 recipe (model/linear.h): weight copies and their transposes, the recipe state, the
+     * casts' scratch (shared by every linear), the FP8 GEMM's workspace */
+    lj_linear_fp8_state *f8 = &m->linear_fp8;
+    if (f8->active) {
+        static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
+        size_t ws = 0;
+        for (int l = 0; l < L; l++) {
+            for (int k = 0; k < 4; k++) {
+                const int s = f8->slot[l][k];
+                if (s < 0) continue;
+                int in, out;
+                (void)lj_linear_param(m, (lj_linear_kind)k, l, &in, &out);
+                snprintf(name, sizeof name, "fp8.layers.%d.%s.w", l, kinds[k]);
+                f8->w[s] = take(w, LJ_ARENA_PARAMS, name, (size_t)out * lj_fp8_ld(in));
+                snprintf(name, sizeof name, "fp8.layers.%d.%s.w_t", l, kinds[k]);
+                f8->w_t[s] = take(w, LJ_ARENA_PARAMS, name, (size_t)in * lj_fp8_ld(out));
+                const size_t g[3] = {ops->fp8_matmul_workspace_bytes((int)N, out, in),
+                                     ops->fp8_matmul_workspace_bytes((int)N, in, out),
+                                     ops->fp8_matmul_workspace_bytes(out, in, (int)N)};
+                for (int i = 0; i < 3; i++) ws = g[i] > ws ? g[i] : ws;
+            }
+        }
+        int64_t nh, ns;
+        (void)lj_linear_fp8_state_numel(f8, &nh, &ns);
+        f8->amax_history = take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
+        f8->scale = take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
+        f8->scale_inv = take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * 4);
+        f8->xq = take(w, LJ_ARENA_SCRATCH, "fp8.x", N * lj_fp8_ld(f8->max_in));
+        f8->xq_t = take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f8->max_in * lj_fp8_ld((int)N));
+        f8->dyq = take(w, LJ_ARENA_SCRATCH, "fp8.dy", N * lj_fp8_ld(f8->max_out));
+        f8->dyq_t = take(w, LJ_ARENA_SCRATCH, "fp8.dy_t", (size_t)f8->max_out * lj_fp8_ld((int)N));
+        f8->workspace = take(w, LJ_ARENA_WORKSPACE, "fp8.matmul", ws);
+    }
+
     /* op workspaces */
     m->ws_attention = generation ? NULL
                                  : take(w, LJ_ARENA_WORKSPACE, "attention",
@@ -234,6 +268,7 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
     walker w = {plan, 1, 0};
     walk(&w, m);
     LJ_ASSERT(w.next == plan->count);
+    lj_linear_reset(m); /* FP8 scales start at 1 */
     return LJ_OK;
 }
 

@@ -21,7 +21,7 @@ const char *lj_mem_category_name(lj_mem_category c) {
     static const char *names[LJ_MEM_COUNT] = {
         "parameters",        "master weights",   "gradients",        "optimizer moments",
         "saved activations", "recompute buffers", "backward scratch", "logits/loss",
-        "op workspaces",     "library workspaces", "CUDA context",    "NCCL buffers",
+        "FP8 copies and scales", "op workspaces",     "library workspaces", "CUDA context",    "NCCL buffers",
         "other"};
     return (unsigned)c < LJ_MEM_COUNT ? names[c] : "?";
 }
@@ -29,6 +29,7 @@ const char *lj_mem_category_name(lj_mem_category c) {
 static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 
 lj_mem_category lj_mem_category_of(const lj_plan_buffer *b) {
+    if (starts(b->name, "fp8.")) return LJ_MEM_FP8;
     switch (b->arena) {
     case LJ_ARENA_PARAMS: return LJ_MEM_PARAMETERS;
     case LJ_ARENA_MASTER: return LJ_MEM_MASTER;
@@ -203,6 +204,8 @@ lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_le
     opt.zero_stage = t->zero_stage;
     opt.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
     opt.offload_optimizer = t->offload_optimizer;
+    opt.linear_recipe = t->linear_recipe;
+    opt.fp8 = t->fp8;
     return opt;
 }
 

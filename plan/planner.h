@@ -27,6 +27,8 @@ typedef enum {
     LJ_MEM_RECOMPUTE,      /* shared buffers that recomputed layers write before their backward */
     LJ_MEM_SCRATCH,        /* backward scratch: activation gradients, o_proj/down_proj output, unfused temporaries */
     LJ_MEM_LOGITS_LOSS,    /* per-token losses, full logits (unfused path) */
+    LJ_MEM_FP8,            /* the FP8 recipe: weight copies and transposes, amax histories and scales,
+                              the casts' scratch and the FP8 GEMM's workspace ("fp8." buffers) */
     LJ_MEM_OP_WORKSPACE,   /* op workspaces of the plan: attention, RMSNorm backward, lm_head+CE chunk, grad norm */
     LJ_MEM_LIB_WORKSPACE,  /* library workspaces allocated once by the backend (cuBLASLt) */
     LJ_MEM_CONTEXT,        /* CUDA context overhead (0 on the CPU) */
@@ -172,6 +174,8 @@ typedef struct {
     int dp_world_size;              /* data-parallel ranks (>= 1): plans are per rank */
     int offload_optimizer;          /* 1: master weights and AdamW moments in host memory, outside the
                                        device plan (lj_model_options.offload_optimizer; ZeRO stage >= 1) */
+    lj_linear_recipe linear_recipe; /* the linears' precision recipe (lj_model_options) */
+    lj_linear_fp8_options fp8;      /* its FP8 settings */
 } lj_planner_target;
 
 /* Fills a target for `ops`: device memory from ops->memory_info when the table has it (a real

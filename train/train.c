@@ -218,6 +218,8 @@ static lj_status setup(run *r) {
 
     lj_model_options opt;
     lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
+    opt.linear_recipe = c->linear_recipe;
+    opt.fp8 = c->fp8;
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_parallelize(&r->model, r->dp.dist);
     lj_plan_build(&r->plan, &r->model);
@@ -226,6 +228,13 @@ static lj_status setup(run *r) {
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
                 c->global_batch_size, r->accumulation);
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
+    if (r->model.linear_fp8.active) {
+        char what[200];
+        lj_linear_fp8_describe(&c->fp8, what, sizeof what);
+        lj_log_info("precision: %s; %d FP8 linears (lm_head, embedding, norms and attention in %s)%s", what,
+                    r->model.linear_fp8.num_linears, lj_dtype_name(c->ops->act_dtype),
+                    r->world > 1 ? "; amaxes are per rank (not reduced across ranks)" : "");
+    }
     if (r->model.opt.offload_optimizer) {
         size_t state, staging;
         lj_offload_bytes(&r->model, &state, &staging);
@@ -345,6 +354,13 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         train_step(&r, &loss, &grad_norm, &lr);
         const double dt = lj_time_sec() - t0;
         const double tps = (double)tokens_per_iter / dt;
+        char overflow[160];
+        if (r.model.linear_fp8.active && lj_linear_fp8_overflow(&r.model, overflow, sizeof overflow)) {
+            s = lj_fail(LJ_ERR_ARG, "FP8 scales overflow at iteration %d: the amax of %s is not finite (the tensor "
+                                    "holds inf or NaN; lower --lr, set --clip-grad, or keep that layer in bf16)",
+                        r.iteration, overflow);
+            break;
+        }
         if (!isfinite(loss)) {
             s = lj_fail(LJ_ERR_ARG, "loss is %f at iteration %d: training diverged (lower --lr or set --clip-grad)", loss,
                         r.iteration);

@@ -22,6 +22,8 @@ typedef struct {
     int eval_iters;            /* --eval-iters: micro-batches per eval pass */
     uint64_t seed;             /* --seed */
     int fused;                 /* --no-fusion clears it */
+    lj_linear_recipe linear_recipe;  /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
+    lj_linear_fp8_options fp8;       /* its settings (--fp8-recipe, ...) */
     uint8_t recompute[LJ_MAX_LAYERS];
 
     lj_lr_schedule lr;

@@ -130,6 +130,17 @@ void lj_cpu_matmul_forward(void *out, const void *x, const void *w, int N, int I
 void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC, int OC,
                             lj_grad_mode dx_mode, lj_grad_mode dw_mode);
 
+/* cpu_fp8.c: the FP8 emulation (ops.h "FP8"), bit-exact in its codes, amaxes and scales. */
+void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n);
+void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                         const lj_fp8_scaling *sc);
+void lj_cpu_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
+                             int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
+void lj_cpu_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
+                       const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
+                       lj_grad_mode mode, void *workspace);
+size_t lj_cpu_fp8_matmul_workspace_bytes(int M, int N, int K);
+
 /* cpu_attention.c */
 void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                               void *workspace);

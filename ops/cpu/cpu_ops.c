@@ -113,6 +113,12 @@ static const lj_ops g_cpu_ops = {
     .matmul_forward = lj_cpu_matmul_forward,
     .matmul_backward = lj_cpu_matmul_backward,
 
+    .fp8_amax = lj_cpu_fp8_amax,
+    .fp8_quantize = lj_cpu_fp8_quantize,
+    .fp8_scale_update = lj_cpu_fp8_scale_update,
+    .fp8_matmul = lj_cpu_fp8_matmul,
+    .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,
+
     .rope_forward = lj_cpu_rope_forward,
     .rope_backward = lj_cpu_rope_backward,
 

@@ -155,3 +155,138 @@ void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x
         lj_cuda_gemm("matmul_backward dw", 0, 1, IC, OC, N, x, IC, dout, OC, dw, lj_cuda_ctype(grad_dtype), IC, 1.0f,
                      dw_mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f);
 }
+
+/* ---- FP8 GEMM ------------------------------------------------------------------------ */
+
+/* A cached FP8 GEMM: descriptor, layouts and the heuristic's algorithm per shape and types. */
+typedef struct {
+    int m, n, k, ld;
+    cudaDataType_t ta, tb, ctype;
+    int align_c;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int found;
+} lj_fp8_plan;
+
+#define LJ_FP8_CACHE_SIZE 128
+static struct {
+    lj_fp8_plan cache[LJ_FP8_CACHE_SIZE];
+    int cached;
+} g_fp8;
+
+static cudaDataType_t fp8_type(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+/* The plan of C[m, n] (column-major, ld m, type ctype) = A^T B with A [k, m] and B [k, n]
+ * column-major FP8, ld `ld` (k padded to 16): cuBLASLt's "TN" FP8 form. `found` = 0 when
+ * cuBLASLt has no algorithm for it (the caller decides whether that is fatal). */
+static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cudaDataType_t ta, cudaDataType_t tb,
+                             cudaDataType_t ctype, int align_c) {
+    for (int i = 0; i < g_fp8.cached; i++) {
+        lj_fp8_plan *p = &g_fp8.cache[i];
+        if (p->m == m && p->n == n && p->k == k && p->ld == ld && p->ta == ta && p->tb == tb && p->ctype == ctype &&
+            p->align_c == align_c)
+            return p;
+    }
+    lj_fp8_plan *p = g_fp8.cached < LJ_FP8_CACHE_SIZE ? &g_fp8.cache[g_fp8.cached] : &g_fp8.cache[0];
+    if (g_fp8.cached == LJ_FP8_CACHE_SIZE) {
+        cublasLtMatmulDescDestroy(p->desc);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->lc);
+    }
+    memset(p, 0, sizeof *p);
+    p->m = m, p->n = n, p->k = k, p->ld = ld, p->ta = ta, p->tb = tb, p->ctype = ctype, p->align_c = align_c;
+    const cublasOperation_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N;
+    const int8_t fast_accum = 0; /* fp32 accumulation throughout (no periodic-promotion shortcut) */
+    LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opt, sizeof opt), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opn, sizeof opn), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum),
+             what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, ta, k, m, ld), what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, tb, k, n, ld), what);
+    LT_CHECK(cublasLtMatrixLayoutCreate(&p->lc, ctype, m, n, m), what);
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), what);
+    size_t ws = lj_cuda_fixed_workspace_bytes();
+    const uint32_t a16 = 16, ac = (uint32_t)align_c;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a16, sizeof a16),
+             what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a16, sizeof a16),
+             what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac), what);
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac), what);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int found = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(g_mm.handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) p->algo = res.algo;
+    if (g_fp8.cached < LJ_FP8_CACHE_SIZE) g_fp8.cached++;
+    return p;
+}
+
+/* out[M, N] row-major = column-major out^T [N, M] = b[N, K] a[M, K]^T: cuBLASLt's A is b
+ * (transposed, [K, N] column-major), its B is a ([K, M] column-major), m = N, n = M. */
+extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa,
+                                   const float *a_scale_inv, const void *b, lj_fp8_format fb, const float *b_scale_inv,
+                                   int M, int N, int K, lj_grad_mode mode, void *workspace) {
+    (void)workspace;
+    const char *what = "fp8_matmul";
+    if (M <= 0 || N <= 0) return;
+    LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul: E5M2 x E5M2 has no cuBLASLt kernel");
+    LJ_ASSERT(out_dtype == LJ_DTYPE_BF16 || out_dtype == LJ_DTYPE_F32, "fp8_matmul: output %s",
+              lj_dtype_name(out_dtype));
+    const cudaDataType_t ctype = lj_cuda_ctype(out_dtype);
+    const int ld = lj_fp8_ld(K);
+    lj_fp8_plan *p = fp8_plan(what, N, M, ld, ld, fp8_type(fb), fp8_type(fa), ctype, ptr_alignment(out));
+    if (!p->found) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "M=%d N=%d K=%d (%s x %s -> %s): cuBLASLt found no FP8 algorithm", M, N, K,
+                 lj_fp8_format_name(fa), lj_fp8_format_name(fb), lj_dtype_name(out_dtype));
+        lj_cuda_die(what, msg, __FILE__, __LINE__);
+    }
+    /* cuBLASLt's A scale is b's, its B scale a's: D = scale_A scale_B (A^T B) */
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv,
+                                            sizeof b_scale_inv), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv,
+                                            sizeof a_scale_inv), what);
+    const float alpha = 1.0f, beta = mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f;
+    LT_CHECK(cublasLtMatmul(g_mm.handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
+                            g_mm.workspace, lj_cuda_fixed_workspace_bytes(), lj_cuda_stream()),
+             what);
+}
+
+extern "C" size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K) {
+    (void)M, (void)N, (void)K;
+    return 0; /* the backend's cuBLASLt workspace */
+}
+
+extern "C" lj_status lj_ops_cuda_fp8_check(void) {
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-format: no CUDA device to run FP8 on");
+    if (prop.major * 10 + prop.minor < 89)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-format: %s (compute capability %d.%d) has no FP8 tensor cores "
+                                           "(they need 8.9 or 9.0: Ada, Hopper)", prop.name, prop.major, prop.minor);
+    if (!g_mm.handle) return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-format: the CUDA backend is not started");
+    /* the GEMMs the recipe runs, at a small shape: forward E4M3 x E4M3 -> bf16, and the backward's
+     * E5M2 x E4M3 -> bf16 and -> fp32 */
+    const cudaDataType_t outs[2] = {CUDA_R_16BF, CUDA_R_32F};
+    const cudaDataType_t ins[2] = {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
+    for (int i = 0; i < 2; i++) {
+        for (int o = 0; o < 2; o++) {
+            lj_fp8_plan *p = fp8_plan("fp8 check", 64, 64, 64, 64, CUDA_R_8F_E4M3, ins[i], outs[o], 256);
+            if (!p->found)
+                return lj_fail(LJ_ERR_UNSUPPORTED,
+                               "--fp8-format: this cuBLASLt (version %zu) has no FP8 GEMM for e4m3 x %s -> %s on %s",
+                               cublasLtGetVersion(), i ? "e5m2" : "e4m3", o ? "fp32" : "bf16", prop.name);
+        }
+    }
+    return LJ_OK;
+}

@@ -247,6 +247,12 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .matmul_forward = lj_cuda_matmul_forward,                                    \
         .matmul_backward = matmul_backward_##sfx,                                    \
                                                                                      \
+        .fp8_amax = lj_cuda_fp8_amax,                                                \
+        .fp8_quantize = lj_cuda_fp8_quantize,                                        \
+        .fp8_scale_update = lj_cuda_fp8_scale_update,                                \
+        .fp8_matmul = lj_cuda_fp8_matmul,                                            \
+        .fp8_matmul_workspace_bytes = lj_cuda_fp8_matmul_workspace_bytes,            \
+                                                                                     \
         .rope_forward = lj_cuda_rope_forward,                                        \
         .rope_backward = lj_cuda_rope_backward,                                      \
                                                                                      \

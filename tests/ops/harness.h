@@ -30,6 +30,9 @@ extern "C" {
  * forward+backward counted as 3.5 * 2*B*H*S^2*D, cuDNN SDPA 385 TFLOP/s at head_dim 64 and
  * 450-460 at 128; HBM3e 4.8 TB/s peak (a device-to-device copy reaches about 4.3). */
 #define LJ_HARNESS_GEMM_CEILING_TFLOPS 790.0
+/* FP8 GEMM (per-tensor scaled, bf16 output) at Llama-3-8B shapes: 1,198-1,401 TFLOP/s measured
+ * with torch._scaled_mm (docs/reference.md, "Ceilings of one H200"). */
+#define LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS 1401.0
 #define LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS 385.0
 #define LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS 455.0
 #define LJ_HARNESS_HBM_CEILING_GBS 4800.0

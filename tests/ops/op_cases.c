@@ -75,8 +75,32 @@ const lj_op_case lj_op_cases[] = {
     {"lane_reductions", "cpu", CHECK, F32, D(1000 + 7), 0, NONE, NONE, 1, lj_case_cpu_lane_reductions},
     {"sgemm_probe", "cpu", CHECK, F32, D(128), 0, NONE, NONE, 1, lj_case_cpu_sgemm_probe},
     {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
+    /* FP8 emulation: d = {random values} / {rows, cols} / {tensors, history} (param margin) /
+     * {M, N, K, a in e5m2}; fp8_matmul: tol against the decoded product, tol_grad against the
+     * unquantized one: E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of
+     * random values is within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
+    {"fp8_format", "cpu", CHECK, F32, D(20000), 0, NONE, NONE, 1, lj_case_cpu_fp8_format},
+    {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
+    {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5), 0, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1), 2, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
+    {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_cpu_fp8_matmul},
+    {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_cpu_fp8_matmul},
 
     /* ---- CUDA backend against the CPU backend ---- */
+    /* FP8: the casts and the history update bit for bit against the CPU emulation; the GEMM
+     * against the emulation (bf16 output rounding) and the bf16 GEMM (the formats' rounding, as
+     * the CPU rows state); N a multiple of 8 (16-byte output rows), K and M not of 16 */
+    CUDA_ONE("fp8_cast", D(0), 0, 1, lj_case_cuda_fp8_cast),
+    CUDA_ONE("fp8_scale_update", D(301, 16), 1, 1, lj_case_cuda_fp8_scale_update),
+    CUDA_ONE("fp8_scale_update", D(97, 1), 0, 1, lj_case_cuda_fp8_scale_update),
+#define CUDA_FP8_MM(d, vs_bf16, quick)                                                                      \
+    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)},   \
+    {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)}
+    CUDA_FP8_MM(D(37, 24, 53, 0), L2(0.06), 1),
+    CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
+    CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
+    CUDA_FP8_MM(D(333, 512, 2000, 1), L2(0.09), 0),
     CUDA_ONE("cast", D(1), 0, 1, lj_case_cuda_cast),
     CUDA_ONE("cast", D(1000), 0, 1, lj_case_cuda_cast),
     CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cuda_cast),
@@ -151,6 +175,12 @@ const lj_op_case lj_op_cases[] = {
 
     /* ---- CUDA perf at the benchmark shapes: llama3.2-1b (micro-batch 4) and llama3.2-3b
      * (micro-batch 2), sequence 4096 ---- */
+    CUDA_PERF("fp8_matmul", D(16384, 2048, 3072), lj_case_cuda_perf_fp8_matmul),   /* 1b qkv */
+    CUDA_PERF("fp8_matmul", D(16384, 2048, 16384), lj_case_cuda_perf_fp8_matmul),  /* 1b gate_up */
+    CUDA_PERF("fp8_matmul", D(16384, 8192, 2048), lj_case_cuda_perf_fp8_matmul),   /* 1b down */
+    CUDA_PERF("fp8_matmul", D(8192, 4096, 6144), lj_case_cuda_perf_fp8_matmul),    /* 8b qkv */
+    CUDA_PERF("fp8_matmul", D(8192, 4096, 28672), lj_case_cuda_perf_fp8_matmul),   /* 8b gate_up */
+    CUDA_PERF("fp8_matmul", D(8192, 14336, 4096), lj_case_cuda_perf_fp8_matmul),   /* 8b down */
     CUDA_PERF("matmul", D(16384, 2048, 3072), lj_case_cuda_perf_matmul),    /* 1b qkv */
     CUDA_PERF("matmul", D(16384, 2048, 2048), lj_case_cuda_perf_matmul),    /* 1b o_proj */
     CUDA_PERF("matmul", D(16384, 2048, 16384), lj_case_cuda_perf_matmul),   /* 1b gate_up */

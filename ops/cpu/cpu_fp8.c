@@ -1,0 +1,88 @@
+/* cpu_fp8.c: the CPU backend's FP8 emulation (ops.h "FP8"): amax, the saturating
+ * round-to-nearest-even cast with its transpose (lj_fp8_from_f32, base/fp8.h), delayed
+ * scaling's history update, and the FP8 GEMM as exact decoding to fp32 followed by one sgemm.
+ * Codes, amaxes and scales equal the CUDA backend's bit for bit on the same inputs; a GEMM
+ * differs from cuBLASLt's only in the order of its fp32 sums (and the GPU's bf16 output). */
+#include "ops/cpu/cpu.h"
+
+#include <string.h>
+
+void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n) {
+    const float *v = x;
+    uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t b = lj_fp8_abs_bits(v[i]);
+        if (b > m) m = b;
+    }
+    union { uint32_t u; float f; } r = {m};
+    amax[0] = r.f;
+}
+
+void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                         const lj_fp8_scaling *sc) {
+    const float *v = x;
+    uint8_t *out = q, *out_t = q_t;
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    float s;
+    if (sc->current) {
+        s = lj_fp8_current_scale(sc->amax[0], lj_fp8_max(fmt));
+        sc->scale[0] = s;
+        sc->scale_inv[0] = 1.0f / s;
+    } else {
+        s = sc->scale[0];
+    }
+    uint32_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = v + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) {
+            const uint32_t b = lj_fp8_abs_bits(xr[c]);
+            if (b > m) m = b;
+            const uint8_t code = lj_fp8_from_f32(xr[c] * s, fmt);
+            if (out) out[(size_t)r * ld + c] = code;
+            if (out_t) out_t[(size_t)c * ld_t + r] = code;
+        }
+        if (out) memset(out + (size_t)r * ld + cols, 0, (size_t)(ld - cols));
+    }
+    if (out_t)
+        for (int c = 0; c < cols; c++) memset(out_t + (size_t)c * ld_t + rows, 0, (size_t)(ld_t - rows));
+    if (!sc->current && sc->amax) {
+        union { uint32_t u; float f; } r = {m};
+        if (lj_fp8_abs_bits(sc->amax[0]) < m) sc->amax[0] = r.f;
+    }
+}
+
+void lj_cpu_fp8_scale_update(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
+                             float scaled_max_first, float scaled_max_rest, int algo_max) {
+    for (int t = 0; t < num; t++) {
+        const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
+        const float s = lj_fp8_delayed_scale(amax, t < num_first ? scaled_max_first : scaled_max_rest, scale[t]);
+        scale[t] = s;
+        scale_inv[t] = 1.0f / s;
+    }
+}
+
+size_t lj_cpu_fp8_matmul_workspace_bytes(int M, int N, int K) { return ((size_t)M + N) * lj_fp8_ld(K) * sizeof(float); }
+
+/* dst[n] = the fp32 values of the codes src[n]. */
+static void decode(float *dst, const uint8_t *src, size_t n, lj_fp8_format fmt) {
+    float lut[256];
+    for (int i = 0; i < 256; i++) lut[i] = lj_fp8_to_f32((uint8_t)i, fmt);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = lut[src[i]];
+}
+
+void lj_cpu_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
+                       const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
+                       lj_grad_mode mode, void *workspace) {
+    LJ_ASSERT(out_dtype == LJ_DTYPE_F32, "cpu fp8_matmul: the output is f32 on the CPU, not %s",
+              lj_dtype_name(out_dtype));
+    LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul: E5M2 x E5M2 has no kernel");
+    const int ld = lj_fp8_ld(K);
+    float *A = workspace, *B = A + (size_t)M * ld;
+    decode(A, a, (size_t)M * ld, fa);
+    decode(B, b, (size_t)N * ld, fb);
+    lj_cpu_sgemm(0, 1, M, N, ld, a_scale_inv[0] * b_scale_inv[0], A, ld, B, ld,
+                 mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f, out, N);
+}

@@ -1,0 +1,123 @@
+/* cuda_fp8.cu: the CUDA backend's FP8 casts (ops.h "FP8"): amax, the scaled saturating cast with
+ * its transpose, and delayed scaling's history update. The cast is the hardware's
+ * cvt.rn.satfinite (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE); the scale formulas
+ * are base/fp8.h's, shared with the CPU emulation, so codes, amaxes and scales equal the CPU
+ * backend's bit for bit. The FP8 GEMM is cuda_matmul.cu's (cuBLASLt). Every kernel is
+ * capturable: the scales live in device memory and nothing synchronises with the host. */
+#include "ops/cuda/cuda_common.h"
+
+#include <cuda_fp8.h>
+
+/* The cast of one fp32 to an FP8 code. */
+static __device__ __forceinline__ uint8_t to_fp8(float v, lj_fp8_format fmt) {
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt == LJ_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+/* The largest lj_fp8_abs_bits over the block (every thread passes its own). Result in thread 0. */
+static __device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
+    __shared__ uint32_t warp_max[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    const int tid = threadIdx.x + threadIdx.y * blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int warps = (blockDim.x * blockDim.y + 31) >> 5;
+    if (lane == 0) warp_max[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? warp_max[lane] : 0u;
+        for (int o = 16; o > 0; o >>= 1) {
+            const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = w > v ? w : v;
+        }
+    }
+    return v;
+}
+
+__global__ void fp8_amax_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n) {
+    uint32_t m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t b = lj_fp8_abs_bits(__bfloat162float(x[i]));
+        m = b > m ? b : m;
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+extern "C" void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n) {
+    LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_amax");
+    if (n <= 0) return;
+    fp8_amax_kernel<<<lj_cuda_blocks(n, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax, (const lj_bf16 *)x, n);
+    LJ_CUDA_LAUNCHED("fp8_amax_kernel");
+}
+
+/* One block per 32 x 32 tile of the padded matrix [ld(rows), ld(cols)] (threads 32 x 8, 4 rows
+ * each): reads x (zero outside [rows, cols]), writes q's rows < rows (padding columns zero) and
+ * q_t's rows < cols (padding columns zero), and under delayed scaling the tile's amax. */
+#define FP8_TILE 32
+__global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, int rows, int cols,
+                                    lj_fp8_format fmt, float *scale, float *scale_inv, float *amax, int current) {
+    __shared__ uint8_t tile[FP8_TILE][FP8_TILE + 4];
+    const float fmax = lj_fp8_max(fmt);
+    const float s = current ? lj_fp8_current_scale(*amax, fmax) : *scale;
+    if (current && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+        *scale = s;
+        *scale_inv = 1.0f / s;
+    }
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    const int c0 = blockIdx.x * FP8_TILE, r0 = blockIdx.y * FP8_TILE;
+    uint32_t m = 0;
+    for (int k = threadIdx.y; k < FP8_TILE; k += blockDim.y) {
+        const int r = r0 + k, c = c0 + threadIdx.x;
+        float v = 0.0f;
+        if (r < rows && c < cols) v = __bfloat162float(x[(int64_t)r * cols + c]);
+        const uint32_t b = lj_fp8_abs_bits(v);
+        m = b > m ? b : m;
+        const uint8_t code = to_fp8(__fmul_rn(v, s), fmt);
+        tile[k][threadIdx.x] = code;
+        if (q && r < rows && c < ld) q[(int64_t)r * ld + c] = code;
+    }
+    if (q_t) {
+        __syncthreads();
+        for (int k = threadIdx.y; k < FP8_TILE; k += blockDim.y) {
+            const int c = c0 + k, r = r0 + threadIdx.x; /* q_t[c, r] = tile[r - r0][c - c0] */
+            if (c < cols && r < ld_t) q_t[(int64_t)c * ld_t + r] = tile[threadIdx.x][k];
+        }
+    }
+    if (!current && amax) {
+        m = block_max_bits(m);
+        if (threadIdx.x == 0 && threadIdx.y == 0 && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                                     const lj_fp8_scaling *sc) {
+    if (rows <= 0 || cols <= 0) return;
+    const dim3 block(FP8_TILE, 8);
+    const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_TILE - 1) / FP8_TILE),
+                    (unsigned)((lj_fp8_ld(rows) + FP8_TILE - 1) / FP8_TILE));
+    fp8_quantize_kernel<<<grid, block, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, (const lj_bf16 *)x, rows,
+                                                              cols, fmt, sc->scale, sc->scale_inv, sc->amax,
+                                                              sc->current);
+    LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
+}
+
+/* One thread per tensor; row i of the history is contiguous over the tensors (coalesced). */
+__global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
+                                        float smax_first, float smax_rest, int algo_max) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= num) return;
+    const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
+    const float s = lj_fp8_delayed_scale(amax, t < num_first ? smax_first : smax_rest, scale[t]);
+    scale[t] = s;
+    scale_inv[t] = 1.0f / s;
+}
+
+extern "C" void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num,
+                                         int history_len, int num_first, float scaled_max_first,
+                                         float scaled_max_rest, int algo_max) {
+    if (num <= 0) return;
+    fp8_scale_update_kernel<<<(num + 127) / 128, 128, 0, lj_cuda_stream()>>>(
+        amax_history, scale, scale_inv, num, history_len, num_first, scaled_max_first, scaled_max_rest, algo_max);
+    LJ_CUDA_LAUNCHED("fp8_scale_update_kernel");
+}

@@ -1,0 +1,273 @@
+/* cases_fp8_cuda.c: the CUDA backend's FP8 ops against the CPU backend's emulation (check) and
+ * the FP8 GEMM's speed against bf16 at the Llama shapes (perf):
+ *   - the cast (the hardware's cvt.rn.satfinite) bit for bit: every bf16 bit pattern at several
+ *     scales, both formats, with the transpose and the zero padding; amax and current scale;
+ *   - delayed scaling's history update bit for bit;
+ *   - the FP8 GEMM (cuBLASLt) against the CPU's over the same codes (bf16 output rounding), and
+ *     against the unquantized bf16 GEMM within the formats' rounding; overwrite and accumulate,
+ *     bf16 and fp32 outputs; K not a multiple of 16, odd M. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cuda/cuda_common.h"
+#include "tests/ops/op_cases.h"
+
+#define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
+
+static const lj_ops *G, *H;
+
+static void begin(const lj_op_case *c) {
+    lj_ops_cuda_set_grad_dtype(c->dtype);
+    G = lj_ops_cuda();
+    LJ_ASSERT(G, "no CUDA backend: %s", lj_error_message());
+    H = lj_ops_cpu();
+}
+
+static void *up(const void *h, size_t bytes) {
+    void *d = NULL;
+    if (G->alloc(&d, bytes ? bytes : 1) != LJ_OK) {
+        fprintf(stderr, "op harness: %s\n", lj_error_message());
+        exit(2);
+    }
+    if (h) G->upload(d, h, bytes);
+    return d;
+}
+
+static void *up_bf16(const float *x, int64_t n) {
+    uint16_t *b = lj_malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) b[i] = lj_f32_to_bf16(x[i]);
+    void *d = up(b, (size_t)n * 2);
+    G->synchronize();
+    free(b);
+    return d;
+}
+
+static void down(void *h, const void *d, size_t bytes) { G->download(h, d, bytes); }
+
+/* d = {} (the 65536 bf16 patterns as a [256, 256] tensor, and a [37, 53] random one). */
+void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int R = 256, C = 256, ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    SHAPE("all bf16 [256, 256]");
+    float *x = lj_malloc((size_t)R * C * sizeof(float));
+    for (int i = 0; i < R * C; i++) x[i] = lj_bf16_to_f32((uint16_t)i);
+    void *dx = up_bf16(x, (int64_t)R * C);
+    uint8_t *q = lj_malloc((size_t)R * ld), *qt = lj_malloc((size_t)C * ldt), *gq = lj_malloc((size_t)R * ld),
+            *gqt = lj_malloc((size_t)C * ldt);
+    void *dq = up(NULL, (size_t)R * ld), *dqt = up(NULL, (size_t)C * ldt);
+    float *dstate = up(NULL, 4 * sizeof(float)); /* scale, scale_inv, amax */
+    const float scales[4] = {1.0f, 3.0f, 1.0f / 7.0f, 1024.0f};
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        for (int k = 0; k < 4; k++) {
+            float st[3] = {scales[k], 1.0f / scales[k], 0.0f}, amax_cpu = 0.0f;
+            G->upload(dstate, st, sizeof st);
+            lj_fp8_scaling gs = {dstate, dstate + 1, dstate + 2, 0}, hs = {&st[0], &st[1], &amax_cpu, 0};
+            G->fp8_quantize(dq, dqt, dx, R, C, fmt, &gs);
+            H->fp8_quantize(q, qt, x, R, C, fmt, &hs);
+            down(gq, dq, (size_t)R * ld);
+            down(gqt, dqt, (size_t)C * ldt);
+            float amax_gpu;
+            down(&amax_gpu, dstate + 2, 4);
+            /* NaN inputs: compared on their own (the canonical NaN code) */
+            int diff = 0, first = -1, nan_diff = 0;
+            for (int i = 0; i < R * C; i++) {
+                const int r = i / C, col = i % C;
+                const int same = gq[(size_t)r * ld + col] == q[(size_t)r * ld + col];
+                if (isnan(x[i])) nan_diff += !same;
+                else if (!same) {
+                    diff++;
+                    if (first < 0) first = i;
+                }
+            }
+            char op[64];
+            snprintf(op, sizeof op, "fp8_quantize %s", lj_fp8_format_name(fmt));
+            lj_harness_check_true(h, op, shape, diff == 0,
+                                  "scale %g: GPU codes equal the CPU emulation for every non-NaN bf16 (%d differ, "
+                                  "first bf16 0x%04x: gpu 0x%02x cpu 0x%02x)",
+                                  (double)scales[k], diff, first < 0 ? 0 : first,
+                                  first < 0 ? 0 : gq[(size_t)(first / C) * ld + first % C],
+                                  first < 0 ? 0 : q[(size_t)(first / C) * ld + first % C]);
+            lj_harness_check_true(h, op, shape, nan_diff == 0, "scale %g: NaN inputs give the same code (%d differ)",
+                                  (double)scales[k], nan_diff);
+            int tdiff = 0;
+            for (int col = 0; col < C; col++)
+                for (int r = 0; r < R; r++)
+                    if (!isnan(x[(size_t)r * C + col]))
+                        tdiff += gqt[(size_t)col * ldt + r] != qt[(size_t)col * ldt + r];
+            lj_harness_check_true(h, op, shape, tdiff == 0, "scale %g: the transposes equal (%d differ)",
+                                  (double)scales[k], tdiff);
+            lj_harness_check_true(h, op, shape, isnan(amax_gpu) && isnan(amax_cpu),
+                                  "delayed: the recorded amax is NaN on both (the tensor holds NaN)");
+        }
+    }
+    /* current scaling on a random tensor of odd shape: amax, scale and codes, padding zero */
+    const int R2 = 37, C2 = 53, ld2 = lj_fp8_ld(C2), ldt2 = lj_fp8_ld(R2);
+    snprintf(shape, sizeof shape, "rows=%d cols=%d", R2, C2);
+    float *y = lj_harness_randf_bf16(h, (int64_t)R2 * C2, 2.0f);
+    void *dy = up_bf16(y, (int64_t)R2 * C2);
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        float st[3] = {0, 0, 0}, gst[3];
+        lj_fp8_scaling hs = {&st[0], &st[1], &st[2], 1}, gs = {dstate, dstate + 1, dstate + 2, 1};
+        H->fp8_amax(&st[2], y, (int64_t)R2 * C2);
+        G->fp8_amax(dstate + 2, dy, (int64_t)R2 * C2);
+        memset(gq, 0xAA, (size_t)R2 * ld2);
+        G->upload(dq, gq, (size_t)R2 * ld2);
+        G->upload(dqt, gq, (size_t)R2 * ld2 < (size_t)C2 * ldt2 ? (size_t)R2 * ld2 : (size_t)C2 * ldt2);
+        G->fp8_quantize(dq, dqt, dy, R2, C2, fmt, &gs);
+        H->fp8_quantize(q, qt, y, R2, C2, fmt, &hs);
+        down(gst, dstate, sizeof gst);
+        down(gq, dq, (size_t)R2 * ld2);
+        down(gqt, dqt, (size_t)C2 * ldt2);
+        char op[64];
+        snprintf(op, sizeof op, "fp8_amax+current %s", lj_fp8_format_name(fmt));
+        lj_harness_check_bits(h, op, shape, gst, st, sizeof st);
+        lj_harness_check_bits(h, op, shape, gq, q, (size_t)R2 * ld2);
+        lj_harness_check_bits(h, op, shape, gqt, qt, (size_t)C2 * ldt2);
+    }
+    G->free(dx), G->free(dq), G->free(dqt), G->free(dstate), G->free(dy);
+    free(x), free(q), free(qt), free(gq), free(gqt), free(y);
+}
+
+/* d = {tensors, history}; param = algo_max. */
+void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int S = c->d[0], Hn = c->d[1];
+    SHAPE("tensors=%d history=%d algo=%s", S, Hn, c->param ? "max" : "most_recent");
+    const size_t nh = (size_t)S * Hn;
+    float *hist = lj_harness_randf(h, (int64_t)nh, 100.0f), *scale = lj_harness_randf(h, S, 1.0f);
+    for (size_t i = 0; i < nh; i++) hist[i] = fabsf(hist[i]);
+    hist[0] = 0.0f, hist[1 % S] = INFINITY, hist[2 % S] = NAN;
+    float *sinv = lj_calloc((size_t)S, sizeof(float));
+    float *dh = up(hist, nh * 4), *ds = up(scale, (size_t)S * 4), *di = up(NULL, (size_t)S * 4);
+    G->fp8_scale_update(dh, ds, di, S, Hn, S / 3, 448.0f / 2, 57344.0f / 2, (int)c->param);
+    H->fp8_scale_update(hist, scale, sinv, S, Hn, S / 3, 448.0f / 2, 57344.0f / 2, (int)c->param);
+    float *gh = lj_malloc(nh * 4), *gs = lj_malloc((size_t)S * 4), *gi = lj_malloc((size_t)S * 4);
+    down(gh, dh, nh * 4), down(gs, ds, (size_t)S * 4), down(gi, di, (size_t)S * 4);
+    lj_harness_check_bits(h, "fp8_scale_update history", shape, gh, hist, nh * 4);
+    lj_harness_check_bits(h, "fp8_scale_update scale", shape, gs, scale, (size_t)S * 4);
+    lj_harness_check_bits(h, "fp8_scale_update scale_inv", shape, gi, sinv, (size_t)S * 4);
+    G->free(dh), G->free(ds), G->free(di);
+    free(hist), free(scale), free(sinv), free(gh), free(gs), free(gi);
+}
+
+/* d = {M, N, K, a in e5m2}; tol: against the CPU's FP8 GEMM (bf16 output rounding); tol_grad:
+ * against the unquantized product (the formats' rounding, as the CPU case states). */
+void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int M = c->d[0], N = c->d[1], K = c->d[2], ld = lj_fp8_ld(K);
+    const lj_fp8_format fa = c->d[3] ? LJ_FP8_E5M2 : LJ_FP8_E4M3;
+    SHAPE("M=%d N=%d K=%d %s x e4m3 grad %s", M, N, K, lj_fp8_format_name(fa), lj_dtype_name(c->dtype));
+    float *a = lj_harness_randf_bf16(h, (int64_t)M * K, 0.02f), *b = lj_harness_randf_bf16(h, (int64_t)N * K, 3.0f);
+    uint8_t *qa = lj_malloc((size_t)M * ld), *qb = lj_malloc((size_t)N * ld);
+    float st[6];
+    H->fp8_amax(&st[2], a, (int64_t)M * K);
+    H->fp8_amax(&st[5], b, (int64_t)N * K);
+    lj_fp8_scaling A = {&st[0], &st[1], &st[2], 1}, B = {&st[3], &st[4], &st[5], 1};
+    H->fp8_quantize(qa, NULL, a, M, K, fa, &A);
+    H->fp8_quantize(qb, NULL, b, N, K, LJ_FP8_E4M3, &B);
+    void *ws = lj_malloc(H->fp8_matmul_workspace_bytes(M, N, K));
+    float *ref = lj_malloc((size_t)M * N * 4);
+    H->fp8_matmul(ref, LJ_DTYPE_F32, qa, fa, &st[1], qb, LJ_FP8_E4M3, &st[4], M, N, K, LJ_GRAD_OVERWRITE, ws);
+    float *dst = up(st, sizeof st);
+    void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
+    /* bf16 output (the forward and dgrad form) */
+    void *dout = up(NULL, (size_t)M * N * 2);
+    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_OVERWRITE, NULL);
+    uint16_t *ob = lj_malloc((size_t)M * N * 2);
+    float *got = lj_malloc((size_t)M * N * 4);
+    down(ob, dout, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul bf16 out vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
+    /* against the unquantized bf16 GEMM of the same values (x w^T form: a as x, b as w) */
+    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
+    G->matmul_forward(dmm, da, db, M, K, N);
+    float *mm = lj_malloc((size_t)M * N * 4);
+    down(ob, dmm, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul vs the bf16 GEMM", shape, got, mm, (int64_t)M * N, c->tol_grad);
+    /* the weight-gradient form: grad dtype, accumulate onto random values */
+    const size_t gsz = lj_dtype_size(c->dtype);
+    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
+    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
+    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_ACCUMULATE, NULL);
+    void *hacc = lj_malloc((size_t)M * N * gsz);
+    down(hacc, dacc, (size_t)M * N * gsz);
+    for (int i = 0; i < M * N; i++) {
+        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
+        ref[i] += init[i];
+    }
+    lj_harness_check_f(h, "fp8_matmul += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
+    G->free(dst), G->free(dqa), G->free(dqb), G->free(dout), G->free(da), G->free(db), G->free(dmm), G->free(dacc);
+    free(a), free(b), free(qa), free(qb), free(ws), free(ref), free(ob), free(got), free(mm), free(init), free(hacc);
+}
+
+/* ---- perf: d = {N tokens, in, out} ---------------------------------------------------- */
+
+typedef struct {
+    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw;
+    float *st;
+    int N, in, outf;
+} fp8_perf_ctx;
+
+static void perf_fwd(void *p) {
+    fp8_perf_ctx *c = p;
+    G->fp8_matmul(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->st + 1, c->qw, LJ_FP8_E4M3, c->st + 4, c->N, c->outf,
+                  c->in, LJ_GRAD_OVERWRITE, NULL);
+}
+static void perf_wgrad(void *p) {
+    fp8_perf_ctx *c = p;
+    G->fp8_matmul(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->st + 1, c->qx_t, LJ_FP8_E4M3, c->st + 4, c->outf, c->in,
+                  c->N, LJ_GRAD_ACCUMULATE, NULL);
+}
+static void perf_bf16(void *p) {
+    fp8_perf_ctx *c = p;
+    G->matmul_forward(c->out, c->x, c->w, c->N, c->in, c->outf);
+}
+static void perf_cast(void *p) {
+    fp8_perf_ctx *c = p;
+    lj_fp8_scaling sc = {c->st, c->st + 1, c->st + 2, 1};
+    G->fp8_amax(c->st + 2, c->x, (int64_t)c->N * c->in);
+    G->fp8_quantize(c->qx, c->qx_t, c->x, c->N, c->in, LJ_FP8_E4M3, &sc);
+}
+
+void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode, (void)h;
+    begin(cs);
+    fp8_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
+    printf("fp8 matmul %s\n", shape);
+    float one[6] = {1, 1, 1, 1, 1, 1};
+    c.st = up(one, sizeof one);
+    const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
+    c.x = up(NULL, nx * 2), c.w = up(NULL, nw * 2), c.out = up(NULL, (size_t)c.N * c.outf * 2);
+    c.qx = up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
+    c.qx_t = up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
+    c.dw = up(NULL, nw * lj_dtype_size(G->grad_dtype));
+    G->memset_zero(c.x, nx * 2), G->memset_zero(c.w, nw * 2);
+    G->memset_zero(c.qx, (size_t)c.N * lj_fp8_ld(c.in)), G->memset_zero(c.qw, (size_t)c.outf * lj_fp8_ld(c.in));
+    G->memset_zero(c.qx_t, (size_t)c.in * lj_fp8_ld(c.N)), G->memset_zero(c.qdy_t, (size_t)c.outf * lj_fp8_ld(c.N));
+    const double flop = 2.0 * c.N * c.in * c.outf;
+    char group[160];
+    snprintf(group, sizeof group, "fp8 matmul %s", shape);
+    double ms = lj_harness_time_ms(G, perf_bf16, &c, 3, 10);
+    lj_harness_report(group, "bf16 forward (reference)", ms, flop / ms / 1e9, "TFLOP/s", LJ_HARNESS_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, perf_fwd, &c, 3, 10);
+    lj_harness_report(group, "fp8 forward e4m3 x e4m3", ms, flop / ms / 1e9, "TFLOP/s", LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, perf_wgrad, &c, 3, 10);
+    lj_harness_report(group, "fp8 wgrad e5m2 x e4m3 (+=)", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, perf_cast, &c, 3, 10);
+    const double bytes = (double)nx * 2 * 2 + (double)nx * 2; /* x read twice, q and q_t written */
+    lj_harness_report(group, "amax + cast with transpose of x (unfused)", ms, bytes / ms / 1e6, "GB/s",
+                      LJ_HARNESS_HBM_CEILING_GBS);
+    G->free(c.st), G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
+    G->free(c.qdy_t), G->free(c.dw);
+}
