@@ -1,6 +1,4 @@
 /* args.c: flag-value parsing, --device resolution and the cache directory for the subcommands. */
-#include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,66 +8,10 @@
 #include "parallel/dist.h"
 #include "plan/planner.h"
 
-static lj_status value(int argc, char **argv, int *i, const char **out) {
-    if (*i + 1 >= argc) return lj_fail(LJ_ERR_ARG, "%s needs a value", argv[*i]);
-    *out = argv[++*i];
-    return LJ_OK;
-}
-
-lj_status lj_cli_str(int argc, char **argv, int *i, const char **out) { return value(argc, argv, i, out); }
-
-lj_status lj_cli_offload(int argc, char **argv, int *i, int *out) {
-    const char *v = NULL;
-    LJ_TRY(value(argc, argv, i, &v));
-    if (strcmp(v, "cpu") == 0) *out = 1;
-    else if (strcmp(v, "none") == 0) *out = 0;
-    else return lj_fail(LJ_ERR_ARG, "--offload-optimizer: '%s' is not cpu or none (nvme is not supported)", v);
-    return LJ_OK;
-}
-
-lj_status lj_cli_parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
-        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", flag, v);
-    *out = (int)x;
-    return LJ_OK;
-}
-
-lj_status lj_cli_int(int argc, char **argv, int *i, int *out) {
-    const char *v = NULL;
-    LJ_TRY(value(argc, argv, i, &v));
-    return lj_cli_parse_int(argv[*i - 1], v, out);
-}
-
-lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out) {
-    const char *v = NULL;
-    LJ_TRY(value(argc, argv, i, &v));
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*v == '\0' || *v == '-' || *end != '\0' || errno)
-        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer", argv[*i - 1], v);
-    *out = x;
-    return LJ_OK;
-}
-
-lj_status lj_cli_double(int argc, char **argv, int *i, double *out) {
-    const char *v = NULL;
-    LJ_TRY(value(argc, argv, i, &v));
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (*v == '\0' || *end != '\0' || errno) return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number", argv[*i - 1], v);
-    *out = x;
-    return LJ_OK;
-}
-
-lj_status lj_cli_float(int argc, char **argv, int *i, float *out) {
-    double d = 0.0;
-    LJ_TRY(lj_cli_double(argc, argv, i, &d));
-    *out = (float)d;
+lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
+    if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
+    else if (strcmp(v, "none") == 0) *(int *)dest = 0;
+    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not cpu or none (nvme is not supported)", flag, v);
     return LJ_OK;
 }
 
@@ -202,17 +144,16 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
 
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
     int nproc = 0;
-    const char *device = "auto";
-    for (int i = 0; i + 1 < argc; i++) {
-        if (!strcmp(argv[i], "--nproc-per-node")) {
-            lj_status s = lj_cli_parse_int("--nproc-per-node", argv[i + 1], &nproc);
-            if (s == LJ_OK && nproc < 1) s = lj_fail(LJ_ERR_ARG, "--nproc-per-node %d: must be at least 1", nproc);
-            if (s != LJ_OK) {
-                *status = lj_cli_error(cmd);
-                return 1;
-            }
+    const char *n = lj_flags_peek(argc, argv, "--nproc-per-node");
+    const char *device = lj_flags_peek(argc, argv, "--device");
+    if (!device) device = "auto";
+    if (n) {
+        lj_status s = lj_flags_parse_int("--nproc-per-node", n, &nproc);
+        if (s == LJ_OK && nproc < 1) s = lj_fail(LJ_ERR_ARG, "--nproc-per-node %d: must be at least 1", nproc);
+        if (s != LJ_OK) {
+            *status = lj_cli_error(cmd);
+            return 1;
         }
-        if (!strcmp(argv[i], "--device")) device = argv[i + 1];
     }
     lj_dist_env env;
     if (nproc <= 1 || (lj_dist_env_detect(&env) == LJ_OK && env.launcher != LJ_LAUNCHER_NONE)) return 0;

@@ -164,45 +164,48 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     cfg.fused = 1;
     cfg.seed = 1234;
     cfg.progress = 1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        lj_status s = LJ_OK;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--model")) s = lj_cli_str(argc, argv, &i, &model);
-        else if (!strcmp(a, "--device")) s = lj_cli_str(argc, argv, &i, &device);
-        else if (!strcmp(a, "--grad-dtype")) s = lj_cli_str(argc, argv, &i, &grad_dtype);
-        else if (!strcmp(a, "--seq-length")) s = lj_cli_int(argc, argv, &i, &seq), seq_given = 1;
-        else if (!strcmp(a, "--micro-batch-size")) s = lj_cli_str(argc, argv, &i, &mbs);
-        else if (!strcmp(a, "--recompute")) s = lj_cli_str(argc, argv, &i, &recompute);
-        else if (!strcmp(a, "--recompute-method")) s = lj_cli_str(argc, argv, &i, &method);
-        else if (!strcmp(a, "--recompute-num-layers")) s = lj_cli_int(argc, argv, &i, &num_layers);
-        else if (!strcmp(a, "--train-iters")) s = lj_cli_int(argc, argv, &i, &iters), iters_given = 1;
-        else if (!strcmp(a, "--warmup-iters")) s = lj_cli_int(argc, argv, &i, &warmup), warmup_given = 1;
-        else if (!strcmp(a, "--json")) s = lj_cli_str(argc, argv, &i, &json);
-        else if (!strcmp(a, "--device-memory")) s = lj_cli_str(argc, argv, &i, &device_memory);
-        else if (!strcmp(a, "--margin")) s = lj_cli_str(argc, argv, &i, &margin);
-        else if (!strcmp(a, "--seed")) s = lj_cli_u64(argc, argv, &i, &cfg.seed);
-        else if (!strcmp(a, "--no-fusion")) cfg.fused = 0;
-        else if (!strcmp(a, "--ablation")) ablation = 1;
-        else if (!strcmp(a, "--no-progress")) cfg.progress = 0;
-        else if (!strcmp(a, "--zero-stage")) s = lj_cli_int(argc, argv, &i, &zero_stage);
-        else if (!strcmp(a, "--overlap-comm")) overlap = 1;
-        else if (!strcmp(a, "--no-overlap-comm")) overlap = 0;
-        else if (!strcmp(a, "--offload-optimizer")) s = lj_cli_offload(argc, argv, &i, &offload);
-        else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
-        else if (!strcmp(a, "--recompute-granularity")) s = lj_cli_str(argc, argv, &i, &granularity);
-        else if (!strcmp(a, "--data") || !strcmp(a, "--data-path")) {
-            int start = i + 1;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
-            if (i + 1 == start) s = lj_fail(LJ_ERR_ARG, "%s needs a dataset prefix", a);
-            cfg.num_data_args = i + 1 - start;
-            cfg.data_args = argv + start;
-        } else if (lj_cli_fp8_flag(&fp8, argc, argv, &i, &s)) {
-        } else s = lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf benchmark --help)", a);
-        if (s != LJ_OK) return lj_cli_error("benchmark");
+    lj_flag_list data = {0, NULL};
+    int nproc = 0;
+    const lj_flag own[] = {
+        {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device},
+        {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mbs},
+        {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute},
+        {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &granularity},
+        {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &method},
+        {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &num_layers},
+        {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given},
+        {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given},
+        {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json},
+        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &device_memory},
+        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &margin},
+        {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed},
+        {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &cfg.fused},
+        {.name = "--ablation", .kind = LJ_FLAG_SWITCH, .dest = &ablation, .ival = 1},
+        {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &zero_stage},
+        {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap, .ival = 1},
+        {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap},
+        {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &offload, .fn = lj_cli_offload},
+        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &nproc}, /* read by lj_cli_maybe_launch */
+        {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &data},
+        {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data},
+    };
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    memcpy(rows, own, sizeof own);
+    const int n = (int)(sizeof own / sizeof own[0]);
+    lj_flags_result parsed;
+    if (lj_flags_parse("benchmark", rows, n + lj_cli_fp8_rows(&fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0,
+                       &parsed) != LJ_OK)
+        return lj_cli_error("benchmark");
+    if (parsed.help) {
+        usage(stdout);
+        return 0;
     }
+    cfg.num_data_args = data.count;
+    cfg.data_args = data.values;
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3.2-1b)");
         return lj_cli_error("benchmark");
@@ -231,7 +234,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     cfg.train_iters = iters_given ? iters : (cpu ? 5 : 20);
     cfg.warmup_iters = warmup_given ? warmup : (cpu ? 1 : 5);
     if (mbs && !strcmp(mbs, "auto")) cfg.micro_batch_size = 0;
-    else if (mbs && (lj_cli_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
+    else if (mbs && (lj_flags_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
                      cfg.micro_batch_size <= 0)) {
         if (cfg.micro_batch_size <= 0) lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
         return lj_cli_error("benchmark");

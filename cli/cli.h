@@ -16,23 +16,14 @@ int lj_cli_error(const char *cmd);
 
 #include "base/fs.h"
 #include "base/base.h"
+#include "cli/flags.h"
 #include "config/config.h"
 #include "ops/ops.h"
 #include "plan/planner.h"
 
-#include <stdio.h>
-
-/* Flag values: each reads argv[*i + 1] for flag argv[*i] and advances *i.
- * Errors: LJ_ERR_ARG naming the flag ("--seq-length: 'abc' is not an integer"). */
-lj_status lj_cli_int(int argc, char **argv, int *i, int *out);
-/* Parses `text` as the integer value of `flag`. */
-lj_status lj_cli_parse_int(const char *flag, const char *text, int *out);
-lj_status lj_cli_u64(int argc, char **argv, int *i, uint64_t *out);
-lj_status lj_cli_double(int argc, char **argv, int *i, double *out);
-lj_status lj_cli_float(int argc, char **argv, int *i, float *out);
-lj_status lj_cli_str(int argc, char **argv, int *i, const char **out);
-/* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device): *out = 1 for cpu, 0 for none. */
-lj_status lj_cli_offload(int argc, char **argv, int *i, int *out);
+/* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device), an LJ_FLAG_FUNC row's
+ * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
+lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
@@ -95,10 +86,11 @@ typedef struct {
 } lj_cli_fp8;
 
 void lj_cli_fp8_init(lj_cli_fp8 *f);
-/* If argv[*i] is an FP8 flag: reads it (and its value, advancing *i), sets *s (LJ_ERR_ARG for a
- * missing or malformed value) and returns 1; else returns 0. Called from each subcommand's loop. */
-int lj_cli_fp8_flag(lj_cli_fp8 *f, int argc, char **argv, int *i, lj_status *s);
-/* The FP8 lines of --help. */
+/* Writes the FP8 rows of a command's flag table (a section heading and one row per flag, pointing
+ * into `f`) to rows[0..max) and returns how many: at most LJ_CLI_FP8_ROWS. */
+#define LJ_CLI_FP8_ROWS 9
+int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max);
+/* The FP8 lines of --help: the rows' help. */
 void lj_cli_fp8_usage(FILE *out);
 /* The recipe of the flags for a run of `cfg` on `ops`: the default recipe without --fp8-format,
  * else LJ_LINEAR_RECIPE_FP8 with its options. Checked before anything is planned: values,

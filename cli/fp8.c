@@ -1,5 +1,5 @@
-/* fp8.c: the FP8 recipe's flags (Megatron-LM's names) for `train`, `benchmark` and `plan`, parsed
- * in one place (lj_cli_fp8_flag) and checked against the backend (lj_cli_fp8_resolve). */
+/* fp8.c: the FP8 recipe's flags (Megatron-LM's names) for `train`, `benchmark` and `plan`: rows of
+ * the flag table (lj_cli_fp8_rows), checked against the backend (lj_cli_fp8_resolve). */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -12,33 +12,29 @@ void lj_cli_fp8_init(lj_cli_fp8 *f) {
     f->layers_end = -1;
 }
 
-int lj_cli_fp8_flag(lj_cli_fp8 *f, int argc, char **argv, int *i, lj_status *s) {
-    const char *a = argv[*i];
-    *s = LJ_OK;
-    if (!strcmp(a, "--fp8-format")) *s = lj_cli_str(argc, argv, i, &f->format);
-    else if (!strcmp(a, "--fp8-recipe")) *s = lj_cli_str(argc, argv, i, &f->recipe);
-    else if (!strcmp(a, "--fp8-amax-history-len")) *s = lj_cli_int(argc, argv, i, &f->history_len);
-    else if (!strcmp(a, "--fp8-amax-compute-algo")) *s = lj_cli_str(argc, argv, i, &f->algo);
-    else if (!strcmp(a, "--fp8-margin")) *s = lj_cli_int(argc, argv, i, &f->margin);
-    else if (!strcmp(a, "--first-last-layers-bf16")) f->first_last_bf16 = 1;
-    else if (!strcmp(a, "--num-layers-at-start-in-bf16")) *s = lj_cli_int(argc, argv, i, &f->layers_start);
-    else if (!strcmp(a, "--num-layers-at-end-in-bf16")) *s = lj_cli_int(argc, argv, i, &f->layers_end);
-    else return 0;
-    return 1;
+int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
+    const lj_flag own[] = {
+        {.kind = LJ_FLAG_SECTION, .help = "FP8 (the transformer blocks' linears; embedding, lm_head, norms and attention stay bf16):"},
+        {.name = "--fp8-format", .kind = LJ_FLAG_STR, .dest = &f->format, .help = "hybrid|e4m3  FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere (Hopper GPUs; the CPU backend emulates it exactly)"},
+        {.name = "--fp8-recipe", .kind = LJ_FLAG_STR, .dest = &f->recipe, .help = "delayed|tensorwise  per-tensor scales from an amax history (delayed, the default) or from each tensor's own amax (tensorwise)"},
+        {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .help = "N  delayed: amax history length (default 1)"},
+        {.name = "--fp8-amax-compute-algo", .kind = LJ_FLAG_STR, .dest = &f->algo, .help = "max|most_recent  delayed: amax from the history (default most_recent)"},
+        {.name = "--fp8-margin", .kind = LJ_FLAG_INT, .dest = &f->margin, .help = "M  delayed: scales divided by 2^M (default 0)"},
+        {.name = "--first-last-layers-bf16", .kind = LJ_FLAG_SWITCH, .dest = &f->first_last_bf16, .ival = 1, .help = "keep the first and last layers' linears in bf16"},
+        {.name = "--num-layers-at-start-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_start, .help = "N  how many first layers (default 1)"},
+        {.name = "--num-layers-at-end-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_end, .help = "N  how many last layers (default 1)"},
+    };
+    const int n = (int)(sizeof own / sizeof own[0]);
+    LJ_ASSERT(n <= max, "%d rows for %d places", n, max);
+    memcpy(rows, own, sizeof own);
+    return n;
 }
 
 void lj_cli_fp8_usage(FILE *out) {
-    fprintf(out,
-            "FP8 (the transformer blocks' linears; embedding, lm_head, norms and attention stay bf16):\n"
-            "  --fp8-format hybrid|e4m3      FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3\n"
-            "                                everywhere (Hopper GPUs; the CPU backend emulates it exactly)\n"
-            "  --fp8-recipe delayed|tensorwise   per-tensor scales from an amax history (delayed, the\n"
-            "                                default) or from each tensor's own amax (tensorwise)\n"
-            "  --fp8-amax-history-len N      delayed: amax history length (default 1)\n"
-            "  --fp8-amax-compute-algo max|most_recent   delayed: amax from the history (default most_recent)\n"
-            "  --fp8-margin M                delayed: scales divided by 2^M (default 0)\n"
-            "  --first-last-layers-bf16      keep the first and last layers' linears in bf16:\n"
-            "  --num-layers-at-start-in-bf16 N, --num-layers-at-end-in-bf16 N   how many (default 1 each)\n");
+    lj_cli_fp8 f;
+    lj_cli_fp8_init(&f);
+    lj_flag rows[LJ_CLI_FP8_ROWS];
+    lj_flags_print_help(out, rows, lj_cli_fp8_rows(&f, rows, LJ_CLI_FP8_ROWS));
 }
 
 lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,

@@ -251,23 +251,23 @@ static lj_status run_generate(const gen_args *a) {
 
 int lj_cli_generate(int argc, char **argv) {
     gen_args a = {NULL, "In the beginning", NULL, "auto", 64, 0, 0.8, 1.0, 1234};
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        lj_status s = LJ_OK;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(f, "--load")) s = lj_cli_str(argc, argv, &i, &a.load);
-        else if (!strcmp(f, "--prompt")) s = lj_cli_str(argc, argv, &i, &a.prompt);
-        else if (!strcmp(f, "--tokenizer")) s = lj_cli_str(argc, argv, &i, &a.tokenizer);
-        else if (!strcmp(f, "--device")) s = lj_cli_str(argc, argv, &i, &a.device);
-        else if (!strcmp(f, "--max-new-tokens")) s = lj_cli_int(argc, argv, &i, &a.max_new_tokens);
-        else if (!strcmp(f, "--top-k")) s = lj_cli_int(argc, argv, &i, &a.top_k);
-        else if (!strcmp(f, "--temperature")) s = lj_cli_double(argc, argv, &i, &a.temperature);
-        else if (!strcmp(f, "--top-p")) s = lj_cli_double(argc, argv, &i, &a.top_p);
-        else if (!strcmp(f, "--seed")) s = lj_cli_u64(argc, argv, &i, &a.seed);
-        else s = lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf generate --help)", f);
-        if (s != LJ_OK) return lj_cli_error("generate");
+    const lj_flag rows[] = {
+        {.name = "--load", .kind = LJ_FLAG_STR, .dest = &a.load},
+        {.name = "--prompt", .kind = LJ_FLAG_STR, .dest = &a.prompt},
+        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a.tokenizer},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a.device},
+        {.name = "--max-new-tokens", .kind = LJ_FLAG_INT, .dest = &a.max_new_tokens},
+        {.name = "--top-k", .kind = LJ_FLAG_INT, .dest = &a.top_k},
+        {.name = "--temperature", .kind = LJ_FLAG_DOUBLE, .dest = &a.temperature},
+        {.name = "--top-p", .kind = LJ_FLAG_DOUBLE, .dest = &a.top_p},
+        {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &a.seed},
+    };
+    lj_flags_result res;
+    if (lj_flags_parse("generate", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK)
+        return lj_cli_error("generate");
+    if (res.help) {
+        usage(stdout);
+        return 0;
     }
     if (!a.load) {
         lj_fail(LJ_ERR_ARG, "--load DIR is required");

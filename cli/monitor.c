@@ -23,34 +23,31 @@ void lj_cli_monitor_usage(FILE *f) {
             "                                config's wandb section\n");
 }
 
-int lj_cli_monitor_flag(lj_cli_monitor *m, int argc, char **argv, int *i, lj_status *status) {
-    const char *a = argv[*i];
-    *status = LJ_OK;
-    if (!strcmp(a, "--tensorboard-dir")) *status = lj_cli_str(argc, argv, i, &m->tensorboard_dir);
-    else if (!strcmp(a, "--tensorboard-log-interval") || !strcmp(a, "--tensorboard-queue-size")) {
-        int v = 0;
-        *status = lj_cli_int(argc, argv, i, &v);
-        if (*status == LJ_OK && v <= 0) *status = lj_fail(LJ_ERR_ARG, "%s must be positive", a);
-        *(!strcmp(a, "--tensorboard-log-interval") ? &m->tensorboard_log_interval : &m->tensorboard_queue_size) = v;
-    } else if (!strcmp(a, "--log-timers-to-tensorboard") || !strcmp(a, "--log-memory-to-tensorboard") ||
-               !strcmp(a, "--log-validation-ppl-to-tensorboard")) {
-        /* always written */
-    } else if (!strcmp(a, "--wandb-project") || !strcmp(a, "--wandb-entity") || !strcmp(a, "--wandb-exp-name") ||
-               !strcmp(a, "--wandb-save-dir")) {
-        const char *v = NULL;
-        *status = lj_cli_str(argc, argv, i, &v);
-        if (!m->wandb_flag) m->wandb_flag = a;
-        if (!strcmp(a, "--wandb-project")) m->wandb_project = v;
-        else if (!strcmp(a, "--wandb-entity")) m->wandb_entity = v;
-        else if (!strcmp(a, "--wandb-exp-name")) m->wandb_exp_name = v;
-        else m->wandb_save_dir = v;
-    } else if (!strncmp(a, "--wandb-", 8)) {
-        *status = lj_fail(LJ_ERR_ARG, "unknown flag '%s' (W&B flags: --wandb-project, --wandb-entity, "
-                                      "--wandb-exp-name, --wandb-save-dir)", a);
-    } else {
-        return 0;
-    }
-    return 1;
+int lj_cli_monitor_rows(lj_cli_monitor *m, lj_flag *rows, int max) {
+    const lj_flag own[] = {
+        {.name = "--tensorboard-dir", .kind = LJ_FLAG_STR, .dest = &m->tensorboard_dir},
+        {.name = "--tensorboard-log-interval", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_log_interval, .given = &m->log_interval_given},
+        {.name = "--tensorboard-queue-size", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_queue_size, .given = &m->queue_size_given},
+        {.name = "--log-timers-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},
+        {.name = "--log-memory-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},
+        {.name = "--log-validation-ppl-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},
+        {.name = "--wandb-project", .kind = LJ_FLAG_STR, .dest = &m->wandb_project},
+        {.name = "--wandb-entity", .kind = LJ_FLAG_STR, .dest = &m->wandb_entity},
+        {.name = "--wandb-exp-name", .kind = LJ_FLAG_STR, .dest = &m->wandb_exp_name},
+        {.name = "--wandb-save-dir", .kind = LJ_FLAG_STR, .dest = &m->wandb_save_dir},
+    };
+    const int n = (int)(sizeof own / sizeof own[0]);
+    LJ_ASSERT(n <= max);
+    memcpy(rows, own, sizeof own);
+    return n;
+}
+
+lj_status lj_cli_monitor_check(const lj_cli_monitor *m) {
+    if (m->log_interval_given && m->tensorboard_log_interval <= 0)
+        return lj_fail(LJ_ERR_ARG, "--tensorboard-log-interval must be positive");
+    if (m->queue_size_given && m->tensorboard_queue_size <= 0)
+        return lj_fail(LJ_ERR_ARG, "--tensorboard-queue-size must be positive");
+    return LJ_OK;
 }
 
 /* section.key as a bool (absent: *out unchanged). */
@@ -136,6 +133,11 @@ void lj_cli_monitor_apply(lj_cli_monitor *m, lj_train_config *c, int print) {
     if (m->tensorboard_log_interval > 0) c->tensorboard_log_interval = m->tensorboard_log_interval;
     if (m->tensorboard_queue_size > 0) c->tensorboard_queue_size = m->tensorboard_queue_size;
     if (!print) return;
+    m->wandb_flag = m->wandb_project    ? "--wandb-project"
+                    : m->wandb_entity   ? "--wandb-entity"
+                    : m->wandb_exp_name ? "--wandb-exp-name"
+                    : m->wandb_save_dir ? "--wandb-save-dir"
+                                        : NULL;
     const int wandb = m->wandb_flag || m->ds_wandb;
     if (wandb) {
         const char *project = m->wandb_project ? m->wandb_project : m->ds_wandb_project[0] ? m->ds_wandb_project : NULL;

@@ -10,12 +10,14 @@
 #define LJ_CLI_MONITOR_H
 
 #include "base/fs.h"
+#include "cli/flags.h"
 #include "train/train.h"
 
 typedef struct {
     const char *tensorboard_dir;   /* --tensorboard-dir */
     int tensorboard_log_interval;  /* 0: not given */
     int tensorboard_queue_size;    /* 0: not given */
+    int log_interval_given, queue_size_given;
     const char *wandb_flag;        /* the first --wandb-* flag given, for the message */
     const char *wandb_project, *wandb_entity, *wandb_exp_name, *wandb_save_dir;
     /* from the DeepSpeed config */
@@ -26,9 +28,11 @@ typedef struct {
     int ds_csv;                           /* csv_monitor.enabled */
 } lj_cli_monitor;
 
-/* If argv[*i] is a monitoring flag, reads it (and its value, advancing *i), sets *status and
- * returns 1; returns 0 for any other flag. Errors in *status: LJ_ERR_ARG naming the flag. */
-int lj_cli_monitor_flag(lj_cli_monitor *m, int argc, char **argv, int *i, lj_status *status);
+/* Writes the rows of these flags (pointing into `m`) to rows[0..max) and returns how many. */
+int lj_cli_monitor_rows(lj_cli_monitor *m, lj_flag *rows, int max);
+
+/* Checks the values the rows read. Errors: LJ_ERR_ARG naming the flag. */
+lj_status lj_cli_monitor_check(const lj_cli_monitor *m);
 
 /* Reads the "tensorboard" ({"enabled", "output_path", "job_name"}: DeepSpeed writes to
  * output_path/job_name, job_name defaulting to "DeepSpeedJobName"), "wandb" ({"enabled",

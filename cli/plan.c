@@ -61,50 +61,46 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     a->world = 1;
     a->fused = 1;
     lj_cli_fp8_init(&a->fp8);
-    int zero_given = 0;
-    lj_status s = LJ_OK;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            *help = 1;
-            return LJ_OK;
-        } else if (!strcmp(f, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->model));
-        else if (!strcmp(f, "--seq-length")) {
-            LJ_TRY(lj_cli_int(argc, argv, &i, &a->seq));
-            if (a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
-        }
-        else if (!strcmp(f, "--micro-batch-size")) {
-            if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
-                a->mb = 0;
-                i++;
-            } else {
-                LJ_TRY(lj_cli_int(argc, argv, &i, &a->mb));
-                if (a->mb <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", a->mb);
-            }
-        } else if (!strcmp(f, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device));
-        else if (!strcmp(f, "--grad-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->grad_dtype));
-        else if (!strcmp(f, "--device-memory")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->device_memory));
-        else if (!strcmp(f, "--margin")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->margin));
-        else if (!strcmp(f, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->recompute));
-        else if (!strcmp(f, "--recompute-granularity")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->granularity));
-        else if (!strcmp(f, "--recompute-method")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->method));
-        else if (!strcmp(f, "--recompute-num-layers")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->num_layers));
-        else if (!strcmp(f, "--no-fusion")) a->fused = 0;
-        else if (!strcmp(f, "--context-overhead")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->context));
-        else if (!strcmp(f, "--gpu-name")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->gpu_name));
-        else if (!strcmp(f, "--matmul-tflops")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->mm_tflops));
-        else if (!strcmp(f, "--attention-tflops")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->attn_tflops));
-        else if (!strcmp(f, "--memory-gbs")) LJ_TRY(lj_cli_double(argc, argv, &i, &a->mem_gbs));
-        else if (!strcmp(f, "--buffers")) a->buffers = 1;
-        else if (!strcmp(f, "--json")) LJ_TRY(lj_cli_str(argc, argv, &i, &a->json));
-        else if (!strcmp(f, "--world-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &a->world));
-        else if (!strcmp(f, "--zero-stage")) {
-            LJ_TRY(lj_cli_int(argc, argv, &i, &a->zero));
-            zero_given = 1;
-        }
-        else if (!strcmp(f, "--offload-optimizer")) LJ_TRY(lj_cli_offload(argc, argv, &i, &a->offload));
-        else if (lj_cli_fp8_flag(&a->fp8, argc, argv, &i, &s)) LJ_TRY(s);
-        else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf plan --help)", f);
+    int zero_given = 0, seq_given = 0;
+    const char *mb = NULL;
+    const lj_flag own[] = {
+        {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
+        {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
+        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
+        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
+        {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
+        {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &a->granularity},
+        {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
+        {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &a->num_layers},
+        {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &a->fused},
+        {.name = "--context-overhead", .kind = LJ_FLAG_STR, .dest = &a->context},
+        {.name = "--gpu-name", .kind = LJ_FLAG_STR, .dest = &a->gpu_name},
+        {.name = "--matmul-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &a->mm_tflops},
+        {.name = "--attention-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &a->attn_tflops},
+        {.name = "--memory-gbs", .kind = LJ_FLAG_DOUBLE, .dest = &a->mem_gbs},
+        {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &a->buffers, .ival = 1},
+        {.name = "--json", .kind = LJ_FLAG_STR, .dest = &a->json},
+        {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given},
+        {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
+    };
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    memcpy(rows, own, sizeof own);
+    const int n = (int)(sizeof own / sizeof own[0]);
+    lj_flags_result res;
+    LJ_TRY(lj_flags_parse("plan", rows, n + lj_cli_fp8_rows(&a->fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0, &res));
+    if (res.help) {
+        *help = 1;
+        return LJ_OK;
+    }
+    if (seq_given && a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
+    if (mb && !strcmp(mb, "auto")) a->mb = 0;
+    else if (mb) {
+        LJ_TRY(lj_flags_parse_int("--micro-batch-size", mb, &a->mb));
+        if (a->mb <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", a->mb);
     }
     if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
     if (a->world < 1) return lj_fail(LJ_ERR_ARG, "--world-size %d: must be at least 1", a->world);

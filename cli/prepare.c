@@ -125,71 +125,86 @@ static lj_status expand_input(const char *v, char ***list, int *n) {
     return LJ_OK;
 }
 
+typedef struct {
+    char **list;
+    int n;
+} input_list;
+
+/* --input (every occurrence adds its files). */
+static lj_status add_input(void *dest, const char *flag, const char *value) {
+    (void)flag;
+    input_list *in = dest;
+    return expand_input(value, &in->list, &in->n);
+}
+
 int lj_cli_prepare(int argc, char **argv) {
     lj_prepare_config cfg;
     lj_prepare_config_init(&cfg);
-    char **inputs = NULL;
-    int ninputs = 0, rc = 0;
-    lj_status st = LJ_OK;
-    for (int i = 0; i < argc && st == LJ_OK && rc == 0; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            free_inputs(inputs, ninputs);
-            return 0;
-        } else if (strcmp(a, "--input") == 0) {
-            if ((st = lj_cli_str(argc, argv, &i, &v)) == LJ_OK) st = expand_input(v, &inputs, &ninputs);
-        } else if (strcmp(a, "--output-prefix") == 0) {
-            st = lj_cli_str(argc, argv, &i, &cfg.output_prefix);
-        } else if (strcmp(a, "--tokenizer") == 0) {
-            st = lj_cli_str(argc, argv, &i, &cfg.tokenizer_path);
-        } else if (strcmp(a, "--split-on") == 0) {
-            if ((st = lj_cli_str(argc, argv, &i, &v)) != LJ_OK) break;
-            if (strcmp(v, "file") == 0) cfg.split_on = LJ_PREPARE_SPLIT_FILE;
-            else if (strcmp(v, "blank-line") == 0) cfg.split_on = LJ_PREPARE_SPLIT_BLANK_LINE;
-            else st = lj_fail(LJ_ERR_ARG, "--split-on: '%s' is not one of file, blank-line", v);
-        } else if (strcmp(a, "--format") == 0) {
-            if ((st = lj_cli_str(argc, argv, &i, &v)) != LJ_OK) break;
-            if (strcmp(v, "auto") == 0) cfg.format = LJ_PREPARE_FORMAT_AUTO;
-            else if (strcmp(v, "txt") == 0) cfg.format = LJ_PREPARE_FORMAT_TXT;
-            else if (strcmp(v, "jsonl") == 0) cfg.format = LJ_PREPARE_FORMAT_JSONL;
-            else st = lj_fail(LJ_ERR_ARG, "--format: '%s' is not one of auto, txt, jsonl", v);
-        } else if (strcmp(a, "--json-key") == 0) {
-            st = lj_cli_str(argc, argv, &i, &cfg.json_key);
-        } else if (strcmp(a, "--json-keys") == 0) { /* Megatron-LM: nargs='+' */
-            if ((st = lj_cli_str(argc, argv, &i, &cfg.json_key)) != LJ_OK) break;
-            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-                st = lj_fail(LJ_ERR_ARG, "--json-keys %s %s: one key per run (ljperf writes one dataset; run prepare "
-                                         "once per key)", cfg.json_key, argv[i + 1]);
-        } else if (strcmp(a, "--append-eos") == 0 || strcmp(a, "--append-eod") == 0) {
-            cfg.append_eos = 1;
-        } else if (strcmp(a, "--no-append-eos") == 0) {
-            cfg.append_eos = 0;
-        } else if (strcmp(a, "--prepend-bos") == 0 || strcmp(a, "--append-bos") == 0) {
-            cfg.prepend_bos = 1;
-        } else if (strcmp(a, "--allow-special-tokens") == 0) {
-            cfg.allow_special = 1;
-        } else if (strcmp(a, "--utf8-errors") == 0) {
-            if ((st = lj_cli_str(argc, argv, &i, &v)) != LJ_OK) break;
-            if (strcmp(v, "error") == 0) cfg.utf8_replace = 0;
-            else if (strcmp(v, "replace") == 0) cfg.utf8_replace = 1;
-            else st = lj_fail(LJ_ERR_ARG, "--utf8-errors: '%s' is not one of error, replace", v);
-        } else if (strcmp(a, "--workers") == 0) {
-            if ((st = lj_cli_int(argc, argv, &i, &cfg.workers)) == LJ_OK && (cfg.workers < 1 || cfg.workers > 1024))
-                st = lj_fail(LJ_ERR_ARG, "--workers: %d is not in 1..1024", cfg.workers);
-        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            cfg.progress = 0;
-        } else {
-            char msg[512];
-            snprintf(msg, sizeof msg, "unknown flag '%s'", a);
-            rc = usage_error(msg);
-        }
+    input_list in = {NULL, 0};
+    const char *split_on = NULL, *format = NULL, *utf8 = NULL;
+    lj_flag_list json_keys = {0, NULL};
+    int quiet = 0, workers_given = 0;
+    const lj_flag rows[] = {
+        {.name = "--input", .kind = LJ_FLAG_FUNC, .dest = &in, .fn = add_input},
+        {.name = "--output-prefix", .kind = LJ_FLAG_STR, .dest = &cfg.output_prefix},
+        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &cfg.tokenizer_path},
+        {.name = "--split-on", .kind = LJ_FLAG_STR, .dest = &split_on},
+        {.name = "--format", .kind = LJ_FLAG_STR, .dest = &format},
+        {.name = "--json-key", .kind = LJ_FLAG_STR, .dest = &cfg.json_key},
+        {.name = "--json-keys", .kind = LJ_FLAG_LIST, .dest = &json_keys}, /* Megatron-LM: nargs='+' */
+        {.name = "--append-eos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.append_eos, .ival = 1},
+        {.name = "--append-eod", .kind = LJ_FLAG_SWITCH, .dest = &cfg.append_eos, .ival = 1},
+        {.name = "--no-append-eos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.append_eos},
+        {.name = "--prepend-bos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.prepend_bos, .ival = 1},
+        {.name = "--append-bos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.prepend_bos, .ival = 1},
+        {.name = "--allow-special-tokens", .kind = LJ_FLAG_SWITCH, .dest = &cfg.allow_special, .ival = 1},
+        {.name = "--utf8-errors", .kind = LJ_FLAG_STR, .dest = &utf8},
+        {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given},
+        {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
+        {.name = "-q", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
+    };
+    lj_flags_result res;
+    lj_status st = lj_flags_parse("prepare", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res);
+    if (st == LJ_OK && res.help) {
+        usage(stdout);
+        free_inputs(in.list, in.n);
+        return 0;
     }
-    if (rc == 0 && st == LJ_OK && ninputs == 0) rc = usage_error("no --input given");
-    if (rc == 0 && st == LJ_OK && !cfg.output_prefix) rc = usage_error("no --output-prefix given");
-    if (rc != 0 || st != LJ_OK) {
+    if (st == LJ_OK && split_on) {
+        if (strcmp(split_on, "file") == 0) cfg.split_on = LJ_PREPARE_SPLIT_FILE;
+        else if (strcmp(split_on, "blank-line") == 0) cfg.split_on = LJ_PREPARE_SPLIT_BLANK_LINE;
+        else st = lj_fail(LJ_ERR_ARG, "--split-on: '%s' is not one of file, blank-line", split_on);
+    }
+    if (st == LJ_OK && format) {
+        if (strcmp(format, "auto") == 0) cfg.format = LJ_PREPARE_FORMAT_AUTO;
+        else if (strcmp(format, "txt") == 0) cfg.format = LJ_PREPARE_FORMAT_TXT;
+        else if (strcmp(format, "jsonl") == 0) cfg.format = LJ_PREPARE_FORMAT_JSONL;
+        else st = lj_fail(LJ_ERR_ARG, "--format: '%s' is not one of auto, txt, jsonl", format);
+    }
+    if (st == LJ_OK && json_keys.count > 1)
+        st = lj_fail(LJ_ERR_ARG, "--json-keys %s %s: one key per run (ljperf writes one dataset; run prepare once per key)",
+                     json_keys.values[0], json_keys.values[1]);
+    else if (json_keys.count == 1) cfg.json_key = json_keys.values[0];
+    if (st == LJ_OK && utf8) {
+        if (strcmp(utf8, "error") == 0) cfg.utf8_replace = 0;
+        else if (strcmp(utf8, "replace") == 0) cfg.utf8_replace = 1;
+        else st = lj_fail(LJ_ERR_ARG, "--utf8-errors: '%s' is not one of error, replace", utf8);
+    }
+    if (st == LJ_OK && workers_given && (cfg.workers < 1 || cfg.workers > 1024))
+        st = lj_fail(LJ_ERR_ARG, "--workers: %d is not in 1..1024", cfg.workers);
+    if (quiet) cfg.progress = 0;
+    char **inputs = in.list;
+    const int ninputs = in.n;
+    int rc = 0;
+    if (st != LJ_OK) {
+        fprintf(stderr, "ljperf prepare: %s\n", lj_error_message()); /* flag errors name the flag */
+        rc = 2;
+    }
+    if (rc == 0 && ninputs == 0) rc = usage_error("no --input given");
+    if (rc == 0 && !cfg.output_prefix) rc = usage_error("no --output-prefix given");
+    if (rc != 0) {
         free_inputs(inputs, ninputs);
-        return rc != 0 ? rc : usage_error(lj_error_message());
+        return rc;
     }
     cfg.inputs = (const char *const *)inputs;
     cfg.num_inputs = ninputs;

@@ -34,27 +34,29 @@ static lj_status run_report(int argc, char **argv, int *help) {
     const char *flags[4] = {"--log-json", "--plan", "--benchmark", "--ablation"};
     const char *kinds[4] = {"training log", "plan", "benchmark", "ablation"};
     double peak = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int matched = 0;
-        for (int k = 0; k < 4; k++)
-            if (!strcmp(a, flags[k])) {
-                LJ_TRY(lj_cli_str(argc, argv, &i, &files[k]));
-                matched = 1;
-            }
-        if (matched) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            *help = 1;
-            return LJ_OK;
-        } else if (!strcmp(a, "--output")) LJ_TRY(lj_cli_str(argc, argv, &i, &output));
-        else if (!strcmp(a, "--title")) LJ_TRY(lj_cli_str(argc, argv, &i, &title));
-        else if (!strcmp(a, "--peak-tflops")) {
-            LJ_TRY(lj_cli_double(argc, argv, &i, &peak));
-            if (!(peak > 0)) return lj_fail(LJ_ERR_ARG, "--peak-tflops must be positive");
-        } else if (a[0] == '-' && a[1] != '\0') return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf report --help)", a);
-        else if (!dir) dir = a;
-        else return lj_fail(LJ_ERR_ARG, "one run directory only ('%s' and '%s')", dir, a);
+    int peak_given = 0;
+    const lj_flag rows[] = {
+        {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &files[0]},
+        {.name = "--plan", .kind = LJ_FLAG_STR, .dest = &files[1]},
+        {.name = "--benchmark", .kind = LJ_FLAG_STR, .dest = &files[2]},
+        {.name = "--ablation", .kind = LJ_FLAG_STR, .dest = &files[3]},
+        {.name = "--output", .kind = LJ_FLAG_STR, .dest = &output},
+        {.name = "--title", .kind = LJ_FLAG_STR, .dest = &title},
+        {.name = "--peak-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &peak, .given = &peak_given},
+    };
+    lj_flags_result res;
+    lj_status ps = lj_flags_parse("report", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 2, &res);
+    if (ps == LJ_OK && res.num_positional == 2)
+        ps = lj_fail(LJ_ERR_ARG, "one run directory only ('%s' and '%s')", res.positional[0], res.positional[1]);
+    if (res.num_positional > 0) dir = res.positional[0];
+    const int help_asked = res.help;
+    lj_flags_result_free(&res);
+    LJ_TRY(ps);
+    if (help_asked) {
+        *help = 1;
+        return LJ_OK;
     }
+    if (peak_given && !(peak > 0)) return lj_fail(LJ_ERR_ARG, "--peak-tflops must be positive");
     if (!dir && !files[0] && !files[1] && !files[2] && !files[3])
         return lj_fail(LJ_ERR_ARG, "give a run directory or --log-json / --plan / --benchmark / --ablation files");
     lj_report_data d;

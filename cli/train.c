@@ -3,13 +3,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/megatron.h"
 #include "cli/monitor.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_export.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/state.h"
 #include "parallel/dist.h"
 #include "train/train.h"
@@ -56,7 +59,7 @@ static void usage(FILE *f) {
             "  --lr LR --min-lr LR           peak and final learning rate (default 3e-4, 0)\n"
             "  --lr-warmup-iters N           linear warm-up (default 0)\n"
             "  --lr-decay-iters N            decay length (default --train-iters)\n"
-            "  --lr-decay-style S            constant|linear|cosine (default cosine)\n"
+            "  --lr-decay-style S            constant|linear|cosine|inverse-square-root|WSD (default cosine)\n"
             "  --weight-decay WD             AdamW decoupled weight decay on matrices (default 0.1)\n"
             "  --weight-decay-all            also decay norms and embeddings\n"
             "  --adam-beta1 B1 --adam-beta2 B2 --adam-eps EPS   (default 0.9, 0.95, 1e-8)\n"
@@ -91,6 +94,7 @@ static void usage(FILE *f) {
             lj_config_preset_names());
     lj_cli_fp8_usage(f);
     lj_cli_monitor_usage(f);
+    lj_cli_megatron_usage(f);
 }
 
 /* Values a user can get wrong that no later step would catch. */
@@ -104,8 +108,6 @@ static lj_status check_ranges(const lj_train_config *c, int gbs) {
         {c->save_interval < 0, "--save-interval must be >= 0"},
         {c->exit_interval < 0, "--exit-interval must be >= 0"},
         {c->keep_last < 0, "--keep-last must be >= 0 (0 keeps all)"},
-        {c->lr.warmup_iters < 0, "--lr-warmup-iters must be >= 0"},
-        {c->lr.decay_iters < 0, "--lr-decay-iters must be >= 0"},
         {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr must be a finite number >= 0"},
         {!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr), "--min-lr must be in [0, --lr]"},
         {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1 must be in [0, 1)"},
@@ -122,13 +124,14 @@ static lj_status check_ranges(const lj_train_config *c, int gbs) {
 
 /* --deepspeed ds_config.json: batch sizes (DeepSpeed's rule, with the launcher's world size),
  * clipping, AdamW parameters, scheduler and ZeRO stage. */
-static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs, int *micro_batch_size) {
+static lj_status apply_deepspeed(lj_train_config *c, const char *path, int warmup_iters, int *gbs,
+                                 int *micro_batch_size) {
     lj_deepspeed_config *ds = &c->deepspeed;
     LJ_TRY(lj_deepspeed_load(ds, path));
     lj_dist_env env;
     LJ_TRY(lj_dist_env_detect(&env));
     lj_deepspeed_hints h = {env.world_size > 0 ? env.world_size : 1, c->model.hidden_size, *micro_batch_size, *gbs,
-                            c->train_iters, c->lr.warmup_iters};
+                            c->train_iters, warmup_iters >= 0 ? warmup_iters : 0};
     LJ_TRY(lj_deepspeed_resolve(ds, &h));
     *gbs = (int)ds->train_batch_size;
     *micro_batch_size = (int)ds->train_micro_batch_size_per_gpu;
@@ -150,9 +153,16 @@ static lj_status apply_deepspeed(lj_train_config *c, const char *path, int *gbs,
  * vocabulary. A given tokenizer that does not load or fit is an error; the default is then
  * left out with a note. `buf` (LJ_PATH_MAX bytes) holds the path c->tokenizer points to. */
 static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const char *type, char *buf) {
+    if (type && (!strcmp(type, "NullTokenizer") || !strcmp(type, "GPT2BPETokenizer"))) {
+        if (c->save)
+            lj_log_info("--tokenizer-type %s: no tokenizer in the Hugging Face exports (ljperf writes tokenizer.json "
+                        "files from --tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH)",
+                        type);
+        return LJ_OK;
+    }
     if (type && strcmp(type, "HuggingFaceTokenizer") != 0)
-        return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not HuggingFaceTokenizer (ljperf reads Hugging Face "
-                                   "tokenizer.json files)", type);
+        return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, NullTokenizer, "
+                                   "GPT2BPETokenizer", type);
     if (!c->save) return LJ_OK;
     if (given) {
         struct stat st;
@@ -177,97 +187,189 @@ static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const 
     return LJ_OK;
 }
 
-static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor *mon, char *tok_buf, int *help) {
-    const char *model = NULL, *device = "auto", *granularity = NULL, *method = NULL, *hf_dtype = NULL;
-    const char *decay_style = NULL, *recompute = NULL, *mbs = NULL, *ds_path = NULL, *grad_dtype = NULL;
-    const char *device_memory = NULL, *margin = NULL, *tokenizer = NULL, *tokenizer_type = NULL;
-    int num_layers = -1, decay_iters = -1, decay_given = 0, gbs = 0;
-    lj_status s = LJ_OK;
+/* Megatron's resume pattern (--load and --save the same directory) with nothing there yet starts
+ * from scratch, as Megatron-LM does; anything else without a checkpoint stays an error. */
+static int load_is_empty(const char *load, const char *save, int exit_on_missing) {
+    if (exit_on_missing || !save || strcmp(load, save) != 0) return 0;
+    static const char *const probes[] = {LJ_CKPT_STATE_FILE, LJ_CKPT_LATEST_FILE, "config.json"};
+    char path[LJ_PATH_MAX];
+    for (int k = 0; k < 3; k++)
+        if (lj_path_join(path, load, probes[k]) != LJ_OK || access(path, F_OK) == 0) return 0;
+    DIR *d = opendir(load);
+    int empty = 1;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "iter_", 5)) empty = 0;
+    if (d) closedir(d);
+    return empty;
+}
+
+/* Every flag of `ljperf train`: ljperf's own, the monitoring ones, FP8's, Megatron-LM's. */
+typedef struct {
+    const char *model, *device, *granularity, *method, *hf_dtype;
+    const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
+    const char *device_memory, *margin, *tokenizer, *tokenizer_type;
+    int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size, zero_given, rbs_given;
+    lj_flag_list data;
     lj_cli_fp8 fp8;
-    lj_cli_fp8_init(&fp8);
+    lj_cli_megatron mg;
+} train_args;
+
+static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj_flag *rows, int max) {
+    const lj_flag own[] = {
+        {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
+        {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
+        {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &a->data},
+        {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &a->data},
+        {.name = "--split", .kind = LJ_FLAG_STR, .dest = &c->split},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c->seq_length},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &a->mbs},
+        {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
+        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
+        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs},
+        {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &a->train_iters},
+        {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr},
+        {.name = "--min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.min_lr},
+        {.name = "--lr-warmup-iters", .kind = LJ_FLAG_INT, .dest = &a->warmup_iters},
+        {.name = "--lr-decay-iters", .kind = LJ_FLAG_INT, .dest = &a->decay_iters},
+        {.name = "--lr-decay-style", .kind = LJ_FLAG_STR, .dest = &a->decay_style},
+        {.name = "--weight-decay", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.weight_decay},
+        {.name = "--weight-decay-all", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.decay_norms_and_embeddings, .ival = 1},
+        {.name = "--adam-beta1", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta1},
+        {.name = "--adam-beta2", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta2},
+        {.name = "--adam-eps", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.eps},
+        {.name = "--clip-grad", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.max_grad_norm},
+        {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &c->seed},
+        {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &a->granularity},
+        {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
+        {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &a->num_layers},
+        {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &c->fused},
+        {.name = "--save", .kind = LJ_FLAG_STR, .dest = &c->save},
+        {.name = "--load", .kind = LJ_FLAG_STR, .dest = &c->load},
+        {.name = "--save-interval", .kind = LJ_FLAG_INT, .dest = &c->save_interval},
+        {.name = "--exit-interval", .kind = LJ_FLAG_INT, .dest = &c->exit_interval},
+        {.name = "--keep-last", .kind = LJ_FLAG_INT, .dest = &c->keep_last},
+        {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &a->hf_dtype},
+        {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
+        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
+        {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},
+        {.name = "--log-interval", .kind = LJ_FLAG_INT, .dest = &c->log_interval},
+        {.name = "--eval-interval", .kind = LJ_FLAG_INT, .dest = &c->eval_interval},
+        {.name = "--eval-iters", .kind = LJ_FLAG_INT, .dest = &c->eval_iters},
+        {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &c->log_json},
+        {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &c->quiet, .ival = 1},
+        {.name = "--deepspeed", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
+        {.name = "--deepspeed_config", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero_stage, .given = &a->zero_given},
+        {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->overlap_comm, .ival = 1},
+        {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->overlap_comm},
+        {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &c->offload_optimizer, .fn = lj_cli_offload},
+        {.name = "--reduce-bucket-size", .kind = LJ_FLAG_INT, .dest = &a->reduce_bucket_size, .given = &a->rbs_given},
+        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &a->nproc}, /* read by lj_cli_maybe_launch */
+    };
+    const int n = (int)(sizeof own / sizeof own[0]);
+    LJ_ASSERT(n <= max);
+    memcpy(rows, own, sizeof own);
+    int k = n + lj_cli_monitor_rows(mon, rows + n, max - n);
+    k += lj_cli_fp8_rows(&a->fp8, rows + k, max - k);
+    return k + lj_cli_megatron_rows(&a->mg, rows + k, max - k);
+}
+
+#define TRAIN_MAX_ROWS 320
+
+/* `tok_buf` and `load_buf` (LJ_PATH_MAX bytes each) hold paths the config points to. */
+static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor *mon, char *tok_buf, char *load_buf,
+                       int *help) {
+    train_args a;
+    memset(&a, 0, sizeof a);
+    a.device = "auto";
+    a.num_layers = a.decay_iters = a.warmup_iters = a.train_iters = -1;
+    lj_cli_fp8_init(&a.fp8);
+    lj_cli_megatron_init(&a.mg);
     lj_train_config_defaults(c);
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            *help = 1;
-            return LJ_OK;
-        } else if (!strcmp(a, "--model")) LJ_TRY(lj_cli_str(argc, argv, &i, &model));
-        else if (!strcmp(a, "--device")) LJ_TRY(lj_cli_str(argc, argv, &i, &device));
-        else if (!strcmp(a, "--grad-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &grad_dtype));
-        else if (!strcmp(a, "--data-path") || !strcmp(a, "--data")) {
-            int start = i + 1;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++;
-            if (i + 1 == start) return lj_fail(LJ_ERR_ARG, "%s needs at least one dataset prefix", a);
-            c->num_data_args = i + 1 - start;
-            c->data_args = argv + start;
-        } else if (!strcmp(a, "--split")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->split));
-        else if (!strcmp(a, "--seq-length")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->seq_length));
-        else if (!strcmp(a, "--micro-batch-size")) LJ_TRY(lj_cli_str(argc, argv, &i, &mbs));
-        else if (!strcmp(a, "--recompute")) LJ_TRY(lj_cli_str(argc, argv, &i, &recompute));
-        else if (!strcmp(a, "--device-memory")) LJ_TRY(lj_cli_str(argc, argv, &i, &device_memory));
-        else if (!strcmp(a, "--margin")) LJ_TRY(lj_cli_str(argc, argv, &i, &margin));
-        else if (!strcmp(a, "--global-batch-size")) LJ_TRY(lj_cli_int(argc, argv, &i, &gbs));
-        else if (!strcmp(a, "--train-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->train_iters));
-        else if (!strcmp(a, "--lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.lr));
-        else if (!strcmp(a, "--min-lr")) LJ_TRY(lj_cli_double(argc, argv, &i, &c->lr.min_lr));
-        else if (!strcmp(a, "--lr-warmup-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->lr.warmup_iters));
-        else if (!strcmp(a, "--lr-decay-iters")) {
-            LJ_TRY(lj_cli_int(argc, argv, &i, &decay_iters));
-            decay_given = 1;
-        }
-        else if (!strcmp(a, "--lr-decay-style")) LJ_TRY(lj_cli_str(argc, argv, &i, &decay_style));
-        else if (!strcmp(a, "--weight-decay")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.weight_decay));
-        else if (!strcmp(a, "--weight-decay-all")) c->adamw.decay_norms_and_embeddings = 1;
-        else if (!strcmp(a, "--adam-beta1")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.beta1));
-        else if (!strcmp(a, "--adam-beta2")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.beta2));
-        else if (!strcmp(a, "--adam-eps")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.eps));
-        else if (!strcmp(a, "--clip-grad")) LJ_TRY(lj_cli_float(argc, argv, &i, &c->adamw.max_grad_norm));
-        else if (!strcmp(a, "--seed")) LJ_TRY(lj_cli_u64(argc, argv, &i, &c->seed));
-        else if (!strcmp(a, "--recompute-granularity")) LJ_TRY(lj_cli_str(argc, argv, &i, &granularity));
-        else if (!strcmp(a, "--recompute-method")) LJ_TRY(lj_cli_str(argc, argv, &i, &method));
-        else if (!strcmp(a, "--recompute-num-layers")) LJ_TRY(lj_cli_int(argc, argv, &i, &num_layers));
-        else if (!strcmp(a, "--no-fusion")) c->fused = 0;
-        else if (!strcmp(a, "--save")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->save));
-        else if (!strcmp(a, "--load")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->load));
-        else if (!strcmp(a, "--save-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->save_interval));
-        else if (!strcmp(a, "--exit-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->exit_interval));
-        else if (!strcmp(a, "--keep-last")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->keep_last));
-        else if (!strcmp(a, "--hf-dtype")) LJ_TRY(lj_cli_str(argc, argv, &i, &hf_dtype));
-        else if (!strcmp(a, "--tokenizer-model") || !strcmp(a, "--tokenizer")) LJ_TRY(lj_cli_str(argc, argv, &i, &tokenizer));
-        else if (!strcmp(a, "--tokenizer-type")) LJ_TRY(lj_cli_str(argc, argv, &i, &tokenizer_type));
-        else if (!strcmp(a, "--log-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->log_interval));
-        else if (!strcmp(a, "--eval-interval")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_interval));
-        else if (!strcmp(a, "--eval-iters")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->eval_iters));
-        else if (!strcmp(a, "--log-json")) LJ_TRY(lj_cli_str(argc, argv, &i, &c->log_json));
-        else if (!strcmp(a, "--quiet")) c->quiet = 1;
-        else if (!strcmp(a, "--deepspeed") || !strcmp(a, "--deepspeed_config"))
-            LJ_TRY(lj_cli_str(argc, argv, &i, &ds_path));
-        else if (!strcmp(a, "--zero-stage")) LJ_TRY(lj_cli_int(argc, argv, &i, &c->zero_stage));
-        else if (!strcmp(a, "--overlap-comm")) c->overlap_comm = 1;
-        else if (!strcmp(a, "--no-overlap-comm")) c->overlap_comm = 0;
-        else if (!strcmp(a, "--offload-optimizer")) LJ_TRY(lj_cli_offload(argc, argv, &i, &c->offload_optimizer));
-        else if (!strcmp(a, "--reduce-bucket-size")) {
-            int n = 0;
-            LJ_TRY(lj_cli_int(argc, argv, &i, &n));
-            if (n <= 0) return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
-            c->reduce_bucket_size = n;
-        } else if (!strcmp(a, "--nproc-per-node")) i++; /* handled by lj_cli_maybe_launch */
-        else if (lj_cli_monitor_flag(mon, argc, argv, &i, &s)) LJ_TRY(s);
-        else if (lj_cli_fp8_flag(&fp8, argc, argv, &i, &s)) LJ_TRY(s);
-        else return lj_fail(LJ_ERR_ARG, "unknown flag '%s' (see ljperf train --help)", a);
+    lj_flag rows[TRAIN_MAX_ROWS];
+    const int nrows = train_rows(&a, c, mon, rows, TRAIN_MAX_ROWS);
+    lj_flags_result res;
+    LJ_TRY(lj_flags_parse("train", rows, nrows, argc, argv, 0, &res));
+    if (res.help) {
+        *help = 1;
+        return LJ_OK;
     }
-    if (c->num_data_args == 0) return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`)");
+    const lj_cli_megatron *mg = &a.mg;
+    const char *model = a.model, *device = a.device, *granularity = a.granularity, *method = a.method;
+    const char *hf_dtype = a.hf_dtype, *decay_style = a.decay_style, *recompute = a.recompute, *mbs = a.mbs;
+    const char *ds_path = a.ds_path, *grad_dtype = a.grad_dtype, *device_memory = a.device_memory;
+    const char *margin = a.margin, *tokenizer = a.tokenizer, *tokenizer_type = a.tokenizer_type;
+    const int num_layers = a.num_layers;
+    int gbs = a.gbs;
+    if (a.rbs_given) {
+        if (a.reduce_bucket_size <= 0)
+            return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
+        c->reduce_bucket_size = a.reduce_bucket_size;
+    }
+    LJ_TRY(lj_cli_monitor_check(mon));
+    lj_dist_env env;
+    const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0;
+    /* data: --data-path, Megatron's --train-data-path / --valid-data-path, or --mock-data */
+    const int sources = (a.data.count > 0) + (mg->train_data.count > 0) + mg->mock_data;
+    if (sources > 1)
+        return lj_fail(LJ_ERR_ARG, "--data-path, --train-data-path and --mock-data exclude each other");
+    if (mg->valid_data.count > 0 && mg->train_data.count == 0)
+        return lj_fail(LJ_ERR_ARG, "--valid-data-path needs --train-data-path (with --data-path, --split sets aside the "
+                                   "validation documents)");
+    c->num_data_args = a.data.count;
+    c->data_args = a.data.values;
+    if (mg->train_data.count > 0) {
+        c->num_data_args = mg->train_data.count;
+        c->data_args = mg->train_data.values;
+        c->split = "1,0,0";
+        c->num_valid_data_args = mg->valid_data.count;
+        c->valid_data_args = mg->valid_data.values;
+    }
+    c->mock_data = mg->mock_data;
+    if (mg->test_data.count > 0 && rank0) lj_log_info("--test-data-path: accepted; ljperf runs no test pass");
+    if (c->num_data_args == 0 && !c->mock_data)
+        return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`, or train on synthetic "
+                                   "documents with --mock-data)");
+    if (c->load && load_is_empty(c->load, c->save, mg->exit_on_missing_checkpoint)) {
+        if (rank0)
+            lj_log_info("--load %s: no checkpoint there yet; starting from scratch (as Megatron-LM does; "
+                        "--exit-on-missing-checkpoint makes this an error)",
+                        c->load);
+        c->load = NULL;
+    }
+    if (mg->finetune && !c->load) return lj_fail(LJ_ERR_ARG, "--finetune needs --load DIR (the weights to start from)");
     /* the values alone first: nothing is loaded or started for a run that cannot begin */
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
     else if (mbs) {
-        LJ_TRY(lj_cli_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
+        LJ_TRY(lj_flags_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
         if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
     }
     if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
-    c->lr.decay_iters = decay_given ? decay_iters : c->train_iters;
+    if (a.warmup_iters < -1 || a.decay_iters < -1 || a.train_iters < -1)
+        return lj_fail(LJ_ERR_ARG, "--train-iters, --lr-warmup-iters and --lr-decay-iters must be >= 0");
+    c->train_iters = a.train_iters >= 0 ? a.train_iters : 100; /* until the schedule says (--train-samples) */
     LJ_TRY(check_ranges(c, gbs));
-    if (!model && c->load) {
+    const int shape = lj_cli_megatron_has_shape(mg);
+    if (shape && model)
+        return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each other",
+                       model);
+    if (mg->finetune) {
+        /* the weights of the checkpoint (its HF export), nothing else of its state */
+        char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
+        int iteration, is_state;
+        LJ_TRY(lj_ckpt_resolve_load(c->load, root, &iteration, &is_state, hf));
+        if (is_state) {
+            strcpy(load_buf, hf);
+            c->load = load_buf;
+        }
+        if (rank0) lj_log_info("--finetune: the weights of %s, iteration 0, a new optimizer and data order", c->load);
+    }
+    if (shape) {
+        LJ_TRY(lj_cli_megatron_model(mg, tokenizer_type, tokenizer, c->seq_length, rank0, &c->model));
+    } else if (!model && c->load) {
         /* --load alone: the model is the checkpoint's (its config.json) */
         char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
         int iteration, is_state;
@@ -276,9 +378,19 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     } else {
         LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));
     }
+    if (!shape && mg->vocab_size > 0 && mg->vocab_size != c->model.vocab_size && rank0)
+        lj_log_info("--vocab-size %d: the model's vocabulary (%d) comes from %s", mg->vocab_size, c->model.vocab_size,
+                    model ? "--model" : c->load ? "the checkpoint" : "the default model");
+    if (mg->apply_layernorm_1p && c->adamw.decay_norms_and_embeddings)
+        return lj_fail(LJ_ERR_ARG, "--apply-layernorm-1p with --weight-decay-all: decaying 1 + g towards 0 is not "
+                                   "decaying g; ljperf stores the plain weight (drop one of the two)");
+    if (!isnan(mg->exit_duration_in_mins)) {
+        if (!(mg->exit_duration_in_mins > 0)) return lj_fail(LJ_ERR_ARG, "--exit-duration-in-mins must be positive");
+        c->exit_duration_min = mg->exit_duration_in_mins;
+    }
     if (ds_path) {
         int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
-        LJ_TRY(apply_deepspeed(c, ds_path, &gbs, &mb));
+        LJ_TRY(apply_deepspeed(c, ds_path, a.warmup_iters, &gbs, &mb));
         LJ_TRY(lj_cli_monitor_deepspeed(mon, ds_path));
         c->micro_batch_size = mb;
         LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
@@ -287,13 +399,14 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, &c->ops));
+    LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.zero_given || ds_path, &c->zero_stage, &grad_dtype, rank0));
     if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c->ops));
     else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
         char what[300];
         snprintf(what, sizeof what, "%s: data_types.grad_accum_dtype", ds_path);
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
-    LJ_TRY(lj_cli_fp8_resolve(&fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
+    LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     const lj_cli_recompute_request rq = {
         .cmd = "train",
@@ -313,9 +426,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */
-    lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size * world;
+    int train_iters = a.train_iters;
+    LJ_TRY(lj_cli_megatron_schedule(mg, c->global_batch_size, a.warmup_iters, a.decay_iters, &train_iters, &c->lr));
+    c->train_iters = train_iters;
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;
@@ -324,6 +439,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     lj_cli_monitor_apply(mon, c, world == 1 || env.rank == 0);
     LJ_TRY(resolve_tokenizer(c, tokenizer, tokenizer_type, tok_buf));
+    if (rank0) lj_flags_log_ignored("train", &res);
     return LJ_OK;
 }
 
@@ -333,9 +449,9 @@ int lj_cli_train(int argc, char **argv) {
     lj_train_config cfg;
     lj_cli_monitor mon;
     memset(&mon, 0, sizeof mon);
-    char tokenizer[LJ_PATH_MAX];
+    char tokenizer[LJ_PATH_MAX], load[LJ_PATH_MAX];
     int help = 0;
-    if (parse(argc, argv, &cfg, &mon, tokenizer, &help) != LJ_OK) return lj_cli_error("train");
+    if (parse(argc, argv, &cfg, &mon, tokenizer, load, &help) != LJ_OK) return lj_cli_error("train");
     if (help) {
         usage(stdout);
         return 0;

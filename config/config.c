@@ -27,7 +27,7 @@ const char *lj_config_preset_names(void) {
     return "llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b, llama3-70b, llama3-tiny, llama3-nano";
 }
 
-static void config_defaults(lj_model_config *cfg) {
+void lj_config_defaults(lj_model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->rms_norm_eps = 1e-5;
     cfg->rope_theta = 500000.0;
@@ -44,7 +44,7 @@ lj_status lj_config_preset(const char *name, lj_model_config *cfg) {
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
         const preset *p = &k_presets[i];
         if (strcmp(p->name, name) != 0) continue;
-        config_defaults(cfg);
+        lj_config_defaults(cfg);
         snprintf(cfg->name, sizeof cfg->name, "%s", p->name);
         cfg->vocab_size = p->V;
         cfg->hidden_size = p->d;
@@ -133,7 +133,7 @@ static lj_status check_family(const cJSON *root, const char *path) {
 
 static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const char *path) {
     LJ_TRY(check_family(root, path));
-    config_defaults(cfg);
+    lj_config_defaults(cfg);
     cfg->max_position_embeddings = 0;
     LJ_TRY(json_int(root, "vocab_size", 1, &cfg->vocab_size, path));
     LJ_TRY(json_int(root, "hidden_size", 1, &cfg->hidden_size, path));

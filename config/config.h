@@ -54,6 +54,11 @@ typedef struct {
  * Errors: LJ_ERR_ARG naming the unknown preset and listing the known ones. */
 lj_status lj_config_preset(const char *name, lj_model_config *cfg);
 
+/* Zeroes `cfg` and sets the defaults every config starts from (HF LlamaConfig's where they
+ * differ from zero: rms_norm_eps 1e-5, initializer_range 0.02; Llama 3's rope_theta 500000, 8192
+ * positions and bos/eos ids 128000/128001). */
+void lj_config_defaults(lj_model_config *cfg);
+
 /* Comma-separated list of preset names, for help text and error messages. */
 const char *lj_config_preset_names(void);
 

@@ -138,10 +138,11 @@ static void split_bounds(const double f[3], int64_t n, int64_t bounds[4]) {
         if (bounds[i] < bounds[i - 1]) bounds[i] = bounds[i - 1];
 }
 
-static lj_status open_source(lj_loader_source *src, const char *path, const double fractions[3], lj_split which,
-                             const char *split_text, int T) {
+static lj_status open_source(lj_loader_source *src, const char *path, int mock_vocab_size, const double fractions[3],
+                             lj_split which, const char *split_text, int T) {
     src->perm_epoch = -1;
-    LJ_TRY(lj_token_dataset_open(&src->ds, path));
+    if (mock_vocab_size > 0) lj_token_dataset_mock(&src->ds, mock_vocab_size, LJ_LOADER_MOCK_SEQUENCES, LJ_LOADER_MOCK_SEED);
+    else LJ_TRY(lj_token_dataset_open(&src->ds, path));
     const lj_token_dataset *ds = &src->ds;
     int64_t bounds[4];
     split_bounds(fractions, ds->num_sequences, bounds);
@@ -201,7 +202,7 @@ lj_status lj_loader_init(lj_loader *ld, const lj_loader_config *cfg) {
     double sum = 0;
     for (int j = 0; j < ld->num_sources; j++) {
         lj_loader_source *src = &ld->sources[j];
-        lj_status s = open_source(src, cfg->paths[j], fractions, cfg->which, split_text, cfg->seq_length);
+        lj_status s = open_source(src, cfg->paths[j], cfg->mock_vocab_size, fractions, cfg->which, split_text, cfg->seq_length);
         if (s != LJ_OK) {
             ld->num_sources = j + 1;
             lj_loader_free(ld);

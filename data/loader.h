@@ -56,7 +56,13 @@ typedef struct {
     int dp_rank;           /* 0 .. dp_world_size - 1 */
     int dp_world_size;     /* 0 is taken as 1 */
     int no_shuffle;        /* 1: epoch order is 0, 1, 2, ... (no permutation) */
+    int mock_vocab_size;   /* > 0: one synthetic dataset (lj_token_dataset_mock, Megatron's --mock-data)
+                              of LJ_LOADER_MOCK_SEQUENCES documents over this vocabulary instead of
+                              paths; num_datasets is then 1 */
 } lj_loader_config;
+
+#define LJ_LOADER_MOCK_SEQUENCES 2048
+#define LJ_LOADER_MOCK_SEED 1234 /* the same documents whatever --seed (which orders them) */
 
 /* The loader's position: everything lj_loader_set_state needs for an exact resume. It does
  * not depend on the rank, and may be restored with another dp_world_size (elastic resume).

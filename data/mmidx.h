@@ -44,6 +44,7 @@ typedef struct {
     size_t token_size;      /* 2 or 4 bytes */
     void *idx_map, *bin_map;
     size_t idx_size, bin_size;
+    int32_t *owned_tokens;  /* a synthetic dataset's tokens (lj_token_dataset_mock), else NULL */
 } lj_token_dataset;
 
 /* Opens PREFIX.idx + PREFIX.bin (Megatron), or an llm.c shard when `path` ends in .bin and
@@ -52,6 +53,13 @@ typedef struct {
  * LJ_ERR_FORMAT naming the file and the field. */
 lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path);
 void lj_token_dataset_close(lj_token_dataset *ds);
+/* A synthetic dataset in memory (Megatron-LM's --mock-data): `num_sequences` documents whose
+ * lengths are drawn uniformly from [1, 4096) by lj_rng seeded with `seed`; document tokens are
+ * 1, 2, 3, ... (wrapping below vocab_size - 1) and each ends with the id vocab_size - 1 as its
+ * end-of-document token, as Megatron's MockGPTLowLevelDataset builds sequences of consecutive
+ * ids. int32 tokens; path "(mock data)". vocab_size must be at least 3. Close with
+ * lj_token_dataset_close. */
+void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_sequences, uint64_t seed);
 /* Token id at global position i of the concatenated token stream. */
 static inline int32_t lj_token_dataset_get(const lj_token_dataset *ds, int64_t i) {
     return ds->token_size == 2 ? (int32_t)((const uint16_t *)ds->tokens)[i] : ((const int32_t *)ds->tokens)[i];

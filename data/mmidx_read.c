@@ -314,7 +314,38 @@ void lj_token_dataset_close(lj_token_dataset *ds) {
     free(ds->path);
     free((void *)ds->seq_lengths);
     free((void *)ds->seq_offsets);
+    free(ds->owned_tokens);
     memset(ds, 0, sizeof *ds);
+}
+
+void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_sequences, uint64_t seed) {
+    LJ_ASSERT(vocab_size >= 3 && num_sequences > 0);
+    memset(ds, 0, sizeof *ds);
+    int32_t *lengths = lj_malloc((size_t)num_sequences * sizeof *lengths);
+    int64_t *offsets = lj_malloc((size_t)num_sequences * sizeof *offsets);
+    lj_rng rng;
+    lj_rng_seed(&rng, seed);
+    int64_t total = 0;
+    for (int64_t i = 0; i < num_sequences; i++) {
+        lengths[i] = 1 + (int32_t)lj_rng_below(&rng, 4095);
+        offsets[i] = total * (int64_t)sizeof(int32_t);
+        total += lengths[i];
+    }
+    int32_t *tokens = lj_malloc((size_t)total * sizeof *tokens);
+    const int32_t eod = vocab_size - 1;
+    for (int64_t i = 0, at = 0; i < num_sequences; i++) {
+        for (int32_t k = 0; k + 1 < lengths[i]; k++) tokens[at++] = 1 + k % (vocab_size - 2);
+        tokens[at++] = eod;
+    }
+    ds->path = lj_strdup("(mock data)");
+    ds->dtype_code = LJ_MMIDX_I32;
+    ds->num_sequences = num_sequences;
+    ds->seq_lengths = lengths;
+    ds->seq_offsets = offsets;
+    ds->num_tokens = total;
+    ds->tokens = tokens;
+    ds->token_size = sizeof(int32_t);
+    ds->owned_tokens = tokens;
 }
 
 /* The name of the file that holds the tokens, for messages. */

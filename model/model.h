@@ -129,7 +129,7 @@ struct lj_model {
     float *grad_norm_sq; /* [1] f32 */
     float *adamw_scalars; /* [LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias corrections
                              (ops.h), uploaded before the optimizer step runs or its graph is launched */
-    float *dist_scalars; /* [2] f32 (training): values summed across data-parallel ranks (loss, stop flag) */
+    float *dist_scalars; /* [3] f32 (training): values summed across data-parallel ranks (loss, stop, out of time) */
 
     /* inputs and activations */
     int32_t *inputs;     /* [N] token ids */

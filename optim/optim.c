@@ -5,20 +5,58 @@
 #include <string.h>
 
 double lj_lr_at(const lj_lr_schedule *s, int it) {
-    if (s->warmup_iters > 0 && it <= s->warmup_iters) return s->lr * (double)it / (double)s->warmup_iters;
+    const double n = (double)it * (double)(s->step_size > 0 ? s->step_size : 1);
+    const double w = (double)s->warmup_steps, D = (double)s->decay_steps;
+    if (w > 0 && n <= w) return s->init_lr + (s->lr - s->init_lr) * n / w;
     if (s->style == LJ_LR_CONSTANT) return s->lr;
-    if (it > s->decay_iters || s->decay_iters <= s->warmup_iters) return s->min_lr;
-    const double r = (double)(it - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
-    const double f = s->style == LJ_LR_LINEAR ? 1.0 - r : 0.5 * (1.0 + cos(M_PI * r));
+    if (n > D) return s->min_lr;
+    if (s->style == LJ_LR_INVERSE_SQRT) {
+        const double lr = s->lr * sqrt(w > 1 ? w : 1) / sqrt(n > 1 ? n : 1);
+        return lr > s->min_lr ? lr : s->min_lr;
+    }
+    if (D <= w) return s->min_lr;
+    const double r = (n - w) / (D - w);
+    double f;
+    if (s->style == LJ_LR_LINEAR) f = 1.0 - r;
+    else if (s->style == LJ_LR_COSINE) f = 0.5 * (1.0 + cos(M_PI * r));
+    else {
+        const double wsd = (double)s->wsd_decay_steps, start = D - wsd;
+        if (n <= start || wsd <= 0) f = 1.0;
+        else {
+            const double q = (n - start) / wsd;
+            switch (s->wsd_style) {
+            case LJ_LR_WSD_LINEAR: f = 1.0 - q; break;
+            case LJ_LR_WSD_COSINE: f = 0.5 * (1.0 + cos(M_PI * q)); break;
+            case LJ_LR_WSD_EXPONENTIAL: f = 2.0 * pow(0.5, q) - 1.0; break;
+            default: f = 1.0 - sqrt(q); break;
+            }
+        }
+    }
     return s->min_lr + (s->lr - s->min_lr) * f;
 }
 
 lj_status lj_lr_parse_style(const char *text, lj_lr_decay_style *style) {
-    if (strcmp(text, "constant") == 0) *style = LJ_LR_CONSTANT;
-    else if (strcmp(text, "linear") == 0) *style = LJ_LR_LINEAR;
-    else if (strcmp(text, "cosine") == 0) *style = LJ_LR_COSINE;
-    else return lj_fail(LJ_ERR_ARG, "--lr-decay-style: '%s' is not one of constant, linear, cosine", text);
-    return LJ_OK;
+    static const struct { const char *name; lj_lr_decay_style style; } k[] = {
+        {"constant", LJ_LR_CONSTANT}, {"linear", LJ_LR_LINEAR}, {"cosine", LJ_LR_COSINE},
+        {"inverse-square-root", LJ_LR_INVERSE_SQRT}, {"WSD", LJ_LR_WSD},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(text, k[i].name)) {
+            *style = k[i].style;
+            return LJ_OK;
+        }
+    return lj_fail(LJ_ERR_ARG, "--lr-decay-style: '%s' is not one of constant, linear, cosine, inverse-square-root, WSD",
+                   text);
+}
+
+lj_status lj_lr_parse_wsd_style(const char *text, lj_lr_wsd_style *style) {
+    static const char *const k[] = {"linear", "cosine", "exponential", "minus_sqrt"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(text, k[i])) {
+            *style = (lj_lr_wsd_style)i;
+            return LJ_OK;
+        }
+    return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-style: '%s' is not one of linear, cosine, exponential, minus_sqrt", text);
 }
 
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments) {

@@ -1,32 +1,54 @@
 /* optim.h: AdamW with fp32 master weights and global-norm clipping over the op table, and
- * the learning-rate schedules (Megatron-LM's --lr-decay-style constant|linear|cosine with
- * linear warm-up and a minimum LR). */
+ * the learning-rate schedules (Megatron-LM's --lr-decay-style constant|linear|cosine|
+ * inverse-square-root|WSD with linear warm-up and a minimum LR). */
 #ifndef LJ_OPTIM_H
 #define LJ_OPTIM_H
 
 #include "config/config.h"
 #include "ops/ops.h"
 
-typedef enum { LJ_LR_CONSTANT = 0, LJ_LR_LINEAR, LJ_LR_COSINE } lj_lr_decay_style;
+typedef enum { LJ_LR_CONSTANT = 0, LJ_LR_LINEAR, LJ_LR_COSINE, LJ_LR_INVERSE_SQRT, LJ_LR_WSD } lj_lr_decay_style;
 
+/* The shape of WSD's final anneal (Megatron-LM's --lr-wsd-decay-style). */
+typedef enum { LJ_LR_WSD_LINEAR = 0, LJ_LR_WSD_COSINE, LJ_LR_WSD_EXPONENTIAL, LJ_LR_WSD_MINUS_SQRT } lj_lr_wsd_style;
+
+/* Lengths are in steps: iterations (step_size 1: --lr-warmup-iters, --lr-decay-iters) or samples
+ * (step_size = the global batch: --lr-warmup-samples, --lr-decay-samples, --train-samples), as
+ * Megatron-LM counts them. */
 typedef struct {
-    double lr;            /* peak LR (--lr) */
-    double min_lr;        /* floor after decay (--min-lr) */
-    int warmup_iters;     /* --lr-warmup-iters */
-    int decay_iters;      /* --lr-decay-iters (default: --train-iters) */
+    double lr;              /* peak LR (--lr) */
+    double min_lr;          /* floor after decay (--min-lr) */
+    int64_t warmup_steps;   /* linear warm-up length (--lr-warmup-iters / -samples / -fraction) */
+    int64_t decay_steps;    /* decay length (--lr-decay-iters / -samples; default: the whole run) */
     lj_lr_decay_style style;
+    double init_lr;         /* where the warm-up starts (--lr-warmup-init, default 0) */
+    int64_t wsd_decay_steps;/* WSD: length of the final anneal (--lr-wsd-decay-iters / -samples) */
+    lj_lr_wsd_style wsd_style;
+    int64_t step_size;      /* steps one iteration counts (<= 0: 1) */
 } lj_lr_schedule;
 
-/* LR for iteration `it` (1-based, the step about to be taken):
- *   it <= warmup:           lr * it / warmup
- *   warmup < it <= decay:   min_lr + (lr - min_lr) * f(r),  r = (it - warmup) / (decay - warmup),
- *                           f = 1 (constant), 1 - r (linear), (1 + cos(pi r)) / 2 (cosine)
- *   it > decay:             min_lr (constant: lr)
- * Source: Megatron-LM OptimizerParamScheduler.get_lr (warm-up counted from 1 here). */
+/* LR for iteration `it` (1-based, the step about to be taken), with n = it * step_size steps,
+ * w = warmup_steps, D = decay_steps:
+ *   w > 0 and n <= w:   init_lr + (lr - init_lr) * n / w
+ *   constant:           lr
+ *   n > D:              min_lr
+ *   inverse-square-root: max(min_lr, lr * sqrt(max(w, 1)) / sqrt(max(n, 1)))
+ *   otherwise           min_lr + (lr - min_lr) * f(r),  r = (n - w) / (D - w),
+ *                       f = 1 - r (linear), (1 + cos(pi r)) / 2 (cosine); WSD: 1 until
+ *                       D - wsd_decay_steps, then with q = (n - (D - wsd)) / wsd: 1 - q (linear),
+ *                       (1 + cos(pi q)) / 2 (cosine), 2 * 0.5^q - 1 (exponential), 1 - sqrt(q)
+ *                       (minus_sqrt).
+ * Source: Megatron-LM megatron/core/optimizer_param_scheduler.py, get_lr (warm-up counted from 1
+ * here: the first iteration takes n = step_size). */
 double lj_lr_at(const lj_lr_schedule *s, int it);
 
-/* Parses "constant", "linear", "cosine". Errors: LJ_ERR_ARG. */
+/* Parses "constant", "linear", "cosine", "inverse-square-root", "WSD". Errors: LJ_ERR_ARG
+ * naming --lr-decay-style. */
 lj_status lj_lr_parse_style(const char *text, lj_lr_decay_style *style);
+
+/* Parses "linear", "cosine", "exponential", "minus_sqrt". Errors: LJ_ERR_ARG naming
+ * --lr-wsd-decay-style. */
+lj_status lj_lr_parse_wsd_style(const char *text, lj_lr_wsd_style *style);
 
 typedef struct {
     float beta1, beta2, eps;

@@ -79,6 +79,26 @@ static lj_status read_master(lj_dist_env *env) {
     if (r && (port < 1 || port > 65535))
         return lj_fail(LJ_ERR_ARG, "environment variable MASTER_PORT=%d is not a TCP port (1..65535)", port);
     env->master_port = port;
+    env->bootstrap_port = port;
+    snprintf(env->bootstrap_port_source, sizeof env->bootstrap_port_source, "MASTER_PORT");
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (port && agent && (!strcmp(agent, "True") || !strcmp(agent, "true") || !strcmp(agent, "1"))) {
+        int own = 0;
+        r = getenv_int("LJPERF_BOOTSTRAP_PORT", &own);
+        if (r < 0) return LJ_ERR_ARG;
+        if (r && (own < 1 || own > 65535))
+            return lj_fail(LJ_ERR_ARG, "environment variable LJPERF_BOOTSTRAP_PORT=%d is not a TCP port (1..65535)", own);
+        if (r && own == port)
+            return lj_fail(LJ_ERR_ARG, "LJPERF_BOOTSTRAP_PORT=%d is MASTER_PORT, which torchrun's agent store holds "
+                                       "(TORCHELASTIC_USE_AGENT_STORE=%s): choose another free port", own, agent);
+        env->bootstrap_port = r ? own : port < 65535 ? port + 1 : port - 1;
+        snprintf(env->bootstrap_port_source, sizeof env->bootstrap_port_source, "%s",
+                 r ? "LJPERF_BOOTSTRAP_PORT"
+                   : port < 65535 ? "MASTER_PORT + 1: torchrun's agent store holds MASTER_PORT; LJPERF_BOOTSTRAP_PORT "
+                                    "sets another"
+                                  : "MASTER_PORT - 1: torchrun's agent store holds MASTER_PORT; LJPERF_BOOTSTRAP_PORT "
+                                    "sets another");
+    }
     return LJ_OK;
 }
 
@@ -102,6 +122,54 @@ static int read_launcher(lj_dist_env *env, lj_launcher kind, const char *rank_va
     return 1;
 }
 
+/* Slurm's ranks on this node: entry SLURM_NODEID of SLURM_STEP_TASKS_PER_NODE ("2(x3),1": 2 on
+ * each of the first three nodes, 1 on the fourth); -1 when the variables are absent or unreadable. */
+static int slurm_tasks_on_node(void) {
+    const char *list = getenv("SLURM_STEP_TASKS_PER_NODE");
+    int node = 0;
+    if (!list || !*list || getenv_int("SLURM_NODEID", &node) <= 0) return -1;
+    for (const char *p = list; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10), times = 1;
+        if (end == p || n <= 0) return -1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x') return -1;
+            times = strtol(p + 2, &end, 10);
+            if (end == p + 2 || *end != ')' || times <= 0) return -1;
+            p = end + 1;
+        }
+        if (node < times) return (int)n;
+        node -= (int)times;
+        if (*p == ',') p++;
+        else if (*p) return -1;
+    }
+    return -1;
+}
+
+/* What the launcher says against itself and against a second launcher's variables. */
+static lj_status check_consistent(const lj_dist_env *env) {
+    const int torchrun = env->launcher == LJ_LAUNCHER_TORCHRUN;
+    const char *name = lj_launcher_name(env->launcher);
+    if (env->local_world_size > 0 && env->world_size > 0 && env->local_world_size > env->world_size)
+        return torchrun ? lj_fail(LJ_ERR_ARG, "LOCAL_WORLD_SIZE=%d, more than its world size %d (WORLD_SIZE)",
+                                  env->local_world_size, env->world_size)
+                        : lj_fail(LJ_ERR_ARG, "the launcher (%s) puts %d ranks on this node, more than its world size %d",
+                                  name, env->local_world_size, env->world_size);
+    if (env->local_world_size > 0 && env->local_rank >= env->local_world_size)
+        return torchrun ? lj_fail(LJ_ERR_ARG, "LOCAL_RANK=%d, which is not below LOCAL_WORLD_SIZE=%d", env->local_rank,
+                                  env->local_world_size)
+                        : lj_fail(LJ_ERR_ARG, "the launcher (%s) gave local rank %d, which is not below its %d ranks on "
+                                              "this node",
+                                  name, env->local_rank, env->local_world_size);
+    int size = 0;
+    if (torchrun && getenv_int("OMPI_COMM_WORLD_SIZE", &size) == 1 && size != env->world_size)
+        return lj_fail(LJ_ERR_ARG, "WORLD_SIZE=%d (torchrun-style) but mpirun started %d ranks (OMPI_COMM_WORLD_SIZE): "
+                                   "start the ranks with one launcher",
+                       env->world_size, size);
+    return LJ_OK;
+}
+
 lj_status lj_dist_env_detect(lj_dist_env *env) {
     memset(env, 0, sizeof *env);
     env->world_size = 1;
@@ -114,7 +182,10 @@ lj_status lj_dist_env_detect(lj_dist_env *env) {
     if (r == 0) r = read_launcher(env, LJ_LAUNCHER_MPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                   "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
     if (r == 0) r = read_launcher(env, LJ_LAUNCHER_MPI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
-    if (r == 0) r = read_launcher(env, LJ_LAUNCHER_SLURM, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", NULL);
+    if (r == 0) {
+        r = read_launcher(env, LJ_LAUNCHER_SLURM, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", NULL);
+        if (r == 1) env->local_world_size = slurm_tasks_on_node();
+    }
     if (r == 0 && getenv("PMIX_RANK") && *getenv("PMIX_RANK")) {
         if (getenv_int("PMIX_RANK", &env->rank) < 0) return LJ_ERR_ARG;
         env->launcher = LJ_LAUNCHER_MPI;
@@ -140,7 +211,7 @@ lj_status lj_dist_env_detect(lj_dist_env *env) {
             return lj_fail(LJ_ERR_ARG, "WORLD_SIZE=%d is set but MASTER_PORT is not (a free TCP port on rank 0's host)",
                            env->world_size);
     }
-    return LJ_OK;
+    return check_consistent(env);
 }
 
 lj_status lj_dist_config_mismatch(int rank, uint64_t hash0, const char *summary0, uint64_t hash_r,
@@ -225,7 +296,7 @@ static void set_nodelay(int fd) {
 }
 
 /* Listens on `port` on every interface (IPv6 dual-stack, else IPv4). */
-static lj_status listen_any(int port, int *out) {
+static lj_status listen_any(int port, const char *source, int *out) {
     int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1, zero = 0;
     if (fd >= 0) {
@@ -241,7 +312,7 @@ static lj_status listen_any(int port, int *out) {
             close(fd);
             fd = -1;
             if (e == EADDRINUSE || e == EACCES)
-                return lj_fail(LJ_ERR_DEVICE, "bootstrap: rank 0 cannot listen on port %d (MASTER_PORT): %s", port,
+                return lj_fail(LJ_ERR_DEVICE, "bootstrap: rank 0 cannot listen on port %d (%s): %s", port, source,
                                strerror(e));
         }
     }
@@ -257,7 +328,7 @@ static lj_status listen_any(int port, int *out) {
         if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0) {
             int e = errno;
             close(fd);
-            return lj_fail(LJ_ERR_DEVICE, "bootstrap: rank 0 cannot listen on port %d (MASTER_PORT): %s", port,
+            return lj_fail(LJ_ERR_DEVICE, "bootstrap: rank 0 cannot listen on port %d (%s): %s", port, source,
                            strerror(e));
         }
     }
@@ -318,7 +389,7 @@ static lj_status connect_retry(const char *host, int port, double deadline, int 
     }
     freeaddrinfo(res);
     return lj_fail(LJ_ERR_DEVICE,
-                   "bootstrap: could not connect to rank 0 at MASTER_ADDR=%s MASTER_PORT=%d before the timeout: %s "
+                   "bootstrap: could not connect to rank 0 at MASTER_ADDR=%s port %d before the timeout: %s "
                    "(is rank 0 running, and is the port reachable?)",
                    host, port, strerror(last_err ? last_err : ETIMEDOUT));
 }
@@ -593,7 +664,7 @@ static void send_reply(int fd, lj_status status, const char *message, const void
 static lj_status rendezvous_root(lj_bootstrap *b, const lj_dist_env *env, uint64_t hash, const char *summary,
                                  const void *blob, size_t blob_size) {
     int lfd = -1;
-    LJ_TRY(listen_any(env->master_port, &lfd));
+    LJ_TRY(listen_any(env->bootstrap_port, env->bootstrap_port_source, &lfd));
     const int world = env->world_size;
     const double start = now_sec(), deadline = start + b->timeout;
     uint64_t *hashes = lj_calloc((size_t)world, sizeof *hashes);
@@ -671,7 +742,7 @@ static lj_status rendezvous_root(lj_bootstrap *b, const lj_dist_env *env, uint64
 static lj_status rendezvous_peer(lj_bootstrap *b, const lj_dist_env *env, uint64_t hash, const char *summary,
                                  void *blob, size_t blob_size) {
     const double start = now_sec();
-    LJ_TRY(connect_retry(env->master_addr, env->master_port, start + b->timeout, &b->fds[0]));
+    LJ_TRY(connect_retry(env->master_addr, env->bootstrap_port, start + b->timeout, &b->fds[0]));
     unsigned char h[HELLO_BYTES];
     encode_hello(h, env, hash, summary, blob_size);
     if (send_all(b->fds[0], h, sizeof h, start + b->timeout) != 1)
@@ -699,9 +770,15 @@ static lj_status rendezvous_peer(lj_bootstrap *b, const lj_dist_env *env, uint64
     return LJ_OK;
 }
 
-lj_status lj_bootstrap_tcp(lj_bootstrap **out, const lj_dist_env *env, uint64_t config_hash,
+lj_status lj_bootstrap_tcp(lj_bootstrap **out, const lj_dist_env *env_in, uint64_t config_hash,
                            const char *config_summary, double timeout_sec, void *blob, size_t blob_size) {
     *out = NULL;
+    lj_dist_env port_env = *env_in; /* an environment filled by hand may leave bootstrap_port unset */
+    if (port_env.bootstrap_port <= 0) {
+        port_env.bootstrap_port = port_env.master_port;
+        snprintf(port_env.bootstrap_port_source, sizeof port_env.bootstrap_port_source, "MASTER_PORT");
+    }
+    const lj_dist_env *env = &port_env;
     LJ_ASSERT(env->world_size >= 1 && env->rank >= 0 && env->rank < env->world_size);
     if (!(timeout_sec > 0)) return lj_fail(LJ_ERR_ARG, "bootstrap timeout must be positive, got %g s", timeout_sec);
     if (env->world_size > 1 && (!env->master_addr[0] || env->master_port <= 0))

@@ -15,6 +15,8 @@
  * How ranks are found (lj_dist_env_detect), first match wins:
  *   1. torchrun-style: RANK, WORLD_SIZE (+ LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
  *      MASTER_PORT), as set by torchrun, by `ljperf ... --nproc-per-node N` (lj_launch) or by hand.
+ *      Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is taken by
+ *      torchrun's own TCP store, so the bootstrap listens on the next port (bootstrap_port).
  *   2. mpirun / mpiexec: OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE (MPICH, Intel
  *      MPI), PMIX_RANK (PMIx launchers).
  *   3. srun: SLURM_PROCID with SLURM_STEP_NUM_TASKS (set by srun, not by sbatch), SLURM_LOCALID.
@@ -111,6 +113,11 @@ typedef struct {
     int local_world_size; /* ranks on this node; -1 if the launcher does not say */
     char master_addr[256];/* MASTER_ADDR ("" if unset) */
     int master_port;      /* MASTER_PORT (0 if unset) */
+    int bootstrap_port;   /* the port rank 0 listens on for the TCP bootstrap: MASTER_PORT, or under
+                             torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's own
+                             store already listens on MASTER_PORT) LJPERF_BOOTSTRAP_PORT if set, else
+                             MASTER_PORT + 1 (MASTER_PORT - 1 for 65535); 0 if unset */
+    char bootstrap_port_source[96]; /* where bootstrap_port came from, for messages */
 } lj_dist_env;
 
 /* Reads the launcher's environment variables (order and names: top of this file).
@@ -223,7 +230,7 @@ lj_status lj_dist_synchronize(lj_dist *d);
 typedef struct lj_bootstrap lj_bootstrap;
 
 /* The torchrun-style rendezvous over TCP (top of this file) of env->world_size processes:
- * rank 0 listens on env->master_port, the others connect to env->master_addr. All ranks
+ * rank 0 listens on env->bootstrap_port, the others connect to env->master_addr there. All ranks
  * compare `config_hash`; rank 0's `blob` ([blob_size] bytes, e.g. an NCCL unique id) is
  * copied into every other rank's `blob`. On success the connections stay open and a watchdog
  * thread enforces liveness (top of this file) until lj_bootstrap_close.

@@ -72,7 +72,7 @@ static void walk(walker *w, lj_model *m) {
     }
     m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
     m->adamw_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
-    m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 8) : NULL;
+    m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 12) : NULL;
 
     /* ZeRO-3 (parallel/zero3.h): gather slots and persistent groups' buffers beside the parameter
      * shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only) */

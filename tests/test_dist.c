@@ -15,7 +15,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -501,6 +504,70 @@ static void test_tcp_bootstrap(void **state) {
     }
 }
 
+/* torchrun with its agent store: the process that launched the ranks already listens on
+ * MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), and the ranks find each other anyway. */
+static pid_t spawn_torchrun_rank(const char *dir, int rank, int world, int port) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    char path[1300], v[32];
+    snprintf(path, sizeof path, "%s/rank%d.log", dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 2);
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    setenv("GROUP_RANK", "0", 1);
+    snprintf(v, sizeof v, "%d", world);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("LOCAL_WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", port);
+    setenv("MASTER_PORT", v, 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    setenv("TORCHELASTIC_RUN_ID", "none", 1);
+    lj_dist_env env;
+    if (lj_dist_env_detect(&env) != LJ_OK) {
+        fprintf(stderr, "env error: %s\n", lj_error_message());
+        _exit(9);
+    }
+    unsigned char blob[16] = {0};
+    if (rank == 0) memset(blob, 7, sizeof blob);
+    lj_bootstrap *boot;
+    if (lj_bootstrap_tcp(&boot, &env, 42, "torchrun", 30, blob, sizeof blob) != LJ_OK) {
+        fprintf(stderr, "bootstrap error: %s\n", lj_error_message());
+        _exit(10);
+    }
+    for (int i = 0; i < 16; i++)
+        if (blob[i] != 7) _exit(20);
+    usleep(200000);
+    lj_bootstrap_close(boot);
+    _exit(0);
+}
+
+static void test_tcp_torchrun_agent_store(void **state) {
+    (void)state;
+    char dir[1100];
+    case_dir(dir, sizeof dir, "tcp-agent-store");
+    /* the agent's store: a socket listening on MASTER_PORT for the whole bootstrap */
+    int store = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int tries = 0; tries < 20; tries++) {
+        assert_int_equal(lj_launch_free_port(&port), LJ_OK);
+        a.sin_port = htons((uint16_t)port);
+        if (port < 65535 && bind(store, (struct sockaddr *)&a, sizeof a) == 0) break;
+        port = 0;
+    }
+    assert_true(port > 0);
+    assert_int_equal(listen(store, 4), 0);
+    pid_t p[2];
+    for (int r = 0; r < 2; r++) p[r] = spawn_torchrun_rank(dir, r, 2, port);
+    for (int r = 0; r < 2; r++) assert_int_equal(wait_for(p[r], 60), 0);
+    close(store);
+}
+
 static void test_tcp_dead_rank(void **state) {
     (void)state;
     char dir[1100];
@@ -556,7 +623,9 @@ static void test_tcp_dead_rank(void **state) {
 static const char *const ENV_VARS[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                                        "MASTER_PORT", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                        "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK",
-                                       "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", NULL};
+                                       "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
+                                       "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE",
+                                       "TORCHELASTIC_USE_AGENT_STORE", "LJPERF_BOOTSTRAP_PORT", NULL};
 
 static void clear_env(void) {
     for (int i = 0; ENV_VARS[i]; i++) unsetenv(ENV_VARS[i]);
@@ -601,6 +670,47 @@ static void test_env_detect(void **state) {
     setenv("SLURM_STEP_NUM_TASKS", "8", 1);
     assert_int_equal(lj_dist_env_detect(&e), LJ_OK);
     assert_true(e.launcher == LJ_LAUNCHER_SLURM && e.rank == 5 && e.world_size == 8);
+    /* srun's ranks per node: "2(x3),1" gives 2 on node 2 and 1 on node 3 */
+    setenv("SLURM_STEP_TASKS_PER_NODE", "2(x3),1", 1);
+    setenv("SLURM_NODEID", "2", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_OK);
+    assert_true(e.local_rank == 1 && e.local_world_size == 2);
+    setenv("SLURM_NODEID", "3", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "local rank 1, which is not below its 1 ranks on this node"));
+    clear_env();
+
+    /* what torchrun says against itself, and against mpirun's variables */
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "2", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "LOCAL_RANK=2, which is not below LOCAL_WORLD_SIZE=2"));
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "4", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "LOCAL_WORLD_SIZE=4, more than its world size 2"));
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "mpirun started 4 ranks"));
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    /* torchrun's agent store holds MASTER_PORT: the bootstrap takes the next port, or the one given */
+    assert_int_equal(lj_dist_env_detect(&e), LJ_OK);
+    assert_int_equal(e.bootstrap_port, 29500);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_OK);
+    assert_int_equal(e.bootstrap_port, 29501);
+    setenv("LJPERF_BOOTSTRAP_PORT", "31000", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_OK);
+    assert_int_equal(e.bootstrap_port, 31000);
+    setenv("LJPERF_BOOTSTRAP_PORT", "29500", 1);
+    assert_int_equal(lj_dist_env_detect(&e), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "agent store"));
     clear_env();
 
     /* the MPI backend refuses torchrun-style ranks, naming mpirun */
@@ -689,6 +799,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_detect),      cmocka_unit_test(test_single_rank),
         cmocka_unit_test(test_tcp_bootstrap),   cmocka_unit_test(test_tcp_dead_rank),
+        cmocka_unit_test(test_tcp_torchrun_agent_store),
         cmocka_unit_test(test_mpi_collectives), cmocka_unit_test(test_mpi_config_mismatch),
         cmocka_unit_test(test_mpi_dead_and_hung_rank),
     };

@@ -4,8 +4,10 @@
 #   - `ljperf train --fp8-format hybrid` (delayed scaling with an amax history of 4, max, and
 #     tensorwise) trains, its losses stay within 2% of the fp32 run's, and a resumed run's losses
 #     equal the uninterrupted run's bit for bit (the amax histories and scales are in the
-#     checkpoint);
+#     checkpoint; the checkpointed halves spell the flags --flag=value);
 #   - `ljperf plan --fp8-format hybrid` shows the FP8 buffers;
+#   - the flags are rows of the flag table of train, benchmark and plan (train -h lists them as
+#     taken, not ignored); another command refuses them as unknown;
 #   - bad input: blockwise (not built yet), --fp8-* without --fp8-format, a bad format, bf16
 #     layers that leave nothing in FP8: one message each, exit status 1.
 set -euo pipefail
@@ -28,6 +30,8 @@ losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]
 for recipe in "delayed --fp8-amax-history-len 4 --fp8-amax-compute-algo max" "tensorwise"; do
   tag=${recipe%% *}
   read -r -a flags <<< "--fp8-format hybrid --fp8-recipe $recipe"
+  eq=()
+  for ((k = 0; k < ${#flags[@]}; k += 2)); do eq+=("${flags[k]}=${flags[k + 1]}"); done
   "$LJPERF" train "${common[@]}" "${flags[@]}" --log-json "$tmp/$tag.jsonl" >/dev/null 2>"$tmp/$tag.err" \
     || { cat "$tmp/$tag.err"; fail "$tag: FP8 run"; }
   grep -q "emulation" "$tmp/$tag.err" || fail "$tag: the CPU emulation is not announced"
@@ -35,9 +39,9 @@ for recipe in "delayed --fp8-amax-history-len 4 --fp8-amax-compute-algo max" "te
   paste <(losses "$tmp/fp32.jsonl") <(losses "$tmp/$tag.jsonl") | awk -v tag="$tag" '
     { d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > 0.02) { print tag ": iteration " $1 " fp32 " $2 " fp8 " $4; bad = 1 } }
     END { exit bad }' || fail "$tag: FP8 losses more than 2% from fp32"
-  "$LJPERF" train "${common[@]}" "${flags[@]}" --save "$tmp/ck-$tag" --exit-interval 3 \
+  "$LJPERF" train "${common[@]}" "${eq[@]}" --save "$tmp/ck-$tag" --exit-interval 3 \
     --log-json "$tmp/$tag-part.jsonl" >/dev/null 2>"$tmp/$tag-part.err" || { cat "$tmp/$tag-part.err"; fail "$tag: first half"; }
-  "$LJPERF" train "${common[@]}" "${flags[@]}" --load "$tmp/ck-$tag" --log-json "$tmp/$tag-part.jsonl" \
+  "$LJPERF" train "${common[@]}" "${eq[@]}" --load "$tmp/ck-$tag" --log-json "$tmp/$tag-part.jsonl" \
     >/dev/null 2>"$tmp/$tag-resume.err" || { cat "$tmp/$tag-resume.err"; fail "$tag: resume"; }
   grep -q '"fp8"' "$tmp/ck-$tag/iter_0000003/state.json" || fail "$tag: no FP8 state in state.json"
   if grep -q "start fresh" "$tmp/$tag-resume.err"; then cat "$tmp/$tag-resume.err"; fail "$tag: FP8 state not restored"; fi
@@ -51,6 +55,19 @@ grep -q "FP8 copies and scales" "$tmp/plan.out" || fail "plan: no FP8 row"
 grep -q "fp8.layers.0.qkv.w_t" "$tmp/plan.out" || fail "plan: no FP8 weight transpose buffer"
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --recompute none >"$tmp/plan_bf16.out" 2>&1
 if grep -q "FP8" "$tmp/plan_bf16.out"; then fail "plan without --fp8-format shows FP8"; fi
+
+"$LJPERF" train -h >"$tmp/help.txt" || fail "train -h"
+for f in --fp8-format --fp8-recipe --fp8-amax-history-len --fp8-amax-compute-algo --fp8-margin \
+         --first-last-layers-bf16 --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16; do
+  grep -q -- "^  $f  " "$tmp/help.txt" || fail "train -h does not list $f"
+  if grep -q -- "^  $f  *\(ignored\|refused\): " "$tmp/help.txt"; then fail "train -h lists $f as not taken"; fi
+  grep -A12 "Taken natively" "$tmp/help.txt" | grep -q -- "$f[,;]" || fail "$f is not in the Megatron compatibility table"
+done
+status=0
+"$LJPERF" generate --fp8-format=hybrid >/dev/null 2>"$tmp/gen.err" || status=$?
+[ "$status" = 1 ] && grep -q "unknown flag '--fp8-format'" "$tmp/gen.err" \
+  || { cat "$tmp/gen.err"; fail "generate --fp8-format: not an unknown flag"; }
+echo "flags: rows of train, benchmark and plan; unknown to generate"
 
 bad() { # expected message, then the flags
   local want=$1; shift

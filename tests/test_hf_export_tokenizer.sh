@@ -75,7 +75,7 @@ bad() { local want=$1; shift
 }
 bad "--tokenizer-model: $tmp/kjv.txt: not valid JSON" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/kjv.txt"
 bad "--tokenizer-model: $tmp/none.json: cannot open" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/none.json"
-bad "--tokenizer-type: 'SentencePieceTokenizer' is not HuggingFaceTokenizer" "${common[@]}" --tokenizer-type SentencePieceTokenizer
+bad "--tokenizer-type: 'SentencePieceTokenizer' is not one of HuggingFaceTokenizer, NullTokenizer" "${common[@]}" --tokenizer-type SentencePieceTokenizer
 [ ! -e "$tmp/bad1/iter_0000001" ] || fail "a refused run saved a checkpoint"
 echo "bad input: named"
 echo "test_hf_export_tokenizer: passed"

@@ -37,7 +37,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->eval_iters = 10;
     c->seed = 1234;
     c->fused = 1;
-    c->lr = (lj_lr_schedule){3e-4, 0.0, 0, 0, LJ_LR_COSINE}; /* Megatron: --min-lr 0 */
+    c->lr = (lj_lr_schedule){.lr = 3e-4, .min_lr = 0.0, .style = LJ_LR_COSINE, .step_size = 1}; /* Megatron: --min-lr 0 */
     c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
     c->split = "969,30,1";
     c->keep_last = 2;
@@ -64,6 +64,8 @@ typedef struct {
     lj_train_tb tb;            /* TensorBoard event file (rank 0, --tensorboard-dir) */
     lj_dp dp;                  /* data-parallel ranks (a world of one without a launcher) */
     int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
+    int out_of_time;           /* a rank passed --exit-duration-in-mins: all save and exit */
+    double start_sec;          /* lj_time_sec() at the start of the loop */
     int rank, world;
 } run;
 
@@ -72,7 +74,12 @@ static lj_status open_data(run *r) {
     const lj_train_config *c = r->cfg;
     lj_loader_config lc;
     memset(&lc, 0, sizeof lc);
-    LJ_TRY(lj_loader_parse_data_path(&lc, c->num_data_args, (const char *const *)c->data_args));
+    if (c->mock_data) {
+        lc.num_datasets = 1;
+        lc.mock_vocab_size = c->model.vocab_size;
+    } else {
+        LJ_TRY(lj_loader_parse_data_path(&lc, c->num_data_args, (const char *const *)c->data_args));
+    }
     lc.seq_length = c->seq_length;
     lc.micro_batch_size = c->micro_batch_size;
     lc.seed = c->seed;
@@ -87,6 +94,11 @@ static lj_status open_data(run *r) {
                                   rank runs the same forward (its layers are gathered collectively) */
     lc.dp_rank = 0;
     lc.dp_world_size = 1;
+    if (c->num_valid_data_args > 0) { /* --valid-data-path: the whole of those datasets */
+        lc.mock_vocab_size = 0;
+        LJ_TRY(lj_loader_parse_data_path(&lc, c->num_valid_data_args, (const char *const *)c->valid_data_args));
+        snprintf(lc.split, sizeof lc.split, "0,1,0");
+    }
     if (r->rank == 0 || (c->zero_stage == 3 && r->world > 1)) {
         if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
         else lj_log_warn("no validation data: %s", lj_error_message());
@@ -296,10 +308,12 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
         }
         *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step);
     }
-    float scalars[2] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0)};
-    lj_dp_sum(&r->dp, m, scalars, 2);
+    const int late = c->exit_duration_min > 0 && lj_time_sec() - r->start_sec > c->exit_duration_min * 60.0;
+    float scalars[3] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0), (float)late};
+    lj_dp_sum(&r->dp, m, scalars, 3);
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
     r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
+    r->out_of_time = scalars[2] > 0.0f;
     r->iteration = step;
     r->consumed_samples += c->global_batch_size;
 }
@@ -332,6 +346,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
      * convention); --log-json keeps every iteration's own loss */
     double interval_loss = 0.0;
     int interval_iters = 0;
+    r.start_sec = lj_time_sec();
     while (r.iteration < cfg->train_iters && !r.stop) {
         const double t0 = lj_time_sec();
         double loss, grad_norm;
@@ -381,8 +396,13 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             if (s != LJ_OK) break;
             last_saved = r.iteration;
         }
-        if (cfg->exit_interval > 0 && r.iteration % cfg->exit_interval == 0 && r.iteration < cfg->train_iters) {
-            lj_log_info("--exit-interval %d: exiting after iteration %d", cfg->exit_interval, r.iteration);
+        const int exit_now = cfg->exit_interval > 0 && r.iteration % cfg->exit_interval == 0;
+        if ((exit_now || r.out_of_time) && r.iteration < cfg->train_iters) {
+            if (r.rank == 0 && exit_now)
+                lj_log_info("--exit-interval %d: exiting after iteration %d", cfg->exit_interval, r.iteration);
+            else if (r.rank == 0)
+                lj_log_info("--exit-duration-in-mins %g: exiting after iteration %d", cfg->exit_duration_min,
+                            r.iteration);
             if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);

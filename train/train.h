@@ -33,6 +33,12 @@ typedef struct {
     int num_data_args;
     char **data_args;
     const char *split;
+    int mock_data;             /* --mock-data: one synthetic dataset over the model's vocabulary
+                                  (lj_token_dataset_mock) instead of data_args */
+    int num_valid_data_args;   /* --valid-data-path: validation reads the whole of these datasets */
+    char **valid_data_args;    /* instead of the valid split of data_args */
+    double exit_duration_min;  /* --exit-duration-in-mins: save and exit after an iteration that ends
+                                  later than this many minutes after the start (0: no limit) */
 
     const char *save;          /* --save DIR */
     const char *load;          /* --load DIR (training state, or an HF checkpoint directory) */

@@ -1,0 +1,206 @@
+/* flags.c: the table-driven argument parser (flags.h). */
+#include "cli/flags.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+lj_status lj_flags_parse_int(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", flag, v);
+    *out = (int)x;
+    return LJ_OK;
+}
+
+/* argparse's test: "-1", "-.5", "-1e-3" are values, not flags. */
+static int is_negative_number(const char *s) {
+    if (s[0] != '-' || !(isdigit((unsigned char)s[1]) || (s[1] == '.' && isdigit((unsigned char)s[2])))) return 0;
+    char *end;
+    strtod(s, &end);
+    return *end == '\0';
+}
+
+/* An argument that is a value rather than a flag. */
+static int is_value(const char *s) { return s[0] != '-' || s[1] == '\0' || is_negative_number(s); }
+
+static lj_status parse_value(const lj_flag *r, const char *v) {
+    char *end;
+    errno = 0;
+    switch (r->kind) {
+    case LJ_FLAG_STR: *(const char **)r->dest = v; return LJ_OK;
+    case LJ_FLAG_INT: return lj_flags_parse_int(r->name, v, (int *)r->dest);
+    case LJ_FLAG_I64:
+    case LJ_FLAG_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*v == '\0' || *v == '-' || *end != '\0' || errno || (r->kind == LJ_FLAG_I64 && x > INT64_MAX))
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer", r->name, v);
+        if (r->kind == LJ_FLAG_I64) *(int64_t *)r->dest = (int64_t)x;
+        else *(uint64_t *)r->dest = x;
+        return LJ_OK;
+    }
+    case LJ_FLAG_DOUBLE:
+    case LJ_FLAG_FLOAT: {
+        double x = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || errno) return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number", r->name, v);
+        if (r->kind == LJ_FLAG_DOUBLE) *(double *)r->dest = x;
+        else *(float *)r->dest = (float)x;
+        return LJ_OK;
+    }
+    case LJ_FLAG_FUNC: return r->fn(r->dest, r->name, v);
+    default: return LJ_OK;
+    }
+}
+
+static const lj_flag *find(const lj_flag *rows, int n, const char *name, size_t len) {
+    for (int k = 0; k < n; k++)
+        if (rows[k].name && strlen(rows[k].name) == len && !strncmp(rows[k].name, name, len)) return &rows[k];
+    return NULL;
+}
+
+static void check_table(const lj_flag *rows, int n) {
+    for (int a = 0; a < n; a++) {
+        if (!rows[a].name) continue;
+        for (int b = a + 1; b < n; b++)
+            LJ_ASSERT(!rows[b].name || strcmp(rows[a].name, rows[b].name) != 0, "flag %s has two rows", rows[a].name);
+    }
+}
+
+static void note_ignored(lj_flags_result *res, const lj_flag *r) {
+    for (int k = 0; k < res->num_ignored; k++)
+        if (res->ignored[k] == r) return;
+    if (res->num_ignored < LJ_FLAGS_MAX_IGNORED) res->ignored[res->num_ignored++] = r;
+}
+
+lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, char **argv, int max_positional,
+                         lj_flags_result *res) {
+    memset(res, 0, sizeof *res);
+    check_table(rows, n);
+    int only_positional = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        if (only_positional || is_value(a)) {
+            if (res->num_positional >= max_positional)
+                return max_positional == 0
+                           ? lj_fail(LJ_ERR_ARG, "unexpected argument '%s' (see ljperf %s --help)", a, cmd)
+                           : lj_fail(LJ_ERR_ARG, "too many arguments: '%s' (see ljperf %s --help)", a, cmd);
+            res->positional = lj_realloc(res->positional, (size_t)(res->num_positional + 1) * sizeof *res->positional);
+            res->positional[res->num_positional++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_positional = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            res->help = 1;
+            return LJ_OK;
+        }
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        const size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        const lj_flag *r = find(rows, n, a, len);
+        if (!r) return lj_fail(LJ_ERR_ARG, "unknown flag '%.*s' (see ljperf %s --help)", (int)len, a, cmd);
+        if (r->given) *r->given = 1;
+        const int nvalues = r->kind == LJ_FLAG_SWITCH ? 0
+                            : r->kind == LJ_FLAG_LIST ? -1
+                            : (r->kind == LJ_FLAG_IGNORED || r->kind == LJ_FLAG_REFUSED) ? r->ival
+                                                                                          : 1;
+        if (nvalues == 0 && eq) return lj_fail(LJ_ERR_ARG, "%s takes no value (got '%s')", r->name, eq + 1);
+        /* the values: argv[first .. first + count) */
+        int first = i + 1, count = 0;
+        if (eq) {
+            argv[i] = (char *)eq + 1;
+            first = i;
+            count = 1;
+        } else if (nvalues == 1) {
+            if (i + 1 >= argc || !is_value(argv[i + 1])) return lj_fail(LJ_ERR_ARG, "%s needs a value", r->name);
+            count = 1;
+        } else if (nvalues < 0) {
+            while (first + count < argc && is_value(argv[first + count])) count++;
+            if (count == 0) return lj_fail(LJ_ERR_ARG, "%s needs at least one value", r->name);
+        }
+        if (!eq) i += count;
+        if (r->kind == LJ_FLAG_REFUSED) return lj_fail(LJ_ERR_ARG, "%s: %s", r->name, r->help);
+        if (r->kind == LJ_FLAG_IGNORED) {
+            note_ignored(res, r);
+        } else if (r->kind == LJ_FLAG_SWITCH) {
+            *(int *)r->dest = r->ival;
+        } else if (r->kind == LJ_FLAG_LIST) {
+            lj_flag_list *l = r->dest;
+            l->count = count;
+            l->values = argv + first;
+        } else {
+            LJ_TRY(parse_value(r, argv[first]));
+        }
+    }
+    return LJ_OK;
+}
+
+void lj_flags_result_free(lj_flags_result *res) {
+    free(res->positional);
+    res->positional = NULL;
+    res->num_positional = 0;
+}
+
+void lj_flags_log_ignored(const char *cmd, const lj_flags_result *res) {
+    if (res->num_ignored == 0) return;
+    lj_log_info("%s: %d argument%s accepted and ignored:", cmd, res->num_ignored, res->num_ignored == 1 ? "" : "s");
+    for (int k = 0; k < res->num_ignored; k++) lj_log_info("  %s: %s", res->ignored[k]->name, res->ignored[k]->help);
+}
+
+/* Prints `text` wrapped at 100 columns from column `col`, continuation lines indented by `indent`. */
+static void print_wrapped(FILE *f, const char *text, int col, int indent) {
+    int first = 1;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        const char *sp = strchr(p, ' ');
+        const int w = (int)(sp ? sp - p : (long)strlen(p));
+        if (!first && col + 1 + w > 100) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (!first) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", w, p);
+        col += w;
+        p += w;
+        first = 0;
+    }
+    fputc('\n', f);
+}
+
+void lj_flags_print_help(FILE *f, const lj_flag *rows, int n) {
+    for (int k = 0; k < n; k++) {
+        const lj_flag *r = &rows[k];
+        if (r->kind == LJ_FLAG_SECTION) {
+            fprintf(f, "%s\n", r->help);
+            continue;
+        }
+        char text[1024];
+        const char *mark = r->kind == LJ_FLAG_IGNORED ? "ignored: " : r->kind == LJ_FLAG_REFUSED ? "refused: " : "";
+        snprintf(text, sizeof text, "%s%s", mark, r->help ? r->help : "");
+        int col = fprintf(f, "  %-34s", r->name);
+        if (col > 36) {
+            fprintf(f, "\n%*s", 36, "");
+            col = 36;
+        }
+        print_wrapped(f, text, col, 36);
+    }
+}
+
+const char *lj_flags_peek(int argc, char **argv, const char *name) {
+    const size_t len = strlen(name);
+    const char *v = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strncmp(argv[i], name, len) && argv[i][len] == '=') v = argv[i] + len + 1;
+        else if (!strcmp(argv[i], name) && i + 1 < argc && is_value(argv[i + 1])) v = argv[++i];
+    }
+    return v;
+}

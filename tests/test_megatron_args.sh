@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# test_megatron_args.sh: Megatron-LM's pretrain_gpt.py arguments on `ljperf train` (CPU):
+#   - tests/megatron/train_llama_1gpu_bf16.sh, a Megatron-LM launch script whose launch line is
+#     `ljperf train`, runs to the end on real KJV tokens and on --mock-data, and its losses equal
+#     the same runs given with --model and ljperf's own flags, bit for bit;
+#   - the ignored arguments are listed once at start-up; refused ones stop the run naming the
+#     argument; argparse syntax (--flag=value, -h) and no prefix abbreviations;
+#   - the schedule in samples, WSD and inverse-square-root against their formulas;
+#   - the DeepSpeed launcher's --local_rank against LOCAL_RANK.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
+tmp="$LJ_TEST_TMP/megatron_args"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok: $*"; }
+
+kjv="$LJ_CACHE/data/kjv.txt"
+tok="$LJ_CACHE/tokenizer/llama3/tokenizer.json"
+[ -s "$kjv" ] || fail "$kjv is missing: run scripts/setup.sh"
+[ -s "$tok" ] || fail "$tok is missing: run scripts/setup.sh"
+head -c 200000 "$kjv" > "$tmp/kjv.txt"
+"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 \
+  || fail "prepare failed"
+losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
+
+# 1. the Megatron script, shrunk to llama3-nano's shape: 12 iterations of 4 samples
+script="$LJ_SOURCE_DIR/tests/megatron/train_llama_1gpu_bf16.sh"
+export LJPERF NUM_LAYERS=2 HIDDEN_SIZE=64 FFN_HIDDEN_SIZE=192 NUM_HEADS=4 NUM_QUERY_GROUPS=2 KV_CHANNELS=16
+export SEQ_LENGTH=32 MICRO_BATCH_SIZE=2 GLOBAL_BATCH_SIZE=4 TRAIN_SAMPLES=48 WARMUP_SAMPLES=8 DECAY_SAMPLES=48
+export EVAL_ITERS=2 EVAL_INTERVAL=6 SEED=7
+own=(--device cpu --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 12 --lr-warmup-iters 2
+     --lr-decay-iters 12 --lr 3e-3 --min-lr 3e-4 --weight-decay 0.1 --clip-grad 1.0 --seed 7 --split 949,50,1
+     --zero-stage 1 --eval-iters 2 --eval-interval 6)
+EXTRA_ARGS="--log-json $tmp/mg.jsonl" bash "$script" "$tmp/ckpt" "$tmp/tb" "$tok" "$tmp/kjv" \
+  >"$tmp/mg.out" 2>"$tmp/mg.err" || { cat "$tmp/mg.err"; fail "the Megatron script (real data)"; }
+"$LJPERF" train --model llama3-nano --data-path "$tmp/kjv" "${own[@]}" --log-json "$tmp/own.jsonl" \
+  >/dev/null 2>"$tmp/own.err" || { cat "$tmp/own.err"; fail "the same run with ljperf's flags"; }
+[ "$(losses "$tmp/mg.jsonl" | wc -l)" = 12 ] || fail "the Megatron script did not run 12 iterations"
+diff <(losses "$tmp/own.jsonl") <(losses "$tmp/mg.jsonl") || fail "Megatron-argument losses differ from --model's"
+[ -s "$tmp/ckpt/latest_checkpointed_iteration.txt" ] || fail "no checkpoint in --save"
+ls "$tmp/tb"/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard events in --tensorboard-dir"
+grep -q "starting from scratch" "$tmp/mg.err" || fail "--load = --save with nothing there did not start from scratch"
+grep -q "arguments accepted and ignored" "$tmp/mg.err" || fail "no list of ignored arguments"
+for a in --use-mcore-models --manual-gc --attention-backend --transformer-impl --sequence-parallel --num-workers; do
+  [ "$(grep -c -- "^.*  $a: " "$tmp/mg.err")" = 1 ] || fail "$a is not listed exactly once as ignored"
+done
+grep -q -- "--bf16: the cpu backend computes in fp32" "$tmp/mg.err" || fail "--bf16 on the CPU not explained"
+echo "real data: 12 losses of the Megatron script equal llama3-nano with ljperf's flags"
+ok "the Megatron script on real data, $(losses "$tmp/mg.jsonl" | head -1 | cut -d' ' -f2) -> $(losses "$tmp/mg.jsonl" | tail -1 | cut -d' ' -f2)"
+
+# 2. the same script on --mock-data (NullTokenizer: 128256 + 1 ids padded to 128384)
+python3 - "$tmp/nano-128384.json" <<'PY'
+import json, sys
+json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128384, "hidden_size": 64,
+           "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+           "tie_word_embeddings": True, "initializer_range": 0.02,
+           "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192}}, open(sys.argv[1], "w"))
+PY
+EXTRA_ARGS="--log-json $tmp/mock.jsonl" bash "$script" "$tmp/ckpt-mock" "$tmp/tb-mock" "" MOCK \
+  >/dev/null 2>"$tmp/mock.err" || { cat "$tmp/mock.err"; fail "the Megatron script (--mock-data)"; }
+"$LJPERF" train --model "$tmp/nano-128384.json" --mock-data "${own[@]/949,50,1/99,1,0}" \
+  --log-json "$tmp/own-mock.jsonl" >/dev/null 2>"$tmp/own-mock.err" || { cat "$tmp/own-mock.err"; fail "--mock-data"; }
+[ "$(losses "$tmp/mock.jsonl" | wc -l)" = 12 ] || fail "the mock run did not run 12 iterations"
+diff <(losses "$tmp/own-mock.jsonl") <(losses "$tmp/mock.jsonl") || fail "mock-data losses differ from --model's"
+grep -q "no tokenizer in the Hugging Face exports" "$tmp/mock.err" || fail "NullTokenizer export note missing"
+ok "the Megatron script on --mock-data equals --model with ljperf's flags"
+
+# 3. argparse syntax
+common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 --quiet
+        --eval-iters 0)
+"$LJPERF" train "${common[@]}" --train-iters=2 --lr=3e-3 --log-json="$tmp/eq.jsonl" >/dev/null 2>&1 || fail "--flag=value"
+"$LJPERF" train "${common[@]}" --train-iters 2 --lr 3e-3 --log-json "$tmp/sp.jsonl" >/dev/null 2>&1 || fail "--flag value"
+diff <(losses "$tmp/eq.jsonl") <(losses "$tmp/sp.jsonl") || fail "--flag=value and --flag value differ"
+"$LJPERF" train -h >"$tmp/help.txt" || fail "train -h"
+grep -q "Megatron-LM compatibility" "$tmp/help.txt" || fail "train -h has no compatibility table"
+grep -q -- "--use-mcore-models  *ignored: " "$tmp/help.txt" || fail "train -h does not list the ignored arguments"
+for c in prepare train benchmark plan generate report; do "$LJPERF" $c -h >/dev/null || fail "$c -h"; done
+bad() {
+  local want="$1"; shift
+  if "$LJPERF" train "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"; then fail "accepted: $*"; fi
+  grep -q -- "$want" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "message lacks '$want'"; }
+}
+bad "unknown flag '--train-iter'" "${common[@]}" --train-iter 2
+bad "unknown flag '--frobnicate'" "${common[@]}" --frobnicate=1
+bad "--lr needs a value" "${common[@]}" --lr --seed 1
+bad "--bf16 takes no value" "${common[@]}" --bf16=1
+bad "--fp16: ljperf trains in bf16" "${common[@]}" --fp16
+bad "--tensor-model-parallel-size 2: ljperf has data parallelism only" "${common[@]}" --tensor-model-parallel-size 2
+bad "--pipeline-model-parallel-size 4:" "${common[@]}" --pipeline-model-parallel-size 4
+bad "--ckpt-format torch_dist: ljperf reads and writes its own format" "${common[@]}" --ckpt-format torch_dist
+bad "--swiglu is missing" --device cpu --data-path "$tmp/kjv" --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+  --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --vocab-size 128256
+bad "--normalization LayerNorm (Megatron's default)" --device cpu --data-path "$tmp/kjv" --num-layers 2 \
+  --hidden-size 64 --num-attention-heads 4 --swiglu --position-embedding-type rope --vocab-size 128256
+bad "--hidden-dropout 0.1: ljperf trains without dropout" --device cpu --data-path "$tmp/kjv" --num-layers 2 \
+  --hidden-size 64 --num-attention-heads 4 --swiglu --normalization RMSNorm --position-embedding-type rope \
+  --disable-bias-linear --vocab-size 128256 --hidden-dropout 0.1
+bad "--train-iters and --train-samples exclude each other" "${common[@]}" --train-iters 2 --train-samples 8
+bad "--lr-decay-style WSD needs the anneal length: --lr-wsd-decay-iters" "${common[@]}" --lr-decay-style WSD
+bad "--model llama3-nano and Megatron's model shape flags" "${common[@]}" --num-layers 2
+LOCAL_RANK=1 bad "--local_rank=0 but the environment says LOCAL_RANK=1" "${common[@]}" --local_rank=0
+"$LJPERF" train "${common[@]}" --train-iters 1 --local_rank=0 >/dev/null 2>&1 || fail "--local_rank=0 alone"
+LOCAL_RANK=0 "$LJPERF" train "${common[@]}" --train-iters 1 --local_rank=0 >/dev/null 2>&1 \
+  || fail "--local_rank=0 with LOCAL_RANK=0"
+ok "argparse syntax, refusals and the launcher's --local_rank"
+
+# 4. schedules: the logged LR against Megatron's get_lr (warm-up counted from iteration 1)
+lrs() { grep '"lr"' "$1" | sed -E 's/.*"lr": ([^,]+),.*/\1/'; }
+check_lr() { # name, python expression of n (steps) for iterations 1..N, flags...
+  local name="$1" expr="$2"; shift 2
+  "$LJPERF" train "${common[@]}" --lr 1e-3 --min-lr 1e-4 "$@" --log-json "$tmp/lr.jsonl" >/dev/null 2>"$tmp/lr.err" \
+    || { cat "$tmp/lr.err"; fail "$name run"; }
+  python3 - "$tmp/lr.jsonl" "$expr" <<'PY' || fail "$name: the LR does not follow its formula"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    it = r["iteration"]
+    want = eval(sys.argv[2], {"math": math, "it": it})
+    if abs(r["lr"] - want) > 1e-9 + 1e-6 * want:
+        sys.exit("iteration %d: lr %g, formula %g" % (it, r["lr"], want))
+PY
+  ok "$name"
+}
+# samples: global batch 2, 10 iterations = 20 samples, warm-up 4 samples, decay 16 samples
+check_lr "cosine in samples" \
+  "(1e-3*it*2/4) if it*2<=4 else (1e-4 if it*2>16 else 1e-4+0.9e-3*0.5*(1+math.cos(math.pi*(it*2-4)/12)))" \
+  --train-samples 20 --lr-warmup-samples 4 --lr-decay-samples 16
+check_lr "WSD, exponential anneal" \
+  "(1e-3*it/2) if it<=2 else (1e-3 if it<=6 else 1e-4+0.9e-3*(2*0.5**((it-6)/4)-1))" \
+  --train-iters 10 --lr-warmup-iters 2 --lr-decay-style WSD --lr-wsd-decay-iters 4
+check_lr "WSD, minus_sqrt anneal" \
+  "(1e-3*it/2) if it<=2 else (1e-3 if it<=6 else 1e-4+0.9e-3*(1-math.sqrt((it-6)/4)))" \
+  --train-iters 10 --lr-warmup-iters 2 --lr-decay-style WSD --lr-wsd-decay-iters 4 --lr-wsd-decay-style minus_sqrt
+check_lr "inverse-square-root" "(1e-3*it/4) if it<=4 else max(1e-4, 1e-3*math.sqrt(4)/math.sqrt(it))" \
+  --train-iters 10 --lr-warmup-iters 4 --lr-decay-style inverse-square-root
+check_lr "warm-up fraction" "(1e-3*it/2) if it<=2 else 1e-4+0.9e-3*(1-(it-2)/8)" \
+  --train-iters 10 --lr-warmup-fraction 0.2 --lr-decay-style linear
+
+echo "test_megatron_args: all passed"
