@@ -25,8 +25,9 @@ common=(--model llama3-tiny --device cuda --data-path /tmp/kjv --seq-length 256 
         --global-batch-size 16 --train-iters 20 --lr 3e-3 --lr-warmup-iters 5 --seed 5 --log-interval 5
         --eval-iters 2 --grad-dtype fp32)
 torchrun() { python3 -m torch.distributed.run --master-port 29511 "$@"; }
-losses() { python3 -c "import json,sys;[print(json.loads(l)['iteration'], json.loads(l)['loss']) for l in open(sys.argv[1])]" "$1"; }
-same() { if diff <(losses "$1") <(losses "$2") >/dev/null; then echo "$3: losses equal"; else echo "$3: LOSSES DIFFER"; paste <(losses "$1") <(losses "$2") | head -20; fi; }
+# iteration and loss of each training line (validation lines have no 'loss'); fails on no lines
+losses() { python3 -c "import json,sys;r=[json.loads(l) for l in open(sys.argv[1])];r=[x for x in r if 'loss' in x];assert r;[print(x['iteration'],x['loss']) for x in r]" "$1"; }
+same() { if a=$(losses "$1") && b=$(losses "$2") && [ "$a" = "$b" ]; then echo "$3: losses equal"; else echo "$3: LOSSES DIFFER"; paste <(losses "$1") <(losses "$2") | head -20; fi; }
 for s in $steps; do
   case $s in
   one)
