@@ -16,7 +16,8 @@ static void usage(FILE *f) {
             "  --model NAME|config.json     preset (%s), deepspeed/<preset>, or an HF config\n"
             "  --seq-length T               tokens per sample (default 4096 on cuda, 256 on the CPU)\n"
             "  --micro-batch-size N|auto    samples per micro-batch (default 1); auto: the fastest that fits\n"
-            "  --device cuda|cpu            the target (default cuda: a GPU run, planned without a GPU)\n"
+            "  --device cuda|cpu|auto       the target (default cuda: a GPU run, planned without a GPU;\n"
+            "                               auto: the GPU if there is a usable one, else the CPU, as train)\n"
             "  --grad-dtype bf16|fp32       gradient dtype of a CUDA run (default bf16)\n"
             "  --device-memory BYTES        e.g. 80GiB (default: the GPU's total when one is present, else one\n"
             "                               H200 as the CUDA runtime sees it, 139.80 GiB; on the CPU the host RAM)\n"
@@ -120,6 +121,12 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     const lj_ops *ops = NULL;
     if (!strcmp(a->device, "cpu")) {
         ops = lj_ops_cpu();
+    } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda())) {
+        /* what `train --device auto` would run on: the GPU if there is a usable one, else the CPU */
+        lj_log_info("--device auto: no usable GPU (%s); planning a CPU run", lj_error_message());
+        ops = lj_ops_cpu();
+    } else if (ops) {
+        /* --device auto with a usable GPU */
     } else if (!strcmp(a->device, "cuda")) {
         ops = lj_ops_cuda(); /* a real GPU gives its memory size */
         if (!ops) ops = lj_ops_cuda_describe();
@@ -128,7 +135,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
                            "--device cuda: this ljperf was built without CUDA, so it cannot describe the GPU "
                            "backend's buffers; plan a CPU run with --device cpu");
     } else {
-        return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu", a->device);
+        return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of cuda, cpu, auto", a->device);
     }
     LJ_TRY(lj_cli_grad_dtype("--grad-dtype", a->grad_dtype, &ops));
     char cache[LJ_PATH_MAX];

@@ -222,6 +222,10 @@ bad "seq length 0" "--seq-length 0: must be positive" --model llama3-nano --devi
 check "--json - writes JSON to standard output" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/stdout.json"
 check "--json - writes no file named -" test ! -e ./-
 bad "grad dtype" "--grad-dtype: 'fp16'" --model llama3-nano --device cpu --grad-dtype fp16
+bad "device" "--device: 'tpu' is not one of cuda, cpu, auto" --model llama3-nano --device tpu
+# --device auto plans what `train --device auto` runs on: here, without a GPU, the CPU
+"$LJPERF" plan --model llama3-nano --device auto --seq-length 64 >"$out/auto.txt" 2>&1
+check "--device auto without a GPU plans a CPU run" has "$out/auto.txt" "device cpu"
 bad "grad dtype on the CPU" "--grad-dtype bf16: the cpu backend keeps fp32 gradients" --model llama3-nano \
     --device cpu --grad-dtype bf16
 if [ "$gpu" = 1 ]; then
