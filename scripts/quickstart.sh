@@ -10,7 +10,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 bash scripts/setup.sh
 bash scripts/build.sh
-out=${LJ_QUICKSTART_DIR:-$repo/out/quickstart}
+out=${LJ_QUICKSTART_DIR:-out/quickstart} # relative to the repository (the commands run there)
 mkdir -p "$out"
 cache=${LJPERF_CACHE:-$repo/.cache}
 
