@@ -65,75 +65,15 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_v1(lj_bf16 *params, float
     }
 }
 
-/* One element, in the order of ops.h and the CPU backend. */
-static __device__ __forceinline__ float adamw_elem(float g, float &m, float &v, float &master, const adamw_consts &k,
-                                                   float step_size, float bc2_sqrt, float decay) {
-    float mi = k.beta1 * m + (1.0f - k.beta1) * g;
-    float vi = k.beta2 * v + (1.0f - k.beta2) * g * g;
-    m = mi;
-    v = vi;
-    master = master * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + k.eps));
-    return master;
-}
+/* Version 2 (44438ac): 4 consecutive elements per thread and turn, read and written as 16-byte
+ * vectors of the fp32 state and 8-byte ones of the bf16 gradient and parameters where the
+ * segment's offset and the buffers allow it, else one at a time; the same arithmetic. It is the
+ * backend's kernel today, so the lab runs it through the op table (adamw_update,
+ * ops/cuda/cuda_optim.cu) rather than keep a copy that could drift from it. Predicted
+ * 2.5 -> ~3.5 TB/s; measured at the time only inside the 8b ZeRO-3 step (10,667-10,839 ->
+ * 10,941 tokens/s per GPU, different machines, bench/results/README.md). */
 
-/* Version 2 (44438ac, the backend's kernel today): 4 consecutive elements per thread and turn,
- * read and written as 16-byte vectors of the fp32 state and 8-byte ones of the bf16 gradient and
- * parameters where the segment's offset and the buffers allow it, else one at a time; the same
- * arithmetic. Predicted 2.5 -> ~3.5 TB/s; measured at the time only inside the 8b ZeRO-3 step
- * (10,667-10,839 -> 10,941 tokens/s per GPU, different machines, bench/results/README.md). */
-__global__ void __launch_bounds__(ADAMW_THREADS) adamw_v2(lj_bf16 *params, float *master, const lj_bf16 *grad,
-                                                          float *m, float *v, const adamw_batch batch,
-                                                          const adamw_consts k, const float *scalars,
-                                                          const float *grad_norm_sq) {
-    const int VEC = 4;
-    float clip = 1.0f;
-    if (k.max_grad_norm > 0.0f && grad_norm_sq) clip = fminf(1.0f, k.max_grad_norm / (sqrtf(*grad_norm_sq) + 1e-6f));
-    const float lr = scalars[LJ_ADAMW_LR], step_size = scalars[LJ_ADAMW_STEP_SIZE];
-    const float bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
-    const bool buffers_aligned =
-        (((uintptr_t)m | (uintptr_t)v | (uintptr_t)master | (uintptr_t)grad * 2 | (uintptr_t)params * 2) & 15) == 0;
-    int64_t units = batch.unit_start[batch.num];
-    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-        int s = 0;
-        while (batch.unit_start[s + 1] <= u) s++;
-        int64_t local = (u - batch.unit_start[s]) * ADAMW_UNIT;
-        int64_t base = batch.offset[s], count = batch.count[s];
-        const float decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
-        const bool aligned = buffers_aligned && base % VEC == 0;
-        for (int j = 0; j < ADAMW_UNIT / (ADAMW_THREADS * VEC); j++) {
-            int64_t e = local + ((int64_t)j * ADAMW_THREADS + threadIdx.x) * VEC;
-            if (e >= count) break;
-            int64_t i = base + e;
-            if (aligned && e + VEC <= count) {
-                float4 mv = *(const float4 *)(m + i), vv = *(const float4 *)(v + i), pv = *(const float4 *)(master + i);
-                uint2 raw = *(const uint2 *)(grad + i);
-                const lj_bf16 *gx = (const lj_bf16 *)&raw;
-                adamw_elem(lj_ld(gx + 0) * clip, mv.x, vv.x, pv.x, k, step_size, bc2_sqrt, decay);
-                adamw_elem(lj_ld(gx + 1) * clip, mv.y, vv.y, pv.y, k, step_size, bc2_sqrt, decay);
-                adamw_elem(lj_ld(gx + 2) * clip, mv.z, vv.z, pv.z, k, step_size, bc2_sqrt, decay);
-                adamw_elem(lj_ld(gx + 3) * clip, mv.w, vv.w, pv.w, k, step_size, bc2_sqrt, decay);
-                *(float4 *)(m + i) = mv;
-                *(float4 *)(v + i) = vv;
-                *(float4 *)(master + i) = pv;
-                if (params) {
-                    __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
-                    uint2 out;
-                    out.x = *(const unsigned *)&lo;
-                    out.y = *(const unsigned *)&hi;
-                    *(uint2 *)(params + i) = out;
-                }
-            } else {
-                for (int q = 0; q < VEC && e + q < count; q++) {
-                    float p = adamw_elem(lj_ld(grad + i + q) * clip, m[i + q], v[i + q], master[i + q], k, step_size,
-                                         bc2_sqrt, decay);
-                    if (params) params[i + q] = __float2bfloat16_rn(p);
-                }
-            }
-        }
-    }
-}
-
-static const adamw_kernel_fn versions[] = {adamw_v1, adamw_v2};
+static const adamw_kernel_fn versions[] = {adamw_v1, NULL}; /* NULL: the backend's op */
 #define NUM_VERSIONS 2
 
 /* The backend's launch: the segment table in batches of ADAMW_SEGS, one launch each. */
@@ -171,6 +111,10 @@ typedef struct {
 
 static void run(void *p) {
     adamw_ctx *c = (adamw_ctx *)p;
+    if (!c->kernel) {
+        c->ops->adamw_update(c->params, c->master, c->grad, c->m, c->v, c->seg, 2, &c->hp, c->scalars, c->gn);
+        return;
+    }
     adamw_launch(c->kernel, c->params, c->master, c->grad, c->m, c->v, c->seg, 2, &c->hp, c->scalars, c->gn);
 }
 

@@ -32,51 +32,19 @@ static void select_version(int v) {
     lj_cuda_set_cudnn_attention(v == 4);
 }
 
-typedef struct {
-    const lj_ops *ops;
-    int B, T, nh, nkv, hd;
-    void *qkv, *out, *dout, *dqkv, *ws;
-    float *lse;
-} att_ctx;
-
-static void fwd(void *p) {
-    att_ctx *c = (att_ctx *)p;
-    c->ops->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
-}
-static void bwd(void *p) {
-    att_ctx *c = (att_ctx *)p;
-    c->ops->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
-}
-
-static att_ctx make(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
-    att_ctx c = {ops, B, T, nh, nkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
-    const int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
-    c.qkv = lj_harness_drand_bf16(ops, rows * row, 11, 2.0f);
-    c.dout = lj_harness_drand_bf16(ops, rows * nh * hd, 12, 1.0f);
-    c.out = lj_harness_dalloc(ops, (size_t)rows * nh * hd * 2);
-    c.dqkv = lj_harness_dalloc(ops, (size_t)rows * row * 2);
-    c.lse = (float *)lj_harness_dalloc(ops, (size_t)B * nh * T * 4);
-    c.ws = lj_harness_dalloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
-    return c;
-}
-
-static void release(att_ctx *c) {
-    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv), c->ops->free(c->lse);
-    c->ops->free(c->ws);
-}
 
 /* Forward and backward of version v, downloaded as fp32: out, lse, dqkv. */
-static void outputs(att_ctx *c, int v, float **out, float **lse, float **dqkv) {
+static void outputs(lj_att_bench *c, int v, float **out, float **lse, float **dqkv) {
     select_version(v);
-    fwd(c);
-    bwd(c);
+    lj_att_bench_fwd(c);
+    lj_att_bench_bwd(c);
     const int64_t rows = (int64_t)c->B * c->T, row = (int64_t)(c->nh + 2 * c->nkv) * c->hd;
     *out = lj_harness_download_f32(c->ops, c->out, rows * c->nh * c->hd, LJ_DTYPE_BF16);
     *lse = lj_harness_download_f32(c->ops, c->lse, (int64_t)c->B * c->nh * c->T, LJ_DTYPE_F32);
     *dqkv = lj_harness_download_f32(c->ops, c->dqkv, rows * row, LJ_DTYPE_BF16);
 }
 
-static void compare(lj_harness *h, int v, const char *against, const att_ctx *c, const float *o, const float *l,
+static void compare(lj_harness *h, int v, const char *against, const lj_att_bench *c, const float *o, const float *l,
                     const float *d, const float *ro, const float *rl, const float *rd) {
     char op[64], shape[64];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", c->B, c->T, c->nh, c->nkv, c->hd);
@@ -96,7 +64,7 @@ int main(int argc, char **argv) {
     const lj_ops *cpu = lj_ops_cpu();
     /* version 1 against the CPU backend */
     if (!only || only == 1) {
-        att_ctx c = make(ops, 1, 77, 4, 2, 64);
+        lj_att_bench c = lj_att_bench_make(ops, 1, 77, 4, 2, 64);
         float *o, *l, *d;
         outputs(&c, 1, &o, &l, &d);
         const int64_t row = (int64_t)(c.nh + 2 * c.nkv) * c.hd, no = (int64_t)c.T * c.nh * c.hd;
@@ -109,12 +77,12 @@ int main(int argc, char **argv) {
         cpu->attention_backward(rd, hd, hq, ro, rl, 1, c.T, c.nh, c.nkv, c.hd, hws);
         compare(&h, 1, "cpu", &c, o, l, d, ro, rl, rd);
         free(o), free(l), free(d), free(hq), free(hd), free(ro), free(rl), free(rd), free(hws);
-        release(&c);
+        lj_att_bench_free(&c);
     }
     /* versions 2-4 against version 1 */
     const int shapes[2][5] = {{1, 1000, 32, 8, 64}, {1, 1000, 24, 8, 128}};
     for (int s = 0; s < 2; s++) {
-        att_ctx c = make(ops, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+        lj_att_bench c = lj_att_bench_make(ops, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
         float *ro, *rl, *rd;
         outputs(&c, 1, &ro, &rl, &rd);
         for (int v = 2; v <= NUM_VERSIONS; v++) {
@@ -128,12 +96,12 @@ int main(int argc, char **argv) {
             free(o), free(l), free(d);
         }
         free(ro), free(rl), free(rd);
-        release(&c);
+        lj_att_bench_free(&c);
     }
     /* timings */
     const int bench[2][5] = {{4, 4096, 32, 8, 64}, {2, 4096, 24, 8, 128}};
     for (int s = 0; s < 2; s++) {
-        att_ctx c = make(ops, bench[s][0], bench[s][1], bench[s][2], bench[s][3], bench[s][4]);
+        lj_att_bench c = lj_att_bench_make(ops, bench[s][0], bench[s][1], bench[s][2], bench[s][3], bench[s][4]);
         const double f = 2.0 * c.B * c.nh * (double)c.T * c.T * c.hd;
         const double ceiling = c.hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
         char group[160];
@@ -143,7 +111,8 @@ int main(int argc, char **argv) {
             if ((only && v != only) || (v == 2 && c.hd != 64)) continue;
             select_version(v);
             const int iters = v == 1 ? 3 : 10;
-            double tf = lj_harness_time_ms(ops, fwd, &c, 1, iters), tb = lj_harness_time_ms(ops, bwd, &c, 1, iters);
+            double tf = lj_harness_time_ms(ops, lj_att_bench_fwd, &c, 1, iters),
+                   tb = lj_harness_time_ms(ops, lj_att_bench_bwd, &c, 1, iters);
             char what[48];
             snprintf(what, sizeof what, "version %d forward", v);
             lj_harness_report(group, what, tf, f / (tf * 1e-3) / 1e12, "TFLOP/s", ceiling);
@@ -152,7 +121,7 @@ int main(int argc, char **argv) {
             snprintf(what, sizeof what, "version %d fwd+bwd", v);
             lj_harness_report(group, what, tf + tb, 3.5 * f / ((tf + tb) * 1e-3) / 1e12, "TFLOP/s", ceiling);
         }
-        release(&c);
+        lj_att_bench_free(&c);
     }
     select_version(4);
     printf("%s\n", lj_cuda_cudnn_attention_describe());

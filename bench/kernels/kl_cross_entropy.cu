@@ -2,7 +2,8 @@
  * (ops/cuda/cuda_loss.cu, cross_entropy_fused): per chunk of rows, logits = x w^T (bf16, in the
  * workspace), the row kernel (log-sum-exp, loss, dlogits in place), dx = dlogits w and
  * dw += dlogits^T x, so that no [N, V] logits tensor exists. The versions differ in the chunk
- * size; the row kernel (copied below) and the cuBLASLt GEMMs (lj_cuda_gemm) are the same.
+ * size; the row pass is the backend's (cross_entropy_forward_backward, in place on the chunk's
+ * logits) and the GEMMs its cuBLASLt calls (lj_cuda_gemm), the same in every version.
  * Checked against the CPU backend's fused op at N=4500 C=32 V=128256 (several chunks in every
  * version), then timed at llama3.2-1b's shape (N = 4 x 4096, C = 2048, V = 128256): TFLOP/s of
  * the three GEMMs (6*N*V*C) against the cuBLAS ceiling.
@@ -12,60 +13,6 @@
 #include <math.h>
 
 #include "bench/kernels/lab.h"
-
-#define CE_THREADS 512
-
-static __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
-    float mm = fmaxf(m, m2);
-    if (mm == -INFINITY) return;
-    s = s * expf(m - mm) + s2 * expf(m2 - mm);
-    m = mm;
-}
-
-static __device__ __forceinline__ void lse_add(float &m, float &s, float v) {
-    if (v > m) {
-        s = s * expf(m - v) + 1.0f;
-        m = v;
-    } else {
-        s += expf(v - m);
-    }
-}
-
-/* One block per row (V a multiple of 8, 16-byte aligned rows): losses[n] and, in place,
- * dlogits[n] = (softmax - onehot) * dloss (0 for an ignored row). */
-__global__ void __launch_bounds__(CE_THREADS) ce_rows_kernel(float *losses, lj_bf16 *logits, const int32_t *targets,
-                                                             int V, float dloss) {
-    __shared__ float red_m[CE_THREADS / 32], red_s[CE_THREADS / 32];
-    __shared__ float row_lse, row_target;
-    int n = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    lj_bf16 *x = logits + (int64_t)n * V;
-    int t = targets[n];
-    if (t >= V) t = -1;
-    float m = -INFINITY, s = 0.0f;
-    for (int c = tid * 8; c < V; c += CE_THREADS * 8) {
-        float v[8];
-        lj_load8(v, x + c);
-        for (int j = 0; j < 8; j++) lse_add(m, s, v[j]);
-    }
-    for (int o = 16; o > 0; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    if (lane == 0) red_m[warp] = m, red_s[warp] = s;
-    if (tid == 0) row_target = t >= 0 ? lj_ld(x + t) : 0.0f;
-    __syncthreads();
-    if (tid == 0) {
-        float bm = red_m[0], bs = red_s[0];
-        for (int w = 1; w < CE_THREADS / 32; w++) lse_merge(bm, bs, red_m[w], red_s[w]);
-        row_lse = bm + logf(bs);
-        losses[n] = t >= 0 ? row_lse - row_target : 0.0f;
-    }
-    __syncthreads();
-    const float lse = row_lse, scale = t >= 0 ? dloss : 0.0f;
-    for (int c = tid * 8; c < V; c += CE_THREADS * 8) {
-        float v[8];
-        lj_load8(v, x + c);
-        for (int j = 0; j < 8; j++) v[j] = (expf(v[j] - lse) - (c + j == t ? 1.0f : 0.0f)) * scale;
-        lj_store8(x + c, v);
-    }
-}
 
 /* Version 1 (2cefea8, first run): chunks of 256 MiB of bf16 logits (1024 rows at V = 128256).
  * Each chunk re-reads and re-writes dw [V, C]: 16 passes over it at llama3.2-1b. Measured
@@ -84,6 +31,7 @@ static int chunk_rows(int ver, int N, int V) {
 }
 
 typedef struct {
+    const lj_ops *ops;
     int ver, N, C, V;
     const lj_bf16 *x, *w;
     lj_bf16 *dx, *ws;
@@ -99,9 +47,7 @@ static void run(void *p) {
         const int rows = c->N - r0 < R ? c->N - r0 : R;
         lj_cuda_gemm("kl_cross_entropy logits", 1, 0, c->V, rows, c->C, c->w, c->C, c->x + (int64_t)r0 * c->C, c->C,
                      c->ws, CUDA_R_16BF, c->V, 1.0f, 0.0f);
-        ce_rows_kernel<<<(unsigned)rows, CE_THREADS, 0, lj_cuda_stream()>>>(c->losses + r0, c->ws, c->targets + r0,
-                                                                           c->V, 1.0f / c->N);
-        LJ_CUDA_LAUNCHED("ce_rows_kernel");
+        c->ops->cross_entropy_forward_backward(c->losses + r0, c->ws, c->ws, c->targets + r0, rows, c->V, 1.0f / c->N);
         lj_cuda_gemm("kl_cross_entropy dx", 0, 0, c->C, rows, c->V, c->w, c->C, c->ws, c->V,
                      c->dx + (int64_t)r0 * c->C, CUDA_R_16BF, c->C, 1.0f, 0.0f);
         lj_cuda_gemm("kl_cross_entropy dw", 0, 1, c->C, c->V, rows, c->x + (int64_t)r0 * c->C, c->C, c->ws, c->V,
@@ -111,6 +57,7 @@ static void run(void *p) {
 
 static void make(const lj_ops *ops, ce_ctx *c, int N, int C, int V, float wscale) {
     memset(c, 0, sizeof *c);
+    c->ops = ops;
     c->N = N, c->C = C, c->V = V;
     c->x = (const lj_bf16 *)lj_harness_drand_bf16(ops, (int64_t)N * C, 31, 2.0f);
     c->w = (const lj_bf16 *)lj_harness_drand_bf16(ops, (int64_t)V * C, 32, wscale);

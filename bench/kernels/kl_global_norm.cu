@@ -38,37 +38,6 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_v1(double *partial, const l
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-/* Version 2 (44438ac, the backend's kernel today): 16-byte vectors (8 bf16 per thread and turn)
- * when g is 16-byte aligned, the tail one at a time; the order is still fixed by the grid. A
- * bf16 square is exact in fp32, so it is formed in fp32 and added in fp64. Predicted
- * 1.35 -> ~3 TB/s; measured at the time only inside the 8b ZeRO-3 step (with AdamW's
- * vectors: 10,667-10,839 -> 10,941 tokens/s per GPU, bench/results/README.md). */
-__global__ void __launch_bounds__(NORM_THREADS) norm_v2(double *partial, const lj_bf16 *g, int64_t n) {
-    double acc = 0.0;
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    int64_t done = 0;
-    if (((uintptr_t)g & 15) == 0) {
-        const int64_t nv = n / 8;
-        const uint4 *gv = (const uint4 *)g;
-        for (int64_t i = i0; i < nv; i += stride) {
-            uint4 raw = gv[i];
-            const lj_bf16 *x = (const lj_bf16 *)&raw;
-            for (int j = 0; j < 8; j++) {
-                float f = lj_ld(x + j);
-                acc += (double)(f * f);
-            }
-        }
-        done = nv * 8;
-    }
-    for (int64_t i = done + i0; i < n; i += stride) {
-        double x = lj_ld(g + i);
-        acc += x * x;
-    }
-    double s = block_sum_double(acc);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
 /* Pass 2 (every version): out[0] = the sum of the partials in a fixed order. */
 __global__ void __launch_bounds__(NORM_THREADS) norm_final(float *out, const double *partial, int parts) {
     double acc = 0.0;
@@ -78,7 +47,14 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_final(float *out, const dou
 }
 
 typedef void (*norm_kernel_fn)(double *, const lj_bf16 *, int64_t);
-static const norm_kernel_fn versions[] = {norm_v1, norm_v2};
+/* Version 2 (44438ac): 16-byte vectors (8 bf16 per thread and turn) when g is 16-byte aligned,
+ * the tail one at a time; the order is still fixed by the grid. It is the backend's kernel
+ * today, so the lab runs it through the op table (global_norm_sq, ops/cuda/cuda_optim.cu)
+ * rather than keep a copy that could drift from it. Predicted 1.35 -> ~3 TB/s; measured at the
+ * time only inside the 8b ZeRO-3 step (with AdamW's vectors: 10,667-10,839 -> 10,941 tokens/s
+ * per GPU, bench/results/README.md). */
+
+static const norm_kernel_fn versions[] = {norm_v1, NULL}; /* NULL: the backend's op */
 #define NUM_VERSIONS 2
 
 static int norm_blocks(int64_t n) {
@@ -88,6 +64,7 @@ static int norm_blocks(int64_t n) {
 }
 
 typedef struct {
+    const lj_ops *ops;
     norm_kernel_fn kernel;
     const lj_bf16 *g;
     int64_t n;
@@ -97,6 +74,10 @@ typedef struct {
 
 static void run(void *p) {
     norm_ctx *c = (norm_ctx *)p;
+    if (!c->kernel) {
+        c->ops->global_norm_sq(c->out, c->g, c->n, c->partial);
+        return;
+    }
     int blocks = norm_blocks(c->n);
     c->kernel<<<(unsigned)blocks, NORM_THREADS, 0, lj_cuda_stream()>>>(c->partial, c->g, c->n);
     LJ_CUDA_LAUNCHED("global norm version kernel");
@@ -109,7 +90,12 @@ int main(int argc, char **argv) {
     const lj_ops *ops;
     int only = lj_lab_start(&h, "kl_global_norm", NUM_VERSIONS, argc, argv, &ops);
     norm_ctx c;
-    c.partial = (double *)lj_harness_dalloc(ops, NORM_MAX_BLOCKS * sizeof(double));
+    c.ops = ops;
+    /* the lab's grid and the backend's workspace, whichever is larger, for the partial sums */
+    const size_t partial_bytes = NORM_MAX_BLOCKS * sizeof(double) > ops->global_norm_workspace_bytes(1235814400)
+                                     ? NORM_MAX_BLOCKS * sizeof(double)
+                                     : ops->global_norm_workspace_bytes(1235814400);
+    c.partial = (double *)lj_harness_dalloc(ops, partial_bytes);
     c.out = (float *)lj_harness_dalloc(ops, 4);
     /* check: n = 12345677 from an aligned and from a 2-byte-offset pointer */
     const int64_t nc = 12345677;

@@ -32,43 +32,16 @@ __global__ void rope_v1(lj_bf16 *qkv, const float *cosv, const float *sinv, int 
     }
 }
 
-/* Version 2 (c1cef00, the backend's kernel today for hd/2 a multiple of 8 and 16-byte aligned
- * buffers): one thread per 8 consecutive pairs, the bf16 halves read and written as 16-byte
- * vectors and cos/sin as two float4 each. Predicted: about 5 ms of RoPE per llama3-8b ZeRO-3
- * step saved with the overwrite-mode change (1.3% together); measured at the time only
- * end to end, 10,941 -> 11,020 tokens/s per GPU on different machines (bench/results/README.md). */
-__global__ void rope_v2(lj_bf16 *qkv, const float *cosv, const float *sinv, int B, int T, int nh, int nkv, int hd) {
-    const int half = hd / 2, heads = nh + nkv, groups = half / 8;
-    const int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;
-    const int64_t total = (int64_t)B * T * heads * groups;
-    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int i = (int)(idx % groups) * 8;
-        const int64_t rest = idx / groups;
-        const int head = (int)(rest % heads);
-        const int64_t row = rest / heads;
-        const int t = (int)(row % T);
-        lj_bf16 *p = qkv + row * row_len + (int64_t)head * hd + i;
-        const float *cp = cosv + (int64_t)t * half + i, *sp = sinv + (int64_t)t * half + i;
-        float x1[8], x2[8];
-        lj_load8(x1, p);
-        lj_load8(x2, p + half);
-        const float4 c0 = *(const float4 *)cp, c1 = *(const float4 *)(cp + 4);
-        const float4 s0 = *(const float4 *)sp, s1 = *(const float4 *)(sp + 4);
-        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-        const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-        for (int q = 0; q < 8; q++) {
-            const float y1 = x1[q] * c[q] - x2[q] * s[q], y2 = x2[q] * c[q] + x1[q] * s[q];
-            x1[q] = y1;
-            x2[q] = y2;
-        }
-        lj_store8(p, x1);
-        lj_store8(p + half, x2);
-    }
-}
+/* Version 2 (c1cef00): one thread per 8 consecutive pairs, the bf16 halves read and written as
+ * 16-byte vectors and cos/sin as two float4 each (hd/2 a multiple of 8, 16-byte aligned
+ * buffers). It is the backend's kernel today, so the lab runs it through the op table
+ * (rope_forward, ops/cuda/cuda_layers.cu) rather than keep a copy that could drift from it.
+ * Predicted: about 5 ms of RoPE per llama3-8b ZeRO-3 step saved with the overwrite-mode change
+ * (1.3% together); measured at the time only end to end, 10,941 -> 11,020 tokens/s per GPU on
+ * different machines (bench/results/README.md). */
 
 typedef void (*rope_kernel_fn)(lj_bf16 *, const float *, const float *, int, int, int, int, int);
-static const rope_kernel_fn versions[] = {rope_v1, rope_v2};
+static const rope_kernel_fn versions[] = {rope_v1, NULL}; /* NULL: the backend's op */
 static const int pairs_per_thread[] = {1, 8};
 #define NUM_VERSIONS 2
 
@@ -76,10 +49,15 @@ typedef struct {
     int ver, B, T, nh, nkv, hd;
     lj_bf16 *qkv;
     float *cosv, *sinv;
+    const lj_ops *ops;
 } rope_ctx;
 
 static void run(void *p) {
     rope_ctx *c = (rope_ctx *)p;
+    if (!versions[c->ver - 1]) {
+        c->ops->rope_forward(c->qkv, c->cosv, c->sinv, c->B, c->T, c->nh, c->nkv, c->hd);
+        return;
+    }
     int64_t total = (int64_t)c->B * c->T * (c->nh + c->nkv) * (c->hd / 2 / pairs_per_thread[c->ver - 1]);
     versions[c->ver - 1]<<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>(c->qkv, c->cosv, c->sinv, c->B,
                                                                                     c->T, c->nh, c->nkv, c->hd);
@@ -109,7 +87,7 @@ int main(int argc, char **argv) {
     const lj_ops *cpu = lj_ops_cpu();
     for (int ver = 1; ver <= NUM_VERSIONS; ver++) {
         if (only && ver != only) continue;
-        rope_ctx c = {ver, 2, 37, 4, 2, 64, NULL, NULL, NULL};
+        rope_ctx c = {ver, 2, 37, 4, 2, 64, NULL, NULL, NULL, ops};
         const int64_t n = (int64_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
         float *hcos, *hsin;
         tables(ops, &c, &hcos, &hsin);
@@ -124,7 +102,7 @@ int main(int argc, char **argv) {
         free(ref), free(got), free(hcos), free(hsin);
         ops->free(c.qkv), ops->free(c.cosv), ops->free(c.sinv);
     }
-    rope_ctx c = {0, 4, 4096, 32, 8, 64, NULL, NULL, NULL};
+    rope_ctx c = {0, 4, 4096, 32, 8, 64, NULL, NULL, NULL, ops};
     float *hcos, *hsin;
     tables(ops, &c, &hcos, &hsin);
     c.qkv = (lj_bf16 *)lj_harness_drand_bf16(ops, (int64_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd, 43, 1.0f);

@@ -93,4 +93,40 @@ static inline void lj_harness_print_device(const char *program) {
     printf("%s on %s (%d SMs)\n", program, prop.name, prop.multiProcessorCount);
 }
 
+/* Attention buffers of one shape (qkv and dout random, the rest allocated) and its forward and
+ * backward through the op table, as lj_harness_time_ms callbacks: for the perf cases and the
+ * attention lab. */
+typedef struct {
+    const lj_ops *ops;
+    int B, T, nh, nkv, hd;
+    void *qkv, *out, *dout, *dqkv, *ws;
+    float *lse;
+} lj_att_bench;
+
+static inline void lj_att_bench_fwd(void *p) {
+    lj_att_bench *c = (lj_att_bench *)p;
+    c->ops->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+static inline void lj_att_bench_bwd(void *p) {
+    lj_att_bench *c = (lj_att_bench *)p;
+    c->ops->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+static inline lj_att_bench lj_att_bench_make(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
+    lj_att_bench c = {ops, B, T, nh, nkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
+    int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    c.qkv = lj_harness_drand_bf16(ops, rows * row, 11, 2.0f);
+    c.dout = lj_harness_drand_bf16(ops, rows * nh * hd, 12, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)rows * nh * hd * 2);
+    c.dqkv = lj_harness_dalloc(ops, (size_t)rows * row * 2);
+    c.lse = (float *)lj_harness_dalloc(ops, (size_t)B * nh * T * 4);
+    c.ws = lj_harness_dalloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    return c;
+}
+
+static inline void lj_att_bench_free(lj_att_bench *c) {
+    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv);
+    c->ops->free(c->lse), c->ops->free(c->ws);
+}
+
 #endif

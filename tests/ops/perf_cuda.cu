@@ -140,38 +140,6 @@ void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mo
 /* ---- attention: d = {B, T, nh, nkv, hd, path}; path 1: own flash kernels with one 16-query
  * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA ---- */
 
-typedef struct {
-    const lj_ops *ops;
-    int B, T, nh, nkv, hd;
-    void *qkv, *out, *dout, *dqkv, *ws;
-    float *lse;
-} att_ctx;
-
-static void att_fwd(void *p) {
-    att_ctx *c = (att_ctx *)p;
-    c->ops->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
-}
-static void att_bwd(void *p) {
-    att_ctx *c = (att_ctx *)p;
-    c->ops->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
-}
-
-static att_ctx att_make(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
-    att_ctx c = {ops, B, T, nh, nkv, hd, NULL, NULL, NULL, NULL, NULL, NULL};
-    int64_t rows = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
-    c.qkv = lj_harness_drand_bf16(ops, rows * row, 11, 2.0f);
-    c.dout = lj_harness_drand_bf16(ops, rows * nh * hd, 12, 1.0f);
-    c.out = lj_harness_dalloc(ops, (size_t)rows * nh * hd * 2);
-    c.dqkv = lj_harness_dalloc(ops, (size_t)rows * row * 2);
-    c.lse = (float *)lj_harness_dalloc(ops, (size_t)B * nh * T * 4);
-    c.ws = lj_harness_dalloc(ops, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
-    return c;
-}
-
-static void att_free(att_ctx *c) {
-    c->ops->free(c->qkv), c->ops->free(c->dout), c->ops->free(c->out), c->ops->free(c->dqkv);
-    c->ops->free(c->lse), c->ops->free(c->ws);
-}
 
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
     (void)mode;
@@ -185,16 +153,16 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
     {
         const int Tc = 1000;
         SHAPE("B=1 T=%d nh=%d nkv=%d hd=%d", Tc, nh, nkv, hd);
-        att_ctx f = att_make(ops, 1, Tc, nh, nkv, hd), s = f;
+        lj_att_bench f = lj_att_bench_make(ops, 1, Tc, nh, nkv, hd), s = f;
         int64_t row = (int64_t)(nh + 2 * nkv) * hd;
         s.out = lj_harness_dalloc(ops, (size_t)Tc * nh * hd * 2);
         s.dqkv = lj_harness_dalloc(ops, (size_t)Tc * row * 2);
         s.lse = (float *)lj_harness_dalloc(ops, (size_t)nh * Tc * 4);
-        att_fwd(&f);
-        att_bwd(&f);
+        lj_att_bench_fwd(&f);
+        lj_att_bench_bwd(&f);
         lj_cuda_set_simple_attention(1);
-        att_fwd(&s);
-        att_bwd(&s);
+        lj_att_bench_fwd(&s);
+        lj_att_bench_bwd(&s);
         lj_cuda_set_simple_attention(0);
         char op[64];
         snprintf(op, sizeof op, "perf attention out (%s vs simple)", pname);
@@ -206,20 +174,21 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
         lj_harness_check_device(h, ops, op, shape, f.dqkv, s.dqkv, (int64_t)Tc * row, LJ_DTYPE_BF16,
                                 lj_harness_tol_l2(2e-2));
         ops->free(s.out), ops->free(s.dqkv), ops->free(s.lse);
-        att_free(&f);
+        lj_att_bench_free(&f);
     }
     SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
     printf("attention %s (%s)\n", shape, pname);
-    att_ctx c = att_make(ops, B, T, nh, nkv, hd);
+    lj_att_bench c = lj_att_bench_make(ops, B, T, nh, nkv, hd);
     const double f = 2.0 * B * nh * (double)T * T * hd;
     const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
-    double fwd = lj_harness_time_ms(ops, att_fwd, &c, 3, 10), bwd = lj_harness_time_ms(ops, att_bwd, &c, 3, 10);
+    double fwd = lj_harness_time_ms(ops, lj_att_bench_fwd, &c, 3, 10),
+           bwd = lj_harness_time_ms(ops, lj_att_bench_bwd, &c, 3, 10);
     char group[160];
     snprintf(group, sizeof group, "attention %s %s", shape, pname);
     lj_harness_report(group, "forward", fwd, f / (fwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_harness_report(group, "backward", bwd, 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
-    att_free(&c);
+    lj_att_bench_free(&c);
     lj_cuda_set_cudnn_attention(1);
     lj_cuda_set_flash_forward_mtiles(2);
 }
