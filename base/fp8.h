@@ -37,6 +37,12 @@ typedef enum {
 /* "e4m3" or "e5m2". */
 const char *lj_fp8_format_name(lj_fp8_format f);
 
+/* Dequantization factors (scale_inv) are kept one per 16 bytes: tensor t's at
+ * scale_inv[LJ_FP8_SCALE_INV_STRIDE * t]. cuBLASLt reads them through its A/B scale pointers,
+ * which must be 16-byte aligned (cuBLASLt 13.1 on an H200 answers NOT_SUPPORTED otherwise;
+ * bench/results/2026-12-01-h200-fp8.md). */
+#define LJ_FP8_SCALE_INV_STRIDE 4
+
 /* The largest finite value: 448 (E4M3) or 57344 (E5M2). */
 LJ_FP8_HD float lj_fp8_max(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? 448.0f : 57344.0f; }
 

@@ -198,7 +198,7 @@ static char *state_json(const lj_run_state *r) {
     cJSON_AddNumberToObject(zero, "world_size", r->dp->world);
     cJSON_AddNumberToObject(zero, "stage", r->dp->zero_stage);
     cJSON_AddBoolToObject(zero, "shard_files", has_shard_files(r->dp));
-    /* the FP8 recipe's state (model/linear.h), tensor "fp8.state": amax histories, scales, inverses */
+    /* the FP8 recipe's state (model/linear.h), tensor "fp8.state": amax histories and scales */
     const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
     if (f8->active) {
         cJSON *fp8 = cJSON_AddObjectToObject(root, "fp8");

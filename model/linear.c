@@ -92,11 +92,12 @@ void lj_linear_reset(lj_model *m) {
     if (!f->active) return;
     int64_t nh, ns;
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
-    float *ones = lj_malloc((size_t)ns * sizeof(float));
-    for (int64_t i = 0; i < ns; i++) ones[i] = 1.0f;
+    const int64_t ni = ns * LJ_FP8_SCALE_INV_STRIDE;
+    float *ones = lj_malloc((size_t)ni * sizeof(float));
+    for (int64_t i = 0; i < ni; i++) ones[i] = 1.0f;
     m->ops->memset_zero(f->amax_history, (size_t)nh * sizeof(float));
     m->ops->upload(f->scale, ones, (size_t)ns * sizeof(float));
-    m->ops->upload(f->scale_inv, ones, (size_t)ns * sizeof(float));
+    m->ops->upload(f->scale_inv, ones, (size_t)ni * sizeof(float));
     free(ones);
 }
 
@@ -119,7 +120,6 @@ void lj_linear_fp8_state_get(lj_model *m, float *dst) {
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
     m->ops->download(dst, f->amax_history, (size_t)nh * sizeof(float));
     m->ops->download(dst + nh, f->scale, (size_t)ns * sizeof(float));
-    m->ops->download(dst + nh + ns, f->scale_inv, (size_t)ns * sizeof(float));
 }
 
 void lj_linear_fp8_state_set(lj_model *m, const float *src) {
@@ -128,7 +128,11 @@ void lj_linear_fp8_state_set(lj_model *m, const float *src) {
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
     m->ops->upload(f->amax_history, src, (size_t)nh * sizeof(float));
     m->ops->upload(f->scale, src + nh, (size_t)ns * sizeof(float));
-    m->ops->upload(f->scale_inv, src + nh + ns, (size_t)ns * sizeof(float));
+    const int64_t ni = ns * LJ_FP8_SCALE_INV_STRIDE;
+    float *inv = lj_calloc((size_t)ni, sizeof(float));
+    for (int64_t t = 0; t < ns; t++) inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1.0f / src[nh + t];
+    m->ops->upload(f->scale_inv, inv, (size_t)ni * sizeof(float));
+    free(inv);
 }
 
 int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
@@ -158,6 +162,9 @@ int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
 
 /* ---- the FP8 linear ---------------------------------------------------------------- */
 
+/* Tensor t's dequantization factor (16-byte aligned for cuBLASLt). */
+static float *scale_inv_of(const lj_linear_fp8_state *f, int t) { return f->scale_inv + LJ_FP8_SCALE_INV_STRIDE * t; }
+
 /* Casts x[rows, cols] as tensor t of the scale state into q and/or q_t. `fresh`: this cast
  * defines the tensor's amax this pass (current scaling computes it first; delayed scaling
  * records it into the history's newest row); else the scale is only read (the backward's
@@ -166,7 +173,7 @@ static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int 
                      int fresh) {
     const lj_ops *ops = m->ops;
     lj_linear_fp8_state *f = &m->linear_fp8;
-    lj_fp8_scaling sc = {f->scale + t, f->scale_inv + t, fresh ? f->amax_history + t : NULL, 0};
+    lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t), fresh ? f->amax_history + t : NULL, 0};
     if (fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE) {
         ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
         sc.current = 1;
@@ -182,8 +189,8 @@ static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void
         f->w_ready[s] = 1;
     }
     quantize(m, 2 * s, f->xq, NULL, x, N, in, fwd, 1);
-    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, f->scale_inv + 2 * s, f->w[s], fwd,
-                       f->scale_inv + 2 * s + 1, N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->w[s], fwd,
+                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
 }
 
 static void fp8_backward(lj_model *m, int s, void *dx, void *dw, const void *dout, const void *x, int N, int in,
@@ -194,14 +201,15 @@ static void fp8_backward(lj_model *m, int s, void *dx, void *dw, const void *dou
     const int F = f->num_linears, tdy = 2 * F + s;
     quantize(m, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1);
     if (dx)
-        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, f->scale_inv + tdy, f->w_t[s], fwd, f->scale_inv + 2 * s + 1,
-                        N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
+        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->w_t[s], fwd,
+                        scale_inv_of(f, 2 * s + 1), N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
     quantize(m, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0);
-    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, f->scale_inv + tdy, f->xq_t, fwd, f->scale_inv + 2 * s, outf,
+    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, scale_inv_of(f, tdy), f->xq_t, fwd, scale_inv_of(f, 2 * s), outf,
                     in, N, dw_mode, f->workspace);
 }
 
-/* The FP8 index of linear k of layer `layer`, or -1 when it runs in the default recipe. */
+/* The FP8 index of linear k of layer `layer`, or -1 when it runs in the default recipe (no FP8
+ * recipe, a bf16 layer, or lm_head): linear_fp8.active is set only for the FP8 recipe. */
 static int fp8_slot(const lj_model *m, lj_linear_kind k, int layer) {
     if (!m->linear_fp8.active || k == LJ_LINEAR_LM_HEAD) return -1;
     return m->linear_fp8.slot[layer][k];
@@ -210,35 +218,19 @@ static int fp8_slot(const lj_model *m, lj_linear_kind k, int layer) {
 void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
     int in, outf;
     const int p = lj_linear_param(m, k, layer, &in, &outf);
-    switch (m->opt.linear_recipe) {
-    case LJ_LINEAR_RECIPE_DEFAULT: m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf); return;
-    case LJ_LINEAR_RECIPE_FP8: {
-        const int s = fp8_slot(m, k, layer);
-        if (s < 0) m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf);
-        else fp8_forward(m, s, lj_model_param(m, p), out, x, N, in, outf);
-        return;
-    }
-    }
-    LJ_ASSERT(0, "linear recipe %d", (int)m->opt.linear_recipe);
+    const int s = fp8_slot(m, k, layer);
+    if (s >= 0) fp8_forward(m, s, lj_model_param(m, p), out, x, N, in, outf);
+    else m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf);
 }
 
 void lj_linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, const void *dout, const void *x, int N,
                         lj_grad_mode dw_mode) {
     int in, outf;
     const int p = lj_linear_param(m, k, layer, &in, &outf);
-    switch (m->opt.linear_recipe) {
-    case LJ_LINEAR_RECIPE_DEFAULT:
+    const int s = fp8_slot(m, k, layer);
+    if (s >= 0)
+        fp8_backward(m, s, dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
+    else
         m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf, LJ_GRAD_OVERWRITE,
                                 dw_mode);
-        return;
-    case LJ_LINEAR_RECIPE_FP8: {
-        const int s = fp8_slot(m, k, layer);
-        if (s < 0)
-            m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf,
-                                    LJ_GRAD_OVERWRITE, dw_mode);
-        else fp8_backward(m, s, dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
-        return;
-    }
-    }
-    LJ_ASSERT(0, "linear recipe %d", (int)m->opt.linear_recipe);
 }

@@ -24,7 +24,8 @@
  * Hopper's FP8 GEMM takes both operands K-contiguous ("TN"), hence the transposed copies. Scale
  * state per FP8 linear f of F and tensor, in backend memory: tensors 2f (x), 2f+1 (W), 2F+f (dy);
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
- * scaling, where row 0 holds this pass's amaxes), scale [3F], scale_inv [3F]. Delayed scaling
+ * scaling, where row 0 holds this pass's amaxes), scale [3F], and scale_inv = 1/scale kept one per
+ * 16 bytes (scale_inv[LJ_FP8_SCALE_INV_STRIDE * t], what cuBLASLt's scale pointers need). Delayed scaling
  * updates them on the device at the start of every forward pass (lj_linear_pass_begin: no host
  * synchronisation, so a captured step graph replays it); current scaling computes each amax just
  * before its cast.
@@ -108,15 +109,17 @@ typedef struct {
     void *xq, *xq_t;            /* scratch: [N, ld(max_in)], [max_in, ld(N)] fp8 */
     void *dyq, *dyq_t;          /* scratch: [N, ld(max_out)], [max_out, ld(N)] fp8 */
     float *amax_history;        /* [H, 3F] f32 */
-    float *scale, *scale_inv;   /* [3F] f32 */
+    float *scale;               /* [3F] f32 */
+    float *scale_inv;           /* [3F * LJ_FP8_SCALE_INV_STRIDE] f32: 1/scale of tensor t at STRIDE * t */
     void *workspace;            /* fp8_matmul's */
 } lj_linear_fp8_state;
 
-/* Number of f32 values of the recipe state (history, scale, scale_inv). */
+/* Number of f32 values of the recipe state a checkpoint keeps: the amax history and the scales
+ * (`scales` = 3F; scale_inv follows from the scales). */
 static inline int64_t lj_linear_fp8_state_numel(const lj_linear_fp8_state *s, int64_t *history, int64_t *scales) {
     *history = (int64_t)s->history_len * 3 * s->num_linears;
     *scales = 3 * (int64_t)s->num_linears;
-    return *history + 2 * *scales;
+    return *history + *scales;
 }
 
 /* Called by lj_model_init: decides which linears are FP8 (m->linear) from m->opt. */
@@ -129,8 +132,8 @@ void lj_linear_reset(lj_model *m);
  * weight copies marked stale. No-op for the default recipe. */
 void lj_linear_pass_begin(lj_model *m);
 
-/* The recipe state as host f32 [history | scale | scale_inv] (lj_linear_fp8_state_numel values),
- * for checkpoints; and back. */
+/* The recipe state as host f32 [history | scale] (lj_linear_fp8_state_numel values), for
+ * checkpoints; and back (scale_inv is set to 1/scale, as the casts and the update compute it). */
 void lj_linear_fp8_state_get(lj_model *m, float *dst);
 void lj_linear_fp8_state_set(lj_model *m, const float *src);
 

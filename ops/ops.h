@@ -167,7 +167,8 @@ struct lj_ops {
      * amax_and_scale_update): amax_history [history_len, num] f32 (row 0 the newest) is rolled
      * by one row (row i takes row i+1, the last row takes the old row 0, row 0 becomes 0, ready
      * to record), the amax is the old history's max (algo_max = 1) or its row 0 (most recent),
-     * and scale[t] = lj_fp8_delayed_scale(amax, scaled_max, scale[t]), scale_inv[t] = 1/scale[t],
+     * and scale[t] = lj_fp8_delayed_scale(amax, scaled_max, scale[t]),
+     * scale_inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1/scale[t] (base/fp8.h: one per 16 bytes),
      * with scaled_max = scaled_max_first for t < num_first, scaled_max_rest after (fp8_max /
      * 2^margin of each format). */
     void (*fp8_scale_update)(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
@@ -175,7 +176,7 @@ struct lj_ops {
     /* out[M, N] (out_dtype: act dtype, or the grad dtype for a weight gradient; = or += as mode
      * says) = (a_scale_inv * b_scale_inv) * a[M, K] b[N, K]^T, FP8 a (format fa) and b (fb) with
      * row stride lj_fp8_ld(K), fp32 accumulation; a_scale_inv, b_scale_inv: [1] f32 in backend
-     * memory. Not both formats E5M2 (cuBLASLt has no such kernel). CUDA: cuBLASLt's FP8 GEMM
+     * memory, 16-byte aligned (LJ_FP8_SCALE_INV_STRIDE). Not both formats E5M2 (cuBLASLt has no such kernel). CUDA: cuBLASLt's FP8 GEMM
      * ("TN", A/B_SCALE_POINTER), N a multiple of 8 (16-byte output rows). CPU: the codes decoded
      * exactly to fp32 into `workspace` (fp8_matmul_workspace_bytes) and one sgemm. */
     void (*fp8_matmul)(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,

@@ -202,7 +202,7 @@ static void walk(walker *w, lj_model *m) {
         (void)lj_linear_fp8_state_numel(f8, &nh, &ns);
         f8->amax_history = take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
         f8->scale = take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
-        f8->scale_inv = take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * 4);
+        f8->scale_inv = take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
         f8->xq = take(w, LJ_ARENA_SCRATCH, "fp8.x", N * lj_fp8_ld(f8->max_in));
         f8->xq_t = take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f8->max_in * lj_fp8_ld((int)N));
         f8->dyq = take(w, LJ_ARENA_SCRATCH, "fp8.dy", N * lj_fp8_ld(f8->max_out));

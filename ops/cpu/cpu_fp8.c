@@ -59,7 +59,7 @@ void lj_cpu_fp8_scale_update(float *h, float *scale, float *scale_inv, int num, 
         const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
         const float s = lj_fp8_delayed_scale(amax, t < num_first ? scaled_max_first : scaled_max_rest, scale[t]);
         scale[t] = s;
-        scale_inv[t] = 1.0f / s;
+        scale_inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1.0f / s;
     }
 }
 

@@ -110,7 +110,7 @@ __global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv
     const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
     const float s = lj_fp8_delayed_scale(amax, t < num_first ? smax_first : smax_rest, scale[t]);
     scale[t] = s;
-    scale_inv[t] = 1.0f / s;
+    scale_inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1.0f / s;
 }
 
 extern "C" void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num,

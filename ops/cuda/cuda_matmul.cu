@@ -247,21 +247,11 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
 extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa,
                                    const float *a_scale_inv, const void *b, lj_fp8_format fb, const float *b_scale_inv,
                                    int M, int N, int K, lj_grad_mode mode, void *workspace) {
+    (void)workspace;
     const char *what = "fp8_matmul";
     if (M <= 0 || N <= 0) return;
-    /* cuBLASLt refuses FP8 scale pointers that are not 16-byte aligned (NOT_SUPPORTED at run
-     * time, measured with cuBLASLt 13.1 on an H200): the scalars are then copied, in stream
-     * order, to two aligned slots of the workspace (capturable) */
-    if ((((uintptr_t)a_scale_inv) | ((uintptr_t)b_scale_inv)) % 16 != 0) {
-        LJ_ASSERT(workspace && (uintptr_t)workspace % 16 == 0, "fp8_matmul: unaligned scales need the workspace");
-        float *slots = (float *)workspace;
-        LJ_CUDA_CHECK(cudaMemcpyAsync(slots, a_scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, lj_cuda_stream()),
-                      "cudaMemcpyAsync (fp8_matmul scale)");
-        LJ_CUDA_CHECK(cudaMemcpyAsync(slots + 4, b_scale_inv, sizeof(float), cudaMemcpyDeviceToDevice, lj_cuda_stream()),
-                      "cudaMemcpyAsync (fp8_matmul scale)");
-        a_scale_inv = slots;
-        b_scale_inv = slots + 4;
-    }
+    LJ_ASSERT(((uintptr_t)a_scale_inv | (uintptr_t)b_scale_inv) % 16 == 0,
+              "fp8_matmul: scale pointers must be 16-byte aligned (LJ_FP8_SCALE_INV_STRIDE)");
     LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul: E5M2 x E5M2 has no cuBLASLt kernel");
     LJ_ASSERT(out_dtype == LJ_DTYPE_BF16 || out_dtype == LJ_DTYPE_F32, "fp8_matmul: output %s",
               lj_dtype_name(out_dtype));
@@ -288,7 +278,7 @@ extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a,
 
 extern "C" size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K) {
     (void)M, (void)N, (void)K;
-    return 32; /* two 16-byte slots for the scales (the GEMM itself uses the backend's cuBLASLt workspace) */
+    return 0; /* the backend's cuBLASLt workspace */
 }
 
 extern "C" lj_status lj_ops_cuda_fp8_check(void) {

@@ -143,7 +143,8 @@ void lj_case_cpu_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness
     const char *op = "fp8_scale_update";
     for (int algo = 0; algo < 2; algo++) {
         float *hist = lj_malloc((size_t)S * H * sizeof(float)), *ref = lj_malloc((size_t)S * H * sizeof(float));
-        float *scale = lj_malloc((size_t)S * sizeof(float)), *sinv = lj_malloc((size_t)S * sizeof(float));
+        float *scale = lj_malloc((size_t)S * sizeof(float));
+        float *sinv = lj_calloc((size_t)S * LJ_FP8_SCALE_INV_STRIDE, sizeof(float));
         for (int i = 0; i < S * H; i++) hist[i] = (float)fabs(lj_rng_normal(&h->rng)) * 10.0f;
         for (int t = 0; t < S; t++) scale[t] = 2.0f;
         hist[0] = 0.0f;           /* tensor 0: all zero: keeps its scale */
@@ -163,7 +164,7 @@ void lj_case_cpu_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness
             const float smax = t < first ? smax_a : smax_b;
             float want = (isfinite(amax) && amax > 0) ? smax / amax : 2.0f;
             if (isinf(want)) want = FLT_MAX;
-            ok_scale &= scale[t] == want && sinv[t] == 1.0f / want;
+            ok_scale &= scale[t] == want && sinv[LJ_FP8_SCALE_INV_STRIDE * t] == 1.0f / want;
             ok_hist &= hist[t] == 0.0f;
             for (int i = 1; i < H; i++) ok_hist &= hist[(size_t)i * S + t] == ref[(size_t)((i + 1) % H) * S + t];
             if (H == 1) ok_hist &= hist[t] == 0.0f;

@@ -142,15 +142,16 @@ void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harnes
     float *hist = lj_harness_randf(h, (int64_t)nh, 100.0f), *scale = lj_harness_randf(h, S, 1.0f);
     for (size_t i = 0; i < nh; i++) hist[i] = fabsf(hist[i]);
     hist[0] = 0.0f, hist[1 % S] = INFINITY, hist[2 % S] = NAN;
-    float *sinv = lj_calloc((size_t)S, sizeof(float));
-    float *dh = up(hist, nh * 4), *ds = up(scale, (size_t)S * 4), *di = up(NULL, (size_t)S * 4);
+    const size_t ni = (size_t)S * LJ_FP8_SCALE_INV_STRIDE;
+    float *sinv = lj_calloc(ni, sizeof(float));
+    float *dh = up(hist, nh * 4), *ds = up(scale, (size_t)S * 4), *di = up(sinv, ni * 4);
     G->fp8_scale_update(dh, ds, di, S, Hn, S / 3, 448.0f / 2, 57344.0f / 2, (int)c->param);
     H->fp8_scale_update(hist, scale, sinv, S, Hn, S / 3, 448.0f / 2, 57344.0f / 2, (int)c->param);
-    float *gh = lj_malloc(nh * 4), *gs = lj_malloc((size_t)S * 4), *gi = lj_malloc((size_t)S * 4);
-    down(gh, dh, nh * 4), down(gs, ds, (size_t)S * 4), down(gi, di, (size_t)S * 4);
+    float *gh = lj_malloc(nh * 4), *gs = lj_malloc((size_t)S * 4), *gi = lj_malloc(ni * 4);
+    down(gh, dh, nh * 4), down(gs, ds, (size_t)S * 4), down(gi, di, ni * 4);
     lj_harness_check_bits(h, "fp8_scale_update history", shape, gh, hist, nh * 4);
     lj_harness_check_bits(h, "fp8_scale_update scale", shape, gs, scale, (size_t)S * 4);
-    lj_harness_check_bits(h, "fp8_scale_update scale_inv", shape, gi, sinv, (size_t)S * 4);
+    lj_harness_check_bits(h, "fp8_scale_update scale_inv", shape, gi, sinv, ni * 4);
     G->free(dh), G->free(ds), G->free(di);
     free(hist), free(scale), free(sinv), free(gh), free(gs), free(gi);
 }
@@ -165,21 +166,21 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     SHAPE("M=%d N=%d K=%d %s x e4m3 grad %s", M, N, K, lj_fp8_format_name(fa), lj_dtype_name(c->dtype));
     float *a = lj_harness_randf_bf16(h, (int64_t)M * K, 0.02f), *b = lj_harness_randf_bf16(h, (int64_t)N * K, 3.0f);
     uint8_t *qa = lj_malloc((size_t)M * ld), *qb = lj_malloc((size_t)N * ld);
-    float st[6];
-    H->fp8_amax(&st[2], a, (int64_t)M * K);
-    H->fp8_amax(&st[5], b, (int64_t)N * K);
-    lj_fp8_scaling A = {&st[0], &st[1], &st[2], 1}, B = {&st[3], &st[4], &st[5], 1};
+    /* scale, amax of a and b in st[0..3]; their scale_inv at st[4] and st[8] (16-byte aligned) */
+    float st[12] = {0};
+    H->fp8_amax(&st[1], a, (int64_t)M * K);
+    H->fp8_amax(&st[3], b, (int64_t)N * K);
+    lj_fp8_scaling A = {&st[0], &st[4], &st[1], 1}, B = {&st[2], &st[8], &st[3], 1};
     H->fp8_quantize(qa, NULL, a, M, K, fa, &A);
     H->fp8_quantize(qb, NULL, b, N, K, LJ_FP8_E4M3, &B);
     void *ws = lj_malloc(H->fp8_matmul_workspace_bytes(M, N, K));
     float *ref = lj_malloc((size_t)M * N * 4);
-    H->fp8_matmul(ref, LJ_DTYPE_F32, qa, fa, &st[1], qb, LJ_FP8_E4M3, &st[4], M, N, K, LJ_GRAD_OVERWRITE, ws);
+    H->fp8_matmul(ref, LJ_DTYPE_F32, qa, fa, &st[4], qb, LJ_FP8_E4M3, &st[8], M, N, K, LJ_GRAD_OVERWRITE, ws);
     float *dst = up(st, sizeof st);
     void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
     /* bf16 output (the forward and dgrad form) */
     void *dout = up(NULL, (size_t)M * N * 2);
-    void *gws = up(NULL, G->fp8_matmul_workspace_bytes(M, N, K));
-    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_OVERWRITE, gws);
+    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 4, dqb, LJ_FP8_E4M3, dst + 8, M, N, K, LJ_GRAD_OVERWRITE, NULL);
     uint16_t *ob = lj_malloc((size_t)M * N * 2);
     float *got = lj_malloc((size_t)M * N * 4);
     down(ob, dout, (size_t)M * N * 2);
@@ -196,7 +197,7 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     const size_t gsz = lj_dtype_size(c->dtype);
     float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
     void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
-    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 1, dqb, LJ_FP8_E4M3, dst + 4, M, N, K, LJ_GRAD_ACCUMULATE, gws);
+    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 4, dqb, LJ_FP8_E4M3, dst + 8, M, N, K, LJ_GRAD_ACCUMULATE, NULL);
     void *hacc = lj_malloc((size_t)M * N * gsz);
     down(hacc, dacc, (size_t)M * N * gsz);
     for (int i = 0; i < M * N; i++) {
@@ -205,27 +206,26 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     }
     lj_harness_check_f(h, "fp8_matmul += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
     G->free(dst), G->free(dqa), G->free(dqb), G->free(dout), G->free(da), G->free(db), G->free(dmm), G->free(dacc);
-    G->free(gws);
     free(a), free(b), free(qa), free(qb), free(ws), free(ref), free(ob), free(got), free(mm), free(init), free(hacc);
 }
 
 /* ---- perf: d = {N tokens, in, out} ---------------------------------------------------- */
 
 typedef struct {
-    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw, *ws;
+    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw;
     float *st;
     int N, in, outf;
 } fp8_perf_ctx;
 
 static void perf_fwd(void *p) {
     fp8_perf_ctx *c = p;
-    G->fp8_matmul(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->st + 1, c->qw, LJ_FP8_E4M3, c->st + 4, c->N, c->outf,
-                  c->in, LJ_GRAD_OVERWRITE, c->ws);
+    G->fp8_matmul(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->st + 4, c->qw, LJ_FP8_E4M3, c->st + 8, c->N, c->outf,
+                  c->in, LJ_GRAD_OVERWRITE, NULL);
 }
 static void perf_wgrad(void *p) {
     fp8_perf_ctx *c = p;
-    G->fp8_matmul(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->st + 1, c->qx_t, LJ_FP8_E4M3, c->st + 4, c->outf, c->in,
-                  c->N, LJ_GRAD_ACCUMULATE, c->ws);
+    G->fp8_matmul(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->st + 4, c->qx_t, LJ_FP8_E4M3, c->st + 8, c->outf, c->in,
+                  c->N, LJ_GRAD_ACCUMULATE, NULL);
 }
 static void perf_bf16(void *p) {
     fp8_perf_ctx *c = p;
@@ -233,7 +233,7 @@ static void perf_bf16(void *p) {
 }
 static void perf_cast(void *p) {
     fp8_perf_ctx *c = p;
-    lj_fp8_scaling sc = {c->st, c->st + 1, c->st + 2, 1};
+    lj_fp8_scaling sc = {c->st, c->st + 4, c->st + 2, 1};
     G->fp8_amax(c->st + 2, c->x, (int64_t)c->N * c->in);
     G->fp8_quantize(c->qx, c->qx_t, c->x, c->N, c->in, LJ_FP8_E4M3, &sc);
 }
@@ -246,14 +246,13 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
     c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
     SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
     printf("fp8 matmul %s\n", shape);
-    float one[6] = {1, 1, 1, 1, 1, 1};
+    float one[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* scale_inv of x and w at [4] and [8]: 16-byte aligned */
     c.st = up(one, sizeof one);
     const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
     c.x = up(NULL, nx * 2), c.w = up(NULL, nw * 2), c.out = up(NULL, (size_t)c.N * c.outf * 2);
     c.qx = up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
     c.qx_t = up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
     c.dw = up(NULL, nw * lj_dtype_size(G->grad_dtype));
-    c.ws = up(NULL, G->fp8_matmul_workspace_bytes(c.N, c.outf, c.in));
     G->memset_zero(c.x, nx * 2), G->memset_zero(c.w, nw * 2);
     G->memset_zero(c.qx, (size_t)c.N * lj_fp8_ld(c.in)), G->memset_zero(c.qw, (size_t)c.outf * lj_fp8_ld(c.in));
     G->memset_zero(c.qx_t, (size_t)c.in * lj_fp8_ld(c.N)), G->memset_zero(c.qdy_t, (size_t)c.outf * lj_fp8_ld(c.N));
@@ -272,5 +271,5 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
     lj_harness_report(group, "amax + cast with transpose of x (unfused)", ms, bytes / ms / 1e6, "GB/s",
                       LJ_HARNESS_HBM_CEILING_GBS);
     G->free(c.st), G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
-    G->free(c.qdy_t), G->free(c.dw), G->free(c.ws);
+    G->free(c.qdy_t), G->free(c.dw);
 }
