@@ -61,7 +61,7 @@ static void shard_metadata(const lj_dp *dp, const lj_model *m, int iteration, co
                            char values[SHARD_META][32]) {
     static const char *names[SHARD_META] = {"format", "iteration", "world_size", "zero_stage", "rank",
                                             "partition", "shard_begin", "shard_numel", "parameters"};
-    const int zero3 = m->residency && m->residency->shards_params;
+    const int zero3 = lj_model_shards_params(m);
     snprintf(values[0], 32, "ljperf-zero-shard");
     snprintf(values[1], 32, "%d", iteration);
     snprintf(values[2], 32, "%d", dp->world);

@@ -226,6 +226,10 @@ void lj_model_backward(lj_model *m);
 void *lj_model_param(const lj_model *m, int index);
 void *lj_model_grad(const lj_model *m, int index);
 
+/* 1 when this rank holds only a shard of the parameters themselves (ZeRO-3 over several ranks):
+ * m->params is that shard, in the residency's order. */
+static inline int lj_model_shards_params(const lj_model *m) { return m->residency && m->residency->shards_params; }
+
 /* Zeroes the gradient buffer (m->grad_numel elements of the grad dtype), in stream order:
  * once per optimizer step, before the first micro-batch's backward. Under ZeRO-2/3 over several
  * ranks the shard is only marked as zero: each group's first reduction overwrites it

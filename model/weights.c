@@ -6,9 +6,6 @@
 
 #include <string.h>
 
-/* The parameters themselves are sharded (ZeRO-3 over several ranks): m->params is this rank's
- * shard, filled through the residency. */
-static int shards_params(const lj_model *m) { return m->residency && m->residency->shards_params; }
 
 /* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
 static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
@@ -36,7 +33,7 @@ static void upload_as_param(const lj_model *m, void *dst, const float *src, int6
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
     const int offload = m->offload_host != NULL;
-    if (shards_params(m)) {
+    if (lj_model_shards_params(m)) {
         if (offload) {
             /* the host master shard only; the params follow from it (lj_model_offload_push_params) */
             m->residency->upload_shard(m, m->master, src, offset, n, NULL, 1);
@@ -94,17 +91,17 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
     if (m->grads) lj_model_zero_grads(m);
-    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
+    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
 }
 
 void lj_model_set_weights(lj_model *m, const float *params) {
     upload_range(m, params, 0, m->layout.total);
-    if (m->offload_host && shards_params(m)) lj_model_offload_push_params(m);
+    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
 }
 
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
-    LJ_ASSERT(!shards_params(m), "sharded parameters (ZeRO-3): gather them first (lj_dp_gather_state)");
+    LJ_ASSERT(!lj_model_shards_params(m), "sharded parameters (ZeRO-3): gather them first (lj_dp_gather_state)");
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
     LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
     if (!f32 && m->offload_host) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
@@ -113,7 +110,7 @@ void lj_model_get_weights(lj_model *m, float *params) {
 
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     const int64_t P = m->layout.total;
-    if (shards_params(m)) {
+    if (lj_model_shards_params(m)) {
         m->residency->upload_shard(m, dst, full, 0, P, NULL, m->offload_host != NULL);
         return;
     }

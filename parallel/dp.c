@@ -146,8 +146,8 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
 static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *seg,
                            int nseg, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
     float norm_sq = lj_offload_grad_norm_sq(m, grad_shard, n_grad);
-    m->ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
-    if (reduce_norm) {
+    if (reduce_norm) { /* summed over the ranks through the device scalar */
+        m->ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
         all_reduce_norm(dp, m);
         m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
     }

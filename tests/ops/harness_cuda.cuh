@@ -10,29 +10,26 @@
 #include "ops/cuda/cuda_common.h"
 #include "tests/ops/harness.h"
 
-/* x[i] = scale * u, u uniform in [-1, 1) from a hash of (seed, i): reproducible, no host copy. */
+/* u uniform in [-1, 1) from a hash of (seed, i): reproducible, no host copy. */
+static __device__ __forceinline__ float lj_harness_unit(int64_t i, uint32_t seed) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u ^ seed * 2246822519u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    h *= 3266489917u;
+    h ^= h >> 16;
+    return (float)(h >> 8) * (1.0f / 8388608.0f) - 1.0f;
+}
+
+/* x[i] = scale * lj_harness_unit(i, seed). */
 static __global__ void lj_harness_fill_bf16_kernel(lj_bf16 *x, int64_t n, uint32_t seed, float scale) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u ^ seed * 2246822519u;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        h *= 3266489917u;
-        h ^= h >> 16;
-        x[i] = __float2bfloat16_rn(scale * ((float)(h >> 8) * (1.0f / 8388608.0f) - 1.0f));
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16_rn(scale * lj_harness_unit(i, seed));
 }
 
 static __global__ void lj_harness_fill_f32_kernel(float *x, int64_t n, uint32_t seed, float scale) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u ^ seed * 2246822519u;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        h *= 3266489917u;
-        h ^= h >> 16;
-        x[i] = scale * ((float)(h >> 8) * (1.0f / 8388608.0f) - 1.0f);
-    }
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = scale * lj_harness_unit(i, seed);
 }
 
 /* `bytes` of device memory from the backend's tracked alloc; exits (status 2) when it fails. */
