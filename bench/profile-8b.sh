@@ -62,28 +62,7 @@ PY
       "$lj" benchmark --model "$(cfg 2)" --device cuda --seq-length 4096 --micro-batch-size 2 --train-iters 1 \
       --warmup-iters 1 --no-progress >"$OUT/ncu_L2.csv" 2>"$OUT/ncu_L2.err"
     echo "ncu: rc=$?"
-    python3 - "$OUT/ncu_L2.csv" <<'PY'
-import csv, sys, collections, re
-rows = []
-with open(sys.argv[1]) as f:
-    lines = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(lines):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    rows.append((r["Kernel Name"], float(r["Metric Value"])))
-# the kernels of the last step: everything after the last-but-one occurrence of the first
-# kernel of a step is hard to find generically; report all kernels that ran exactly twice as
-# often as once per step (warm-up + timed) by halving their totals, and the rest as is
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for name, ns in rows:
-    short = re.sub(r"\(.*", "", name)[:90]
-    tot[short] += ns; cnt[short] += 1
-all_ns = sum(tot.values())
-print("%d kernels, %.1f ms in all (two steps + set-up)" % (len(rows), all_ns / 1e6))
-print("%-90s %6s %10s %6s" % ("kernel", "count", "ms/step", "share"))
-for k in sorted(tot, key=lambda k: -tot[k])[:40]:
-    print("%-90s %6d %10.3f %5.1f%%" % (k, cnt[k], tot[k] / 2e6, 100 * tot[k] / all_ns))
-PY
+    python3 bench/ncu_summary.py "$OUT/ncu_L2.csv" 2
     ;;
   nccl)
     IFS=';' read -ra variants <<<"${NCCL_VARIANTS:--;NCCL_MAX_CTAS=8;NCCL_CTA_POLICY=1}"

@@ -81,6 +81,9 @@ void lj_linear_init(lj_model *m) {
             f->slot[l][k] = (int16_t)f->num_linears++;
             if (in > f->max_in) f->max_in = in;
             if (out > f->max_out) f->max_out = out;
+            const int64_t wn = (int64_t)out * lj_fp8_ld(in), wtn = (int64_t)in * lj_fp8_ld(out);
+            if (wn > f->max_w) f->max_w = wn;
+            if (wtn > f->max_w) f->max_w = wtn;
         }
     }
     f->active = f->num_linears > 0;
@@ -104,7 +107,6 @@ void lj_linear_reset(lj_model *m) {
 void lj_linear_pass_begin(lj_model *m) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     if (!f->active) return;
-    memset(f->w_ready, 0, sizeof f->w_ready);
     const lj_linear_fp8_options *o = &m->opt.fp8;
     if (o->recipe != LJ_FP8_RECIPE_DELAYED) return;
     const float margin = ldexpf(1.0f, -o->margin);
@@ -184,28 +186,31 @@ static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int 
 static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
-    if (!f->w_ready[s]) {
-        quantize(m, 2 * s + 1, f->w[s], f->w_t[s], w, outf, in, fwd, 1);
-        f->w_ready[s] = 1;
-    }
-    quantize(m, 2 * s, f->xq, NULL, x, N, in, fwd, 1);
-    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->w[s], fwd,
+    quantize(m, 2 * s + 1, f->wq, NULL, w, outf, in, fwd, 1);
+    quantize(m, 2 * s, f->xq, f->saved_t[s], x, N, in, fwd, 1);
+    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
                        scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
 }
 
-static void fp8_backward(lj_model *m, int s, void *dx, void *dw, const void *dout, const void *x, int N, int in,
-                         int outf, lj_grad_mode dw_mode) {
+static void fp8_backward(lj_model *m, int s, const void *w, void *dx, void *dw, const void *dout, const void *x,
+                         int N, int in, int outf, lj_grad_mode dw_mode) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     const lj_ops *ops = m->ops;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
     const int F = f->num_linears, tdy = 2 * F + s;
     quantize(m, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1);
-    if (dx)
-        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->w_t[s], fwd,
+    if (dx) {
+        quantize(m, 2 * s + 1, NULL, f->wq_t, w, outf, in, fwd, 0);
+        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->wq_t, fwd,
                         scale_inv_of(f, 2 * s + 1), N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
-    quantize(m, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0);
-    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, scale_inv_of(f, tdy), f->xq_t, fwd, scale_inv_of(f, 2 * s), outf,
-                    in, N, dw_mode, f->workspace);
+    }
+    const void *xq_t = f->saved_t[s];
+    if (!xq_t) {
+        quantize(m, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0);
+        xq_t = f->xq_t;
+    }
+    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, scale_inv_of(f, tdy), xq_t, fwd, scale_inv_of(f, 2 * s), outf, in,
+                    N, dw_mode, f->workspace);
 }
 
 /* The FP8 index of linear k of layer `layer`, or -1 when it runs in the default recipe (no FP8
@@ -229,7 +234,7 @@ void lj_linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, cons
     const int p = lj_linear_param(m, k, layer, &in, &outf);
     const int s = fp8_slot(m, k, layer);
     if (s >= 0)
-        fp8_backward(m, s, dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
+        fp8_backward(m, s, lj_model_param(m, p), dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
     else
         m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf, LJ_GRAD_OVERWRITE,
                                 dw_mode);

@@ -14,13 +14,20 @@
  *                             emulates it exactly (ops/cpu/cpu_fp8.c).
  *
  * The FP8 recipe, per linear y[N, out] = x[N, in] W[out, in]^T (docs/reference.md, "FP8 recipes"):
- *   forward  Wq = fp8_fwd(W * s_w) and its transpose Wq_t (once per forward pass, at the layer's
- *            first use; with one micro-batch per step, once per optimizer step), xq = fp8_fwd(x *
- *            s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32, written in the act dtype;
+ *   forward  Wq = fp8_fwd(W * s_w), xq = fp8_fwd(x * s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32,
+ *            written in the act dtype;
  *   backward dyq, dyq_t = fp8_bwd(dy * s_dy) (E5M2 under hybrid, else E4M3),
- *            dx = (1/s_dy)(1/s_w) dyq Wq_t^T, xq_t = fp8_fwd(x * s_x)^T (the saved act-dtype x
- *            cast again with the forward's scale: bit-identical to a kept copy),
- *            dW (grad dtype, dw_mode) = (1/s_dy)(1/s_x) dyq_t xq_t^T.
+ *            Wq_t = fp8_fwd(W * s_w)^T with the forward's scale, dx = (1/s_dy)(1/s_w) dyq Wq_t^T,
+ *            xq_t = fp8_fwd(x * s_x)^T, dW (grad dtype, dw_mode) = (1/s_dy)(1/s_x) dyq_t xq_t^T;
+ *            xq_t is kept from the forward's cast where the plan binds saved_t (the inputs of
+ *            QKV, gate/up and down in layers without recompute, which then keep no act-dtype
+ *            copy), else the saved act-dtype x is cast again with the forward's scale (the
+ *            same codes).
+ * The FP8 weights are cast where they are used, into one scratch pair shared by every linear
+ * (TransformerEngine's way without FP8 parameters): a kept copy of every weight and of its
+ * transpose would cost 2 bytes per parameter, as much as the bf16 weights (15 GiB for an 8B
+ * model, which the recompute planner then pays for in recomputation), where casting them twice
+ * per micro-batch moves about 6 bytes per parameter.
  * Hopper's FP8 GEMM takes both operands K-contiguous ("TN"), hence the transposed copies. Scale
  * state per FP8 linear f of F and tensor, in backend memory: tensors 2f (x), 2f+1 (W), 2F+f (dy);
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
@@ -103,10 +110,14 @@ typedef struct {
     int16_t slot[LJ_MAX_LAYERS][4]; /* the FP8 index of (layer, kind) for the four block kinds, -1: bf16 */
     int max_in, max_out;        /* the widest input and output of the FP8 linears (scratch sizes) */
     int history_len;            /* H rows of amax_history */
-    void *w[LJ_LINEAR_FP8_MAX];   /* [out, ld(in)] fp8 weight copies */
-    void *w_t[LJ_LINEAR_FP8_MAX]; /* [in, ld(out)] their transposes (training) */
-    uint8_t w_ready[LJ_LINEAR_FP8_MAX]; /* host: quantized in this pass */
+    int64_t max_w;              /* the most bytes of an FP8 weight or its transpose, padded */
+    void *wq, *wq_t;            /* scratch: the weight in use, [out, ld(in)] (forward) or its
+                                   transpose [in, ld(out)] (data gradient), max_w bytes each */
     void *xq, *xq_t;            /* scratch: [N, ld(max_in)], [max_in, ld(N)] fp8 */
+    void *saved_t[LJ_LINEAR_FP8_MAX]; /* [in, ld(N)]: the input's transpose, written by the forward's
+                                   cast and read by the weight gradient; NULL: cast again from the
+                                   saved act-dtype input (the plan keeps these for the layers
+                                   without recompute, as their saved inputs) */
     void *dyq, *dyq_t;          /* scratch: [N, ld(max_out)], [max_out, ld(N)] fp8 */
     float *amax_history;        /* [H, 3F] f32 */
     float *scale;               /* [3F] f32 */

@@ -116,8 +116,16 @@ static void walk(walker *w, lj_model *m) {
         any_selective |= o->recompute[l] == LJ_RECOMPUTE_SELECTIVE;
         any_full |= o->recompute[l] == LJ_RECOMPUTE_FULL;
     }
+    /* Layers that keep everything (recompute none) and run FP8 linears keep the inputs of QKV,
+     * gate/up and down as the FP8 transposes their weight gradients read (model/linear.h), not
+     * in the act dtype: those are written into the shared buffers and used at once. */
+    lj_linear_fp8_state *f8 = &m->linear_fp8;
+    memset(f8->saved_t, 0, sizeof f8->saved_t);
+    int any_fp8_saved = 0;
+    for (int l = 0; l < L && !generation && f8->active; l++)
+        any_fp8_saved |= o->recompute[l] == LJ_RECOMPUTE_NONE && f8->slot[l][LJ_LINEAR_QKV] >= 0;
     lj_layer_acts shared = {0};
-    if (generation || any_selective || any_full) {
+    if (generation || any_selective || any_full || any_fp8_saved) {
         shared.ln1 = take(w, LJ_ARENA_SCRATCH, "recompute.ln1", N * C * sa);
         shared.ln2 = take(w, LJ_ARENA_SCRATCH, "recompute.ln2", N * C * sa);
         shared.mlp_act = take(w, LJ_ARENA_SCRATCH, "recompute.mlp_act", N * I * sa);
@@ -152,7 +160,17 @@ static void walk(walker *w, lj_model *m) {
             KEEP(ln2_rstd, N * 4, "ln2_rstd");
             KEEP(gate_up, N * 2 * I * sa, "gate_up");
         }
-        if (policy == LJ_RECOMPUTE_NONE) {
+        if (policy == LJ_RECOMPUTE_NONE && f8->active && f8->slot[l][LJ_LINEAR_QKV] >= 0) {
+            static const struct { lj_linear_kind k; const char *what; } in[3] = {
+                {LJ_LINEAR_QKV, "fp8.ln1_t"}, {LJ_LINEAR_GATE_UP, "fp8.ln2_t"}, {LJ_LINEAR_DOWN, "fp8.mlp_act_t"}};
+            for (int i = 0; i < 3; i++) {
+                int fin, fout;
+                (void)lj_linear_param(m, in[i].k, l, &fin, &fout);
+                snprintf(name, sizeof name, "layers.%d.%s", l, in[i].what);
+                f8->saved_t[f8->slot[l][in[i].k]] =
+                    take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)fin * lj_fp8_ld((int)N));
+            }
+        } else if (policy == LJ_RECOMPUTE_NONE) {
             KEEP(ln1, N * C * sa, "ln1");
             KEEP(ln2, N * C * sa, "ln2");
             KEEP(mlp_act, N * I * sa, "mlp_act");
@@ -176,11 +194,9 @@ static void walk(walker *w, lj_model *m) {
     m->d_gate_up = training ? take(w, LJ_ARENA_SCRATCH, "d_gate_up", N * 2 * I * sa) : NULL;
     m->d_mlp = training ? take(w, LJ_ARENA_SCRATCH, "d_mlp", N * I * sa) : NULL;
 
-    /* the FP8 recipe (model/linear.h): weight copies and their transposes, the recipe state, the
-     * casts' scratch (shared by every linear), the FP8 GEMM's workspace */
-    lj_linear_fp8_state *f8 = &m->linear_fp8;
+    /* the FP8 recipe (model/linear.h): the recipe state, the casts' scratch (shared by every
+     * linear, the weight's too), the FP8 GEMM's workspace */
     if (f8->active) {
-        static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
         size_t ws = 0;
         for (int l = 0; l < L; l++) {
             for (int k = 0; k < 4; k++) {
@@ -188,10 +204,6 @@ static void walk(walker *w, lj_model *m) {
                 if (s < 0) continue;
                 int in, out;
                 (void)lj_linear_param(m, (lj_linear_kind)k, l, &in, &out);
-                snprintf(name, sizeof name, "fp8.layers.%d.%s.w", l, kinds[k]);
-                f8->w[s] = take(w, LJ_ARENA_PARAMS, name, (size_t)out * lj_fp8_ld(in));
-                snprintf(name, sizeof name, "fp8.layers.%d.%s.w_t", l, kinds[k]);
-                f8->w_t[s] = take(w, LJ_ARENA_PARAMS, name, (size_t)in * lj_fp8_ld(out));
                 const size_t g[3] = {ops->fp8_matmul_workspace_bytes((int)N, out, in),
                                      ops->fp8_matmul_workspace_bytes((int)N, in, out),
                                      ops->fp8_matmul_workspace_bytes(out, in, (int)N)};
@@ -203,6 +215,8 @@ static void walk(walker *w, lj_model *m) {
         f8->amax_history = take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
         f8->scale = take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
         f8->scale_inv = take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
+        f8->wq = take(w, LJ_ARENA_SCRATCH, "fp8.w", (size_t)f8->max_w);
+        f8->wq_t = take(w, LJ_ARENA_SCRATCH, "fp8.w_t", (size_t)f8->max_w);
         f8->xq = take(w, LJ_ARENA_SCRATCH, "fp8.x", N * lj_fp8_ld(f8->max_in));
         f8->xq_t = take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f8->max_in * lj_fp8_ld((int)N));
         f8->dyq = take(w, LJ_ARENA_SCRATCH, "fp8.dy", N * lj_fp8_ld(f8->max_out));

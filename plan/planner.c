@@ -21,7 +21,7 @@ const char *lj_mem_category_name(lj_mem_category c) {
     static const char *names[LJ_MEM_COUNT] = {
         "parameters",        "master weights",   "gradients",        "optimizer moments",
         "saved activations", "recompute buffers", "backward scratch", "logits/loss",
-        "FP8 copies and scales", "op workspaces",     "library workspaces", "CUDA context",    "NCCL buffers",
+        "FP8 casts and scales", "op workspaces",     "library workspaces", "CUDA context",    "NCCL buffers",
         "other"};
     return (unsigned)c < LJ_MEM_COUNT ? names[c] : "?";
 }

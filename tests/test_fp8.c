@@ -40,9 +40,11 @@ static lj_linear_fp8_options fp8_options(int hybrid, lj_fp8_recipe recipe, int h
     return o;
 }
 
-/* A training model; fp8 NULL: the default (fp32) recipe. */
-static void create(lj_test_model *t, const lj_model_config *c, const lj_linear_fp8_options *fp8) {
+/* A training model with every layer's recompute policy `policy`; fp8 NULL: the default (fp32)
+ * recipe. */
+static void create_policy(lj_test_model *t, const lj_model_config *c, const lj_linear_fp8_options *fp8, int policy) {
     lj_model_options o = lj_test_train_options(B, T, 1);
+    memset(o.recompute, policy, sizeof o.recompute);
     if (fp8) {
         o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
         o.fp8 = *fp8;
@@ -56,6 +58,11 @@ static void create(lj_test_model *t, const lj_model_config *c, const lj_linear_f
     int32_t tokens[B * (T + 1)];
     for (int i = 0; i < B * (T + 1); i++) tokens[i] = (i * 37 + 11) % c->vocab_size;
     lj_model_set_batch(&t->m, tokens);
+}
+
+/* The same without recompute (the FP8 linears keep their inputs in FP8). */
+static void create(lj_test_model *t, const lj_model_config *c, const lj_linear_fp8_options *fp8) {
+    create_policy(t, c, fp8, LJ_RECOMPUTE_NONE);
 }
 
 static double loss_and_grads(lj_test_model *t) {
@@ -146,9 +153,14 @@ static void test_delayed_state(void **state) {
     const int F = f->num_linears;
     assert_int_equal(F, 8);
     (void)loss_and_grads(&t);
-    /* linear 0 is layer 0's QKV: x = ln1 of layer 0, W = q|k|v */
+    /* linear 0 is layer 0's QKV: x = ln1 of layer 0 (computed again here: without recompute the
+     * layers share the act-dtype buffer), W = q|k|v */
     const int N = B * T, C = c.hidden_size;
-    const float ax = max_abs(t.m.layers[0].ln1, (int64_t)N * C);
+    float *ln1 = lj_malloc((size_t)N * C * sizeof(float)), *rstd = lj_malloc((size_t)N * sizeof(float));
+    t.m.ops->rmsnorm_forward(ln1, rstd, t.m.residual[0], lj_model_param(&t.m, lj_param_index(0, LJ_P_LN1)), N, C,
+                             t.m.spec.eps);
+    const float ax = max_abs(ln1, (int64_t)N * C);
+    free(ln1), free(rstd);
     int in, out;
     const int p = lj_linear_param(&t.m, LJ_LINEAR_QKV, 0, &in, &out);
     const float aw = max_abs(lj_model_param(&t.m, p), (int64_t)in * out);
@@ -162,6 +174,29 @@ static void test_delayed_state(void **state) {
     assert_true(f->scale_inv[0] == 1.0f / f->scale[0]);
     assert_true(f->amax_history[0] == 0.0f); /* ready to record */
     lj_test_model_destroy(&t);
+}
+
+/* Keeping the FP8 inputs (no recompute) gives the loss and every gradient bit for bit of casting
+ * them again from recomputed act-dtype inputs (selective recompute): the same codes, the same
+ * scales. Both recipes. */
+static void test_saved_inputs_equal_recast(void **state) {
+    (void)state;
+    lj_model_config c = odd_config(3);
+    for (int r = 0; r < 2; r++) {
+        lj_linear_fp8_options o = fp8_options(1, r ? LJ_FP8_RECIPE_DELAYED : LJ_FP8_RECIPE_TENSORWISE, 1, 0);
+        lj_test_model kept, recast;
+        create_policy(&kept, &c, &o, LJ_RECOMPUTE_NONE);
+        create_policy(&recast, &c, &o, LJ_RECOMPUTE_SELECTIVE);
+        assert_non_null(kept.m.linear_fp8.saved_t[0]);
+        assert_null(recast.m.linear_fp8.saved_t[0]);
+        for (int pass = 0; pass < 2; pass++) { /* the second pass runs on delayed scales */
+            const double a = loss_and_grads(&kept), b = loss_and_grads(&recast);
+            assert_true(a == b);
+            assert_memory_equal(kept.m.grads, recast.m.grads, (size_t)kept.m.layout.total * sizeof(float));
+        }
+        lj_test_model_destroy(&kept);
+        lj_test_model_destroy(&recast);
+    }
 }
 
 /* n AdamW steps on the fixed batch; losses into out[n]. */
@@ -240,6 +275,7 @@ int main(void) {
         cmocka_unit_test(test_against_fp32_tensorwise_hybrid),
         cmocka_unit_test(test_against_fp32_delayed_hybrid),
         cmocka_unit_test(test_delayed_state),
+        cmocka_unit_test(test_saved_inputs_equal_recast),
         cmocka_unit_test(test_resume_needs_recipe_state),
         cmocka_unit_test(test_default_recipe_untouched),
     };

@@ -51,8 +51,8 @@ done
 
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --recompute none --fp8-format hybrid --buffers \
   >"$tmp/plan.out" 2>&1 || { cat "$tmp/plan.out"; fail "plan --fp8-format"; }
-grep -q "FP8 copies and scales" "$tmp/plan.out" || fail "plan: no FP8 row"
-grep -q "fp8.layers.0.qkv.w_t" "$tmp/plan.out" || fail "plan: no FP8 weight transpose buffer"
+grep -q "FP8 casts and scales" "$tmp/plan.out" || fail "plan: no FP8 row"
+grep -q "fp8.w_t" "$tmp/plan.out" || fail "plan: no FP8 weight transpose buffer"
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --recompute none >"$tmp/plan_bf16.out" 2>&1
 if grep -q "FP8" "$tmp/plan_bf16.out"; then fail "plan without --fp8-format shows FP8"; fi
 

@@ -103,33 +103,38 @@ void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode m
                                   "delayed: the recorded amax is NaN on both (the tensor holds NaN)");
         }
     }
-    /* current scaling on a random tensor of odd shape: amax, scale and codes, padding zero */
-    const int R2 = 37, C2 = 53, ld2 = lj_fp8_ld(C2), ldt2 = lj_fp8_ld(R2);
-    snprintf(shape, sizeof shape, "rows=%d cols=%d", R2, C2);
-    float *y = lj_harness_randf_bf16(h, (int64_t)R2 * C2, 2.0f);
-    void *dy = up_bf16(y, (int64_t)R2 * C2);
-    for (int f = 0; f < 2; f++) {
-        const lj_fp8_format fmt = (lj_fp8_format)f;
-        float st[3] = {0, 0, 0}, gst[3];
-        lj_fp8_scaling hs = {&st[0], &st[1], &st[2], 1}, gs = {dstate, dstate + 1, dstate + 2, 1};
-        H->fp8_amax(&st[2], y, (int64_t)R2 * C2);
-        G->fp8_amax(dstate + 2, dy, (int64_t)R2 * C2);
-        memset(gq, 0xAA, (size_t)R2 * ld2);
-        G->upload(dq, gq, (size_t)R2 * ld2);
-        G->upload(dqt, gq, (size_t)R2 * ld2 < (size_t)C2 * ldt2 ? (size_t)R2 * ld2 : (size_t)C2 * ldt2);
-        G->fp8_quantize(dq, dqt, dy, R2, C2, fmt, &gs);
-        H->fp8_quantize(q, qt, y, R2, C2, fmt, &hs);
-        down(gst, dstate, sizeof gst);
-        down(gq, dq, (size_t)R2 * ld2);
-        down(gqt, dqt, (size_t)C2 * ldt2);
-        char op[64];
-        snprintf(op, sizeof op, "fp8_amax+current %s", lj_fp8_format_name(fmt));
-        lj_harness_check_bits(h, op, shape, gst, st, sizeof st);
-        lj_harness_check_bits(h, op, shape, gq, q, (size_t)R2 * ld2);
-        lj_harness_check_bits(h, op, shape, gqt, qt, (size_t)C2 * ldt2);
+    /* current scaling on random tensors of odd shapes: amax, scale and codes, padding zero; the
+     * second shape takes the vector kernels (cols a multiple of 8, rows not of the tile) */
+    static const int shapes[2][2] = {{37, 53}, {100, 136}};
+    for (int sh = 0; sh < 2; sh++) {
+        const int R2 = shapes[sh][0], C2 = shapes[sh][1], ld2 = lj_fp8_ld(C2), ldt2 = lj_fp8_ld(R2);
+        snprintf(shape, sizeof shape, "rows=%d cols=%d", R2, C2);
+        float *y = lj_harness_randf_bf16(h, (int64_t)R2 * C2, 2.0f);
+        void *dy = up_bf16(y, (int64_t)R2 * C2);
+        for (int f = 0; f < 2; f++) {
+            const lj_fp8_format fmt = (lj_fp8_format)f;
+            float st[3] = {0, 0, 0}, gst[3];
+            lj_fp8_scaling hs = {&st[0], &st[1], &st[2], 1}, gs = {dstate, dstate + 1, dstate + 2, 1};
+            H->fp8_amax(&st[2], y, (int64_t)R2 * C2);
+            G->fp8_amax(dstate + 2, dy, (int64_t)R2 * C2);
+            memset(gq, 0xAA, (size_t)R2 * ld2);
+            G->upload(dq, gq, (size_t)R2 * ld2);
+            G->upload(dqt, gq, (size_t)R2 * ld2 < (size_t)C2 * ldt2 ? (size_t)R2 * ld2 : (size_t)C2 * ldt2);
+            G->fp8_quantize(dq, dqt, dy, R2, C2, fmt, &gs);
+            H->fp8_quantize(q, qt, y, R2, C2, fmt, &hs);
+            down(gst, dstate, sizeof gst);
+            down(gq, dq, (size_t)R2 * ld2);
+            down(gqt, dqt, (size_t)C2 * ldt2);
+            char op[64];
+            snprintf(op, sizeof op, "fp8_amax+current %s", lj_fp8_format_name(fmt));
+            lj_harness_check_bits(h, op, shape, gst, st, sizeof st);
+            lj_harness_check_bits(h, op, shape, gq, q, (size_t)R2 * ld2);
+            lj_harness_check_bits(h, op, shape, gqt, qt, (size_t)C2 * ldt2);
+        }
+        G->free(dy), free(y);
     }
-    G->free(dx), G->free(dq), G->free(dqt), G->free(dstate), G->free(dy);
-    free(x), free(q), free(qt), free(gq), free(gqt), free(y);
+    G->free(dx), G->free(dq), G->free(dqt), G->free(dstate);
+    free(x), free(q), free(qt), free(gq), free(gqt);
 }
 
 /* d = {tensors, history}; param = algo_max. */
