@@ -212,9 +212,7 @@ static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, con
     if (!strcmp(type, "HuggingFaceTokenizer")) {
         if (!model) return lj_fail(LJ_ERR_ARG, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model PATH");
         char path[LJ_PATH_MAX];
-        struct stat st;
-        if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) LJ_TRY(lj_path_join(path, model, "tokenizer.json"));
-        else LJ_TRY(lj_path_format(path, "%s", model));
+        LJ_TRY(lj_tokenizer_resolve(model, "--tokenizer-model", path, sizeof path));
         lj_tokenizer *tok = NULL;
         if (lj_tokenizer_load(path, &tok) != LJ_OK) {
             lj_error_prefix("--tokenizer-model");
