@@ -329,7 +329,7 @@ static lj_status compile_regex(lj_tokenizer *t, int k, const char *pattern, int 
     int err;
     PCRE2_SIZE at;
     split_stage *sp = &t->splits[k];
-    sp->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0),
+    sp->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP,
                            &err, &at, NULL);
     free(pat);
     if (!sp->re) {
