@@ -55,7 +55,7 @@ source bench/gpu-env.sh
   date -u; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  for b in "$dev"/*; do echo "== ldd $b"; ldd "$b" | grep -E 'not found|cublas|cudart|openblas|cjson|pcre2|gomp'; done
+  for b in "$dev"/*; do echo "== ldd $b"; ldd "$b" | grep -E 'not found|cublas|cudart|openblas|cjson|pcre2|utf8proc|gomp'; done
 } >>"$env_log" 2>&1
 missing=$(for b in "$dev"/*; do ldd "$b" | grep 'not found'; done | sort -u)
 [ -n "$missing" ] && { echo "missing libraries:"; echo "$missing"; }

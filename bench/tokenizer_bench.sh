@@ -2,7 +2,7 @@
 # tokenizer_bench.sh: tokenizer / `ljperf prepare` throughput in MB/s of text, on 1 worker and on
 # all cores, for the KJV Bible (4.1 MB; as one document cut into pieces for the workers, and one
 # document per chapter) and GCIDE (40 MB, --split-on blank-line, its 3 stray cp1252 bytes
-# replaced). Then the JavaScript oracle llama3-tokenizer-js on the same files (one encode call per
+# replaced), with the Llama 3 tokenizer, then with the Qwen3 tokenizer (NFC) when it is there. Then the JavaScript oracle llama3-tokenizer-js on the same files (one encode call per
 # file), and, when LJ_BENCH_HF names a node_modules directory holding the npm package
 # `tokenizers` (Hugging Face tokenizers, the Rust reference, through its Node.js binding), that too.
 # Each figure is the best of REPEAT runs (default 3). Prints figures; asserts nothing.
@@ -22,11 +22,11 @@ for f in "$tok" "$cache/data/kjv.txt" "$cache/data/gcide.txt"; do
   [ -s "$f" ] || { echo "tokenizer_bench: $f is missing (bash scripts/setup.sh)" >&2; exit 1; }
 done
 
-best_prepare() { # WORKERS ARGS... -> "MB/s tokens/s(M)"
-  local w=$1; shift
+best_prepare() { # TOKENIZER WORKERS ARGS... -> "MB/s tokens/s(M)"
+  local t=$1 w=$2; shift 2
   local best=0 line mbs
   for ((i = 0; i < repeat; i++)); do
-    line=$("$ljperf" prepare --tokenizer "$tok" --quiet --workers "$w" --output-prefix "$tmp/out" "$@" | grep throughput)
+    line=$("$ljperf" prepare --tokenizer "$t" --quiet --workers "$w" --output-prefix "$tmp/out" "$@" | grep throughput)
     mbs=$(echo "$line" | awk '{print $2}')
     if awk -v a="$mbs" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$mbs; fi
   done
@@ -35,14 +35,18 @@ best_prepare() { # WORKERS ARGS... -> "MB/s tokens/s(M)"
 
 echo "tokenizer_bench: $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo
-printf '%-34s %14s %14s\n' "ljperf prepare (MB/s of text)" "1 worker" "$cores workers"
-for spec in "KJV, one document|--input $cache/data/kjv.txt" \
-            "KJV, one document per chapter|--input $cache/data/kjv.txt --split-on blank-line" \
-            "GCIDE, blank-line documents|--input $cache/data/gcide.txt --split-on blank-line --utf8-errors replace"; do
-  name=${spec%%|*}
-  read -r -a args <<< "${spec#*|}"
-  printf '%-34s %14s %14s\n' "$name" "$(best_prepare 1 "${args[@]}")" "$(best_prepare "$cores" "${args[@]}")"
+qwen=$cache/tokenizer/qwen3/tokenizer.json
+for t in "$tok" "$qwen"; do
+  [ -s "$t" ] || { echo; echo "$t: not there (bash scripts/setup.sh)"; continue; }
+  echo
+  printf '%-34s %14s %14s\n' "ljperf prepare, $(basename "$(dirname "$t")") (MB/s)" "1 worker" "$cores workers"
+  for spec in "KJV, one document|--input $cache/data/kjv.txt" \
+              "KJV, one document per chapter|--input $cache/data/kjv.txt --split-on blank-line" \
+              "GCIDE, blank-line documents|--input $cache/data/gcide.txt --split-on blank-line --utf8-errors replace"; do
+    name=${spec%%|*}
+    read -r -a args <<< "${spec#*|}"
+    printf '%-34s %14s %14s\n' "$name" "$(best_prepare "$t" 1 "${args[@]}")" "$(best_prepare "$t" "$cores" "${args[@]}")"
+  done
 done
 
 echo

@@ -33,7 +33,8 @@ static void usage(FILE *f) {
                "  --top-k K              keep the K most likely tokens (default 0 = all)\n"
                "  --top-p P              nucleus sampling (default 1.0 = off)\n"
                "  --seed S               sampling seed (default 1234)\n"
-               "  --tokenizer PATH       tokenizer.json (default: the one in the model directory, which\n"
+               "  --tokenizer NAME|PATH  llama3, qwen3 (the set-up script's), a tokenizer.json or a directory\n"
+               "                         holding one (default: the one in the model directory, which\n"
                "                         ljperf's exports carry, else the set-up script's Llama 3 tokenizer)\n"
                "  --device auto|cpu|cuda (default auto)\n");
 }
@@ -144,9 +145,10 @@ static lj_status run_generate(const gen_args *a) {
     LJ_TRY(lj_cli_device(a->device, &ops));
     lj_tokenizer *tok;
     /* --tokenizer, else the tokenizer beside the model, else the default */
-    if (!a->tokenizer && (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0))
+    if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, sizeof tokpath));
+    else if (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0)
         lj_tokenizer_default_path(tokpath, sizeof tokpath);
-    LJ_TRY(lj_tokenizer_load(a->tokenizer ? a->tokenizer : tokpath, &tok));
+    LJ_TRY(lj_tokenizer_load(tokpath, &tok));
     if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
         lj_tokenizer_free(tok);
         return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
@@ -159,13 +161,17 @@ static lj_status run_generate(const gen_args *a) {
         lj_tokenizer_free(tok);
         return s;
     }
-    /* prepend BOS */
-    const int32_t bos = lj_tokenizer_bos_id(tok) >= 0 ? lj_tokenizer_bos_id(tok) : cfg.bos_token_id;
+    /* BOS first when the tokenizer starts its sequences with it (Llama 3; Qwen does not) */
+    const int with_bos = lj_tokenizer_adds_bos(tok);
+    if (!with_bos && n == 0) {
+        lj_tokenizer_free(tok);
+        return lj_fail(LJ_ERR_ARG, "--prompt is empty and the tokenizer adds no BOS: give a prompt");
+    }
     int32_t *prompt = lj_malloc((size_t)(n + 1) * sizeof(int32_t));
-    prompt[0] = bos;
-    memcpy(prompt + 1, ids, (size_t)n * sizeof(int32_t));
+    prompt[0] = lj_tokenizer_bos_id(tok) >= 0 ? lj_tokenizer_bos_id(tok) : cfg.bos_token_id;
+    memcpy(prompt + with_bos, ids, (size_t)n * sizeof(int32_t));
     free(ids);
-    const int prompt_len = (int)n + 1;
+    const int prompt_len = (int)n + with_bos;
     int total = prompt_len + a->max_new_tokens;
     if (total > cfg.max_position_embeddings) {
         total = cfg.max_position_embeddings;
@@ -177,7 +183,7 @@ static lj_status run_generate(const gen_args *a) {
     if (prompt_len > cfg.max_position_embeddings || (a->max_new_tokens > 0 && prompt_len >= total)) {
         free(prompt);
         lj_tokenizer_free(tok);
-        return lj_fail(LJ_ERR_ARG, "--prompt is %d tokens (with BOS): no room below max_position_embeddings (%d)",
+        return lj_fail(LJ_ERR_ARG, "--prompt is %d tokens (with BOS, if any): no room below max_position_embeddings (%d)",
                        prompt_len, cfg.max_position_embeddings);
     }
 

@@ -198,7 +198,8 @@ static lj_status count_vocab_file(const char *path, int *count) {
     return LJ_OK;
 }
 
-/* The tokenizer's vocabulary before padding, and its bos / eos ids (unchanged when it has none). */
+/* The tokenizer's vocabulary before padding, and its bos / eos ids (unchanged when it has none;
+ * without a BOS, bos_token_id is the EOS id, as in Qwen's config.json). */
 static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, const char *model, int *vocab,
                                  lj_model_config *cfg) {
     if (!type) {
@@ -212,17 +213,17 @@ static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, con
     if (!strcmp(type, "HuggingFaceTokenizer")) {
         if (!model) return lj_fail(LJ_ERR_ARG, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model PATH");
         char path[LJ_PATH_MAX];
-        struct stat st;
-        if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) LJ_TRY(lj_path_join(path, model, "tokenizer.json"));
-        else LJ_TRY(lj_path_format(path, "%s", model));
+        LJ_TRY(lj_tokenizer_resolve(model, "--tokenizer-model", path, sizeof path));
         lj_tokenizer *tok = NULL;
         if (lj_tokenizer_load(path, &tok) != LJ_OK) {
             lj_error_prefix("--tokenizer-model");
             return LJ_ERR_ARG;
         }
         *vocab = lj_tokenizer_vocab_size(tok);
-        if (lj_tokenizer_bos_id(tok) >= 0) cfg->bos_token_id = lj_tokenizer_bos_id(tok);
         if (lj_tokenizer_eos_id(tok) >= 0) cfg->eos_token_id = lj_tokenizer_eos_id(tok);
+        /* a tokenizer without BOS (Qwen): its end-of-text id, as Qwen's config.json says */
+        if (lj_tokenizer_bos_id(tok) >= 0) cfg->bos_token_id = lj_tokenizer_bos_id(tok);
+        else if (lj_tokenizer_eos_id(tok) >= 0) cfg->bos_token_id = lj_tokenizer_eos_id(tok);
         lj_tokenizer_free(tok);
         return LJ_OK;
     }

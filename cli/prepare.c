@@ -28,10 +28,12 @@ static void usage(FILE *f) {
             "                        glob such as 'shards/*.jsonl.zst' (quoted: sorted matches), or - for\n"
             "                        stdin (read as text unless --format jsonl); repeat for more inputs\n"
             "  --output-prefix P     writes P.bin and P.idx (parent directories are created)\n"
-            "  --tokenizer PATH      a Hugging Face tokenizer.json (byte-level BPE: Llama 3, GPT-2);\n"
-            "                        default %s\n"
+            "  --tokenizer NAME|PATH llama3 or qwen3 (the set-up script's, in its cache), or a Hugging\n"
+            "                        Face tokenizer.json (byte-level BPE: Llama 3, Qwen2/Qwen3, GPT-2)\n"
+            "                        or a directory holding one; default %s\n"
             "                        (scripts/setup.sh fetches it; BOS/EOS come from the\n"
-            "                        tokenizer_config.json beside it when there is one)\n"
+            "                        tokenizer_config.json beside it when there is one; EOS is the\n"
+            "                        end-of-text token, Qwen's <|endoftext|>)\n"
             "  --split-on MODE       file: each .txt file is one document, byte for byte (default);\n"
             "                        blank-line: a line that is empty or only spaces/tabs ends a\n"
             "                        document (the document drops its last line end)\n"
@@ -189,6 +191,11 @@ int lj_cli_prepare(int argc, char **argv) {
         if (strcmp(utf8, "error") == 0) cfg.utf8_replace = 0;
         else if (strcmp(utf8, "replace") == 0) cfg.utf8_replace = 1;
         else st = lj_fail(LJ_ERR_ARG, "--utf8-errors: '%s' is not one of error, replace", utf8);
+    }
+    char tok_path[LJ_PATH_MAX];
+    if (st == LJ_OK && cfg.tokenizer_path) {
+        st = lj_tokenizer_resolve(cfg.tokenizer_path, "--tokenizer", tok_path, sizeof tok_path);
+        cfg.tokenizer_path = tok_path;
     }
     if (st == LJ_OK && workers_given && (cfg.workers < 1 || cfg.workers > 1024))
         st = lj_fail(LJ_ERR_ARG, "--workers: %d is not in 1..1024", cfg.workers);

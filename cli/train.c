@@ -81,8 +81,9 @@ static void usage(FILE *f) {
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
-            "  --tokenizer-model PATH        the data's tokenizer.json (or its directory), copied into each HF\n"
-            "                                export with tokenizer_config.json, special_tokens_map.json and\n"
+            "  --tokenizer-model NAME|PATH   the data's tokenizer (llama3, qwen3, a tokenizer.json or its\n"
+            "                                directory), copied into each HF export with\n"
+            "                                tokenizer_config.json, special_tokens_map.json and\n"
             "                                generation_config.json (default: the set-up script's Llama 3\n"
             "                                tokenizer when it fits the vocabulary); also --tokenizer\n"
             "  --tokenizer-type HuggingFaceTokenizer   Megatron-LM's flag (the only type ljperf reads)\n"
@@ -165,10 +166,7 @@ static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const 
                                    "GPT2BPETokenizer", type);
     if (!c->save) return LJ_OK;
     if (given) {
-        struct stat st;
-        if (stat(given, &st) == 0 && S_ISDIR(st.st_mode)) LJ_TRY(lj_path_join(buf, given, "tokenizer.json"));
-        else if (strlen(given) < LJ_PATH_MAX) strcpy(buf, given);
-        else return lj_fail(LJ_ERR_ARG, "--tokenizer-model: the path is longer than %d bytes", LJ_PATH_MAX - 1);
+        LJ_TRY(lj_tokenizer_resolve(given, "--tokenizer-model", buf, LJ_PATH_MAX));
         LJ_TRY(lj_tokenizer_check_export(buf, &c->model, "--tokenizer-model"));
         c->tokenizer = buf;
         return LJ_OK;

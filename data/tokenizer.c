@@ -1,5 +1,7 @@
-/* tokenizer.c: byte-level BPE (Llama 3 / GPT-2) from a Hugging Face tokenizer.json: loading with
- * cJSON, pre-tokenizing with PCRE2, BPE merges with a heap, decoding, and UTF-8 checks. */
+/* tokenizer.c: byte-level BPE (Llama 3, Qwen2/Qwen3, GPT-2) from a Hugging Face tokenizer.json:
+ * loading with cJSON (model, normalizer, pre-tokenizer, added tokens, post-processor, decoder),
+ * Unicode normalization with utf8proc, pre-tokenizing with PCRE2, BPE merges with a heap,
+ * decoding, and UTF-8 checks. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "base/fs.h"
 #include "data/tokenizer.h"
@@ -10,15 +12,22 @@
 #include <pcre2.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 /* The GPT-2 regex, built into HF's ByteLevel pre-tokenizer (tokenizers byte_level.rs). */
 static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-/* The Llama 3 Split regex (docs/reference.md); only this one allows lj_tokenizer_split_point. */
+/* The Split regexes of Llama 3 and of Qwen2/Qwen3 (docs/reference.md); they differ in the digits
+ * (runs of up to 3, or one at a time). Only these allow lj_tokenizer_split_point. */
 static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-enum { PRE_NONE, PRE_SPLIT_THEN_BYTES, PRE_BYTELEVEL_REGEX };
+/* HF's SplitDelimiterBehavior (tokenizers normalizer.rs, NormalizedString::split). */
+enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_MERGED_PREVIOUS, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS };
+enum { MAX_SPLITS = 8, MAX_NORMS = 8 };
 enum { MAX_ID = 1 << 24 }; /* a sanity bound on token ids */
 enum { CACHE_SLOTS = 1 << 16, CACHE_MAX_ENTRIES = 1 << 15, CACHE_MAX_BYTES = 1 << 22 };
 
@@ -28,6 +37,12 @@ typedef struct {
     uint32_t off, len; /* into tok->bytes */
 } added_token;
 
+/* One regex split of the pre-tokenizer: a Split step, or ByteLevel's own regex (use_regex). */
+typedef struct {
+    pcre2_code *re;
+    int jit, behavior, invert;
+} split_stage;
+
 typedef struct { uint64_t key; int32_t new_id; } heap_item; /* key = rank << 32 | position */
 typedef struct { uint32_t off, len; } tok_span;            /* a token's bytes in tok->bytes */
 typedef struct { uint32_t tag; int32_t id; } vocab_slot;   /* tag: high half of the hash; id -1: empty */
@@ -35,7 +50,8 @@ typedef struct { uint64_t key; uint32_t rank; int32_t new_id; } merge_slot; /* k
 
 typedef struct cache_entry { uint64_t hash; uint32_t key_off, key_len, ids_off, ids_len; } cache_entry;
 
-/* Per-thread scratch: PCRE2 match data and JIT stack, the word->ids cache, BPE arrays. */
+/* Per-thread scratch: PCRE2 match data and JIT stack, the word->ids cache, BPE arrays, the
+ * normalized text. */
 typedef struct tok_state {
     struct tok_state *next_free;
     pcre2_match_data *md;
@@ -52,6 +68,8 @@ typedef struct tok_state {
     size_t sym_cap;
     char *tmp; /* a piece with a prefix space */
     size_t tmp_cap;
+    char *norm; /* a normalized segment */
+    size_t norm_cap;
 } tok_state;
 
 struct lj_tokenizer {
@@ -66,13 +84,17 @@ struct lj_tokenizer {
     int32_t byte_id[256];
     merge_slot *merges;          /* open addressing: (a, b) -> rank, merged id */
     size_t merge_mask;
-    int ignore_merges, pre, add_prefix_space, llama3_split;
-    pcre2_code *re;
-    int jit;
+    int ignore_merges;
+    int n_norms, norm_options[MAX_NORMS]; /* utf8proc_map options, applied in order */
+    /* The pre-tokenizer: splits[0..n_user_splits) are the Split steps, then the ByteLevel step
+     * (a prefix space when add_prefix_space) and, when it uses its regex, splits[n_user_splits]. */
+    split_stage splits[MAX_SPLITS + 1];
+    int n_user_splits, n_splits, add_prefix_space, known_split;
     added_token *added; /* sorted longest first */
     int n_added, any_plain_added;
     uint8_t first_special[256], first_plain[256];
-    int32_t bos, eos;
+    int32_t bos, eos, template_bos; /* template_bos: the post-processor's first token, or -1 */
+    int has_template, add_bos;
     pthread_mutex_t lock;
     tok_state *free_states;
 };
@@ -301,61 +323,203 @@ static char *rewrite_pattern(const char *pat) {
     return out;
 }
 
-static lj_status compile_regex(lj_tokenizer *t, const char *pattern, int literal, const char *field) {
+/* Compiles a pattern into splits[k]; `field` names it in the message. */
+static lj_status compile_regex(lj_tokenizer *t, int k, const char *pattern, int literal, const char *field) {
     char *pat = literal ? lj_strdup(pattern) : rewrite_pattern(pattern);
     int err;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err, &at, NULL);
+    split_stage *sp = &t->splits[k];
+    sp->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP,
+                           &err, &at, NULL);
     free(pat);
-    if (!t->re) {
+    if (!sp->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
         return lj_fail(LJ_ERR_FORMAT, "%s: %s: PCRE2 cannot compile the regex: %s (at offset %zu)", t->path, field,
                        (const char *)msg, (size_t)at);
     }
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
-    t->llama3_split = !literal && strcmp(pattern, LLAMA3_PATTERN) == 0;
+    sp->jit = pcre2_jit_compile(sp->re, PCRE2_JIT_COMPLETE) == 0;
     return LJ_OK;
 }
 
-static lj_status load_pre_tokenizer(lj_tokenizer *t, const cJSON *pre) {
-    const char *path = t->path;
-    if (!pre || cJSON_IsNull(pre)) {
-        t->pre = PRE_NONE;
+/* The type string of a component object, or NULL (an error naming `field` is set). */
+static const char *component_type(const char *path, const cJSON *o, const char *field) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    if (!cJSON_IsObject(o) || !cJSON_IsString(type)) {
+        lj_fail(LJ_ERR_FORMAT, "%s: %s.type is missing or not a string", path, field);
+        return NULL;
+    }
+    return type->valuestring;
+}
+
+/* The normalizer: null, a Unicode normalization form (NFC, NFD, NFKC, NFKD; utf8proc_map's
+ * options), or a Sequence of those, applied in order. Anything else is refused by name. */
+static lj_status load_normalizer(lj_tokenizer *t, const cJSON *norm, const char *field) {
+    if (!norm || cJSON_IsNull(norm)) return LJ_OK;
+    const char *type = component_type(t->path, norm, field);
+    if (!type) return LJ_ERR_FORMAT;
+    static const struct { const char *name; int options; } forms[] = {
+        {"NFC", UTF8PROC_STABLE | UTF8PROC_COMPOSE},
+        {"NFD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE},
+        {"NFKC", UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+        {"NFKD", UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT},
+    };
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(type, forms[i].name) != 0) continue;
+        if (t->n_norms == MAX_NORMS) return unsupported(t->path, field, "more than 8 normalizers in a Sequence");
+        t->norm_options[t->n_norms++] = forms[i].options;
         return LJ_OK;
     }
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(pre, "type");
-    if (!cJSON_IsString(type)) return fmt_err(path, "pre_tokenizer.type", "is missing or not a string");
-    if (strcmp(type->valuestring, "ByteLevel") == 0) {
-        const cJSON *ur = cJSON_GetObjectItemCaseSensitive(pre, "use_regex");
-        if (ur && !cJSON_IsTrue(ur)) /* ByteLevel alone without its regex: one word per segment */
-            t->pre = PRE_NONE;
-        else
-            t->pre = PRE_BYTELEVEL_REGEX;
-        t->add_prefix_space = json_is_true(pre, "add_prefix_space");
-        return t->pre == PRE_BYTELEVEL_REGEX ? compile_regex(t, GPT2_PATTERN, 0, "pre_tokenizer") : LJ_OK;
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers"), *e;
+        if (!cJSON_IsArray(list)) return fmt_err(t->path, field, "(Sequence) has no \"normalizers\" array");
+        int i = 0;
+        cJSON_ArrayForEach(e, list) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s.normalizers[%d]", field, i++);
+            LJ_TRY(load_normalizer(t, e, sub));
+        }
+        return LJ_OK;
     }
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
-    const char *want = "supported: Sequence[Split(Regex, Isolated), ByteLevel(use_regex false)] or ByteLevel";
-    if (strcmp(type->valuestring, "Sequence") != 0 || !cJSON_IsArray(list) || cJSON_GetArraySize(list) != 2)
-        return unsupported(path, "pre_tokenizer", want);
-    const cJSON *split = cJSON_GetArrayItem(list, 0), *bl = cJSON_GetArrayItem(list, 1);
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(split, "type"), *bt = cJSON_GetObjectItemCaseSensitive(bl, "type");
-    if (!cJSON_IsString(st) || strcmp(st->valuestring, "Split") != 0 || !cJSON_IsString(bt) ||
-        strcmp(bt->valuestring, "ByteLevel") != 0 || json_is_true(bl, "use_regex"))
-        return unsupported(path, "pre_tokenizer.pretokenizers", want);
+    return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s.type \"%s\" is not supported (ljperf reads byte-level BPE tokenizers "
+                   "with the normalizers NFC, NFD, NFKC, NFKD or a Sequence of them, or none)", t->path, field, type);
+}
+
+/* One Split step: its pattern (Regex or String), behavior and invert. */
+static lj_status load_split(lj_tokenizer *t, const cJSON *split, const char *field) {
+    if (t->n_user_splits == MAX_SPLITS) return unsupported(t->path, field, "more than 8 Split steps");
+    char sub[160];
+    static const char *behaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
     const cJSON *beh = cJSON_GetObjectItemCaseSensitive(split, "behavior");
-    if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") != 0 || json_is_true(split, "invert"))
-        return unsupported(path, "pre_tokenizer.pretokenizers[0].behavior", "only Isolated (invert false) is supported");
+    int b = -1;
+    for (int i = 0; i < 5 && cJSON_IsString(beh); i++)
+        if (strcmp(beh->valuestring, behaviors[i]) == 0) b = i;
+    if (b < 0) {
+        snprintf(sub, sizeof sub, "%s.behavior", field);
+        return unsupported(t->path, sub, "must be one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous");
+    }
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(split, "pattern");
     const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex"), *lit = cJSON_GetObjectItemCaseSensitive(pat, "String");
-    if (!cJSON_IsString(rx) && !cJSON_IsString(lit))
-        return fmt_err(path, "pre_tokenizer.pretokenizers[0].pattern", "needs a \"Regex\" or \"String\"");
-    t->pre = PRE_SPLIT_THEN_BYTES;
+    snprintf(sub, sizeof sub, "%s.pattern", field);
+    if (!cJSON_IsString(rx) && !cJSON_IsString(lit)) return fmt_err(t->path, sub, "needs a \"Regex\" or \"String\"");
+    const int k = t->n_user_splits++;
+    t->splits[k].behavior = b;
+    t->splits[k].invert = json_is_true(split, "invert");
+    return compile_regex(t, k, cJSON_IsString(rx) ? rx->valuestring : lit->valuestring, !cJSON_IsString(rx), sub);
+}
+
+/* The ByteLevel step (the last of the pre-tokenizer): add_prefix_space, and its GPT-2 regex
+ * unless use_regex is false (the default is true, as in tokenizers). */
+static lj_status load_byte_level(lj_tokenizer *t, const cJSON *bl, const char *field) {
     t->add_prefix_space = json_is_true(bl, "add_prefix_space");
-    return compile_regex(t, cJSON_IsString(rx) ? rx->valuestring : lit->valuestring, !cJSON_IsString(rx),
-                         "pre_tokenizer.pretokenizers[0].pattern");
+    const cJSON *ur = cJSON_GetObjectItemCaseSensitive(bl, "use_regex");
+    t->n_splits = t->n_user_splits;
+    if (ur && !cJSON_IsTrue(ur)) return LJ_OK;
+    t->splits[t->n_splits].behavior = SPLIT_ISOLATED;
+    t->n_splits++;
+    return compile_regex(t, t->n_user_splits, GPT2_PATTERN, 0, field);
+}
+
+/* The pre-tokenizer: null (each segment one word), ByteLevel, or a Sequence of Split steps that
+ * ends with ByteLevel. Other types (Whitespace, Metaspace, Digits, ...) are refused by name. */
+static lj_status load_pre_tokenizer(lj_tokenizer *t, const cJSON *pre) {
+    const char *path = t->path;
+    if (!pre || cJSON_IsNull(pre)) return LJ_OK;
+    const char *type = component_type(path, pre, "pre_tokenizer");
+    if (!type) return LJ_ERR_FORMAT;
+    if (strcmp(type, "ByteLevel") == 0) return load_byte_level(t, pre, "pre_tokenizer");
+    const char *want = "ljperf reads byte-level BPE tokenizers: a pre-tokenizer of Split steps then ByteLevel, "
+                       "ByteLevel alone, or none";
+    if (strcmp(type, "Split") == 0) return unsupported(path, "pre_tokenizer", "a Split without a ByteLevel step after it is "
+                                                                              "not byte-level");
+    if (strcmp(type, "Sequence") != 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: pre_tokenizer.type \"%s\" is not supported (%s)", path, type, want);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
+    if (!cJSON_IsArray(list)) return fmt_err(path, "pre_tokenizer", "(Sequence) has no \"pretokenizers\" array");
+    const int n = cJSON_GetArraySize(list);
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(list, i);
+        char field[64];
+        snprintf(field, sizeof field, "pre_tokenizer.pretokenizers[%d]", i);
+        const char *et = component_type(path, e, field);
+        if (!et) return LJ_ERR_FORMAT;
+        if (strcmp(et, "Split") == 0) {
+            LJ_TRY(load_split(t, e, field));
+        } else if (strcmp(et, "ByteLevel") == 0) {
+            if (i != n - 1) return unsupported(path, field, "ByteLevel must be the last step (ljperf splits raw text)");
+            LJ_TRY(load_byte_level(t, e, field));
+        } else {
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s.type \"%s\" is not supported (%s)", path, field, et, want);
+        }
+    }
+    if (n == 0 || strcmp(component_type(path, cJSON_GetArrayItem(list, n - 1), "pre_tokenizer"), "ByteLevel") != 0)
+        return unsupported(path, "pre_tokenizer.pretokenizers", "must end with a ByteLevel step (a byte-level BPE)");
+    /* the Llama 3 and Qwen2 regexes alone allow split points (lj_tokenizer_split_point) */
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(list, 0), "pattern");
+    const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
+    t->known_split = t->n_user_splits == 1 && t->n_splits == 1 && t->splits[0].behavior == SPLIT_ISOLATED &&
+                     cJSON_IsString(rx) && (!strcmp(rx->valuestring, LLAMA3_PATTERN) || !strcmp(rx->valuestring, QWEN2_PATTERN));
+    return LJ_OK;
+}
+
+/* The post-processor decides whether a sequence starts with BOS: a TemplateProcessing (alone or
+ * in a Sequence) whose "single" template starts with a SpecialToken; ByteLevel adds nothing. */
+static lj_status load_post_processor(lj_tokenizer *t, const cJSON *pp, const char *field) {
+    if (!pp || cJSON_IsNull(pp)) return LJ_OK;
+    const char *type = component_type(t->path, pp, field);
+    if (!type) return LJ_ERR_FORMAT;
+    if (strcmp(type, "ByteLevel") == 0) return LJ_OK;
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors"), *e;
+        if (!cJSON_IsArray(list)) return fmt_err(t->path, field, "(Sequence) has no \"processors\" array");
+        int i = 0;
+        cJSON_ArrayForEach(e, list) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s.processors[%d]", field, i++);
+            LJ_TRY(load_post_processor(t, e, sub));
+        }
+        return LJ_OK;
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s.type \"%s\" is not supported (supported: ByteLevel, TemplateProcessing, "
+                       "a Sequence of them, or none)", t->path, field, type);
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(pp, "single");
+    if (!cJSON_IsArray(single)) return fmt_err(t->path, field, "(TemplateProcessing) has no \"single\" array");
+    t->has_template = 1;
+    const cJSON *first = cJSON_GetArrayItem(single, 0);
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(first, "SpecialToken");
+    if (!sp) return LJ_OK;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp, "id");
+    if (!cJSON_IsString(name)) return fmt_err(t->path, field, "single[0].SpecialToken.id is not a string");
+    /* special_tokens[name].ids[0], else the added token of that text */
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pp, "special_tokens"), name->valuestring);
+    const cJSON *id0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(map, "ids"), 0);
+    int32_t id = cJSON_IsNumber(id0) ? id0->valueint : lj_tokenizer_token_id(t, name->valuestring, strlen(name->valuestring));
+    if (id < 0 || id >= t->vocab_size || !t->tok_kind[id])
+        return lj_fail(LJ_ERR_FORMAT, "%s: %s: the template's first token \"%s\" is not in the vocabulary", t->path, field,
+                       name->valuestring);
+    t->template_bos = id;
+    return LJ_OK;
+}
+
+/* The decoder: byte-level (ByteLevel, alone or in a Sequence) or none. */
+static lj_status load_decoder(lj_tokenizer *t, const cJSON *dec, const char *field) {
+    if (!dec || cJSON_IsNull(dec)) return LJ_OK;
+    const char *type = component_type(t->path, dec, field);
+    if (!type) return LJ_ERR_FORMAT;
+    if (strcmp(type, "ByteLevel") == 0) return LJ_OK;
+    if (strcmp(type, "Sequence") == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(dec, "decoders"), *e;
+        int i = 0;
+        cJSON_ArrayForEach(e, list) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s.decoders[%d]", field, i++);
+            LJ_TRY(load_decoder(t, e, sub));
+        }
+        return LJ_OK;
+    }
+    return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s.type \"%s\" is not supported (only byte-level BPE tokenizers are "
+                   "supported: the decoder is ByteLevel)", t->path, field, type);
 }
 
 static lj_status load_model(lj_tokenizer *t, const cJSON *root, const int16_t cp_to_byte[324]) {
@@ -364,12 +528,16 @@ static lj_status load_model(lj_tokenizer *t, const cJSON *root, const int16_t cp
     if (!cJSON_IsObject(model)) return fmt_err(path, "model", "is missing or not an object");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0))
-        return unsupported(path, "model.type", "only \"BPE\" is supported");
-    static const char *must_be_null[] = {"continuing_subword_prefix", "end_of_word_suffix", "dropout"};
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: model.type \"%s\" is not supported (only byte-level BPE tokenizers are "
+                       "supported: Llama 3, Qwen2/Qwen3, GPT-2)", path, cJSON_IsString(type) ? type->valuestring : "?");
+    /* null or "" (Qwen writes ""): no subword prefix or suffix; a dropout of null or 0 */
+    static const char *must_be_empty[] = {"continuing_subword_prefix", "end_of_word_suffix", "dropout"};
     for (int i = 0; i < 3; i++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(model, must_be_null[i]);
-        if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0.0))
-            return unsupported(path, "model", "continuing_subword_prefix, end_of_word_suffix and dropout must be null");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(model, must_be_empty[i]);
+        if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == 0.0) &&
+            !(cJSON_IsString(f) && f->valuestring[0] == '\0'))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: model.%s: must be null or empty (ljperf reads byte-level BPE "
+                           "without subword affixes or dropout)", path, must_be_empty[i]);
     }
     if (json_is_true(model, "byte_fallback")) return unsupported(path, "model.byte_fallback", "must be false");
     t->ignore_merges = json_is_true(model, "ignore_merges");
@@ -491,6 +659,16 @@ static lj_status load_added(lj_tokenizer *t, const cJSON *root) {
         size_t n = strlen(content->valuestring);
         if (lj_utf8_check(content->valuestring, n) != n)
             return lj_fail(LJ_ERR_FORMAT, "%s: added_tokens (id %d): content is not UTF-8", t->path, id);
+        /* matched on the raw text, leftmost-longest: what these options would change is refused */
+        static const char *flags[] = {"lstrip", "rstrip", "single_word"};
+        for (int k = 0; k < 3; k++)
+            if (json_is_true(e, flags[k]))
+                return lj_fail(LJ_ERR_UNSUPPORTED, "%s: added_tokens (id %d, \"%s\"): %s true is not supported", t->path,
+                               id, content->valuestring, flags[k]);
+        const cJSON *normalized = cJSON_GetObjectItemCaseSensitive(e, "normalized");
+        if (t->n_norms > 0 && (normalized ? cJSON_IsTrue(normalized) : !json_is_true(e, "special")))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: added_tokens (id %d, \"%s\"): normalized true with a normalizer is "
+                           "not supported (ljperf matches added tokens on the raw text)", t->path, id, content->valuestring);
         added_token *a = &t->added[t->n_added++];
         a->id = id;
         a->special = json_is_true(e, "special");
@@ -501,7 +679,7 @@ static lj_status load_added(lj_tokenizer *t, const cJSON *root) {
         unsigned char c0 = (unsigned char)content->valuestring[0];
         if (a->special) t->first_special[c0] = 1;
         else t->first_plain[c0] = t->any_plain_added = 1;
-        if (memchr(content->valuestring, '\n', n)) t->llama3_split = 0;
+        if (memchr(content->valuestring, '\n', n)) t->known_split = 0;
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     return LJ_OK;
@@ -514,12 +692,25 @@ static int32_t added_id(const lj_tokenizer *t, const char *s) {
     return -1;
 }
 
-/* bos_token / eos_token from tokenizer_config.json next to the tokenizer, else known names. */
+/* The id of a tokenizer_config.json token entry (a string or {"content": ...}): -1 for null,
+ * -2 when the key is absent or names no token. */
+static int32_t config_token(const lj_tokenizer *t, const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsNull(v)) return -1;
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!cJSON_IsString(v)) return -2;
+    int32_t id = added_id(t, v->valuestring);
+    if (id < 0) id = lj_tokenizer_token_id(t, v->valuestring, strlen(v->valuestring));
+    return id >= 0 ? id : -2;
+}
+
+/* BOS, EOS (the end of a document) and whether a sequence starts with BOS (tokenizer.h). */
 static void load_bos_eos(lj_tokenizer *t) {
     t->bos = added_id(t, "<|begin_of_text|>");
     t->eos = added_id(t, "<|end_of_text|>");
     if (t->bos < 0) t->bos = added_id(t, "<|endoftext|>");
     if (t->eos < 0) t->eos = added_id(t, "<|endoftext|>");
+    int config_bos = -3, config_add_bos = -1; /* -3: no tokenizer_config.json or no bos_token there */
     size_t n = strlen(t->path);
     char *cfg_path = lj_malloc(n + 32);
     memcpy(cfg_path, t->path, n + 1);
@@ -530,20 +721,30 @@ static void load_bos_eos(lj_tokenizer *t) {
     if (access(cfg_path, R_OK) == 0 && lj_file_read_all(cfg_path, &text, &len) == LJ_OK) {
         cJSON *cfg = cJSON_ParseWithLength(text, len);
         if (!cfg) lj_log_warn("%s: not valid JSON; using the default BOS/EOS tokens", cfg_path);
-        const char *keys[2] = {"bos_token", "eos_token"};
-        int32_t *dst[2] = {&t->bos, &t->eos};
-        for (int k = 0; k < 2 && cfg; k++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, keys[k]);
-            if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
-            if (!cJSON_IsString(v)) continue;
-            int32_t id = added_id(t, v->valuestring);
-            if (id < 0) id = lj_tokenizer_token_id(t, v->valuestring, strlen(v->valuestring));
-            if (id >= 0) *dst[k] = id;
+        if (cfg) {
+            int32_t id = config_token(t, cfg, "bos_token");
+            if (id != -2) t->bos = config_bos = id;
+            id = config_token(t, cfg, "eos_token");
+            if (t->eos < 0 && id >= 0) t->eos = id;
+            const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+            if (cJSON_IsBool(ab)) config_add_bos = cJSON_IsTrue(ab);
         }
         cJSON_Delete(cfg);
         free(text);
     }
     free(cfg_path);
+    if (t->template_bos >= 0) {
+        t->bos = t->template_bos;
+        t->add_bos = 1;
+    } else if (t->has_template) {
+        t->add_bos = 0;
+    } else if (config_add_bos >= 0) {
+        t->add_bos = config_add_bos && t->bos >= 0;
+    } else if (config_bos != -3) {
+        t->add_bos = t->bos >= 0;
+    } else {
+        t->add_bos = t->bos >= 0 && t->bos != t->eos;
+    }
 }
 
 lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
@@ -562,16 +763,19 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
     free(text);
     lj_tokenizer *t = lj_calloc(1, sizeof *t);
     t->path = lj_strdup(path);
+    t->template_bos = -1;
     pthread_mutex_init(&t->lock, NULL);
     int16_t cp_to_byte[324];
     byte_level_table(cp_to_byte);
     lj_status st = LJ_OK;
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (!cJSON_IsObject(root)) st = fmt_err(path, "the top level", "is not a JSON object");
-    else if (norm && !cJSON_IsNull(norm)) st = unsupported(path, "normalizer", "must be null");
     if (st == LJ_OK) st = load_model(t, root, cp_to_byte);
+    if (st == LJ_OK) st = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), "normalizer");
     if (st == LJ_OK) st = load_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"));
     if (st == LJ_OK) st = load_added(t, root);
+    if (st == LJ_OK)
+        st = load_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), "post_processor");
+    if (st == LJ_OK) st = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder");
     cJSON_Delete(root);
     if (st != LJ_OK) {
         lj_tokenizer_free(t);
@@ -594,6 +798,7 @@ static void state_free(tok_state *s) {
     free(s->sym_next);
     free(s->heap);
     free(s->tmp);
+    free(s->norm);
     free(s);
 }
 
@@ -605,7 +810,7 @@ void lj_tokenizer_free(lj_tokenizer *t) {
         state_free(s);
     }
     pthread_mutex_destroy(&t->lock);
-    pcre2_code_free(t->re);
+    for (int k = 0; k < t->n_splits || k < t->n_user_splits; k++) pcre2_code_free(t->splits[k].re);
     free(t->path);
     free(t->bytes);
     free(t->tok);
@@ -622,6 +827,40 @@ const char *lj_tokenizer_default_path(char *buf, size_t buflen) {
     return buf;
 }
 
+/* The names of the set-up script's tokenizers (scripts/setup.sh), in the cache's tokenizer/. */
+static const char *const TOKENIZER_NAMES[] = {"llama3", "qwen3"};
+
+lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, size_t buflen) {
+    struct stat st;
+    if (stat(arg, &st) == 0) {
+        int n = S_ISDIR(st.st_mode) ? snprintf(buf, buflen, "%s/tokenizer.json", arg) : snprintf(buf, buflen, "%s", arg);
+        if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        return LJ_OK;
+    }
+    /* a word without a slash or a .json ending is a name; anything else a path, left for the
+     * loader to report */
+    const size_t len = strlen(arg);
+    int named = strchr(arg, '/') == NULL && len > 0 && arg[0] != '.' && !(len >= 5 && strcmp(arg + len - 5, ".json") == 0);
+    if (!named) {
+        if (len >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        memcpy(buf, arg, len + 1);
+        return LJ_OK;
+    }
+    {
+        char cache[LJ_PATH_MAX];
+        int n = snprintf(buf, buflen, "%s/tokenizer/%s/tokenizer.json", lj_cache_dir(cache, sizeof cache), arg);
+        if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        if (access(buf, R_OK) == 0) return LJ_OK;
+        for (size_t i = 0; i < sizeof TOKENIZER_NAMES / sizeof TOKENIZER_NAMES[0]; i++)
+            if (strcmp(arg, TOKENIZER_NAMES[i]) == 0)
+                return lj_fail(LJ_ERR_IO, "%s %s: %s is missing; run scripts/setup.sh to fetch it", flag, arg, buf);
+    }
+    return lj_fail(LJ_ERR_IO, "%s %s: no such file or directory, and not a tokenizer name (llama3, qwen3: the set-up "
+                   "script's tokenizers)", flag, arg);
+}
+
+int lj_tokenizer_adds_bos(const lj_tokenizer *t) { return t->add_bos; }
+
 /* ---- encoding --------------------------------------------------------------------- */
 
 static tok_state *state_acquire(lj_tokenizer *t) {
@@ -631,8 +870,14 @@ static tok_state *state_acquire(lj_tokenizer *t) {
     pthread_mutex_unlock(&t->lock);
     if (s) return s;
     s = lj_calloc(1, sizeof *s);
-    if (t->re) {
-        s->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (t->n_splits > 0) {
+        uint32_t pairs = 1;
+        for (int k = 0; k < t->n_splits; k++) {
+            uint32_t c = 0;
+            pcre2_pattern_info(t->splits[k].re, PCRE2_INFO_CAPTURECOUNT, &c);
+            if (c + 1 > pairs) pairs = c + 1;
+        }
+        s->md = pcre2_match_data_create(pairs, NULL);
         s->mctx = pcre2_match_context_create(NULL);
         s->jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
         pcre2_jit_stack_assign(s->mctx, NULL, s->jit_stack);
@@ -787,39 +1032,79 @@ static lj_status encode_word(const lj_tokenizer *t, tok_state *s, const char *w,
     return LJ_OK;
 }
 
-/* A piece given to the ByteLevel step: prefix a space when add_prefix_space asks for it (the
- * ByteLevel regex case adds it once per segment instead, in encode_segment). */
-static lj_status encode_piece(const lj_tokenizer *t, tok_state *s, const char *p, size_t n, int32_t **ids, int64_t *nids,
-                              int64_t *cap) {
-    if (!t->add_prefix_space || t->pre == PRE_BYTELEVEL_REGEX || n == 0 || p[0] == ' ') return encode_word(t, s, p, n, ids, nids, cap);
-    if (n + 1 > s->tmp_cap) {
-        s->tmp_cap = (n + 1) * 2;
-        s->tmp = lj_realloc(s->tmp, s->tmp_cap);
-    }
-    s->tmp[0] = ' ';
-    memcpy(s->tmp + 1, p, n);
-    return encode_word(t, s, s->tmp, n + 1, ids, nids, cap);
+static lj_status pre_tokenize(const lj_tokenizer *t, tok_state *s, int k, const char *p, size_t n, int32_t **ids,
+                              int64_t *nids, int64_t *cap);
+
+/* A piece of split stage k is done: hand it to the next stage. */
+static inline lj_status emit_piece(const lj_tokenizer *t, tok_state *s, int k, const char *p, size_t n, int32_t **ids,
+                                   int64_t *nids, int64_t *cap) {
+    return n ? pre_tokenize(t, s, k + 1, p, n, ids, nids, cap) : LJ_OK;
 }
 
-/* Splits text[0..n) with the regex (behavior Isolated: matches and the gaps between them are
- * pieces) and encodes each piece. */
-static lj_status encode_regex(const lj_tokenizer *t, tok_state *s, const char *text, size_t n, int32_t **ids,
-                              int64_t *nids, int64_t *cap) {
+/* Splits text[0..n) with the regex of stage k into matches and the gaps between them, turns
+ * those spans into pieces as the stage's behavior says (HF's NormalizedString::split: Isolated
+ * keeps both, Removed drops the matches, MergedWithPrevious / MergedWithNext join a match to the
+ * piece before / after it, Contiguous joins runs of the same kind; invert swaps matches and
+ * gaps), and passes each piece on. */
+static lj_status split_text(const lj_tokenizer *t, tok_state *s, int k, const char *text, size_t n, int32_t **ids,
+                            int64_t *nids, int64_t *cap) {
+    const split_stage *sp = &t->splits[k];
+    const int beh = sp->behavior;
     size_t pos = 0, gap = 0;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-    while (pos < n) {
-        int rc = t->jit ? pcre2_jit_match(t->re, (PCRE2_SPTR)text, n, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx)
-                        : pcre2_match(t->re, (PCRE2_SPTR)text, n, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            return lj_fail(LJ_ERR_UNSUPPORTED, "pre-tokenizer regex failed near byte %zu: %s", pos, (const char *)msg);
+    /* the piece being built (merging behaviors), and whether the last span was a match */
+    size_t ps = 0, pe = 0;
+    int pending = 0, prev_match = 0;
+    for (int done = 0; !done;) {
+        size_t a = n, b = n;
+        if (pos < n) {
+            int rc = sp->jit ? pcre2_jit_match(sp->re, (PCRE2_SPTR)text, n, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx)
+                             : pcre2_match(sp->re, (PCRE2_SPTR)text, n, pos, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+            if (rc >= 0) {
+                a = ov[0];
+                b = ov[1];
+            } else if (rc != PCRE2_ERROR_NOMATCH) {
+                PCRE2_UCHAR msg[256];
+                pcre2_get_error_message(rc, msg, sizeof msg);
+                return lj_fail(LJ_ERR_UNSUPPORTED, "pre-tokenizer regex failed near byte %zu: %s", pos, (const char *)msg);
+            }
         }
-        size_t a = ov[0], b = ov[1];
-        if (a > gap) LJ_TRY(encode_piece(t, s, text + gap, a - gap, ids, nids, cap));
+        if (a == n) done = 1;
+        /* the spans: the gap [gap, a) when not empty, then the match [a, b) unless done */
+        for (int part = 0; part < 2; part++) {
+            size_t x = part ? a : gap, y = part ? b : a;
+            if (part ? done : x == y) continue;
+            int m = part ^ sp->invert;
+            if (beh == SPLIT_ISOLATED) {
+                LJ_TRY(emit_piece(t, s, k, text + x, y - x, ids, nids, cap));
+            } else if (beh == SPLIT_REMOVED) {
+                if (!m) LJ_TRY(emit_piece(t, s, k, text + x, y - x, ids, nids, cap));
+            } else if (beh == SPLIT_MERGED_NEXT) { /* a match waits for the gap after it */
+                if (pending && !m) {
+                    LJ_TRY(emit_piece(t, s, k, text + ps, y - ps, ids, nids, cap));
+                    pending = 0;
+                } else {
+                    if (pending) LJ_TRY(emit_piece(t, s, k, text + ps, pe - ps, ids, nids, cap));
+                    pending = m;
+                    ps = x;
+                    pe = y;
+                    if (!m) LJ_TRY(emit_piece(t, s, k, text + x, y - x, ids, nids, cap));
+                }
+            } else { /* MergedWithPrevious, Contiguous: extend the piece or start a new one */
+                int join = beh == SPLIT_MERGED_PREVIOUS ? (m && !prev_match) : (m == prev_match);
+                if (pending && join) {
+                    pe = y;
+                } else {
+                    if (pending) LJ_TRY(emit_piece(t, s, k, text + ps, pe - ps, ids, nids, cap));
+                    ps = x;
+                    pe = y;
+                    pending = 1;
+                }
+            }
+            prev_match = m;
+        }
+        if (done) break;
         if (b > a) {
-            LJ_TRY(encode_piece(t, s, text + a, b - a, ids, nids, cap));
             pos = gap = b;
         } else { /* empty match: step over one character */
             pos = b + 1;
@@ -827,24 +1112,86 @@ static lj_status encode_regex(const lj_tokenizer *t, tok_state *s, const char *t
             gap = a;
         }
     }
-    if (gap < n) LJ_TRY(encode_piece(t, s, text + gap, n - gap, ids, nids, cap));
+    if (pending) LJ_TRY(emit_piece(t, s, k, text + ps, pe - ps, ids, nids, cap));
     return LJ_OK;
 }
 
-/* Encodes a segment with no added tokens in it. */
+/* Stage k of the pre-tokenizer on one piece: the Split steps (k < n_user_splits), the ByteLevel
+ * step's prefix space (at k == n_user_splits, when add_prefix_space and the piece does not start
+ * with one) and regex (k < n_splits), then BPE on the word. */
+static lj_status pre_tokenize(const lj_tokenizer *t, tok_state *s, int k, const char *p, size_t n, int32_t **ids,
+                              int64_t *nids, int64_t *cap) {
+    if (k == t->n_user_splits && t->add_prefix_space && n > 0 && p[0] != ' ') {
+        if (n + 1 > s->tmp_cap) {
+            s->tmp_cap = (n + 1) * 2;
+            s->tmp = lj_realloc(s->tmp, s->tmp_cap);
+        }
+        s->tmp[0] = ' ';
+        memcpy(s->tmp + 1, p, n);
+        p = s->tmp;
+        n++;
+    }
+    if (k < t->n_splits) return split_text(t, s, k, p, n, ids, nids, cap);
+    return encode_word(t, s, p, n, ids, nids, cap);
+}
+
+/* Appends the normalization of text[0..n) (the tokenizer's forms in order) to s->norm at *len.
+ * ASCII needs no work, and the place before an ASCII character is a normalization boundary
+ * under every form (it has no decomposition, is never the second of a composition, and has
+ * combining class 0), so only the stretches from the ASCII character before a non-ASCII run to
+ * the next ASCII character go through utf8proc. */
+static lj_status normalize(const lj_tokenizer *t, tok_state *s, const char *text, size_t n, size_t *len) {
+    if (s->norm_cap < n + 1) {
+        s->norm_cap = n + n / 2 + 64;
+        s->norm = lj_realloc(s->norm, s->norm_cap);
+    }
+    size_t o = 0, i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)text[j] < 0x80) j++;
+        size_t start = j > i ? j - 1 : j; /* an ASCII letter may take the marks after it */
+        if (j == n) start = n;
+        memcpy(s->norm + o, text + i, start - i);
+        o += start - i;
+        if (start == n) break;
+        size_t end = j;
+        while (end < n && (unsigned char)text[end] >= 0x80) end++;
+        utf8proc_uint8_t *cur = (utf8proc_uint8_t *)text + start, *out = NULL;
+        utf8proc_ssize_t m = (utf8proc_ssize_t)(end - start);
+        for (int f = 0; f < t->n_norms; f++) {
+            utf8proc_uint8_t *next = NULL;
+            m = utf8proc_map(cur, m, &next, t->norm_options[f]);
+            free(out);
+            if (m < 0) return lj_fail(LJ_ERR_FORMAT, "%s: normalizer: %s", t->path, utf8proc_errmsg(m));
+            out = cur = next;
+        }
+        if (o + (size_t)m + (n - end) + 1 > s->norm_cap) {
+            s->norm_cap = (o + (size_t)m + (n - end)) * 2 + 64;
+            s->norm = lj_realloc(s->norm, s->norm_cap);
+        }
+        memcpy(s->norm + o, cur, (size_t)m);
+        o += (size_t)m;
+        free(out);
+        i = end;
+    }
+    *len = o;
+    return LJ_OK;
+}
+
+/* Encodes a segment with no added tokens in it: normalizer, pre-tokenizer, BPE. */
 static lj_status encode_segment(const lj_tokenizer *t, tok_state *s, const char *text, size_t n, int32_t **ids,
                                 int64_t *nids, int64_t *cap) {
     if (n == 0) return LJ_OK;
-    if (t->pre == PRE_SPLIT_THEN_BYTES) return encode_regex(t, s, text, n, ids, nids, cap);
-    if (t->pre == PRE_NONE) return encode_piece(t, s, text, n, ids, nids, cap);
-    /* ByteLevel with its regex: the prefix space goes before the whole segment */
-    if (!t->add_prefix_space || text[0] == ' ') return encode_regex(t, s, text, n, ids, nids, cap);
-    char *copy = lj_malloc(n + 1);
-    copy[0] = ' ';
-    memcpy(copy + 1, text, n);
-    lj_status st = encode_regex(t, s, copy, n + 1, ids, nids, cap);
-    free(copy);
-    return st;
+    if (t->n_norms > 0) {
+        size_t i = 0;
+        while (i < n && (unsigned char)text[i] < 0x80) i++;
+        if (i < n) {
+            size_t m = 0;
+            LJ_TRY(normalize(t, s, text, n, &m));
+            return pre_tokenize(t, s, 0, s->norm, m, ids, nids, cap);
+        }
+    }
+    return pre_tokenize(t, s, 0, text, n, ids, nids, cap);
 }
 
 /* Leftmost-longest added token at or after `from`: its start, or n when none. */
@@ -902,7 +1249,7 @@ lj_status lj_tokenizer_encode(lj_tokenizer *t, const char *text, size_t len, int
 }
 
 size_t lj_tokenizer_split_point(const lj_tokenizer *t, const char *text, size_t len, size_t from) {
-    if (!t->llama3_split || t->pre != PRE_SPLIT_THEN_BYTES || t->add_prefix_space) return len;
+    if (!t->known_split || t->add_prefix_space) return len;
     for (size_t i = from; i + 1 < len; i++) {
         const char *nl = memchr(text + i, '\n', len - 1 - i);
         if (!nl) return len;

@@ -143,10 +143,12 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
     LJ_TRY(load_checked(tokenizer_path, cfg, "tokenizer", &tok));
     const int32_t bos = lj_tokenizer_bos_id(tok) >= 0 ? lj_tokenizer_bos_id(tok) : cfg->bos_token_id;
     const int32_t eos = lj_tokenizer_eos_id(tok) >= 0 ? lj_tokenizer_eos_id(tok) : cfg->eos_token_id;
-    char *bos_text = token_text(tok, bos), *eos_text = token_text(tok, eos);
+    /* the BOS text only for a tokenizer that has one (Qwen's has none: bos_token null) */
+    char *bos_text = lj_tokenizer_bos_id(tok) >= 0 ? token_text(tok, bos) : NULL, *eos_text = token_text(tok, eos);
+    const int adds_bos = lj_tokenizer_adds_bos(tok);
     lj_tokenizer_free(tok);
 
-    lj_status s = export_tokenizer_json(tokenizer_path, dir, bos_text, bos);
+    lj_status s = export_tokenizer_json(tokenizer_path, dir, adds_bos ? bos_text : NULL, bos);
     /* tokenizer_config.json: the one beside the tokenizer, else derived */
     char beside[LJ_PATH_MAX];
     snprintf(beside, sizeof beside, "%s", tokenizer_path);
@@ -156,8 +158,12 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
     else beside[0] = '\0';
     const int fits = strlen(beside) + strlen(cfg_name) < sizeof beside;
     if (fits) strcat(beside, cfg_name);
+    cJSON *copied = NULL; /* the copied tokenizer_config.json, which special_tokens_map.json must agree with */
     if (s == LJ_OK && fits && access(beside, R_OK) == 0) {
         s = copy_file(beside, dir, cfg_name);
+        char *text = NULL;
+        if (s == LJ_OK && lj_file_read_all(beside, &text, NULL) == LJ_OK) copied = cJSON_Parse(text);
+        free(text);
     } else if (s == LJ_OK) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "tokenizer_class", "PreTrainedTokenizerFast");
@@ -171,11 +177,23 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
         s = write_json(dir, cfg_name, o);
     }
     if (s == LJ_OK) {
+        /* transformers lets this file override tokenizer_config.json's tokens: the copied config's
+         * own tokens when there is one (Qwen's chat config names <|im_end|> as eos_token), else
+         * the tokenizer's */
         cJSON *o = cJSON_CreateObject();
-        if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
-        if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+        if (copied) {
+            static const char *keys[] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+            for (int k = 0; k < 4; k++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(copied, keys[k]);
+                if (cJSON_IsString(v) || cJSON_IsObject(v)) cJSON_AddItemToObject(o, keys[k], cJSON_Duplicate(v, 1));
+            }
+        } else {
+            if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
+            if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+        }
         s = write_json(dir, "special_tokens_map.json", o);
     }
+    cJSON_Delete(copied);
     if (s == LJ_OK) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "bos_token_id", bos);

@@ -11,13 +11,15 @@
 
 /* Writes into the existing directory `dir`, each file atomically (lj_file_write_atomic):
  *   tokenizer.json           `tokenizer_path` as it is, except that its post_processor prepends
- *                            the BOS token when it does not already (as Meta's Llama 3
- *                            tokenizer.json and ljperf's generate do);
+ *                            the BOS token when the tokenizer starts sequences with it
+ *                            (lj_tokenizer_adds_bos: Llama 3, as Meta's tokenizer.json and
+ *                            ljperf's generate do; not Qwen) and the file does not already;
  *   tokenizer_config.json    a byte copy of the tokenizer_config.json beside `tokenizer_path`
  *                            (chat template and added-token table kept), else one derived from
  *                            the tokenizer: tokenizer_class PreTrainedTokenizerFast, bos_token,
  *                            eos_token, model_max_length = cfg->max_position_embeddings;
- *   special_tokens_map.json  {"bos_token": ..., "eos_token": ...}, the tokenizer's BOS/EOS text;
+ *   special_tokens_map.json  the copied tokenizer_config.json's bos/eos/pad/unk tokens, else
+ *                            {"bos_token": ..., "eos_token": ...}, the tokenizer's BOS/EOS text;
  *   generation_config.json   {"bos_token_id", "eos_token_id"}: the tokenizer's ids (as
  *                            lj_tokenizer_load finds them), else cfg's.
  * Errors: as lj_tokenizer_load (naming the tokenizer file), LJ_ERR_ARG when the tokenizer's

