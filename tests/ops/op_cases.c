@@ -47,6 +47,11 @@ const lj_op_case lj_op_cases[] = {
     {"matmul", "cpu", CHECK | GRAD, F32, D(7, 12, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_matmul},
     /* starts at position 3, as generation does */
     {"rope", "cpu", CHECK, F32, D(2, 11, 4, 2, 16, 3), 10000.0, L2(1e-6), NONE, 1, lj_case_cpu_rope},
+    /* QK-norm (Qwen3), plain and fused with RoPE: d = {B, T, nh, nkv, hd}, param eps; GQA, and
+     * Qwen3's head_dim 128; the projection bias (Qwen2): d = {N, C} */
+    {"qk_norm", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 2, 16), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
+    {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
+    {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_cpu_bias},
     {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_swiglu},
     /* fixed targets, one ignored */
     {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_cross_entropy},
