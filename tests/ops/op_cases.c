@@ -138,6 +138,15 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_cuda_graph),
+    /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
+     * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */
+    CUDA_BOTH("qk_norm", D(1, 1, 2, 1, 16), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
+    CUDA_BOTH("qk_norm", D(2, 37, 4, 2, 64), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
+    CUDA_BOTH("qk_norm", D(2, 5, 6, 3, 10), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
+    CUDA_BOTH("qk_norm", D(1, 300, 16, 8, 128), 0, GPU_BF16, 0, lj_case_cuda_qk_norm),
+    CUDA_BOTH("bias", D(1, 8), 0, GPU_BF16, 1, lj_case_cuda_bias),
+    CUDA_BOTH("bias", D(37, 200), 0, GPU_BF16, 1, lj_case_cuda_bias),
+    CUDA_BOTH("bias", D(4096, 1152), 0, GPU_BF16, 0, lj_case_cuda_bias),
     CUDA_ONE("rope", D(1, 1, 4, 2, 16), 0, 1, lj_case_cuda_rope),
     CUDA_ONE("rope", D(2, 37, 4, 2, 64), 0, 1, lj_case_cuda_rope),
     CUDA_ONE("rope", D(2, 5, 6, 3, 10), 0, 1, lj_case_cuda_rope),
