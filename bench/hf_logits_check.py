@@ -3,8 +3,8 @@
 
 The check behind "a fixture model exported by ljperf loads in transformers and gives the same
 logits". It loads CKPT_DIR (config.json + model.safetensors, or sharded with
-model.safetensors.index.json) with AutoModelForCausalLM.from_pretrained (the class its config.json names: Llama, Qwen2, Qwen3), in fp32 with eager
-attention, runs the fixture's inputs (input_ids [B, T+1] I32 in INPUTS; the model sees
+model.safetensors.index.json) with AutoModelForCausalLM.from_pretrained (the class its
+config.json names: Llama, Qwen2 or Qwen3), in fp32 with eager attention, runs the fixture's inputs (input_ids [B, T+1] I32 in INPUTS; the model sees
 ids[:, :T]) and compares the logits (and the loss, mean cross-entropy of logits[:, t] against
 ids[:, t+1]) with every reference file given by --ref and, unless --no-fixture-ref, with
 reference.safetensors beside INPUTS. A reference file holds "logits" [B, T, V] and
