@@ -3,8 +3,8 @@
 
 The check behind "a fixture model exported by ljperf loads in transformers and gives the same
 logits". It loads CKPT_DIR (config.json + model.safetensors, or sharded with
-model.safetensors.index.json) with LlamaForCausalLM.from_pretrained, in fp32 with eager
-attention, runs the fixture's inputs (input_ids [B, T+1] I32 in INPUTS; the model sees
+model.safetensors.index.json) with AutoModelForCausalLM.from_pretrained (the class its
+config.json names: Llama, Qwen2 or Qwen3), in fp32 with eager attention, runs the fixture's inputs (input_ids [B, T+1] I32 in INPUTS; the model sees
 ids[:, :T]) and compares the logits (and the loss, mean cross-entropy of logits[:, t] against
 ids[:, t+1]) with every reference file given by --ref and, unless --no-fixture-ref, with
 reference.safetensors beside INPUTS. A reference file holds "logits" [B, T, V] and
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 
 def die(msg):
@@ -127,7 +127,7 @@ def main():
         die(f"{args.inputs}: input_ids must be [B, T+1] with T >= 1, got {list(ids.shape)}")
     x, y = ids[:, :-1].to(device), ids[:, 1:].to(device)
 
-    model = LlamaForCausalLM.from_pretrained(args.ckpt_dir, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(args.ckpt_dir, attn_implementation="eager")
     model = model.float().to(device).eval()
     vocab = model.config.vocab_size
     if int(ids.max()) >= vocab or int(ids.min()) < 0:

@@ -1,4 +1,5 @@
-/* config.c: Llama presets, HF config.json load/save, the parameter layout and FLOP counts. */
+/* config.c: Llama and Qwen presets, HF config.json load (strict) and save, the parameter layout
+ * and FLOP counts. */
 #include "config/config.h"
 
 #include <cjson/cJSON.h>
@@ -7,24 +8,67 @@
 
 typedef struct {
     const char *name;
+    lj_model_family family;
     int V, d, I, L, nh, nkv, hd, max_pos, tie;
     double rope_factor; /* 0: no rope scaling */
 } preset;
 
 /* Shapes: docs/reference.md. The tiny presets keep the real vocabulary so that they
- * train on real Llama 3 tokens. */
+ * train on real Llama 3 / Qwen tokens. */
 static const preset k_presets[] = {
-    {"llama3.2-1b", 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1, 32.0},
-    {"llama3.2-3b", 128256, 3072, 8192, 28, 24, 8, 128, 131072, 1, 32.0},
-    {"llama3-8b", 128256, 4096, 14336, 32, 32, 8, 128, 8192, 0, 0.0},
-    {"llama3.1-8b", 128256, 4096, 14336, 32, 32, 8, 128, 131072, 0, 8.0},
-    {"llama3-70b", 128256, 8192, 28672, 80, 64, 8, 128, 8192, 0, 0.0},
-    {"llama3-tiny", 128256, 256, 768, 4, 4, 2, 64, 8192, 1, 32.0},
-    {"llama3-nano", 128256, 64, 192, 2, 4, 2, 16, 8192, 1, 32.0},
+    {"llama3.2-1b", LJ_FAMILY_LLAMA, 128256, 2048, 8192, 16, 32, 8, 64, 131072, 1, 32.0},
+    {"llama3.2-3b", LJ_FAMILY_LLAMA, 128256, 3072, 8192, 28, 24, 8, 128, 131072, 1, 32.0},
+    {"llama3-8b", LJ_FAMILY_LLAMA, 128256, 4096, 14336, 32, 32, 8, 128, 8192, 0, 0.0},
+    {"llama3.1-8b", LJ_FAMILY_LLAMA, 128256, 4096, 14336, 32, 32, 8, 128, 131072, 0, 8.0},
+    {"llama3-70b", LJ_FAMILY_LLAMA, 128256, 8192, 28672, 80, 64, 8, 128, 8192, 0, 0.0},
+    {"llama3-tiny", LJ_FAMILY_LLAMA, 128256, 256, 768, 4, 4, 2, 64, 8192, 1, 32.0},
+    {"llama3-nano", LJ_FAMILY_LLAMA, 128256, 64, 192, 2, 4, 2, 16, 8192, 1, 32.0},
+    {"qwen3-0.6b", LJ_FAMILY_QWEN3, 151936, 1024, 3072, 28, 16, 8, 128, 40960, 1, 0.0},
+    {"qwen3-1.7b", LJ_FAMILY_QWEN3, 151936, 2048, 6144, 28, 16, 8, 128, 40960, 1, 0.0},
+    {"qwen3-4b", LJ_FAMILY_QWEN3, 151936, 2560, 9728, 36, 32, 8, 128, 40960, 1, 0.0},
+    {"qwen3-8b", LJ_FAMILY_QWEN3, 151936, 4096, 12288, 36, 32, 8, 128, 40960, 0, 0.0},
+    {"qwen3-14b", LJ_FAMILY_QWEN3, 151936, 5120, 17408, 40, 40, 8, 128, 40960, 0, 0.0},
+    {"qwen3-32b", LJ_FAMILY_QWEN3, 151936, 5120, 25600, 64, 64, 8, 128, 40960, 0, 0.0},
+    {"qwen3-tiny", LJ_FAMILY_QWEN3, 151936, 256, 768, 4, 4, 2, 128, 40960, 1, 0.0},
+    {"qwen2.5-0.5b", LJ_FAMILY_QWEN2, 151936, 896, 4864, 24, 14, 2, 64, 32768, 1, 0.0},
 };
 
 const char *lj_config_preset_names(void) {
-    return "llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b, llama3-70b, llama3-tiny, llama3-nano";
+    return "llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b, llama3-70b, llama3-tiny, llama3-nano, qwen3-0.6b, "
+           "qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, qwen3-tiny, qwen2.5-0.5b";
+}
+
+const char *lj_model_family_type(lj_model_family f) {
+    switch (f) {
+    case LJ_FAMILY_LLAMA: return "llama";
+    case LJ_FAMILY_QWEN2: return "qwen2";
+    case LJ_FAMILY_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+const char *lj_model_family_architecture(lj_model_family f) {
+    switch (f) {
+    case LJ_FAMILY_LLAMA: return "LlamaForCausalLM";
+    case LJ_FAMILY_QWEN2: return "Qwen2ForCausalLM";
+    case LJ_FAMILY_QWEN3: return "Qwen3ForCausalLM";
+    }
+    return "?";
+}
+
+/* The parts a family adds to the Llama block, and the defaults of its HF config class where they
+ * differ from LlamaConfig's (Qwen2Config, Qwen3Config: rms_norm_eps 1e-6, rope_theta 10000, 32768
+ * positions; the Qwen tokenizer's <|endoftext|> 151643 and <|im_end|> 151645). */
+static void family_defaults(lj_model_config *cfg, lj_model_family f) {
+    cfg->family = f;
+    cfg->qk_norm = f == LJ_FAMILY_QWEN3;
+    cfg->qkv_bias = f == LJ_FAMILY_QWEN2;
+    if (f == LJ_FAMILY_LLAMA) return;
+    cfg->rms_norm_eps = 1e-6;
+    cfg->rope_theta = 10000.0;
+    cfg->max_position_embeddings = 32768;
+    cfg->bos_token_id = 151643;
+    cfg->eos_token_id = 151645;
 }
 
 void lj_config_defaults(lj_model_config *cfg) {
@@ -55,6 +99,12 @@ lj_status lj_config_preset(const char *name, lj_model_config *cfg) {
         cfg->head_dim = p->hd;
         cfg->max_position_embeddings = p->max_pos;
         cfg->tie_word_embeddings = p->tie;
+        if (p->family != LJ_FAMILY_LLAMA) {
+            family_defaults(cfg, p->family);
+            cfg->max_position_embeddings = p->max_pos;
+            cfg->rope_theta = 1000000.0;
+            if (p->family == LJ_FAMILY_QWEN2) cfg->eos_token_id = 151643; /* the base model's */
+        }
         if (p->rope_factor > 0) {
             cfg->rope_scaling_llama3 = 1;
             cfg->rope_factor = p->rope_factor;
@@ -113,38 +163,117 @@ static lj_status json_double(const cJSON *root, const char *field, double *out, 
     return LJ_OK;
 }
 
-/* The model families whose config.json a Llama decoder reads exactly (model_type; absent is
- * taken as llama). Others differ in their layers and are refused by name rather than loaded
- * wrong: qwen2 has q/k/v biases, qwen3 QK-norm, mistral a sliding window, gemma another norm. */
-static lj_status check_family(const cJSON *root, const char *path) {
+/* The family of a config.json by its model_type (absent: llama). Others differ in their layers
+ * and are refused by name rather than loaded wrong (mistral: a sliding window; gemma: another
+ * norm; qwen3_moe: experts). */
+static lj_status check_family(const cJSON *root, const char *path, lj_model_family *family) {
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (mt && !cJSON_IsString(mt)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'model_type' must be a string", path);
     const char *t = mt ? mt->valuestring : "llama";
-    if (strcmp(t, "llama") != 0)
+    for (int f = LJ_FAMILY_LLAMA; f <= LJ_FAMILY_QWEN3; f++)
+        if (strcmp(t, lj_model_family_type((lj_model_family)f)) == 0) {
+            *family = (lj_model_family)f;
+            return LJ_OK;
+        }
+    return lj_fail(LJ_ERR_UNSUPPORTED,
+                   "%s: field 'model_type' is \"%s\"; this build trains the dense decoders of model_type \"llama\", "
+                   "\"qwen2\" and \"qwen3\" only, and another family's layers would load wrong",
+                   path, t);
+}
+
+static int json_true(const cJSON *root, const char *field) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    return it && cJSON_IsTrue(it);
+}
+
+/* A field that is present with a positive number (a MoE size or count). */
+static int json_positive(const cJSON *root, const char *field) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    return it && cJSON_IsNumber(it) && it->valuedouble > 0;
+}
+
+/* The fields that would change the math of the layers and that ljperf does not build: refused by
+ * name (config.h, lj_config_load). `L` is num_hidden_layers. */
+static lj_status check_unsupported(const cJSON *root, const char *path, lj_model_family family, int L) {
+    if (family == LJ_FAMILY_LLAMA) {
+        const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+        if (sw && !cJSON_IsNull(sw))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'sliding_window': sliding-window attention is not supported",
+                           path);
+    } else if (json_true(root, "use_sliding_window")) {
+        /* Qwen: layers i >= max_window_layers use the window (Qwen2Config, Qwen3Config) */
+        const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+        int mwl = family == LJ_FAMILY_QWEN3 ? 28 : L;
+        LJ_TRY(json_int(root, "max_window_layers", 0, &mwl, path));
+        if (sw && !cJSON_IsNull(sw) && mwl < L)
+            return lj_fail(LJ_ERR_UNSUPPORTED,
+                           "%s: field 'use_sliding_window' is true with max_window_layers %d below the %d layers: "
+                           "sliding-window attention is not supported",
+                           path, mwl, L);
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt)) return lj_fail(LJ_ERR_FORMAT, "%s: field 'layer_types' must be an array", path);
+        for (const cJSON *it = lt->child; it; it = it->next)
+            if (!cJSON_IsString(it) || strcmp(it->valuestring, "full_attention") != 0)
+                return lj_fail(LJ_ERR_UNSUPPORTED,
+                               "%s: field 'layer_types' has \"%s\": only \"full_attention\" layers are supported", path,
+                               cJSON_IsString(it) ? it->valuestring : "(not a string)");
+    }
+    if (family != LJ_FAMILY_QWEN2 && json_true(root, "attention_bias"))
         return lj_fail(LJ_ERR_UNSUPPORTED,
-                       "%s: field 'model_type' is \"%s\"; this build trains Llama-family decoders (model_type "
-                       "\"llama\") only, and another family's layers would load wrong",
-                       path, t);
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    if (sw && !cJSON_IsNull(sw))
-        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'sliding_window': sliding-window attention is not supported", path);
+                       "%s: field 'attention_bias': biases on the attention projections (o_proj included) are not "
+                       "supported for model_type \"%s\" (Qwen2's q/k/v biases are)",
+                       path, lj_model_family_type(family));
+    if (json_true(root, "mlp_bias"))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'mlp_bias': biases on the MLP projections are not supported", path);
+    if (json_true(root, "use_mrope"))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'use_mrope': multimodal RoPE is not supported", path);
+    static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
+                                      "moe_intermediate_size"};
+    for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
+        if (json_positive(root, moe[i]))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field '%s': mixture-of-experts layers are not supported", path, moe[i]);
+    double dropout = 0.0;
+    LJ_TRY(json_double(root, "attention_dropout", &dropout, path));
+    if (dropout != 0.0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'attention_dropout' is %g: attention dropout is not supported", path,
+                       dropout);
+    return LJ_OK;
+}
+
+/* partial_rotary_factor (top level or in rope_parameters): RoPE over a part of each head. */
+static lj_status check_partial_rotary(const cJSON *obj, const char *path, const char *where) {
+    double f = 1.0;
+    LJ_TRY(json_double(obj, "partial_rotary_factor", &f, path));
+    if (f != 1.0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field '%spartial_rotary_factor' is %g: partial rotary embeddings are not "
+                       "supported", path, where, f);
     return LJ_OK;
 }
 
 static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const char *path) {
-    LJ_TRY(check_family(root, path));
+    lj_model_family family = LJ_FAMILY_LLAMA;
+    LJ_TRY(check_family(root, path, &family));
     lj_config_defaults(cfg);
+    family_defaults(cfg, family);
+    const int qwen = family != LJ_FAMILY_LLAMA;
     cfg->max_position_embeddings = 0;
     LJ_TRY(json_int(root, "vocab_size", 1, &cfg->vocab_size, path));
     LJ_TRY(json_int(root, "hidden_size", 1, &cfg->hidden_size, path));
     LJ_TRY(json_int(root, "intermediate_size", 1, &cfg->intermediate_size, path));
     LJ_TRY(json_int(root, "num_hidden_layers", 1, &cfg->num_hidden_layers, path));
     LJ_TRY(json_int(root, "num_attention_heads", 1, &cfg->num_attention_heads, path));
+    LJ_TRY(check_unsupported(root, path, family, cfg->num_hidden_layers));
+    LJ_TRY(check_partial_rotary(root, path, ""));
     cfg->num_key_value_heads = cfg->num_attention_heads;
     LJ_TRY(json_int(root, "num_key_value_heads", 0, &cfg->num_key_value_heads, path));
-    cfg->head_dim = cfg->hidden_size / (cfg->num_attention_heads > 0 ? cfg->num_attention_heads : 1);
+    /* Qwen3Config's head_dim defaults to 128; the others' to hidden_size / heads */
+    cfg->head_dim = family == LJ_FAMILY_QWEN3
+                        ? 128
+                        : cfg->hidden_size / (cfg->num_attention_heads > 0 ? cfg->num_attention_heads : 1);
     LJ_TRY(json_int(root, "head_dim", 0, &cfg->head_dim, path));
-    cfg->max_position_embeddings = 2048;
+    cfg->max_position_embeddings = qwen ? 32768 : 2048;
     LJ_TRY(json_int(root, "max_position_embeddings", 0, &cfg->max_position_embeddings, path));
     LJ_TRY(json_int(root, "bos_token_id", 0, &cfg->bos_token_id, path));
     LJ_TRY(json_int(root, "eos_token_id", 0, &cfg->eos_token_id, path));
@@ -156,12 +285,7 @@ static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const cha
     cfg->tie_word_embeddings = tie ? cJSON_IsTrue(tie) : 0;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
-        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'hidden_act' must be \"silu\" (Llama)", path);
-    const struct { const char *f; } nobias[] = {{"attention_bias"}, {"mlp_bias"}};
-    for (size_t i = 0; i < 2; i++) {
-        const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, nobias[i].f);
-        if (b && cJSON_IsTrue(b)) return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field '%s': biases are not supported", path, nobias[i].f);
-    }
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: field 'hidden_act' must be \"silu\" (SwiGLU)", path);
     /* rope_scaling (transformers < 5) or rope_parameters (newer, rope_theta inside). */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const char *rs_name = "rope_parameters";
@@ -172,6 +296,7 @@ static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const cha
     if (rs && !cJSON_IsNull(rs)) {
         if (!cJSON_IsObject(rs)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be an object", path, rs_name);
         LJ_TRY(json_double(rs, "rope_theta", &cfg->rope_theta, path));
+        LJ_TRY(check_partial_rotary(rs, path, strcmp(rs_name, "rope_parameters") == 0 ? "rope_parameters." : "rope_scaling."));
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
         const char *t = cJSON_IsString(type) ? type->valuestring : "default";
@@ -228,10 +353,11 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg) {
 
 lj_status lj_config_save(const lj_model_config *c, const char *path, const char *dtype_name) {
     cJSON *root = cJSON_CreateObject();
+    const int llama = c->family == LJ_FAMILY_LLAMA;
     cJSON *arch = cJSON_AddArrayToObject(root, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(root, "model_type", "llama");
-    cJSON_AddFalseToObject(root, "attention_bias");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(lj_model_family_architecture(c->family)));
+    cJSON_AddStringToObject(root, "model_type", lj_model_family_type(c->family));
+    if (c->family != LJ_FAMILY_QWEN2) cJSON_AddFalseToObject(root, "attention_bias"); /* Qwen2's are always on */
     cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
     cJSON_AddNumberToObject(root, "bos_token_id", c->bos_token_id);
     cJSON_AddNumberToObject(root, "eos_token_id", c->eos_token_id);
@@ -241,7 +367,8 @@ lj_status lj_config_save(const lj_model_config *c, const char *path, const char 
     cJSON_AddNumberToObject(root, "initializer_range", c->initializer_range);
     cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
     cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddFalseToObject(root, "mlp_bias");
+    if (llama) cJSON_AddFalseToObject(root, "mlp_bias");
+    if (!llama) cJSON_AddNumberToObject(root, "max_window_layers", c->num_hidden_layers);
     cJSON_AddNumberToObject(root, "num_attention_heads", c->num_attention_heads);
     cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_hidden_layers);
     cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_key_value_heads);
@@ -260,6 +387,10 @@ lj_status lj_config_save(const lj_model_config *c, const char *path, const char 
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddStringToObject(root, "torch_dtype", dtype_name);
     cJSON_AddTrueToObject(root, "use_cache");
+    if (!llama) {
+        cJSON_AddNullToObject(root, "sliding_window");
+        cJSON_AddFalseToObject(root, "use_sliding_window");
+    }
     cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -274,7 +405,17 @@ void lj_param_layout_init(lj_param_layout *lo, const lj_model_config *c) {
     const int64_t kv = (int64_t)c->num_key_value_heads * c->head_dim;
     const int L = c->num_hidden_layers;
     memset(lo, 0, sizeof *lo);
-    lo->count = 1 + L * LJ_P_PER_LAYER + 1 + (c->tie_word_embeddings ? 0 : 1);
+    /* the order of a layer's parameters (config.h) */
+    static const int order[] = {LJ_P_LN1,    LJ_P_Q,      LJ_P_K,      LJ_P_V,   LJ_P_Q_BIAS, LJ_P_K_BIAS, LJ_P_V_BIAS,
+                                LJ_P_Q_NORM, LJ_P_K_NORM, LJ_P_O,      LJ_P_LN2, LJ_P_GATE,   LJ_P_UP,     LJ_P_DOWN};
+    for (int i = 0; i < LJ_P_PER_LAYER; i++) lo->slot[i] = -1;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const int w = order[i];
+        if ((w >= LJ_P_Q_BIAS && w <= LJ_P_V_BIAS && !c->qkv_bias) || ((w == LJ_P_Q_NORM || w == LJ_P_K_NORM) && !c->qk_norm))
+            continue;
+        lo->slot[w] = lo->per_layer++;
+    }
+    lo->count = 1 + L * lo->per_layer + 1 + (c->tie_word_embeddings ? 0 : 1);
     lo->params = lj_calloc((size_t)lo->count, sizeof(lj_param_info));
     int64_t off = 0;
     int n = 0;
@@ -298,6 +439,15 @@ void lj_param_layout_init(lj_param_layout *lo, const lj_model_config *c) {
         ADD(l, LJ_PARAM_MATRIX, q, d, "model.layers.%d.self_attn.q_proj.weight", l);
         ADD(l, LJ_PARAM_MATRIX, kv, d, "model.layers.%d.self_attn.k_proj.weight", l);
         ADD(l, LJ_PARAM_MATRIX, kv, d, "model.layers.%d.self_attn.v_proj.weight", l);
+        if (c->qkv_bias) {
+            ADD(l, LJ_PARAM_BIAS, q, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+            ADD(l, LJ_PARAM_BIAS, kv, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+            ADD(l, LJ_PARAM_BIAS, kv, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+        }
+        if (c->qk_norm) {
+            ADD(l, LJ_PARAM_NORM, c->head_dim, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+            ADD(l, LJ_PARAM_NORM, c->head_dim, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        }
         ADD(l, LJ_PARAM_MATRIX, d, q, "model.layers.%d.self_attn.o_proj.weight", l);
         ADD(l, LJ_PARAM_NORM, d, 0, "model.layers.%d.post_attention_layernorm.weight", l);
         ADD(l, LJ_PARAM_MATRIX, I, d, "model.layers.%d.mlp.gate_proj.weight", l);

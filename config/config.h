@@ -1,5 +1,6 @@
-/* config.h: the Llama model configuration (Hugging Face config.json fields), the named
- * presets, and the parameter layout shared by every backend, the memory plan and io/.
+/* config.h: the model configuration (Hugging Face config.json fields) of the dense decoder
+ * families ljperf builds (Llama, Qwen2/Qwen2.5, Qwen3), the named presets, and the parameter
+ * layout shared by every backend, the memory plan and io/.
  *
  * Parameter layout: all parameters live in one contiguous buffer, in this order (HF names):
  *   model.embed_tokens.weight                    [V, d]
@@ -8,6 +9,11 @@
  *     model.layers.N.self_attn.q_proj.weight     [nh*hd, d]   \
  *     model.layers.N.self_attn.k_proj.weight     [nkv*hd, d]   > contiguous: one [Q+2K, d] matmul
  *     model.layers.N.self_attn.v_proj.weight     [nkv*hd, d]  /
+ *     model.layers.N.self_attn.q_proj.bias       [nh*hd]      \  qkv_bias only (Qwen2): contiguous,
+ *     model.layers.N.self_attn.k_proj.bias       [nkv*hd]      > one [Q+2K] bias added to the QKV
+ *     model.layers.N.self_attn.v_proj.bias       [nkv*hd]     /   matmul's output
+ *     model.layers.N.self_attn.q_norm.weight     [hd]         \  qk_norm only (Qwen3): contiguous,
+ *     model.layers.N.self_attn.k_norm.weight     [hd]         /   the QK-norm op's w [2, hd]
  *     model.layers.N.self_attn.o_proj.weight     [d, nh*hd]
  *     model.layers.N.post_attention_layernorm.weight [d]
  *     model.layers.N.mlp.gate_proj.weight        [I, d]       \ contiguous: one [2I, d] matmul
@@ -25,8 +31,22 @@
 /* The most decoder layers a model may have (per-layer tables are this long). */
 #define LJ_MAX_LAYERS 256
 
+/* The decoder families (HF model_type). Each is the Llama block plus the parts its flags say. */
+typedef enum {
+    LJ_FAMILY_LLAMA = 0, /* "llama": LlamaForCausalLM */
+    LJ_FAMILY_QWEN2,     /* "qwen2": Qwen2ForCausalLM (Qwen2, Qwen2.5): q/k/v biases */
+    LJ_FAMILY_QWEN3,     /* "qwen3": Qwen3ForCausalLM (dense): QK-norm */
+} lj_model_family;
+
+/* HF model_type ("llama", "qwen2", "qwen3") and architecture ("LlamaForCausalLM", ...). */
+const char *lj_model_family_type(lj_model_family f);
+const char *lj_model_family_architecture(lj_model_family f);
+
 typedef struct {
     char name[64];              /* preset name or the config.json path's basename */
+    lj_model_family family;     /* model_type */
+    int qk_norm;                /* 1: RMSNorm over head_dim on q and k before RoPE (Qwen3's q_norm, k_norm) */
+    int qkv_bias;               /* 1: biases on q_proj, k_proj, v_proj (Qwen2) */
     int vocab_size;             /* V */
     int hidden_size;            /* d */
     int intermediate_size;      /* I */
@@ -49,8 +69,9 @@ typedef struct {
 } lj_model_config;
 
 /* Fills `cfg` with a named preset: llama3.2-1b, llama3.2-3b, llama3-8b, llama3.1-8b,
- * llama3-70b, and the small CPU presets llama3-tiny (~40M params, real 128256 vocab) and
- * llama3-nano. Shapes: docs/reference.md (HF config.json values).
+ * llama3-70b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, qwen2.5-0.5b,
+ * and the small CPU presets llama3-tiny (~40M params, real 128256 vocab), llama3-nano and
+ * qwen3-tiny (~43M, real 151936 vocab). Shapes: docs/reference.md (HF config.json values).
  * Errors: LJ_ERR_ARG naming the unknown preset and listing the known ones. */
 lj_status lj_config_preset(const char *name, lj_model_config *cfg);
 
@@ -62,10 +83,21 @@ void lj_config_defaults(lj_model_config *cfg);
 /* Comma-separated list of preset names, for help text and error messages. */
 const char *lj_config_preset_names(void);
 
-/* Loads an HF config.json (LlamaForCausalLM). Accepts both `rope_scaling` and the newer
- * `rope_parameters` (with rope_theta inside). Required fields: hidden_size,
- * intermediate_size, num_hidden_layers, num_attention_heads, vocab_size.
- * Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and the field. */
+/* Loads an HF config.json of model_type "llama" (also when absent), "qwen2" or "qwen3".
+ * Accepts both `rope_scaling` and the newer `rope_parameters` (with rope_theta inside).
+ * Required fields: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+ * vocab_size; the others take the defaults of the family's HF config class (Qwen: rms_norm_eps
+ * 1e-6, rope_theta 10000; Qwen3: head_dim 128). Strict: every field that changes the math is
+ * implemented or refused by name (LJ_ERR_UNSUPPORTED): another model_type, a sliding window
+ * that some layer would use (`sliding_window` for Llama; `use_sliding_window` with
+ * `max_window_layers` below the layer count, or `layer_types` other than "full_attention", for
+ * Qwen), `attention_bias` true outside Qwen2 (it adds an o_proj bias too), `mlp_bias` true,
+ * `hidden_act` other than silu, rope types other than default and llama3, a
+ * `partial_rotary_factor` below 1, MoE fields (num_experts, num_local_experts,
+ * n_routed_experts, num_experts_per_tok, moe_intermediate_size), a nonzero
+ * `attention_dropout`, `use_mrope`. Fields that do not change training (token ids, dtype hints,
+ * use_cache, max_window_layers without a window) are accepted.
+ * Errors: LJ_ERR_IO / LJ_ERR_FORMAT / LJ_ERR_UNSUPPORTED naming the file and the field. */
 lj_status lj_config_load(const char *path, lj_model_config *cfg);
 
 /* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
@@ -75,7 +107,9 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
  * Errors: LJ_ERR_FORMAT naming `source` and the field. */
 lj_status lj_config_validate(const lj_model_config *cfg, const char *source);
 
-/* Writes an HF config.json (LlamaForCausalLM, torch_dtype = `dtype_name`) to `path`. */
+/* Writes an HF config.json of the config's family (model_type and architectures of
+ * lj_model_family_type / _architecture, torch_dtype = `dtype_name`) to `path`, as transformers
+ * reads it back (Qwen: use_sliding_window false). */
 lj_status lj_config_save(const lj_model_config *cfg, const char *path, const char *dtype_name);
 
 /* ---- parameter layout ------------------------------------------------------------ */
@@ -84,6 +118,7 @@ typedef enum {
     LJ_PARAM_EMBEDDING = 0, /* embed_tokens, lm_head */
     LJ_PARAM_NORM,          /* RMSNorm weights */
     LJ_PARAM_MATRIX,        /* attention and MLP projections */
+    LJ_PARAM_BIAS,          /* q/k/v projection biases (initialized to 0, no weight decay) */
 } lj_param_kind;
 
 typedef struct {
@@ -96,8 +131,14 @@ typedef struct {
     lj_param_kind kind;
 } lj_param_info;
 
-/* Which parameter of a layer (index into the per-layer block, in layout order). */
-enum { LJ_P_LN1 = 0, LJ_P_Q, LJ_P_K, LJ_P_V, LJ_P_O, LJ_P_LN2, LJ_P_GATE, LJ_P_UP, LJ_P_DOWN, LJ_P_PER_LAYER };
+/* Which parameter of a layer. A name, not a position: the layout's slot[] gives where each one
+ * is in the layer's block (the biases and QK-norm weights exist only when the config has them). */
+enum {
+    LJ_P_LN1 = 0, LJ_P_Q, LJ_P_K, LJ_P_V, LJ_P_O, LJ_P_LN2, LJ_P_GATE, LJ_P_UP, LJ_P_DOWN,
+    LJ_P_Q_BIAS, LJ_P_K_BIAS, LJ_P_V_BIAS, /* qkv_bias */
+    LJ_P_Q_NORM, LJ_P_K_NORM,             /* qk_norm */
+    LJ_P_PER_LAYER                        /* the most parameters a layer has */
+};
 
 typedef struct {
     lj_param_info *params; /* all parameters in layout order */
@@ -108,14 +149,24 @@ typedef struct {
     int embed;             /* index of model.embed_tokens.weight */
     int final_norm;        /* index of model.norm.weight */
     int lm_head;           /* index of lm_head.weight, or of embed_tokens when tied */
+    int per_layer;         /* parameters of one layer (9 for Llama, 12 Qwen2, 11 Qwen3) */
+    int slot[LJ_P_PER_LAYER]; /* position of LJ_P_* within a layer's parameters, -1: absent */
 } lj_param_layout;
 
 /* Builds the layout above for `cfg`. Free with lj_param_layout_free. */
 void lj_param_layout_init(lj_param_layout *layout, const lj_model_config *cfg);
 void lj_param_layout_free(lj_param_layout *layout);
 
-/* Index of parameter `which` (LJ_P_*) of layer `layer`. */
-static inline int lj_param_index(int layer, int which) { return 1 + layer * LJ_P_PER_LAYER + which; }
+/* Index of parameter `which` (LJ_P_*) of layer `layer` in lo->params. Asserts that the
+ * config has it (lj_param_has). */
+static inline int lj_param_index(const lj_param_layout *lo, int layer, int which) {
+    LJ_ASSERT(which >= 0 && which < LJ_P_PER_LAYER && lo->slot[which] >= 0, "layer parameter %d is not in this model",
+              which);
+    return 1 + layer * lo->per_layer + lo->slot[which];
+}
+
+/* 1 when the layers have parameter `which` (LJ_P_*). */
+static inline int lj_param_has(const lj_param_layout *lo, int which) { return lo->slot[which] >= 0; }
 
 /* Finds a parameter by HF name; -1 if absent. */
 int lj_param_find(const lj_param_layout *layout, const char *name);
@@ -124,7 +175,8 @@ int lj_param_find(const lj_param_layout *layout, const char *name);
 int64_t lj_config_num_params(const lj_model_config *cfg);
 
 /* Parameters that enter matmuls (for MFU): every projection plus the output projection
- * (lm_head, counted even when tied), excluding the input embedding lookup. */
+ * (lm_head, counted even when tied), excluding the input embedding lookup (and the biases and
+ * norm weights, which are element-wise). */
 int64_t lj_config_num_matmul_params(const lj_model_config *cfg);
 
 /* Training FLOPs per token = 6*N + 12*L*d*s (docs/reference.md, "MFU, stated once"). */

@@ -1,4 +1,4 @@
-/* hf.c: Hugging Face Llama checkpoint export (single or sharded safetensors + config.json)
+/* hf.c: Hugging Face checkpoint (Llama, Qwen2, Qwen3) export (single or sharded safetensors + config.json)
  * and import (single or sharded; F32/BF16/F16) of the flat parameter buffer. */
 #include "io/hf.h"
 
@@ -297,9 +297,10 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* Tensors in the checkpoint that the layout does not use: the tied lm_head (checked and
- * ignored), rotary buffers (ignored), anything else (a warning). */
+ * ignored), rotary buffers (ignored); anything else is an error, since it would be dropped (a
+ * Qwen2 checkpoint's biases under a Llama config, say). */
 static lj_status check_extra(const hf_source *src, const lj_model_config *cfg, const lj_param_layout *lo) {
-    int total = src->index_path ? src->nmapped : src->files[0].count, warned = 0;
+    int total = src->index_path ? src->nmapped : src->files[0].count;
     for (int i = 0; i < total; i++) {
         const char *name = src->index_path ? src->mapped_names[i] : src->files[0].entries[i].name;
         if (lj_param_find(lo, name) >= 0 || ends_with(name, "rotary_emb.inv_freq")) continue;
@@ -314,12 +315,10 @@ static lj_status check_extra(const hf_source *src, const lj_model_config *cfg, c
                             "it is ignored", file->path);
             continue;
         }
-        if (warned < 5)
-            lj_log_warn("%s: tensor '%s' is not part of this model; ignored",
-                        src->index_path ? src->index_path : src->files[0].path, name);
-        else if (warned == 5)
-            lj_log_warn("(more tensors that are not part of this model are ignored)");
-        warned++;
+        return lj_fail(LJ_ERR_FORMAT,
+                       "%s: tensor '%s' is not part of this model (model_type \"%s\"); loading without it would drop "
+                       "it (does config.json name the checkpoint's model family?)",
+                       src->index_path ? src->index_path : src->files[0].path, name, lj_model_family_type(cfg->family));
     }
     return LJ_OK;
 }

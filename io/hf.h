@@ -1,4 +1,5 @@
-/* hf.h: Hugging Face Llama checkpoint directories (config.json + model.safetensors, or shards
+/* hf.h: Hugging Face checkpoint directories of the families config/config.h builds (Llama,
+ * Qwen2/Qwen2.5, Qwen3) (config.json + model.safetensors, or shards
  * model-0000K-of-0000N.safetensors with model.safetensors.index.json): export and import of
  * the flat parameter buffer.
  *
@@ -39,16 +40,19 @@ lj_status lj_hf_export(const char *dir, const lj_model_config *cfg, const float 
 lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
                             uint64_t max_shard_bytes);
 
-/* Imports a HF Llama checkpoint into `params` (flat fp32, lj_config_num_params(cfg)
+/* Imports a HF checkpoint of `cfg`'s family into `params` (flat fp32, lj_config_num_params(cfg)
  * elements). `dir` is a directory holding model.safetensors.index.json (sharded) or
  * model.safetensors, or the path of one .safetensors file. Tensors may be F32, BF16 or F16
  * (widened to fp32 exactly). Every tensor of the layout must be present with exactly the
  * layout's shape; lm_head.weight in a tied model is accepted and ignored if its shape is
- * [V, d]; the rotary_emb.inv_freq buffers of old checkpoints are ignored; any other tensor
- * gives a warning. `params` is written only after every check has passed.
+ * [V, d]; the rotary_emb.inv_freq buffers of old checkpoints are ignored; any other tensor is
+ * an error naming it (it would be dropped). `params` is written only after every check has
+ * passed.
  * Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and the tensor, e.g.
  * "ckpt/model.safetensors: tensor 'model.layers.0.mlp.up_proj.weight' has shape [64, 32],
- * the config needs [192, 64]", "...: tensor 'model.norm.weight' is missing". */
+ * the config needs [192, 64]", "...: tensor 'model.norm.weight' is missing" (a Qwen2 config
+ * on a checkpoint without biases: "...: tensor 'model.layers.0.self_attn.q_proj.bias' is
+ * missing"), "...: tensor 'model.layers.0.self_attn.q_proj.bias' is not part of this model". */
 lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *params);
 
 /* Loads DIR/config.json with lj_config_load (errors name the file and the field). */

@@ -54,10 +54,10 @@ lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o) { return 
 int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_features, int *out_features) {
     const lj_layer_spec *s = &m->spec;
     switch (k) {
-    case LJ_LINEAR_QKV: *in_features = s->C, *out_features = s->QKV; return lj_param_index(layer, LJ_P_Q);
-    case LJ_LINEAR_O: *in_features = s->Q, *out_features = s->C; return lj_param_index(layer, LJ_P_O);
-    case LJ_LINEAR_GATE_UP: *in_features = s->C, *out_features = 2 * s->I; return lj_param_index(layer, LJ_P_GATE);
-    case LJ_LINEAR_DOWN: *in_features = s->I, *out_features = s->C; return lj_param_index(layer, LJ_P_DOWN);
+    case LJ_LINEAR_QKV: *in_features = s->C, *out_features = s->QKV; return lj_param_index(&m->layout, layer, LJ_P_Q);
+    case LJ_LINEAR_O: *in_features = s->Q, *out_features = s->C; return lj_param_index(&m->layout, layer, LJ_P_O);
+    case LJ_LINEAR_GATE_UP: *in_features = s->C, *out_features = 2 * s->I; return lj_param_index(&m->layout, layer, LJ_P_GATE);
+    case LJ_LINEAR_DOWN: *in_features = s->I, *out_features = s->C; return lj_param_index(&m->layout, layer, LJ_P_DOWN);
     case LJ_LINEAR_LM_HEAD: *in_features = s->C, *out_features = s->V; return m->layout.lm_head;
     }
     LJ_ASSERT(0, "linear kind %d", (int)k);

@@ -1,6 +1,8 @@
-/* model.c: Llama 3 forward, backward (with per-layer recompute) and KV-cache generation,
+/* model.c: the decoder's forward, backward (with per-layer recompute) and KV-cache generation,
  * written once over the op table. Equations: HF transformers LlamaForCausalLM
- * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)).
+ * (modeling_llama.py): pre-norm decoder layers x + attn(rmsnorm(x)), then + mlp(rmsnorm(.));
+ * Qwen3ForCausalLM (modeling_qwen3.py) adds q_norm/k_norm on each head before RoPE,
+ * Qwen2ForCausalLM (modeling_qwen2.py) biases on q_proj, k_proj and v_proj.
  * Where the weights and gradients are is the residency's business (model/residency.h), how a
  * linear layer computes the linear module's (model/linear.h). */
 #include "model/model.h"
@@ -32,6 +34,8 @@ lj_layer_spec lj_layer_spec_of(const lj_model_config *c) {
     s.L = c->num_hidden_layers;
     s.eps = (float)c->rms_norm_eps;
     s.tied = c->tie_word_embeddings;
+    s.qk_norm = c->qk_norm;
+    s.qkv_bias = c->qkv_bias;
     return s;
 }
 
@@ -164,17 +168,44 @@ static void swiglu(const lj_model *m, void *out, const void *gate_up, int N) {
     else m->ops->swiglu_forward_unfused(out, m->swiglu_tmp, gate_up, N, m->spec.I);
 }
 
+/* Qwen3's QK-norm and RoPE: a->qkv = rope(qk_norm(a->qkv_pre)), fused or as its unfused twin;
+ * cos, sin start at the rows' first position. */
+static void qk_norm_rope(lj_model *m, int l, int B, int T, const float *cos, const float *sin) {
+    const lj_layer_spec *s = &m->spec;
+    lj_layer_acts *a = &m->layers[l];
+    const void *w = param(m, lj_param_index(&m->layout, l, LJ_P_Q_NORM));
+    if (m->opt.fused) {
+        m->ops->qk_norm_rope_forward(a->qkv, a->qk_rstd, a->qkv_pre, w, cos, sin, B, T, s->nh, s->nkv, s->hd, s->eps);
+    } else {
+        m->ops->qk_norm_forward(a->qkv, a->qk_rstd, a->qkv_pre, w, B * T, s->nh, s->nkv, s->hd, s->eps);
+        m->ops->rope_forward(a->qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+    }
+}
+
+/* q, k, v of layer l: a->qkv = rope(qk_norm(ln1 W_qkv^T + b)), the bias and the norm where the
+ * spec has them (the linear writes a->qkv_pre when QK-norm follows, else a->qkv). */
+static void qkv_forward(lj_model *m, int l, int B, int T, const float *cos, const float *sin) {
+    const lj_layer_spec *s = &m->spec;
+    lj_layer_acts *a = &m->layers[l];
+    const int N = B * T;
+    void *y = s->qk_norm ? a->qkv_pre : a->qkv;
+    lj_linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N);
+    if (s->qkv_bias) m->ops->bias_add(y, param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
+    if (s->qk_norm) qk_norm_rope(m, l, B, T, cos, sin);
+    else m->ops->rope_forward(a->qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+}
+
 /* The attention half of layer l, from its input norm a->ln1 to the residual a->res_mid and the
  * MLP's input norm a->ln2. B sequences of T positions. */
 static void attention_block_forward(lj_model *m, int l, const void *res_in, int B, int T) {
     const lj_layer_spec *s = &m->spec;
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
-    lj_linear_forward(m, LJ_LINEAR_QKV, l, a->qkv, a->ln1, N);
-    m->ops->rope_forward(a->qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+    qkv_forward(m, l, B, T, m->rope_cos, m->rope_sin);
     m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
     lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
-    residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), N);
+    residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj,
+                  param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N);
 }
 
 /* The MLP half of layer l, up to m->proj = down_proj(swiglu(gate_up(ln2))). */
@@ -197,15 +228,30 @@ static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mod
     if (m->opt.fused) ops->swiglu_backward(m->d_gate_up, m->d_mlp, a->gate_up, N, s->I);
     else ops->swiglu_backward_unfused(m->d_gate_up, m->swiglu_tmp, m->d_mlp, a->gate_up, N, s->I);
     lj_linear_backward(m, LJ_LINEAR_GATE_UP, l, m->d_ln, m->d_gate_up, a->ln2, N, dw_mode);
-    ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN2)), m->d_ln, a->res_mid,
-                          param(m, lj_param_index(l, LJ_P_LN2)), a->ln2_rstd, N, s->C, dw_mode, m->ws_rmsnorm);
+    const int ln2 = lj_param_index(&m->layout, l, LJ_P_LN2), ln1 = lj_param_index(&m->layout, l, LJ_P_LN1);
+    ops->rmsnorm_backward(m->d_res, grad(m, ln2), m->d_ln, a->res_mid, param(m, ln2), a->ln2_rstd, N, s->C, dw_mode,
+                          m->ws_rmsnorm);
     /* attention: res_mid = residual[l] + o_proj(attention(rope(qkv(ln1)))) */
     lj_linear_backward(m, LJ_LINEAR_O, l, m->d_attn, m->d_res, a->attn, N, dw_mode);
     ops->attention_backward(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
-    ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+    if (s->qk_norm) { /* in place on d_qkv: the gradient of the QKV linear's output (+ bias) */
+        const int wi = lj_param_index(&m->layout, l, LJ_P_Q_NORM);
+        if (m->opt.fused)
+            ops->qk_norm_rope_backward(m->d_qkv, grad(m, wi), m->d_qkv, a->qkv_pre, param(m, wi), a->qk_rstd, m->rope_cos,
+                                       m->rope_sin, B, T, s->nh, s->nkv, s->hd, dw_mode, m->ws_qk_norm);
+        else {
+            ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+            ops->qk_norm_backward(m->d_qkv, grad(m, wi), m->d_qkv, a->qkv_pre, param(m, wi), a->qk_rstd, N, s->nh,
+                                  s->nkv, s->hd, dw_mode, m->ws_qk_norm);
+        }
+    } else {
+        ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+    }
+    if (s->qkv_bias)
+        ops->bias_backward(grad(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), m->d_qkv, N, s->QKV, dw_mode, m->ws_bias);
     lj_linear_backward(m, LJ_LINEAR_QKV, l, m->d_ln, m->d_qkv, a->ln1, N, dw_mode);
-    ops->rmsnorm_backward(m->d_res, grad(m, lj_param_index(l, LJ_P_LN1)), m->d_ln, m->residual[l],
-                          param(m, lj_param_index(l, LJ_P_LN1)), a->ln1_rstd, N, s->C, dw_mode, m->ws_rmsnorm);
+    ops->rmsnorm_backward(m->d_res, grad(m, ln1), m->d_ln, m->residual[l], param(m, ln1), a->ln1_rstd, N, s->C, dw_mode,
+                          m->ws_rmsnorm);
 }
 
 /* ---- forward / backward --------------------------------------------------------- */
@@ -234,7 +280,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     fetch(m, 0, +1);
     release(m, LJ_UNIT_EMBED);
-    rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(0, LJ_P_LN1), N);
+    rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(&m->layout, 0, LJ_P_LN1), N);
     for (int l = 0; l < L; l++) {
         fetch(m, l, +1);
         attention_block_forward(m, l, m->residual[l], B, T);
@@ -244,7 +290,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
         fetch(m, l + 1, +1);
         residual_norm(m, m->residual[l + 1], last ? m->final_ln : m->layers[l + 1].ln1,
                       last ? m->final_rstd : m->layers[l + 1].ln1_rstd, m->layers[l].res_mid, m->proj,
-                      param(m, last ? m->layout.final_norm : lj_param_index(l + 1, LJ_P_LN1)), N);
+                      param(m, last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1)), N);
         release(m, l);
     }
     release(m, L);
@@ -271,12 +317,13 @@ static void recompute_layer(lj_model *m, int l, int B, int T) {
     if (policy == LJ_RECOMPUTE_NONE) return;
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
-    rmsnorm(m, a->ln1, a->ln1_rstd, m->residual[l], lj_param_index(l, LJ_P_LN1), N);
+    rmsnorm(m, a->ln1, a->ln1_rstd, m->residual[l], lj_param_index(&m->layout, l, LJ_P_LN1), N);
     if (policy == LJ_RECOMPUTE_FULL) {
         attention_block_forward(m, l, m->residual[l], B, T);
         lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
     } else {
-        rmsnorm(m, a->ln2, a->ln2_rstd, a->res_mid, lj_param_index(l, LJ_P_LN2), N);
+        if (m->spec.qk_norm) qk_norm_rope(m, l, B, T, m->rope_cos, m->rope_sin); /* from the kept qkv_pre */
+        rmsnorm(m, a->ln2, a->ln2_rstd, a->res_mid, lj_param_index(&m->layout, l, LJ_P_LN2), N);
     }
     swiglu(m, a->mlp_act, a->gate_up, N);
 }
@@ -407,13 +454,12 @@ void lj_model_decode(lj_model *m, const int32_t *ids, int n, int p0, float *logi
     ops->embedding_forward(x, m->inputs, param(m, m->layout.embed), n, s->C);
     for (int l = 0; l < s->L; l++) {
         lj_layer_acts *a = &m->layers[l];
-        rmsnorm(m, a->ln1, a->ln1_rstd, x, lj_param_index(l, LJ_P_LN1), n);
-        lj_linear_forward(m, LJ_LINEAR_QKV, l, a->qkv, a->ln1, n);
-        ops->rope_forward(a->qkv, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, 1, n, s->nh, s->nkv,
-                          s->hd);
+        rmsnorm(m, a->ln1, a->ln1_rstd, x, lj_param_index(&m->layout, l, LJ_P_LN1), n);
+        qkv_forward(m, l, 1, n, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half);
         ops->attention_decode(a->attn, a->kv_cache, a->qkv, p0, n, s->nh, s->nkv, s->hd);
         lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n);
-        residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(l, LJ_P_LN2)), n);
+        residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(&m->layout, l, LJ_P_LN2)),
+                      n);
         mlp_block_forward(m, l, n);
         ops->add(x, a->res_mid, m->proj, (int64_t)n * s->C);
     }

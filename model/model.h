@@ -1,4 +1,5 @@
-/* model.h: the Llama 3 decoder as a set of device buffers plus forward, backward and
+/* model.h: the dense decoder (Llama 3; Qwen3's QK-norm and Qwen2's q/k/v biases as parts of the
+ * layer spec) as a set of device buffers plus forward, backward and
  * generation written once over the op table (ops/ops.h). No allocation happens here: every
  * pointer in lj_model is bound by the static memory plan (plan/plan.h). The loop reads its
  * parameters through the residency interface (model/residency.h) and runs its matmuls through
@@ -19,7 +20,8 @@
 /* What a layer keeps for the backward pass (Megatron-LM's --recompute-granularity). */
 typedef enum {
     LJ_RECOMPUTE_NONE = 0,  /* keep every activation the backward needs */
-    LJ_RECOMPUTE_SELECTIVE, /* keep matmul outputs; recompute norms and the SwiGLU product */
+    LJ_RECOMPUTE_SELECTIVE, /* keep matmul outputs; recompute norms (QK-norm and its RoPE too) and
+                               the SwiGLU product */
     LJ_RECOMPUTE_FULL,      /* keep only the layer input; recompute the whole layer */
 } lj_recompute;
 
@@ -35,6 +37,8 @@ typedef struct {
     int L;              /* layers */
     float eps;          /* RMSNorm epsilon */
     int tied;           /* lm_head is the embedding (tie_word_embeddings) */
+    int qk_norm;        /* Qwen3: RMSNorm over head_dim on q and k between the QKV linear and RoPE */
+    int qkv_bias;       /* Qwen2: the [QKV] bias added to the QKV linear's output */
 } lj_layer_spec;
 
 lj_layer_spec lj_layer_spec_of(const lj_model_config *cfg);
@@ -77,7 +81,9 @@ typedef struct {
 typedef struct {
     void *ln1;        /* [N, C] act: input_layernorm output */
     float *ln1_rstd;  /* [N] */
-    void *qkv;        /* [N, QKV] act, after RoPE */
+    void *qkv;        /* [N, QKV] act, after the bias, QK-norm and RoPE (attention's input) */
+    void *qkv_pre;    /* qk_norm: [N, QKV] act, the QKV linear's output (+ bias): QK-norm's input */
+    float *qk_rstd;   /* qk_norm: [N, nh + nkv] f32, QK-norm's rstd per row and head */
     void *attn;       /* [N, Q] act: attention output (o_proj input) */
     float *lse;       /* [B, nh, T] */
     void *res_mid;    /* [N, C] act: residual after attention */
@@ -153,6 +159,7 @@ struct lj_model {
     void *d_gate_up;     /* [N, 2I] act */
     void *d_mlp;         /* [N, I] act */
     void *ws_attention, *ws_rmsnorm, *ws_cross_entropy, *ws_embedding, *ws_norm; /* op workspaces */
+    void *ws_qk_norm, *ws_bias; /* qk_norm_backward's and bias_backward's (when the spec has them) */
 
     /* host staging for the batch and the per-token losses (host bookkeeping, not planned) */
     int32_t *host_ids;   /* [2N]: inputs, then targets */
@@ -188,7 +195,7 @@ void lj_rope_tables(const lj_model_config *cfg, int rows, float *cos_out, float 
 void lj_model_upload_rope(lj_model *m);
 
 /* Random init (HF LlamaPreTrainedModel._init_weights): matrices and embeddings ~ N(0,
- * initializer_range), norms = 1. Deterministic from `seed`, independent of thread count.
+ * initializer_range), norms (QK-norm's too) = 1, biases = 0. Deterministic from `seed`, independent of thread count.
  * Writes master and params; zeroes AdamW state. */
 void lj_model_init_weights(lj_model *m, uint64_t seed);
 

@@ -65,8 +65,9 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         const lj_param_info *info = &m->layout.params[p];
         for (int64_t base = 0; base < info->numel; base += STAGE) {
             const int64_t n = info->numel - base < STAGE ? info->numel - base : STAGE;
-            if (info->kind == LJ_PARAM_NORM) {
-                for (int64_t i = 0; i < n; i++) stage[i] = 1.0f;
+            if (info->kind == LJ_PARAM_NORM || info->kind == LJ_PARAM_BIAS) {
+                const float v = info->kind == LJ_PARAM_NORM ? 1.0f : 0.0f; /* HF: nn.Linear biases start at 0 */
+                for (int64_t i = 0; i < n; i++) stage[i] = v;
             } else {
                 /* One RNG stream per chunk of CHUNK elements: the values do not depend on the
                  * thread count. */

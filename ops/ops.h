@@ -191,6 +191,39 @@ struct lj_ops {
     /* The transpose rotation, applied in place to dqkv's q and k heads. */
     void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 
+    /* ---- QK-norm (Qwen3; HF Qwen3Attention's q_norm and k_norm: Qwen3RMSNorm over head_dim, the
+     * Llama RMSNorm formula, applied to each q and k head before RoPE) ----
+     * x, out: [N, QKV] act rows in the QKV layout; w: [2, hd] param, row 0 q_norm.weight and row 1
+     * k_norm.weight, shared by the heads; rstd: [N, nh + nkv] f32, per row and head (q heads then
+     * k heads), 1/sqrt(mean_i x^2 + eps) over the head's hd values.
+     * out = w * x * rstd for the q and k heads; the v heads are copied. out may alias x. */
+    void (*qk_norm_forward)(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
+                            float eps);
+    /* dx[N, QKV] act (overwritten; may alias dout): the q and k heads through the norm's backward,
+     * dx = rstd * (w*dout - x * rstd^2 * sum(w*dout*x) / hd), the v heads copied; dw[2, hd] grad
+     * (+= or = by dw_mode) = sum over rows and heads of dout * x * rstd. x, w, rstd as saved by the
+     * forward. `workspace` holds qk_norm_backward_workspace_bytes(N, nh, nkv, hd) bytes. */
+    void (*qk_norm_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
+                             int N, int nh, int nkv, int hd, lj_grad_mode dw_mode, void *workspace);
+    size_t (*qk_norm_backward_workspace_bytes)(int N, int nh, int nkv, int hd);
+    /* Fused with RoPE in the QKV layout (N = B*T; cos, sin as rope_forward): out = rope(qk_norm(x)),
+     * equal to qk_norm_forward then rope_forward on out (bit for bit on the CPU). */
+    void (*qk_norm_rope_forward)(void *out, float *rstd, const void *x, const void *w, const float *cos,
+                                 const float *sin, int B, int T, int nh, int nkv, int hd, float eps);
+    /* Its backward: dx = qk_norm_backward(rope_backward(dout)) (dx may alias dout), dw as there;
+     * the workspace of qk_norm_backward. */
+    void (*qk_norm_rope_backward)(void *dx, void *dw, const void *dout, const void *x, const void *w,
+                                  const float *rstd, const float *cos, const float *sin, int B, int T, int nh, int nkv,
+                                  int hd, lj_grad_mode dw_mode, void *workspace);
+
+    /* ---- projection bias (Qwen2's q/k/v biases, one [QKV] vector: HF nn.Linear(bias=True)) ----
+     * x[N, C] act += b[C] param, row by row, in place. */
+    void (*bias_add)(void *x, const void *b, int N, int C);
+    /* db[C] grad (+= or = by dw_mode) = sum_n dout[n, :], the column sums of dout[N, C] act, in a
+     * fixed order. `workspace` holds bias_backward_workspace_bytes(N, C) bytes. */
+    void (*bias_backward)(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace);
+    size_t (*bias_backward_workspace_bytes)(int N, int C);
+
     /* ---- causal GQA attention, softmax scale 1/sqrt(hd); query head h uses kv head
      * h / (nh/nkv); K/V are never repeated in memory ----
      * out[B*T, Q] act; lse[B, nh, T] f32 (log-sum-exp of the scaled scores, saved for the

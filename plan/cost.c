@@ -180,11 +180,15 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
  * Element-wise passes, bytes read + written (fused kernels; the unfused twins in brackets):
  *   residual add + RMSNorm     4NC*sa   [add 3NC*sa + RMSNorm 2NC*sa]   2 per layer forward
  *   RoPE (q and k, in place)   2N(Q+KV)*sa                            forward and backward
+ *   QK-norm + RoPE (Qwen3)     forward 2N*QKV*sa (x read, out written, v copied), backward
+ *                              5N(Q+KV)*sa (dw pass: dout, x; dx pass: dout, x, dx); in place
+ *                              of RoPE's figure [unfused: RoPE's added]
+ *   q/k/v bias (Qwen2)         forward 2N*QKV*sa, backward N*QKV*sa (column sums)
  *   SwiGLU forward             3NI*sa   [silu to tmp 2NI, product 3NI: 5NI*sa]
  *   SwiGLU backward            5NI*sa   [three passes through tmp: 9NI*sa]
  *   RMSNorm backward           4NC*sa   (dout, x, dx read and written), 2 per layer
- *   recompute, selective       RMSNorm x2 (2NC*sa each) + SwiGLU forward
- *   recompute, full            RMSNorm 2NC*sa + RoPE + residual+RMSNorm + SwiGLU forward
+ *   recompute, selective       RMSNorm x2 (2NC*sa each) + SwiGLU forward (+ QK-norm and RoPE)
+ *   recompute, full            RMSNorm 2NC*sa + bias + RoPE (QK-norm) + residual+RMSNorm + SwiGLU forward
  *   once per micro-batch:      embedding forward NC(sp+sa), first RMSNorm 2NC*sa,
  *                              cross-entropy rows 2NV*sa (logits read, dlogits written),
  *                              final RMSNorm backward 4NC*sa, d_res zeroing NC*sa,
@@ -217,8 +221,12 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     const double swiglu_bwd = fused ? 5 * N * I * sa : 9 * N * I * sa;
     const double norm_fwd = 2 * N * C * sa, norm_bwd = 4 * N * C * sa;
 
-    const double layer_ew_fwd = rope + 2 * res_norm + swiglu_fwd;
-    const double layer_ew_bwd = swiglu_bwd + 2 * norm_bwd + rope;
+    const double qkr_fwd = c->qk_norm ? 2 * N * QKV * sa + (fused ? 0 : rope) : rope;
+    const double qkr_bwd = c->qk_norm ? 5 * N * (Q + KV) * sa + (fused ? 0 : rope) : rope;
+    const double bias_fwd = c->qkv_bias ? 2 * N * QKV * sa : 0, bias_bwd = c->qkv_bias ? N * QKV * sa : 0;
+
+    const double layer_ew_fwd = bias_fwd + qkr_fwd + 2 * res_norm + swiglu_fwd;
+    const double layer_ew_bwd = swiglu_bwd + 2 * norm_bwd + qkr_bwd + bias_bwd;
 
     double mm = 3 * (L * layer_mm_fwd + 2 * N * C * V);
     double attn = 3.5 * attn_fwd * L;
@@ -226,11 +234,11 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     ew += N * C * (sp + sa) + norm_fwd + 2 * N * V * sa + norm_bwd + N * C * sa + N * C * (sa + 2 * sg);
     for (int l = 0; l < L; l++) {
         if (o->recompute[l] == LJ_RECOMPUTE_SELECTIVE) {
-            out->recompute_bytes += 2 * norm_fwd + swiglu_fwd;
+            out->recompute_bytes += 2 * norm_fwd + swiglu_fwd + (c->qk_norm ? qkr_fwd : 0);
         } else if (o->recompute[l] == LJ_RECOMPUTE_FULL) {
             out->recompute_matmul_flop += full_mm_rec;
             out->recompute_attention_flop += attn_fwd;
-            out->recompute_bytes += norm_fwd + rope + res_norm + swiglu_fwd;
+            out->recompute_bytes += norm_fwd + bias_fwd + qkr_fwd + res_norm + swiglu_fwd;
         }
     }
     const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 24) : P * (sg + 24 + sp);

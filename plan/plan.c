@@ -130,10 +130,18 @@ static void walk(walker *w, lj_model *m) {
         shared.ln2 = take(w, LJ_ARENA_SCRATCH, "recompute.ln2", N * C * sa);
         shared.mlp_act = take(w, LJ_ARENA_SCRATCH, "recompute.mlp_act", N * I * sa);
     }
+    /* QK-norm (Qwen3) keeps its input, the QKV linear's output; selective recompute recomputes the
+     * norm and RoPE from it, full recompute the linear too */
+    const int qk = c->qk_norm;
+    if (qk && (generation || any_full)) shared.qkv_pre = take(w, LJ_ARENA_SCRATCH, "recompute.qkv_pre", N * QKV * sa);
+    if (qk && (generation || any_full || any_selective)) {
+        shared.qkv = take(w, LJ_ARENA_SCRATCH, "recompute.qkv", N * QKV * sa);
+        shared.qk_rstd = take(w, LJ_ARENA_SCRATCH, "recompute.qk_rstd", N * (size_t)(nh + nkv) * 4);
+    }
     if (generation || any_full) {
         shared.ln1_rstd = take(w, LJ_ARENA_SCRATCH, "recompute.ln1_rstd", N * 4);
         shared.ln2_rstd = take(w, LJ_ARENA_SCRATCH, "recompute.ln2_rstd", N * 4);
-        shared.qkv = take(w, LJ_ARENA_SCRATCH, "recompute.qkv", N * QKV * sa);
+        if (!qk) shared.qkv = take(w, LJ_ARENA_SCRATCH, "recompute.qkv", N * QKV * sa);
         shared.attn = take(w, LJ_ARENA_SCRATCH, "recompute.attn", N * Q * sa);
         shared.lse = take(w, LJ_ARENA_SCRATCH, "recompute.lse", (size_t)B * nh * T * 4);
         shared.res_mid = take(w, LJ_ARENA_SCRATCH, "recompute.res_mid", N * C * sa);
@@ -153,12 +161,17 @@ static void walk(walker *w, lj_model *m) {
     } while (0)
         if (policy != LJ_RECOMPUTE_FULL) {
             KEEP(ln1_rstd, N * 4, "ln1_rstd");
-            KEEP(qkv, N * QKV * sa, "qkv");
+            if (qk) KEEP(qkv_pre, N * QKV * sa, "qkv_pre");
+            else KEEP(qkv, N * QKV * sa, "qkv");
             KEEP(attn, N * Q * sa, "attn");
             KEEP(lse, (size_t)B * nh * T * 4, "lse");
             KEEP(res_mid, N * C * sa, "res_mid");
             KEEP(ln2_rstd, N * 4, "ln2_rstd");
             KEEP(gate_up, N * 2 * I * sa, "gate_up");
+        }
+        if (policy == LJ_RECOMPUTE_NONE && qk) {
+            KEEP(qkv, N * QKV * sa, "qkv");
+            KEEP(qk_rstd, N * (size_t)(nh + nkv) * 4, "qk_rstd");
         }
         if (policy == LJ_RECOMPUTE_NONE && f8->active && f8->slot[l][LJ_LINEAR_QKV] >= 0) {
             static const struct { lj_linear_kind k; const char *what; } in[3] = {
@@ -240,6 +253,12 @@ static void walk(walker *w, lj_model *m) {
                                : NULL;
     m->ws_norm = training ? take(w, LJ_ARENA_WORKSPACE, "global_norm", ops->global_norm_workspace_bytes((int64_t)Ppad))
                           : NULL;
+    m->ws_qk_norm = training && qk ? take(w, LJ_ARENA_WORKSPACE, "qk_norm_backward",
+                                          ops->qk_norm_backward_workspace_bytes((int)N, nh, nkv, hd))
+                                   : NULL;
+    m->ws_bias = training && c->qkv_bias
+                     ? take(w, LJ_ARENA_WORKSPACE, "bias_backward", ops->bias_backward_workspace_bytes((int)N, (int)QKV))
+                     : NULL;
 }
 
 void lj_plan_build(lj_plan *plan, const lj_model *model) {

@@ -157,7 +157,7 @@ static void test_delayed_state(void **state) {
      * layers share the act-dtype buffer), W = q|k|v */
     const int N = B * T, C = c.hidden_size;
     float *ln1 = lj_malloc((size_t)N * C * sizeof(float)), *rstd = lj_malloc((size_t)N * sizeof(float));
-    t.m.ops->rmsnorm_forward(ln1, rstd, t.m.residual[0], lj_model_param(&t.m, lj_param_index(0, LJ_P_LN1)), N, C,
+    t.m.ops->rmsnorm_forward(ln1, rstd, t.m.residual[0], lj_model_param(&t.m, lj_param_index(&t.m.layout, 0, LJ_P_LN1)), N, C,
                              t.m.spec.eps);
     const float ax = max_abs(ln1, (int64_t)N * C);
     free(ln1), free(rstd);

@@ -261,20 +261,19 @@ static char *write_custom(const char *name, const lj_model_config *c, const floa
     return dir;
 }
 
-/* A tied model accepts a stored lm_head.weight of the right shape (ignored), skips rotary
- * buffers, and warns about other extras; a plain .safetensors path also works. */
+/* A tied model accepts a stored lm_head.weight of the right shape (ignored) and skips rotary
+ * buffers; a plain .safetensors path also works. Other extras: test_bad_dropped_tensors. */
 static void test_import_extras(void **state) {
     (void)state;
     lj_model_config c = tiny_config(1);
     float *p = random_params(&c, 5);
     int64_t n = lj_config_num_params(&c);
     float inv_freq[2] = {1, 2};
-    lj_st_tensor extra[3] = {
+    lj_st_tensor extra[2] = {
         {.name = "lm_head.weight", .dtype = LJ_ST_F32, .ndim = 2, .shape = {96, 16}, .data = p},
         {.name = "model.layers.0.self_attn.rotary_emb.inv_freq", .dtype = LJ_ST_F32, .ndim = 1, .shape = {2}, .data = inv_freq},
-        {.name = "model.something_else", .dtype = LJ_ST_F32, .ndim = 1, .shape = {2}, .data = inv_freq},
     };
-    char *dir = write_custom("extras", &c, p, NULL, NULL, extra, 3);
+    char *dir = write_custom("extras", &c, p, NULL, NULL, extra, 2);
     float *q = lj_calloc((size_t)n, sizeof(float));
     assert_int_equal(lj_hf_import(dir, &c, q), LJ_OK);
     assert_memory_equal(q, p, (size_t)n * sizeof(float));
@@ -388,6 +387,50 @@ static void test_bad_sharded_index(void **state) {
     free(q);
 }
 
+/* No checkpoint loads with tensors dropped or missing: a Qwen2 checkpoint under a Llama config
+ * (its biases would be dropped), a Qwen2 config on a checkpoint from before biases existed, a
+ * Qwen3 checkpoint without its QK-norm weights; each names the tensor. A Qwen2 and a Qwen3
+ * checkpoint load back bit for bit. */
+static void test_bad_dropped_tensors(void **state) {
+    (void)state;
+    lj_model_config llama = tiny_config(0), qwen2 = llama, qwen3 = llama;
+    qwen2.family = LJ_FAMILY_QWEN2, qwen2.qkv_bias = 1;
+    qwen3.family = LJ_FAMILY_QWEN3, qwen3.qk_norm = 1;
+    float *p2 = random_params(&qwen2, 8), *p3 = random_params(&qwen3, 9);
+    float *q = lj_malloc((size_t)lj_config_num_params(&qwen2) * sizeof(float));
+    char *dir = write_custom("qwen2", &qwen2, p2, NULL, NULL, NULL, 0);
+    expect_error(lj_hf_import(dir, &llama, q), LJ_ERR_FORMAT, "qwen2/model.safetensors",
+                 "tensor 'model.layers.0.self_attn.q_proj.bias' is not part of this model", "\"llama\"");
+    assert_int_equal(lj_hf_import(dir, &qwen2, q), LJ_OK);
+    assert_memory_equal(q, p2, (size_t)lj_config_num_params(&qwen2) * sizeof(float));
+    free(dir);
+    dir = write_custom("nobias", &qwen2, p2, "model.layers.1.self_attn.v_proj.bias", NULL, NULL, 0);
+    expect_error(lj_hf_import(dir, &qwen2, q), LJ_ERR_FORMAT, "nobias/model.safetensors",
+                 "tensor 'model.layers.1.self_attn.v_proj.bias' is missing", NULL);
+    free(dir);
+    dir = write_custom("nonorm", &qwen3, p3, "model.layers.0.self_attn.k_norm.weight", NULL, NULL, 0);
+    expect_error(lj_hf_import(dir, &qwen3, q), LJ_ERR_FORMAT, "nonorm/model.safetensors",
+                 "tensor 'model.layers.0.self_attn.k_norm.weight' is missing", NULL);
+    free(dir);
+    /* export -> import of Qwen3 (sharded): the layout's names and order */
+    dir = tmp_path("qwen3");
+    assert_int_equal(lj_hf_export(dir, &qwen3, p3, LJ_DTYPE_F32, 4000), LJ_OK);
+    lj_model_config back;
+    assert_int_equal(lj_hf_load_config(dir, &back), LJ_OK);
+    assert_true(back.family == LJ_FAMILY_QWEN3 && back.qk_norm && !back.qkv_bias);
+    assert_int_equal(lj_hf_import(dir, &back, q), LJ_OK);
+    assert_memory_equal(q, p3, (size_t)lj_config_num_params(&qwen3) * sizeof(float));
+    free(dir);
+    lj_st_tensor odd = {.name = "model.something_else", .dtype = LJ_ST_F32, .ndim = 1, .shape = {1}, .data = p2};
+    dir = write_custom("odd", &llama, p2, NULL, NULL, &odd, 1);
+    expect_error(lj_hf_import(dir, &llama, q), LJ_ERR_FORMAT, "odd/model.safetensors", "'model.something_else'",
+                 "not part of this model");
+    free(dir);
+    free(p2);
+    free(p3);
+    free(q);
+}
+
 /* A config.json without hidden_size is rejected with the file and the field named. */
 static void test_bad_config_missing_hidden_size(void **state) {
     (void)state;
@@ -425,6 +468,7 @@ int main(void) {
         cmocka_unit_test(test_bad_wrong_shape),
         cmocka_unit_test(test_bad_dtype_and_missing),
         cmocka_unit_test(test_bad_sharded_index),
+        cmocka_unit_test(test_bad_dropped_tensors),
         cmocka_unit_test(test_bad_config_missing_hidden_size),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);

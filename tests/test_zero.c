@@ -156,7 +156,7 @@ static void test_layers_and_params(void **state) {
             assert_int_equal(lj_zero_group_of_layer(&z, LJ_ZERO_EMBED), 0);
             for (int l = 0; l < 3; l++) {
                 const lj_zero_group *g = &z.groups[lj_zero_group_of_layer(&z, l)];
-                assert_true(g->begin == lo.params[lj_param_index(l, LJ_P_LN1)].offset);
+                assert_true(g->begin == lo.params[lj_param_index(&lo, l, LJ_P_LN1)].offset);
                 assert_true(g->end - g->begin == lo.layer_numel);
                 assert_false(g->persistent);
             }

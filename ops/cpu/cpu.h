@@ -118,6 +118,21 @@ void lj_cpu_swiglu_backward(void *dgate_up, const void *dout, const void *gate_u
 void lj_cpu_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
 
+/* cpu_qknorm.c: QK-norm (plain and fused with RoPE) and the projection bias */
+void lj_cpu_qk_norm_forward(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
+                            float eps);
+void lj_cpu_qk_norm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
+                             int N, int nh, int nkv, int hd, lj_grad_mode dw_mode, void *workspace);
+size_t lj_cpu_qk_norm_backward_workspace_bytes(int N, int nh, int nkv, int hd);
+void lj_cpu_qk_norm_rope_forward(void *out, float *rstd, const void *x, const void *w, const float *cos,
+                                 const float *sin, int B, int T, int nh, int nkv, int hd, float eps);
+void lj_cpu_qk_norm_rope_backward(void *dx, void *dw, const void *dout, const void *x, const void *w,
+                                  const float *rstd, const float *cos, const float *sin, int B, int T, int nh, int nkv,
+                                  int hd, lj_grad_mode dw_mode, void *workspace);
+void lj_cpu_bias_add(void *x, const void *b, int N, int C);
+void lj_cpu_bias_backward(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace);
+size_t lj_cpu_bias_backward_workspace_bytes(int N, int C);
+
 /* cpu_matmul.c */
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C (op = transpose when trans_* is 1), OpenBLAS
  * sgemm split over lj_cpu_num_threads() OpenMP threads by rows or by 16-column blocks of C.

@@ -122,6 +122,15 @@ static const lj_ops g_cpu_ops = {
     .rope_forward = lj_cpu_rope_forward,
     .rope_backward = lj_cpu_rope_backward,
 
+    .qk_norm_forward = lj_cpu_qk_norm_forward,
+    .qk_norm_backward = lj_cpu_qk_norm_backward,
+    .qk_norm_backward_workspace_bytes = lj_cpu_qk_norm_backward_workspace_bytes,
+    .qk_norm_rope_forward = lj_cpu_qk_norm_rope_forward,
+    .qk_norm_rope_backward = lj_cpu_qk_norm_rope_backward,
+    .bias_add = lj_cpu_bias_add,
+    .bias_backward = lj_cpu_bias_backward,
+    .bias_backward_workspace_bytes = lj_cpu_bias_backward_workspace_bytes,
+
     .attention_forward = lj_cpu_attention_forward,
     .attention_backward = lj_cpu_attention_backward,
     .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,

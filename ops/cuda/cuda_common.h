@@ -112,6 +112,24 @@ void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, con
 void lj_cuda_add(void *out, const void *a, const void *b, int64_t n);
 void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+
+/* cuda_qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
+ * the gradient dtype last, like every op that writes weight gradients */
+void lj_cuda_qk_norm_forward(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
+                             float eps);
+void lj_cuda_qk_norm_rope_forward(void *out, float *rstd, const void *x, const void *w, const float *cos,
+                                  const float *sin, int B, int T, int nh, int nkv, int hd, float eps);
+void lj_cuda_qk_norm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
+                              int N, int nh, int nkv, int hd, lj_grad_mode dw_mode, void *workspace,
+                              lj_dtype grad_dtype);
+void lj_cuda_qk_norm_rope_backward(void *dx, void *dw, const void *dout, const void *x, const void *w,
+                                   const float *rstd, const float *cos, const float *sin, int B, int T, int nh,
+                                   int nkv, int hd, lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype);
+size_t lj_cuda_qk_norm_backward_workspace_bytes(int N, int nh, int nkv, int hd);
+void lj_cuda_bias_add(void *x, const void *b, int N, int C);
+void lj_cuda_bias_backward(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace,
+                           lj_dtype grad_dtype);
+size_t lj_cuda_bias_backward_workspace_bytes(int N, int C);
 void lj_cuda_swiglu_forward(void *out, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);

@@ -29,6 +29,8 @@ static lj_ops describe(const lj_ops *t) {
     d.cross_entropy_fused_workspace_bytes = t->cross_entropy_fused_workspace_bytes;
     d.global_norm_workspace_bytes = t->global_norm_workspace_bytes;
     d.fp8_matmul_workspace_bytes = t->fp8_matmul_workspace_bytes;
+    d.qk_norm_backward_workspace_bytes = t->qk_norm_backward_workspace_bytes;
+    d.bias_backward_workspace_bytes = t->bias_backward_workspace_bytes;
     /* cuDNN is asked for its workspace only with a device: its size on an H200 instead */
     d.attention_workspace_bytes = lj_cuda_attention_workspace_bytes_described;
     return d;

@@ -193,6 +193,21 @@ static lj_status cuda_start(void) {
                                        const float *rstd, int N, int C, lj_grad_mode dw_mode, void *workspace) { \
         lj_cuda_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, dw_mode, workspace, G);                         \
     }                                                                                                            \
+    static void qk_norm_backward_##sfx(void *dx, void *dw, const void *dout, const void *x, const void *w,       \
+                                       const float *rstd, int N, int nh, int nkv, int hd, lj_grad_mode dw_mode,  \
+                                       void *workspace) {                                                        \
+        lj_cuda_qk_norm_backward(dx, dw, dout, x, w, rstd, N, nh, nkv, hd, dw_mode, workspace, G);              \
+    }                                                                                                            \
+    static void qk_norm_rope_backward_##sfx(void *dx, void *dw, const void *dout, const void *x, const void *w,  \
+                                            const float *rstd, const float *cos, const float *sin, int B, int T, \
+                                            int nh, int nkv, int hd, lj_grad_mode dw_mode, void *workspace) {    \
+        lj_cuda_qk_norm_rope_backward(dx, dw, dout, x, w, rstd, cos, sin, B, T, nh, nkv, hd, dw_mode, workspace, \
+                                      G);                                                                        \
+    }                                                                                                            \
+    static void bias_backward_##sfx(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode,              \
+                                    void *workspace) {                                                           \
+        lj_cuda_bias_backward(db, dout, N, C, dw_mode, workspace, G);                                            \
+    }                                                                                                            \
     static void matmul_backward_##sfx(void *dx, void *dw, const void *dout, const void *x, const void *w, int N,  \
                                       int IC, int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode) {              \
         lj_cuda_matmul_backward(dx, dw, dout, x, w, N, IC, OC, dx_mode, dw_mode, G);                             \
@@ -255,6 +270,15 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
                                                                                      \
         .rope_forward = lj_cuda_rope_forward,                                        \
         .rope_backward = lj_cuda_rope_backward,                                      \
+                                                                                     \
+        .qk_norm_forward = lj_cuda_qk_norm_forward,                                  \
+        .qk_norm_backward = qk_norm_backward_##sfx,                                  \
+        .qk_norm_backward_workspace_bytes = lj_cuda_qk_norm_backward_workspace_bytes, \
+        .qk_norm_rope_forward = lj_cuda_qk_norm_rope_forward,                        \
+        .qk_norm_rope_backward = qk_norm_rope_backward_##sfx,                        \
+        .bias_add = lj_cuda_bias_add,                                                \
+        .bias_backward = bias_backward_##sfx,                                        \
+        .bias_backward_workspace_bytes = lj_cuda_bias_backward_workspace_bytes,      \
                                                                                      \
         .attention_forward = lj_cuda_attention_forward,                              \
         .attention_backward = lj_cuda_attention_backward,                            \

@@ -57,6 +57,9 @@ void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* cases_qwen_cpu.c */
+void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -78,6 +81,9 @@ void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_har
 void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* cases_qwen_cuda.c */
+void lj_case_cuda_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
 void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
