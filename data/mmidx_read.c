@@ -361,7 +361,10 @@ lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {
         s = lj_fail(LJ_ERR_FORMAT, "%s: not an llm.c shard (magic %d, expected %d or %d) and %s does not exist", path,
                     first, LJ_LLMC_MAGIC_U16, LJ_LLMC_MAGIC_U32, idx_path);
     } else {
-        s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(ENOENT));
+        struct stat sb;
+        const int err = stat(idx_path, &sb) == 0 ? (S_ISDIR(sb.st_mode) ? EISDIR : 0) : errno;
+        if (err == 0) s = lj_fail(LJ_ERR_IO, "%s: not a regular file", idx_path);
+        else s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(err));
     }
     free(prefix);
     free(idx_path);
