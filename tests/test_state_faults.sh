@@ -97,7 +97,7 @@ python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$tmp/d
 latest=$(cat "$dv/latest_checkpointed_iteration.txt")
 "$LJPERF" train "${common[@]}" --eval-iters 0 --data-path "$tmp/a" --train-iters "$latest" --load "$dv" >/dev/null 2>"$tmp/err" \
   && ok "the latest checkpoint after divergence ($latest) loads" || bad "the latest checkpoint after divergence: $(tail -1 "$tmp/err")"
-expect_fail "divergence on the last iteration exits non-zero" "training diverged|the (loss|gradient norm) is" \
+expect_fail "divergence on the last iteration exits non-zero" "the last [0-9]+ iteration\(s\), up to 4, were skipped" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --lr 1e30 --clip-grad 0 --load "$dv/iter_0000002" \
   --save "$tmp/dv2" --no-check-for-nan-in-loss-and-grad
 [ -e "$tmp/dv2/latest_checkpointed_iteration.txt" ] && bad "a diverged last iteration was saved"
