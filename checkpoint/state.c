@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -110,7 +111,7 @@ static lj_status save_shard(const lj_dp *dp, const lj_model *m, const char *path
     shard_metadata(dp, m, iteration, keys, values);
     const char *vals[SHARD_META];
     for (int i = 0; i < SHARD_META; i++) vals[i] = values[i];
-    lj_status s = lj_safetensors_write(path, t, 3, keys, vals, SHARD_META);
+    lj_status s = lj_ckpt_write_tensors(path, t, 3, keys, vals, SHARD_META, NULL);
     free(host);
     return s;
 }
@@ -151,6 +152,7 @@ static lj_status load_shard(const lj_dp *dp, lj_model *m, const char *path, int 
         else if (e[i]->numel != S)
             s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has %lld elements, this rank's shard has %lld", path, e[i]->name,
                         (long long)e[i]->numel, (long long)S);
+        else s = lj_ckpt_verify_tensor(&st, e[i], NULL);
     }
     if (s == LJ_OK && S > 0) {
         /* the parameters were derived from state.safetensors' master: the shard must be the same save */
@@ -248,6 +250,29 @@ static lj_status check_state(const lj_run_state *r, const cJSON *root, const cha
     return LJ_OK;
 }
 
+/* Checks that state.json's iteration is the directory's, and that its consumed samples are
+ * iteration x global batch (a run keeps its global batch, check_state) and the data loader's. */
+static lj_status check_position(const cJSON *root, const char *file, int iteration) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "iteration");
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root, "consumed_samples");
+    const cJSON *gbs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "run"), "global_batch_size");
+    const cJSON *data_cs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "data"), "consumed_samples");
+    if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs))
+        return lj_fail(LJ_ERR_FORMAT, "%s: missing field 'iteration' or 'consumed_samples'", file);
+    if (it->valuedouble != (double)iteration)
+        return lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %.0f, but the directory is iter_%07d (a state.json copied "
+                                      "from another checkpoint?)", file, it->valuedouble, iteration);
+    const double want = (double)iteration * gbs->valuedouble; /* gbs: a number, check_state said */
+    if (cs->valuedouble != want)
+        return lj_fail(LJ_ERR_FORMAT, "%s: 'consumed_samples' is %.0f, but iteration %d x run.global_batch_size %.0f is "
+                                      "%.0f (an edited or mixed-up state.json?)", file, cs->valuedouble, iteration,
+                       gbs->valuedouble, want);
+    if (cJSON_IsNumber(data_cs) && data_cs->valuedouble != cs->valuedouble)
+        return lj_fail(LJ_ERR_FORMAT, "%s: 'data.consumed_samples' is %.0f, but 'consumed_samples' is %.0f", file,
+                       data_cs->valuedouble, cs->valuedouble);
+    return LJ_OK;
+}
+
 typedef struct {
     const lj_run_state *r;
     const float *weights;
@@ -261,10 +286,24 @@ static lj_status export_hf(const char *dir, void *ctx) {
     return e->r->tokenizer ? lj_tokenizer_export_hf(e->r->tokenizer, path, e->r->model_cfg) : LJ_OK;
 }
 
+/* LJ_OK when every value of the n f32 at x is finite; else an error naming the tensor. */
+static lj_status check_finite(const lj_run_state *r, const char *name, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
+                                       "(training diverged; the latest checkpoint in %s is left as it was)",
+                           r->iteration, name, x[i], (long long)i, r->save);
+    return LJ_OK;
+}
+
 /* Writes and installs the iteration directory from the gathered state (rank 0), without
- * publishing it in the latest file. */
+ * publishing it in the latest file. A state with a non-finite weight or moment is refused:
+ * it never becomes the latest checkpoint, nor prunes a good one. */
 static lj_status save_checkpoint(lj_run_state *r, float *w, float *mm, float *vv) {
     const int64_t P = r->model->layout.total;
+    LJ_TRY(check_finite(r, "master", w, P));
+    LJ_TRY(check_finite(r, "adam.m", mm, P));
+    LJ_TRY(check_finite(r, "adam.v", vv, P));
     int64_t nh, ns;
     const int fp8 = r->model->linear_fp8.active;
     const int64_t n8 = fp8 ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
@@ -371,12 +410,14 @@ lj_status lj_run_state_load(lj_run_state *r, const char *load) {
     char dir[LJ_PATH_MAX], file[LJ_PATH_MAX];
     LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
     LJ_TRY(lj_path_join(file, dir, LJ_CKPT_STATE_FILE));
-    /* state.json first, so that a checkpoint of another shape is named as such */
+    /* state.json first (checked against its checksum), so that a checkpoint of another shape is
+     * named as such */
     char *text = NULL;
-    LJ_TRY(lj_file_read_all(file, &text, NULL));
+    LJ_TRY(lj_ckpt_read_state_json(root, iteration, &text));
     cJSON *state = cJSON_Parse(text);
     free(text);
     lj_status s = state ? check_state(r, state, file) : lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
+    if (s == LJ_OK) s = check_position(state, file, iteration);
     /* the per-rank shard files when this run has the saving world size and ZeRO stage */
     const cJSON *zero = state ? cJSON_GetObjectItemCaseSensitive(state, "zero") : NULL;
     const cJSON *zw = cJSON_GetObjectItemCaseSensitive(zero, "world_size"), *zs = cJSON_GetObjectItemCaseSensitive(zero, "stage");

@@ -58,8 +58,6 @@ static const lj_flag k_ignored[] = {
     {.name = "--profile-step-end", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "PyTorch's profiler; profile ljperf with nsys or ncu"},
     {.name = "--profile-ranks", .kind = LJ_FLAG_IGNORED, .ival = -1, .help = "PyTorch's profiler; profile ljperf with nsys or ncu"},
     {.name = "--calculate-per-token-loss", .kind = LJ_FLAG_IGNORED, .help = "the loss is always the mean over every token of the global batch"},
-    {.name = "--check-for-nan-in-loss-and-grad", .kind = LJ_FLAG_IGNORED, .help = "a non-finite loss always stops the run"},
-    {.name = "--no-check-for-nan-in-loss-and-grad", .kind = LJ_FLAG_IGNORED, .help = "a non-finite loss always stops the run"},
     {.name = "--rerun-mode", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "Megatron's re-run state machine; the same step always gives the same result here"},
     {.name = "--exit-signal-handler", .kind = LJ_FLAG_IGNORED, .help = "always on: SIGTERM or SIGINT saves a checkpoint (with --save) and exits"},
     {.name = "--no-save-optim", .kind = LJ_FLAG_IGNORED, .help = "checkpoints always keep the optimizer state for an exact resume (each one's hf/ export holds the weights alone)"},

@@ -64,6 +64,12 @@ static void usage(FILE *f) {
             "  --weight-decay-all            also decay norms and embeddings\n"
             "  --adam-beta1 B1 --adam-beta2 B2 --adam-eps EPS   (default 0.9, 0.95, 1e-8)\n"
             "  --clip-grad C                 global gradient-norm clipping (default 1.0; 0 = off)\n"
+            "  --check-for-nan-in-loss-and-grad, --no-check-for-nan-in-loss-and-grad   a step whose gradient\n"
+            "                                norm is inf or NaN is never applied; checked (the default, as\n"
+            "                                Megatron-LM's), a non-finite loss or gradient norm stops the run;\n"
+            "                                unchecked, the step is skipped and counted\n"
+            "  --max-consecutive-skipped-iterations N   unchecked: stop after N skipped steps in a row\n"
+            "                                (default 10; 0 = no limit)\n"
             "  --seed S                      init and data order seed (default 1234)\n"
             "memory:\n"
             "  --recompute auto|none|selective|full     auto: the planner picks per-layer recompute (and the\n"
@@ -102,6 +108,7 @@ static void usage(FILE *f) {
 static lj_status check_ranges(const lj_train_config *c, int gbs) {
     const struct { int bad; const char *what; } rules[] = {
         {gbs < 0, "--global-batch-size must be positive"},
+        {c->max_skipped < 0, "--max-consecutive-skipped-iterations must be >= 0 (0: no limit)"},
         {c->train_iters < 0, "--train-iters must be >= 0"},
         {c->log_interval <= 0, "--log-interval must be positive"},
         {c->eval_interval < 0, "--eval-interval must be >= 0"},
@@ -207,6 +214,7 @@ typedef struct {
     const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
     const char *device_memory, *margin, *tokenizer, *tokenizer_type;
     int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size, zero_given, rbs_given;
+    int gbs_given;
     lj_flag_list data;
     lj_cli_fp8 fp8;
     lj_cli_megatron mg;
@@ -225,7 +233,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
         {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
         {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
-        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .given = &a->gbs_given},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &a->train_iters},
         {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr},
         {.name = "--min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.min_lr},
@@ -257,6 +265,9 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--eval-iters", .kind = LJ_FLAG_INT, .dest = &c->eval_iters},
         {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &c->log_json},
         {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &c->quiet, .ival = 1},
+        {.name = "--check-for-nan-in-loss-and-grad", .kind = LJ_FLAG_SWITCH, .dest = &c->check_nan, .ival = 1},
+        {.name = "--no-check-for-nan-in-loss-and-grad", .kind = LJ_FLAG_SWITCH, .dest = &c->check_nan},
+        {.name = "--max-consecutive-skipped-iterations", .kind = LJ_FLAG_INT, .dest = &c->max_skipped},
         {.name = "--deepspeed", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
         {.name = "--deepspeed_config", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
         {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero_stage, .given = &a->zero_given},
@@ -301,6 +312,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     const char *margin = a.margin, *tokenizer = a.tokenizer, *tokenizer_type = a.tokenizer_type;
     const int num_layers = a.num_layers;
     int gbs = a.gbs;
+    if (a.gbs_given && gbs <= 0) /* 0 would otherwise mean "the default" below */
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size must be positive (given %d; leave it out for micro-batch x ranks)",
+                       gbs);
     if (a.rbs_given) {
         if (a.reduce_bucket_size <= 0)
             return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");

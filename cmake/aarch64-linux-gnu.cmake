@@ -25,7 +25,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
 
 # pkg-config reads the arm64 .pc files only (the host's would link amd64 libraries): the
 # multiarch ones, then those of the arm64 packages that Debian 12 cannot install beside their
-# amd64 twins (ISA-L), which scripts/setup.sh unpacks into the cache's arm64/root with .pc
+# amd64 twins (ISA-L; xxHash too), which scripts/setup.sh unpacks into the cache's arm64/root with .pc
 # files that point there (a library found there is linked with its directory as run path).
 if(DEFINED ENV{LJPERF_CACHE})
   set(LJ_ARM64_ROOT $ENV{LJPERF_CACHE}/arm64/root)

@@ -138,6 +138,29 @@ lj_status lj_config_validate(const lj_model_config *c, const char *src) {
         return lj_fail(LJ_ERR_FORMAT, "%s: field 'rope_scaling' has invalid llama3 parameters", src);
     if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size)
         return lj_fail(LJ_ERR_FORMAT, "%s: bos_token_id/eos_token_id must be below vocab_size (%d)", src, c->vocab_size);
+    if (c->bos_token_id < 0 || c->eos_token_id < 0)
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is %d: a token id must be >= 0", src,
+                       c->bos_token_id < 0 ? "bos_token_id" : "eos_token_id",
+                       c->bos_token_id < 0 ? c->bos_token_id : c->eos_token_id);
+    /* config.json without head_dim: hidden_size // num_attention_heads, which drops a remainder */
+    if (c->hidden_size % c->num_attention_heads != 0 && c->head_dim == c->hidden_size / c->num_attention_heads)
+        return lj_fail(LJ_ERR_FORMAT, "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d), and head_dim is "
+                                      "hidden_size // num_attention_heads = %d; give head_dim explicitly if the heads "
+                                      "are meant to be that narrow", src, c->hidden_size, c->num_attention_heads, c->head_dim);
+    /* limits: every size the layout, the plan and the kernels form from these stays in range
+     * (int rows and columns, int64 totals); far above any published model */
+    const struct { const char *field; long long v, max; } lim[] = {
+        {"vocab_size", c->vocab_size, 1 << 24}, {"hidden_size", c->hidden_size, 1 << 20},
+        {"intermediate_size", c->intermediate_size, 1 << 22}, {"num_attention_heads", c->num_attention_heads, 1 << 12},
+        {"num_key_value_heads", c->num_key_value_heads, 1 << 12}, {"head_dim", c->head_dim, 1 << 12},
+        {"num_attention_heads x head_dim", (long long)c->num_attention_heads * c->head_dim, 1 << 20},
+        {"max_position_embeddings", c->max_position_embeddings, 1 << 24},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].v > lim[i].max)
+            return lj_fail(LJ_ERR_FORMAT, "%s: %s%s%s is %lld, above the %lld ljperf accepts", src,
+                           strchr(lim[i].field, ' ') ? "" : "field '", lim[i].field, strchr(lim[i].field, ' ') ? "" : "'",
+                           lim[i].v, lim[i].max);
     return LJ_OK;
 }
 
@@ -149,6 +172,9 @@ static lj_status json_int(const cJSON *root, const char *field, int required, in
         return LJ_OK;
     }
     if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) it = cJSON_GetArrayItem(it, 0); /* eos_token_id lists */
+    if (cJSON_IsNumber(it) && (it->valuedouble > INT32_MAX || it->valuedouble < -INT32_MAX))
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is %.0f, beyond the integers ljperf reads (%d at most)", path,
+                       field, it->valuedouble, INT32_MAX);
     if (!cJSON_IsNumber(it) || it->valuedouble != (double)(int)it->valuedouble)
         return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be an integer", path, field);
     *out = (int)it->valuedouble;
@@ -346,7 +372,9 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg) {
         }
         return lj_config_load(model, cfg);
     }
-    if (strchr(model, '/') && !strchr(model, '.') && strncmp(model, "deepspeed/", 10) != 0)
+    const size_t len = strlen(model);
+    if ((strchr(model, '/') && !strchr(model, '.') && strncmp(model, "deepspeed/", 10) != 0) ||
+        (len > 5 && strcmp(model + len - 5, ".json") == 0))
         return lj_fail(LJ_ERR_IO, "%s: no such file or directory", model);
     return lj_config_preset(model, cfg);
 }

@@ -92,6 +92,17 @@ lj_status lj_loader_parse_data_path(lj_loader_config *cfg, int argc, const char 
             goto done;
         }
     }
+    if (!pairs && n > 1) { /* an odd count with weights: "0.5 A 0.5" */
+        double w;
+        int numeric = 0, at = -1;
+        for (int i = 0; i < n; i++)
+            if (parse_weight(items[i], &w)) numeric++, at = at < 0 ? i : at;
+        if (numeric > 0) {
+            s = lj_fail(LJ_ERR_ARG, "--data-path: %d items with weights among them (\"%s\" is a number): give \"WEIGHT "
+                        "PATH\" pairs (an even count) or paths only", n, items[at]);
+            goto done;
+        }
+    }
     int count = pairs ? n / 2 : n;
     if (count > LJ_LOADER_MAX_DATASETS) {
         s = lj_fail(LJ_ERR_ARG, "--data-path: %d datasets, more than the %d supported", count, LJ_LOADER_MAX_DATASETS);

@@ -18,6 +18,26 @@ enum { LJ_MMIDX_U8 = 1, LJ_MMIDX_I8 = 2, LJ_MMIDX_I16 = 3, LJ_MMIDX_I32 = 4, LJ_
 /* The token dtype code Megatron uses for a vocabulary: u16 below 65500, else i32. */
 static inline int lj_mmidx_dtype_for_vocab(int vocab_size) { return vocab_size < 65500 ? LJ_MMIDX_U16 : LJ_MMIDX_I32; }
 
+/* ---- the pair's fingerprint (ljperf's sidecar, PREFIX.fingerprint.json) ----
+ * Megatron's .idx has no room for a checksum (its readers take the exact layout), so `prepare`
+ * writes a sidecar beside the pair: {"format": "ljperf-dataset-fingerprint", "version": 1,
+ * "bin_bytes", "bin_xxh3_64" (lj_mmidx_bin_fingerprint), "idx_bytes", "idx_xxh3_64" (XXH3-64 of
+ * the whole .idx)} with the hashes as 16 hex digits. The files are renamed into place in the
+ * order .bin, sidecar, .idx, so a pair that was replaced halfway (a killed prepare, a failed
+ * rename) disagrees with its sidecar. A pair without a sidecar (Megatron's, or older ljperf's)
+ * is checked by its sizes alone: the .bin must hold exactly what the .idx describes. */
+#define LJ_MMIDX_FINGERPRINT_SUFFIX ".fingerprint.json"
+/* Whole-file hashing up to this size; above it, LJ_MMIDX_FP_CHUNKS chunks of LJ_MMIDX_FP_CHUNK
+ * bytes at evenly spaced offsets (the first at 0, the last ending at the end): 16 MiB read
+ * whatever the size, so a terabyte dataset opens as fast as a small one. */
+#define LJ_MMIDX_FP_WHOLE_BYTES ((size_t)16 << 20)
+#define LJ_MMIDX_FP_CHUNKS 256
+#define LJ_MMIDX_FP_CHUNK ((size_t)64 << 10)
+/* XXH3-64 of `size` bytes of a .bin at `data`: the whole of it, or the sampled chunks above
+ * (hashed in order as one stream). It detects a .bin of another prepare (different bytes almost
+ * everywhere), not a flipped byte between two chunks of a large file. */
+uint64_t lj_mmidx_bin_fingerprint(const void *data, size_t size);
+
 /* ---- writer (data/mmidx_write.c) ---- */
 typedef struct lj_mmidx_writer lj_mmidx_writer;
 
@@ -27,7 +47,9 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **w, const char *prefix, int dtyp
 /* Appends one document (one sequence) of `n` token ids. Errors: LJ_ERR_IO, LJ_ERR_ARG when an id
  * does not fit the dtype. */
 lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n);
-/* Writes the .idx, fsyncs both files and renames them to PREFIX.bin / PREFIX.idx. */
+/* Writes the .idx and the fingerprint sidecar, fsyncs them and renames them to PREFIX.bin,
+ * PREFIX.fingerprint.json, PREFIX.idx in that order. A rename that fails deletes nothing: the
+ * files not yet in place stay under their temporary names, which the message names. */
 lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w);
 /* Removes the temporary files and frees the writer (after an error, or instead of finish). */
 void lj_mmidx_writer_abort(lj_mmidx_writer *w);
@@ -49,8 +71,9 @@ typedef struct {
 
 /* Opens PREFIX.idx + PREFIX.bin (Megatron), or an llm.c shard when `path` ends in .bin and
  * starts with an llm.c header (magic 20240520 uint16, or 20240801 uint32). Checks magic,
- * version, dtype, counts and that .bin is as long as .idx says. Errors: LJ_ERR_IO /
- * LJ_ERR_FORMAT naming the file and the field. */
+ * version, dtype, counts, that .bin is exactly as long as .idx says, and the pair against its
+ * fingerprint sidecar when there is one. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and
+ * the field. */
 lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path);
 void lj_token_dataset_close(lj_token_dataset *ds);
 /* A synthetic dataset in memory (Megatron-LM's --mock-data): `num_sequences` documents whose

@@ -14,12 +14,16 @@
  */
 #include "data/mmidx.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define LJ_MMIDX_HEADER_BYTES 34 /* magic 9 + version 8 + dtype 1 + sequence count 8 + document count 8 */
 #define LJ_LLMC_HEADER_INTS 256
@@ -138,6 +142,60 @@ static lj_status open_llmc(lj_token_dataset *ds, const char *path) {
     ds->seq_lengths = len;
     ds->seq_offsets = off;
     return LJ_OK;
+}
+
+uint64_t lj_mmidx_bin_fingerprint(const void *data, size_t size) {
+    if (size <= LJ_MMIDX_FP_WHOLE_BYTES) return XXH3_64bits(data, size);
+    XXH3_state_t *st = XXH3_createState();
+    LJ_ASSERT(st, "XXH3_createState");
+    XXH3_64bits_reset(st);
+    const size_t span = size - LJ_MMIDX_FP_CHUNK;
+    for (int i = 0; i < LJ_MMIDX_FP_CHUNKS; i++) {
+        const size_t at = (size_t)((unsigned __int128)span * (unsigned)i / (LJ_MMIDX_FP_CHUNKS - 1));
+        XXH3_64bits_update(st, (const char *)data + at, LJ_MMIDX_FP_CHUNK);
+    }
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+/* Checks the pair against PREFIX.fingerprint.json when it exists (mmidx.h). */
+static lj_status check_fingerprint(const lj_token_dataset *ds, const char *prefix, const char *idx_path,
+                                   const char *bin_path) {
+    char *fp_path = concat(prefix, LJ_MMIDX_FINGERPRINT_SUFFIX);
+    struct stat sb;
+    if (stat(fp_path, &sb) != 0) {
+        free(fp_path);
+        return LJ_OK; /* a pair without a sidecar: the sizes were checked */
+    }
+    char *text = NULL;
+    lj_status s = lj_file_read_all(fp_path, &text, NULL);
+    cJSON *j = s == LJ_OK ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *bb = cJSON_GetObjectItemCaseSensitive(j, "bin_bytes"), *bh = cJSON_GetObjectItemCaseSensitive(j, "bin_xxh3_64");
+    const cJSON *ib = cJSON_GetObjectItemCaseSensitive(j, "idx_bytes"), *ih = cJSON_GetObjectItemCaseSensitive(j, "idx_xxh3_64");
+    if (s == LJ_OK && (!cJSON_IsNumber(bb) || !cJSON_IsString(bh) || !cJSON_IsNumber(ib) || !cJSON_IsString(ih)))
+        s = lj_fail(LJ_ERR_FORMAT, "%s: not a dataset fingerprint (bin_bytes, bin_xxh3_64, idx_bytes, idx_xxh3_64 are "
+                                   "needed); delete it to check %s and %s by their sizes alone", fp_path, bin_path, idx_path);
+    char have[17];
+    if (s == LJ_OK) {
+        snprintf(have, sizeof have, "%016" PRIx64, XXH3_64bits(ds->idx_map, ds->idx_size));
+        if (ib->valuedouble != (double)ds->idx_size || strcmp(have, ih->valuestring) != 0)
+            s = lj_fail(LJ_ERR_FORMAT, "%s (%zu bytes, XXH3-64 %s) is not the index %s describes (%.0f bytes, %.20s): the "
+                                       "pair was replaced halfway (an interrupted or failed prepare?); run prepare again",
+                        idx_path, ds->idx_size, have, fp_path, ib->valuedouble, ih->valuestring);
+    }
+    if (s == LJ_OK) {
+        snprintf(have, sizeof have, "%016" PRIx64, lj_mmidx_bin_fingerprint(ds->bin_map, ds->bin_size));
+        if (bb->valuedouble != (double)ds->bin_size || strcmp(have, bh->valuestring) != 0)
+            s = lj_fail(LJ_ERR_FORMAT, "%s (%zu bytes, fingerprint %s) is not the one %s was written with (%.0f bytes, "
+                                       "%.20s; the index is %s): the pair was replaced halfway (an interrupted or failed "
+                                       "prepare?) or the .bin changed; run prepare again",
+                        bin_path, ds->bin_size, have, fp_path, bb->valuedouble, bh->valuestring, idx_path);
+    }
+    cJSON_Delete(j);
+    free(fp_path);
+    return s;
 }
 
 static lj_status open_megatron(lj_token_dataset *ds, const char *prefix) {
@@ -263,9 +321,13 @@ static lj_status open_megatron(lj_token_dataset *ds, const char *prefix) {
                     bin_path, ds->bin_size, ds->token_size, code, idx_path);
         goto done;
     }
-    if (ds->bin_size > extent)
-        lj_log_warn("%s: %zu bytes, more than the %llu that %s describes; the rest is ignored", bin_path,
-                    ds->bin_size, (unsigned long long)extent, idx_path);
+    if (ds->bin_size > extent) {
+        s = lj_fail(LJ_ERR_FORMAT, "%s: %zu bytes, more than the %llu that %s describes: the .bin belongs to another "
+                    "index (a prepare interrupted between its renames?); run prepare again", bin_path, ds->bin_size,
+                    (unsigned long long)extent, idx_path);
+        goto done;
+    }
+    if ((s = check_fingerprint(ds, prefix, idx_path, bin_path)) != LJ_OK) goto done;
     ds->num_tokens = (int64_t)(ds->bin_size / ds->token_size);
     ds->tokens = ds->bin_map;
 done:
@@ -299,7 +361,10 @@ lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {
         s = lj_fail(LJ_ERR_FORMAT, "%s: not an llm.c shard (magic %d, expected %d or %d) and %s does not exist", path,
                     first, LJ_LLMC_MAGIC_U16, LJ_LLMC_MAGIC_U32, idx_path);
     } else {
-        s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(ENOENT));
+        struct stat sb;
+        const int err = stat(idx_path, &sb) == 0 ? (S_ISDIR(sb.st_mode) ? EISDIR : 0) : errno;
+        if (err == 0) s = lj_fail(LJ_ERR_IO, "%s: not a regular file", idx_path);
+        else s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(err));
     }
     free(prefix);
     free(idx_path);

@@ -6,14 +6,19 @@
  *
  * Where the file system allows it (Linux O_TMPFILE), both files are written unnamed and get their
  * temporary names only when complete, just before the rename: a run killed by any signal leaves
- * nothing behind. Elsewhere they are written under the temporary names from the start. */
+ * nothing behind. Elsewhere they are written under the temporary names from the start. The
+ * fingerprint sidecar (mmidx.h) is written last, under its temporary name, and the three are
+ * renamed in the order .bin, sidecar, .idx. */
 #define _GNU_SOURCE /* O_TMPFILE, linkat */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <inttypes.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "data/mmidx.h"
 
@@ -24,7 +29,7 @@
 enum { BUF_BYTES = 1 << 20 };
 
 struct lj_mmidx_writer {
-    char *bin_path, *idx_path, *bin_tmp, *idx_tmp;
+    char *bin_path, *idx_path, *bin_tmp, *idx_tmp, *fp_path, *fp_tmp;
     int bin_fd, idx_fd;
     int unnamed;                 /* O_TMPFILE: the files have no name until finish */
     int dtype_code;
@@ -64,7 +69,7 @@ static int open_unnamed(const char *path) {
     char *slash = strrchr(dir, '/');
     if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
     else strcpy(dir, ".");
-    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644); /* read back for the fingerprint */
     free(dir);
     return fd;
 #else
@@ -100,6 +105,9 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
     w->bin_tmp = path_with(prefix, suffix);
     snprintf(suffix, sizeof suffix, ".idx.tmp.%d", (int)getpid());
     w->idx_tmp = path_with(prefix, suffix);
+    w->fp_path = path_with(prefix, LJ_MMIDX_FINGERPRINT_SUFFIX);
+    snprintf(suffix, sizeof suffix, "%s.tmp.%d", LJ_MMIDX_FINGERPRINT_SUFFIX, (int)getpid());
+    w->fp_tmp = path_with(prefix, suffix);
     w->dtype_code = dtype_code;
     w->item = dtype_code == LJ_MMIDX_U16 ? 2 : 4;
     w->idx_fd = -1;
@@ -114,13 +122,13 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
         }
         close(w->bin_fd);
     }
-    w->bin_fd = open(w->bin_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->bin_fd = open(w->bin_tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->bin_fd < 0) {
         lj_status st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->bin_tmp, strerror(errno));
         lj_mmidx_writer_abort(w);
         return st;
     }
-    w->idx_fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->idx_fd = open(w->idx_tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->idx_fd < 0) {
         lj_status st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
         lj_mmidx_writer_abort(w);
@@ -206,11 +214,60 @@ static void fsync_dir_of(const char *path) {
     free(dir);
 }
 
+/* The XXH3-64 of the `size` bytes of file `fd` (mmap'd), whole or sampled (`bin`). */
+static lj_status hash_file(int fd, const char *path, size_t size, int bin, uint64_t *out) {
+    if (size == 0) {
+        *out = bin ? lj_mmidx_bin_fingerprint(NULL, 0) : XXH3_64bits(NULL, 0);
+        return LJ_OK;
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return lj_fail(LJ_ERR_IO, "%s: cannot map to fingerprint it: %s", path, strerror(errno));
+    *out = bin ? lj_mmidx_bin_fingerprint(map, size) : XXH3_64bits(map, size);
+    munmap(map, size);
+    return LJ_OK;
+}
+
+/* The sidecar PREFIX.fingerprint.json under its temporary name, fsync'd. */
+static lj_status write_fingerprint(lj_mmidx_writer *w, int64_t idx_bytes) {
+    uint64_t hb = 0, hi = 0;
+    LJ_TRY(hash_file(w->bin_fd, w->bin_tmp, (size_t)w->bin_bytes, 1, &hb));
+    LJ_TRY(hash_file(w->idx_fd, w->idx_tmp, (size_t)idx_bytes, 0, &hi));
+    char text[400];
+    const int n = snprintf(text, sizeof text,
+                           "{\"format\": \"ljperf-dataset-fingerprint\", \"version\": 1, \"bin_bytes\": %" PRId64
+                           ", \"bin_xxh3_64\": \"%016" PRIx64 "\", \"idx_bytes\": %" PRId64 ", \"idx_xxh3_64\": \"%016" PRIx64
+                           "\"}\n", w->bin_bytes, hb, idx_bytes, hi);
+    int fd = open(w->fp_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->fp_tmp, strerror(errno));
+    lj_status st = write_all(fd, w->fp_tmp, text, (size_t)n);
+    if (st == LJ_OK && fsync(fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->fp_tmp, strerror(errno));
+    if (close(fd) != 0 && st == LJ_OK) st = lj_fail(LJ_ERR_IO, "%s: cannot close: %s", w->fp_tmp, strerror(errno));
+    if (st != LJ_OK) unlink(w->fp_tmp);
+    return st;
+}
+
+static void free_writer(lj_mmidx_writer *w) {
+    free(w->bin_path);
+    free(w->idx_path);
+    free(w->bin_tmp);
+    free(w->idx_tmp);
+    free(w->fp_path);
+    free(w->fp_tmp);
+    free(w->buf);
+    free(w->lengths);
+    free(w);
+}
+
 lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
     lj_status st = flush_bin(w);
     if (st == LJ_OK) st = write_idx(w);
     if (st == LJ_OK && fsync(w->bin_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->bin_tmp, strerror(errno));
     if (st == LJ_OK && fsync(w->idx_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->idx_tmp, strerror(errno));
+    if (st == LJ_OK) {
+        struct stat sb;
+        st = fstat(w->idx_fd, &sb) == 0 ? write_fingerprint(w, (int64_t)sb.st_size)
+                                         : lj_fail(LJ_ERR_IO, "%s: cannot stat: %s", w->idx_tmp, strerror(errno));
+    }
     if (st == LJ_OK && w->unnamed) {
         st = name_unnamed(w->bin_fd, w->bin_tmp);
         if (st == LJ_OK) st = name_unnamed(w->idx_fd, w->idx_tmp);
@@ -223,22 +280,30 @@ lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
     }
     if (st == LJ_OK && rename(w->bin_tmp, w->bin_path) != 0)
         st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->bin_tmp, w->bin_path, strerror(errno));
-    if (st == LJ_OK && rename(w->idx_tmp, w->idx_path) != 0) {
-        st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->idx_tmp, w->idx_path, strerror(errno));
-        unlink(w->bin_path); /* no .bin without its .idx */
-    }
-    if (st != LJ_OK) {
+    if (st != LJ_OK) { /* nothing replaced yet */
         lj_mmidx_writer_abort(w);
         return st;
     }
+    /* the new .bin is in place: from here a failure deletes nothing, and the old .idx (or its
+     * sidecar) disagrees with it, so `train` refuses the pair until the rest is renamed */
+    const char *from = NULL, *to = NULL;
+    if (rename(w->fp_tmp, w->fp_path) != 0) from = w->fp_tmp, to = w->fp_path;
+    else if (rename(w->idx_tmp, w->idx_path) != 0) from = w->idx_tmp, to = w->idx_path;
+    if (from) {
+        const int err = errno;
+        if (to == w->fp_path)
+            st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s; %s is the new one, and its index is %s with the "
+                                    "fingerprint %s: rename both into place (or run prepare again; train refuses the "
+                                    "mixed pair until then)", from, to, strerror(err), w->bin_path, w->idx_tmp, w->fp_tmp);
+        else
+            st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s; %s and %s are the new ones, and the new index is %s: "
+                                    "rename it into place (or run prepare again; train refuses the mixed pair until then)",
+                         from, to, strerror(err), w->bin_path, w->fp_path, w->idx_tmp);
+        free_writer(w); /* the temporaries stay: they are the new dataset */
+        return st;
+    }
     fsync_dir_of(w->bin_path);
-    free(w->bin_path);
-    free(w->idx_path);
-    free(w->bin_tmp);
-    free(w->idx_tmp);
-    free(w->buf);
-    free(w->lengths);
-    free(w);
+    free_writer(w);
     return LJ_OK;
 }
 
@@ -248,11 +313,6 @@ void lj_mmidx_writer_abort(lj_mmidx_writer *w) {
     if (w->idx_fd >= 0) close(w->idx_fd);
     if (w->bin_tmp && !w->unnamed) unlink(w->bin_tmp);
     if (w->idx_tmp && !w->unnamed) unlink(w->idx_tmp);
-    free(w->bin_path);
-    free(w->idx_path);
-    free(w->bin_tmp);
-    free(w->idx_tmp);
-    free(w->buf);
-    free(w->lengths);
-    free(w);
+    if (w->fp_tmp) unlink(w->fp_tmp);
+    free_writer(w);
 }

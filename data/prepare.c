@@ -203,7 +203,10 @@ static lj_status json_doc(prep *p, round_t *rd, const char *line, size_t n, int6
         return lj_fail(LJ_ERR_FORMAT, "%s:%lld: not valid JSON (error at column %zu)", name, (long long)lineno, col);
     }
     lj_status st = LJ_OK;
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    /* a duplicated key takes its last value, as Python's json and jq do */
+    const cJSON *v = NULL;
+    for (const cJSON *it = cJSON_IsObject(obj) ? obj->child : NULL; it; it = it->next)
+        if (it->string && strcmp(it->string, key) == 0) v = it;
     if (!blank_line(end, n - (size_t)(end - line)))
         st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: not valid JSON (text after the value at column %zu)", name,
                      (long long)lineno, (size_t)(end - line) + 1);
@@ -530,6 +533,11 @@ static lj_status write_round(prep *p, round_t *r, lj_mmidx_writer *w, int32_t **
 static lj_status check_config(const lj_prepare_config *c, const char **tok_path, char *defbuf, size_t deflen) {
     if (c->num_inputs <= 0) return lj_fail(LJ_ERR_ARG, "no input: give --input PATH (a .txt or .jsonl file, or - for stdin)");
     if (!c->output_prefix || !c->output_prefix[0]) return lj_fail(LJ_ERR_ARG, "no output: give --output-prefix PREFIX");
+    const char *base = strrchr(c->output_prefix, '/');
+    base = base ? base + 1 : c->output_prefix;
+    if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
+        return lj_fail(LJ_ERR_ARG, "--output-prefix %s: names a directory, not a file prefix (the files would be the "
+                                   "hidden %s.bin and .idx); give DIR/NAME", c->output_prefix, c->output_prefix);
     if (!c->json_key || !c->json_key[0]) return lj_fail(LJ_ERR_ARG, "--json-key: must not be empty");
     int stdin_count = 0;
     for (int i = 0; i < c->num_inputs; i++) {

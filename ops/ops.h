@@ -271,7 +271,8 @@ struct lj_ops {
      * hp: the fixed hyper-parameters (by value: baked into a captured graph);
      * step_scalars: [LJ_ADAMW_NUM_SCALARS] f32 in backend memory (lj_adamw_step_scalars,
      * uploaded before the op runs; read on the device, so a replayed graph uses each step's);
-     * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). */
+     * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). A grad_norm_sq
+     * that is inf or NaN skips the step: nothing is written (Megatron-LM's skipped iteration). */
     void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq);

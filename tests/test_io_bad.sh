@@ -20,8 +20,8 @@ for tool in valgrind cc pkg-config; do
     fi
 done
 
-flags=(-std=gnu11 -O1 -g -I"$src" $(pkg-config --cflags libcjson cmocka))
-libs=($(pkg-config --libs libcjson cmocka) -lm)
+flags=(-std=gnu11 -O1 -g -I"$src" $(pkg-config --cflags libcjson libxxhash cmocka))
+libs=($(pkg-config --libs libcjson libxxhash cmocka) -lm)
 lib_srcs=("$src"/base/*.c "$src/config/config.c" "$src/io/safetensors.c" "$src/io/hf.c" "$src/checkpoint/checkpoint.c")
 
 status=0

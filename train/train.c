@@ -44,6 +44,8 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->hf_dtype = LJ_DTYPE_BF16;
     c->overlap_comm = -1;
     c->offload_optimizer = -1;
+    c->check_nan = 1;
+    c->max_skipped = 10;
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -67,6 +69,9 @@ typedef struct {
     int out_of_time;           /* a rank passed --exit-duration-in-mins: all save and exit */
     double start_sec;          /* lj_time_sec() at the start of the loop */
     int rank, world;
+    lj_ckpt_lock save_lock;    /* rank 0 holds the lock of --save for the whole run */
+    int skipped_total;         /* steps skipped for a non-finite gradient norm, this process */
+    int skipped_in_a_row;      /* ... up to the last iteration (0: the last step was applied) */
 } run;
 
 
@@ -158,13 +163,42 @@ static double evaluate(run *r) {
     return sum / r->cfg->eval_iters;
 }
 
+/* buf = the printf of x, or "null" when x is not finite (JSON has no inf or NaN). */
+static void json_number(char *buf, size_t len, const char *fmt, double x) {
+    if (isfinite(x)) snprintf(buf, len, fmt, x);
+    else snprintf(buf, len, "null");
+}
+
+/* A validation loss that is not finite: the weights diverged; nothing is saved after it.
+ * Collective (the ranks that did not evaluate pass 0), so that every rank stops together. */
+static lj_status check_eval(run *r, double loss) {
+    float bad = !isfinite(loss);
+    lj_dp_sum(&r->dp, &r->model, &bad, 1);
+    if (bad == 0.0f) return LJ_OK;
+    return lj_fail(LJ_ERR_ARG, "iteration %d: the validation loss is %f: training diverged, the state is not saved%s "
+                               "(lower --lr or set --clip-grad)", r->iteration, loss,
+                   r->cfg->save ? " and the latest checkpoint is left as it was" : "");
+}
+
+/* Saves the checkpoint unless the last step was skipped (its loss or gradient norm not finite):
+ * such a state never becomes the latest checkpoint. */
+static lj_status checkpoint_if_good(run *r) {
+    if (r->skipped_in_a_row == 0) return checkpoint(r);
+    if (r->rank == 0)
+        lj_log_warn("iteration %d: not saved, the iteration was skipped (a non-finite loss or gradient norm)",
+                    r->iteration);
+    return LJ_OK;
+}
+
 static void log_eval(run *r, double loss) {
     if (r->rank != 0) return;
     if (!r->cfg->quiet)
         printf("validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E\n", r->iteration, loss,
                exp(loss));
     if (r->log_json) {
-        fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %.17g}\n", r->iteration, loss);
+        char text[40];
+        json_number(text, sizeof text, "%.17g", loss);
+        fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %s}\n", r->iteration, text);
         fflush(r->log_json);
     }
     lj_train_tb_validation(&r->tb, r->iteration, r->consumed_samples, loss);
@@ -208,6 +242,9 @@ static lj_status setup(run *r) {
                                        : "off (the compute stream waits for each collective)");
     r->rank = r->dp.rank;
     r->world = r->dp.world;
+    r->save_lock.fd = -1;
+    /* one run saves into a --save root at a time: a second one stops here, before it trains */
+    if (c->save && r->rank == 0) LJ_TRY(lj_ckpt_lock_acquire(&r->save_lock, c->save));
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d ranks",
                        c->global_batch_size, c->micro_batch_size, r->world);
@@ -267,6 +304,7 @@ static lj_status setup(run *r) {
 }
 
 static void teardown(run *r) {
+    lj_ckpt_lock_release(&r->save_lock);
     if (r->log_json) fclose(r->log_json);
     lj_train_tb_close(&r->tb);
     free(r->tokens);
@@ -322,6 +360,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     run r;
     memset(&r, 0, sizeof r);
     r.cfg = cfg;
+    r.save_lock.fd = -1;
     lj_status s = setup(&r);
     if (s != LJ_OK) {
         teardown(&r);
@@ -338,14 +377,16 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
     const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
     int last_saved = r.iteration;
-    if (r.iteration >= cfg->train_iters && r.rank == 0)
+    if (r.iteration >= cfg->train_iters && r.rank == 0 && cfg->load && r.iteration > 0)
         lj_log_info("the checkpoint is at iteration %d, not below --train-iters %d: nothing to train (raise "
                     "--train-iters to continue)",
                     r.iteration, cfg->train_iters);
+    else if (r.iteration >= cfg->train_iters && r.rank == 0)
+        lj_log_info("--train-iters %d: nothing to train", cfg->train_iters);
     /* the printed lm loss is the mean over the iterations since the last printed line (Megatron's
      * convention); --log-json keeps every iteration's own loss */
     double interval_loss = 0.0;
-    int interval_iters = 0;
+    int interval_iters = 0, interval_skips_logged = 0;
     r.start_sec = lj_time_sec();
     while (r.iteration < cfg->train_iters && !r.stop) {
         const double t0 = lj_time_sec();
@@ -361,37 +402,69 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                         r.iteration, overflow);
             break;
         }
-        if (!isfinite(loss)) {
-            s = lj_fail(LJ_ERR_ARG, "loss is %f at iteration %d: training diverged (lower --lr or set --clip-grad)", loss,
-                        r.iteration);
-            break;
+        const int skipped = !isfinite(grad_norm) || !isfinite(loss);
+        if (skipped) { /* no update was applied: a non-finite norm makes the AdamW op skip the step */
+            r.skipped_total++;
+            r.skipped_in_a_row++;
+            if (cfg->check_nan) {
+                s = lj_fail(LJ_ERR_ARG, "iteration %d: the %s is %f: training diverged; the update was skipped and the "
+                                        "run stops (--check-for-nan-in-loss-and-grad, the default; lower --lr or set "
+                                        "--clip-grad, or --no-check-for-nan-in-loss-and-grad to skip such steps)%s",
+                            r.iteration, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? grad_norm : loss,
+                            cfg->save ? "; the latest checkpoint is left as it was" : "");
+                break;
+            }
+            if (r.rank == 0)
+                lj_log_warn("iteration %d: the %s is %f: the update is skipped (%d skipped in a row, %d in all)",
+                            r.iteration, isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? grad_norm : loss,
+                            r.skipped_in_a_row, r.skipped_total);
+            if (cfg->max_skipped > 0 && r.skipped_in_a_row >= cfg->max_skipped) {
+                s = lj_fail(LJ_ERR_ARG, "training diverged: %d iterations in a row (%d to %d) were skipped for a "
+                                        "non-finite loss or gradient norm (--max-consecutive-skipped-iterations %d); "
+                                        "lower --lr or set --clip-grad%s",
+                            r.skipped_in_a_row, r.iteration - r.skipped_in_a_row + 1, r.iteration, cfg->max_skipped,
+                            cfg->save ? "; the latest checkpoint is left as it was" : "");
+                break;
+            }
+        } else {
+            r.skipped_in_a_row = 0;
+            interval_loss += loss; /* Megatron's averaged loss leaves skipped iterations out */
+            interval_iters++;
         }
-        interval_loss += loss;
-        interval_iters++;
         if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
-            const double logged = interval_loss / interval_iters;
+            const double logged = interval_iters ? interval_loss / interval_iters : loss;
             interval_loss = 0.0;
             interval_iters = 0;
+            char skips[64] = "";
+            if (r.skipped_total > interval_skips_logged)
+                snprintf(skips, sizeof skips, " | number of skipped iterations: %d", r.skipped_total - interval_skips_logged);
+            interval_skips_logged = r.skipped_total;
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
-                   "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f\n",
+                   "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f%s\n",
                    r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, logged,
-                   grad_norm, tps, tps * flops_per_token / 1e12 / r.world);
+                   grad_norm, tps, tps * flops_per_token / 1e12 / r.world, skips);
             fflush(stdout);
         }
         if (r.log_json) {
+            char loss_text[40], norm_text[40]; /* JSON has no inf or NaN: null */
+            json_number(loss_text, sizeof loss_text, "%.17g", loss);
+            json_number(norm_text, sizeof norm_text, "%.9g", grad_norm);
             fprintf(r.log_json,
-                    "{\"iteration\": %d, \"loss\": %.17g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f, "
-                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g}\n",
-                    r.iteration, loss, lr, grad_norm, tps, dt * 1e3, r.consumed_samples,
-                    tps * flops_per_token / 1e12 / r.world);
+                    "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
+                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s}\n",
+                    r.iteration, loss_text, lr, norm_text, tps, dt * 1e3, r.consumed_samples,
+                    tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "");
             fflush(r.log_json);
         }
         const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
         lj_train_tb_iteration(&r.tb, &tb_step);
-        if (r.have_valid && cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0)
-            log_eval(&r, evaluate(&r));
-        if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0) {
+        if (cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0) {
+            const double vl = r.have_valid ? evaluate(&r) : 0.0;
+            if (r.have_valid) log_eval(&r, vl);
+            if ((s = check_eval(&r, vl)) != LJ_OK) break;
+        }
+        if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0 && !r.skipped_in_a_row) {
             s = checkpoint(&r);
             if (s != LJ_OK) break;
             last_saved = r.iteration;
@@ -403,7 +476,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             else if (r.rank == 0)
                 lj_log_info("--exit-duration-in-mins %g: exiting after iteration %d", cfg->exit_duration_min,
                             r.iteration);
-            if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
+            if (cfg->save && last_saved != r.iteration) s = checkpoint_if_good(&r);
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGUSR1, &old_usr1, NULL);
@@ -418,13 +491,22 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                     : g_stop_signal == SIGUSR1 ? "a stop request (SIGUSR1)"
                                                : "a signal (on another rank)",
                     r.iteration);
-        if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
+        if (cfg->save && last_saved != r.iteration) s = checkpoint_if_good(&r);
         if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
                                     cfg->save ? " (checkpoint saved)" : " (no --save: nothing saved)");
+    } else if (s == LJ_OK && r.skipped_in_a_row > 0) {
+        /* the run ends on a step that was not applied: not a result to hand on as the latest */
+        s = lj_fail(LJ_ERR_ARG, "training diverged: the last %d iteration(s), up to %d, were skipped for a non-finite "
+                                "loss or gradient norm; the state is not saved%s (lower --lr or set --clip-grad)",
+                    r.skipped_in_a_row, r.iteration, cfg->save ? " and the latest checkpoint is left as it was" : "");
     } else if (s == LJ_OK) {
         const int evaluated = cfg->eval_interval > 0 && r.iteration % cfg->eval_interval == 0;
-        if (r.have_valid && cfg->eval_iters > 0 && !evaluated) log_eval(&r, evaluate(&r));
-        if (cfg->save && last_saved != r.iteration) s = checkpoint(&r);
+        if (cfg->eval_iters > 0 && !evaluated) {
+            const double vl = r.have_valid ? evaluate(&r) : 0.0;
+            if (r.have_valid) log_eval(&r, vl);
+            s = check_eval(&r, vl);
+        }
+        if (s == LJ_OK && cfg->save && last_saved != r.iteration) s = checkpoint(&r);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

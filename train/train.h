@@ -1,7 +1,15 @@
 /* train.h: the training loop: data, micro-batch accumulation up to the global batch, AdamW
  * with clipping and the LR schedule, logging (a Megatron-style line and JSON lines), eval on
  * the held-out split, checkpoints (training state + HF export), exact resume, and SIGINT /
- * SIGTERM handling. */
+ * SIGTERM handling.
+ *
+ * Divergence (Megatron-LM's rules, with the state kept good): a step whose global gradient norm is
+ * inf or NaN applies no update (the AdamW op skips it, ops.h) and is counted as skipped. With
+ * --check-for-nan-in-loss-and-grad (the default) a non-finite loss or gradient norm then stops the
+ * run with an error; without it the run goes on and stops after --max-consecutive-skipped-iterations
+ * skipped steps in a row. A skipped step, a non-finite validation loss or a state with non-finite
+ * weights is never saved (the latest checkpoint stays the last good one), and a run whose last
+ * iteration was skipped ends with an error. */
 #ifndef LJ_TRAIN_H
 #define LJ_TRAIN_H
 
@@ -63,6 +71,10 @@ typedef struct {
                                   with --deepspeed, else none (needs ZeRO stage >= 1) */
     int has_deepspeed;         /* --deepspeed given: */
     lj_deepspeed_config deepspeed; /* the resolved config; its scheduler, if any, sets the LR */
+    int check_nan;             /* --check-for-nan-in-loss-and-grad (Megatron's default, 1): a non-finite loss
+                                  or gradient norm stops the run; 0 (--no-check-...): the step is skipped */
+    int max_skipped;           /* --max-consecutive-skipped-iterations: skipped steps in a row that stop
+                                  the run (0: no limit) */
     int quiet;                 /* no per-step lines (tests) */
 } lj_train_config;
 

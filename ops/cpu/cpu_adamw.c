@@ -36,6 +36,7 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq) {
     const float *g = grad;
+    if (grad_norm_sq && !isfinite(grad_norm_sq[0])) return; /* a skipped step (ops.h) */
     float clip = 1.0f;
     if (hp->max_grad_norm > 0.0f) {
         float norm = sqrtf(grad_norm_sq[0]);

@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
                                                                  float *m, float *v, const lj_adamw_batch batch,
                                                                  const lj_adamw_consts k, const float *scalars,
                                                                  const float *grad_norm_sq) {
+    if (grad_norm_sq && !isfinite(*grad_norm_sq)) return; /* a skipped step (ops.h): nothing is written */
     float clip = 1.0f;
     if (k.max_grad_norm > 0.0f && grad_norm_sq) {
         float norm = sqrtf(*grad_norm_sq);
