@@ -12,8 +12,8 @@
 #      each recipe, in the same job (A/B on one machine);
 #   5. the per-kernel breakdown of one step under Nsight Compute: llama3.2-1b's shapes with 2
 #      layers, in bf16 and with each recipe (ncu_<recipe>.txt; bench/ncu_summary.py);
-#   6. `CHECKPOINT_OPTIMIZATION=true ljperf benchmark --model deepspeed/llama3-8b` in bf16 and
-#      with each recipe;
+#   6. `CHECKPOINT_OPTIMIZATION=true ljperf benchmark --model $PLAN_MODEL --seq-length $PLAN_SEQ`
+#      (deepspeed/llama3-8b, 4096) in bf16 and with each recipe;
 #   7. convergence: llama3.2-1b trained on real text ($CONV_DATA, default .gpudata/gcide.txt.gz:
 #      carry it) for $CONV_STEPS (2000) steps of 4 x 512 tokens in bf16 and with each recipe, side
 #      by side; the mean loss of each 100 iterations, and of the last 100 against bf16's;
@@ -105,7 +105,8 @@ EOF
     done
     ;;
   6)
-    bench=(benchmark --model deepspeed/llama3-8b --device cuda --no-progress --train-iters 8 --warmup-iters 3)
+    bench=(benchmark --model "${PLAN_MODEL:-deepspeed/llama3-8b}" --seq-length "${PLAN_SEQ:-4096}" --device cuda
+           --no-progress --train-iters 8 --warmup-iters 3)
     for i in -1 0 1; do
       name=bf16 flags=()
       [ "$i" -ge 0 ] && { name=${names[$i]}; read -r -a flags <<< "${recipes[$i]}"; }
