@@ -89,9 +89,13 @@ void lj_cpu_qk_norm_rope_forward(void *out, float *rstd, const void *x, const vo
 void lj_cpu_qk_norm_rope_backward(void *dx, void *dw, const void *dout, const void *x, const void *w,
                                   const float *rstd, const float *cos, const float *sin, int B, int T, int nh, int nkv,
                                   int hd, lj_grad_mode dw_mode, void *workspace) {
-    if (dx != dout) memcpy(dx, dout, (size_t)B * T * (nh + 2 * nkv) * hd * sizeof(float));
-    lj_cpu_rope_backward(dx, cos, sin, B, T, nh, nkv, hd);
-    lj_cpu_qk_norm_backward(dx, dw, dx, x, w, rstd, B * T, nh, nkv, hd, dw_mode, workspace);
+    /* the RoPE backward runs in place, so without dx (weight gradient only) on a copy of dout */
+    const size_t bytes = (size_t)B * T * (nh + 2 * nkv) * hd * sizeof(float);
+    void *d = dx ? dx : lj_malloc(bytes);
+    if (d != dout) memcpy(d, dout, bytes);
+    lj_cpu_rope_backward(d, cos, sin, B, T, nh, nkv, hd);
+    lj_cpu_qk_norm_backward(dx, dw, d, x, w, rstd, B * T, nh, nkv, hd, dw_mode, workspace);
+    if (!dx) free(d);
 }
 
 void lj_cpu_bias_add(void *x, const void *b, int N, int C) {

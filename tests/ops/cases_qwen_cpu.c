@@ -125,6 +125,14 @@ void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mod
         ops->qk_norm_rope_backward(d2, dw2, d2, x, w, rstd, cos_t, sin_t, B, T, nh, nkv, hd, LJ_GRAD_ACCUMULATE, NULL);
         CHECK_BITS("qk_norm_rope_backward vs rope+qk_norm dx", d2, d1, (size_t)n * sizeof(float));
         CHECK_BITS("qk_norm_rope_backward vs rope+qk_norm dw", dw2, dw1, (size_t)2 * hd * sizeof(float));
+        /* the weight gradient alone (dx NULL), out of place: dout is left as it was */
+        float *d3 = copyf(d1, n), *d3c = copyf(d1, n), *dw3 = randf(h, 2 * hd, 1), *dw4 = copyf(dw3, 2 * hd);
+        float *d4 = copyf(d1, n);
+        ops->qk_norm_rope_backward(NULL, dw3, d3, x, w, rstd, cos_t, sin_t, B, T, nh, nkv, hd, LJ_GRAD_OVERWRITE, NULL);
+        ops->qk_norm_rope_backward(d4, dw4, d4, x, w, rstd, cos_t, sin_t, B, T, nh, nkv, hd, LJ_GRAD_OVERWRITE, NULL);
+        CHECK_BITS("qk_norm_rope_backward without dx: dw", dw3, dw4, (size_t)2 * hd * sizeof(float));
+        CHECK_BITS("qk_norm_rope_backward without dx: dout untouched", d3, d3c, (size_t)n * sizeof(float));
+        free(d3), free(d3c), free(dw3), free(dw4), free(d4);
         free(xi), free(ri), free(fused), free(rf), free(d1), free(d2), free(dw1), free(dw2);
     } else {
         ops->qk_norm_forward(out, rstd, x, w, N, nh, nkv, hd, eps);
