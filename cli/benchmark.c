@@ -26,7 +26,9 @@ static void usage(FILE *f) {
             "  --device-memory BYTES      the memory budget the run is planned for (default: the device's),\n"
             "                             e.g. 106.5GiB to stay within another engine's peak\n"
             "  --margin BYTES|P%%          kept free below it (default 1GiB)\n"
-            "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, and over several\n"
+            "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, +FP8 (on Hopper\n"
+            "                             GPUs: the --fp8-* flags given, else --fp8-format hybrid with\n"
+            "                             Megatron-LM's defaults; the rows above it run bf16), and over several\n"
             "                             ranks under ZeRO stage 2 or 3 +CommOpt (overlap_comm off in the rows\n"
             "                             above it, on in it)\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host memory,\n"
@@ -47,6 +49,9 @@ static void usage(FILE *f) {
 typedef struct {
     uint8_t manual[LJ_MAX_LAYERS];
     uint8_t planned[LJ_MAX_LAYERS];
+    uint8_t planned_fp8[LJ_MAX_LAYERS]; /* the planner's again, with the memory FP8 frees */
+    lj_linear_fp8_options fp8;          /* the +FP8 row's recipe */
+    const char *no_fp8;                 /* why +FP8 is left out, or NULL */
 } ablation_ctx;
 
 /* One row of the ablation: a name, how it changes the configuration of the row above, and
@@ -56,7 +61,7 @@ typedef struct {
     const char *name;
     const char *what;
     void (*apply)(lj_bench_config *cfg, const ablation_ctx *ctx);
-    const char *(*omit)(const lj_bench_config *cfg);
+    const char *(*omit)(const lj_bench_config *cfg, const ablation_ctx *ctx);
 } ablation_row;
 
 /* the rows before +CommOpt run with overlap_comm off, so that +CommOpt measures it */
@@ -64,17 +69,29 @@ static void apply_base(lj_bench_config *c, const ablation_ctx *x) {
     c->fused = 0;
     memcpy(c->recompute, x->manual, sizeof c->recompute);
     c->dp->overlap_comm = 0;
+    c->linear_recipe = LJ_LINEAR_RECIPE_DEFAULT;
 }
 static void apply_fusion(lj_bench_config *c, const ablation_ctx *x) { c->fused = 1; }
 static void apply_ckptopt(lj_bench_config *c, const ablation_ctx *x) {
     memcpy(c->recompute, x->planned, sizeof c->recompute);
 }
 
+static void apply_fp8(lj_bench_config *c, const ablation_ctx *x) {
+    c->linear_recipe = LJ_LINEAR_RECIPE_FP8;
+    c->fp8 = x->fp8;
+    memcpy(c->recompute, x->planned_fp8, sizeof c->recompute);
+}
+static const char *omit_fp8(const lj_bench_config *c, const ablation_ctx *x) {
+    (void)c;
+    return x->no_fp8;
+}
+
 static void apply_commopt(lj_bench_config *c, const ablation_ctx *x) {
     (void)x;
     c->dp->overlap_comm = 1;
 }
-static const char *omit_commopt(const lj_bench_config *c) {
+static const char *omit_commopt(const lj_bench_config *c, const ablation_ctx *x) {
+    (void)x;
     if (c->dp->world == 1) return "one rank: there is no communication to overlap";
     if (c->dp->zero_stage < 2)
         return "ZeRO stages 0 and 1 all-reduce the gradients after the backward: nothing to overlap (--zero-stage 2 or 3)";
@@ -85,6 +102,8 @@ static const ablation_row k_ablation[] = {
     {"Base", "unfused twins, no CUDA graph, manual recompute", apply_base, NULL},
     {"+Fusion", "fused kernels (residual+RMSNorm, SwiGLU, lm_head+CE), CUDA graph on GPUs", apply_fusion, NULL},
     {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt, NULL},
+    {"+FP8", "FP8 linears in the transformer blocks (TransformerEngine's recipes), recompute planned again",
+     apply_fp8, omit_fp8},
     {"+CommOpt", "ZeRO-2/3 gradient reductions (and ZeRO-3 gathers, prefetched) overlapped with compute on their own "
                  "stream (overlap_comm)",
      apply_commopt, omit_commopt},
@@ -96,7 +115,7 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
     lj_bench_result res[8];
     int ran[8], rows = 0;
     for (int i = 0; i < all; i++) {
-        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg) : NULL;
+        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg, ctx) : NULL;
         if (why) {
             if (cfg->dp->rank == 0) fprintf(stderr, "ablation row %s left out: %s\n", k_ablation[i].name, why);
             continue;
@@ -112,15 +131,18 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
     lj_bench_describe_stage(cfg, stage, sizeof stage);
     printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d\n", cfg->model.name,
            cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size);
-    printf("%-10s %14s %10s %8s  %s\n", "row", "tokens/s", "gain", "MFU", "what");
+    printf("%-10s %14s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
         if (i > 0) snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (tps[i] / tps[i - 1] - 1.0));
-        printf("%-10s %14.0f %10s %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, 100.0 * res[i].mfu,
-               k_ablation[ran[i]].what);
+        printf("%-10s %14.0f %10s %10.2f %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, res[i].tflops,
+               100.0 * res[i].mfu, k_ablation[ran[i]].what);
     }
+    if (rows > 0)
+        printf("(TFLOP/s: the achieved model rate per device; MFU is against %s in every row, FP8 included)\n",
+               res[0].peak_source);
     for (int i = 0; i < all; i++) {
-        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg) : NULL;
+        const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg, ctx) : NULL;
         if (why) printf("(%s left out: %s)\n", k_ablation[i].name, why);
     }
     if (json_path) {
@@ -131,8 +153,11 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
         }
         fprintf(f, "[\n");
         for (int i = 0; i < rows; i++)
-            fprintf(f, "  {\"row\": \"%s\", \"tokens_per_s\": %.1f, \"mfu\": %.5f, \"step_ms_median\": %.3f}%s\n",
-                    k_ablation[ran[i]].name, tps[i], res[i].mfu, res[i].step_ms_median, i + 1 < rows ? "," : "");
+            fprintf(f,
+                    "  {\"row\": \"%s\", \"tokens_per_s\": %.1f, \"tflops\": %.2f, \"mfu\": %.5f, "
+                    "\"step_ms_median\": %.3f}%s\n",
+                    k_ablation[ran[i]].name, tps[i], res[i].tflops, res[i].mfu, res[i].step_ms_median,
+                    i + 1 < rows ? "," : "");
         fprintf(f, "]\n");
         fclose(f);
     }
@@ -220,8 +245,6 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
                       : (iters_given && iters <= 0) ? "--train-iters must be positive"
                       : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
-                      : (ablation && cfg.linear_recipe != LJ_LINEAR_RECIPE_DEFAULT)
-                          ? "--ablation measures the bf16 recipe: drop --fp8-format (an FP8 row is not built yet)"
                       : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
                           ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
                             "--[no-]overlap-comm"
@@ -303,6 +326,18 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         cfg.micro_batch_size = mb;
         if (lj_cli_recompute(&planner, &mb, ctx.planned) != LJ_OK)
             return lj_cli_error("benchmark");
+        /* +FP8: the recipe the flags give, else hybrid with Megatron-LM's defaults, where the
+         * backend has FP8 tensor cores */
+        ctx.fp8 = cfg.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? cfg.fp8 : lj_linear_fp8_defaults();
+        ctx.no_fp8 = NULL;
+        if (cpu) ctx.no_fp8 = "the CPU backend emulates FP8 (a check of the recipe, not a speed-up)";
+        else if (lj_ops_cuda_fp8_check() != LJ_OK) ctx.no_fp8 = "this GPU or toolkit has no FP8 GEMM (Hopper, sm_90)";
+        if (!ctx.no_fp8) {
+            lj_cli_recompute_request fp8_planner = planner;
+            fp8_planner.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+            fp8_planner.fp8 = &ctx.fp8;
+            if (lj_cli_recompute(&fp8_planner, &mb, ctx.planned_fp8) != LJ_OK) return lj_cli_error("benchmark");
+        }
         return run_ablation(&cfg, &ctx, json);
     }
     given.recompute = recompute;

@@ -53,6 +53,12 @@ done
   >"$tmp/plan.out" 2>&1 || { cat "$tmp/plan.out"; fail "plan --fp8-format"; }
 grep -q "FP8 casts and scales" "$tmp/plan.out" || fail "plan: no FP8 row"
 grep -q "fp8.w_t" "$tmp/plan.out" || fail "plan: no FP8 weight transpose buffer"
+# the ablation takes the FP8 flags for its +FP8 row; on the CPU the row is left out, with the reason
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 64 --train-iters 1 --warmup-iters 0 --no-progress \
+  --ablation --fp8-format hybrid --fp8-recipe tensorwise --json "$tmp/ab.json" >"$tmp/ab.out" 2>&1 ||
+  { cat "$tmp/ab.out"; fail "benchmark --ablation --fp8-format"; }
+grep -q "+FP8 left out: the CPU backend emulates FP8" "$tmp/ab.out" || { cat "$tmp/ab.out"; fail "ablation: no +FP8 line"; }
+grep -q '"tflops"' "$tmp/ab.json" || fail "ablation JSON: no tflops"
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --recompute none >"$tmp/plan_bf16.out" 2>&1
 if grep -q "FP8" "$tmp/plan_bf16.out"; then fail "plan without --fp8-format shows FP8"; fi
 
