@@ -5,8 +5,11 @@
 #             and of AdamW, against the CPU backend;
 #   fixtures  tests/fixtures/make_fixtures_qwen.py with the machine's transformers (the tiny
 #             Qwen3 and Qwen2.5 references, $OUT/hf-qwen.tar), and the Llama fixtures on CUDA;
-#   train     qwen3-0.6b on the KJV Bible prepared with the Qwen3 tokenizer, $QWEN_STEPS steps.
-# Usage: bash bench/gpu-qwen.sh [step...]   (default: all)
+#   train     qwen3-0.6b on the KJV Bible prepared with the Qwen3 tokenizer, $QWEN_STEPS steps;
+#   side      ljperf against PyTorch + transformers' Qwen3ForCausalLM in the same job, seq 4096
+#             (bench/side_by_side.sh): qwen3-1.7b mb 4 and qwen3-4b mb 2 against eager and
+#             torch.compile, qwen3-8b with the planner against PyTorch with full checkpointing.
+# Usage: bash bench/gpu-qwen.sh [step...]   (default: ops fixtures train)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-out/gpu-qwen}
@@ -41,6 +44,18 @@ for s in ${*:-ops fixtures train}; do
       --eval-iters 4 --seed 1234 --device cuda --log-json "$OUT/train_qwen3.jsonl" >"$OUT/train_qwen3.log" 2>&1
     say "train: qwen3-0.6b rc=$? $(grep -E '^iteration' "$OUT/train_qwen3.log" | sed -n '1p;$p' | cut -c1-200 | tr '\n' ' ')"
     say "train: $(grep -E 'validation loss' "$OUT/train_qwen3.log" | tail -1)"
+    ;;
+  side)
+    for run in "qwen3-1.7b 4" "qwen3-4b 2"; do
+      read -r m mb <<<"$run"
+      OUT=$OUT/side-$m LJPERF=$lj LJPERF_ARGS="--device cuda --no-progress" timeout 900 \
+        bash bench/side_by_side.sh "$m" 4096 "$mb" >"$OUT/side-$m.log" 2>&1
+      say "side: $m mb $mb rc=$?"; tail -6 "$OUT/side-$m.log" | tee -a "$summary"
+    done
+    CHECKPOINT_OPTIMIZATION=true OUT=$OUT/side-qwen3-8b LJPERF=$lj LJPERF_ARGS="--device cuda --no-progress" \
+      MODES=eager PYTORCH_ARGS="--checkpointing full" timeout 900 bash bench/side_by_side.sh qwen3-8b 4096 1 \
+      >"$OUT/side-qwen3-8b.log" 2>&1
+    say "side: qwen3-8b planner against PyTorch with full checkpointing rc=$?"; tail -6 "$OUT/side-qwen3-8b.log" | tee -a "$summary"
     ;;
   esac
 done
