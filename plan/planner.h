@@ -214,6 +214,11 @@ size_t lj_planner_usable_bytes(const lj_planner_target *t);
  * sets those), sequence length `seq_length`. */
 lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length);
 
+/* The host memory one rank of an offloaded run takes (t->offload_optimizer; else 0): its f32
+ * master weights and AdamW moments plus the host staging of gradients and parameters
+ * (optim/offload.h lj_offload_bytes); the same for every recompute policy and micro-batch. */
+size_t lj_planner_host_bytes(const lj_model_config *cfg, int seq_length, const lj_planner_target *t);
+
 /* ---- the search ------------------------------------------------------------------- */
 
 /* One candidate: the first num_full layers recompute fully, the next num_selective layers
