@@ -169,9 +169,11 @@ struct lj_model {
     /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
      * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
     void *offload_host;  /* the allocation (lj_model_free releases it) */
-    float *offload_grad; /* [shard_numel] f32: this rank's gradient shard, downloaded each step */
+    float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step),
+                            else one chunk of LJ_OFFLOAD_CHUNK converted from the staging at a time */
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
+    int64_t offload_n_grad; /* gradients downloaded this step (the rest of the shard counts as 0) */
 
     lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
 
