@@ -275,7 +275,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
-    lj_linear_pass_begin(m);
+    lj_linear_pass_begin(m, backward);
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     fetch(m, 0, +1);
@@ -351,6 +351,7 @@ void lj_model_backward(lj_model *m) {
     (void)grad_begin(m, LJ_UNIT_EMBED); /* tied: held since the loss; the scatter-add always accumulates */
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
     grad_end(m, LJ_UNIT_EMBED);
+    lj_linear_pass_end(m);
     pass_end(m);
 }
 

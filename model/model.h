@@ -123,6 +123,11 @@ struct lj_model {
     int64_t grad_numel;  /* elements of grads: padded_numel, or shard_numel when the gradients are
                             partitioned (ZeRO-2/3 over W > 1 ranks) */
     const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
+    /* Over several data-parallel ranks with FP8 linears (set by lj_parallelize; NULL otherwise):
+     * amax[0..count) (f32 in backend memory) becomes its element-wise maximum over the ranks, in
+     * place, in stream order (lj_linear_pass_end). */
+    void (*fp8_amax_reduce)(lj_model *m, float *amax, int count);
+    void *fp8_amax_dist;           /* its lj_dist */
     void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
     int parallelized;              /* lj_parallelize has run (lj_plan_build checks it) */
     void *params;        /* [padded_numel] param dtype */
