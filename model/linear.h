@@ -33,7 +33,7 @@
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
  * scaling, where row 0 holds this pass's amaxes), scale [3F], and scale_inv = 1/scale kept one per
  * 16 bytes (scale_inv[LJ_FP8_SCALE_INV_STRIDE * t], what cuBLASLt's scale pointers need). Delayed scaling
- * updates them on the device at the start of every forward pass (lj_linear_pass_begin: no host
+ * updates them on the device at the start of every training forward pass (lj_linear_pass_begin: no host
  * synchronisation, so a captured step graph replays it); current scaling computes each amax just
  * before its cast.
  *
