@@ -166,3 +166,78 @@ void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode m
     q.G->free(gf), q.G->free(gb), q.G->free(gc), q.G->free(gs), q.G->free(gp);
     free(cos_t), free(sin_t), free(tokens), free(pos), free(x), free(f), free(bk), free(of), free(ob);
 }
+
+/* ---- perf: the cost of attention within documents ------------------------------------ */
+
+typedef struct {
+    const lj_ops *G;
+    int B, T, nh, nkv, hd;
+    const int32_t *ds; /* NULL: plain causal */
+    void *qkv, *dout, *out, *dqkv, *ws;
+    float *lse;
+} perf_ctx;
+
+static void perf_fwd(void *p) {
+    perf_ctx *c = p;
+    if (c->ds) c->G->attention_forward_docs(c->out, c->lse, c->qkv, c->ds, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+    else c->G->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+static void perf_bwd(void *p) {
+    perf_ctx *c = p;
+    if (c->ds)
+        c->G->attention_backward_docs(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->ds, c->B, c->T, c->nh, c->nkv, c->hd,
+                                      c->ws);
+    else c->G->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+/* d = {B, T, nh, nkv, hd, mean document length}: forward and backward times of plain causal
+ * attention (cuDNN, the default path; then the own flash kernels) and of attention within
+ * documents (the own flash kernels), on EODs about every d[5] tokens. TFLOP/s count the work
+ * each one does: 2*B*nh*T^2*hd for causal attention (docs/reference.md's convention, no causal
+ * discount) times the work within documents, sum l(l+1)/2 / (T(T+1)/2), for the masked one. */
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const dctx q = begin(h, c);
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5];
+    const int64_t N = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    int32_t *tokens = lj_malloc((size_t)N * 4), *ds = lj_malloc((size_t)N * 4);
+    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
+    lj_case_docmask_build(B, T, tokens, NULL, ds);
+    double work = 0;
+    int docs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T;) {
+            int e = t;
+            while (e < T && ds[(int64_t)b * T + e] == t) e++;
+            work += 0.5 * (double)(e - t) * (e - t + 1), docs++;
+            t = e;
+        }
+    const double frac = work / (B * 0.5 * (double)T * (T + 1));
+    float *x = hrand(&q, N * row, 1.0f), *g = hrand(&q, N * nh * hd, 1.0f);
+    perf_ctx pc = {q.G, B, T, nh, nkv, hd, NULL, gup(&q, x, N * row, 1), gup(&q, g, N * nh * hd, 1),
+                   galloc(&q, (size_t)N * nh * hd * 2), galloc(&q, (size_t)N * row * 2),
+                   galloc(&q, q.G->attention_workspace_bytes(B, T, nh, nkv, hd)), galloc(&q, (size_t)B * nh * T * 4)};
+    void *gds = gup(&q, ds, N, 0);
+    const double f = 2.0 * B * nh * (double)T * T * hd;
+    const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+    printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of causal\n",
+           B, T, nh, nkv, hd, (double)docs / B, frac);
+    const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
+    for (int k = 0; k < 3; k++) {
+        lj_cuda_set_cudnn_attention(k == 0);
+        pc.ds = k == 2 ? gds : NULL;
+        const double w = k == 2 ? frac : 1.0;
+        const double fwd = lj_harness_time_ms(q.G, perf_fwd, &pc, 3, 10), bwd = lj_harness_time_ms(q.G, perf_bwd, &pc, 3, 10);
+        char group[160];
+        snprintf(group, sizeof group, "attention B=%d T=%d nh=%d nkv=%d hd=%d doc~%d %s", B, T, nh, nkv, hd, mean,
+                 names[k]);
+        lj_harness_report(group, "forward", fwd, w * f / (fwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "backward", bwd, w * 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "fwd+bwd", fwd + bwd, w * 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    }
+    lj_cuda_set_cudnn_attention(1);
+    q.G->free(pc.qkv), q.G->free(pc.dout), q.G->free(pc.out), q.G->free(pc.dqkv), q.G->free(pc.ws), q.G->free(pc.lse);
+    q.G->free(gds);
+    free(tokens), free(ds), free(x), free(g);
+}
