@@ -163,6 +163,13 @@ diff <(losses "$tmp/plain.jsonl") <(losses "$tmp/plain2.jsonl") || fail "the def
   --eval-iters 0 --train-iters 1 "${dm[@]}" >/dev/null 2>"$tmp/dm-mock.err" || { cat "$tmp/dm-mock.err"; fail "mock"; }
 grep -q "end-of-document id 128383 (the mock documents')" "$tmp/dm-mock.err" || fail "the mock EOD id not used"
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
+if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
+  fail "benchmark --reset-attention-mask without --data accepted"
+fi
+grep -q -- "--reset-attention-mask needs --data PREFIX" "$tmp/bench.err" || { cat "$tmp/bench.err"; fail "benchmark message"; }
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 64 --train-iters 1 --warmup-iters 0 --no-progress \
+  --data "$tmp/verses" "${dm[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out"; fail "benchmark with the flags"; }
+grep -q "^documents per sequence" "$tmp/bench.out" || fail "benchmark does not print the documents per sequence"
 ok "document masking flags"
 
 echo "test_megatron_args: all passed"
