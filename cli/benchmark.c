@@ -319,6 +319,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         .margin = margin,
         .linear_recipe = cfg.linear_recipe,
         .fp8 = &cfg.fp8,
+        .offload_optimizer = offload,
     };
     lj_cli_recompute_request planner = base, none = base, manual = base, given = base;
     planner.recompute = "auto";

@@ -79,7 +79,6 @@ static const lj_flag k_ignored[] = {
     {.name = "--initial-loss-scale", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "loss scaling is for fp16, which ljperf does not train in: use --bf16"},
     {.name = "--num-layers-per-virtual-pipeline-stage", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf has no pipeline parallelism (data parallelism with ZeRO stages 0-3 only)"},
     {.name = "--use-torch-fsdp2", .kind = LJ_FLAG_REFUSED, .help = "use --zero-stage 3: ZeRO-3 shards parameters, gradients and optimizer state as FSDP does"},
-    {.name = "--qk-layernorm", .kind = LJ_FLAG_REFUSED, .help = "ljperf's Llama has no QK-norm yet (the Qwen3 family)"},
     {.name = "--num-experts", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf trains dense models only (no mixture of experts)"},
     {.name = "--decoupled-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
     {.name = "--decoupled-min-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
@@ -125,6 +124,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--norm-epsilon", .kind = LJ_FLAG_DOUBLE, .dest = &m->norm_epsilon, .help = "EPS  rms_norm_eps (default 1e-5)"},
         {.name = "--apply-layernorm-1p", .kind = LJ_FLAG_SWITCH, .dest = &m->apply_layernorm_1p, .ival = 1, .help = "norm weights stored as 1 + g: trains as the plain weight initialised to 1 while norms get no weight decay"},
         {.name = "--swiglu", .kind = LJ_FLAG_SWITCH, .dest = &m->swiglu, .ival = 1, .help = "SwiGLU MLP (required: Megatron's default GeLU MLP is refused)"},
+        {.name = "--qk-layernorm", .kind = LJ_FLAG_SWITCH, .dest = &m->qk_layernorm, .ival = 1, .help = "an RMSNorm over head_dim on q and k before RoPE, one weight shared by the heads (Qwen3's QK-norm: the model is a Qwen3ForCausalLM)"},
         {.name = "--untie-embeddings-and-output-weights", .kind = LJ_FLAG_SWITCH, .dest = &m->untie, .ival = 1, .help = "a separate lm_head (default: tied)"},
         {.name = "--disable-bias-linear", .kind = LJ_FLAG_SWITCH, .dest = &m->disable_bias_linear, .ival = 1, .help = "no biases (required: ljperf's Llama has none)"},
         {.name = "--vocab-size", .kind = LJ_FLAG_INT, .dest = &m->vocab_size, .help = "V  NullTokenizer's vocabulary (it adds its end-of-document id V)"},
@@ -181,7 +181,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
 int lj_cli_megatron_has_shape(const lj_cli_megatron *m) {
     return m->num_layers >= 0 || m->hidden_size >= 0 || m->num_attention_heads >= 0 || m->ffn_hidden_size >= 0 ||
            m->kv_channels >= 0 || m->num_query_groups >= 0 || m->group_query_attention || m->swiglu ||
-           m->normalization || m->position_embedding_type || m->disable_bias_linear || m->untie;
+           m->normalization || m->position_embedding_type || m->disable_bias_linear || m->untie || m->qk_layernorm;
 }
 
 /* The entries of a GPT-2 vocab.json. */
@@ -341,6 +341,10 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
     cfg->rms_norm_eps = isnan(m->norm_epsilon) ? 1e-5 : m->norm_epsilon;
     cfg->initializer_range = isnan(m->init_method_std) ? 0.02 : m->init_method_std;
     cfg->tie_word_embeddings = !m->untie;
+    if (m->qk_layernorm) { /* Megatron-LM's qk_layernorm: q_layernorm / k_layernorm over kv_channels */
+        cfg->family = LJ_FAMILY_QWEN3;
+        cfg->qk_norm = 1;
+    }
     if (m->use_rope_scaling) {
         cfg->rope_scaling_llama3 = 1;
         cfg->rope_factor = isnan(m->rope_scaling_factor) ? 8.0 : m->rope_scaling_factor;

@@ -25,6 +25,7 @@ typedef struct {
     int num_layers, hidden_size, ffn_hidden_size, num_attention_heads, num_query_groups, kv_channels;
     int max_position_embeddings, vocab_size, make_vocab_size_divisible_by;
     int group_query_attention, swiglu, untie, disable_bias_linear, use_rope_scaling, apply_layernorm_1p;
+    int qk_layernorm;
     int use_rotary_position_embeddings, no_position_embedding;
     const char *position_embedding_type, *normalization;
     double rotary_base, rotary_percent, rope_scaling_factor, norm_epsilon, init_method_std;
