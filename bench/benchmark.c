@@ -139,7 +139,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         if (have_data) lj_loader_next(&loader, tokens);
         else
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
-        if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters) doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
+        if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
+            doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */

@@ -221,7 +221,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--reset-position-ids", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_position_ids, .ival = 1},
-        {.name = "--reset-attention-mask", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_attention_mask, .ival = 1},
+        {.name = "--reset-attention-mask", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_attention_mask,
+         .ival = 1},
         {.name = "--eod-mask-loss", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.eod_mask_loss, .ival = 1},
     };
     lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];

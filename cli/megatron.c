@@ -265,7 +265,8 @@ lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_conf
         lj_log_info("document masking at end-of-document id %d (%s):%s%s%s", dm->eod_token,
                     mock_data ? "the mock documents'" : "the model's eos_token_id",
                     m->reset_position_ids ? " --reset-position-ids" : "",
-                    m->reset_attention_mask ? " --reset-attention-mask" : "", m->eod_mask_loss ? " --eod-mask-loss" : "");
+                    m->reset_attention_mask ? " --reset-attention-mask" : "",
+                    m->eod_mask_loss ? " --eod-mask-loss" : "");
     return LJ_OK;
 }
 

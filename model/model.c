@@ -50,7 +50,8 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     m->residual = lj_calloc((size_t)cfg->num_hidden_layers + 1, sizeof(void *));
     m->layers = lj_calloc((size_t)cfg->num_hidden_layers, sizeof(lj_layer_acts));
     const size_t N = (size_t)(opt->kv_cache_tokens > 0 ? 1 : opt->micro_batch_size) * opt->seq_length;
-    LJ_ASSERT(!lj_doc_mask_any(&opt->doc_mask) || opt->kv_cache_tokens == 0, "document masking is for training, not generation");
+    LJ_ASSERT(!lj_doc_mask_any(&opt->doc_mask) || opt->kv_cache_tokens == 0,
+              "document masking is for training, not generation");
     m->host_ids = lj_malloc((lj_doc_mask_any(&opt->doc_mask) ? 4 : 2) * N * sizeof(int32_t));
     m->host_losses = lj_malloc(N * sizeof(float));
     /* replicated: this rank's shard is everything (lj_parallelize may shard it) */

@@ -145,8 +145,8 @@ static void test_packed_equals_documents_alone(void **state) {
                     for (int i = 0; i < e - s; i++) {
                         const float a = packed.losses[b * PT + s + i], r = one.losses[i];
                         if (!(fabsf(a - r) <= 2e-6f * (1.0f + fabsf(r))))
-                            fail_msg("k=%d variant=%d sequence %d token %d: packed loss %.9g, alone %.9g", k, variant, b,
-                                     s + i, (double)a, (double)r);
+                            fail_msg("k=%d variant=%d sequence %d token %d: packed loss %.9g, alone %.9g", k,
+                                     variant, b, s + i, (double)a, (double)r);
                         if (seq[s + i] == EOD) assert_true(a == 0.0f); /* --eod-mask-loss */
                     }
                     /* RoPE by the position in the document (--reset-position-ids) */
@@ -154,8 +154,8 @@ static void test_packed_equals_documents_alone(void **state) {
                     for (int64_t i = 0; i < (int64_t)(e - s) * QKV; i++) {
                         const float a = packed.qkv0[((int64_t)b * PT + s) * QKV + i], r = one.qkv0[i];
                         if (!(fabsf(a - r) <= 1e-5f * (1.0f + fabsf(r))))
-                            fail_msg("k=%d variant=%d sequence %d token %d: layer 0 qkv %.9g, alone %.9g", k, variant, b,
-                                     s + (int)(i / QKV), (double)a, (double)r);
+                            fail_msg("k=%d variant=%d sequence %d token %d: layer 0 qkv %.9g, alone %.9g", k,
+                                     variant, b, s + (int)(i / QKV), (double)a, (double)r);
                     }
                     for (int64_t i = 0; i < P; i++) sum[i] += one.grads[i];
                     run_free(&one);

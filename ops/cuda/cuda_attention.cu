@@ -566,6 +566,19 @@ size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
 }
 
+/* One flash forward over `grid`: plain causal (doc_start NULL) or within documents. */
+template <int HD, int MT>
+static void fwd_launch(dim3 grid, lj_bf16 *o, float *lse, const lj_bf16 *x, const int32_t *doc_start, int T, int nh,
+                       int nkv, float scale_log2) {
+    cudaStream_t st = lj_cuda_stream();
+    if (doc_start)
+        flash_forward_kernel<HD, MT, true>
+            <<<grid, FA_THREADS, fwd_smem_bytes<HD, MT>(), st>>>(o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else
+        flash_forward_kernel<HD, MT, false>
+            <<<grid, FA_THREADS, fwd_smem_bytes<HD, MT>(), st>>>(o, lse, x, NULL, T, nh, nkv, scale_log2);
+}
+
 /* The own kernels, forward: plain causal (doc_start NULL) or within documents. */
 static void own_forward(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T, int nh, int nkv,
                         int hd) {
@@ -576,32 +589,14 @@ static void own_forward(void *out, float *lse, const void *qkv, const int32_t *d
     float scale_log2 = FA_LOG2E / sqrtf((float)hd);
     const lj_bf16 *x = (const lj_bf16 *)qkv;
     lj_bf16 *o = (lj_bf16 *)out;
-    cudaStream_t st = lj_cuda_stream();
-    if (hd == 64 && lj_cuda_flash_forward_mtiles() == 1) {
-        dim3 grid((unsigned)((T + 63) / 64), (unsigned)nh, (unsigned)B);
-        if (doc_start)
-            flash_forward_kernel<64, 1, true><<<grid, FA_THREADS, fwd_smem_bytes<64, 1>(), st>>>(o, lse, x, doc_start, T,
-                                                                                                 nh, nkv, scale_log2);
-        else
-            flash_forward_kernel<64, 1, false><<<grid, FA_THREADS, fwd_smem_bytes<64, 1>(), st>>>(o, lse, x, NULL, T, nh,
-                                                                                                  nkv, scale_log2);
-    } else if (hd == 64) {
-        dim3 grid((unsigned)((T + 127) / 128), (unsigned)nh, (unsigned)B);
-        if (doc_start)
-            flash_forward_kernel<64, 2, true><<<grid, FA_THREADS, fwd_smem_bytes<64, 2>(), st>>>(o, lse, x, doc_start, T,
-                                                                                                 nh, nkv, scale_log2);
-        else
-            flash_forward_kernel<64, 2, false><<<grid, FA_THREADS, fwd_smem_bytes<64, 2>(), st>>>(o, lse, x, NULL, T, nh,
-                                                                                                  nkv, scale_log2);
-    } else {
-        dim3 grid((unsigned)((T + 64 * FA_MT128 - 1) / (64 * FA_MT128)), (unsigned)nh, (unsigned)B);
-        if (doc_start)
-            flash_forward_kernel<128, FA_MT128, true><<<grid, FA_THREADS, fwd_smem_bytes<128, FA_MT128>(), st>>>(
-                o, lse, x, doc_start, T, nh, nkv, scale_log2);
-        else
-            flash_forward_kernel<128, FA_MT128, false><<<grid, FA_THREADS, fwd_smem_bytes<128, FA_MT128>(), st>>>(
-                o, lse, x, NULL, T, nh, nkv, scale_log2);
-    }
+    const unsigned H = (unsigned)nh, Bn = (unsigned)B;
+    if (hd == 64 && lj_cuda_flash_forward_mtiles() == 1)
+        fwd_launch<64, 1>(dim3((unsigned)((T + 63) / 64), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else if (hd == 64)
+        fwd_launch<64, 2>(dim3((unsigned)((T + 127) / 128), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else
+        fwd_launch<128, FA_MT128>(dim3((unsigned)((T + 64 * FA_MT128 - 1) / (64 * FA_MT128)), H, Bn), o, lse, x,
+                                  doc_start, T, nh, nkv, scale_log2);
     LJ_CUDA_LAUNCHED(doc_start ? "flash_forward_kernel (documents)" : "flash_forward_kernel");
 }
 

@@ -252,7 +252,8 @@ void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, co
     L.out_batch = L.out_row * T;
     L.out_head = hd;
     dim3 grid((unsigned)T, (unsigned)nh, (unsigned)B);
-    attention_forward_simple_kernel<<<grid, LJ_SA_THREADS, 0, lj_cuda_stream()>>>(L, lse, doc_start, T, nh, nh / nkv, hd, 0,
+    attention_forward_simple_kernel<<<grid, LJ_SA_THREADS, 0, lj_cuda_stream()>>>(L, lse, doc_start, T, nh, nh / nkv,
+                                                                                 hd, 0,
                                                                                  1.0f / sqrtf((float)hd));
     LJ_CUDA_LAUNCHED("attention_forward_simple_kernel");
 }

@@ -132,7 +132,8 @@ void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_
         free(a), free(b);
     }
     q.G->free(gq), q.G->free(gd), q.G->free(gds), q.G->free(go), q.G->free(gl), q.G->free(gdq), q.G->free(gws);
-    free(tokens), free(ds), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws), free(o), free(l), free(d);
+    free(tokens), free(ds), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws);
+    free(o), free(l), free(d);
 }
 
 /* d = {B, T, nh, nkv, hd, mean document length}: positions restart after each EOD. */
@@ -221,14 +222,15 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_har
     void *gds = gup(&q, ds, N, 0);
     const double f = 2.0 * B * nh * (double)T * T * hd;
     const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
-    printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of causal\n",
-           B, T, nh, nkv, hd, (double)docs / B, frac);
+    printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of "
+           "causal\n", B, T, nh, nkv, hd, (double)docs / B, frac);
     const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
     for (int k = 0; k < 3; k++) {
         lj_cuda_set_cudnn_attention(k == 0);
         pc.ds = k == 2 ? gds : NULL;
         const double w = k == 2 ? frac : 1.0;
-        const double fwd = lj_harness_time_ms(q.G, perf_fwd, &pc, 3, 10), bwd = lj_harness_time_ms(q.G, perf_bwd, &pc, 3, 10);
+        const double fwd = lj_harness_time_ms(q.G, perf_fwd, &pc, 3, 10);
+        const double bwd = lj_harness_time_ms(q.G, perf_bwd, &pc, 3, 10);
         char group[160];
         snprintf(group, sizeof group, "attention B=%d T=%d nh=%d nkv=%d hd=%d doc~%d %s", B, T, nh, nkv, hd, mean,
                  names[k]);
