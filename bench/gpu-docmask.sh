@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # gpu-docmask.sh: the cost of document masking (--reset-position-ids, --reset-attention-mask,
 # --eod-mask-loss) on a GPU machine (repo root, $OUT set; carry .deb, build-gpu/dev,
-# .cache/tokenizer, .cache/data/kjv.txt and $GCIDE, default .gpudata/gcide.txt.gz, made by
-# `gzip -c .cache/data/gcide.txt > .gpudata/gcide.txt.gz`: the plain file is 40 MB). Steps, logs in
-# $OUT, a summary last:
+# .cache/tokenizer/llama3, .cache/data/kjv.txt and $GCIDE, default .gpudata/gcide.txt.gz, made by
+# `gzip -c .cache/data/gcide.txt > .gpudata/gcide.txt.gz`: 13 MB, the plain file is 40 MB; all of
+# it about 45 MB). Steps, logs in $OUT, a summary last:
 #   1. the masked ops against the CPU backend (test_ops_cuda check --op attention_docs, --op
 #      rope_pos), also under compute-sanitizer memcheck (--quick);
 #   2. the attention op alone at seq 8192 (test_ops_cuda perf --op attention_docs): plain causal
