@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "base/fs.h"
+#include "data/mmidx.h"
 #include "data/tokenizer.h"
 
 /* Arguments that tune PyTorch, Transformer Engine or Megatron internals: accepted, and listed at
@@ -160,6 +161,9 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--train-data-path", .kind = LJ_FLAG_LIST, .dest = &m->train_data, .help = "[W] P ...  training datasets, used whole"},
         {.name = "--valid-data-path", .kind = LJ_FLAG_LIST, .dest = &m->valid_data, .help = "[W] P ...  validation datasets, used whole"},
         {.name = "--test-data-path", .kind = LJ_FLAG_LIST, .dest = &m->test_data, .help = "[W] P ...  accepted; ljperf runs no test pass"},
+        {.name = "--reset-position-ids", .kind = LJ_FLAG_SWITCH, .dest = &m->reset_position_ids, .ival = 1, .help = "RoPE positions restart at 0 after each end-of-document token in a sequence"},
+        {.name = "--reset-attention-mask", .kind = LJ_FLAG_SWITCH, .dest = &m->reset_attention_mask, .ival = 1, .help = "attention does not cross an end-of-document token (causal within each document)"},
+        {.name = "--eod-mask-loss", .kind = LJ_FLAG_SWITCH, .dest = &m->eod_mask_loss, .ival = 1, .help = "no loss where the input is the end-of-document token (the next document's first token as target)"},
         {.name = "--vocab-file", .kind = LJ_FLAG_STR, .dest = &m->vocab_file, .help = "vocab.json  GPT2BPETokenizer's vocabulary (its size sets the model's)"},
         {.name = "--merge-file", .kind = LJ_FLAG_STR, .dest = &m->merge_file, .help = "merges.txt  GPT2BPETokenizer's merges"},
         {.kind = LJ_FLAG_SECTION, .help = "checkpoints:"},
@@ -240,6 +244,30 @@ static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, con
     }
     return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, NullTokenizer, "
                                "GPT2BPETokenizer", type);
+}
+
+lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_config *cfg, int mock_data,
+                                   lj_doc_mask *dm, int rank0) {
+    memset(dm, 0, sizeof *dm);
+    dm->reset_position_ids = m->reset_position_ids;
+    dm->reset_attention_mask = m->reset_attention_mask;
+    dm->eod_mask_loss = m->eod_mask_loss;
+    dm->eod_token = mock_data ? lj_token_dataset_mock_eod(cfg->vocab_size) : cfg->eos_token_id;
+    if (!lj_doc_mask_any(dm)) return LJ_OK;
+    const char *flag = m->reset_attention_mask ? "--reset-attention-mask"
+                       : m->reset_position_ids ? "--reset-position-ids"
+                                               : "--eod-mask-loss";
+    if (dm->eod_token < 0 || dm->eod_token >= cfg->vocab_size)
+        return lj_fail(LJ_ERR_ARG, "%s needs the end-of-document id: the model's eos_token_id (%d) is not in its "
+                                   "vocabulary of %d (set eos_token_id in its config.json, or give "
+                                   "--tokenizer-model)", flag, dm->eod_token, cfg->vocab_size);
+    if (rank0)
+        lj_log_info("document masking at end-of-document id %d (%s):%s%s%s", dm->eod_token,
+                    mock_data ? "the mock documents'" : "the model's eos_token_id",
+                    m->reset_position_ids ? " --reset-position-ids" : "",
+                    m->reset_attention_mask ? " --reset-attention-mask" : "",
+                    m->eod_mask_loss ? " --eod-mask-loss" : "");
+    return LJ_OK;
 }
 
 lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_type, const char *tokenizer_model,

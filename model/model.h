@@ -13,6 +13,7 @@
 #define LJ_MODEL_H
 
 #include "config/config.h"
+#include "data/docmask.h"
 #include "model/linear.h"
 #include "model/residency.h"
 #include "ops/ops.h"
@@ -74,6 +75,9 @@ typedef struct {
                                backend's ops (parallel/dp.c). Also valid on the CPU backend, where it only
                                moves the state out of the plan's arenas (tests of the host path). */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
+    lj_doc_mask doc_mask;   /* document masking in packed sequences (data/docmask.h; training and
+                               evaluation, not generation): all off by default, and then the model runs
+                               exactly the plain causal path */
 } lj_model_options;
 
 /* Per-layer activations. Under recompute, pointers that are not kept alias shared
@@ -145,6 +149,8 @@ struct lj_model {
     /* inputs and activations */
     int32_t *inputs;     /* [N] token ids */
     int32_t *targets;    /* [N] next-token ids (< 0: ignored) */
+    int32_t *position_ids; /* [N] i32 RoPE positions (opt.doc_mask.reset_position_ids), else NULL */
+    int32_t *doc_start;  /* [N] i32 first key of each query's document (opt.doc_mask.reset_attention_mask), else NULL */
     float *rope_cos;     /* [Tmax, hd/2] */
     float *rope_sin;     /* [Tmax, hd/2] */
     void **residual;     /* host array of L+1 pointers to [N, C] act: embedding output, layer outputs */
@@ -167,7 +173,7 @@ struct lj_model {
     void *ws_qk_norm, *ws_bias; /* qk_norm_backward's and bias_backward's (when the spec has them) */
 
     /* host staging for the batch and the per-token losses (host bookkeeping, not planned) */
-    int32_t *host_ids;   /* [2N]: inputs, then targets */
+    int32_t *host_ids;   /* [2N], or [4N] with document masking: inputs, targets, position_ids, doc_start */
     float *host_losses;  /* [N] */
     int num_targets;     /* targets >= 0 in the current batch */
 
@@ -222,7 +228,10 @@ void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
  * the shard (params + shard_begin). Stream-ordered like every upload. */
 void lj_model_offload_push_params(lj_model *m);
 
-/* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */
+/* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
+ * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived
+ * from its inputs (lj_doc_mask_sequence, Megatron's rule) and uploaded too; masked targets become
+ * -1 (no loss, no gradient, not counted in num_targets). */
 void lj_model_set_batch(lj_model *m, const int32_t *tokens);
 
 /* Forward over the current batch: writes losses[N] (and, with `logits_out` not NULL and the

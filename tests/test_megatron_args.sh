@@ -157,4 +157,38 @@ check_lr "inverse-square-root" "(1e-3*it/4) if it<=4 else max(1e-4, 1e-3*math.sq
 check_lr "warm-up fraction" "(1e-3*it/2) if it<=2 else 1e-4+0.9e-3*(1-(it-2)/8)" \
   --train-iters 10 --lr-warmup-fraction 0.2 --lr-decay-style linear
 
+# 5. document masking (--reset-position-ids, --reset-attention-mask, --eod-mask-loss): accepted with
+# Megatron's names, said at start-up with the end-of-document id (the model's EOS on real data, the
+# mock documents' vocab_size - 1 on --mock-data), each changes the losses, and the run without
+# them is the default run bit for bit
+dm=(--reset-position-ids --reset-attention-mask --eod-mask-loss)
+head -c 30000 "$tmp/kjv.txt" | sed G > "$tmp/verses.txt" # one verse a document: about one EOD per window
+"$LJPERF" prepare --input "$tmp/verses.txt" --split-on blank-line --output-prefix "$tmp/verses" >/dev/null 2>&1 \
+  || fail "prepare verses"
+common=("${common[@]/$tmp\/kjv/$tmp/verses}")
+"$LJPERF" train "${common[@]}" --train-iters 3 --log-json "$tmp/plain.jsonl" >/dev/null 2>&1 || fail "plain run"
+"$LJPERF" train "${common[@]}" --train-iters 3 "${dm[@]}" --log-json "$tmp/dm.jsonl" >/dev/null 2>"$tmp/dm.err" \
+  || { cat "$tmp/dm.err"; fail "document masking run"; }
+grep -q "document masking at end-of-document id 128001 (the model's eos_token_id): --reset-position-ids \
+--reset-attention-mask --eod-mask-loss" "$tmp/dm.err" || { cat "$tmp/dm.err"; fail "document masking not said"; }
+[ "$(losses "$tmp/dm.jsonl" | wc -l)" = 3 ] || fail "the document masking run did not run 3 iterations"
+for f in --reset-position-ids --reset-attention-mask --eod-mask-loss; do
+  "$LJPERF" train "${common[@]}" --train-iters 3 $f --log-json "$tmp/one.jsonl" >/dev/null 2>&1 || fail "$f alone"
+  ! diff -q <(losses "$tmp/plain.jsonl") <(losses "$tmp/one.jsonl") >/dev/null || fail "$f changed nothing"
+done
+"$LJPERF" train "${common[@]}" --train-iters 3 --log-json "$tmp/plain2.jsonl" >/dev/null 2>&1 || fail "plain run 2"
+diff <(losses "$tmp/plain.jsonl") <(losses "$tmp/plain2.jsonl") || fail "the default run is not reproducible"
+"$LJPERF" train --model "$tmp/nano-128384.json" --mock-data --device cpu --seq-length 32 --micro-batch-size 2 --quiet \
+  --eval-iters 0 --train-iters 1 "${dm[@]}" >/dev/null 2>"$tmp/dm-mock.err" || { cat "$tmp/dm-mock.err"; fail "mock"; }
+grep -q "end-of-document id 128383 (the mock documents')" "$tmp/dm-mock.err" || fail "the mock EOD id not used"
+bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
+if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
+  fail "benchmark --reset-attention-mask without --data accepted"
+fi
+grep -q -- "--reset-attention-mask needs --data PREFIX" "$tmp/bench.err" || { cat "$tmp/bench.err"; fail "benchmark message"; }
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 64 --train-iters 1 --warmup-iters 0 --no-progress \
+  --data "$tmp/verses" "${dm[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out"; fail "benchmark with the flags"; }
+grep -q "^documents per sequence" "$tmp/bench.out" || fail "benchmark does not print the documents per sequence"
+ok "document masking flags"
+
 echo "test_megatron_args: all passed"
