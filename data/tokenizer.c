@@ -694,18 +694,33 @@ static int32_t added_id(const lj_tokenizer *t, const char *s) {
 
 /* The id of a tokenizer_config.json token entry (a string or {"content": ...}): -1 for null,
  * -2 when the key is absent or names no token. */
-static int32_t config_token(const lj_tokenizer *t, const cJSON *cfg, const char *key) {
+/* *id = the token that field `key` of tokenizer_config.json names (a string, or an object with a
+ * "content" string, as transformers writes AddedToken): -1 for null, -3 when the field is absent.
+ * Errors: LJ_ERR_FORMAT naming the file and the field for another type or a token that is not in
+ * the vocabulary (it would otherwise fall back to a default silently). */
+static lj_status config_token(const lj_tokenizer *t, const cJSON *cfg, const char *cfg_path, const char *key,
+                              int32_t *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
-    if (cJSON_IsNull(v)) return -1;
+    *id = -3;
+    if (!v) return LJ_OK;
+    *id = -1;
+    if (cJSON_IsNull(v)) return LJ_OK;
     if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
-    if (!cJSON_IsString(v)) return -2;
-    int32_t id = added_id(t, v->valuestring);
-    if (id < 0) id = lj_tokenizer_token_id(t, v->valuestring, strlen(v->valuestring));
-    return id >= 0 ? id : -2;
+    if (!cJSON_IsString(v))
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be a string (or an object with a \"content\" string) or "
+                       "null", cfg_path, key);
+    *id = added_id(t, v->valuestring);
+    if (*id < 0) *id = lj_tokenizer_token_id(t, v->valuestring, strlen(v->valuestring));
+    if (*id < 0)
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is \"%s\", which is not a token of %s", cfg_path, key,
+                       v->valuestring, t->path);
+    return LJ_OK;
 }
 
-/* BOS, EOS (the end of a document) and whether a sequence starts with BOS (tokenizer.h). */
-static void load_bos_eos(lj_tokenizer *t) {
+/* BOS, EOS (the end of a document) and whether a sequence starts with BOS (tokenizer.h).
+ * Errors: LJ_ERR_FORMAT for a tokenizer_config.json beside it that is not valid JSON or names a
+ * special token wrongly (config_token). */
+static lj_status load_bos_eos(lj_tokenizer *t) {
     t->bos = added_id(t, "<|begin_of_text|>");
     t->eos = added_id(t, "<|end_of_text|>");
     if (t->bos < 0) t->bos = added_id(t, "<|endoftext|>");
@@ -718,21 +733,22 @@ static void load_bos_eos(lj_tokenizer *t) {
     strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
     char *text;
     size_t len;
+    lj_status s = LJ_OK;
     if (access(cfg_path, R_OK) == 0 && lj_file_read_all(cfg_path, &text, &len) == LJ_OK) {
         cJSON *cfg = cJSON_ParseWithLength(text, len);
-        if (!cfg) lj_log_warn("%s: not valid JSON; using the default BOS/EOS tokens", cfg_path);
-        if (cfg) {
-            int32_t id = config_token(t, cfg, "bos_token");
-            if (id != -2) t->bos = config_bos = id;
-            id = config_token(t, cfg, "eos_token");
-            if (t->eos < 0 && id >= 0) t->eos = id;
-            const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-            if (cJSON_IsBool(ab)) config_add_bos = cJSON_IsTrue(ab);
-        }
+        if (!cJSON_IsObject(cfg)) s = lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", cfg_path);
+        int32_t id = -3;
+        if (s == LJ_OK) s = config_token(t, cfg, cfg_path, "bos_token", &id);
+        if (s == LJ_OK && id != -3) t->bos = config_bos = id;
+        if (s == LJ_OK) s = config_token(t, cfg, cfg_path, "eos_token", &id);
+        if (s == LJ_OK && t->eos < 0 && id >= 0) t->eos = id;
+        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
+        if (cJSON_IsBool(ab)) config_add_bos = cJSON_IsTrue(ab);
         cJSON_Delete(cfg);
         free(text);
     }
     free(cfg_path);
+    if (s != LJ_OK) return s;
     if (t->template_bos >= 0) {
         t->bos = t->template_bos;
         t->add_bos = 1;
@@ -745,6 +761,7 @@ static void load_bos_eos(lj_tokenizer *t) {
     } else {
         t->add_bos = t->bos >= 0 && t->bos != t->eos;
     }
+    return LJ_OK;
 }
 
 lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
@@ -781,7 +798,11 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
         lj_tokenizer_free(t);
         return st;
     }
-    load_bos_eos(t);
+    st = load_bos_eos(t);
+    if (st != LJ_OK) {
+        lj_tokenizer_free(t);
+        return st;
+    }
     *out = t;
     return LJ_OK;
 }

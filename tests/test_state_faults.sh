@@ -160,5 +160,28 @@ cmp -s "$tmp/dup.bin" "$tmp/last.bin" && ok "a duplicated .jsonl key takes the l
 "$LJPERF" train --model llama3-nano --device cpu --mock-data --seq-length 16 --micro-batch-size 1 --eval-iters 0 --train-iters 0 >/dev/null 2>"$tmp/err"
 grep -q "checkpoint" "$tmp/err" && bad "--train-iters 0 without --load speaks of a checkpoint" || ok "--train-iters 0 without --load"
 
+# tokenizers: another family by its model type; a tokenizer_config.json whose eos_token is not a
+# token, or not a string
+mkdir -p "$tmp/tok-wp" "$tmp/tok-eos"
+python3 - "$LJ_CACHE/tokenizer/llama3" "$tmp" <<'PY'
+import json, sys
+src, tmp = sys.argv[1], sys.argv[2]
+t = json.load(open(src + "/tokenizer.json"))
+c = json.load(open(src + "/tokenizer_config.json"))
+wp = dict(t, model={"type": "WordPiece", "vocab": {"a": 0, "[UNK]": 1}, "unk_token": "[UNK]"})
+json.dump(wp, open(tmp + "/tok-wp/tokenizer.json", "w"))
+json.dump(t, open(tmp + "/tok-eos/tokenizer.json", "w"))
+json.dump(dict(c, eos_token="<|no_such_token|>"), open(tmp + "/tok-eos/tokenizer_config.json", "w"))
+PY
+printf 'one document\n' > "$tmp/doc.txt"
+expect_fail "a WordPiece tokenizer" 'model.type "WordPiece" is not supported \(only byte-level BPE tokenizers' \
+  "$LJPERF" prepare --input "$tmp/doc.txt" --output-prefix "$tmp/tk" --tokenizer "$tmp/tok-wp/tokenizer.json"
+expect_fail "an eos_token that is not a token" "tokenizer_config.json: field 'eos_token' is \"<\|no_such_token\|>\", which is not a token" \
+  "$LJPERF" prepare --input "$tmp/doc.txt" --output-prefix "$tmp/tk" --tokenizer "$tmp/tok-eos/tokenizer.json"
+python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['eos_token']=5; json.dump(c,open(p,'w'))" \
+  "$tmp/tok-eos/tokenizer_config.json"
+expect_fail "an eos_token that is not a string" "field 'eos_token' must be a string" \
+  "$LJPERF" prepare --input "$tmp/doc.txt" --output-prefix "$tmp/tk" --tokenizer "$tmp/tok-eos/tokenizer.json"
+
 [ "$failed" -eq 0 ] || { echo "FAIL: $failed case(s)" >&2; exit 1; }
 echo "all cases passed"
