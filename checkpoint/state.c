@@ -524,7 +524,8 @@ struct lj_ckpt_async {
     int iteration, save_hf;
     char tmp[LJ_PATH_MAX];
     char *state_json;
-    float *host;            /* the packed copy: [3][numel] + fp8 */
+    float *host;            /* the packed copy: [3][numel] + fp8; pinned when the backend has it */
+    void (*host_free)(void *ptr); /* the backend's, for pinned memory; NULL: free() */
     int64_t host_numel, numel, n8;
     state_piece *pieces;
     int npieces;
@@ -533,7 +534,7 @@ struct lj_ckpt_async {
     char error[2048];
     size_t staging;
     int rank, world;
-    double t0, pause;
+    double t0, pause, t_written; /* lj_time_sec(): start, the step's pause, the writer's end */
     int64_t rss0_kib;
 };
 
@@ -546,7 +547,8 @@ lj_ckpt_async *lj_ckpt_async_create(void) {
 void lj_ckpt_async_free(lj_ckpt_async *a) {
     if (!a) return;
     if (a->pending) pthread_join(a->thread, NULL); /* not sealed: its temporary directory is removed later */
-    free(a->host);
+    if (a->host_free) a->host_free(a->host);
+    else free(a->host);
     free(a->pieces);
     free(a->state_json);
     lj_shard_writer_free(&a->writer);
@@ -583,6 +585,7 @@ static void *async_writer(void *arg) {
     a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
                             a->numel, f8, a->n8);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
+    a->t_written = lj_time_sec();
     return NULL;
 }
 
@@ -636,9 +639,13 @@ static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, con
 }
 
 /* Every rank: the shard files are written (`s`: this rank's result); rank 0 seals and publishes.
- * Logs the save's line. Rank 0 removes `tmp` when any phase failed. Collective. */
+ * Logs the save's line: the time from t0 to now, or for an async save (pause >= 0) to the
+ * writer's end t_written on rank 0 plus the sealing. Rank 0 removes `tmp` when any phase failed.
+ * Collective. */
 static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int iteration, const char *json, int save_hf,
-                          size_t staging, uint64_t bytes, double t0, double pause, int64_t rss0_kib) {
+                          size_t staging, uint64_t bytes, double t0, double pause, double t_written,
+                          int64_t rss0_kib) {
+    const double t_seal = lj_time_sec();
     s = all_ok(r, s, "another rank could not write its shard file (see its message)");
     if (r->dp->rank == 0 && s == LJ_OK) s = seal(r, tmp, iteration, json, save_hf, staging);
     if (r->dp->rank == 0 && s != LJ_OK) lj_dir_remove_quiet(tmp);
@@ -648,12 +655,13 @@ static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int ite
     float total[1] = {(float)((double)bytes / (1 << 20))}; /* MiB, summed over the ranks */
     lj_dp_sum(r->dp, r->model, total, 1);
     if (s == LJ_OK && !r->quiet) {
-        const double dt = lj_time_sec() - t0;
+        const double dt = pause >= 0 ? (t_written - t0) + (lj_time_sec() - t_seal) : lj_time_sec() - t0;
         const int64_t peak = proc_status_kib("VmHWM") - rss0_kib;
         char dir[LJ_PATH_MAX];
         (void)lj_ckpt_iter_dir(r->save, iteration, dir); /* fits: the save used it */
-        char paused[64] = "";
-        if (pause >= 0) snprintf(paused, sizeof paused, "; the step paused %.3f s for the copy", pause);
+        char paused[128] = "";
+        if (pause >= 0)
+            snprintf(paused, sizeof paused, "; the step paused %.3f s for the copy (the peak counts the steps since)", pause);
         lj_log_info("saved checkpoint at iteration %d to %s: %.1f MiB in %.2f s (%.1f MiB/s), %d shard file%s, peak "
                     "host memory of the save %.1f MiB on rank 0 (staging bound %.1f MiB)%s%s",
                     iteration, dir, total[0], dt, dt > 0 ? total[0] / dt : 0.0, r->dp->world, r->dp->world > 1 ? "s" : "",
@@ -694,7 +702,7 @@ lj_status lj_run_state_finish(lj_run_state *r) {
     a->pending = 0;
     lj_status s = a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error);
     s = finalize(r, s, a->tmp, a->iteration, a->state_json, a->save_hf, a->staging, a->writer.bytes, a->t0, a->pause,
-                 a->rss0_kib);
+                 a->t_written, a->rss0_kib);
     lj_shard_writer_free(&a->writer);
     free(a->state_json);
     a->state_json = NULL;
@@ -707,13 +715,26 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
                             int64_t n8, double t0, int64_t rss0) {
     lj_ckpt_async *a = r->async;
     const int64_t need = 3 * numel + n8;
+    lj_status s = LJ_OK;
     if (need > a->host_numel) { /* kept between saves, like Megatron-LM's pinned buffers */
-        free(a->host);
-        a->host = lj_malloc((size_t)(need > 0 ? need : 1) * sizeof(float));
-        a->host_numel = need;
+        const lj_ops *ops = r->model->ops;
+        if (a->host_free) a->host_free(a->host);
+        else free(a->host);
+        a->host = NULL;
+        a->host_numel = 0;
+        a->host_free = NULL;
+        const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
+        if (ops->host_alloc && !r->model->offload_host) {
+            void *p = NULL;
+            s = ops->host_alloc(&p, bytes);
+            a->host = p;
+            a->host_free = ops->host_free;
+        } else {
+            a->host = lj_malloc(bytes);
+        }
+        if (s == LJ_OK) a->host_numel = need;
     }
     const float *src[3] = {r->model->master, r->model->adam_m, r->model->adam_v};
-    lj_status s = LJ_OK;
     for (int t = 0; t < 3 && s == LJ_OK; t++)
         for (int i = 0; i < np && s == LJ_OK; i++) {
             model_source ms = {r, src[t], state_names[t], pieces[i].flat - pieces[i].shard_offset};
@@ -746,7 +767,7 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) { /* write it here instead */
         async_writer(a);
         return finalize(r, a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error), a->tmp, a->iteration,
-                        a->state_json, a->save_hf, a->staging, a->writer.bytes, t0, -1.0, rss0);
+                        a->state_json, a->save_hf, a->staging, a->writer.bytes, t0, -1.0, 0.0, rss0);
     }
     a->pending = 1;
     if (!r->quiet)
@@ -780,7 +801,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
     lj_shard_writer_free(&w);
     free(f8);
     free(pieces);
-    s = finalize(r, s, tmp, r->iteration, json, r->save_hf, staging, bytes, t0, -1.0, rss0);
+    s = finalize(r, s, tmp, r->iteration, json, r->save_hf, staging, bytes, t0, -1.0, 0.0, rss0);
     free(json);
     return s;
 }
