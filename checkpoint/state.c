@@ -709,6 +709,40 @@ lj_status lj_run_state_finish(lj_run_state *r) {
     return s;
 }
 
+/* The async save's host copy of `need` f32 (kept between saves, like Megatron-LM's pinned
+ * buffers): pinned when the backend has it. Errors: LJ_ERR_OOM when the host has not that much
+ * memory available (/proc/meminfo MemAvailable, 90%) or the backend cannot pin it. */
+static lj_status async_buffer(lj_run_state *r, int64_t need) {
+    lj_ckpt_async *a = r->async;
+    if (need <= a->host_numel) return LJ_OK;
+    const lj_ops *ops = r->model->ops;
+    if (a->host_free) a->host_free(a->host);
+    else free(a->host);
+    a->host = NULL;
+    a->host_numel = 0;
+    a->host_free = NULL;
+    const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long avail_kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "MemAvailable:", 13) == 0) avail_kib = strtoll(line + 13, NULL, 10);
+    if (f) fclose(f);
+    if (avail_kib >= 0 && (double)bytes > 0.9 * 1024.0 * (double)avail_kib)
+        return lj_fail(LJ_ERR_OOM, "its host copy needs %.2f GiB, the host has %.2f GiB available", bytes / 1073741824.0,
+                       avail_kib / 1048576.0);
+    if (ops->host_alloc && !r->model->offload_host) {
+        void *p = NULL;
+        LJ_TRY(ops->host_alloc(&p, bytes));
+        a->host = p;
+        a->host_free = ops->host_free;
+    } else {
+        a->host = lj_malloc(bytes);
+    }
+    a->host_numel = need;
+    return LJ_OK;
+}
+
 /* --async-save: the packed host copy of this rank's pieces (checked for non-finite values),
  * then the background writer. Collective (the copy's verdict is shared). */
 static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_piece *pieces, int np, int64_t numel,
@@ -716,24 +750,6 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     lj_ckpt_async *a = r->async;
     const int64_t need = 3 * numel + n8;
     lj_status s = LJ_OK;
-    if (need > a->host_numel) { /* kept between saves, like Megatron-LM's pinned buffers */
-        const lj_ops *ops = r->model->ops;
-        if (a->host_free) a->host_free(a->host);
-        else free(a->host);
-        a->host = NULL;
-        a->host_numel = 0;
-        a->host_free = NULL;
-        const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
-        if (ops->host_alloc && !r->model->offload_host) {
-            void *p = NULL;
-            s = ops->host_alloc(&p, bytes);
-            a->host = p;
-            a->host_free = ops->host_free;
-        } else {
-            a->host = lj_malloc(bytes);
-        }
-        if (s == LJ_OK) a->host_numel = need;
-    }
     const float *src[3] = {r->model->master, r->model->adam_m, r->model->adam_v};
     for (int t = 0; t < 3 && s == LJ_OK; t++)
         for (int i = 0; i < np && s == LJ_OK; i++) {
@@ -789,7 +805,13 @@ lj_status lj_run_state_save(lj_run_state *r) {
     int64_t nh, ns;
     const int64_t n8 = r->dp->rank == 0 && r->model->linear_fp8.active ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
     char *json = state_json(r);
-    if (r->async) return save_async(r, tmp, json, pieces, np, numel, n8, t0, rss0);
+    if (r->async) { /* every rank needs its host copy, or the save is synchronous */
+        const lj_status b = async_buffer(r, 3 * numel + n8);
+        float failed = b != LJ_OK;
+        if (b != LJ_OK) lj_log_warn("--async-save, iteration %d: %s: this save is synchronous", r->iteration, lj_error_message());
+        lj_dp_sum(r->dp, r->model, &failed, 1);
+        if (failed == 0.0f) return save_async(r, tmp, json, pieces, np, numel, n8, t0, rss0);
+    }
     const size_t staging = lj_ckpt_staging_bytes();
     model_source sources[3] = {{r, r->model->master, "master", 0}, {r, r->model->adam_m, "adam.m", 0},
                                {r, r->model->adam_v, "adam.v", 0}};
