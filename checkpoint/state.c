@@ -838,8 +838,19 @@ static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     shard_upload(u->m, u->dst + at, src, n);
 }
 
-/* A sharded iteration directory: the whole master (every rank's parameters), then only the
- * slices of the moments this rank's shard needs, then the FP8 state; every slice checked. */
+typedef struct {
+    lj_model *m;
+    int64_t base; /* the request's flat offset */
+} weights_sink_ctx;
+
+static void sink_weights(void *ctx, int64_t at, const float *src, int64_t n) {
+    const weights_sink_ctx *w = ctx;
+    lj_model_set_weights_range(w->m, src, w->base + at, n);
+}
+
+/* A sharded iteration directory, through one staging buffer: the master (all of it, as the
+ * parameters of ZeRO 0-2 are replicated; under ZeRO-3 this rank's pieces), then only the slices
+ * of the moments this rank's shard needs, then the FP8 state; every slice read is checked. */
 static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, const cJSON *state, const char *file) {
     lj_sharded c;
     LJ_TRY(lj_sharded_open(&c, dir));
@@ -852,14 +863,17 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     const int64_t sn = (int64_t)(staging_bytes / sizeof(float));
     lj_model *m = r->model;
     const int64_t P = m->layout.total;
-    if (s == LJ_OK) {
-        float *w = lj_malloc((size_t)P * sizeof(float));
-        s = lj_sharded_read(&c, "master", 0, P, 1, staging, sn, sink_host, w);
-        if (s == LJ_OK) lj_model_set_weights(m, w);
-        free(w);
-    }
     state_piece *pieces = NULL;
     const int np = state_pieces(r, 0, &pieces);
+    /* the weights, streamed: ZeRO-3 reads the pieces of its shard, the others all of them (their
+     * parameters are replicated) */
+    const lj_zero3 *z = lj_zero3_of(m);
+    const int own_only = z && z->shard_params;
+    for (int i = 0; i < (own_only ? np : 1) && s == LJ_OK; i++) {
+        weights_sink_ctx ws = {m, own_only ? pieces[i].flat : 0};
+        s = lj_sharded_read(&c, "master", ws.base, own_only ? pieces[i].n : P, 1, staging, sn, sink_weights, &ws);
+    }
+    if (s == LJ_OK) lj_model_set_weights_done(m);
     float *dst[2] = {m->adam_m, m->adam_v};
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
         if (m->offload_host) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));

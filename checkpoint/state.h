@@ -21,8 +21,9 @@
  *                                         tensor by tensor from the shard files; left out by
  *                                         --no-save-hf except in the run's last save
  *
- * A resume on any world size or ZeRO stage reads the whole master (the parameters of ZeRO 0-2
- * are replicated) and only the slices of the AdamW moments its own shard needs.
+ * A resume on any world size or ZeRO stage streams what it reads through the same bound: the
+ * whole master under ZeRO 0-2 (their parameters are replicated), its own pieces under ZeRO-3,
+ * and only the slices of the AdamW moments its own shard needs.
  *
  * The single-file format (`--ckpt-format torch`, and every checkpoint written before the
  * sharded one, which still loads): rank 0 gathers the whole state into state.safetensors
