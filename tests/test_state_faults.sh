@@ -2,7 +2,7 @@
 # test_state_faults.sh: the training state and the datasets under faults and bad input, each case
 # a clear message and a non-zero exit (or the documented recovery), never a crash:
 #   - checkpoints: a flipped byte in a shard file or in state.safetensors is named (file, tensor and
-#     parameter); a second run on
+#     parameter), and a missing or truncated shard file or a slice beyond it; a second run on
 #     one --save is refused before it trains, and a killed one leaves no stuck lock; leftovers of a
 #     killed save are removed; state.json's iteration and consumed samples are checked;
 #   - divergence: a non-finite step is never applied nor saved, --check-for-nan-in-loss-and-grad
@@ -48,6 +48,19 @@ cp -r "$ck/iter_0000003" "$tmp/iter3.good"
 python3 "$LJ_SOURCE_DIR/tests/ckpt_state.py" flip "$ck/iter_0000003" adam.v model.layers.1.mlp.up_proj.weight >/dev/null
 expect_fail "a flipped byte in a shard file is named (file, tensor, parameter)" \
   "iter_0000003/shard_00000_of_00001.bin: tensor 'adam.v' slice \[[0-9]+, [0-9]+\) \(parameter model.layers.1.mlp.up_proj.weight\) fails its checksum" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+rm "$ck/iter_0000003/shard_00000_of_00001.bin"
+expect_fail "a missing shard file is named" "iter_0000003/shard_00000_of_00001.bin: cannot open" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+head -c 100000 "$tmp/iter3.good/shard_00000_of_00001.bin" > "$ck/iter_0000003/shard_00000_of_00001.bin"
+expect_fail "a truncated shard file is named" "shard_00000_of_00001.bin: 100000 bytes, metadata.json records [0-9]+ \(a truncated" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["tensors"]["adam.v"]["slices"][3]["byte_offset"] = 10**12; json.dump(m, open(p, "w"))' \
+  "$ck/iter_0000003/metadata.json"
+expect_fail "a slice beyond its shard file is refused" "metadata.json: tensor 'adam.v': slice \[[0-9]+, [0-9]+\) lies beyond" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
 rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
 # the single-file format (--ckpt-format torch)
