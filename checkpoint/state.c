@@ -520,6 +520,7 @@ static int reset_peak_rss(void) {
 
 struct lj_ckpt_async {
     int pending;            /* a save waits for lj_run_state_finish */
+    int written;            /* set by the writer thread when it is done (atomic) */
     pthread_t thread;
     int iteration, save_hf;
     char tmp[LJ_PATH_MAX];
@@ -586,6 +587,7 @@ static void *async_writer(void *arg) {
                             a->numel, f8, a->n8);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
     a->t_written = lj_time_sec();
+    __atomic_store_n(&a->written, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -709,6 +711,14 @@ lj_status lj_run_state_finish(lj_run_state *r) {
     return s;
 }
 
+lj_status lj_run_state_poll(lj_run_state *r) {
+    lj_ckpt_async *a = r->async;
+    if (!a || !a->pending) return LJ_OK; /* the same on every rank: the saves are collective */
+    float busy = !__atomic_load_n(&a->written, __ATOMIC_ACQUIRE);
+    lj_dp_sum(r->dp, r->model, &busy, 1);
+    return busy > 0.0f ? LJ_OK : lj_run_state_finish(r);
+}
+
 /* The async save's host copy of `need` f32 (kept between saves, like Megatron-LM's pinned
  * buffers): pinned when the backend has it. Errors: LJ_ERR_OOM when the host has not that much
  * memory available (/proc/meminfo MemAvailable, 90%) or the backend cannot pin it. */
@@ -780,6 +790,7 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     a->status = LJ_OK;
     snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
     a->pause = lj_time_sec() - t0;
+    a->written = 0;
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) { /* write it here instead */
         async_writer(a);
         return finalize(r, a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error), a->tmp, a->iteration,

@@ -76,7 +76,8 @@ typedef struct {
  * points the latest file at it: a crash leaves the previous checkpoint as the latest. With
  * s->async, a previous save is finished first (lj_run_state_finish), the state is copied to
  * host memory (the step waits for that only) and written by a background thread; the rest
- * happens at the next save or at lj_run_state_finish. Logs one line per save: time, bytes,
+ * happens at the first lj_run_state_poll after the writers are done, or at the next save or
+ * lj_run_state_finish, which wait for them. Logs one line per save: time, bytes,
  * throughput and the save's peak host memory (VmHWM above the RSS before it). A state with a
  * non-finite weight or moment is not saved (an error). Collective: every rank learns whether
  * each phase worked, so none waits for a rank that stopped.
@@ -88,6 +89,13 @@ lj_status lj_run_state_save(lj_run_state *s);
  * as lj_run_state_save does; LJ_OK at once when nothing is pending. Collective. Errors: the
  * writer's (a rank that could not write its shard file), then as lj_run_state_save. */
 lj_status lj_run_state_finish(lj_run_state *s);
+
+/* Once every rank's background writer is done, seals and publishes the pending --async-save as
+ * lj_run_state_finish does; otherwise returns at once. Called after every iteration, so that a
+ * written checkpoint becomes the latest without waiting for the next save (Megatron-LM's
+ * non-blocking maybe_finalize_async_save). Collective (one float summed across ranks while a
+ * save is pending). Errors: as lj_run_state_finish. */
+lj_status lj_run_state_poll(lj_run_state *s);
 
 /* The background writer of a run (host copies kept between saves); free it after
  * lj_run_state_finish. */

@@ -483,6 +483,10 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             if (r.have_valid) log_eval(&r, vl);
             if ((s = check_eval(&r, vl)) != LJ_OK) break;
         }
+        if (r.async) { /* a finished --async-save becomes the latest checkpoint now */
+            lj_run_state st = state_of(&r);
+            if ((s = lj_run_state_poll(&st)) != LJ_OK) break;
+        }
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0 && !r.skipped_in_a_row) {
             s = checkpoint(&r);
             if (s != LJ_OK) break;
