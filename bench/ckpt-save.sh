@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # ckpt-save.sh: checkpoint save time, bytes, throughput and peak host memory for one model, the
 # pause --async-save leaves in the step, and an exact resume. Runs `ljperf train` on synthetic
-# data (--mock-data) for 3 iterations with a save after each:
-#   1. synchronous saves (iterations 1 and 2 without the HF export, --no-save-hf; iteration 3
-#      with it, as the run's last save);
+# data (--mock-data) for ITERS iterations (default 3) with a save after each:
+#   1. synchronous saves (all but the last without the HF export, --no-save-hf; the last with
+#      it, as the run's last save);
 #   2. the same with --async-save (the step pauses for the copy to pinned host memory only);
-#   3. a resume from iteration 2 of run 1, whose iteration-3 loss must equal run 1's bit for bit.
+#   3. (ITERS >= 2) a run saved at iteration ITERS-1 and resumed, whose last loss must equal
+#      run 1's bit for bit.
 # Each save prints "saved checkpoint at iteration N ...: X MiB in T s (R MiB/s), ..., peak host
 # memory of the save M MiB on rank 0"; the summary collects those lines and the async pauses.
 #
 # Usage: bash bench/ckpt-save.sh MODEL [ljperf train flags...]
 #   DEVICE (default cuda), DIR (the --save root; default $OUT/ckpt or /tmp/ljperf-ckpt-bench),
 #   LJ (the binary; default build-gpu/dev/ljperf, else build/ljperf), MB (micro-batch, default 1),
-#   SEQ (default 4096), NPROC (--nproc-per-node, default 1).
+#   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3).
 # The state is 12 bytes per parameter (f32 master weights and two AdamW moments) plus the HF
 # export (2 bytes per parameter in bf16): llama3.2-1b about 15 GB + 2.5 GB, llama3-8b about
-# 96 GB + 16 GB per run directory; run 1 and run 2 each keep one iteration (--keep-last 1) and
-# each is removed before the next run starts, so DIR needs room for one state and an export.
+# 96 GB + 16 GB per iteration. A run keeps one iteration (--keep-last 1), but a save is complete
+# before the previous one is pruned, and each run's directory is removed before the next starts:
+# DIR needs room for two states (ITERS >= 2) or one state and its export (ITERS=1; the 8b:
+# 112 GB, more than the single-GPU machine's disk).
 # On a GPU machine: source bench/gpu-env.sh first (or let this script do it when it finds it).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,19 +32,20 @@ DEVICE=${DEVICE:-cuda}
 if [ "$DEVICE" = cuda ] && [ -f bench/gpu-env.sh ] && [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then source bench/gpu-env.sh; fi
 LJ=${LJ:-$([ -x build-gpu/dev/ljperf ] && echo build-gpu/dev/ljperf || echo build/ljperf)}
 DIR=${DIR:-${OUT}/ckpt}
-MB=${MB:-1} SEQ=${SEQ:-4096} NPROC=${NPROC:-1}
+MB=${MB:-1} SEQ=${SEQ:-4096} NPROC=${NPROC:-1} ITERS=${ITERS:-3}
 summary=$OUT/summary.txt
 : >"$summary"
+rm -f "$OUT"/*.jsonl # --log-json appends
 say() { echo "$*" | tee -a "$summary"; }
 say "ckpt-save: $model on $DEVICE x $NPROC, micro-batch $MB, seq $SEQ; commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tee -a "$summary"
 say "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) memory; --save on $(df -h "$(dirname "$DIR")" | awk 'NR == 2 {print $1 ", " $4 " free"}')"
 
 timev=$([ -x /usr/bin/time ] && echo "/usr/bin/time -v")
-run() { # run NAME [flags...]: 3 iterations, a save after each
+run() { # run NAME [flags...]: ITERS iterations, a save after each
   local name=$1; shift
   $timev "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
-    --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters 3 --lr 1e-4 --seed 5 \
+    --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 \
     --save-interval 1 --keep-last 1 --no-save-hf --log-json "$OUT/$name.jsonl" --log-interval 1 "$@" \
     >"$OUT/$name.out" 2>"$OUT/$name.err"
   local rc=$?
@@ -52,20 +56,22 @@ run() { # run NAME [flags...]: 3 iterations, a save after each
 rm -rf "$DIR" "$DIR-async"
 run sync --save "$DIR" "$@" || { say "sync run failed: tail of $OUT/sync.err"; tail -5 "$OUT/sync.err" | tee -a "$summary"; exit 1; }
 du -sh "$DIR"/iter_* 2>/dev/null | sed 's/^/  on disk: /' | tee -a "$summary"
-loss3=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == 3 and "loss" in r][0])' "$OUT/sync.jsonl")
+last=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/sync.jsonl" "$ITERS")
 rm -rf "$DIR"
 run async --save "$DIR-async" --async-save "$@" || say "async run failed: tail of $OUT/async.err"
 rm -rf "$DIR-async"
-# the resume: 2 iterations saved (the second without the HF export), then the third from there
+if [ "$ITERS" -lt 2 ]; then echo "logs in $OUT"; exit 0; fi
+# the resume: saved at iteration ITERS-1 (without the HF export), then the last iteration from there
+half=$((ITERS - 1))
 "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
-  --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters 3 --exit-interval 2 --lr 1e-4 --seed 5 \
-  --save-interval 2 --no-save-hf --save "$DIR" "$@" >"$OUT/half.out" 2>"$OUT/half.err" || say "first half failed"
+  --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --exit-interval "$half" --lr 1e-4 \
+  --seed 5 --save-interval "$half" --no-save-hf --save "$DIR" "$@" >"$OUT/half.out" 2>"$OUT/half.err" || say "first half failed"
 "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
-  --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters 3 --lr 1e-4 --seed 5 --load "$DIR" \
+  --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 --load "$DIR" \
   --log-json "$OUT/resume.jsonl" "$@" >"$OUT/resume.out" 2>"$OUT/resume.err" || say "resume failed"
 grep -E "saved checkpoint" "$OUT/half.err" | sed 's/^/  first half: /' | tee -a "$summary"
-resumed=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == 3 and "loss" in r][0])' "$OUT/resume.jsonl" 2>/dev/null)
-if [ -n "$resumed" ] && [ "$resumed" = "$loss3" ]; then say "resume from iteration 2: iteration 3 loss $resumed, bit-identical"
-else say "resume from iteration 2: iteration 3 loss '${resumed:-none}' vs uninterrupted $loss3: DIFFERENT"; fi
+resumed=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/resume.jsonl" "$ITERS" 2>/dev/null)
+if [ -n "$resumed" ] && [ "$resumed" = "$last" ]; then say "resume from iteration $half: iteration $ITERS loss $resumed, bit-identical"
+else say "resume from iteration $half: iteration $ITERS loss '${resumed:-none}' vs uninterrupted $last: DIFFERENT"; fi
 rm -rf "$DIR"
 echo "logs in $OUT"
