@@ -37,6 +37,27 @@ static size_t device_used_bytes(const lj_ops *ops) {
     return total_b - free_b;
 }
 
+/* Adds the documents of micro-batch tokens [B, T+1] to res's sums (lj_bench_run divides them by
+ * the sequences counted): documents per sequence and the attention work within them,
+ * sum l(l+1)/2 over T(T+1)/2. ds: [T] scratch. */
+static void doc_stats(const lj_doc_mask *dm, const int32_t *tokens, int B, int T, int32_t *ds, lj_bench_result *res) {
+    const lj_doc_mask starts = {0, 1, 0, dm->eod_token};
+    for (int b = 0; b < B; b++) {
+        lj_doc_mask_sequence(&starts, tokens + (size_t)b * (T + 1), T, NULL, ds, NULL);
+        double work = 0.0;
+        int docs = 0;
+        for (int t = 0; t < T;) {
+            int e = t;
+            while (e < T && ds[e] == t) e++;
+            work += 0.5 * (double)(e - t) * (e - t + 1);
+            docs++;
+            t = e;
+        }
+        res->docs_per_sequence += docs;
+        res->attention_fraction += work / (0.5 * (double)T * (T + 1));
+    }
+}
+
 lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     memset(res, 0, sizeof *res);
     const lj_ops *ops = cfg->ops;
@@ -82,6 +103,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_dp_model_options(cfg->dp, B, T, cfg->fused, cfg->recompute, &opt);
     opt.linear_recipe = cfg->linear_recipe;
     opt.fp8 = cfg->fp8;
+    opt.doc_mask = cfg->doc_mask;
     lj_model m;
     lj_model_init(&m, ops, &cfg->model, &opt);
     lj_parallelize(&m, cfg->dp->dist);
@@ -106,6 +128,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     const int nseg = lj_dp_segments(&m, &ac, &seg);
     const int world = cfg->dp->world;
     int32_t *tokens = lj_malloc((size_t)B * (T + 1) * sizeof(int32_t));
+    int32_t *ds = lj_malloc((size_t)T * sizeof(int32_t)); /* a sequence's document starts, for doc_stats */
     lj_rng rng;
     lj_rng_seed(&rng, cfg->seed + (uint64_t)cfg->dp->rank); /* each rank its own tokens */
     const int steps = cfg->warmup_iters + cfg->train_iters;
@@ -116,6 +139,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         if (have_data) lj_loader_next(&loader, tokens);
         else
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
+        if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
+            doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
@@ -149,9 +174,12 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     res->tokens_per_s_per_device = res->tokens_per_s / world;
     res->tflops = res->tokens_per_s_per_device * res->flops_per_token / 1e12; /* per device */
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
+    res->docs_per_sequence /= (double)cfg->train_iters * B;
+    res->attention_fraction /= (double)cfg->train_iters * B;
 
     free(step_ms);
     free(tokens);
+    free(ds);
     free(seg);
     lj_plan_release(&plan, ops);
     lj_plan_free(&plan);
@@ -202,6 +230,15 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
                    "(989 TFLOP/s on H100/H200) as its convention; the TFLOP/s line is the achieved model rate\n",
                 what);
     }
+    if (lj_doc_mask_any(&cfg->doc_mask)) {
+        fprintf(f, "document masking (end-of-document id %d):%s%s%s\n", cfg->doc_mask.eod_token,
+                cfg->doc_mask.reset_position_ids ? " --reset-position-ids" : "",
+                cfg->doc_mask.reset_attention_mask ? " --reset-attention-mask" : "",
+                cfg->doc_mask.eod_mask_loss ? " --eod-mask-loss" : "");
+        fprintf(f, "%-28s %.2f\n", "documents per sequence", r->docs_per_sequence);
+        fprintf(f, "%-28s %.4f\n", "attention work vs causal", r->attention_fraction);
+        fprintf(f, "(the FLOP convention below counts full causal attention with or without document masking)\n");
+    }
     fprintf(f, "MFU convention: FLOPs/token = 6N + 12*L*d*s = %.3g (N = %.4g matmul parameters incl. lm_head); peak: %s\n",
             r->flops_per_token, (double)lj_config_num_matmul_params(&cfg->model), r->peak_source);
     if (strcmp(cfg->ops->name, "cpu") == 0)
@@ -227,6 +264,15 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
         cJSON_AddStringToObject(o, "precision", what);
     }
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
+    if (lj_doc_mask_any(&cfg->doc_mask)) {
+        cJSON *dj = cJSON_AddObjectToObject(o, "doc_mask");
+        cJSON_AddBoolToObject(dj, "reset_position_ids", cfg->doc_mask.reset_position_ids);
+        cJSON_AddBoolToObject(dj, "reset_attention_mask", cfg->doc_mask.reset_attention_mask);
+        cJSON_AddBoolToObject(dj, "eod_mask_loss", cfg->doc_mask.eod_mask_loss);
+        cJSON_AddNumberToObject(dj, "eod_token", cfg->doc_mask.eod_token);
+        cJSON_AddNumberToObject(dj, "docs_per_sequence", r->docs_per_sequence);
+        cJSON_AddNumberToObject(dj, "attention_fraction", r->attention_fraction);
+    }
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_device);
     cJSON_AddNumberToObject(o, "tflops", r->tflops);

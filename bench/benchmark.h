@@ -20,6 +20,7 @@ typedef struct {
     lj_linear_fp8_options fp8;      /* its settings */
     uint8_t recompute[LJ_MAX_LAYERS];
     uint64_t seed;
+    lj_doc_mask doc_mask;   /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (with --data) */
     int num_data_args;      /* --data: real tokens instead of synthetic ones */
     char **data_args;
     int progress;           /* 1: a progress line on stderr */
@@ -42,6 +43,10 @@ typedef struct {
                                 (CUDA context, cuBLASLt workspace), measured at start-up */
     size_t measured_bytes;   /* whole process: device used (CUDA) or peak RSS (CPU) */
     double flops_per_token;
+    /* with document masking, over the timed steps' sequences (data/docmask.h's documents): */
+    double docs_per_sequence;  /* documents (or parts of one) per sequence */
+    double attention_fraction; /* sum over documents of l(l+1)/2, over T(T+1)/2: the attention work left
+                                  by --reset-attention-mask against full causal attention */
 } lj_bench_result;
 
 /* Runs the benchmark. Errors: plan does not fit, data errors, device errors. */

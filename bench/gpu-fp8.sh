@@ -63,7 +63,7 @@ for s in $steps; do
             --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --log-interval 100 --eval-iters 8 --seed 1234 --device cuda)
     timeout 1200 "$lj" train "${common[@]}" --log-json "$OUT/train_bf16.jsonl" >"$OUT/train_bf16.log" 2>&1
     say "3. bf16 rc=$?"
-    mean100() { tail -100 "$1" | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
+    mean100() { grep '"loss": ' "$1" | tail -100 | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
     ref=$(mean100 "$OUT/train_bf16.jsonl")
     for i in 0 1; do
       read -r -a flags <<< "${recipes[$i]}"
@@ -132,12 +132,12 @@ EOF
       pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done
-    mean100() { tail -100 "$1" | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
+    mean100() { grep '"loss": ' "$1" | tail -100 | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
     ref=$(mean100 "$OUT/conv_bf16.jsonl")
-    say "7. bf16: $(wc -l <"$OUT/conv_bf16.jsonl") iterations, mean loss of the last 100 $ref"
+    say "7. bf16: $(grep -c "\"loss\": " "$OUT/conv_bf16.jsonl") iterations, mean loss of the last 100 $ref"
     for n in "${names[@]}"; do
       m=$(mean100 "$OUT/conv_$n.jsonl")
-      say "7. $n: $(wc -l <"$OUT/conv_$n.jsonl") iterations, mean loss of the last 100 $m ($(awk -v a="$m" -v b="$ref" \
+      say "7. $n: $(grep -c "\"loss\": " "$OUT/conv_$n.jsonl") iterations, mean loss of the last 100 $m ($(awk -v a="$m" -v b="$ref" \
         'BEGIN {printf "%+.3f%%", 100 * (a - b) / b}') against bf16)"
     done
     python3 - "$OUT" "${names[@]}" <<'PY' | tee -a "$summary"
@@ -145,7 +145,7 @@ import json, sys
 out, names = sys.argv[1], ["bf16"] + sys.argv[2:]
 runs = {}
 for n in names:
-    runs[n] = [json.loads(l) for l in open("%s/conv_%s.jsonl" % (out, n)) if l.strip()]
+    runs[n] = [r for r in (json.loads(l) for l in open("%s/conv_%s.jsonl" % (out, n)) if l.strip()) if "loss" in r]
 steps = min(len(r) for r in runs.values())
 print("iteration | " + " | ".join("%s loss (mean of 100)" % n for n in names))
 for end in range(100, steps + 1, 100):

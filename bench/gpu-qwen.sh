@@ -5,8 +5,13 @@
 #             and of AdamW, against the CPU backend;
 #   fixtures  tests/fixtures/make_fixtures_qwen.py with the machine's transformers (the tiny
 #             Qwen3 and Qwen2.5 references, $OUT/hf-qwen.tar), and the Llama fixtures on CUDA;
-#   train     qwen3-0.6b on the KJV Bible prepared with the Qwen3 tokenizer, $QWEN_STEPS steps.
-# Usage: bash bench/gpu-qwen.sh [step...]   (default: all)
+#   train     qwen3-0.6b on the KJV Bible prepared with the Qwen3 tokenizer, $QWEN_STEPS steps;
+#   greedy    bench/hf_greedy_check.py: a transformers-made Qwen3 and Qwen2 checkpoint, and the
+#             export of the train step, continued greedily by ljperf and by transformers (fp32);
+#   side      ljperf against PyTorch + transformers' Qwen3ForCausalLM in the same job, seq 4096
+#             (bench/side_by_side.sh): qwen3-1.7b mb 4 and qwen3-4b mb 2 against eager and
+#             torch.compile, qwen3-8b with the planner against PyTorch with full checkpointing.
+# Usage: bash bench/gpu-qwen.sh [step...]   (default: ops fixtures train greedy)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-out/gpu-qwen}
@@ -17,7 +22,7 @@ lj=$dev/ljperf
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
-for s in ${*:-ops fixtures train}; do
+for s in ${*:-ops fixtures train greedy}; do
   case $s in
   ops)
     for op in qk_norm bias adamw; do
@@ -38,9 +43,35 @@ for s in ${*:-ops fixtures train}; do
     say "train: prepare --tokenizer qwen3 rc=$? $(grep -E 'wrote' "$OUT/prepare_qwen3.log")"
     timeout 300 "$lj" train --model qwen3-0.6b --tokenizer qwen3 --data-path /tmp/kjv-qwen3 --seq-length 1024 \
       --micro-batch-size 8 --train-iters "${QWEN_STEPS:-100}" --lr 3e-4 --lr-warmup-iters 10 --log-interval 10 \
-      --eval-iters 4 --seed 1234 --device cuda --log-json "$OUT/train_qwen3.jsonl" >"$OUT/train_qwen3.log" 2>&1
+      --eval-iters 4 --seed 1234 --device cuda --log-json "$OUT/train_qwen3.jsonl" --save /tmp/qwen3-ckpt \
+      >"$OUT/train_qwen3.log" 2>&1
     say "train: qwen3-0.6b rc=$? $(grep -E '^iteration' "$OUT/train_qwen3.log" | sed -n '1p;$p' | cut -c1-200 | tr '\n' ' ')"
     say "train: $(grep -E 'validation loss' "$OUT/train_qwen3.log" | tail -1)"
+    ;;
+  greedy)
+    for fam in qwen3 qwen2; do
+      timeout 300 python3 bench/hf_greedy_check.py "/tmp/hf-$fam-random" --make $fam --ljperf "$lj" \
+        --tokenizer .cache/tokenizer/qwen3/tokenizer.json >"$OUT/greedy_$fam.log" 2>&1
+      say "greedy: transformers-made $fam rc=$? $(tail -1 "$OUT/greedy_$fam.log")"
+    done
+    last=$(cat /tmp/qwen3-ckpt/latest_checkpointed_iteration.txt 2>/dev/null)
+    if [ -n "$last" ]; then
+      timeout 300 python3 bench/hf_greedy_check.py "/tmp/qwen3-ckpt/iter_$(printf %07d "$last")/hf" --ljperf "$lj" \
+        >"$OUT/greedy_export.log" 2>&1
+      say "greedy: ljperf's qwen3-0.6b export rc=$? $(tail -1 "$OUT/greedy_export.log")"
+    fi
+    ;;
+  side)
+    for run in "qwen3-1.7b 4" "qwen3-4b 2"; do
+      read -r m mb <<<"$run"
+      OUT=$OUT/side-$m LJPERF=$lj LJPERF_ARGS="--device cuda --no-progress" timeout 900 \
+        bash bench/side_by_side.sh "$m" 4096 "$mb" >"$OUT/side-$m.log" 2>&1
+      say "side: $m mb $mb rc=$?"; tail -6 "$OUT/side-$m.log" | tee -a "$summary"
+    done
+    CHECKPOINT_OPTIMIZATION=true OUT=$OUT/side-qwen3-8b LJPERF=$lj LJPERF_ARGS="--device cuda --no-progress" \
+      MODES=eager PYTORCH_ARGS="--checkpointing full" timeout 900 bash bench/side_by_side.sh qwen3-8b 4096 1 \
+      >"$OUT/side-qwen3-8b.log" 2>&1
+    say "side: qwen3-8b planner against PyTorch with full checkpointing rc=$?"; tail -6 "$OUT/side-qwen3-8b.log" | tee -a "$summary"
     ;;
   esac
 done

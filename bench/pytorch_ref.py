@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """pytorch_ref.py: the PyTorch + transformers side of `ljperf benchmark`'s side-by-side comparison.
 
-It trains a random-init transformers LlamaForCausalLM of the same shape and settings as
+It trains a random-init transformers LlamaForCausalLM (Qwen3ForCausalLM for the qwen3 presets and
+configs with model_type "qwen3") of the same shape and settings as
 `ljperf benchmark` and prints the same table: fp32 parameters with bf16 autocast, SDPA
 attention (attn_implementation="sdpa"), fused AdamW (lr 1e-4, no clipping unless
 --clip-grad), synthetic random tokens, loss = model(input_ids, labels=input_ids).loss.
@@ -49,7 +50,7 @@ import time
 import torch
 
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
 PEAK_TFLOPS = 989.0  # H100/H200 SXM bf16 dense
 GIB = float(1 << 30)
@@ -64,6 +65,16 @@ PRESETS = {
     "llama3-70b": (128256, 8192, 28672, 80, 64, 8, 128, 8192, False, 0.0),
     "llama3-tiny": (128256, 256, 768, 4, 4, 2, 64, 2048, True, 32.0),
     "llama3-nano": (128256, 64, 192, 2, 4, 2, 16, 1024, True, 32.0),
+}
+# Qwen3 dense (Qwen3ForCausalLM): V, d, I, L, nh, nkv, hd, tied; rope_theta 1e6, eps 1e-6, 40960
+# positions, bos/eos 151643/151645 (docs/reference.md, "Qwen3 dense and Qwen2.5")
+QWEN3 = {
+    "qwen3-0.6b": (151936, 1024, 3072, 28, 16, 8, 128, True),
+    "qwen3-1.7b": (151936, 2048, 6144, 28, 16, 8, 128, True),
+    "qwen3-4b": (151936, 2560, 9728, 36, 32, 8, 128, True),
+    "qwen3-8b": (151936, 4096, 12288, 36, 32, 8, 128, False),
+    "qwen3-14b": (151936, 5120, 17408, 40, 40, 8, 128, False),
+    "qwen3-32b": (151936, 5120, 25600, 64, 64, 8, 128, False),
 }
 
 
@@ -98,18 +109,36 @@ def preset_config(name):
     return LlamaConfig(**kw)
 
 
+def qwen3_config(name):
+    from transformers import Qwen3Config
+    V, d, I, L, nh, nkv, hd, tied = QWEN3[name]
+    kw = dict(vocab_size=V, hidden_size=d, intermediate_size=I, num_hidden_layers=L, num_attention_heads=nh,
+              num_key_value_heads=nkv, head_dim=hd, max_position_embeddings=40960, tie_word_embeddings=tied,
+              rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645, hidden_act="silu",
+              attention_bias=False, use_sliding_window=False, use_cache=False)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": 1000000.0}
+    else:
+        kw["rope_theta"] = 1000000.0
+    return Qwen3Config(**kw)
+
+
 def load_config(model):
     """--model: a preset name (an "org/" prefix is ignored), a config.json path or a directory."""
     if os.path.isdir(model):
         if not os.path.exists(os.path.join(model, "config.json")):
             die(f"{model}: no config.json in this directory")
-        return LlamaConfig.from_pretrained(model)
+        return AutoConfig.from_pretrained(model)
     if os.path.isfile(model):
-        return LlamaConfig.from_json_file(model)
+        with open(model) as f:
+            fields = json.load(f)
+        return AutoConfig.for_model(fields.pop("model_type", "llama"), **fields)
     name = model.split("/")[-1]
     if name in PRESETS:
         return preset_config(name)
-    die(f"unknown model '{model}' (presets: {', '.join(PRESETS)}; or a config.json path)", 2)
+    if name in QWEN3:
+        return qwen3_config(name)
+    die(f"unknown model '{model}' (presets: {', '.join(list(PRESETS) + list(QWEN3))}; or a config.json path)", 2)
     return None
 
 
@@ -239,7 +268,7 @@ def main():
     torch.manual_seed(args.seed)
     t_setup = time.perf_counter()
     with torch.device(device):
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     set_sdpa(model)
     model.train()
     attn = str(getattr(model.config, "_attn_implementation", "unknown"))

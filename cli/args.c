@@ -53,6 +53,43 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **
     return LJ_OK;
 }
 
+/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
+static uint64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj_planner_target *t,
+                            const char *host_memory) {
+    if (!t->offload_optimizer) return LJ_OK;
+    uint64_t have = 0;
+    const char *source = "MemAvailable in /proc/meminfo";
+    if (host_memory) {
+        if (lj_parse_bytes(host_memory, &have) != LJ_OK || have == 0)
+            return lj_fail(LJ_ERR_ARG, "--host-memory: '%s' is not a positive byte count (e.g. 64GiB)", host_memory);
+        source = "--host-memory";
+    } else {
+        have = host_available();
+        if (have == 0) return LJ_OK;
+    }
+    const size_t need = lj_planner_host_bytes(cfg, seq_length, t);
+    const uint64_t usable = have - have / 10;
+    if (need <= usable) return LJ_OK;
+    char b1[32], b2[32], b3[32];
+    return lj_fail(LJ_ERR_OOM,
+                   "optimizer offload: the host part of the plan needs %s per rank (f32 master weights, AdamW moments "
+                   "and the gradient and parameter staging of %s) and this host has %s (%s; %s usable after a 10%% "
+                   "margin): use more ranks (ZeRO shards the optimizer state), a host with more memory, or no offload",
+                   lj_format_bytes(need, b1, sizeof b1), cfg->name, lj_format_bytes(have, b2, sizeof b2), source,
+                   lj_format_bytes(usable, b3, sizeof b3));
+}
+
 lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin) {
     uint64_t v = 0;
     if (device_memory) {
@@ -120,6 +157,8 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     target.zero_stage = q->zero_stage;
     target.linear_recipe = q->linear_recipe;
     if (q->fp8) target.fp8 = *q->fp8;
+    target.offload_optimizer = q->offload_optimizer && strcmp(ops->name, "cpu") != 0; /* cpu: host memory already */
+    LJ_TRY(lj_cli_host_check(cfg, seq_length, &target, q->host_memory));
     if (!use_planner) {
         LJ_TRY(lj_planner_megatron_recompute(granularity, q->method, q->num_layers, cfg->num_hidden_layers, policy));
         lj_planner_result res;

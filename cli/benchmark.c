@@ -18,6 +18,9 @@ static void usage(FILE *f) {
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
             "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
             "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones (alias --data-path)\n"
+            "  --reset-position-ids, --reset-attention-mask, --eod-mask-loss\n"
+            "                             document masking as in `ljperf train` (needs --data); prints the\n"
+            "                             documents per sequence and the attention work left\n"
             "  --no-progress              no progress line on stderr\n"
             "  --no-fusion                unfused kernel twins\n"
             "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
@@ -217,6 +220,10 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &nproc}, /* read by lj_cli_maybe_launch */
         {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data},
+        {.name = "--reset-position-ids", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_position_ids, .ival = 1},
+        {.name = "--reset-attention-mask", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_attention_mask,
+         .ival = 1},
+        {.name = "--eod-mask-loss", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.eod_mask_loss, .ival = 1},
     };
     lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
     memcpy(rows, own, sizeof own);
@@ -241,6 +248,17 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     if (lj_cli_fp8_resolve(&fp8, cfg.ops, &cfg.model, &cfg.linear_recipe, &cfg.fp8) != LJ_OK)
         return lj_cli_error("benchmark");
+    if (lj_doc_mask_any(&cfg.doc_mask)) {
+        const char *flag = cfg.doc_mask.reset_attention_mask ? "--reset-attention-mask"
+                           : cfg.doc_mask.reset_position_ids ? "--reset-position-ids"
+                                                             : "--eod-mask-loss";
+        if (cfg.num_data_args == 0) {
+            lj_fail(LJ_ERR_ARG, "%s needs --data PREFIX (documents that end with the model's EOS, as `ljperf "
+                                "prepare` writes them): synthetic tokens have no document boundaries", flag);
+            return lj_cli_error("benchmark");
+        }
+        cfg.doc_mask.eod_token = cfg.model.eos_token_id; /* the EOS `prepare` appends to each document */
+    }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
                       : (iters_given && iters <= 0) ? "--train-iters must be positive"
@@ -302,6 +320,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         .margin = margin,
         .linear_recipe = cfg.linear_recipe,
         .fp8 = &cfg.fp8,
+        .offload_optimizer = offload,
     };
     lj_cli_recompute_request planner = base, none = base, manual = base, given = base;
     planner.recompute = "auto";

@@ -53,6 +53,9 @@ typedef struct {
     const char *margin;          /* --margin, or NULL: 1 GiB (lj_cli_memory_budget) */
     lj_linear_recipe linear_recipe;       /* the linears' recipe (its FP8 buffers are planned) */
     const lj_linear_fp8_options *fp8;     /* its FP8 settings, or NULL */
+    int offload_optimizer;       /* --offload-optimizer cpu: the optimizer state is host memory, not planned
+                                    on the device (GPU backends); the host part is checked */
+    const char *host_memory;     /* --host-memory, or NULL: MemAvailable (lj_cli_host_check) */
 } lj_cli_recompute_request;
 
 /* The recompute policy (and micro-batch size) of a run, decided before anything is allocated:
@@ -69,6 +72,13 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
  * free below it) into a planner target; NULL leaves the target's value. Errors: LJ_ERR_ARG
  * naming the flag and the value. */
 lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin);
+/* Under optimizer offload (t->offload_optimizer), the host part of the plan against the host's
+ * memory: `host_memory` (--host-memory, e.g. 64GiB) or else MemAvailable of /proc/meminfo, less a
+ * 10% margin. Errors: LJ_ERR_OOM naming what the host part holds and what the host has;
+ * LJ_ERR_ARG for a bad --host-memory. Without offload, or when the host's memory cannot be read
+ * and none is given, LJ_OK. */
+lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj_planner_target *t,
+                            const char *host_memory);
 
 /* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (parallel/dist.h lj_launch;
  * MPI ranks for --device cpu, NCCL ranks for --device cuda), waits for them, sets *status to

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "base/fs.h"
+#include "data/mmidx.h"
 #include "data/tokenizer.h"
 
 /* Arguments that tune PyTorch, Transformer Engine or Megatron internals: accepted, and listed at
@@ -77,7 +78,6 @@ static const lj_flag k_ignored[] = {
     {.name = "--initial-loss-scale", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "loss scaling is for fp16, which ljperf does not train in: use --bf16"},
     {.name = "--num-layers-per-virtual-pipeline-stage", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf has no pipeline parallelism (data parallelism with ZeRO stages 0-3 only)"},
     {.name = "--use-torch-fsdp2", .kind = LJ_FLAG_REFUSED, .help = "use --zero-stage 3: ZeRO-3 shards parameters, gradients and optimizer state as FSDP does"},
-    {.name = "--qk-layernorm", .kind = LJ_FLAG_REFUSED, .help = "ljperf's Llama has no QK-norm yet (the Qwen3 family)"},
     {.name = "--num-experts", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf trains dense models only (no mixture of experts)"},
     {.name = "--decoupled-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
     {.name = "--decoupled-min-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
@@ -123,6 +123,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--norm-epsilon", .kind = LJ_FLAG_DOUBLE, .dest = &m->norm_epsilon, .help = "EPS  rms_norm_eps (default 1e-5)"},
         {.name = "--apply-layernorm-1p", .kind = LJ_FLAG_SWITCH, .dest = &m->apply_layernorm_1p, .ival = 1, .help = "norm weights stored as 1 + g: trains as the plain weight initialised to 1 while norms get no weight decay"},
         {.name = "--swiglu", .kind = LJ_FLAG_SWITCH, .dest = &m->swiglu, .ival = 1, .help = "SwiGLU MLP (required: Megatron's default GeLU MLP is refused)"},
+        {.name = "--qk-layernorm", .kind = LJ_FLAG_SWITCH, .dest = &m->qk_layernorm, .ival = 1, .help = "an RMSNorm over head_dim on q and k before RoPE, one weight shared by the heads (Qwen3's QK-norm: the model is a Qwen3ForCausalLM)"},
         {.name = "--untie-embeddings-and-output-weights", .kind = LJ_FLAG_SWITCH, .dest = &m->untie, .ival = 1, .help = "a separate lm_head (default: tied)"},
         {.name = "--disable-bias-linear", .kind = LJ_FLAG_SWITCH, .dest = &m->disable_bias_linear, .ival = 1, .help = "no biases (required: ljperf's Llama has none)"},
         {.name = "--vocab-size", .kind = LJ_FLAG_INT, .dest = &m->vocab_size, .help = "V  NullTokenizer's vocabulary (it adds its end-of-document id V)"},
@@ -159,6 +160,9 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--train-data-path", .kind = LJ_FLAG_LIST, .dest = &m->train_data, .help = "[W] P ...  training datasets, used whole"},
         {.name = "--valid-data-path", .kind = LJ_FLAG_LIST, .dest = &m->valid_data, .help = "[W] P ...  validation datasets, used whole"},
         {.name = "--test-data-path", .kind = LJ_FLAG_LIST, .dest = &m->test_data, .help = "[W] P ...  accepted; ljperf runs no test pass"},
+        {.name = "--reset-position-ids", .kind = LJ_FLAG_SWITCH, .dest = &m->reset_position_ids, .ival = 1, .help = "RoPE positions restart at 0 after each end-of-document token in a sequence"},
+        {.name = "--reset-attention-mask", .kind = LJ_FLAG_SWITCH, .dest = &m->reset_attention_mask, .ival = 1, .help = "attention does not cross an end-of-document token (causal within each document)"},
+        {.name = "--eod-mask-loss", .kind = LJ_FLAG_SWITCH, .dest = &m->eod_mask_loss, .ival = 1, .help = "no loss where the input is the end-of-document token (the next document's first token as target)"},
         {.name = "--vocab-file", .kind = LJ_FLAG_STR, .dest = &m->vocab_file, .help = "vocab.json  GPT2BPETokenizer's vocabulary (its size sets the model's)"},
         {.name = "--merge-file", .kind = LJ_FLAG_STR, .dest = &m->merge_file, .help = "merges.txt  GPT2BPETokenizer's merges"},
         {.kind = LJ_FLAG_SECTION, .help = "checkpoints:"},
@@ -177,7 +181,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
 int lj_cli_megatron_has_shape(const lj_cli_megatron *m) {
     return m->num_layers >= 0 || m->hidden_size >= 0 || m->num_attention_heads >= 0 || m->ffn_hidden_size >= 0 ||
            m->kv_channels >= 0 || m->num_query_groups >= 0 || m->group_query_attention || m->swiglu ||
-           m->normalization || m->position_embedding_type || m->disable_bias_linear || m->untie;
+           m->normalization || m->position_embedding_type || m->disable_bias_linear || m->untie || m->qk_layernorm;
 }
 
 /* The entries of a GPT-2 vocab.json. */
@@ -240,6 +244,30 @@ static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, con
     }
     return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, NullTokenizer, "
                                "GPT2BPETokenizer", type);
+}
+
+lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_config *cfg, int mock_data,
+                                   lj_doc_mask *dm, int rank0) {
+    memset(dm, 0, sizeof *dm);
+    dm->reset_position_ids = m->reset_position_ids;
+    dm->reset_attention_mask = m->reset_attention_mask;
+    dm->eod_mask_loss = m->eod_mask_loss;
+    dm->eod_token = mock_data ? lj_token_dataset_mock_eod(cfg->vocab_size) : cfg->eos_token_id;
+    if (!lj_doc_mask_any(dm)) return LJ_OK;
+    const char *flag = m->reset_attention_mask ? "--reset-attention-mask"
+                       : m->reset_position_ids ? "--reset-position-ids"
+                                               : "--eod-mask-loss";
+    if (dm->eod_token < 0 || dm->eod_token >= cfg->vocab_size)
+        return lj_fail(LJ_ERR_ARG, "%s needs the end-of-document id: the model's eos_token_id (%d) is not in its "
+                                   "vocabulary of %d (set eos_token_id in its config.json, or give "
+                                   "--tokenizer-model)", flag, dm->eod_token, cfg->vocab_size);
+    if (rank0)
+        lj_log_info("document masking at end-of-document id %d (%s):%s%s%s", dm->eod_token,
+                    mock_data ? "the mock documents'" : "the model's eos_token_id",
+                    m->reset_position_ids ? " --reset-position-ids" : "",
+                    m->reset_attention_mask ? " --reset-attention-mask" : "",
+                    m->eod_mask_loss ? " --eod-mask-loss" : "");
+    return LJ_OK;
 }
 
 lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_type, const char *tokenizer_model,
@@ -314,6 +342,10 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
     cfg->rms_norm_eps = isnan(m->norm_epsilon) ? 1e-5 : m->norm_epsilon;
     cfg->initializer_range = isnan(m->init_method_std) ? 0.02 : m->init_method_std;
     cfg->tie_word_embeddings = !m->untie;
+    if (m->qk_layernorm) { /* Megatron-LM's qk_layernorm: q_layernorm / k_layernorm over kv_channels */
+        cfg->family = LJ_FAMILY_QWEN3;
+        cfg->qk_norm = 1;
+    }
     if (m->use_rope_scaling) {
         cfg->rope_scaling_llama3 = 1;
         cfg->rope_factor = isnan(m->rope_scaling_factor) ? 8.0 : m->rope_scaling_factor;

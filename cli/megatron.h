@@ -16,6 +16,7 @@
 
 #include "cli/flags.h"
 #include "config/config.h"
+#include "data/docmask.h"
 #include "optim/optim.h"
 
 /* The values as given; -1 (integers) or NAN (reals) or NULL when a flag is absent. */
@@ -24,6 +25,7 @@ typedef struct {
     int num_layers, hidden_size, ffn_hidden_size, num_attention_heads, num_query_groups, kv_channels;
     int max_position_embeddings, vocab_size, make_vocab_size_divisible_by;
     int group_query_attention, swiglu, untie, disable_bias_linear, use_rope_scaling, apply_layernorm_1p;
+    int qk_layernorm;
     int use_rotary_position_embeddings, no_position_embedding;
     const char *position_embedding_type, *normalization;
     double rotary_base, rotary_percent, rope_scaling_factor, norm_epsilon, init_method_std;
@@ -41,6 +43,7 @@ typedef struct {
     int local_rank;                      /* the DeepSpeed launcher's --local_rank */
     /* data */
     int mock_data;
+    int reset_position_ids, reset_attention_mask, eod_mask_loss; /* document masking (data/docmask.h) */
     lj_flag_list train_data, valid_data, test_data;
     const char *vocab_file, *merge_file, *optimizer;
     /* checkpoints */
@@ -91,6 +94,15 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
                                 const char **grad_dtype, int print);
 
 /* The compatibility table of `ljperf train --help`. */
+/* Document masking of a run of model `cfg` (--reset-position-ids, --reset-attention-mask,
+ * --eod-mask-loss; Megatron-LM's meanings, data/docmask.h) into *dm, with the end-of-document id
+ * of the data: the model's eos_token_id (the id ljperf's `prepare` appends; the tokenizer's eod
+ * in Megatron-LM), or with `mock_data` the synthetic documents' (lj_token_dataset_mock_eod).
+ * Says on rank 0 what is on. Errors: LJ_ERR_ARG naming the flag when the id is not in the
+ * vocabulary. */
+lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_config *cfg, int mock_data,
+                                   lj_doc_mask *dm, int rank0);
+
 void lj_cli_megatron_usage(FILE *f);
 
 #endif

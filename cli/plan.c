@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "                                 shards nothing)\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host\n"
             "                                 memory, out of the device plan (default none)\n"
+            "  --host-memory BYTES          the host memory an offloaded run may use (default: MemAvailable\n"
+            "                               of /proc/meminfo), less 10%%\n"
             "\n"
             "CHECKPOINT_OPTIMIZATION=true|1|yes|on turns automatic recompute on; false|0|no|off|\"\" off.\n"
             "The cost model's throughputs come from <cache>/planner/<device>.json when measured, else\n"
@@ -48,7 +50,7 @@ static void usage(FILE *f) {
 
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
-    const char *device_memory, *margin, *context, *grad_dtype;
+    const char *device_memory, *margin, *context, *grad_dtype, *host_memory;
     int seq, mb, num_layers, world, zero, fused, buffers, offload;
     double mm_tflops, attn_tflops, mem_gbs;
     lj_cli_fp8 fp8;
@@ -72,6 +74,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
         {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
         {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
+        {.name = "--host-memory", .kind = LJ_FLAG_STR, .dest = &a->host_memory},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &a->granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
@@ -155,6 +158,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     }
     if (a->mm_tflops > 0 || a->attn_tflops > 0 || a->mem_gbs > 0) {
         if (a->mm_tflops > 0) t->rates.matmul_flops = a->mm_tflops * 1e12;
+        if (a->mm_tflops > 0) t->rates.fp8_matmul_flops = LJ_FP8_GEMM_SPEEDUP * t->rates.matmul_flops;
         if (a->attn_tflops > 0) t->rates.attention_flops = a->attn_tflops * 1e12;
         if (a->mem_gbs > 0) t->rates.memory_bandwidth = a->mem_gbs * 1e9;
         snprintf(t->rates.source, sizeof t->rates.source,
@@ -414,6 +418,7 @@ int lj_cli_plan(int argc, char **argv) {
     uint8_t policy[LJ_MAX_LAYERS];
     const char *mode = NULL;
     if (recompute_mode(&a, cfg.num_hidden_layers, &fixed, policy, &mode) != LJ_OK) return lj_cli_error("plan");
+    if (lj_cli_host_check(&cfg, seq, &t, a.host_memory) != LJ_OK) return lj_cli_error("plan");
 
     lj_planner_result *r = lj_malloc(sizeof *r);
     lj_status s = lj_planner_search(&cfg, seq, a.mb, fixed ? policy : NULL, &t, r);

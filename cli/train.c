@@ -427,6 +427,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
+    LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     const lj_cli_recompute_request rq = {
         .cmd = "train",
@@ -443,6 +444,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .margin = margin,
         .linear_recipe = c->linear_recipe,
         .fp8 = &c->fp8,
+        .offload_optimizer = c->offload_optimizer,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */

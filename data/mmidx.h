@@ -83,6 +83,8 @@ void lj_token_dataset_close(lj_token_dataset *ds);
  * ids. int32 tokens; path "(mock data)". vocab_size must be at least 3. Close with
  * lj_token_dataset_close. */
 void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_sequences, uint64_t seed);
+/* The end-of-document id of lj_token_dataset_mock's documents: vocab_size - 1. */
+static inline int32_t lj_token_dataset_mock_eod(int vocab_size) { return vocab_size - 1; }
 /* Token id at global position i of the concatenated token stream. */
 static inline int32_t lj_token_dataset_get(const lj_token_dataset *ds, int64_t i) {
     return ds->token_size == 2 ? (int32_t)((const uint16_t *)ds->tokens)[i] : ((const int32_t *)ds->tokens)[i];

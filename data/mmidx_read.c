@@ -397,7 +397,7 @@ void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_seq
         total += lengths[i];
     }
     int32_t *tokens = lj_malloc((size_t)total * sizeof *tokens);
-    const int32_t eod = vocab_size - 1;
+    const int32_t eod = lj_token_dataset_mock_eod(vocab_size);
     for (int64_t i = 0, at = 0; i < num_sequences; i++) {
         for (int32_t k = 0; k + 1 < lengths[i]; k++) tokens[at++] = 1 + k % (vocab_size - 2);
         tokens[at++] = eod;

@@ -104,9 +104,17 @@ void lj_linear_reset(lj_model *m) {
     free(ones);
 }
 
-void lj_linear_pass_begin(lj_model *m) {
+void lj_linear_pass_end(lj_model *m) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    if (!f->active || !f->recording || !m->fp8_amax_reduce || m->opt.fp8.recipe != LJ_FP8_RECIPE_DELAYED) return;
+    m->fp8_amax_reduce(m, f->amax_history, 3 * f->num_linears); /* row 0: this pass's amaxes */
+}
+
+void lj_linear_pass_begin(lj_model *m, int training) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     if (!f->active) return;
+    f->recording = training;
+    if (!training) return;
     const lj_linear_fp8_options *o = &m->opt.fp8;
     if (o->recipe != LJ_FP8_RECIPE_DELAYED) return;
     const float margin = ldexpf(1.0f, -o->margin);
@@ -175,8 +183,12 @@ static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int 
                      int fresh) {
     const lj_ops *ops = m->ops;
     lj_linear_fp8_state *f = &m->linear_fp8;
-    lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t), fresh ? f->amax_history + t : NULL, 0};
-    if (fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE) {
+    /* current scaling computes the amax where the history keeps it (a pass of its own: no state
+     * carries over); delayed scaling records it only in a training pass */
+    const int current = fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
+    lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t), current || (fresh && f->recording) ? f->amax_history + t : NULL,
+                         0};
+    if (current) {
         ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
         sc.current = 1;
     }

@@ -33,7 +33,7 @@
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
  * scaling, where row 0 holds this pass's amaxes), scale [3F], and scale_inv = 1/scale kept one per
  * 16 bytes (scale_inv[LJ_FP8_SCALE_INV_STRIDE * t], what cuBLASLt's scale pointers need). Delayed scaling
- * updates them on the device at the start of every forward pass (lj_linear_pass_begin: no host
+ * updates them on the device at the start of every training forward pass (lj_linear_pass_begin: no host
  * synchronisation, so a captured step graph replays it); current scaling computes each amax just
  * before its cast.
  *
@@ -106,6 +106,8 @@ lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o);
 #define LJ_LINEAR_FP8_MAX (LJ_MAX_LAYERS * 4)
 typedef struct {
     int active;                 /* the recipe runs (FP8 options, a training plan, backend with FP8 ops) */
+    int recording;              /* this pass records amaxes (a training pass; a forward-only pass such
+                                   as validation casts with the scales as they are and changes nothing) */
     int num_linears;            /* F: the FP8 linears */
     int16_t slot[LJ_MAX_LAYERS][4]; /* the FP8 index of (layer, kind) for the four block kinds, -1: bf16 */
     int max_in, max_out;        /* the widest input and output of the FP8 linears (scratch sizes) */
@@ -139,9 +141,16 @@ void lj_linear_init(lj_model *m);
 /* Called once the plan has bound the buffers: scales to 1, histories to 0 (a fresh run). */
 void lj_linear_reset(lj_model *m);
 
-/* Called at the start of each forward pass: the delayed-scaling update (on the device) and the
- * weight copies marked stale. No-op for the default recipe. */
-void lj_linear_pass_begin(lj_model *m);
+/* Called at the start of each forward pass: for a training pass (`training`, a backward follows)
+ * the delayed-scaling update on the device; a forward-only pass leaves the recipe state alone.
+ * No-op for the default recipe. */
+void lj_linear_pass_begin(lj_model *m, int training);
+
+/* Called at the end of each backward pass: over several data-parallel ranks (m->fp8_amax_reduce),
+ * the amaxes this pass recorded become their maximum over the ranks (TransformerEngine's amax
+ * reduction), so that every rank derives the same scales and a checkpoint's recipe state is
+ * every rank's. */
+void lj_linear_pass_end(lj_model *m);
 
 /* The recipe state as host f32 [history | scale] (lj_linear_fp8_state_numel values), for
  * checkpoints; and back (scale_inv is set to 1/scale, as the casts and the update compute it). */

@@ -50,7 +50,9 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     m->residual = lj_calloc((size_t)cfg->num_hidden_layers + 1, sizeof(void *));
     m->layers = lj_calloc((size_t)cfg->num_hidden_layers, sizeof(lj_layer_acts));
     const size_t N = (size_t)(opt->kv_cache_tokens > 0 ? 1 : opt->micro_batch_size) * opt->seq_length;
-    m->host_ids = lj_malloc(2 * N * sizeof(int32_t));
+    LJ_ASSERT(!lj_doc_mask_any(&opt->doc_mask) || opt->kv_cache_tokens == 0,
+              "document masking is for training, not generation");
+    m->host_ids = lj_malloc((lj_doc_mask_any(&opt->doc_mask) ? 4 : 2) * N * sizeof(int32_t));
     m->host_losses = lj_malloc(N * sizeof(float));
     /* replicated: this rank's shard is everything (lj_parallelize may shard it) */
     m->shard_numel = m->padded_numel = m->grad_numel = m->layout.total;
@@ -168,17 +170,32 @@ static void swiglu(const lj_model *m, void *out, const void *gate_up, int N) {
     else m->ops->swiglu_forward_unfused(out, m->swiglu_tmp, gate_up, N, m->spec.I);
 }
 
-/* Qwen3's QK-norm and RoPE: a->qkv = rope(qk_norm(a->qkv_pre)), fused or as its unfused twin;
- * cos, sin start at the rows' first position. */
+/* RoPE on qkv in place (backward: its transpose): by position t of each sequence, or by the
+ * batch's per-token positions (m->position_ids, --reset-position-ids). */
+static void rope(const lj_model *m, void *qkv, const float *cos, const float *sin, int B, int T, int backward) {
+    const lj_layer_spec *s = &m->spec;
+    if (m->position_ids && backward)
+        m->ops->rope_backward_pos(qkv, cos, sin, m->position_ids, B, T, s->nh, s->nkv, s->hd);
+    else if (m->position_ids)
+        m->ops->rope_forward_pos(qkv, cos, sin, m->position_ids, B, T, s->nh, s->nkv, s->hd);
+    else if (backward)
+        m->ops->rope_backward(qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+    else
+        m->ops->rope_forward(qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+}
+
+/* Qwen3's QK-norm and RoPE: a->qkv = rope(qk_norm(a->qkv_pre)), fused or as its unfused twin
+ * (always the twin with per-token positions: the fused op reads position t); cos, sin start at
+ * the rows' first position. */
 static void qk_norm_rope(lj_model *m, int l, int B, int T, const float *cos, const float *sin) {
     const lj_layer_spec *s = &m->spec;
     lj_layer_acts *a = &m->layers[l];
     const void *w = param(m, lj_param_index(&m->layout, l, LJ_P_Q_NORM));
-    if (m->opt.fused) {
+    if (m->opt.fused && !m->position_ids) {
         m->ops->qk_norm_rope_forward(a->qkv, a->qk_rstd, a->qkv_pre, w, cos, sin, B, T, s->nh, s->nkv, s->hd, s->eps);
     } else {
         m->ops->qk_norm_forward(a->qkv, a->qk_rstd, a->qkv_pre, w, B * T, s->nh, s->nkv, s->hd, s->eps);
-        m->ops->rope_forward(a->qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+        rope(m, a->qkv, cos, sin, B, T, 0);
     }
 }
 
@@ -192,7 +209,7 @@ static void qkv_forward(lj_model *m, int l, int B, int T, const float *cos, cons
     lj_linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N);
     if (s->qkv_bias) m->ops->bias_add(y, param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
     if (s->qk_norm) qk_norm_rope(m, l, B, T, cos, sin);
-    else m->ops->rope_forward(a->qkv, cos, sin, B, T, s->nh, s->nkv, s->hd);
+    else rope(m, a->qkv, cos, sin, B, T, 0);
 }
 
 /* The attention half of layer l, from its input norm a->ln1 to the residual a->res_mid and the
@@ -202,7 +219,11 @@ static void attention_block_forward(lj_model *m, int l, const void *res_in, int 
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
     qkv_forward(m, l, B, T, m->rope_cos, m->rope_sin);
-    m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
+    if (m->doc_start)
+        m->ops->attention_forward_docs(a->attn, a->lse, a->qkv, m->doc_start, B, T, s->nh, s->nkv, s->hd,
+                                       m->ws_attention);
+    else
+        m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
     lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
     residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj,
                   param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N);
@@ -233,19 +254,24 @@ static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mod
                           m->ws_rmsnorm);
     /* attention: res_mid = residual[l] + o_proj(attention(rope(qkv(ln1)))) */
     lj_linear_backward(m, LJ_LINEAR_O, l, m->d_attn, m->d_res, a->attn, N, dw_mode);
-    ops->attention_backward(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
+    if (m->doc_start)
+        ops->attention_backward_docs(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, m->doc_start, B, T, s->nh, s->nkv,
+                                     s->hd, m->ws_attention);
+    else
+        ops->attention_backward(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, B, T, s->nh, s->nkv, s->hd,
+                                m->ws_attention);
     if (s->qk_norm) { /* in place on d_qkv: the gradient of the QKV linear's output (+ bias) */
         const int wi = lj_param_index(&m->layout, l, LJ_P_Q_NORM);
-        if (m->opt.fused)
+        if (m->opt.fused && !m->position_ids)
             ops->qk_norm_rope_backward(m->d_qkv, grad(m, wi), m->d_qkv, a->qkv_pre, param(m, wi), a->qk_rstd, m->rope_cos,
                                        m->rope_sin, B, T, s->nh, s->nkv, s->hd, dw_mode, m->ws_qk_norm);
         else {
-            ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+            rope(m, m->d_qkv, m->rope_cos, m->rope_sin, B, T, 1);
             ops->qk_norm_backward(m->d_qkv, grad(m, wi), m->d_qkv, a->qkv_pre, param(m, wi), a->qk_rstd, N, s->nh,
                                   s->nkv, s->hd, dw_mode, m->ws_qk_norm);
         }
     } else {
-        ops->rope_backward(m->d_qkv, m->rope_cos, m->rope_sin, B, T, s->nh, s->nkv, s->hd);
+        rope(m, m->d_qkv, m->rope_cos, m->rope_sin, B, T, 1);
     }
     if (s->qkv_bias)
         ops->bias_backward(grad(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), m->d_qkv, N, s->QKV, dw_mode, m->ws_bias);
@@ -264,6 +290,15 @@ void lj_model_set_batch(lj_model *m, const int32_t *tokens) {
         memcpy(in + (size_t)b * T, tokens + (size_t)b * (T + 1), (size_t)T * sizeof(int32_t));
         memcpy(tg + (size_t)b * T, tokens + (size_t)b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
     }
+    if (lj_doc_mask_any(&m->opt.doc_mask)) {
+        int32_t *pos = tg + N, *ds = pos + N;
+        for (int b = 0; b < B; b++) {
+            const size_t o = (size_t)b * T;
+            lj_doc_mask_sequence(&m->opt.doc_mask, in + o, T, pos + o, ds + o, tg + o);
+        }
+        if (m->position_ids) m->ops->upload(m->position_ids, pos, N * sizeof(int32_t));
+        if (m->doc_start) m->ops->upload(m->doc_start, ds, N * sizeof(int32_t));
+    }
     m->num_targets = 0;
     for (size_t i = 0; i < N; i++) m->num_targets += tg[i] >= 0;
     m->ops->upload(m->inputs, in, N * sizeof(int32_t));
@@ -275,7 +310,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
-    lj_linear_pass_begin(m);
+    lj_linear_pass_begin(m, backward);
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     fetch(m, 0, +1);
@@ -351,6 +386,7 @@ void lj_model_backward(lj_model *m) {
     (void)grad_begin(m, LJ_UNIT_EMBED); /* tied: held since the loss; the scatter-add always accumulates */
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
     grad_end(m, LJ_UNIT_EMBED);
+    lj_linear_pass_end(m);
     pass_end(m);
 }
 

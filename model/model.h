@@ -13,6 +13,7 @@
 #define LJ_MODEL_H
 
 #include "config/config.h"
+#include "data/docmask.h"
 #include "model/linear.h"
 #include "model/residency.h"
 #include "ops/ops.h"
@@ -74,6 +75,9 @@ typedef struct {
                                backend's ops (parallel/dp.c). Also valid on the CPU backend, where it only
                                moves the state out of the plan's arenas (tests of the host path). */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
+    lj_doc_mask doc_mask;   /* document masking in packed sequences (data/docmask.h; training and
+                               evaluation, not generation): all off by default, and then the model runs
+                               exactly the plain causal path */
 } lj_model_options;
 
 /* Per-layer activations. Under recompute, pointers that are not kept alias shared
@@ -123,6 +127,11 @@ struct lj_model {
     int64_t grad_numel;  /* elements of grads: padded_numel, or shard_numel when the gradients are
                             partitioned (ZeRO-2/3 over W > 1 ranks) */
     const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
+    /* Over several data-parallel ranks with FP8 linears (set by lj_parallelize; NULL otherwise):
+     * amax[0..count) (f32 in backend memory) becomes its element-wise maximum over the ranks, in
+     * place, in stream order (lj_linear_pass_end). */
+    void (*fp8_amax_reduce)(lj_model *m, float *amax, int count);
+    void *fp8_amax_dist;           /* its lj_dist */
     void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
     int parallelized;              /* lj_parallelize has run (lj_plan_build checks it) */
     void *params;        /* [padded_numel] param dtype */
@@ -140,6 +149,8 @@ struct lj_model {
     /* inputs and activations */
     int32_t *inputs;     /* [N] token ids */
     int32_t *targets;    /* [N] next-token ids (< 0: ignored) */
+    int32_t *position_ids; /* [N] i32 RoPE positions (opt.doc_mask.reset_position_ids), else NULL */
+    int32_t *doc_start;  /* [N] i32 first key of each query's document (opt.doc_mask.reset_attention_mask), else NULL */
     float *rope_cos;     /* [Tmax, hd/2] */
     float *rope_sin;     /* [Tmax, hd/2] */
     void **residual;     /* host array of L+1 pointers to [N, C] act: embedding output, layer outputs */
@@ -162,16 +173,18 @@ struct lj_model {
     void *ws_qk_norm, *ws_bias; /* qk_norm_backward's and bias_backward's (when the spec has them) */
 
     /* host staging for the batch and the per-token losses (host bookkeeping, not planned) */
-    int32_t *host_ids;   /* [2N]: inputs, then targets */
+    int32_t *host_ids;   /* [2N], or [4N] with document masking: inputs, targets, position_ids, doc_start */
     float *host_losses;  /* [N] */
     int num_targets;     /* targets >= 0 in the current batch */
 
     /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
      * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
     void *offload_host;  /* the allocation (lj_model_free releases it) */
-    float *offload_grad; /* [shard_numel] f32: this rank's gradient shard, downloaded each step */
+    float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step),
+                            else one chunk of LJ_OFFLOAD_CHUNK converted from the staging at a time */
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
+    int64_t offload_n_grad; /* gradients downloaded this step (the rest of the shard counts as 0) */
 
     lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
 
@@ -220,7 +233,10 @@ void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
  * the shard (params + shard_begin). Stream-ordered like every upload. */
 void lj_model_offload_push_params(lj_model *m);
 
-/* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:]. */
+/* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
+ * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived
+ * from its inputs (lj_doc_mask_sequence, Megatron's rule) and uploaded too; masked targets become
+ * -1 (no loss, no gradient, not counted in num_targets). */
 void lj_model_set_batch(lj_model *m, const int32_t *tokens);
 
 /* Forward over the current batch: writes losses[N] (and, with `logits_out` not NULL and the

@@ -195,6 +195,14 @@ struct lj_ops {
     void (*rope_forward)(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
     /* The transpose rotation, applied in place to dqkv's q and k heads. */
     void (*rope_backward)(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+    /* Per-token positions (documents packed in a sequence, Megatron-LM's --reset-position-ids):
+     * row n = (b, t) uses position pos[n] of cos/sin ([max position + 1, hd/2] f32); pos: [B*T] i32
+     * in backend memory, each in [0, rows of the tables). With pos[n] = t equal to rope_forward /
+     * rope_backward bit for bit. */
+    void (*rope_forward_pos)(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
+                             int nkv, int hd);
+    void (*rope_backward_pos)(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
+                              int nh, int nkv, int hd);
 
     /* ---- QK-norm (Qwen3; HF Qwen3Attention's q_norm and k_norm: Qwen3RMSNorm over head_dim, the
      * Llama RMSNorm formula, applied to each q and k head before RoPE) ----
@@ -239,6 +247,17 @@ struct lj_ops {
     void (*attention_backward)(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                int B, int T, int nh, int nkv, int hd, void *workspace);
     size_t (*attention_workspace_bytes)(int B, int T, int nh, int nkv, int hd);
+    /* Causal attention within documents (Megatron-LM's --reset-attention-mask): query t of sequence b
+     * attends to keys j with doc_start[b*T + t] <= j <= t only. doc_start: [B*T] i32 in backend
+     * memory, positions within the sequence, with doc_start[b*T + t] <= t and non-decreasing in t
+     * (data/docmask.h builds it: the position after the last EOD before t, else 0). Same out, lse
+     * and dqkv contracts and the same workspace as attention_forward / attention_backward, which a
+     * doc_start of zeros equals (the CPU: bit for bit). CUDA: the own flash kernels (cuDNN's SDPA
+     * serves only the plain causal mask here). */
+    void (*attention_forward_docs)(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                   int nh, int nkv, int hd, void *workspace);
+    void (*attention_backward_docs)(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                    const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
     /* Generation with a KV cache (B = 1): the k and v parts of qkv[Tq, QKV] (after RoPE,
      * positions p0..p0+Tq-1) are written to kv_cache[Tmax, 2*KV] rows p0.., then query i
      * attends to cache rows 0..p0+i. out: [Tq, Q] act. */

@@ -1,18 +1,28 @@
 /* offload.c: optimizer offload (offload.h). */
 #include "optim/offload.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "ops/cpu/cpu.h"
 
 enum { OFFLOAD_ALIGN = 64 };
 
 static size_t offload_round(size_t bytes) { return (bytes + OFFLOAD_ALIGN - 1) / OFFLOAD_ALIGN * OFFLOAD_ALIGN; }
+
+/* Elements of the f32 gradient buffer: the shard under fp32 gradients, else one chunk. */
+static size_t grad_elems(const lj_model *m) {
+    const int64_t S = m->shard_numel;
+    if (m->ops->grad_dtype == LJ_DTYPE_F32) return (size_t)S;
+    return (size_t)(S < LJ_OFFLOAD_CHUNK ? S : LJ_OFFLOAD_CHUNK);
+}
 
 void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
     *state = *staging = 0;
     if (!m->opt.offload_optimizer || !m->opt.training || m->opt.kv_cache_tokens > 0) return;
     const size_t S = (size_t)m->shard_numel;
     *state = 3 * offload_round(S * sizeof(float));
-    *staging = offload_round(S * sizeof(float)) + offload_round(S * sizeof(uint16_t)) +
+    *staging = offload_round(grad_elems(m) * sizeof(float)) + offload_round(S * sizeof(uint16_t)) +
                offload_round(lj_ops_cpu()->global_norm_workspace_bytes(m->shard_numel));
 }
 
@@ -28,13 +38,14 @@ lj_status lj_offload_alloc(lj_model *m) {
     }
     memset(p, 0, state + staging);
     const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
+    const size_t g = offload_round(grad_elems(m) * sizeof(float));
     m->offload_host = p;
     m->master = (float *)p;
     m->adam_m = (float *)(p + f);
     m->adam_v = (float *)(p + 2 * f);
     m->offload_grad = (float *)(p + 3 * f);
-    m->offload_stage = p + 4 * f;
-    m->offload_ws = p + 4 * f + offload_round(S * sizeof(uint16_t));
+    m->offload_stage = p + 3 * f + g;
+    m->offload_ws = p + 3 * f + g + offload_round(S * sizeof(uint16_t));
     return LJ_OK;
 }
 
@@ -43,20 +54,36 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
     LJ_ASSERT(m->offload_host, "optimizer offload: no host state (lj_plan_allocate binds it)");
     LJ_ASSERT(n_grad >= 0 && n_grad <= m->shard_numel, "offload: %lld gradients in a shard of %lld",
               (long long)n_grad, (long long)m->shard_numel);
-    float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
+    m->offload_n_grad = n_grad;
+    float norm_sq = 0.0f;
     if (ops->grad_dtype == LJ_DTYPE_F32) {
+        float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
         ops->download(g, grad_shard, (size_t)n_grad * sizeof(float));
         ops->synchronize();
-    } else {
-        LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
-        uint16_t *stage = m->offload_stage;
-        ops->download(stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
-        ops->synchronize(); /* the copy has landed before the host reads it */
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n_grad; i++) g[i] = lj_bf16_to_f32(stage[i]);
+        lj_ops_cpu()->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
+        return norm_sq;
     }
-    float norm_sq = 0.0f;
-    lj_ops_cpu()->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
+    LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
+    const uint16_t *stage = m->offload_stage;
+    ops->download(m->offload_stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
+    ops->synchronize(); /* the copy has landed before the host reads it */
+    /* the CPU backend's global_norm_sq over the gradients as f32 (exact from bf16): the same
+     * per-LJ_CPU_NORM_CHUNK double partials summed in the same order, so the same float */
+    double *part = m->offload_ws;
+    const int64_t chunks = (n_grad + LJ_CPU_NORM_CHUNK - 1) / LJ_CPU_NORM_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t i0 = c * LJ_CPU_NORM_CHUNK, i1 = i0 + LJ_CPU_NORM_CHUNK < n_grad ? i0 + LJ_CPU_NORM_CHUNK : n_grad;
+        double s = 0.0;
+        for (int64_t i = i0; i < i1; i++) {
+            const double g = (double)lj_bf16_to_f32(stage[i]);
+            s += g * g;
+        }
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int64_t c = 0; c < chunks; c++) total += part[c];
+    norm_sq = (float)total;
     return norm_sq;
 }
 
@@ -64,8 +91,26 @@ void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_se
                        float lr, int step, float norm_sq) {
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, hp, lr, step);
-    /* params == master: the CPU backend's update writes the f32 master only */
-    lj_ops_cpu()->adamw_update(m->master, m->master, m->offload_grad, m->adam_m, m->adam_v, segments, num_segments, hp,
-                               scalars, &norm_sq);
+    const lj_ops *cpu = lj_ops_cpu();
+    if (m->ops->grad_dtype == LJ_DTYPE_F32) {
+        /* params == master: the CPU backend's update writes the f32 master only */
+        cpu->adamw_update(m->master, m->master, m->offload_grad, m->adam_m, m->adam_v, segments, num_segments, hp,
+                          scalars, &norm_sq);
+    } else {
+        /* bf16 gradients: converted into f32 a chunk at a time (element-wise: the same update) */
+        const int64_t S = m->shard_numel, n_grad = m->offload_n_grad;
+        const uint16_t *stage = m->offload_stage;
+        float *g = m->offload_grad;
+        for (int64_t c0 = 0; c0 < S; c0 += LJ_OFFLOAD_CHUNK) {
+            const int64_t n = S - c0 < LJ_OFFLOAD_CHUNK ? S - c0 : LJ_OFFLOAD_CHUNK;
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++) g[i] = c0 + i < n_grad ? lj_bf16_to_f32(stage[c0 + i]) : 0.0f;
+            lj_adamw_segment *cs;
+            const int nc = lj_adamw_segments_slice(segments, num_segments, c0, n, &cs);
+            cpu->adamw_update(m->master + c0, m->master + c0, g, m->adam_m + c0, m->adam_v + c0, cs, nc, hp, scalars,
+                              &norm_sq);
+            free(cs);
+        }
+    }
     lj_model_offload_push_params(m);
 }

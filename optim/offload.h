@@ -9,9 +9,13 @@
 #include "model/model.h"
 #include "optim/optim.h"
 
+/* The f32 gradients converted from bf16 at a time by the host AdamW (16 MiB). */
+#define LJ_OFFLOAD_CHUNK ((int64_t)1 << 22)
+
 /* Bytes of host memory for this model's offloaded state: `state` the f32 master weights and
- * AdamW moments (12 B per shard element), `staging` the gradient and parameter staging and the
- * norm workspace. Both 0 without opt.offload_optimizer. */
+ * AdamW moments (12 B per shard element), `staging` the 2-byte gradient and parameter staging
+ * (2 B per shard element; bf16 gradients are converted to f32 a chunk at a time, fp32 gradients
+ * take 4 B more per element) and the norm workspace. Both 0 without opt.offload_optimizer. */
 void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging);
 
 /* Allocates and zeroes the host buffers above and points master, adam_m and adam_v at them

@@ -178,6 +178,16 @@ lj_status lj_dist_all_reduce(lj_dist *d, const void *send, void *recv, int64_t c
     return LJ_ERR_ARG;
 }
 
+lj_status lj_dist_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count, void *stream) {
+    LJ_ASSERT(d && count >= 0);
+    switch (d->backend) {
+    case LJ_DIST_SINGLE: return single_copy(d, recv, send, count, LJ_DTYPE_F32, stream); /* 4-byte elements */
+    case LJ_DIST_MPI: return lj_dist_mpi_all_reduce_max_u32(d, send, recv, count);
+    case LJ_DIST_NCCL: return lj_dist_nccl_all_reduce_max_u32(d, send, recv, count, stream);
+    }
+    return LJ_ERR_ARG;
+}
+
 lj_status lj_dist_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t recv_count, lj_dtype dtype,
                                  void *stream) {
     LJ_ASSERT(d && recv_count >= 0);

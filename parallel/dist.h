@@ -178,6 +178,11 @@ int lj_dist_local_world_size(const lj_dist *d);
 lj_status lj_dist_all_reduce(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,
                              void *stream);
 
+/* recv[i] = the largest send[i] over ranks, as unsigned 32-bit integers (count elements, in place
+ * when send == recv): for non-negative floats by their bits, whose unsigned order is the order of
+ * the values with NaN above +inf (the FP8 recipe's amaxes, base/fp8.h lj_fp8_abs_bits). */
+lj_status lj_dist_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count, void *stream);
+
 /* send: [W * recv_count], recv: [recv_count]; rank r receives
  * recv[i] = sum over ranks of send[r * recv_count + i]. In place when
  * recv == (char *)send + r * recv_count * elem_size: then only this rank's slice of send is

@@ -37,6 +37,7 @@ lj_status lj_dist_mpi_check_config(lj_dist *d);
 /* MPI_Bcast of raw bytes from rank 0 (the NCCL unique id). */
 lj_status lj_dist_mpi_bcast_bytes(lj_dist *d, void *buf, size_t bytes);
 lj_status lj_dist_mpi_all_reduce(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype);
+lj_status lj_dist_mpi_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count);
 lj_status lj_dist_mpi_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype);
 lj_status lj_dist_mpi_all_gather(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype);
 lj_status lj_dist_mpi_broadcast(lj_dist *d, void *buf, int64_t count, lj_dtype dtype, int root);
@@ -56,6 +57,7 @@ lj_status lj_dist_nccl_unique_id(unsigned char id[LJ_NCCL_ID_BYTES]);
 /* Communicator, communication stream and events. */
 lj_status lj_dist_nccl_init(lj_dist *d, const unsigned char id[LJ_NCCL_ID_BYTES]);
 lj_status lj_dist_nccl_all_reduce(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype, void *stream);
+lj_status lj_dist_nccl_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count, void *stream);
 lj_status lj_dist_nccl_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,
                                       void *stream);
 lj_status lj_dist_nccl_all_gather(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,

@@ -139,6 +139,14 @@ lj_status lj_dist_mpi_all_reduce(lj_dist *d, const void *send, void *recv, int64
     return LJ_OK;
 }
 
+lj_status lj_dist_mpi_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count) {
+    if (count > INT_MAX)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "MPI_Allreduce (max): %lld elements exceed MPI's int count", (long long)count);
+    lj_bootstrap_op_begin(d->boot, "MPI_Allreduce");
+    return mpi_done(d, "MPI_Allreduce", MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count,
+                                                       MPI_UINT32_T, MPI_MAX, d->mpi->comm));
+}
+
 lj_status lj_dist_mpi_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype) {
     if (count > INT_MAX)
         return lj_fail(LJ_ERR_UNSUPPORTED, "MPI_Reduce_scatter_block: a shard of %lld elements exceeds MPI's int count",
@@ -229,6 +237,7 @@ lj_status lj_dist_mpi_bcast_bytes(lj_dist *d, void *buf, size_t bytes) { return 
 lj_status lj_dist_mpi_all_reduce(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype) {
     return no_mpi();
 }
+lj_status lj_dist_mpi_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count) { return no_mpi(); }
 lj_status lj_dist_mpi_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype) {
     return no_mpi();
 }

@@ -148,6 +148,13 @@ lj_status lj_dist_nccl_all_reduce(lj_dist *d, const void *send, void *recv, int6
     return LJ_OK;
 }
 
+lj_status lj_dist_nccl_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count, void *stream) {
+    lj_dist_nccl *n = d->nccl;
+    LJ_TRY(order_after(n, stream));
+    NCCL_TRY(n, "ncclAllReduce", ncclAllReduce(send, recv, (size_t)count, ncclUint32, ncclMax, n->comm, n->stream));
+    return LJ_OK;
+}
+
 lj_status lj_dist_nccl_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,
                                       void *stream) {
     lj_dist_nccl *n = d->nccl;
@@ -300,6 +307,9 @@ lj_status lj_dist_nccl_unique_id(unsigned char id[LJ_NCCL_ID_BYTES]) { return no
 lj_status lj_dist_nccl_init(lj_dist *d, const unsigned char id[LJ_NCCL_ID_BYTES]) { return no_nccl(); }
 lj_status lj_dist_nccl_all_reduce(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,
                                   void *stream) {
+    return no_nccl();
+}
+lj_status lj_dist_nccl_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, int64_t count, void *stream) {
     return no_nccl();
 }
 lj_status lj_dist_nccl_reduce_scatter(lj_dist *d, const void *send, void *recv, int64_t count, lj_dtype dtype,

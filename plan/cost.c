@@ -15,6 +15,7 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
     snprintf(r->device, sizeof r->device, "%s", device ? device : backend);
     if (strcmp(backend, "cpu") == 0) {
         r->matmul_flops = 50e9;
+        r->fp8_matmul_flops = 25e9; /* the emulation decodes to fp32 first */
         r->attention_flops = 12.5e9;
         r->memory_bandwidth = 10e9;
         snprintf(r->source, sizeof r->source, "CPU placeholders (50 GFLOP/s sgemm, 10 GB/s), not measured");
@@ -23,6 +24,7 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
          * 650-790 TFLOP/s, cuDNN SDPA causal fwd+bwd 385-460 TFLOP/s; HBM3e 4.8 TB/s peak,
          * ~3.5 TB/s reached by streaming kernels. */
         r->matmul_flops = 700e12;
+        r->fp8_matmul_flops = LJ_FP8_GEMM_SPEEDUP * r->matmul_flops;
         r->attention_flops = 400e12;
         r->memory_bandwidth = 3.5e12;
         snprintf(r->source, sizeof r->source,
@@ -76,8 +78,12 @@ lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "context_overhead_bytes");
     if (s == LJ_OK && ctx && (!cJSON_IsNumber(ctx) || ctx->valuedouble < 0))
         s = lj_fail(LJ_ERR_FORMAT, "%s: field 'context_overhead_bytes' must be a non-negative number", path);
+    double f8 = 0;
+    if (s == LJ_OK && cJSON_GetObjectItemCaseSensitive(root, "fp8_matmul_tflops"))
+        s = positive_field(root, path, "fp8_matmul_tflops", &f8);
     if (s == LJ_OK) {
         x.matmul_flops = mm * 1e12;
+        x.fp8_matmul_flops = f8 > 0 ? f8 * 1e12 : LJ_FP8_GEMM_SPEEDUP * x.matmul_flops;
         x.attention_flops = at * 1e12;
         x.memory_bandwidth = bw * 1e9;
         x.context_bytes = ctx ? (size_t)ctx->valuedouble : 0;
@@ -99,6 +105,7 @@ lj_status lj_perf_rates_save(const char *cache_dir, const lj_perf_rates *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "device", r->device);
     cJSON_AddNumberToObject(o, "matmul_tflops", r->matmul_flops / 1e12);
+    cJSON_AddNumberToObject(o, "fp8_matmul_tflops", r->fp8_matmul_flops / 1e12);
     cJSON_AddNumberToObject(o, "attention_tflops", r->attention_flops / 1e12);
     cJSON_AddNumberToObject(o, "memory_bandwidth_gbs", r->memory_bandwidth / 1e9);
     cJSON_AddNumberToObject(o, "context_overhead_bytes", (double)r->context_bytes);
@@ -135,6 +142,7 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
     const double gflops = lj_cpu_sgemm_gflops(1024);
     if (gflops > 0) {
         r->matmul_flops = gflops * 1e9;
+        r->fp8_matmul_flops = r->matmul_flops / 2;
         r->attention_flops = r->matmul_flops / 4;
     }
     /* streaming bandwidth: b += a over 64 MiB arrays (read a, read b, write b per pass) */
@@ -196,6 +204,14 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
  *   once per optimizer step:   gradient zeroing P*sg, global norm P*sg,
  *                              AdamW P(sg + 12 + 12 + sp) (read grad, master, m, v; write
  *                              master, m, v and the param copy; no copy when params are f32)
+ * The FP8 recipe (model/linear.h), in each FP8 layer: its block GEMMs at the FP8 rate, and the
+ * casts (sa read, 1 written per element; the transposing casts write 2 for the gradient):
+ *   forward    x of the four linears N(2C+Q+I)(sa+1), the weights W(sp+1) with W = C*QKV + Q*C +
+ *              2CI + IC; without recompute the kept FP8 inputs add N(2C+I)
+ *   backward   dy N(QKV+2C+2I)(sa+2), the weights' transposes W(sp+1), and x again N(2C+Q+I)(sa+1)
+ *              (without recompute only o_proj's, NQ(sa+1))
+ *   tensorwise the amax passes besides: N(2C+Q+I)sa + W*sp forward, N(QKV+2C+2I)sa backward
+ *   full recompute repeats the forward casts of q/k/v, o_proj and gate/up
  * Kernel launches, GEMM efficiency at small shapes and overlap are not modelled: the
  * throughputs are meant to be measured at training shapes on the device (the cache).
  */
@@ -229,6 +245,25 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     const double layer_ew_bwd = swiglu_bwd + 2 * norm_bwd + qkr_bwd + bias_bwd;
 
     double mm = 3 * (L * layer_mm_fwd + 2 * N * C * V);
+    /* the FP8 recipe's layers (model/linear.h lj_linear_init: training plans only) */
+    const int fp8 = o->linear_recipe == LJ_LINEAR_RECIPE_FP8 && o->training && o->kv_cache_tokens == 0;
+    const int f8_first = fp8 ? o->fp8.bf16_layers_start : L, f8_end = fp8 ? L - o->fp8.bf16_layers_end : 0;
+    const int tensorwise = fp8 && o->fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
+    const double Wl = C * QKV + Q * C + 2 * C * I + I * C, Xin = N * (2 * C + Q + I), Dy = N * (QKV + 2 * C + 2 * I);
+    double fp8_mm = 0, fp8_bytes = 0, fp8_rec_mm = 0, fp8_rec_bytes = 0;
+    for (int l = f8_first; l < f8_end; l++) {
+        const int none = o->recompute[l] == LJ_RECOMPUTE_NONE, full = o->recompute[l] == LJ_RECOMPUTE_FULL;
+        fp8_mm += 3 * layer_mm_fwd;
+        fp8_bytes += Xin * (sa + 1) + Wl * (sp + 1) + (none ? N * (2 * C + I) : 0);
+        fp8_bytes += Dy * (sa + 2) + Wl * (sp + 1) + (none ? N * Q * (sa + 1) : Xin * (sa + 1));
+        if (tensorwise) fp8_bytes += Xin * sa + Wl * sp + Dy * sa;
+        if (full) {
+            fp8_rec_mm += full_mm_rec;
+            fp8_rec_bytes += N * (2 * C + Q) * (sa + 1 + (tensorwise ? sa : 0)) +
+                             (C * QKV + Q * C + 2 * C * I) * (sp + 1 + (tensorwise ? sp : 0));
+        }
+    }
+    mm -= fp8_mm;
     double attn = 3.5 * attn_fwd * L;
     double ew = L * (layer_ew_fwd + layer_ew_bwd);
     ew += N * C * (sp + sa) + norm_fwd + 2 * N * V * sa + norm_bwd + N * C * sa + N * C * (sa + 2 * sg);
@@ -243,15 +278,18 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     }
     const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 24) : P * (sg + 24 + sp);
     out->optimizer_bytes = 2 * P * sg + adamw;
-    out->matmul_flop = mm + out->recompute_matmul_flop;
+    out->recompute_bytes += fp8_rec_bytes;
+    out->fp8_matmul_flop = fp8_mm + fp8_rec_mm;
+    out->matmul_flop = mm + fp8_mm + out->recompute_matmul_flop;
     out->attention_flop = attn + out->recompute_attention_flop;
-    out->elementwise_bytes = ew + out->recompute_bytes;
+    out->elementwise_bytes = ew + fp8_bytes + out->recompute_bytes;
 
     const int accum = grad_accum_steps > 0 ? grad_accum_steps : 1;
-    out->matmul_s = out->matmul_flop / r->matmul_flops;
+    const double f8_rate = r->fp8_matmul_flops > 0 ? r->fp8_matmul_flops : r->matmul_flops;
+    out->matmul_s = (out->matmul_flop - out->fp8_matmul_flop) / r->matmul_flops + out->fp8_matmul_flop / f8_rate;
     out->attention_s = out->attention_flop / r->attention_flops;
     out->memory_s = (out->elementwise_bytes + out->optimizer_bytes / accum) / r->memory_bandwidth;
-    out->recompute_s = out->recompute_matmul_flop / r->matmul_flops +
+    out->recompute_s = (out->recompute_matmul_flop - fp8_rec_mm) / r->matmul_flops + fp8_rec_mm / f8_rate +
                        out->recompute_attention_flop / r->attention_flops + out->recompute_bytes / r->memory_bandwidth;
     out->step_s = out->matmul_s + out->attention_s + out->memory_s;
     out->tokens_per_s = out->step_s > 0 ? N / out->step_s : 0.0;

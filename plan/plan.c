@@ -100,6 +100,9 @@ static void walk(walker *w, lj_model *m) {
     const int rope_rows = generation ? o->kv_cache_tokens : T;
     m->inputs = take(w, LJ_ARENA_ACTIVATIONS, "inputs", N * 4);
     m->targets = take(w, LJ_ARENA_ACTIVATIONS, "targets", N * 4);
+    /* document masking (data/docmask.h): per-token RoPE positions and document starts */
+    m->position_ids = m->opt.doc_mask.reset_position_ids ? take(w, LJ_ARENA_ACTIVATIONS, "position_ids", N * 4) : NULL;
+    m->doc_start = m->opt.doc_mask.reset_attention_mask ? take(w, LJ_ARENA_ACTIVATIONS, "doc_start", N * 4) : NULL;
     m->rope_cos = take(w, LJ_ARENA_ACTIVATIONS, "rope_cos", (size_t)rope_rows * (hd / 2) * 4);
     m->rope_sin = take(w, LJ_ARENA_ACTIVATIONS, "rope_sin", (size_t)rope_rows * (hd / 2) * 4);
     const int residuals = generation ? 1 : L + 1;

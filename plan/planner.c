@@ -194,6 +194,18 @@ typedef struct {
     int plans_built;
 } search_ctx;
 
+size_t lj_planner_host_bytes(const lj_model_config *cfg, int seq_length, const lj_planner_target *t) {
+    if (!t->offload_optimizer) return 0;
+    const lj_model_options opt = lj_planner_model_options(t, seq_length);
+    lj_model m;
+    lj_model_init(&m, t->ops, cfg, &opt);
+    lj_parallelize(&m, NULL);
+    size_t state = 0, staging = 0;
+    lj_offload_bytes(&m, &state, &staging);
+    lj_model_free(&m);
+    return state + staging;
+}
+
 lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length) {
     lj_model_options opt;
     memset(&opt, 0, sizeof opt);

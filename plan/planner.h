@@ -64,9 +64,16 @@ void lj_mem_breakdown_of(const lj_plan *plan, const uint8_t *recompute, int num_
 
 /* ---- kernel throughputs per device model (plan/cost.c) ----------------------------- */
 
+/* FP8 over bf16 GEMM rate on an H200 at the Llama shapes: 1,385-1,676 against 833-901 TFLOP/s
+ * (test_ops_cuda perf --op fp8_matmul, bench/results/2026-12-01-h200-fp8-phase2.md); the FP8 rate
+ * where only the bf16 one is known (defaults, a cache without it, --matmul-tflops). */
+#define LJ_FP8_GEMM_SPEEDUP 1.8
+
 typedef struct {
     char device[96];          /* key: "NVIDIA H200", "cpu-<model name>", ... */
     double matmul_flops;      /* GEMM FLOP/s at training shapes (bf16 on GPUs, fp32 sgemm on the CPU) */
+    double fp8_matmul_flops;  /* the FP8 recipe's GEMMs (model/linear.h): FP8 tensor cores on GPUs, the
+                                 emulation on the CPU */
     double attention_flops;   /* causal attention FLOP/s, counted as fwd 2*B*nh*T^2*hd, bwd 2.5x that */
     double memory_bandwidth;  /* bytes/s of element-wise passes (effective, not the datasheet figure) */
     size_t context_bytes;     /* measured CUDA context overhead; 0 = not measured */
@@ -105,6 +112,7 @@ const char *lj_perf_cpu_device_name(char *buf, size_t len);
 
 typedef struct {
     double matmul_flop;          /* forward + backward + recompute GEMM FLOPs of one micro-batch */
+    double fp8_matmul_flop;      /* the part of matmul_flop in FP8 linears (at rates.fp8_matmul_flops) */
     double attention_flop;       /* forward + backward + recompute attention FLOPs (convention above) */
     double elementwise_bytes;    /* bytes moved by element-wise passes of one micro-batch (incl. recompute) */
     double optimizer_bytes;      /* bytes moved per optimizer step (grad zeroing, norm, AdamW) */
@@ -117,7 +125,8 @@ typedef struct {
 
 /* Predicts one training step (forward, backward, the recompute of opt->recompute, and the
  * optimizer step shared by `grad_accum_steps` micro-batches):
- *   step_s = matmul_flop / rates.matmul_flops + attention_flop / rates.attention_flops
+ *   step_s = (matmul_flop - fp8_matmul_flop) / rates.matmul_flops
+ *          + fp8_matmul_flop / rates.fp8_matmul_flops + attention_flop / rates.attention_flops
  *          + (elementwise_bytes + optimizer_bytes / grad_accum_steps) / rates.memory_bandwidth
  * The FLOP and byte counts of each op are written out in plan/cost.c. `ops` gives the dtypes
  * (act, param, grad sizes); opt->fused chooses fused or unfused element-wise passes. */
@@ -204,6 +213,11 @@ size_t lj_planner_usable_bytes(const lj_planner_target *t);
  * shard has the same size), fusion and offload as in t, micro-batch 1, no recompute (the search
  * sets those), sequence length `seq_length`. */
 lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length);
+
+/* The host memory one rank of an offloaded run takes (t->offload_optimizer; else 0): its f32
+ * master weights and AdamW moments plus the host staging of gradients and parameters
+ * (optim/offload.h lj_offload_bytes); the same for every recompute policy and micro-batch. */
+size_t lj_planner_host_bytes(const lj_model_config *cfg, int seq_length, const lj_planner_target *t);
 
 /* ---- the search ------------------------------------------------------------------- */
 

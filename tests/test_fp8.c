@@ -169,7 +169,7 @@ static void test_delayed_state(void **state) {
     assert_true(f->amax_history[2 * F] > 0.0f); /* its dy */
     assert_true(f->scale[0] == 1.0f);          /* the first pass ran at scale 1 */
     const float ady = f->amax_history[2 * F];
-    lj_linear_pass_begin(&t.m);
+    lj_linear_pass_begin(&t.m, 1);
     assert_true(f->scale[0] == 448.0f / ax && f->scale[1] == 448.0f / aw && f->scale[2 * F] == 57344.0f / ady);
     assert_true(f->scale_inv[0] == 1.0f / f->scale[0]);
     assert_true(f->amax_history[0] == 0.0f); /* ready to record */

@@ -106,6 +106,25 @@ LOCAL_RANK=0 "$LJPERF" train "${common[@]}" --train-iters 1 --local_rank=0 >/dev
   || fail "--local_rank=0 with LOCAL_RANK=0"
 ok "argparse syntax, refusals and the launcher's --local_rank"
 
+# --qk-layernorm: Megatron's shape flags build a Qwen3-style model (QK-norm) whose losses equal the
+# same shape given as a qwen3 config.json
+cat >"$tmp/qwen3-shape.json" <<'EOF'
+{"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 128256, "hidden_size": 64,
+ "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 16, "max_position_embeddings": 32, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+ "tie_word_embeddings": true, "use_sliding_window": false, "bos_token_id": 128000, "eos_token_id": 128001}
+EOF
+qk_run=(--device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 --train-iters 3 --lr 3e-3 --seed 7)
+"$LJPERF" train "${qk_run[@]}" --num-layers 2 --hidden-size 64 --ffn-hidden-size 192 --num-attention-heads 4 \
+  --group-query-attention --num-query-groups 2 --kv-channels 16 --swiglu --normalization RMSNorm \
+  --position-embedding-type rope --disable-bias-linear --vocab-size 128256 --qk-layernorm \
+  --log-json "$tmp/qk-mg.jsonl" >/dev/null 2>"$tmp/qk-mg.err" || { cat "$tmp/qk-mg.err"; fail "--qk-layernorm run"; }
+"$LJPERF" train "${qk_run[@]}" --model "$tmp/qwen3-shape.json" --log-json "$tmp/qk-own.jsonl" >/dev/null \
+  2>"$tmp/qk-own.err" || { cat "$tmp/qk-own.err"; fail "the qwen3 config.json run"; }
+[ "$(losses "$tmp/qk-mg.jsonl" | wc -l)" = 3 ] || fail "--qk-layernorm did not run 3 iterations"
+diff <(losses "$tmp/qk-own.jsonl") <(losses "$tmp/qk-mg.jsonl") || fail "--qk-layernorm losses differ from the qwen3 config's"
+ok "--qk-layernorm equals the same shape as a qwen3 config.json"
+
 # 4. schedules: the logged LR against Megatron's get_lr (warm-up counted from iteration 1)
 lrs() { grep '"lr"' "$1" | sed -E 's/.*"lr": ([^,]+),.*/\1/'; }
 check_lr() { # name, python expression of n (steps) for iterations 1..N, flags...
@@ -137,5 +156,39 @@ check_lr "inverse-square-root" "(1e-3*it/4) if it<=4 else max(1e-4, 1e-3*math.sq
   --train-iters 10 --lr-warmup-iters 4 --lr-decay-style inverse-square-root
 check_lr "warm-up fraction" "(1e-3*it/2) if it<=2 else 1e-4+0.9e-3*(1-(it-2)/8)" \
   --train-iters 10 --lr-warmup-fraction 0.2 --lr-decay-style linear
+
+# 5. document masking (--reset-position-ids, --reset-attention-mask, --eod-mask-loss): accepted with
+# Megatron's names, said at start-up with the end-of-document id (the model's EOS on real data, the
+# mock documents' vocab_size - 1 on --mock-data), each changes the losses, and the run without
+# them is the default run bit for bit
+dm=(--reset-position-ids --reset-attention-mask --eod-mask-loss)
+head -c 30000 "$tmp/kjv.txt" | sed G > "$tmp/verses.txt" # one verse a document: about one EOD per window
+"$LJPERF" prepare --input "$tmp/verses.txt" --split-on blank-line --output-prefix "$tmp/verses" >/dev/null 2>&1 \
+  || fail "prepare verses"
+common=("${common[@]/$tmp\/kjv/$tmp/verses}")
+"$LJPERF" train "${common[@]}" --train-iters 3 --log-json "$tmp/plain.jsonl" >/dev/null 2>&1 || fail "plain run"
+"$LJPERF" train "${common[@]}" --train-iters 3 "${dm[@]}" --log-json "$tmp/dm.jsonl" >/dev/null 2>"$tmp/dm.err" \
+  || { cat "$tmp/dm.err"; fail "document masking run"; }
+grep -q "document masking at end-of-document id 128001 (the model's eos_token_id): --reset-position-ids \
+--reset-attention-mask --eod-mask-loss" "$tmp/dm.err" || { cat "$tmp/dm.err"; fail "document masking not said"; }
+[ "$(losses "$tmp/dm.jsonl" | wc -l)" = 3 ] || fail "the document masking run did not run 3 iterations"
+for f in --reset-position-ids --reset-attention-mask --eod-mask-loss; do
+  "$LJPERF" train "${common[@]}" --train-iters 3 $f --log-json "$tmp/one.jsonl" >/dev/null 2>&1 || fail "$f alone"
+  ! diff -q <(losses "$tmp/plain.jsonl") <(losses "$tmp/one.jsonl") >/dev/null || fail "$f changed nothing"
+done
+"$LJPERF" train "${common[@]}" --train-iters 3 --log-json "$tmp/plain2.jsonl" >/dev/null 2>&1 || fail "plain run 2"
+diff <(losses "$tmp/plain.jsonl") <(losses "$tmp/plain2.jsonl") || fail "the default run is not reproducible"
+"$LJPERF" train --model "$tmp/nano-128384.json" --mock-data --device cpu --seq-length 32 --micro-batch-size 2 --quiet \
+  --eval-iters 0 --train-iters 1 "${dm[@]}" >/dev/null 2>"$tmp/dm-mock.err" || { cat "$tmp/dm-mock.err"; fail "mock"; }
+grep -q "end-of-document id 128383 (the mock documents')" "$tmp/dm-mock.err" || fail "the mock EOD id not used"
+bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
+if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
+  fail "benchmark --reset-attention-mask without --data accepted"
+fi
+grep -q -- "--reset-attention-mask needs --data PREFIX" "$tmp/bench.err" || { cat "$tmp/bench.err"; fail "benchmark message"; }
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 64 --train-iters 1 --warmup-iters 0 --no-progress \
+  --data "$tmp/verses" "${dm[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out"; fail "benchmark with the flags"; }
+grep -q "^documents per sequence" "$tmp/bench.out" || fail "benchmark does not print the documents per sequence"
+ok "document masking flags"
 
 echo "test_megatron_args: all passed"

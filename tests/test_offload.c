@@ -122,8 +122,64 @@ static void test_offload_steps_equal(void **state) {
     destroy(&b);
 }
 
+/* bf16 gradients (a GPU's) on the host path: the norm computed from the 2-byte staging and AdamW
+ * over f32 chunks of LJ_OFFLOAD_CHUNK give bit for bit what the CPU backend's norm and AdamW give on
+ * the whole f32 shard; the host staging is 2 B per element plus one chunk, not 6 B. A copy of the
+ * CPU table with grad_dtype bf16 stands in for the GPU (its download is a copy). */
+static void test_bf16_gradients_in_chunks(void **state) {
+    (void)state;
+    lj_ops gpu = *lj_ops_cpu();
+    gpu.grad_dtype = LJ_DTYPE_BF16;
+    const lj_ops *cpu = lj_ops_cpu();
+    const int64_t S = 2 * LJ_OFFLOAD_CHUNK + 12345, n_grad = S - 1000;
+    lj_model m;
+    memset(&m, 0, sizeof m);
+    m.ops = &gpu;
+    m.opt.offload_optimizer = 1;
+    m.opt.training = 1;
+    m.shard_numel = m.padded_numel = m.grad_numel = S;
+    m.params = lj_malloc((size_t)S * sizeof(float));
+    size_t host_state, staging;
+    lj_offload_bytes(&m, &host_state, &staging);
+    assert_true(staging < (size_t)S * 2 + (size_t)LJ_OFFLOAD_CHUNK * 4 + ((size_t)1 << 20));
+    assert_int_equal(lj_offload_alloc(&m), LJ_OK);
+    lj_rng rng;
+    lj_rng_seed(&rng, 5);
+    uint16_t *gb = lj_malloc((size_t)n_grad * sizeof(uint16_t));
+    float *g = lj_calloc((size_t)S, sizeof(float)), *ref_p = lj_malloc((size_t)S * 4), *ref_m = lj_malloc((size_t)S * 4),
+          *ref_v = lj_malloc((size_t)S * 4);
+    for (int64_t i = 0; i < S; i++) {
+        m.master[i] = ref_p[i] = (float)lj_rng_normal(&rng);
+        m.adam_m[i] = ref_m[i] = 0.01f * (float)lj_rng_normal(&rng);
+        m.adam_v[i] = ref_v[i] = 1e-4f * fabsf((float)lj_rng_normal(&rng));
+        if (i < n_grad) {
+            gb[i] = lj_f32_to_bf16(0.1f * (float)lj_rng_normal(&rng));
+            g[i] = lj_bf16_to_f32(gb[i]);
+        }
+    }
+    /* the reference: the CPU backend on the whole f32 shard */
+    void *ws = lj_malloc(cpu->global_norm_workspace_bytes(n_grad));
+    float ref_norm = 0.0f;
+    cpu->global_norm_sq(&ref_norm, g, n_grad, ws);
+    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f}, {S / 3, S - S / 3, 0.0f}};
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f};
+    float scalars[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(scalars, &hp, 3e-4f, 3);
+    cpu->adamw_update(ref_p, ref_p, g, ref_m, ref_v, seg, 2, &hp, scalars, &ref_norm);
+    /* the host path */
+    const float norm = lj_offload_grad_norm_sq(&m, gb, n_grad);
+    assert_memory_equal(&norm, &ref_norm, sizeof norm);
+    lj_offload_update(&m, seg, 2, &hp, 3e-4f, 3, norm);
+    assert_memory_equal(m.master, ref_p, (size_t)S * 4);
+    assert_memory_equal(m.adam_m, ref_m, (size_t)S * 4);
+    assert_memory_equal(m.adam_v, ref_v, (size_t)S * 4);
+    assert_memory_equal(m.params, ref_p, (size_t)S * 4); /* the f32 params follow the master */
+    free(gb), free(g), free(ref_p), free(ref_m), free(ref_v), free(ws), free(m.params), free(m.offload_host);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_gradients_in_chunks),
         cmocka_unit_test(test_offload_plan),
         cmocka_unit_test(test_offload_steps_equal),
     };

@@ -116,9 +116,23 @@ assert (c["layers_full"], c["layers_selective"], c["layers_none"]) == (5, 0, 11)
         --zero-stage 1 --json "$out/w4.json" >"$out/w4.txt" 2>&1
     check "--world-size 4 --zero-stage 1: per-rank plan" has "$out/w4.txt" "per rank of 4 data-parallel ranks"
     "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 1 --recompute none --world-size 4 \
-        --zero-stage 1 --offload-optimizer cpu >"$out/w4o.txt" 2>&1
+        --zero-stage 1 --offload-optimizer cpu --host-memory 1TiB >"$out/w4o.txt" 2>&1
     check "--offload-optimizer cpu: host bytes line" has "$out/w4o.txt" "of optimizer state (f32 master weights and AdamW moments) in host memory"
     check "--offload-optimizer cpu: no master weights on the device" grep -Eq "master weights +0 B" "$out/w4o.txt"
+    # the host part of an offloaded plan against the host's memory
+    "$LJPERF" plan --model llama3.1-8b --seq-length 32768 --zero-stage 1 --offload-optimizer cpu --host-memory 64GiB \
+        >"$out/host_small.txt" 2>&1
+    check "offload on a 64 GiB host: exit 1" test $? = 1
+    check "offload on a 64 GiB host: the need and the host named" has "$out/host_small.txt" \
+        "the host part of the plan needs 104.72 GiB per rank"
+    "$LJPERF" plan --model llama3.1-8b --seq-length 32768 --zero-stage 1 --offload-optimizer cpu --host-memory 2TiB \
+        --json "$out/host_big.json" >"$out/host_big.txt" 2>&1
+    check "offload on a 2 TiB host: fits with less recompute than without offload" python3 -c '
+import json, sys; c = json.load(open(sys.argv[1]))["chosen"]
+assert c["fits"] and c["layers_full"] == 0 and c["layers_none"] > 0, c' "$out/host_big.json"
+    "$LJPERF" plan --model llama3-nano --zero-stage 1 --offload-optimizer cpu --host-memory lots >"$out/host_bad.txt" 2>&1
+    check "bad --host-memory: exit 1" test $? = 1
+    check "bad --host-memory: named" has "$out/host_bad.txt" "--host-memory: 'lots' is not a positive byte count"
     check "ZeRO-1 over 4 ranks: a quarter of the moments" python3 -c '
 import json, sys
 def moments(p):

@@ -319,6 +319,26 @@ static void test_cost_model(void **state) {
     o.fused = 1;
     lj_cost_step(&c, &o, ops, &rates, 4, &acc);
     assert_true(acc.step_s < none.step_s);
+    /* the FP8 recipe: the block GEMMs of its layers (all but the first and last here) at the FP8
+     * rate, their casts as element-wise bytes; a GPU-sized model predicts a faster step */
+    lj_step_cost f8;
+    o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+    o.fp8 = lj_linear_fp8_defaults();
+    o.fp8.bf16_layers_start = o.fp8.bf16_layers_end = 1;
+    lj_cost_step(&c, &o, ops, &rates, 1, &f8);
+    const double block = 2 * N * (C * QKV + Q * C + 3 * C * I);
+    assert_true(fabs(f8.fp8_matmul_flop - 2 * 3 * block) < 1e-6 * block);
+    assert_true(fabs(f8.matmul_flop - none.matmul_flop) < 1e-6 * fwd);
+    assert_true(f8.elementwise_bytes > none.elementwise_bytes);
+    lj_model_config big;
+    assert_int_equal(lj_config_preset("llama3.2-1b", &big), LJ_OK);
+    lj_model_options ob = lj_test_train_options(4, 4096, 1);
+    lj_step_cost b16, b8;
+    lj_cost_step(&big, &ob, ops, &rates, 1, &b16);
+    ob.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+    ob.fp8 = lj_linear_fp8_defaults();
+    lj_cost_step(&big, &ob, ops, &rates, 1, &b8);
+    assert_true(b8.step_s < 0.9 * b16.step_s);
 }
 
 static void test_rates_cache(void **state) {
@@ -335,6 +355,7 @@ static void test_rates_cache(void **state) {
     assert_int_equal(lj_perf_rates_load(dir, "NVIDIA H200", &back), LJ_OK);
     assert_true(fabs(back.matmul_flops - 612.5e12) < 1e3);
     assert_true(fabs(back.attention_flops - 400e12) < 1e3);
+    assert_true(fabs(back.fp8_matmul_flops - r.fp8_matmul_flops) < 1e3);
     assert_true(back.context_bytes == r.context_bytes);
     assert_true(strstr(back.source, "probe") != NULL);
     char path[LJ_PATH_MAX];

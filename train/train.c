@@ -273,6 +273,7 @@ static lj_status setup(run *r) {
     lj_model_options opt;
     lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
     opt.linear_recipe = c->linear_recipe;
+    opt.doc_mask = c->doc_mask;
     opt.fp8 = c->fp8;
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_parallelize(&r->model, r->dp.dist);

@@ -113,6 +113,10 @@ void lj_cpu_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, cons
 void lj_cpu_add(void *out, const void *a, const void *b, int64_t n);
 void lj_cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+void lj_cpu_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
+                             int nkv, int hd);
+void lj_cpu_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
+                              int nh, int nkv, int hd);
 void lj_cpu_swiglu_forward(void *out, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
@@ -161,6 +165,10 @@ void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int
                               void *workspace);
 void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
                                int T, int nh, int nkv, int hd, void *workspace);
+void lj_cpu_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                   int nh, int nkv, int hd, void *workspace);
+void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                    const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
 size_t lj_cpu_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
 

@@ -1,4 +1,4 @@
-/* cpu_attention.c: the CPU backend's causal GQA attention: forward (saving the log-sum-exp),
+/* cpu_attention.c: the CPU backend's causal GQA attention (also within documents): forward (saving the log-sum-exp),
  * backward (recomputing the probabilities from it), the planned workspace, and decoding
  * against a KV cache. fp32, OpenMP over (batch, head). Contracts in ops/ops.h. */
 #include "ops/cpu/cpu.h"
@@ -44,10 +44,9 @@ static inline void scores_row(float *s, const float *q, const float *kt, int T, 
     for (int j = 0; j < n; j++) s[j] *= scale;
 }
 
-void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                              void *workspace) {
-    const float *x = qkv;
-    float *o = out, *ws = workspace;
+/* Query t of sequence b attends to keys j0..t, j0 = doc_start[b*T + t] (0 without doc_start). */
+static void attention_forward(float *o, float *lse, const float *x, const int32_t *doc_start, int B, int T, int nh,
+                              int nkv, int hd, float *ws) {
     const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t per_thread = attention_thread_floats(T, hd);
@@ -62,8 +61,8 @@ void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int
             gather_transposed(kt, x, b, T, row, Q + g * hd, hd);
             for (int t = 0; t < T; t++) {
                 const float *q = x + ((int64_t)b * T + t) * row + (int64_t)h * hd;
-                int n = t + 1;
-                scores_row(s, q, kt, T, n, hd, scale);
+                const int j0 = doc_start ? doc_start[(int64_t)b * T + t] : 0, n = t + 1 - j0;
+                scores_row(s, q, kt + j0, T, n, hd, scale);
                 float m = lj_cpu_max(s, n);
                 for (int j = 0; j < n; j++) s[j] = lj_cpu_expf(s[j] - m);
                 double sum = lj_cpu_sum_f64(s, n);
@@ -72,21 +71,30 @@ void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int
                 float *od = o + ((int64_t)b * T + t) * Q + (int64_t)h * hd;
                 for (int d = 0; d < hd; d++) od[d] = 0.0f;
                 for (int j = 0; j < n; j++)
-                    axpy(od, s[j] / sumf, x + ((int64_t)b * T + j) * row + Q + KV + (int64_t)g * hd, hd);
+                    axpy(od, s[j] / sumf, x + ((int64_t)b * T + j0 + j) * row + Q + KV + (int64_t)g * hd, hd);
             }
         }
     }
+}
+
+void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                              void *workspace) {
+    attention_forward(out, lse, qkv, NULL, B, T, nh, nkv, hd, workspace);
+}
+
+void lj_cpu_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                   int nh, int nkv, int hd, void *workspace) {
+    attention_forward(out, lse, qkv, doc_start, B, T, nh, nkv, hd, workspace);
 }
 
 /* With P = exp(S - lse) recomputed, D_t = dO_t . O_t:
  *   dV_j += sum_t P_tj dO_t;  dP_tj = dO_t . V_j;  dS_tj = P_tj (dP_tj - D_t);
  *   dQ_t = scale sum_j dS_tj K_j;  dK_j += scale sum_t dS_tj Q_t.
  * (FlashAttention-2, Dao 2023, Algorithm 2, without the tiling.) One task per (batch, kv
- * head) owns the dK/dV rows of that head and the dQ rows of its query heads: no races. */
-void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
-                               int T, int nh, int nkv, int hd, void *workspace) {
-    const float *x = qkv, *dO_all = dout, *O_all = out;
-    float *dx = dqkv, *ws = workspace;
+ * head) owns the dK/dV rows of that head and the dQ rows of its query heads: no races. Keys
+ * j0..t of query t, as in the forward. */
+static void attention_backward(float *dx, const float *dO_all, const float *x, const float *O_all, const float *lse,
+                               const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, float *ws) {
     const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t per_thread = attention_thread_floats(T, hd);
@@ -113,16 +121,16 @@ void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, co
                     const float *q = x + rt * row + (int64_t)h * hd;
                     const float *dO = dO_all + rt * Q + (int64_t)h * hd, *O = O_all + rt * Q + (int64_t)h * hd;
                     float L = lse[((int64_t)b * nh + h) * T + t];
-                    int n = t + 1;
+                    const int j0 = doc_start ? doc_start[rt] : 0, n = t + 1 - j0;
                     double Dd = 0.0;
                     for (int d = 0; d < hd; d++) Dd += (double)dO[d] * O[d];
                     float D = (float)Dd;
-                    scores_row(p, q, kt, T, n, hd, scale);
+                    scores_row(p, q, kt + j0, T, n, hd, scale);
                     for (int j = 0; j < n; j++) p[j] = lj_cpu_expf(p[j] - L);
                     for (int j = 0; j < n; j++) dp[j] = 0.0f;
                     for (int d = 0; d < hd; d++) {
                         float od = dO[d];
-                        const float *v = vt + (int64_t)d * T;
+                        const float *v = vt + (int64_t)d * T + j0;
                         for (int j = 0; j < n; j++) dp[j] += od * v[j];
                     }
                     /* dp becomes scale * dS */
@@ -130,7 +138,7 @@ void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, co
                     float *dq = dx + rt * row + (int64_t)h * hd;
                     for (int d = 0; d < hd; d++) dq[d] = 0.0f;
                     for (int j = 0; j < n; j++) {
-                        int64_t rj = (int64_t)b * T + j;
+                        int64_t rj = (int64_t)b * T + j0 + j;
                         const float *k = x + rj * row + kcol;
                         float *dk = dx + rj * row + kcol, *dv = dx + rj * row + vcol;
                         axpy(dq, dp[j], k, hd);
@@ -141,6 +149,16 @@ void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, co
             }
         }
     }
+}
+
+void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
+                               int T, int nh, int nkv, int hd, void *workspace) {
+    attention_backward(dqkv, dout, qkv, out, lse, NULL, B, T, nh, nkv, hd, workspace);
+}
+
+void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                    const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace) {
+    attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace);
 }
 
 /* Online softmax over the cache rows (Milakov & Gimelshein 2018): no workspace needed. */

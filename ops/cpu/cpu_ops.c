@@ -121,6 +121,8 @@ static const lj_ops g_cpu_ops = {
 
     .rope_forward = lj_cpu_rope_forward,
     .rope_backward = lj_cpu_rope_backward,
+    .rope_forward_pos = lj_cpu_rope_forward_pos,
+    .rope_backward_pos = lj_cpu_rope_backward_pos,
 
     .qk_norm_forward = lj_cpu_qk_norm_forward,
     .qk_norm_backward = lj_cpu_qk_norm_backward,
@@ -133,6 +135,8 @@ static const lj_ops g_cpu_ops = {
 
     .attention_forward = lj_cpu_attention_forward,
     .attention_backward = lj_cpu_attention_backward,
+    .attention_forward_docs = lj_cpu_attention_forward_docs,
+    .attention_backward_docs = lj_cpu_attention_backward_docs,
     .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,
     .attention_decode = lj_cpu_attention_decode,
 

@@ -7,6 +7,8 @@
  * Dispatch: cuDNN's fused SDPA (cuda_attention_cudnn.cu) runs first where it supports the
  * shape (head_dim 64/128, cuDNN 9 found at run time, plans built outside graph capture);
  * LJ_CUDA_ATTENTION=own (or simple) or lj_cuda_set_cudnn_attention(0) forces these kernels.
+ * Attention within documents (--reset-attention-mask: attention_forward_docs) always runs these
+ * kernels, instances with DOCS = true: each query's first key is its document's start.
  * Both write the same lse (natural-log log-sum-exp of the scaled scores), so either backward
  * accepts either forward's lse.
  *
@@ -133,16 +135,20 @@ static __device__ __forceinline__ void load_tile(lj_bf16 *s, const lj_bf16 *g, i
 template <int HD, int MT>
 static constexpr int fwd_smem_bytes() { return (64 * MT + 4 * FA_BC) * (HD + 8) * 2; }
 
-template <int HD, int BR>
+template <int HD, int BR, bool DOCS = false>
 static constexpr int bwd_smem_bytes() {
-    return (2 * FA_BC * (HD + 8) + 2 * BR * (HD + 8) + FA_BC * (BR + 8)) * 2 + 2 * BR * 4;
+    return (2 * FA_BC * (HD + 8) + 2 * BR * (HD + 8) + FA_BC * (BR + 8)) * 2 + (DOCS ? 3 : 2) * BR * 4;
 }
 
 /* ---- forward ----------------------------------------------------------------------- */
 
-template <int HD, int MT>
+/* DOCS: attention within documents (ops.h attention_forward_docs): query r sees keys
+ * doc_start[b*T + r] .. r; the key tiles start at the block's first query's document (doc_start
+ * never decreases). Without DOCS the kernel is the plain causal one, unchanged. */
+template <int HD, int MT, bool DOCS>
 __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out, float *lse, const lj_bf16 *qkv,
-                                                                   int T, int nh, int nkv, float scale_log2) {
+                                                                   const int32_t *doc_start, int T, int nh, int nkv,
+                                                                   float scale_log2) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     constexpr int S = HD + 8, BR = 64 * MT;
     lj_bf16 *sQ = (lj_bf16 *)fa_smem;
@@ -159,11 +165,13 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
     /* key tiles up to the block's last query row (and the sequence's end) */
     const int last = min(q0 + BR, T) - 1;
     const int nkb = last / FA_BC + 1;
+    const int32_t *ds = DOCS ? doc_start + (int64_t)b * T : NULL;
+    const int jb = DOCS ? ds[q0] / FA_BC : 0; /* the first key tile any query of the block sees */
 
     load_tile<HD, BR>(sQ, gq, row, q0, T, tid);
     cp_async_commit();
-    load_tile<HD, FA_BC>(sK, gk, row, 0, T, tid);
-    load_tile<HD, FA_BC>(sV, gv, row, 0, T, tid);
+    load_tile<HD, FA_BC>(sK + (jb & 1) * FA_BC * S, gk, row, jb * FA_BC, T, tid);
+    load_tile<HD, FA_BC>(sV + (jb & 1) * FA_BC * S, gv, row, jb * FA_BC, T, tid);
     cp_async_commit();
 
     uint32_t qf[MT][HD / 16][4];
@@ -183,7 +191,15 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
         l0[mt] = l1[mt] = 0.0f;
     }
 
-    for (int j = 0; j < nkb; j++) {
+    int dr0[MT], dr1[MT]; /* each row's document start (DOCS) */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int r0 = q0 + (warp * MT + mt) * 16 + g, r1 = r0 + 8;
+        dr0[mt] = DOCS && r0 < T ? ds[r0] : 0;
+        dr1[mt] = DOCS && r1 < T ? ds[r1] : 0;
+    }
+
+    for (int j = jb; j < nkb; j++) {
         if (j + 1 < nkb) {
             int nb = (j + 1) & 1;
             load_tile<HD, FA_BC>(sK + nb * FA_BC * S, gk, row, (j + 1) * FA_BC, T, tid);
@@ -214,8 +230,9 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
                 }
             }
         }
-        /* the tile needs masking when it reaches past the block's first query or past T */
-        const bool mask = (j + 1) * FA_BC - 1 > q0 || (j + 1) * FA_BC > T;
+        /* the tile needs masking when it reaches past the block's first query or past T (or, DOCS,
+         * always: it may start before a row's document) */
+        const bool mask = DOCS || (j + 1) * FA_BC - 1 > q0 || (j + 1) * FA_BC > T;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int r0 = q0 + (warp * MT + mt) * 16 + g, r1 = r0 + 8;
@@ -227,7 +244,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
                     int col = j * FA_BC + nt * 8 + 2 * t4 + (e & 1);
                     int r = e < 2 ? r0 : r1;
                     float x = s[mt][nt][e] * scale_log2;
-                    if (mask && (col > r || col >= T)) x = -INFINITY;
+                    if (mask && (col > r || col >= T || (DOCS && col < (e < 2 ? dr0[mt] : dr1[mt])))) x = -INFINITY;
                     s[mt][nt][e] = x;
                 }
                 mx0 = fmaxf(mx0, fmaxf(s[mt][nt][0], s[mt][nt][1]));
@@ -309,11 +326,14 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
 
 /* ---- backward ---------------------------------------------------------------------- */
 
-template <int HD, int BR>
+/* DOCS: within documents, as the forward: key k gets gradient from the queries q >= k with
+ * doc_start[b*T + q] <= k; the query tiles stop at the first whose first query's document starts
+ * after the key tile's last key. */
+template <int HD, int BR, bool DOCS>
 __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqkv, float *dq_acc, const lj_bf16 *dout,
                                                                     const lj_bf16 *qkv, const float *lse,
-                                                                    const float *dsum, int T, int nh, int nkv,
-                                                                    float scale, float scale_log2) {
+                                                                    const float *dsum, const int32_t *doc_start, int T,
+                                                                    int nh, int nkv, float scale, float scale_log2) {
     extern __shared__ __align__(16) unsigned char fa_smem[];
     constexpr int S = HD + 8, SD = BR + 8;
     constexpr int MT = BR / 16;          /* query m-tiles of the dQ product */
@@ -326,6 +346,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
     lj_bf16 *sdS = sdO + BR * S; /* dS^T: [key][query] */
     float *sL = (float *)(sdS + FA_BC * SD);
     float *sD = sL + BR;
+    int *sS = (int *)(sD + BR); /* DOCS: the queries' document starts */
     const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
     const int group = nh / nkv;
@@ -345,6 +366,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
     }
     const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
     const int qb_first = k0 / BR, nqb = (T + BR - 1) / BR;
+    const int32_t *ds = DOCS ? doc_start + (int64_t)b * T : NULL;
+    const int k_last = min(k0 + FA_BC, T) - 1;
     const int mt = warp % MT, dsplit = warp / MT;
 
     for (int hq = 0; hq < group; hq++) {
@@ -354,6 +377,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
         const float *Lh = lse + ((int64_t)b * nh + h) * T, *Dh = dsum + ((int64_t)b * nh + h) * T;
         for (int qb = qb_first; qb < nqb; qb++) {
             const int i0 = qb * BR;
+            if (DOCS && ds[i0] > k_last) break; /* this tile's queries and all later ones are in later documents */
             load_tile<HD, BR>(sQ, gq, row, i0, T, tid);
             load_tile<HD, BR>(sdO, gdo, Qw, i0, T, tid);
             cp_async_commit();
@@ -361,6 +385,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
                 bool ok = i0 + i < T;
                 sL[i] = ok ? Lh[i0 + i] * FA_LOG2E : INFINITY;
                 sD[i] = ok ? Dh[i0 + i] : 0.0f;
+                if (DOCS) sS[i] = ok ? ds[i0 + i] : 0;
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -396,7 +421,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
                     int qi = nt * 8 + 2 * t4 + (e & 1);
                     int key = e < 2 ? kr0 : kr1;
                     float p = exp2f(st[nt][e] * scale_log2 - sL[qi]);
-                    if (key > i0 + qi || key >= T) p = 0.0f;
+                    if (key > i0 + qi || key >= T || (DOCS && key < sS[qi])) p = 0.0f;
                     st[nt][e] = p;
                     dpt[nt][e] = p * (dpt[nt][e] - sD[qi]);
                 }
@@ -488,23 +513,32 @@ __global__ void dq_convert_kernel(lj_bf16 *dqkv, const float *dq_acc, int64_t ro
 #define FA_BR64 64  /* query tile of the head_dim 64 backward */
 #define FA_BR128 32 /* ... and of head_dim 128 (fewer registers) */
 
+/* The dynamic shared memory of each flash kernel instance. */
+template <int HD, int MT, bool DOCS>
+static void fwd_init(const char *name) {
+    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<HD, MT, DOCS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       fwd_smem_bytes<HD, MT>()),
+                  name);
+}
+template <int HD, int BR, bool DOCS>
+static void bwd_init(const char *name) {
+    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<HD, BR, DOCS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<HD, BR, DOCS>()),
+                  name);
+}
+
 void lj_cuda_attention_init(void) {
     lj_cuda_cudnn_attention_init();
-    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<64, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       fwd_smem_bytes<64, 1>()),
-                  "cudaFuncSetAttribute(flash_forward_kernel<64, 1>)");
-    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<64, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       fwd_smem_bytes<64, 2>()),
-                  "cudaFuncSetAttribute(flash_forward_kernel<64, 2>)");
-    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_forward_kernel<128, FA_MT128>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, fwd_smem_bytes<128, FA_MT128>()),
-                  "cudaFuncSetAttribute(flash_forward_kernel<128>)");
-    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<64, FA_BR64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       bwd_smem_bytes<64, FA_BR64>()),
-                  "cudaFuncSetAttribute(flash_backward_kernel<64>)");
-    LJ_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<128, FA_BR128>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<128, FA_BR128>()),
-                  "cudaFuncSetAttribute(flash_backward_kernel<128>)");
+    fwd_init<64, 1, false>("cudaFuncSetAttribute(flash_forward_kernel<64, 1>)");
+    fwd_init<64, 2, false>("cudaFuncSetAttribute(flash_forward_kernel<64, 2>)");
+    fwd_init<128, FA_MT128, false>("cudaFuncSetAttribute(flash_forward_kernel<128>)");
+    bwd_init<64, FA_BR64, false>("cudaFuncSetAttribute(flash_backward_kernel<64>)");
+    bwd_init<128, FA_BR128, false>("cudaFuncSetAttribute(flash_backward_kernel<128>)");
+    fwd_init<64, 1, true>("cudaFuncSetAttribute(flash_forward_kernel<64, 1, docs>)");
+    fwd_init<64, 2, true>("cudaFuncSetAttribute(flash_forward_kernel<64, 2, docs>)");
+    fwd_init<128, FA_MT128, true>("cudaFuncSetAttribute(flash_forward_kernel<128, docs>)");
+    bwd_init<64, FA_BR64, true>("cudaFuncSetAttribute(flash_backward_kernel<64, docs>)");
+    bwd_init<128, FA_BR128, true>("cudaFuncSetAttribute(flash_backward_kernel<128, docs>)");
 }
 
 static int use_flash(int hd, const void *a, const void *b, const void *c, const void *d) {
@@ -532,6 +566,40 @@ size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
 }
 
+/* One flash forward over `grid`: plain causal (doc_start NULL) or within documents. */
+template <int HD, int MT>
+static void fwd_launch(dim3 grid, lj_bf16 *o, float *lse, const lj_bf16 *x, const int32_t *doc_start, int T, int nh,
+                       int nkv, float scale_log2) {
+    cudaStream_t st = lj_cuda_stream();
+    if (doc_start)
+        flash_forward_kernel<HD, MT, true>
+            <<<grid, FA_THREADS, fwd_smem_bytes<HD, MT>(), st>>>(o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else
+        flash_forward_kernel<HD, MT, false>
+            <<<grid, FA_THREADS, fwd_smem_bytes<HD, MT>(), st>>>(o, lse, x, NULL, T, nh, nkv, scale_log2);
+}
+
+/* The own kernels, forward: plain causal (doc_start NULL) or within documents. */
+static void own_forward(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T, int nh, int nkv,
+                        int hd) {
+    if (!use_flash(hd, out, qkv, NULL, NULL)) {
+        lj_cuda_attention_forward_simple(out, lse, qkv, doc_start, B, T, nh, nkv, hd);
+        return;
+    }
+    float scale_log2 = FA_LOG2E / sqrtf((float)hd);
+    const lj_bf16 *x = (const lj_bf16 *)qkv;
+    lj_bf16 *o = (lj_bf16 *)out;
+    const unsigned H = (unsigned)nh, Bn = (unsigned)B;
+    if (hd == 64 && lj_cuda_flash_forward_mtiles() == 1)
+        fwd_launch<64, 1>(dim3((unsigned)((T + 63) / 64), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else if (hd == 64)
+        fwd_launch<64, 2>(dim3((unsigned)((T + 127) / 128), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
+    else
+        fwd_launch<128, FA_MT128>(dim3((unsigned)((T + 64 * FA_MT128 - 1) / (64 * FA_MT128)), H, Bn), o, lse, x,
+                                  doc_start, T, nh, nkv, scale_log2);
+    LJ_CUDA_LAUNCHED(doc_start ? "flash_forward_kernel (documents)" : "flash_forward_kernel");
+}
+
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                void *workspace) {
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
@@ -540,25 +608,52 @@ void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, in
         lj_cuda_cudnn_attention_forward(out, lse, qkv, B, T, nh, nkv, hd,
                                         workspace ? (char *)workspace + own_bytes(B, T, nh, hd) : NULL))
         return;
-    if (!use_flash(hd, out, qkv, NULL, NULL)) {
-        lj_cuda_attention_forward_simple(out, lse, qkv, B, T, nh, nkv, hd);
+    own_forward(out, lse, qkv, NULL, B, T, nh, nkv, hd);
+}
+
+void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                    int nh, int nkv, int hd, void *workspace) {
+    (void)workspace; /* the own forward needs none */
+    LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
+    LJ_ASSERT(doc_start, "attention_forward_docs needs the document starts");
+    if (B <= 0 || T <= 0) return;
+    own_forward(out, lse, qkv, doc_start, B, T, nh, nkv, hd);
+}
+
+/* The own kernels, backward: plain causal (doc_start NULL) or within documents. */
+static void own_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                         const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace) {
+    float *dsum = (float *)workspace;
+    float *dq_acc = (float *)((char *)workspace + dsum_bytes(B, T, nh));
+    if (!use_flash(hd, dqkv, dout, qkv, out)) {
+        lj_cuda_attention_backward_simple(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, dsum);
         return;
     }
-    float scale_log2 = FA_LOG2E / sqrtf((float)hd);
-    if (hd == 64 && lj_cuda_flash_forward_mtiles() == 1) {
-        dim3 grid((unsigned)((T + 63) / 64), (unsigned)nh, (unsigned)B);
-        flash_forward_kernel<64, 1><<<grid, FA_THREADS, fwd_smem_bytes<64, 1>(), lj_cuda_stream()>>>(
-            (lj_bf16 *)out, lse, (const lj_bf16 *)qkv, T, nh, nkv, scale_log2);
-    } else if (hd == 64) {
-        dim3 grid((unsigned)((T + 127) / 128), (unsigned)nh, (unsigned)B);
-        flash_forward_kernel<64, 2><<<grid, FA_THREADS, fwd_smem_bytes<64, 2>(), lj_cuda_stream()>>>(
-            (lj_bf16 *)out, lse, (const lj_bf16 *)qkv, T, nh, nkv, scale_log2);
-    } else {
-        dim3 grid((unsigned)((T + 64 * FA_MT128 - 1) / (64 * FA_MT128)), (unsigned)nh, (unsigned)B);
-        flash_forward_kernel<128, FA_MT128><<<grid, FA_THREADS, fwd_smem_bytes<128, FA_MT128>(), lj_cuda_stream()>>>(
-            (lj_bf16 *)out, lse, (const lj_bf16 *)qkv, T, nh, nkv, scale_log2);
-    }
-    LJ_CUDA_LAUNCHED("flash_forward_kernel");
+    int64_t Qw = (int64_t)nh * hd, row = (int64_t)(nh + 2 * nkv) * hd;
+    lj_cuda_attention_rowdot(dsum, dout, out, B, T, nh, hd);
+    LJ_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
+                  "cudaMemsetAsync in attention_backward");
+    dim3 grid((unsigned)((T + FA_BC - 1) / FA_BC), (unsigned)nkv, (unsigned)B);
+    float scale = 1.0f / sqrtf((float)hd);
+    lj_bf16 *d = (lj_bf16 *)dqkv;
+    const lj_bf16 *go = (const lj_bf16 *)dout, *x = (const lj_bf16 *)qkv;
+    cudaStream_t st = lj_cuda_stream();
+    if (hd == 64 && doc_start)
+        flash_backward_kernel<64, FA_BR64, true><<<grid, FA_THREADS, bwd_smem_bytes<64, FA_BR64, true>(), st>>>(
+            d, dq_acc, go, x, lse, dsum, doc_start, T, nh, nkv, scale, scale * FA_LOG2E);
+    else if (hd == 64)
+        flash_backward_kernel<64, FA_BR64, false><<<grid, FA_THREADS, bwd_smem_bytes<64, FA_BR64>(), st>>>(
+            d, dq_acc, go, x, lse, dsum, NULL, T, nh, nkv, scale, scale * FA_LOG2E);
+    else if (doc_start)
+        flash_backward_kernel<128, FA_BR128, true><<<grid, FA_THREADS, bwd_smem_bytes<128, FA_BR128, true>(), st>>>(
+            d, dq_acc, go, x, lse, dsum, doc_start, T, nh, nkv, scale, scale * FA_LOG2E);
+    else
+        flash_backward_kernel<128, FA_BR128, false><<<grid, FA_THREADS, bwd_smem_bytes<128, FA_BR128>(), st>>>(
+            d, dq_acc, go, x, lse, dsum, NULL, T, nh, nkv, scale, scale * FA_LOG2E);
+    LJ_CUDA_LAUNCHED(doc_start ? "flash_backward_kernel (documents)" : "flash_backward_kernel");
+    int64_t rows = (int64_t)B * T;
+    dq_convert_kernel<<<lj_cuda_blocks(rows * Qw, 256), 256, 0, st>>>(d, dq_acc, rows, Qw, row, scale);
+    LJ_CUDA_LAUNCHED("dq_convert_kernel");
 }
 
 void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
@@ -571,27 +666,13 @@ void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, c
         lj_cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dsum, dq_acc,
                                          (char *)workspace + own_bytes(B, T, nh, hd)))
         return;
-    if (!use_flash(hd, dqkv, dout, qkv, out)) {
-        lj_cuda_attention_backward_simple(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dsum);
-        return;
-    }
-    int64_t Qw = (int64_t)nh * hd, row = (int64_t)(nh + 2 * nkv) * hd;
-    lj_cuda_attention_rowdot(dsum, dout, out, B, T, nh, hd);
-    LJ_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
-                  "cudaMemsetAsync in attention_backward");
-    dim3 grid((unsigned)((T + FA_BC - 1) / FA_BC), (unsigned)nkv, (unsigned)B);
-    float scale = 1.0f / sqrtf((float)hd);
-    if (hd == 64)
-        flash_backward_kernel<64, FA_BR64><<<grid, FA_THREADS, bwd_smem_bytes<64, FA_BR64>(), lj_cuda_stream()>>>(
-            (lj_bf16 *)dqkv, dq_acc, (const lj_bf16 *)dout, (const lj_bf16 *)qkv, lse, dsum, T, nh, nkv, scale,
-            scale * FA_LOG2E);
-    else
-        flash_backward_kernel<128, FA_BR128><<<grid, FA_THREADS, bwd_smem_bytes<128, FA_BR128>(), lj_cuda_stream()>>>(
-            (lj_bf16 *)dqkv, dq_acc, (const lj_bf16 *)dout, (const lj_bf16 *)qkv, lse, dsum, T, nh, nkv, scale,
-            scale * FA_LOG2E);
-    LJ_CUDA_LAUNCHED("flash_backward_kernel");
-    int64_t rows = (int64_t)B * T;
-    dq_convert_kernel<<<lj_cuda_blocks(rows * Qw, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)dqkv, dq_acc, rows, Qw,
-                                                                                    row, scale);
-    LJ_CUDA_LAUNCHED("dq_convert_kernel");
+    own_backward(dqkv, dout, qkv, out, lse, NULL, B, T, nh, nkv, hd, workspace);
+}
+
+void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace) {
+    LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
+    LJ_ASSERT(doc_start, "attention_backward_docs needs the document starts");
+    if (B <= 0 || T <= 0) return;
+    own_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace);
 }

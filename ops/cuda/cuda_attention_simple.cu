@@ -49,9 +49,11 @@ static __device__ float sa_dot(const float *a, const lj_bf16 *b, int hd) {
     return s;
 }
 
-/* Block (t, h, b): query t of head h attends keys 0..p0+t. lse (natural log of the sum of
- * exp of the scaled scores) is written when not NULL, at lse[(b*nh + h)*Tq + t]. */
-__global__ void __launch_bounds__(LJ_SA_THREADS) attention_forward_simple_kernel(lj_sa_layout L, float *lse, int Tq,
+/* Block (t, h, b): query t of head h attends keys first..p0+t, first = doc_start[b*Tq + t] (0 when
+ * doc_start is NULL). lse (natural log of the sum of exp of the scaled scores) is written when
+ * not NULL, at lse[(b*nh + h)*Tq + t]. */
+__global__ void __launch_bounds__(LJ_SA_THREADS) attention_forward_simple_kernel(lj_sa_layout L, float *lse,
+                                                                                 const int32_t *doc_start, int Tq,
                                                                                  int nh, int group, int hd, int p0,
                                                                                  float scale) {
     __shared__ float sq[LJ_SA_MAX_HD], sp[LJ_SA_THREADS], red[LJ_SA_THREADS / 32];
@@ -65,7 +67,8 @@ __global__ void __launch_bounds__(LJ_SA_THREADS) attention_forward_simple_kernel
     float acc[LJ_SA_MAX_HD / LJ_SA_THREADS] = {0.0f, 0.0f};
     float m = -INFINITY, l = 0.0f;
     int last = p0 + t; /* the last key this query sees */
-    for (int j0 = 0; j0 <= last; j0 += LJ_SA_THREADS) {
+    const int first = doc_start ? doc_start[(int64_t)b * Tq + t] : 0;
+    for (int j0 = first; j0 <= last; j0 += LJ_SA_THREADS) {
         int j = j0 + tid;
         float s = j <= last ? sa_dot(sq, k + (int64_t)j * L.kv_row, hd) * scale : -INFINITY;
         float mx = sa_block_max(s, red);
@@ -121,8 +124,9 @@ void lj_cuda_attention_rowdot(float *d, const void *dout, const void *out, int B
 /* Block (i, h, b): dQ row i of head h = scale * sum_{j <= i} dS_ij k_j. */
 __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dq_simple_kernel(lj_bf16 *dqkv, const lj_bf16 *dout,
                                                                             const lj_bf16 *qkv, const float *lse,
-                                                                            const float *dsum, int T, int nh, int nkv,
-                                                                            int hd, float scale) {
+                                                                            const float *dsum,
+                                                                            const int32_t *doc_start, int T, int nh,
+                                                                            int nkv, int hd, float scale) {
     __shared__ float sq[LJ_SA_MAX_HD], sdo[LJ_SA_MAX_HD], sds[LJ_SA_THREADS];
     int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
     int group = nh / nkv, kvh = h / group;
@@ -138,7 +142,8 @@ __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dq_simple_kernel(lj_b
     const lj_bf16 *k = qkv + (int64_t)b * T * row + Qw + (int64_t)kvh * hd;
     const lj_bf16 *v = k + KVw;
     float acc[LJ_SA_MAX_HD / LJ_SA_THREADS] = {0.0f, 0.0f};
-    for (int j0 = 0; j0 <= i; j0 += LJ_SA_THREADS) {
+    const int first = doc_start ? doc_start[bt] : 0;
+    for (int j0 = first; j0 <= i; j0 += LJ_SA_THREADS) {
         int j = j0 + tid;
         float ds = 0.0f;
         if (j <= i) {
@@ -164,11 +169,12 @@ __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dq_simple_kernel(lj_b
 }
 
 /* Block (j, kvh, b): dK and dV of key row j of kv head kvh, summed over the group's query
- * heads and the queries i >= j. */
+ * heads and the queries i >= j (of j's document: doc_start[b*T + i] <= j, when doc_start is set). */
 __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dkv_simple_kernel(lj_bf16 *dqkv, const lj_bf16 *dout,
                                                                              const lj_bf16 *qkv, const float *lse,
-                                                                             const float *dsum, int T, int nh, int nkv,
-                                                                             int hd, float scale) {
+                                                                             const float *dsum,
+                                                                             const int32_t *doc_start, int T, int nh,
+                                                                             int nkv, int hd, float scale) {
     __shared__ float sk[LJ_SA_MAX_HD], sv[LJ_SA_MAX_HD], sp[LJ_SA_THREADS], sds[LJ_SA_THREADS];
     int j = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
     int group = nh / nkv;
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dkv_simple_kernel(lj_
         for (int i0 = j; i0 < T; i0 += LJ_SA_THREADS) {
             int i = i0 + tid;
             float p = 0.0f, ds = 0.0f;
-            if (i < T) {
+            if (i < T && (!doc_start || doc_start[(int64_t)b * T + i] <= j)) {
                 const lj_bf16 *qi = q + (int64_t)i * row, *gi = g + (int64_t)i * Qw;
                 float s = 0.0f, dp = 0.0f;
                 for (int x = 0; x < hd; x++) {
@@ -226,7 +232,8 @@ __global__ void __launch_bounds__(LJ_SA_THREADS) attention_dkv_simple_kernel(lj_
     }
 }
 
-void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd) {
+void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                      int nh, int nkv, int hd) {
     LJ_ASSERT(hd <= LJ_SA_MAX_HD && nkv > 0 && nh % nkv == 0, "attention: hd %d nh %d nkv %d", hd, nh, nkv);
     if (B <= 0 || T <= 0) return;
     int64_t row = (int64_t)(nh + 2 * nkv) * hd;
@@ -245,23 +252,25 @@ void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, in
     L.out_batch = L.out_row * T;
     L.out_head = hd;
     dim3 grid((unsigned)T, (unsigned)nh, (unsigned)B);
-    attention_forward_simple_kernel<<<grid, LJ_SA_THREADS, 0, lj_cuda_stream()>>>(L, lse, T, nh, nh / nkv, hd, 0,
+    attention_forward_simple_kernel<<<grid, LJ_SA_THREADS, 0, lj_cuda_stream()>>>(L, lse, doc_start, T, nh, nh / nkv,
+                                                                                 hd, 0,
                                                                                  1.0f / sqrtf((float)hd));
     LJ_CUDA_LAUNCHED("attention_forward_simple_kernel");
 }
 
 void lj_cuda_attention_backward_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                       const float *lse, int B, int T, int nh, int nkv, int hd, float *d) {
+                                       const float *lse, const int32_t *doc_start, int B, int T, int nh, int nkv,
+                                       int hd, float *d) {
     LJ_ASSERT(hd <= LJ_SA_MAX_HD && nkv > 0 && nh % nkv == 0, "attention: hd %d nh %d nkv %d", hd, nh, nkv);
     if (B <= 0 || T <= 0) return;
     float scale = 1.0f / sqrtf((float)hd);
     lj_cuda_attention_rowdot(d, dout, out, B, T, nh, hd);
     attention_dq_simple_kernel<<<dim3((unsigned)T, (unsigned)nh, (unsigned)B), LJ_SA_THREADS, 0, lj_cuda_stream()>>>(
-        (lj_bf16 *)dqkv, (const lj_bf16 *)dout, (const lj_bf16 *)qkv, lse, d, T, nh, nkv, hd, scale);
+        (lj_bf16 *)dqkv, (const lj_bf16 *)dout, (const lj_bf16 *)qkv, lse, d, doc_start, T, nh, nkv, hd, scale);
     LJ_CUDA_LAUNCHED("attention_dq_simple_kernel");
     attention_dkv_simple_kernel<<<dim3((unsigned)T, (unsigned)nkv, (unsigned)B), LJ_SA_THREADS, 0,
                                   lj_cuda_stream()>>>((lj_bf16 *)dqkv, (const lj_bf16 *)dout, (const lj_bf16 *)qkv,
-                                                      lse, d, T, nh, nkv, hd, scale);
+                                                      lse, d, doc_start, T, nh, nkv, hd, scale);
     LJ_CUDA_LAUNCHED("attention_dkv_simple_kernel");
 }
 
@@ -300,6 +309,6 @@ void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0
     L.out_batch = 0;
     L.out_head = hd;
     attention_forward_simple_kernel<<<dim3((unsigned)Tq, (unsigned)nh, 1), LJ_SA_THREADS, 0, lj_cuda_stream()>>>(
-        L, NULL, Tq, nh, nh / nkv, hd, p0, 1.0f / sqrtf((float)hd));
+        L, NULL, NULL, Tq, nh, nh / nkv, hd, p0, 1.0f / sqrtf((float)hd));
     LJ_CUDA_LAUNCHED("attention_decode_kernel");
 }

@@ -112,6 +112,10 @@ void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, con
 void lj_cuda_add(void *out, const void *a, const void *b, int64_t n);
 void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
+void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
+                              int nkv, int hd);
+void lj_cuda_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
+                               int nh, int nkv, int hd);
 
 /* cuda_qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
  * the gradient dtype last, like every op that writes weight gradients */
@@ -162,6 +166,12 @@ void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, in
                                void *workspace);
 void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                 int B, int T, int nh, int nkv, int hd, void *workspace);
+/* Within documents (ops.h attention_forward_docs): the own flash kernels (head_dim 64, 128, aligned),
+ * else the simple ones; never cuDNN. */
+void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                    int nh, int nkv, int hd, void *workspace);
+void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
 size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 /* The same without a GPU (lj_ops_cuda_describe: planning only), where cuDNN cannot be asked:
  * cuDNN SDPA's workspace taken as B*T*nh*hd*4 bytes (the backward's fp32 dQ accumulator), what
@@ -170,10 +180,13 @@ size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd);
 void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
 int lj_cuda_simple_attention(void);
-void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd);
+/* doc_start: [B*T] i32 or NULL (plain causal), as ops.h attention_forward_docs. */
+void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
+                                      int nh, int nkv, int hd);
 /* dq_f32: [B*T, nh*hd] f32 scratch; d: [B, nh, T] f32 scratch (both from the workspace). */
 void lj_cuda_attention_backward_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                       const float *lse, int B, int T, int nh, int nkv, int hd, float *d);
+                                       const float *lse, const int32_t *doc_start, int B, int T, int nh, int nkv,
+                                       int hd, float *d);
 /* d[b, h, t] = sum_i dout[bt, h*hd+i] * out[bt, h*hd+i] (fp32), shared by both backwards. */
 void lj_cuda_attention_rowdot(float *d, const void *dout, const void *out, int B, int T, int nh, int hd);
 

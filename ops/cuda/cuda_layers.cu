@@ -427,10 +427,11 @@ static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, 
 
 /* One thread per PER consecutive pairs (i .. i + PER - 1 with their partners at + hd/2) of one
  * q or k head of one row, in place. PER = 8 reads and writes 16-byte vectors (hd/2 a multiple
- * of 8 and qkv 16-byte aligned); PER = 1 is the general case. */
-template <bool BACKWARD, int PER>
-__global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, int B, int T, int nh, int nkv,
-                            int hd) {
+ * of 8 and qkv 16-byte aligned); PER = 1 is the general case. POS: the row's position is pos[row]
+ * (--reset-position-ids) instead of t; the kernel without it is unchanged. */
+template <bool BACKWARD, int PER, bool POS>
+__global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, const int32_t *pos, int B, int T,
+                            int nh, int nkv, int hd) {
     const int half = hd / 2, heads = nh + nkv, groups = half / PER;
     const int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;
     const int64_t total = (int64_t)B * T * heads * groups;
@@ -440,7 +441,7 @@ __global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, 
         const int64_t rest = idx / groups;
         const int head = (int)(rest % heads);
         const int64_t row = rest / heads;
-        const int t = (int)(row % T);
+        const int t = POS ? pos[row] : (int)(row % T);
         lj_bf16 *p = qkv + row * row_len + (int64_t)head * hd + i;
         const float *cp = cosv + (int64_t)t * half + i, *sp = sinv + (int64_t)t * half + i;
         if (PER == 8) {
@@ -463,29 +464,39 @@ __global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, 
     }
 }
 
-template <bool BACKWARD>
-static void rope(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd,
-                 const char *name) {
+template <bool BACKWARD, bool POS>
+static void rope_launch(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
+                        int nkv, int hd, const char *name) {
     const int half = hd / 2;
     const bool vec = half % 8 == 0 && ((uintptr_t)qkv & 15) == 0 && ((uintptr_t)cos & 15) == 0 &&
                      ((uintptr_t)sin & 15) == 0;
     const int64_t total = (int64_t)B * T * (nh + nkv) * (half / (vec ? 8 : 1));
     if (total <= 0) return;
     if (vec)
-        rope_kernel<BACKWARD, 8><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)qkv, cos, sin, B,
-                                                                                            T, nh, nkv, hd);
+        rope_kernel<BACKWARD, 8, POS><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>(
+            (lj_bf16 *)qkv, cos, sin, pos, B, T, nh, nkv, hd);
     else
-        rope_kernel<BACKWARD, 1><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>((lj_bf16 *)qkv, cos, sin, B,
-                                                                                            T, nh, nkv, hd);
+        rope_kernel<BACKWARD, 1, POS><<<lj_cuda_blocks(total, 256), 256, 0, lj_cuda_stream()>>>(
+            (lj_bf16 *)qkv, cos, sin, pos, B, T, nh, nkv, hd);
     LJ_CUDA_LAUNCHED(name);
 }
 
 void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd) {
-    rope<false>(qkv, cos, sin, B, T, nh, nkv, hd, "rope_forward_kernel");
+    rope_launch<false, false>(qkv, cos, sin, NULL, B, T, nh, nkv, hd, "rope_forward_kernel");
 }
 
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd) {
-    rope<true>(dqkv, cos, sin, B, T, nh, nkv, hd, "rope_backward_kernel");
+    rope_launch<true, false>(dqkv, cos, sin, NULL, B, T, nh, nkv, hd, "rope_backward_kernel");
+}
+
+void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
+                              int nkv, int hd) {
+    rope_launch<false, true>(qkv, cos, sin, pos, B, T, nh, nkv, hd, "rope_forward_kernel (positions)");
+}
+
+void lj_cuda_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
+                               int nh, int nkv, int hd) {
+    rope_launch<true, true>(dqkv, cos, sin, pos, B, T, nh, nkv, hd, "rope_backward_kernel (positions)");
 }
 
 /* ---- SwiGLU ----------------------------------------------------------------------- */

@@ -290,6 +290,8 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
                                                                                      \
         .rope_forward = lj_cuda_rope_forward,                                        \
         .rope_backward = lj_cuda_rope_backward,                                      \
+        .rope_forward_pos = lj_cuda_rope_forward_pos,                                \
+        .rope_backward_pos = lj_cuda_rope_backward_pos,                              \
                                                                                      \
         .qk_norm_forward = lj_cuda_qk_norm_forward,                                  \
         .qk_norm_backward = qk_norm_backward_##sfx,                                  \
@@ -303,6 +305,8 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .attention_forward = lj_cuda_attention_forward,                              \
         .attention_backward = lj_cuda_attention_backward,                            \
         .attention_workspace_bytes = lj_cuda_attention_workspace_bytes,              \
+        .attention_forward_docs = lj_cuda_attention_forward_docs,                    \
+        .attention_backward_docs = lj_cuda_attention_backward_docs,                  \
         .attention_decode = lj_cuda_attention_decode,                                \
                                                                                      \
         .swiglu_forward = lj_cuda_swiglu_forward,                                    \

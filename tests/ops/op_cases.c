@@ -71,6 +71,12 @@ const lj_op_case lj_op_cases[] = {
     {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* T = 1 */
     /* prefill of 5 tokens, then 4 single-token steps */
     {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
+    /* within documents (--reset-attention-mask): EODs about every d[5] tokens; GQA, one-token documents */
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
+    {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
+    /* RoPE by per-token positions (--reset-position-ids) */
+    {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_cpu_rope_pos},
     /* the CPU building blocks; sgemm tol is per sqrt(K) */
     {"sgemm", "cpu", CHECK, F32, D(203, 37, 61), 0.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* split by rows */
     {"sgemm", "cpu", CHECK, F32, D(19, 333, 50), 1.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* 16-column blocks, odd tail */
@@ -174,6 +180,21 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
     CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
     CUDA_ONE("attention", D(0), 0, 0, lj_case_cuda_attention_captured),
+    /* within documents: d = {B, T, nh, nkv, hd, mean document length}, param the kernels (0 flash,
+     * 1 simple, 2 flash-mt1); documents shorter and longer than a 64-key tile, head dims 64/128 and one the
+     * flash kernels do not cover */
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 0, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 2, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 3), 0, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_rope_pos),
+    CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 0, 1, lj_case_cuda_rope_pos),
+    CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 0, 0, lj_case_cuda_rope_pos),
     CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),
@@ -210,6 +231,11 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 2), lj_case_cuda_perf_attention), /* 3b, flash */
     CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 3), lj_case_cuda_perf_attention),  /* 1b, cuDNN */
     CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 3), lj_case_cuda_perf_attention), /* 3b, cuDNN */
+    /* attention within documents at seq 8192 (the 1b's and the 8b's heads): EODs about every 512, 2048 tokens */
+    CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 512), lj_case_cuda_perf_attention_docs),
+    CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 2048), lj_case_cuda_perf_attention_docs),
+    CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 512), lj_case_cuda_perf_attention_docs),
+    CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 2048), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("rmsnorm", D(16384, 2048), lj_case_cuda_perf_rmsnorm),
     CUDA_PERF("rmsnorm", D(8192, 3072), lj_case_cuda_perf_rmsnorm),
     CUDA_PERF("cross_entropy_fused", D(16384, 2048, 128256), lj_case_cuda_perf_cross_entropy),

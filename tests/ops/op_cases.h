@@ -57,6 +57,18 @@ void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* cases_docmask_cpu.c (the two helpers are shared with the CUDA cases): tokens [B, T] with EOD
+ * id 0 about every mean_len tokens (and at fixed places: a two-token document, an EOD as a last
+ * input); their positions and document starts by Megatron's rule (data/docmask.h, all flags on;
+ * either output may be NULL). */
+void lj_case_docmask_tokens(lj_rng *rng, int B, int T, int mean_len, int32_t *tokens);
+void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
+void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* cases_docmask_cuda.c */
+void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cpu.c */
 void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
