@@ -11,9 +11,10 @@
 # memory of the save M MiB on rank 0"; the summary collects those lines and the async pauses.
 #
 # Usage: bash bench/ckpt-save.sh MODEL [ljperf train flags...]
-#   DEVICE (default cuda), DIR (the --save root; default $OUT/ckpt or /tmp/ljperf-ckpt-bench),
+#   DEVICE (default cuda), DIR (the --save root; default /tmp/ljperf-ckpt-bench),
 #   LJ (the binary; default build-gpu/dev/ljperf, else build/ljperf), MB (micro-batch, default 1),
-#   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3).
+#   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3), MODES (which of
+#   "sync async resume" to run, default all; resume needs sync in the same call).
 # The state is 12 bytes per parameter (f32 master weights and two AdamW moments) plus the HF
 # export (2 bytes per parameter in bf16): llama3.2-1b about 15 GB + 2.5 GB, llama3-8b about
 # 96 GB + 16 GB per iteration. A run keeps one iteration (--keep-last 1), but a save is complete
@@ -31,7 +32,9 @@ mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}
 if [ "$DEVICE" = cuda ] && [ -f bench/gpu-env.sh ] && [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then source bench/gpu-env.sh; fi
 LJ=${LJ:-$([ -x build-gpu/dev/ljperf ] && echo build-gpu/dev/ljperf || echo build/ljperf)}
-DIR=${DIR:-${OUT}/ckpt}
+DIR=${DIR:-/tmp/ljperf-ckpt-bench} # not under $OUT: its files would travel back
+MODES=${MODES:-sync async resume}
+want() { case " $MODES " in *" $1 "*) return 0 ;; esac; return 1; }
 MB=${MB:-1} SEQ=${SEQ:-4096} NPROC=${NPROC:-1} ITERS=${ITERS:-3}
 summary=$OUT/summary.txt
 : >"$summary"
@@ -54,13 +57,18 @@ run() { # run NAME [flags...]: ITERS iterations, a save after each
   return $rc
 }
 rm -rf "$DIR" "$DIR-async"
+last=""
+if want sync; then
 run sync --save "$DIR" "$@" || { say "sync run failed: tail of $OUT/sync.err"; tail -5 "$OUT/sync.err" | tee -a "$summary"; exit 1; }
 du -sh "$DIR"/iter_* 2>/dev/null | sed 's/^/  on disk: /' | tee -a "$summary"
 last=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/sync.jsonl" "$ITERS")
 rm -rf "$DIR"
+fi
+if want async; then
 run async --save "$DIR-async" --async-save "$@" || say "async run failed: tail of $OUT/async.err"
 rm -rf "$DIR-async"
-if [ "$ITERS" -lt 2 ]; then echo "logs in $OUT"; exit 0; fi
+fi
+if [ "$ITERS" -lt 2 ] || [ -z "$last" ] || ! want resume; then echo "logs in $OUT"; exit 0; fi
 # the resume: saved at iteration ITERS-1 (without the HF export), then the last iteration from there
 half=$((ITERS - 1))
 "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
