@@ -11,7 +11,7 @@
 # memory of the save M MiB on rank 0"; the summary collects those lines and the async pauses.
 #
 # Usage: bash bench/ckpt-save.sh MODEL [ljperf train flags...]
-#   DEVICE (default cuda), DIR (the --save root; default /tmp/ljperf-ckpt-bench),
+#   DEVICE (default cuda), DIR (the --save root; default $TMPDIR/ljperf-ckpt-bench),
 #   LJ (the binary; default build-gpu/dev/ljperf, else build/ljperf), MB (micro-batch, default 1),
 #   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3), MODES (which of
 #   "sync async resume" to run, default all; resume needs sync in the same call).
@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 DEVICE=${DEVICE:-cuda}
 if [ "$DEVICE" = cuda ] && [ -f bench/gpu-env.sh ] && [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then source bench/gpu-env.sh; fi
 LJ=${LJ:-$([ -x build-gpu/dev/ljperf ] && echo build-gpu/dev/ljperf || echo build/ljperf)}
-DIR=${DIR:-/tmp/ljperf-ckpt-bench} # not under $OUT: its files would travel back
+DIR=${DIR:-${TMPDIR:-/tmp}/ljperf-ckpt-bench} # not under $OUT: its files would travel back
 MODES=${MODES:-sync async resume}
 want() { case " $MODES " in *" $1 "*) return 0 ;; esac; return 1; }
 MB=${MB:-1} SEQ=${SEQ:-4096} NPROC=${NPROC:-1} ITERS=${ITERS:-3}
