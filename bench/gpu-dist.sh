@@ -66,10 +66,10 @@ PY
     d=$OUT/resume; rm -rf "$d"; mkdir -p "$d"
     timeout 90 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$d/ck" --exit-interval 10 \
       --log-json "$d/r.jsonl" >"$d/first.log" 2>&1
-    echo "resume, first half (ZeRO-3, 2 GPUs, saved at 10): rc=$? shards: $(ls "$d"/ck/iter_0000010 2>/dev/null | grep -c zero_shard)"
+    echo "resume, first half (ZeRO-3, 2 GPUs, saved at 10): rc=$? shards: $(ls "$d"/ck/iter_0000010 2>/dev/null | grep -c "^shard_.*\.bin$")"
     timeout 90 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --save "$d/ck" --load "$d/ck" \
       --log-json "$d/r.jsonl" >"$d/second.log" 2>&1
-    echo "resume, second half: rc=$? $(grep -m1 -i 'shard' "$d/second.log")"
+    echo "resume, second half: rc=$? $(grep -m1 'resumed from' "$d/second.log")"
     timeout 120 "$lj" train "${common[@]}" --nproc-per-node 2 --zero-stage 3 --offload-optimizer cpu \
       --log-json "$d/off.jsonl" >"$d/off.log" 2>&1
     echo "offload (ZeRO-3, 2 GPUs): rc=$? $(grep -m1 'host memory' "$d/off.log")"

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/sharded.h"
 #include "io/safetensors.h"
 
 #include <xxhash.h>
@@ -174,13 +175,27 @@ lj_status lj_ckpt_verify_tensor(const lj_safetensors *st, const lj_st_entry *e, 
 lj_status lj_ckpt_read_state_json(const char *root, int iteration, char **out) {
     char dir[LJ_PATH_MAX], file[LJ_PATH_MAX];
     LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
-    LJ_TRY(lj_path_join(file, dir, LJ_CKPT_TENSORS_FILE));
-    lj_safetensors st;
-    LJ_TRY(lj_safetensors_open(&st, file));
     char want[17] = "";
-    const char *rec = recorded_checksum(&st, LJ_CKPT_STATE_FILE);
-    if (rec) snprintf(want, sizeof want, "%s", rec);
-    lj_safetensors_close(&st);
+    const char *recorded_in = LJ_CKPT_TENSORS_FILE;
+    if (lj_sharded_present(dir)) { /* the sharded format: metadata.json records it */
+        recorded_in = LJ_CKPT_METADATA_FILE;
+        LJ_TRY(lj_path_join(file, dir, LJ_CKPT_METADATA_FILE));
+        char *meta = NULL;
+        LJ_TRY(lj_file_read_all(file, &meta, NULL));
+        cJSON *root_json = cJSON_Parse(meta);
+        free(meta);
+        if (!root_json) return lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root_json, "state.json"), "xxh3_64");
+        if (cJSON_IsString(h)) snprintf(want, sizeof want, "%s", h->valuestring);
+        cJSON_Delete(root_json);
+    } else {
+        LJ_TRY(lj_path_join(file, dir, LJ_CKPT_TENSORS_FILE));
+        lj_safetensors st;
+        LJ_TRY(lj_safetensors_open(&st, file));
+        const char *rec = recorded_checksum(&st, LJ_CKPT_STATE_FILE);
+        if (rec) snprintf(want, sizeof want, "%s", rec);
+        lj_safetensors_close(&st);
+    }
     LJ_TRY(lj_path_join(file, dir, LJ_CKPT_STATE_FILE));
     char *text = NULL;
     size_t size = 0;
@@ -191,7 +206,7 @@ lj_status lj_ckpt_read_state_json(const char *root, int iteration, char **out) {
     if (want[0] && strcmp(have, want) != 0)
         s = lj_fail(LJ_ERR_FORMAT, "%s: fails its checksum (XXH3-64 %s, recorded %s in %s): the file was changed or "
                                    "corrupted after the save; restore it or resume from another iteration",
-                    file, have, want, LJ_CKPT_TENSORS_FILE);
+                    file, have, want, recorded_in);
     cJSON *json = s == LJ_OK ? cJSON_Parse(text) : NULL;
     if (s == LJ_OK && !json) s = lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
     cJSON_Delete(json);
@@ -326,6 +341,8 @@ static int highest_complete(const char *root) {
         snprintf(path, plen, "%s/%s/%s", root, de->d_name, LJ_CKPT_STATE_FILE);
         if (access(path, R_OK) != 0) continue;
         snprintf(path, plen, "%s/%s/%s", root, de->d_name, LJ_CKPT_TENSORS_FILE);
+        if (access(path, R_OK) == 0) best = it;
+        snprintf(path, plen, "%s/%s/%s", root, de->d_name, LJ_CKPT_METADATA_FILE);
         if (access(path, R_OK) == 0) best = it;
     }
     closedir(d);

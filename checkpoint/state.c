@@ -3,19 +3,38 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded.h"
 #include "data/tokenizer_export.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
+#include "parallel/zero.h"
 #include "parallel/zero3.h"
 
 /* Whether this run keeps per-rank ZeRO shard files in its checkpoints: ZeRO stage >= 1 over
  * more than one rank (the f32 master weights and AdamW moments are sharded). */
 static int has_shard_files(const lj_dp *dp) { return dp->world > 1 && dp->zero_stage >= 1; }
+
+/* hf[LJ_PATH_MAX] = ITER/hf, or ITER itself (its config.json) when it was saved without an HF
+ * export (--no-save-hf). */
+static lj_status hf_dir_of(const char *iter, char *hf) {
+    struct stat st;
+    LJ_TRY(lj_path_join(hf, iter, "hf"));
+    if (stat(hf, &st) == 0) return LJ_OK;
+    char probe[LJ_PATH_MAX];
+    LJ_TRY(lj_path_join(probe, iter, "config.json"));
+    if (stat(probe, &st) == 0) return lj_path_format(hf, "%s", iter);
+    return LJ_OK;
+}
 
 lj_status lj_ckpt_resolve_load(const char *path, char *root, int *iteration, int *is_state, char *hf_dir) {
     struct stat st;
@@ -34,7 +53,7 @@ lj_status lj_ckpt_resolve_load(const char *path, char *root, int *iteration, int
         if (slash) *slash = '\0';
         else snprintf(root, LJ_PATH_MAX, ".");
         *is_state = 1;
-        return lj_path_join(hf_dir, path, "hf");
+        return hf_dir_of(path, hf_dir);
     }
     /* a root: the latest file, or iter_ directories */
     LJ_TRY(lj_path_join(probe, path, LJ_CKPT_LATEST_FILE));
@@ -48,7 +67,7 @@ lj_status lj_ckpt_resolve_load(const char *path, char *root, int *iteration, int
         LJ_TRY(lj_path_format(root, "%s", path));
         *is_state = 1;
         LJ_TRY(lj_ckpt_iter_dir(path, *iteration, probe));
-        return lj_path_join(hf_dir, probe, "hf");
+        return hf_dir_of(probe, hf_dir);
     }
     return lj_path_format(hf_dir, "%s", path);
 }
@@ -199,7 +218,7 @@ static char *state_json(const lj_run_state *r) {
     cJSON *zero = cJSON_AddObjectToObject(root, "zero");
     cJSON_AddNumberToObject(zero, "world_size", r->dp->world);
     cJSON_AddNumberToObject(zero, "stage", r->dp->zero_stage);
-    cJSON_AddBoolToObject(zero, "shard_files", has_shard_files(r->dp));
+    cJSON_AddBoolToObject(zero, "shard_files", has_shard_files(r->dp) && r->format == LJ_CKPT_FORMAT_TORCH);
     /* the FP8 recipe's state (model/linear.h), tensor "fp8.state": amax histories and scales */
     const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
     if (f8->active) {
@@ -281,6 +300,9 @@ typedef struct {
 static lj_status export_hf(const char *dir, void *ctx) {
     const export_ctx *e = ctx;
     char path[LJ_PATH_MAX];
+    LJ_TRY(lj_path_join(path, dir, "config.json"));
+    LJ_TRY(lj_config_save(e->r->model_cfg, path, e->r->hf_dtype == LJ_DTYPE_BF16 ? "bfloat16" : "float32"));
+    if (!e->r->save_hf) return LJ_OK;
     LJ_TRY(lj_path_join(path, dir, "hf"));
     LJ_TRY(lj_hf_export(path, e->r->model_cfg, e->weights, e->r->hf_dtype, 5ull << 30));
     return e->r->tokenizer ? lj_tokenizer_export_hf(e->r->tokenizer, path, e->r->model_cfg) : LJ_OK;
@@ -358,7 +380,7 @@ static lj_status all_ok(lj_run_state *r, lj_status s, const char *what) {
  * them are written does rank 0 publish the iteration in the latest file: a published checkpoint
  * has all its shards. All ranks learn whether each phase worked, so that none waits for a rank
  * that stopped. */
-lj_status lj_run_state_save(lj_run_state *r) {
+static lj_status save_consolidated(lj_run_state *r) {
     const int64_t P = r->model->layout.total;
     float *w = NULL, *mm = NULL, *vv = NULL;
     if (r->dp->rank == 0) {
@@ -391,6 +413,521 @@ lj_status lj_run_state_save(lj_run_state *r) {
     return s;
 }
 
+/* ---- the sharded format (checkpoint/sharded.h) ------------------------------------------ */
+
+static const char *const state_names[3] = {"master", "adam.m", "adam.v"};
+
+/* A flat range of the state this rank holds, inside one parameter tensor. */
+typedef struct {
+    int64_t flat, n;       /* elements of the global [P] tensors */
+    int64_t shard_offset;  /* where it sits in this rank's shard buffers */
+    int64_t packed;        /* where it sits in a packed host copy (--async-save) */
+    const char *param;     /* the parameter's HF name */
+} state_piece;
+
+static void push_piece(state_piece **v, int *n, int *cap, int64_t flat, int64_t count, int64_t shard_offset,
+                       const char *param) {
+    if (count <= 0) return;
+    if (*n == *cap) *v = lj_realloc(*v, (size_t)(*cap = *cap ? 2 * *cap : 64) * sizeof **v);
+    (*v)[(*n)++] = (state_piece){flat, count, shard_offset, 0, param};
+}
+
+/* The pieces of this rank's shard in shard order, cut at parameter boundaries: ZeRO-3's layer
+ * pieces, ZeRO-1/2's flat range [shard_begin, shard_begin + shard_numel) clipped to P, or the
+ * replicated state (no ZeRO, or one rank): all of it to load, and to save (for_save) the rank's
+ * 1/W of it so that the ranks write in parallel. Returns the count; *out is heap-allocated. */
+static int state_pieces(const lj_run_state *r, int for_save, state_piece **out) {
+    const lj_model *m = r->model;
+    const lj_param_layout *lo = &m->layout;
+    const int64_t P = lo->total;
+    state_piece *v = NULL;
+    int n = 0, cap = 0;
+    const lj_zero3 *z = lj_zero3_of(m);
+    if (z && z->shard_params) {
+        const int np = lj_zero_shard_params(&z->part, lo, z->rank, NULL, 0);
+        lj_zero_param_piece *pp = lj_calloc((size_t)(np > 0 ? np : 1), sizeof *pp);
+        lj_zero_shard_params(&z->part, lo, z->rank, pp, np);
+        for (int i = 0; i < np; i++)
+            push_piece(&v, &n, &cap, lo->params[pp[i].param].offset + pp[i].begin, pp[i].end - pp[i].begin,
+                       pp[i].shard_offset, lo->params[pp[i].param].name);
+        free(pp);
+    } else {
+        int64_t b = m->shard_begin, e = m->shard_begin + m->shard_numel;
+        const int replicated = m->shard_begin == 0 && m->shard_numel >= P;
+        if (replicated && for_save && r->dp->world > 1) {
+            b = P * r->dp->rank / r->dp->world;
+            e = P * (r->dp->rank + 1) / r->dp->world;
+        }
+        if (e > P) e = P;
+        for (int i = 0; i < lo->count; i++) {
+            const lj_param_info *p = &lo->params[i];
+            const int64_t pb = p->offset > b ? p->offset : b, pe = p->offset + p->numel < e ? p->offset + p->numel : e;
+            push_piece(&v, &n, &cap, pb, pe - pb, pb - m->shard_begin, p->name);
+        }
+    }
+    int64_t packed = 0;
+    for (int i = 0; i < n; i++) v[i].packed = packed, packed += v[i].n;
+    *out = v;
+    return n;
+}
+
+/* The source of one state tensor for the writer: this rank's shard buffer (device memory, or
+ * host memory under offload), checked for non-finite values on the way. */
+typedef struct {
+    const lj_run_state *r;
+    const float *src;
+    const char *tensor;
+    int64_t flat_delta; /* flat position - source offset of the current piece */
+} model_source;
+
+static lj_status fetch_model(void *ctx, int64_t at, int64_t n, float *dst) {
+    const model_source *ms = ctx;
+    shard_download(ms->r->model, dst, ms->src + at, n);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(dst[i]))
+            return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
+                                       "(training diverged; the latest checkpoint in %s is left as it was)",
+                           ms->r->iteration, ms->tensor, dst[i], (long long)(ms->flat_delta + at + i), ms->r->save);
+    return LJ_OK;
+}
+
+static lj_status fetch_host(void *ctx, int64_t at, int64_t n, float *dst) {
+    memcpy(dst, (const float *)ctx + at, (size_t)n * sizeof(float));
+    return LJ_OK;
+}
+
+/* Peak host memory: /proc/self/status VmHWM and VmRSS, in KiB (0 when not readable). */
+static int64_t proc_status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    int64_t v = 0;
+    const size_t k = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, k) == 0 && line[k] == ':') v = strtoll(line + k + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* Resets VmHWM to the current RSS (Linux: "5" into /proc/self/clear_refs); 0 when it cannot. */
+static int reset_peak_rss(void) {
+    int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok;
+}
+
+struct lj_ckpt_async {
+    int pending;            /* a save waits for lj_run_state_finish */
+    int written;            /* set by the writer thread when it is done (atomic) */
+    pthread_t thread;
+    int iteration, save_hf;
+    char tmp[LJ_PATH_MAX];
+    char *state_json;
+    float *host;            /* the packed copy: [3][numel] + fp8; pinned when the backend has it */
+    void (*host_free)(void *ptr); /* the backend's, for pinned memory; NULL: free() */
+    int64_t host_numel, numel, n8;
+    state_piece *pieces;
+    int npieces;
+    lj_shard_writer writer;
+    lj_status status;
+    char error[2048];
+    size_t staging;
+    int rank, world;
+    double t0, pause, t_written; /* lj_time_sec(): start, the step's pause, the writer's end */
+    int64_t rss0_kib;
+};
+
+lj_ckpt_async *lj_ckpt_async_create(void) {
+    lj_ckpt_async *a = lj_calloc(1, sizeof *a);
+    a->writer.fd = -1;
+    return a;
+}
+
+void lj_ckpt_async_free(lj_ckpt_async *a) {
+    if (!a) return;
+    if (a->pending) pthread_join(a->thread, NULL); /* not sealed: its temporary directory is removed later */
+    if (a->host_free) a->host_free(a->host);
+    else free(a->host);
+    free(a->pieces);
+    free(a->state_json);
+    lj_shard_writer_free(&a->writer);
+    free(a);
+}
+
+/* The rank's shard file: each state tensor's pieces, then (rank 0) the FP8 recipe state; from
+ * the shard buffers (sources[i] with fetch_model) or from a packed host copy (host != NULL). */
+static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging,
+                             const state_piece *pieces, int np, model_source *sources, const float *host,
+                             int64_t numel, const float *f8, int64_t n8) {
+    LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging));
+    lj_status s = LJ_OK;
+    for (int t = 0; t < 3 && s == LJ_OK; t++)
+        for (int i = 0; i < np && s == LJ_OK; i++) {
+            const state_piece *p = &pieces[i];
+            if (host) {
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, fetch_host, (void *)host,
+                                        t * numel + p->packed);
+            } else {
+                sources[t].flat_delta = p->flat - p->shard_offset;
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, fetch_model, &sources[t],
+                                        p->shard_offset);
+            }
+        }
+    if (s == LJ_OK && n8 > 0) s = lj_shard_writer_add(w, "fp8.state", NULL, 0, n8, fetch_host, (void *)f8, 0);
+    if (s == LJ_OK) s = lj_shard_writer_close(w);
+    return s;
+}
+
+static void *async_writer(void *arg) {
+    lj_ckpt_async *a = arg;
+    const float *f8 = a->n8 ? a->host + 3 * a->numel : NULL;
+    a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
+                            a->numel, f8, a->n8);
+    if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
+    a->t_written = lj_time_sec();
+    __atomic_store_n(&a->written, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+typedef struct {
+    const lj_sharded *c;
+    float *staging;
+    int64_t staging_numel;
+} master_reader;
+
+static void sink_host(void *ctx, int64_t at, const float *src, int64_t n) {
+    memcpy((float *)ctx + at, src, (size_t)n * sizeof(float));
+}
+
+static lj_status read_master(void *ctx, int64_t offset, int64_t n, float *dst) {
+    const master_reader *mr = ctx;
+    return lj_sharded_read(mr->c, "master", offset, n, 0, mr->staging, mr->staging_numel, sink_host, dst);
+}
+
+static const char *partition_name(const lj_run_state *r) {
+    const lj_zero3 *z = lj_zero3_of(r->model);
+    if (z && z->shard_params) return "zero3";
+    return r->model->shard_numel >= r->model->layout.total ? "replicated" : "flat";
+}
+
+/* Rank 0: metadata.json, state.json, config.json and the HF export (from the shard files, tensor
+ * by tensor) in `tmp`, then the directory renamed to ROOT/iter_NNNNNNN. */
+static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, const char *json, int save_hf,
+                      size_t staging) {
+    char path[LJ_PATH_MAX], final[LJ_PATH_MAX];
+    LJ_TRY(lj_sharded_write_metadata(tmp, iteration, r->dp->world, r->dp->zero_stage, partition_name(r), json));
+    LJ_TRY(lj_path_join(path, tmp, LJ_CKPT_STATE_FILE));
+    LJ_TRY(lj_file_write_atomic(path, json, strlen(json)));
+    LJ_TRY(lj_path_join(path, tmp, "config.json"));
+    LJ_TRY(lj_config_save(r->model_cfg, path, r->hf_dtype == LJ_DTYPE_BF16 ? "bfloat16" : "float32"));
+    if (save_hf) {
+        LJ_TRY(lj_path_join(path, tmp, "hf"));
+        if (mkdir(path, 0755) != 0) return lj_fail(LJ_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
+        lj_sharded c;
+        LJ_TRY(lj_sharded_open(&c, tmp));
+        master_reader mr = {&c, lj_malloc(staging), (int64_t)(staging / sizeof(float))};
+        lj_status s = lj_hf_export_stream_into(path, r->model_cfg, read_master, &mr, r->hf_dtype, 5ull << 30);
+        free(mr.staging);
+        lj_sharded_close(&c);
+        if (s == LJ_OK && r->tokenizer) s = lj_tokenizer_export_hf(r->tokenizer, path, r->model_cfg);
+        if (s == LJ_OK) s = lj_dir_fsync(path);
+        LJ_TRY(s);
+    }
+    LJ_TRY(lj_dir_fsync(tmp));
+    LJ_TRY(lj_ckpt_iter_dir(r->save, iteration, final));
+    return lj_dir_install(tmp, final);
+}
+
+/* Every rank: the shard files are written (`s`: this rank's result); rank 0 seals and publishes.
+ * Logs the save's line: the time from t0 to now, or for an async save (pause >= 0) to the
+ * writer's end t_written on rank 0 plus the sealing. Rank 0 removes `tmp` when any phase failed.
+ * Collective. */
+static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int iteration, const char *json, int save_hf,
+                          size_t staging, uint64_t bytes, double t0, double pause, double t_written,
+                          int64_t rss0_kib) {
+    const double t_seal = lj_time_sec();
+    s = all_ok(r, s, "another rank could not write its shard file (see its message)");
+    if (r->dp->rank == 0 && s == LJ_OK) s = seal(r, tmp, iteration, json, save_hf, staging);
+    if (r->dp->rank == 0 && s != LJ_OK) lj_dir_remove_quiet(tmp);
+    s = all_ok(r, s, "rank 0 could not save the checkpoint");
+    if (r->dp->rank == 0 && s == LJ_OK) s = lj_ckpt_publish(r->save, iteration, r->keep_last);
+    s = all_ok(r, s, "rank 0 could not publish the checkpoint");
+    float total[1] = {(float)((double)bytes / (1 << 20))}; /* MiB, summed over the ranks */
+    lj_dp_sum(r->dp, r->model, total, 1);
+    if (s == LJ_OK && !r->quiet) {
+        const double dt = pause >= 0 ? (t_written - t0) + (lj_time_sec() - t_seal) : lj_time_sec() - t0;
+        const int64_t peak = proc_status_kib("VmHWM") - rss0_kib;
+        char dir[LJ_PATH_MAX];
+        (void)lj_ckpt_iter_dir(r->save, iteration, dir); /* fits: the save used it */
+        char paused[128] = "";
+        if (pause >= 0)
+            snprintf(paused, sizeof paused, "; the step paused %.3f s for the copy (the peak counts the steps since)", pause);
+        lj_log_info("saved checkpoint at iteration %d to %s: %.1f MiB in %.2f s (%.1f MiB/s), %d shard file%s, peak "
+                    "host memory of the save %.1f MiB on rank 0 (staging bound %.1f MiB)%s%s",
+                    iteration, dir, total[0], dt, dt > 0 ? total[0] / dt : 0.0, r->dp->world, r->dp->world > 1 ? "s" : "",
+                    peak > 0 ? peak / 1024.0 : 0.0, staging / 1048576.0, paused,
+                    save_hf ? "; Hugging Face export in hf/" : "; no Hugging Face export");
+    }
+    return s;
+}
+
+/* Rank 0 creates ROOT/iter_NNNNNNN.tmp.PID (PID: rank 0's) and every rank learns its name. */
+static lj_status make_tmp(lj_run_state *r, char *tmp) {
+    float v[2] = {0.0f, 0.0f};
+    lj_status s = LJ_OK;
+    if (r->dp->rank == 0) {
+        char final[LJ_PATH_MAX];
+        s = lj_mkdir_p(r->save);
+        if (s == LJ_OK) s = lj_ckpt_iter_dir(r->save, r->iteration, final);
+        if (s == LJ_OK) s = lj_path_format(tmp, "%s.tmp.%d", final, (int)getpid());
+        int err = s == LJ_OK ? lj_dir_remove_quiet(tmp) : 0;
+        if (err) s = lj_fail(LJ_ERR_IO, "%s: cannot remove a stale temporary directory: %s", tmp, strerror(err));
+        else if (s == LJ_OK && mkdir(tmp, 0755) != 0)
+            s = lj_fail(LJ_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
+        v[0] = s != LJ_OK;
+        v[1] = (float)getpid(); /* exact: Linux process ids are below 2^22 */
+    }
+    lj_dp_sum(r->dp, r->model, v, 2);
+    if (s == LJ_OK && v[0] > 0.0f) return lj_fail(LJ_ERR_IO, "rank 0 could not create the checkpoint directory");
+    if (s != LJ_OK) return s;
+    char final[LJ_PATH_MAX];
+    LJ_TRY(lj_ckpt_iter_dir(r->save, r->iteration, final));
+    return lj_path_format(tmp, "%s.tmp.%d", final, (int)v[1]);
+}
+
+lj_status lj_run_state_finish(lj_run_state *r) {
+    lj_ckpt_async *a = r->async;
+    if (!a || !a->pending) return LJ_OK;
+    pthread_join(a->thread, NULL);
+    a->pending = 0;
+    lj_status s = a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error);
+    s = finalize(r, s, a->tmp, a->iteration, a->state_json, a->save_hf, a->staging, a->writer.bytes, a->t0, a->pause,
+                 a->t_written, a->rss0_kib);
+    lj_shard_writer_free(&a->writer);
+    free(a->state_json);
+    a->state_json = NULL;
+    return s;
+}
+
+lj_status lj_run_state_poll(lj_run_state *r) {
+    lj_ckpt_async *a = r->async;
+    if (!a || !a->pending) return LJ_OK; /* the same on every rank: the saves are collective */
+    float busy = !__atomic_load_n(&a->written, __ATOMIC_ACQUIRE);
+    lj_dp_sum(r->dp, r->model, &busy, 1);
+    return busy > 0.0f ? LJ_OK : lj_run_state_finish(r);
+}
+
+/* The async save's host copy of `need` f32 (kept between saves, like Megatron-LM's pinned
+ * buffers): pinned when the backend has it. Errors: LJ_ERR_OOM when the host has not that much
+ * memory available (/proc/meminfo MemAvailable, 90%) or the backend cannot pin it. */
+static lj_status async_buffer(lj_run_state *r, int64_t need) {
+    lj_ckpt_async *a = r->async;
+    if (need <= a->host_numel) return LJ_OK;
+    const lj_ops *ops = r->model->ops;
+    if (a->host_free) a->host_free(a->host);
+    else free(a->host);
+    a->host = NULL;
+    a->host_numel = 0;
+    a->host_free = NULL;
+    const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long avail_kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "MemAvailable:", 13) == 0) avail_kib = strtoll(line + 13, NULL, 10);
+    if (f) fclose(f);
+    if (avail_kib >= 0 && (double)bytes > 0.9 * 1024.0 * (double)avail_kib)
+        return lj_fail(LJ_ERR_OOM, "its host copy needs %.2f GiB, the host has %.2f GiB available", bytes / 1073741824.0,
+                       avail_kib / 1048576.0);
+    if (ops->host_alloc && !r->model->offload_host) {
+        void *p = NULL;
+        LJ_TRY(ops->host_alloc(&p, bytes));
+        a->host = p;
+        a->host_free = ops->host_free;
+    } else {
+        a->host = lj_malloc(bytes);
+    }
+    a->host_numel = need;
+    return LJ_OK;
+}
+
+/* --async-save: the packed host copy of this rank's pieces (checked for non-finite values),
+ * then the background writer. Collective (the copy's verdict is shared). */
+static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_piece *pieces, int np, int64_t numel,
+                            int64_t n8, double t0, int64_t rss0) {
+    lj_ckpt_async *a = r->async;
+    const int64_t need = 3 * numel + n8;
+    lj_status s = LJ_OK;
+    const float *src[3] = {r->model->master, r->model->adam_m, r->model->adam_v};
+    for (int t = 0; t < 3 && s == LJ_OK; t++)
+        for (int i = 0; i < np && s == LJ_OK; i++) {
+            model_source ms = {r, src[t], state_names[t], pieces[i].flat - pieces[i].shard_offset};
+            s = fetch_model(&ms, pieces[i].shard_offset, pieces[i].n, a->host + t * numel + pieces[i].packed);
+        }
+    if (s == LJ_OK && n8) lj_linear_fp8_state_get(r->model, a->host + 3 * numel);
+    s = all_ok(r, s, "another rank could not copy its state (see its message)");
+    if (s != LJ_OK) {
+        if (r->dp->rank == 0) lj_dir_remove_quiet(tmp);
+        free(pieces);
+        free(json);
+        return s;
+    }
+    free(a->pieces);
+    a->pieces = pieces;
+    a->npieces = np;
+    a->numel = numel;
+    a->n8 = n8;
+    a->iteration = r->iteration;
+    a->save_hf = r->save_hf;
+    a->state_json = json;
+    a->staging = lj_ckpt_staging_bytes();
+    a->rank = r->dp->rank;
+    a->world = r->dp->world;
+    a->t0 = t0;
+    a->rss0_kib = rss0;
+    a->status = LJ_OK;
+    snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
+    a->pause = lj_time_sec() - t0;
+    a->written = 0;
+    if (pthread_create(&a->thread, NULL, async_writer, a) != 0) { /* write it here instead */
+        async_writer(a);
+        return finalize(r, a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error), a->tmp, a->iteration,
+                        a->state_json, a->save_hf, a->staging, a->writer.bytes, t0, -1.0, 0.0, rss0);
+    }
+    a->pending = 1;
+    if (!r->quiet)
+        lj_log_info("async save of iteration %d started: the step paused %.3f s to copy %.1f MiB to host memory", r->iteration,
+                    a->pause, (double)need * sizeof(float) / 1048576.0);
+    return LJ_OK;
+}
+
+lj_status lj_run_state_save(lj_run_state *r) {
+    if (r->format == LJ_CKPT_FORMAT_TORCH) return save_consolidated(r);
+    LJ_TRY(lj_run_state_finish(r)); /* the previous --async-save first */
+    const int64_t rss0 = reset_peak_rss() ? proc_status_kib("VmRSS") : proc_status_kib("VmHWM");
+    const double t0 = lj_time_sec();
+    char tmp[LJ_PATH_MAX];
+    LJ_TRY(make_tmp(r, tmp));
+    state_piece *pieces;
+    const int np = state_pieces(r, 1, &pieces);
+    const int64_t numel = np ? pieces[np - 1].packed + pieces[np - 1].n : 0;
+    int64_t nh, ns;
+    const int64_t n8 = r->dp->rank == 0 && r->model->linear_fp8.active ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
+    char *json = state_json(r);
+    if (r->async) { /* every rank needs its host copy, or the save is synchronous */
+        const lj_status b = async_buffer(r, 3 * numel + n8);
+        float failed = b != LJ_OK;
+        if (b != LJ_OK) lj_log_warn("--async-save, iteration %d: %s: this save is synchronous", r->iteration, lj_error_message());
+        lj_dp_sum(r->dp, r->model, &failed, 1);
+        if (failed == 0.0f) return save_async(r, tmp, json, pieces, np, numel, n8, t0, rss0);
+    }
+    const size_t staging = lj_ckpt_staging_bytes();
+    model_source sources[3] = {{r, r->model->master, "master", 0}, {r, r->model->adam_m, "adam.m", 0},
+                               {r, r->model->adam_v, "adam.v", 0}};
+    float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
+    if (n8) lj_linear_fp8_state_get(r->model, f8);
+    lj_shard_writer w;
+    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, numel, f8, n8);
+    const uint64_t bytes = w.bytes;
+    lj_shard_writer_free(&w);
+    free(f8);
+    free(pieces);
+    s = finalize(r, s, tmp, r->iteration, json, r->save_hf, staging, bytes, t0, -1.0, 0.0, rss0);
+    free(json);
+    return s;
+}
+
+typedef struct {
+    const lj_model *m;
+    float *dst;
+} upload_sink_ctx;
+
+static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
+    const upload_sink_ctx *u = ctx;
+    shard_upload(u->m, u->dst + at, src, n);
+}
+
+typedef struct {
+    lj_model *m;
+    int64_t base; /* the request's flat offset */
+} weights_sink_ctx;
+
+static void sink_weights(void *ctx, int64_t at, const float *src, int64_t n) {
+    const weights_sink_ctx *w = ctx;
+    lj_model_set_weights_range(w->m, src, w->base + at, n);
+}
+
+/* A sharded iteration directory, through one staging buffer: the master (all of it, as the
+ * parameters of ZeRO 0-2 are replicated; under ZeRO-3 this rank's pieces), then only the slices
+ * of the moments this rank's shard needs, then the FP8 state; every slice read is checked. */
+static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, const cJSON *state, const char *file) {
+    lj_sharded c;
+    LJ_TRY(lj_sharded_open(&c, dir));
+    lj_status s = LJ_OK;
+    if (c.iteration != iteration)
+        s = lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %d, but the directory is iter_%07d (a file copied from another "
+                                   "checkpoint?)", c.meta_path, c.iteration, iteration);
+    const size_t staging_bytes = lj_ckpt_staging_bytes();
+    float *staging = lj_malloc(staging_bytes);
+    const int64_t sn = (int64_t)(staging_bytes / sizeof(float));
+    lj_model *m = r->model;
+    const int64_t P = m->layout.total;
+    state_piece *pieces = NULL;
+    const int np = state_pieces(r, 0, &pieces);
+    /* the weights, streamed: ZeRO-3 reads the pieces of its shard, the others all of them (their
+     * parameters are replicated) */
+    const lj_zero3 *z = lj_zero3_of(m);
+    const int own_only = z && z->shard_params;
+    for (int i = 0; i < (own_only ? np : 1) && s == LJ_OK; i++) {
+        weights_sink_ctx ws = {m, own_only ? pieces[i].flat : 0};
+        s = lj_sharded_read(&c, "master", ws.base, own_only ? pieces[i].n : P, 1, staging, sn, sink_weights, &ws);
+    }
+    if (s == LJ_OK) lj_model_set_weights_done(m);
+    float *dst[2] = {m->adam_m, m->adam_v};
+    for (int t = 0; t < 2 && s == LJ_OK; t++) {
+        if (m->offload_host) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
+        else m->ops->memset_zero(dst[t], (size_t)m->shard_numel * sizeof(float));
+        for (int i = 0; i < np && s == LJ_OK; i++) {
+            upload_sink_ctx u = {m, dst[t] + pieces[i].shard_offset};
+            s = lj_sharded_read(&c, state_names[t + 1], pieces[i].flat, pieces[i].n, 1, staging, sn, sink_upload, &u);
+        }
+    }
+    free(pieces);
+    const int64_t n8 = s == LJ_OK ? fp8_state_to_load(r, state, file) : 0;
+    if (s == LJ_OK && n8) {
+        const lj_sharded_tensor *t = lj_sharded_find(&c, "fp8.state");
+        float *f8 = lj_malloc((size_t)n8 * sizeof(float));
+        if (!t || t->numel != n8)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor 'fp8.state' is %s, state.json says %lld elements", c.meta_path,
+                        t ? "of another size" : "missing", (long long)n8);
+        else s = lj_sharded_read(&c, "fp8.state", 0, n8, 1, staging, sn, sink_host, f8);
+        if (s == LJ_OK) lj_linear_fp8_state_set(m, f8);
+        free(f8);
+    }
+    free(staging);
+    if (s == LJ_OK && (c.world_size != r->dp->world || c.zero_stage != r->dp->zero_stage))
+        lj_log_info("%s: saved on %d rank%s under ZeRO stage %d (%s), resharded for %d rank%s under stage %d", dir,
+                    c.world_size, c.world_size > 1 ? "s" : "", c.zero_stage, c.partition, r->dp->world,
+                    r->dp->world > 1 ? "s" : "", r->dp->zero_stage);
+    lj_sharded_close(&c);
+    return s;
+}
+
+/* The position in the run from state.json: iteration, consumed samples, the loader's state. */
+static lj_status set_position(lj_run_state *r, const cJSON *state, const char *file) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
+    if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs))
+        return lj_fail(LJ_ERR_FORMAT, "%s: missing field 'iteration' or 'consumed_samples'", file);
+    r->iteration = it->valueint;
+    r->consumed_samples = (int64_t)cs->valuedouble;
+    lj_loader_state ls;
+    LJ_TRY(lj_loader_state_from_json(cJSON_GetObjectItemCaseSensitive(state, "data"), &ls, file));
+    return lj_loader_set_state(r->train_data, &ls);
+}
+
 /* Loads --load: a training-state root (latest_checkpointed_iteration.txt or iter_* dirs) for an
  * exact resume, else a Hugging Face checkpoint directory for continued training. */
 lj_status lj_run_state_load(lj_run_state *r, const char *load) {
@@ -418,7 +955,16 @@ lj_status lj_run_state_load(lj_run_state *r, const char *load) {
     free(text);
     lj_status s = state ? check_state(r, state, file) : lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
     if (s == LJ_OK) s = check_position(state, file, iteration);
-    /* the per-rank shard files when this run has the saving world size and ZeRO stage */
+    if (lj_sharded_present(dir)) {
+        if (s == LJ_OK) s = load_sharded(r, dir, iteration, state, file);
+        if (s == LJ_OK) s = set_position(r, state, file);
+        s = all_ok(r, s, "another rank could not load its part of the checkpoint (see its message)");
+        if (s == LJ_OK) lj_log_info("resumed from %s at iteration %d", dir, r->iteration);
+        cJSON_Delete(state);
+        return s;
+    }
+    /* the single-file format: the per-rank shard files when this run has the saving world size
+     * and ZeRO stage */
     const cJSON *zero = state ? cJSON_GetObjectItemCaseSensitive(state, "zero") : NULL;
     const cJSON *zw = cJSON_GetObjectItemCaseSensitive(zero, "world_size"), *zs = cJSON_GetObjectItemCaseSensitive(zero, "stage");
     const int saved_shards = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(zero, "shard_files")) && cJSON_IsNumber(zw) &&
@@ -449,19 +995,7 @@ lj_status lj_run_state_load(lj_run_state *r, const char *load) {
     if (s == LJ_OK) s = lj_ckpt_load_ex(root, iteration, t, nt, &json, !use_shards);
     if (s == LJ_OK && n8) lj_linear_fp8_state_set(r->model, f8);
     free(f8);
-    if (s == LJ_OK) {
-        const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
-        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
-        if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs))
-            s = lj_fail(LJ_ERR_FORMAT, "%s: missing field 'iteration' or 'consumed_samples'", file);
-        else {
-            r->iteration = it->valueint;
-            r->consumed_samples = (int64_t)cs->valuedouble;
-            lj_loader_state ls;
-            s = lj_loader_state_from_json(cJSON_GetObjectItemCaseSensitive(state, "data"), &ls, file);
-            if (s == LJ_OK) s = lj_loader_set_state(r->train_data, &ls);
-        }
-    }
+    if (s == LJ_OK) s = set_position(r, state, file);
     if (use_shards) {
         /* every rank reaches this point (state.json is the same for all): the params and the master
          * shard from the consolidated weights, then this rank's master and moments from its file */

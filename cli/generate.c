@@ -47,6 +47,13 @@ static lj_status resolve_model_dir(const char *load, char *buf) {
     int iteration, is_state;
     LJ_TRY(lj_ckpt_resolve_load(load, root, &iteration, &is_state, buf));
     struct stat st;
+    LJ_TRY(lj_path_join(cfg, buf, "model.safetensors.index.json"));
+    const int weights = stat(cfg, &st) == 0 || (lj_path_join(cfg, buf, "model.safetensors") == LJ_OK && stat(cfg, &st) == 0);
+    if (is_state && !weights)
+        return lj_fail(LJ_ERR_IO,
+                       "--load %s: the training checkpoint of iteration %d has no Hugging Face export (saved with "
+                       "--no-save-hf, which writes one in the run's last save only): give the iteration directory of "
+                       "one that has hf/", load, iteration);
     LJ_TRY(lj_path_join(cfg, buf, "config.json"));
     if (stat(cfg, &st) != 0) {
         if (is_state)

@@ -65,11 +65,10 @@ static const lj_flag k_ignored[] = {
     {.name = "--no-save-rng", .kind = LJ_FLAG_IGNORED, .help = "ljperf's random state is the seed and the data position: nothing more is saved"},
     {.name = "--no-load-rng", .kind = LJ_FLAG_IGNORED, .help = "ljperf's random state is the seed and the data position: nothing more is loaded"},
     {.name = "--use-checkpoint-args", .kind = LJ_FLAG_IGNORED, .help = "a resume checks the model against the checkpoint's config.json (without shape flags the model is the checkpoint's)"},
-    {.name = "--async-save", .kind = LJ_FLAG_IGNORED, .help = "checkpoints are written synchronously, under a temporary name renamed when complete"},
-    {.name = "--use-dist-ckpt", .kind = LJ_FLAG_IGNORED, .help = "ljperf writes its own format (safetensors with a Hugging Face export)"},
+    {.name = "--use-dist-ckpt", .kind = LJ_FLAG_IGNORED, .help = "the sharded format is the default (--ckpt-format torch_dist)"},
     {.name = "--auto-detect-ckpt-format", .kind = LJ_FLAG_IGNORED, .help = "ljperf reads its own format and Hugging Face directories"},
-    {.name = "--ckpt-fully-parallel-save", .kind = LJ_FLAG_IGNORED, .help = "a torch_dist option; ljperf writes its own format"},
-    {.name = "--ckpt-fully-parallel-load", .kind = LJ_FLAG_IGNORED, .help = "a torch_dist option; ljperf reads its own format"},
+    {.name = "--ckpt-fully-parallel-save", .kind = LJ_FLAG_IGNORED, .help = "always: every rank writes its own shard file at the same time"},
+    {.name = "--ckpt-fully-parallel-load", .kind = LJ_FLAG_IGNORED, .help = "always: every rank reads the byte ranges it needs"},
     {.name = "--ckpt-assume-constant-structure", .kind = LJ_FLAG_IGNORED, .help = "a torch_dist option; ljperf writes its own format"},
     {.name = "--dist-ckpt-strictness", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "a torch_dist option; ljperf reads its own format"},
     {.kind = LJ_FLAG_SECTION, .help = "refused (the run stops and says why):"},
@@ -169,7 +168,8 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.kind = LJ_FLAG_SECTION, .help = "checkpoints:"},
         {.name = "--finetune", .kind = LJ_FLAG_SWITCH, .dest = &m->finetune, .ival = 1, .help = "start from the --load checkpoint's weights at iteration 0 (new optimizer and data order)"},
         {.name = "--exit-on-missing-checkpoint", .kind = LJ_FLAG_SWITCH, .dest = &m->exit_on_missing_checkpoint, .ival = 1, .help = "a --load without a checkpoint is an error (without it, --load = --save starts from scratch)"},
-        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "ljperf  (the only format: safetensors + a Hugging Face export; torch, torch_dist, ... are refused)"},
+        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "torch_dist|torch  per-rank shard files + metadata.json (default), or rank 0's single state.safetensors"},
+        {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &m->async_save, .ival = 1, .help = "copy the state to host memory and write it in the background while training goes on"},
     };
     const int n_own = (int)(sizeof own / sizeof own[0]), n_ign = (int)(sizeof k_ignored / sizeof k_ignored[0]);
     LJ_ASSERT(n_own + n_ign <= max, "%d rows for %d places", n_own + n_ign, max);
@@ -428,10 +428,12 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
     }
     if (m->optimizer && strcmp(m->optimizer, "adam") != 0)
         return lj_fail(LJ_ERR_ARG, "--optimizer %s: ljperf's optimizer is AdamW (--optimizer adam)", m->optimizer);
-    if (m->ckpt_format && strcmp(m->ckpt_format, "ljperf") != 0)
-        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf reads and writes its own format only (safetensors with a "
-                                   "Hugging Face export in each checkpoint): drop the flag or say --ckpt-format ljperf",
-                       m->ckpt_format);
+    if (m->ckpt_format && strcmp(m->ckpt_format, "torch_dist") != 0 && strcmp(m->ckpt_format, "torch") != 0)
+        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes torch_dist (per-rank shard files and metadata.json, "
+                                   "the default) or torch (one state.safetensors gathered on rank 0); both load on any "
+                                   "world size", m->ckpt_format);
+    if (m->async_save && m->ckpt_format && strcmp(m->ckpt_format, "torch") == 0)
+        return lj_fail(LJ_ERR_ARG, "--async-save needs --ckpt-format torch_dist (Megatron-LM's rule as well)");
     if (m->distributed_optimizer) {
         if (zero_given && *zero_stage == 0)
             return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other");

@@ -82,11 +82,16 @@ static void usage(FILE *f) {
             "                                           (default: the device's memory, 1GiB kept free)\n"
             "  --no-fusion                   unfused kernel twins (for comparison)\n"
             "checkpoints and logs:\n"
-            "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each)\n"
+            "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each);\n"
+            "                                every rank writes its shard files at once (--ckpt-format\n"
+            "                                torch_dist; torch: one state.safetensors on rank 0), and\n"
+            "                                --async-save writes them in the background\n"
             "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
+            "  --no-save-hf                  no HF export in the intermediate saves (the run's last save\n"
+            "                                still writes one)\n"
             "  --tokenizer-model NAME|PATH   the data's tokenizer (llama3, qwen3, a tokenizer.json or its\n"
             "                                directory), copied into each HF export with\n"
             "                                tokenizer_config.json, special_tokens_map.json and\n"
@@ -257,6 +262,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--exit-interval", .kind = LJ_FLAG_INT, .dest = &c->exit_interval},
         {.name = "--keep-last", .kind = LJ_FLAG_INT, .dest = &c->keep_last},
         {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &a->hf_dtype},
+        {.name = "--no-save-hf", .kind = LJ_FLAG_SWITCH, .dest = &c->no_save_hf, .ival = 1},
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},
@@ -340,6 +346,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         c->valid_data_args = mg->valid_data.values;
     }
     c->mock_data = mg->mock_data;
+    c->async_save = mg->async_save;
+    c->ckpt_format = mg->ckpt_format && strcmp(mg->ckpt_format, "torch") == 0; /* 1: LJ_CKPT_FORMAT_TORCH */
     if (mg->test_data.count > 0 && rank0) lj_log_info("--test-data-path: accepted; ljperf runs no test pass");
     if (c->num_data_args == 0 && !c->mock_data)
         return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`, or train on synthetic "

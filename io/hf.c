@@ -40,8 +40,9 @@ static cJSON *json_uint(uint64_t v) {
     return cJSON_CreateRaw(buf);
 }
 
-lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
-                            uint64_t max_shard_bytes) {
+/* The export of params, or of `read` when params is NULL. */
+static lj_status export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_st_read_f32_fn read,
+                             void *ctx, lj_dtype dtype, uint64_t max_shard_bytes) {
     lj_st_dtype st_dtype = LJ_ST_F32;
     const char *torch_name = "float32";
     LJ_TRY(export_dtype(dtype, &st_dtype, &torch_name));
@@ -61,7 +62,8 @@ lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const f
         ts[i].ndim = p->ndim;
         ts[i].shape[0] = p->shape[0];
         ts[i].shape[1] = p->shape[1];
-        ts[i].from_f32 = params + p->offset;
+        if (params) ts[i].from_f32 = params + p->offset;
+        else ts[i].read_f32 = read, ts[i].read_ctx = ctx, ts[i].read_offset = p->offset;
         bytes[i] = (uint64_t)p->numel * lj_st_dtype_size(st_dtype);
         total += bytes[i];
     }
@@ -108,6 +110,16 @@ out:
     free(bytes);
     lj_param_layout_free(&lo);
     return s;
+}
+
+lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
+                            uint64_t max_shard_bytes) {
+    return export_into(dir, cfg, params, NULL, NULL, dtype, max_shard_bytes);
+}
+
+lj_status lj_hf_export_stream_into(const char *dir, const lj_model_config *cfg, lj_st_read_f32_fn read, void *ctx,
+                                   lj_dtype dtype, uint64_t max_shard_bytes) {
+    return export_into(dir, cfg, NULL, read, ctx, dtype, max_shard_bytes);
 }
 
 /* An existing export target may be replaced only if it is empty or looks like a checkpoint. */

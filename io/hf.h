@@ -14,6 +14,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "io/safetensors.h"
 
 /* transformers' default max_shard_size for save_pretrained ("5GB"). */
 #define LJ_HF_DEFAULT_SHARD_BYTES 5000000000ull
@@ -39,6 +40,13 @@ lj_status lj_hf_export(const char *dir, const lj_model_config *cfg, const float 
  * removed: give it an empty directory. */
 lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const float *params, lj_dtype dtype,
                             uint64_t max_shard_bytes);
+
+/* As lj_hf_export_into, but the weights come from `read(ctx, offset, n, dst)` (n fp32 values at
+ * flat offset `offset` of the layout), tensor by tensor in chunks of LJ_ST_STREAM_CHUNK values:
+ * the host memory it takes is one chunk, whatever the model's size. Errors: those of `read`
+ * (prefixed with the file being written), and as lj_hf_export_into. */
+lj_status lj_hf_export_stream_into(const char *dir, const lj_model_config *cfg, lj_st_read_f32_fn read, void *ctx,
+                                   lj_dtype dtype, uint64_t max_shard_bytes);
 
 /* Imports a HF checkpoint of `cfg`'s family into `params` (flat fp32, lj_config_num_params(cfg)
  * elements). `dir` is a directory holding model.safetensors.index.json (sharded) or

@@ -384,9 +384,9 @@ static lj_status check_tensors(const char *path, const lj_st_tensor *ts, int n, 
             if (__builtin_mul_overflow(bytes, (uint64_t)t->shape[d], &bytes))
                 return lj_fail(LJ_ERR_ARG, "%s: tensor '%s': shape too large", path, t->name);
         }
-        if (t->from_f32 && t->dtype != LJ_ST_F32 && t->dtype != LJ_ST_BF16 && t->dtype != LJ_ST_F16)
+        if ((t->from_f32 || t->read_f32) && t->dtype != LJ_ST_F32 && t->dtype != LJ_ST_BF16 && t->dtype != LJ_ST_F16)
             return lj_fail(LJ_ERR_ARG, "%s: tensor '%s': cannot convert fp32 to %s", path, t->name, lj_st_dtype_name(t->dtype));
-        if (bytes > 0 && !t->data && !t->from_f32) return lj_fail(LJ_ERR_ARG, "%s: tensor '%s': no data", path, t->name);
+        if (bytes > 0 && !t->data && !t->from_f32 && !t->read_f32) return lj_fail(LJ_ERR_ARG, "%s: tensor '%s': no data", path, t->name);
         for (int j = 0; j < i; j++)
             if (strcmp(ts[j].name, t->name) == 0) return lj_fail(LJ_ERR_ARG, "%s: tensor '%s' given twice", path, t->name);
     }
@@ -444,10 +444,33 @@ static int write_all(int fd, const void *data, size_t n, lj_progress *pg) {
     return 0;
 }
 
+/* A streamed tensor (read_f32): chunks through one bounded buffer. -2 when the source failed
+ * (its message is set), -1 for a write error (errno). */
+static int write_streamed(int fd, const lj_st_tensor *t, lj_progress *pg) {
+    const int64_t numel = lj_st_tensor_numel(t);
+    float *buf = lj_malloc((size_t)LJ_ST_STREAM_CHUNK * sizeof(float));
+    int rc = 0;
+    for (int64_t i = 0; i < numel && rc == 0; i += LJ_ST_STREAM_CHUNK) {
+        const int64_t m = numel - i < LJ_ST_STREAM_CHUNK ? numel - i : LJ_ST_STREAM_CHUNK;
+        if (t->read_f32(t->read_ctx, t->read_offset + i, m, buf) != LJ_OK) {
+            rc = -2;
+            break;
+        }
+        if (t->dtype != LJ_ST_F32) { /* in place: the 2-byte values fill the front of the buffer */
+            uint16_t *h = (uint16_t *)buf;
+            for (int64_t j = 0; j < m; j++) h[j] = t->dtype == LJ_ST_BF16 ? lj_f32_to_bf16(buf[j]) : lj_f32_to_f16(buf[j]);
+        }
+        rc = write_all(fd, buf, (size_t)m * lj_st_dtype_size(t->dtype), pg);
+    }
+    free(buf);
+    return rc;
+}
+
 /* Writes one tensor's bytes, converting from fp32 in chunks when asked. */
 static int write_tensor(int fd, const lj_st_tensor *t, lj_progress *pg) {
     int64_t numel = lj_st_tensor_numel(t);
     size_t esize = lj_st_dtype_size(t->dtype);
+    if (t->read_f32) return write_streamed(fd, t, pg);
     if (!t->from_f32 || t->dtype == LJ_ST_F32) {
         const void *src = t->from_f32 ? (const void *)t->from_f32 : t->data;
         return numel ? write_all(fd, src, (size_t)numel * esize, pg) : 0;
@@ -506,7 +529,8 @@ lj_status lj_safetensors_write(const char *path, const lj_st_tensor *tensors, in
     if (rc == 0) rc = write_all(fd, header, len, &pg);
     if (rc == 0) rc = write_all(fd, "        ", padded - len, &pg);
     for (int i = 0; i < n && rc == 0; i++) rc = write_tensor(fd, &tensors[i], &pg);
-    if (rc != 0) s = lj_fail(LJ_ERR_IO, "%s: write to %s failed: %s", path, tmp, strerror(errno));
+    if (rc == -2) s = lj_fail(LJ_ERR_IO, "%s: %s", path, lj_error_message());
+    else if (rc != 0) s = lj_fail(LJ_ERR_IO, "%s: write to %s failed: %s", path, tmp, strerror(errno));
     else if (fsync(fd) != 0) s = lj_fail(LJ_ERR_IO, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
     if (close(fd) != 0 && s == LJ_OK) s = lj_fail(LJ_ERR_IO, "%s: close of %s failed: %s", path, tmp, strerror(errno));
     lj_progress_end(&pg); /* after the fsync: the rate is the disk's, not the page cache's */

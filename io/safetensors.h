@@ -90,9 +90,15 @@ lj_status lj_safetensors_read_f32(const lj_safetensors *st, const lj_st_entry *e
 
 /* ---- writer ------------------------------------------------------------------------ */
 
+/* Fills dst with the n fp32 values at element `offset` of a streamed tensor's source (a
+ * checkpoint's shard files, say). Errors: any, with its message set (lj_fail). */
+typedef lj_status (*lj_st_read_f32_fn)(void *ctx, int64_t offset, int64_t n, float *dst);
+
 /* One tensor to write. Give the bytes in `data` (already in `dtype`, little-endian), or give
- * `from_f32` (numel fp32 values) and the writer converts them to `dtype` while writing
- * (F32: copied, BF16: lj_f32_to_bf16, F16: lj_f32_to_f16; round to nearest even). */
+ * `from_f32` (numel fp32 values), or `read_f32` (called for chunks of at most
+ * LJ_ST_STREAM_CHUNK values at read_offset + i, so that a tensor of any size is written through
+ * a bounded buffer), and the writer converts them to `dtype` while writing (F32: copied, BF16:
+ * lj_f32_to_bf16, F16: lj_f32_to_f16; round to nearest even). */
 typedef struct {
     const char *name;
     lj_st_dtype dtype;
@@ -100,7 +106,13 @@ typedef struct {
     int64_t shape[LJ_ST_MAX_DIMS];
     const void *data;
     const float *from_f32;
+    lj_st_read_f32_fn read_f32;
+    void *read_ctx;
+    int64_t read_offset;
 } lj_st_tensor;
+
+/* Elements per read_f32 call of a streamed tensor (4 MiB of fp32). */
+#define LJ_ST_STREAM_CHUNK (1 << 20)
 
 /* Writes `n` tensors, in the given order, with an optional "__metadata__" map of `n_meta`
  * key/value strings (meta_keys/meta_values may be NULL when n_meta is 0). The header is

@@ -214,6 +214,11 @@ void lj_model_init_weights(lj_model *m, uint64_t seed);
 
 /* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard. */
 void lj_model_set_weights(lj_model *m, const float *params);
+/* lj_model_set_weights for the flat range [offset, offset + n) only, from host f32 src[n], so that
+ * a resume streams the weights through a bounded buffer (under ZeRO-3 only the ranges inside
+ * this rank's shard change anything). Call lj_model_set_weights_done after the last range. */
+void lj_model_set_weights_range(lj_model *m, const float *src, int64_t offset, int64_t n);
+void lj_model_set_weights_done(lj_model *m);
 /* Copies the weights to host f32 `params` [P] (unsharded master, or f32 params; not under
  * ZeRO-3 over several ranks: lj_dp_gather_state). */
 void lj_model_get_weights(lj_model *m, float *params);

@@ -100,6 +100,15 @@ void lj_model_set_weights(lj_model *m, const float *params) {
     if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
 }
 
+void lj_model_set_weights_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
+    LJ_ASSERT(offset >= 0 && n >= 0 && offset + n <= m->layout.total);
+    upload_range(m, src, offset, n);
+}
+
+void lj_model_set_weights_done(lj_model *m) {
+    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
+}
+
 void lj_model_get_weights(lj_model *m, float *params) {
     const int f32 = m->ops->param_dtype == LJ_DTYPE_F32;
     LJ_ASSERT(!lj_model_shards_params(m), "sharded parameters (ZeRO-3): gather them first (lj_dp_gather_state)");

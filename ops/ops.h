@@ -104,6 +104,11 @@ struct lj_ops {
     void (*memset_zero)(void *dst, size_t bytes);
     void (*upload)(void *dst, const void *src_host, size_t bytes);
     void (*download)(void *dst_host, const void *src, size_t bytes);
+    /* Page-locked (pinned) host memory, for fast copies between it and the device (the host copy
+     * of --async-save); NULL on a backend whose memory is host memory already (use malloc).
+     * Errors: LJ_ERR_OOM. */
+    lj_status (*host_alloc)(void **ptr, size_t bytes);
+    void (*host_free)(void *ptr);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);
     /* The stream the ops run on (a cudaStream_t), for ordering collectives against them; NULL

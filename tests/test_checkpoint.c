@@ -1,5 +1,6 @@
 /* test_checkpoint.c: checkpoint/checkpoint.c: training-state save/load round trip, the latest pointer,
- * keep-last pruning, crash leftovers, re-saving an iteration, the root's lock, the checksums, and
+ * keep-last pruning, crash leftovers, re-saving an iteration, the root's lock, the checksums, the
+ * sharded format's writer, metadata and range reads (checkpoint/sharded.c), and
  * rejection of checkpoints that do not fit the run or were corrupted (tests named test_bad_* also
  * run under valgrind from test_io_bad.sh). */
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include "base/fs.h"
 #include "tests/test_util.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded.h"
 #include "io/safetensors.h"
 
 static char g_dir[512];
@@ -475,6 +477,95 @@ static void test_latest_tmp_leftover(void **state) {
     free(root);
 }
 
+/* ---- the sharded format (checkpoint/sharded.h) ---- */
+
+static lj_status fetch_array(void *ctx, int64_t at, int64_t n, float *dst) {
+    memcpy(dst, (const float *)ctx + at, (size_t)n * sizeof(float));
+    return LJ_OK;
+}
+
+typedef struct {
+    float *dst;
+} sink_ctx;
+
+static void sink_array(void *ctx, int64_t at, const float *src, int64_t n) {
+    memcpy(((sink_ctx *)ctx)->dst + at, src, (size_t)n * sizeof(float));
+}
+
+/* Two "ranks" write [0, 300) + [300, 700) and [700, 1000) of a tensor of 1000 through a staging of
+ * 16 elements; reads of any range (through a staging of 7) give the values back, checked; a
+ * flipped byte names the file, tensor and parameter; a truncated file and a gap are refused. */
+static void test_sharded(void **state) {
+    (void)state;
+    char *dir = new_root();
+    assert_int_equal(lj_mkdir_p(dir), LJ_OK);
+    float x[1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)i * 0.25f - 7.0f;
+    lj_shard_writer w;
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 16 * sizeof(float)), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "a.weight", 0, 300, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "b.weight", 300, 400, fetch_array, x, 300), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 16 * sizeof(float)), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "c.weight", 700, 300, fetch_array, x, 700), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    assert_int_equal(lj_sharded_write_metadata(dir, 3, 2, 1, "flat", "{}"), LJ_OK);
+    lj_sharded c;
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    assert_int_equal(c.iteration, 3);
+    assert_int_equal(c.world_size, 2);
+    float got[1000], staging[7];
+    const int64_t ranges[][2] = {{0, 1000}, {250, 750}, {299, 301}, {700, 1}, {999, 1}, {0, 0}};
+    for (int verify = 0; verify < 2; verify++)
+        for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+            memset(got, 0, sizeof got);
+            sink_ctx sc = {got};
+            assert_int_equal(lj_sharded_read(&c, "master", ranges[k][0], ranges[k][1], verify, staging, 7, sink_array, &sc),
+                             LJ_OK);
+            assert_memory_equal(got, x + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
+        }
+    sink_ctx sc = {got};
+    expect_error(lj_sharded_read(&c, "adam.m", 0, 1, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT, "'adam.m' is missing",
+                 NULL, NULL);
+    expect_error(lj_sharded_read(&c, "master", 900, 200, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT,
+                 "has 1000 elements", NULL, NULL);
+    lj_sharded_close(&c);
+    /* a flipped byte in rank 0's file, in b.weight's slice: a read that touches it fails */
+    char file[1024];
+    snprintf(file, sizeof file, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, 0, 2);
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    fseek(f, 300 * 4 + 123, SEEK_SET);
+    const int byte = fgetc(f);
+    fseek(f, 300 * 4 + 123, SEEK_SET);
+    fputc(byte ^ 0x20, f);
+    fclose(f);
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    assert_int_equal(lj_sharded_read(&c, "master", 0, 300, 1, staging, 7, sink_array, &sc), LJ_OK); /* a.weight only */
+    expect_error(lj_sharded_read(&c, "master", 650, 100, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT,
+                 "shard_00000_of_00002.bin: tensor 'master' slice [300, 700) (parameter b.weight) fails its checksum", NULL,
+                 NULL);
+    lj_sharded_close(&c);
+    /* a truncated file is refused at open */
+    snprintf(file, sizeof file, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, 1, 2);
+    assert_int_equal(truncate(file, 100), 0);
+    expect_error(lj_sharded_open(&c, dir), LJ_ERR_FORMAT, "shard_00001_of_00002.bin: 100 bytes", "truncated", NULL);
+    /* rank 1's index missing its slice: the metadata would leave a gap */
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 64), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 10, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 64), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 20, 10, fetch_array, x, 20), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    expect_error(lj_sharded_write_metadata(dir, 3, 2, 1, "flat", "{}"), LJ_ERR_FORMAT, "do not cover it once",
+                 "element 10 is missing", NULL);
+    free(dir);
+}
+
 int main(void) {
     const char *filter = getenv("LJ_TEST_FILTER");
     if (filter && filter[0]) cmocka_set_test_filter(filter);
@@ -484,7 +575,7 @@ int main(void) {
         cmocka_unit_test(test_save_hook),       cmocka_unit_test(test_bad_other_shape),
         cmocka_unit_test(test_bad_latest),      cmocka_unit_test(test_bad_checksum),
         cmocka_unit_test(test_bad_iteration_metadata), cmocka_unit_test(test_lock),
-        cmocka_unit_test(test_latest_tmp_leftover),
+        cmocka_unit_test(test_latest_tmp_leftover), cmocka_unit_test(test_sharded),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

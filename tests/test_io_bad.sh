@@ -22,7 +22,8 @@ done
 
 flags=(-std=gnu11 -O1 -g -I"$src" $(pkg-config --cflags libcjson libxxhash cmocka))
 libs=($(pkg-config --libs libcjson libxxhash cmocka) -lm)
-lib_srcs=("$src"/base/*.c "$src/config/config.c" "$src/io/safetensors.c" "$src/io/hf.c" "$src/checkpoint/checkpoint.c")
+lib_srcs=("$src"/base/*.c "$src/config/config.c" "$src/io/safetensors.c" "$src/io/hf.c" "$src/checkpoint/checkpoint.c"
+          "$src/checkpoint/sharded.c")
 
 status=0
 for name in test_safetensors test_hf_io test_checkpoint; do

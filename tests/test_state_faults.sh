@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_state_faults.sh: the training state and the datasets under faults and bad input, each case
 # a clear message and a non-zero exit (or the documented recovery), never a crash:
-#   - checkpoints: a flipped byte in state.safetensors is named (file and tensor); a second run on
+#   - checkpoints: a flipped byte in a shard file or in state.safetensors is named (file, tensor and
+#     parameter), and a missing or truncated shard file or a slice beyond it; a second run on
 #     one --save is refused before it trains, and a killed one leaves no stuck lock; leftovers of a
 #     killed save are removed; state.json's iteration and consumed samples are checked;
 #   - divergence: a non-finite step is never applied nor saved, --check-for-nan-in-loss-and-grad
@@ -15,7 +16,7 @@
 #     .idx that is a directory, a missing --model X.json, a duplicated .jsonl key, --train-iters 0.
 # Every case runs (failures are counted), so one run lists all that fail.
 set -uo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/state_faults"
 rm -rf "$tmp" && mkdir -p "$tmp"
 failed=0
@@ -44,16 +45,36 @@ ck="$tmp/ck"
 "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 3 --save "$ck" --save-interval 1 >/dev/null 2>&1 \
   || bad "a run that saves"
 cp -r "$ck/iter_0000003" "$tmp/iter3.good"
-python3 - "$ck/iter_0000003/state.safetensors" <<'PY'
+python3 "$LJ_SOURCE_DIR/tests/ckpt_state.py" flip "$ck/iter_0000003" adam.v model.layers.1.mlp.up_proj.weight >/dev/null
+expect_fail "a flipped byte in a shard file is named (file, tensor, parameter)" \
+  "iter_0000003/shard_00000_of_00001.bin: tensor 'adam.v' slice \[[0-9]+, [0-9]+\) \(parameter model.layers.1.mlp.up_proj.weight\) fails its checksum" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+rm "$ck/iter_0000003/shard_00000_of_00001.bin"
+expect_fail "a missing shard file is named" "iter_0000003/shard_00000_of_00001.bin: cannot open" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+head -c 100000 "$tmp/iter3.good/shard_00000_of_00001.bin" > "$ck/iter_0000003/shard_00000_of_00001.bin"
+expect_fail "a truncated shard file is named" "shard_00000_of_00001.bin: 100000 bytes, metadata.json records [0-9]+ \(a truncated" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["tensors"]["adam.v"]["slices"][3]["byte_offset"] = 10**12; json.dump(m, open(p, "w"))' \
+  "$ck/iter_0000003/metadata.json"
+expect_fail "a slice beyond its shard file is refused" "metadata.json: tensor 'adam.v': slice \[[0-9]+, [0-9]+\) lies beyond" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+# the single-file format (--ckpt-format torch)
+"$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --save "$tmp/ck1" --ckpt-format torch >/dev/null 2>&1 \
+  || bad "a run that saves one state.safetensors"
+python3 - "$tmp/ck1/iter_0000001/state.safetensors" <<'PY'
 import json, struct, sys
 p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
 n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
 b[8 + n + h['adam.v']['data_offsets'][0] + 40] ^= 0x01
 open(p, 'wb').write(b)
 PY
-expect_fail "a flipped byte in state.safetensors is named" "iter_0000003/state.safetensors: tensor 'adam.v' fails its checksum" \
-  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
-rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+expect_fail "a flipped byte in state.safetensors is named" "iter_0000001/state.safetensors: tensor 'adam.v' fails its checksum" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 2 --load "$tmp/ck1"
 python3 - "$ck/iter_0000003/state.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); s['consumed_samples'] += 4; json.dump(s, open(sys.argv[1], 'w'), indent=1)

@@ -9,7 +9,8 @@
 #     (gradients reduced bucket by bucket during the backward) with buckets of 1000 elements and
 #     overlap_comm on and off, with an untied lm_head, and from a DeepSpeed config with "stage": 2;
 #     stage 3 with overlap_comm off;
-#   - per-rank ZeRO shard files (zero_shard_rank_RRRRR.safetensors): runs saved on 2 ranks under
+#   - the single-file format's per-rank ZeRO shard files (--ckpt-format torch,
+#     zero_shard_rank_RRRRR.safetensors): runs saved on 2 ranks under
 #     stages 1 and 3 resume on 2 ranks from the shards, continuing the single-process losses and
 #     bit-identical to the resume from the consolidated state; on 3 ranks they resume from the
 #     consolidated state (logged); a missing, truncated or another rank's shard file is an error
@@ -26,7 +27,7 @@
 #     to the run without it (2 ranks; stage 2 also on 3), an offloaded run resumes, a DeepSpeed
 #     config with offload_optimizer "cpu" runs, and offload under stage 0 is refused by name.
 set -euo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/train_dist"
 rm -rf "$tmp" && mkdir -p "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -47,7 +48,7 @@ mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "
 
 compare() { # compare A.jsonl B.jsonl CKPT_A CKPT_B
   python3 - "$@" <<'PY'
-import json, struct, sys, array, math
+import json, os, struct, sys, array, math
 def losses(p):
     return {r["iteration"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
@@ -57,17 +58,9 @@ worst = max(abs(a[i] - b[i]) / abs(a[i]) for i in common)
 print("  %d losses, worst relative difference %.2e" % (len(common), worst))
 assert worst <= 1e-5, "loss sequences differ"
 if len(sys.argv) > 4:
-    def master(d):
-        it = open(d + "/latest_checkpointed_iteration.txt").read().strip()
-        f = open("%s/iter_%07d/state.safetensors" % (d, int(it)), "rb")
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-        begin, end = h["master"]["data_offsets"]
-        f.seek(8 + n + begin)
-        x = array.array("f")
-        x.frombytes(f.read(end - begin))
-        return x
-    x, y = master(sys.argv[3]), master(sys.argv[4])
+    sys.path.insert(0, os.environ["LJ_SOURCE_DIR"] + "/tests")
+    import ckpt_state  # either checkpoint format
+    x, y = ckpt_state.tensor(sys.argv[3], "master"), ckpt_state.tensor(sys.argv[4], "master")
     num = sum((p - q) ** 2 for p, q in zip(x, y))
     den = sum(p * p for p in x)
     rel = math.sqrt(num / den)
@@ -92,7 +85,7 @@ same_run() { # same_run A B: identical losses and final state files
   cmp -s <(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r])' "$1.jsonl") \
          <(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r])' "$2.jsonl") \
     || return 1
-  cmp -s "$1/iter_0000004/state.safetensors" "$2/iter_0000004/state.safetensors"
+  python3 "$LJ_SOURCE_DIR/tests/ckpt_state.py" same "$1/iter_0000004" "$2/iter_0000004"
 }
 for run in "1 2" "2 2" "3 2" "2 3"; do
   set -- $run
@@ -188,12 +181,13 @@ grep -q "ZeRO stage 2: overlap_comm on" "$tmp/d2.err" || { cat "$tmp/d2.err"; fa
 echo "1 rank vs 2 ranks, DeepSpeed config with stage 2:"
 compare "$tmp/w1.jsonl" "$tmp/d2.jsonl" "$tmp/w1" "$tmp/d2" || fail "DeepSpeed stage 2 differs"
 
-# per-rank ZeRO shard files: saved on 2 ranks after iteration 2 (stages 1 and 3), resumed on 2 ranks
+# the single-file format (--ckpt-format torch, and every checkpoint from before the sharded one):
+# per-rank ZeRO shard files saved on 2 ranks after iteration 2 (stages 1 and 3), resumed on 2 ranks
 # from the shards; the same resume from the consolidated state (state.json without its "zero"
 # entry, as an older checkpoint) gives bit-identical losses and final state
 for stage in 1 3; do
   d="$tmp/sh$stage"
-  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d" --exit-interval 2 \
+  "$LJPERF" train "${common[@]}" --ckpt-format torch --nproc-per-node 2 --zero-stage $stage --save "$d" --exit-interval 2 \
     --log-json "$d.jsonl" 2>"$d.err" || { cat "$d.err"; fail "shards: first half, stage $stage"; }
   for rank in 0 1; do
     [ -f "$d/iter_0000002/zero_shard_rank_0000$rank.safetensors" ] || fail "no shard file of rank $rank (stage $stage)"
@@ -208,10 +202,10 @@ p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); n = struct.unpack('<Q', b[
 h = json.loads(b[8:8 + n]); del h['__metadata__']['xxh3_64.state.json']
 t = json.dumps(h).encode(); b[8:8 + n] = t + b' ' * (n - len(t)); open(p, 'wb').write(b)
 PY
-  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d" --load "$d" --log-json "$d.jsonl" \
+  "$LJPERF" train "${common[@]}" --ckpt-format torch --nproc-per-node 2 --zero-stage $stage --save "$d" --load "$d" --log-json "$d.jsonl" \
     2>"$d.err" || { cat "$d.err"; fail "shards: resume, stage $stage"; }
   grep -q "from the per-rank ZeRO shard files" "$d.err" || { cat "$d.err"; fail "stage $stage resume did not use the shards"; }
-  "$LJPERF" train "${common[@]}" --nproc-per-node 2 --zero-stage $stage --save "$d-c" --load "$d-c" --log-json "$d-c.jsonl" \
+  "$LJPERF" train "${common[@]}" --ckpt-format torch --nproc-per-node 2 --zero-stage $stage --save "$d-c" --load "$d-c" --log-json "$d-c.jsonl" \
     2>"$d-c.err" || { cat "$d-c.err"; fail "consolidated resume, stage $stage"; }
   grep -q "no per-rank ZeRO shard files in this checkpoint: resuming from the consolidated" "$d-c.err" \
     || { cat "$d-c.err"; fail "stage $stage consolidated resume not reported"; }

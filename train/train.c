@@ -72,6 +72,8 @@ typedef struct {
     lj_ckpt_lock save_lock;    /* rank 0 holds the lock of --save for the whole run */
     int skipped_total;         /* steps skipped for a non-finite gradient norm, this process */
     int skipped_in_a_row;      /* ... up to the last iteration (0: the last step was applied) */
+    int final_save;            /* the run ends after this save: it writes the HF export even under --no-save-hf */
+    lj_ckpt_async *async;      /* --async-save: the background writer (checkpoint/state.h) */
 } run;
 
 
@@ -129,6 +131,9 @@ static lj_run_state state_of(run *r) {
         .hf_dtype = c->hf_dtype,
         .tokenizer = c->tokenizer,
         .quiet = 0,
+        .format = c->ckpt_format ? LJ_CKPT_FORMAT_TORCH : LJ_CKPT_FORMAT_TORCH_DIST,
+        .save_hf = !c->no_save_hf || r->final_save || r->iteration >= c->train_iters,
+        .async = r->async,
         .iteration = r->iteration,
         .consumed_samples = r->consumed_samples,
     };
@@ -138,6 +143,17 @@ static lj_run_state state_of(run *r) {
 static lj_status checkpoint(run *r) {
     lj_run_state st = state_of(r);
     return lj_run_state_save(&st);
+}
+
+/* The end of the run: the last --async-save is written, sealed and published (or its failure
+ * becomes the run's). Collective. */
+static lj_status finish_saves(run *r, lj_status s) {
+    if (!r->async) return s;
+    lj_run_state st = state_of(r);
+    const lj_status f = lj_run_state_finish(&st);
+    lj_ckpt_async_free(r->async);
+    r->async = NULL;
+    return (s == LJ_OK || s == LJ_ERR_INTERRUPTED) && f != LJ_OK ? f : s;
 }
 
 static lj_status load_checkpoint(run *r) {
@@ -245,6 +261,7 @@ static lj_status setup(run *r) {
     r->save_lock.fd = -1;
     /* one run saves into a --save root at a time: a second one stops here, before it trains */
     if (c->save && r->rank == 0) LJ_TRY(lj_ckpt_lock_acquire(&r->save_lock, c->save));
+    if (c->save && c->async_save) r->async = lj_ckpt_async_create();
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d ranks",
                        c->global_batch_size, c->micro_batch_size, r->world);
@@ -305,6 +322,8 @@ static lj_status setup(run *r) {
 }
 
 static void teardown(run *r) {
+    lj_ckpt_async_free(r->async); /* NULL, or a writer finish_saves did not reach (a failed set-up) */
+    r->async = NULL;
     lj_ckpt_lock_release(&r->save_lock);
     if (r->log_json) fclose(r->log_json);
     lj_train_tb_close(&r->tb);
@@ -465,6 +484,10 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             if (r.have_valid) log_eval(&r, vl);
             if ((s = check_eval(&r, vl)) != LJ_OK) break;
         }
+        if (r.async) { /* a finished --async-save becomes the latest checkpoint now */
+            lj_run_state st = state_of(&r);
+            if ((s = lj_run_state_poll(&st)) != LJ_OK) break;
+        }
         if (cfg->save && cfg->save_interval > 0 && r.iteration % cfg->save_interval == 0 && !r.skipped_in_a_row) {
             s = checkpoint(&r);
             if (s != LJ_OK) break;
@@ -477,7 +500,9 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             else if (r.rank == 0)
                 lj_log_info("--exit-duration-in-mins %g: exiting after iteration %d", cfg->exit_duration_min,
                             r.iteration);
+            r.final_save = 1;
             if (cfg->save && last_saved != r.iteration) s = checkpoint_if_good(&r);
+            s = finish_saves(&r, s);
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGUSR1, &old_usr1, NULL);
@@ -492,6 +517,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                     : g_stop_signal == SIGUSR1 ? "a stop request (SIGUSR1)"
                                                : "a signal (on another rank)",
                     r.iteration);
+        r.final_save = 1;
         if (cfg->save && last_saved != r.iteration) s = checkpoint_if_good(&r);
         if (s == LJ_OK) s = lj_fail(LJ_ERR_INTERRUPTED, "interrupted at iteration %d%s", r.iteration,
                                     cfg->save ? " (checkpoint saved)" : " (no --save: nothing saved)");
@@ -509,6 +535,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         }
         if (s == LJ_OK && cfg->save && last_saved != r.iteration) s = checkpoint(&r);
     }
+    s = finish_saves(&r, s);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);

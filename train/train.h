@@ -55,6 +55,9 @@ typedef struct {
     int exit_interval;         /* --exit-interval: save and exit after an iteration divisible by it */
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
+    int no_save_hf;            /* --no-save-hf: the HF export in the run's last save only */
+    int async_save;            /* --async-save: saves written by a background thread (checkpoint/state.h) */
+    int ckpt_format;           /* --ckpt-format: lj_ckpt_format (0: torch_dist, the sharded format) */
     const char *tokenizer;     /* --tokenizer-model: tokenizer.json copied into each HF export with the
                                   other tokenizer files (data/tokenizer_export.h); NULL: none */
     const char *log_json;      /* --log-json FILE */

@@ -65,6 +65,24 @@ int lj_cuda_flash_forward_mtiles(void) { return g_cuda.fwd_mtiles ? g_cuda.fwd_m
 
 /* ---- memory ---------------------------------------------------------------------- */
 
+/* Pinned host memory (cudaMallocHost): the async checkpoint's host copy. */
+static lj_status cuda_host_alloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    cudaError_t e = cudaMallocHost(ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *ptr = NULL;
+        char buf[32];
+        return lj_fail(LJ_ERR_OOM, "cudaMallocHost of %s (%zu bytes) of pinned host memory failed: %s",
+                       lj_format_bytes(bytes, buf, sizeof buf), bytes, cudaGetErrorString(e));
+    }
+    return LJ_OK;
+}
+
+static void cuda_host_free(void *ptr) {
+    if (ptr) LJ_CUDA_CHECK(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
 lj_status lj_cuda_alloc(void **ptr, size_t bytes) {
     *ptr = NULL;
     if (bytes == 0) bytes = 1;
@@ -242,6 +260,8 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .memset_zero = cuda_memset_zero,                                             \
         .upload = cuda_upload,                                                       \
         .download = cuda_download,                                                   \
+        .host_alloc = cuda_host_alloc,                                               \
+        .host_free = cuda_host_free,                                                 \
         .copy = cuda_copy,                                                           \
         .synchronize = cuda_synchronize,                                             \
         .stream = cuda_stream_ptr,                                                   \

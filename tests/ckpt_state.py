@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""ckpt_state.py: reads the f32 tensors of an ljperf training checkpoint in either format, for
+the shell tests (docs/reference.md "Sharded training state"):
+
+  - sharded: ITER/metadata.json + ITER/shard_RRRRR_of_WWWWW.bin (raw f32 slices);
+  - single file: ITER/state.safetensors.
+
+  ckpt_state.py tensor ITER NAME          prints the element count and the sum
+  ckpt_state.py same ITER_A ITER_B        exit 0 when master, adam.m and adam.v are bit-identical
+  ckpt_state.py flip ITER TENSOR PARAM    flips one byte inside the slice of TENSOR for
+                                          parameter PARAM, prints the file it changed
+An ITER argument may also be a checkpoint root (its latest iteration is used).
+"""
+import array
+import json
+import os
+import struct
+import sys
+
+
+def iter_dir(path):
+    latest = os.path.join(path, "latest_checkpointed_iteration.txt")
+    if os.path.exists(latest):
+        return os.path.join(path, "iter_%07d" % int(open(latest).read().strip()))
+    return path
+
+
+def tensor(path, name):
+    d = iter_dir(path)
+    meta = os.path.join(d, "metadata.json")
+    if os.path.exists(meta):
+        m = json.load(open(meta))
+        t = m["tensors"][name]
+        out = array.array("f", bytes(4 * t["shape"][0]))
+        files = [open(os.path.join(d, f["name"]), "rb") for f in m["files"]]
+        for s in t["slices"]:
+            f = files[s["file"]]
+            f.seek(s["byte_offset"])
+            x = array.array("f")
+            x.frombytes(f.read(4 * s["numel"]))
+            out[s["offset"]:s["offset"] + s["numel"]] = x
+        return out
+    f = open(os.path.join(d, "state.safetensors"), "rb")
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+    begin, end = h[name]["data_offsets"]
+    f.seek(8 + n + begin)
+    x = array.array("f")
+    x.frombytes(f.read(end - begin))
+    return x
+
+
+def flip(path, name, param):
+    d = iter_dir(path)
+    m = json.load(open(os.path.join(d, "metadata.json")))
+    for s in m["tensors"][name]["slices"]:
+        if s.get("param") == param:
+            f = os.path.join(d, m["files"][s["file"]]["name"])
+            b = bytearray(open(f, "rb").read())
+            b[s["byte_offset"] + 2 * s["numel"]] ^= 0x10
+            open(f, "wb").write(b)
+            return m["files"][s["file"]]["name"]
+    raise SystemExit("no slice of %s for %s" % (name, param))
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "tensor":
+        x = tensor(sys.argv[2], sys.argv[3])
+        print(len(x), sum(x))
+    elif cmd == "same":
+        for name in ("master", "adam.m", "adam.v"):
+            if tensor(sys.argv[2], name).tobytes() != tensor(sys.argv[3], name).tobytes():
+                print("tensor %s differs" % name)
+                sys.exit(1)
+    elif cmd == "flip":
+        print(flip(sys.argv[2], sys.argv[3], sys.argv[4]))
+    else:
+        raise SystemExit("unknown command " + cmd)
