@@ -575,35 +575,31 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
 
 /* ---- attention: d = {B, T, nh, nkv, hd} ------------------------------------------------ */
 
-typedef struct {
-    int B, T, nh, nkv, hd;
-    double *qkv;
-    const float *R;
-} attn_ctx;
-
-/* out[B*T, Q], lse[B, nh, T] (lse may be NULL): softmax((q k^T) / sqrt(hd)) v over keys j <= t,
- * query head h reading kv head h / (nh/nkv). */
-static void ref_attention(const attn_ctx *c, double *out, double *lse) {
+/* out[B*T, Q], lse[B, nh, T] (lse may be NULL): softmax((q k^T) / sqrt(hd)) v over the keys
+ * j0 <= j <= t, j0 = c->ds[b*T + t] within documents (0 without them, plain causal), query head h
+ * reading kv head h / (nh/nkv). */
+void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse) {
     const int Q = c->nh * c->hd, KV = c->nkv * c->hd, row = Q + 2 * KV, T = c->T, hd = c->hd;
     double *s = lj_malloc((size_t)T * sizeof(double));
     for (int b = 0; b < c->B; b++)
         for (int hh = 0; hh < c->nh; hh++) {
             int g = hh / (c->nh / c->nkv);
             for (int t = 0; t < T; t++) {
+                const int j0 = c->ds ? c->ds[(int64_t)b * T + t] : 0;
                 const double *q = c->qkv + ((int64_t)b * T + t) * row + hh * hd;
                 double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     const double *k = c->qkv + ((int64_t)b * T + j) * row + Q + g * hd;
                     s[j] = 0;
                     for (int d = 0; d < hd; d++) s[j] += q[d] * k[d];
                     s[j] /= sqrt((double)hd);
                     m = fmax(m, s[j]);
                 }
-                for (int j = 0; j <= t; j++) sum += exp(s[j] - m);
+                for (int j = j0; j <= t; j++) sum += exp(s[j] - m);
                 if (lse) lse[((int64_t)b * c->nh + hh) * T + t] = m + log(sum);
                 double *o = out + ((int64_t)b * T + t) * Q + hh * hd;
                 for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = j0; j <= t; j++) {
                     const double *v = c->qkv + ((int64_t)b * T + j) * row + Q + KV + g * hd;
                     double p = exp(s[j] - m) / sum;
                     for (int d = 0; d < hd; d++) o[d] += p * v[d];
@@ -613,11 +609,11 @@ static void ref_attention(const attn_ctx *c, double *out, double *lse) {
     free(s);
 }
 
-static double attn_loss(void *p) {
-    attn_ctx *c = p;
+double lj_case_attn_loss(void *p) {
+    const lj_case_attn *c = p;
     int64_t n = (int64_t)c->B * c->T * c->nh * c->hd;
     double *o = lj_malloc((size_t)n * sizeof(double)), l = 0;
-    ref_attention(c, o, NULL);
+    lj_case_ref_attention(c, o, NULL);
     for (int64_t i = 0; i < n; i++) l += o[i] * c->R[i];
     free(o);
     return l;
@@ -632,13 +628,13 @@ void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode m
     float *qkv = randf(h, nqkv, 1), *out = randf(h, nout, 1), *lse = randf(h, nlse, 1);
     void *ws = lj_malloc(ops->attention_workspace_bytes(B, T, nh, nkv, hd));
     ops->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, ws);
-    attn_ctx ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), randf(h, nout, 1)};
+    lj_case_attn ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), NULL, randf(h, nout, 1)};
     /* dqkv is overwritten: start from garbage */
     float *dqkv = randf(h, nqkv, 100);
     ops->attention_backward(dqkv, ac.R, qkv, out, lse, B, T, nh, nkv, hd, ws);
     if (mode == LJ_HARNESS_CHECK) {
         double *ref = lj_malloc(nout * sizeof(double)), *ref_lse = lj_malloc(nlse * sizeof(double));
-        ref_attention(&ac, ref, ref_lse);
+        lj_case_ref_attention(&ac, ref, ref_lse);
         CHECK_D("attention_forward out", out, ref, nout, c->tol);
         CHECK_D("attention_forward lse", lse, ref_lse, nlse, c->tol);
         /* the same inputs give the same bits */
@@ -651,7 +647,7 @@ void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode m
         CHECK_BITS("attention_backward dqkv repeat", dqkv, dqkv2, nqkv * sizeof(float));
         free(ref), free(ref_lse), free(out2), free(lse2), free(dqkv2);
     } else {
-        double *g = lj_harness_fd_grad(attn_loss, &ac, ac.qkv, nqkv);
+        double *g = lj_harness_fd_grad(lj_case_attn_loss, &ac, ac.qkv, nqkv);
         CHECK_D("attention_backward dqkv", dqkv, g, nqkv, c->tol_grad);
         free(g);
     }

@@ -60,11 +60,7 @@ static void check_strided(const char *op, const char *shape, const float *got, c
 
 /* ---- buffers ---------------------------------------------------------------------- */
 
-static float *hrand(int64_t n, float scale) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(lj_f32_to_bf16((float)lj_rng_normal(&g_h->rng) * scale));
-    return x;
-}
+static float *hrand(int64_t n, float scale) { return lj_harness_randf_bf16(g_h, n, scale); }
 
 static float *hzeros(int64_t n) { return lj_calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
 
@@ -74,60 +70,14 @@ static float *hcopy(const float *x, int64_t n) {
     return y;
 }
 
-static void *galloc(size_t bytes) {
-    void *p = NULL;
-    if (G->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
-        fprintf(stderr, "op harness: %s\n", lj_error_message());
-        exit(2);
-    }
-    return p;
-}
-
-/* Fills device memory with 0xff bytes (NaN in bf16 and fp32). */
-static void gpoison(void *d, size_t bytes) {
-    unsigned char *h = lj_malloc(bytes ? bytes : 1);
-    memset(h, 0xff, bytes);
-    G->upload(d, h, bytes);
-    G->synchronize();
-    free(h);
-}
-
-static void *gbf16(const float *x, int64_t n) {
-    uint16_t *h = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
-    for (int64_t i = 0; i < n; i++) h[i] = lj_f32_to_bf16(x[i]);
-    void *d = galloc((size_t)n * 2);
-    G->upload(d, h, (size_t)n * 2);
-    G->synchronize();
-    free(h);
-    return d;
-}
-
-static void *gf32(const float *x, int64_t n) {
-    void *d = galloc((size_t)n * 4);
-    G->upload(d, x, (size_t)n * 4);
-    return d;
-}
-
-static void *gi32(const int32_t *x, int64_t n) {
-    void *d = galloc((size_t)n * 4);
-    G->upload(d, x, (size_t)n * 4);
-    return d;
-}
-
-static float *dl_bf16(const void *d, int64_t n) {
-    uint16_t *h = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
-    G->download(h, d, (size_t)n * 2);
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(h[i]);
-    free(h);
-    return x;
-}
-
-static float *dl_f32(const void *d, int64_t n) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    G->download(x, d, (size_t)n * 4);
-    return x;
-}
+/* The harness's device buffers (harness.h) on the backend G. */
+static void *galloc(size_t bytes) { return lj_harness_dalloc(G, bytes); }
+static void gpoison(void *d, size_t bytes) { lj_harness_dpoison(G, d, bytes); }
+static void *gbf16(const float *x, int64_t n) { return lj_harness_upload(G, x, n, LJ_DTYPE_BF16); }
+static void *gf32(const float *x, int64_t n) { return lj_harness_upload(G, x, n, LJ_DTYPE_F32); }
+static void *gi32(const int32_t *x, int64_t n) { return lj_harness_upload(G, x, n, LJ_DTYPE_F32); }
+static float *dl_bf16(const void *d, int64_t n) { return lj_harness_download_f32(G, d, n, LJ_DTYPE_BF16); }
+static float *dl_f32(const void *d, int64_t n) { return lj_harness_download_f32(G, d, n, LJ_DTYPE_F32); }
 
 /* Weight gradients in the backend's grad dtype: upload (host values must be bf16-exact when it
  * is bf16) and download as f32. */

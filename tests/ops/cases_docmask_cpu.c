@@ -37,56 +37,6 @@ void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, in
 
 /* ---- attention within documents: d = {B, T, nh, nkv, hd, mean document length} ---------- */
 
-typedef struct {
-    int B, T, nh, nkv, hd;
-    double *qkv;
-    const int32_t *ds;
-    const float *R;
-} attn_ctx;
-
-/* out[B*T, Q], lse[B, nh, T] (lse may be NULL): softmax((q k^T) / sqrt(hd)) v over the keys
- * ds[b*T + t] <= j <= t, query head h reading kv head h / (nh/nkv). */
-static void ref_attention_docs(const attn_ctx *c, double *out, double *lse) {
-    const int Q = c->nh * c->hd, KV = c->nkv * c->hd, row = Q + 2 * KV, T = c->T, hd = c->hd;
-    double *s = lj_malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int hh = 0; hh < c->nh; hh++) {
-            int g = hh / (c->nh / c->nkv);
-            for (int t = 0; t < T; t++) {
-                const int j0 = c->ds[(int64_t)b * T + t];
-                const double *q = c->qkv + ((int64_t)b * T + t) * row + hh * hd;
-                double m = -INFINITY, sum = 0;
-                for (int j = j0; j <= t; j++) {
-                    const double *k = c->qkv + ((int64_t)b * T + j) * row + Q + g * hd;
-                    s[j] = 0;
-                    for (int d = 0; d < hd; d++) s[j] += q[d] * k[d];
-                    s[j] /= sqrt((double)hd);
-                    m = fmax(m, s[j]);
-                }
-                for (int j = j0; j <= t; j++) sum += exp(s[j] - m);
-                if (lse) lse[((int64_t)b * c->nh + hh) * T + t] = m + log(sum);
-                double *o = out + ((int64_t)b * T + t) * Q + hh * hd;
-                for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int j = j0; j <= t; j++) {
-                    const double *v = c->qkv + ((int64_t)b * T + j) * row + Q + KV + g * hd;
-                    double p = exp(s[j] - m) / sum;
-                    for (int d = 0; d < hd; d++) o[d] += p * v[d];
-                }
-            }
-        }
-    free(s);
-}
-
-static double attn_loss(void *p) {
-    attn_ctx *c = p;
-    int64_t n = (int64_t)c->B * c->T * c->nh * c->hd;
-    double *o = lj_malloc((size_t)n * sizeof(double)), l = 0;
-    ref_attention_docs(c, o, NULL);
-    for (int64_t i = 0; i < n; i++) l += o[i] * c->R[i];
-    free(o);
-    return l;
-}
-
 /* Runs document [s, e) of sequence b alone (B = 1, T = e - s) through the plain ops and compares
  * its rows with the packed results bit for bit. */
 static int docs_alone_equal(const lj_ops *ops, const float *qkv, const float *dout, const float *out,
@@ -120,12 +70,12 @@ void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_m
     float *qkv = randf(h, nqkv, 1), *out = randf(h, nout, 1), *lse = randf(h, nlse, 1);
     void *ws = lj_malloc(ops->attention_workspace_bytes(B, T, nh, nkv, hd));
     ops->attention_forward_docs(out, lse, qkv, ds, B, T, nh, nkv, hd, ws);
-    attn_ctx ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), ds, randf(h, nout, 1)};
+    lj_case_attn ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), ds, randf(h, nout, 1)};
     float *dqkv = randf(h, nqkv, 100); /* overwritten: start from garbage */
     ops->attention_backward_docs(dqkv, ac.R, qkv, out, lse, ds, B, T, nh, nkv, hd, ws);
     if (mode == LJ_HARNESS_CHECK) {
         double *ref = lj_malloc(nout * sizeof(double)), *ref_lse = lj_malloc(nlse * sizeof(double));
-        ref_attention_docs(&ac, ref, ref_lse);
+        lj_case_ref_attention(&ac, ref, ref_lse);
         CHECK_D("attention_forward_docs out", out, ref, nout, c->tol);
         CHECK_D("attention_forward_docs lse", lse, ref_lse, nlse, c->tol);
         /* every document alone through the plain ops: the same bits */
@@ -152,7 +102,7 @@ void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_m
         CHECK_BITS("attention_backward_docs without boundaries == attention_backward", d1, d2, nqkv * 4);
         free(ref), free(ref_lse), free(zero), free(o1), free(l1), free(d1), free(o2), free(l2), free(d2);
     } else {
-        double *g = lj_harness_fd_grad(attn_loss, &ac, ac.qkv, nqkv);
+        double *g = lj_harness_fd_grad(lj_case_attn_loss, &ac, ac.qkv, nqkv);
         CHECK_D("attention_backward_docs dqkv", dqkv, g, nqkv, c->tol_grad);
         free(g);
     }

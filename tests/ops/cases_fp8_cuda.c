@@ -24,24 +24,13 @@ static void begin(const lj_op_case *c) {
     H = lj_ops_cpu();
 }
 
+/* bytes of device memory, with h[bytes] copied in unless h is NULL; host f32 as device bf16 */
 static void *up(const void *h, size_t bytes) {
-    void *d = NULL;
-    if (G->alloc(&d, bytes ? bytes : 1) != LJ_OK) {
-        fprintf(stderr, "op harness: %s\n", lj_error_message());
-        exit(2);
-    }
+    void *d = lj_harness_dalloc(G, bytes);
     if (h) G->upload(d, h, bytes);
     return d;
 }
-
-static void *up_bf16(const float *x, int64_t n) {
-    uint16_t *b = lj_malloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) b[i] = lj_f32_to_bf16(x[i]);
-    void *d = up(b, (size_t)n * 2);
-    G->synchronize();
-    free(b);
-    return d;
-}
+static void *up_bf16(const float *x, int64_t n) { return lj_harness_upload(G, x, n, LJ_DTYPE_BF16); }
 
 static void down(void *h, const void *d, size_t bytes) { G->download(h, d, bytes); }
 

@@ -33,55 +33,17 @@ static void check(const qctx *q, const char *op, const char *shape, const float 
     lj_harness_check_f(q->h, op, shape, got, ref, n, lj_harness_tol_gpu(tol.rel_l2, tol.max_rel));
 }
 
+/* The harness's buffers (harness.h), bf16 on the device where `bf16` says so, else 4-byte words. */
 static float *hrand(const qctx *q, int64_t n, float scale, float offset) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        x[i] = lj_bf16_to_f32(lj_f32_to_bf16(offset + (float)lj_rng_normal(&q->h->rng) * scale));
-    return x;
+    return lj_harness_randf_bf16_around(q->h, n, offset, scale);
 }
-
-static void *galloc(const qctx *q, size_t bytes) {
-    void *p = NULL;
-    if (q->G->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
-        fprintf(stderr, "op harness: %s\n", lj_error_message());
-        exit(2);
-    }
-    return p;
-}
-
-static void gpoison(const qctx *q, void *d, size_t bytes) {
-    unsigned char *hb = lj_malloc(bytes ? bytes : 1);
-    memset(hb, 0xff, bytes);
-    q->G->upload(d, hb, bytes);
-    q->G->synchronize();
-    free(hb);
-}
-
+static void *galloc(const qctx *q, size_t bytes) { return lj_harness_dalloc(q->G, bytes); }
+static void gpoison(const qctx *q, void *d, size_t bytes) { lj_harness_dpoison(q->G, d, bytes); }
 static void *gup(const qctx *q, const float *x, int64_t n, int bf16) {
-    void *d = galloc(q, (size_t)n * (bf16 ? 2 : 4));
-    if (bf16) {
-        uint16_t *hb = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
-        for (int64_t i = 0; i < n; i++) hb[i] = lj_f32_to_bf16(x[i]);
-        q->G->upload(d, hb, (size_t)n * 2);
-        q->G->synchronize();
-        free(hb);
-    } else {
-        q->G->upload(d, x, (size_t)n * 4);
-    }
-    return d;
+    return lj_harness_upload(q->G, x, n, bf16 ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
 }
-
 static float *gdown(const qctx *q, const void *d, int64_t n, int bf16) {
-    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (bf16) {
-        uint16_t *hb = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
-        q->G->download(hb, d, (size_t)n * 2);
-        for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(hb[i]);
-        free(hb);
-    } else {
-        q->G->download(x, d, (size_t)n * 4);
-    }
-    return x;
+    return lj_harness_download_f32(q->G, d, n, bf16 ? LJ_DTYPE_BF16 : LJ_DTYPE_F32);
 }
 
 /* d = {B, T, nh, nkv, hd}: both the plain and the fused op */

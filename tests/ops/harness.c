@@ -222,6 +222,59 @@ float *lj_harness_randf_bf16(lj_harness *h, int64_t n, float scale) {
     return x;
 }
 
+float *lj_harness_randf_bf16_around(lj_harness *h, int64_t n, float offset, float scale) {
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = lj_bf16_to_f32(lj_f32_to_bf16(offset + (float)lj_rng_normal(&h->rng) * scale));
+    return x;
+}
+
+void *lj_harness_dalloc(const lj_ops *ops, size_t bytes) {
+    void *p = NULL;
+    if (ops->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
+        fprintf(stderr, "op harness: %s\n", lj_error_message());
+        exit(2);
+    }
+    return p;
+}
+
+void lj_harness_dpoison(const lj_ops *ops, void *d, size_t bytes) {
+    unsigned char *b = lj_malloc(bytes ? bytes : 1);
+    memset(b, 0xff, bytes);
+    ops->upload(d, b, bytes);
+    ops->synchronize();
+    free(b);
+}
+
+void *lj_harness_upload(const lj_ops *ops, const void *x, int64_t n, lj_dtype dtype) {
+    const size_t es = dtype == LJ_DTYPE_BF16 ? 2 : 4;
+    void *d = lj_harness_dalloc(ops, (size_t)n * es);
+    if (dtype == LJ_DTYPE_BF16) {
+        uint16_t *b = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
+        for (int64_t i = 0; i < n; i++) b[i] = lj_f32_to_bf16(((const float *)x)[i]);
+        ops->upload(d, b, (size_t)n * 2);
+        ops->synchronize();
+        free(b);
+    } else {
+        ops->upload(d, x, (size_t)n * 4);
+        ops->synchronize();
+    }
+    return d;
+}
+
+float *lj_harness_download_f32(const lj_ops *ops, const void *d, int64_t n, lj_dtype dtype) {
+    float *x = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (dtype == LJ_DTYPE_BF16) {
+        uint16_t *b = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
+        ops->download(b, d, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(b[i]);
+        free(b);
+    } else {
+        ops->download(x, d, (size_t)n * 4);
+    }
+    return x;
+}
+
 double *lj_harness_to_double(const float *x, int64_t n) {
     double *d = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     for (int64_t i = 0; i < n; i++) d[i] = x[i];

@@ -133,10 +133,24 @@ void lj_harness_report(const char *group, const char *what, double ms, double ra
 float *lj_harness_randf(lj_harness *h, int64_t n, float scale);
 /* The same, rounded to bf16 (values both backends hold exactly). */
 float *lj_harness_randf_bf16(lj_harness *h, int64_t n, float scale);
+/* offset + N(0, scale^2), rounded to bf16 after the offset (norm weights around 1). */
+float *lj_harness_randf_bf16_around(lj_harness *h, int64_t n, float offset, float scale);
 /* A double copy of x[n]. */
 double *lj_harness_to_double(const float *x, int64_t n);
 /* dst[k] = src[(k / width) * stride + k % width] for k < n: a strided view made contiguous. */
 float *lj_harness_gather(const float *src, int64_t n, int64_t stride, int64_t width);
+
+/* ---- device buffers (any backend's table; the CUDA cases' uploads and downloads) ---- */
+
+/* `bytes` from the backend's tracked alloc; exits (status 2) when it fails. */
+void *lj_harness_dalloc(const lj_ops *ops, size_t bytes);
+/* Fills d[bytes] with 0xff bytes (NaN in bf16 and f32): an element a kernel leaves unwritten fails. */
+void lj_harness_dpoison(const lj_ops *ops, void *d, size_t bytes);
+/* x[n] into new device memory as `dtype`: BF16 rounds host f32 values, F32 (or 4-byte integers
+ * given as F32) copies the words; waits for the copy. */
+void *lj_harness_upload(const lj_ops *ops, const void *x, int64_t n, lj_dtype dtype);
+/* n device values of `dtype` (bf16 or f32) as a host fp32 array (free() it). */
+float *lj_harness_download_f32(const lj_ops *ops, const void *d, int64_t n, lj_dtype dtype);
 
 /* Central differences of loss(ctx) with respect to every element of p[n], step 1e-5. */
 typedef double (*lj_harness_loss_fn)(void *ctx);

@@ -1,6 +1,7 @@
 /* harness_cuda.cuh: device-side pieces of the op harness for .cu files (the perf cases and the
  * kernel lab, bench/kernels/): device buffers filled with reproducible pseudo-random values,
- * device tensors downloaded as fp32 and compared with the harness's check helpers, and the
+ * device tensors compared with the harness's check helpers (allocation and downloads are
+ * harness.h's lj_harness_dalloc / lj_harness_download_f32), and the
  * start-up line naming the card. */
 #ifndef LJ_TESTS_OPS_HARNESS_CUDA_CUH
 #define LJ_TESTS_OPS_HARNESS_CUDA_CUH
@@ -32,16 +33,6 @@ static __global__ void lj_harness_fill_f32_kernel(float *x, int64_t n, uint32_t 
         x[i] = scale * lj_harness_unit(i, seed);
 }
 
-/* `bytes` of device memory from the backend's tracked alloc; exits (status 2) when it fails. */
-static inline void *lj_harness_dalloc(const lj_ops *ops, size_t bytes) {
-    void *p = NULL;
-    if (ops->alloc(&p, bytes ? bytes : 1) != LJ_OK) {
-        fprintf(stderr, "op harness: %s\n", lj_error_message());
-        exit(2);
-    }
-    return p;
-}
-
 /* n device bf16 (or f32) values, scale * uniform[-1, 1), from `seed`. */
 static inline void *lj_harness_drand_bf16(const lj_ops *ops, int64_t n, uint32_t seed, float scale) {
     void *p = lj_harness_dalloc(ops, (size_t)n * 2);
@@ -54,20 +45,6 @@ static inline float *lj_harness_drand_f32(const lj_ops *ops, int64_t n, uint32_t
     lj_harness_fill_f32_kernel<<<1024, 256, 0, lj_cuda_stream()>>>(p, n, seed, scale);
     LJ_CUDA_LAUNCHED("lj_harness_fill_f32_kernel");
     return p;
-}
-
-/* n device values of `dtype` (bf16 or f32) as a host fp32 array (free() it). */
-static inline float *lj_harness_download_f32(const lj_ops *ops, const void *d, int64_t n, lj_dtype dtype) {
-    float *h = (float *)lj_malloc((size_t)(n > 0 ? n : 1) * 4);
-    if (dtype == LJ_DTYPE_BF16) {
-        uint16_t *b = (uint16_t *)lj_malloc((size_t)(n > 0 ? n : 1) * 2);
-        ops->download(b, d, (size_t)n * 2);
-        for (int64_t i = 0; i < n; i++) h[i] = lj_bf16_to_f32(b[i]);
-        free(b);
-    } else {
-        ops->download(h, d, (size_t)n * 4);
-    }
-    return h;
 }
 
 /* Two device tensors of `dtype` compared with lj_harness_check_f (ref is the reference). */

@@ -62,6 +62,18 @@ void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mod
  * input); their positions and document starts by Megatron's rule (data/docmask.h, all flags on;
  * either output may be NULL). */
 void lj_case_docmask_tokens(lj_rng *rng, int B, int T, int mean_len, int32_t *tokens);
+
+/* The double-precision attention reference of the CPU cases (cases_cpu.c): qkv [B*T, Q+2KV] in
+ * the QKV layout, ds the first key of each query's document ([B*T] i32, NULL: plain causal),
+ * R the weights of the scalar loss sum(out * R) whose finite differences the grad mode takes. */
+typedef struct {
+    int B, T, nh, nkv, hd;
+    double *qkv;
+    const int32_t *ds;
+    const float *R;
+} lj_case_attn;
+void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
+double lj_case_attn_loss(void *p);
 void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
 void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
