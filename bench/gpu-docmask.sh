@@ -43,13 +43,7 @@ prepare() { # name, input, extra flags
 for s in $steps; do
   case $s in
   1)
-    for op in attention_docs rope_pos; do
-      timeout 300 "$dev/test_ops_cuda" check --op $op >"$OUT/check_$op.log" 2>&1
-      say "1. test_ops_cuda check --op $op rc=$? $(tail -1 "$OUT/check_$op.log")"
-      timeout 300 compute-sanitizer --tool memcheck "$dev/test_ops_cuda" check --quick --op $op \
-        >"$OUT/memcheck_$op.log" 2>&1
-      say "1b. memcheck --op $op rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$op.log" | tail -1)"
-    done
+    lj_check_ops 1 attention_docs rope_pos
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op attention_docs >"$OUT/perf_attention_docs.log" 2>&1

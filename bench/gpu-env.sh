@@ -23,3 +23,18 @@ if [ -z "${LJ_CUDNN_LIBRARY:-}" ]; then
   done
   [ -z "${LJ_CUDNN_LIBRARY:-}" ] && LJ_CUDNN_LIBRARY=$(find /opt /usr/local /usr/lib -name libcudnn_graph.so.9 2>/dev/null | head -1) && export LJ_CUDNN_LIBRARY
 fi
+
+# lj_check_ops STEP OP...: for each op, `test_ops_cuda check --op OP` and the same (--quick) under
+# compute-sanitizer memcheck; logs check_OP.log and memcheck_OP.log in $OUT, one line each through
+# the calling script's say (its $dev holds test_ops_cuda).
+lj_check_ops() {
+  local step=$1 op
+  shift
+  for op in "$@"; do
+    timeout 300 "$dev/test_ops_cuda" check --op "$op" >"$OUT/check_$op.log" 2>&1
+    say "$step. test_ops_cuda check --op $op rc=$? $(tail -1 "$OUT/check_$op.log")"
+    timeout 300 compute-sanitizer --tool memcheck "$dev/test_ops_cuda" check --quick --op "$op" \
+      >"$OUT/memcheck_$op.log" 2>&1
+    say "${step}b. memcheck --op $op rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$op.log" | tail -1)"
+  done
+}

@@ -40,16 +40,18 @@ recipes=("--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 -
 names=(delayed tensorwise)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# the mean loss of the last 100 training lines of a --log-json file
+mean100() { grep '"loss": ' "$1" | tail -100 | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
+# pick I: name and flags of run I: -1 bf16, else recipes[I]
+pick() {
+  name=bf16 flags=()
+  [ "$1" -ge 0 ] && { name=${names[$1]}; read -r -a flags <<< "${recipes[$1]}"; }
+  return 0
+}
 for s in $steps; do
   case $s in
   1)
-    for op in fp8_cast fp8_scale_update fp8_matmul; do
-      timeout 300 "$dev/test_ops_cuda" check --op $op >"$OUT/check_$op.log" 2>&1
-      say "1. test_ops_cuda check --op $op rc=$? $(tail -1 "$OUT/check_$op.log")"
-      timeout 300 compute-sanitizer --tool memcheck "$dev/test_ops_cuda" check --quick --op $op \
-        >"$OUT/memcheck_$op.log" 2>&1
-      say "1b. memcheck --op $op rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$op.log" | tail -1)"
-    done
+    lj_check_ops 1 fp8_cast fp8_scale_update fp8_matmul
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1
@@ -63,7 +65,6 @@ for s in $steps; do
             --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 10 --log-interval 100 --eval-iters 8 --seed 1234 --device cuda)
     timeout 1200 "$lj" train "${common[@]}" --log-json "$OUT/train_bf16.jsonl" >"$OUT/train_bf16.log" 2>&1
     say "3. bf16 rc=$?"
-    mean100() { grep '"loss": ' "$1" | tail -100 | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
     ref=$(mean100 "$OUT/train_bf16.jsonl")
     for i in 0 1; do
       read -r -a flags <<< "${recipes[$i]}"
@@ -94,8 +95,7 @@ for s in $steps; do
  "tie_word_embeddings": true, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
 EOF
     for i in -1 0 1; do
-      name=bf16 flags=()
-      [ "$i" -ge 0 ] && { name=${names[$i]}; read -r -a flags <<< "${recipes[$i]}"; }
+      pick "$i"
       timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
         "$lj" benchmark --model "$OUT/model-L2.json" --micro-batch-size "$BENCH_MB" --device cuda --no-progress \
         --train-iters 1 --warmup-iters 1 "${flags[@]}" >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
@@ -108,8 +108,7 @@ EOF
     bench=(benchmark --model "${PLAN_MODEL:-deepspeed/llama3-8b}" --seq-length "${PLAN_SEQ:-4096}" --device cuda
            --no-progress --train-iters 8 --warmup-iters 3)
     for i in -1 0 1; do
-      name=bf16 flags=()
-      [ "$i" -ge 0 ] && { name=${names[$i]}; read -r -a flags <<< "${recipes[$i]}"; }
+      pick "$i"
       CHECKPOINT_OPTIMIZATION=true timeout 600 "$lj" "${bench[@]}" "${flags[@]}" --json "$OUT/bench8b_$name.json" \
         >"$OUT/bench8b_$name.log" 2>&1
       say "6. 8b planner $name rc=$? $(grep -E '^tokens/s |peak memory measured|^recompute' "$OUT/bench8b_$name.log" | tr -s ' ' | tr '\n' ' ')"
@@ -126,13 +125,11 @@ EOF
           --lr 3e-4 --min-lr 3e-5 --lr-warmup-iters 100 --log-interval 100 --eval-iters 8 --seed 1234 --device cuda)
     pids=()
     for i in -1 0 1; do
-      name=bf16 flags=()
-      [ "$i" -ge 0 ] && { name=${names[$i]}; read -r -a flags <<< "${recipes[$i]}"; }
+      pick "$i"
       timeout 1500 "$lj" train "${conv[@]}" "${flags[@]}" --log-json "$OUT/conv_$name.jsonl" >"$OUT/conv_$name.log" 2>&1 &
       pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done
-    mean100() { grep '"loss": ' "$1" | tail -100 | sed -E 's/.*"loss": ([^,]+),.*/\1/' | awk '{s += $1} END {printf "%.6f", s / NR}'; }
     ref=$(mean100 "$OUT/conv_bf16.jsonl")
     say "7. bf16: $(grep -c "\"loss\": " "$OUT/conv_bf16.jsonl") iterations, mean loss of the last 100 $ref"
     for n in "${names[@]}"; do

@@ -732,15 +732,10 @@ static lj_status async_buffer(lj_run_state *r, int64_t need) {
     a->host_numel = 0;
     a->host_free = NULL;
     const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    long long avail_kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "MemAvailable:", 13) == 0) avail_kib = strtoll(line + 13, NULL, 10);
-    if (f) fclose(f);
-    if (avail_kib >= 0 && (double)bytes > 0.9 * 1024.0 * (double)avail_kib)
+    size_t avail = 0, total = 0; /* the CPU backend's view of the host: MemAvailable */
+    if (lj_ops_cpu()->memory_info(&avail, &total) == LJ_OK && (double)bytes > 0.9 * (double)avail)
         return lj_fail(LJ_ERR_OOM, "its host copy needs %.2f GiB, the host has %.2f GiB available", bytes / 1073741824.0,
-                       avail_kib / 1048576.0);
+                       avail / 1073741824.0);
     if (ops->host_alloc && !r->model->offload_host) {
         void *p = NULL;
         LJ_TRY(ops->host_alloc(&p, bytes));

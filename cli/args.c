@@ -53,18 +53,6 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **
     return LJ_OK;
 }
 
-/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
-static uint64_t host_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
 lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj_planner_target *t,
                             const char *host_memory) {
     if (!t->offload_optimizer) return LJ_OK;
@@ -75,8 +63,9 @@ lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj
             return lj_fail(LJ_ERR_ARG, "--host-memory: '%s' is not a positive byte count (e.g. 64GiB)", host_memory);
         source = "--host-memory";
     } else {
-        have = host_available();
-        if (have == 0) return LJ_OK;
+        size_t avail = 0, total = 0; /* the CPU backend's view of the host: MemAvailable */
+        if (lj_ops_cpu()->memory_info(&avail, &total) != LJ_OK || avail == 0) return LJ_OK;
+        have = avail;
     }
     const size_t need = lj_planner_host_bytes(cfg, seq_length, t);
     const uint64_t usable = have - have / 10;

@@ -62,6 +62,18 @@ static lj_model_config family_config(int k) {
     return c;
 }
 
+/* The weights of a model of config c from its own init with `seed` (free() them); *P their count. */
+static float *family_weights(const lj_model_config *c, uint64_t seed, int64_t *P) {
+    lj_test_model tw;
+    assert_int_equal(lj_test_model_create(&tw, c, 1, 4, 1, LJ_RECOMPUTE_NONE), LJ_OK);
+    lj_model_init_weights(&tw.m, seed);
+    *P = tw.m.layout.total;
+    float *weights = lj_malloc((size_t)*P * sizeof(float));
+    lj_model_get_weights(&tw.m, weights);
+    lj_test_model_destroy(&tw);
+    return weights;
+}
+
 typedef struct {
     lj_test_model t;
     float *losses, *grads; /* host copies after one forward + backward */
@@ -124,13 +136,8 @@ static void test_packed_equals_documents_alone(void **state) {
             const int fused = variant != 1, policy = variant == 2 ? LJ_RECOMPUTE_FULL : LJ_RECOMPUTE_NONE;
             /* weights of the family from its own init */
             run packed;
-            lj_test_model tw;
-            assert_int_equal(lj_test_model_create(&tw, &c, 1, 4, 1, LJ_RECOMPUTE_NONE), LJ_OK);
-            lj_model_init_weights(&tw.m, 7);
-            const int64_t P = tw.m.layout.total;
-            float *weights = lj_malloc((size_t)P * sizeof(float));
-            lj_model_get_weights(&tw.m, weights);
-            lj_test_model_destroy(&tw);
+            int64_t P;
+            float *weights = family_weights(&c, 7, &P);
             run_batch(&packed, &c, weights, PB, PT, fused, policy, &dm, tok, dloss);
             /* each document alone: inputs [s, e) of its sequence with the packed targets */
             float *sum = lj_calloc((size_t)P, sizeof(float));
@@ -189,13 +196,8 @@ static void test_flags_without_eod_are_default(void **state) {
     for (int i = 0; i < PB * (PT + 1); i++) tok[i] = 3 + (i * 37 + 11) % 90;
     for (int k = 0; k < 6; k++) {
         const lj_model_config c = family_config(k);
-        lj_test_model tw;
-        assert_int_equal(lj_test_model_create(&tw, &c, 1, 4, 1, LJ_RECOMPUTE_NONE), LJ_OK);
-        lj_model_init_weights(&tw.m, 9);
-        const int64_t P = tw.m.layout.total;
-        float *weights = lj_malloc((size_t)P * sizeof(float));
-        lj_model_get_weights(&tw.m, weights);
-        lj_test_model_destroy(&tw);
+        int64_t P;
+        float *weights = family_weights(&c, 9, &P);
         run a, b;
         run_batch(&a, &c, weights, PB, PT, 1, LJ_RECOMPUTE_SELECTIVE, NULL, tok, 0.01f);
         run_batch(&b, &c, weights, PB, PT, 1, LJ_RECOMPUTE_SELECTIVE, &dm, tok, 0.01f);
@@ -213,12 +215,8 @@ static void test_without_flags_documents_interact(void **state) {
     int32_t tok[PB * (PT + 1)];
     packed_tokens(tok);
     const lj_model_config c = family_config(0);
-    lj_test_model tw;
-    assert_int_equal(lj_test_model_create(&tw, &c, 1, 4, 1, LJ_RECOMPUTE_NONE), LJ_OK);
-    lj_model_init_weights(&tw.m, 7);
-    float *weights = lj_malloc((size_t)tw.m.layout.total * sizeof(float));
-    lj_model_get_weights(&tw.m, weights);
-    lj_test_model_destroy(&tw);
+    int64_t P;
+    float *weights = family_weights(&c, 7, &P);
     run a, one;
     run_batch(&a, &c, weights, PB, PT, 1, LJ_RECOMPUTE_NONE, NULL, tok, 0.01f);
     run_batch(&one, &c, weights, 1, PT - 6, 1, LJ_RECOMPUTE_NONE, NULL, tok + 6, 0.01f); /* the document at 6 */

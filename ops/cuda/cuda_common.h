@@ -254,6 +254,17 @@ static __device__ __forceinline__ void lj_st(lj_bf16 *p, float v) { *p = __float
 static __device__ __forceinline__ float lj_ld(const float *p) { return *p; }
 static __device__ __forceinline__ void lj_st(float *p, float v) { *p = v; }
 
+/* RoPE's rotation of one pair (x1, x2) = (x[i], x[i + hd/2]) by (cos, sin) = (c, s). Forward:
+ * (x1 c - x2 s, x2 c + x1 s) (HF rotate_half); backward: the transpose, (d1 c + d2 s, d2 c - d1 s).
+ * Shared by the RoPE kernels and QK-norm's fused RoPE. */
+template <bool BACKWARD>
+static __device__ __forceinline__ void lj_rope_pair(float &x1, float &x2, float c, float s) {
+    const float y1 = BACKWARD ? x1 * c + x2 * s : x1 * c - x2 * s;
+    const float y2 = BACKWARD ? x2 * c - x1 * s : x2 * c + x1 * s;
+    x1 = y1;
+    x2 = y2;
+}
+
 /* 1 when every pointer is 16-byte aligned (host side, for choosing vector paths). */
 static inline int lj_cuda_aligned16(const void *a, const void *b, const void *c) {
     return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;

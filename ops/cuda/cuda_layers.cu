@@ -415,16 +415,6 @@ void lj_cuda_add(void *out, const void *a, const void *b, int64_t n) {
 
 /* ---- RoPE ------------------------------------------------------------------------- */
 
-/* The rotation of one pair (x1, x2) = (x[i], x[i + hd/2]). Forward: (x1 c - x2 s, x2 c + x1 s)
- * (HF rotate_half); backward: the transpose, (d1 c + d2 s, d2 c - d1 s). */
-template <bool BACKWARD>
-static __device__ __forceinline__ void rope_pair(float &x1, float &x2, float c, float s) {
-    const float y1 = BACKWARD ? x1 * c + x2 * s : x1 * c - x2 * s;
-    const float y2 = BACKWARD ? x2 * c - x1 * s : x2 * c + x1 * s;
-    x1 = y1;
-    x2 = y2;
-}
-
 /* One thread per PER consecutive pairs (i .. i + PER - 1 with their partners at + hd/2) of one
  * q or k head of one row, in place. PER = 8 reads and writes 16-byte vectors (hd/2 a multiple
  * of 8 and qkv 16-byte aligned); PER = 1 is the general case. POS: the row's position is pos[row]
@@ -452,12 +442,12 @@ __global__ void rope_kernel(lj_bf16 *qkv, const float *cosv, const float *sinv, 
             const float4 s0 = *(const float4 *)sp, s1 = *(const float4 *)(sp + 4);
             const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
             const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-            for (int q = 0; q < 8; q++) rope_pair<BACKWARD>(x1[q], x2[q], c[q], s[q]);
+            for (int q = 0; q < 8; q++) lj_rope_pair<BACKWARD>(x1[q], x2[q], c[q], s[q]);
             lj_store8(p, x1);
             lj_store8(p + half, x2);
         } else {
             float x1 = lj_ld(p), x2 = lj_ld(p + half);
-            rope_pair<BACKWARD>(x1, x2, cp[0], sp[0]);
+            lj_rope_pair<BACKWARD>(x1, x2, cp[0], sp[0]);
             lj_st(p, x1);
             lj_st(p + half, x2);
         }

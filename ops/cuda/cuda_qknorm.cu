@@ -16,14 +16,6 @@
 
 #define LJ_QKN_THREADS 256 /* 8 warps: 8 (row, head) items per block */
 
-template <bool BACKWARD>
-static __device__ __forceinline__ void qkn_rotate(float &x1, float &x2, float c, float s) {
-    const float y1 = BACKWARD ? x1 * c + x2 * s : x1 * c - x2 * s;
-    const float y2 = BACKWARD ? x2 * c - x1 * s : x2 * c + x1 * s;
-    x1 = y1;
-    x2 = y2;
-}
-
 /* out = [rope](w * x * rstd) for the q and k heads; rstd[row, head]. T: positions per sequence
  * (row % T is the position), cos/sin [T, hd/2] (unused without ROPE). */
 template <bool ROPE>
@@ -48,7 +40,7 @@ __global__ void qk_norm_forward_kernel(lj_bf16 *out, float *rstd, const lj_bf16 
     const int t = (int)(row % T);
     for (int i = lane; i < h2; i += 32) {
         float y1 = lj_ld(wr + i) * (lj_ld(x + off + i) * r), y2 = lj_ld(wr + i + h2) * (lj_ld(x + off + i + h2) * r);
-        if (ROPE) qkn_rotate<false>(y1, y2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
+        if (ROPE) lj_rope_pair<false>(y1, y2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
         lj_st(out + off + i, y1);
         lj_st(out + off + i + h2, y2);
     }
@@ -113,14 +105,14 @@ __global__ void qk_norm_dx_kernel(lj_bf16 *dx, const lj_bf16 *dout, const lj_bf1
     float dot = 0.0f;
     for (int i = lane; i < h2; i += 32) {
         float d1 = lj_ld(dout + off + i), d2 = lj_ld(dout + off + i + h2);
-        if (ROPE) qkn_rotate<true>(d1, d2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
+        if (ROPE) lj_rope_pair<true>(d1, d2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
         dot += lj_ld(wr + i) * d1 * lj_ld(x + off + i) + lj_ld(wr + i + h2) * d2 * lj_ld(x + off + i + h2);
     }
     dot = lj_warp_sum(dot);
     const float r = rstd[item], k = r * r * dot / (float)hd;
     for (int i = lane; i < h2; i += 32) {
         float d1 = lj_ld(dout + off + i), d2 = lj_ld(dout + off + i + h2);
-        if (ROPE) qkn_rotate<true>(d1, d2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
+        if (ROPE) lj_rope_pair<true>(d1, d2, cosv[(int64_t)t * h2 + i], sinv[(int64_t)t * h2 + i]);
         const float x1 = lj_ld(x + off + i), x2 = lj_ld(x + off + i + h2);
         lj_st(dx + off + i, r * (lj_ld(wr + i) * d1 - x1 * k));
         lj_st(dx + off + i + h2, r * (lj_ld(wr + i + h2) * d2 - x2 * k));
