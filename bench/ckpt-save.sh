@@ -14,7 +14,8 @@
 #   DEVICE (default cuda), DIR (the --save root; default $TMPDIR/ljperf-ckpt-bench),
 #   LJ (the binary; default build-gpu/dev/ljperf, else build/ljperf), MB (micro-batch, default 1),
 #   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3), MODES (which of
-#   "sync async resume" to run, default all; resume needs sync in the same call).
+#   "sync async resume" to run, default all; resume needs sync in the same call), SAVE_INTERVAL
+#   (the sync and async runs' --save-interval, default 1; ITERS keeps the last save in any case).
 # The state is 12 bytes per parameter (f32 master weights and two AdamW moments) plus the HF
 # export (2 bytes per parameter in bf16): llama3.2-1b about 15 GB + 2.5 GB, llama3-8b about
 # 96 GB + 16 GB per iteration. A run keeps one iteration (--keep-last 1), but a save is complete
@@ -49,7 +50,7 @@ run() { # run NAME [flags...]: ITERS iterations, a save after each
   local name=$1; shift
   $timev "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
     --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 \
-    --save-interval 1 --keep-last 1 --no-save-hf --log-json "$OUT/$name.jsonl" --log-interval 1 "$@" \
+    --save-interval "${SAVE_INTERVAL:-1}" --keep-last 1 --no-save-hf --log-json "$OUT/$name.jsonl" --log-interval 1 "$@" \
     >"$OUT/$name.out" 2>"$OUT/$name.err"
   local rc=$?
   say "$name: exit $rc${timev:+, $(grep -m1 'Maximum resident set size' "$OUT/$name.err" | sed 's/^[[:space:]]*//') (the whole process)}"

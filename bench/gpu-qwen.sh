@@ -4,7 +4,8 @@
 #   ops       test_ops_cuda check of the Qwen ops (QK-norm with and without RoPE, the q/k/v bias)
 #             and of AdamW, against the CPU backend;
 #   fixtures  tests/fixtures/make_fixtures_qwen.py with the machine's transformers (the tiny
-#             Qwen3 and Qwen2.5 references, $OUT/hf-qwen.tar), and the Llama fixtures on CUDA;
+#             Qwen3 and Qwen2.5 references, $OUT/hf-qwen.tar), and the whole model on CUDA against
+#             the committed Llama and Qwen fixtures (gpu_hf_fixtures);
 #   train     qwen3-0.6b on the KJV Bible prepared with the Qwen3 tokenizer, $QWEN_STEPS steps;
 #   greedy    bench/hf_greedy_check.py: a transformers-made Qwen3 and Qwen2 checkpoint, and the
 #             export of the train step, continued greedily by ljperf and by transformers (fp32);
@@ -35,7 +36,9 @@ for s in ${*:-ops fixtures train greedy}; do
       >"$OUT/fixtures_qwen.log" 2>&1
     say "fixtures: make_fixtures_qwen.py rc=$? $(tail -1 "$OUT/fixtures_qwen.log")"
     timeout 300 "$dev/gpu_hf_fixtures" >"$OUT/gpu_hf_fixtures.log" 2>&1
-    say "fixtures: gpu_hf_fixtures rc=$? $(tail -1 "$OUT/gpu_hf_fixtures.log")"
+    say "fixtures: gpu_hf_fixtures (Llama) rc=$? $(tail -1 "$OUT/gpu_hf_fixtures.log")"
+    timeout 300 "$dev/gpu_hf_fixtures" tests/fixtures/hf-qwen qwen3 qwen2 >"$OUT/gpu_hf_fixtures_qwen.log" 2>&1
+    say "fixtures: gpu_hf_fixtures tests/fixtures/hf-qwen qwen3 qwen2 rc=$? $(tail -1 "$OUT/gpu_hf_fixtures_qwen.log")"
     ;;
   train)
     "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv-qwen3 \

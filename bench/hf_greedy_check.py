@@ -68,20 +68,45 @@ ids = tok(args.prompt)["input_ids"]
 with torch.no_grad():
     out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=args.max_new_tokens,
                          pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0)
-hf_new = tok.decode(out[0, len(ids):].tolist())
+new_ids = out[0, len(ids):].tolist()
+
+
+def byte_decoder():
+    """GPT-2's byte-level alphabet inverted: the character each byte is written as -> the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
+        list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for c, b in zip(cs, bs)}
+
+
+# a random model's greedy tokens may split a UTF-8 character, so the continuations are compared as
+# bytes: each token's bytes from the byte-level alphabet (added tokens as their UTF-8 text)
+dec = byte_decoder()
+added = {t.content for t in tok.added_tokens_decoder.values()} if hasattr(tok, "added_tokens_decoder") else set()
+hf_bytes = b"".join(t.encode() if t in added or any(c not in dec for c in t) else bytes(dec[c] for c in t)
+                    for t in tok.convert_ids_to_tokens(new_ids))
+hf_new = hf_bytes.decode("utf-8", "replace")
 
 cmd = [args.ljperf, "generate", "--load", args.hf_dir, "--prompt", args.prompt, "--max-new-tokens",
        str(args.max_new_tokens), "--temperature", "0", "--device", "cpu", "--tokenizer", tok_path]
-r = subprocess.run(cmd, capture_output=True, text=True)
+r = subprocess.run(cmd, capture_output=True)
 if r.returncode != 0:
-    print(r.stderr)
+    print(r.stderr.decode("utf-8", "replace"))
     sys.exit(f"hf_greedy_check: FAIL: ljperf generate exited {r.returncode}")
-lj_text = r.stdout.rstrip("\n")
-lj_new = lj_text[len(args.prompt):] if lj_text.startswith(args.prompt) else lj_text
+lj_bytes = r.stdout.rstrip(b"\n")
+prompt = args.prompt.encode()
+lj_bytes = lj_bytes[len(prompt):] if lj_bytes.startswith(prompt) else lj_bytes
 print(f"prompt ids      {ids}")
+print(f"new ids         {new_ids}")
 print(f"transformers    {hf_new!r}")
-print(f"ljperf          {lj_new!r}")
-if lj_new == hf_new:
+print(f"ljperf          {lj_bytes.decode('utf-8', 'replace')!r}")
+if lj_bytes == hf_bytes:
     print(f"PASS: {type(model).__name__}: ljperf's greedy continuation equals transformers' "
           f"({args.max_new_tokens} tokens)")
     sys.exit(0)

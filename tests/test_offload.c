@@ -15,6 +15,7 @@
 #include "parallel/dp.h"
 #include "optim/offload.h"
 #include "parallel/parallel.h"
+#include "train/train.h"
 
 typedef struct {
     lj_model m;
@@ -177,11 +178,31 @@ static void test_bf16_gradients_in_chunks(void **state) {
     free(gb), free(g), free(ref_p), free(ref_m), free(ref_v), free(ws), free(m.params), free(m.offload_host);
 }
 
+/* The train command's choice: --offload-optimizer given or not (-1), a DeepSpeed config's device.
+ * "Not given" was once passed to the recompute planner as "on", which then planned without the
+ * optimizer state on the device. */
+static void test_offload_choice(void **state) {
+    (void)state;
+    lj_train_config c;
+    lj_train_config_defaults(&c);
+    assert_int_equal(c.offload_optimizer, -1);
+    assert_int_equal(lj_train_offload_optimizer(&c), 0);
+    c.has_deepspeed = 1;
+    c.deepspeed.zero.offload_optimizer_cpu = 1;
+    assert_int_equal(lj_train_offload_optimizer(&c), 1);
+    c.offload_optimizer = 0; /* --offload-optimizer none over the config */
+    assert_int_equal(lj_train_offload_optimizer(&c), 0);
+    c.has_deepspeed = 0;
+    c.offload_optimizer = 1;
+    assert_int_equal(lj_train_offload_optimizer(&c), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_gradients_in_chunks),
         cmocka_unit_test(test_offload_plan),
         cmocka_unit_test(test_offload_steps_equal),
+        cmocka_unit_test(test_offload_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,11 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->max_skipped = 10;
 }
 
+int lj_train_offload_optimizer(const lj_train_config *c) {
+    if (c->offload_optimizer >= 0) return c->offload_optimizer;
+    return c->has_deepspeed ? c->deepspeed.zero.offload_optimizer_cpu : 0;
+}
+
 /* ---- the run's state -------------------------------------------------------------- */
 
 typedef struct {
@@ -246,9 +251,7 @@ static lj_status setup(run *r) {
     r->dp.reduce_bucket_size = c->reduce_bucket_size > 0 ? c->reduce_bucket_size
                                : c->has_deepspeed && c->deepspeed.zero.reduce_bucket_size > 0 ? c->deepspeed.zero.reduce_bucket_size
                                                                                                 : 0;
-    r->dp.offload_optimizer = c->offload_optimizer >= 0 ? c->offload_optimizer
-                              : c->has_deepspeed ? c->deepspeed.zero.offload_optimizer_cpu
-                                                 : 0;
+    r->dp.offload_optimizer = lj_train_offload_optimizer(c);
     LJ_TRY(lj_dp_offload_check(&r->dp, c->zero_stage,
                                c->offload_optimizer >= 0 ? "--offload-optimizer cpu"
                                                          : "zero_optimization.offload_optimizer.device \"cpu\""));

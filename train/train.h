@@ -85,6 +85,10 @@ typedef struct {
 /* Fills the defaults (Megatron-LM's where they exist). */
 void lj_train_config_defaults(lj_train_config *cfg);
 
+/* Whether the run offloads the optimizer: --offload-optimizer when given (1 cpu, 0 none), else
+ * the DeepSpeed config's zero_optimization.offload_optimizer.device, else 0. */
+int lj_train_offload_optimizer(const lj_train_config *cfg);
+
 /* Runs training, data-parallel over the ranks the launcher started (mpirun, srun,
  * torchrun-style variables or --nproc-per-node; a world of one otherwise): each rank takes its
  * share of every global batch, gradients are summed across ranks before the optimizer step

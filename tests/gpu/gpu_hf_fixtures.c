@@ -4,7 +4,8 @@
  * fp32 gradients; and five
  * AdamW steps whose losses stay within 2e-2 relative, taken by lj_dp_train_step both as one
  * CUDA graph per step (captured once, replayed) and eagerly, which agree within 1e-3. Prints one line per check and exits 1 on
- * any failure. Usage: gpu_hf_fixtures [FIXTURE_ROOT] (default tests/fixtures/hf). */
+ * any failure. Usage: gpu_hf_fixtures [FIXTURE_ROOT [CASE...]] (default tests/fixtures/hf with its
+ * cases untied and tied; `gpu_hf_fixtures tests/fixtures/hf-qwen qwen3 qwen2` for the Qwen ones). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,8 +218,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         lj_ops_cuda_set_grad_dtype(grad_dtypes[i]);
         ops = lj_ops_cuda(); /* the table of that gradient dtype */
-        run_case(ops, root, "untied");
-        run_case(ops, root, "tied");
+        if (argc > 2) {
+            for (int c = 2; c < argc; c++) run_case(ops, root, argv[c]);
+        } else {
+            run_case(ops, root, "untied");
+            run_case(ops, root, "tied");
+        }
     }
     printf("gpu_hf_fixtures: %s (%d failure%s)\n", g_failures ? "FAIL" : "PASS", g_failures, g_failures == 1 ? "" : "s");
     return g_failures ? 1 : 0;
