@@ -141,6 +141,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
         if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
             doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
+        if (step == cfg->warmup_iters + 1) memset(m.offload_sec, 0, sizeof m.offload_sec);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
@@ -176,6 +177,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
     res->docs_per_sequence /= (double)cfg->train_iters * B;
     res->attention_fraction /= (double)cfg->train_iters * B;
+    res->offloaded = m.offload_host != NULL;
+    for (int i = 0; i < 3; i++) res->offload_ms[i] = m.offload_sec[i] * 1e3 / cfg->train_iters;
 
     free(step_ms);
     free(tokens);
@@ -223,6 +226,10 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
         fprintf(f, "overlap_comm: %s\n", cfg->dp->overlap_comm ? "on (collectives overlapped with compute)"
                                                                : "off (the compute stream waits for each collective)");
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    if (r->offloaded)
+        fprintf(f, "optimizer offload, ms of a step: gradients to the host + norm %.1f, host AdamW %.1f, "
+                   "parameters to the device %.1f (not overlapped with the device's work)\n",
+                r->offload_ms[0], r->offload_ms[1], r->offload_ms[2]);
     if (cfg->linear_recipe == LJ_LINEAR_RECIPE_FP8) {
         char what[200];
         lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
@@ -282,6 +289,11 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddNumberToObject(o, "step_ms_p90", r->step_ms_p90);
     cJSON_AddNumberToObject(o, "peak_mem_gib", (double)r->measured_bytes / (1024.0 * 1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "planned_mem_gib", (double)r->planned_bytes / (1024.0 * 1024.0 * 1024.0));
+    if (r->offloaded) {
+        cJSON_AddNumberToObject(o, "offload_grads_to_host_ms", r->offload_ms[0]);
+        cJSON_AddNumberToObject(o, "offload_host_adamw_ms", r->offload_ms[1]);
+        cJSON_AddNumberToObject(o, "offload_params_to_device_ms", r->offload_ms[2]);
+    }
     cJSON_AddNumberToObject(o, "flops_per_token", r->flops_per_token);
     cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
     cJSON_AddNumberToObject(o, "loss_last", r->loss_last);

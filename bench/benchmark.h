@@ -47,6 +47,10 @@ typedef struct {
     double docs_per_sequence;  /* documents (or parts of one) per sequence */
     double attention_fraction; /* sum over documents of l(l+1)/2, over T(T+1)/2: the attention work left
                                   by --reset-attention-mask against full causal attention */
+    /* with optimizer offload, ms per timed step: gradients to the host and their norm, the host
+       AdamW, parameters to the device (wall time of each, inside the step time) */
+    int offloaded; /* the optimizer state was in host memory (not on the CPU backend: already there) */
+    double offload_ms[3];
 } lj_bench_result;
 
 /* Runs the benchmark. Errors: plan does not fit, data errors, device errors. */

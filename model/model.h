@@ -185,6 +185,8 @@ struct lj_model {
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
     int64_t offload_n_grad; /* gradients downloaded this step (the rest of the shard counts as 0) */
+    double offload_sec[3];  /* wall seconds summed over the steps: gradients to the host and their norm,
+                               the host AdamW (with the bf16 -> f32 conversion), parameters to the device */
 
     lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
 

@@ -55,12 +55,14 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
     LJ_ASSERT(n_grad >= 0 && n_grad <= m->shard_numel, "offload: %lld gradients in a shard of %lld",
               (long long)n_grad, (long long)m->shard_numel);
     m->offload_n_grad = n_grad;
+    const double t0 = lj_time_sec();
     float norm_sq = 0.0f;
     if (ops->grad_dtype == LJ_DTYPE_F32) {
         float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
         ops->download(g, grad_shard, (size_t)n_grad * sizeof(float));
         ops->synchronize();
         lj_ops_cpu()->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
+        m->offload_sec[0] += lj_time_sec() - t0;
         return norm_sq;
     }
     LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
@@ -84,6 +86,7 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
     double total = 0.0;
     for (int64_t c = 0; c < chunks; c++) total += part[c];
     norm_sq = (float)total;
+    m->offload_sec[0] += lj_time_sec() - t0;
     return norm_sq;
 }
 
@@ -92,6 +95,7 @@ void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_se
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, hp, lr, step);
     const lj_ops *cpu = lj_ops_cpu();
+    const double t0 = lj_time_sec();
     if (m->ops->grad_dtype == LJ_DTYPE_F32) {
         /* params == master: the CPU backend's update writes the f32 master only */
         cpu->adamw_update(m->master, m->master, m->offload_grad, m->adam_m, m->adam_v, segments, num_segments, hp,
@@ -112,5 +116,8 @@ void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_se
             free(cs);
         }
     }
-    lj_model_offload_push_params(m);
+    const double t1 = lj_time_sec();
+    lj_model_offload_push_params(m); /* returns once the copy has landed */
+    m->offload_sec[1] += t1 - t0;
+    m->offload_sec[2] += lj_time_sec() - t1;
 }
