@@ -16,6 +16,8 @@
 #   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3), MODES (which of
 #   "sync async resume" to run, default all; resume needs sync in the same call), SAVE_INTERVAL
 #   (the sync and async runs' --save-interval, default 1; ITERS keeps the last save in any case).
+#   MODES=resume alone takes the uninterrupted loss from a run without saves (one state on disk
+#   at a time: the llama3-8b resume fits a 128 GiB tmpfs).
 # The state is 12 bytes per parameter (f32 master weights and two AdamW moments) plus the HF
 # export (2 bytes per parameter in bf16): llama3.2-1b about 15 GB + 2.5 GB, llama3-8b about
 # 96 GB + 16 GB per iteration. A run keeps one iteration (--keep-last 1), but a save is complete
@@ -68,6 +70,13 @@ fi
 if want async; then
 run async --save "$DIR-async" --async-save "$@" || say "async run failed: tail of $OUT/async.err"
 rm -rf "$DIR-async"
+fi
+if [ "$ITERS" -ge 2 ] && [ -z "$last" ] && want resume; then
+  # resume without the sync run: the uninterrupted loss from a run that saves nothing
+  "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
+    --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 \
+    --log-json "$OUT/ref.jsonl" --log-interval 1 "$@" >"$OUT/ref.out" 2>"$OUT/ref.err" || say "reference run failed"
+  last=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/ref.jsonl" "$ITERS" 2>/dev/null)
 fi
 if [ "$ITERS" -lt 2 ] || [ -z "$last" ] || ! want resume; then echo "logs in $OUT"; exit 0; fi
 # the resume: saved at iteration ITERS-1 (without the HF export), then the last iteration from there
