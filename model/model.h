@@ -180,8 +180,8 @@ struct lj_model {
     /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
      * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
     void *offload_host;  /* the allocation (lj_model_free releases it) */
-    float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step),
-                            else one chunk of LJ_OFFLOAD_CHUNK converted from the staging at a time */
+    float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step);
+                            unused under bf16 gradients (read from the staging) */
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
     void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
     int64_t offload_n_grad; /* gradients downloaded this step (the rest of the shard counts as 0) */
@@ -234,6 +234,11 @@ void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
  * (lj_f32_to_bf16, the device cast's round-to-nearest-even) and uploads it into the params at
  * the shard (params + shard_begin). Stream-ordered like every upload. */
 void lj_model_offload_push_params(lj_model *m);
+
+/* The same when the host already wrote the bf16 shard into m->offload_stage (the host AdamW
+ * does, in the same pass as the update): uploads the staging into the params at the shard and
+ * returns once the copy has landed. bf16 params only. */
+void lj_model_offload_push_staged(lj_model *m);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
  * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived

@@ -143,8 +143,17 @@ void lj_model_offload_push_params(lj_model *m) {
         const float *master = m->master;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
-        ops->upload(dst, stage, (size_t)S * sizeof(uint16_t));
+        lj_model_offload_push_staged(m);
+        return;
     }
+    ops->synchronize();
+}
+
+void lj_model_offload_push_staged(lj_model *m) {
+    const lj_ops *ops = m->ops;
+    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: staged push of %s params", lj_dtype_name(ops->param_dtype));
+    char *dst = (char *)m->params + (size_t)m->shard_begin * sizeof(uint16_t);
+    ops->upload(dst, m->offload_stage, (size_t)m->shard_numel * sizeof(uint16_t));
     /* the staging is reused by the next step's download: the upload has read it */
     ops->synchronize();
 }

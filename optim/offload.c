@@ -10,11 +10,10 @@ enum { OFFLOAD_ALIGN = 64 };
 
 static size_t offload_round(size_t bytes) { return (bytes + OFFLOAD_ALIGN - 1) / OFFLOAD_ALIGN * OFFLOAD_ALIGN; }
 
-/* Elements of the f32 gradient buffer: the shard under fp32 gradients, else one chunk. */
+/* Elements of the f32 gradient buffer: the shard under fp32 gradients; none under bf16 (the host
+ * AdamW reads them from the 2-byte staging). */
 static size_t grad_elems(const lj_model *m) {
-    const int64_t S = m->shard_numel;
-    if (m->ops->grad_dtype == LJ_DTYPE_F32) return (size_t)S;
-    return (size_t)(S < LJ_OFFLOAD_CHUNK ? S : LJ_OFFLOAD_CHUNK);
+    return m->ops->grad_dtype == LJ_DTYPE_F32 ? (size_t)m->shard_numel : 0;
 }
 
 void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
@@ -43,7 +42,7 @@ lj_status lj_offload_alloc(lj_model *m) {
     m->master = (float *)p;
     m->adam_m = (float *)(p + f);
     m->adam_v = (float *)(p + 2 * f);
-    m->offload_grad = (float *)(p + 3 * f);
+    m->offload_grad = g ? (float *)(p + 3 * f) : NULL;
     m->offload_stage = p + 3 * f + g;
     m->offload_ws = p + 3 * f + g + offload_round(S * sizeof(uint16_t));
     return LJ_OK;
@@ -90,6 +89,42 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
     return norm_sq;
 }
 
+/* bf16 gradients: one pass over each segment reads the gradient from the 2-byte staging (zero
+ * past the n_grad downloaded), steps the master and moments as the CPU backend's AdamW does
+ * (lj_cpu_adamw_element: the same floats), and with bf16 params writes the rounded parameter
+ * back into the staging in its place, ready to upload; elements outside every segment get their
+ * rounded master there too. One read of 14 bytes and one write of 14 per element, instead of a
+ * conversion pass, the update and a second pass for the parameters. */
+static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                            const float *scalars, const float *norm_sq) {
+    const int64_t S = m->shard_numel, n_grad = m->offload_n_grad;
+    uint16_t *stage = m->offload_stage;
+    const int write_params = m->ops->param_dtype == LJ_DTYPE_BF16;
+    const float clip = lj_cpu_adamw_clip(hp, norm_sq);
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = scalars[LJ_ADAMW_LR];
+    const float step_size = scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    int64_t covered = 0; /* segments are in shard order and disjoint: [covered, offset) is a gap */
+    for (int s = 0; s <= num_segments; s++) {
+        const int64_t begin = s < num_segments ? segments[s].offset : S;
+        LJ_ASSERT(begin >= covered && begin <= S, "offload: segment %d at %lld out of order", s, (long long)begin);
+        if (write_params) {
+#pragma omp parallel for schedule(static)
+            for (int64_t i = covered; i < begin; i++) stage[i] = lj_f32_to_bf16(m->master[i]);
+        }
+        if (s == num_segments) break;
+        const lj_adamw_segment *seg = &segments[s];
+        const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
+        float *p = m->master, *ms = m->adam_m, *vs = m->adam_v;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = begin; i < begin + seg->count; i++) {
+            const float g = i < n_grad ? lj_bf16_to_f32(stage[i]) : 0.0f;
+            const float pi = lj_cpu_adamw_element(&p[i], &ms[i], &vs[i], g * clip, b1, b2, eps, decay, step_size, bc2_sqrt);
+            if (write_params) stage[i] = lj_f32_to_bf16(pi);
+        }
+        covered = begin + seg->count;
+    }
+}
+
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                        float lr, int step, float norm_sq) {
     float scalars[LJ_ADAMW_NUM_SCALARS];
@@ -101,23 +136,13 @@ void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_se
         cpu->adamw_update(m->master, m->master, m->offload_grad, m->adam_m, m->adam_v, segments, num_segments, hp,
                           scalars, &norm_sq);
     } else {
-        /* bf16 gradients: converted into f32 a chunk at a time (element-wise: the same update) */
-        const int64_t S = m->shard_numel, n_grad = m->offload_n_grad;
-        const uint16_t *stage = m->offload_stage;
-        float *g = m->offload_grad;
-        for (int64_t c0 = 0; c0 < S; c0 += LJ_OFFLOAD_CHUNK) {
-            const int64_t n = S - c0 < LJ_OFFLOAD_CHUNK ? S - c0 : LJ_OFFLOAD_CHUNK;
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++) g[i] = c0 + i < n_grad ? lj_bf16_to_f32(stage[c0 + i]) : 0.0f;
-            lj_adamw_segment *cs;
-            const int nc = lj_adamw_segments_slice(segments, num_segments, c0, n, &cs);
-            cpu->adamw_update(m->master + c0, m->master + c0, g, m->adam_m + c0, m->adam_v + c0, cs, nc, hp, scalars,
-                              &norm_sq);
-            free(cs);
-        }
+        host_adamw_bf16(m, segments, num_segments, hp, scalars, &norm_sq);
     }
     const double t1 = lj_time_sec();
-    lj_model_offload_push_params(m); /* returns once the copy has landed */
+    if (m->ops->param_dtype == LJ_DTYPE_BF16 && m->ops->grad_dtype == LJ_DTYPE_BF16)
+        lj_model_offload_push_staged(m); /* the pass above wrote the bf16 shard */
+    else
+        lj_model_offload_push_params(m); /* returns once the copy has landed */
     m->offload_sec[1] += t1 - t0;
     m->offload_sec[2] += lj_time_sec() - t1;
 }

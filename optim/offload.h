@@ -9,13 +9,10 @@
 #include "model/model.h"
 #include "optim/optim.h"
 
-/* The f32 gradients converted from bf16 at a time by the host AdamW (16 MiB). */
-#define LJ_OFFLOAD_CHUNK ((int64_t)1 << 22)
-
 /* Bytes of host memory for this model's offloaded state: `state` the f32 master weights and
  * AdamW moments (12 B per shard element), `staging` the 2-byte gradient and parameter staging
- * (2 B per shard element; bf16 gradients are converted to f32 a chunk at a time, fp32 gradients
- * take 4 B more per element) and the norm workspace. Both 0 without opt.offload_optimizer. */
+ * (2 B per shard element: bf16 gradients down, bf16 parameters up; fp32 gradients take 4 B more
+ * per element) and the norm workspace. Both 0 without opt.offload_optimizer. */
 void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging);
 
 /* Allocates and zeroes the host buffers above and points master, adam_m and adam_v at them
@@ -30,8 +27,10 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
 
 /* The second: AdamW on the host over m->master/adam_m/adam_v with the global squared norm
  * `norm_sq` (for clipping) and the scalars of step `step` at `lr`, then the rounded shard is
- * uploaded into the params (lj_model_offload_push_params). `segments` are relative to the
- * shard. */
+ * uploaded into the params. `segments` are relative to the shard, in shard order and disjoint.
+ * Under bf16 gradients and params the update reads each gradient from the staging and writes the
+ * rounded parameter back in its place in one pass (lj_model_offload_push_staged uploads it);
+ * the floats are the CPU backend's AdamW's. */
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                        float lr, int step, float norm_sq);
 

@@ -123,16 +123,18 @@ static void test_offload_steps_equal(void **state) {
     destroy(&b);
 }
 
-/* bf16 gradients (a GPU's) on the host path: the norm computed from the 2-byte staging and AdamW
- * over f32 chunks of LJ_OFFLOAD_CHUNK give bit for bit what the CPU backend's norm and AdamW give on
- * the whole f32 shard; the host staging is 2 B per element plus one chunk, not 6 B. A copy of the
- * CPU table with grad_dtype bf16 stands in for the GPU (its download is a copy). */
-static void test_bf16_gradients_in_chunks(void **state) {
-    (void)state;
+/* bf16 gradients (a GPU's) on the host path: the norm computed from the 2-byte staging and the
+ * one-pass AdamW over it give bit for bit what the CPU backend's norm and AdamW give on the whole
+ * f32 shard, with f32 params (the master uploaded) and with bf16 params (the rounded master
+ * written into the staging and uploaded, also for the elements outside every segment); the host
+ * staging is 2 B per element, not 6. A copy of the CPU table with grad_dtype bf16 stands in for
+ * the GPU (its download and upload are copies). */
+static void bf16_gradients_case(lj_dtype param_dtype) {
     lj_ops gpu = *lj_ops_cpu();
     gpu.grad_dtype = LJ_DTYPE_BF16;
+    gpu.param_dtype = param_dtype;
     const lj_ops *cpu = lj_ops_cpu();
-    const int64_t S = 2 * LJ_OFFLOAD_CHUNK + 12345, n_grad = S - 1000;
+    const int64_t S = ((int64_t)1 << 23) + 12345, n_grad = S - 1000, gap = 7;
     lj_model m;
     memset(&m, 0, sizeof m);
     m.ops = &gpu;
@@ -142,7 +144,7 @@ static void test_bf16_gradients_in_chunks(void **state) {
     m.params = lj_malloc((size_t)S * sizeof(float));
     size_t host_state, staging;
     lj_offload_bytes(&m, &host_state, &staging);
-    assert_true(staging < (size_t)S * 2 + (size_t)LJ_OFFLOAD_CHUNK * 4 + ((size_t)1 << 20));
+    assert_true(staging < (size_t)S * 2 + ((size_t)1 << 20));
     assert_int_equal(lj_offload_alloc(&m), LJ_OK);
     lj_rng rng;
     lj_rng_seed(&rng, 5);
@@ -158,11 +160,11 @@ static void test_bf16_gradients_in_chunks(void **state) {
             g[i] = lj_bf16_to_f32(gb[i]);
         }
     }
-    /* the reference: the CPU backend on the whole f32 shard */
+    /* the reference: the CPU backend on the whole f32 shard; `gap` elements in no segment */
     void *ws = lj_malloc(cpu->global_norm_workspace_bytes(n_grad));
     float ref_norm = 0.0f;
     cpu->global_norm_sq(&ref_norm, g, n_grad, ws);
-    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f}, {S / 3, S - S / 3, 0.0f}};
+    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f}, {S / 3 + gap, S - S / 3 - gap, 0.0f}};
     const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f};
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, &hp, 3e-4f, 3);
@@ -174,8 +176,21 @@ static void test_bf16_gradients_in_chunks(void **state) {
     assert_memory_equal(m.master, ref_p, (size_t)S * 4);
     assert_memory_equal(m.adam_m, ref_m, (size_t)S * 4);
     assert_memory_equal(m.adam_v, ref_v, (size_t)S * 4);
-    assert_memory_equal(m.params, ref_p, (size_t)S * 4); /* the f32 params follow the master */
+    if (param_dtype == LJ_DTYPE_F32) {
+        assert_memory_equal(m.params, ref_p, (size_t)S * 4); /* the f32 params follow the master */
+    } else {
+        const uint16_t *pb = m.params;
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < S; i++) wrong += pb[i] != lj_f32_to_bf16(ref_p[i]);
+        assert_int_equal(wrong, 0); /* every element, the gap's included */
+    }
     free(gb), free(g), free(ref_p), free(ref_m), free(ref_v), free(ws), free(m.params), free(m.offload_host);
+}
+
+static void test_bf16_gradients_from_staging(void **state) {
+    (void)state;
+    bf16_gradients_case(LJ_DTYPE_F32);
+    bf16_gradients_case(LJ_DTYPE_BF16);
 }
 
 /* The train command's choice: --offload-optimizer given or not (-1), a DeepSpeed config's device.
@@ -199,7 +214,7 @@ static void test_offload_choice(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_gradients_in_chunks),
+        cmocka_unit_test(test_bf16_gradients_from_staging),
         cmocka_unit_test(test_offload_plan),
         cmocka_unit_test(test_offload_steps_equal),
         cmocka_unit_test(test_offload_choice),

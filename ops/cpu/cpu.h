@@ -12,6 +12,8 @@
 #ifndef LJ_OPS_CPU_H
 #define LJ_OPS_CPU_H
 
+#include <math.h>
+
 #include "ops/ops.h"
 
 /* Largest head dimension the CPU attention supports (decode keeps one [hd] accumulator on
@@ -180,6 +182,26 @@ void lj_cpu_cross_entropy_forward_backward(float *losses, void *dlogits, const v
                                            int N, int V, float dloss);
 
 /* cpu_adamw.c */
+
+/* AdamW's clipping factor min(1, max_grad_norm / (||g|| + 1e-6)) from the squared global norm
+ * (1 without clipping), and one element's step in PyTorch's order (lj_cpu_adamw_update's
+ * comment): the moments m, v and the master p updated in place from the clipped gradient g. The
+ * CPU backend and the host half of optimizer offload share them, so both give the same floats. */
+static inline float lj_cpu_adamw_clip(const lj_adamw_hparams *hp, const float *grad_norm_sq) {
+    if (hp->max_grad_norm <= 0.0f) return 1.0f;
+    const float c = hp->max_grad_norm / (sqrtf(grad_norm_sq[0]) + 1e-6f);
+    return c < 1.0f ? c : 1.0f;
+}
+static inline float lj_cpu_adamw_element(float *p, float *m, float *v, float g, float b1, float b2, float eps,
+                                         float decay, float step_size, float bc2_sqrt) {
+    const float mi = b1 * *m + (1.0f - b1) * g;
+    const float vi = b2 * *v + (1.0f - b2) * g * g;
+    *m = mi;
+    *v = vi;
+    *p = *p * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+    return *p;
+}
+
 void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace);
 size_t lj_cpu_global_norm_workspace_bytes(int64_t n);
 void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,

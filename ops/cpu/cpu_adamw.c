@@ -37,12 +37,7 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
                          const float *step_scalars, const float *grad_norm_sq) {
     const float *g = grad;
     if (grad_norm_sq && !isfinite(grad_norm_sq[0])) return; /* a skipped step (ops.h) */
-    float clip = 1.0f;
-    if (hp->max_grad_norm > 0.0f) {
-        float norm = sqrtf(grad_norm_sq[0]);
-        float c = hp->max_grad_norm / (norm + 1e-6f);
-        clip = c < 1.0f ? c : 1.0f;
-    }
+    const float clip = lj_cpu_adamw_clip(hp, grad_norm_sq);
     const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = step_scalars[LJ_ADAMW_LR];
     const float step_size = step_scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
     for (int s = 0; s < num_segments; s++) {
@@ -51,14 +46,8 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
         float *p = master + seg->offset, *ms = m + seg->offset, *vs = v + seg->offset;
         const float *gs = g + seg->offset;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < seg->count; i++) {
-            float gi = gs[i] * clip;
-            float mi = b1 * ms[i] + (1.0f - b1) * gi;
-            float vi = b2 * vs[i] + (1.0f - b2) * gi * gi;
-            ms[i] = mi;
-            vs[i] = vi;
-            p[i] = p[i] * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
-        }
+        for (int64_t i = 0; i < seg->count; i++)
+            lj_cpu_adamw_element(&p[i], &ms[i], &vs[i], gs[i] * clip, b1, b2, eps, decay, step_size, bc2_sqrt);
         if (params && params != (void *)master)
             memcpy((float *)params + seg->offset, p, (size_t)seg->count * sizeof(float));
     }
