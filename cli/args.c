@@ -120,6 +120,24 @@ lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, 
     return LJ_OK;
 }
 
+/* The plan total of a decided policy as the planner builds it: the candidate with the policy's
+ * layer counts (the order of the layers changes no byte: plan/planner.h). */
+static size_t planned_total(const lj_model_config *cfg, int seq_length, int micro_batch_size, const uint8_t *policy,
+                            const lj_planner_target *t) {
+    lj_planner_candidate c = {.micro_batch_size = micro_batch_size};
+    for (int l = 0; l < cfg->num_hidden_layers; l++) {
+        if (policy[l] == LJ_RECOMPUTE_FULL) c.num_full++;
+        else if (policy[l] == LJ_RECOMPUTE_SELECTIVE) c.num_selective++;
+        else c.num_none++;
+    }
+    lj_plan plan;
+    lj_mem_breakdown bd;
+    lj_planner_candidate_plan(cfg, seq_length, &c, t, &plan, &bd);
+    const size_t total = plan.total_bytes;
+    lj_plan_free(&plan);
+    return total;
+}
+
 lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_size, uint8_t *policy) {
     const char *cmd = q->cmd, *recompute = q->recompute, *granularity = q->granularity;
     const lj_model_config *cfg = q->cfg;
@@ -152,7 +170,10 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
         LJ_TRY(lj_planner_megatron_recompute(granularity, q->method, q->num_layers, cfg->num_hidden_layers, policy));
         lj_planner_result res;
         lj_status s = lj_planner_search(cfg, seq_length, *micro_batch_size, policy, &target, &res);
-        if (s == LJ_OK && res.found) return LJ_OK;
+        if (s == LJ_OK && res.found) {
+            if (q->plan_bytes) *q->plan_bytes = planned_total(cfg, seq_length, *micro_batch_size, policy, &target);
+            return LJ_OK;
+        }
         if (!q->auto_if_needed) {
             /* point at the planner only when some recompute policy would fit */
             lj_planner_result any;
@@ -167,6 +188,7 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     char why[1536];
     LJ_TRY(lj_planner_choose(cfg, seq_length, micro_batch_size, &target, policy, why, sizeof why));
     lj_log_info("%s: recompute planner%s: %s", cmd, env_on ? " (CHECKPOINT_OPTIMIZATION)" : "", why);
+    if (q->plan_bytes) *q->plan_bytes = planned_total(cfg, seq_length, *micro_batch_size, policy, &target);
     return LJ_OK;
 }
 

@@ -56,6 +56,9 @@ typedef struct {
     int offload_optimizer;       /* --offload-optimizer cpu: the optimizer state is host memory, not planned
                                     on the device (GPU backends); the host part is checked */
     const char *host_memory;     /* --host-memory, or NULL: MemAvailable (lj_cli_host_check) */
+    size_t *plan_bytes;          /* out, or NULL: the device plan's total (lj_plan_build) of the policy
+                                    decided, as the planner built it: the run's own plan must equal it
+                                    (lj_planner_check_plan) */
 } lj_cli_recompute_request;
 
 /* The recompute policy (and micro-batch size) of a run, decided before anything is allocated:

@@ -445,6 +445,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .linear_recipe = c->linear_recipe,
         .fp8 = &c->fp8,
         .offload_optimizer = lj_train_offload_optimizer(c),
+        .plan_bytes = &c->planned_plan_bytes,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */

@@ -604,6 +604,17 @@ lj_status lj_planner_choose(const lj_model_config *cfg, int seq_length, int *mic
     return s;
 }
 
+void lj_planner_check_plan(const char *cmd, size_t planned, size_t run_plan_bytes) {
+    if (planned == 0) return;
+    const size_t d = planned > run_plan_bytes ? planned - run_plan_bytes : run_plan_bytes - planned;
+    if (d <= ((size_t)64 << 20)) return;
+    char b1[32], b2[32];
+    lj_log_warn("%s: the recompute planner planned %s of buffers for this run but its plan is %s: the planner's "
+                "model options and the run's disagree, so the choice and the predicted peak above are not this "
+                "run's (a bug in ljperf: please report it with the command line)",
+                cmd, lj_format_bytes(planned, b1, sizeof b1), lj_format_bytes(run_plan_bytes, b2, sizeof b2));
+}
+
 void lj_planner_candidate_plan(const lj_model_config *cfg, int seq_length, const lj_planner_candidate *c,
                                const lj_planner_target *t, lj_plan *plan, lj_mem_breakdown *bd) {
     search_ctx s;

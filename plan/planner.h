@@ -288,6 +288,12 @@ lj_status lj_planner_choose(const lj_model_config *cfg, int seq_length, int *mic
                             const lj_planner_target *t, uint8_t recompute[LJ_MAX_LAYERS], char *explanation,
                             size_t explanation_len);
 
+/* The run's plan total against the one the planner built for the policy it decided (`planned`,
+ * lj_plan_build's total; 0: nothing to compare): when the two differ by more than 64 MiB, a
+ * warning naming both (the planner's model options and the run's disagree, so its choice and its
+ * predicted peak are not this run's). `cmd` names the command in the message. */
+void lj_planner_check_plan(const char *cmd, size_t planned, size_t run_plan_bytes);
+
 /* Builds the plan of one candidate and its breakdown (for printing). Free with lj_plan_free. */
 void lj_planner_candidate_plan(const lj_model_config *cfg, int seq_length, const lj_planner_candidate *c,
                                const lj_planner_target *t, lj_plan *plan, lj_mem_breakdown *bd);

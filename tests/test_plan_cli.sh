@@ -249,4 +249,15 @@ if [ "$gpu" = 1 ]; then
     check "--grad-dtype fp32: gradients FP32" has "$out/fp32.txt" "gradients F32"
 fi
 
+# train's own plan equals the one the recompute planner built for it (else a warning names both):
+# the planner's policy, Megatron's manual flags, FP8 linears, and a first save of the state
+for flags in "--recompute auto" "--recompute-granularity selective" "--recompute auto --fp8-format hybrid" \
+    "--recompute auto --micro-batch-size auto"; do
+    # shellcheck disable=SC2086
+    "$LJPERF" train --model llama3-nano --device cpu --mock-data --seq-length 64 --micro-batch-size 2 \
+        --train-iters 1 --eval-iters 0 --quiet $flags >"$out/agree.txt" 2>&1
+    check "train $flags: exit 0" test $? = 0
+    check "train $flags: plan equals the planner's" bash -c "! grep -q 'the recompute planner planned' '$out/agree.txt'"
+done
+
 exit $fail

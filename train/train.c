@@ -16,6 +16,7 @@
 #include "checkpoint/state.h"
 #include "io/hf.h"
 #include "plan/plan.h"
+#include "plan/planner.h"
 #include "train/tensorboard.h"
 #include "optim/offload.h"
 #include "parallel/parallel.h"
@@ -286,6 +287,7 @@ static lj_status setup(run *r) {
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
                 c->global_batch_size, r->accumulation);
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
+    if (r->rank == 0) lj_planner_check_plan("train", c->planned_plan_bytes, r->plan.total_bytes);
     if (r->model.linear_fp8.active) {
         char what[200];
         lj_linear_fp8_describe(&c->fp8, what, sizeof what);

@@ -33,6 +33,7 @@ typedef struct {
     lj_linear_recipe linear_recipe;  /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
     lj_linear_fp8_options fp8;       /* its settings (--fp8-recipe, ...) */
     uint8_t recompute[LJ_MAX_LAYERS];
+    size_t planned_plan_bytes; /* the plan total the recompute planner built for this policy (0: none) */
     lj_doc_mask doc_mask;      /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (data/docmask.h) */
 
     lj_lr_schedule lr;
