@@ -373,8 +373,9 @@ lj_status lj_ops_cuda_fp8_check(void);
 /* Whether this GPU and cuBLASLt can run the blockwise FP8 recipe (--fp8-recipe blockwise): a
  * Hopper GPU (compute capability 9.x: cuBLASLt's 1x128 / 128x128 scale modes exist only there)
  * and cuBLASLt 12.9 or later, at run time (cublasLtGetVersion) and in this build's headers.
- * Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA). Call after
- * lj_ops_cuda_fp8_check. */
+ * Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA); and, until a
+ * GPU has passed the op harness's blockwise rows, LJ_ERR_UNSUPPORTED unless the environment sets
+ * LJPERF_FP8_BLOCKWISE_UNVALIDATED=1 (the GPU check's opt-in). Call after lj_ops_cuda_fp8_check. */
 lj_status lj_ops_cuda_fp8_blockwise_check(void);
 
 /* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation

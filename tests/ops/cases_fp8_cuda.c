@@ -267,3 +267,128 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
     G->free(c.st), G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
     G->free(c.qdy_t), G->free(c.dw);
 }
+
+/* ---- the blockwise recipe ------------------------------------------------------------- */
+
+/* d = {rows, cols} (not multiples of 128: partial tiles): random bf16 values with an outlier and
+ * an all-zero tile; the GPU's 1x128 tiles (rowwise and columnwise) and 128x128 blocks (with the
+ * transpose) against the CPU emulation bit for bit: codes with their zero padding, every factor
+ * with the layouts' padding of 1s (the device buffers start as 0xAA bytes, so an unwritten byte
+ * shows), and the amax; both formats. */
+void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int R = c->d[0], C = c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    SHAPE("rows=%d cols=%d", R, C);
+    float *x = lj_harness_randf_bf16(h, (int64_t)R * C, 2.0f);
+    x[(R / 2) * C + C / 3] = 1000.0f;
+    for (int k = 0; k < C && k < 128; k++) x[(size_t)(R - 1) * C + k] = 0.0f; /* the last row's first tile */
+    void *dx = up_bf16(x, (int64_t)R * C);
+    const size_t nq = (size_t)R * ld, nqt = (size_t)C * ldt;
+    const size_t ns = (size_t)lj_fp8_tile_scales_numel(R, C) * 4, nst = (size_t)lj_fp8_tile_scales_numel(C, R) * 4;
+    const size_t ng = (size_t)lj_fp8_block_scales_numel(R, C) * 4, ngt = (size_t)lj_fp8_block_scales_numel(C, R) * 4;
+    uint8_t *q = lj_malloc(nq), *qt = lj_malloc(nqt), *gq = lj_malloc(nq), *gqt = lj_malloc(nqt);
+    float *s = lj_malloc(ns), *st = lj_malloc(nst), *gs = lj_malloc(ns), *gst = lj_malloc(nst);
+    float *g = lj_malloc(ng), *gt = lj_malloc(ngt), *gg = lj_malloc(ng), *ggt = lj_malloc(ngt);
+    void *dq = up(NULL, nq), *dqt = up(NULL, nqt), *ds = up(NULL, ns), *dst = up(NULL, nst);
+    void *dg = up(NULL, ng), *dgt = up(NULL, ngt);
+    float *damax = up(NULL, 16);
+    uint8_t *junk = lj_malloc(nq > nqt ? nq : nqt);
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        char op[64];
+        /* 1x128 tiles, rowwise and columnwise in one call */
+        memset(junk, 0xAA, nq > nqt ? nq : nqt);
+        G->upload(dq, junk, nq), G->upload(dqt, junk, nqt), G->upload(ds, junk, ns), G->upload(dst, junk, nst);
+        float amax = -1, gamax = -2;
+        H->fp8_quantize_tiles(q, s, qt, st, x, R, C, fmt, &amax);
+        G->fp8_quantize_tiles(dq, ds, dqt, dst, dx, R, C, fmt, damax);
+        down(gq, dq, nq), down(gqt, dqt, nqt), down(gs, ds, ns), down(gst, dst, nst), down(&gamax, damax, 4);
+        snprintf(op, sizeof op, "fp8_quantize_tiles %s", lj_fp8_format_name(fmt));
+        lj_harness_check_bits(h, op, shape, gq, q, nq);
+        lj_harness_check_bits(h, op, shape, gs, s, ns);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, gst, st, nst);
+        lj_harness_check_true(h, op, shape, gamax == amax && amax == 1000.0f, "amax %g (cpu %g, want 1000)",
+                              (double)gamax, (double)amax);
+        /* the columnwise pair alone (the backward's second cast of x) */
+        G->upload(dqt, junk, nqt), G->upload(dst, junk, nst);
+        G->fp8_quantize_tiles(NULL, NULL, dqt, dst, dx, R, C, fmt, NULL);
+        down(gqt, dqt, nqt), down(gst, dst, nst);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, gst, st, nst);
+        /* 128x128 blocks with the transpose */
+        G->upload(dq, junk, nq), G->upload(dqt, junk, nqt), G->upload(dg, junk, ng), G->upload(dgt, junk, ngt);
+        H->fp8_quantize_blocks(q, g, qt, gt, x, R, C, fmt, &amax);
+        G->fp8_quantize_blocks(dq, dg, dqt, dgt, dx, R, C, fmt, damax);
+        down(gq, dq, nq), down(gqt, dqt, nqt), down(gg, dg, ng), down(ggt, dgt, ngt), down(&gamax, damax, 4);
+        snprintf(op, sizeof op, "fp8_quantize_blocks %s", lj_fp8_format_name(fmt));
+        lj_harness_check_bits(h, op, shape, gq, q, nq);
+        lj_harness_check_bits(h, op, shape, gg, g, ng);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, ggt, gt, ngt);
+        lj_harness_check_true(h, op, shape, gamax == amax, "amax %g (cpu %g)", (double)gamax, (double)amax);
+    }
+    G->free(dx), G->free(dq), G->free(dqt), G->free(ds), G->free(dst), G->free(dg), G->free(dgt), G->free(damax);
+    free(x), free(q), free(qt), free(gq), free(gqt), free(s), free(st), free(gs), free(gst), free(g), free(gt);
+    free(gg), free(ggt), free(junk);
+}
+
+/* d = {M, N, K, a in e5m2, b in 128x128 blocks}; tol: against the CPU's blockwise GEMM over the
+ * same codes and factors (bf16 output rounding); tol_grad: against the unquantized bf16 GEMM (the
+ * formats' rounding). a gets 1x128 tiles; b 1x128 tiles (the weight-gradient form) or 128x128
+ * blocks (forward and data gradient). Overwrite to bf16, accumulate in the grad dtype. */
+void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int M = c->d[0], N = c->d[1], K = c->d[2], ld = lj_fp8_ld(K), blocks = c->d[4];
+    const lj_fp8_format fa = c->d[3] ? LJ_FP8_E5M2 : LJ_FP8_E4M3;
+    SHAPE("M=%d N=%d K=%d %s 1x128 x e4m3 %s grad %s", M, N, K, lj_fp8_format_name(fa), blocks ? "128x128" : "1x128",
+          lj_dtype_name(c->dtype));
+    float *a = lj_harness_randf_bf16(h, (int64_t)M * K, 0.02f), *b = lj_harness_randf_bf16(h, (int64_t)N * K, 3.0f);
+    a[(M / 3) * K + K / 2] = 5.0f; /* an outlier: its tile only */
+    uint8_t *qa = lj_malloc((size_t)M * ld), *qb = lj_malloc((size_t)N * ld);
+    const size_t nsa = (size_t)lj_fp8_tile_scales_numel(M, K) * 4;
+    const size_t nsb = (size_t)(blocks ? lj_fp8_block_scales_numel(N, K) : lj_fp8_tile_scales_numel(N, K)) * 4;
+    float *sa = lj_malloc(nsa), *sb = lj_malloc(nsb);
+    H->fp8_quantize_tiles(qa, sa, NULL, NULL, a, M, K, fa, NULL);
+    if (blocks) H->fp8_quantize_blocks(qb, sb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+    else H->fp8_quantize_tiles(qb, sb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+    void *ws = lj_malloc(H->fp8_matmul_workspace_bytes(M, N, K));
+    float *ref = lj_malloc((size_t)M * N * 4);
+    H->fp8_matmul_blockwise(ref, LJ_DTYPE_F32, qa, fa, sa, 0, qb, LJ_FP8_E4M3, sb, blocks, M, N, K, LJ_GRAD_OVERWRITE,
+                            ws);
+    void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
+    float *dsa = up(sa, nsa), *dsb = up(sb, nsb);
+    void *dout = up(NULL, (size_t)M * N * 2);
+    G->fp8_matmul_blockwise(dout, LJ_DTYPE_BF16, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
+                            LJ_GRAD_OVERWRITE, NULL);
+    uint16_t *ob = lj_malloc((size_t)M * N * 2);
+    float *got = lj_malloc((size_t)M * N * 4);
+    down(ob, dout, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul_blockwise bf16 out vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
+    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
+    G->matmul_forward(dmm, da, db, M, K, N);
+    float *mm = lj_malloc((size_t)M * N * 4);
+    down(ob, dmm, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul_blockwise vs the bf16 GEMM", shape, got, mm, (int64_t)M * N, c->tol_grad);
+    const size_t gsz = lj_dtype_size(c->dtype);
+    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
+    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
+    G->fp8_matmul_blockwise(dacc, c->dtype, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
+                            LJ_GRAD_ACCUMULATE, NULL);
+    void *hacc = lj_malloc((size_t)M * N * gsz);
+    down(hacc, dacc, (size_t)M * N * gsz);
+    for (int i = 0; i < M * N; i++) {
+        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
+        ref[i] += init[i];
+    }
+    lj_harness_check_f(h, "fp8_matmul_blockwise += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N,
+                       c->tol);
+    G->free(dqa), G->free(dqb), G->free(dsa), G->free(dsb), G->free(dout), G->free(da), G->free(db), G->free(dmm);
+    G->free(dacc);
+    free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(ws), free(ref), free(ob), free(got), free(mm);
+    free(init), free(hacc);
+}
