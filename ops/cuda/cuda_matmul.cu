@@ -221,7 +221,7 @@ static lj_fp8_plan *fp8_plan_modes(const char *what, int m, int n, int k, int ld
                  what);
     }
     if (mode_a >= 0 || mode_b >= 0) {
-#if CUBLAS_VERSION >= 120900
+#if LJ_CUDA_HAVE_FP8_BLOCK_SCALING
         const int32_t ma = mode_a, mb = mode_b;
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma), what);
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb), what);
@@ -306,7 +306,7 @@ extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, cons
     (void)workspace;
     const char *what = "fp8_matmul_blockwise";
     if (M <= 0 || N <= 0) return;
-#if CUBLAS_VERSION >= 120900
+#if LJ_CUDA_HAVE_FP8_BLOCK_SCALING
     LJ_ASSERT(((uintptr_t)a_sinv | (uintptr_t)b_sinv) % 16 == 0, "fp8_matmul_blockwise: scales must be 16-byte aligned");
     LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul_blockwise: E5M2 x E5M2 has no cuBLASLt kernel");
     LJ_ASSERT(!(a_blocks && b_blocks), "fp8_matmul_blockwise: 128x128 x 128x128 has no cuBLASLt kernel");
@@ -373,7 +373,7 @@ extern "C" lj_status lj_ops_cuda_fp8_blockwise_check(void) {
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise: no CUDA device");
     const size_t v = cublasLtGetVersion();
-#if CUBLAS_VERSION < 120900
+#if !LJ_CUDA_HAVE_FP8_BLOCK_SCALING
     (void)v, (void)prop;
     return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise needs cuBLASLt 12.9 or later (its 1x128 and 128x128 "
                                        "scale modes); this ljperf was built with cuBLAS %d headers: use delayed or "
