@@ -71,8 +71,8 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     else if (f->margin < -1) return lj_fail(LJ_ERR_ARG, "--fp8-margin %d: must be >= 0", f->margin);
     if (o->recipe != LJ_FP8_RECIPE_DELAYED && (f->history_len >= 0 || f->algo || f->margin >= 0))
         return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len, --fp8-amax-compute-algo and --fp8-margin belong to "
-                                   "--fp8-recipe delayed (tensorwise and blockwise scale each tensor or tile by its own "
-                                   "amax)");
+                                   "--fp8-recipe delayed (tensorwise and blockwise scale each tensor or tile by "
+                                   "its own amax)");
     if ((f->layers_start >= 0 || f->layers_end >= 0) && !f->first_last_bf16)
         return lj_fail(LJ_ERR_ARG, "--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 need "
                                    "--first-last-layers-bf16");

@@ -199,16 +199,17 @@ static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int 
     ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
 }
 
-/* The blockwise recipe (linear.h): every cast computes its tiles' scales itself; `amax`, for a
- * tensor's first cast of the pass, records its amax for the overflow report. */
-static float *amax_of(lj_linear_fp8_state *f, int t, int fresh) { return fresh ? f->amax_history + t : NULL; }
+/* The blockwise recipe (linear.h): every cast computes its tiles' scales itself; a tensor's
+ * first cast of the pass also writes its amax into the history's row 0 (tensor t's entry), which
+ * only the overflow report reads. */
 
 static void blockwise_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     const lj_ops *ops = m->ops;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
-    ops->fp8_quantize_blocks(f->wq, f->wq_sinv, NULL, NULL, w, outf, in, fwd, amax_of(f, 2 * s + 1, 1));
-    ops->fp8_quantize_tiles(f->xq, f->xq_sinv, f->saved_t[s], f->saved_t_sinv[s], x, N, in, fwd, amax_of(f, 2 * s, 1));
+    ops->fp8_quantize_blocks(f->wq, f->wq_sinv, NULL, NULL, w, outf, in, fwd, f->amax_history + 2 * s + 1);
+    ops->fp8_quantize_tiles(f->xq, f->xq_sinv, f->saved_t[s], f->saved_t_sinv[s], x, N, in, fwd,
+                            f->amax_history + 2 * s);
     ops->fp8_matmul_blockwise(out, ops->act_dtype, f->xq, fwd, f->xq_sinv, 0, f->wq, fwd, f->wq_sinv, 1, N, outf, in,
                               LJ_GRAD_OVERWRITE, f->workspace);
 }
@@ -220,7 +221,7 @@ static void blockwise_backward(lj_model *m, int s, const void *w, void *dx, void
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
     const int F = f->num_linears;
     ops->fp8_quantize_tiles(dx ? f->dyq : NULL, f->dyq_sinv, f->dyq_t, f->dyq_t_sinv, dout, N, outf, bwd,
-                            amax_of(f, 2 * F + s, 1));
+                            f->amax_history + 2 * F + s);
     if (dx) {
         ops->fp8_quantize_blocks(NULL, NULL, f->wq_t, f->wq_t_sinv, w, outf, in, fwd, NULL);
         ops->fp8_matmul_blockwise(dx, ops->act_dtype, f->dyq, bwd, f->dyq_sinv, 0, f->wq_t, fwd, f->wq_t_sinv, 1, N,

@@ -143,7 +143,8 @@ void lj_cpu_fp8_quantize_tiles(void *q, float *q_sinv, void *q_t, float *q_t_sin
                 }
                 const float s = tile_scale(m, fmt);
                 q_t_sinv[lj_fp8_tile_scale_index(cols, c, r0)] = 1.0f / s;
-                for (int r = r0; r < r1; r++) out[(size_t)c * ld_t + r] = lj_fp8_from_f32(v[(size_t)r * cols + c] * s, fmt);
+                for (int r = r0; r < r1; r++)
+                    out[(size_t)c * ld_t + r] = lj_fp8_from_f32(v[(size_t)r * cols + c] * s, fmt);
             }
             memset(out + (size_t)c * ld_t + rows, 0, (size_t)(ld_t - rows));
         }
@@ -199,7 +200,8 @@ static void decode_scaled(float *dst, const uint8_t *src, int rows, int K, lj_fp
     for (int r = 0; r < rows; r++) {
         for (int c = 0; c < ld; c++) {
             const int cc = c < K ? c : K - 1; /* the padding (zero codes) shares the last tile */
-            const float f = blocks ? sinv[lj_fp8_block_scale_index(K, r, cc)] : sinv[lj_fp8_tile_scale_index(rows, r, cc)];
+            const float f =
+                blocks ? sinv[lj_fp8_block_scale_index(K, r, cc)] : sinv[lj_fp8_tile_scale_index(rows, r, cc)];
             dst[(size_t)r * ld + c] = lut[src[(size_t)r * ld + c]] * f;
         }
     }

@@ -307,7 +307,8 @@ extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, cons
     const char *what = "fp8_matmul_blockwise";
     if (M <= 0 || N <= 0) return;
 #if LJ_CUDA_HAVE_FP8_BLOCK_SCALING
-    LJ_ASSERT(((uintptr_t)a_sinv | (uintptr_t)b_sinv) % 16 == 0, "fp8_matmul_blockwise: scales must be 16-byte aligned");
+    LJ_ASSERT(((uintptr_t)a_sinv | (uintptr_t)b_sinv) % 16 == 0,
+              "fp8_matmul_blockwise: scales must be 16-byte aligned");
     LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul_blockwise: E5M2 x E5M2 has no cuBLASLt kernel");
     LJ_ASSERT(!(a_blocks && b_blocks), "fp8_matmul_blockwise: 128x128 x 128x128 has no cuBLASLt kernel");
     LJ_ASSERT(out_dtype == LJ_DTYPE_BF16 || out_dtype == LJ_DTYPE_F32, "fp8_matmul_blockwise: output %s",
@@ -324,8 +325,10 @@ extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, cons
                  a_blocks ? "128x128" : "1x128", b_blocks ? "128x128" : "1x128");
         lj_cuda_die(what, msg, __FILE__, __LINE__);
     }
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_sinv, sizeof b_sinv), what);
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_sinv, sizeof a_sinv), what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_sinv, sizeof b_sinv),
+             what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_sinv, sizeof a_sinv),
+             what);
     const float alpha = 1.0f, beta = mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f;
     LT_CHECK(cublasLtMatmul(g_mm.handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
                             g_mm.workspace, lj_cuda_fixed_workspace_bytes(), lj_cuda_stream()),
@@ -392,17 +395,19 @@ extern "C" lj_status lj_ops_cuda_fp8_blockwise_check(void) {
     const int vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const float *dummy = (const float *)g_mm.workspace; /* the heuristic reads no scale */
     const cudaDataType_t ins[2] = {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
+    const cudaDataType_t outs[2] = {CUDA_R_16BF, CUDA_R_32F};
     for (int i = 0; i < 2; i++) {
         for (int g = 0; g < 2; g++) {
-            const cudaDataType_t ctype = g ? CUDA_R_32F : CUDA_R_16BF;
-            lj_fp8_plan *p = fp8_plan_modes("fp8 blockwise check", 128, 128, 128, 128, CUDA_R_8F_E4M3, ins[i], ctype,
-                                            256, dummy, dummy, g ? vec : blk, vec);
-            if (!p->found)
-                return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise: this cuBLASLt (version %zu) has no %s "
-                                                   "block-scaled FP8 GEMM for e4m3 x %s -> %s on %s (compute "
-                                                   "capability %d.%d; cuBLASLt has them on sm_90); use delayed or "
-                                                   "tensorwise", v, g ? "1x128 x 1x128" : "128x128 x 1x128",
-                               i ? "e5m2" : "e4m3", g ? "fp32" : "bf16", prop.name, prop.major, prop.minor);
+            for (int o = 0; o < 2; o++) {
+                lj_fp8_plan *p = fp8_plan_modes("fp8 blockwise check", 128, 128, 128, 128, CUDA_R_8F_E4M3, ins[i],
+                                                outs[o], 256, dummy, dummy, g ? vec : blk, vec);
+                if (!p->found)
+                    return lj_fail(LJ_ERR_UNSUPPORTED,
+                                   "--fp8-recipe blockwise: this cuBLASLt (version %zu) has no %s block-scaled FP8 "
+                                   "GEMM for e4m3 x %s -> %s on %s (compute capability %d.%d; cuBLASLt has them on "
+                                   "sm_90); use delayed or tensorwise", v, g ? "1x128 x 1x128" : "128x128 x 1x128",
+                                   i ? "e5m2" : "e4m3", o ? "fp32" : "bf16", prop.name, prop.major, prop.minor);
+            }
         }
     }
     /* The kernels and the GEMM above are built and their op-harness rows exist (test_ops_cuda
