@@ -5,7 +5,8 @@
 #   1. the FP8 ops against the CPU emulation (test_ops_cuda check --op fp8_*, the blockwise
 #      recipe's casts and GEMM included), also under
 #      compute-sanitizer memcheck (--quick);
-#   2. FP8 GEMMs and casts timed against bf16 at the Llama shapes (test_ops_cuda perf);
+#   2. FP8 GEMMs and casts timed against bf16 at the Llama shapes (test_ops_cuda perf), the
+#      blockwise recipe's too;
 #   3. llama3-tiny on the KJV Bible for $STEPS steps in bf16 and with each recipe (hybrid:
 #      delayed with Megatron's Llama 3 history 1024/max, tensorwise, and blockwise): the mean loss of the
 #      last 100 iterations of each against bf16's (--log-json files in $OUT);
@@ -62,6 +63,9 @@ for s in $steps; do
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1
     say "2. test_ops_cuda perf --op fp8_matmul rc=$?"
     grep RESULT "$OUT/perf_fp8.log" | tee -a "$summary"
+    timeout 300 "$dev/test_ops_cuda" perf --op fp8_blockwise_matmul >"$OUT/perf_fp8_blockwise.log" 2>&1
+    say "2. test_ops_cuda perf --op fp8_blockwise_matmul rc=$?"
+    grep RESULT "$OUT/perf_fp8_blockwise.log" | tee -a "$summary"
     ;;
   3)
     "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv \

@@ -2,7 +2,9 @@
  * round-to-nearest-even cast with its transpose (lj_fp8_from_f32, base/fp8.h), delayed
  * scaling's history update, and the FP8 GEMM as exact decoding to fp32 followed by one sgemm.
  * Codes, amaxes and scales equal the CUDA backend's bit for bit on the same inputs; a GEMM
- * differs from cuBLASLt's only in the order of its fp32 sums (and the GPU's bf16 output). */
+ * differs from cuBLASLt's only in the order of its fp32 sums (and the GPU's bf16 output).
+ * The blockwise recipe's casts (1x128 tiles, 128x128 blocks, base/fp8.h layouts) and its GEMM
+ * (each code decoded times its tile's factor, then one sgemm) are at the end. */
 #include "ops/cpu/cpu.h"
 
 #include <string.h>

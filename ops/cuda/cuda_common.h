@@ -85,7 +85,8 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                              int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype);
 
-/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers); cuda_fp8.cu: the casts */
+/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
+ * 1x128 / 128x128 scale modes); cuda_fp8.cu: the casts */
 void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
                         const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                         lj_grad_mode mode, void *workspace);

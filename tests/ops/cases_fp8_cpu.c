@@ -2,7 +2,8 @@
  * references: the formats against a nearest-value search over all 256 codes (ties to the even
  * code), the cast's scale, saturation, transpose and padding, delayed scaling's history update
  * against a step-by-step reference, and the FP8 GEMM against a double product of the decoded
- * values and against the unquantized fp32 product within the formats' rounding. */
+ * values and against the unquantized fp32 product within the formats' rounding; the blockwise
+ * recipe's casts against their tile-by-tile definition. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,11 @@
  *   - delayed scaling's history update bit for bit;
  *   - the FP8 GEMM (cuBLASLt) against the CPU's over the same codes (bf16 output rounding), and
  *     against the unquantized bf16 GEMM within the formats' rounding; overwrite and accumulate,
- *     bf16 and fp32 outputs; K not a multiple of 16, odd M. */
+ *     bf16 and fp32 outputs; K not a multiple of 16, odd M;
+ *   - the blockwise recipe: its casts (1x128 tiles rowwise and columnwise, 128x128 blocks with
+ *     the transpose) bit for bit, codes, factors and the layouts' padding, at shapes with partial
+ *     tiles; its block-scaled GEMM (cuBLASLt's VEC128_32F / BLK128x128_32F) against the CPU's
+ *     and the bf16 GEMM; and their speed (perf). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,4 +395,78 @@ void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_ha
     G->free(dacc);
     free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(ws), free(ref), free(ob), free(got), free(mm);
     free(init), free(hacc);
+}
+
+/* ---- perf of the blockwise recipe: d = {N tokens, in, out} ---------------------------- */
+
+typedef struct {
+    void *x, *w, *out, *dw, *qx, *qx_t, *qw, *qdy_t;
+    float *sx, *sx_t, *sw, *sdy_t, *amax;
+    int N, in, outf;
+} bw_perf_ctx;
+
+static void bw_perf_fwd(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_matmul_blockwise(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->sx, 0, c->qw, LJ_FP8_E4M3, c->sw, 1, c->N,
+                            c->outf, c->in, LJ_GRAD_OVERWRITE, NULL);
+}
+static void bw_perf_wgrad(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_matmul_blockwise(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->sdy_t, 0, c->qx_t, LJ_FP8_E4M3, c->sx_t, 0,
+                            c->outf, c->in, c->N, LJ_GRAD_ACCUMULATE, NULL);
+}
+static void bw_perf_cast(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_quantize_tiles(c->qx, c->sx, c->qx_t, c->sx_t, c->x, c->N, c->in, LJ_FP8_E4M3, c->amax);
+}
+static void bw_perf_cast_w(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_quantize_blocks(c->qw, c->sw, NULL, NULL, c->w, c->outf, c->in, LJ_FP8_E4M3, c->amax);
+}
+
+/* The blockwise GEMMs (1x128 x 128x128 forward, 1x128 x 1x128 weight gradient) and its casts
+ * (x rowwise and columnwise; W in blocks) at the Llama shapes, beside the per-tensor rows of
+ * lj_case_cuda_perf_fp8_matmul. */
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode, (void)h;
+    begin(cs);
+    bw_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
+    printf("fp8 blockwise %s\n", shape);
+    const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
+    c.x = up(NULL, nx * 2), c.w = up(NULL, nw * 2), c.out = up(NULL, (size_t)c.N * c.outf * 2);
+    c.dw = up(NULL, nw * lj_dtype_size(G->grad_dtype));
+    c.qx = up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
+    c.qx_t = up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
+    c.sx = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.N, c.in) * 4);
+    c.sx_t = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.in, c.N) * 4);
+    c.sdy_t = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.outf, c.N) * 4);
+    c.sw = up(NULL, (size_t)lj_fp8_block_scales_numel(c.outf, c.in) * 4);
+    c.amax = up(NULL, 16);
+    G->memset_zero(c.x, nx * 2), G->memset_zero(c.w, nw * 2);
+    /* zero data: every factor 1, every code 0 (the timings do not depend on the values) */
+    bw_perf_cast(&c);
+    bw_perf_cast_w(&c);
+    G->memset_zero(c.out, (size_t)c.N * c.outf * 2); /* as dy [N, out] */
+    G->fp8_quantize_tiles(NULL, NULL, c.qdy_t, c.sdy_t, c.out, c.N, c.outf, LJ_FP8_E5M2, NULL);
+    const double flop = 2.0 * c.N * c.in * c.outf;
+    char group[160];
+    snprintf(group, sizeof group, "fp8 blockwise %s", shape);
+    double ms = lj_harness_time_ms(G, bw_perf_fwd, &c, 3, 10);
+    lj_harness_report(group, "forward e4m3 1x128 x 128x128", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, bw_perf_wgrad, &c, 3, 10);
+    lj_harness_report(group, "wgrad e5m2 x e4m3 1x128 x 1x128 (+=)", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, bw_perf_cast, &c, 3, 10);
+    double bytes = (double)nx * 2 * 2 + (double)nx * 2; /* x read twice, q and q_t written */
+    lj_harness_report(group, "x: 1x128 tiles rowwise and columnwise", ms, bytes / ms / 1e6, "GB/s",
+                      LJ_HARNESS_HBM_CEILING_GBS);
+    ms = lj_harness_time_ms(G, bw_perf_cast_w, &c, 3, 10);
+    bytes = (double)nw * 2 * 2 + (double)nw; /* W read twice (amax, cast), q written */
+    lj_harness_report(group, "W: 128x128 blocks", ms, bytes / ms / 1e6, "GB/s", LJ_HARNESS_HBM_CEILING_GBS);
+    G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.dw), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
+    G->free(c.qdy_t), G->free(c.sx), G->free(c.sx_t), G->free(c.sdy_t), G->free(c.sw), G->free(c.amax);
 }

@@ -236,6 +236,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("fp8_matmul", D(8192, 4096, 6144), lj_case_cuda_perf_fp8_matmul),    /* 8b qkv */
     CUDA_PERF("fp8_matmul", D(8192, 4096, 28672), lj_case_cuda_perf_fp8_matmul),   /* 8b gate_up */
     CUDA_PERF("fp8_matmul", D(8192, 14336, 4096), lj_case_cuda_perf_fp8_matmul),   /* 8b down */
+    CUDA_PERF("fp8_blockwise_matmul", D(16384, 2048, 3072), lj_case_cuda_perf_fp8_blockwise),   /* 1b qkv */
+    CUDA_PERF("fp8_blockwise_matmul", D(8192, 4096, 28672), lj_case_cuda_perf_fp8_blockwise),   /* 8b gate_up */
+    CUDA_PERF("fp8_blockwise_matmul", D(8192, 14336, 4096), lj_case_cuda_perf_fp8_blockwise),   /* 8b down */
     CUDA_PERF("matmul", D(16384, 2048, 3072), lj_case_cuda_perf_matmul),    /* 1b qkv */
     CUDA_PERF("matmul", D(16384, 2048, 2048), lj_case_cuda_perf_matmul),    /* 1b o_proj */
     CUDA_PERF("matmul", D(16384, 2048, 16384), lj_case_cuda_perf_matmul),   /* 1b gate_up */

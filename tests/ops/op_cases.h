@@ -116,6 +116,7 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
 void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
