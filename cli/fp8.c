@@ -94,3 +94,20 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     *recipe = LJ_LINEAR_RECIPE_FP8;
     return LJ_OK;
 }
+
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+                                  const lj_model_config *cfg, int micro_batch_size, int seq_length) {
+    if (recipe != LJ_LINEAR_RECIPE_FP8 || o->recipe != LJ_FP8_RECIPE_BLOCKWISE || strcmp(ops->name, "cuda") != 0)
+        return LJ_OK;
+    const long long tokens = (long long)micro_batch_size * seq_length;
+    if (tokens % 4 != 0)
+        return lj_fail(LJ_ERR_ARG, "--fp8-recipe blockwise on CUDA: --micro-batch-size %d x --seq-length %d = %lld "
+                                   "tokens, not a multiple of 4 (cuBLASLt's block-scaled GEMM needs it)",
+                       micro_batch_size, seq_length, tokens);
+    const int hd = cfg->head_dim > 0 ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
+    if (cfg->hidden_size % 4 || cfg->intermediate_size % 4 || hd % 4)
+        return lj_fail(LJ_ERR_ARG, "--fp8-recipe blockwise on CUDA: hidden %d, intermediate %d and head_dim %d must "
+                                   "be multiples of 4 (cuBLASLt's block-scaled GEMM)", cfg->hidden_size,
+                       cfg->intermediate_size, hd);
+    return LJ_OK;
+}

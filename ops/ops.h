@@ -210,7 +210,8 @@ struct lj_ops {
      * 1x128 tiles (a_blocks / b_blocks = 0: a_sinv in the tiles layout of [M, K]) or 128x128
      * blocks (1: the blocks layout); not both blocks (cuBLASLt has no 128x128 x 128x128 kernel).
      * Scale tensors 16-byte aligned. CUDA: cuBLASLt with A/B_SCALE_MODE VEC128_32F /
-     * BLK128x128_32F (cuBLAS 12.9, sm_90; lj_ops_cuda_fp8_blockwise_check), N a multiple of 8.
+     * BLK128x128_32F (cuBLAS 12.9, sm_90; lj_ops_cuda_fp8_blockwise_check), M and N multiples
+     * of 4 (cuBLASLt's factor layouts), N a multiple of 8.
      * CPU: each code decoded and multiplied by its tile's factor in fp32 into `workspace`
      * (fp8_matmul_workspace_bytes), then one sgemm. */
     void (*fp8_matmul_blockwise)(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_sinv,

@@ -296,9 +296,11 @@ extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a,
 
 /* The blockwise form (ops.h fp8_matmul_blockwise): the same "TN" GEMM with cuBLASLt's scale modes
  * (cuBLAS 12.9, sm_90): a 1x128-tile operand's factors are VEC128_32F, a block operand's
- * BLK128x128_32F; the layouts of base/fp8.h are the ones cuBLASLt reads (the outer dimension
- * contiguous for tiles, the K blocks contiguous for blocks; TransformerEngine's
- * Float8BlockQuantizer lays them out so too). cuBLASLt's A is b, so its A scale is b's. */
+ * BLK128x128_32F; the layouts of base/fp8.h are the ones cuBLASLt reads (cuBLASLt API reference,
+ * "128-element 1D and 128x128 2D block scaling": VEC128 factors M-major [L, M], BLK128x128
+ * K-major [ceil(M/128), L rounded up to 4], with M and N multiples of 4, so round4(M) = M;
+ * TransformerEngine's Float8BlockQuantizer lays them out so too). cuBLASLt's A is b, so its A
+ * scale is b's. */
 extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa,
                                              const float *a_sinv, int a_blocks, const void *b, lj_fp8_format fb,
                                              const float *b_sinv, int b_blocks, int M, int N, int K, lj_grad_mode mode,
@@ -311,6 +313,8 @@ extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, cons
               "fp8_matmul_blockwise: scales must be 16-byte aligned");
     LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul_blockwise: E5M2 x E5M2 has no cuBLASLt kernel");
     LJ_ASSERT(!(a_blocks && b_blocks), "fp8_matmul_blockwise: 128x128 x 128x128 has no cuBLASLt kernel");
+    LJ_ASSERT(M % 4 == 0 && N % 4 == 0, "fp8_matmul_blockwise: M=%d and N=%d must be multiples of 4 (cuBLASLt's "
+              "block scales; lj_cli_fp8_check_tokens)", M, N);
     LJ_ASSERT(out_dtype == LJ_DTYPE_BF16 || out_dtype == LJ_DTYPE_F32, "fp8_matmul_blockwise: output %s",
               lj_dtype_name(out_dtype));
     const cudaDataType_t ctype = lj_cuda_ctype(out_dtype);
