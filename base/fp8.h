@@ -51,6 +51,46 @@ LJ_FP8_HD float lj_fp8_max(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? 448.0f :
  * columns hold zeros, so a GEMM may run over the padded K. */
 LJ_FP8_HD int lj_fp8_ld(int cols) { return (cols + 15) / 16 * 16; }
 
+/* The blockwise recipe's tiles (DeepSeek-V3, section 3.3.1; TransformerEngine's Float8BlockScaling):
+ * LJ_FP8_BLOCK consecutive elements along a GEMM's reduction dimension K share one fp32 scale
+ * (a "1x128 tile", activations and gradients), and a weight's LJ_FP8_BLOCK x LJ_FP8_BLOCK
+ * blocks one each. The last tile of a row (the last block of a row or column of blocks) is
+ * partial when the dimension is not a multiple of 128: it covers the elements that exist.
+ *
+ * Scale layouts (the dequantization factors scale_inv = 1/scale, f32, cuBLASLt's
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F and _BLK128x128_32F, TransformerEngine's
+ * Float8BlockQuantizer.get_scale_shape), for an FP8 matrix q[rows, ld(cols)] quantized along
+ * its columns (cols = that GEMM's K):
+ *   tiles   [ceil(cols/128), lj_fp8_round4(rows)]: tile (r, c/128) at (c/128) * round4(rows) + r,
+ *           the rows contiguous, padded to a multiple of 4 (16 bytes) with 1s;
+ *   blocks  [ceil(rows/128), lj_fp8_round4(ceil(cols/128))]: block (r/128, c/128) at
+ *           (r/128) * round4(ceil(cols/128)) + c/128, padded likewise.
+ * The transpose of a block-scaled matrix is block-scaled with the same codes and the transposed
+ * grid (its own padding). */
+#define LJ_FP8_BLOCK 128
+
+/* ceil(n / 128): tiles along a dimension of n elements. */
+LJ_FP8_HD int lj_fp8_nblocks(int n) { return (n + LJ_FP8_BLOCK - 1) / LJ_FP8_BLOCK; }
+
+/* n rounded up to a multiple of 4 (the scale tensors' contiguous dimension). */
+LJ_FP8_HD int lj_fp8_round4(int n) { return (n + 3) / 4 * 4; }
+
+/* f32 values of the tile scales of q[rows, ld(cols)] (1x128 along cols) and of its block scales. */
+LJ_FP8_HD int64_t lj_fp8_tile_scales_numel(int rows, int cols) {
+    return (int64_t)lj_fp8_nblocks(cols) * lj_fp8_round4(rows);
+}
+LJ_FP8_HD int64_t lj_fp8_block_scales_numel(int rows, int cols) {
+    return (int64_t)lj_fp8_nblocks(rows) * lj_fp8_round4(lj_fp8_nblocks(cols));
+}
+
+/* The index of element (r, c)'s scale in those layouts. */
+LJ_FP8_HD int64_t lj_fp8_tile_scale_index(int rows, int r, int c) {
+    return (int64_t)(c / LJ_FP8_BLOCK) * lj_fp8_round4(rows) + r;
+}
+LJ_FP8_HD int64_t lj_fp8_block_scale_index(int cols, int r, int c) {
+    return (int64_t)(r / LJ_FP8_BLOCK) * lj_fp8_round4(lj_fp8_nblocks(cols)) + c / LJ_FP8_BLOCK;
+}
+
 /* fp32 -> FP8 code, round to nearest even with saturation (see the top of the file). */
 LJ_FP8_HD uint8_t lj_fp8_from_f32(float f, lj_fp8_format fmt) {
     const int mbits = fmt == LJ_FP8_E4M3 ? 3 : 2, bias = fmt == LJ_FP8_E4M3 ? 7 : 15;
@@ -95,7 +135,8 @@ LJ_FP8_HD float lj_fp8_to_f32(uint8_t v, lj_fp8_format fmt) {
     return sign * ldexpf((float)((1 << mbits) + mant), ef - bias - mbits);
 }
 
-/* Current (tensorwise) scaling: the scale q = fp8(x * scale) uses, from this tensor's amax.
+/* Current (tensorwise) scaling: the scale q = fp8(x * scale) uses, from this tensor's amax
+ * (the blockwise recipe applies it to each tile's or block's own amax).
  * scale = fp8_max / amax; 1 when amax is 0, infinite or NaN (nothing to scale by); FLT_MAX
  * when the quotient overflows. Source: TransformerEngine, Float8CurrentScaling
  * (transformer_engine/common/recipe/current_scaling.cu, compute_scale_from_amax, with

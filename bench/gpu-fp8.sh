@@ -2,11 +2,13 @@
 # gpu-fp8.sh: the FP8 recipe on a GPU machine (repo root, $OUT set; carry .deb, build-gpu/dev,
 # .cache/tokenizer and .cache/data/kjv.txt, as for bench/gpu-train.sh). Steps, logs in $OUT,
 # a summary last:
-#   1. the FP8 ops against the CPU emulation (test_ops_cuda check --op fp8_*), also under
+#   1. the FP8 ops against the CPU emulation (test_ops_cuda check --op fp8_*, the blockwise
+#      recipe's casts and GEMM included), also under
 #      compute-sanitizer memcheck (--quick);
-#   2. FP8 GEMMs and casts timed against bf16 at the Llama shapes (test_ops_cuda perf);
+#   2. FP8 GEMMs and casts timed against bf16 at the Llama shapes (test_ops_cuda perf), the
+#      blockwise recipe's too;
 #   3. llama3-tiny on the KJV Bible for $STEPS steps in bf16 and with each recipe (hybrid:
-#      delayed with Megatron's Llama 3 history 1024/max, and tensorwise): the mean loss of the
+#      delayed with Megatron's Llama 3 history 1024/max, tensorwise, and blockwise): the mean loss of the
 #      last 100 iterations of each against bf16's (--log-json files in $OUT);
 #   4. `ljperf benchmark --model $BENCH_MODEL --micro-batch-size $BENCH_MB` in bf16 and with
 #      each recipe, in the same job (A/B on one machine);
@@ -36,8 +38,12 @@ summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
 recipes=("--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-amax-compute-algo max"
-         "--fp8-format hybrid --fp8-recipe tensorwise")
-names=(delayed tensorwise)
+         "--fp8-format hybrid --fp8-recipe tensorwise"
+         "--fp8-format hybrid --fp8-recipe blockwise")
+names=(delayed tensorwise blockwise)
+# the blockwise recipe's CUDA path is refused until a GPU has passed its op-harness rows (step 1):
+# this check is that run, so it opts in (ops/ops.h lj_ops_cuda_fp8_blockwise_check)
+export LJPERF_FP8_BLOCKWISE_UNVALIDATED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # the mean loss of the last 100 training lines of a --log-json file
@@ -51,12 +57,15 @@ pick() {
 for s in $steps; do
   case $s in
   1)
-    lj_check_ops 1 fp8_cast fp8_scale_update fp8_matmul
+    lj_check_ops 1 fp8_cast fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1
     say "2. test_ops_cuda perf --op fp8_matmul rc=$?"
     grep RESULT "$OUT/perf_fp8.log" | tee -a "$summary"
+    timeout 300 "$dev/test_ops_cuda" perf --op fp8_blockwise_matmul >"$OUT/perf_fp8_blockwise.log" 2>&1
+    say "2. test_ops_cuda perf --op fp8_blockwise_matmul rc=$?"
+    grep RESULT "$OUT/perf_fp8_blockwise.log" | tee -a "$summary"
     ;;
   3)
     "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv \
@@ -66,7 +75,7 @@ for s in $steps; do
     timeout 1200 "$lj" train "${common[@]}" --log-json "$OUT/train_bf16.jsonl" >"$OUT/train_bf16.log" 2>&1
     say "3. bf16 rc=$?"
     ref=$(mean100 "$OUT/train_bf16.jsonl")
-    for i in 0 1; do
+    for i in 0 1 2; do
       read -r -a flags <<< "${recipes[$i]}"
       timeout 1200 "$lj" train "${common[@]}" "${flags[@]}" --log-json "$OUT/train_${names[$i]}.jsonl" \
         >"$OUT/train_${names[$i]}.log" 2>&1
@@ -80,7 +89,7 @@ for s in $steps; do
     bench=(benchmark --model "$BENCH_MODEL" --micro-batch-size "$BENCH_MB" --device cuda --no-progress)
     timeout 600 "$lj" "${bench[@]}" --json "$OUT/bench_bf16.json" >"$OUT/bench_bf16.log" 2>&1
     say "4. bf16 rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_bf16.log" | tr -s ' ' | tr '\n' ' ')"
-    for i in 0 1; do
+    for i in 0 1 2; do
       read -r -a flags <<< "${recipes[$i]}"
       timeout 600 "$lj" "${bench[@]}" "${flags[@]}" --json "$OUT/bench_${names[$i]}.json" >"$OUT/bench_${names[$i]}.log" 2>&1
       say "4. ${names[$i]} rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_${names[$i]}.log" | tr -s ' ' | tr '\n' ' ')"
@@ -94,7 +103,7 @@ for s in $steps; do
  "head_dim": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
  "tie_word_embeddings": true, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
 EOF
-    for i in -1 0 1; do
+    for i in -1 0 1 2; do
       pick "$i"
       timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
         "$lj" benchmark --model "$OUT/model-L2.json" --micro-batch-size "$BENCH_MB" --device cuda --no-progress \
@@ -107,7 +116,7 @@ EOF
   6)
     bench=(benchmark --model "${PLAN_MODEL:-deepspeed/llama3-8b}" --seq-length "${PLAN_SEQ:-4096}" --device cuda
            --no-progress --train-iters 8 --warmup-iters 3)
-    for i in -1 0 1; do
+    for i in -1 0 1 2; do
       pick "$i"
       CHECKPOINT_OPTIMIZATION=true timeout 600 "$lj" "${bench[@]}" "${flags[@]}" --json "$OUT/bench8b_$name.json" \
         >"$OUT/bench8b_$name.log" 2>&1
@@ -124,7 +133,7 @@ EOF
     conv=(--model llama3.2-1b --data-path /tmp/conv --seq-length 512 --micro-batch-size 4 --train-iters "$CONV_STEPS"
           --lr 3e-4 --min-lr 3e-5 --lr-warmup-iters 100 --log-interval 100 --eval-iters 8 --seed 1234 --device cuda)
     pids=()
-    for i in -1 0 1; do
+    for i in -1 0 1 2; do
       pick "$i"
       timeout 1500 "$lj" train "${conv[@]}" "${flags[@]}" --log-json "$OUT/conv_$name.jsonl" >"$OUT/conv_$name.log" 2>&1 &
       pids+=($!)
@@ -161,7 +170,7 @@ PY
     rs=(--model llama3-tiny --data-path /tmp/kjv --seq-length 128 --micro-batch-size 8 --lr 3e-3 --lr-warmup-iters 2
         --log-interval 1 --eval-iters 0 --seed 7 --device cuda)
     losses() { sed -E 's/.*"iteration": ([0-9]+),.*"loss": ([^,]+),.*/\1 \2/' "$1" | awk '$1 > 10'; }
-    for i in 0 1; do
+    for i in 0 1 2; do
       read -r -a flags <<< "${recipes[$i]}"
       n=${names[$i]} ck=/tmp/ck-$n
       rm -rf "$ck"

@@ -366,6 +366,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     given.auto_if_needed = deepspeed;
     if (lj_cli_recompute(&given, &cfg.micro_batch_size, cfg.recompute) != LJ_OK)
         return lj_cli_error("benchmark");
+    if (lj_cli_fp8_check_tokens(cfg.linear_recipe, &cfg.fp8, cfg.ops, &cfg.model, cfg.micro_batch_size,
+                                cfg.seq_length) != LJ_OK)
+        return lj_cli_error("benchmark");
     lj_bench_result res;
     if (lj_bench_run(&cfg, &res) != LJ_OK) return lj_cli_error("benchmark");
     if (dp->rank == 0) lj_bench_print(&cfg, &res, stdout);

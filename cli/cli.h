@@ -109,9 +109,17 @@ void lj_cli_fp8_usage(FILE *out);
  * else LJ_LINEAR_RECIPE_FP8 with its options. Checked before anything is planned: values,
  * combinations, and the backend (a GPU without FP8 tensor cores or a toolkit without FP8 GEMMs is
  * LJ_ERR_UNSUPPORTED naming what is missing; the CPU runs the emulation and says so; a GPU-less
- * description is planned as is). Errors: LJ_ERR_ARG, LJ_ERR_UNSUPPORTED (blockwise: not built yet). */
+ * description is planned as is). Errors: LJ_ERR_ARG, LJ_ERR_UNSUPPORTED (blockwise on a GPU
+ * without cuBLASLt 12.9's block scales or not Hopper, and until its GPU check has passed). */
 lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,
                              lj_linear_recipe *recipe, lj_linear_fp8_options *o);
+/* Once the micro-batch is known: cuBLASLt's block-scaled GEMM needs both outer dimensions of each
+ * GEMM to be multiples of 4 (cuBLASLt API reference, "128-element 1D and 128x128 2D block
+ * scaling", scaling factors layouts), so the blockwise recipe on the CUDA backend needs
+ * micro-batch x sequence tokens and the linears' widths multiples of 4. LJ_OK for any other
+ * recipe or backend (the CPU emulation takes any shape). Errors: LJ_ERR_ARG naming the flags. */
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+                                  const lj_model_config *cfg, int micro_batch_size, int seq_length);
 
 
 #endif

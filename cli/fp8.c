@@ -16,7 +16,7 @@ int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
     const lj_flag own[] = {
         {.kind = LJ_FLAG_SECTION, .help = "FP8 (the transformer blocks' linears; embedding, lm_head, norms and attention stay bf16):"},
         {.name = "--fp8-format", .kind = LJ_FLAG_STR, .dest = &f->format, .help = "hybrid|e4m3  FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere (Hopper GPUs; the CPU backend emulates it exactly)"},
-        {.name = "--fp8-recipe", .kind = LJ_FLAG_STR, .dest = &f->recipe, .help = "delayed|tensorwise  per-tensor scales from an amax history (delayed, the default) or from each tensor's own amax (tensorwise)"},
+        {.name = "--fp8-recipe", .kind = LJ_FLAG_STR, .dest = &f->recipe, .help = "delayed|tensorwise|blockwise  per-tensor scales from an amax history (delayed, the default) or from each tensor's own amax (tensorwise); blockwise: one scale per 1x128 tile of inputs and gradients and per 128x128 block of weights, each from its own amax (DeepSeek-V3)"},
         {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .help = "N  delayed: amax history length (default 1)"},
         {.name = "--fp8-amax-compute-algo", .kind = LJ_FLAG_STR, .dest = &f->algo, .help = "max|most_recent  delayed: amax from the history (default most_recent)"},
         {.name = "--fp8-margin", .kind = LJ_FLAG_INT, .dest = &f->margin, .help = "M  delayed: scales divided by 2^M (default 0)"},
@@ -55,12 +55,8 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     if (f->recipe) {
         if (!strcmp(f->recipe, "delayed")) o->recipe = LJ_FP8_RECIPE_DELAYED;
         else if (!strcmp(f->recipe, "tensorwise")) o->recipe = LJ_FP8_RECIPE_TENSORWISE;
-        else if (!strcmp(f->recipe, "blockwise"))
-            return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise (DeepSeek-V3's 1x128 / 128x128 scales) is not "
-                                               "built yet: use delayed or tensorwise");
-        else
-            return lj_fail(LJ_ERR_ARG, "--fp8-recipe: '%s' is not one of delayed, tensorwise (blockwise: not built "
-                                       "yet)", f->recipe);
+        else if (!strcmp(f->recipe, "blockwise")) o->recipe = LJ_FP8_RECIPE_BLOCKWISE;
+        else return lj_fail(LJ_ERR_ARG, "--fp8-recipe: '%s' is not one of delayed, tensorwise, blockwise", f->recipe);
     }
     if (f->history_len >= 0) {
         if (f->history_len < 1) return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len %d: must be at least 1", f->history_len);
@@ -75,7 +71,8 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     else if (f->margin < -1) return lj_fail(LJ_ERR_ARG, "--fp8-margin %d: must be >= 0", f->margin);
     if (o->recipe != LJ_FP8_RECIPE_DELAYED && (f->history_len >= 0 || f->algo || f->margin >= 0))
         return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len, --fp8-amax-compute-algo and --fp8-margin belong to "
-                                   "--fp8-recipe delayed (tensorwise scales each tensor by its own amax)");
+                                   "--fp8-recipe delayed (tensorwise and blockwise scale each tensor or tile by "
+                                   "its own amax)");
     if ((f->layers_start >= 0 || f->layers_end >= 0) && !f->first_last_bf16)
         return lj_fail(LJ_ERR_ARG, "--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 need "
                                    "--first-last-layers-bf16");
@@ -92,7 +89,25 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
                     "checking the recipe; it is not faster than fp32");
     } else if (ops->alloc) {
         LJ_TRY(lj_ops_cuda_fp8_check());
+        if (o->recipe == LJ_FP8_RECIPE_BLOCKWISE) LJ_TRY(lj_ops_cuda_fp8_blockwise_check());
     }
     *recipe = LJ_LINEAR_RECIPE_FP8;
+    return LJ_OK;
+}
+
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+                                  const lj_model_config *cfg, int micro_batch_size, int seq_length) {
+    if (recipe != LJ_LINEAR_RECIPE_FP8 || o->recipe != LJ_FP8_RECIPE_BLOCKWISE || strcmp(ops->name, "cuda") != 0)
+        return LJ_OK;
+    const long long tokens = (long long)micro_batch_size * seq_length;
+    if (tokens % 4 != 0)
+        return lj_fail(LJ_ERR_ARG, "--fp8-recipe blockwise on CUDA: --micro-batch-size %d x --seq-length %d = %lld "
+                                   "tokens, not a multiple of 4 (cuBLASLt's block-scaled GEMM needs it)",
+                       micro_batch_size, seq_length, tokens);
+    const int hd = cfg->head_dim > 0 ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
+    if (cfg->hidden_size % 4 || cfg->intermediate_size % 4 || hd % 4)
+        return lj_fail(LJ_ERR_ARG, "--fp8-recipe blockwise on CUDA: hidden %d, intermediate %d and head_dim %d must "
+                                   "be multiples of 4 (cuBLASLt's block-scaled GEMM)", cfg->hidden_size,
+                       cfg->intermediate_size, hd);
     return LJ_OK;
 }

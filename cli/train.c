@@ -448,6 +448,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .plan_bytes = &c->planned_plan_bytes,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));
+    LJ_TRY(lj_cli_fp8_check_tokens(c->linear_recipe, &c->fp8, c->ops, &c->model, c->micro_batch_size,
+                                   c->seq_length));
     /* default: one micro-batch per rank per step (Megatron's default global batch) */
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size * world;

@@ -39,6 +39,8 @@ void lj_linear_fp8_describe(const lj_linear_fp8_options *o, char *buf, size_t le
     if (o->recipe == LJ_FP8_RECIPE_DELAYED && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n, " (amax history %d, %s, margin %d)", o->amax_history_len,
                       o->amax_compute_max ? "max" : "most_recent", o->margin);
+    if (o->recipe == LJ_FP8_RECIPE_BLOCKWISE && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " (1x128 tiles of inputs and gradients, 128x128 blocks of weights)");
     if ((o->bf16_layers_start || o->bf16_layers_end) && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, "; first %d and last %d layers in bf16", o->bf16_layers_start,
                  o->bf16_layers_end);
@@ -72,7 +74,6 @@ void lj_linear_init(lj_model *m) {
     memset(f->slot, 0xff, sizeof f->slot); /* -1: not FP8 */
     const lj_model_options *o = &m->opt;
     if (o->linear_recipe != LJ_LINEAR_RECIPE_FP8 || !o->training || o->kv_cache_tokens > 0) return;
-    LJ_ASSERT(o->fp8.recipe != LJ_FP8_RECIPE_BLOCKWISE, "the blockwise FP8 recipe is not built yet");
     const int L = m->spec.L;
     for (int l = o->fp8.bf16_layers_start; l < L - o->fp8.bf16_layers_end; l++) {
         for (int k = 0; k < 4; k++) {
@@ -84,6 +85,9 @@ void lj_linear_init(lj_model *m) {
             const int64_t wn = (int64_t)out * lj_fp8_ld(in), wtn = (int64_t)in * lj_fp8_ld(out);
             if (wn > f->max_w) f->max_w = wn;
             if (wtn > f->max_w) f->max_w = wtn;
+            const int64_t g = lj_fp8_block_scales_numel(out, in), gt = lj_fp8_block_scales_numel(in, out);
+            if (g > f->max_wscale) f->max_wscale = g;
+            if (gt > f->max_wscale) f->max_wscale = gt;
         }
     }
     f->active = f->num_linears > 0;
@@ -195,8 +199,51 @@ static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int 
     ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
 }
 
+/* The blockwise recipe (linear.h): every cast computes its tiles' scales itself; a tensor's
+ * first cast of the pass also writes its amax into the history's row 0 (tensor t's entry), which
+ * only the overflow report reads. */
+
+static void blockwise_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    const lj_ops *ops = m->ops;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
+    ops->fp8_quantize_blocks(f->wq, f->wq_sinv, NULL, NULL, w, outf, in, fwd, f->amax_history + 2 * s + 1);
+    ops->fp8_quantize_tiles(f->xq, f->xq_sinv, f->saved_t[s], f->saved_t_sinv[s], x, N, in, fwd,
+                            f->amax_history + 2 * s);
+    ops->fp8_matmul_blockwise(out, ops->act_dtype, f->xq, fwd, f->xq_sinv, 0, f->wq, fwd, f->wq_sinv, 1, N, outf, in,
+                              LJ_GRAD_OVERWRITE, f->workspace);
+}
+
+static void blockwise_backward(lj_model *m, int s, const void *w, void *dx, void *dw, const void *dout, const void *x,
+                               int N, int in, int outf, lj_grad_mode dw_mode) {
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    const lj_ops *ops = m->ops;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
+    const int F = f->num_linears;
+    ops->fp8_quantize_tiles(dx ? f->dyq : NULL, f->dyq_sinv, f->dyq_t, f->dyq_t_sinv, dout, N, outf, bwd,
+                            f->amax_history + 2 * F + s);
+    if (dx) {
+        ops->fp8_quantize_blocks(NULL, NULL, f->wq_t, f->wq_t_sinv, w, outf, in, fwd, NULL);
+        ops->fp8_matmul_blockwise(dx, ops->act_dtype, f->dyq, bwd, f->dyq_sinv, 0, f->wq_t, fwd, f->wq_t_sinv, 1, N,
+                                  in, outf, LJ_GRAD_OVERWRITE, f->workspace);
+    }
+    const void *xq_t = f->saved_t[s];
+    const float *xq_t_sinv = f->saved_t_sinv[s];
+    if (!xq_t) {
+        ops->fp8_quantize_tiles(NULL, NULL, f->xq_t, f->xq_t_sinv, x, N, in, fwd, NULL);
+        xq_t = f->xq_t;
+        xq_t_sinv = f->xq_t_sinv;
+    }
+    ops->fp8_matmul_blockwise(dw, ops->grad_dtype, f->dyq_t, bwd, f->dyq_t_sinv, 0, xq_t, fwd, xq_t_sinv, 0, outf, in,
+                              N, dw_mode, f->workspace);
+}
+
 static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
     lj_linear_fp8_state *f = &m->linear_fp8;
+    if (m->opt.fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE) {
+        blockwise_forward(m, s, w, out, x, N, in, outf);
+        return;
+    }
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
     quantize(m, 2 * s + 1, f->wq, NULL, w, outf, in, fwd, 1);
     quantize(m, 2 * s, f->xq, f->saved_t[s], x, N, in, fwd, 1);
@@ -206,6 +253,10 @@ static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void
 
 static void fp8_backward(lj_model *m, int s, const void *w, void *dx, void *dw, const void *dout, const void *x,
                          int N, int in, int outf, lj_grad_mode dw_mode) {
+    if (m->opt.fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE) {
+        blockwise_backward(m, s, w, dx, dw, dout, x, N, in, outf, dw_mode);
+        return;
+    }
     lj_linear_fp8_state *f = &m->linear_fp8;
     const lj_ops *ops = m->ops;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);

@@ -8,7 +8,8 @@
  *   LJ_LINEAR_RECIPE_FP8      the four block linears (QKV, O, gate/up, down) of every layer not
  *                             kept in bf16 by lj_linear_fp8_options in FP8 with per-tensor scales
  *                             (TransformerEngine's DelayedScaling or Float8CurrentScaling, Megatron-
- *                             LM's --fp8-recipe delayed|tensorwise); lm_head, the embedding, norms
+ *                             LM's --fp8-recipe delayed|tensorwise) or per-tile scales (its
+ *                             Float8BlockScaling, --fp8-recipe blockwise); lm_head, the embedding, norms
  *                             and attention stay in the act dtype. Training plans only (generation
  *                             and forward-only plans use the default recipe). The CPU backend
  *                             emulates it exactly (ops/cpu/cpu_fp8.c).
@@ -28,6 +29,13 @@
  * transpose would cost 2 bytes per parameter, as much as the bf16 weights (15 GiB for an 8B
  * model, which the recompute planner then pays for in recomputation), where casting them twice
  * per micro-batch moves about 6 bytes per parameter.
+ * The blockwise recipe (docs/reference.md, "FP8 recipes"; DeepSeek-V3 section 3.3.1) has the same
+ * three GEMMs and buffers, each operand scaled along that GEMM's K: x and dy by 1x128 tiles, W by
+ * 128x128 blocks, every scale from its own tile's amax (no history, nothing carried between
+ * passes). xq (tiles along in) for the forward, xq_t (x^T, its own tiles along N, the "columnwise"
+ * cast) for the weight gradient; dyq (tiles along out) for dx, dyq_t (tiles along N) for dW; Wq
+ * and Wq_t hold the same codes, with the block grid and its transpose. Each code buffer has its
+ * scale tensor beside it (the *_sinv fields), planned with it.
  * Hopper's FP8 GEMM takes both operands K-contiguous ("TN"), hence the transposed copies. Scale
  * state per FP8 linear f of F and tensor, in backend memory: tensors 2f (x), 2f+1 (W), 2F+f (dy);
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
@@ -74,7 +82,8 @@ const char *lj_linear_recipe_name(lj_linear_recipe r);
 typedef enum {
     LJ_FP8_RECIPE_DELAYED = 0, /* per tensor, from the amax history of the previous passes */
     LJ_FP8_RECIPE_TENSORWISE,  /* per tensor, from this tensor's own amax (current scaling) */
-    LJ_FP8_RECIPE_BLOCKWISE,   /* 1x128 / 128x128 tiles (DeepSeek-V3): not built yet, refused */
+    LJ_FP8_RECIPE_BLOCKWISE,   /* per 1x128 tile of x and dy, per 128x128 block of W, each from its
+                                  own amax (DeepSeek-V3; TransformerEngine's Float8BlockScaling) */
 } lj_fp8_recipe;
 
 /* "delayed", "tensorwise", "blockwise". */
@@ -121,7 +130,14 @@ typedef struct {
                                    saved act-dtype input (the plan keeps these for the layers
                                    without recompute, as their saved inputs) */
     void *dyq, *dyq_t;          /* scratch: [N, ld(max_out)], [max_out, ld(N)] fp8 */
-    float *amax_history;        /* [H, 3F] f32 */
+    /* the blockwise recipe's scale tensors (base/fp8.h layouts), beside the codes above: */
+    int64_t max_wscale;         /* the most f32 of a weight's block grid or its transpose's */
+    float *wq_sinv, *wq_t_sinv; /* blocks of wq [out, in] and of wq_t [in, out], max_wscale each */
+    float *xq_sinv, *xq_t_sinv; /* tiles of xq [N, max_in] and of xq_t [max_in, N] */
+    float *dyq_sinv, *dyq_t_sinv; /* tiles of dyq [N, max_out] and of dyq_t [max_out, N] */
+    float *saved_t_sinv[LJ_LINEAR_FP8_MAX]; /* tiles of saved_t [in, N], where saved_t is kept */
+    float *amax_history;        /* [H, 3F] f32 (blockwise: H = 1, row 0 this pass's amaxes, only
+                                   for the overflow report; its scales stay 1, unused) */
     float *scale;               /* [3F] f32 */
     float *scale_inv;           /* [3F * LJ_FP8_SCALE_INV_STRIDE] f32: 1/scale of tensor t at STRIDE * t */
     void *workspace;            /* fp8_matmul's */

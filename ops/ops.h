@@ -188,6 +188,35 @@ struct lj_ops {
                        const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                        lj_grad_mode mode, void *workspace);
     size_t (*fp8_matmul_workspace_bytes)(int M, int N, int K);
+    /* The blockwise recipe (base/fp8.h "tiles"; DeepSeek-V3 section 3.3.1, TransformerEngine's
+     * Float8BlockScaling): current scaling per tile, s = lj_fp8_current_scale(amax of the tile,
+     * lj_fp8_max(fmt)) (1 for an all-zero tile), codes lj_fp8_from_f32(x * s), dequantization
+     * factor 1/s in the tile's place of the scale layout (its padding entries 1).
+     * fp8_quantize_tiles: q[rows, ld(cols)] with 1x128 tiles along cols and q_sinv (tiles
+     * layout of [rows, cols]); q_t[cols, ld(rows)] = the columnwise quantization, x^T with its
+     * own 1x128 tiles along rows, and q_t_sinv (tiles layout of [cols, rows]). Either pair may
+     * be NULL. amax, if not NULL: [1] f32 = max|x| (overwritten; NaN when any x is NaN), the
+     * overflow report's. x: [rows, cols] act dtype. */
+    void (*fp8_quantize_tiles)(void *q, float *q_sinv, void *q_t, float *q_t_sinv, const void *x, int rows, int cols,
+                               lj_fp8_format fmt, float *amax);
+    /* fp8_quantize_blocks: 128x128 blocks of x[rows, cols] (act dtype): q[rows, ld(cols)] and
+     * sinv (blocks layout of [rows, cols]); q_t[cols, ld(rows)] the same codes transposed and
+     * sinv_t (blocks layout of [cols, rows]: the transposed grid). Either pair may be NULL;
+     * amax as fp8_quantize_tiles. */
+    void (*fp8_quantize_blocks)(void *q, float *sinv, void *q_t, float *sinv_t, const void *x, int rows, int cols,
+                                lj_fp8_format fmt, float *amax);
+    /* out[M, N] (out_dtype as fp8_matmul; = or += by mode) = sum_k (a[m, k] sa(m, k)) (b[n, k] sb(n, k))
+     * with a[M, ld(K)], b[N, ld(K)] FP8 (formats fa, fb, not both E5M2), each scaled along K by
+     * 1x128 tiles (a_blocks / b_blocks = 0: a_sinv in the tiles layout of [M, K]) or 128x128
+     * blocks (1: the blocks layout); not both blocks (cuBLASLt has no 128x128 x 128x128 kernel).
+     * Scale tensors 16-byte aligned. CUDA: cuBLASLt with A/B_SCALE_MODE VEC128_32F /
+     * BLK128x128_32F (cuBLAS 12.9, sm_90; lj_ops_cuda_fp8_blockwise_check), M and N multiples
+     * of 4 (cuBLASLt's factor layouts), N a multiple of 8.
+     * CPU: each code decoded and multiplied by its tile's factor in fp32 into `workspace`
+     * (fp8_matmul_workspace_bytes), then one sgemm. */
+    void (*fp8_matmul_blockwise)(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_sinv,
+                                 int a_blocks, const void *b, lj_fp8_format fb, const float *b_sinv, int b_blocks,
+                                 int M, int N, int K, lj_grad_mode mode, void *workspace);
 
     /* ---- RoPE in the QKV layout (Su et al. 2021; HF apply_rotary_pos_emb, half-split) ----
      * qkv[B*T, QKV] act, rotated in place for the q and k heads; row (b, t) uses position
@@ -341,6 +370,14 @@ const lj_ops *lj_ops_cuda_describe(void);
  * FP8 GEMM. Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA).
  * Call after lj_ops_cuda(). */
 lj_status lj_ops_cuda_fp8_check(void);
+
+/* Whether this GPU and cuBLASLt can run the blockwise FP8 recipe (--fp8-recipe blockwise): a
+ * Hopper GPU (compute capability 9.x: cuBLASLt's 1x128 / 128x128 scale modes exist only there)
+ * and cuBLASLt 12.9 or later, at run time (cublasLtGetVersion) and in this build's headers.
+ * Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA); and, until a
+ * GPU has passed the op harness's blockwise rows, LJ_ERR_UNSUPPORTED unless the environment sets
+ * LJPERF_FP8_BLOCKWISE_UNVALIDATED=1 (the GPU check's opt-in). Call after lj_ops_cuda_fp8_check. */
+lj_status lj_ops_cuda_fp8_blockwise_check(void);
 
 /* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation
  * test and for the benchmark's "planned" figure). */

@@ -248,7 +248,10 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     /* the FP8 recipe's layers (model/linear.h lj_linear_init: training plans only) */
     const int fp8 = o->linear_recipe == LJ_LINEAR_RECIPE_FP8 && o->training && o->kv_cache_tokens == 0;
     const int f8_first = fp8 ? o->fp8.bf16_layers_start : L, f8_end = fp8 ? L - o->fp8.bf16_layers_end : 0;
-    const int tensorwise = fp8 && o->fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
+    /* current scaling reads each tensor once more: tensorwise for its amax, blockwise because its
+     * rowwise and columnwise tile casts (and the weight blocks' amax and cast) are two passes */
+    const int tensorwise =
+        fp8 && (o->fp8.recipe == LJ_FP8_RECIPE_TENSORWISE || o->fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE);
     const double Wl = C * QKV + Q * C + 2 * C * I + I * C, Xin = N * (2 * C + Q + I), Dy = N * (QKV + 2 * C + 2 * I);
     double fp8_mm = 0, fp8_bytes = 0, fp8_rec_mm = 0, fp8_rec_bytes = 0;
     for (int l = f8_first; l < f8_end; l++) {

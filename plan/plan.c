@@ -124,6 +124,8 @@ static void walk(walker *w, lj_model *m) {
      * in the act dtype: those are written into the shared buffers and used at once. */
     lj_linear_fp8_state *f8 = &m->linear_fp8;
     memset(f8->saved_t, 0, sizeof f8->saved_t);
+    memset(f8->saved_t_sinv, 0, sizeof f8->saved_t_sinv);
+    const int blockwise = f8->active && o->fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE;
     int any_fp8_saved = 0;
     for (int l = 0; l < L && !generation && f8->active; l++)
         any_fp8_saved |= o->recompute[l] == LJ_RECOMPUTE_NONE && f8->slot[l][LJ_LINEAR_QKV] >= 0;
@@ -185,6 +187,11 @@ static void walk(walker *w, lj_model *m) {
                 snprintf(name, sizeof name, "layers.%d.%s", l, in[i].what);
                 f8->saved_t[f8->slot[l][in[i].k]] =
                     take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)fin * lj_fp8_ld((int)N));
+                if (blockwise) { /* its 1x128 tiles' factors (model/linear.h) */
+                    snprintf(name, sizeof name, "layers.%d.%s_scale", l, in[i].what);
+                    f8->saved_t_sinv[f8->slot[l][in[i].k]] =
+                        take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)lj_fp8_tile_scales_numel(fin, (int)N) * 4);
+                }
             }
         } else if (policy == LJ_RECOMPUTE_NONE) {
             KEEP(ln1, N * C * sa, "ln1");
@@ -237,6 +244,17 @@ static void walk(walker *w, lj_model *m) {
         f8->xq_t = take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f8->max_in * lj_fp8_ld((int)N));
         f8->dyq = take(w, LJ_ARENA_SCRATCH, "fp8.dy", N * lj_fp8_ld(f8->max_out));
         f8->dyq_t = take(w, LJ_ARENA_SCRATCH, "fp8.dy_t", (size_t)f8->max_out * lj_fp8_ld((int)N));
+        if (blockwise) { /* the scale tensors beside the codes (base/fp8.h layouts) */
+            const int mi = f8->max_in, mo = f8->max_out, n = (int)N;
+            f8->wq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.w_scale", (size_t)f8->max_wscale * 4);
+            f8->wq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.w_t_scale", (size_t)f8->max_wscale * 4);
+            f8->xq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.x_scale", (size_t)lj_fp8_tile_scales_numel(n, mi) * 4);
+            f8->xq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.x_t_scale", (size_t)lj_fp8_tile_scales_numel(mi, n) * 4);
+            f8->dyq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.dy_scale", (size_t)lj_fp8_tile_scales_numel(n, mo) * 4);
+            f8->dyq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.dy_t_scale", (size_t)lj_fp8_tile_scales_numel(mo, n) * 4);
+        } else {
+            f8->wq_sinv = f8->wq_t_sinv = f8->xq_sinv = f8->xq_t_sinv = f8->dyq_sinv = f8->dyq_t_sinv = NULL;
+        }
         f8->workspace = take(w, LJ_ARENA_WORKSPACE, "fp8.matmul", ws);
     }
 

@@ -8,7 +8,14 @@
  *     scale is fp8_max / amax;
  *   - the recipe state (amax histories, scales) is what a resume needs: restored with the
  *     weights and moments, three more steps give the same losses bit for bit; without it they
- *     differ. */
+ *     differ;
+ *   - the blockwise recipe's ops (fp8_quantize_tiles, fp8_quantize_blocks, fp8_matmul_blockwise)
+ *     at shapes that are not multiples of 128 (partial tiles): every tile's factor is 1/(448 /
+ *     its own amax), 1 for an all-zero tile and in the layouts' padding, the codes are
+ *     lj_fp8_from_f32 of x times the tile's scale, the columnwise cast is the rowwise cast of the
+ *     transpose, a block-scaled transpose has the transposed codes and grid, an outlier costs
+ *     only its own tile precision, and the GEMM is the product of the dequantized operands; and
+ *     the recipe through the model, against fp32, and with kept FP8 inputs equal to recast ones. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +143,14 @@ static void test_against_fp32_delayed_hybrid(void **state) {
     (void)state;
     check_against_fp32(1, LJ_FP8_RECIPE_DELAYED, 0.20);
 }
+static void test_against_fp32_blockwise_hybrid(void **state) {
+    (void)state;
+    check_against_fp32(1, LJ_FP8_RECIPE_BLOCKWISE, 0.20);
+}
+static void test_against_fp32_blockwise_e4m3(void **state) {
+    (void)state;
+    check_against_fp32(0, LJ_FP8_RECIPE_BLOCKWISE, 0.15);
+}
 
 static float max_abs(const float *x, int64_t n) {
     float m = 0;
@@ -178,17 +193,20 @@ static void test_delayed_state(void **state) {
 
 /* Keeping the FP8 inputs (no recompute) gives the loss and every gradient bit for bit of casting
  * them again from recomputed act-dtype inputs (selective recompute): the same codes, the same
- * scales. Both recipes. */
+ * scales. Every recipe (blockwise: the columnwise tiles and their factors kept). */
 static void test_saved_inputs_equal_recast(void **state) {
     (void)state;
     lj_model_config c = odd_config(3);
-    for (int r = 0; r < 2; r++) {
-        lj_linear_fp8_options o = fp8_options(1, r ? LJ_FP8_RECIPE_DELAYED : LJ_FP8_RECIPE_TENSORWISE, 1, 0);
+    const lj_fp8_recipe recipes[3] = {LJ_FP8_RECIPE_TENSORWISE, LJ_FP8_RECIPE_DELAYED, LJ_FP8_RECIPE_BLOCKWISE};
+    for (int r = 0; r < 3; r++) {
+        lj_linear_fp8_options o = fp8_options(1, recipes[r], 1, 0);
         lj_test_model kept, recast;
         create_policy(&kept, &c, &o, LJ_RECOMPUTE_NONE);
         create_policy(&recast, &c, &o, LJ_RECOMPUTE_SELECTIVE);
         assert_non_null(kept.m.linear_fp8.saved_t[0]);
         assert_null(recast.m.linear_fp8.saved_t[0]);
+        if (recipes[r] == LJ_FP8_RECIPE_BLOCKWISE) assert_non_null(kept.m.linear_fp8.saved_t_sinv[0]);
+        else assert_null(kept.m.linear_fp8.saved_t_sinv[0]);
         for (int pass = 0; pass < 2; pass++) { /* the second pass runs on delayed scales */
             const double a = loss_and_grads(&kept), b = loss_and_grads(&recast);
             assert_true(a == b);
@@ -250,6 +268,188 @@ static void test_resume_needs_recipe_state(void **state) {
     lj_test_model_destroy(&d);
 }
 
+/* ---- the blockwise recipe's ops ------------------------------------------------------ */
+
+enum { BR = 200, BC = 300 }; /* 128 + 72 rows, 2 x 128 + 44 columns: partial tiles both ways */
+
+/* x[BR, BC]: values of about 0.01, an outlier 300 at (5, 7) (row 5's first tile), row 9's second
+ * tile all zero, NaN-free. */
+static float *tile_input(void) {
+    float *x = lj_malloc((size_t)BR * BC * sizeof(float));
+    uint32_t st = 12345;
+    for (int i = 0; i < BR * BC; i++) {
+        st = st * 1664525u + 1013904223u;
+        x[i] = 0.01f * ((float)(st >> 8) / 16777216.0f - 0.5f);
+    }
+    x[5 * BC + 7] = 300.0f;
+    for (int c = 128; c < 256; c++) x[9 * BC + c] = 0.0f;
+    return x;
+}
+
+/* The rowwise tiles of x[rows, cols] checked element by element against the formulas. */
+static void check_tiles(const float *x, const uint8_t *q, const float *sinv, int rows, int cols, lj_fp8_format fmt) {
+    const int ld = lj_fp8_ld(cols), nb = lj_fp8_nblocks(cols);
+    for (int r = 0; r < rows; r++) {
+        for (int b = 0; b < nb; b++) {
+            float amax = 0;
+            const int c0 = b * LJ_FP8_BLOCK, c1 = c0 + LJ_FP8_BLOCK < cols ? c0 + LJ_FP8_BLOCK : cols;
+            for (int c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(x[(size_t)r * cols + c]));
+            const float s = amax > 0 ? lj_fp8_max(fmt) / amax : 1.0f;
+            assert_true(sinv[(size_t)b * lj_fp8_round4(rows) + r] == 1.0f / s);
+            for (int c = c0; c < c1; c++) {
+                const float v = x[(size_t)r * cols + c];
+                assert_int_equal(q[(size_t)r * ld + c], lj_fp8_from_f32(v * s, fmt));
+                /* within half an FP8 step at the tile's scale: 2^-4 relative (E4M3 normals; E5M2
+                 * 2^-3), or half the smallest subnormal (2^-10; E5M2 2^-17) in the scaled units */
+                const float d = lj_fp8_to_f32(q[(size_t)r * ld + c], fmt) / s;
+                const float rel = fmt == LJ_FP8_E4M3 ? 0.0625f : 0.125f;
+                const float sub = ldexpf(1.0f, fmt == LJ_FP8_E4M3 ? -10 : -17);
+                assert_true(fabsf(d - v) <= fmaxf(fabsf(v) * rel, sub / s));
+            }
+        }
+        for (int c = cols; c < ld; c++) assert_int_equal(q[(size_t)r * ld + c], 0);
+    }
+    for (int b = 0; b < nb; b++)
+        for (int r = rows; r < lj_fp8_round4(rows); r++) assert_true(sinv[(size_t)b * lj_fp8_round4(rows) + r] == 1.0f);
+}
+
+static void test_blockwise_tiles(void **state) {
+    (void)state;
+    const lj_ops *ops = lj_ops_cpu();
+    float *x = tile_input();
+    uint8_t *q = lj_malloc((size_t)BR * lj_fp8_ld(BC)), *qt = lj_malloc((size_t)BC * lj_fp8_ld(BR));
+    uint8_t *qt_ref = lj_malloc((size_t)BC * lj_fp8_ld(BR));
+    float *s = lj_malloc((size_t)lj_fp8_tile_scales_numel(BR, BC) * 4);
+    float *st = lj_malloc((size_t)lj_fp8_tile_scales_numel(BC, BR) * 4);
+    float *st_ref = lj_malloc((size_t)lj_fp8_tile_scales_numel(BC, BR) * 4);
+    float *xt = lj_malloc((size_t)BR * BC * sizeof(float));
+    for (int r = 0; r < BR; r++)
+        for (int c = 0; c < BC; c++) xt[(size_t)c * BR + r] = x[(size_t)r * BC + c];
+    float amax = -1;
+    ops->fp8_quantize_tiles(q, s, qt, st, x, BR, BC, LJ_FP8_E4M3, &amax);
+    assert_true(amax == 300.0f);
+    check_tiles(x, q, s, BR, BC, LJ_FP8_E4M3);
+    assert_true(s[1 * lj_fp8_round4(BR) + 9] == 1.0f);              /* the zero tile */
+    assert_true(s[0 * lj_fp8_round4(BR) + 5] == 1.0f / (448.0f / 300.0f)); /* the outlier's */
+    /* the columnwise cast is the rowwise cast of the transpose, bit for bit */
+    ops->fp8_quantize_tiles(qt_ref, st_ref, NULL, NULL, xt, BC, BR, LJ_FP8_E4M3, NULL);
+    assert_memory_equal(qt, qt_ref, (size_t)BC * lj_fp8_ld(BR));
+    assert_memory_equal(st, st_ref, (size_t)lj_fp8_tile_scales_numel(BC, BR) * 4);
+    check_tiles(xt, qt, st, BC, BR, LJ_FP8_E4M3);
+    /* E5M2 (hybrid's gradients), one pair only */
+    ops->fp8_quantize_tiles(NULL, NULL, qt, st, x, BR, BC, LJ_FP8_E5M2, NULL);
+    ops->fp8_quantize_tiles(qt_ref, st_ref, NULL, NULL, xt, BC, BR, LJ_FP8_E5M2, NULL);
+    assert_memory_equal(qt, qt_ref, (size_t)BC * lj_fp8_ld(BR));
+    assert_memory_equal(st, st_ref, (size_t)lj_fp8_tile_scales_numel(BC, BR) * 4);
+    check_tiles(xt, qt, st, BC, BR, LJ_FP8_E5M2);
+    /* the outlier costs its own tile only: the other tiles of row 5 keep 2^-4 relative precision,
+     * where one per-tensor scale (448 / 300) puts values of 0.005 among E4M3's subnormal steps (measured
+     * 0.023 against 0.121) */
+    double e_tile = 0, e_tensor = 0, den = 0;
+    const float st_tensor = 448.0f / 300.0f;
+    for (int c = 128; c < BC; c++) {
+        const float v = x[5 * BC + c];
+        const float d = lj_fp8_to_f32(q[(size_t)5 * lj_fp8_ld(BC) + c], LJ_FP8_E4M3) *
+                        s[(size_t)(c / 128) * lj_fp8_round4(BR) + 5];
+        const float dt = lj_fp8_to_f32(lj_fp8_from_f32(v * st_tensor, LJ_FP8_E4M3), LJ_FP8_E4M3) / st_tensor;
+        e_tile += (double)(d - v) * (d - v), e_tensor += (double)(dt - v) * (dt - v), den += (double)v * v;
+    }
+    print_message("row 5 beyond the outlier's tile: rel L2 %.4f blockwise, %.4f per tensor\n", sqrt(e_tile / den),
+                  sqrt(e_tensor / den));
+    assert_true(sqrt(e_tile / den) < 0.04);
+    assert_true(sqrt(e_tensor / den) > 0.08 && sqrt(e_tile / den) < sqrt(e_tensor / den) / 3);
+    free(x), free(q), free(qt), free(qt_ref), free(s), free(st), free(st_ref), free(xt);
+}
+
+static void test_blockwise_blocks(void **state) {
+    (void)state;
+    const lj_ops *ops = lj_ops_cpu();
+    float *x = tile_input();
+    const int nbr = lj_fp8_nblocks(BR), nbc = lj_fp8_nblocks(BC);
+    assert_int_equal(lj_fp8_block_scales_numel(BR, BC), 2 * 4);
+    assert_int_equal(lj_fp8_block_scales_numel(BC, BR), 3 * 4);
+    uint8_t *q = lj_malloc((size_t)BR * lj_fp8_ld(BC)), *qt = lj_malloc((size_t)BC * lj_fp8_ld(BR));
+    float g[8], gt[12], amax = -1;
+    ops->fp8_quantize_blocks(q, g, qt, gt, x, BR, BC, LJ_FP8_E4M3, &amax);
+    assert_true(amax == 300.0f);
+    for (int br = 0; br < nbr; br++) {
+        for (int bc = 0; bc < nbc; bc++) {
+            float a = 0;
+            for (int r = br * 128; r < BR && r < br * 128 + 128; r++)
+                for (int c = bc * 128; c < BC && c < bc * 128 + 128; c++) a = fmaxf(a, fabsf(x[(size_t)r * BC + c]));
+            const float sc = 448.0f / a;
+            assert_true(g[br * 4 + bc] == 1.0f / sc);
+            assert_true(gt[bc * 4 + br] == g[br * 4 + bc]); /* the transposed grid */
+            for (int r = br * 128; r < BR && r < br * 128 + 128; r++)
+                for (int c = bc * 128; c < BC && c < bc * 128 + 128; c++) {
+                    const uint8_t code = lj_fp8_from_f32(x[(size_t)r * BC + c] * sc, LJ_FP8_E4M3);
+                    assert_int_equal(q[(size_t)r * lj_fp8_ld(BC) + c], code);
+                    assert_int_equal(qt[(size_t)c * lj_fp8_ld(BR) + r], code);
+                }
+        }
+        assert_true(g[br * 4 + 3] == 1.0f); /* padding */
+    }
+    for (int bc = 0; bc < nbc; bc++) assert_true(gt[bc * 4 + 2] == 1.0f && gt[bc * 4 + 3] == 1.0f);
+    for (int r = 0; r < BR; r++)
+        for (int c = BC; c < lj_fp8_ld(BC); c++) assert_int_equal(q[(size_t)r * lj_fp8_ld(BC) + c], 0);
+    for (int c = 0; c < BC; c++)
+        for (int r = BR; r < lj_fp8_ld(BR); r++) assert_int_equal(qt[(size_t)c * lj_fp8_ld(BR) + r], 0);
+    free(x), free(q), free(qt);
+}
+
+/* out = the product of the dequantized operands (double reference, the factors from the scale
+ * tensors), for 1x128 x 128x128 (forward, data gradient) and 1x128 x 1x128 (weight gradient),
+ * K = 300 (a partial last tile), overwrite and accumulate; and near the exact fp32 product. */
+static void test_blockwise_matmul(void **state) {
+    (void)state;
+    const lj_ops *ops = lj_ops_cpu();
+    enum { M = 37, N = 24, K = BC };
+    float *a = lj_malloc((size_t)M * K * 4), *b = lj_malloc((size_t)N * K * 4);
+    uint32_t st = 777;
+    for (int i = 0; i < M * K; i++) st = st * 1664525u + 1013904223u, a[i] = (float)(st >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < N * K; i++) st = st * 1664525u + 1013904223u, b[i] = 0.1f * ((float)(st >> 8) / 16777216.0f - 0.5f);
+    a[3 * K + 200] = 40.0f;
+    const int ld = lj_fp8_ld(K);
+    uint8_t *qa = lj_malloc((size_t)M * ld), *qb = lj_malloc((size_t)N * ld);
+    float *sa = lj_malloc((size_t)lj_fp8_tile_scales_numel(M, K) * 4);
+    float *sb = lj_malloc((size_t)lj_fp8_tile_scales_numel(N, K) * 4), gb[4];
+    float *out = lj_malloc((size_t)M * N * 4);
+    void *ws = lj_malloc(ops->fp8_matmul_workspace_bytes(M, N, K));
+    ops->fp8_quantize_tiles(qa, sa, NULL, NULL, a, M, K, LJ_FP8_E5M2, NULL);
+    for (int blocks = 0; blocks < 2; blocks++) {
+        if (blocks) ops->fp8_quantize_blocks(qb, gb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+        else ops->fp8_quantize_tiles(qb, sb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+        for (int acc = 0; acc < 2; acc++) {
+            for (int i = 0; i < M * N; i++) out[i] = acc ? 1.0f : -7.0f;
+            ops->fp8_matmul_blockwise(out, LJ_DTYPE_F32, qa, LJ_FP8_E5M2, sa, 0, qb, LJ_FP8_E4M3, blocks ? gb : sb,
+                                      blocks, M, N, K, acc ? LJ_GRAD_ACCUMULATE : LJ_GRAD_OVERWRITE, ws);
+            double num = 0, den = 0, num_x = 0;
+            for (int m = 0; m < M; m++) {
+                for (int n = 0; n < N; n++) {
+                    double ref = 0, exact = 0;
+                    for (int k = 0; k < K; k++) {
+                        const double fa = lj_fp8_to_f32(qa[(size_t)m * ld + k], LJ_FP8_E5M2) *
+                                          (double)sa[lj_fp8_tile_scale_index(M, m, k)];
+                        const double fb = lj_fp8_to_f32(qb[(size_t)n * ld + k], LJ_FP8_E4M3) *
+                                          (double)(blocks ? gb[lj_fp8_block_scale_index(K, n, k)]
+                                                          : sb[lj_fp8_tile_scale_index(N, n, k)]);
+                        ref += fa * fb;
+                        exact += (double)a[(size_t)m * K + k] * b[(size_t)n * K + k];
+                    }
+                    const double got = out[(size_t)m * N + n] - (acc ? 1.0 : 0.0);
+                    num += (got - ref) * (got - ref), den += ref * ref, num_x += (got - exact) * (got - exact);
+                }
+            }
+            print_message("blockwise matmul (%s, %s): rel L2 %.2e vs dequantized, %.4f vs exact\n",
+                          blocks ? "1x128 x 128x128" : "1x128 x 1x128", acc ? "+=" : "=", sqrt(num / den),
+                          sqrt(num_x / den));
+            assert_true(sqrt(num / den) < 1e-6);
+            assert_true(sqrt(num_x / den) < 0.08); /* E5M2 x E4M3 rounding */
+        }
+    }
+    free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(out), free(ws);
+}
+
 /* The default recipe with FP8 options set is not FP8: nothing planned, nothing changes. */
 static void test_default_recipe_untouched(void **state) {
     (void)state;
@@ -274,9 +474,14 @@ int main(void) {
         cmocka_unit_test(test_against_fp32_tensorwise_e4m3),
         cmocka_unit_test(test_against_fp32_tensorwise_hybrid),
         cmocka_unit_test(test_against_fp32_delayed_hybrid),
+        cmocka_unit_test(test_against_fp32_blockwise_hybrid),
+        cmocka_unit_test(test_against_fp32_blockwise_e4m3),
         cmocka_unit_test(test_delayed_state),
         cmocka_unit_test(test_saved_inputs_equal_recast),
         cmocka_unit_test(test_resume_needs_recipe_state),
+        cmocka_unit_test(test_blockwise_tiles),
+        cmocka_unit_test(test_blockwise_blocks),
+        cmocka_unit_test(test_blockwise_matmul),
         cmocka_unit_test(test_default_recipe_untouched),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # test_fp8_train.sh: the FP8 recipe end to end on the CPU backend (its exact emulation) with real
 # KJV tokens:
-#   - `ljperf train --fp8-format hybrid` (delayed scaling with an amax history of 4, max, and
-#     tensorwise) trains, its losses stay within 2% of the fp32 run's, and a resumed run's losses
+#   - `ljperf train --fp8-format hybrid` (delayed scaling with an amax history of 4, max,
+#     tensorwise, and blockwise: 1x128 / 128x128 tiles, partial here, the hidden size being 64) trains, its losses stay within 2% of the fp32 run's, and a resumed run's losses
 #     equal the uninterrupted run's bit for bit (the amax histories and scales are in the
-#     checkpoint; the checkpointed halves spell the flags --flag=value);
-#   - `ljperf plan --fp8-format hybrid` shows the FP8 buffers;
+#     checkpoint; blockwise has no state that carries over; the checkpointed halves spell the
+#     flags --flag=value);
+#   - `ljperf plan --fp8-format hybrid` shows the FP8 buffers, with the tile scales under blockwise;
 #   - the flags are rows of the flag table of train, benchmark and plan (train -h lists them as
 #     taken, not ignored); another command refuses them as unknown;
-#   - bad input: blockwise (not built yet), --fp8-* without --fp8-format, a bad format, bf16
+#   - bad input: a history length with blockwise, --fp8-* without --fp8-format, a bad format, bf16
 #     layers that leave nothing in FP8: one message each, exit status 1.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
@@ -27,7 +28,7 @@ losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]
 
 "$LJPERF" train "${common[@]}" --log-json "$tmp/fp32.jsonl" >/dev/null 2>"$tmp/fp32.err" \
   || { cat "$tmp/fp32.err"; fail "fp32 run"; }
-for recipe in "delayed --fp8-amax-history-len 4 --fp8-amax-compute-algo max" "tensorwise"; do
+for recipe in "delayed --fp8-amax-history-len 4 --fp8-amax-compute-algo max" "tensorwise" "blockwise"; do
   tag=${recipe%% *}
   read -r -a flags <<< "--fp8-format hybrid --fp8-recipe $recipe"
   eq=()
@@ -53,6 +54,13 @@ done
   >"$tmp/plan.out" 2>&1 || { cat "$tmp/plan.out"; fail "plan --fp8-format"; }
 grep -q "FP8 casts and scales" "$tmp/plan.out" || fail "plan: no FP8 row"
 grep -q "fp8.w_t" "$tmp/plan.out" || fail "plan: no FP8 weight transpose buffer"
+if grep -q "_scale" "$tmp/plan.out"; then fail "plan: tile scales without blockwise"; fi
+"$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --recompute none --fp8-format hybrid \
+  --fp8-recipe blockwise --buffers >"$tmp/plan_bw.out" 2>&1 || { cat "$tmp/plan_bw.out"; fail "plan blockwise"; }
+for b in fp8.w_scale fp8.w_t_scale fp8.x_scale fp8.x_t_scale fp8.dy_scale fp8.dy_t_scale layers.0.fp8.ln1_t_scale \
+         layers.0.fp8.mlp_act_t_scale; do
+  grep -q "$b" "$tmp/plan_bw.out" || { cat "$tmp/plan_bw.out"; fail "plan blockwise: no $b"; }
+done
 # the ablation takes the FP8 flags for its +FP8 row; on the CPU the row is left out, with the reason
 "$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 64 --train-iters 1 --warmup-iters 0 --no-progress \
   --ablation --fp8-format hybrid --fp8-recipe tensorwise --json "$tmp/ab.json" >"$tmp/ab.out" 2>&1 ||
@@ -82,7 +90,8 @@ bad() { # expected message, then the flags
   [ "$status" = 1 ] || { cat "$tmp/bad.err"; fail "'$*': exit status $status, expected 1"; }
   grep -q -- "$want" "$tmp/bad.err" || { cat "$tmp/bad.err"; fail "'$*': expected '$want'"; }
 }
-bad "blockwise .* is not built yet" --fp8-format hybrid --fp8-recipe blockwise
+bad "belong to --fp8-recipe delayed" --fp8-format hybrid --fp8-recipe blockwise --fp8-amax-history-len 4
+bad "'rowwise' is not one of delayed, tensorwise, blockwise" --fp8-format hybrid --fp8-recipe rowwise
 bad "need --fp8-format" --fp8-margin 1
 bad "'e5m2' is not one of hybrid, e4m3" --fp8-format e5m2
 bad "belong to --fp8-recipe delayed" --fp8-format e4m3 --fp8-recipe tensorwise --fp8-amax-history-len 8

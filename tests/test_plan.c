@@ -1,6 +1,6 @@
 /* test_plan.c: the static memory plan: the bytes allocated equal the plan exactly for many
- * configurations, buffers lie inside their arenas without overlap, and recompute policies
- * shrink the saved activations as they should. */
+ * configurations (the FP8 recipes' too), buffers lie inside their arenas without overlap, and
+ * recompute policies shrink the saved activations as they should. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -95,6 +95,60 @@ static void test_plan_equals_allocation(void **state) {
         configs++;
     }
     assert_true(configs == 74);
+}
+
+/* The FP8 recipes' plans: the allocation equals the plan for each recipe and recompute mix;
+ * blockwise plans exactly the tensorwise buffers plus its scale tensors, each of the size of its
+ * layout (base/fp8.h), N = 2 x 33 tokens and hidden sizes not multiples of 128. */
+static void test_plan_fp8_recipes(void **state) {
+    (void)state;
+    lj_model_config c = lj_test_small_config(3, 0);
+    for (int policy = 0; policy < 3; policy++) {
+        size_t total[3];
+        lj_plan plans[3];
+        lj_model models[3];
+        for (int r = 0; r < 3; r++) {
+            lj_model_options o = lj_test_train_options(2, 33, 1);
+            memset(o.recompute, policy, sizeof o.recompute);
+            o.recompute[1] = LJ_RECOMPUTE_NONE;
+            o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+            o.fp8 = lj_linear_fp8_defaults();
+            o.fp8.recipe = (lj_fp8_recipe)r;
+            total[r] = allocate_and_check(&c, &o);
+            lj_model_init(&models[r], lj_ops_cpu(), &c, &o);
+            lj_parallelize(&models[r], NULL);
+            lj_plan_build(&plans[r], &models[r]);
+        }
+        assert_true(total[LJ_FP8_RECIPE_DELAYED] == total[LJ_FP8_RECIPE_TENSORWISE]);
+        const lj_plan *bw = &plans[LJ_FP8_RECIPE_BLOCKWISE];
+        const lj_linear_fp8_state *f = &models[LJ_FP8_RECIPE_BLOCKWISE].linear_fp8;
+        const int N = 2 * 33;
+        size_t extra = 0;
+        int scales = 0;
+        for (int i = 0; i < bw->count; i++) {
+            const lj_plan_buffer *b = &bw->buffers[i];
+            const size_t n = strlen(b->name);
+            if (n < 6 || strcmp(b->name + n - 6, "_scale") != 0) continue;
+            size_t want = 0;
+            if (!strcmp(b->name, "fp8.w_scale") || !strcmp(b->name, "fp8.w_t_scale")) want = (size_t)f->max_wscale * 4;
+            else if (!strcmp(b->name, "fp8.x_scale")) want = (size_t)lj_fp8_tile_scales_numel(N, f->max_in) * 4;
+            else if (!strcmp(b->name, "fp8.x_t_scale")) want = (size_t)lj_fp8_tile_scales_numel(f->max_in, N) * 4;
+            else if (!strcmp(b->name, "fp8.dy_scale")) want = (size_t)lj_fp8_tile_scales_numel(N, f->max_out) * 4;
+            else if (!strcmp(b->name, "fp8.dy_t_scale")) want = (size_t)lj_fp8_tile_scales_numel(f->max_out, N) * 4;
+            else if (strstr(b->name, "fp8.mlp_act_t_scale")) want = (size_t)lj_fp8_tile_scales_numel(c.intermediate_size, N) * 4;
+            else if (strstr(b->name, "fp8.ln1_t_scale") || strstr(b->name, "fp8.ln2_t_scale"))
+                want = (size_t)lj_fp8_tile_scales_numel(c.hidden_size, N) * 4;
+            assert_true(want > 0 && b->bytes == want);
+            extra += (b->bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+            scales++;
+        }
+        /* six scratch tensors, and three per layer that keeps its FP8 inputs (recompute none) */
+        int kept = 0;
+        for (int l = 0; l < c.num_hidden_layers; l++) kept += (policy == LJ_RECOMPUTE_NONE || l == 1);
+        assert_int_equal(scales, 6 + 3 * kept);
+        assert_true(total[LJ_FP8_RECIPE_BLOCKWISE] == total[LJ_FP8_RECIPE_TENSORWISE] + extra);
+        for (int r = 0; r < 3; r++) lj_plan_free(&plans[r]), lj_model_free(&models[r]);
+    }
 }
 
 /* ZeRO-3 per-rank plans (W = 2, 3, every rank): the allocation equals the plan, the shards are
@@ -224,6 +278,7 @@ static void test_recompute_saves_memory(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_equals_allocation),
+        cmocka_unit_test(test_plan_fp8_recipes),
         cmocka_unit_test(test_plan_zero3_per_rank),
         cmocka_unit_test(test_plan_zero2_per_rank),
         cmocka_unit_test(test_recompute_saves_memory),

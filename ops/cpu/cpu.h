@@ -161,6 +161,13 @@ void lj_cpu_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_form
                        const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                        lj_grad_mode mode, void *workspace);
 size_t lj_cpu_fp8_matmul_workspace_bytes(int M, int N, int K);
+void lj_cpu_fp8_quantize_tiles(void *q, float *q_sinv, void *q_t, float *q_t_sinv, const void *x, int rows, int cols,
+                               lj_fp8_format fmt, float *amax);
+void lj_cpu_fp8_quantize_blocks(void *q, float *sinv, void *q_t, float *sinv_t, const void *x, int rows, int cols,
+                                lj_fp8_format fmt, float *amax);
+void lj_cpu_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_sinv,
+                                 int a_blocks, const void *b, lj_fp8_format fb, const float *b_sinv, int b_blocks,
+                                 int M, int N, int K, lj_grad_mode mode, void *workspace);
 
 /* cpu_attention.c */
 void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,

@@ -118,6 +118,9 @@ static const lj_ops g_cpu_ops = {
     .fp8_scale_update = lj_cpu_fp8_scale_update,
     .fp8_matmul = lj_cpu_fp8_matmul,
     .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,
+    .fp8_quantize_tiles = lj_cpu_fp8_quantize_tiles,
+    .fp8_quantize_blocks = lj_cpu_fp8_quantize_blocks,
+    .fp8_matmul_blockwise = lj_cpu_fp8_matmul_blockwise,
 
     .rope_forward = lj_cpu_rope_forward,
     .rope_backward = lj_cpu_rope_backward,

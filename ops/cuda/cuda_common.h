@@ -85,7 +85,8 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                              int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype);
 
-/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers); cuda_fp8.cu: the casts */
+/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
+ * 1x128 / 128x128 scale modes); cuda_fp8.cu: the casts */
 void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
                         const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                         lj_grad_mode mode, void *workspace);
@@ -93,6 +94,14 @@ size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K);
 void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n);
 void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                           const lj_fp8_scaling *sc);
+/* the blockwise recipe (ops.h fp8_quantize_tiles, fp8_quantize_blocks, fp8_matmul_blockwise) */
+void lj_cuda_fp8_quantize_tiles(void *q, float *q_sinv, void *q_t, float *q_t_sinv, const void *x, int rows, int cols,
+                                lj_fp8_format fmt, float *amax);
+void lj_cuda_fp8_quantize_blocks(void *q, float *sinv, void *q_t, float *sinv_t, const void *x, int rows, int cols,
+                                 lj_fp8_format fmt, float *amax);
+void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_sinv,
+                                  int a_blocks, const void *b, lj_fp8_format fb, const float *b_sinv, int b_blocks,
+                                  int M, int N, int K, lj_grad_mode mode, void *workspace);
 void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
                               int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
 

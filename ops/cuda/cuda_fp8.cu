@@ -2,7 +2,8 @@
  * its transpose, and delayed scaling's history update. The cast is the hardware's
  * cvt.rn.satfinite (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE); the scale formulas
  * are base/fp8.h's, shared with the CPU emulation, so codes, amaxes and scales equal the CPU
- * backend's bit for bit. The FP8 GEMM is cuda_matmul.cu's (cuBLASLt). Every kernel is
+ * backend's bit for bit; the blockwise recipe's tile and block casts likewise (at the end). The
+ * FP8 GEMM is cuda_matmul.cu's (cuBLASLt). Every kernel is
  * capturable: the scales live in device memory and nothing synchronises with the host. */
 #include "ops/cuda/cuda_common.h"
 
@@ -201,4 +202,152 @@ extern "C" void lj_cuda_fp8_scale_update(float *amax_history, float *scale, floa
     fp8_scale_update_kernel<<<(num + 127) / 128, 128, 0, lj_cuda_stream()>>>(
         amax_history, scale, scale_inv, num, history_len, num_first, scaled_max_first, scaled_max_rest, algo_max);
     LJ_CUDA_LAUNCHED("fp8_scale_update_kernel");
+}
+
+/* ---- the blockwise recipe: 1x128 tiles and 128x128 blocks (base/fp8.h layouts) --------------
+ * Each tile's scale is lj_fp8_current_scale(its amax, fp8_max), as on the CPU; the codes are
+ * cvt.rn.satfinite of x * s, so codes and factors equal the CPU emulation's bit for bit. */
+
+/* The block's max of lj_fp8_abs_bits, in every thread. */
+static __device__ __forceinline__ uint32_t block_max_bits_all(uint32_t v) {
+    __shared__ uint32_t all;
+    v = block_max_bits(v);
+    if (threadIdx.x == 0 && threadIdx.y == 0) all = v;
+    __syncthreads();
+    v = all;
+    __syncthreads();
+    return v;
+}
+
+static __device__ __forceinline__ float bits_scale(uint32_t bits, lj_fp8_format fmt) {
+    return lj_fp8_current_scale(__uint_as_float(bits), lj_fp8_max(fmt));
+}
+
+/* Rowwise 1x128 tiles: one block of 128 threads per (row r, tile b); grid (round4(rows), tiles).
+ * Rows >= rows only write their factors' padding (1). */
+__global__ void __launch_bounds__(128) fp8_tiles_row_kernel(uint8_t *q, float *sinv, const lj_bf16 *x, int rows,
+                                                            int cols, lj_fp8_format fmt, float *amax) {
+    const int r = blockIdx.x, b = blockIdx.y, c = b * LJ_FP8_BLOCK + threadIdx.x;
+    const float v = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+    const uint32_t m = block_max_bits_all(lj_fp8_abs_bits(v));
+    const float s = bits_scale(m, fmt);
+    const int ld = lj_fp8_ld(cols);
+    if (r < rows && c < ld) q[(int64_t)r * ld + c] = to_fp8(__fmul_rn(v, s), fmt);
+    if (threadIdx.x == 0) {
+        sinv[(int64_t)b * lj_fp8_round4(rows) + r] = 1.0f / s;
+        if (amax && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+/* Columnwise 1x128 tiles (q_t = x^T [cols, ld(rows)], tiles along rows): one block of 32 x 8
+ * threads per 32 columns x 128 rows of x; each thread reads 16 values of its column (coalesced
+ * over the columns), the column's tile amax is reduced in shared memory, and the codes go out
+ * through a shared tile as runs of q_t's rows. Columns >= cols (up to round4(cols)) write their
+ * factors' padding (1). */
+__global__ void __launch_bounds__(256) fp8_tiles_col_kernel(uint8_t *q_t, float *sinv_t, const lj_bf16 *x, int rows,
+                                                            int cols, lj_fp8_format fmt, float *amax) {
+    __shared__ uint32_t red[8][32];
+    __shared__ uint8_t tile[32][LJ_FP8_BLOCK + 4];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * LJ_FP8_BLOCK, c = c0 + tx;
+    float v[16];
+    uint32_t m = 0;
+    for (int k = 0; k < 16; k++) {
+        const int r = r0 + ty + 8 * k;
+        v[k] = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+        const uint32_t bits = lj_fp8_abs_bits(v[k]);
+        m = bits > m ? bits : m;
+    }
+    red[ty][tx] = m;
+    __syncthreads();
+    uint32_t cm = 0;
+    for (int i = 0; i < 8; i++) cm = red[i][tx] > cm ? red[i][tx] : cm;
+    const float s = bits_scale(cm, fmt);
+    for (int k = 0; k < 16; k++) tile[tx][ty + 8 * k] = to_fp8(__fmul_rn(v[k], s), fmt);
+    if (ty == 0 && c < lj_fp8_round4(cols)) sinv_t[(int64_t)blockIdx.y * lj_fp8_round4(cols) + c] = 1.0f / s;
+    if (amax && ty == 0 && cm) atomicMax((uint32_t *)amax, cm);
+    __syncthreads();
+    const int ld_t = lj_fp8_ld(rows), tid = ty * 32 + tx;
+    for (int i = tid; i < 32 * LJ_FP8_BLOCK; i += 256) {
+        const int cl = i / LJ_FP8_BLOCK, rl = i % LJ_FP8_BLOCK, cc = c0 + cl, r = r0 + rl;
+        if (cc < cols && r < ld_t) q_t[(int64_t)cc * ld_t + r] = tile[cl][rl];
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize_tiles(void *q, float *q_sinv, void *q_t, float *q_t_sinv, const void *x, int rows,
+                                           int cols, lj_fp8_format fmt, float *amax) {
+    if (amax) LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8 tiles");
+    if (rows <= 0 || cols <= 0) return;
+    if (q) {
+        const dim3 grid((unsigned)lj_fp8_round4(rows), (unsigned)lj_fp8_nblocks(cols));
+        fp8_tiles_row_kernel<<<grid, 128, 0, lj_cuda_stream()>>>((uint8_t *)q, q_sinv, (const lj_bf16 *)x, rows, cols,
+                                                                fmt, amax);
+        LJ_CUDA_LAUNCHED("fp8_tiles_row_kernel");
+        amax = NULL; /* recorded once */
+    }
+    if (q_t) {
+        const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)lj_fp8_nblocks(rows));
+        fp8_tiles_col_kernel<<<grid, dim3(32, 8), 0, lj_cuda_stream()>>>((uint8_t *)q_t, q_t_sinv, (const lj_bf16 *)x,
+                                                                        rows, cols, fmt, amax);
+        LJ_CUDA_LAUNCHED("fp8_tiles_col_kernel");
+    }
+}
+
+/* 128x128 blocks: one block of 32 x 8 threads per block (bc, br) of the grid (round4(nbc),
+ * round4(nbr)): the block's amax in a first pass over x, then the codes (q's rows directly,
+ * q_t's through a shared tile). Blocks outside the matrix write their factors' padding (1). */
+__global__ void __launch_bounds__(256) fp8_blocks_kernel(uint8_t *q, float *sinv, uint8_t *q_t, float *sinv_t,
+                                                         const lj_bf16 *x, int rows, int cols, lj_fp8_format fmt,
+                                                         float *amax) {
+    __shared__ uint8_t tile[LJ_FP8_BLOCK][LJ_FP8_BLOCK + 4];
+    const int bc = blockIdx.x, br = blockIdx.y, nbr = lj_fp8_nblocks(rows), nbc = lj_fp8_nblocks(cols);
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int r0 = br * LJ_FP8_BLOCK, c0 = bc * LJ_FP8_BLOCK;
+    uint32_t m = 0;
+    for (int rl = ty; rl < LJ_FP8_BLOCK; rl += 8) {
+        for (int cl = tx; cl < LJ_FP8_BLOCK; cl += 32) {
+            const int r = r0 + rl, c = c0 + cl;
+            if (r < rows && c < cols) {
+                const uint32_t bits = lj_fp8_abs_bits(__bfloat162float(x[(int64_t)r * cols + c]));
+                m = bits > m ? bits : m;
+            }
+        }
+    }
+    m = block_max_bits_all(m);
+    const float s = bits_scale(m, fmt);
+    if (tx == 0 && ty == 0) {
+        if (sinv && br < nbr) sinv[(int64_t)br * lj_fp8_round4(nbc) + bc] = 1.0f / s;
+        if (sinv_t && bc < nbc) sinv_t[(int64_t)bc * lj_fp8_round4(nbr) + br] = 1.0f / s;
+        if (amax && m) atomicMax((uint32_t *)amax, m);
+    }
+    if (br >= nbr || bc >= nbc) return;
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    for (int rl = ty; rl < LJ_FP8_BLOCK; rl += 8) {
+        for (int cl = tx; cl < LJ_FP8_BLOCK; cl += 32) {
+            const int r = r0 + rl, c = c0 + cl;
+            const float v = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+            const uint8_t code = to_fp8(__fmul_rn(v, s), fmt);
+            if (q && r < rows && c < ld) q[(int64_t)r * ld + c] = code;
+            tile[rl][cl] = code;
+        }
+    }
+    if (!q_t) return;
+    __syncthreads();
+    for (int cl = ty; cl < LJ_FP8_BLOCK; cl += 8) { /* q_t's row c0 + cl, its columns r0.. */
+        for (int rl = tx; rl < LJ_FP8_BLOCK; rl += 32) {
+            const int c = c0 + cl, r = r0 + rl;
+            if (c < cols && r < ld_t) q_t[(int64_t)c * ld_t + r] = tile[rl][cl];
+        }
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize_blocks(void *q, float *sinv, void *q_t, float *sinv_t, const void *x, int rows,
+                                            int cols, lj_fp8_format fmt, float *amax) {
+    if (amax) LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8 blocks");
+    if (rows <= 0 || cols <= 0 || (!q && !q_t)) return;
+    const dim3 grid((unsigned)lj_fp8_round4(lj_fp8_nblocks(cols)), (unsigned)lj_fp8_round4(lj_fp8_nblocks(rows)));
+    fp8_blocks_kernel<<<grid, dim3(32, 8), 0, lj_cuda_stream()>>>((uint8_t *)q, q ? sinv : NULL, (uint8_t *)q_t,
+                                                                 q_t ? sinv_t : NULL, (const lj_bf16 *)x, rows, cols,
+                                                                 fmt, amax);
+    LJ_CUDA_LAUNCHED("fp8_blocks_kernel");
 }

@@ -9,6 +9,7 @@
 #include "ops/cuda/cuda_common.h"
 
 #include <cublasLt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LJ_GEMM_CACHE_SIZE 256
@@ -164,6 +165,7 @@ typedef struct {
     cudaDataType_t ta, tb, ctype;
     int align_c;
     int scaled; /* the heuristic saw A and B scale pointers (every real GEMM; not the start-up probe) */
+    int mode_a, mode_b; /* blockwise: cuBLASLt's A/B scale modes (cublasLtMatmulMatrixScale_t); -1: per tensor */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -184,13 +186,14 @@ static cudaDataType_t fp8_type(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? CUDA
  * pointers (device f32, or NULL for a probe) are set before the heuristic is asked: the
  * algorithm it returns for a descriptor without them is refused at run time with them
  * (CUBLAS_STATUS_NOT_SUPPORTED). */
-static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cudaDataType_t ta, cudaDataType_t tb,
-                             cudaDataType_t ctype, int align_c, const float *a_scale, const float *b_scale) {
+static lj_fp8_plan *fp8_plan_modes(const char *what, int m, int n, int k, int ld, cudaDataType_t ta,
+                                   cudaDataType_t tb, cudaDataType_t ctype, int align_c, const float *a_scale,
+                                   const float *b_scale, int mode_a, int mode_b) {
     const int scaled = a_scale && b_scale;
     for (int i = 0; i < g_fp8.cached; i++) {
         lj_fp8_plan *p = &g_fp8.cache[i];
         if (p->m == m && p->n == n && p->k == k && p->ld == ld && p->ta == ta && p->tb == tb && p->ctype == ctype &&
-            p->align_c == align_c && p->scaled == scaled)
+            p->align_c == align_c && p->scaled == scaled && p->mode_a == mode_a && p->mode_b == mode_b)
             return p;
     }
     lj_fp8_plan *p = g_fp8.cached < LJ_FP8_CACHE_SIZE ? &g_fp8.cache[g_fp8.cached] : &g_fp8.cache[0];
@@ -203,6 +206,7 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
     memset(p, 0, sizeof *p);
     p->m = m, p->n = n, p->k = k, p->ld = ld, p->ta = ta, p->tb = tb, p->ctype = ctype, p->align_c = align_c;
     p->scaled = scaled;
+    p->mode_a = mode_a, p->mode_b = mode_b;
     const cublasOperation_t opt = CUBLAS_OP_T, opn = CUBLAS_OP_N;
     const int8_t fast_accum = 0; /* fp32 accumulation throughout (no periodic-promotion shortcut) */
     LT_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
@@ -215,6 +219,15 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
                  what);
         LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale),
                  what);
+    }
+    if (mode_a >= 0 || mode_b >= 0) {
+#if LJ_CUDA_HAVE_FP8_BLOCK_SCALING
+        const int32_t ma = mode_a, mb = mode_b;
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma), what);
+        LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb), what);
+#else
+        lj_cuda_die(what, "cuBLASLt's block scale modes need cuBLAS 12.9 headers", __FILE__, __LINE__);
+#endif
     }
     LT_CHECK(cublasLtMatrixLayoutCreate(&p->la, ta, k, m, ld), what);
     LT_CHECK(cublasLtMatrixLayoutCreate(&p->lb, tb, k, n, ld), what);
@@ -240,6 +253,11 @@ static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cuda
     if (p->found) p->algo = res.algo;
     if (g_fp8.cached < LJ_FP8_CACHE_SIZE) g_fp8.cached++;
     return p;
+}
+
+static lj_fp8_plan *fp8_plan(const char *what, int m, int n, int k, int ld, cudaDataType_t ta, cudaDataType_t tb,
+                             cudaDataType_t ctype, int align_c, const float *a_scale, const float *b_scale) {
+    return fp8_plan_modes(what, m, n, k, ld, ta, tb, ctype, align_c, a_scale, b_scale, -1, -1);
 }
 
 /* out[M, N] row-major = column-major out^T [N, M] = b[N, K] a[M, K]^T: cuBLASLt's A is b
@@ -276,6 +294,56 @@ extern "C" void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a,
              what);
 }
 
+/* The blockwise form (ops.h fp8_matmul_blockwise): the same "TN" GEMM with cuBLASLt's scale modes
+ * (cuBLAS 12.9, sm_90): a 1x128-tile operand's factors are VEC128_32F, a block operand's
+ * BLK128x128_32F; the layouts of base/fp8.h are the ones cuBLASLt reads (cuBLASLt API reference,
+ * "128-element 1D and 128x128 2D block scaling": VEC128 factors M-major [L, M], BLK128x128
+ * K-major [ceil(M/128), L rounded up to 4], with M and N multiples of 4, so round4(M) = M;
+ * TransformerEngine's Float8BlockQuantizer lays them out so too). cuBLASLt's A is b, so its A
+ * scale is b's. */
+extern "C" void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa,
+                                             const float *a_sinv, int a_blocks, const void *b, lj_fp8_format fb,
+                                             const float *b_sinv, int b_blocks, int M, int N, int K, lj_grad_mode mode,
+                                             void *workspace) {
+    (void)workspace;
+    const char *what = "fp8_matmul_blockwise";
+    if (M <= 0 || N <= 0) return;
+#if LJ_CUDA_HAVE_FP8_BLOCK_SCALING
+    LJ_ASSERT(((uintptr_t)a_sinv | (uintptr_t)b_sinv) % 16 == 0,
+              "fp8_matmul_blockwise: scales must be 16-byte aligned");
+    LJ_ASSERT(fa == LJ_FP8_E4M3 || fb == LJ_FP8_E4M3, "fp8_matmul_blockwise: E5M2 x E5M2 has no cuBLASLt kernel");
+    LJ_ASSERT(!(a_blocks && b_blocks), "fp8_matmul_blockwise: 128x128 x 128x128 has no cuBLASLt kernel");
+    LJ_ASSERT(M % 4 == 0 && N % 4 == 0, "fp8_matmul_blockwise: M=%d and N=%d must be multiples of 4 (cuBLASLt's "
+              "block scales; lj_cli_fp8_check_tokens)", M, N);
+    LJ_ASSERT(out_dtype == LJ_DTYPE_BF16 || out_dtype == LJ_DTYPE_F32, "fp8_matmul_blockwise: output %s",
+              lj_dtype_name(out_dtype));
+    const cudaDataType_t ctype = lj_cuda_ctype(out_dtype);
+    const int ld = lj_fp8_ld(K);
+    const int vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    lj_fp8_plan *p = fp8_plan_modes(what, N, M, ld, ld, fp8_type(fb), fp8_type(fa), ctype, ptr_alignment(out), b_sinv,
+                                    a_sinv, b_blocks ? blk : vec, a_blocks ? blk : vec);
+    if (!p->found) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "M=%d N=%d K=%d (%s x %s -> %s, %s x %s scales): cuBLASLt found no algorithm", M, N,
+                 K, lj_fp8_format_name(fa), lj_fp8_format_name(fb), lj_dtype_name(out_dtype),
+                 a_blocks ? "128x128" : "1x128", b_blocks ? "128x128" : "1x128");
+        lj_cuda_die(what, msg, __FILE__, __LINE__);
+    }
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_sinv, sizeof b_sinv),
+             what);
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_sinv, sizeof a_sinv),
+             what);
+    const float alpha = 1.0f, beta = mode == LJ_GRAD_ACCUMULATE ? 1.0f : 0.0f;
+    LT_CHECK(cublasLtMatmul(g_mm.handle, p->desc, &alpha, b, p->la, a, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
+                            g_mm.workspace, lj_cuda_fixed_workspace_bytes(), lj_cuda_stream()),
+             what);
+#else
+    (void)out, (void)out_dtype, (void)a, (void)fa, (void)a_sinv, (void)a_blocks, (void)b, (void)fb, (void)b_sinv;
+    (void)b_blocks, (void)K, (void)mode;
+    lj_cuda_die(what, "this build's cuBLAS headers are older than 12.9 (no block scale modes)", __FILE__, __LINE__);
+#endif
+}
+
 extern "C" size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K) {
     (void)M, (void)N, (void)K;
     return 0; /* the backend's cuBLASLt workspace */
@@ -304,4 +372,59 @@ extern "C" lj_status lj_ops_cuda_fp8_check(void) {
         }
     }
     return LJ_OK;
+}
+
+extern "C" lj_status lj_ops_cuda_fp8_blockwise_check(void) {
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise: no CUDA device");
+    const size_t v = cublasLtGetVersion();
+#if !LJ_CUDA_HAVE_FP8_BLOCK_SCALING
+    (void)v, (void)prop;
+    return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise needs cuBLASLt 12.9 or later (its 1x128 and 128x128 "
+                                       "scale modes); this ljperf was built with cuBLAS %d headers: use delayed or "
+                                       "tensorwise", (int)CUBLAS_VERSION);
+#else
+    if (v < 120900)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise needs cuBLASLt 12.9 or later (its 1x128 and 128x128 "
+                                           "scale modes); this one is version %zu: use delayed or tensorwise", v);
+    if (prop.major < 9)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise needs a Hopper GPU (compute capability 9.0, "
+                                           "sm_90): %s is %d.%d; use delayed or tensorwise", prop.name, prop.major,
+                       prop.minor);
+    if (!g_mm.handle) return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise: the CUDA backend is not started");
+    /* the three GEMMs of the recipe at a small shape: 1x128 x 128x128 (forward, data gradient) and
+     * 1x128 x 1x128 (weight gradient), e4m3 and e5m2 x e4m3, to bf16 and fp32 */
+    const int vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const float *dummy = (const float *)g_mm.workspace; /* the heuristic reads no scale */
+    const cudaDataType_t ins[2] = {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2};
+    const cudaDataType_t outs[2] = {CUDA_R_16BF, CUDA_R_32F};
+    for (int i = 0; i < 2; i++) {
+        for (int g = 0; g < 2; g++) {
+            for (int o = 0; o < 2; o++) {
+                lj_fp8_plan *p = fp8_plan_modes("fp8 blockwise check", 128, 128, 128, 128, CUDA_R_8F_E4M3, ins[i],
+                                                outs[o], 256, dummy, dummy, g ? vec : blk, vec);
+                if (!p->found)
+                    return lj_fail(LJ_ERR_UNSUPPORTED,
+                                   "--fp8-recipe blockwise: this cuBLASLt (version %zu) has no %s block-scaled FP8 "
+                                   "GEMM for e4m3 x %s -> %s on %s (compute capability %d.%d; cuBLASLt has them on "
+                                   "sm_90); use delayed or tensorwise", v, g ? "1x128 x 1x128" : "128x128 x 1x128",
+                                   i ? "e5m2" : "e4m3", o ? "fp32" : "bf16", prop.name, prop.major, prop.minor);
+            }
+        }
+    }
+    /* The kernels and the GEMM above are built and their op-harness rows exist (test_ops_cuda
+     * check --op fp8_blockwise_cast / fp8_blockwise_matmul), but no GPU has run them yet: until
+     * one has, a training run refuses them rather than risk silently wrong scale layouts. The
+     * GPU check (bench/gpu-fp8.sh) opts in with LJPERF_FP8_BLOCKWISE_UNVALIDATED=1. */
+    const char *opt_in = getenv("LJPERF_FP8_BLOCKWISE_UNVALIDATED");
+    if (!opt_in || strcmp(opt_in, "1") != 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise on the CUDA backend is not validated on a GPU yet "
+                                           "(its casts and cuBLASLt GEMM are built, their GPU check has not run): use "
+                                           "delayed or tensorwise, or --device cpu for the exact emulation");
+    lj_log_warn("--fp8-recipe blockwise on CUDA: LJPERF_FP8_BLOCKWISE_UNVALIDATED=1, running the path that no GPU "
+                "check has passed yet");
+    return LJ_OK;
+#endif
 }

@@ -287,6 +287,9 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .fp8_scale_update = lj_cuda_fp8_scale_update,                                \
         .fp8_matmul = lj_cuda_fp8_matmul,                                            \
         .fp8_matmul_workspace_bytes = lj_cuda_fp8_matmul_workspace_bytes,            \
+        .fp8_quantize_tiles = lj_cuda_fp8_quantize_tiles,                            \
+        .fp8_quantize_blocks = lj_cuda_fp8_quantize_blocks,                          \
+        .fp8_matmul_blockwise = lj_cuda_fp8_matmul_blockwise,                        \
                                                                                      \
         .rope_forward = lj_cuda_rope_forward,                                        \
         .rope_backward = lj_cuda_rope_backward,                                      \

@@ -10,6 +10,11 @@ lj_status lj_ops_cuda_fp8_check(void) {
     return lj_fail(LJ_ERR_UNSUPPORTED, "FP8 needs the CUDA backend, and this ljperf was built without CUDA");
 }
 
+lj_status lj_ops_cuda_fp8_blockwise_check(void) {
+    return lj_fail(LJ_ERR_UNSUPPORTED, "--fp8-recipe blockwise needs the CUDA backend, and this ljperf was built "
+                                       "without CUDA");
+}
+
 const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
 
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {

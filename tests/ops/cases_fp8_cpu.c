@@ -2,7 +2,8 @@
  * references: the formats against a nearest-value search over all 256 codes (ties to the even
  * code), the cast's scale, saturation, transpose and padding, delayed scaling's history update
  * against a step-by-step reference, and the FP8 GEMM against a double product of the decoded
- * values and against the unquantized fp32 product within the formats' rounding. */
+ * values and against the unquantized fp32 product within the formats' rounding; the blockwise
+ * recipe's casts against their tile-by-tile definition. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,4 +216,61 @@ void lj_case_cpu_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode 
     CHECK_D("fp8_matmul (+=)", acc, ref_acc, (int64_t)M * N, c->tol);
     CHECK_D("fp8_matmul against the unquantized product", out, exact, (int64_t)M * N, c->tol_grad);
     free(a), free(b), free(qa), free(qb), free(ws), free(out), free(acc), free(ref), free(exact), free(ref_acc);
+}
+
+/* d = {rows, cols}: the blockwise recipe's casts against their definition (base/fp8.h layouts):
+ * every 1x128 tile's factor is 1/(448 / its amax) (1 for an all-zero tile and in the padding), the
+ * codes lj_fp8_from_f32(x * scale), the columnwise cast the rowwise cast of x^T, the 128x128
+ * blocks' transpose the same codes with the transposed grid; buffers start as 0xAA bytes. */
+void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int R = c->d[0], C = c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    SHAPE("rows=%d cols=%d", R, C);
+    const char *op = "fp8_blockwise";
+    float *x = lj_harness_randf(h, (int64_t)R * C, 3.0f), *xt = lj_malloc((size_t)R * C * 4);
+    x[0] = 100.0f;                                         /* an outlier in tile (0, 0) */
+    for (int k = 0; k < C && k < 128; k++) x[(size_t)(R - 1) * C + k] = 0.0f; /* a zero tile */
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < C; k++) xt[(size_t)k * R + r] = x[(size_t)r * C + k];
+    const int64_t ns = lj_fp8_tile_scales_numel(R, C), nst = lj_fp8_tile_scales_numel(C, R);
+    uint8_t *q = lj_malloc((size_t)R * ld), *qt = lj_malloc((size_t)C * ldt), *qr = lj_malloc((size_t)C * ldt);
+    float *s = lj_malloc((size_t)ns * 4), *st = lj_malloc((size_t)nst * 4), *sr = lj_malloc((size_t)nst * 4);
+    memset(q, 0xAA, (size_t)R * ld), memset(qt, 0xAA, (size_t)C * ldt), memset(s, 0xAA, (size_t)ns * 4);
+    memset(st, 0xAA, (size_t)nst * 4);
+    float amax = -1;
+    ops->fp8_quantize_tiles(q, s, qt, st, x, R, C, LJ_FP8_E4M3, &amax);
+    CHECK_TRUE(op, amax == 100.0f, "amax = max|x| = 100 (got %g)", (double)amax);
+    int scales = 1, codes = 1, pad = 1;
+    for (int r = 0; r < lj_fp8_round4(R); r++) {
+        for (int b = 0; b < lj_fp8_nblocks(C); b++) {
+            float a = 0;
+            for (int k = b * 128; k < C && k < b * 128 + 128 && r < R; k++) a = fmaxf(a, fabsf(x[(size_t)r * C + k]));
+            const float sc = a > 0 ? 448.0f / a : 1.0f;
+            scales &= s[(size_t)b * lj_fp8_round4(R) + r] == 1.0f / sc;
+            for (int k = b * 128; k < C && k < b * 128 + 128 && r < R; k++)
+                codes &= q[(size_t)r * ld + k] == lj_fp8_from_f32(x[(size_t)r * C + k] * sc, LJ_FP8_E4M3);
+        }
+        for (int k = C; k < ld && r < R; k++) pad &= q[(size_t)r * ld + k] == 0;
+    }
+    CHECK_TRUE(op, scales, "each 1x128 tile's factor is amax/448 (1 for a zero tile and the padding)");
+    CHECK_TRUE(op, codes, "q = fp8(x * the tile's scale)");
+    CHECK_TRUE(op, pad, "the padding columns of q are zero");
+    CHECK_TRUE(op, s[R - 1] == 1.0f, "the all-zero tile's factor is 1");
+    ops->fp8_quantize_tiles(qr, sr, NULL, NULL, xt, C, R, LJ_FP8_E4M3, NULL);
+    CHECK_TRUE(op, !memcmp(qr, qt, (size_t)C * ldt) && !memcmp(sr, st, (size_t)nst * 4),
+               "the columnwise cast equals the rowwise cast of x^T (codes, factors)");
+    const int64_t ng = lj_fp8_block_scales_numel(R, C), ngt = lj_fp8_block_scales_numel(C, R);
+    float *g = lj_malloc((size_t)ng * 4), *gt = lj_malloc((size_t)ngt * 4);
+    ops->fp8_quantize_blocks(q, g, qt, gt, x, R, C, LJ_FP8_E5M2, NULL);
+    int trans = 1, grid = 1;
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < C; k++) trans &= qt[(size_t)k * ldt + r] == q[(size_t)r * ld + k];
+    for (int br = 0; br < lj_fp8_nblocks(R); br++)
+        for (int bc = 0; bc < lj_fp8_nblocks(C); bc++)
+            grid &= g[lj_fp8_block_scale_index(C, br * 128, bc * 128)] == gt[lj_fp8_block_scale_index(R, bc * 128, br * 128)];
+    CHECK_TRUE(op, trans, "128x128 blocks: q_t = q transposed");
+    CHECK_TRUE(op, grid, "128x128 blocks: the transpose's grid is the grid transposed");
+    CHECK_TRUE(op, g[0] == 100.0f / 57344.0f, "block (0, 0)'s factor is amax/57344 (E5M2; got %g)", (double)g[0]);
+    free(x), free(xt), free(q), free(qt), free(qr), free(s), free(st), free(sr), free(g), free(gt);
 }

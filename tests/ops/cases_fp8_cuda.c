@@ -5,7 +5,11 @@
  *   - delayed scaling's history update bit for bit;
  *   - the FP8 GEMM (cuBLASLt) against the CPU's over the same codes (bf16 output rounding), and
  *     against the unquantized bf16 GEMM within the formats' rounding; overwrite and accumulate,
- *     bf16 and fp32 outputs; K not a multiple of 16, odd M. */
+ *     bf16 and fp32 outputs; K not a multiple of 16, odd M;
+ *   - the blockwise recipe: its casts (1x128 tiles rowwise and columnwise, 128x128 blocks with
+ *     the transpose) bit for bit, codes, factors and the layouts' padding, at shapes with partial
+ *     tiles; its block-scaled GEMM (cuBLASLt's VEC128_32F / BLK128x128_32F) against the CPU's
+ *     and the bf16 GEMM; and their speed (perf). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,4 +270,203 @@ void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harnes
                       LJ_HARNESS_HBM_CEILING_GBS);
     G->free(c.st), G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
     G->free(c.qdy_t), G->free(c.dw);
+}
+
+/* ---- the blockwise recipe ------------------------------------------------------------- */
+
+/* d = {rows, cols} (not multiples of 128: partial tiles): random bf16 values with an outlier and
+ * an all-zero tile; the GPU's 1x128 tiles (rowwise and columnwise) and 128x128 blocks (with the
+ * transpose) against the CPU emulation bit for bit: codes with their zero padding, every factor
+ * with the layouts' padding of 1s (the device buffers start as 0xAA bytes, so an unwritten byte
+ * shows), and the amax; both formats. */
+void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int R = c->d[0], C = c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    SHAPE("rows=%d cols=%d", R, C);
+    float *x = lj_harness_randf_bf16(h, (int64_t)R * C, 2.0f);
+    x[(R / 2) * C + C / 3] = 1000.0f;
+    for (int k = 0; k < C && k < 128; k++) x[(size_t)(R - 1) * C + k] = 0.0f; /* the last row's first tile */
+    void *dx = up_bf16(x, (int64_t)R * C);
+    const size_t nq = (size_t)R * ld, nqt = (size_t)C * ldt;
+    const size_t ns = (size_t)lj_fp8_tile_scales_numel(R, C) * 4, nst = (size_t)lj_fp8_tile_scales_numel(C, R) * 4;
+    const size_t ng = (size_t)lj_fp8_block_scales_numel(R, C) * 4, ngt = (size_t)lj_fp8_block_scales_numel(C, R) * 4;
+    uint8_t *q = lj_malloc(nq), *qt = lj_malloc(nqt), *gq = lj_malloc(nq), *gqt = lj_malloc(nqt);
+    float *s = lj_malloc(ns), *st = lj_malloc(nst), *gs = lj_malloc(ns), *gst = lj_malloc(nst);
+    float *g = lj_malloc(ng), *gt = lj_malloc(ngt), *gg = lj_malloc(ng), *ggt = lj_malloc(ngt);
+    void *dq = up(NULL, nq), *dqt = up(NULL, nqt), *ds = up(NULL, ns), *dst = up(NULL, nst);
+    void *dg = up(NULL, ng), *dgt = up(NULL, ngt);
+    float *damax = up(NULL, 16);
+    uint8_t *junk = lj_malloc(nq > nqt ? nq : nqt);
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        char op[64];
+        /* 1x128 tiles, rowwise and columnwise in one call */
+        memset(junk, 0xAA, nq > nqt ? nq : nqt);
+        G->upload(dq, junk, nq), G->upload(dqt, junk, nqt), G->upload(ds, junk, ns), G->upload(dst, junk, nst);
+        float amax = -1, gamax = -2;
+        H->fp8_quantize_tiles(q, s, qt, st, x, R, C, fmt, &amax);
+        G->fp8_quantize_tiles(dq, ds, dqt, dst, dx, R, C, fmt, damax);
+        down(gq, dq, nq), down(gqt, dqt, nqt), down(gs, ds, ns), down(gst, dst, nst), down(&gamax, damax, 4);
+        snprintf(op, sizeof op, "fp8_quantize_tiles %s", lj_fp8_format_name(fmt));
+        lj_harness_check_bits(h, op, shape, gq, q, nq);
+        lj_harness_check_bits(h, op, shape, gs, s, ns);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, gst, st, nst);
+        lj_harness_check_true(h, op, shape, gamax == amax && amax == 1000.0f, "amax %g (cpu %g, want 1000)",
+                              (double)gamax, (double)amax);
+        /* the columnwise pair alone (the backward's second cast of x) */
+        G->upload(dqt, junk, nqt), G->upload(dst, junk, nst);
+        G->fp8_quantize_tiles(NULL, NULL, dqt, dst, dx, R, C, fmt, NULL);
+        down(gqt, dqt, nqt), down(gst, dst, nst);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, gst, st, nst);
+        /* 128x128 blocks with the transpose */
+        G->upload(dq, junk, nq), G->upload(dqt, junk, nqt), G->upload(dg, junk, ng), G->upload(dgt, junk, ngt);
+        H->fp8_quantize_blocks(q, g, qt, gt, x, R, C, fmt, &amax);
+        G->fp8_quantize_blocks(dq, dg, dqt, dgt, dx, R, C, fmt, damax);
+        down(gq, dq, nq), down(gqt, dqt, nqt), down(gg, dg, ng), down(ggt, dgt, ngt), down(&gamax, damax, 4);
+        snprintf(op, sizeof op, "fp8_quantize_blocks %s", lj_fp8_format_name(fmt));
+        lj_harness_check_bits(h, op, shape, gq, q, nq);
+        lj_harness_check_bits(h, op, shape, gg, g, ng);
+        lj_harness_check_bits(h, op, shape, gqt, qt, nqt);
+        lj_harness_check_bits(h, op, shape, ggt, gt, ngt);
+        lj_harness_check_true(h, op, shape, gamax == amax, "amax %g (cpu %g)", (double)gamax, (double)amax);
+    }
+    G->free(dx), G->free(dq), G->free(dqt), G->free(ds), G->free(dst), G->free(dg), G->free(dgt), G->free(damax);
+    free(x), free(q), free(qt), free(gq), free(gqt), free(s), free(st), free(gs), free(gst), free(g), free(gt);
+    free(gg), free(ggt), free(junk);
+}
+
+/* d = {M, N, K, a in e5m2, b in 128x128 blocks}; tol: against the CPU's blockwise GEMM over the
+ * same codes and factors (bf16 output rounding); tol_grad: against the unquantized bf16 GEMM (the
+ * formats' rounding). a gets 1x128 tiles; b 1x128 tiles (the weight-gradient form) or 128x128
+ * blocks (forward and data gradient). Overwrite to bf16, accumulate in the grad dtype. */
+void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int M = c->d[0], N = c->d[1], K = c->d[2], ld = lj_fp8_ld(K), blocks = c->d[4];
+    const lj_fp8_format fa = c->d[3] ? LJ_FP8_E5M2 : LJ_FP8_E4M3;
+    SHAPE("M=%d N=%d K=%d %s 1x128 x e4m3 %s grad %s", M, N, K, lj_fp8_format_name(fa), blocks ? "128x128" : "1x128",
+          lj_dtype_name(c->dtype));
+    float *a = lj_harness_randf_bf16(h, (int64_t)M * K, 0.02f), *b = lj_harness_randf_bf16(h, (int64_t)N * K, 3.0f);
+    a[(M / 3) * K + K / 2] = 5.0f; /* an outlier: its tile only */
+    uint8_t *qa = lj_malloc((size_t)M * ld), *qb = lj_malloc((size_t)N * ld);
+    const size_t nsa = (size_t)lj_fp8_tile_scales_numel(M, K) * 4;
+    const size_t nsb = (size_t)(blocks ? lj_fp8_block_scales_numel(N, K) : lj_fp8_tile_scales_numel(N, K)) * 4;
+    float *sa = lj_malloc(nsa), *sb = lj_malloc(nsb);
+    H->fp8_quantize_tiles(qa, sa, NULL, NULL, a, M, K, fa, NULL);
+    if (blocks) H->fp8_quantize_blocks(qb, sb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+    else H->fp8_quantize_tiles(qb, sb, NULL, NULL, b, N, K, LJ_FP8_E4M3, NULL);
+    void *ws = lj_malloc(H->fp8_matmul_workspace_bytes(M, N, K));
+    float *ref = lj_malloc((size_t)M * N * 4);
+    H->fp8_matmul_blockwise(ref, LJ_DTYPE_F32, qa, fa, sa, 0, qb, LJ_FP8_E4M3, sb, blocks, M, N, K, LJ_GRAD_OVERWRITE,
+                            ws);
+    void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
+    float *dsa = up(sa, nsa), *dsb = up(sb, nsb);
+    void *dout = up(NULL, (size_t)M * N * 2);
+    G->fp8_matmul_blockwise(dout, LJ_DTYPE_BF16, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
+                            LJ_GRAD_OVERWRITE, NULL);
+    uint16_t *ob = lj_malloc((size_t)M * N * 2);
+    float *got = lj_malloc((size_t)M * N * 4);
+    down(ob, dout, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul_blockwise bf16 out vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
+    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
+    G->matmul_forward(dmm, da, db, M, K, N);
+    float *mm = lj_malloc((size_t)M * N * 4);
+    down(ob, dmm, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
+    lj_harness_check_f(h, "fp8_matmul_blockwise vs the bf16 GEMM", shape, got, mm, (int64_t)M * N, c->tol_grad);
+    const size_t gsz = lj_dtype_size(c->dtype);
+    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
+    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
+    G->fp8_matmul_blockwise(dacc, c->dtype, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
+                            LJ_GRAD_ACCUMULATE, NULL);
+    void *hacc = lj_malloc((size_t)M * N * gsz);
+    down(hacc, dacc, (size_t)M * N * gsz);
+    for (int i = 0; i < M * N; i++) {
+        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
+        ref[i] += init[i];
+    }
+    lj_harness_check_f(h, "fp8_matmul_blockwise += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N,
+                       c->tol);
+    G->free(dqa), G->free(dqb), G->free(dsa), G->free(dsb), G->free(dout), G->free(da), G->free(db), G->free(dmm);
+    G->free(dacc);
+    free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(ws), free(ref), free(ob), free(got), free(mm);
+    free(init), free(hacc);
+}
+
+/* ---- perf of the blockwise recipe: d = {N tokens, in, out} ---------------------------- */
+
+typedef struct {
+    void *x, *w, *out, *dw, *qx, *qx_t, *qw, *qdy_t;
+    float *sx, *sx_t, *sw, *sdy_t, *amax;
+    int N, in, outf;
+} bw_perf_ctx;
+
+static void bw_perf_fwd(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_matmul_blockwise(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->sx, 0, c->qw, LJ_FP8_E4M3, c->sw, 1, c->N,
+                            c->outf, c->in, LJ_GRAD_OVERWRITE, NULL);
+}
+static void bw_perf_wgrad(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_matmul_blockwise(c->dw, G->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->sdy_t, 0, c->qx_t, LJ_FP8_E4M3, c->sx_t, 0,
+                            c->outf, c->in, c->N, LJ_GRAD_ACCUMULATE, NULL);
+}
+static void bw_perf_cast(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_quantize_tiles(c->qx, c->sx, c->qx_t, c->sx_t, c->x, c->N, c->in, LJ_FP8_E4M3, c->amax);
+}
+static void bw_perf_cast_w(void *p) {
+    bw_perf_ctx *c = p;
+    G->fp8_quantize_blocks(c->qw, c->sw, NULL, NULL, c->w, c->outf, c->in, LJ_FP8_E4M3, c->amax);
+}
+
+/* The blockwise GEMMs (1x128 x 128x128 forward, 1x128 x 1x128 weight gradient) and its casts
+ * (x rowwise and columnwise; W in blocks) at the Llama shapes, beside the per-tensor rows of
+ * lj_case_cuda_perf_fp8_matmul. */
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode, (void)h;
+    begin(cs);
+    bw_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
+    printf("fp8 blockwise %s\n", shape);
+    const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
+    c.x = up(NULL, nx * 2), c.w = up(NULL, nw * 2), c.out = up(NULL, (size_t)c.N * c.outf * 2);
+    c.dw = up(NULL, nw * lj_dtype_size(G->grad_dtype));
+    c.qx = up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
+    c.qx_t = up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
+    c.sx = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.N, c.in) * 4);
+    c.sx_t = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.in, c.N) * 4);
+    c.sdy_t = up(NULL, (size_t)lj_fp8_tile_scales_numel(c.outf, c.N) * 4);
+    c.sw = up(NULL, (size_t)lj_fp8_block_scales_numel(c.outf, c.in) * 4);
+    c.amax = up(NULL, 16);
+    G->memset_zero(c.x, nx * 2), G->memset_zero(c.w, nw * 2);
+    /* zero data: every factor 1, every code 0 (the timings do not depend on the values) */
+    bw_perf_cast(&c);
+    bw_perf_cast_w(&c);
+    G->memset_zero(c.out, (size_t)c.N * c.outf * 2); /* as dy [N, out] */
+    G->fp8_quantize_tiles(NULL, NULL, c.qdy_t, c.sdy_t, c.out, c.N, c.outf, LJ_FP8_E5M2, NULL);
+    const double flop = 2.0 * c.N * c.in * c.outf;
+    char group[160];
+    snprintf(group, sizeof group, "fp8 blockwise %s", shape);
+    double ms = lj_harness_time_ms(G, bw_perf_fwd, &c, 3, 10);
+    lj_harness_report(group, "forward e4m3 1x128 x 128x128", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, bw_perf_wgrad, &c, 3, 10);
+    lj_harness_report(group, "wgrad e5m2 x e4m3 1x128 x 1x128 (+=)", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G, bw_perf_cast, &c, 3, 10);
+    double bytes = (double)nx * 2 * 2 + (double)nx * 2; /* x read twice, q and q_t written */
+    lj_harness_report(group, "x: 1x128 tiles rowwise and columnwise", ms, bytes / ms / 1e6, "GB/s",
+                      LJ_HARNESS_HBM_CEILING_GBS);
+    ms = lj_harness_time_ms(G, bw_perf_cast_w, &c, 3, 10);
+    bytes = (double)nw * 2 * 2 + (double)nw; /* W read twice (amax, cast), q written */
+    lj_harness_report(group, "W: 128x128 blocks", ms, bytes / ms / 1e6, "GB/s", LJ_HARNESS_HBM_CEILING_GBS);
+    G->free(c.x), G->free(c.w), G->free(c.out), G->free(c.dw), G->free(c.qx), G->free(c.qw), G->free(c.qx_t);
+    G->free(c.qdy_t), G->free(c.sx), G->free(c.sx_t), G->free(c.sdy_t), G->free(c.sw), G->free(c.amax);
 }

@@ -97,6 +97,9 @@ const lj_op_case lj_op_cases[] = {
     {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1), 2, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
     {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_cpu_fp8_matmul},
     {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_cpu_fp8_matmul},
+    /* the blockwise recipe: d = {rows, cols}, partial 1x128 tiles and 128x128 blocks */
+    {"fp8_blockwise", "cpu", CHECK, F32, D(200, 300), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
+    {"fp8_blockwise", "cpu", CHECK, F32, D(5, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
 
     /* ---- CUDA backend against the CPU backend ---- */
     /* FP8: the casts and the history update bit for bit against the CPU emulation; the GEMM
@@ -112,6 +115,24 @@ const lj_op_case lj_op_cases[] = {
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
     CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
     CUDA_FP8_MM(D(333, 512, 2000, 1), L2(0.09), 0),
+    /* the blockwise recipe: the casts bit for bit (rows, cols not multiples of 128); the GEMM
+     * {M, N, K, a e5m2, b in 128x128 blocks}: 1x128 x 128x128 (forward, dgrad) and 1x128 x 1x128
+     * (wgrad), K not a multiple of 128 (nor of 16); M and N multiples of 4, as cuBLASLt's block
+     * scales need (lj_cli_fp8_check_tokens) */
+    CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_cuda_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_cuda_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_cuda_fp8_blockwise_cast),
+#define CUDA_FP8_BW(d, vs_bf16, quick)                                                                           \
+    {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                               \
+     CUDA(lj_case_cuda_fp8_blockwise_matmul)},                                                                 \
+    {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                              \
+     CUDA(lj_case_cuda_fp8_blockwise_matmul)}
+    CUDA_FP8_BW(D(64, 48, 200, 0, 1), L2(0.06), 1),
+    CUDA_FP8_BW(D(64, 48, 200, 1, 1), L2(0.09), 1),
+    CUDA_FP8_BW(D(48, 64, 200, 1, 0), L2(0.09), 1),
+    CUDA_FP8_BW(D(36, 24, 53, 0, 1), L2(0.06), 1),
+    CUDA_FP8_BW(D(1000, 256, 1000, 1, 1), L2(0.09), 0),
+    CUDA_FP8_BW(D(512, 384, 2000, 1, 0), L2(0.09), 0),
     CUDA_ONE("cast", D(1), 0, 1, lj_case_cuda_cast),
     CUDA_ONE("cast", D(1000), 0, 1, lj_case_cuda_cast),
     CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cuda_cast),
@@ -216,6 +237,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("fp8_matmul", D(8192, 4096, 6144), lj_case_cuda_perf_fp8_matmul),    /* 8b qkv */
     CUDA_PERF("fp8_matmul", D(8192, 4096, 28672), lj_case_cuda_perf_fp8_matmul),   /* 8b gate_up */
     CUDA_PERF("fp8_matmul", D(8192, 14336, 4096), lj_case_cuda_perf_fp8_matmul),   /* 8b down */
+    CUDA_PERF("fp8_blockwise_matmul", D(16384, 2048, 3072), lj_case_cuda_perf_fp8_blockwise),   /* 1b qkv */
+    CUDA_PERF("fp8_blockwise_matmul", D(8192, 4096, 28672), lj_case_cuda_perf_fp8_blockwise),   /* 8b gate_up */
+    CUDA_PERF("fp8_blockwise_matmul", D(8192, 14336, 4096), lj_case_cuda_perf_fp8_blockwise),   /* 8b down */
     CUDA_PERF("matmul", D(16384, 2048, 3072), lj_case_cuda_perf_matmul),    /* 1b qkv */
     CUDA_PERF("matmul", D(16384, 2048, 2048), lj_case_cuda_perf_matmul),    /* 1b o_proj */
     CUDA_PERF("matmul", D(16384, 2048, 16384), lj_case_cuda_perf_matmul),   /* 1b gate_up */

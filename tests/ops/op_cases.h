@@ -89,6 +89,7 @@ void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode 
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -113,6 +114,9 @@ void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode m
 void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
