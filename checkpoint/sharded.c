@@ -760,6 +760,22 @@ lj_status lj_sharded_read_many(const lj_sharded *c, const lj_shard_request *reqs
     return s;
 }
 
+lj_status lj_sharded_read_into(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, float *dst) {
+    const lj_shard_request q = {tensor, offset, numel, NULL};
+    LJ_TRY(check_request(c, &q));
+    const lj_sharded_tensor *t = lj_sharded_find(c, tensor);
+    const int64_t end = offset + numel;
+    for (int i = first_slice(t, offset); i < t->count && t->slices[i].offset < end; i++) {
+        const lj_shard_slice *sl = &t->slices[i];
+        const int64_t b = sl->offset > offset ? sl->offset : offset;
+        const int64_t e = sl->offset + sl->numel < end ? sl->offset + sl->numel : end;
+        if (e > b)
+            LJ_TRY(pread_full(c, sl->file, dst + (b - offset), (size_t)(e - b) * sizeof(float),
+                              sl->byte_offset + (uint64_t)(b - sl->offset) * sizeof(float)));
+    }
+    return LJ_OK;
+}
+
 lj_status lj_sharded_read(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, int verify,
                           float *staging, int64_t staging_numel, lj_shard_sink_fn sink, void *ctx) {
     const lj_shard_request q = {tensor, offset, numel, ctx};

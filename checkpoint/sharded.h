@@ -175,4 +175,9 @@ typedef struct {
 lj_status lj_sharded_read_many(const lj_sharded *c, const lj_shard_request *reqs, int nreq, int verify, float *staging,
                                int64_t staging_numel, lj_shard_sink_fn sink);
 
+/* Elements [offset, offset + numel) of `tensor` straight into dst (numel f32), one pread per
+ * slice it overlaps, unchecked (verify 0; for a reader that needs no staging, such as the HF
+ * export's chunks). Errors: as lj_sharded_read. */
+lj_status lj_sharded_read_into(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, float *dst);
+
 #endif

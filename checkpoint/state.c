@@ -598,17 +598,10 @@ static void sink_host(void *ctx, int64_t at, const float *src, int64_t n) {
     memcpy((float *)ctx + at, src, (size_t)n * sizeof(float));
 }
 
-/* Where the read lands in place (the staging is dst itself): nothing to copy. */
-static void sink_in_place(void *ctx, int64_t at, const float *src, int64_t n) {
-    if ((const float *)ctx + at != src) memmove((float *)ctx + at, src, (size_t)n * sizeof(float));
-}
-
 /* The HF export's source: n values of the master straight into dst (the export's chunk buffer:
  * no staging of its own), one pread per shard-file range. */
 static lj_status read_master(void *ctx, int64_t offset, int64_t n, float *dst) {
-    const lj_sharded *c = ctx;
-    const lj_shard_request q = {"master", offset, n, dst};
-    return lj_sharded_read_many(c, &q, 1, 0, dst, n, sink_in_place);
+    return lj_sharded_read_into(ctx, "master", offset, n, dst);
 }
 
 static const char *partition_name(const lj_run_state *r) {

@@ -528,6 +528,12 @@ static void test_sharded(void **state) {
                              LJ_OK);
             assert_memory_equal(got, x + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
         }
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) { /* straight into the destination */
+        memset(got, 0, sizeof got);
+        assert_int_equal(lj_sharded_read_into(&c, "master", ranges[k][0], ranges[k][1], got), LJ_OK);
+        assert_memory_equal(got, x + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
+    }
+    expect_error(lj_sharded_read_into(&c, "master", 900, 200, got), LJ_ERR_FORMAT, "has 1000 elements", NULL, NULL);
     sink_ctx sc = {got};
     expect_error(lj_sharded_read(&c, "adam.m", 0, 1, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT, "'adam.m' is missing",
                  NULL, NULL);
