@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,48 +49,165 @@ static int write_full(int fd, const void *data, size_t n) {
     return 0;
 }
 
-lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes) {
+/* The writer thread and the hash state of the slice it is on (which only the thread that
+ * writes the chunks touches: the writer thread, or the caller when there is none). */
+struct lj_shard_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int has_thread, stop;
+    XXH3_state_t *hash;
+    int64_t collected; /* chunks whose digest the caller has copied into the slices */
+};
+
+/* Hashes and writes one chunk (the writer thread, or the caller without one). After a failed
+ * write the chunks are hashed but not written; the caller reports the failure. */
+static void write_chunk(lj_shard_writer *w, lj_shard_chunk *c, int *failed, char *error, size_t error_size) {
+    struct lj_shard_pipe *p = w->pipe;
+    if (c->first) XXH3_64bits_reset(p->hash);
+    XXH3_64bits_update(p->hash, c->buf, (size_t)c->n * sizeof(float));
+    if (!*failed && write_full(w->fd, c->buf, (size_t)c->n * sizeof(float)) != 0) {
+        snprintf(error, error_size, "%s: write failed: %s", w->path, strerror(errno));
+        *failed = 1;
+    }
+    if (c->last) c->digest = XXH3_64bits_digest(p->hash);
+}
+
+static void *writer_thread(void *arg) {
+    lj_shard_writer *w = arg;
+    struct lj_shard_pipe *p = w->pipe;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (w->done == w->queued && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        if (w->done == w->queued) break; /* stopped, and nothing left */
+        lj_shard_chunk *c = &w->chunks[w->done % 2];
+        int failed = w->failed;
+        char error[sizeof w->error];
+        pthread_mutex_unlock(&p->mu);
+        write_chunk(w, c, &failed, error, sizeof error);
+        pthread_mutex_lock(&p->mu);
+        if (failed && !w->failed) {
+            memcpy(w->error, error, sizeof w->error);
+            w->failed = 1;
+        }
+        w->done++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Waits until at most `pending` chunks are the writer thread's, then copies the digests of the
+ * finished slices into w->slices. 0: a write failed (w->error says which). */
+static int writer_wait(lj_shard_writer *w, int64_t pending) {
+    struct lj_shard_pipe *p = w->pipe;
+    pthread_mutex_lock(&p->mu);
+    while (w->queued - w->done > pending) pthread_cond_wait(&p->cv, &p->mu);
+    const int64_t done = w->done;
+    const int failed = w->failed;
+    pthread_mutex_unlock(&p->mu);
+    for (; p->collected < done; p->collected++) {
+        const lj_shard_chunk *c = &w->chunks[p->collected % 2];
+        if (c->last) w->slices[c->slice].xxh3 = c->digest;
+    }
+    return !failed;
+}
+
+/* Hands the chunk the caller filled to the writer thread (or writes it, without one). */
+static void writer_queue(lj_shard_writer *w) {
+    struct lj_shard_pipe *p = w->pipe;
+    if (!p->has_thread) {
+        write_chunk(w, &w->chunks[w->queued % 2], &w->failed, w->error, sizeof w->error);
+        w->queued++;
+        w->done++;
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    w->queued++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Lets the writer thread finish the chunks it holds and joins it. */
+static void writer_stop(lj_shard_writer *w) {
+    struct lj_shard_pipe *p = w->pipe;
+    if (!p || !p->has_thread) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    p->has_thread = 0;
+}
+
+lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes,
+                               lj_host_alloc_fn host_alloc, lj_host_free_fn host_free) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
     w->rank = rank;
     w->world = world;
     LJ_TRY(lj_path_format(w->dir, "%s", dir));
     LJ_TRY(lj_path_format(w->path, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, rank, world));
+    /* two halves, together within staging_bytes (one value each at the least) */
+    w->staging_numel = (int64_t)(staging_bytes / sizeof(float) / 2);
+    if (w->staging_numel < 1) w->staging_numel = 1;
+    const size_t bytes = 2 * (size_t)w->staging_numel * sizeof(float);
+    void *pinned = NULL;
+    if (host_alloc && host_alloc(&pinned, bytes) != LJ_OK) pinned = NULL; /* pageable, then: slower, as right */
+    w->staging = pinned ? pinned : lj_malloc(bytes);
+    w->staging_free = pinned ? host_free : NULL;
+    w->chunks[0].buf = w->staging;
+    w->chunks[1].buf = w->staging + w->staging_numel;
     w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));
-    w->staging_numel = (int64_t)(staging_bytes / sizeof(float));
-    w->staging = lj_malloc((size_t)w->staging_numel * sizeof(float));
+    struct lj_shard_pipe *p = lj_calloc(1, sizeof *p);
+    p->hash = XXH3_createState();
+    LJ_ASSERT(p->hash != NULL, "XXH3_createState");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    w->pipe = p;
+    p->has_thread = pthread_create(&p->thread, NULL, writer_thread, w) == 0;
     return LJ_OK;
 }
 
 lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char *param, int64_t offset, int64_t numel,
                               lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset) {
-    LJ_ASSERT(w->fd >= 0 && numel >= 0);
-    XXH3_state_t *h = XXH3_createState();
-    LJ_ASSERT(h != NULL, "XXH3_createState");
-    XXH3_64bits_reset(h);
-    lj_status s = LJ_OK;
-    for (int64_t k = 0; k < numel && s == LJ_OK; k += w->staging_numel) {
-        const int64_t n = numel - k < w->staging_numel ? numel - k : w->staging_numel;
-        s = fetch(ctx, src_offset + k, n, w->staging);
-        if (s != LJ_OK) break;
-        XXH3_64bits_update(h, w->staging, (size_t)n * sizeof(float));
-        if (write_full(w->fd, w->staging, (size_t)n * sizeof(float)) != 0)
-            s = lj_fail(LJ_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
-    }
-    const uint64_t digest = XXH3_64bits_digest(h);
-    XXH3_freeState(h);
-    if (s != LJ_OK) return s;
+    LJ_ASSERT(w->fd >= 0 && w->pipe && numel >= 0);
+    if (!writer_wait(w, 2)) return lj_fail(LJ_ERR_IO, "%s", w->error); /* an earlier write failed */
     if (w->count == w->cap) w->slices = lj_realloc(w->slices, (size_t)(w->cap = w->cap ? 2 * w->cap : 64) * sizeof *w->slices);
-    lj_shard_slice *sl = &w->slices[w->count++];
+    const int slice = w->count++;
+    lj_shard_slice *sl = &w->slices[slice];
     sl->tensor = lj_strdup(tensor);
     sl->param = param ? lj_strdup(param) : NULL;
     sl->file = w->rank;
     sl->offset = offset;
     sl->numel = numel;
     sl->byte_offset = w->bytes;
-    sl->xxh3 = digest;
+    sl->xxh3 = 0; /* writer_wait sets it once the slice's last chunk is hashed */
     w->bytes += (uint64_t)numel * sizeof(float);
+    int64_t k = 0;
+    do { /* one chunk at least: an empty slice has a checksum too */
+        const int64_t n = numel - k < w->staging_numel ? numel - k : w->staging_numel;
+        if (!writer_wait(w, 1)) return lj_fail(LJ_ERR_IO, "%s", w->error); /* a half is free */
+        lj_shard_chunk *c = &w->chunks[w->queued % 2];
+        if (n > 0) {
+            const lj_status s = fetch(ctx, src_offset + k, n, c->buf);
+            if (s != LJ_OK) {
+                pthread_mutex_lock(&w->pipe->mu);
+                if (!w->failed)
+                    snprintf(w->error, sizeof w->error, "%s: not written: the fetch of tensor '%s' failed", w->path, tensor);
+                w->failed = 1;
+                pthread_mutex_unlock(&w->pipe->mu);
+                return s;
+            }
+        }
+        c->n = n;
+        c->slice = slice;
+        c->first = k == 0;
+        c->last = k + n >= numel;
+        writer_queue(w);
+        k += n;
+    } while (k < numel);
     return LJ_OK;
 }
 
@@ -114,9 +232,11 @@ static cJSON *slice_json(const lj_shard_slice *sl) {
 }
 
 lj_status lj_shard_writer_close(lj_shard_writer *w) {
-    LJ_ASSERT(w->fd >= 0);
+    LJ_ASSERT(w->fd >= 0 && w->pipe);
     lj_status s = LJ_OK;
-    if (fsync(w->fd) != 0) s = lj_fail(LJ_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
+    if (!writer_wait(w, 0)) s = lj_fail(LJ_ERR_IO, "%s", w->error);
+    writer_stop(w);
+    if (s == LJ_OK && fsync(w->fd) != 0) s = lj_fail(LJ_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     if (close(w->fd) != 0 && s == LJ_OK) s = lj_fail(LJ_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
     w->fd = -1;
     if (s != LJ_OK) return s;
@@ -143,9 +263,17 @@ static void slices_free(lj_shard_slice *sl, int n) {
 }
 
 void lj_shard_writer_free(lj_shard_writer *w) {
+    writer_stop(w);
+    if (w->pipe) {
+        XXH3_freeState(w->pipe->hash);
+        pthread_mutex_destroy(&w->pipe->mu);
+        pthread_cond_destroy(&w->pipe->cv);
+        free(w->pipe);
+    }
     if (w->fd >= 0) close(w->fd);
     slices_free(w->slices, w->count);
-    free(w->staging);
+    if (w->staging_free) w->staging_free(w->staging);
+    else free(w->staging);
     memset(w, 0, sizeof *w);
     w->fd = -1;
 }
@@ -434,54 +562,222 @@ static lj_status pread_full(const lj_sharded *c, int file, void *dst, size_t n, 
     return LJ_OK;
 }
 
-lj_status lj_sharded_read(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, int verify,
-                          float *staging, int64_t staging_numel, lj_shard_sink_fn sink, void *ctx) {
-    const lj_sharded_tensor *t = lj_sharded_find(c, tensor);
-    if (!t) return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing (a checkpoint of another model or optimizer?)",
-                           c->meta_path, tensor);
-    if (offset < 0 || numel < 0 || offset + numel > t->numel)
-        return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has %" PRId64 " elements, this run needs [%" PRId64 ", %" PRId64
-                                      ") (a checkpoint of another model shape?)", c->meta_path, tensor, t->numel, offset,
-                       offset + numel);
-    const int64_t end = offset + numel;
-    /* the first slice that ends after `offset` */
+/* One chunk the reader thread read (and hashed) for the caller's sink. */
+typedef struct {
+    float *buf;
+    int req;              /* the request it belongs to */
+    int64_t sink_at, n;   /* hand buf[skip, skip + n) to the sink at sink_at of the request */
+    int64_t skip;
+    int bad_slice;        /* >= 0: the slice (of the request's tensor) whose checksum fails after this chunk */
+    uint64_t digest;      /* the failing slice's XXH3-64 */
+    int failed;           /* the read failed: `error` says how */
+    char error[2048];
+} read_chunk;
+
+typedef struct {
+    const lj_sharded *c;
+    const lj_shard_request *reqs;
+    int nreq, verify;
+    read_chunk chunks[2];
+    int64_t half;         /* f32 per chunk buffer */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t produced, consumed; /* chunks [consumed, produced) wait for the sink */
+    int finished, stop;
+    lj_shard_sink_fn inline_sink; /* non-NULL: no thread; the caller reads and sinks each chunk */
+    lj_status inline_status;
+} read_pipe;
+
+static lj_status consume_chunk(const lj_sharded *c, const lj_shard_request *reqs, const read_chunk *ch,
+                               lj_shard_sink_fn sink);
+
+/* The index of the first slice of t that ends after `offset`. */
+static int first_slice(const lj_sharded_tensor *t, int64_t offset) {
     int lo = 0, hi = t->count;
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (t->slices[mid].offset + t->slices[mid].numel <= offset) lo = mid + 1;
         else hi = mid;
     }
-    for (int i = lo; i < t->count && t->slices[i].offset < end; i++) {
-        const lj_shard_slice *sl = &t->slices[i];
-        const int64_t want_b = sl->offset > offset ? sl->offset : offset;
-        const int64_t want_e = sl->offset + sl->numel < end ? sl->offset + sl->numel : end;
-        const int64_t rb = verify ? sl->offset : want_b, re = verify ? sl->offset + sl->numel : want_e;
-        XXH3_state_t *h = verify ? XXH3_createState() : NULL;
-        if (h) XXH3_64bits_reset(h);
-        lj_status s = LJ_OK;
-        for (int64_t k = rb; k < re && s == LJ_OK; k += staging_numel) {
-            const int64_t n = re - k < staging_numel ? re - k : staging_numel;
-            s = pread_full(c, sl->file, staging, (size_t)n * sizeof(float),
-                           sl->byte_offset + (uint64_t)(k - sl->offset) * sizeof(float));
-            if (s != LJ_OK) break;
-            if (h) XXH3_64bits_update(h, staging, (size_t)n * sizeof(float));
-            const int64_t cb = k > want_b ? k : want_b, ce = k + n < want_e ? k + n : want_e;
-            if (ce > cb) sink(ctx, cb - offset, staging + (cb - k), ce - cb);
-        }
-        const uint64_t digest = h ? XXH3_64bits_digest(h) : 0;
-        if (h) XXH3_freeState(h);
-        if (s != LJ_OK) return s;
-        if (verify && digest != sl->xxh3) {
-            char have[17], want[17];
-            hex64(digest, have);
-            hex64(sl->xxh3, want);
-            return lj_fail(LJ_ERR_FORMAT, "%s/%s: tensor '%s' slice [%" PRId64 ", %" PRId64 ")%s%s%s fails its checksum "
-                                          "(XXH3-64 %s, recorded %s in %s): the file is corrupted; restore it or resume "
-                                          "from another iteration",
-                           c->dir, c->files[sl->file], tensor, sl->offset, sl->offset + sl->numel,
-                           sl->param ? " (parameter " : "", sl->param ? sl->param : "", sl->param ? ")" : "", have, want,
-                           LJ_CKPT_METADATA_FILE);
+    return lo;
+}
+
+/* Waits for a free chunk buffer (the reader thread); NULL when told to stop. */
+static read_chunk *reader_slot(read_pipe *rp) {
+    if (rp->inline_sink) return rp->stop ? NULL : &rp->chunks[0];
+    pthread_mutex_lock(&rp->mu);
+    while (rp->produced - rp->consumed >= 2 && !rp->stop) pthread_cond_wait(&rp->cv, &rp->mu);
+    read_chunk *ch = rp->stop ? NULL : &rp->chunks[rp->produced % 2];
+    pthread_mutex_unlock(&rp->mu);
+    return ch;
+}
+
+static void reader_publish(read_pipe *rp, int finished) {
+    if (rp->inline_sink) {
+        if (!finished) rp->inline_status = consume_chunk(rp->c, rp->reqs, &rp->chunks[0], rp->inline_sink);
+        rp->stop = rp->inline_status != LJ_OK;
+        return;
+    }
+    pthread_mutex_lock(&rp->mu);
+    if (finished) rp->finished = 1;
+    else rp->produced++;
+    pthread_cond_broadcast(&rp->cv);
+    pthread_mutex_unlock(&rp->mu);
+}
+
+/* The reader thread: every request's slices in order, chunk by chunk, hashed when verifying.
+ * A failed read is the last chunk it publishes. Without a thread (inline_sink) the caller runs
+ * it, and each chunk is sunk as it is published. */
+static void *reader_thread(void *arg) {
+    read_pipe *rp = arg;
+    const lj_sharded *c = rp->c;
+    XXH3_state_t *h = rp->verify ? XXH3_createState() : NULL;
+    LJ_ASSERT(!rp->verify || h != NULL, "XXH3_createState");
+    int ok = 1;
+    for (int r = 0; r < rp->nreq && ok; r++) {
+        const lj_shard_request *q = &rp->reqs[r];
+        const lj_sharded_tensor *t = lj_sharded_find(c, q->tensor);
+        const int64_t offset = q->offset, end = q->offset + q->numel;
+        for (int i = first_slice(t, offset); i < t->count && t->slices[i].offset < end && ok; i++) {
+            const lj_shard_slice *sl = &t->slices[i];
+            const int64_t want_b = sl->offset > offset ? sl->offset : offset;
+            const int64_t want_e = sl->offset + sl->numel < end ? sl->offset + sl->numel : end;
+            const int64_t rb = rp->verify ? sl->offset : want_b, re = rp->verify ? sl->offset + sl->numel : want_e;
+            if (h) XXH3_64bits_reset(h);
+            for (int64_t k = rb; k < re || (k == rb && rb == re); k += rp->half) {
+                const int64_t n = re - k < rp->half ? re - k : rp->half;
+                read_chunk *ch = reader_slot(rp);
+                if (!ch) {
+                    ok = 0;
+                    break;
+                }
+                ch->req = r;
+                ch->failed = 0;
+                ch->bad_slice = -1;
+                if (n > 0 && pread_full(c, sl->file, ch->buf, (size_t)n * sizeof(float),
+                                        sl->byte_offset + (uint64_t)(k - sl->offset) * sizeof(float)) != LJ_OK) {
+                    snprintf(ch->error, sizeof ch->error, "%s", lj_error_message());
+                    ch->failed = 1;
+                    ch->n = 0;
+                    reader_publish(rp, 0);
+                    ok = 0;
+                    break;
+                }
+                if (h) XXH3_64bits_update(h, ch->buf, (size_t)n * sizeof(float));
+                const int64_t cb = k > want_b ? k : want_b, ce = k + n < want_e ? k + n : want_e;
+                ch->sink_at = cb - offset;
+                ch->skip = cb - k;
+                ch->n = ce > cb ? ce - cb : 0;
+                if (h && k + n >= re) {
+                    ch->digest = XXH3_64bits_digest(h);
+                    if (ch->digest != sl->xxh3) ch->bad_slice = i;
+                }
+                reader_publish(rp, 0);
+                if (n == 0) break;
+            }
         }
     }
+    if (h) XXH3_freeState(h);
+    reader_publish(rp, 1);
+    return NULL;
+}
+
+/* Checks the requests against the metadata before anything is read. */
+static lj_status check_request(const lj_sharded *c, const lj_shard_request *q) {
+    const lj_sharded_tensor *t = lj_sharded_find(c, q->tensor);
+    if (!t) return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is missing (a checkpoint of another model or optimizer?)",
+                           c->meta_path, q->tensor);
+    if (q->offset < 0 || q->numel < 0 || q->offset + q->numel > t->numel)
+        return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' has %" PRId64 " elements, this run needs [%" PRId64 ", %" PRId64
+                                      ") (a checkpoint of another model shape?)", c->meta_path, q->tensor, t->numel,
+                       q->offset, q->offset + q->numel);
     return LJ_OK;
+}
+
+/* The caller's side of a chunk: the sink, then the verdict of a slice that ends with it. */
+static lj_status consume_chunk(const lj_sharded *c, const lj_shard_request *reqs, const read_chunk *ch,
+                               lj_shard_sink_fn sink) {
+    if (ch->failed) return lj_fail(LJ_ERR_IO, "%s", ch->error);
+    const lj_shard_request *q = &reqs[ch->req];
+    if (ch->n > 0) sink(q->ctx, ch->sink_at, ch->buf + ch->skip, ch->n);
+    if (ch->bad_slice < 0) return LJ_OK;
+    const lj_shard_slice *sl = &lj_sharded_find(c, q->tensor)->slices[ch->bad_slice];
+    char have[17], want[17];
+    hex64(ch->digest, have);
+    hex64(sl->xxh3, want);
+    return lj_fail(LJ_ERR_FORMAT, "%s/%s: tensor '%s' slice [%" PRId64 ", %" PRId64 ")%s%s%s fails its checksum "
+                                  "(XXH3-64 %s, recorded %s in %s): the file is corrupted; restore it or resume "
+                                  "from another iteration",
+                   c->dir, c->files[sl->file], q->tensor, sl->offset, sl->offset + sl->numel,
+                   sl->param ? " (parameter " : "", sl->param ? sl->param : "", sl->param ? ")" : "", have, want,
+                   LJ_CKPT_METADATA_FILE);
+}
+
+lj_status lj_sharded_read_many(const lj_sharded *c, const lj_shard_request *reqs, int nreq, int verify, float *staging,
+                               int64_t staging_numel, lj_shard_sink_fn sink) {
+    for (int r = 0; r < nreq; r++) LJ_TRY(check_request(c, &reqs[r]));
+    read_pipe rp;
+    memset(&rp, 0, sizeof rp);
+    rp.c = c;
+    rp.reqs = reqs;
+    rp.nreq = nreq;
+    rp.verify = verify;
+    /* two halves when the staging has room for them, else one (the caller then waits for each read) */
+    const int two = staging_numel >= 2;
+    rp.half = two ? staging_numel / 2 : staging_numel;
+    rp.chunks[0].buf = staging;
+    rp.chunks[1].buf = staging + (two ? rp.half : 0);
+    pthread_mutex_init(&rp.mu, NULL);
+    pthread_cond_init(&rp.cv, NULL);
+    pthread_t thread;
+    lj_status s = LJ_OK;
+    if (two && pthread_create(&thread, NULL, reader_thread, &rp) == 0) {
+        pthread_mutex_lock(&rp.mu);
+        for (;;) {
+            while (rp.consumed == rp.produced && !rp.finished) pthread_cond_wait(&rp.cv, &rp.mu);
+            if (rp.consumed == rp.produced) break; /* finished, all taken */
+            const read_chunk *ch = &rp.chunks[rp.consumed % 2];
+            pthread_mutex_unlock(&rp.mu);
+            s = consume_chunk(c, reqs, ch, sink);
+            pthread_mutex_lock(&rp.mu);
+            rp.consumed++;
+            if (s != LJ_OK) rp.stop = 1; /* the thread stops at its next chunk */
+            pthread_cond_broadcast(&rp.cv);
+            if (s != LJ_OK) break;
+        }
+        pthread_mutex_unlock(&rp.mu);
+        pthread_join(thread, NULL);
+    } else {
+        /* no thread: the caller reads each chunk itself, the whole staging at a time */
+        rp.chunks[0].buf = staging;
+        rp.half = staging_numel;
+        rp.inline_sink = sink;
+        reader_thread(&rp);
+        s = rp.inline_status;
+    }
+    pthread_mutex_destroy(&rp.mu);
+    pthread_cond_destroy(&rp.cv);
+    return s;
+}
+
+lj_status lj_sharded_read_into(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, float *dst) {
+    const lj_shard_request q = {tensor, offset, numel, NULL};
+    LJ_TRY(check_request(c, &q));
+    const lj_sharded_tensor *t = lj_sharded_find(c, tensor);
+    const int64_t end = offset + numel;
+    for (int i = first_slice(t, offset); i < t->count && t->slices[i].offset < end; i++) {
+        const lj_shard_slice *sl = &t->slices[i];
+        const int64_t b = sl->offset > offset ? sl->offset : offset;
+        const int64_t e = sl->offset + sl->numel < end ? sl->offset + sl->numel : end;
+        if (e > b)
+            LJ_TRY(pread_full(c, sl->file, dst + (b - offset), (size_t)(e - b) * sizeof(float),
+                              sl->byte_offset + (uint64_t)(b - sl->offset) * sizeof(float)));
+    }
+    return LJ_OK;
+}
+
+lj_status lj_sharded_read(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, int verify,
+                          float *staging, int64_t staging_numel, lj_shard_sink_fn sink, void *ctx) {
+    const lj_shard_request q = {tensor, offset, numel, ctx};
+    return lj_sharded_read_many(c, &q, 1, verify, staging, staging_numel, sink);
 }

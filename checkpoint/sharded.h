@@ -20,7 +20,10 @@
  * reads the byte ranges it needs (pread) and verifies every slice it touches.
  *
  * Host memory: the writer and the reader stream through one staging buffer each
- * (LJ_CKPT_STAGING_BYTES), whatever the size of the state.
+ * (LJ_CKPT_STAGING_BYTES), whatever the size of the state. The buffer is cut into two halves
+ * that a second thread overlaps: while the writer thread hashes and write()s one half, the
+ * caller's fetch fills the other; while the reader thread pread()s and hashes one half, the
+ * caller's sink takes the other. The callbacks always run on the calling thread.
  */
 #ifndef LJ_CKPT_SHARDED_H
 #define LJ_CKPT_SHARDED_H
@@ -52,28 +55,59 @@ typedef struct {
  * Errors: any, with the message set (e.g. a non-finite value named by tensor). */
 typedef lj_status (*lj_shard_fetch_fn)(void *ctx, int64_t src_offset, int64_t n, float *dst);
 
+/* Allocates host memory for the staging (e.g. the backend's pinned memory, ops/ops.h
+ * host_alloc) and frees it; NULL in lj_shard_writer_open: lj_malloc and free. */
+typedef lj_status (*lj_host_alloc_fn)(void **ptr, size_t bytes);
+typedef void (*lj_host_free_fn)(void *ptr);
+
+/* One half of the writer's staging, queued for the writer thread. */
+typedef struct {
+    float *buf;
+    int64_t n;      /* values in buf */
+    int slice;      /* index into the writer's slices */
+    int first, last;/* the slice's first / last chunk */
+    uint64_t digest;/* the slice's XXH3-64, set by the writer thread on its last chunk */
+} lj_shard_chunk;
+
 typedef struct {
     int fd, rank, world;
     char dir[LJ_PATH_MAX], path[LJ_PATH_MAX];
-    uint64_t bytes;          /* written so far */
+    uint64_t bytes;          /* added so far (written once lj_shard_writer_close returns) */
     lj_shard_slice *slices;
     int count, cap;
-    float *staging;
+    float *staging;          /* the whole staging: two halves of staging_numel f32 each */
     int64_t staging_numel;
+    lj_host_free_fn staging_free;
+    /* the pipeline: chunks [done, queued) are the writer thread's (at most 2, one per half) */
+    struct lj_shard_pipe *pipe; /* NULL: no writer thread (the caller hashes and writes) */
+    lj_shard_chunk chunks[2];
+    int64_t queued, done;
+    int failed;              /* a write failed: `error` holds its message */
+    char error[LJ_PATH_MAX + 256];
 } lj_shard_writer;
 
 /* Creates DIR/shard_RRRRR_of_WWWWW.bin (rank of world) for writing through a staging buffer of
- * staging_bytes. Errors: LJ_ERR_IO naming the file. */
-lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes);
+ * staging_bytes in all (two halves), allocated with host_alloc (NULL: lj_malloc; give the
+ * backend's pinned allocator when the fetches copy from device memory), and starts the writer
+ * thread (without one, when it cannot start, the caller writes), which holds w's address: w
+ * stays where it is until lj_shard_writer_free. When host_alloc fails the staging is
+ * lj_malloc's. Errors: LJ_ERR_IO naming the file. */
+lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes,
+                               lj_host_alloc_fn host_alloc, lj_host_free_fn host_free);
 /* Appends the slice [offset, offset + numel) of `tensor` (of parameter `param`, may be NULL),
- * whose values fetch(ctx, src_offset + i, n, buf) gives chunk by chunk; hashes it on the way.
- * Errors: the fetch's, or LJ_ERR_IO naming the file. */
+ * whose values fetch(ctx, src_offset + i, n, buf) gives chunk by chunk (n <= half the staging),
+ * on the calling thread; the writer thread hashes and writes each chunk while the next is
+ * fetched, so the call returns before its last chunk is written and its checksum known (both
+ * are by lj_shard_writer_close). Errors: the fetch's, or LJ_ERR_IO naming the file (a failed
+ * write of this or an earlier slice); after an error the writer only takes
+ * lj_shard_writer_free. */
 lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char *param, int64_t offset, int64_t numel,
                               lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset);
-/* fsyncs and closes the data file and writes the rank's index (LJ_CKPT_SHARD_INDEX_FMT,
- * atomic). Errors: LJ_ERR_IO naming the file. */
+/* Waits for the writer thread's last chunks, fsyncs and closes the data file and writes the
+ * rank's index (LJ_CKPT_SHARD_INDEX_FMT, atomic). Errors: LJ_ERR_IO naming the file. */
 lj_status lj_shard_writer_close(lj_shard_writer *w);
-/* Frees the writer (closes the file if still open). Safe on a zeroed writer. */
+/* Stops the writer thread (after the chunks it holds) and frees the writer, closing the file if
+ * still open. Safe on a zeroed writer. */
 void lj_shard_writer_free(lj_shard_writer *w);
 
 /* Rank 0, once every rank's writer is closed: merges the `world` indexes of DIR into
@@ -116,12 +150,34 @@ const lj_sharded_tensor *lj_sharded_find(const lj_sharded *c, const char *name);
 typedef void (*lj_shard_sink_fn)(void *ctx, int64_t dst_offset, const float *src, int64_t n);
 
 /* Reads elements [offset, offset + numel) of `tensor` from the byte ranges of the files that
- * hold them, through `staging` (staging_numel f32), handing them to sink in order. verify 1
+ * hold them, through `staging` (staging_numel f32: two halves, one the reader thread fills
+ * while the sink, on the calling thread, takes the other), handing them to sink in order. verify 1
  * reads every slice it touches whole and checks its XXH3-64 (a slice is delivered before its
  * check ends: on an error the sink's target holds part of it); verify 0 reads only the range.
  * Errors: LJ_ERR_FORMAT "FILE: tensor 'adam.m' slice [a, b) (PARAM) fails its checksum ...",
  * a range the metadata does not cover; LJ_ERR_IO naming the file for a short read. */
 lj_status lj_sharded_read(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, int verify,
                           float *staging, int64_t staging_numel, lj_shard_sink_fn sink, void *ctx);
+
+/* One range of lj_sharded_read_many: elements [offset, offset + numel) of `tensor`, for
+ * sink(ctx, ...). */
+typedef struct {
+    const char *tensor;
+    int64_t offset, numel;
+    void *ctx;
+} lj_shard_request;
+
+/* lj_sharded_read of each request in turn, through one pipeline: a reader thread pread()s and
+ * hashes the next chunk (half the staging) while the calling thread's sink takes the current
+ * one, across the requests (staging_numel 1, or no thread: one chunk at a time). Every request
+ * is checked against the metadata before anything is read. Errors: as lj_sharded_read; the
+ * requests before the failing one are delivered whole. */
+lj_status lj_sharded_read_many(const lj_sharded *c, const lj_shard_request *reqs, int nreq, int verify, float *staging,
+                               int64_t staging_numel, lj_shard_sink_fn sink);
+
+/* Elements [offset, offset + numel) of `tensor` straight into dst (numel f32), one pread per
+ * slice it overlaps, unchecked (verify 0; for a reader that needs no staging, such as the HF
+ * export's chunks). Errors: as lj_sharded_read. */
+lj_status lj_sharded_read_into(const lj_sharded *c, const char *tensor, int64_t offset, int64_t numel, float *dst);
 
 #endif

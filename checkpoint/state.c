@@ -561,7 +561,10 @@ void lj_ckpt_async_free(lj_ckpt_async *a) {
 static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging,
                              const state_piece *pieces, int np, model_source *sources, const float *host,
                              int64_t numel, const float *f8, int64_t n8) {
-    LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging));
+    /* the staging is pinned when the chunks come from device memory and the backend pins */
+    const lj_ops *ops = host ? NULL : sources[0].r->model->ops;
+    const int pin = ops && ops->host_alloc && !sources[0].r->model->offload_host;
+    LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging, pin ? ops->host_alloc : NULL, pin ? ops->host_free : NULL));
     lj_status s = LJ_OK;
     for (int t = 0; t < 3 && s == LJ_OK; t++)
         for (int i = 0; i < np && s == LJ_OK; i++) {
@@ -591,19 +594,14 @@ static void *async_writer(void *arg) {
     return NULL;
 }
 
-typedef struct {
-    const lj_sharded *c;
-    float *staging;
-    int64_t staging_numel;
-} master_reader;
-
 static void sink_host(void *ctx, int64_t at, const float *src, int64_t n) {
     memcpy((float *)ctx + at, src, (size_t)n * sizeof(float));
 }
 
+/* The HF export's source: n values of the master straight into dst (the export's chunk buffer:
+ * no staging of its own), one pread per shard-file range. */
 static lj_status read_master(void *ctx, int64_t offset, int64_t n, float *dst) {
-    const master_reader *mr = ctx;
-    return lj_sharded_read(mr->c, "master", offset, n, 0, mr->staging, mr->staging_numel, sink_host, dst);
+    return lj_sharded_read_into(ctx, "master", offset, n, dst);
 }
 
 static const char *partition_name(const lj_run_state *r) {
@@ -613,9 +611,8 @@ static const char *partition_name(const lj_run_state *r) {
 }
 
 /* Rank 0: metadata.json, state.json, config.json and the HF export (from the shard files, tensor
- * by tensor) in `tmp`, then the directory renamed to ROOT/iter_NNNNNNN. */
-static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, const char *json, int save_hf,
-                      size_t staging) {
+ * by tensor, in chunks of LJ_ST_STREAM_CHUNK: io/safetensors.h) in `tmp`, then the directory renamed to ROOT/iter_NNNNNNN. */
+static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, const char *json, int save_hf) {
     char path[LJ_PATH_MAX], final[LJ_PATH_MAX];
     LJ_TRY(lj_sharded_write_metadata(tmp, iteration, r->dp->world, r->dp->zero_stage, partition_name(r), json));
     LJ_TRY(lj_path_join(path, tmp, LJ_CKPT_STATE_FILE));
@@ -627,9 +624,7 @@ static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, con
         if (mkdir(path, 0755) != 0) return lj_fail(LJ_ERR_IO, "%s: cannot create directory: %s", path, strerror(errno));
         lj_sharded c;
         LJ_TRY(lj_sharded_open(&c, tmp));
-        master_reader mr = {&c, lj_malloc(staging), (int64_t)(staging / sizeof(float))};
-        lj_status s = lj_hf_export_stream_into(path, r->model_cfg, read_master, &mr, r->hf_dtype, 5ull << 30);
-        free(mr.staging);
+        lj_status s = lj_hf_export_stream_into(path, r->model_cfg, read_master, &c, r->hf_dtype, 5ull << 30);
         lj_sharded_close(&c);
         if (s == LJ_OK && r->tokenizer) s = lj_tokenizer_export_hf(r->tokenizer, path, r->model_cfg);
         if (s == LJ_OK) s = lj_dir_fsync(path);
@@ -649,7 +644,7 @@ static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int ite
                           int64_t rss0_kib) {
     const double t_seal = lj_time_sec();
     s = all_ok(r, s, "another rank could not write its shard file (see its message)");
-    if (r->dp->rank == 0 && s == LJ_OK) s = seal(r, tmp, iteration, json, save_hf, staging);
+    if (r->dp->rank == 0 && s == LJ_OK) s = seal(r, tmp, iteration, json, save_hf);
     if (r->dp->rank == 0 && s != LJ_OK) lj_dir_remove_quiet(tmp);
     s = all_ok(r, s, "rank 0 could not save the checkpoint");
     if (r->dp->rank == 0 && s == LJ_OK) s = lj_ckpt_publish(r->save, iteration, r->keep_last);
@@ -834,24 +829,30 @@ lj_status lj_run_state_save(lj_run_state *r) {
     return s;
 }
 
+/* The load's sinks. `sync`: the staging is pinned, so an upload from it runs asynchronously
+ * (ops/cuda): it must end before the sink returns, as the reader thread refills the buffer. */
 typedef struct {
     const lj_model *m;
     float *dst;
+    int sync;
 } upload_sink_ctx;
 
 static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     const upload_sink_ctx *u = ctx;
     shard_upload(u->m, u->dst + at, src, n);
+    if (u->sync) u->m->ops->synchronize();
 }
 
 typedef struct {
     lj_model *m;
     int64_t base; /* the request's flat offset */
+    int sync;
 } weights_sink_ctx;
 
 static void sink_weights(void *ctx, int64_t at, const float *src, int64_t n) {
     const weights_sink_ctx *w = ctx;
     lj_model_set_weights_range(w->m, src, w->base + at, n);
+    if (w->sync) w->m->ops->synchronize();
 }
 
 /* A sharded iteration directory, through one staging buffer: the master (all of it, as the
@@ -865,30 +866,43 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
         s = lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %d, but the directory is iter_%07d (a file copied from another "
                                    "checkpoint?)", c.meta_path, c.iteration, iteration);
     const size_t staging_bytes = lj_ckpt_staging_bytes();
-    float *staging = lj_malloc(staging_bytes);
-    const int64_t sn = (int64_t)(staging_bytes / sizeof(float));
     lj_model *m = r->model;
+    /* pinned when the sinks upload to device memory and the backend pins (host memory then) */
+    const int pin = m->ops->host_alloc && !m->offload_host;
+    void *pinned = NULL;
+    if (pin && m->ops->host_alloc(&pinned, staging_bytes) != LJ_OK) pinned = NULL; /* pageable, then */
+    float *staging = pinned ? pinned : lj_malloc(staging_bytes);
+    const int64_t sn = (int64_t)(staging_bytes / sizeof(float));
     const int64_t P = m->layout.total;
     state_piece *pieces = NULL;
     const int np = state_pieces(r, 0, &pieces);
+    lj_shard_request *reqs = lj_calloc((size_t)(np > 0 ? np : 1), sizeof *reqs);
+    weights_sink_ctx *ws = lj_calloc((size_t)(np > 0 ? np : 1), sizeof *ws);
+    upload_sink_ctx *us = lj_calloc((size_t)(np > 0 ? np : 1), sizeof *us);
     /* the weights, streamed: ZeRO-3 reads the pieces of its shard, the others all of them (their
      * parameters are replicated) */
     const lj_zero3 *z = lj_zero3_of(m);
     const int own_only = z && z->shard_params;
-    for (int i = 0; i < (own_only ? np : 1) && s == LJ_OK; i++) {
-        weights_sink_ctx ws = {m, own_only ? pieces[i].flat : 0};
-        s = lj_sharded_read(&c, "master", ws.base, own_only ? pieces[i].n : P, 1, staging, sn, sink_weights, &ws);
+    const int nw = own_only ? np : 1;
+    for (int i = 0; i < nw; i++) {
+        ws[i] = (weights_sink_ctx){m, own_only ? pieces[i].flat : 0, pinned != NULL};
+        reqs[i] = (lj_shard_request){"master", ws[i].base, own_only ? pieces[i].n : P, &ws[i]};
     }
+    if (s == LJ_OK) s = lj_sharded_read_many(&c, reqs, nw, 1, staging, sn, sink_weights);
     if (s == LJ_OK) lj_model_set_weights_done(m);
     float *dst[2] = {m->adam_m, m->adam_v};
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
         if (m->offload_host) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
         else m->ops->memset_zero(dst[t], (size_t)m->shard_numel * sizeof(float));
-        for (int i = 0; i < np && s == LJ_OK; i++) {
-            upload_sink_ctx u = {m, dst[t] + pieces[i].shard_offset};
-            s = lj_sharded_read(&c, state_names[t + 1], pieces[i].flat, pieces[i].n, 1, staging, sn, sink_upload, &u);
+        for (int i = 0; i < np; i++) {
+            us[i] = (upload_sink_ctx){m, dst[t] + pieces[i].shard_offset, pinned != NULL};
+            reqs[i] = (lj_shard_request){state_names[t + 1], pieces[i].flat, pieces[i].n, &us[i]};
         }
+        s = lj_sharded_read_many(&c, reqs, np, 1, staging, sn, sink_upload);
     }
+    free(reqs);
+    free(ws);
+    free(us);
     free(pieces);
     const int64_t n8 = s == LJ_OK ? fp8_state_to_load(r, state, file) : 0;
     if (s == LJ_OK && n8) {
@@ -901,7 +915,8 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
         if (s == LJ_OK) lj_linear_fp8_state_set(m, f8);
         free(f8);
     }
-    free(staging);
+    if (pinned) m->ops->host_free(pinned);
+    else free(staging);
     if (s == LJ_OK && (c.world_size != r->dp->world || c.zero_stage != r->dp->zero_stage))
         lj_log_info("%s: saved on %d rank%s under ZeRO stage %d (%s), resharded for %d rank%s under stage %d", dir,
                     c.world_size, c.world_size > 1 ? "s" : "", c.zero_stage, c.partition, r->dp->world,

@@ -42,8 +42,9 @@ lj_status lj_hf_export_into(const char *dir, const lj_model_config *cfg, const f
                             uint64_t max_shard_bytes);
 
 /* As lj_hf_export_into, but the weights come from `read(ctx, offset, n, dst)` (n fp32 values at
- * flat offset `offset` of the layout), tensor by tensor in chunks of LJ_ST_STREAM_CHUNK values:
- * the host memory it takes is one chunk, whatever the model's size. Errors: those of `read`
+ * flat offset `offset` of the layout), tensor by tensor in chunks of LJ_ST_STREAM_CHUNK values,
+ * on the calling thread while a writer thread converts and writes the chunk before: the host
+ * memory it takes is two chunks, whatever the model's size. Errors: those of `read`
  * (prefixed with the file being written), and as lj_hf_export_into. */
 lj_status lj_hf_export_stream_into(const char *dir, const lj_model_config *cfg, lj_st_read_f32_fn read, void *ctx,
                                    lj_dtype dtype, uint64_t max_shard_bytes);

@@ -111,7 +111,9 @@ typedef struct {
     int64_t read_offset;
 } lj_st_tensor;
 
-/* Elements per read_f32 call of a streamed tensor (4 MiB of fp32). */
+/* Elements per read_f32 call of a streamed tensor (4 MiB of fp32). A file's streamed tensors
+ * go through two such chunk buffers: read_f32 fills one, on the calling thread, while a writer
+ * thread converts the other to the tensor's dtype and writes it (8 MiB of host memory). */
 #define LJ_ST_STREAM_CHUNK (1 << 20)
 
 /* Writes `n` tensors, in the given order, with an optional "__metadata__" map of `n_meta`

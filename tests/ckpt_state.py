@@ -9,6 +9,9 @@ the shell tests (docs/reference.md "Sharded training state"):
   ckpt_state.py same ITER_A ITER_B        exit 0 when master, adam.m and adam.v are bit-identical
   ckpt_state.py flip ITER TENSOR PARAM    flips one byte inside the slice of TENSOR for
                                           parameter PARAM, prints the file it changed
+  ckpt_state.py hf ITER                   exit 0 when every tensor of ITER/hf/model.safetensors
+                                          (F32, or BF16 rounded to nearest even) is the master's
+                                          slices of its parameter (sharded format); prints the count
 An ITER argument may also be a checkpoint root (its latest iteration is used).
 """
 import array
@@ -63,6 +66,39 @@ def flip(path, name, param):
     raise SystemExit("no slice of %s for %s" % (name, param))
 
 
+def hf(path):
+    d = iter_dir(path)
+    m = json.load(open(os.path.join(d, "metadata.json")))
+    master = tensor(path, "master")
+    ranges = {}
+    for s in m["tensors"]["master"]["slices"]:
+        b, e = ranges.get(s["param"], (s["offset"], s["offset"]))
+        if e != s["offset"]:
+            raise SystemExit("the slices of %s are not contiguous" % s["param"])
+        ranges[s["param"]] = (b, s["offset"] + s["numel"])
+    f = open(os.path.join(d, "hf", "model.safetensors"), "rb")
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    for name, e in h.items():
+        if name not in ranges:
+            raise SystemExit("hf tensor %s has no slice in the master" % name)
+        b, end = ranges[name]
+        f.seek(8 + n + e["data_offsets"][0])
+        data = f.read(e["data_offsets"][1] - e["data_offsets"][0])
+        want = master[b:end]
+        if e["dtype"] == "F32":
+            ok = data == want.tobytes()
+        else:
+            bits = array.array("I", want.tobytes())
+            w = array.array("H", (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF if (u & 0x7FFFFFFF) <= 0x7F800000
+                                  else ((u >> 16) | 0x40) & 0xFFFF for u in bits))
+            ok = data == w.tobytes()
+        if not ok:
+            raise SystemExit("hf tensor %s differs from the master's [%d, %d)" % (name, b, end))
+    return len(h)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "tensor":
@@ -73,6 +109,8 @@ if __name__ == "__main__":
             if tensor(sys.argv[2], name).tobytes() != tensor(sys.argv[3], name).tobytes():
                 print("tensor %s differs" % name)
                 sys.exit(1)
+    elif cmd == "hf":
+        print(hf(sys.argv[2]))
     elif cmd == "flip":
         print(flip(sys.argv[2], sys.argv[3], sys.argv[4]))
     else:

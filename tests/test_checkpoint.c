@@ -21,6 +21,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded.h"
 #include "io/safetensors.h"
+#include <fcntl.h>
+#include <xxhash.h>
 
 static char g_dir[512];
 static int g_case;
@@ -502,12 +504,12 @@ static void test_sharded(void **state) {
     float x[1000];
     for (int i = 0; i < 1000; i++) x[i] = (float)i * 0.25f - 7.0f;
     lj_shard_writer w;
-    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 16 * sizeof(float)), LJ_OK);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 16 * sizeof(float), NULL, NULL), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "master", "a.weight", 0, 300, fetch_array, x, 0), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "master", "b.weight", 300, 400, fetch_array, x, 300), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
-    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 16 * sizeof(float)), LJ_OK);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 16 * sizeof(float), NULL, NULL), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "master", "c.weight", 700, 300, fetch_array, x, 700), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
@@ -526,6 +528,12 @@ static void test_sharded(void **state) {
                              LJ_OK);
             assert_memory_equal(got, x + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
         }
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) { /* straight into the destination */
+        memset(got, 0, sizeof got);
+        assert_int_equal(lj_sharded_read_into(&c, "master", ranges[k][0], ranges[k][1], got), LJ_OK);
+        assert_memory_equal(got, x + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
+    }
+    expect_error(lj_sharded_read_into(&c, "master", 900, 200, got), LJ_ERR_FORMAT, "has 1000 elements", NULL, NULL);
     sink_ctx sc = {got};
     expect_error(lj_sharded_read(&c, "adam.m", 0, 1, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT, "'adam.m' is missing",
                  NULL, NULL);
@@ -553,16 +561,128 @@ static void test_sharded(void **state) {
     assert_int_equal(truncate(file, 100), 0);
     expect_error(lj_sharded_open(&c, dir), LJ_ERR_FORMAT, "shard_00001_of_00002.bin: 100 bytes", "truncated", NULL);
     /* rank 1's index missing its slice: the metadata would leave a gap */
-    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 64), LJ_OK);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 64, NULL, NULL), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 10, fetch_array, x, 0), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
-    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 64), LJ_OK);
+    assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 64, NULL, NULL), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 20, 10, fetch_array, x, 20), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
     expect_error(lj_sharded_write_metadata(dir, 3, 2, 1, "flat", "{}"), LJ_ERR_FORMAT, "do not cover it once",
                  "element 10 is missing", NULL);
+    free(dir);
+}
+
+/* Fails at element `fail_at` of its source (a fetch that finds a non-finite value, say). */
+typedef struct {
+    const float *x;
+    int64_t fail_at;
+} failing_source;
+
+static lj_status fetch_failing(void *ctx, int64_t at, int64_t n, float *dst) {
+    const failing_source *f = ctx;
+    if (at + n > f->fail_at) return lj_fail(LJ_ERR_ARG, "simulated fetch failure at %lld", (long long)f->fail_at);
+    memcpy(dst, f->x + at, (size_t)n * sizeof(float));
+    return LJ_OK;
+}
+
+/* The pipelined writer and reader (two halves of the staging, one thread each side): the slice
+ * checksums are the XXH3-64 of the slices' bytes whatever the staging (1 value per half up to
+ * all in one), an empty slice included, and the file is the values back to back; a write that
+ * fails on the writer thread (a shard file on /dev/full), a fetch that fails mid-slice, and a
+ * read that fails on the reader thread each name their cause, and nothing waits forever; a
+ * batched read delivers the requests before a corrupted one whole. */
+static void test_sharded_pipeline(void **state) {
+    (void)state;
+    char *dir = new_root();
+    assert_int_equal(lj_mkdir_p(dir), LJ_OK);
+    float x[1000];
+    for (int i = 0; i < 1000; i++) x[i] = (float)i * 0.5f + 3.0f;
+    const int64_t cuts[][2] = {{0, 333}, {333, 0}, {333, 667}};
+    const size_t stagings[] = {2 * sizeof(float), 3 * sizeof(float), 16 * sizeof(float), 4096, sizeof x, 1};
+    char file[1024];
+    snprintf(file, sizeof file, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, 0, 1);
+    for (size_t k = 0; k < sizeof stagings / sizeof stagings[0]; k++) {
+        lj_shard_writer w;
+        assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, stagings[k], NULL, NULL), LJ_OK);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(lj_shard_writer_add(&w, "master", NULL, cuts[i][0], cuts[i][1], fetch_array, x, cuts[i][0]),
+                             LJ_OK);
+        assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+        assert_int_equal(w.count, 3);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(w.slices[i].byte_offset, (uint64_t)cuts[i][0] * sizeof(float));
+            if (w.slices[i].xxh3 != XXH3_64bits(x + cuts[i][0], (size_t)cuts[i][1] * sizeof(float)))
+                fail_msg("staging %zu bytes: slice %d has the wrong checksum", stagings[k], i);
+        }
+        lj_shard_writer_free(&w);
+        char *bytes = NULL;
+        size_t len = 0;
+        assert_int_equal(lj_file_read_all(file, &bytes, &len), LJ_OK);
+        assert_int_equal(len, sizeof x);
+        assert_memory_equal(bytes, x, sizeof x);
+        free(bytes);
+    }
+    assert_int_equal(lj_sharded_write_metadata(dir, 1, 1, 0, "replicated", "{}"), LJ_OK);
+    lj_sharded c;
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    float got[1000], staging[9];
+    sink_ctx sc = {got};
+    for (int64_t sn = 1; sn <= 9; sn += 4) {
+        memset(got, 0, sizeof got);
+        assert_int_equal(lj_sharded_read(&c, "master", 0, 1000, 1, staging, sn, sink_array, &sc), LJ_OK);
+        assert_memory_equal(got, x, sizeof x);
+    }
+    /* a read that fails on the reader thread (the file descriptor is a directory's) */
+    const int fd = c.fds[0];
+    c.fds[0] = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(c.fds[0] >= 0);
+    expect_error(lj_sharded_read(&c, "master", 0, 1000, 1, staging, 9, sink_array, &sc), LJ_ERR_IO,
+                 "shard_00000_of_00001.bin: read at byte 0 failed", NULL, NULL);
+    close(c.fds[0]);
+    c.fds[0] = fd;
+    lj_sharded_close(&c);
+    /* a flipped byte in the last slice: a batched read gives the requests before it whole */
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    fseek(f, 900 * 4 + 1, SEEK_SET);
+    const int byte = fgetc(f);
+    fseek(f, 900 * 4 + 1, SEEK_SET);
+    fputc(byte ^ 0x01, f);
+    fclose(f);
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    float a[333], b[667];
+    sink_ctx sa = {a}, sb = {b};
+    const lj_shard_request reqs[2] = {{"master", 0, 333, &sa}, {"master", 333, 667, &sb}};
+    memset(a, 0, sizeof a);
+    expect_error(lj_sharded_read_many(&c, reqs, 2, 1, staging, 9, sink_array), LJ_ERR_FORMAT,
+                 "slice [333, 1000) fails its checksum", NULL, NULL);
+    assert_memory_equal(a, x, sizeof a);
+    assert_int_equal(lj_sharded_read_many(&c, reqs, 2, 0, staging, 9, sink_array), LJ_OK); /* unchecked */
+    assert_memory_equal(b, x + 333, 100 * sizeof(float));
+    lj_sharded_close(&c);
+    /* a write that fails on the writer thread: the shard file is /dev/full (ENOSPC) */
+    lj_shard_writer w;
+    if (unlink(file) == 0 && symlink("/dev/full", file) == 0) {
+        assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 16 * sizeof(float), NULL, NULL), LJ_OK);
+        lj_status s = LJ_OK;
+        for (int i = 0; i < 3 && s == LJ_OK; i++) s = lj_shard_writer_add(&w, "master", NULL, cuts[i][0], cuts[i][1],
+                                                                          fetch_array, x, cuts[i][0]);
+        if (s == LJ_OK) s = lj_shard_writer_close(&w);
+        expect_error(s, LJ_ERR_IO, "shard_00000_of_00001.bin: write failed", NULL, NULL);
+        lj_shard_writer_free(&w);
+        unlink(file);
+    } else {
+        print_message("no symlink to /dev/full: the failing write is not tested\n");
+    }
+    /* a fetch that fails mid-slice: its error, then the writer refuses more */
+    failing_source fs = {x, 500};
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 16 * sizeof(float), NULL, NULL), LJ_OK);
+    expect_error(lj_shard_writer_add(&w, "master", NULL, 0, 1000, fetch_failing, &fs, 0), LJ_ERR_ARG,
+                 "simulated fetch failure at 500", NULL, NULL);
+    expect_error(lj_shard_writer_close(&w), LJ_ERR_IO, "the fetch of tensor 'master' failed", NULL, NULL);
+    lj_shard_writer_free(&w);
     free(dir);
 }
 
@@ -576,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_bad_latest),      cmocka_unit_test(test_bad_checksum),
         cmocka_unit_test(test_bad_iteration_metadata), cmocka_unit_test(test_lock),
         cmocka_unit_test(test_latest_tmp_leftover), cmocka_unit_test(test_sharded),
+        cmocka_unit_test(test_sharded_pipeline),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -225,6 +225,90 @@ static void test_write_atomic(void **state) {
     assert_int_equal(count_tmp_files(), 0);
 }
 
+/* A streamed source: x[offset + i], failing at element `fail_at` (-1: never). */
+typedef struct {
+    const float *x;
+    int64_t fail_at;
+    int calls;
+} stream_src;
+
+static lj_status read_stream(void *ctx, int64_t offset, int64_t n, float *dst) {
+    stream_src *s = ctx;
+    s->calls++;
+    if (n > LJ_ST_STREAM_CHUNK) return lj_fail(LJ_ERR_ARG, "a chunk of %lld values", (long long)n);
+    if (s->fail_at >= 0 && offset + n > s->fail_at) return lj_fail(LJ_ERR_IO, "simulated read failure");
+    memcpy(dst, s->x + offset, (size_t)n * sizeof(float));
+    return LJ_OK;
+}
+
+/* Streamed tensors (read_f32, two chunk buffers and a writer thread per file) give the bytes of
+ * the same tensors from memory (from_f32), with a tensor from memory between them; a source that
+ * fails mid-tensor and a write that fails (the temporary file is /dev/full) are reported naming
+ * the file, leave no temporary file, and the old file as it was. */
+static void test_write_streamed(void **state) {
+    (void)state;
+    const int64_t N = 2 * LJ_ST_STREAM_CHUNK + 12345; /* three chunks, the last one partial */
+    float *x = lj_malloc((size_t)N * sizeof(float));
+    lj_rng rng;
+    lj_rng_seed(&rng, 5);
+    for (int64_t i = 0; i < N; i++) x[i] = (float)lj_rng_normal(&rng);
+    stream_src src = {x, -1, 0};
+    const float v[3] = {1, 2, 3};
+    lj_st_tensor mem[4] = {
+        {.name = "a", .dtype = LJ_ST_BF16, .ndim = 1, .shape = {N}, .from_f32 = x},
+        {.name = "b", .dtype = LJ_ST_F32, .ndim = 1, .shape = {3}, .data = v},
+        {.name = "c", .dtype = LJ_ST_F32, .ndim = 2, .shape = {2, N / 2}, .from_f32 = x + 1},
+        {.name = "d", .dtype = LJ_ST_F16, .ndim = 1, .shape = {7}, .from_f32 = x + 5},
+    };
+    lj_st_tensor str[4];
+    memcpy(str, mem, sizeof str);
+    const int64_t offsets[4] = {0, 0, 1, 5};
+    for (int i = 0; i < 4; i++) {
+        if (i == 1) continue;
+        str[i].from_f32 = NULL;
+        str[i].read_f32 = read_stream;
+        str[i].read_ctx = &src;
+        str[i].read_offset = offsets[i];
+    }
+    const char *p1 = tmp_path("mem.safetensors");
+    assert_int_equal(lj_safetensors_write(p1, mem, 4, NULL, NULL, 0), LJ_OK);
+    char *want, *got;
+    size_t nw, ng;
+    assert_int_equal(lj_file_read_all(p1, &want, &nw), LJ_OK);
+    char p2[700];
+    snprintf(p2, sizeof p2, "%s", tmp_path("streamed.safetensors"));
+    assert_int_equal(lj_safetensors_write(p2, str, 4, NULL, NULL, 0), LJ_OK);
+    assert_int_equal(src.calls, 3 + 3 + 1);
+    assert_int_equal(lj_file_read_all(p2, &got, &ng), LJ_OK);
+    assert_int_equal(ng, nw);
+    assert_memory_equal(got, want, nw);
+    free(got);
+    /* the source fails in tensor c's second chunk */
+    src.fail_at = 1 + LJ_ST_STREAM_CHUNK + 10;
+    assert_int_equal(lj_safetensors_write(p2, str, 4, NULL, NULL, 0), LJ_ERR_IO);
+    if (!strstr(lj_error_message(), p2) || !strstr(lj_error_message(), "simulated read failure"))
+        fail_msg("message: %s", lj_error_message());
+    assert_int_equal(count_tmp_files(), 0);
+    /* a write that fails on the writer thread: PATH.tmp.PID is /dev/full (ENOSPC) */
+    src.fail_at = -1;
+    char tmp[800];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", p2, (int)getpid());
+    if (symlink("/dev/full", tmp) == 0) {
+        assert_int_equal(lj_safetensors_write(p2, str, 4, NULL, NULL, 0), LJ_ERR_IO);
+        if (!strstr(lj_error_message(), p2) || !strstr(lj_error_message(), "failed"))
+            fail_msg("message: %s", lj_error_message());
+        assert_int_equal(count_tmp_files(), 0);
+    } else {
+        print_message("no symlink to /dev/full: the failing write is not tested\n");
+    }
+    assert_int_equal(lj_file_read_all(p2, &got, &ng), LJ_OK); /* the old file, as it was */
+    assert_int_equal(ng, nw);
+    assert_memory_equal(got, want, nw);
+    free(got);
+    free(want);
+    free(x);
+}
+
 /* ---- bad input ---------------------------------------------------------------------- */
 
 static void test_bad_truncated(void **state) {
@@ -318,6 +402,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_all_dtypes), cmocka_unit_test(test_header_bytes),
         cmocka_unit_test(test_from_f32_conversion),   cmocka_unit_test(test_write_atomic),
+        cmocka_unit_test(test_write_streamed),
         cmocka_unit_test(test_bad_truncated),         cmocka_unit_test(test_bad_header_length),
         cmocka_unit_test(test_bad_json),              cmocka_unit_test(test_bad_offsets),
     };

@@ -5,6 +5,7 @@
 #     3 ranks (ZeRO-3) with the losses of the uninterrupted run within fp32 tolerance;
 #   - --async-save gives the same files and losses as synchronous saves; a background writer that
 #     fails (a file-size limit) makes the run exit non-zero and leaves no iteration marked latest;
+#   - the HF export written from the shard files holds the master weights (bf16);
 #   - a flipped byte in a shard file is reported naming the file, the tensor and the parameter;
 #   - the peak host memory of a save stays below its staging bound plus a margin (printed);
 #   - --no-save-hf leaves the HF export out of intermediate saves (the last one has it), and such a
@@ -49,6 +50,9 @@ for f in metadata.json state.json config.json shard_00000_of_00002.bin shard_000
 done
 [ ! -e "$it/state.safetensors" ] || fail "a sharded save wrote state.safetensors"
 ls "$it" | grep -q 'shard_.*\.json' && fail "the per-rank indexes were left beside metadata.json"
+# the HF export, read from both shard files (a parameter split between them), is the master's bf16
+n=$(tool hf "$it") || fail "the HF export of the 2-rank save is not its master weights"
+echo "  HF export: $n tensors, each the master's slices in bf16"
 grep -E -q "saved checkpoint at iteration 2 to .*: [0-9.]+ MiB in [0-9.]+ s \([0-9.]+ MiB/s\), 2 shard files, peak host memory of the save [0-9.]+ MiB" \
   "$tmp/s.err" || { cat "$tmp/s.err"; fail "the save's line (time, bytes, throughput, peak memory) is missing"; }
 python3 - "$it/metadata.json" <<'PY' || fail "metadata.json does not describe 2 ranks' ZeRO-1 shards"
