@@ -543,13 +543,7 @@ static void test_sharded(void **state) {
     /* a flipped byte in rank 0's file, in b.weight's slice: a read that touches it fails */
     char file[1024];
     snprintf(file, sizeof file, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, 0, 2);
-    FILE *f = fopen(file, "r+b");
-    assert_non_null(f);
-    fseek(f, 300 * 4 + 123, SEEK_SET);
-    const int byte = fgetc(f);
-    fseek(f, 300 * 4 + 123, SEEK_SET);
-    fputc(byte ^ 0x20, f);
-    fclose(f);
+    flip_byte(file, 300 * 4 + 123);
     assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
     assert_int_equal(lj_sharded_read(&c, "master", 0, 300, 1, staging, 7, sink_array, &sc), LJ_OK); /* a.weight only */
     expect_error(lj_sharded_read(&c, "master", 650, 100, 1, staging, 7, sink_array, &sc), LJ_ERR_FORMAT,
@@ -644,13 +638,7 @@ static void test_sharded_pipeline(void **state) {
     c.fds[0] = fd;
     lj_sharded_close(&c);
     /* a flipped byte in the last slice: a batched read gives the requests before it whole */
-    FILE *f = fopen(file, "r+b");
-    assert_non_null(f);
-    fseek(f, 900 * 4 + 1, SEEK_SET);
-    const int byte = fgetc(f);
-    fseek(f, 900 * 4 + 1, SEEK_SET);
-    fputc(byte ^ 0x01, f);
-    fclose(f);
+    flip_byte(file, 900 * 4 + 1);
     assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
     float a[333], b[667];
     sink_ctx sa = {a}, sb = {b};

@@ -154,6 +154,68 @@ void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harnes
     free(hist), free(scale), free(sinv), free(gh), free(gs), free(gi);
 }
 
+/* The device GEMM of one case, into `out` (dtype, grad mode) from the device codes and scales it
+ * holds. */
+typedef void (*fp8_gemm_fn)(void *ctx, void *out, lj_dtype dtype, lj_grad_mode mode);
+
+/* The three forms every FP8 GEMM case checks, given the CPU's f32 result `ref` [M, N] of the same
+ * codes (overwritten: it is the accumulate form's reference afterwards) and the unquantized inputs
+ * a [M, K], b [N, K]: bf16 output against the CPU emulation (tol), against the bf16 GEMM of a and
+ * b (tol_grad), and += onto random values in the case's grad dtype against the emulation. */
+static void check_gemm_forms(lj_harness *h, const lj_op_case *c, const char *shape, const char *name, fp8_gemm_fn gemm,
+                             void *ctx, const float *a, const float *b, float *ref, int M, int N, int K) {
+    char what[128];
+    void *dout = up(NULL, (size_t)M * N * 2);
+    gemm(ctx, dout, LJ_DTYPE_BF16, LJ_GRAD_OVERWRITE);
+    uint16_t *ob = lj_malloc((size_t)M * N * 2);
+    float *got = lj_malloc((size_t)M * N * 4);
+    down(ob, dout, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
+    snprintf(what, sizeof what, "%s bf16 out vs CPU emulation", name);
+    lj_harness_check_f(h, what, shape, got, ref, (int64_t)M * N, c->tol);
+    /* against the unquantized bf16 GEMM of the same values (x w^T form: a as x, b as w) */
+    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
+    G->matmul_forward(dmm, da, db, M, K, N);
+    float *mm = lj_malloc((size_t)M * N * 4);
+    down(ob, dmm, (size_t)M * N * 2);
+    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
+    snprintf(what, sizeof what, "%s vs the bf16 GEMM", name);
+    lj_harness_check_f(h, what, shape, got, mm, (int64_t)M * N, c->tol_grad);
+    /* the weight-gradient form: grad dtype, accumulate onto random values */
+    const size_t gsz = lj_dtype_size(c->dtype);
+    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
+    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
+    gemm(ctx, dacc, c->dtype, LJ_GRAD_ACCUMULATE);
+    void *hacc = lj_malloc((size_t)M * N * gsz);
+    down(hacc, dacc, (size_t)M * N * gsz);
+    for (int i = 0; i < M * N; i++) {
+        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
+        ref[i] += init[i];
+    }
+    snprintf(what, sizeof what, "%s += (grad dtype) vs CPU emulation", name);
+    lj_harness_check_f(h, what, shape, got, ref, (int64_t)M * N, c->tol);
+    G->free(dout), G->free(da), G->free(db), G->free(dmm), G->free(dacc);
+    free(ob), free(got), free(mm), free(init), free(hacc);
+}
+
+typedef struct {
+    const void *qa, *qb;
+    const float *sa, *sb;
+    lj_fp8_format fa;
+    int blocks, M, N, K;
+} fp8_gemm_case;
+
+static void run_fp8_matmul(void *p, void *out, lj_dtype dtype, lj_grad_mode mode) {
+    const fp8_gemm_case *g = p;
+    G->fp8_matmul(out, dtype, g->qa, g->fa, g->sa, g->qb, LJ_FP8_E4M3, g->sb, g->M, g->N, g->K, mode, NULL);
+}
+
+static void run_fp8_matmul_blockwise(void *p, void *out, lj_dtype dtype, lj_grad_mode mode) {
+    const fp8_gemm_case *g = p;
+    G->fp8_matmul_blockwise(out, dtype, g->qa, g->fa, g->sa, 0, g->qb, LJ_FP8_E4M3, g->sb, g->blocks, g->M, g->N, g->K,
+                            mode, NULL);
+}
+
 /* d = {M, N, K, a in e5m2}; tol: against the CPU's FP8 GEMM (bf16 output rounding); tol_grad:
  * against the unquantized product (the formats' rounding, as the CPU case states). */
 void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
@@ -176,35 +238,10 @@ void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode
     H->fp8_matmul(ref, LJ_DTYPE_F32, qa, fa, &st[4], qb, LJ_FP8_E4M3, &st[8], M, N, K, LJ_GRAD_OVERWRITE, ws);
     float *dst = up(st, sizeof st);
     void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
-    /* bf16 output (the forward and dgrad form) */
-    void *dout = up(NULL, (size_t)M * N * 2);
-    G->fp8_matmul(dout, LJ_DTYPE_BF16, dqa, fa, dst + 4, dqb, LJ_FP8_E4M3, dst + 8, M, N, K, LJ_GRAD_OVERWRITE, NULL);
-    uint16_t *ob = lj_malloc((size_t)M * N * 2);
-    float *got = lj_malloc((size_t)M * N * 4);
-    down(ob, dout, (size_t)M * N * 2);
-    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
-    lj_harness_check_f(h, "fp8_matmul bf16 out vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
-    /* against the unquantized bf16 GEMM of the same values (x w^T form: a as x, b as w) */
-    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
-    G->matmul_forward(dmm, da, db, M, K, N);
-    float *mm = lj_malloc((size_t)M * N * 4);
-    down(ob, dmm, (size_t)M * N * 2);
-    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
-    lj_harness_check_f(h, "fp8_matmul vs the bf16 GEMM", shape, got, mm, (int64_t)M * N, c->tol_grad);
-    /* the weight-gradient form: grad dtype, accumulate onto random values */
-    const size_t gsz = lj_dtype_size(c->dtype);
-    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
-    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
-    G->fp8_matmul(dacc, c->dtype, dqa, fa, dst + 4, dqb, LJ_FP8_E4M3, dst + 8, M, N, K, LJ_GRAD_ACCUMULATE, NULL);
-    void *hacc = lj_malloc((size_t)M * N * gsz);
-    down(hacc, dacc, (size_t)M * N * gsz);
-    for (int i = 0; i < M * N; i++) {
-        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
-        ref[i] += init[i];
-    }
-    lj_harness_check_f(h, "fp8_matmul += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
-    G->free(dst), G->free(dqa), G->free(dqb), G->free(dout), G->free(da), G->free(db), G->free(dmm), G->free(dacc);
-    free(a), free(b), free(qa), free(qb), free(ws), free(ref), free(ob), free(got), free(mm), free(init), free(hacc);
+    fp8_gemm_case g = {dqa, dqb, dst + 4, dst + 8, fa, 0, M, N, K};
+    check_gemm_forms(h, c, shape, "fp8_matmul", run_fp8_matmul, &g, a, b, ref, M, N, K);
+    G->free(dst), G->free(dqa), G->free(dqb);
+    free(a), free(b), free(qa), free(qb), free(ws), free(ref);
 }
 
 /* ---- perf: d = {N tokens, in, out} ---------------------------------------------------- */
@@ -364,37 +401,10 @@ void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_ha
                             ws);
     void *dqa = up(qa, (size_t)M * ld), *dqb = up(qb, (size_t)N * ld);
     float *dsa = up(sa, nsa), *dsb = up(sb, nsb);
-    void *dout = up(NULL, (size_t)M * N * 2);
-    G->fp8_matmul_blockwise(dout, LJ_DTYPE_BF16, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
-                            LJ_GRAD_OVERWRITE, NULL);
-    uint16_t *ob = lj_malloc((size_t)M * N * 2);
-    float *got = lj_malloc((size_t)M * N * 4);
-    down(ob, dout, (size_t)M * N * 2);
-    for (int i = 0; i < M * N; i++) got[i] = lj_bf16_to_f32(ob[i]);
-    lj_harness_check_f(h, "fp8_matmul_blockwise bf16 out vs CPU emulation", shape, got, ref, (int64_t)M * N, c->tol);
-    void *da = up_bf16(a, (int64_t)M * K), *db = up_bf16(b, (int64_t)N * K), *dmm = up(NULL, (size_t)M * N * 2);
-    G->matmul_forward(dmm, da, db, M, K, N);
-    float *mm = lj_malloc((size_t)M * N * 4);
-    down(ob, dmm, (size_t)M * N * 2);
-    for (int i = 0; i < M * N; i++) mm[i] = lj_bf16_to_f32(ob[i]);
-    lj_harness_check_f(h, "fp8_matmul_blockwise vs the bf16 GEMM", shape, got, mm, (int64_t)M * N, c->tol_grad);
-    const size_t gsz = lj_dtype_size(c->dtype);
-    float *init = lj_harness_randf_bf16(h, (int64_t)M * N, 1.0f);
-    void *dacc = c->dtype == LJ_DTYPE_BF16 ? up_bf16(init, (int64_t)M * N) : up(init, (size_t)M * N * 4);
-    G->fp8_matmul_blockwise(dacc, c->dtype, dqa, fa, dsa, 0, dqb, LJ_FP8_E4M3, dsb, blocks, M, N, K,
-                            LJ_GRAD_ACCUMULATE, NULL);
-    void *hacc = lj_malloc((size_t)M * N * gsz);
-    down(hacc, dacc, (size_t)M * N * gsz);
-    for (int i = 0; i < M * N; i++) {
-        got[i] = c->dtype == LJ_DTYPE_BF16 ? lj_bf16_to_f32(((uint16_t *)hacc)[i]) : ((float *)hacc)[i];
-        ref[i] += init[i];
-    }
-    lj_harness_check_f(h, "fp8_matmul_blockwise += (grad dtype) vs CPU emulation", shape, got, ref, (int64_t)M * N,
-                       c->tol);
-    G->free(dqa), G->free(dqb), G->free(dsa), G->free(dsb), G->free(dout), G->free(da), G->free(db), G->free(dmm);
-    G->free(dacc);
-    free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(ws), free(ref), free(ob), free(got), free(mm);
-    free(init), free(hacc);
+    fp8_gemm_case g = {dqa, dqb, dsa, dsb, fa, blocks, M, N, K};
+    check_gemm_forms(h, c, shape, "fp8_matmul_blockwise", run_fp8_matmul_blockwise, &g, a, b, ref, M, N, K);
+    G->free(dqa), G->free(dqb), G->free(dsa), G->free(dsb);
+    free(a), free(b), free(qa), free(qb), free(sa), free(sb), free(ws), free(ref);
 }
 
 /* ---- perf of the blockwise recipe: d = {N tokens, in, out} ---------------------------- */
