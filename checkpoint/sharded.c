@@ -15,6 +15,8 @@
 
 #include <xxhash.h>
 
+#include "base/worker.h"
+
 size_t lj_ckpt_staging_bytes(void) {
     const char *env = getenv("LJPERF_CKPT_STAGING_BYTES");
     if (env && *env) {
@@ -49,95 +51,43 @@ static int write_full(int fd, const void *data, size_t n) {
     return 0;
 }
 
-/* The writer thread and the hash state of the slice it is on (which only the thread that
- * writes the chunks touches: the writer thread, or the caller when there is none). */
+/* The writer thread (base/worker.h) and the hash state of the slice it is on, which only the
+ * jobs touch; `collected`: chunks whose digest the caller has copied into the slices. */
+enum { WRITE_FAILED = 1, FETCH_FAILED = 2 }; /* the worker's error codes: whose message to report */
 struct lj_shard_pipe {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int has_thread, stop;
+    lj_worker worker;
     XXH3_state_t *hash;
-    int64_t collected; /* chunks whose digest the caller has copied into the slices */
+    int64_t collected;
 };
 
-/* Hashes and writes one chunk (the writer thread, or the caller without one). After a failed
- * write the chunks are hashed but not written; the caller reports the failure. */
-static void write_chunk(lj_shard_writer *w, lj_shard_chunk *c, int *failed, char *error, size_t error_size) {
+/* The job: hashes and writes chunk `job` (half job % 2). After a failure the chunks are hashed
+ * but not written; the first failed write leaves its message in w->write_error. */
+static int write_chunk(void *ctx, int64_t job, int failed) {
+    lj_shard_writer *w = ctx;
+    lj_shard_chunk *c = &w->chunks[job % 2];
     struct lj_shard_pipe *p = w->pipe;
     if (c->first) XXH3_64bits_reset(p->hash);
     XXH3_64bits_update(p->hash, c->buf, (size_t)c->n * sizeof(float));
-    if (!*failed && write_full(w->fd, c->buf, (size_t)c->n * sizeof(float)) != 0) {
-        snprintf(error, error_size, "%s: write failed: %s", w->path, strerror(errno));
-        *failed = 1;
+    int e = 0;
+    if (!failed && write_full(w->fd, c->buf, (size_t)c->n * sizeof(float)) != 0) {
+        snprintf(w->write_error, sizeof w->write_error, "%s: write failed: %s", w->path, strerror(errno));
+        e = WRITE_FAILED;
     }
     if (c->last) c->digest = XXH3_64bits_digest(p->hash);
-}
-
-static void *writer_thread(void *arg) {
-    lj_shard_writer *w = arg;
-    struct lj_shard_pipe *p = w->pipe;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (w->done == w->queued && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-        if (w->done == w->queued) break; /* stopped, and nothing left */
-        lj_shard_chunk *c = &w->chunks[w->done % 2];
-        int failed = w->failed;
-        char error[sizeof w->error];
-        pthread_mutex_unlock(&p->mu);
-        write_chunk(w, c, &failed, error, sizeof error);
-        pthread_mutex_lock(&p->mu);
-        if (failed && !w->failed) {
-            memcpy(w->error, error, sizeof w->error);
-            w->failed = 1;
-        }
-        w->done++;
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+    return e;
 }
 
 /* Waits until at most `pending` chunks are the writer thread's, then copies the digests of the
- * finished slices into w->slices. 0: a write failed (w->error says which). */
-static int writer_wait(lj_shard_writer *w, int64_t pending) {
+ * finished slices into w->slices. NULL, or the message of the first failure. */
+static const char *writer_wait(lj_shard_writer *w, int64_t pending) {
     struct lj_shard_pipe *p = w->pipe;
-    pthread_mutex_lock(&p->mu);
-    while (w->queued - w->done > pending) pthread_cond_wait(&p->cv, &p->mu);
-    const int64_t done = w->done;
-    const int failed = w->failed;
-    pthread_mutex_unlock(&p->mu);
+    int64_t done;
+    const int e = lj_worker_wait(&p->worker, pending, &done);
     for (; p->collected < done; p->collected++) {
         const lj_shard_chunk *c = &w->chunks[p->collected % 2];
         if (c->last) w->slices[c->slice].xxh3 = c->digest;
     }
-    return !failed;
-}
-
-/* Hands the chunk the caller filled to the writer thread (or writes it, without one). */
-static void writer_queue(lj_shard_writer *w) {
-    struct lj_shard_pipe *p = w->pipe;
-    if (!p->has_thread) {
-        write_chunk(w, &w->chunks[w->queued % 2], &w->failed, w->error, sizeof w->error);
-        w->queued++;
-        w->done++;
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    w->queued++;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Lets the writer thread finish the chunks it holds and joins it. */
-static void writer_stop(lj_shard_writer *w) {
-    struct lj_shard_pipe *p = w->pipe;
-    if (!p || !p->has_thread) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->thread, NULL);
-    p->has_thread = 0;
+    return e == 0 ? NULL : e == FETCH_FAILED ? w->error : w->write_error;
 }
 
 lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes,
@@ -163,17 +113,16 @@ lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, in
     struct lj_shard_pipe *p = lj_calloc(1, sizeof *p);
     p->hash = XXH3_createState();
     LJ_ASSERT(p->hash != NULL, "XXH3_createState");
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
     w->pipe = p;
-    p->has_thread = pthread_create(&p->thread, NULL, writer_thread, w) == 0;
+    lj_worker_start(&p->worker, write_chunk, w);
     return LJ_OK;
 }
 
 lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char *param, int64_t offset, int64_t numel,
                               lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset) {
     LJ_ASSERT(w->fd >= 0 && w->pipe && numel >= 0);
-    if (!writer_wait(w, 2)) return lj_fail(LJ_ERR_IO, "%s", w->error); /* an earlier write failed */
+    const char *failed = writer_wait(w, 2);
+    if (failed) return lj_fail(LJ_ERR_IO, "%s", failed); /* an earlier write failed */
     if (w->count == w->cap) w->slices = lj_realloc(w->slices, (size_t)(w->cap = w->cap ? 2 * w->cap : 64) * sizeof *w->slices);
     const int slice = w->count++;
     lj_shard_slice *sl = &w->slices[slice];
@@ -188,16 +137,13 @@ lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char
     int64_t k = 0;
     do { /* one chunk at least: an empty slice has a checksum too */
         const int64_t n = numel - k < w->staging_numel ? numel - k : w->staging_numel;
-        if (!writer_wait(w, 1)) return lj_fail(LJ_ERR_IO, "%s", w->error); /* a half is free */
-        lj_shard_chunk *c = &w->chunks[w->queued % 2];
+        if ((failed = writer_wait(w, 1))) return lj_fail(LJ_ERR_IO, "%s", failed); /* a half is free */
+        lj_shard_chunk *c = &w->chunks[w->pipe->worker.queued % 2];
         if (n > 0) {
             const lj_status s = fetch(ctx, src_offset + k, n, c->buf);
             if (s != LJ_OK) {
-                pthread_mutex_lock(&w->pipe->mu);
-                if (!w->failed)
+                if (lj_worker_fail(&w->pipe->worker, FETCH_FAILED))
                     snprintf(w->error, sizeof w->error, "%s: not written: the fetch of tensor '%s' failed", w->path, tensor);
-                w->failed = 1;
-                pthread_mutex_unlock(&w->pipe->mu);
                 return s;
             }
         }
@@ -205,7 +151,7 @@ lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char
         c->slice = slice;
         c->first = k == 0;
         c->last = k + n >= numel;
-        writer_queue(w);
+        lj_worker_submit(&w->pipe->worker);
         k += n;
     } while (k < numel);
     return LJ_OK;
@@ -234,8 +180,9 @@ static cJSON *slice_json(const lj_shard_slice *sl) {
 lj_status lj_shard_writer_close(lj_shard_writer *w) {
     LJ_ASSERT(w->fd >= 0 && w->pipe);
     lj_status s = LJ_OK;
-    if (!writer_wait(w, 0)) s = lj_fail(LJ_ERR_IO, "%s", w->error);
-    writer_stop(w);
+    const char *failed = writer_wait(w, 0);
+    if (failed) s = lj_fail(LJ_ERR_IO, "%s", failed);
+    lj_worker_stop(&w->pipe->worker);
     if (s == LJ_OK && fsync(w->fd) != 0) s = lj_fail(LJ_ERR_IO, "%s: fsync failed: %s", w->path, strerror(errno));
     if (close(w->fd) != 0 && s == LJ_OK) s = lj_fail(LJ_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
     w->fd = -1;
@@ -263,11 +210,9 @@ static void slices_free(lj_shard_slice *sl, int n) {
 }
 
 void lj_shard_writer_free(lj_shard_writer *w) {
-    writer_stop(w);
     if (w->pipe) {
+        lj_worker_stop(&w->pipe->worker);
         XXH3_freeState(w->pipe->hash);
-        pthread_mutex_destroy(&w->pipe->mu);
-        pthread_cond_destroy(&w->pipe->cv);
         free(w->pipe);
     }
     if (w->fd >= 0) close(w->fd);

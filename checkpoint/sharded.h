@@ -78,12 +78,11 @@ typedef struct {
     float *staging;          /* the whole staging: two halves of staging_numel f32 each */
     int64_t staging_numel;
     lj_host_free_fn staging_free;
-    /* the pipeline: chunks [done, queued) are the writer thread's (at most 2, one per half) */
-    struct lj_shard_pipe *pipe; /* NULL: no writer thread (the caller hashes and writes) */
+    /* the pipeline: chunk j is half j % 2, hashed and written by the writer thread (base/worker.h) */
+    struct lj_shard_pipe *pipe;
     lj_shard_chunk chunks[2];
-    int64_t queued, done;
-    int failed;              /* a write failed: `error` holds its message */
-    char error[LJ_PATH_MAX + 256];
+    char error[LJ_PATH_MAX + 256];       /* the caller's failure (a fetch) */
+    char write_error[LJ_PATH_MAX + 256]; /* the writer thread's (a write) */
 } lj_shard_writer;
 
 /* Creates DIR/shard_RRRRR_of_WWWWW.bin (rank of world) for writing through a staging buffer of

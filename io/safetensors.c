@@ -4,13 +4,13 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/progress.h"
+#include "base/worker.h"
 
 /* The progress of reading one file's tensors (lj_safetensors_read_f32). */
 struct lj_st_reading {
@@ -446,27 +446,25 @@ static int write_all(int fd, const void *data, size_t n, lj_progress *pg) {
 }
 
 /* The streamed tensors of one file go through two chunk buffers: the caller's read_f32 fills
- * one while a writer thread converts the other to the tensor's dtype (in place) and writes it.
- * Without the thread (it could not start) the caller converts and writes each chunk itself. */
+ * one while a writer thread (base/worker.h) converts the other to the tensor's dtype (in place)
+ * and writes it; job j is buffer j % 2. */
 typedef struct {
     int fd;
     lj_progress *pg;
     float *buf[2];
-    int64_t n[2];            /* values in buf */
+    int64_t n[2]; /* values in buf */
     lj_st_dtype dtype[2];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int has_thread, stop;
-    int64_t queued, done;    /* chunks [done, queued) are the thread's */
-    int write_errno;         /* non-zero: a write failed (its errno) */
+    lj_worker worker; /* its error: the errno of the first failed write */
 } st_pipe;
 
-/* Converts chunk i in place (the 2-byte values fill the front of the buffer) and writes it. */
-static int pipe_write_chunk(st_pipe *p, int i) {
-    float *buf = p->buf[i];
-    const int64_t m = p->n[i];
-    const lj_st_dtype dtype = p->dtype[i];
+/* The job: converts chunk `job` in place (the 2-byte values fill the front of the buffer) and
+ * writes it; after a failure the rest is dropped. */
+static int pipe_write_chunk(void *ctx, int64_t job, int failed) {
+    st_pipe *p = ctx;
+    if (failed) return 0;
+    float *buf = p->buf[job % 2];
+    const int64_t m = p->n[job % 2];
+    const lj_st_dtype dtype = p->dtype[job % 2];
     if (dtype != LJ_ST_F32) {
         uint16_t *h = (uint16_t *)buf;
         for (int64_t j = 0; j < m; j++) h[j] = dtype == LJ_ST_BF16 ? lj_f32_to_bf16(buf[j]) : lj_f32_to_f16(buf[j]);
@@ -474,30 +472,9 @@ static int pipe_write_chunk(st_pipe *p, int i) {
     return write_all(p->fd, buf, (size_t)m * lj_st_dtype_size(dtype), p->pg) == 0 ? 0 : (errno ? errno : EIO);
 }
 
-static void *pipe_thread(void *arg) {
-    st_pipe *p = arg;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (p->done == p->queued && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->done == p->queued) break;
-        const int i = (int)(p->done % 2), failed = p->write_errno != 0;
-        pthread_mutex_unlock(&p->mu);
-        const int e = failed ? 0 : pipe_write_chunk(p, i); /* after a failure the rest is dropped */
-        pthread_mutex_lock(&p->mu);
-        if (e && !p->write_errno) p->write_errno = e;
-        p->done++;
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
 /* Waits until at most `pending` chunks are the thread's. -1 with errno set: a write failed. */
 static int pipe_wait(st_pipe *p, int64_t pending) {
-    pthread_mutex_lock(&p->mu);
-    while (p->queued - p->done > pending) pthread_cond_wait(&p->cv, &p->mu);
-    const int e = p->write_errno;
-    pthread_mutex_unlock(&p->mu);
+    const int e = lj_worker_wait(&p->worker, pending, NULL);
     if (e) errno = e;
     return e ? -1 : 0;
 }
@@ -508,27 +485,16 @@ static void pipe_open(st_pipe *p, int fd, lj_progress *pg) {
     p->pg = pg;
     p->buf[0] = lj_malloc(2 * (size_t)LJ_ST_STREAM_CHUNK * sizeof(float));
     p->buf[1] = p->buf[0] + LJ_ST_STREAM_CHUNK;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->has_thread = pthread_create(&p->thread, NULL, pipe_thread, p) == 0;
+    lj_worker_start(&p->worker, pipe_write_chunk, p);
 }
 
 /* Lets the thread finish its chunks, then frees the pipe. -1 with errno set: a write failed. */
 static int pipe_close(st_pipe *p) {
     if (!p->buf[0]) return 0;
-    int rc = 0;
-    if (p->has_thread) {
-        rc = pipe_wait(p, 0);
-        const int e = errno;
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->thread, NULL);
-        errno = e;
-    }
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    const int rc = pipe_wait(p, 0);
+    const int e = errno;
+    lj_worker_stop(&p->worker);
+    errno = e;
     free(p->buf[0]);
     p->buf[0] = NULL;
     return rc;
@@ -541,27 +507,14 @@ static int write_streamed(int fd, const lj_st_tensor *t, lj_progress *pg, st_pip
     const int64_t numel = lj_st_tensor_numel(t);
     for (int64_t i = 0; i < numel; i += LJ_ST_STREAM_CHUNK) {
         const int64_t m = numel - i < LJ_ST_STREAM_CHUNK ? numel - i : LJ_ST_STREAM_CHUNK;
-        if (p->has_thread && pipe_wait(p, 1) != 0) return -1; /* a buffer is free */
-        const int k = (int)(p->queued % 2);
+        if (pipe_wait(p, 1) != 0) return -1; /* a buffer is free */
+        const int k = (int)(p->worker.queued % 2);
         if (t->read_f32(t->read_ctx, t->read_offset + i, m, p->buf[k]) != LJ_OK) return -2;
         p->n[k] = m;
         p->dtype[k] = t->dtype;
-        if (!p->has_thread) {
-            const int e = pipe_write_chunk(p, k);
-            if (e) {
-                errno = e;
-                return -1;
-            }
-            p->queued++;
-            p->done++;
-            continue;
-        }
-        pthread_mutex_lock(&p->mu);
-        p->queued++;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        lj_worker_submit(&p->worker);
     }
-    return 0;
+    return pipe_wait(p, p->worker.has_thread ? 2 : 0); /* without a thread: this chunk's write error */
 }
 
 /* Writes one tensor's bytes, converting from fp32 in chunks when asked; a tensor that is not
@@ -570,7 +523,7 @@ static int write_tensor(int fd, const lj_st_tensor *t, lj_progress *pg, st_pipe 
     int64_t numel = lj_st_tensor_numel(t);
     size_t esize = lj_st_dtype_size(t->dtype);
     if (t->read_f32) return write_streamed(fd, t, pg, p);
-    if (p->buf[0] && p->has_thread && pipe_wait(p, 0) != 0) return -1;
+    if (p->buf[0] && pipe_wait(p, 0) != 0) return -1;
     if (!t->from_f32 || t->dtype == LJ_ST_F32) {
         const void *src = t->from_f32 ? (const void *)t->from_f32 : t->data;
         return numel ? write_all(fd, src, (size_t)numel * esize, pg) : 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/worker.h"
 #include "config/config.h"
 
 static void test_bf16_round_trip(void **state) {
@@ -52,12 +53,55 @@ static void test_presets_param_counts(void **state) {
     assert_int_equal(lj_config_preset("llama4-giant", &c), LJ_ERR_ARG);
 }
 
+/* The job thread of base/worker.h: jobs run in submission order; the first error code is kept
+ * and later jobs are told; a caller's failure counts only when it is the first. */
+typedef struct {
+    int64_t order[8];
+    int failed_seen[8];
+    int n;
+} worker_log;
+
+static int log_job(void *ctx, int64_t job, int failed) {
+    worker_log *l = ctx;
+    l->order[l->n] = job;
+    l->failed_seen[l->n++] = failed;
+    return job == 2 ? 7 : 0; /* job 2 fails with code 7 */
+}
+
+static void test_worker(void **state) {
+    (void)state;
+    worker_log l = {{0}, {0}, 0};
+    lj_worker w;
+    lj_worker_start(&w, log_job, &l);
+    for (int j = 0; j < 5; j++) {
+        lj_worker_wait(&w, 1, NULL);
+        lj_worker_submit(&w);
+    }
+    int64_t done = -1;
+    assert_int_equal(lj_worker_wait(&w, 0, &done), 7);
+    assert_int_equal(done, 5);
+    assert_int_equal(lj_worker_fail(&w, 9), 0); /* not the first: the code stays 7 */
+    assert_int_equal(lj_worker_wait(&w, 0, NULL), 7);
+    lj_worker_stop(&w);
+    lj_worker_stop(&w); /* idempotent */
+    assert_int_equal(l.n, 5);
+    for (int j = 0; j < 5; j++) {
+        assert_int_equal(l.order[j], j);
+        assert_int_equal(l.failed_seen[j], j > 2);
+    }
+    lj_worker_start(&w, log_job, &l);
+    assert_int_equal(lj_worker_fail(&w, 9), 1); /* the caller first */
+    assert_int_equal(lj_worker_wait(&w, 0, NULL), 9);
+    lj_worker_stop(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_round_trip),
         cmocka_unit_test(test_rng_deterministic),
         cmocka_unit_test(test_parse_bytes),
         cmocka_unit_test(test_presets_param_counts),
+        cmocka_unit_test(test_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
