@@ -6,7 +6,9 @@
 #      it, as the run's last save);
 #   2. the same with --async-save (the step pauses for the copy to pinned host memory only);
 #   3. (ITERS >= 2) a run saved at iteration ITERS-1 and resumed, whose last loss must equal
-#      run 1's bit for bit.
+#      run 1's bit for bit (all three with --deterministic-mode: without it cuDNN's attention
+#      backward sums dQ in an order that varies from run to run, and at seq 4096 two runs of the
+#      same step differ in the last bits).
 # Each save prints "saved checkpoint at iteration N ...: X MiB in T s (R MiB/s), ..., peak host
 # memory of the save M MiB on rank 0"; the summary collects those lines and the async pauses.
 #
@@ -14,10 +16,10 @@
 #   DEVICE (default cuda), DIR (the --save root; default $TMPDIR/ljperf-ckpt-bench),
 #   LJ (the binary; default build-gpu/dev/ljperf, else build/ljperf), MB (micro-batch, default 1),
 #   SEQ (default 4096), NPROC (--nproc-per-node, default 1), ITERS (default 3), MODES (which of
-#   "sync async resume" to run, default all; resume needs sync in the same call), SAVE_INTERVAL
+#   "sync async resume" to run, default all), SAVE_INTERVAL
 #   (the sync and async runs' --save-interval, default 1; ITERS keeps the last save in any case).
-#   MODES=resume alone takes the uninterrupted loss from a run without saves (one state on disk
-#   at a time: the llama3-8b resume fits a 128 GiB tmpfs).
+#   The resume compares with a run without saves (one state on disk at a time: the llama3-8b
+#   resume fits a 128 GiB tmpfs).
 # The state is 12 bytes per parameter (f32 master weights and two AdamW moments) plus the HF
 # export (2 bytes per parameter in bf16): llama3.2-1b about 15 GB + 2.5 GB, llama3-8b about
 # 96 GB + 16 GB per iteration. A run keeps one iteration (--keep-last 1), but a save is complete
@@ -71,11 +73,11 @@ if want async; then
 run async --save "$DIR-async" --async-save "$@" || say "async run failed: tail of $OUT/async.err"
 rm -rf "$DIR-async"
 fi
-if [ "$ITERS" -ge 2 ] && [ -z "$last" ] && want resume; then
-  # resume without the sync run: the uninterrupted loss from a run that saves nothing
+if [ "$ITERS" -ge 2 ] && want resume; then
+  # the uninterrupted loss from a run that saves nothing, in deterministic mode as the resume
   "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
     --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 \
-    --log-json "$OUT/ref.jsonl" --log-interval 1 "$@" >"$OUT/ref.out" 2>"$OUT/ref.err" || say "reference run failed"
+    --log-json "$OUT/ref.jsonl" --log-interval 1 --deterministic-mode "$@" >"$OUT/ref.out" 2>"$OUT/ref.err" || say "reference run failed"
   last=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/ref.jsonl" "$ITERS" 2>/dev/null)
 fi
 if [ "$ITERS" -lt 2 ] || [ -z "$last" ] || ! want resume; then echo "logs in $OUT"; exit 0; fi
@@ -83,10 +85,10 @@ if [ "$ITERS" -lt 2 ] || [ -z "$last" ] || ! want resume; then echo "logs in $OU
 half=$((ITERS - 1))
 "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
   --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --exit-interval "$half" --lr 1e-4 \
-  --seed 5 --save-interval "$half" --no-save-hf --save "$DIR" "$@" >"$OUT/half.out" 2>"$OUT/half.err" || say "first half failed"
+  --seed 5 --save-interval "$half" --no-save-hf --save "$DIR" --deterministic-mode "$@" >"$OUT/half.out" 2>"$OUT/half.err" || say "first half failed"
 "$LJ" train --model "$model" --device "$DEVICE" --mock-data --seq-length "$SEQ" --micro-batch-size "$MB" \
   --global-batch-size $((MB * NPROC)) --nproc-per-node "$NPROC" --train-iters "$ITERS" --lr 1e-4 --seed 5 --load "$DIR" \
-  --log-json "$OUT/resume.jsonl" "$@" >"$OUT/resume.out" 2>"$OUT/resume.err" || say "resume failed"
+  --log-json "$OUT/resume.jsonl" --deterministic-mode "$@" >"$OUT/resume.out" 2>"$OUT/resume.err" || say "resume failed"
 grep -E "saved checkpoint" "$OUT/half.err" | sed 's/^/  first half: /' | tee -a "$summary"
 resumed=$(python3 -c 'import json,sys; print([r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("iteration") == int(sys.argv[2]) and "loss" in r][0])' "$OUT/resume.jsonl" "$ITERS" 2>/dev/null)
 if [ -n "$resumed" ] && [ "$resumed" = "$last" ]; then say "resume from iteration $half: iteration $ITERS loss $resumed, bit-identical"

@@ -21,7 +21,9 @@
 #      by side; the mean loss of each 100 iterations, and of the last 100 against bf16's;
 #   8. exact resume: llama3-tiny with each recipe, 20 iterations at once and 10 + 10 through a
 #      checkpoint, the last 10 losses equal bit for bit.
-# Usage: bash bench/gpu-fp8.sh [steps...]   (default: all)
+# Usage: bash bench/gpu-fp8.sh [steps...]   (default: 1-6)
+#   RECIPES (default "delayed tensorwise blockwise"): the recipes steps 3-8 run, beside bf16;
+#   CHECK_OPS: the ops step 1 checks (default every FP8 op).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -41,9 +43,12 @@ recipes=("--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 -
          "--fp8-format hybrid --fp8-recipe tensorwise"
          "--fp8-format hybrid --fp8-recipe blockwise")
 names=(delayed tensorwise blockwise)
-# the blockwise recipe's CUDA path is refused until a GPU has passed its op-harness rows (step 1):
-# this check is that run, so it opts in (ops/ops.h lj_ops_cuda_fp8_blockwise_check)
-export LJPERF_FP8_BLOCKWISE_UNVALIDATED=1
+# the indexes into recipes/names of the recipes asked for
+sel=()
+for r in ${RECIPES:-delayed tensorwise blockwise}; do
+  for i in 0 1 2; do [ "${names[$i]}" = "$r" ] && sel+=("$i"); done
+done
+[ ${#sel[@]} -gt 0 ] || { echo "gpu-fp8.sh: RECIPES names none of: ${names[*]}" >&2; exit 2; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
 say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # the mean loss of the last 100 training lines of a --log-json file
@@ -57,7 +62,7 @@ pick() {
 for s in $steps; do
   case $s in
   1)
-    lj_check_ops 1 fp8_cast fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul
+    lj_check_ops 1 ${CHECK_OPS:-fp8_cast fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul}
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1
@@ -75,7 +80,7 @@ for s in $steps; do
     timeout 1200 "$lj" train "${common[@]}" --log-json "$OUT/train_bf16.jsonl" >"$OUT/train_bf16.log" 2>&1
     say "3. bf16 rc=$?"
     ref=$(mean100 "$OUT/train_bf16.jsonl")
-    for i in 0 1 2; do
+    for i in "${sel[@]}"; do
       read -r -a flags <<< "${recipes[$i]}"
       timeout 1200 "$lj" train "${common[@]}" "${flags[@]}" --log-json "$OUT/train_${names[$i]}.jsonl" \
         >"$OUT/train_${names[$i]}.log" 2>&1
@@ -89,7 +94,7 @@ for s in $steps; do
     bench=(benchmark --model "$BENCH_MODEL" --micro-batch-size "$BENCH_MB" --device cuda --no-progress)
     timeout 600 "$lj" "${bench[@]}" --json "$OUT/bench_bf16.json" >"$OUT/bench_bf16.log" 2>&1
     say "4. bf16 rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_bf16.log" | tr -s ' ' | tr '\n' ' ')"
-    for i in 0 1 2; do
+    for i in "${sel[@]}"; do
       read -r -a flags <<< "${recipes[$i]}"
       timeout 600 "$lj" "${bench[@]}" "${flags[@]}" --json "$OUT/bench_${names[$i]}.json" >"$OUT/bench_${names[$i]}.log" 2>&1
       say "4. ${names[$i]} rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_${names[$i]}.log" | tr -s ' ' | tr '\n' ' ')"
@@ -103,7 +108,7 @@ for s in $steps; do
  "head_dim": 64, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
  "tie_word_embeddings": true, "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
 EOF
-    for i in -1 0 1 2; do
+    for i in -1 "${sel[@]}"; do
       pick "$i"
       timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
         "$lj" benchmark --model "$OUT/model-L2.json" --micro-batch-size "$BENCH_MB" --device cuda --no-progress \
@@ -116,7 +121,7 @@ EOF
   6)
     bench=(benchmark --model "${PLAN_MODEL:-deepspeed/llama3-8b}" --seq-length "${PLAN_SEQ:-4096}" --device cuda
            --no-progress --train-iters 8 --warmup-iters 3)
-    for i in -1 0 1 2; do
+    for i in -1 "${sel[@]}"; do
       pick "$i"
       CHECKPOINT_OPTIMIZATION=true timeout 600 "$lj" "${bench[@]}" "${flags[@]}" --json "$OUT/bench8b_$name.json" \
         >"$OUT/bench8b_$name.log" 2>&1
@@ -133,7 +138,7 @@ EOF
     conv=(--model llama3.2-1b --data-path /tmp/conv --seq-length 512 --micro-batch-size 4 --train-iters "$CONV_STEPS"
           --lr 3e-4 --min-lr 3e-5 --lr-warmup-iters 100 --log-interval 100 --eval-iters 8 --seed 1234 --device cuda)
     pids=()
-    for i in -1 0 1 2; do
+    for i in -1 "${sel[@]}"; do
       pick "$i"
       timeout 1500 "$lj" train "${conv[@]}" "${flags[@]}" --log-json "$OUT/conv_$name.jsonl" >"$OUT/conv_$name.log" 2>&1 &
       pids+=($!)
@@ -141,12 +146,12 @@ EOF
     for p in "${pids[@]}"; do wait "$p"; done
     ref=$(mean100 "$OUT/conv_bf16.jsonl")
     say "7. bf16: $(grep -c "\"loss\": " "$OUT/conv_bf16.jsonl") iterations, mean loss of the last 100 $ref"
-    for n in "${names[@]}"; do
-      m=$(mean100 "$OUT/conv_$n.jsonl")
+    for i in "${sel[@]}"; do
+      n=${names[$i]} m=$(mean100 "$OUT/conv_$n.jsonl")
       say "7. $n: $(grep -c "\"loss\": " "$OUT/conv_$n.jsonl") iterations, mean loss of the last 100 $m ($(awk -v a="$m" -v b="$ref" \
         'BEGIN {printf "%+.3f%%", 100 * (a - b) / b}') against bf16)"
     done
-    python3 - "$OUT" "${names[@]}" <<'PY' | tee -a "$summary"
+    python3 - "$OUT" $(for i in "${sel[@]}"; do echo "${names[$i]}"; done) <<'PY' | tee -a "$summary"
 import json, sys
 out, names = sys.argv[1], ["bf16"] + sys.argv[2:]
 runs = {}
@@ -168,9 +173,9 @@ PY
     [ -f /tmp/kjv.idx ] || "$lj" prepare --input .cache/data/kjv.txt --split-on blank-line --output-prefix /tmp/kjv \
       --tokenizer .cache/tokenizer/llama3/tokenizer.json --quiet >"$OUT/prepare.log" 2>&1
     rs=(--model llama3-tiny --data-path /tmp/kjv --seq-length 128 --micro-batch-size 8 --lr 3e-3 --lr-warmup-iters 2
-        --log-interval 1 --eval-iters 0 --seed 7 --device cuda)
+        --log-interval 1 --eval-iters 0 --seed 7 --device cuda --deterministic-mode)
     losses() { sed -E 's/.*"iteration": ([0-9]+),.*"loss": ([^,]+),.*/\1 \2/' "$1" | awk '$1 > 10'; }
-    for i in 0 1 2; do
+    for i in "${sel[@]}"; do
       read -r -a flags <<< "${recipes[$i]}"
       n=${names[$i]} ck=/tmp/ck-$n
       rm -rf "$ck"

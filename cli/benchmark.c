@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "                             documents per sequence and the attention work left\n"
             "  --no-progress              no progress line on stderr\n"
             "  --no-fusion                unfused kernel twins\n"
+            "  --deterministic-mode       cuDNN's deterministic attention backward (as train's)\n"
             "  --recompute auto|none|selective|full   auto: the planner (also CHECKPOINT_OPTIMIZATION=true;\n"
             "                             on by itself for deepspeed/ names that would not fit)\n"
             "  --recompute-granularity full|selective --recompute-method uniform|block --recompute-num-layers N\n"
@@ -193,7 +194,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     cfg.seed = 1234;
     cfg.progress = 1;
     lj_flag_list data = {0, NULL};
-    int nproc = 0;
+    int nproc = 0, deterministic = 0;
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device},
@@ -211,6 +212,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &margin},
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed},
         {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &cfg.fused},
+        {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &deterministic, .ival = 1},
         {.name = "--ablation", .kind = LJ_FLAG_SWITCH, .dest = &ablation, .ival = 1},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress},
         {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &zero_stage},
@@ -238,6 +240,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     cfg.num_data_args = data.count;
     cfg.data_args = data.values;
+    lj_ops_set_deterministic(deterministic);
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3.2-1b)");
         return lj_cli_error("benchmark");

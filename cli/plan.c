@@ -27,6 +27,8 @@ static void usage(FILE *f) {
             "  --recompute-granularity full|selective, --recompute-method uniform|block,\n"
             "  --recompute-num-layers N     Megatron-LM's manual recompute (block: the first N layers)\n"
             "  --no-fusion                  plan the unfused kernel twins\n"
+            "  --deterministic-mode         plan train's --deterministic-mode (cuDNN's deterministic attention\n"
+            "                               backward and its workspace)\n"
             "  --context-overhead BYTES     CUDA context overhead (default: $LJ_CUDA_CONTEXT_OVERHEAD, the\n"
             "                               measured value cached for the GPU, else 544MiB, measured on an H200)\n"
             "  --gpu-name NAME              device whose cached throughputs to use (default \"NVIDIA H200\")\n"
@@ -51,7 +53,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
     const char *device_memory, *margin, *context, *grad_dtype, *host_memory;
-    int seq, mb, num_layers, world, zero, fused, buffers, offload;
+    int seq, mb, num_layers, world, zero, fused, buffers, offload, deterministic;
     double mm_tflops, attn_tflops, mem_gbs;
     lj_cli_fp8 fp8;
 } plan_args;
@@ -80,6 +82,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
         {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &a->num_layers},
         {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &a->fused},
+        {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &a->deterministic, .ival = 1},
         {.name = "--context-overhead", .kind = LJ_FLAG_STR, .dest = &a->context},
         {.name = "--gpu-name", .kind = LJ_FLAG_STR, .dest = &a->gpu_name},
         {.name = "--matmul-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &a->mm_tflops},
@@ -100,6 +103,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         *help = 1;
         return LJ_OK;
     }
+    lj_ops_set_deterministic(a->deterministic);
     if (seq_given && a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
     if (mb && !strcmp(mb, "auto")) a->mb = 0;
     else if (mb) {

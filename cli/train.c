@@ -81,6 +81,10 @@ static void usage(FILE *f) {
             "  --device-memory BYTES, --margin BYTES|P%% the memory budget the run is planned and checked for\n"
             "                                           (default: the device's memory, 1GiB kept free)\n"
             "  --no-fusion                   unfused kernel twins (for comparison)\n"
+            "  --deterministic-mode          every step repeats bit for bit, as an exact resume needs it\n"
+            "                                (Megatron-LM's flag): cuDNN's deterministic attention backward,\n"
+            "                                a workspace of micro-batch x heads x seq^2 bf16 values and 0.5-2.5%%\n"
+            "                                of a step; the CPU backend always is\n"
             "checkpoints and logs:\n"
             "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each);\n"
             "                                every rank writes its shard files at once (--ckpt-format\n"
@@ -223,6 +227,7 @@ typedef struct {
     lj_flag_list data;
     lj_cli_fp8 fp8;
     lj_cli_megatron mg;
+    int deterministic; /* --deterministic-mode */
 } train_args;
 
 static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj_flag *rows, int max) {
@@ -256,6 +261,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
         {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &a->num_layers},
         {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &c->fused},
+        {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &a->deterministic, .ival = 1},
         {.name = "--save", .kind = LJ_FLAG_STR, .dest = &c->save},
         {.name = "--load", .kind = LJ_FLAG_STR, .dest = &c->load},
         {.name = "--save-interval", .kind = LJ_FLAG_INT, .dest = &c->save_interval},
@@ -311,6 +317,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         *help = 1;
         return LJ_OK;
     }
+    lj_ops_set_deterministic(a.deterministic);
     const lj_cli_megatron *mg = &a.mg;
     const char *model = a.model, *device = a.device, *granularity = a.granularity, *method = a.method;
     const char *hf_dtype = a.hf_dtype, *decay_style = a.decay_style, *recompute = a.recompute, *mbs = a.mbs;
@@ -428,6 +435,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
+    if (a.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
+        lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "
+                    "flash kernels, whose backward adds dQ with atomics, so steps at sequences above 128 tokens may "
+                    "differ from run to run in the last bits");
     const int accumulation = gbs > 0 && c->micro_batch_size > 0 ? gbs / c->micro_batch_size : 1;
     const lj_cli_recompute_request rq = {
         .cmd = "train",

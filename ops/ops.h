@@ -358,6 +358,14 @@ const lj_ops *lj_ops_cuda(void);
  * No-op without CUDA. */
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
 
+/* Deterministic mode (Megatron-LM's --deterministic-mode): every op of a step gives the same
+ * bits on every run, so a resumed run equals the uninterrupted one. The CPU backend always is;
+ * on the CUDA backend it selects cuDNN's deterministic attention backward (a workspace of
+ * B*nh*T^2 bf16 values, and 0.5-2.5% of an H200 step at seq 4096; off by default, as in
+ * Megatron-LM and Transformer Engine). The own flash kernels (--reset-attention-mask, or cuDNN
+ * missing) still add dQ with atomics. Call before any model is planned. No-op without CUDA. */
+void lj_ops_set_deterministic(int on);
+
 /* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
  * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for
  * planning GPU runs on a machine without one. The attention workspace is the size cuDNN reports
@@ -374,9 +382,8 @@ lj_status lj_ops_cuda_fp8_check(void);
 /* Whether this GPU and cuBLASLt can run the blockwise FP8 recipe (--fp8-recipe blockwise): a
  * Hopper GPU (compute capability 9.x: cuBLASLt's 1x128 / 128x128 scale modes exist only there)
  * and cuBLASLt 12.9 or later, at run time (cublasLtGetVersion) and in this build's headers.
- * Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA); and, until a
- * GPU has passed the op harness's blockwise rows, LJ_ERR_UNSUPPORTED unless the environment sets
- * LJPERF_FP8_BLOCKWISE_UNVALIDATED=1 (the GPU check's opt-in). Call after lj_ops_cuda_fp8_check. */
+ * Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA). Call after
+ * lj_ops_cuda_fp8_check. */
 lj_status lj_ops_cuda_fp8_blockwise_check(void);
 
 /* Bytes that `ops->alloc` has handed out and not freed (for the plan-equals-allocation

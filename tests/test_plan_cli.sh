@@ -76,6 +76,17 @@ import json, sys; d = json.load(open(sys.argv[1])); c = d["chosen"]
 assert c["layers_none"] < 16 and c["fits"], c
 assert d["margin_bytes"] == int(22 * 2**30 * 0.05), d["margin_bytes"]' "$out/1b_small.json"
 
+    # --deterministic-mode: cuDNN's deterministic attention backward keeps dP, [mb, heads, T, T] bf16
+    # per layer's call (one workspace): 4 x 32 x 4096^2 x 2 bytes = 4 GiB more at the 1b's mb 4
+    for d in "" --deterministic-mode; do
+        "$LJPERF" plan --model llama3.2-1b --micro-batch-size 4 --recompute none $d --json "$out/det$d.json" \
+            >"$out/det$d.txt" 2>&1
+    done
+    check "--deterministic-mode adds the dP workspace" python3 -c '
+import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert b["peak_bytes"] - a["peak_bytes"] == 4 * 32 * 4096 * 4096 * 2, (a["peak_bytes"], b["peak_bytes"])' \
+        "$out/det.json" "$out/det--deterministic-mode.json"
+
     # micro-batch auto with a favouring budget picks more than 1
     "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size auto --json "$out/1b_auto.json" >"$out/1b_auto.txt" 2>&1
     check "1b micro-batch auto: > 1" python3 -c '

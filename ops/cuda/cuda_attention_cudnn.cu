@@ -38,6 +38,9 @@
 /* Built without cuDNN's headers: the own kernels always run. */
 void lj_cuda_cudnn_attention_init(void) {}
 void lj_cuda_set_cudnn_attention(int on) { (void)on; }
+static int g_det_no_cudnn;
+void lj_cuda_set_deterministic(int on) { g_det_no_cudnn = on != 0; }
+int lj_cuda_deterministic(void) { return g_det_no_cudnn; }
 int lj_cuda_cudnn_attention_enabled(void) { return 0; }
 int lj_cuda_cudnn_attention_active(int, int, int, int, int) { return 0; }
 const char *lj_cuda_cudnn_attention_describe(void) { return "cuDNN attention: not built (no cuDNN headers)"; }
@@ -86,11 +89,16 @@ enum {
 #define LJ_GB_MAX_DESCS 224
 #define LJ_GB_MAX_OPS 48
 
-/* One shape's plans. bwd_variant 1: softmax_sum a workspace tensor (cudnn-frontend 1.x for
- * cuDNN >= 9); 0: softmax_sum virtual, dQ accumulator in the F16x16 reordering, dP * 1 (the
- * frontend's lowering for cuDNN 9.0-9.5), tried when 1 finds no engine. */
+/* One shape's plans. bwd_variant 2 (deterministic mode, lj_cuda_set_deterministic): softmax_sum a
+ * workspace tensor and dQ = dS K written straight to dQ, with no fp32 accumulator, which makes
+ * cuDNN pick its deterministic Hopper kernels (cudnn-frontend's set_deterministic_algorithm
+ * lowers to this graph); 1: the same with dQ accumulated in an fp32 workspace tensor, in an
+ * order that changes from run to run once a query tile sums over more than two key tiles (the
+ * frontend 1.x's default for cuDNN >= 9); 0: softmax_sum virtual, dQ accumulator in the F16x16
+ * reordering, dP * 1 (the frontend's lowering for cuDNN 9.0-9.5), tried when 1 finds no
+ * engine. */
 typedef struct {
-    int B, T, nh, nkv, hd;
+    int B, T, nh, nkv, hd, det; /* det: built for deterministic mode (variant 2 tried first) */
     int ok, warned;
     int reported; /* its workspace was reported by attention_workspace_bytes (so callers hold it) */
     cdesc fwd, bwd;
@@ -106,6 +114,7 @@ static struct {
     int backend_up;  /* lj_cuda_cudnn_attention_init ran (the CUDA backend is started) */
     int env_off;     /* LJ_CUDA_ATTENTION=own or simple */
     int enabled;     /* dispatch to cuDNN where supported */
+    int det;         /* deterministic mode (lj_cuda_set_deterministic(1), LJ_CUDA_DETERMINISTIC=1) */
     int load_tried, loaded;
     void *lib;
 #define LJ_X(f) decltype(&::f) p_##f;
@@ -468,7 +477,7 @@ static void build_backward(lj_gb *b, const lj_att_layout *L, int variant) {
     /* softmax_sum = rowsum(dO * O) */
     cdesc t = gb_pointwise(b, CUDNN_POINTWISE_MUL, f32, dO, O, NULL, gb_virtual(b, f32, L->q_dim, L->dodo_str), -1);
     t = gb_reduction(b, CUDNN_REDUCE_TENSOR_ADD, t, gb_virtual(b, f32, rd, rs));
-    cdesc ssum = variant == 1 ? gb_tensor(b, LJ_UID_SOFTMAX_SUM, f32, rd, rs, false, false, false)
+    cdesc ssum = variant >= 1 ? gb_tensor(b, LJ_UID_SOFTMAX_SUM, f32, rd, rs, false, false, false)
                               : gb_virtual(b, f32, rd, rs);
     gb_pointwise(b, CUDNN_POINTWISE_MUL, f32, t, one, NULL, ssum, -1);
 
@@ -500,6 +509,10 @@ static void build_backward(lj_gb *b, const lj_att_layout *L, int variant) {
         gb_reduction(b, CUDNN_REDUCE_TENSOR_ADD, dkh, dK);
     }
     cdesc K = gb_reshape(b, KT, gb_virtual(b, bf, L->kv_dim, L->kv_str));
+    if (variant == 2) {
+        gb_matmul(b, ds, K, dQ);
+        return;
+    }
     cdesc acc = gb_tensor(b, LJ_UID_DQ_ACCUM, f32, L->q_dim, L->full_str, false, false, variant == 0);
     gb_matmul(b, ds, K, acc);
     gb_pointwise(b, CUDNN_POINTWISE_IDENTITY, f32, acc, NULL, NULL, dQ, -1);
@@ -530,16 +543,23 @@ static void entry_build(lj_cudnn_entry *e) {
         snprintf(e->why, sizeof e->why, "forward graph: %s", bf->why);
         return;
     }
-    char why1[200] = "";
-    for (int variant = 1; variant >= 0 && !e->bwd; variant--) {
+    char why2[200] = "", why1[200] = "";
+    for (int variant = e->det ? 2 : 1; variant >= 0 && !e->bwd; variant--) {
         lj_gb *bb = gb_new();
         build_backward(bb, &L, variant);
         e->bwd = bb->st == CUDNN_STATUS_SUCCESS ? gb_plan(bb, &e->bwd_ws, &e->bwd_engine) : NULL;
         e->bwd_variant = variant;
+        if (!e->bwd && variant == 2) snprintf(why2, sizeof why2, "%s", bb->why);
         if (!e->bwd && variant == 1) snprintf(why1, sizeof why1, "%s", bb->why);
-        if (!e->bwd && variant == 0) snprintf(e->why, sizeof e->why, "backward graph: %s; variant 0: %s", why1, bb->why);
+        if (!e->bwd && variant == 0)
+            snprintf(e->why, sizeof e->why, "backward graph: %s%s%s; variant 0: %s", why2, why2[0] ? "; variant 1: " : "",
+                     why1, bb->why);
     }
     if (!e->bwd) return;
+    if (e->det && e->bwd_variant != 2)
+        lj_log_warn("cuDNN has no deterministic attention backward for B=%d T=%d nh=%d nkv=%d hd=%d (%s): its "
+                    "accumulating one runs, so dQ's last bits may differ from run to run",
+                    e->B, e->T, e->nh, e->nkv, e->hd, why2);
     e->ok = 1;
     e->build_s = lj_time_sec() - t0;
     snprintf(g_dnn.status, sizeof g_dnn.status,
@@ -560,16 +580,17 @@ static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int buil
     /* the cuDNN path covers head_dim 64 and 128 (the own flash kernels' sizes) */
     if (!g_dnn.backend_up || g_dnn.env_off || B <= 0 || T <= 0 || nkv <= 0 || nh % nkv != 0 || (hd != 64 && hd != 128))
         return NULL;
+    const int det = g_dnn.det;
     for (int i = 0; i < g_dnn.num_entries; i++) {
         lj_cudnn_entry *e = &g_dnn.entries[i];
-        if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd) return e;
+        if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd && e->det == det) return e;
     }
     if (!build || g_dnn.num_entries == LJ_CUDNN_MAX_ENTRIES || capturing()) return NULL;
     if (!g_dnn.load_tried && !cudnn_load()) lj_log_warn("%s; the own attention kernels run", g_dnn.status);
     if (!g_dnn.loaded) return NULL;
     lj_cudnn_entry *e = &g_dnn.entries[g_dnn.num_entries++];
     memset(e, 0, sizeof *e);
-    e->B = B, e->T = T, e->nh = nh, e->nkv = nkv, e->hd = hd;
+    e->B = B, e->T = T, e->nh = nh, e->nkv = nkv, e->hd = hd, e->det = det;
     entry_build(e);
     if (!e->ok && !e->warned) {
         e->warned = 1;
@@ -586,10 +607,14 @@ void lj_cuda_cudnn_attention_init(void) {
     g_dnn.backend_up = 1;
     g_dnn.env_off = att && (strcmp(att, "own") == 0 || strcmp(att, "simple") == 0);
     g_dnn.enabled = !g_dnn.env_off;
+    const char *det = getenv("LJ_CUDA_DETERMINISTIC");
+    if (det && strcmp(det, "1") == 0) g_dnn.det = 1;
     if (g_dnn.env_off) snprintf(g_dnn.status, sizeof g_dnn.status, "cuDNN attention: off (LJ_CUDA_ATTENTION=%s)", att);
 }
 
 void lj_cuda_set_cudnn_attention(int on) { g_dnn.enabled = on && !g_dnn.env_off; }
+void lj_cuda_set_deterministic(int on) { g_dnn.det = on != 0; }
+int lj_cuda_deterministic(void) { return g_dnn.det; }
 int lj_cuda_cudnn_attention_enabled(void) { return g_dnn.enabled; }
 
 int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd) {
@@ -660,7 +685,7 @@ int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *q
     lj_bf16 *dq = (lj_bf16 *)dqkv;
     const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
     /* cuDNN before 9.6 (and the old lowering) expects a zeroed dQ accumulator */
-    if (g_dnn.version < 90600 || e->bwd_variant == 0)
+    if (e->bwd_variant < 2 && (g_dnn.version < 90600 || e->bwd_variant == 0))
         LJ_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
                       "cudaMemsetAsync of the dQ accumulator in attention_backward (cuDNN)");
     int64_t uids[14] = {LJ_UID_Q,  LJ_UID_K,  LJ_UID_V,  LJ_UID_O,     LJ_UID_DO,     LJ_UID_STATS, LJ_UID_DQ,
@@ -669,8 +694,8 @@ int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *q
                       (void *)dout,       (void *)lse,           dq,                     dq + Qw,
                       dq + Qw + KVw,      &e->scale,             &e->lowest,             &e->one,
                       dq_accum,           NULL};
-    int n = 13;
-    if (e->bwd_variant == 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
+    int n = e->bwd_variant == 2 ? 12 : 13; /* variant 2 has no dQ accumulator (the last entry) */
+    if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
     execute(e->bwd, n, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_backward (cuDNN SDPA)");
     return 1;
 }

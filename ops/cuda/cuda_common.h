@@ -53,6 +53,14 @@ void lj_cuda_set_simple_attention(int on);
 void lj_cuda_cudnn_attention_init(void);
 void lj_cuda_set_cudnn_attention(int on);
 int lj_cuda_cudnn_attention_enabled(void);
+/* Deterministic mode (--deterministic-mode through lj_ops_set_deterministic; off by default;
+ * LJ_CUDA_DETERMINISTIC=1 at start-up turns it on): cuDNN's attention backward writes dQ
+ * without an accumulation whose order varies from run to run, so a run repeats bit for bit
+ * and a resumed run equals the uninterrupted one. Its cost: a workspace of B*nh*T^2 bf16 values
+ * (T rounded up to 64) and a slower backward. Set before the first attention plan is built;
+ * plans are cached per mode. */
+void lj_cuda_set_deterministic(int on);
+int lj_cuda_deterministic(void);
 int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
 const char *lj_cuda_cudnn_attention_describe(void);
 size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);

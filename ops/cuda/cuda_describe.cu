@@ -15,6 +15,8 @@ extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
     return LJ_OK;
 }
 
+extern "C" void lj_ops_set_deterministic(int on) { lj_cuda_set_deterministic(on); }
+
 /* The description of `t`: what planning reads (name, dtypes, workspace sizes), nothing that
  * runs on a device. */
 static lj_ops describe(const lj_ops *t) {

@@ -17,6 +17,8 @@ lj_status lj_ops_cuda_fp8_blockwise_check(void) {
 
 const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
 
+void lj_ops_set_deterministic(int on) { (void)on; }
+
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
     (void)dtype;
     return LJ_OK;

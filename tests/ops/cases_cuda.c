@@ -287,6 +287,15 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     G->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
     /* the backward uses the GPU's own forward output and lse, as in training */
     G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+    float *d_again = NULL;
+    if (kind_id == 3 && lj_cuda_deterministic()) {
+        /* deterministic mode: a second backward gives the same bytes */
+        void *gdq2 = galloc((size_t)n * 2);
+        gpoison(gdq2, (size_t)n * 2);
+        G->attention_backward(gdq2, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+        d_again = dl_bf16(gdq2, n);
+        G->free(gdq2);
+    }
     lj_cuda_set_simple_attention(0);
     lj_cuda_set_flash_forward_mtiles(2);
     lj_cuda_set_cudnn_attention(1);
@@ -301,6 +310,11 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     check_strided(op, shape, d + Q, dqkv + Q, (int64_t)B * T * KV, row, KV, 2e-2, 5e-2);
     snprintf(op, sizeof op, "attention_backward dv (%s)", kind);
     check_strided(op, shape, d + Q + KV, dqkv + Q + KV, (int64_t)B * T * KV, row, KV, 2e-2, 5e-2);
+    if (d_again) {
+        snprintf(op, sizeof op, "attention_backward repeat (%s)", kind);
+        check(op, shape, d_again, d, n, 0.0, 0.0);
+        free(d_again);
+    }
     G->free(gq), G->free(gd), G->free(go), G->free(gl), G->free(gdq), G->free(gws);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws), free(o), free(l), free(d);
 }

@@ -255,6 +255,11 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 2), lj_case_cuda_perf_attention), /* 3b, flash */
     CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 3), lj_case_cuda_perf_attention),  /* 1b, cuDNN */
     CUDA_PERF("attention", D(2, 4096, 24, 8, 128, 3), lj_case_cuda_perf_attention), /* 3b, cuDNN */
+    CUDA_PERF("attention", D(4, 4096, 32, 8, 64, 4), lj_case_cuda_perf_attention),  /* 1b, cuDNN accumulating dQ */
+    CUDA_PERF("attention", D(1, 4096, 32, 8, 128, 3), lj_case_cuda_perf_attention), /* 8b, cuDNN */
+    CUDA_PERF("attention", D(1, 4096, 32, 8, 128, 4), lj_case_cuda_perf_attention), /* 8b, cuDNN accumulating dQ */
+    CUDA_PERF("attention", D(1, 32768, 32, 8, 128, 3), lj_case_cuda_perf_attention), /* 8b seq 32k, cuDNN */
+    CUDA_PERF("attention", D(1, 32768, 32, 8, 128, 4), lj_case_cuda_perf_attention), /* the same, accumulating dQ */
     /* attention within documents at seq 8192 (the 1b's and the 8b's heads): EODs about every 512, 2048 tokens */
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 512), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 2048), lj_case_cuda_perf_attention_docs),

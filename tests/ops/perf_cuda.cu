@@ -138,17 +138,20 @@ void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mo
 }
 
 /* ---- attention: d = {B, T, nh, nkv, hd, path}; path 1: own flash kernels with one 16-query
- * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA ---- */
+ * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA
+ * (deterministic, the default), 4: cuDNN SDPA with deterministic mode off (dQ accumulated) ---- */
 
 
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
     (void)mode;
     const lj_ops *ops = perf_begin(cs);
     const int B = cs->d[0], T = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], path = cs->d[5];
-    const char *pname = path == 3 ? "cudnn" : path == 1 ? "flash-mt1" : "flash";
-    lj_cuda_set_cudnn_attention(path == 3);
+    const char *pname = path == 4 ? "cudnn-accumulating" : path == 3 ? "cudnn" : path == 1 ? "flash-mt1" : "flash";
+    const int det = lj_cuda_deterministic();
+    lj_cuda_set_cudnn_attention(path >= 3);
+    lj_cuda_set_deterministic(path != 4 && det);
     lj_cuda_set_flash_forward_mtiles(path == 1 ? 1 : 2);
-    if (path == 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) pname = "cudnn-fallback";
+    if (path >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) pname = "cudnn-fallback";
     /* check against the simple fp32 kernels at T = 1000 (not a multiple of any tile) */
     {
         const int Tc = 1000;
@@ -190,6 +193,7 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
     lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_att_bench_free(&c);
     lj_cuda_set_cudnn_attention(1);
+    lj_cuda_set_deterministic(det);
     lj_cuda_set_flash_forward_mtiles(2);
 }
 
