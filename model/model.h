@@ -180,6 +180,9 @@ struct lj_model {
     /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
      * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
     void *offload_host;  /* the allocation (lj_model_free releases it) */
+    void *offload_pinned; /* offload_grad and offload_stage in pinned memory (ops->host_alloc), so that
+                             the copies to and from the device run at the DMA rate; NULL when
+                             they are in offload_host (no host_alloc, or pinning failed) */
     float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step);
                             unused under bf16 gradients (read from the staging) */
     void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */

@@ -29,22 +29,37 @@ lj_status lj_offload_alloc(lj_model *m) {
     size_t state, staging;
     lj_offload_bytes(m, &state, &staging);
     if (state == 0 || m->offload_host) return LJ_OK;
-    char *p = aligned_alloc(OFFLOAD_ALIGN, state + staging);
+    const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
+    const size_t g = offload_round(grad_elems(m) * sizeof(float)), st = offload_round(S * sizeof(uint16_t));
+    /* the buffers the device copies go through (gradients down, parameters up), pinned where the
+     * backend has pinned memory: a copy from pageable memory goes through the driver's small
+     * bounce buffers (measured on an H200 host: 16 GB of bf16 gradients down in about 6 s,
+     * parameters up in 2 s). The rest is plain memory: the host AdamW reads it, no copy does. */
+    void *pinned = NULL;
+    if (m->ops->host_alloc && m->ops->host_alloc(&pinned, g + st) != LJ_OK) {
+        lj_log_warn("optimizer offload: the %zu MiB of gradient and parameter staging could not be pinned (%s): the "
+                    "copies to and from the device will be slow", (g + st) >> 20, lj_error_message());
+        pinned = NULL;
+    }
+    const size_t plain = pinned ? state + staging - g - st : state + staging;
+    char *p = aligned_alloc(OFFLOAD_ALIGN, plain);
     if (!p) {
+        if (pinned) m->ops->host_free(pinned);
         char b[32];
         return lj_fail(LJ_ERR_OOM, "optimizer offload: cannot allocate %s of host memory for the AdamW state",
                        lj_format_bytes(state + staging, b, sizeof b));
     }
-    memset(p, 0, state + staging);
-    const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
-    const size_t g = offload_round(grad_elems(m) * sizeof(float));
+    memset(p, 0, plain);
     m->offload_host = p;
     m->master = (float *)p;
     m->adam_m = (float *)(p + f);
     m->adam_v = (float *)(p + 2 * f);
-    m->offload_grad = g ? (float *)(p + 3 * f) : NULL;
-    m->offload_stage = p + 3 * f + g;
-    m->offload_ws = p + 3 * f + g + offload_round(S * sizeof(uint16_t));
+    char *copied = pinned ? (char *)pinned : p + 3 * f; /* offload_grad, then offload_stage */
+    if (pinned) memset(pinned, 0, g + st);
+    m->offload_pinned = pinned;
+    m->offload_grad = g ? (float *)copied : NULL;
+    m->offload_stage = copied + g;
+    m->offload_ws = pinned ? p + 3 * f : p + 3 * f + g + st;
     return LJ_OK;
 }
 
