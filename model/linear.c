@@ -283,6 +283,32 @@ static int fp8_slot(const lj_model *m, lj_linear_kind k, int layer) {
     return m->linear_fp8.slot[layer][k];
 }
 
+int lj_linear_forward_swiglu(lj_model *m, int layer, void *out, void *h, const void *gate_up, int N) {
+    const int s = fp8_slot(m, LJ_LINEAR_DOWN, layer);
+    const lj_fp8_recipe recipe = m->opt.fp8.recipe;
+    if (s < 0 || !m->opt.fused || (recipe != LJ_FP8_RECIPE_DELAYED && recipe != LJ_FP8_RECIPE_TENSORWISE)) return 0;
+    int in, outf;
+    const int p = lj_linear_param(m, LJ_LINEAR_DOWN, layer, &in, &outf);
+    lj_linear_fp8_state *f = &m->linear_fp8;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
+    quantize(m, 2 * s + 1, f->wq, NULL, lj_model_param(m, p), outf, in, fwd, 1);
+    if (recipe == LJ_FP8_RECIPE_TENSORWISE) {
+        /* current scaling needs h's amax before the cast: the SwiGLU writes h and its amax, then
+         * the cast reads h (as quantize() with fp8_amax, one pass over h fewer) */
+        const lj_fp8_scaling sc = {f->scale + 2 * s, scale_inv_of(f, 2 * s), f->amax_history + 2 * s, 1};
+        m->ops->fp8_swiglu_amax(sc.amax, h, gate_up, N, in);
+        m->ops->fp8_quantize(f->xq, f->saved_t[s], h, N, in, fwd, &sc);
+    } else {
+        /* tensor 2s, as quantize() casts a fresh input under delayed scaling */
+        const lj_fp8_scaling sc = {f->scale + 2 * s, scale_inv_of(f, 2 * s),
+                                   f->recording ? f->amax_history + 2 * s : NULL, 0};
+        m->ops->fp8_swiglu_quantize(h, f->saved_t[s] == NULL, f->xq, f->saved_t[s], gate_up, N, in, fwd, &sc);
+    }
+    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
+                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+    return 1;
+}
+
 void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
     int in, outf;
     const int p = lj_linear_param(m, k, layer, &in, &outf);

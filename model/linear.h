@@ -185,6 +185,15 @@ int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_feat
  * (its unit must be fetched). */
 void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N);
 
+/* out[N, C] = down_proj(h) with h = swiglu(gate_up) [N, I], the SwiGLU producing the down
+ * projection's FP8 input directly, where the down projection of `layer` runs the FP8 recipe and
+ * the fused kernels are on: under delayed scaling the SwiGLU writes the codes (ops
+ * fp8_swiglu_quantize; h only where the backward reads it: the input is not kept as its FP8
+ * transpose), under current scaling h with its amax (fp8_swiglu_amax) before the cast. The same
+ * bits as the SwiGLU followed by lj_linear_forward. Returns 0, having done nothing, elsewhere
+ * (no FP8 on this linear, the blockwise recipe, --no-fusion): the caller runs those two. */
+int lj_linear_forward_swiglu(lj_model *m, int layer, void *out, void *h, const void *gate_up, int N);
+
 /* The backward of lj_linear_forward: dx[N, in] = dout W (overwritten; skipped when dx is NULL)
  * and the weight gradient dW[out, in] = dout^T x, written as dw_mode says (the residency's
  * grad_begin tells). x is the input the forward saw (the caller's saved activation). */

@@ -234,6 +234,7 @@ static void attention_block_forward(lj_model *m, int l, const void *res_in, int 
 static void mlp_block_forward(lj_model *m, int l, int N) {
     lj_layer_acts *a = &m->layers[l];
     lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+    if (lj_linear_forward_swiglu(m, l, m->proj, a->mlp_act, a->gate_up, N)) return; /* FP8: one fused cast */
     swiglu(m, a->mlp_act, a->gate_up, N);
     lj_linear_forward(m, LJ_LINEAR_DOWN, l, m->proj, a->mlp_act, N);
 }

@@ -168,6 +168,21 @@ struct lj_ops {
      * fuses. */
     void (*fp8_quantize)(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
+    /* The cast fused into its producer, the SwiGLU: x = h = silu(gate) * up of gate_up [N, 2I]
+     * (gate in columns [0, I), up in [I, 2I), as swiglu_forward), rounded to the act dtype, then
+     * cast into q [N, ld(I)] and q_t [I, ld(N)] (either may be NULL) exactly as fp8_quantize
+     * casts x, with delayed scaling only (sc->current 0: the scale is known before h exists).
+     * h [N, I] (act dtype) is written when write_h; otherwise the kernel may skip it (the CUDA
+     * backend does when I is a multiple of 8 and the buffers are 16-byte aligned) but h must
+     * still be a buffer of that size (the fallback and the CPU write it). Equal, bit for bit,
+     * to swiglu_forward into h followed by fp8_quantize of h; one pass over gate_up instead of
+     * a write and two reads of h. */
+    void (*fp8_swiglu_quantize)(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
+                                lj_fp8_format fmt, const lj_fp8_scaling *sc);
+    /* Current scaling's form: h [N, I] = the SwiGLU of gate_up as swiglu_forward writes it, and
+     * amax[0] = max |h| as fp8_amax computes it, in one pass (the cast of h follows, with the
+     * scale this amax gives). Bit for bit swiglu_forward then fp8_amax. */
+    void (*fp8_swiglu_amax)(float *amax, void *h, const void *gate_up, int N, int I);
     /* Delayed scaling's update over `num` tensors, once per pass (TransformerEngine's
      * amax_and_scale_update): amax_history [history_len, num] f32 (row 0 the newest) is rolled
      * by one row (row i takes row i+1, the last row takes the old row 0, row 0 becomes 0, ready

@@ -153,6 +153,9 @@ void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x,
 
 /* cpu_fp8.c: the FP8 emulation (ops.h "FP8"), bit-exact in its codes, amaxes and scales. */
 void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n);
+void lj_cpu_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
+                                lj_fp8_format fmt, const lj_fp8_scaling *sc);
+void lj_cpu_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I);
 void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
 void lj_cpu_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,

@@ -55,6 +55,19 @@ void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, 
     }
 }
 
+/* The SwiGLU into h (always: on the CPU h is the cast's input), then the cast of h. */
+void lj_cpu_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
+                                lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    (void)write_h;
+    lj_cpu_swiglu_forward(h, gate_up, N, I);
+    lj_cpu_fp8_quantize(q, q_t, h, N, I, fmt, sc);
+}
+
+void lj_cpu_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I) {
+    lj_cpu_swiglu_forward(h, gate_up, N, I);
+    lj_cpu_fp8_amax(amax, h, (int64_t)N * I);
+}
+
 void lj_cpu_fp8_scale_update(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
                              float scaled_max_first, float scaled_max_rest, int algo_max) {
     for (int t = 0; t < num; t++) {

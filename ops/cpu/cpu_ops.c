@@ -115,6 +115,8 @@ static const lj_ops g_cpu_ops = {
 
     .fp8_amax = lj_cpu_fp8_amax,
     .fp8_quantize = lj_cpu_fp8_quantize,
+    .fp8_swiglu_quantize = lj_cpu_fp8_swiglu_quantize,
+    .fp8_swiglu_amax = lj_cpu_fp8_swiglu_amax,
     .fp8_scale_update = lj_cpu_fp8_scale_update,
     .fp8_matmul = lj_cpu_fp8_matmul,
     .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,

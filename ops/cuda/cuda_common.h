@@ -100,6 +100,9 @@ void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_for
                         lj_grad_mode mode, void *workspace);
 size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K);
 void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n);
+void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
+                                 lj_fp8_format fmt, const lj_fp8_scaling *sc);
+void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I);
 void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                           const lj_fp8_scaling *sc);
 /* the blockwise recipe (ops.h fp8_quantize_tiles, fp8_quantize_blocks, fp8_matmul_blockwise) */
@@ -264,6 +267,12 @@ static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
     __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
     for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
     *(uint4 *)p = u;
+}
+/* SwiGLU's forward value silu(g) u = g sigmoid(g) u in fp32: one expression for the SwiGLU
+ * kernels and the FP8 cast fused into the SwiGLU (cuda_fp8.cu), so that both give the same bits. */
+static __device__ __forceinline__ float lj_swiglu_value(float g, float u) {
+    const float s = 1.0f / (1.0f + expf(-g));
+    return g * s * u;
 }
 static __device__ __forceinline__ float lj_ld(const lj_bf16 *p) { return __bfloat162float(*p); }
 static __device__ __forceinline__ void lj_st(lj_bf16 *p, float v) { *p = __float2bfloat16_rn(v); }

@@ -184,6 +184,109 @@ extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows
     LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
 }
 
+/* fp8_quantize8_kernel with the SwiGLU as its input: x[r, c] = bf16(lj_swiglu_value(gate, up))
+ * of gate_up's row r (gate at column c, up at I + c), the value swiglu_forward stores; written to
+ * h when h is not NULL. Delayed scaling only (the scale is read). Same codes, padding and amax as
+ * the cast of that h. I a multiple of 8, gate_up and h 16-byte aligned. */
+__global__ void __launch_bounds__(256) fp8_swiglu_quantize8_kernel(lj_bf16 *h, uint8_t *q, uint8_t *q_t,
+                                                                   const lj_bf16 *gate_up, int rows, int cols,
+                                                                   lj_fp8_format fmt, const float *scale,
+                                                                   float *amax) {
+    __shared__ uint32_t tile[FP8_VTILE][FP8_VTILE / 4 + 1];
+    const float s = *scale;
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    const int c0 = blockIdx.x * FP8_VTILE, r0 = blockIdx.y * FP8_VTILE;
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    uint32_t m = 0;
+    for (int k = ty; k < FP8_VTILE; k += 32) {
+        const int r = r0 + k, c = c0 + 8 * tx;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (r < rows && c < cols) {
+            float g[8], u[8];
+            const lj_bf16 *row = gate_up + (int64_t)r * 2 * cols;
+            lj_load8(g, row + c);
+            lj_load8(u, row + cols + c);
+            for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+            if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
+        }
+        uint32_t w[2] = {0, 0};
+        for (int j = 0; j < 8; j++) {
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+            w[j >> 2] |= (uint32_t)to_fp8(__fmul_rn(v[j], s), fmt) << (8 * (j & 3));
+        }
+        tile[k][2 * tx] = w[0];
+        tile[k][2 * tx + 1] = w[1];
+        if (q && r < rows && c < ld) *(uint2 *)(q + (int64_t)r * ld + c) = make_uint2(w[0], w[1]);
+    }
+    if (q_t) {
+        __syncthreads();
+        const uint8_t *t8 = (const uint8_t *)tile;
+        const int row_bytes = (FP8_VTILE / 4 + 1) * 4;
+        for (int k = ty; k < FP8_VTILE; k += 32) {
+            const int c = c0 + k, r = r0 + 8 * tx;
+            if (c >= cols || r >= ld_t) continue;
+            uint32_t w[2] = {0, 0};
+            for (int j = 0; j < 8; j++) w[j >> 2] |= (uint32_t)t8[(8 * tx + j) * row_bytes + k] << (8 * (j & 3));
+            *(uint2 *)(q_t + (int64_t)c * ld_t + r) = make_uint2(w[0], w[1]);
+        }
+    }
+    if (amax) {
+        m = block_max_bits(m);
+        if (threadIdx.x == 0 && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N,
+                                            int I, lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    LJ_ASSERT(!sc->current, "fp8_swiglu_quantize: delayed scaling only (current scaling needs the amax first)");
+    if (N <= 0 || I <= 0) return;
+    if (I % 8 != 0 || !lj_cuda_aligned16(h, gate_up, NULL) || !lj_cuda_aligned16(q, q_t, NULL)) {
+        lj_cuda_swiglu_forward(h, gate_up, N, I);
+        lj_cuda_fp8_quantize(q, q_t, h, N, I, fmt, sc);
+        return;
+    }
+    const dim3 grid((unsigned)((lj_fp8_ld(I) + FP8_VTILE - 1) / FP8_VTILE),
+                    (unsigned)((lj_fp8_ld(N) + FP8_VTILE - 1) / FP8_VTILE));
+    fp8_swiglu_quantize8_kernel<<<grid, 256, 0, lj_cuda_stream()>>>(write_h ? (lj_bf16 *)h : NULL, (uint8_t *)q,
+                                                                    (uint8_t *)q_t, (const lj_bf16 *)gate_up, N, I,
+                                                                    fmt, sc->scale, sc->amax);
+    LJ_CUDA_LAUNCHED("fp8_swiglu_quantize8_kernel");
+}
+
+/* h = the SwiGLU of gate_up (swiglu_forward's values) and the amax of h, over groups of 8 (I a
+ * multiple of 8, gate_up and h 16-byte aligned). */
+__global__ void fp8_swiglu_amax8_kernel(uint32_t *amax_bits, lj_bf16 *h, const lj_bf16 *gate_up, int N, int I) {
+    const int64_t per_row = I / 8, n8 = (int64_t)N * per_row;
+    uint32_t m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / per_row, c = (i % per_row) * 8;
+        float g[8], u[8], v[8];
+        lj_load8(g, gate_up + r * 2 * I + c);
+        lj_load8(u, gate_up + r * 2 * I + I + c);
+        for (int j = 0; j < 8; j++) {
+            v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+        }
+        lj_store8(h + r * I + c, v);
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+extern "C" void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I) {
+    if (N <= 0 || I <= 0 || I % 8 != 0 || !lj_cuda_aligned16(h, gate_up, NULL)) {
+        lj_cuda_swiglu_forward(h, gate_up, N, I);
+        lj_cuda_fp8_amax(amax, h, (int64_t)N * I);
+        return;
+    }
+    LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_swiglu_amax");
+    fp8_swiglu_amax8_kernel<<<lj_cuda_blocks((int64_t)N * I / 8, 256), 256, 0, lj_cuda_stream()>>>(
+        (uint32_t *)amax, (lj_bf16 *)h, (const lj_bf16 *)gate_up, N, I);
+    LJ_CUDA_LAUNCHED("fp8_swiglu_amax8_kernel");
+}
+
 /* One thread per tensor; row i of the history is contiguous over the tensors (coalesced). */
 __global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
                                         float smax_first, float smax_rest, int algo_max) {

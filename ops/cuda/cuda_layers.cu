@@ -499,7 +499,7 @@ template <int OP>
 static __device__ __forceinline__ void swiglu_op(float a, float b, float c, float *y0, float *y1) {
     float s = 1.0f / (1.0f + expf(-a));
     if (OP == SWIGLU_FWD) { /* a = gate, b = up */
-        *y0 = a * s * b;
+        *y0 = lj_swiglu_value(a, b);
     } else if (OP == SWIGLU_BWD) { /* a = gate, b = up, c = dout; y0 = dgate, y1 = dup */
         *y0 = c * b * s * (1.0f + a * (1.0f - s));
         *y1 = c * a * s;

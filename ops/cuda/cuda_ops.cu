@@ -284,6 +284,8 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
                                                                                      \
         .fp8_amax = lj_cuda_fp8_amax,                                                \
         .fp8_quantize = lj_cuda_fp8_quantize,                                        \
+        .fp8_swiglu_quantize = lj_cuda_fp8_swiglu_quantize,                          \
+        .fp8_swiglu_amax = lj_cuda_fp8_swiglu_amax,                                  \
         .fp8_scale_update = lj_cuda_fp8_scale_update,                                \
         .fp8_matmul = lj_cuda_fp8_matmul,                                            \
         .fp8_matmul_workspace_bytes = lj_cuda_fp8_matmul_workspace_bytes,            \

@@ -3,6 +3,7 @@
  *   - the cast (the hardware's cvt.rn.satfinite) bit for bit: every bf16 bit pattern at several
  *     scales, both formats, with the transpose and the zero padding; amax and current scale;
  *   - delayed scaling's history update bit for bit;
+ *   - the cast fused into the SwiGLU against the SwiGLU followed by the cast, bit for bit;
  *   - the FP8 GEMM (cuBLASLt) against the CPU's over the same codes (bf16 output rounding), and
  *     against the unquantized bf16 GEMM within the formats' rounding; overwrite and accumulate,
  *     bf16 and fp32 outputs; K not a multiple of 16, odd M;
@@ -128,6 +129,71 @@ void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode m
     }
     G->free(dx), G->free(dq), G->free(dqt), G->free(dstate);
     free(x), free(q), free(qt), free(gq), free(gqt);
+}
+
+/* d = {N, I}: the cast fused into the SwiGLU (fp8_swiglu_quantize) against the SwiGLU followed by
+ * the cast on the same GPU, bit for bit: h, q, q_t (padding included) and the recorded amax, in
+ * both formats; without write_h, the same codes with h left alone where the fused kernel runs
+ * (I a multiple of 8; other widths take the unfused fallback, which writes h); and current
+ * scaling's form (fp8_swiglu_amax) against the SwiGLU followed by fp8_amax. */
+void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    begin(c);
+    const int N = c->d[0], I = c->d[1], ld = lj_fp8_ld(I), ldt = lj_fp8_ld(N);
+    SHAPE("N=%d I=%d", N, I);
+    const size_t nh = (size_t)N * I * 2, nq = (size_t)N * ld, nqt = (size_t)I * ldt;
+    float *gu = lj_harness_randf_bf16(h, (int64_t)N * 2 * I, 3.0f);
+    void *dgu = up_bf16(gu, (int64_t)N * 2 * I);
+    void *dh_ref = up(NULL, nh), *dq_ref = up(NULL, nq), *dqt_ref = up(NULL, nqt);
+    void *dh = up(NULL, nh), *dq = up(NULL, nq), *dqt = up(NULL, nqt);
+    float *dst = up(NULL, 8 * sizeof(float)); /* scale, scale_inv, amax: reference at 0, fused at 4 */
+    const size_t most = nh > nq ? (nh > nqt ? nh : nqt) : (nq > nqt ? nq : nqt);
+    uint8_t *a = lj_malloc(most), *b = lj_malloc(most);
+    uint8_t *poison = lj_malloc(nh);
+    memset(poison, 0x5A, nh);
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        for (int write_h = 1; write_h >= 0; write_h--) {
+            const float st[8] = {3.0f, 1.0f / 3.0f, 0.0f, 0.0f, 3.0f, 1.0f / 3.0f, 0.0f, 0.0f};
+            G->upload(dst, st, sizeof st);
+            G->upload(dh, poison, nh);
+            G->upload(dq, poison, nq);
+            G->upload(dqt, poison, nqt);
+            const lj_fp8_scaling rs = {dst, dst + 1, dst + 2, 0}, fs = {dst + 4, dst + 5, dst + 6, 0};
+            G->swiglu_forward(dh_ref, dgu, N, I);
+            G->fp8_quantize(dq_ref, dqt_ref, dh_ref, N, I, fmt, &rs);
+            G->fp8_swiglu_quantize(dh, write_h, dq, dqt, dgu, N, I, fmt, &fs);
+            char op[64];
+            snprintf(op, sizeof op, "fp8_swiglu_quantize %s%s", lj_fp8_format_name(fmt), write_h ? "" : " no h");
+            down(a, dq, nq), down(b, dq_ref, nq);
+            lj_harness_check_bits(h, op, shape, a, b, nq);
+            down(a, dqt, nqt), down(b, dqt_ref, nqt);
+            lj_harness_check_bits(h, op, shape, a, b, nqt);
+            float got[8];
+            down(got, dst, sizeof got);
+            lj_harness_check_bits(h, op, shape, got + 4, got, 3 * sizeof(float)); /* scale untouched, amax equal */
+            down(a, dh, nh);
+            if (write_h) {
+                down(b, dh_ref, nh);
+                lj_harness_check_bits(h, op, shape, a, b, nh);
+            } else if (I % 8 == 0) {
+                lj_harness_check_bits(h, op, shape, a, poison, nh);
+            }
+        }
+    }
+    /* current scaling's form: h and its amax against swiglu_forward then fp8_amax */
+    G->upload(dh, poison, nh);
+    G->swiglu_forward(dh_ref, dgu, N, I);
+    G->fp8_amax(dst, dh_ref, (int64_t)N * I);
+    G->fp8_swiglu_amax(dst + 4, dh, dgu, N, I);
+    float got[8];
+    down(got, dst, sizeof got);
+    lj_harness_check_bits(h, "fp8_swiglu_amax", shape, got + 4, got, sizeof(float));
+    down(a, dh, nh), down(b, dh_ref, nh);
+    lj_harness_check_bits(h, "fp8_swiglu_amax", shape, a, b, nh);
+    G->free(dgu), G->free(dh_ref), G->free(dq_ref), G->free(dqt_ref), G->free(dh), G->free(dq), G->free(dqt);
+    G->free(dst);
+    free(gu), free(a), free(b), free(poison);
 }
 
 /* d = {tensors, history}; param = algo_max. */

@@ -106,6 +106,13 @@ const lj_op_case lj_op_cases[] = {
      * against the emulation (bf16 output rounding) and the bf16 GEMM (the formats' rounding, as
      * the CPU rows state); N a multiple of 8 (16-byte output rows), K and M not of 16 */
     CUDA_ONE("fp8_cast", D(0), 0, 1, lj_case_cuda_fp8_cast),
+    /* the cast fused into the SwiGLU against the SwiGLU and the cast (partial tiles; I = 53: the
+     * unfused fallback) */
+    CUDA_ONE("fp8_swiglu", D(300, 200), 0, 1, lj_case_cuda_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 56), 0, 1, lj_case_cuda_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_cuda_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_cuda_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_cuda_fp8_swiglu),
     CUDA_ONE("fp8_scale_update", D(301, 16), 1, 1, lj_case_cuda_fp8_scale_update),
     CUDA_ONE("fp8_scale_update", D(97, 1), 0, 1, lj_case_cuda_fp8_scale_update),
 #define CUDA_FP8_MM(d, vs_bf16, quick)                                                                      \
