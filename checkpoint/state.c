@@ -196,6 +196,7 @@ static char *state_json(const lj_run_state *r) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "iteration", r->iteration);
     cJSON_AddNumberToObject(root, "consumed_samples", (double)r->consumed_samples);
+    if (r->schedule_start) cJSON_AddNumberToObject(root, "optimizer_start_iteration", r->schedule_start);
     lj_loader_state ls;
     lj_loader_get_state(r->train_data, &ls);
     cJSON_AddItemToObject(root, "data", lj_loader_state_to_json(&ls));
@@ -925,22 +926,50 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     return s;
 }
 
-/* The position in the run from state.json: iteration, consumed samples, the loader's state. */
+/* The position in the run from state.json: iteration, consumed samples, the loader's state, the
+ * iteration the optimizer started at. */
 static lj_status set_position(lj_run_state *r, const cJSON *state, const char *file) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(state, "iteration");
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(state, "consumed_samples");
+    const cJSON *os = cJSON_GetObjectItemCaseSensitive(state, "optimizer_start_iteration");
     if (!cJSON_IsNumber(it) || !cJSON_IsNumber(cs))
         return lj_fail(LJ_ERR_FORMAT, "%s: missing field 'iteration' or 'consumed_samples'", file);
+    if (os && (!cJSON_IsNumber(os) || os->valuedouble != (double)os->valueint || os->valueint < 0 ||
+               os->valueint > it->valueint))
+        return lj_fail(LJ_ERR_FORMAT, "%s: 'optimizer_start_iteration' must be an integer in [0, iteration %d]", file,
+                       it->valueint);
     r->iteration = it->valueint;
     r->consumed_samples = (int64_t)cs->valuedouble;
+    r->schedule_start = os ? os->valueint : 0;
     lj_loader_state ls;
     LJ_TRY(lj_loader_state_from_json(cJSON_GetObjectItemCaseSensitive(state, "data"), &ls, file));
     return lj_loader_set_state(r->train_data, &ls);
 }
 
+/* --no-load-optim, after a load: the AdamW moments back to zero, the optimizer (its step count)
+ * and the LR schedule starting at the loaded iteration. */
+static void drop_optimizer_state(lj_run_state *r) {
+    lj_model *m = r->model;
+    float *mom[2] = {m->adam_m, m->adam_v};
+    for (int t = 0; t < 2; t++) {
+        if (!mom[t] || m->shard_numel <= 0) continue;
+        if (m->offload_host) memset(mom[t], 0, (size_t)m->shard_numel * sizeof(float));
+        else m->ops->memset_zero(mom[t], (size_t)m->shard_numel * sizeof(float));
+    }
+    r->schedule_start = r->iteration;
+}
+
+static lj_status load_state(lj_run_state *r, const char *load);
+
 /* Loads --load: a training-state root (latest_checkpointed_iteration.txt or iter_* dirs) for an
  * exact resume, else a Hugging Face checkpoint directory for continued training. */
 lj_status lj_run_state_load(lj_run_state *r, const char *load) {
+    const lj_status s = load_state(r, load);
+    if (s == LJ_OK && r->no_load_optim) drop_optimizer_state(r);
+    return s;
+}
+
+static lj_status load_state(lj_run_state *r, const char *load) {
     char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
     int iteration = 0, is_state = 0;
     LJ_TRY(lj_ckpt_resolve_load(load, root, &iteration, &is_state, hf));

@@ -15,7 +15,8 @@
  *   ROOT/iter_NNNNNNN/state.json          {"iteration", "consumed_samples", "data" (the loader's
  *                                         position, data/loader.h), "model" (the shape), "run"
  *                                         (micro_batch_size, seq_length, global_batch_size, seed),
- *                                         "zero" (world_size, stage), "fp8"}
+ *                                         "zero" (world_size, stage), "fp8", and after a
+ *                                         --no-load-optim start "optimizer_start_iteration"}
  *   ROOT/iter_NNNNNNN/config.json         the model's configuration (lj_config_save)
  *   ROOT/iter_NNNNNNN/hf/                 the Hugging Face export (io/hf.h), written by rank 0
  *                                         tensor by tensor from the shard files; left out by
@@ -68,6 +69,13 @@ typedef struct {
     /* the position in the run: saved by lj_run_state_save, set by lj_run_state_load */
     int iteration;
     int64_t consumed_samples;
+    /* the iteration at which the optimizer and the LR schedule started: 0 for a run from scratch,
+     * the loaded iteration for a run loaded with no_load_optim (state.json
+     * "optimizer_start_iteration", kept by every later save); the AdamW step and the schedule's
+     * step of iteration i are i - schedule_start */
+    int schedule_start;
+    int no_load_optim; /* read only: lj_run_state_load leaves the AdamW moments at zero and sets
+                          schedule_start to the loaded iteration (Megatron-LM's --no-load-optim) */
 } lj_run_state;
 
 /* Saves iteration s->iteration under s->save. Sharded format: rank 0 creates ROOT/iter_NNNNNNN.tmp.PID,
@@ -103,8 +111,9 @@ lj_ckpt_async *lj_ckpt_async_create(void);
 void lj_ckpt_async_free(lj_ckpt_async *a);
 
 /* Loads `load` (--load): a training-state root or iteration directory of either format (exact
- * resume: weights, moments, iteration, consumed samples, the loader's position), or else a
- * Hugging Face model directory (weights only, the optimizer starts fresh). A sharded checkpoint
+ * resume: weights, moments, iteration, consumed samples, the loader's position, schedule_start),
+ * or else a Hugging Face model directory (weights only, the optimizer starts fresh). With
+ * s->no_load_optim the moments are zeroed after the load and schedule_start = the iteration. A sharded checkpoint
  * loads on any world size and ZeRO stage; every slice read is checked against its XXH3-64.
  * Collective.
  * Errors: LJ_ERR_FORMAT naming the file and field for a checkpoint of another model shape,

@@ -82,7 +82,6 @@ static const lj_flag k_ignored[] = {
     {.name = "--decoupled-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
     {.name = "--decoupled-min-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
     {.name = "--rampup-batch-size", .kind = LJ_FLAG_REFUSED, .ival = -1, .help = "the global batch is constant in ljperf"},
-    {.name = "--no-load-optim", .kind = LJ_FLAG_REFUSED, .help = "a resume reads the whole state; --finetune starts from the checkpoint's weights alone at iteration 0"},
     {.name = "--vocab-extra-ids", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "extra sentinel ids are for T5-style models"},
 };
 
@@ -167,6 +166,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--merge-file", .kind = LJ_FLAG_STR, .dest = &m->merge_file, .help = "merges.txt  GPT2BPETokenizer's merges"},
         {.kind = LJ_FLAG_SECTION, .help = "checkpoints:"},
         {.name = "--finetune", .kind = LJ_FLAG_SWITCH, .dest = &m->finetune, .ival = 1, .help = "start from the --load checkpoint's weights at iteration 0 (new optimizer and data order)"},
+        {.name = "--no-load-optim", .kind = LJ_FLAG_SWITCH, .dest = &m->no_load_optim, .ival = 1, .help = "--load takes the weights and the position in the run, not the AdamW moments: the optimizer and the LR schedule start again"},
         {.name = "--exit-on-missing-checkpoint", .kind = LJ_FLAG_SWITCH, .dest = &m->exit_on_missing_checkpoint, .ival = 1, .help = "a --load without a checkpoint is an error (without it, --load = --save starts from scratch)"},
         {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "torch_dist|torch  per-rank shard files + metadata.json (default), or rank 0's single state.safetensors"},
         {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &m->async_save, .ival = 1, .help = "copy the state to host memory and write it in the background while training goes on"},

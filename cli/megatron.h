@@ -47,7 +47,7 @@ typedef struct {
     lj_flag_list train_data, valid_data, test_data;
     const char *vocab_file, *merge_file, *optimizer;
     /* checkpoints */
-    int finetune, exit_on_missing_checkpoint, async_save;
+    int finetune, exit_on_missing_checkpoint, async_save, no_load_optim;
     const char *ckpt_format;
 } lj_cli_megatron;
 

@@ -367,6 +367,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         c->load = NULL;
     }
     if (mg->finetune && !c->load) return lj_fail(LJ_ERR_ARG, "--finetune needs --load DIR (the weights to start from)");
+    c->no_load_optim = mg->no_load_optim && !mg->finetune; /* --finetune loads no optimizer state anyway */
     /* the values alone first: nothing is loaded or started for a run that cannot begin */
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
     else if (mbs) {

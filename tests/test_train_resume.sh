@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_train_resume.sh: `ljperf train` end to end on the CPU with real KJV tokens:
 #   - a resumed run's losses equal the uninterrupted run's bit for bit (--exit-interval, --load);
+#   - --no-load-optim: the weights and the position, a fresh optimizer and LR schedule;
 #   - SIGTERM mid-run saves a loadable checkpoint and exits 0;
 #   - the HF export in each checkpoint loads back (ljperf generate: seeded sampling is
 #     reproducible, top-k 1 and a tiny top-p equal greedy) and continued training from an HF
@@ -36,6 +37,27 @@ losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]
 diff <(losses "$tmp/full.jsonl") <(losses "$tmp/part.jsonl") || fail "resumed losses differ from the uninterrupted run"
 [ "$(losses "$tmp/full.jsonl" | wc -l)" = 6 ] || fail "expected 6 logged iterations"
 echo "resume: 6 losses equal bit for bit"
+
+# 2b. --no-load-optim (Megatron-LM's): from the iteration-3 checkpoint, the weights and the position,
+# not the moments; the optimizer and the LR schedule start again. Iteration 4 then has the
+# uninterrupted run's weights and data, so the same gradient norm, at the learning rate of
+# iteration 1 (warm-up again); iteration 5's loss differs. A save in that run keeps the restart
+# ("optimizer_start_iteration"), so resuming it is exact again.
+rm -rf "$tmp/ckpt_nlo"
+"$LJPERF" train "${common[@]}" --load "$tmp/ckpt/iter_0000003" --no-load-optim --save "$tmp/ckpt_nlo" --save-interval 4 \
+  --log-json "$tmp/nlo.jsonl" >/dev/null 2>"$tmp/nlo.err" || { cat "$tmp/nlo.err"; fail "--no-load-optim run"; }
+grep -q -- "--no-load-optim: the weights and the position (iteration 3)" "$tmp/nlo.err" || fail "--no-load-optim did not say what it loaded"
+field() { grep "\"iteration\": $2," "$1" | grep '"loss"' | sed -E "s/.*\"$3\": ([^,}]+).*/\1/"; }
+[ "$(grep '"loss"' "$tmp/nlo.jsonl" | head -1 | sed -E 's/.*"iteration": ([0-9]+),.*/\1/')" = 4 ] || fail "--no-load-optim: the first iteration is not 4"
+[ "$(field "$tmp/nlo.jsonl" 4 grad_norm)" = "$(field "$tmp/full.jsonl" 4 grad_norm)" ] || fail "--no-load-optim: iteration 4's gradient norm differs from the uninterrupted run's (other weights or data?)"
+[ "$(field "$tmp/nlo.jsonl" 4 lr)" = "$(field "$tmp/full.jsonl" 1 lr)" ] || fail "--no-load-optim: iteration 4's lr is not the schedule's first"
+[ "$(field "$tmp/nlo.jsonl" 4 consumed_samples)" = 16 ] || fail "--no-load-optim: consumed samples do not continue"
+[ "$(field "$tmp/nlo.jsonl" 5 loss)" != "$(field "$tmp/full.jsonl" 5 loss)" ] || fail "--no-load-optim: iteration 5 equals the exact resume (moments loaded?)"
+"$LJPERF" train "${common[@]}" --load "$tmp/ckpt_nlo/iter_0000004" --log-json "$tmp/nlo2.jsonl" >/dev/null 2>"$tmp/nlo2.err" \
+  || { cat "$tmp/nlo2.err"; fail "resume of the --no-load-optim run"; }
+[ "$(field "$tmp/nlo2.jsonl" 5 loss)" = "$(field "$tmp/nlo.jsonl" 5 loss)" ] && [ "$(field "$tmp/nlo2.jsonl" 6 lr)" = "$(field "$tmp/nlo.jsonl" 6 lr)" ] \
+  || fail "resuming the --no-load-optim run is not exact (the restart was not saved)"
+echo "--no-load-optim: position kept, moments and schedule restarted, and saved"
 
 # 3. SIGTERM mid-run: a loadable checkpoint, exit status 0
 "$LJPERF" train "${common[@]}" --train-iters 100000 --save "$tmp/sig" --log-json "$tmp/sig.jsonl" >/dev/null 2>"$tmp/sig.err" &

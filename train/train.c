@@ -66,6 +66,7 @@ typedef struct {
     int num_segments;
     int accumulation;          /* micro-batches per iteration */
     int iteration;             /* iterations completed */
+    int schedule_start;        /* the iteration the optimizer and LR schedule started at (lj_run_state) */
     int64_t consumed_samples;
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
@@ -142,6 +143,8 @@ static lj_run_state state_of(run *r) {
         .async = r->async,
         .iteration = r->iteration,
         .consumed_samples = r->consumed_samples,
+        .schedule_start = r->schedule_start,
+        .no_load_optim = c->no_load_optim,
     };
     return st;
 }
@@ -167,6 +170,11 @@ static lj_status load_checkpoint(run *r) {
     const lj_status s = lj_run_state_load(&st, r->cfg->load);
     r->iteration = st.iteration;
     r->consumed_samples = st.consumed_samples;
+    r->schedule_start = st.schedule_start;
+    if (s == LJ_OK && r->cfg->no_load_optim && r->iteration > 0)
+        lj_log_info("--no-load-optim: the weights and the position (iteration %d) of %s; the AdamW moments start at "
+                    "zero, the AdamW step count and the LR schedule start again (warm-up included)",
+                    r->iteration, r->cfg->load);
     return s;
 }
 
@@ -351,7 +359,8 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
-    const int step = r->iteration + 1;
+    const int iteration = r->iteration + 1;
+    const int step = iteration - r->schedule_start; /* the optimizer's and the LR schedule's step */
     *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
                       ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
                       : lj_lr_at(&c->lr, step));
@@ -377,7 +386,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
     r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
     r->out_of_time = scalars[2] > 0.0f;
-    r->iteration = step;
+    r->iteration = iteration;
     r->consumed_samples += c->global_batch_size;
 }
 

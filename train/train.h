@@ -57,6 +57,10 @@ typedef struct {
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
     int no_save_hf;            /* --no-save-hf: the HF export in the run's last save only */
+    int no_load_optim;         /* --no-load-optim (Megatron-LM's): --load takes the weights, the FP8
+                                  recipe state and the position in the run (iteration, consumed
+                                  samples, data order), not the AdamW moments; the optimizer and
+                                  the LR schedule start again at the loaded iteration */
     int async_save;            /* --async-save: saves written by a background thread (checkpoint/state.h) */
     int ckpt_format;           /* --ckpt-format: lj_ckpt_format (0: torch_dist, the sharded format) */
     const char *tokenizer;     /* --tokenizer-model: tokenizer.json copied into each HF export with the
