@@ -240,7 +240,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     cfg.num_data_args = data.count;
     cfg.data_args = data.values;
-    lj_ops_set_deterministic(deterministic);
+    if (deterministic) lj_ops_set_deterministic(1);
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3.2-1b)");
         return lj_cli_error("benchmark");

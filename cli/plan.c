@@ -103,7 +103,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         *help = 1;
         return LJ_OK;
     }
-    lj_ops_set_deterministic(a->deterministic);
+    if (a->deterministic) lj_ops_set_deterministic(1);
     if (seq_given && a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
     if (mb && !strcmp(mb, "auto")) a->mb = 0;
     else if (mb) {
@@ -221,7 +221,9 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     printf("ljperf plan: %s (%.3f B parameters, %d layers), seq %d, device %s (params %s, activations %s, "
            "gradients %s, %s)\n",
            cfg->name, (double)P / 1e9, cfg->num_hidden_layers, seq, ops->name, lj_dtype_name(ops->param_dtype),
-           lj_dtype_name(ops->act_dtype), lj_dtype_name(ops->grad_dtype), t->fused ? "fused kernels" : "unfused");
+           lj_dtype_name(ops->act_dtype), lj_dtype_name(ops->grad_dtype),
+           t->fused ? (lj_ops_deterministic() && strcmp(ops->name, "cpu") ? "fused kernels, deterministic attention" : "fused kernels")
+                    : (lj_ops_deterministic() && strcmp(ops->name, "cpu") ? "unfused, deterministic attention" : "unfused"));
     printf("device memory %s (%s), margin %s -> usable %s\n", lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
            t->memory_source, lj_format_bytes(t->margin_bytes, b2, sizeof b2),
            lj_format_bytes(lj_planner_usable_bytes(t), b3, sizeof b3));
@@ -348,6 +350,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddStringToObject(o, "act_dtype", lj_dtype_name(ops->act_dtype));
     cJSON_AddStringToObject(o, "grad_dtype", lj_dtype_name(ops->grad_dtype));
     cJSON_AddBoolToObject(o, "fused", t->fused);
+    cJSON_AddBoolToObject(o, "deterministic", lj_ops_deterministic());
     cJSON_AddNumberToObject(o, "device_memory_bytes", (double)t->device_memory_bytes);
     cJSON_AddStringToObject(o, "device_memory_source", t->memory_source);
     cJSON_AddNumberToObject(o, "margin_bytes", (double)t->margin_bytes);

@@ -83,8 +83,9 @@ static void usage(FILE *f) {
             "  --no-fusion                   unfused kernel twins (for comparison)\n"
             "  --deterministic-mode          every step repeats bit for bit, as an exact resume needs it\n"
             "                                (Megatron-LM's flag): cuDNN's deterministic attention backward,\n"
-            "                                a workspace of micro-batch x heads x seq^2 bf16 values and 0.5-2.5%%\n"
-            "                                of a step; the CPU backend always is\n"
+            "                                which keeps a workspace of micro-batch x heads x seq^2 bf16 values\n"
+            "                                and costs 0.5-2.5%% of a step; the CPU backend always is (for a\n"
+            "                                given thread count)\n"
             "checkpoints and logs:\n"
             "  --save DIR --save-interval N  training-state checkpoints (+ a Hugging Face export in each);\n"
             "                                every rank writes its shard files at once (--ckpt-format\n"
@@ -317,7 +318,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         *help = 1;
         return LJ_OK;
     }
-    lj_ops_set_deterministic(a.deterministic);
+    if (a.deterministic) lj_ops_set_deterministic(1);
     const lj_cli_megatron *mg = &a.mg;
     const char *model = a.model, *device = a.device, *granularity = a.granularity, *method = a.method;
     const char *hf_dtype = a.hf_dtype, *decay_style = a.decay_style, *recompute = a.recompute, *mbs = a.mbs;
@@ -436,7 +437,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
-    if (a.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
+    if (lj_ops_deterministic() && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "
                     "flash kernels, whose backward adds dQ with atomics, so steps at sequences above 128 tokens may "
                     "differ from run to run in the last bits");

@@ -378,8 +378,11 @@ lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
  * on the CUDA backend it selects cuDNN's deterministic attention backward (a workspace of
  * B*nh*T^2 bf16 values, and 0.5-2.5% of an H200 step at seq 4096; off by default, as in
  * Megatron-LM and Transformer Engine). The own flash kernels (--reset-attention-mask, or cuDNN
- * missing) still add dQ with atomics. Call before any model is planned. No-op without CUDA. */
+ * missing) still add dQ with atomics. LJ_CUDA_DETERMINISTIC=1 in the environment turns it on
+ * where this is not called. Call before any model is planned. No effect without CUDA. */
 void lj_ops_set_deterministic(int on);
+/* Whether deterministic mode is on (the call above, or the environment). */
+int lj_ops_deterministic(void);
 
 /* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
  * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for

@@ -47,7 +47,7 @@ lj_status lj_offload_alloc(lj_model *m) {
         if (pinned) m->ops->host_free(pinned);
         char b[32];
         return lj_fail(LJ_ERR_OOM, "optimizer offload: cannot allocate %s of host memory for the AdamW state",
-                       lj_format_bytes(state + staging, b, sizeof b));
+                       lj_format_bytes(plain, b, sizeof b));
     }
     memset(p, 0, plain);
     m->offload_host = p;

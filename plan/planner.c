@@ -429,6 +429,17 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
                       t->zero_stage == 0 ? " --zero-stage 1" : "", lj_format_bytes(left, b1, sizeof b1),
                       fits ? "fits" : "still does not fit", lj_format_bytes(host, b2, sizeof b2));
     }
+    /* deterministic mode's attention workspace (--deterministic-mode: dP, [B, heads, T, T] bf16) */
+    if (w > 0 && (size_t)w < n && lj_ops_deterministic() && strcmp(ops->name, "cpu") != 0) {
+        size_t left = 0;
+        lj_ops_set_deterministic(0);
+        const int fits = all_full_fits(cfg, T, B, t, r, &left, NULL);
+        lj_ops_set_deterministic(1);
+        w += snprintf(e + w, n - (size_t)w,
+                      " without --deterministic-mode (its attention backward keeps a micro-batch x heads x seq^2 bf16 "
+                      "workspace) it needs %s (%s);",
+                      lj_format_bytes(left, b1, sizeof b1), fits ? "fits" : "still does not fit");
+    }
     if (ops->grad_dtype == LJ_DTYPE_F32 && ops->param_dtype != LJ_DTYPE_F32 && w > 0 && (size_t)w < n) {
         const size_t save = bd.bytes[LJ_MEM_GRADIENTS] / 2;
         const size_t left = need > save ? need - save : 0;

@@ -84,8 +84,18 @@ assert d["margin_bytes"] == int(22 * 2**30 * 0.05), d["margin_bytes"]' "$out/1b_
     done
     check "--deterministic-mode adds the dP workspace" python3 -c '
 import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:])
-assert b["peak_bytes"] - a["peak_bytes"] == 4 * 32 * 4096 * 4096 * 2, (a["peak_bytes"], b["peak_bytes"])' \
+assert b["peak_bytes"] - a["peak_bytes"] == 4 * 32 * 4096 * 4096 * 2, (a["peak_bytes"], b["peak_bytes"])
+assert a["deterministic"] is False and b["deterministic"] is True' \
         "$out/det.json" "$out/det--deterministic-mode.json"
+    LJ_CUDA_DETERMINISTIC=1 "$LJPERF" plan --model llama3.2-1b --micro-batch-size 4 --recompute none \
+        --json "$out/det_env.json" >/dev/null 2>&1
+    check "LJ_CUDA_DETERMINISTIC=1 plans as --deterministic-mode" cmp -s <(grep -v '"deterministic"' "$out/det_env.json") \
+        <(grep -v '"deterministic"' "$out/det--deterministic-mode.json")
+    # when the mode is what breaks the fit, the refusal says what the run needs without it
+    "$LJPERF" plan --model llama3.1-8b --seq-length 32768 --deterministic-mode >"$out/det32k.txt" 2>"$out/det32k.err"
+    check "8b seq 32768 --deterministic-mode: exit 1" test $? = 1
+    check "8b seq 32768 --deterministic-mode: the way out names the mode" \
+        has "$out/det32k.err" "without --deterministic-mode (.*) it needs .* (fits)"
 
     # micro-batch auto with a favouring budget picks more than 1
     "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size auto --json "$out/1b_auto.json" >"$out/1b_auto.txt" 2>&1

@@ -565,7 +565,9 @@ size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv
     const size_t dnn = (size_t)B * T * nh * hd * 4; /* cuDNN SDPA backward's fp32 dQ accumulator */
     /* deterministic mode: cuDNN's backward keeps dP, [B, nh, T, T] bf16 with T rounded up to 64
      * (measured on an H200: the 1b at micro-batch 4, seq 4096, peaks 4.00 GiB higher) */
-    const size_t t64 = ((size_t)T + 63) / 64 * 64, dp = lj_cuda_deterministic() ? (size_t)B * nh * t64 * t64 * 2 : 0;
+    const int dnn_shape = hd == 64 || hd == 128; /* the head dims cuDNN's path takes */
+    const size_t t64 = ((size_t)T + 63) / 64 * 64;
+    const size_t dp = dnn_shape && lj_cuda_deterministic() ? (size_t)B * nh * t64 * t64 * 2 : 0;
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256 + (dp + 255) / 256 * 256;
 }
 

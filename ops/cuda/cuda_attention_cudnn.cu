@@ -33,14 +33,23 @@
 #include <string.h>
 
 
+/* Deterministic mode: set by lj_cuda_set_deterministic, else LJ_CUDA_DETERMINISTIC=1 in the
+ * environment (read on first use, so that a plan without a GPU sees it too). */
+static int g_deterministic = -1;
+void lj_cuda_set_deterministic(int on) { g_deterministic = on != 0; }
+int lj_cuda_deterministic(void) {
+    if (g_deterministic < 0) {
+        const char *e = getenv("LJ_CUDA_DETERMINISTIC");
+        g_deterministic = e && strcmp(e, "1") == 0;
+    }
+    return g_deterministic;
+}
+
 #ifndef LJ_HAVE_CUDNN
 
 /* Built without cuDNN's headers: the own kernels always run. */
 void lj_cuda_cudnn_attention_init(void) {}
 void lj_cuda_set_cudnn_attention(int on) { (void)on; }
-static int g_det_no_cudnn;
-void lj_cuda_set_deterministic(int on) { g_det_no_cudnn = on != 0; }
-int lj_cuda_deterministic(void) { return g_det_no_cudnn; }
 int lj_cuda_cudnn_attention_enabled(void) { return 0; }
 int lj_cuda_cudnn_attention_active(int, int, int, int, int) { return 0; }
 const char *lj_cuda_cudnn_attention_describe(void) { return "cuDNN attention: not built (no cuDNN headers)"; }
@@ -114,7 +123,6 @@ static struct {
     int backend_up;  /* lj_cuda_cudnn_attention_init ran (the CUDA backend is started) */
     int env_off;     /* LJ_CUDA_ATTENTION=own or simple */
     int enabled;     /* dispatch to cuDNN where supported */
-    int det;         /* deterministic mode (lj_cuda_set_deterministic(1), LJ_CUDA_DETERMINISTIC=1) */
     int load_tried, loaded;
     void *lib;
 #define LJ_X(f) decltype(&::f) p_##f;
@@ -580,7 +588,7 @@ static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int buil
     /* the cuDNN path covers head_dim 64 and 128 (the own flash kernels' sizes) */
     if (!g_dnn.backend_up || g_dnn.env_off || B <= 0 || T <= 0 || nkv <= 0 || nh % nkv != 0 || (hd != 64 && hd != 128))
         return NULL;
-    const int det = g_dnn.det;
+    const int det = lj_cuda_deterministic();
     for (int i = 0; i < g_dnn.num_entries; i++) {
         lj_cudnn_entry *e = &g_dnn.entries[i];
         if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd && e->det == det) return e;
@@ -607,14 +615,10 @@ void lj_cuda_cudnn_attention_init(void) {
     g_dnn.backend_up = 1;
     g_dnn.env_off = att && (strcmp(att, "own") == 0 || strcmp(att, "simple") == 0);
     g_dnn.enabled = !g_dnn.env_off;
-    const char *det = getenv("LJ_CUDA_DETERMINISTIC");
-    if (det && strcmp(det, "1") == 0) g_dnn.det = 1;
     if (g_dnn.env_off) snprintf(g_dnn.status, sizeof g_dnn.status, "cuDNN attention: off (LJ_CUDA_ATTENTION=%s)", att);
 }
 
 void lj_cuda_set_cudnn_attention(int on) { g_dnn.enabled = on && !g_dnn.env_off; }
-void lj_cuda_set_deterministic(int on) { g_dnn.det = on != 0; }
-int lj_cuda_deterministic(void) { return g_dnn.det; }
 int lj_cuda_cudnn_attention_enabled(void) { return g_dnn.enabled; }
 
 int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd) {

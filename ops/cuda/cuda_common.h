@@ -54,7 +54,7 @@ void lj_cuda_cudnn_attention_init(void);
 void lj_cuda_set_cudnn_attention(int on);
 int lj_cuda_cudnn_attention_enabled(void);
 /* Deterministic mode (--deterministic-mode through lj_ops_set_deterministic; off by default;
- * LJ_CUDA_DETERMINISTIC=1 at start-up turns it on): cuDNN's attention backward writes dQ
+ * LJ_CUDA_DETERMINISTIC=1 in the environment turns it on where no call set it): cuDNN's attention backward writes dQ
  * without an accumulation whose order varies from run to run, so a run repeats bit for bit
  * and a resumed run equals the uninterrupted one. Its cost: a workspace of B*nh*T^2 bf16 values
  * (T rounded up to 64) and a slower backward. Set before the first attention plan is built;

@@ -16,6 +16,7 @@ extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
 }
 
 extern "C" void lj_ops_set_deterministic(int on) { lj_cuda_set_deterministic(on); }
+extern "C" int lj_ops_deterministic(void) { return lj_cuda_deterministic(); }
 
 /* The description of `t`: what planning reads (name, dtypes, workspace sizes), nothing that
  * runs on a device. */

@@ -17,7 +17,9 @@ lj_status lj_ops_cuda_fp8_blockwise_check(void) {
 
 const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
 
-void lj_ops_set_deterministic(int on) { (void)on; }
+static int g_deterministic;
+void lj_ops_set_deterministic(int on) { g_deterministic = on != 0; }
+int lj_ops_deterministic(void) { return g_deterministic; }
 
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
     (void)dtype;

@@ -264,14 +264,22 @@ static void test_rope(int B, int T, int nh, int nkv, int hd) {
 
 /* kind 0: the own kernels (flash for head_dim 64/128); 1: the simple fp32 kernels; 2: flash
  * with one m-tile per warp in the head_dim 64 forward; 3: cuDNN's fused SDPA (the default
- * where it supports the shape; "cudnn-fallback" when it does not, so the own kernels ran). */
+ * where it supports the shape; "cudnn-fallback" when it does not, so the own kernels ran);
+ * 5: cuDNN in deterministic mode, whose second backward must give the same bytes. */
 static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
-    char shape[80], op[48];
+    char shape[80], op[80];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
     int simple = kind_id == 1;
-    lj_cuda_set_cudnn_attention(kind_id == 3);
-    const char *kind = kind_id == 1 ? "simple" : kind_id == 2 ? "flash-mt1" : kind_id == 0 ? "flash" : "cudnn";
-    if (kind_id == 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) kind = "cudnn-fallback";
+    const int det = lj_cuda_deterministic();
+    lj_cuda_set_cudnn_attention(kind_id >= 3);
+    if (kind_id == 5) lj_cuda_set_deterministic(1);
+    const char *kind = kind_id == 1   ? "simple"
+                       : kind_id == 2 ? "flash-mt1"
+                       : kind_id == 0 ? "flash"
+                       : kind_id == 5 ? "cudnn-deterministic"
+                                      : "cudnn";
+    if (kind_id >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd))
+        kind = kind_id == 5 ? "cudnn-deterministic-fallback" : "cudnn-fallback";
     int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
     int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
     float *qkv = hrand(n, 1.0f), *dout = hrand(no, 1.0f);
@@ -288,7 +296,7 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     /* the backward uses the GPU's own forward output and lse, as in training */
     G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
     float *d_again = NULL;
-    if (kind_id == 3 && lj_cuda_deterministic()) {
+    if (kind_id == 5 && lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) {
         /* deterministic mode: a second backward gives the same bytes */
         void *gdq2 = galloc((size_t)n * 2);
         gpoison(gdq2, (size_t)n * 2);
@@ -299,6 +307,7 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     lj_cuda_set_simple_attention(0);
     lj_cuda_set_flash_forward_mtiles(2);
     lj_cuda_set_cudnn_attention(1);
+    lj_cuda_set_deterministic(det);
     float *o = dl_bf16(go, no), *l = dl_f32(gl, nl), *d = dl_bf16(gdq, n);
     snprintf(op, sizeof op, "attention_forward out (%s)", kind);
     check(op, shape, o, out, no, TOL);
@@ -784,6 +793,7 @@ void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode 
     test_attention(B, T, nh, nkv, hd, 1);
     if (hd == 64) test_attention(B, T, nh, nkv, hd, 2);
     if (hd == 64 || hd == 128) test_attention(B, T, nh, nkv, hd, 3);
+    if (hd == 64 || hd == 128) test_attention(B, T, nh, nkv, hd, 5);
 }
 /* no shape (B=1 T=256 nh=4 nkv=2 hd=128, fixed) */
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
