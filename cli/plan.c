@@ -421,6 +421,9 @@ int lj_cli_plan(int argc, char **argv) {
         lj_fail(LJ_ERR_ARG, "--seq-length %d must be positive", a.seq);
         return lj_cli_error("plan");
     }
+    /* what train and benchmark refuse (the blockwise GEMM's shapes), refused here too */
+    if (a.mb > 0 && lj_cli_fp8_check_tokens(t.linear_recipe, &t.fp8, t.ops, &cfg, a.mb, seq) != LJ_OK)
+        return lj_cli_error("plan");
     int fixed = 0;
     uint8_t policy[LJ_MAX_LAYERS];
     const char *mode = NULL;
