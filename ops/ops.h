@@ -383,6 +383,10 @@ lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
 void lj_ops_set_deterministic(int on);
 /* Whether deterministic mode is on (the call above, or the environment). */
 int lj_ops_deterministic(void);
+/* Whether the causal attention backward of `ops` at this shape gives the same bits on every
+ * run: always on the CPU; on the CUDA backend only when cuDNN runs it with its deterministic
+ * backward (deterministic mode on, cuDNN found, head_dim 64 or 128, the device started). */
+int lj_ops_attention_deterministic(const lj_ops *ops, int B, int T, int nh, int nkv, int hd);
 
 /* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
  * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for

@@ -52,6 +52,7 @@ void lj_cuda_cudnn_attention_init(void) {}
 void lj_cuda_set_cudnn_attention(int on) { (void)on; }
 int lj_cuda_cudnn_attention_enabled(void) { return 0; }
 int lj_cuda_cudnn_attention_active(int, int, int, int, int) { return 0; }
+int lj_cuda_cudnn_attention_deterministic(int, int, int, int, int) { return 0; }
 const char *lj_cuda_cudnn_attention_describe(void) { return "cuDNN attention: not built (no cuDNN headers)"; }
 size_t lj_cuda_cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
 int lj_cuda_cudnn_attention_forward(void *, float *, const void *, int, int, int, int, int, void *) { return 0; }
@@ -625,6 +626,12 @@ int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd) {
     if (!g_dnn.enabled) return 0;
     lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
     return e && e->ok;
+}
+
+int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd) {
+    if (!g_dnn.enabled) return 0;
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+    return e && e->ok && e->bwd_variant == 2;
 }
 
 const char *lj_cuda_cudnn_attention_describe(void) {

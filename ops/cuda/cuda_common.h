@@ -62,6 +62,8 @@ int lj_cuda_cudnn_attention_enabled(void);
 void lj_cuda_set_deterministic(int on);
 int lj_cuda_deterministic(void);
 int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
+/* Whether cuDNN runs the shape with its deterministic backward (deterministic mode, plans built). */
+int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd);
 const char *lj_cuda_cudnn_attention_describe(void);
 size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,

@@ -17,6 +17,10 @@ extern "C" lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
 
 extern "C" void lj_ops_set_deterministic(int on) { lj_cuda_set_deterministic(on); }
 extern "C" int lj_ops_deterministic(void) { return lj_cuda_deterministic(); }
+extern "C" int lj_ops_attention_deterministic(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
+    if (strcmp(ops->name, "cuda") != 0) return 1;
+    return ops->alloc && lj_cuda_cudnn_attention_deterministic(B, T, nh, nkv, hd);
+}
 
 /* The description of `t`: what planning reads (name, dtypes, workspace sizes), nothing that
  * runs on a device. */

@@ -20,6 +20,10 @@ const lj_ops *lj_ops_cuda_describe(void) { return NULL; }
 static int g_deterministic;
 void lj_ops_set_deterministic(int on) { g_deterministic = on != 0; }
 int lj_ops_deterministic(void) { return g_deterministic; }
+int lj_ops_attention_deterministic(const lj_ops *ops, int B, int T, int nh, int nkv, int hd) {
+    (void)ops, (void)B, (void)T, (void)nh, (void)nkv, (void)hd;
+    return 1; /* the CPU backend's attention is deterministic */
+}
 
 lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype) {
     (void)dtype;
