@@ -661,15 +661,9 @@ static lj_status consume_chunk(const lj_sharded *c, const lj_shard_request *reqs
 lj_status lj_sharded_read_many(const lj_sharded *c, const lj_shard_request *reqs, int nreq, int verify, float *staging,
                                int64_t staging_numel, lj_shard_sink_fn sink) {
     for (int r = 0; r < nreq; r++) LJ_TRY(check_request(c, &reqs[r]));
-    read_pipe rp;
-    memset(&rp, 0, sizeof rp);
-    rp.c = c;
-    rp.reqs = reqs;
-    rp.nreq = nreq;
-    rp.verify = verify;
     /* two halves when the staging has room for them, else one (the caller then waits for each read) */
     const int two = staging_numel >= 2;
-    rp.half = two ? staging_numel / 2 : staging_numel;
+    read_pipe rp = {.c = c, .reqs = reqs, .nreq = nreq, .verify = verify, .half = two ? staging_numel / 2 : staging_numel};
     rp.chunks[0].buf = staging;
     rp.chunks[1].buf = staging + (two ? rp.half : 0);
     pthread_mutex_init(&rp.mu, NULL);

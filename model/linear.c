@@ -179,24 +179,43 @@ int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
 /* Tensor t's dequantization factor (16-byte aligned for cuBLASLt). */
 static float *scale_inv_of(const lj_linear_fp8_state *f, int t) { return f->scale_inv + LJ_FP8_SCALE_INV_STRIDE * t; }
 
-/* Casts x[rows, cols] as tensor t of the scale state into q and/or q_t. `fresh`: this cast
- * defines the tensor's amax this pass (current scaling computes it first; delayed scaling
- * records it into the history's newest row); else the scale is only read (the backward's
- * second cast of x). */
+/* Where a cast of tensor t finds its scale. `fresh`: this cast defines the tensor's amax this
+ * pass (current scaling computes it first, into the history's slot: no state carries over;
+ * delayed scaling records it into the history's newest row, in a training pass only); else the
+ * scale is only read (the backward's second cast of x). */
+static lj_fp8_scaling scaling_of(const lj_model *m, int t, int fresh) {
+    const lj_linear_fp8_state *f = &m->linear_fp8;
+    const int current = fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
+    const lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t),
+                               current || (fresh && f->recording) ? f->amax_history + t : NULL, current};
+    return sc;
+}
+
+/* Casts x[rows, cols] as tensor t of the scale state into q and/or q_t (scaling_of). */
 static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                      int fresh) {
-    const lj_ops *ops = m->ops;
+    const lj_fp8_scaling sc = scaling_of(m, t, fresh);
+    if (sc.current) m->ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
+    m->ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
+}
+
+/* The forward's cast of the input of FP8 linear s into xq and its kept transpose: from x, or,
+ * with gate_up, fused into the SwiGLU that produces x = h (ops fp8_swiglu_quantize under delayed
+ * scaling, writing h only where the backward reads it; fp8_swiglu_amax then the cast under
+ * current scaling). The same bits either way. */
+static void cast_input(lj_model *m, int s, void *x, const void *gate_up, int N, int in, lj_fp8_format fmt) {
     lj_linear_fp8_state *f = &m->linear_fp8;
-    /* current scaling computes the amax where the history keeps it (a pass of its own: no state
-     * carries over); delayed scaling records it only in a training pass */
-    const int current = fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
-    lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t), current || (fresh && f->recording) ? f->amax_history + t : NULL,
-                         0};
-    if (current) {
-        ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
-        sc.current = 1;
+    if (!gate_up) {
+        quantize(m, 2 * s, f->xq, f->saved_t[s], x, N, in, fmt, 1);
+        return;
     }
-    ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
+    const lj_fp8_scaling sc = scaling_of(m, 2 * s, 1);
+    if (sc.current) {
+        m->ops->fp8_swiglu_amax(sc.amax, x, gate_up, N, in);
+        m->ops->fp8_quantize(f->xq, f->saved_t[s], x, N, in, fmt, &sc);
+    } else {
+        m->ops->fp8_swiglu_quantize(x, f->saved_t[s] == NULL, f->xq, f->saved_t[s], gate_up, N, in, fmt, &sc);
+    }
 }
 
 /* The blockwise recipe (linear.h): every cast computes its tiles' scales itself; a tensor's
@@ -238,7 +257,10 @@ static void blockwise_backward(lj_model *m, int s, const void *w, void *dx, void
                               N, dw_mode, f->workspace);
 }
 
-static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
+/* With gate_up, x is the SwiGLU's output h, written here with its cast (cast_input; not blockwise);
+ * otherwise x is only read. */
+static void fp8_forward(lj_model *m, int s, const void *w, void *out, void *x, const void *gate_up, int N, int in,
+                        int outf) {
     lj_linear_fp8_state *f = &m->linear_fp8;
     if (m->opt.fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE) {
         blockwise_forward(m, s, w, out, x, N, in, outf);
@@ -246,7 +268,7 @@ static void fp8_forward(lj_model *m, int s, const void *w, void *out, const void
     }
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
     quantize(m, 2 * s + 1, f->wq, NULL, w, outf, in, fwd, 1);
-    quantize(m, 2 * s, f->xq, f->saved_t[s], x, N, in, fwd, 1);
+    cast_input(m, s, x, gate_up, N, in, fwd);
     m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
                        scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
 }
@@ -289,23 +311,7 @@ int lj_linear_forward_swiglu(lj_model *m, int layer, void *out, void *h, const v
     if (s < 0 || !m->opt.fused || (recipe != LJ_FP8_RECIPE_DELAYED && recipe != LJ_FP8_RECIPE_TENSORWISE)) return 0;
     int in, outf;
     const int p = lj_linear_param(m, LJ_LINEAR_DOWN, layer, &in, &outf);
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
-    quantize(m, 2 * s + 1, f->wq, NULL, lj_model_param(m, p), outf, in, fwd, 1);
-    if (recipe == LJ_FP8_RECIPE_TENSORWISE) {
-        /* current scaling needs h's amax before the cast: the SwiGLU writes h and its amax, then
-         * the cast reads h (as quantize() with fp8_amax, one pass over h fewer) */
-        const lj_fp8_scaling sc = {f->scale + 2 * s, scale_inv_of(f, 2 * s), f->amax_history + 2 * s, 1};
-        m->ops->fp8_swiglu_amax(sc.amax, h, gate_up, N, in);
-        m->ops->fp8_quantize(f->xq, f->saved_t[s], h, N, in, fwd, &sc);
-    } else {
-        /* tensor 2s, as quantize() casts a fresh input under delayed scaling */
-        const lj_fp8_scaling sc = {f->scale + 2 * s, scale_inv_of(f, 2 * s),
-                                   f->recording ? f->amax_history + 2 * s : NULL, 0};
-        m->ops->fp8_swiglu_quantize(h, f->saved_t[s] == NULL, f->xq, f->saved_t[s], gate_up, N, in, fwd, &sc);
-    }
-    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
-                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+    fp8_forward(m, s, lj_model_param(m, p), out, h, gate_up, N, in, outf);
     return 1;
 }
 
@@ -313,7 +319,7 @@ void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, cons
     int in, outf;
     const int p = lj_linear_param(m, k, layer, &in, &outf);
     const int s = fp8_slot(m, k, layer);
-    if (s >= 0) fp8_forward(m, s, lj_model_param(m, p), out, x, N, in, outf);
+    if (s >= 0) fp8_forward(m, s, lj_model_param(m, p), out, (void *)x, NULL, N, in, outf);
     else m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf);
 }
 

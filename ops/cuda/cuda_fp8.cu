@@ -115,10 +115,14 @@ __global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, 
 /* The vector form, for cols a multiple of 8 and x 16-byte aligned: one block of 256 threads per
  * 64 x 64 tile of the padded matrix; each thread reads 8 bf16 (16 bytes) of a row and writes 8
  * codes (8 bytes) of q, then 8 consecutive codes of a q_t row from the tile in shared memory.
- * Same codes, padding and amax as fp8_quantize_kernel. */
+ * Same codes, padding and amax as fp8_quantize_kernel.
+ * SWIGLU: the cast fused into its producer. x is gate_up [rows, 2 cols] and the value cast is
+ * bf16(lj_swiglu_value(gate, up)) of its row (gate at column c, up at cols + c), the value
+ * swiglu_forward stores; written to h when h is not NULL. Delayed scaling only (current 0). */
 #define FP8_VTILE 64
-__global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, int rows,
-                                                            int cols, lj_fp8_format fmt, float *scale,
+template <bool SWIGLU>
+__global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, lj_bf16 *h,
+                                                            int rows, int cols, lj_fp8_format fmt, float *scale,
                                                             float *scale_inv, float *amax, int current) {
     __shared__ uint32_t tile[FP8_VTILE][FP8_VTILE / 4 + 1]; /* codes [r][c], 4 per word; +1: fewer conflicts */
     const float fmax = lj_fp8_max(fmt);
@@ -134,7 +138,18 @@ __global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t 
     for (int k = ty; k < FP8_VTILE; k += 32) {
         const int r = r0 + k, c = c0 + 8 * tx;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r < rows && c < cols) lj_load8(v, x + (int64_t)r * cols + c);
+        if (r < rows && c < cols) {
+            if (SWIGLU) {
+                float g[8], u[8];
+                const lj_bf16 *row = x + (int64_t)r * 2 * cols;
+                lj_load8(g, row + c);
+                lj_load8(u, row + cols + c);
+                for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+                if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
+            } else {
+                lj_load8(v, x + (int64_t)r * cols + c);
+            }
+        }
         uint32_t w[2] = {0, 0};
         for (int j = 0; j < 8; j++) {
             const uint32_t b = lj_fp8_abs_bits(v[j]);
@@ -169,9 +184,10 @@ extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows
     if (cols % 8 == 0 && lj_cuda_aligned16(x, q, q_t)) {
         const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_VTILE - 1) / FP8_VTILE),
                         (unsigned)((lj_fp8_ld(rows) + FP8_VTILE - 1) / FP8_VTILE));
-        fp8_quantize8_kernel<<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, (const lj_bf16 *)x,
-                                                                 rows, cols, fmt, sc->scale, sc->scale_inv,
-                                                                 sc->amax, sc->current);
+        fp8_quantize8_kernel<false><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
+                                                                        (const lj_bf16 *)x, NULL, rows, cols, fmt,
+                                                                        sc->scale, sc->scale_inv, sc->amax,
+                                                                        sc->current);
         LJ_CUDA_LAUNCHED("fp8_quantize8_kernel");
         return;
     }
@@ -182,59 +198,6 @@ extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows
                                                               cols, fmt, sc->scale, sc->scale_inv, sc->amax,
                                                               sc->current);
     LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
-}
-
-/* fp8_quantize8_kernel with the SwiGLU as its input: x[r, c] = bf16(lj_swiglu_value(gate, up))
- * of gate_up's row r (gate at column c, up at I + c), the value swiglu_forward stores; written to
- * h when h is not NULL. Delayed scaling only (the scale is read). Same codes, padding and amax as
- * the cast of that h. I a multiple of 8, gate_up and h 16-byte aligned. */
-__global__ void __launch_bounds__(256) fp8_swiglu_quantize8_kernel(lj_bf16 *h, uint8_t *q, uint8_t *q_t,
-                                                                   const lj_bf16 *gate_up, int rows, int cols,
-                                                                   lj_fp8_format fmt, const float *scale,
-                                                                   float *amax) {
-    __shared__ uint32_t tile[FP8_VTILE][FP8_VTILE / 4 + 1];
-    const float s = *scale;
-    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
-    const int c0 = blockIdx.x * FP8_VTILE, r0 = blockIdx.y * FP8_VTILE;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-    uint32_t m = 0;
-    for (int k = ty; k < FP8_VTILE; k += 32) {
-        const int r = r0 + k, c = c0 + 8 * tx;
-        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r < rows && c < cols) {
-            float g[8], u[8];
-            const lj_bf16 *row = gate_up + (int64_t)r * 2 * cols;
-            lj_load8(g, row + c);
-            lj_load8(u, row + cols + c);
-            for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
-            if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
-        }
-        uint32_t w[2] = {0, 0};
-        for (int j = 0; j < 8; j++) {
-            const uint32_t b = lj_fp8_abs_bits(v[j]);
-            m = b > m ? b : m;
-            w[j >> 2] |= (uint32_t)to_fp8(__fmul_rn(v[j], s), fmt) << (8 * (j & 3));
-        }
-        tile[k][2 * tx] = w[0];
-        tile[k][2 * tx + 1] = w[1];
-        if (q && r < rows && c < ld) *(uint2 *)(q + (int64_t)r * ld + c) = make_uint2(w[0], w[1]);
-    }
-    if (q_t) {
-        __syncthreads();
-        const uint8_t *t8 = (const uint8_t *)tile;
-        const int row_bytes = (FP8_VTILE / 4 + 1) * 4;
-        for (int k = ty; k < FP8_VTILE; k += 32) {
-            const int c = c0 + k, r = r0 + 8 * tx;
-            if (c >= cols || r >= ld_t) continue;
-            uint32_t w[2] = {0, 0};
-            for (int j = 0; j < 8; j++) w[j >> 2] |= (uint32_t)t8[(8 * tx + j) * row_bytes + k] << (8 * (j & 3));
-            *(uint2 *)(q_t + (int64_t)c * ld_t + r) = make_uint2(w[0], w[1]);
-        }
-    }
-    if (amax) {
-        m = block_max_bits(m);
-        if (threadIdx.x == 0 && m) atomicMax((uint32_t *)amax, m);
-    }
 }
 
 extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N,
@@ -248,10 +211,11 @@ extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void 
     }
     const dim3 grid((unsigned)((lj_fp8_ld(I) + FP8_VTILE - 1) / FP8_VTILE),
                     (unsigned)((lj_fp8_ld(N) + FP8_VTILE - 1) / FP8_VTILE));
-    fp8_swiglu_quantize8_kernel<<<grid, 256, 0, lj_cuda_stream()>>>(write_h ? (lj_bf16 *)h : NULL, (uint8_t *)q,
-                                                                    (uint8_t *)q_t, (const lj_bf16 *)gate_up, N, I,
-                                                                    fmt, sc->scale, sc->amax);
-    LJ_CUDA_LAUNCHED("fp8_swiglu_quantize8_kernel");
+    fp8_quantize8_kernel<true><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
+                                                                       (const lj_bf16 *)gate_up,
+                                                                       write_h ? (lj_bf16 *)h : NULL, N, I, fmt,
+                                                                       sc->scale, sc->scale_inv, sc->amax, 0);
+    LJ_CUDA_LAUNCHED("fp8_quantize8_kernel<swiglu>");
 }
 
 /* h = the SwiGLU of gate_up (swiglu_forward's values) and the amax of h, over groups of 8 (I a
