@@ -63,7 +63,7 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *res, FILE
  * asked for is not the one that runs. buf: at least 64 bytes. */
 void lj_bench_describe_stage(const lj_bench_config *cfg, char *buf, size_t len);
 
-/* Writes the result as one JSON object (keys as in bench/pytorch_ref.py). */
+/* Writes the result as one JSON object (keys as in scripts/gpu/pytorch_ref.py). */
 lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result *res, const char *path);
 
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-gpu-deps.sh: downloads (here, where the network is) the Debian packages of the
 # run-time libraries that ljperf's binaries need besides CUDA and libc, into .deb/
-# (gitignored), so that bench/gpu-check.sh can unpack them on a GPU machine that has no
+# (gitignored), so that scripts/gpu/gpu-check.sh can unpack them on a GPU machine that has no
 # network and no such packages (dpkg -x, nothing installed system-wide).
 # The list is the non-CUDA, non-libc part of `ldd build-gpu/ljperf` (cJSON, PCRE2, OpenBLAS
 # with gfortran/quadmath, libgomp, protobuf-c, ISA-L, libzstd, utf8proc, xxHash) plus cmocka for the test

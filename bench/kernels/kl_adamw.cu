@@ -31,9 +31,9 @@ typedef void (*adamw_kernel_fn)(lj_bf16 *, float *, const lj_bf16 *, float *, fl
 
 /* Version 1 (148d6d7, the per-step scalars read from device memory; the arithmetic of
  * 2cefea8): one element per thread and turn, 2- and 4-byte accesses, 8 turns per work unit.
- * Measured (kernel lab, bench/results/2026-11-29-s2-h200.md): 12.45 ms, 2778 GB/s of 28 B per
+ * Measured (kernel lab, bench/results/2026-11-29-h200-planner-zero3.md): 12.45 ms, 2778 GB/s of 28 B per
  * parameter; Nsight Compute at 37dc8e8 saw 2.5 TB/s inside a llama3-8b step
- * (2026-11-30-s3-h200x2.md). */
+ * (2026-11-30-h200x2-8b-time.md). */
 __global__ void __launch_bounds__(ADAMW_THREADS) adamw_v1(lj_bf16 *params, float *master, const lj_bf16 *grad,
                                                           float *m, float *v, const adamw_batch batch,
                                                           const adamw_consts k, const float *scalars,

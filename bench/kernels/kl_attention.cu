@@ -13,13 +13,13 @@
  * the reference of the others.
  * Version 2 (2cefea8, first run): FlashAttention-2-shaped tensor-core kernels (mma.sync,
  * ldmatrix), one 16-query m-tile per warp in the head_dim 64 forward. Measured
- * (bench/results/cuda-ops.md): llama3.2-1b forward 192.9, fwd+bwd 142.9 TFLOP/s (0.37x cuDNN).
+ * (bench/results/2026-11-29-h200-ops.md): llama3.2-1b forward 192.9, fwd+bwd 142.9 TFLOP/s (0.37x cuDNN).
  * Version 3 (2cefea8, second run): two m-tiles per warp (128-query blocks), so each K/V
  * fragment from shared memory feeds two mma. Predicted up to 1.3x on the forward; measured
  * forward 192.9 -> 222.9 TFLOP/s (+16%), fwd+bwd 147.6; llama3.2-3b fwd+bwd 143.2.
  * Version 4 (7dd2a7e, the default where cuDNN supports the shape): cuDNN's fused SDPA through
  * the backend graph API. Predicted ~385 / ~455 TFLOP/s (the engines PyTorch uses); measured
- * (bench/results/cuda-attention-cudnn.md) fwd+bwd 382.0 (hd 64) and 478.4 (hd 128), the
+ * (bench/results/2026-11-29-h200-attention-cudnn.md) fwd+bwd 382.0 (hd 64) and 478.4 (hd 128), the
  * llama3.2-1b step 51,223 -> 62,496 tokens/s. */
 #include "bench/kernels/lab.h"
 

@@ -16,7 +16,7 @@
 
 /* Version 1 (2cefea8, first run): chunks of 256 MiB of bf16 logits (1024 rows at V = 128256).
  * Each chunk re-reads and re-writes dw [V, C]: 16 passes over it at llama3.2-1b. Measured
- * (bench/results/cuda-ops.md, fp32 dw then): 44.1 ms, 585 TFLOP/s, 7% slower than unfused.
+ * (bench/results/2026-11-29-h200-ops.md, fp32 dw then): 44.1 ms, 585 TFLOP/s, 7% slower than unfused.
  * Version 2 (2cefea8, second run; the backend's size today, LJ_CE_CHUNK_BYTES): 1 GiB chunks
  * (4096 rows), 4 passes over dw. Predicted about -5 ms; measured 40.7 ms, 634 TFLOP/s, level
  * with the unfused op at a quarter of its logits memory. */

@@ -25,8 +25,8 @@ static __device__ double block_sum_double(double v) {
 }
 
 /* Version 1 (2cefea8): one 2-byte element per thread and turn. Measured (kernel lab, bf16
- * gradients, bench/results/2026-11-29-s2-h200.md): 1.846 ms, 1339 GB/s; Nsight Compute at
- * 37dc8e8 saw 1.35 TB/s inside a llama3-8b step (2026-11-30-s3-h200x2.md). */
+ * gradients, bench/results/2026-11-29-h200-planner-zero3.md): 1.846 ms, 1339 GB/s; Nsight Compute at
+ * 37dc8e8 saw 1.35 TB/s inside a llama3-8b step (2026-11-30-h200x2-8b-time.md). */
 __global__ void __launch_bounds__(NORM_THREADS) norm_v1(double *partial, const lj_bf16 *g, int64_t n) {
     double acc = 0.0;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;

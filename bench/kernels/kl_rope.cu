@@ -11,8 +11,8 @@
 #include "bench/kernels/lab.h"
 
 /* Version 1 (2cefea8): one thread per rotated pair, 2-byte loads and stores, two 4-byte reads of
- * cos/sin. Measured (kernel lab, bench/results/cuda-ops.md): 0.115 ms, 1456 GB/s (34% of the
- * 4.3 TB/s copy rate); 0.12 ms per pass inside a llama3-8b step (2026-11-30-s3-h200x2.md). */
+ * cos/sin. Measured (kernel lab, bench/results/2026-11-29-h200-ops.md): 0.115 ms, 1456 GB/s (34% of the
+ * 4.3 TB/s copy rate); 0.12 ms per pass inside a llama3-8b step (2026-11-30-h200x2-8b-time.md). */
 __global__ void rope_v1(lj_bf16 *qkv, const float *cosv, const float *sinv, int B, int T, int nh, int nkv, int hd) {
     int half = hd / 2, heads = nh + nkv;
     int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;

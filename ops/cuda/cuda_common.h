@@ -198,7 +198,7 @@ size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 /* The same without a GPU (lj_ops_cuda_describe: planning only), where cuDNN cannot be asked:
  * cuDNN SDPA's workspace taken as B*T*nh*hd*4 bytes (the backward's fp32 dQ accumulator), what
  * cuDNN 9.14 reported on an H200 for every shape checked (llama3.2-1b/3b, llama3-8b; seq 2048,
- * 4096, 8192; micro-batch 1-4; bench/results/2026-11-30-s3-h200x2.md). */
+ * 4096, 8192; micro-batch 1-4; bench/results/2026-11-30-h200x2-8b-time.md). */
 size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd);
 void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
 int lj_cuda_simple_attention(void);

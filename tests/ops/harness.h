@@ -25,8 +25,8 @@
 extern "C" {
 #endif
 
-/* Ceilings of one NVIDIA H200 (SXM, 700 W), measured on the card (bench/results/cuda-ops.md,
- * cuda-attention-cudnn.md): bf16 GEMM through cuBLAS 650-790 TFLOP/s; causal attention
+/* Ceilings of one NVIDIA H200 (SXM, 700 W), measured on the card (bench/results/2026-11-29-h200-ops.md,
+ * 2026-11-29-h200-attention-cudnn.md): bf16 GEMM through cuBLAS 650-790 TFLOP/s; causal attention
  * forward+backward counted as 3.5 * 2*B*H*S^2*D, cuDNN SDPA 385 TFLOP/s at head_dim 64 and
  * 450-460 at 128; HBM3e 4.8 TB/s peak (a device-to-device copy reaches about 4.3). */
 #define LJ_HARNESS_GEMM_CEILING_TFLOPS 790.0

@@ -1,5 +1,5 @@
 /* test_ops_cuda.c: the op harness on the CUDA backend (GPU only: built whenever CUDA is, run by
- * bench/gpu-check.sh, never by CTest): `check` compares every CUDA op with the CPU backend's on
+ * scripts/gpu/gpu-check.sh, never by CTest): `check` compares every CUDA op with the CPU backend's on
  * the same inputs, with both gradient dtypes; `perf` times the hot ops at the benchmark shapes
  * against the card's ceilings. Cases: op_cases.c. */
 #include "tests/ops/op_cases.h"
