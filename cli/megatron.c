@@ -168,7 +168,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--finetune", .kind = LJ_FLAG_SWITCH, .dest = &m->finetune, .ival = 1, .help = "start from the --load checkpoint's weights at iteration 0 (new optimizer and data order)"},
         {.name = "--no-load-optim", .kind = LJ_FLAG_SWITCH, .dest = &m->no_load_optim, .ival = 1, .help = "--load takes the weights and the position in the run, not the AdamW moments: the optimizer and the LR schedule start again"},
         {.name = "--exit-on-missing-checkpoint", .kind = LJ_FLAG_SWITCH, .dest = &m->exit_on_missing_checkpoint, .ival = 1, .help = "a --load without a checkpoint is an error (without it, --load = --save starts from scratch)"},
-        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "torch_dist|torch  per-rank shard files + metadata.json (default), or rank 0's single state.safetensors"},
+        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "sharded|single  ljperf's per-rank shard files + metadata.json (default), or rank 0's single state.safetensors; torch_dist and torch mean these (not Megatron's formats)"},
         {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &m->async_save, .ival = 1, .help = "copy the state to host memory and write it in the background while training goes on"},
     };
     const int n_own = (int)(sizeof own / sizeof own[0]), n_ign = (int)(sizeof k_ignored / sizeof k_ignored[0]);
@@ -428,12 +428,22 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
     }
     if (m->optimizer && strcmp(m->optimizer, "adam") != 0)
         return lj_fail(LJ_ERR_ARG, "--optimizer %s: ljperf's optimizer is AdamW (--optimizer adam)", m->optimizer);
-    if (m->ckpt_format && strcmp(m->ckpt_format, "torch_dist") != 0 && strcmp(m->ckpt_format, "torch") != 0)
-        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes torch_dist (per-rank shard files and metadata.json, "
-                                   "the default) or torch (one state.safetensors gathered on rank 0); both load on any "
-                                   "world size", m->ckpt_format);
-    if (m->async_save && m->ckpt_format && strcmp(m->ckpt_format, "torch") == 0)
-        return lj_fail(LJ_ERR_ARG, "--async-save needs --ckpt-format torch_dist (Megatron-LM's rule as well)");
+    const char *fmt = m->ckpt_format;
+    const int single = fmt && (!strcmp(fmt, "single") || !strcmp(fmt, "torch"));
+    if (fmt && !single && strcmp(fmt, "sharded") != 0 && strcmp(fmt, "torch_dist") != 0)
+        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes its own formats, sharded (per-rank shard files and "
+                                   "metadata.json, the default) or single (one state.safetensors gathered on rank 0); "
+                                   "both load on any world size",
+                       fmt);
+    if (print && fmt && (!strcmp(fmt, "torch_dist") || !strcmp(fmt, "torch")))
+        lj_log_info("--ckpt-format %s: ljperf writes its own %s format, which Megatron-LM cannot load (it is not "
+                    "PyTorch's %s); each checkpoint's hf/ directory is the way to Megatron-Bridge and transformers "
+                    "(docs/megatron.md)",
+                    fmt, single ? "single" : "sharded", single ? "torch.save" : "Distributed Checkpoint");
+    if (m->async_save && single)
+        return lj_fail(LJ_ERR_ARG, "--async-save needs the sharded checkpoint format, not --ckpt-format %s "
+                                   "(Megatron-LM's rule as well)",
+                       fmt);
     if (m->distributed_optimizer) {
         if (zero_given && *zero_stage == 0)
             return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other");

@@ -89,8 +89,8 @@ bad "--bf16 takes no value" "${common[@]}" --bf16=1
 bad "--fp16: ljperf trains in bf16" "${common[@]}" --fp16
 bad "--tensor-model-parallel-size 2: ljperf has data parallelism only" "${common[@]}" --tensor-model-parallel-size 2
 bad "--pipeline-model-parallel-size 4:" "${common[@]}" --pipeline-model-parallel-size 4
-bad "--ckpt-format zarr: ljperf writes torch_dist" "${common[@]}" --ckpt-format zarr
-bad "--async-save needs --ckpt-format torch_dist" "${common[@]}" --ckpt-format torch --async-save
+bad "--ckpt-format zarr: ljperf writes its own formats, sharded" "${common[@]}" --ckpt-format zarr
+bad "--async-save needs the sharded checkpoint format, not --ckpt-format torch" "${common[@]}" --ckpt-format torch --async-save
 bad "--swiglu is missing" --device cpu --data-path "$tmp/kjv" --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
   --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --vocab-size 128256
 bad "--normalization LayerNorm (Megatron's default)" --device cpu --data-path "$tmp/kjv" --num-layers 2 \
