@@ -338,10 +338,17 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     LJ_TRY(lj_cli_monitor_check(mon));
     lj_dist_env env;
     const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0;
-    /* data: --data-path, Megatron's --train-data-path / --valid-data-path, or --mock-data */
-    const int sources = (a.data.count > 0) + (mg->train_data.count > 0) + mg->mock_data;
-    if (sources > 1)
-        return lj_fail(LJ_ERR_ARG, "--data-path, --train-data-path and --mock-data exclude each other");
+    if (mg->logging_level >= 30) lj_log_set_quiet(1); /* Megatron's --logging-level (Python's WARNING and up) */
+    /* data: --data-path, Megatron's --train-data-path / --valid-data-path, or --mock-data. As in
+     * Megatron-LM's dataset provider, --mock-data wins: the paths beside it are not read. */
+    if (mg->mock_data && (a.data.count > 0 || mg->train_data.count > 0 || mg->valid_data.count > 0)) {
+        if (rank0)
+            lj_log_info("--mock-data: training on synthetic documents; --data-path/--train-data-path/--valid-data-path "
+                        "are not read (Megatron-LM's precedence)");
+        a.data.count = a.mg.train_data.count = a.mg.valid_data.count = 0;
+    }
+    if (a.data.count > 0 && mg->train_data.count > 0)
+        return lj_fail(LJ_ERR_ARG, "--data-path and --train-data-path exclude each other (give one)");
     if (mg->valid_data.count > 0 && mg->train_data.count == 0)
         return lj_fail(LJ_ERR_ARG, "--valid-data-path needs --train-data-path (with --data-path, --split sets aside the "
                                    "validation documents)");
