@@ -123,7 +123,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_upload_rope(&m);
     lj_model_init_weights(&m, cfg->seed);
 
-    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_dp_segments(&m, &ac, &seg);
     const int world = cfg->dp->world;

@@ -195,6 +195,7 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
     int nproc = 0;
     const char *n = lj_flags_peek(argc, argv, "--nproc-per-node");
+    if (!n) n = lj_flags_peek(argc, argv, "--nproc_per_node"); /* torchrun's spelling */
     const char *device = lj_flags_peek(argc, argv, "--device");
     if (!device) device = "auto";
     if (n) {

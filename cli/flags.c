@@ -56,9 +56,57 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     }
 }
 
+/* Launchers' own spellings of flags ljperf names with dashes: torchrun's and DeepSpeed's
+ * (`--nproc_per_node`) beside the dashed form. */
+static const char *const k_spellings[][2] = {
+    {"--nproc_per_node", "--nproc-per-node"},
+};
+
 static const lj_flag *find(const lj_flag *rows, int n, const char *name, size_t len) {
     for (int k = 0; k < n; k++)
         if (rows[k].name && strlen(rows[k].name) == len && !strncmp(rows[k].name, name, len)) return &rows[k];
+    for (size_t s = 0; s < sizeof k_spellings / sizeof k_spellings[0]; s++)
+        if (strlen(k_spellings[s][0]) == len && !strncmp(k_spellings[s][0], name, len))
+            return find(rows, n, k_spellings[s][1], strlen(k_spellings[s][1]));
+    return NULL;
+}
+
+/* Levenshtein distance between a[0..la) and b[0..lb), capped at 99 (names are short). */
+static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+    if (la > 98 || lb > 98) return 99;
+    int d[99 + 1];
+    for (size_t j = 0; j <= lb; j++) d[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = d[0];
+        d[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            const int up = d[j];
+            const int sub = diag + (a[i - 1] != b[j - 1]);
+            const int del = up + 1, ins = d[j - 1] + 1;
+            d[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            diag = up;
+        }
+    }
+    return d[lb];
+}
+
+/* The row whose name is closest to name[0..len) (argparse's difflib suggestion, by edit
+ * distance): within 2 edits, or a quarter of the name; else a row the name is the start of;
+ * NULL when none is that close. */
+static const lj_flag *closest(const lj_flag *rows, int n, const char *name, size_t len) {
+    const lj_flag *best = NULL;
+    int best_d = (int)(len / 4 > 2 ? len / 4 : 2) + 1;
+    for (int k = 0; k < n; k++) {
+        if (!rows[k].name || rows[k].kind == LJ_FLAG_SECTION) continue;
+        const int d = edit_distance(name, len, rows[k].name, strlen(rows[k].name));
+        if (d < best_d) {
+            best_d = d;
+            best = &rows[k];
+        }
+    }
+    if (best || len < 6) return best;
+    for (int k = 0; k < n; k++) /* a name cut short: --micro-batch for --micro-batch-size */
+        if (rows[k].name && rows[k].kind != LJ_FLAG_SECTION && !strncmp(rows[k].name, name, len)) return &rows[k];
     return NULL;
 }
 
@@ -81,6 +129,9 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
     memset(res, 0, sizeof *res);
     check_table(rows, n);
     int only_positional = 0;
+    /* every unknown flag of the line is reported at once, as argparse does */
+    char unknown[1024] = "";
+    int num_unknown = 0;
     for (int i = 0; i < argc; i++) {
         char *a = argv[i];
         if (only_positional || is_value(a)) {
@@ -103,7 +154,16 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
         const size_t len = eq ? (size_t)(eq - a) : strlen(a);
         const lj_flag *r = find(rows, n, a, len);
-        if (!r) return lj_fail(LJ_ERR_ARG, "unknown flag '%.*s' (see ljperf %s --help)", (int)len, a, cmd);
+        if (!r) {
+            const lj_flag *near = closest(rows, n, a, len);
+            const size_t used = strlen(unknown);
+            if (used < sizeof unknown - 1)
+                snprintf(unknown + used, sizeof unknown - used, "%s'%.*s'%s%s%s", num_unknown ? ", " : "", (int)len, a,
+                         near ? " (did you mean " : "", near ? near->name : "", near ? "?)" : "");
+            num_unknown++;
+            while (!eq && i + 1 < argc && is_value(argv[i + 1]) && !only_positional) i++; /* its values */
+            continue;
+        }
         if (r->given) *r->given = 1;
         const int nvalues = r->kind == LJ_FLAG_SWITCH ? 0
                             : r->kind == LJ_FLAG_LIST ? -1
@@ -137,6 +197,8 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
             LJ_TRY(parse_value(r, argv[first]));
         }
     }
+    if (num_unknown)
+        return lj_fail(LJ_ERR_ARG, "unknown flag%s %s (see ljperf %s --help)", num_unknown > 1 ? "s" : "", unknown, cmd);
     return LJ_OK;
 }
 

@@ -65,6 +65,7 @@ static const lj_flag k_ignored[] = {
     {.name = "--no-save-rng", .kind = LJ_FLAG_IGNORED, .help = "ljperf's random state is the seed and the data position: nothing more is saved"},
     {.name = "--no-load-rng", .kind = LJ_FLAG_IGNORED, .help = "ljperf's random state is the seed and the data position: nothing more is loaded"},
     {.name = "--use-checkpoint-args", .kind = LJ_FLAG_IGNORED, .help = "a resume checks the model against the checkpoint's config.json (without shape flags the model is the checkpoint's)"},
+    {.name = "--init-model-with-meta-device", .kind = LJ_FLAG_IGNORED, .help = "ljperf never materialises a model twice: the memory plan allocates it once, where it runs"},
     {.name = "--use-dist-ckpt", .kind = LJ_FLAG_IGNORED, .help = "the sharded format is the default (--ckpt-format torch_dist)"},
     {.name = "--auto-detect-ckpt-format", .kind = LJ_FLAG_IGNORED, .help = "ljperf reads its own format and Hugging Face directories"},
     {.name = "--ckpt-fully-parallel-save", .kind = LJ_FLAG_IGNORED, .help = "always: every rank writes its own shard file at the same time"},
@@ -90,6 +91,7 @@ void lj_cli_megatron_init(lj_cli_megatron *m) {
     m->num_layers = m->hidden_size = m->ffn_hidden_size = m->num_attention_heads = -1;
     m->num_query_groups = m->kv_channels = m->max_position_embeddings = m->vocab_size = -1;
     m->make_vocab_size_divisible_by = 128;
+    m->logging_level = -1;
     m->rotary_base = m->rotary_percent = m->rope_scaling_factor = m->norm_epsilon = NAN;
     m->init_method_std = m->attention_dropout = m->hidden_dropout = NAN;
     m->train_samples = m->lr_decay_samples = m->lr_warmup_samples = m->lr_wsd_decay_samples = -1;
@@ -151,6 +153,9 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--context-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->context_parallel, .help = "1"},
         {.name = "--expert-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->expert_parallel, .help = "1"},
         {.name = "--use-distributed-optimizer", .kind = LJ_FLAG_SWITCH, .dest = &m->distributed_optimizer, .ival = 1, .help = "shard the optimizer state over the data-parallel ranks: ZeRO-1 (--zero-stage 1)"},
+        {.name = "--use-megatron-fsdp", .kind = LJ_FLAG_SWITCH, .dest = &m->use_megatron_fsdp, .ival = 1, .help = "Megatron-FSDP: ljperf's ZeRO stage of --data-parallel-sharding-strategy (printed at start-up)"},
+        {.name = "--data-parallel-sharding-strategy", .kind = LJ_FLAG_STR, .dest = &m->dp_sharding_strategy, .help = "no_shard|optim|optim_grads|optim_grads_params  ZeRO stage 0|1|2|3 (default no_shard, as Megatron-LM's)"},
+        {.name = "--logging-level", .kind = LJ_FLAG_INT, .dest = &m->logging_level, .help = "N  Python's logging levels: 30 (warning) or above silences the info lines (warnings, errors and the iteration lines stay, as in Megatron-LM)"},
         {.name = "--distributed-timeout-minutes", .kind = LJ_FLAG_INT, .dest = &m->distributed_timeout_minutes, .help = "M  bootstrap, liveness and collective timeout (LJPERF_DIST_TIMEOUT in seconds wins)"},
         {.name = "--local_rank", .kind = LJ_FLAG_INT, .dest = &m->local_rank, .help = "N  the DeepSpeed launcher's argument; must agree with LOCAL_RANK"},
         {.name = "--local-rank", .kind = LJ_FLAG_INT, .dest = &m->local_rank, .help = "N  torch.distributed.launch's spelling of it"},
@@ -168,7 +173,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--finetune", .kind = LJ_FLAG_SWITCH, .dest = &m->finetune, .ival = 1, .help = "start from the --load checkpoint's weights at iteration 0 (new optimizer and data order)"},
         {.name = "--no-load-optim", .kind = LJ_FLAG_SWITCH, .dest = &m->no_load_optim, .ival = 1, .help = "--load takes the weights and the position in the run, not the AdamW moments: the optimizer and the LR schedule start again"},
         {.name = "--exit-on-missing-checkpoint", .kind = LJ_FLAG_SWITCH, .dest = &m->exit_on_missing_checkpoint, .ival = 1, .help = "a --load without a checkpoint is an error (without it, --load = --save starts from scratch)"},
-        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "torch_dist|torch  per-rank shard files + metadata.json (default), or rank 0's single state.safetensors"},
+        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "sharded|single  ljperf's per-rank shard files + metadata.json (default), or rank 0's single state.safetensors; torch_dist and torch mean these (not Megatron's formats)"},
         {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &m->async_save, .ival = 1, .help = "copy the state to host memory and write it in the background while training goes on"},
     };
     const int n_own = (int)(sizeof own / sizeof own[0]), n_ign = (int)(sizeof k_ignored / sizeof k_ignored[0]);
@@ -428,12 +433,51 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
     }
     if (m->optimizer && strcmp(m->optimizer, "adam") != 0)
         return lj_fail(LJ_ERR_ARG, "--optimizer %s: ljperf's optimizer is AdamW (--optimizer adam)", m->optimizer);
-    if (m->ckpt_format && strcmp(m->ckpt_format, "torch_dist") != 0 && strcmp(m->ckpt_format, "torch") != 0)
-        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes torch_dist (per-rank shard files and metadata.json, "
-                                   "the default) or torch (one state.safetensors gathered on rank 0); both load on any "
-                                   "world size", m->ckpt_format);
-    if (m->async_save && m->ckpt_format && strcmp(m->ckpt_format, "torch") == 0)
-        return lj_fail(LJ_ERR_ARG, "--async-save needs --ckpt-format torch_dist (Megatron-LM's rule as well)");
+    const char *fmt = m->ckpt_format;
+    const int single = fmt && (!strcmp(fmt, "single") || !strcmp(fmt, "torch"));
+    if (fmt && !single && strcmp(fmt, "sharded") != 0 && strcmp(fmt, "torch_dist") != 0)
+        return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes its own formats, sharded (per-rank shard files and "
+                                   "metadata.json, the default) or single (one state.safetensors gathered on rank 0); "
+                                   "both load on any world size",
+                       fmt);
+    if (print && fmt && (!strcmp(fmt, "torch_dist") || !strcmp(fmt, "torch")))
+        lj_log_info("--ckpt-format %s: ljperf writes its own %s format, which Megatron-LM cannot load (it is not "
+                    "PyTorch's %s); each checkpoint's hf/ directory is the way to Megatron-Bridge and transformers "
+                    "(docs/megatron.md)",
+                    fmt, single ? "single" : "sharded", single ? "torch.save" : "Distributed Checkpoint");
+    if (m->async_save && single)
+        return lj_fail(LJ_ERR_ARG, "--async-save needs the sharded checkpoint format, not --ckpt-format %s "
+                                   "(Megatron-LM's rule as well)",
+                       fmt);
+    if (m->dp_sharding_strategy && !m->use_megatron_fsdp)
+        return lj_fail(LJ_ERR_ARG, "--data-parallel-sharding-strategy %s needs --use-megatron-fsdp (as in Megatron-LM)",
+                       m->dp_sharding_strategy);
+    if (m->use_megatron_fsdp) {
+        static const char *const names[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+        static const char *const what[] = {"nothing sharded (DDP)", "the optimizer state sharded",
+                                           "the optimizer state and gradients sharded",
+                                           "parameters, gradients and optimizer state sharded"};
+        const char *strategy = m->dp_sharding_strategy ? m->dp_sharding_strategy : "no_shard";
+        int stage = -1;
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(strategy, names[k])) stage = k;
+        if (stage < 0)
+            return lj_fail(LJ_ERR_ARG, "--data-parallel-sharding-strategy %s: not one of no_shard, optim, optim_grads, "
+                                       "optim_grads_params",
+                           strategy);
+        if (zero_given && *zero_stage != stage)
+            return lj_fail(LJ_ERR_ARG, "--use-megatron-fsdp with --data-parallel-sharding-strategy %s is ZeRO stage %d, "
+                                       "but --zero-stage (or the DeepSpeed JSON) says %d: drop one of them",
+                           strategy, stage, *zero_stage);
+        if (m->distributed_optimizer && stage == 0)
+            return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer with --use-megatron-fsdp needs a sharding strategy "
+                                       "(--data-parallel-sharding-strategy optim or more), not no_shard");
+        *zero_stage = stage;
+        zero_given = 1;
+        if (print)
+            lj_log_info("--use-megatron-fsdp --data-parallel-sharding-strategy %s: ZeRO stage %d (%s)", strategy, stage,
+                        what[stage]);
+    }
     if (m->distributed_optimizer) {
         if (zero_given && *zero_stage == 0)
             return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other");

@@ -40,6 +40,9 @@ typedef struct {
     /* parallelism and launch */
     int tensor_parallel, pipeline_parallel, context_parallel, expert_parallel, distributed_optimizer;
     int distributed_timeout_minutes;
+    int use_megatron_fsdp;               /* --use-megatron-fsdp */
+    const char *dp_sharding_strategy;    /* --data-parallel-sharding-strategy: no_shard|optim|optim_grads|optim_grads_params */
+    int logging_level;                   /* --logging-level: Python's levels (10 debug, 20 info, 30 warning, ...) */
     int local_rank;                      /* the DeepSpeed launcher's --local_rank */
     /* data */
     int mock_data;

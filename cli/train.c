@@ -252,7 +252,8 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--lr-decay-iters", .kind = LJ_FLAG_INT, .dest = &a->decay_iters},
         {.name = "--lr-decay-style", .kind = LJ_FLAG_STR, .dest = &a->decay_style},
         {.name = "--weight-decay", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.weight_decay},
-        {.name = "--weight-decay-all", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.decay_norms_and_embeddings, .ival = 1},
+        {.name = "--weight-decay-all", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.wd_rule, .ival = LJ_WD_ALL},
+        {.name = "--apply-wd-to-qk-layernorm", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.wd_qk_norm, .ival = 1},
         {.name = "--adam-beta1", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta1},
         {.name = "--adam-beta2", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta2},
         {.name = "--adam-eps", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.eps},
@@ -337,10 +338,17 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     LJ_TRY(lj_cli_monitor_check(mon));
     lj_dist_env env;
     const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0;
-    /* data: --data-path, Megatron's --train-data-path / --valid-data-path, or --mock-data */
-    const int sources = (a.data.count > 0) + (mg->train_data.count > 0) + mg->mock_data;
-    if (sources > 1)
-        return lj_fail(LJ_ERR_ARG, "--data-path, --train-data-path and --mock-data exclude each other");
+    if (mg->logging_level >= 30) lj_log_set_quiet(1); /* Megatron's --logging-level (Python's WARNING and up) */
+    /* data: --data-path, Megatron's --train-data-path / --valid-data-path, or --mock-data. As in
+     * Megatron-LM's dataset provider, --mock-data wins: the paths beside it are not read. */
+    if (mg->mock_data && (a.data.count > 0 || mg->train_data.count > 0 || mg->valid_data.count > 0)) {
+        if (rank0)
+            lj_log_info("--mock-data: training on synthetic documents; --data-path/--train-data-path/--valid-data-path "
+                        "are not read (Megatron-LM's precedence)");
+        a.data.count = a.mg.train_data.count = a.mg.valid_data.count = 0;
+    }
+    if (a.data.count > 0 && mg->train_data.count > 0)
+        return lj_fail(LJ_ERR_ARG, "--data-path and --train-data-path exclude each other (give one)");
     if (mg->valid_data.count > 0 && mg->train_data.count == 0)
         return lj_fail(LJ_ERR_ARG, "--valid-data-path needs --train-data-path (with --data-path, --split sets aside the "
                                    "validation documents)");
@@ -355,7 +363,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     c->mock_data = mg->mock_data;
     c->async_save = mg->async_save;
-    c->ckpt_format = mg->ckpt_format && strcmp(mg->ckpt_format, "torch") == 0; /* 1: LJ_CKPT_FORMAT_TORCH */
+    c->ckpt_format = mg->ckpt_format && (!strcmp(mg->ckpt_format, "torch") || !strcmp(mg->ckpt_format, "single"));
+    /* 1: LJ_CKPT_FORMAT_TORCH, the single file */
     if (mg->test_data.count > 0 && rank0) lj_log_info("--test-data-path: accepted; ljperf runs no test pass");
     if (c->num_data_args == 0 && !c->mock_data)
         return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`, or train on synthetic "
@@ -410,7 +419,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     if (!shape && mg->vocab_size > 0 && mg->vocab_size != c->model.vocab_size && rank0)
         lj_log_info("--vocab-size %d: the model's vocabulary (%d) comes from %s", mg->vocab_size, c->model.vocab_size,
                     model ? "--model" : c->load ? "the checkpoint" : "the default model");
-    if (mg->apply_layernorm_1p && c->adamw.decay_norms_and_embeddings)
+    if (mg->apply_layernorm_1p && c->adamw.wd_rule == LJ_WD_ALL)
         return lj_fail(LJ_ERR_ARG, "--apply-layernorm-1p with --weight-decay-all: decaying 1 + g towards 0 is not "
                                    "decaying g; ljperf stores the plain weight (drop one of the two)");
     if (!isnan(mg->exit_duration_in_mins)) {

@@ -212,8 +212,10 @@ void lj_rope_tables(const lj_model_config *cfg, int rows, float *cos_out, float 
 /* Uploads the RoPE tables (call once after binding). */
 void lj_model_upload_rope(lj_model *m);
 
-/* Random init (HF LlamaPreTrainedModel._init_weights): matrices and embeddings ~ N(0,
- * initializer_range), norms (QK-norm's too) = 1, biases = 0. Deterministic from `seed`, independent of thread count.
+/* Random init, Megatron-LM's (megatron/core/transformer/transformer_config.py: init_method and
+ * output_layer_init_method): matrices and embeddings ~ N(0, initializer_range), the layers'
+ * output projections (o_proj, down_proj) ~ N(0, initializer_range / sqrt(2 L)), norms (QK-norm's
+ * too) = 1, biases = 0. Deterministic from `seed`, independent of thread count.
  * Writes master and params; zeroes AdamW state. */
 void lj_model_init_weights(lj_model *m, uint64_t seed);
 

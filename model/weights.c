@@ -4,6 +4,7 @@
  * lives is the residency's (model/residency.h) and the shard bounds of lj_model. */
 #include "model/model.h"
 
+#include <math.h>
 #include <string.h>
 
 
@@ -57,12 +58,24 @@ static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t 
     else ops->upload(m->master + (lo - m->shard_begin), src + (lo - offset), bytes);
 }
 
+/* The normal init's standard deviation of parameter p: --init-method-std (initializer_range), and
+ * for the layers' output projections (o_proj, down_proj) std / sqrt(2 L), Megatron-LM's
+ * scaled_init_method_normal (megatron/core/utils.py; GPT-2's residual scaling). */
+static double init_std(const lj_model *m, int p) {
+    const lj_param_info *info = &m->layout.params[p];
+    const double std = m->cfg.initializer_range;
+    if (info->layer < 0) return std;
+    if (p == lj_param_index(&m->layout, info->layer, LJ_P_O) || p == lj_param_index(&m->layout, info->layer, LJ_P_DOWN))
+        return std / sqrt(2.0 * m->cfg.num_hidden_layers);
+    return std;
+}
+
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
     enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
-    const double std = m->cfg.initializer_range;
     float *stage = lj_malloc((size_t)STAGE * sizeof(float));
     for (int p = 0; p < m->layout.count; p++) {
         const lj_param_info *info = &m->layout.params[p];
+        const double std = init_std(m, p);
         for (int64_t base = 0; base < info->numel; base += STAGE) {
             const int64_t n = info->numel - base < STAGE ? info->numel - base : STAGE;
             if (info->kind == LJ_PARAM_NORM || info->kind == LJ_PARAM_BIAS) {

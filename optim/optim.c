@@ -59,12 +59,27 @@ lj_status lj_lr_parse_wsd_style(const char *text, lj_lr_wsd_style *style) {
     return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-style: '%s' is not one of linear, cosine, exponential, minus_sqrt", text);
 }
 
+float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg) {
+    int decayed;
+    switch (cfg->wd_rule) {
+    case LJ_WD_ALL: decayed = 1; break;
+    case LJ_WD_MATRICES: decayed = p->kind == LJ_PARAM_MATRIX; break;
+    default: {
+        const size_t n = strlen(p->name);
+        const int bias = n >= 5 && !strcmp(p->name + n - 5, ".bias");
+        const int qk_norm = strstr(p->name, ".q_norm.") || strstr(p->name, ".k_norm.");
+        decayed = !bias && (p->ndim == 2 || (qk_norm && cfg->wd_qk_norm));
+    }
+    }
+    return decayed ? cfg->weight_decay : 0.0f;
+}
+
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments) {
     lj_adamw_segment *seg = lj_calloc((size_t)layout->count, sizeof *seg);
     int n = 0;
     for (int i = 0; i < layout->count; i++) {
         const lj_param_info *p = &layout->params[i];
-        const float wd = (p->kind == LJ_PARAM_MATRIX || cfg->decay_norms_and_embeddings) ? cfg->weight_decay : 0.0f;
+        const float wd = lj_adamw_param_decay(p, cfg);
         if (n > 0 && seg[n - 1].weight_decay == wd && seg[n - 1].offset + seg[n - 1].count == p->offset) {
             seg[n - 1].count += p->numel;
         } else {

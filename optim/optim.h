@@ -50,16 +50,30 @@ lj_status lj_lr_parse_style(const char *text, lj_lr_decay_style *style);
  * --lr-wsd-decay-style. */
 lj_status lj_lr_parse_wsd_style(const char *text, lj_lr_wsd_style *style);
 
+/* Which parameters --weight-decay applies to. */
+typedef enum {
+    LJ_WD_MEGATRON = 0, /* Megatron-LM's groups (megatron/core/optimizer/__init__.py,
+                           get_standard_config_overrides): every parameter but the biases and the
+                           1-D ones (the norms, QK-norm's too); embeddings and lm_head decayed */
+    LJ_WD_ALL,          /* every parameter (--weight-decay-all) */
+    LJ_WD_MATRICES,     /* the layers' projection matrices only (no norms, biases, embeddings or
+                           lm_head: the HF fixtures' optimizer groups) */
+} lj_wd_rule;
+
 typedef struct {
     float beta1, beta2, eps;
-    float weight_decay;        /* decoupled, on projection matrices */
+    float weight_decay;        /* decoupled (AdamW), on the parameters wd_rule names */
     float max_grad_norm;       /* --clip-grad; <= 0: off */
-    int decay_norms_and_embeddings; /* 1: weight decay on every parameter */
+    lj_wd_rule wd_rule;
+    int wd_qk_norm;            /* LJ_WD_MEGATRON: decay QK-norm's weights too
+                                  (--apply-wd-to-qk-layernorm, the Qwen3-Next recipe) */
 } lj_adamw_config;
 
+/* The weight decay of parameter p under cfg: cfg->weight_decay or 0. */
+float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg);
+
 /* The AdamW segments of a parameter layout: one per run of adjacent parameters with the same
- * weight decay (matrices get cfg->weight_decay; norms and embeddings 0 unless
- * decay_norms_and_embeddings). Returns the count; *segments is heap-allocated. */
+ * weight decay (lj_adamw_param_decay). Returns the count; *segments is heap-allocated. */
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments);
 
 /* The segments restricted to the slice [begin, begin + count) of the flat buffers, with offsets

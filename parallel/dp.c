@@ -126,7 +126,7 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
     int k = 0;
     for (int i = 0; i < n; i++) {
         const lj_param_info *p = &m->layout.params[pieces[i].param];
-        const float wd = (p->kind == LJ_PARAM_MATRIX || cfg->decay_norms_and_embeddings) ? cfg->weight_decay : 0.0f;
+        const float wd = lj_adamw_param_decay(p, cfg);
         const int64_t count = pieces[i].end - pieces[i].begin;
         if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
             seg[k - 1].count += count;

@@ -219,7 +219,7 @@ static void test_saved_inputs_equal_recast(void **state) {
 
 /* n AdamW steps on the fixed batch; losses into out[n]. */
 static void steps(lj_test_model *t, int first_step, int n, double *out) {
-    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&t->m.layout, &ac, &seg);
     lj_dp single = LJ_DP_SINGLE;

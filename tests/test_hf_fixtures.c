@@ -164,7 +164,8 @@ static void check_case(const char *name) {
     assert_int_equal(cJSON_GetArraySize(losses), 5);
     engine e;
     engine_init(&e, &f, 1, LJ_RECOMPUTE_NONE);
-    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    /* the fixtures' optimizer groups: decay on the layers' projection matrices only */
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&e.m.layout, &ac, &seg);
     for (int step = 1; step <= 5; step++) {

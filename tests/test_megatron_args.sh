@@ -84,13 +84,33 @@ bad() {
 }
 bad "unknown flag '--train-iter'" "${common[@]}" --train-iter 2
 bad "unknown flag '--frobnicate'" "${common[@]}" --frobnicate=1
+# every unknown flag in one message, as argparse lists them, with the closest known name
+bad "unknown flags '--train-iter' (did you mean --train-iters?), '--frobnicate', '--micro-batch' (did you mean --micro-batch-size?)" \
+  "${common[@]}" --train-iter 2 --frobnicate=1 --micro-batch 4
+# torchrun's spelling is --nproc-per-node: one more error of the same run shows it was read
+bad "unknown flag '--bogus'" "${common[@]}" --nproc_per_node 1 --bogus
+# Megatron-FSDP's flags map to the ZeRO stage they mean
+bad "--data-parallel-sharding-strategy optim needs --use-megatron-fsdp" "${common[@]}" --data-parallel-sharding-strategy optim
+bad "--data-parallel-sharding-strategy sharded: not one of no_shard, optim, optim_grads, optim_grads_params" \
+  "${common[@]}" --use-megatron-fsdp --data-parallel-sharding-strategy sharded
+bad "is ZeRO stage 3, but --zero-stage (or the DeepSpeed JSON) says 1" "${common[@]}" --use-megatron-fsdp \
+  --data-parallel-sharding-strategy optim_grads_params --zero-stage 1
+"$LJPERF" train "${common[@]}" --train-iters 1 --mock-data --use-megatron-fsdp --data-parallel-sharding-strategy \
+  optim_grads_params --init-model-with-meta-device --logging-level 20 >"$tmp/fsdp.out" 2>&1 || { cat "$tmp/fsdp.out"; fail "Megatron-FSDP flags"; }
+for want in "ZeRO stage 3 (parameters, gradients and optimizer state sharded)" \
+            "--mock-data: training on synthetic documents; --data-path" "--init-model-with-meta-device: ljperf never"; do
+  grep -q -- "$want" "$tmp/fsdp.out" || { cat "$tmp/fsdp.out"; fail "Megatron-FSDP flags: no line '$want'"; }
+done
+"$LJPERF" train "${common[@]}" --train-iters 1 --mock-data --logging-level 30 >"$tmp/quiet.out" 2>&1 || fail "--logging-level 30"
+! grep -q -- "--mock-data: training on synthetic" "$tmp/quiet.out" || fail "--logging-level 30 still prints info lines"
+ok "Megatron-FSDP's sharding strategies, --mock-data's precedence, --logging-level"
 bad "--lr needs a value" "${common[@]}" --lr --seed 1
 bad "--bf16 takes no value" "${common[@]}" --bf16=1
 bad "--fp16: ljperf trains in bf16" "${common[@]}" --fp16
 bad "--tensor-model-parallel-size 2: ljperf has data parallelism only" "${common[@]}" --tensor-model-parallel-size 2
 bad "--pipeline-model-parallel-size 4:" "${common[@]}" --pipeline-model-parallel-size 4
-bad "--ckpt-format zarr: ljperf writes torch_dist" "${common[@]}" --ckpt-format zarr
-bad "--async-save needs --ckpt-format torch_dist" "${common[@]}" --ckpt-format torch --async-save
+bad "--ckpt-format zarr: ljperf writes its own formats, sharded" "${common[@]}" --ckpt-format zarr
+bad "--async-save needs the sharded checkpoint format, not --ckpt-format torch" "${common[@]}" --ckpt-format torch --async-save
 bad "--swiglu is missing" --device cpu --data-path "$tmp/kjv" --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
   --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --vocab-size 128256
 bad "--normalization LayerNorm (Megatron's default)" --device cpu --data-path "$tmp/kjv" --num-layers 2 \

@@ -157,7 +157,7 @@ static void test_adamw_lowers_loss(void **state) {
         lj_model_config c = family_config(k_families[k], 1);
         fixture f;
         setup_model(&f, &c, 1, LJ_RECOMPUTE_NONE);
-        lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+        lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
         lj_adamw_segment *seg;
         const int nseg = lj_adamw_segments(&f.m.layout, &ac, &seg);
         double first = 0.0, last = 0.0;
@@ -186,7 +186,7 @@ static void test_train_step_matches_eager(void **state) {
     setup_model(&a, &c, 1, LJ_RECOMPUTE_NONE);
     setup_model(&b, &c, 1, LJ_RECOMPUTE_NONE);
     a.m.opt.graphs = 1; /* no graph entries on the CPU: the step runs eagerly */
-    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0};
+    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&a.m.layout, &ac, &seg);
     lj_dp single = LJ_DP_SINGLE;

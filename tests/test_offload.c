@@ -80,7 +80,7 @@ static void test_offload_steps_equal(void **state) {
     create(&a, &c, 0);
     create(&b, &c, 1);
     expect_same(&a.m, &b.m);
-    lj_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0}; /* clipping on: the norm matters */
+    lj_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0}; /* clipping on: the norm matters */
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&a.m.layout, &cfg, &seg);
     int32_t tokens[2 * 17];

@@ -39,7 +39,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->seed = 1234;
     c->fused = 1;
     c->lr = (lj_lr_schedule){.lr = 3e-4, .min_lr = 0.0, .style = LJ_LR_COSINE, .step_size = 1}; /* Megatron: --min-lr 0 */
-    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
@@ -366,15 +366,20 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     lj_model *m = &r->model;
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
     const int iteration = r->iteration + 1;
-    const int step = iteration - r->schedule_start; /* the optimizer's and the LR schedule's step */
-    *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
-                      ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
-                      : lj_lr_at(&c->lr, step));
+    const int step = iteration - r->schedule_start; /* the optimizer's step, 1 for the first update */
+    /* Megatron-LM steps its OptimizerParamScheduler after optimizer.step(): update k runs at the
+     * schedule's value after k - 1 steps (the first at --lr-warmup-init when warming up), and the
+     * value logged for iteration k is the one after k steps (what update k + 1 will use). */
+    float update_lr = *lr = (float)lj_lr_at(&c->lr, step);
+    if (c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE)
+        update_lr = *lr = (float)lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step);
+    else
+        update_lr = (float)lj_lr_at(&c->lr, step - 1);
     double sum = 0.0;
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);
         lj_model_set_batch(m, r->tokens); /* uploaded in stream order before the step */
-        *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step, dloss);
+        *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, step, dloss);
         sum = lj_model_mean_loss(m); /* the losses of this step's forward (the update leaves them) */
     } else {
         lj_model_zero_grads(m);
@@ -384,7 +389,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
             lj_model_forward_backward(m, dloss);
             sum += lj_model_mean_loss(m);
         }
-        *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, *lr, step);
+        *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, step);
     }
     const int late = c->exit_duration_min > 0 && lj_time_sec() - r->start_sec > c->exit_duration_min * 60.0;
     float scalars[3] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0), (float)late};
@@ -423,10 +428,11 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                     r.iteration, cfg->train_iters);
     else if (r.iteration >= cfg->train_iters && r.rank == 0)
         lj_log_info("--train-iters %d: nothing to train", cfg->train_iters);
-    /* the printed lm loss is the mean over the iterations since the last printed line (Megatron's
-     * convention); --log-json keeps every iteration's own loss */
-    double interval_loss = 0.0;
-    int interval_iters = 0, interval_skips_logged = 0;
+    /* The printed line is Megatron's: the lm loss is the mean over the iterations since the last
+     * printed line, and so are the ms per iteration, tokens/s and TFLOP/s (the interval's time
+     * over its iterations); --log-json and TensorBoard keep every iteration's own values. */
+    double interval_loss = 0.0, interval_sec = 0.0;
+    int interval_iters = 0, interval_all = 0, interval_skips_logged = 0;
     r.start_sec = lj_time_sec();
     while (r.iteration < cfg->train_iters && !r.stop) {
         const double t0 = lj_time_sec();
@@ -435,6 +441,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         train_step(&r, &loss, &grad_norm, &lr);
         const double dt = lj_time_sec() - t0;
         const double tps = (double)tokens_per_iter / dt;
+        interval_sec += dt;
+        interval_all++;
         char overflow[160];
         if (r.model.linear_fp8.active && lj_linear_fp8_overflow(&r.model, overflow, sizeof overflow)) {
             s = lj_fail(LJ_ERR_ARG, "FP8 scales overflow at iteration %d: the amax of %s is not finite (the tensor "
@@ -473,8 +481,9 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         }
         if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
             const double logged = interval_iters ? interval_loss / interval_iters : loss;
-            interval_loss = 0.0;
-            interval_iters = 0;
+            const double mean_dt = interval_sec / interval_all, mean_tps = (double)tokens_per_iter / mean_dt;
+            interval_loss = interval_sec = 0.0;
+            interval_iters = interval_all = 0;
             char skips[64] = "";
             if (r.skipped_total > interval_skips_logged)
                 snprintf(skips, sizeof skips, " | number of skipped iterations: %d", r.skipped_total - interval_skips_logged);
@@ -482,8 +491,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
                    "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
                    "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f%s\n",
-                   r.iteration, cfg->train_iters, r.consumed_samples, dt * 1e3, lr, cfg->global_batch_size, logged,
-                   grad_norm, tps, tps * flops_per_token / 1e12 / r.world, skips);
+                   r.iteration, cfg->train_iters, r.consumed_samples, mean_dt * 1e3, lr, cfg->global_batch_size,
+                   logged, grad_norm, mean_tps, mean_tps * flops_per_token / 1e12 / r.world, skips);
             fflush(stdout);
         }
         if (r.log_json) {

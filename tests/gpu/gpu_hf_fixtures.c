@@ -155,7 +155,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         lj_model_upload_rope(&m);
         lj_model_set_weights(&m, w);
         lj_model_set_batch(&m, tokens);
-        const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0};
+        const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0}; /* the fixtures' groups */
         lj_adamw_segment *seg;
         const int nseg = lj_adamw_segments(&m.layout, &ac, &seg);
         double worst = 0.0;
