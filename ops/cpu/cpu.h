@@ -183,6 +183,12 @@ void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qk
                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
 size_t lj_cpu_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
+/* cpu_paged.c */
+void lj_cpu_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd);
+void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                            const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
+                            int nkv, int hd);
+void lj_cpu_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C);
 
 /* cpu_cross_entropy.c */
 void lj_cpu_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
