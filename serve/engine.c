@@ -59,7 +59,8 @@ struct lj_serve_engine {
     int n_inbox, cap_inbox;
     int stopping, drain, abort_pending, paused, in_step;
     pthread_cond_t idle; /* signalled when a step ends */
-    int waiting_requests;     /* requests submitted and not yet admitted (all choices) */
+    int waiting_requests;     /* requests in the waiting queue (counted at each step) */
+    int inbox_requests;       /* requests submitted since the engine thread last took the inbox */
     lj_serve_stats stats;
     /* the engine thread's own */
     seq **waiting, **running, **next_running; /* running: [max_num_seqs]; next_running: the step's new order */
@@ -135,10 +136,15 @@ int lj_serve_request_wait(lj_serve_request *r, int64_t seen, double timeout_sec)
 }
 
 static void ask_end(lj_serve_engine *e, lj_serve_request *r, int i, lj_finish_reason why) {
+    int asked = 0;
     pthread_mutex_lock(&r->mu);
     for (int c = 0; c < r->n_choices; c++)
-        if ((i < 0 || c == i) && !r->end_asked[c] && r->out[c].finish == LJ_FINISH_NONE) r->end_asked[c] = (uint8_t)why;
+        if ((i < 0 || c == i) && !r->end_asked[c] && r->out[c].finish == LJ_FINISH_NONE) {
+            r->end_asked[c] = (uint8_t)why;
+            asked = 1;
+        }
     pthread_mutex_unlock(&r->mu);
+    if (!asked) return; /* nothing left to end: the engine is not touched (it may be gone) */
     pthread_mutex_lock(&e->mu);
     e->abort_pending = 1;
     pthread_cond_signal(&e->cv);
@@ -161,7 +167,7 @@ static void hist_add(lj_serve_hist *h, double v) {
 void lj_serve_engine_stats(lj_serve_engine *e, lj_serve_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;
-    out->waiting = e->waiting_requests;
+    out->waiting = e->waiting_requests + e->inbox_requests;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -376,7 +382,7 @@ static int step(lj_serve_engine *e) {
         int running = 0;
         for (int i = 0; i < e->n_running; i++) running += e->running[i]->choice == 0;
         pthread_mutex_lock(&e->mu);
-        e->waiting_requests = w + e->n_inbox;
+        e->waiting_requests = w;
         e->stats.running = running;
         pthread_mutex_unlock(&e->mu);
     }
@@ -444,7 +450,8 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
         for (int i = 0; i < e->n_inbox; i++) push(&e->waiting, &e->n_waiting, &e->cap_waiting, e->inbox[i], 0);
-        e->n_inbox = 0;
+        e->waiting_requests += e->inbox_requests;
+        e->n_inbox = e->inbox_requests = 0;
         e->abort_pending = 0;
         if (e->stopping && (!e->drain || (e->n_waiting == 0 && e->n_running == 0))) break;
         if (e->paused && !e->stopping) {
@@ -544,13 +551,13 @@ int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r) {
     pthread_mutex_lock(&e->mu);
     int rc = LJ_SERVE_QUEUED;
     if (e->stopping) rc = LJ_SERVE_STOPPING;
-    else if (e->waiting_requests + e->n_inbox / r->n_choices >= e->opt.max_waiting_requests) rc = LJ_SERVE_QUEUE_FULL;
+    else if (e->waiting_requests + e->inbox_requests >= e->opt.max_waiting_requests) rc = LJ_SERVE_QUEUE_FULL;
     if (rc == LJ_SERVE_QUEUED) {
         pthread_mutex_lock(&r->mu);
         r->refs += r->n_choices; /* one per sequence, dropped when it finishes */
         pthread_mutex_unlock(&r->mu);
         for (int i = 0; i < r->n_choices; i++) push(&e->inbox, &e->n_inbox, &e->cap_inbox, seq_new(e, r, i), 0);
-        e->waiting_requests++;
+        e->inbox_requests++;
         e->stats.prompt_tokens += r->n_prompt;
         pthread_cond_signal(&e->cv);
     }

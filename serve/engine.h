@@ -103,7 +103,8 @@ void lj_serve_request_release(lj_serve_request *r);
 enum { LJ_SERVE_QUEUED = 0, LJ_SERVE_QUEUE_FULL, LJ_SERVE_STOPPING };
 int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r);
 
-/* Ends every choice (the client went away): their blocks are freed at the next step. */
+/* Ends every choice (the client went away): their blocks are freed at the next step. A request
+ * whose choices have all finished is left alone, without touching e. */
 void lj_serve_request_abort(lj_serve_engine *e, lj_serve_request *r);
 /* Ends choice i with LJ_FINISH_STOP (a stop string matched); tokens already appended stay. */
 void lj_serve_request_stop(lj_serve_engine *e, lj_serve_request *r, int i);

@@ -3,7 +3,8 @@
  * chain, the salt); the engine's greedy tokens against lj_model_decode (the path of `ljperf
  * generate`) and its logprobs against the training forward; many requests at once under a small
  * cache and token budget (chunked prefill, preemption) give each the tokens it gets alone; the
- * prefix cache hits on a repeated prompt; a seed reproduces a sampled answer. */
+ * prefix cache hits on a repeated prompt; a seed reproduces a sampled answer; aborts free the
+ * sequences; the waiting queue is bounded. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,6 +138,8 @@ static lj_model_config family_config(int family) {
     return c;
 }
 
+static int g_max_waiting = 100000;
+
 static void server_start(server *s, int family, int num_blocks, int max_tokens, int max_seqs, int prefix) {
     memset(s, 0, sizeof *s);
     s->cfg = family_config(family);
@@ -157,7 +160,7 @@ static void server_start(server *s, int family, int num_blocks, int max_tokens, 
     assert_int_equal(lj_serve_model_init(&s->sm, &s->m, num_blocks, max_tokens, max_seqs, 128), LJ_OK);
     lj_serve_engine_options o = {.max_num_seqs = max_seqs, .max_num_batched_tokens = max_tokens, .max_model_len = 128,
                                  .num_blocks = num_blocks, .enable_prefix_caching = prefix,
-                                 .max_waiting_requests = 100000, .num_eos = 0};
+                                 .max_waiting_requests = g_max_waiting, .num_eos = 0};
     assert_int_equal(lj_serve_engine_start(&s->e, &s->sm, &o), LJ_OK);
 }
 
@@ -412,6 +415,36 @@ static void test_engine_abort(void **state) {
     server_stop(&s);
 }
 
+/* Beyond max_waiting_requests waiting requests, submissions are refused (HTTP 429), and
+ * accepted again once the queue drains. */
+static void test_engine_queue_bound(void **state) {
+    (void)state;
+    server s;
+    g_max_waiting = 3;
+    server_start(&s, 0, 64, 64, 4, 0);
+    g_max_waiting = 100000;
+    int32_t prompt[8];
+    make_prompt(prompt, 8, 2);
+    lj_sampling_params p;
+    greedy(&p, 2);
+    lj_serve_request *r[4];
+    lj_serve_engine_pause(s.e, 1);
+    for (int i = 0; i < 4; i++) {
+        r[i] = lj_serve_request_new(prompt, 8, &p, 1, 0);
+        assert_int_equal(lj_serve_submit(s.e, r[i]), i < 3 ? LJ_SERVE_QUEUED : LJ_SERVE_QUEUE_FULL);
+    }
+    lj_serve_engine_pause(s.e, 0);
+    for (int i = 0; i < 3; i++)
+        while (!lj_serve_request_wait(r[i], lj_serve_request_total_tokens(r[i]), 1.0)) {
+        }
+    wait_blocks_free(&s);
+    assert_int_equal(lj_serve_submit(s.e, r[3]), LJ_SERVE_QUEUED);
+    while (!lj_serve_request_wait(r[3], lj_serve_request_total_tokens(r[3]), 1.0)) {
+    }
+    for (int i = 0; i < 4; i++) lj_serve_request_release(r[i]);
+    server_stop(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_attention_matches_training),
@@ -420,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_engine_batching_preemption),
         cmocka_unit_test(test_engine_prefix_cache_and_seed),
         cmocka_unit_test(test_engine_abort),
+        cmocka_unit_test(test_engine_queue_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
