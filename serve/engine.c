@@ -367,7 +367,12 @@ static int step(lj_serve_engine *e) {
             if (s->choice == 0 && s->n_tokens == s->n_prompt) s->req->cached = s->n_computed;
         }
         const int take = s->n_tokens - s->n_computed < budget ? s->n_tokens - s->n_computed : budget;
-        if (!grow_blocks(e, s, s->n_computed + take)) break; /* it keeps its cached blocks while it waits */
+        if (!grow_blocks(e, s, s->n_computed + take)) {
+            /* a waiting sequence holds no blocks: with nothing running, the head of the queue then
+             * always fits (max_model_len <= the cache), so the engine cannot stall */
+            seq_free_blocks(e, s);
+            break;
+        }
         memmove(e->waiting, e->waiting + 1, (size_t)(--e->n_waiting) * sizeof(seq *));
         e->running[e->n_running++] = s;
         e->b_sched[S] = s;
@@ -404,9 +409,7 @@ static int step(lj_serve_engine *e) {
         memcpy(e->b_tables + (size_t)k * MB, s->table, (size_t)s->n_blocks * sizeof(int32_t));
         if (s->n_computed + e->b_take[k] == s->n_tokens) e->b_rows[M++] = N - 1;
     }
-    const lj_serve_batch batch = {N, S, M > 0 ? M : 1, e->b_ids, e->b_pos, e->b_slots, e->b_seq, e->b_tables,
-                                  e->b_rows};
-    if (M == 0) e->b_rows[0] = N - 1; /* a step of prompt chunks only: one row for the lm_head */
+    const lj_serve_batch batch = {N, S, M, e->b_ids, e->b_pos, e->b_slots, e->b_seq, e->b_tables, e->b_rows};
     const float *logits = lj_serve_forward(e->sm, &batch);
     int m = 0, n_next = 0;
     seq **next = e->next_running;

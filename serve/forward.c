@@ -90,7 +90,7 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
     const lj_ops *ops = m->ops;
     const lj_layer_spec *s = &m->spec;
     const int N = b->N, MB = sm->max_blocks;
-    LJ_ASSERT(N >= 1 && N <= sm->max_tokens && b->S >= 1 && b->S <= sm->max_seqs && b->M >= 1 && b->M <= sm->max_seqs);
+    LJ_ASSERT(N >= 1 && N <= sm->max_tokens && b->S >= 1 && b->S <= sm->max_seqs && b->M >= 0 && b->M <= sm->max_seqs);
     /* one upload of the index arrays: ids | pos | slots | seq | rows | tables */
     int32_t *h = sm->h_index;
     memcpy(h, b->ids, (size_t)N * sizeof(int32_t));
@@ -128,6 +128,7 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
         }
         ops->add(sm->x, sm->res_mid, sm->proj, (int64_t)N * s->C);
     }
+    if (b->M == 0) return sm->h_logits; /* prompt chunks only: nothing to sample */
     ops->gather_rows(sm->rows_x, sm->x, rows, b->M, s->C);
     ops->rmsnorm_forward(sm->rows_ln, sm->rows_rstd, sm->rows_x, lj_model_param(m, m->layout.final_norm), b->M, s->C,
                          s->eps);

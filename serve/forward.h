@@ -52,8 +52,8 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
 void lj_serve_model_free(lj_serve_model *sm);
 
 /* Runs the step: writes this step's keys and values into their slots, and returns the logits of
- * the M wanted rows in host f32 [M, V] (valid until the next call). 1 <= N <= max_tokens,
- * 1 <= S, M <= max_seqs, every pos < max_model_len. */
+ * the M wanted rows in host f32 [M, V] (valid until the next call; M = 0 skips the final norm and
+ * lm_head). 1 <= N <= max_tokens, 1 <= S <= max_seqs, 0 <= M <= max_seqs, every pos < max_model_len. */
 const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b);
 
 /* The model that serving reads its weights from: m initialised for cfg on `ops` in generation
