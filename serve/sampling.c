@@ -1,4 +1,5 @@
 /* sampling.c: logits processors and the draw of serve/sampling.h. */
+#define _GNU_SOURCE /* qsort_r */
 #include "serve/sampling.h"
 
 #include <math.h>
@@ -30,11 +31,9 @@ void lj_sampler_free(lj_sampler *s) {
     memset(s, 0, sizeof *s);
 }
 
-static const float *g_sort_keys; /* qsort has no context argument; the engine thread alone samples */
-
-static int by_value_desc(const void *a, const void *b) {
+static int by_value_desc(const void *a, const void *b, void *keys) {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const float u = g_sort_keys[x], v = g_sort_keys[y];
+    const float u = ((const float *)keys)[x], v = ((const float *)keys)[y];
     if (u != v) return u < v ? 1 : -1;
     return (x > y) - (x < y);
 }
@@ -57,8 +56,7 @@ static int top_ids(const float *w, int V, int k, int32_t *order) {
         return n;
     }
     for (int i = 0; i < V; i++) order[i] = i;
-    g_sort_keys = w;
-    qsort(order, (size_t)V, sizeof *order, by_value_desc);
+    qsort_r(order, (size_t)V, sizeof *order, by_value_desc, (void *)w);
     return k;
 }
 

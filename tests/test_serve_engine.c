@@ -112,6 +112,88 @@ static void test_kv_pool(void **state) {
     lj_kv_pool_free(&p);
 }
 
+/* ---- sampling ------------------------------------------------------------------------------ */
+
+static int32_t draw(lj_sampler *sm, const float *logits, const lj_sampling_params *p, const int32_t *prompt, int np,
+                    const int32_t *out, int no, lj_rng *rng, lj_sample_info *info) {
+    const int32_t eos = 1;
+    return lj_sample(sm, logits, p, prompt, np, out, no, &eos, 1, rng, info);
+}
+
+/* Each processor on logits whose answer is known: greedy, top-k, top-p, min-p, the three
+ * penalties, min_tokens against EOS, raw logprobs untouched by temperature and penalties. */
+static void test_sampling(void **state) {
+    (void)state;
+    const float logits[8] = {1, 5, 3, 0, -1, 2, 0.5f, -3};
+    lj_sampler sm;
+    lj_sampler_init(&sm, 8);
+    lj_rng rng;
+    lj_rng_seed(&rng, 9);
+    lj_sampling_params p;
+    lj_sampling_params_default(&p);
+    p.temperature = 0;
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, NULL, 0, &rng, NULL), 1);
+    /* truncations that keep only the best token, at temperature 1 */
+    for (int k = 0; k < 3; k++) {
+        lj_sampling_params_default(&p);
+        if (k == 0) p.top_k = 1;
+        if (k == 1) p.top_p = 1e-6;
+        if (k == 2) p.min_p = 0.99;
+        for (int i = 0; i < 20; i++) assert_int_equal(draw(&sm, logits, &p, NULL, 0, NULL, 0, &rng, NULL), 1);
+    }
+    /* penalties move the argmax from token 1 (5) to token 2 (3) */
+    const int32_t has1[3] = {1, 1, 1};
+    lj_sampling_params_default(&p);
+    p.temperature = 0;
+    p.repetition_penalty = 2; /* 5 -> 2.5 (prompt) */
+    assert_int_equal(draw(&sm, logits, &p, has1, 1, NULL, 0, &rng, NULL), 2);
+    lj_sampling_params_default(&p);
+    p.temperature = 0;
+    p.presence_penalty = 2.5; /* 5 -> 2.5 (output) */
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, has1, 1, &rng, NULL), 2);
+    assert_int_equal(draw(&sm, logits, &p, has1, 1, NULL, 0, &rng, NULL), 1); /* the prompt does not count */
+    lj_sampling_params_default(&p);
+    p.temperature = 0;
+    p.frequency_penalty = 1; /* 5 - 3 = 2 */
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, has1, 3, &rng, NULL), 2);
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, has1, 1, &rng, NULL), 1); /* 5 - 1 = 4 */
+    /* min_tokens masks EOS (token 1 here) and the stop ids */
+    lj_sampling_params_default(&p);
+    p.temperature = 0;
+    p.min_tokens = 2;
+    p.num_stop_ids = 1;
+    p.stop_ids[0] = 2;
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, has1, 1, &rng, NULL), 5);
+    assert_int_equal(draw(&sm, logits, &p, NULL, 0, has1, 2, &rng, NULL), 1);
+    /* raw logprobs: the log-softmax of the logits as they came */
+    lj_sampling_params_default(&p);
+    p.temperature = 0.3;
+    p.repetition_penalty = 1.7;
+    p.logprobs = 3;
+    lj_sample_info info;
+    const int32_t t = draw(&sm, logits, &p, has1, 1, NULL, 0, &rng, &info);
+    double lse = 0;
+    for (int i = 0; i < 8; i++) lse += exp(logits[i]);
+    lse = log(lse);
+    assert_true(fabs(info.logprob - (logits[t] - lse)) < 1e-5);
+    assert_int_equal(info.n_top, 3);
+    const int32_t want_top[3] = {1, 2, 5};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(info.top_ids[i], want_top[i]);
+        assert_true(fabs(info.top_logprobs[i] - (logits[want_top[i]] - lse)) < 1e-5);
+    }
+    /* a seed gives the same draws */
+    lj_sampling_params_default(&p);
+    int32_t a[16], b[16];
+    lj_rng ra, rb;
+    lj_rng_seed(&ra, 5);
+    lj_rng_seed(&rb, 5);
+    for (int i = 0; i < 16; i++) a[i] = draw(&sm, logits, &p, NULL, 0, NULL, 0, &ra, NULL);
+    for (int i = 0; i < 16; i++) b[i] = draw(&sm, logits, &p, NULL, 0, NULL, 0, &rb, NULL);
+    assert_memory_equal(a, b, sizeof a);
+    lj_sampler_free(&sm);
+}
+
 /* ---- the engine -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -449,6 +531,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_attention_matches_training),
         cmocka_unit_test(test_kv_pool),
+        cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_engine_matches_generate_and_forward),
         cmocka_unit_test(test_engine_batching_preemption),
         cmocka_unit_test(test_engine_prefix_cache_and_seed),
