@@ -26,7 +26,8 @@ static void usage(FILE *f) {
             "                               iter_NNNNNNN directories, or a Hugging Face model directory\n"
             "  --tokenizer NAME|PATH        llama3, qwen3, a tokenizer.json or a directory holding one (default:\n"
             "                               the one beside the model, else the set-up script's Llama 3)\n"
-            "  --device auto|cpu|cuda       (default auto; serving runs on the CPU backend for now)\n"
+            "  --device auto|cpu|cuda       (default auto: the CPU for now; cuda is refused until its paged\n"
+            "                               attention is built)\n"
             "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
             "  --port N                     (default 8000; 0: a free port, printed at start-up)\n"
             "  --api-key KEY                require 'Authorization: Bearer KEY' on the /v1 routes\n"
@@ -122,7 +123,12 @@ static lj_status run_serve(const serve_args *a, sigset_t *signals) {
     lj_model_config cfg;
     LJ_TRY(lj_hf_load_config(dir, &cfg));
     const lj_ops *ops;
-    LJ_TRY(lj_cli_device(a->device, &ops));
+    if (strcmp(a->device, "auto") == 0) {
+        ops = lj_ops_cpu(); /* the one backend with the paged ops so far */
+        lj_log_info("--device auto: serving runs on the CPU backend (the CUDA paged attention is not built yet)");
+    } else {
+        LJ_TRY(lj_cli_device(a->device, &ops));
+    }
     if (!ops->paged_attention)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention yet; use --device cpu",
                        a->device, ops->name);
