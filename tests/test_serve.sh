@@ -45,18 +45,27 @@ grep -q "serve: ready" "$tmp/serve.err" || fail "the server did not get ready"
 port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.err")
 [ -n "$port" ] || fail "no port in the log"
 base="http://127.0.0.1:$port"
-[ "$(curl -s -o /dev/null -w '%{http_code}' "$base/health")" = 200 ] || fail "/health is not 200"
+node -e 'fetch(process.argv[1] + "/health").then((r) => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))' \
+  "$base" || fail "/health is not 200"
 
 node "$LJ_SOURCE_DIR/tests/serve_client.js" "$client" "$base" "$key" tiny "$tmp/expected.json" || fail "the OpenAI client checks"
 
 # SIGTERM: the stream in flight finishes, new requests are refused, the server exits 0
-curl -sN "$base/v1/completions" -H "Authorization: Bearer $key" -d '{"prompt": "And", "max_tokens": 48, "temperature": 0,
-  "ignore_eos": true, "stream": true}' >"$tmp/drain.out" &
-curl_pid=$!
+node -e '
+const fs = require("fs"); const [base, key, out] = process.argv.slice(1);
+(async () => {
+  const r = await fetch(base + "/v1/completions", {method: "POST", headers: {Authorization: "Bearer " + key},
+    body: JSON.stringify({prompt: "And", max_tokens: 48, temperature: 0, ignore_eos: true, stream: true})});
+  const fd = fs.openSync(out, "w");
+  for await (const chunk of r.body) fs.writeSync(fd, chunk);
+  fs.closeSync(fd);
+})().catch((e) => { console.error(e); process.exit(1); });
+' "$base" "$key" "$tmp/drain.out" &
+stream_pid=$!
 for _ in $(seq 600); do grep -q '"text"' "$tmp/drain.out" 2>/dev/null && break; sleep 0.05; done
 grep -q '"text"' "$tmp/drain.out" || fail "the stream did not start"
 kill -TERM "$server_pid"
-wait "$curl_pid" || fail "the stream broke at SIGTERM"
+wait "$stream_pid" || fail "the stream broke at SIGTERM"
 status=0
 wait "$server_pid" || status=$?
 server_pid=
