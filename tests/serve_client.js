@@ -193,6 +193,30 @@ check('bad requests get OpenAI errors, never a crash', async () => {
   await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: -3 }), (e) => e.status === 400);
 });
 
+check('fuzzed bodies: each answered 200, 400 or 404, the server alive', async () => {
+  let seed = 99;
+  const rand = (n) => ((seed = (seed * 1103515245 + 12345) % 2147483648) % n);
+  const values = [0, -1, 1.5, 1e300, -1e300, '', 'x', '\u0000', '\ud800', true, false, null, [], {}, [1, 'a'],
+                  { a: 1 }, 'x'.repeat(3000), 2 ** 31, -(2 ** 53), 'tiny'];
+  const fields = ['prompt', 'messages', 'max_tokens', 'temperature', 'top_p', 'top_k', 'n', 'stop', 'seed', 'logprobs',
+                  'stream', 'stream_options', 'min_p', 'stop_token_ids', 'min_tokens', 'model', 'presence_penalty',
+                  'chat_template_kwargs', 'cache_salt', 'top_logprobs', 'nonsense'];
+  const statuses = {};
+  for (let i = 0; i < 150; i++) {
+    const body = { prompt: 'In the', max_tokens: 2 };
+    for (let k = rand(4); k >= 0; k--) body[fields[rand(fields.length)]] = values[rand(values.length)];
+    let text = JSON.stringify(body);
+    if (rand(4) === 0) text = text.slice(0, rand(text.length)); /* cut short */
+    const path = rand(2) ? '/v1/completions' : '/v1/chat/completions';
+    const r = await raw(path, text);
+    assert.ok([200, 400, 404].includes(r.status), `${path} ${text.slice(0, 200)}: ${r.status} ${r.text.slice(0, 200)}`);
+    if (r.status !== 200) assert.ok(JSON.parse(r.text).error.message, r.text);
+    statuses[r.status] = (statuses[r.status] || 0) + 1;
+  }
+  assert.ok(statuses[400] > 0);
+  assert.strictEqual((await raw('/health')).status, 200);
+});
+
 check('a client that disconnects frees its sequence', async () => {
   const ctl = new AbortController();
   const s = await client.completions.create({ model, prompt: expected.prompt, max_tokens: 120, temperature: 0,
