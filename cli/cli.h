@@ -10,6 +10,7 @@ int lj_cli_benchmark(int argc, char **argv);
 int lj_cli_plan(int argc, char **argv);
 int lj_cli_generate(int argc, char **argv);
 int lj_cli_report(int argc, char **argv);
+int lj_cli_serve(int argc, char **argv);
 
 /* Prints "ljperf <cmd>: <lj_error_message()>" to stderr and returns 1. */
 int lj_cli_error(const char *cmd);
@@ -24,6 +25,11 @@ int lj_cli_error(const char *cmd);
 /* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device), an LJ_FLAG_FUNC row's
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
+
+/* buf[LJ_PATH_MAX] = the HF directory that `--load load` names (generate, serve): the directory
+ * itself, or the Hugging Face export of a training checkpoint (lj_ckpt_resolve_load: a root's
+ * latest iteration, or one iter_NNNNNNN directory). Errors: LJ_ERR_IO naming what is missing. */
+lj_status lj_cli_model_dir(const char *load, char *buf);
 
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */

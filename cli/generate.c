@@ -39,10 +39,7 @@ static void usage(FILE *f) {
                "  --device auto|cpu|cuda (default auto)\n");
 }
 
-/* buf[LJ_PATH_MAX] = the HF directory to load: DIR itself, or the Hugging Face export of a
- * training checkpoint (lj_ckpt_resolve_load: a root's latest iteration, or one iter_NNNNNNN
- * directory). */
-static lj_status resolve_model_dir(const char *load, char *buf) {
+lj_status lj_cli_model_dir(const char *load, char *buf) {
     char root[LJ_PATH_MAX], cfg[LJ_PATH_MAX];
     int iteration, is_state;
     LJ_TRY(lj_ckpt_resolve_load(load, root, &iteration, &is_state, buf));
@@ -145,7 +142,7 @@ static void flush_utf8(char *pending, size_t *n, int final) {
 
 static lj_status run_generate(const gen_args *a) {
     char dir[LJ_PATH_MAX], tokpath[LJ_PATH_MAX];
-    LJ_TRY(resolve_model_dir(a->load, dir));
+    LJ_TRY(lj_cli_model_dir(a->load, dir));
     lj_model_config cfg;
     LJ_TRY(lj_hf_load_config(dir, &cfg));
     const lj_ops *ops;

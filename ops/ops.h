@@ -307,6 +307,29 @@ struct lj_ops {
      * attends to cache rows 0..p0+i. out: [Tq, Q] act. */
     void (*attention_decode)(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
 
+    /* ---- serving: attention over a paged KV cache (serve/kv_cache.h; vLLM's PagedAttention,
+     * Kwon et al. 2023) ----
+     * A layer's cache is kv_cache[num_slots, 2*KV] act, one row per token position held:
+     * [k heads (KV) | v heads (KV)], the row layout of attention_decode's cache. Slots are cut
+     * into blocks of block_size: slot = block * block_size + offset. A batch holds N query rows
+     * of up to S sequences of different lengths; sequence s keeps its positions in the blocks
+     * block_tables[s * max_blocks + p / block_size] (i32, backend memory). */
+    /* kv_cache[slots[n], :] = the k and v parts of qkv[n, :] (after RoPE) for n < N; slots[n] < 0
+     * is skipped. slots: [N] i32 backend memory, distinct. */
+    void (*paged_kv_write)(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd);
+    /* out[N, Q] act: query row n (the q heads of qkv[n], after RoPE) of sequence seq[n] at
+     * position pos[n] attends, causally, to its positions 0..pos[n] in kv_cache (written before,
+     * this step's rows by paged_kv_write); softmax scale 1/sqrt(hd), GQA as attention_forward.
+     * seq, pos: [N] i32 backend memory. The CPU accumulates keys in position order with the
+     * online softmax of attention_decode, so a sequence gets the same bits as there whatever
+     * else is in the batch. */
+    void (*paged_attention)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                            const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
+                            int nkv, int hd);
+    /* out[M, C] act = x[rows[m], :] for m < M (the rows whose logits a step samples from).
+     * rows: [M] i32 backend memory. */
+    void (*gather_rows)(void *out, const void *x, const int32_t *rows, int M, int C);
+
     /* ---- SwiGLU (Shazeer 2020): out[N,I] = silu(gate) * up, gate_up[N, 2I] = [gate | up] */
     void (*swiglu_forward)(void *out, const void *gate_up, int N, int I);
     /* dgate_up[N, 2I] (overwrite) from dout[N, I] and the saved gate_up. */

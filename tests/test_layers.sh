@@ -6,7 +6,7 @@ set -euo pipefail
 src=${LJ_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 cd "$src"
 # top to bottom
-order=(cli bench train checkpoint plan parallel optim model ops data io config metrics base)
+order=(cli bench serve train checkpoint plan parallel optim model ops data io config metrics base)
 rank() {
     local i
     for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done

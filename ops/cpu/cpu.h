@@ -183,6 +183,19 @@ void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qk
                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
 size_t lj_cpu_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
+/* cpu_paged.c */
+/* One query row of one head against keys 0..n-1 of a KV cache (rows [k heads | v heads] of 2*KV
+ * floats; kv head g): the online softmax (Milakov & Gimelshein 2018) in key order, shared by
+ * attention_decode (table NULL: key j in row j) and paged_attention (key j in row
+ * table[j / block_size] * block_size + j % block_size), so that both give the same bits.
+ * od[hd] = softmax(q k^T * scale) v. */
+void lj_cpu_attend_row(float *od, const float *q, const float *cache, const int32_t *table, int block_size, int n,
+                       int KV, int g, int hd, float scale);
+void lj_cpu_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd);
+void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                            const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
+                            int nkv, int hd);
+void lj_cpu_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C);
 
 /* cpu_cross_entropy.c */
 void lj_cpu_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,

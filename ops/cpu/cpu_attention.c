@@ -161,7 +161,7 @@ void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qk
     attention_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace);
 }
 
-/* Online softmax over the cache rows (Milakov & Gimelshein 2018): no workspace needed. */
+/* Online softmax over the cache rows (lj_cpu_attend_row): no workspace needed. */
 void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd) {
     LJ_ASSERT(hd <= LJ_CPU_MAX_HEAD_DIM, "head_dim %d above the CPU limit %d", hd, LJ_CPU_MAX_HEAD_DIM);
     const float *x = qkv;
@@ -172,27 +172,8 @@ void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0,
         memcpy(cache + (int64_t)(p0 + i) * 2 * KV, x + (int64_t)i * row + Q, 2 * (size_t)KV * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int ih = 0; ih < Tq * nh; ih++) {
-        int i = ih / nh, h = ih % nh, g = h / rep;
-        const float *q = x + (int64_t)i * row + (int64_t)h * hd;
-        float acc[LJ_CPU_MAX_HEAD_DIM];
-        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-        float m = -INFINITY, l = 0.0f;
-        for (int j = 0; j <= p0 + i; j++) {
-            const float *k = cache + (int64_t)j * 2 * KV + (int64_t)g * hd, *v = k + KV;
-            float s = 0.0f;
-            for (int d = 0; d < hd; d++) s += q[d] * k[d];
-            s *= scale;
-            if (s > m) {
-                float c = expf(m - s); /* 0 on the first row */
-                l *= c;
-                for (int d = 0; d < hd; d++) acc[d] *= c;
-                m = s;
-            }
-            float e = expf(s - m);
-            l += e;
-            for (int d = 0; d < hd; d++) acc[d] += e * v[d];
-        }
-        float *od = o + (int64_t)i * Q + (int64_t)h * hd;
-        for (int d = 0; d < hd; d++) od[d] = acc[d] / l;
+        const int i = ih / nh, h = ih % nh;
+        lj_cpu_attend_row(o + (int64_t)i * Q + (int64_t)h * hd, x + (int64_t)i * row + (int64_t)h * hd, cache, NULL, 1,
+                          p0 + i + 1, KV, h / rep, hd, scale);
     }
 }

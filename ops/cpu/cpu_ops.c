@@ -144,6 +144,9 @@ static const lj_ops g_cpu_ops = {
     .attention_backward_docs = lj_cpu_attention_backward_docs,
     .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,
     .attention_decode = lj_cpu_attention_decode,
+    .paged_kv_write = lj_cpu_paged_kv_write,
+    .paged_attention = lj_cpu_paged_attention,
+    .gather_rows = lj_cpu_gather_rows,
 
     .swiglu_forward = lj_cpu_swiglu_forward,
     .swiglu_backward = lj_cpu_swiglu_backward,

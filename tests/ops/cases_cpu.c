@@ -691,6 +691,90 @@ void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness
     free(qkv), free(full), free(lse), free(ws), free(cache), free(dec);
 }
 
+/* The paged KV cache of serving: S sequences of lengths T, 2T+1, ..., their blocks handed out
+ * in a scrambled order; paged_kv_write puts each row's k and v in its slot (bit for bit, other
+ * slots untouched), paged_attention over the block tables equals a double-precision causal
+ * attention per sequence and attention_decode's bits, gather_rows copies rows. d = {S, T, nh,
+ * nkv, hd, block_size}. */
+void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int S = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], bs = c->d[5];
+    SHAPE("S=%d T=%d nh=%d nkv=%d hd=%d block_size=%d", S, T, nh, nkv, hd, bs);
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
+    int N = 0, MB = 0;
+    for (int s = 0; s < S; s++) {
+        N += (s + 1) * T + s;
+        MB = ((s + 1) * T + s + bs - 1) / bs > MB ? ((s + 1) * T + s + bs - 1) / bs : MB;
+    }
+    const int nblocks = S * MB + 3;
+    int32_t *tables = lj_malloc((size_t)S * MB * sizeof(int32_t)), *seq = lj_malloc((size_t)N * sizeof(int32_t));
+    int32_t *pos = lj_malloc((size_t)N * sizeof(int32_t)), *slots = lj_malloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < S * MB; i++) tables[i] = (int32_t)((i * 7 + 3) % nblocks); /* distinct: 7 and nblocks coprime */
+    for (int i = 0; i < S * MB; i++)
+        for (int j = 0; j < i; j++)
+            if (tables[i] == tables[j]) tables[i] = (tables[i] + 1) % nblocks, j = -1;
+    int n = 0;
+    for (int s = 0; s < S; s++)
+        for (int p = 0; p < (s + 1) * T + s; p++, n++) {
+            seq[n] = s, pos[n] = p;
+            slots[n] = tables[s * MB + p / bs] * bs + p % bs;
+        }
+    float *qkv = randf(h, (int64_t)N * row, 1);
+    const size_t cache_floats = (size_t)nblocks * bs * 2 * KV;
+    float *cache = lj_malloc(cache_floats * sizeof(float)), *out = lj_malloc((size_t)N * Q * sizeof(float));
+    for (size_t i = 0; i < cache_floats; i++) cache[i] = 7.0f;
+    ops->paged_kv_write(cache, qkv, slots, N, nh, nkv, hd);
+    int write_ok = 1;
+    for (int i = 0; i < N; i++)
+        write_ok &= memcmp(cache + (int64_t)slots[i] * 2 * KV, qkv + (int64_t)i * row + Q, 2 * KV * sizeof(float)) == 0;
+    CHECK_TRUE("paged_kv_write", write_ok, "every row's k and v in its slot, bit for bit");
+    size_t untouched = 0;
+    for (size_t i = 0; i < cache_floats; i++) untouched += cache[i] == 7.0f;
+    CHECK_TRUE("paged_kv_write", untouched == cache_floats - (size_t)N * 2 * KV, "the other slots untouched");
+    ops->paged_attention(out, qkv, cache, tables, seq, pos, N, MB, bs, nh, nkv, hd);
+    double *ref = lj_malloc((size_t)N * Q * sizeof(double));
+    const double scale = 1.0 / sqrt((double)hd);
+    int off = 0;
+    for (int s = 0; s < S; s++) {
+        const int L = (s + 1) * T + s;
+        for (int t = 0; t < L; t++)
+            for (int hh = 0; hh < nh; hh++) {
+                const float *q = qkv + (int64_t)(off + t) * row + hh * hd;
+                double mx = -INFINITY, sum = 0, *o = ref + (int64_t)(off + t) * Q + hh * hd;
+                double *w = lj_malloc((size_t)(t + 1) * sizeof(double));
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + (int64_t)(off + j) * row + Q + (hh / rep) * hd;
+                    double d = 0;
+                    for (int x = 0; x < hd; x++) d += (double)q[x] * k[x];
+                    w[j] = d * scale;
+                    mx = w[j] > mx ? w[j] : mx;
+                }
+                for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
+                for (int x = 0; x < hd; x++) o[x] = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *v = qkv + (int64_t)(off + j) * row + Q + KV + (hh / rep) * hd;
+                    for (int x = 0; x < hd; x++) o[x] += w[j] / sum * v[x];
+                }
+                free(w);
+            }
+        /* attention_decode over a contiguous cache gives the same bits */
+        float *dc = lj_calloc((size_t)L * 2 * KV, sizeof(float)), *dec = lj_malloc((size_t)L * Q * sizeof(float));
+        ops->attention_decode(dec, dc, qkv + (int64_t)off * row, 0, L, nh, nkv, hd);
+        CHECK_BITS("paged_attention vs attention_decode", out + (int64_t)off * Q, dec, (size_t)L * Q * sizeof(float));
+        free(dc), free(dec);
+        off += L;
+    }
+    CHECK_D("paged_attention out", out, ref, (int64_t)N * Q, c->tol);
+    int32_t rows[3] = {N - 1, 0, N / 2};
+    float *g = lj_malloc((size_t)3 * Q * sizeof(float));
+    ops->gather_rows(g, out, rows, 3, Q);
+    int gather_ok = 1;
+    for (int i = 0; i < 3; i++) gather_ok &= memcmp(g + (int64_t)i * Q, out + (int64_t)rows[i] * Q, Q * sizeof(float)) == 0;
+    CHECK_TRUE("gather_rows", gather_ok, "out[m] = x[rows[m]] bit for bit");
+    free(tables), free(seq), free(pos), free(slots), free(qkv), free(cache), free(out), free(ref), free(g);
+}
+
 /* ---- building blocks (ops/cpu/cpu.h) ------------------------------------------------- */
 
 /* Sets OMP_NUM_THREADS to `threads` (lj_num_threads reads it on every call) until

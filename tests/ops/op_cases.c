@@ -71,6 +71,9 @@ const lj_op_case lj_op_cases[] = {
     {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* T = 1 */
     /* prefill of 5 tokens, then 4 single-token steps */
     {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
+    /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, block_size} (lengths T, 2T+1, ...) */
+    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 4), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
+    {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 16), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
     /* within documents (--reset-attention-mask): EODs about every d[5] tokens; GQA, one-token documents */
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},

@@ -52,6 +52,7 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

@@ -1,0 +1,282 @@
+/* serve.c: `ljperf serve`: load a checkpoint, start the engine (serve/engine.h) and the
+ * OpenAI-compatible HTTP server (serve/http.h); SIGTERM or SIGINT drains the requests in flight
+ * and exits. Flag names are vLLM's (`vllm serve`). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "data/tokenizer.h"
+#include "io/hf.h"
+#include "serve/http.h"
+
+typedef struct {
+    const char *load, *tokenizer, *device, *host, *api_key, *served_model_name, *kv_cache_dtype;
+    int port, max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, prefix_caching;
+    int max_waiting_requests;
+    double gpu_memory_utilization;
+} serve_args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ljperf serve --load DIR [flags]\n"
+            "  --load DIR                   a training checkpoint root (its latest iteration), one of its\n"
+            "                               iter_NNNNNNN directories, or a Hugging Face model directory\n"
+            "  --tokenizer NAME|PATH        llama3, qwen3, a tokenizer.json or a directory holding one (default:\n"
+            "                               the one beside the model, else the set-up script's Llama 3)\n"
+            "  --device auto|cpu|cuda       (default auto: the CPU for now; cuda is refused until its paged\n"
+            "                               attention is built)\n"
+            "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
+            "  --port N                     (default 8000; 0: a free port, printed at start-up)\n"
+            "  --api-key KEY                require 'Authorization: Bearer KEY' on the /v1 routes\n"
+            "  --served-model-name NAME     the model's name in the API (default: --load as given)\n"
+            "  --max-model-len N            positions per sequence, prompt and output (default: the\n"
+            "                               model's max_position_embeddings)\n"
+            "  --max-num-seqs N             sequences per step (default 256)\n"
+            "  --max-num-batched-tokens N   tokens per step (default 2048; long prompts are cut into chunks)\n"
+            "  --kv-cache-tokens N          KV cache size in tokens (default: max-model-len x max-num-seqs,\n"
+            "                               at most --gpu-memory-utilization of the free memory)\n"
+            "  --gpu-memory-utilization F   share of the free memory the KV cache may take when\n"
+            "                               --kv-cache-tokens is not given (default 0.9 on a GPU, 0.25 on the CPU)\n"
+            "  --kv-cache-dtype auto        the cache in the activation dtype (fp8 is not built yet)\n"
+            "  --enable-prefix-caching      reuse the KV blocks of shared prompt prefixes (default on)\n"
+            "  --no-enable-prefix-caching\n"
+            "  --max-waiting-requests N     requests that may wait; beyond, HTTP 429 (default 1024)\n");
+}
+
+/* The model's end ids: the tokenizer's EOS, config.json's, tokenizer_config.json's eos_token
+ * (a chat model's end of turn) and generation_config.json's eos_token_id (one or a list). */
+static int end_ids(const char *dir, const char *tokpath, lj_tokenizer *tok, const lj_model_config *cfg, int32_t *ids,
+                   char *eos_text, size_t eos_len) {
+    int n = 0;
+    const int32_t cands[2] = {lj_tokenizer_eos_id(tok), cfg->eos_token_id};
+    for (int i = 0; i < 2; i++)
+        if (cands[i] >= 0 && (n == 0 || ids[0] != cands[i])) ids[n++] = cands[i];
+    char path[LJ_PATH_MAX];
+    const char *slash = strrchr(tokpath, '/');
+    snprintf(path, sizeof path, "%.*s/tokenizer_config.json", slash ? (int)(slash - tokpath) : 1, slash ? tokpath : ".");
+    char *text = NULL;
+    size_t len;
+    eos_text[0] = 0;
+    if (lj_file_read_all(path, &text, &len) == LJ_OK) {
+        cJSON *c = cJSON_Parse(text);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(c, "eos_token");
+        if (cJSON_IsObject(e)) e = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (cJSON_IsString(e)) {
+            snprintf(eos_text, eos_len, "%s", e->valuestring);
+            const int32_t id = lj_tokenizer_token_id(tok, e->valuestring, strlen(e->valuestring));
+            int dup = 0;
+            for (int i = 0; i < n; i++) dup |= ids[i] == id;
+            if (id >= 0 && !dup && n < 4) ids[n++] = id;
+        }
+        cJSON_Delete(c);
+        free(text);
+    }
+    if (lj_path_join(path, dir, "generation_config.json") == LJ_OK && lj_file_read_all(path, &text, &len) == LJ_OK) {
+        cJSON *c = cJSON_Parse(text);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(c, "eos_token_id"), *x;
+        cJSON *one = cJSON_IsNumber(e) ? cJSON_CreateIntArray(&(int){e->valueint}, 1) : NULL;
+        const cJSON *list = one ? one : e;
+        cJSON_ArrayForEach(x, list) {
+            int dup = 0;
+            for (int i = 0; i < n; i++) dup |= ids[i] == x->valueint;
+            if (cJSON_IsNumber(x) && !dup && n < 4) ids[n++] = x->valueint;
+        }
+        cJSON_Delete(one);
+        cJSON_Delete(c);
+        free(text);
+    }
+    return n;
+}
+
+/* The chat template and BOS text of the tokenizer's tokenizer_config.json (NULL: none). */
+static char *chat_template(const char *tokpath, char *bos, size_t bos_len) {
+    char path[LJ_PATH_MAX];
+    const char *slash = strrchr(tokpath, '/');
+    snprintf(path, sizeof path, "%.*s/tokenizer_config.json", slash ? (int)(slash - tokpath) : 1, slash ? tokpath : ".");
+    char *text = NULL, *out = NULL;
+    size_t len;
+    bos[0] = 0;
+    if (lj_file_read_all(path, &text, &len) != LJ_OK) return NULL;
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "chat_template"), *b = cJSON_GetObjectItemCaseSensitive(c, "bos_token");
+    if (cJSON_IsArray(t)) { /* [{"name": "default", "template": ...}, ...] */
+        const cJSON *x;
+        cJSON_ArrayForEach(x, t) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
+            if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0) t = cJSON_GetObjectItemCaseSensitive(x, "template");
+        }
+    }
+    if (cJSON_IsString(t)) out = strdup(t->valuestring);
+    if (cJSON_IsObject(b)) b = cJSON_GetObjectItemCaseSensitive(b, "content");
+    if (cJSON_IsString(b)) snprintf(bos, bos_len, "%s", b->valuestring);
+    cJSON_Delete(c);
+    return out;
+}
+
+static lj_status run_serve(const serve_args *a, sigset_t *signals) {
+    char dir[LJ_PATH_MAX], tokpath[LJ_PATH_MAX];
+    LJ_TRY(lj_cli_model_dir(a->load, dir));
+    lj_model_config cfg;
+    LJ_TRY(lj_hf_load_config(dir, &cfg));
+    const lj_ops *ops;
+    if (strcmp(a->device, "auto") == 0) {
+        ops = lj_ops_cpu(); /* the one backend with the paged ops so far */
+        lj_log_info("--device auto: serving runs on the CPU backend (the CUDA paged attention is not built yet)");
+    } else {
+        LJ_TRY(lj_cli_device(a->device, &ops));
+    }
+    if (!ops->paged_attention)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention yet; use --device cpu",
+                       a->device, ops->name);
+    const int max_model_len = a->max_model_len > 0 ? a->max_model_len : cfg.max_position_embeddings;
+    if (a->max_model_len > cfg.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG, "--max-model-len %d is above the model's max_position_embeddings (%d)",
+                       a->max_model_len, cfg.max_position_embeddings);
+    if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, sizeof tokpath));
+    else if (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0)
+        lj_tokenizer_default_path(tokpath, sizeof tokpath);
+    lj_tokenizer *tok;
+    LJ_TRY(lj_tokenizer_load(tokpath, &tok));
+    if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
+        lj_tokenizer_free(tok);
+        return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
+                       cfg.vocab_size, lj_tokenizer_vocab_size(tok));
+    }
+    /* listen first: /health answers 503 while the weights load */
+    lj_http_options ho = {a->host, a->port, a->api_key, 1024, 32u << 20};
+    lj_http_server *http;
+    int port;
+    lj_status s = lj_http_start(&http, &ho, &port);
+    if (s != LJ_OK) {
+        lj_tokenizer_free(tok);
+        return s;
+    }
+    lj_log_info("serve: listening on http://%s:%d (loading %s)", a->host, port, dir);
+
+    lj_model m;
+    lj_plan plan;
+    lj_serve_model sm;
+    memset(&sm, 0, sizeof sm);
+    lj_serve_engine *engine = NULL;
+    char bos[256], eos[256];
+    char *tmpl = chat_template(tokpath, bos, sizeof bos);
+    s = lj_serve_weights_init(&m, &plan, ops, &cfg);
+    float *weights = NULL;
+    if (s == LJ_OK) {
+        weights = lj_malloc((size_t)m.layout.total * sizeof(float));
+        s = lj_hf_import(dir, &cfg, weights);
+        if (s == LJ_OK) lj_model_set_weights(&m, weights);
+        free(weights);
+    }
+    int kv_tokens = a->kv_cache_tokens;
+    const size_t per_token = lj_serve_kv_bytes_per_token(&m);
+    if (s == LJ_OK && kv_tokens <= 0) {
+        size_t free_b = 0, total_b = 0;
+        ops->memory_info(&free_b, &total_b);
+        const double util = a->gpu_memory_utilization > 0 ? a->gpu_memory_utilization
+                                                          : strcmp(ops->name, "cpu") == 0 ? 0.25 : 0.9;
+        const double fit = util * (double)free_b / (double)per_token;
+        const double want = (double)max_model_len * a->max_num_seqs;
+        kv_tokens = (int)fmin(fmin(want, fit), 1 << 30);
+    }
+    if (s == LJ_OK && kv_tokens < max_model_len)
+        s = lj_fail(LJ_ERR_ARG,
+                    "the KV cache would hold %d tokens, fewer than --max-model-len %d: give --kv-cache-tokens >= %d or "
+                    "a smaller --max-model-len",
+                    kv_tokens, max_model_len, max_model_len);
+    const int num_blocks = (kv_tokens + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
+    if (s == LJ_OK)
+        s = lj_serve_model_init(&sm, &m, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len);
+    lj_api_model am = {a->served_model_name ? a->served_model_name : a->load, tok, max_model_len, tmpl, bos, eos};
+    if (s == LJ_OK) {
+        lj_serve_engine_options eo = {.max_num_seqs = a->max_num_seqs,
+                                      .max_num_batched_tokens = a->max_num_batched_tokens,
+                                      .max_model_len = max_model_len,
+                                      .num_blocks = num_blocks,
+                                      .enable_prefix_caching = a->prefix_caching,
+                                      .max_waiting_requests = a->max_waiting_requests};
+        eo.num_eos = end_ids(dir, tokpath, tok, &cfg, eo.eos_ids, eos, sizeof eos);
+        s = lj_serve_engine_start(&engine, &sm, &eo);
+    }
+    if (s == LJ_OK) {
+        lj_http_set_ready(http, engine, &am);
+        lj_log_info("serve: ready: %s on %s, max-model-len %d, KV cache %d blocks of %d tokens (%.1f MiB), "
+                    "max-num-seqs %d, max-num-batched-tokens %d, prefix caching %s%s",
+                    am.model_name, ops->name, max_model_len, num_blocks, LJ_KV_BLOCK_SIZE,
+                    (double)sm.kv_bytes / (1 << 20), a->max_num_seqs, a->max_num_batched_tokens,
+                    a->prefix_caching ? "on" : "off", tmpl ? ", chat template" : ", no chat template");
+        int sig = 0;
+        sigwait(signals, &sig);
+        lj_log_info("serve: %s: draining the requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        lj_http_begin_stop(http);
+        lj_serve_engine_stop(engine, 1);
+        lj_log_info("serve: stopped");
+    }
+    lj_http_stop(http);
+    lj_serve_model_free(&sm);
+    if (m.ops) lj_serve_weights_free(&m, &plan);
+    free(tmpl);
+    lj_tokenizer_free(tok);
+    return s;
+}
+
+int lj_cli_serve(int argc, char **argv) {
+    serve_args a = {.device = "auto", .host = "127.0.0.1", .kv_cache_dtype = "auto", .port = 8000,
+                    .max_num_seqs = 256, .max_num_batched_tokens = 2048, .prefix_caching = 1,
+                    .max_waiting_requests = 1024};
+    const lj_flag rows[] = {
+        {.name = "--load", .kind = LJ_FLAG_STR, .dest = &a.load},
+        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a.tokenizer},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a.device},
+        {.name = "--host", .kind = LJ_FLAG_STR, .dest = &a.host},
+        {.name = "--port", .kind = LJ_FLAG_INT, .dest = &a.port},
+        {.name = "--api-key", .kind = LJ_FLAG_STR, .dest = &a.api_key},
+        {.name = "--served-model-name", .kind = LJ_FLAG_STR, .dest = &a.served_model_name},
+        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a.max_model_len},
+        {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a.max_num_seqs},
+        {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a.max_num_batched_tokens},
+        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a.kv_cache_tokens},
+        {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a.gpu_memory_utilization},
+        {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a.kv_cache_dtype},
+        {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a.prefix_caching, .ival = 1},
+        {.name = "--no-enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a.prefix_caching, .ival = 0},
+        {.name = "--max-waiting-requests", .kind = LJ_FLAG_INT, .dest = &a.max_waiting_requests},
+    };
+    lj_flags_result res;
+    if (lj_flags_parse("serve", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK)
+        return lj_cli_error("serve");
+    if (res.help) {
+        usage(stdout);
+        return 0;
+    }
+    const char *bad = !a.load                                              ? "--load DIR is required"
+                      : a.port < 0 || a.port > 65535                       ? "--port must be in [0, 65535]"
+                      : a.max_model_len < 0                                ? "--max-model-len must be >= 1"
+                      : a.max_num_seqs < 1 || a.max_num_seqs > 65536       ? "--max-num-seqs must be in [1, 65536]"
+                      : a.max_num_batched_tokens < 1 || a.max_num_batched_tokens > (1 << 20)
+                          ? "--max-num-batched-tokens must be in [1, 1048576]"
+                      : a.kv_cache_tokens < 0                              ? "--kv-cache-tokens must be >= 1"
+                      : !(a.gpu_memory_utilization >= 0 && a.gpu_memory_utilization <= 1)
+                          ? "--gpu-memory-utilization must be in (0, 1]"
+                      : a.max_waiting_requests < 0                         ? "--max-waiting-requests must be >= 0"
+                      : strcmp(a.kv_cache_dtype, "auto") != 0
+                          ? "--kv-cache-dtype: only auto (the activation dtype) is built; fp8 caches are not yet"
+                      : a.api_key && !a.api_key[0]                         ? "--api-key must not be empty"
+                                                                           : NULL;
+    if (bad) {
+        lj_fail(LJ_ERR_ARG, "%s", bad);
+        return lj_cli_error("serve");
+    }
+    /* every thread started from here on inherits the blocked signals; the main thread waits for them */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return run_serve(&a, &signals) == LJ_OK ? 0 : lj_cli_error("serve");
+}

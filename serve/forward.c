@@ -1,0 +1,165 @@
+/* forward.c: the serving forward over the paged KV cache: per layer the decode path of
+ * model/model.c (RMSNorm, QKV (+ bias, QK-norm), RoPE at each row's own position, the write into
+ * the cache, paged attention, o_proj, residual + RMSNorm, SwiGLU MLP, residual), then the final
+ * norm and lm_head on the sampled rows only. Contracts in serve/forward.h. */
+#include "serve/forward.h"
+
+#include <string.h>
+
+size_t lj_serve_kv_bytes_per_token(const lj_model *m) {
+    return (size_t)2 * m->spec.KV * m->spec.L * lj_dtype_size(m->ops->act_dtype);
+}
+
+static lj_status take(const lj_ops *ops, void **p, size_t bytes, const char *what) {
+    if (ops->alloc(p, bytes < 64 ? 64 : bytes) != LJ_OK)
+        return lj_fail(LJ_ERR_OOM, "serve: cannot allocate %s (%zu bytes) on %s", what, bytes, ops->name);
+    return LJ_OK;
+}
+
+lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, int max_tokens, int max_seqs,
+                              int max_model_len) {
+    memset(sm, 0, sizeof *sm);
+    const lj_ops *ops = m->ops;
+    if (!ops->paged_kv_write || !ops->paged_attention || !ops->gather_rows)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "serve: the %s backend has no paged attention yet (use --device cpu)",
+                       ops->name);
+    const lj_layer_spec *s = &m->spec;
+    sm->m = m;
+    sm->max_tokens = max_tokens;
+    sm->max_seqs = max_seqs;
+    sm->max_model_len = max_model_len;
+    sm->max_blocks = (max_model_len + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
+    sm->num_blocks = num_blocks;
+    const size_t sa = lj_dtype_size(ops->act_dtype), N = (size_t)max_tokens, S = (size_t)max_seqs;
+    sm->kv = lj_calloc((size_t)s->L, sizeof(void *));
+    const size_t layer_bytes = (size_t)num_blocks * LJ_KV_BLOCK_SIZE * 2 * s->KV * sa;
+    for (int l = 0; l < s->L; l++) LJ_TRY(take(ops, &sm->kv[l], layer_bytes, "the KV cache"));
+    sm->kv_bytes = layer_bytes * s->L;
+    const size_t half = (size_t)s->hd / 2, rope = (size_t)max_model_len * half * sizeof(float);
+    LJ_TRY(take(ops, (void **)&sm->rope_cos, rope, "the RoPE tables"));
+    LJ_TRY(take(ops, (void **)&sm->rope_sin, rope, "the RoPE tables"));
+    LJ_TRY(take(ops, &sm->x, N * s->C * sa, "activations"));
+    LJ_TRY(take(ops, &sm->ln, N * s->C * sa, "activations"));
+    LJ_TRY(take(ops, &sm->qkv, N * s->QKV * sa, "activations"));
+    if (s->qk_norm) {
+        LJ_TRY(take(ops, &sm->qkv_pre, N * s->QKV * sa, "activations"));
+        LJ_TRY(take(ops, (void **)&sm->qk_rstd, N * (s->nh + s->nkv) * sizeof(float), "activations"));
+    }
+    LJ_TRY(take(ops, &sm->attn, N * s->Q * sa, "activations"));
+    LJ_TRY(take(ops, &sm->res_mid, N * s->C * sa, "activations"));
+    LJ_TRY(take(ops, &sm->proj, N * s->C * sa, "activations"));
+    LJ_TRY(take(ops, &sm->gate_up, N * 2 * s->I * sa, "activations"));
+    LJ_TRY(take(ops, &sm->mlp, N * s->I * sa, "activations"));
+    LJ_TRY(take(ops, (void **)&sm->rstd, N * sizeof(float), "activations"));
+    LJ_TRY(take(ops, &sm->rows_x, S * s->C * sa, "activations"));
+    LJ_TRY(take(ops, &sm->rows_ln, S * s->C * sa, "activations"));
+    LJ_TRY(take(ops, (void **)&sm->rows_rstd, S * sizeof(float), "activations"));
+    LJ_TRY(take(ops, &sm->logits, S * s->V * sa, "the logits"));
+    const size_t index = (4 * N + S + S * sm->max_blocks) * sizeof(int32_t);
+    LJ_TRY(take(ops, (void **)&sm->d_index, index, "the step's index arrays"));
+    sm->h_index = lj_malloc(index);
+    sm->h_logits = lj_malloc(S * s->V * sizeof(float));
+    float *c = lj_malloc(rope), *sn = lj_malloc(rope);
+    lj_rope_tables(&m->cfg, max_model_len, c, sn);
+    ops->upload(sm->rope_cos, c, rope);
+    ops->upload(sm->rope_sin, sn, rope);
+    free(c);
+    free(sn);
+    return LJ_OK;
+}
+
+void lj_serve_model_free(lj_serve_model *sm) {
+    if (!sm->m) return;
+    const lj_ops *ops = sm->m->ops;
+    void *bufs[] = {sm->rope_cos, sm->rope_sin, sm->x,       sm->ln,      sm->qkv,      sm->qkv_pre,
+                    sm->qk_rstd,  sm->attn,     sm->res_mid, sm->proj,    sm->gate_up,  sm->mlp,
+                    sm->rstd,     sm->rows_x,   sm->rows_ln, sm->rows_rstd, sm->logits, sm->d_index};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) ops->free(bufs[i]);
+    if (sm->kv)
+        for (int l = 0; l < sm->m->spec.L; l++)
+            if (sm->kv[l]) ops->free(sm->kv[l]);
+    free(sm->kv);
+    free(sm->h_index);
+    free(sm->h_logits);
+    memset(sm, 0, sizeof *sm);
+}
+
+const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
+    lj_model *m = sm->m;
+    const lj_ops *ops = m->ops;
+    const lj_layer_spec *s = &m->spec;
+    const int N = b->N, MB = sm->max_blocks;
+    LJ_ASSERT(N >= 1 && N <= sm->max_tokens && b->S >= 1 && b->S <= sm->max_seqs && b->M >= 0 && b->M <= sm->max_seqs);
+    /* one upload of the index arrays: ids | pos | slots | seq | rows | tables */
+    int32_t *h = sm->h_index;
+    memcpy(h, b->ids, (size_t)N * sizeof(int32_t));
+    memcpy(h + N, b->pos, (size_t)N * sizeof(int32_t));
+    memcpy(h + 2 * N, b->slots, (size_t)N * sizeof(int32_t));
+    memcpy(h + 3 * N, b->seq, (size_t)N * sizeof(int32_t));
+    memcpy(h + 4 * N, b->rows, (size_t)b->M * sizeof(int32_t));
+    memcpy(h + 4 * N + b->M, b->tables, (size_t)b->S * MB * sizeof(int32_t));
+    ops->upload(sm->d_index, h, (size_t)(4 * N + b->M + b->S * MB) * sizeof(int32_t));
+    const int32_t *ids = sm->d_index, *pos = ids + N, *slots = ids + 2 * N, *seq = ids + 3 * N;
+    const int32_t *rows = ids + 4 * N, *tables = rows + b->M;
+
+    ops->embedding_forward(sm->x, ids, lj_model_param(m, m->layout.embed), N, s->C);
+    for (int l = 0; l < s->L; l++) {
+        ops->rmsnorm_forward(sm->ln, sm->rstd, sm->x, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN1)), N,
+                             s->C, s->eps);
+        void *y = s->qk_norm ? sm->qkv_pre : sm->qkv;
+        lj_linear_forward(m, LJ_LINEAR_QKV, l, y, sm->ln, N);
+        if (s->qkv_bias) ops->bias_add(y, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
+        if (s->qk_norm)
+            ops->qk_norm_forward(sm->qkv, sm->qk_rstd, sm->qkv_pre,
+                                 lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_NORM)), N, s->nh, s->nkv, s->hd,
+                                 s->eps);
+        ops->rope_forward_pos(sm->qkv, sm->rope_cos, sm->rope_sin, pos, 1, N, s->nh, s->nkv, s->hd);
+        ops->paged_kv_write(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd);
+        ops->paged_attention(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, MB, LJ_KV_BLOCK_SIZE, s->nh, s->nkv,
+                             s->hd);
+        lj_linear_forward(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
+        ops->residual_rmsnorm_forward(sm->res_mid, sm->ln, sm->rstd, sm->x, sm->proj,
+                                      lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N, s->C, s->eps);
+        lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, sm->gate_up, sm->ln, N);
+        if (!lj_linear_forward_swiglu(m, l, sm->proj, sm->mlp, sm->gate_up, N)) {
+            ops->swiglu_forward(sm->mlp, sm->gate_up, N, s->I);
+            lj_linear_forward(m, LJ_LINEAR_DOWN, l, sm->proj, sm->mlp, N);
+        }
+        ops->add(sm->x, sm->res_mid, sm->proj, (int64_t)N * s->C);
+    }
+    if (b->M == 0) return sm->h_logits; /* prompt chunks only: nothing to sample */
+    ops->gather_rows(sm->rows_x, sm->x, rows, b->M, s->C);
+    ops->rmsnorm_forward(sm->rows_ln, sm->rows_rstd, sm->rows_x, lj_model_param(m, m->layout.final_norm), b->M, s->C,
+                         s->eps);
+    lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, sm->logits, sm->rows_ln, b->M);
+    const size_t n = (size_t)b->M * s->V;
+    if (ops->act_dtype == LJ_DTYPE_F32) {
+        ops->download(sm->h_logits, sm->logits, n * sizeof(float));
+    } else {
+        /* bf16 logits: widened on the host */
+        uint16_t *tmp = lj_malloc(n * sizeof(uint16_t));
+        ops->download(tmp, sm->logits, n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) sm->h_logits[i] = lj_bf16_to_f32(tmp[i]);
+        free(tmp);
+    }
+    return sm->h_logits;
+}
+
+lj_status lj_serve_weights_init(lj_model *m, lj_plan *plan, const lj_ops *ops, const lj_model_config *cfg) {
+    lj_model_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.micro_batch_size = 1;
+    opt.seq_length = 1;
+    opt.fused = 1;
+    opt.kv_cache_tokens = 1;
+    lj_model_init(m, ops, cfg, &opt);
+    lj_plan_build(plan, m);
+    return lj_plan_allocate(plan, m);
+}
+
+void lj_serve_weights_free(lj_model *m, lj_plan *plan) {
+    lj_plan_release(plan, m->ops);
+    lj_plan_free(plan);
+    lj_model_free(m);
+}

@@ -1,0 +1,66 @@
+/* forward.h: the serving forward: one step of a batch of sequences of different lengths (new
+ * prompt chunks and single decode tokens mixed) through the decoder over the paged KV cache.
+ * It reads the weights of an lj_model (model/model.h) through the same op table and linear
+ * module as training, and owns what serving adds: the KV cache of every layer
+ * ([num_blocks * LJ_KV_BLOCK_SIZE, 2*KV] act each, serve/kv_cache.h's blocks), RoPE tables of
+ * max_model_len positions, activations for max_num_batched_tokens rows, and the step's index
+ * arrays. Equations: model/model.c's decode path (lj_model_decode), row by row. */
+#ifndef LJ_SERVE_FORWARD_H
+#define LJ_SERVE_FORWARD_H
+
+#include "model/model.h"
+#include "plan/plan.h"
+#include "serve/kv_cache.h"
+
+typedef struct {
+    lj_model *m;              /* the weights, op table and shapes (not owned) */
+    int max_tokens;           /* rows per step (max_num_batched_tokens) */
+    int max_seqs;             /* sequences per step (max_num_seqs) */
+    int max_model_len;        /* positions per sequence */
+    int max_blocks;           /* block-table entries per sequence: ceil(max_model_len / block size) */
+    int num_blocks;           /* blocks of the cache */
+    void **kv;                /* [L] per layer: [num_blocks * LJ_KV_BLOCK_SIZE, 2*KV] act */
+    float *rope_cos, *rope_sin; /* [max_model_len, hd/2] f32 */
+    void *x, *ln, *qkv, *qkv_pre, *attn, *res_mid, *proj, *gate_up, *mlp; /* activations, act */
+    float *rstd, *qk_rstd;
+    void *rows_x, *rows_ln, *logits; /* [max_seqs, C], [max_seqs, C], [max_seqs, V] act */
+    float *rows_rstd;
+    int32_t *d_index;         /* ids, pos, slots, seq [max_tokens] each, rows [max_seqs], tables [max_seqs, max_blocks] */
+    int32_t *h_index;         /* its host staging */
+    float *h_logits;          /* [max_seqs, V] f32 host */
+    size_t kv_bytes;          /* bytes of the caches, all layers */
+} lj_serve_model;
+
+/* One step's batch, host arrays: N token rows (ids, positions, cache slots, the sequence each
+ * belongs to: an index < S), the S block tables ([S, max_blocks]) and the M rows whose logits
+ * are wanted. */
+typedef struct {
+    int N, S, M;
+    const int32_t *ids, *pos, *slots, *seq;
+    const int32_t *tables;
+    const int32_t *rows;
+} lj_serve_batch;
+
+/* Bytes of KV cache per token position, all layers: 2 * KV * L * act dtype size. */
+size_t lj_serve_kv_bytes_per_token(const lj_model *m);
+
+/* Allocates the caches (num_blocks blocks), tables and buffers on m's backend and uploads the RoPE
+ * tables. Errors: LJ_ERR_OOM naming the buffer; LJ_ERR_UNSUPPORTED when the backend lacks the
+ * paged ops (the CUDA backend, for now). */
+lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, int max_tokens, int max_seqs,
+                              int max_model_len);
+void lj_serve_model_free(lj_serve_model *sm);
+
+/* Runs the step: writes this step's keys and values into their slots, and returns the logits of
+ * the M wanted rows in host f32 [M, V] (valid until the next call; M = 0 skips the final norm and
+ * lm_head). 1 <= N <= max_tokens, 1 <= S <= max_seqs, 0 <= M <= max_seqs, every pos < max_model_len. */
+const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b);
+
+/* The model that serving reads its weights from: m initialised for cfg on `ops` in generation
+ * mode with the smallest activations (serving has its own), planned into `plan` and allocated,
+ * weights uninitialised (lj_model_set_weights next). Errors: lj_plan_allocate's. Free with
+ * lj_serve_weights_free. */
+lj_status lj_serve_weights_init(lj_model *m, lj_plan *plan, const lj_ops *ops, const lj_model_config *cfg);
+void lj_serve_weights_free(lj_model *m, lj_plan *plan);
+
+#endif
