@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "io/hf_vl.h"
 #include "io/safetensors.h"
 #include "model/vl.h"
+#include "optim/optim.h"
 #include "tests/test_util.h"
 
 static double rel_error(const float *x, const float *ref, int64_t n) {
@@ -324,6 +326,81 @@ static void check_rel(const char *what, const float *x, const float *ref, int64_
     if (!(err <= tol)) fail_msg("qwen3vl-tiny: %s: relative error %.3e > %.0e", what, err, tol);
 }
 
+/* Five AdamW steps of both towers with one global-norm clip over all gradients, the fixture's
+ * settings (adamw.json): losses before each step and the final weights against the reference. */
+static void adamw_steps(const char *dir, lj_vl *vl, lj_model *m, const float *tw, const float *vw) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/adamw.json", dir);
+    char *text;
+    assert_int_equal(lj_file_read_all(path, &text, NULL), LJ_OK);
+    cJSON *js = cJSON_Parse(text);
+    free(text);
+    assert_non_null(js);
+    const cJSON *losses = cJSON_GetObjectItemCaseSensitive(js, "losses");
+    const double lr = cJSON_GetObjectItemCaseSensitive(js, "lr")->valuedouble;
+    const double wd = cJSON_GetObjectItemCaseSensitive(js, "weight_decay")->valuedouble;
+    const double mgn = cJSON_GetObjectItemCaseSensitive(js, "max_grad_norm")->valuedouble;
+    const cJSON *betas = cJSON_GetObjectItemCaseSensitive(js, "betas");
+    const lj_adamw_hparams hp = {(float)cJSON_GetArrayItem(betas, 0)->valuedouble,
+                                 (float)cJSON_GetArrayItem(betas, 1)->valuedouble,
+                                 (float)cJSON_GetObjectItemCaseSensitive(js, "eps")->valuedouble, (float)mgn};
+    const lj_adamw_config ac = {hp.beta1, hp.beta2, hp.eps, (float)wd, (float)mgn, 0};
+    const lj_ops *ops = m->ops;
+    lj_model_set_weights(m, tw);
+    lj_vision_set_weights(&vl->vis, vw);
+    const int64_t nt = m->layout.total, nv = vl->vis.layout.total;
+    lj_adamw_segment *st, *sv;
+    const int nst = lj_adamw_segments(&m->layout, &ac, &st);
+    lj_param_layout vlo = {0};
+    vlo.params = vl->vis.layout.params;
+    vlo.count = vl->vis.layout.count;
+    const int nsv = lj_adamw_segments(&vlo, &ac, &sv); /* matrices decay; norms, biases, pos_embed do not */
+    float *vm_ = calloc((size_t)nv, sizeof(float)), *vv_ = calloc((size_t)nv, sizeof(float));
+    ops->memset_zero(m->adam_m, (size_t)nt * sizeof(float));
+    ops->memset_zero(m->adam_v, (size_t)nt * sizeof(float));
+    const int64_t nmax = nt > nv ? nt : nv;
+    void *ws = lj_malloc(ops->global_norm_workspace_bytes(nmax) + 64);
+    for (int step = 1; step <= 5; step++) {
+        lj_vl_zero_grads(vl);
+        lj_vl_forward_backward(vl, 1, 1.0f / (float)m->num_targets);
+        const double loss = lj_model_mean_loss(m), want = cJSON_GetArrayItem(losses, step - 1)->valuedouble;
+        const double err = fabs(loss - want) / fabs(want);
+        print_message("qwen3vl-tiny: AdamW step %d loss %.8f, HF %.8f, relative error %.3e\n", step, loss, want, err);
+        assert_true(err <= 1e-4);
+        float a, b, sc[LJ_ADAMW_NUM_SCALARS];
+        ops->global_norm_sq(&a, m->grads, nt, ws);
+        ops->global_norm_sq(&b, vl->vis.grads, nv, ws);
+        float norm_sq = a + b;
+        lj_adamw_step_scalars(sc, &hp, (float)lr, step);
+        ops->adamw_update(m->params, m->master, m->grads, m->adam_m, m->adam_v, st, nst, &hp, sc, &norm_sq);
+        ops->adamw_update(vl->vis.params, vl->vis.params, vl->vis.grads, vm_, vv_, sv, nsv, &hp, sc, &norm_sq);
+    }
+    lj_safetensors fin;
+    snprintf(path, sizeof path, "%s/adamw.safetensors", dir);
+    assert_int_equal(lj_safetensors_open(&fin, path), LJ_OK);
+    double worst = 0.0;
+    for (int side = 0; side < 2; side++) {
+        const lj_param_info *ps = side ? vl->vis.layout.params : m->layout.params;
+        const int count = side ? vl->vis.layout.count : m->layout.count;
+        const float *w = side ? vl->vis.params : m->master;
+        for (int i = 0; i < count; i++) {
+            char hf[128], name[160];
+            if (side) snprintf(hf, sizeof hf, "%s", ps[i].name);
+            else lj_vl_text_hf_name(ps[i].name, hf, sizeof hf);
+            snprintf(name, sizeof name, "final.%s", hf);
+            float *r = ref_tensor(&fin, name, ps[i].numel);
+            const double err = rel_error(w + ps[i].offset, r, ps[i].numel);
+            if (err > worst) worst = err;
+            if (!(err <= 1e-4)) fail_msg("qwen3vl-tiny: %s after 5 AdamW steps: relative error %.3e > 1e-4", hf, err);
+            free(r);
+        }
+    }
+    print_message("qwen3vl-tiny: final weights worst relative error %.3e\n", worst);
+    lj_safetensors_close(&fin);
+    free(ws), free(vm_), free(vv_), free(st), free(sv);
+    cJSON_Delete(js);
+}
+
 static void test_hf_fixtures(void **state) {
     (void)state;
     const char *src = getenv("LJ_SOURCE_DIR");
@@ -432,6 +509,7 @@ static void test_hf_fixtures(void **state) {
         }
         print_message("qwen3vl-tiny (%s): worst gradient relative error %.3e (%s)\n", variant ? "fused" : "unfused", worst,
                       worst_name);
+        if (variant == 1) adamw_steps(dir, &vl, &tm.m, tw, vw);
         free(tw);
         free(vw);
         lj_vl_free(&vl);
