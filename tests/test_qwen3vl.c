@@ -299,6 +299,21 @@ static void test_vl_finite_differences(void **state) {
     vl_case_free(&c);
 }
 
+/* A batch whose image pads do not match its images is refused with a message, not run. */
+static void test_bad_batch(void **state) {
+    (void)state;
+    vl_case c;
+    vl_case_init(&c, LJ_RECOMPUTE_NONE);
+    const int32_t grid3[] = {1, 4, 6, 1, 2, 4, 1, 2, 2};
+    assert_int_equal(lj_vl_set_batch(&c.vl, c.ids, c.targets, c.pixels, grid3, 3), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "images"));
+    const int32_t grid_big[] = {1, 6, 6, 1, 2, 4}; /* 9 tokens where the pads hold 6 */
+    assert_int_equal(lj_vl_set_batch(&c.vl, c.ids, c.targets, c.pixels, grid_big, 2), LJ_ERR_ARG);
+    const int32_t grid_odd[] = {1, 3, 8, 1, 2, 4}; /* h not a multiple of the merge size */
+    assert_int_equal(lj_vl_set_batch(&c.vl, c.ids, c.targets, c.pixels, grid_odd, 2), LJ_ERR_ARG);
+    vl_case_free(&c);
+}
+
 /* ---- the HF fixtures ---------------------------------------------------------------- */
 
 static float *ref_tensor(const lj_safetensors *st, const char *name, int64_t numel) {
@@ -524,7 +539,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),     cmocka_unit_test(test_config_load),
         cmocka_unit_test(test_rope_index),  cmocka_unit_test(test_mrope_axes),
-        cmocka_unit_test(test_vl_finite_differences), cmocka_unit_test(test_hf_fixtures),
+        cmocka_unit_test(test_vl_finite_differences), cmocka_unit_test(test_bad_batch),
+        cmocka_unit_test(test_hf_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
