@@ -416,6 +416,55 @@ static void adamw_steps(const char *dir, lj_vl *vl, lj_model *m, const float *tw
     cJSON_Delete(js);
 }
 
+/* The import's name rules on checkpoints made from the fixture's: a tied config accepts a missing
+ * lm_head.weight (and ignores a present one); an untied one names it when missing; a tensor
+ * that is not part of the model is named. */
+static void test_hf_import_names(void **state) {
+    (void)state;
+    const char *src = getenv("LJ_SOURCE_DIR");
+    char fx[1024], path[1200], dir[512];
+    snprintf(fx, sizeof fx, "%s/tests/fixtures/qwen3vl-tiny", src ? src : ".");
+    snprintf(path, sizeof path, "%s/model.safetensors", fx);
+    if (access(path, R_OK) != 0) skip();
+    lj_safetensors st;
+    assert_int_equal(lj_safetensors_open(&st, path), LJ_OK);
+    lj_st_tensor *t = lj_calloc((size_t)st.count + 1, sizeof *t);
+    int n = 0;
+    for (int i = 0; i < st.count; i++) {
+        const lj_st_entry *e = &st.entries[i];
+        if (strcmp(e->name, "lm_head.weight") == 0) continue;
+        t[n] = (lj_st_tensor){.name = e->name, .dtype = e->dtype, .ndim = e->ndim, .data = e->data};
+        memcpy(t[n].shape, e->shape, sizeof e->shape);
+        n++;
+    }
+    assert_int_equal(lj_test_make_dir(dir, sizeof dir, "qwen3vl-import"), 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(lj_safetensors_write(path, t, n, NULL, NULL, 0), LJ_OK);
+    lj_vl_config cfg;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &cfg), LJ_OK);
+    lj_vision_layout vl;
+    lj_vision_layout_init(&vl, &cfg.vision);
+    cfg.text.tie_word_embeddings = 1;
+    float *tw = lj_malloc((size_t)lj_config_num_params(&cfg.text) * sizeof(float) + 4096 * sizeof(float));
+    float *vw = lj_malloc((size_t)vl.total * sizeof(float));
+    if (lj_hf_vl_import(dir, &cfg, tw, vw) != LJ_OK) fail_msg("tied, no lm_head: %s", lj_error_message());
+    if (lj_hf_vl_import(fx, &cfg, tw, vw) != LJ_OK) fail_msg("tied, lm_head present: %s", lj_error_message());
+    cfg.text.tie_word_embeddings = 0;
+    assert_int_equal(lj_hf_vl_import(dir, &cfg, tw, vw), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "lm_head.weight"));
+    /* an extra tensor */
+    const float extra[2] = {1, 2};
+    t[n] = (lj_st_tensor){.name = "model.visual.extra.weight", .dtype = LJ_ST_F32, .ndim = 1, .shape = {2},
+                          .data = extra};
+    assert_int_equal(lj_safetensors_write(path, t, n + 1, NULL, NULL, 0), LJ_OK);
+    cfg.text.tie_word_embeddings = 1;
+    assert_int_equal(lj_hf_vl_import(dir, &cfg, tw, vw), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "model.visual.extra.weight"));
+    free(tw), free(vw), free(t);
+    lj_vision_layout_free(&vl);
+    lj_safetensors_close(&st);
+}
+
 static void test_hf_fixtures(void **state) {
     (void)state;
     const char *src = getenv("LJ_SOURCE_DIR");
@@ -540,7 +589,7 @@ int main(void) {
         cmocka_unit_test(test_presets),     cmocka_unit_test(test_config_load),
         cmocka_unit_test(test_rope_index),  cmocka_unit_test(test_mrope_axes),
         cmocka_unit_test(test_vl_finite_differences), cmocka_unit_test(test_bad_batch),
-        cmocka_unit_test(test_hf_fixtures),
+        cmocka_unit_test(test_hf_import_names), cmocka_unit_test(test_hf_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
