@@ -199,8 +199,8 @@ static int varlen_max(const int32_t *cu, int nseg, int N) {
     return mx;
 }
 
-/* s[j] = scale * q . k_j for the keys j of [k0, k1), then p = exp(s - m); returns m (forward) or
- * uses the saved lse (backward: p = exp(s - lse)). */
+/* p[j - k0] = scale * q . k_j for the keys j of [k0, k1): the same scores in the forward and the
+ * backward, which turns them into probabilities with the saved lse. */
 static void scores(float *p, const float *q, const float *qkv, int row, int kcol, int k0, int k1, int hd,
                    float scale) {
     for (int j = k0; j < k1; j++) p[j - k0] = scale * dot(q, qkv + (int64_t)j * row + kcol, hd);
