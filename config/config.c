@@ -340,6 +340,10 @@ static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const cha
     return lj_config_validate(cfg, path);
 }
 
+lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const char *path) {
+    return config_parse(object, cfg, path);
+}
+
 lj_status lj_config_load(const char *path, lj_model_config *cfg) {
     char *text;
     LJ_TRY(lj_file_read_all(path, &text, NULL));

@@ -100,6 +100,10 @@ const char *lj_config_preset_names(void);
  * Errors: LJ_ERR_IO / LJ_ERR_FORMAT / LJ_ERR_UNSUPPORTED naming the file and the field. */
 lj_status lj_config_load(const char *path, lj_model_config *cfg);
 
+/* lj_config_load's parse of an already-parsed JSON object (a `const cJSON *`), for configs that
+ * nest a decoder's (config/vl.h's text_config); `path` names it in the errors. */
+lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const char *path);
+
 /* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
 lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
 

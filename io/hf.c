@@ -361,6 +361,46 @@ lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *param
     return s;
 }
 
+/* check_entry with lj_hf_tensor's flatten rule. */
+static lj_status check_wanted(const lj_safetensors *file, const lj_st_entry *e, const lj_hf_tensor *w) {
+    if (w->flatten && e->ndim > 2 && e->shape[0] == w->param->shape[0] && e->numel == w->param->numel &&
+        (e->dtype == LJ_ST_F32 || e->dtype == LJ_ST_BF16 || e->dtype == LJ_ST_F16))
+        return LJ_OK;
+    return check_entry(file, e, w->param);
+}
+
+lj_status lj_hf_import_tensors(const char *dir, const lj_hf_tensor *want, int n) {
+    hf_source src;
+    LJ_TRY(open_source(&src, dir));
+    const lj_st_entry **entries = lj_calloc((size_t)(n > 0 ? n : 1), sizeof(lj_st_entry *));
+    const lj_safetensors **files = lj_calloc((size_t)(n > 0 ? n : 1), sizeof(lj_safetensors *));
+    lj_status s = LJ_OK;
+    for (int i = 0; i < n && s == LJ_OK; i++) {
+        s = source_find(&src, want[i].name, &entries[i], &files[i]);
+        if (s != LJ_OK && want[i].optional) {
+            entries[i] = NULL;
+            s = LJ_OK;
+            continue;
+        }
+        if (s == LJ_OK) s = check_wanted(files[i], entries[i], &want[i]);
+    }
+    const int total = src.index_path ? src.nmapped : src.files[0].count;
+    for (int k = 0; k < total && s == LJ_OK; k++) {
+        const char *name = src.index_path ? src.mapped_names[k] : src.files[0].entries[k].name;
+        int found = ends_with(name, "rotary_emb.inv_freq");
+        for (int i = 0; i < n && !found; i++) found = strcmp(want[i].name, name) == 0;
+        if (!found)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is not part of this model; loading without it would drop it",
+                        src.index_path ? src.index_path : src.files[0].path, name);
+    }
+    for (int i = 0; i < n && s == LJ_OK; i++)
+        if (entries[i] && want[i].dst) s = lj_safetensors_read_f32(files[i], entries[i], want[i].dst);
+    free(entries);
+    free(files);
+    source_free(&src);
+    return s;
+}
+
 lj_status lj_hf_load_config(const char *dir, lj_model_config *cfg) {
     char *path = path_join(dir, "config.json");
     lj_status s = lj_config_load(path, cfg);

@@ -64,6 +64,25 @@ lj_status lj_hf_export_stream_into(const char *dir, const lj_model_config *cfg, 
  * missing"), "...: tensor 'model.layers.0.self_attn.q_proj.bias' is not part of this model". */
 lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *params);
 
+/* One tensor lj_hf_import_tensors reads: its HF name, the shape it must have (param's ndim and
+ * shape; with `flatten`, a tensor of more dimensions is accepted when its first dimension is
+ * shape[0] and the rest multiply to shape[1], e.g. a Conv3d weight read as a matrix), and where
+ * its param->numel fp32 values go. `optional`: absent is fine (and present: read only when
+ * dst is not NULL; a tied lm_head.weight). */
+typedef struct {
+    const char *name;
+    const lj_param_info *param;
+    float *dst;
+    int flatten;
+    int optional;
+} lj_hf_tensor;
+
+/* Imports the tensors `want[n]` from a checkpoint (`dir` as lj_hf_import). Every other tensor
+ * of the checkpoint is an error naming it, except those ending in rotary_emb.inv_freq; a
+ * tensor of the wrong shape or dtype is an error naming the file, the tensor and both shapes.
+ * The destinations are written only after every check has passed. */
+lj_status lj_hf_import_tensors(const char *dir, const lj_hf_tensor *want, int n);
+
 /* Loads DIR/config.json with lj_config_load (errors name the file and the field). */
 lj_status lj_hf_load_config(const char *dir, lj_model_config *cfg);
 

@@ -315,6 +315,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     lj_linear_pass_begin(m, backward);
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
+    if (m->hooks) m->hooks->embed_forward(m, m->hooks->ctx, m->residual[0]);
     fetch(m, 0, +1);
     release(m, LJ_UNIT_EMBED);
     rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(&m->layout, 0, LJ_P_LN1), N);
@@ -328,6 +329,9 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
         residual_norm(m, m->residual[l + 1], last ? m->final_ln : m->layers[l + 1].ln1,
                       last ? m->final_rstd : m->layers[l + 1].ln1_rstd, m->layers[l].res_mid, m->proj,
                       param(m, last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1)), N);
+        if (m->hooks && m->hooks->layer_forward(m, m->hooks->ctx, l, m->residual[l + 1]))
+            rmsnorm(m, last ? m->final_ln : m->layers[l + 1].ln1, last ? m->final_rstd : m->layers[l + 1].ln1_rstd,
+                    m->residual[l + 1], last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1), N);
         release(m, l);
     }
     release(m, L);
@@ -380,12 +384,14 @@ void lj_model_backward(lj_model *m) {
     for (int l = L - 1; l >= 0; l--) {
         fetch(m, l, -1);
         const lj_grad_mode mode = grad_begin(m, l);
+        if (m->hooks) m->hooks->layer_backward(m, m->hooks->ctx, l, m->d_res);
         recompute_layer(m, l, B, T);
         layer_backward(m, l, B, T, mode);
         grad_end(m, l);
         release(m, l);
     }
     (void)grad_begin(m, LJ_UNIT_EMBED); /* tied: held since the loss; the scatter-add always accumulates */
+    if (m->hooks) m->hooks->embed_backward(m, m->hooks->ctx, m->d_res);
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
     grad_end(m, LJ_UNIT_EMBED);
     lj_linear_pass_end(m);

@@ -106,6 +106,22 @@ typedef struct {
     uint64_t key;   /* the caller's hash of the rest (0 for forward + backward) */
 } lj_model_graph;
 
+/* Hooks of a second tower into the decoder (model/vl.h: the vision tower's rows and DeepStack);
+ * NULL in lj_model for a text model. Called in stream order at fixed points:
+ *   embed_forward   after the embedding lookup, x = residual[0] [N, C]
+ *   layer_forward   after layer l, x = residual[l+1]; returns 1 when it changed x (the next norm
+ *                   is then computed again from it)
+ *   layer_backward  before layer l's backward, dx = the gradient of residual[l+1]
+ *   embed_backward  before the embedding's backward, dx = the gradient of residual[0] (the hook
+ *                   may change it, e.g. zero rows that get no embedding gradient) */
+typedef struct {
+    void (*embed_forward)(lj_model *m, void *ctx, void *x);
+    int (*layer_forward)(lj_model *m, void *ctx, int l, void *x);
+    void (*layer_backward)(lj_model *m, void *ctx, int l, const void *dx);
+    void (*embed_backward)(lj_model *m, void *ctx, void *dx);
+    void *ctx;
+} lj_model_hooks;
+
 struct lj_model {
     const lj_ops *ops;
     lj_model_config cfg;
@@ -192,6 +208,8 @@ struct lj_model {
                                the host AdamW (with the bf16 -> f32 conversion), parameters to the device */
 
     lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
+
+    const lj_model_hooks *hooks;  /* NULL, or a second tower's (model/vl.h); not with graphs */
 
     lj_model_graph fwd_bwd_graph; /* forward + backward (lj_model_forward_backward, opt.graphs) */
     lj_model_graph step_graph;    /* the whole training step as one graph (lj_model_train_step) */

@@ -353,6 +353,59 @@ struct lj_ops {
     void (*cross_entropy_forward_backward)(float *losses, void *dlogits, const void *logits, const int32_t *targets,
                                            int N, int V, float dloss);
 
+    /* ---- vision tower (Qwen3-VL; HF transformers modeling_qwen3_vl.py, Qwen3VLVisionModel) ----
+     * The CPU backend has them (ops/cpu/cpu_vision.c); NULL on a backend without them. The 2-D
+     * RoPE of the tower and the text model's interleaved MRoPE use rope_forward_pos /
+     * rope_backward_pos with one table row per token (pos[n] = n): model/vision.h builds the
+     * rows. */
+    /* LayerNorm (Ba et al. 2016; torch.nn.LayerNorm with weight and bias, biased variance):
+     * out[N,C] act = (x - mean) * rstd * w + b; mean[N], rstd[N] f32 = 1/sqrt(var + eps) saved
+     * for the backward. x: [N,C] act; w, b: [C] param. */
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *x, const void *w, const void *b, int N,
+                              int C, float eps);
+    /* dx[N,C] act (= or += by dx_mode; skipped when dx is NULL) = rstd * (g - mean(g) - xhat *
+     * mean(g * xhat)) with g = w * dout, xhat = (x - mean) * rstd; dw[C], db[C] grad (= or += by
+     * dw_mode) = sum_n dout * xhat, sum_n dout. `workspace`: layernorm_backward_workspace_bytes. */
+    void (*layernorm_backward)(void *dx, void *dw, void *db, const void *dout, const void *x, const void *w,
+                               const float *mean, const float *rstd, int N, int C, lj_grad_mode dx_mode,
+                               lj_grad_mode dw_mode, void *workspace);
+    size_t (*layernorm_backward_workspace_bytes)(int N, int C);
+    /* GELU (Hendrycks & Gimpel 2016), out[n] = gelu(x[n]) act, in place allowed. tanh = 0: the
+     * exact form x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()); tanh = 1: PyTorch's
+     * approximate="tanh" (HF "gelu_pytorch_tanh") 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_forward)(void *out, const void *x, int64_t n, int tanh);
+    /* dx[n] act (overwrite; may alias dout) = dout * gelu'(x) of the same form. */
+    void (*gelu_backward)(void *dx, const void *dout, const void *x, int64_t n, int tanh);
+    /* Weighted embedding bag (torch.nn.EmbeddingBag, mode "sum", per_sample_weights): out[n,:] act
+     * = sum over k < K, in that order, of w[n*K + k] * table[idx[n*K + k], :]. table: [R,C] param;
+     * idx: [N*K] i32, w: [N*K] f32, both in backend memory. The position grid's bilinear
+     * interpolation is K = 4 (model/vision.h). */
+    void (*embedding_bag_forward)(void *out, const void *table, const int32_t *idx, const float *w, int N, int K,
+                                  int C);
+    /* dtable[idx[n*K+k], :] += w[n*K+k] * dout[n, :] (grad dtype), summed in a fixed order. */
+    void (*embedding_bag_backward)(void *dtable, const void *dout, const int32_t *idx, const float *w, int N, int K,
+                                   int C);
+    /* Attention over packed variable-length segments (FlashAttention's varlen interface): rows
+     * [cu_seqlens[s], cu_seqlens[s+1]) of qkv[N, QKV] act are segment s (nseg segments,
+     * cu_seqlens[0] = 0, cu_seqlens[nseg] = N, i32 in backend memory); a query attends to every
+     * key of its segment (causal = 0, the vision tower) or to the keys at or before it (causal
+     * = 1); scale 1/sqrt(hd), GQA as attention_forward. out[N, Q] act; lse[nh, N] f32. */
+    void (*attention_varlen_forward)(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
+                                     int N, int nh, int nkv, int hd, int causal, void *workspace);
+    /* dqkv[N, QKV] (overwrite) from dout[N, Q] and the saved qkv, out, lse. */
+    void (*attention_varlen_backward)(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                      const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
+                                      int hd, int causal, void *workspace);
+    /* Bytes of workspace either needs for segments of at most max_seqlen rows. */
+    size_t (*attention_varlen_workspace_bytes)(int max_seqlen, int nh, int nkv, int hd);
+    /* Row gather: out[i, :] = x[idx[i], :] for i < M; out [M,C], x [R,C] act; idx [M] i32 in
+     * backend memory (the rows of x at the image positions: DeepStack's gradient). */
+    void (*rows_gather)(void *out, const void *x, const int32_t *idx, int M, int C);
+    /* Row scatter: x[idx[i], :] = src[i, :] (mode OVERWRITE) or += src[i, :] (ACCUMULATE), for
+     * i < M; src NULL with OVERWRITE writes zeros. Distinct idx. (The image splice into the
+     * embedding output, and DeepStack's add after a decoder layer.) */
+    void (*rows_scatter)(void *x, const void *src, const int32_t *idx, int M, int C, lj_grad_mode mode);
+
     /* ---- optimizer ---- */
     /* out[0] (f32, device) = sum of squares of grad[n] (grad dtype). */
     void (*global_norm_sq)(float *out, const void *grad, int64_t n, void *workspace);

@@ -1,6 +1,7 @@
 /* cpu_ops.c: the CPU backend's op table (lj_ops_cpu) and its memory entries: aligned host
  * allocation with accounting, copies, casts and the host memory figures. */
 #include "ops/cpu/cpu.h"
+#include "ops/cpu/cpu_vision.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,19 @@ static const lj_ops g_cpu_ops = {
     .paged_kv_write = lj_cpu_paged_kv_write,
     .paged_attention = lj_cpu_paged_attention,
     .gather_rows = lj_cpu_gather_rows,
+
+    .layernorm_forward = lj_cpu_layernorm_forward,
+    .layernorm_backward = lj_cpu_layernorm_backward,
+    .layernorm_backward_workspace_bytes = lj_cpu_layernorm_backward_workspace_bytes,
+    .gelu_forward = lj_cpu_gelu_forward,
+    .gelu_backward = lj_cpu_gelu_backward,
+    .embedding_bag_forward = lj_cpu_embedding_bag_forward,
+    .embedding_bag_backward = lj_cpu_embedding_bag_backward,
+    .attention_varlen_forward = lj_cpu_attention_varlen_forward,
+    .attention_varlen_backward = lj_cpu_attention_varlen_backward,
+    .attention_varlen_workspace_bytes = lj_cpu_attention_varlen_workspace_bytes,
+    .rows_gather = lj_cpu_rows_gather,
+    .rows_scatter = lj_cpu_rows_scatter,
 
     .swiglu_forward = lj_cpu_swiglu_forward,
     .swiglu_backward = lj_cpu_swiglu_backward,

@@ -1,0 +1,492 @@
+/* vision.c: the Qwen3-VL vision tower's forward and backward over the op table, its buffers, and
+ * the host-side tables of the tower and of the text model's MRoPE. Equations: HF transformers
+ * modeling_qwen3_vl.py (Qwen3VLVisionModel, Qwen3VLVisionBlock, Qwen3VLVisionPatchMerger,
+ * Qwen3VLTextRotaryEmbedding, Qwen3VLModel.get_rope_index); docs/qwen3-vl-model.md. */
+#include "model/vision.h"
+
+#include <math.h>
+#include <string.h>
+
+lj_vision_spec lj_vision_spec_of(const lj_vision_config *v) {
+    lj_vision_spec s;
+    memset(&s, 0, sizeof s);
+    s.V = v->hidden_size;
+    s.I = v->intermediate_size;
+    s.heads = v->num_heads;
+    s.hd = v->hidden_size / v->num_heads;
+    s.P = lj_vision_patch_dim(v);
+    s.m = v->spatial_merge_size;
+    s.m2 = s.m * s.m;
+    s.M = s.m2 * s.V;
+    s.O = v->out_hidden_size;
+    s.depth = v->depth;
+    s.num_deepstack = v->num_deepstack;
+    s.gelu_tanh = v->gelu_tanh;
+    s.grid = (int)lround(sqrt((double)v->num_position_embeddings));
+    s.eps = 1e-6f;
+    return s;
+}
+
+/* ---- buffers ------------------------------------------------------------------------ */
+
+/* A bump allocator over one allocation: a first pass with base NULL counts the bytes. */
+typedef struct {
+    unsigned char *base;
+    size_t used;
+} bump;
+
+static void *take(bump *b, size_t bytes) {
+    void *p = b->base ? b->base + b->used : NULL;
+    b->used += (bytes + 63) / 64 * 64;
+    return p;
+}
+
+static void carve(lj_vision *vm, bump *b) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    const size_t act = lj_dtype_size(ops->act_dtype), Np = (size_t)vm->max_patches, Nt = Np / s->m2;
+    vm->params = take(b, (size_t)vm->layout.total * lj_dtype_size(ops->param_dtype));
+    if (vm->training) vm->grads = take(b, (size_t)vm->layout.total * lj_dtype_size(ops->grad_dtype));
+    vm->pixels = take(b, Np * s->P * act);
+    vm->cu_seqlens = take(b, (Np + 1) * sizeof(int32_t));
+    vm->row_ids = take(b, Np * sizeof(int32_t));
+    vm->rope_cos = take(b, Np * (s->hd / 2) * sizeof(float));
+    vm->rope_sin = take(b, Np * (s->hd / 2) * sizeof(float));
+    vm->pos_idx = take(b, Np * 4 * sizeof(int32_t));
+    vm->pos_w = take(b, Np * 4 * sizeof(float));
+    vm->pos_embeds = take(b, Np * s->V * act);
+    for (int i = 0; i <= s->depth; i++) vm->residual[i] = take(b, Np * s->V * act);
+    for (int i = 0; i < s->depth; i++) {
+        lj_vision_block_acts *a = &vm->blocks[i];
+        a->ln1 = take(b, Np * s->V * act);
+        a->qkv = take(b, Np * 3 * s->V * act);
+        a->attn = take(b, Np * s->V * act);
+        a->res_mid = take(b, Np * s->V * act);
+        a->ln2 = take(b, Np * s->V * act);
+        a->h1 = take(b, Np * s->I * act);
+        a->act = take(b, Np * s->I * act);
+        a->ln1_mean = take(b, Np * sizeof(float));
+        a->ln1_rstd = take(b, Np * sizeof(float));
+        a->ln2_mean = take(b, Np * sizeof(float));
+        a->ln2_rstd = take(b, Np * sizeof(float));
+        a->lse = take(b, (size_t)s->heads * Np * sizeof(float));
+    }
+    for (int j = 0; j <= s->num_deepstack; j++) {
+        lj_vision_merger_acts *a = &vm->mergers[j];
+        a->ln = take(b, Nt * s->M * act);
+        a->h = take(b, Nt * s->M * act);
+        a->act = take(b, Nt * s->M * act);
+        a->out = take(b, Nt * s->O * act);
+        a->mean = take(b, Np * sizeof(float));
+        a->rstd = take(b, Np * sizeof(float));
+    }
+    if (vm->training) {
+        const size_t big = Np * (size_t)(s->I > 3 * s->V ? s->I : 3 * s->V);
+        vm->d_res = take(b, Np * s->V * act);
+        vm->d_ln = take(b, Np * s->V * act);
+        vm->d_qkv = take(b, Np * 3 * s->V * act);
+        vm->d_attn = take(b, Np * s->V * act);
+        vm->d_h = take(b, big * act);
+        vm->d_m1 = take(b, Nt * s->M * act);
+        vm->d_m2 = take(b, Nt * s->M * act);
+        int widest = s->M > s->I ? s->M : s->I;
+        if (3 * s->V > widest) widest = 3 * s->V;
+        if (s->O > widest) widest = s->O;
+        vm->ws_bias = take(b, ops->bias_backward_workspace_bytes((int)Np, widest));
+        vm->ws_norm = take(b, ops->layernorm_backward_workspace_bytes((int)Np, s->M));
+    }
+    vm->ws_attention = take(b, ops->attention_varlen_workspace_bytes((int)Np, s->heads, s->heads, s->hd));
+}
+
+lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
+                         int max_images, int training) {
+    memset(vm, 0, sizeof *vm);
+    if (max_patches <= 0 || max_images <= 0)
+        return lj_fail(LJ_ERR_ARG, "vision tower: max_patches %d and max_images %d must be positive", max_patches,
+                       max_images);
+    if (!ops->layernorm_forward || !ops->attention_varlen_forward)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "vision tower: the %s backend has no vision ops yet", ops->name);
+    vm->ops = ops;
+    vm->cfg = *cfg;
+    vm->spec = lj_vision_spec_of(cfg);
+    vm->max_patches = max_patches;
+    vm->max_images = max_images;
+    vm->training = training;
+    lj_vision_layout_init(&vm->layout, cfg);
+    vm->residual = lj_calloc((size_t)cfg->depth + 1, sizeof(void *));
+    vm->blocks = lj_calloc((size_t)cfg->depth, sizeof(lj_vision_block_acts));
+    vm->mergers = lj_calloc((size_t)cfg->num_deepstack + 1, sizeof(lj_vision_merger_acts));
+    bump b = {NULL, 0};
+    carve(vm, &b);
+    lj_status s = ops->alloc(&vm->arena, b.used);
+    if (s != LJ_OK) {
+        lj_vision_free(vm);
+        return s;
+    }
+    b = (bump){vm->arena, 0};
+    carve(vm, &b);
+    ops->memset_zero(vm->arena, b.used);
+    return LJ_OK;
+}
+
+void lj_vision_free(lj_vision *vm) {
+    if (vm->arena) vm->ops->free(vm->arena);
+    lj_vision_layout_free(&vm->layout);
+    free(vm->residual);
+    free(vm->blocks);
+    free(vm->mergers);
+    memset(vm, 0, sizeof *vm);
+}
+
+void lj_vision_set_weights(lj_vision *vm, const float *params) {
+    vm->ops->cast_f32_to_param(vm->params, params, vm->layout.total); /* device to device on the CPU */
+}
+
+void lj_vision_zero_grads(lj_vision *vm) {
+    vm->ops->memset_zero(vm->grads, (size_t)vm->layout.total * lj_dtype_size(vm->ops->grad_dtype));
+}
+
+/* ---- host tables ------------------------------------------------------------------ */
+
+/* torch.linspace(0, end, steps)[i] in fp32: the first half from the start, the rest from the end. */
+static float linspace_f32(float end, int steps, int i) {
+    if (steps == 1) return 0.0f;
+    const float step = end / (float)(steps - 1);
+    return i < steps / 2 ? step * (float)i : end - step * (float)(steps - 1 - i);
+}
+
+/* The patches' coordinates in patch order (t, bh, bw, mh, mw): row r, column c of the frame and the
+ * frame's grid h, w (in patches), four host arrays [Np] (free the first). */
+static int *patch_coords(const lj_vision_spec *s, const int32_t *grid, int num_images, int **r, int **c, int **gh,
+                         int **gw) {
+    size_t np = 0;
+    for (int i = 0; i < num_images; i++) np += (size_t)grid[i * 3] * grid[i * 3 + 1] * grid[i * 3 + 2];
+    int *buf = lj_malloc((np > 0 ? np : 1) * 4 * sizeof(int));
+    *r = buf;
+    *c = buf + np;
+    *gh = buf + 2 * np;
+    *gw = buf + 3 * np;
+    size_t n = 0;
+    for (int i = 0; i < num_images; i++) {
+        const int gt = grid[i * 3], h = grid[i * 3 + 1], w = grid[i * 3 + 2];
+        for (int t = 0; t < gt; t++)
+            for (int bh = 0; bh < h / s->m; bh++)
+                for (int bw = 0; bw < w / s->m; bw++)
+                    for (int mh = 0; mh < s->m; mh++)
+                        for (int mw = 0; mw < s->m; mw++, n++) {
+                            (*r)[n] = bh * s->m + mh;
+                            (*c)[n] = bw * s->m + mw;
+                            (*gh)[n] = h;
+                            (*gw)[n] = w;
+                        }
+    }
+    return buf;
+}
+
+static size_t num_patches_of(const int32_t *grid, int num_images) {
+    size_t np = 0;
+    for (int i = 0; i < num_images; i++) np += (size_t)grid[i * 3] * grid[i * 3 + 1] * grid[i * 3 + 2];
+    return np;
+}
+
+void lj_vision_pos_interp(const lj_vision_spec *s, const int32_t *grid_thw, int num_images, int32_t *idx, float *w) {
+    const int G = s->grid;
+    const float end = (float)(G - 1);
+    int *r, *c, *gh, *gw;
+    int *buf = patch_coords(s, grid_thw, num_images, &r, &c, &gh, &gw);
+    const size_t np = num_patches_of(grid_thw, num_images);
+    for (size_t n = 0; n < np; n++) {
+        const float hv = linspace_f32(end, gh[n], r[n]), wv = linspace_f32(end, gw[n], c[n]);
+        const int h0 = (int)hv, w0 = (int)wv;
+        const int h1 = h0 + 1 < G ? h0 + 1 : G - 1, w1 = w0 + 1 < G ? w0 + 1 : G - 1;
+        const float dh = hv - (float)h0, dw = wv - (float)w0;
+        int32_t *ix = idx + n * 4;
+        float *wx = w + n * 4;
+        ix[0] = h0 * G + w0;
+        ix[1] = h0 * G + w1;
+        ix[2] = h1 * G + w0;
+        ix[3] = h1 * G + w1;
+        wx[0] = (1.0f - dh) * (1.0f - dw);
+        wx[1] = (1.0f - dh) * dw;
+        wx[2] = dh * (1.0f - dw);
+        wx[3] = dh * dw;
+    }
+    free(buf);
+}
+
+void lj_vision_rope_rows(const lj_vision_spec *s, const int32_t *grid_thw, int num_images, float *cos_out,
+                         float *sin_out) {
+    const int half = s->hd / 2, q = s->hd / 4;
+    float *inv = lj_malloc((size_t)q * sizeof(float));
+    for (int j = 0; j < q; j++) inv[j] = 1.0f / powf(10000.0f, (float)(2 * j) / (float)half);
+    int *r, *c, *gh, *gw;
+    int *buf = patch_coords(s, grid_thw, num_images, &r, &c, &gh, &gw);
+    const size_t np = num_patches_of(grid_thw, num_images);
+    for (size_t n = 0; n < np; n++) {
+        float *co = cos_out + n * half, *si = sin_out + n * half;
+        for (int i = 0; i < half; i++) {
+            const double a = (double)(i < q ? r[n] : c[n]) * (double)inv[i < q ? i : i - q];
+            co[i] = (float)cos(a);
+            si[i] = (float)sin(a);
+        }
+    }
+    free(buf);
+    free(inv);
+}
+
+int lj_vl_rope_index(const lj_vl_config *c, const int32_t *ids, int T, const int32_t *grid_thw, int num_images,
+                     int32_t *pos3) {
+    const int m = c->vision.spatial_merge_size, pad = c->image_token_id;
+    int st = 0, next = 0, k = 0;
+    while (st < T) {
+        int ed = st;
+        while (ed < T && ids[ed] != pad) ed++;
+        for (int i = st; i < ed; i++) pos3[i] = pos3[T + i] = pos3[2 * T + i] = next + i - st;
+        if (ed == T) break;
+        if (k >= num_images) return -1;
+        const int gt = grid_thw[k * 3], gh = grid_thw[k * 3 + 1] / m, gw = grid_thw[k * 3 + 2] / m;
+        k++;
+        const int base = next + ed - st, ntok = gt * gh * gw;
+        if (ed + ntok > T) return -1;
+        for (int j = 0; j < ntok; j++) {
+            if (ids[ed + j] != pad) return -1;
+            const int tt = j / (gh * gw), r = j / gw % gh, col = j % gw;
+            pos3[ed + j] = base + tt;
+            pos3[T + ed + j] = base + r;
+            pos3[2 * T + ed + j] = base + col;
+        }
+        int mx = base + (gt - 1);
+        if (base + gh - 1 > mx) mx = base + gh - 1;
+        if (base + gw - 1 > mx) mx = base + gw - 1;
+        next = mx + 1;
+        st = ed + ntok;
+    }
+    return k;
+}
+
+void lj_vl_mrope_rows(const lj_vl_config *c, const int32_t *pos3, int n, float *cos_out, float *sin_out) {
+    const int hd = c->text.head_dim, half = hd / 2;
+    const float theta = (float)c->text.rope_theta;
+    for (int j = 0; j < half; j++) {
+        const float f = 1.0f / powf(theta, (float)(2 * j) / (float)hd);
+        const int axis = (j % 3 == 1 && j < 3 * c->mrope_section[1]) ? 1
+                         : (j % 3 == 2 && j < 3 * c->mrope_section[2]) ? 2
+                                                                       : 0;
+        for (int t = 0; t < n; t++) {
+            const float a = (float)pos3[(size_t)axis * n + t] * f;
+            cos_out[(size_t)t * half + j] = (float)cos((double)a);
+            sin_out[(size_t)t * half + j] = (float)sin((double)a);
+        }
+    }
+}
+
+lj_status lj_vision_set_images(lj_vision *vm, const float *pixel_values, const int32_t *grid_thw, int num_images) {
+    const lj_vision_spec *s = &vm->spec;
+    int64_t np = 0, frames = 0;
+    for (int i = 0; i < num_images; i++) {
+        const int t = grid_thw[i * 3], h = grid_thw[i * 3 + 1], w = grid_thw[i * 3 + 2];
+        if (t <= 0 || h <= 0 || w <= 0 || h % s->m || w % s->m)
+            return lj_fail(LJ_ERR_ARG,
+                           "image %d: image_grid_thw (%d, %d, %d) must be positive with h and w multiples of the "
+                           "spatial merge size %d",
+                           i, t, h, w, s->m);
+        np += (int64_t)t * h * w;
+        frames += t;
+    }
+    if (np > vm->max_patches || frames > vm->max_images)
+        return lj_fail(LJ_ERR_ARG, "images: %lld patches in %lld frames; the tower holds %d patches and %d frames",
+                       (long long)np, (long long)frames, vm->max_patches, vm->max_images);
+    const int Np = (int)np, half = s->hd / 2;
+    vm->num_patches = Np;
+    vm->num_tokens = Np / s->m2;
+    int32_t *cu = lj_malloc(((size_t)frames + 1) * sizeof(int32_t));
+    int32_t *ids = lj_malloc((size_t)(Np > 0 ? Np : 1) * sizeof(int32_t));
+    float *cs = lj_malloc((size_t)(Np > 0 ? Np : 1) * half * 2 * sizeof(float));
+    int32_t *pi = lj_malloc((size_t)(Np > 0 ? Np : 1) * 4 * sizeof(int32_t));
+    float *pw = lj_malloc((size_t)(Np > 0 ? Np : 1) * 4 * sizeof(float));
+    int seg = 0;
+    cu[0] = 0;
+    vm->max_seqlen = 0;
+    for (int i = 0; i < num_images; i++)
+        for (int t = 0; t < grid_thw[i * 3]; t++) {
+            const int len = grid_thw[i * 3 + 1] * grid_thw[i * 3 + 2];
+            cu[seg + 1] = cu[seg] + len;
+            seg++;
+            if (len > vm->max_seqlen) vm->max_seqlen = len;
+        }
+    vm->num_segments = seg;
+    for (int n = 0; n < Np; n++) ids[n] = n;
+    lj_vision_rope_rows(s, grid_thw, num_images, cs, cs + (size_t)Np * half);
+    lj_vision_pos_interp(s, grid_thw, num_images, pi, pw);
+    const lj_ops *ops = vm->ops;
+    ops->upload(vm->cu_seqlens, cu, ((size_t)seg + 1) * sizeof(int32_t));
+    ops->upload(vm->row_ids, ids, (size_t)Np * sizeof(int32_t));
+    ops->upload(vm->rope_cos, cs, (size_t)Np * half * sizeof(float));
+    ops->upload(vm->rope_sin, cs + (size_t)Np * half, (size_t)Np * half * sizeof(float));
+    ops->upload(vm->pos_idx, pi, (size_t)Np * 4 * sizeof(int32_t));
+    ops->upload(vm->pos_w, pw, (size_t)Np * 4 * sizeof(float));
+    if (ops->act_dtype == LJ_DTYPE_F32) {
+        ops->upload(vm->pixels, pixel_values, (size_t)Np * s->P * sizeof(float));
+    } else { /* HF casts pixel_values to the model dtype before the patch embedding */
+        uint16_t *bf = lj_malloc((size_t)(Np > 0 ? Np : 1) * s->P * sizeof(uint16_t));
+        for (size_t i = 0; i < (size_t)Np * s->P; i++) bf[i] = lj_f32_to_bf16(pixel_values[i]);
+        ops->upload(vm->pixels, bf, (size_t)Np * s->P * sizeof(uint16_t));
+        ops->synchronize();
+        free(bf);
+    }
+    ops->synchronize();
+    free(cu);
+    free(ids);
+    free(cs);
+    free(pi);
+    free(pw);
+    return LJ_OK;
+}
+
+/* ---- forward ---------------------------------------------------------------------- */
+
+static void *param(const lj_vision *vm, int index) {
+    return (unsigned char *)vm->params + (size_t)vm->layout.params[index].offset * lj_dtype_size(vm->ops->param_dtype);
+}
+
+static void *grad(const lj_vision *vm, int index) {
+    return (unsigned char *)vm->grads + (size_t)vm->layout.params[index].offset * lj_dtype_size(vm->ops->grad_dtype);
+}
+
+/* out[N, OC] = x[N, IC] W^T + b (HF nn.Linear with bias). */
+static void linear(const lj_vision *vm, void *out, const void *x, int w_index, int N, int IC, int OC) {
+    vm->ops->matmul_forward(out, x, param(vm, w_index), N, IC, OC);
+    vm->ops->bias_add(out, param(vm, w_index + 1), N, OC);
+}
+
+/* Its backward: dx = dout W (dx_mode; skipped when dx is NULL), dW += dout^T x, db += colsum(dout). */
+static void linear_backward(const lj_vision *vm, void *dx, const void *dout, const void *x, int w_index, int N, int IC,
+                            int OC, lj_grad_mode dx_mode) {
+    vm->ops->matmul_backward(dx, grad(vm, w_index), dout, x, param(vm, w_index), N, IC, OC, dx_mode,
+                             LJ_GRAD_ACCUMULATE);
+    vm->ops->bias_backward(grad(vm, w_index + 1), dout, N, OC, LJ_GRAD_ACCUMULATE, vm->ws_bias);
+}
+
+/* Merger j on x [Np, V]: the final one (j = 0) normalizes each patch over V and then reads m*m
+ * consecutive patches as one row of M; a DeepStack merger reads the rows of M first and
+ * normalizes over M. Then fc1, exact GELU, fc2. */
+static void merger_forward(lj_vision *vm, int j, const void *x) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    lj_vision_merger_acts *a = &vm->mergers[j];
+    const int Np = vm->num_patches, Nt = vm->num_tokens;
+    const int nw = lj_vision_merger_param(&vm->layout, j, LJ_VM_NORM_W);
+    if (j == 0) ops->layernorm_forward(a->ln, a->mean, a->rstd, x, param(vm, nw), param(vm, nw + 1), Np, s->V, s->eps);
+    else ops->layernorm_forward(a->ln, a->mean, a->rstd, x, param(vm, nw), param(vm, nw + 1), Nt, s->M, s->eps);
+    linear(vm, a->h, a->ln, lj_vision_merger_param(&vm->layout, j, LJ_VM_FC1_W), Nt, s->M, s->M);
+    ops->gelu_forward(a->act, a->h, (int64_t)Nt * s->M, 0);
+    linear(vm, a->out, a->act, lj_vision_merger_param(&vm->layout, j, LJ_VM_FC2_W), Nt, s->M, s->O);
+}
+
+static void block_forward(lj_vision *vm, int i) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    lj_vision_block_acts *a = &vm->blocks[i];
+    const int Np = vm->num_patches;
+    const int p0 = lj_vision_block_param(&vm->layout, i, 0);
+    void *x = vm->residual[i], *y = vm->residual[i + 1];
+    /* x + proj(attention(rope(qkv(LN1(x))))) */
+    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, param(vm, p0 + LJ_VP_LN1_W), param(vm, p0 + LJ_VP_LN1_B),
+                           Np, s->V, s->eps);
+    linear(vm, a->qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V);
+    ops->rope_forward_pos(a->qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
+    ops->attention_varlen_forward(a->attn, a->lse, a->qkv, vm->cu_seqlens, vm->num_segments, Np, s->heads, s->heads,
+                                  s->hd, 0, vm->ws_attention);
+    linear(vm, y, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V); /* y as scratch until the MLP writes it */
+    ops->add(a->res_mid, x, y, (int64_t)Np * s->V);
+    /* + fc2(gelu_tanh(fc1(LN2(.)))) */
+    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, param(vm, p0 + LJ_VP_LN2_W),
+                           param(vm, p0 + LJ_VP_LN2_B), Np, s->V, s->eps);
+    linear(vm, a->h1, a->ln2, p0 + LJ_VP_FC1_W, Np, s->V, s->I);
+    ops->gelu_forward(a->act, a->h1, (int64_t)Np * s->I, s->gelu_tanh);
+    linear(vm, y, a->act, p0 + LJ_VP_FC2_W, Np, s->I, s->V);
+    ops->add(y, a->res_mid, y, (int64_t)Np * s->V);
+}
+
+void lj_vision_forward(lj_vision *vm) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    const int Np = vm->num_patches;
+    if (Np == 0) return;
+    /* the Conv3d with stride = kernel as one GEMM, plus the interpolated position grid */
+    linear(vm, vm->residual[0], vm->pixels, vm->layout.patch_w, Np, s->P, s->V);
+    ops->embedding_bag_forward(vm->pos_embeds, param(vm, vm->layout.pos), vm->pos_idx, vm->pos_w, Np, 4, s->V);
+    ops->add(vm->residual[0], vm->residual[0], vm->pos_embeds, (int64_t)Np * s->V);
+    int ds = 0;
+    for (int i = 0; i < s->depth; i++) {
+        block_forward(vm, i);
+        if (ds < s->num_deepstack && vm->cfg.deepstack_visual_indexes[ds] == i) merger_forward(vm, 1 + ds++, vm->residual[i + 1]);
+    }
+    merger_forward(vm, 0, vm->residual[s->depth]);
+}
+
+/* ---- backward --------------------------------------------------------------------- */
+
+/* Merger j's backward from d_out [Nt, O]: its input's gradient is added to vm->d_res. */
+static void merger_backward(lj_vision *vm, int j, const void *x, const void *d_out) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    lj_vision_merger_acts *a = &vm->mergers[j];
+    const int Np = vm->num_patches, Nt = vm->num_tokens;
+    linear_backward(vm, vm->d_m1, d_out, a->act, lj_vision_merger_param(&vm->layout, j, LJ_VM_FC2_W), Nt, s->M, s->O,
+                    LJ_GRAD_OVERWRITE);
+    ops->gelu_backward(vm->d_m1, vm->d_m1, a->h, (int64_t)Nt * s->M, 0);
+    linear_backward(vm, vm->d_m2, vm->d_m1, a->ln, lj_vision_merger_param(&vm->layout, j, LJ_VM_FC1_W), Nt, s->M, s->M,
+                    LJ_GRAD_OVERWRITE);
+    const int nw = lj_vision_merger_param(&vm->layout, j, LJ_VM_NORM_W);
+    const int rows = j == 0 ? Np : Nt, cols = j == 0 ? s->V : s->M;
+    ops->layernorm_backward(vm->d_res, grad(vm, nw), grad(vm, nw + 1), vm->d_m2, x, param(vm, nw), a->mean, a->rstd,
+                            rows, cols, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE, vm->ws_norm);
+}
+
+static void block_backward(lj_vision *vm, int i) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    lj_vision_block_acts *a = &vm->blocks[i];
+    const int Np = vm->num_patches;
+    const int p0 = lj_vision_block_param(&vm->layout, i, 0);
+    /* MLP: d_res is the gradient of the block output (and of res_mid through the residual) */
+    linear_backward(vm, vm->d_h, vm->d_res, a->act, p0 + LJ_VP_FC2_W, Np, s->I, s->V, LJ_GRAD_OVERWRITE);
+    ops->gelu_backward(vm->d_h, vm->d_h, a->h1, (int64_t)Np * s->I, s->gelu_tanh);
+    linear_backward(vm, vm->d_ln, vm->d_h, a->ln2, p0 + LJ_VP_FC1_W, Np, s->V, s->I, LJ_GRAD_OVERWRITE);
+    ops->layernorm_backward(vm->d_res, grad(vm, p0 + LJ_VP_LN2_W), grad(vm, p0 + LJ_VP_LN2_B), vm->d_ln, a->res_mid,
+                            param(vm, p0 + LJ_VP_LN2_W), a->ln2_mean, a->ln2_rstd, Np, s->V, LJ_GRAD_ACCUMULATE,
+                            LJ_GRAD_ACCUMULATE, vm->ws_norm);
+    /* attention */
+    linear_backward(vm, vm->d_attn, vm->d_res, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V, LJ_GRAD_OVERWRITE);
+    ops->attention_varlen_backward(vm->d_qkv, vm->d_attn, a->qkv, a->attn, a->lse, vm->cu_seqlens, vm->num_segments, Np,
+                                   s->heads, s->heads, s->hd, 0, vm->ws_attention);
+    ops->rope_backward_pos(vm->d_qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
+    linear_backward(vm, vm->d_ln, vm->d_qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V, LJ_GRAD_OVERWRITE);
+    ops->layernorm_backward(vm->d_res, grad(vm, p0 + LJ_VP_LN1_W), grad(vm, p0 + LJ_VP_LN1_B), vm->d_ln,
+                            vm->residual[i], param(vm, p0 + LJ_VP_LN1_W), a->ln1_mean, a->ln1_rstd, Np, s->V,
+                            LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE, vm->ws_norm);
+}
+
+void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_deepstack) {
+    const lj_vision_spec *s = &vm->spec;
+    const lj_ops *ops = vm->ops;
+    const int Np = vm->num_patches;
+    LJ_ASSERT(vm->training, "vision backward needs a training tower");
+    if (Np == 0) return;
+    ops->memset_zero(vm->d_res, (size_t)Np * s->V * lj_dtype_size(ops->act_dtype));
+    if (d_out) merger_backward(vm, 0, vm->residual[s->depth], d_out);
+    int ds = s->num_deepstack - 1;
+    for (int i = s->depth - 1; i >= 0; i--) {
+        if (ds >= 0 && vm->cfg.deepstack_visual_indexes[ds] == i) {
+            if (d_deepstack && d_deepstack[ds]) merger_backward(vm, 1 + ds, vm->residual[i + 1], d_deepstack[ds]);
+            ds--;
+        }
+        block_backward(vm, i);
+    }
+    /* the patch embedding and the position grid */
+    ops->matmul_backward(NULL, grad(vm, vm->layout.patch_w), vm->d_res, vm->pixels, param(vm, vm->layout.patch_w), Np,
+                         s->P, s->V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
+    ops->bias_backward(grad(vm, vm->layout.patch_b), vm->d_res, Np, s->V, LJ_GRAD_ACCUMULATE, vm->ws_bias);
+    ops->embedding_bag_backward(grad(vm, vm->layout.pos), vm->d_res, vm->pos_idx, vm->pos_w, Np, 4, s->V);
+}

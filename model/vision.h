@@ -1,0 +1,130 @@
+/* vision.h: the Qwen3-VL vision tower (HF Qwen3VLVisionModel) written over the op table:
+ * forward and backward from pixel_values [Np, P] and image_grid_thw to the merger output (one row
+ * per LLM image token) and the DeepStack features; and the host-side tables the tower and the
+ * text model's interleaved MRoPE need (position-grid interpolation, 2-D RoPE rows, MRoPE rows,
+ * get_rope_index). Architecture: docs/qwen3-vl-model.md.
+ *
+ * Shapes: Np patches (sum of t*h*w over the images, in HF's patch order (t, bh, bw, mh, mw)),
+ * P = lj_vision_patch_dim, V hidden, I intermediate, heads x hd = V, m = spatial_merge_size,
+ * M = m*m*V, Nt = Np / (m*m) tokens, O = out_hidden_size. All activations in the backend's act
+ * dtype; fp32 on the CPU.
+ *
+ * Buffers: the tower owns its own (lj_vision_init allocates them through ops->alloc for
+ * max_patches patches: parameters, gradients, inputs, activations and scratch in one
+ * allocation); they are not yet part of the static memory plan (plan/plan.c). No recompute:
+ * every activation the backward needs is kept.
+ */
+#ifndef LJ_MODEL_VISION_H
+#define LJ_MODEL_VISION_H
+
+#include "config/vl.h"
+#include "ops/ops.h"
+
+/* The tower's layer definition, derived from the config once. */
+typedef struct {
+    int V, I, heads, hd, P, m, m2, M, O, depth, num_deepstack, gelu_tanh, grid;
+    float eps; /* LayerNorm epsilon: 1e-6 (fixed in HF's modules) */
+} lj_vision_spec;
+
+lj_vision_spec lj_vision_spec_of(const lj_vision_config *v);
+
+typedef struct {
+    void *ln1, *qkv, *attn, *res_mid, *ln2, *h1, *act; /* [Np,V], [Np,3V], [Np,V] x3, [Np,I] x2 */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;   /* [Np] */
+    float *lse;                                          /* [heads, Np] */
+} lj_vision_block_acts;
+
+typedef struct {
+    void *ln, *h, *act, *out;   /* [Nt, M] (the final merger's norm: [Np, V], the same bytes), [Nt, M] x2, [Nt, O] */
+    float *mean, *rstd;         /* [Np] (final merger) or [Nt] (DeepStack) */
+} lj_vision_merger_acts;
+
+typedef struct {
+    const lj_ops *ops;
+    lj_vision_config cfg;
+    lj_vision_spec spec;
+    lj_vision_layout layout;
+    int max_patches, max_images, training;
+    void *arena;                 /* the one allocation */
+
+    void *params;                /* [layout.total] param dtype */
+    void *grads;                 /* [layout.total] grad dtype (training) */
+
+    /* the current images (lj_vision_set_images) */
+    int num_patches, num_tokens, num_segments, max_seqlen;
+    void *pixels;                /* [Np, P] act */
+    int32_t *cu_seqlens;         /* [max_patches + 1] i32: one segment per frame of each image */
+    int32_t *row_ids;            /* [max_patches] i32 = 0..Np-1 (rope_forward_pos reads table row n) */
+    float *rope_cos, *rope_sin;  /* [Np, hd/2] f32 (lj_vision_rope_rows) */
+    int32_t *pos_idx;            /* [Np, 4] i32 (lj_vision_pos_interp) */
+    float *pos_w;                /* [Np, 4] f32 */
+
+    void **residual;             /* host array of depth + 1 pointers to [Np, V]: block inputs and the last output */
+    void *pos_embeds;            /* [Np, V]: the interpolated position grid */
+    lj_vision_block_acts *blocks;   /* host array of depth */
+    lj_vision_merger_acts *mergers; /* host array of 1 + num_deepstack: final, then DeepStack j */
+
+    /* backward scratch */
+    void *d_res, *d_ln, *d_qkv, *d_attn, *d_h, *d_m1, *d_m2;
+    void *ws_attention, *ws_bias, *ws_norm;
+} lj_vision;
+
+/* Allocates the tower for at most max_patches patches and max_images images (frames), with
+ * gradients when `training`. The parameters are zero until lj_vision_set_weights.
+ * Errors: LJ_ERR_OOM (with the size), LJ_ERR_ARG for non-positive sizes. */
+lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
+                         int max_images, int training);
+void lj_vision_free(lj_vision *vm);
+
+/* Sets the weights from host f32 params[layout.total] (layout order, config/vl.h). */
+void lj_vision_set_weights(lj_vision *vm, const float *params);
+
+/* Sets the current images: pixel_values host f32 [Np, P] (HF's layout, rows in (t, bh, bw, mh, mw)
+ * order per image, images concatenated), grid_thw host i32 [n, 3] in patches. Builds and uploads
+ * the segments, the 2-D RoPE rows and the position-grid interpolation. Errors: LJ_ERR_ARG naming
+ * the image when h or w is not a multiple of spatial_merge_size, or when the patches exceed
+ * max_patches / the frames max_images. */
+lj_status lj_vision_set_images(lj_vision *vm, const float *pixel_values, const int32_t *grid_thw, int num_images);
+
+/* Forward over the current images: mergers[0].out [Nt, O] is the ViT output (the rows spliced
+ * into the image-pad embeddings), mergers[1 + j].out [Nt, O] DeepStack feature j. */
+void lj_vision_forward(lj_vision *vm);
+
+/* Backward from the gradients of those outputs: d_out [Nt, O] and d_deepstack[j] [Nt, O] (act
+ * dtype, backend memory; an entry may be NULL: no gradient). Weight gradients accumulate into
+ * vm->grads (zero them with lj_vision_zero_grads once per optimizer step). */
+void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_deepstack);
+void lj_vision_zero_grads(lj_vision *vm);
+
+/* ---- host-side tables (exact rules: docs/qwen3-vl-model.md) ------------------------ */
+
+/* The position grid's bilinear interpolation (HF fast_pos_embed_interpolate) for the images:
+ * idx[n*4 + k], w[n*4 + k] (k: (h0,w0), (h0,w1), (h1,w0), (h1,w1)) for each patch n in patch order;
+ * the sample points are torch.linspace(0, G-1, h) in fp32 (both halves as torch computes them),
+ * the weights fp32 products of (1 - d) and d. */
+void lj_vision_pos_interp(const lj_vision_spec *s, const int32_t *grid_thw, int num_images, int32_t *idx, float *w);
+
+/* The 2-D RoPE rows of the patches: cos/sin[n, i] for i < hd/2, angle row(n) * f[i] for i < hd/4
+ * and col(n) * f[i - hd/4] above, f[j] = 1 / 10000^(2j / (hd/2)) in fp32 as torch computes it;
+ * cos and sin in double of the fp32 inputs, rounded to fp32. */
+void lj_vision_rope_rows(const lj_vision_spec *s, const int32_t *grid_thw, int num_images, float *cos_out,
+                         float *sin_out);
+
+/* get_rope_index for one sequence (every token attended): pos3[a*T + t] for the axes a = T, H, W.
+ * Text runs count on from (the largest id so far) + 1 on all three axes; an image of llm grid
+ * (gh, gw) = (h/m, w/m) whose first pad is at position ed and whose text run began at st gets
+ * base = next + (ed - st) on the T axis and base + r, base + c on H and W for its tokens in
+ * row-major (r, c) order. images: the grid_thw rows of this sequence's images, in order.
+ * Returns the number of images consumed; -1 when a run of image pads is shorter than its image
+ * (the pad count must equal t*h*w / m^2). */
+int lj_vl_rope_index(const lj_vl_config *c, const int32_t *ids, int T, const int32_t *grid_thw, int num_images,
+                     int32_t *pos3);
+
+/* Interleaved MRoPE rows of the text model (HF Qwen3VLTextRotaryEmbedding with
+ * apply_interleaved_mrope): for frequency j < hd/2, the axis is H when j % 3 == 1 and j <
+ * 3*section[1], W when j % 3 == 2 and j < 3*section[2], else T; angle = fp32(pos_axis * f[j]),
+ * f[j] = 1 / theta^(2j/hd) in fp32 as torch computes it; cos, sin of the fp32 angle rounded to
+ * fp32 (the CUDA recipe then rounds them to bf16, as transformers does). pos3 [3, n]; out [n, hd/2]. */
+void lj_vl_mrope_rows(const lj_vl_config *c, const int32_t *pos3, int n, float *cos_out, float *sin_out);
+
+#endif

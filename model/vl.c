@@ -1,0 +1,165 @@
+/* vl.c: the Qwen3-VL model: the vision tower joined to the Qwen3 decoder through its hooks (the
+ * image splice, DeepStack), the MRoPE rows per batch, and the forward/backward of both. */
+#include "model/vl.h"
+
+#include <string.h>
+
+/* ---- the decoder's hooks ----------------------------------------------------------- */
+
+static void hook_embed_forward(lj_model *m, void *ctx, void *x) {
+    lj_vl *vl = ctx;
+    if (vl->num_tokens > 0)
+        m->ops->rows_scatter(x, vl->vis.mergers[0].out, vl->img_pos, vl->num_tokens, m->spec.C, LJ_GRAD_OVERWRITE);
+}
+
+static int hook_layer_forward(lj_model *m, void *ctx, int l, void *x) {
+    lj_vl *vl = ctx;
+    if (l >= vl->vis.spec.num_deepstack || vl->num_tokens == 0) return 0;
+    m->ops->rows_scatter(x, vl->vis.mergers[1 + l].out, vl->img_pos, vl->num_tokens, m->spec.C, LJ_GRAD_ACCUMULATE);
+    return 1;
+}
+
+static void hook_layer_backward(lj_model *m, void *ctx, int l, const void *dx) {
+    lj_vl *vl = ctx;
+    if (l >= vl->vis.spec.num_deepstack || vl->num_tokens == 0) return;
+    m->ops->rows_gather(vl->d_deepstack[l], dx, vl->img_pos, vl->num_tokens, m->spec.C);
+}
+
+static void hook_embed_backward(lj_model *m, void *ctx, void *dx) {
+    lj_vl *vl = ctx;
+    if (vl->num_tokens == 0) return;
+    m->ops->rows_gather(vl->d_embed, dx, vl->img_pos, vl->num_tokens, m->spec.C);
+    m->ops->rows_scatter(dx, NULL, vl->img_pos, vl->num_tokens, m->spec.C, LJ_GRAD_OVERWRITE); /* the pads' rows */
+}
+
+/* ---- setup ------------------------------------------------------------------------ */
+
+lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_patches, int max_images) {
+    memset(vl, 0, sizeof *vl);
+    const lj_model_config *t = &cfg->text;
+    if (m->cfg.hidden_size != t->hidden_size || m->cfg.num_hidden_layers != t->num_hidden_layers ||
+        m->cfg.head_dim != t->head_dim || m->cfg.vocab_size != t->vocab_size || !m->cfg.qk_norm)
+        return lj_fail(LJ_ERR_ARG, "Qwen3-VL: the decoder is not a model of the config's text_config");
+    if (m->opt.graphs || m->residency)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: CUDA graphs and ZeRO residency are not wired to the vision hooks yet");
+    vl->cfg = *cfg;
+    vl->m = m;
+    LJ_TRY(lj_vision_init(&vl->vis, m->ops, &cfg->vision, max_patches, max_images, m->opt.training));
+    const lj_ops *ops = m->ops;
+    const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length, half = (size_t)t->head_dim / 2;
+    const size_t nt = (size_t)max_patches / vl->vis.spec.m2, D = (size_t)t->hidden_size;
+    const size_t act = lj_dtype_size(ops->act_dtype);
+    const int nds = cfg->vision.num_deepstack;
+    const size_t a64 = 64;
+#define VL_ROUND(x) (((x) + a64 - 1) / a64 * a64)
+    const size_t b_pos = VL_ROUND(nt * sizeof(int32_t)), b_ids = VL_ROUND(N * sizeof(int32_t));
+    const size_t b_rope = VL_ROUND(N * half * sizeof(float)), b_rows = VL_ROUND(nt * D * act);
+    const size_t bytes = b_pos + b_ids + 2 * b_rope + (m->opt.training ? (size_t)(1 + nds) * b_rows : 0);
+#undef VL_ROUND
+    lj_status s = ops->alloc(&vl->arena, bytes);
+    if (s != LJ_OK) {
+        lj_vision_free(&vl->vis);
+        return s;
+    }
+    unsigned char *p = vl->arena;
+    vl->img_pos = (int32_t *)p;
+    p += b_pos;
+    vl->row_ids = (int32_t *)p;
+    p += b_ids;
+    vl->rope_cos = (float *)p;
+    p += b_rope;
+    vl->rope_sin = (float *)p;
+    p += b_rope;
+    if (m->opt.training) {
+        vl->d_embed = p;
+        p += b_rows;
+        for (int j = 0; j < nds; j++, p += b_rows) vl->d_deepstack[j] = p;
+    }
+    ops->memset_zero(vl->arena, bytes);
+    int32_t *ids = lj_malloc(N * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) ids[i] = (int32_t)i;
+    ops->upload(vl->row_ids, ids, N * sizeof(int32_t));
+    ops->synchronize();
+    free(ids);
+    vl->host_pos3 = lj_malloc(3 * N * sizeof(int32_t));
+    /* per-token RoPE rows: the decoder's rope reads row position_ids[n] = n */
+    m->position_ids = vl->row_ids;
+    m->rope_cos = vl->rope_cos;
+    m->rope_sin = vl->rope_sin;
+    vl->hooks = (lj_model_hooks){hook_embed_forward, hook_layer_forward, hook_layer_backward, hook_embed_backward, vl};
+    m->hooks = &vl->hooks;
+    return LJ_OK;
+}
+
+void lj_vl_free(lj_vl *vl) {
+    if (vl->m) {
+        vl->m->hooks = NULL;
+        vl->m->position_ids = NULL;
+        vl->m->rope_cos = vl->m->rope_sin = NULL;
+    }
+    if (vl->arena) vl->vis.ops->free(vl->arena);
+    lj_vision_free(&vl->vis);
+    free(vl->host_pos3);
+    memset(vl, 0, sizeof *vl);
+}
+
+lj_status lj_vl_set_batch(lj_vl *vl, const int32_t *input_ids, const int32_t *targets, const float *pixel_values,
+                          const int32_t *grid_thw, int num_images) {
+    lj_model *m = vl->m;
+    const lj_ops *ops = m->ops;
+    const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T;
+    const int half = vl->cfg.text.head_dim / 2;
+    int32_t *pos = lj_malloc((size_t)N * sizeof(int32_t)), *p3 = lj_malloc(3 * (size_t)T * sizeof(int32_t));
+    int npad = 0, img = 0;
+    lj_status s = LJ_OK;
+    for (int b = 0; b < B && s == LJ_OK; b++) {
+        const int32_t *ids = input_ids + (size_t)b * T;
+        const int used = lj_vl_rope_index(&vl->cfg, ids, T, grid_thw + (size_t)img * 3, num_images - img, p3);
+        if (used < 0) {
+            s = lj_fail(LJ_ERR_ARG,
+                        "sequence %d: its image-pad tokens (id %d) do not match the images given (a run of pads must "
+                        "hold t*h*w/%d tokens of its image, in order)",
+                        b, vl->cfg.image_token_id, vl->vis.spec.m2);
+            break;
+        }
+        img += used;
+        for (int a = 0; a < 3; a++) memcpy(vl->host_pos3 + (size_t)a * N + (size_t)b * T, p3 + (size_t)a * T, (size_t)T * sizeof(int32_t));
+        for (int t = 0; t < T; t++)
+            if (ids[t] == vl->cfg.image_token_id) pos[npad++] = b * T + t;
+    }
+    if (s == LJ_OK && img != num_images)
+        s = lj_fail(LJ_ERR_ARG, "batch: %d images given, the image pads of the sequences hold %d", num_images, img);
+    if (s == LJ_OK) s = lj_vision_set_images(&vl->vis, pixel_values, grid_thw, num_images);
+    if (s == LJ_OK && npad != vl->vis.num_tokens)
+        s = lj_fail(LJ_ERR_ARG, "batch: %d image-pad tokens for %d merged image tokens", npad, vl->vis.num_tokens);
+    if (s == LJ_OK) {
+        float *cs = lj_malloc((size_t)N * half * 2 * sizeof(float));
+        lj_vl_mrope_rows(&vl->cfg, vl->host_pos3, N, cs, cs + (size_t)N * half);
+        ops->upload(vl->rope_cos, cs, (size_t)N * half * sizeof(float));
+        ops->upload(vl->rope_sin, cs + (size_t)N * half, (size_t)N * half * sizeof(float));
+        ops->upload(vl->img_pos, pos, (size_t)npad * sizeof(int32_t));
+        ops->upload(m->inputs, input_ids, (size_t)N * sizeof(int32_t));
+        ops->upload(m->targets, targets, (size_t)N * sizeof(int32_t));
+        ops->synchronize();
+        free(cs);
+        vl->num_tokens = npad;
+        m->num_targets = 0;
+        for (int i = 0; i < N; i++) m->num_targets += targets[i] >= 0;
+    }
+    free(pos);
+    free(p3);
+    return s;
+}
+
+void lj_vl_forward_backward(lj_vl *vl, int backward, float dloss) {
+    lj_vision_forward(&vl->vis);
+    lj_model_forward(vl->m, backward, dloss);
+    if (!backward) return;
+    lj_model_backward(vl->m);
+    lj_vision_backward(&vl->vis, vl->d_embed, (const void *const *)vl->d_deepstack);
+}
+
+void lj_vl_zero_grads(lj_vl *vl) {
+    lj_model_zero_grads(vl->m);
+    lj_vision_zero_grads(&vl->vis);
+}
