@@ -4,7 +4,8 @@
 #     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
 #     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
 #     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
-#     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
+#     libzstd (compressed inputs of prepare; gzip and zstd for its tests), libjpeg-turbo, libpng
+#     and libwebp (the images of multimodal datasets), libarchive (WebDataset tar shards), Node.js and
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
 #     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
@@ -20,6 +21,8 @@
 #   - The independent JavaScript tokenizers, the test oracles (pinned): llama3-tokenizer-js, and
 #     @huggingface/tokenizers (Tokenizers.js, a pure JavaScript reading of any tokenizer.json).
 #   - The King James Bible as clean text (verse prefixes removed, a blank line between chapters).
+#   - The photographs of scikit-image (python3-skimage's skimage/data: PNG and JPEG test images),
+#     unpacked from the .deb into images/skimage/ of the cache (the package is not installed).
 # Everything fetched goes to the cache directory: $LJPERF_CACHE, default <repo>/.cache.
 # Running it again changes nothing and prints one line per item.
 set -euo pipefail
@@ -37,7 +40,8 @@ say() { printf 'setup: %s\n' "$*"; }
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
-      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
+      chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd
+      libjpeg62-turbo-dev libpng-dev libwebp-dev libarchive-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 sudo_cmd=""
@@ -47,7 +51,8 @@ if [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
-         zlib1g-dev:arm64 libzstd-dev:arm64)
+         zlib1g-dev:arm64 libzstd-dev:arm64 libjpeg62-turbo-dev:arm64 libpng-dev:arm64 libwebp-dev:arm64
+         libarchive-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
     $sudo_cmd dpkg --add-architecture arm64
@@ -154,4 +159,21 @@ if [ ! -s "$jargon" ] && ls /usr/share/doc/jargon-text/ >/dev/null 2>&1; then
   fi
 fi
 [ -s "$jargon" ] && say "Jargon File: $jargon ($(wc -c < "$jargon") bytes)"
+# ---- test images -------------------------------------------------------------------
+# scikit-image's sample photographs (chelsea.png, coffee.png, rocket.jpg, ...): the .deb is
+# unpacked with dpkg -x and only skimage/data kept; installing it would pull in SciPy and more.
+images="$cache/images/skimage"
+if [ ! -s "$images/chelsea.png" ]; then
+  say "unpacking the scikit-image test images into $images"
+  tmp=$(mktemp -d)
+  [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1 && chown _apt "$tmp" # apt downloads as _apt
+  (cd "$tmp" && apt-get download -qq python3-skimage >/dev/null)
+  dpkg -x "$tmp"/python3-skimage_*.deb "$tmp/root"
+  rm -rf "$images.tmp" && mkdir -p "$images.tmp"
+  cp "$tmp"/root/usr/lib/python3/dist-packages/skimage/data/*.png \
+     "$tmp"/root/usr/lib/python3/dist-packages/skimage/data/*.jpg "$images.tmp"/
+  rm -rf "$images" && mv "$images.tmp" "$images"
+  rm -rf "$tmp"
+fi
+say "test images: $images ($(ls "$images" | wc -l) files)"
 say "done"
