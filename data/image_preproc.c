@@ -139,25 +139,27 @@ static void taps_make(int in, int out, lj_resize_kind kind, taps *t) {
 
 static void taps_free(taps *t) { free(t->xmin), free(t->xsize), free(t->k); }
 
-static inline uint8_t clip8(int64_t acc, int prec) {
-    const int64_t v = acc >> prec;
+/* Both sources accumulate in a C int: 32 bits hold 255 * the weights' sum of magnitudes at either
+ * precision (about 1.3 * 2^22 at most). */
+static inline uint8_t clip8(int32_t acc, int prec) {
+    const int32_t v = acc >> prec;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
 /* [h, win, 3] -> [h, wout, 3] */
 static void pass_horizontal(const uint8_t *in, int h, int win, uint8_t *out, int wout, const taps *t) {
-    const int64_t half = (int64_t)1 << (t->prec - 1);
+    const int32_t half = (int32_t)1 << (t->prec - 1);
     for (int y = 0; y < h; y++) {
         const uint8_t *row = in + (size_t)y * win * 3;
         uint8_t *orow = out + (size_t)y * wout * 3;
         for (int x = 0; x < wout; x++) {
             const int32_t *k = t->k + (size_t)x * t->ksize;
             const uint8_t *src = row + (size_t)t->xmin[x] * 3;
-            int64_t a0 = half, a1 = half, a2 = half;
+            int32_t a0 = half, a1 = half, a2 = half;
             for (int j = 0; j < t->xsize[x]; j++) {
-                a0 += (int64_t)src[j * 3 + 0] * k[j];
-                a1 += (int64_t)src[j * 3 + 1] * k[j];
-                a2 += (int64_t)src[j * 3 + 2] * k[j];
+                a0 += (int32_t)src[j * 3 + 0] * k[j];
+                a1 += (int32_t)src[j * 3 + 1] * k[j];
+                a2 += (int32_t)src[j * 3 + 2] * k[j];
             }
             orow[x * 3 + 0] = clip8(a0, t->prec);
             orow[x * 3 + 1] = clip8(a1, t->prec);
@@ -166,20 +168,24 @@ static void pass_horizontal(const uint8_t *in, int h, int win, uint8_t *out, int
     }
 }
 
-/* [hin, w, 3] -> [hout, w, 3] */
+/* [hin, w, 3] -> [hout, w, 3]; a row of accumulators, so the inner loop runs along the row */
 static void pass_vertical(const uint8_t *in, int w, uint8_t *out, int hout, const taps *t) {
-    const int64_t half = (int64_t)1 << (t->prec - 1);
+    const int32_t half = (int32_t)1 << (t->prec - 1);
     const size_t stride = (size_t)w * 3;
+    int32_t *acc = lj_malloc(sizeof(int32_t) * stride);
     for (int y = 0; y < hout; y++) {
         const int32_t *k = t->k + (size_t)y * t->ksize;
         const uint8_t *src = in + (size_t)t->xmin[y] * stride;
-        uint8_t *orow = out + (size_t)y * stride;
-        for (size_t x = 0; x < stride; x++) {
-            int64_t acc = half;
-            for (int j = 0; j < t->xsize[y]; j++) acc += (int64_t)src[(size_t)j * stride + x] * k[j];
-            orow[x] = clip8(acc, t->prec);
+        for (size_t x = 0; x < stride; x++) acc[x] = half;
+        for (int j = 0; j < t->xsize[y]; j++) {
+            const uint8_t *r = src + (size_t)j * stride;
+            const int32_t kj = k[j];
+            for (size_t x = 0; x < stride; x++) acc[x] += (int32_t)r[x] * kj;
         }
+        uint8_t *orow = out + (size_t)y * stride;
+        for (size_t x = 0; x < stride; x++) orow[x] = clip8(acc[x], t->prec);
     }
+    free(acc);
 }
 
 void lj_image_resize_bicubic(const lj_image *in, int32_t out_height, int32_t out_width, lj_resize_kind kind,
@@ -254,14 +260,35 @@ void lj_vision_normalize(const lj_vision_preproc *p, const uint8_t *patches, int
 lj_status lj_vision_preprocess(const lj_vision_preproc *p, const lj_image *img, const char *name,
                                float **pixel_values, lj_grid_thw *grid) {
     LJ_TRY(lj_vision_grid(p, img->height, img->width, name, grid));
-    lj_image resized;
-    lj_image_resize_bicubic(img, grid->h * p->patch_size, grid->w * p->patch_size, p->resize, &resized);
+    lj_image rs;
+    const int ps = p->patch_size, tps = p->temporal_patch_size, ms = p->merge_size;
+    lj_image_resize_bicubic(img, grid->h * ps, grid->w * ps, p->resize, &rs);
+    /* normalized channel planes [3][H][W] (the same formula as lj_vision_normalize), then rows of
+     * ps floats copied into place: lj_vision_normalize(lj_vision_patchify_u8()) in two cheap passes */
+    const size_t H = (size_t)rs.height, W = (size_t)rs.width;
+    float *planes = lj_malloc(sizeof(float) * 3 * H * W);
+    const float inv = (float)(1.0 / p->rescale_factor);
+    for (int c = 0; c < 3; c++) {
+        const float mean = p->image_mean[c] * inv, std = p->image_std[c] * inv;
+        float *pl = planes + (size_t)c * H * W;
+        for (size_t i = 0; i < H * W; i++) pl[i] = ((float)rs.rgb[i * 3 + c] - mean) / std;
+    }
+    lj_image_free(&rs);
     const int64_t n = lj_grid_patches(*grid), dim = lj_vision_patch_dim(p);
-    uint8_t *u8 = lj_malloc((size_t)(n * dim));
-    lj_vision_patchify_u8(p, &resized, *grid, u8);
-    lj_image_free(&resized);
-    *pixel_values = lj_malloc(sizeof(float) * (size_t)(n * dim));
-    lj_vision_normalize(p, u8, n, *pixel_values);
-    free(u8);
+    float *out = *pixel_values = lj_malloc(sizeof(float) * (size_t)(n * dim));
+    int64_t r = 0;
+    for (int t = 0; t < grid->t; t++)
+        for (int bh = 0; bh < grid->h / ms; bh++)
+            for (int bw = 0; bw < grid->w / ms; bw++)
+                for (int mh = 0; mh < ms; mh++)
+                    for (int mw = 0; mw < ms; mw++, r++) {
+                        const size_t y0 = (size_t)(bh * ms + mh) * ps, x0 = (size_t)(bw * ms + mw) * ps;
+                        for (int c = 0; c < 3; c++)
+                            for (int tt = 0; tt < tps; tt++)
+                                for (int py = 0; py < ps; py++)
+                                    memcpy(out + r * dim + ((int64_t)(c * tps + tt) * ps + py) * ps,
+                                           planes + ((size_t)c * H + y0 + py) * W + x0, sizeof(float) * (size_t)ps);
+                    }
+    free(planes);
     return LJ_OK;
 }

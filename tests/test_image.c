@@ -467,6 +467,33 @@ static void test_patch_layout(void **state) {
     lj_image_free(&im);
 }
 
+/* The one-call processor equals its steps: smart_resize, resize, patchify, normalize. */
+static void test_preprocess_is_its_steps(void **state) {
+    (void)state;
+    char path[1200];
+    image_path(path, sizeof path, "coffee.png");
+    lj_image im;
+    assert_int_equal(lj_image_read(path, 0, &im), LJ_OK);
+    lj_vision_preproc p;
+    lj_vision_preproc_qwen3vl(&p);
+    p.max_pixels = 160000;
+    float *pv;
+    lj_grid_thw g;
+    assert_int_equal(lj_vision_preprocess(&p, &im, "coffee", &pv, &g), LJ_OK);
+    assert_true(g.t == 1 && g.h == 20 && g.w == 30);
+    lj_image rs;
+    lj_image_resize_bicubic(&im, 320, 480, LJ_RESIZE_TORCH_U8, &rs);
+    const int64_t n = lj_grid_patches(g), dim = lj_vision_patch_dim(&p);
+    uint8_t *u8 = lj_malloc((size_t)(n * dim));
+    float *f = lj_malloc(sizeof(float) * (size_t)(n * dim));
+    lj_vision_patchify_u8(&p, &rs, g, u8);
+    lj_vision_normalize(&p, u8, n, f);
+    assert_memory_equal(pv, f, sizeof(float) * (size_t)(n * dim));
+    free(pv), free(f), free(u8);
+    lj_image_free(&rs);
+    lj_image_free(&im);
+}
+
 /* ---- transformers' pixel_values (tests/fixtures/qwen3vl, made by make_qwen3vl_pixels.py) ---------- */
 
 static uint8_t *read_fixture_u8(const char *file, size_t want) {
@@ -575,6 +602,7 @@ int main(void) {
         cmocka_unit_test(test_resize_pil),
         cmocka_unit_test(test_resize_identity_and_constant),
         cmocka_unit_test(test_patch_layout),
+        cmocka_unit_test(test_preprocess_is_its_steps),
         cmocka_unit_test(test_transformers_fixtures),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
