@@ -80,10 +80,12 @@ typedef struct {
 /* Qwen3-VL's published preprocessor_config.json values (above). */
 void lj_vision_preproc_qwen3vl(lj_vision_preproc *p);
 
-/* transformers' smart_resize(height, width, factor, min_pixels, max_pixels): both sides a
- * multiple of factor, the area within [min, max], the aspect ratio kept; Python's round (half
- * to even), floor and ceil in double. Errors (LJ_ERR_UNSUPPORTED, naming `name`): a side below
- * factor, an aspect ratio above 200, a result outside int32. */
+/* transformers' smart_resize(height, width, factor, min_pixels, max_pixels) as of transformers
+ * 5.17: both sides a multiple of factor, the area within [min, max], the aspect ratio kept;
+ * Python's round (half to even), floor and ceil in double; the max path keeps at least factor
+ * per side; a side below factor is upscaled through the min path (older transformers raised).
+ * Errors (LJ_ERR_UNSUPPORTED, naming `name`): no pixels, an aspect ratio above 200, a result
+ * with a side of 0 (min_pixels 0) or outside int32. */
 lj_status lj_smart_resize(int64_t height, int64_t width, int factor, int64_t min_pixels, int64_t max_pixels,
                           const char *name, int32_t *out_height, int32_t *out_width);
 

@@ -24,31 +24,33 @@ void lj_vision_preproc_qwen3vl(lj_vision_preproc *p) {
 lj_status lj_smart_resize(int64_t height, int64_t width, int factor, int64_t min_pixels, int64_t max_pixels,
                           const char *name, int32_t *out_height, int32_t *out_width) {
     if (!name) name = "image";
-    if (height < factor || width < factor)
-        return lj_fail(LJ_ERR_UNSUPPORTED,
-                       "%s: %lldx%lld (height x width) is too small: both sides must be at least %d pixels "
-                       "(smart_resize's factor, patch size x merge size)",
-                       name, (long long)height, (long long)width, factor);
+    if (height <= 0 || width <= 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %lldx%lld (height x width) has no pixels", name, (long long)height,
+                       (long long)width);
     const int64_t lo = height < width ? height : width, hi = height < width ? width : height;
     if ((double)hi / (double)lo > 200.0)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %lldx%lld has an aspect ratio of %.1f, above smart_resize's limit of 200",
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %lldx%lld has an aspect ratio of %.2f, above smart_resize's limit of 200",
                        name, (long long)height, (long long)width, (double)hi / (double)lo);
     const double f = factor;
-    /* Python's round() is half to even: nearbyint in the default rounding mode */
+    /* Python's round() is half to even: nearbyint in the default rounding mode. A side below
+     * factor rounds to 0, and the area (0) then takes the min_pixels path: upscaled. */
     int64_t hb = (int64_t)nearbyint((double)height / f) * factor;
     int64_t wb = (int64_t)nearbyint((double)width / f) * factor;
     if (hb * wb > max_pixels) {
         const double beta = sqrt((double)(height * width) / (double)max_pixels);
         hb = (int64_t)floor((double)height / beta / f) * factor;
         wb = (int64_t)floor((double)width / beta / f) * factor;
+        if (hb < factor) hb = factor;
+        if (wb < factor) wb = factor;
     } else if (hb * wb < min_pixels) {
         const double beta = sqrt((double)min_pixels / (double)(height * width));
         hb = (int64_t)ceil((double)height * beta / f) * factor;
         wb = (int64_t)ceil((double)width * beta / f) * factor;
     }
     if (hb <= 0 || wb <= 0 || hb > INT32_MAX / 4 || wb > INT32_MAX / 4)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: smart_resize of %lldx%lld gives %lldx%lld, outside the supported sizes",
-                       name, (long long)height, (long long)width, (long long)hb, (long long)wb);
+        return lj_fail(LJ_ERR_UNSUPPORTED,
+                       "%s: smart_resize of %lldx%lld gives %lldx%lld: no merged patch (min_pixels %lld too small?)",
+                       name, (long long)height, (long long)width, (long long)hb, (long long)wb, (long long)min_pixels);
     *out_height = (int32_t)hb;
     *out_width = (int32_t)wb;
     return LJ_OK;

@@ -304,21 +304,31 @@ static void test_smart_resize(void **state) {
     expect_resize(100, 100, 65536, 16777216, 256, 256); /* ceil path: upscaled to min_pixels */
     expect_resize(4096, 4096, 65536, 16777216, 4096, 4096);
     expect_resize(8192, 8192, 65536, 16777216, 4096, 4096);
+    expect_resize(20, 500, 65536, 16777216, 64, 1280);  /* a side below 32: upscaled (transformers 5.17) */
+    expect_resize(16, 16, 65536, 16777216, 256, 256);
+    expect_resize(300, 451, 1024, 1024, 32, 32);        /* the max path keeps one merged patch */
     int32_t oh, ow;
-    assert_int_equal(lj_smart_resize(20, 500, 32, 65536, 16777216, "small.png", &oh, &ow), LJ_ERR_UNSUPPORTED);
-    assert_non_null(strstr(lj_error_message(), "small.png"));
-    assert_non_null(strstr(lj_error_message(), "at least 32"));
     assert_int_equal(lj_smart_resize(32, 6401, 32, 65536, 16777216, "thin.png", &oh, &ow), LJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(lj_error_message(), "thin.png"));
     assert_non_null(strstr(lj_error_message(), "aspect ratio"));
     assert_int_equal(lj_smart_resize(32, 6400, 32, 0, INT64_MAX, "x", &oh, &ow), LJ_OK); /* exactly 200 */
-    /* an image too small for one merged patch, through the whole processor */
+    assert_int_equal(lj_smart_resize(0, 0, 32, 65536, 16777216, "empty.png", &oh, &ow), LJ_ERR_UNSUPPORTED);
+    assert_int_equal(lj_smart_resize(8, 8, 32, 0, 16777216, "dot.png", &oh, &ow), LJ_ERR_UNSUPPORTED);
+    assert_non_null(strstr(lj_error_message(), "no merged patch"));
+    /* an image too small for one merged patch is refused through the whole processor when the
+     * limits leave it none */
     lj_vision_preproc p;
     lj_vision_preproc_qwen3vl(&p);
+    p.min_pixels = 0;
     lj_image tiny = {16, 16, lj_calloc(16 * 16 * 3, 1)};
     float *pv = NULL;
     lj_grid_thw g;
     assert_int_equal(lj_vision_preprocess(&p, &tiny, "tiny.png", &pv, &g), LJ_ERR_UNSUPPORTED);
     assert_null(pv);
+    lj_vision_preproc_qwen3vl(&p);
+    assert_int_equal(lj_vision_preprocess(&p, &tiny, "tiny.png", &pv, &g), LJ_OK); /* upscaled to 256 x 256 */
+    assert_true(g.h == 16 && g.w == 16);
+    free(pv);
     lj_image_free(&tiny);
 }
 
@@ -359,7 +369,7 @@ static void test_smart_resize_table(void **state) {
             if (st != LJ_OK || oh != eh || ow != ew)
                 fail_msg("smart_resize(%lld, %lld, %lld, %lld): %dx%d, transformers %dx%d", (long long)h, (long long)w,
                          (long long)mn, (long long)mx, oh, ow, eh, ew);
-        } else { /* transformers raises, or returns a side of 0 (an image it cannot resize): refused here */
+        } else { /* transformers raises (or, in versions before 5.17, returned a side of 0): refused here */
             if (st == LJ_OK)
                 fail_msg("smart_resize(%lld, %lld, %lld, %lld): accepted, transformers %s", (long long)h, (long long)w,
                          (long long)mn, (long long)mx, out ? "returns a side of 0" : "raises");
