@@ -332,17 +332,16 @@ static void test_smart_resize(void **state) {
     lj_image_free(&tiny);
 }
 
-/* The table transformers' smart_resize made (tests/fixtures/qwen3vl/smart_resize.json). */
 static char *fixture_path(char *buf, size_t n, const char *file) {
     const char *src = getenv("LJ_SOURCE_DIR");
     snprintf(buf, n, "%s/tests/fixtures/qwen3vl/%s", src ? src : ".", file);
     return buf;
 }
 
-static void test_smart_resize_table(void **state) {
-    (void)state;
+/* tests/fixtures/qwen3vl/<file> parsed (cJSON_Delete it), or a skip saying how to make it. */
+static cJSON *fixture_json(const char *file) {
     char path[1200];
-    fixture_path(path, sizeof path, "smart_resize.json");
+    fixture_path(path, sizeof path, file);
     if (access(path, R_OK) != 0) {
         print_message("skipped: %s is absent; make it on a machine with transformers: python3 "
                       "tests/fixtures/make_qwen3vl_pixels.py (docs/qwen3-vl.md)\n", path);
@@ -351,7 +350,15 @@ static void test_smart_resize_table(void **state) {
     size_t n;
     char *text = read_file(path, &n);
     cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
+    free(text);
+    if (!root) fail_msg("%s: not valid JSON", path);
+    return root;
+}
+
+/* The table transformers' smart_resize made (smart_resize.json). */
+static void test_smart_resize_table(void **state) {
+    (void)state;
+    cJSON *root = fixture_json("smart_resize.json");
     const cJSON *rows = cJSON_GetObjectItem(root, "rows");
     int checked = 0, errors = 0;
     const cJSON *r;
@@ -380,7 +387,6 @@ static void test_smart_resize_table(void **state) {
     print_message("smart_resize: %d rows of transformers' table agree (%d errors)\n", checked, errors);
     assert_true(checked > 100);
     cJSON_Delete(root);
-    free(text);
 }
 
 /* ---- resize and patches --------------------------------------------------------------------------- */
@@ -520,17 +526,7 @@ static uint8_t *read_fixture_u8(const char *file, size_t want) {
  * absolute difference 5e-3). */
 static void test_transformers_fixtures(void **state) {
     (void)state;
-    char path[1200];
-    fixture_path(path, sizeof path, "index.json");
-    if (access(path, R_OK) != 0) {
-        print_message("skipped: %s is absent; make it on a machine with transformers: python3 "
-                      "tests/fixtures/make_qwen3vl_pixels.py (docs/qwen3-vl.md)\n", path);
-        skip();
-    }
-    size_t n;
-    char *text = read_file(path, &n);
-    cJSON *root = cJSON_Parse(text);
-    assert_non_null(root);
+    cJSON *root = fixture_json("index.json");
     lj_vision_preproc p;
     lj_vision_preproc_qwen3vl(&p);
     const cJSON *fx;
@@ -596,7 +592,6 @@ static void test_transformers_fixtures(void **state) {
     }
     assert_true(cases > 0);
     cJSON_Delete(root);
-    free(text);
 }
 
 int main(void) {

@@ -284,19 +284,25 @@ static void check_batch_invariants(const lj_mm_dataset *ds, const lj_mm_batch *b
     }
 }
 
+/* A loader over the LLaVA dataset (made again in `prefix`) in file order. */
+static lj_mm_loader *open_loader(char *prefix, size_t n, int T, int B, int workers, lj_mm_loader_config *c) {
+    make_llava(prefix, n);
+    memset(c, 0, sizeof *c);
+    c->prefix = prefix;
+    c->seq_length = T;
+    c->micro_batch_size = B;
+    c->no_shuffle = 1;
+    c->num_workers = workers;
+    lj_mm_loader *ld;
+    assert_int_equal(lj_mm_loader_open(&ld, c), LJ_OK);
+    return ld;
+}
+
 static void test_loader(void **state) {
     (void)state;
     char prefix[1200];
-    make_llava(prefix, sizeof prefix);
     lj_mm_loader_config c;
-    memset(&c, 0, sizeof c);
-    c.prefix = prefix;
-    c.seq_length = 1024;
-    c.micro_batch_size = 1;
-    c.no_shuffle = 1;
-    c.num_workers = 2;
-    lj_mm_loader *ld;
-    assert_int_equal(lj_mm_loader_open(&ld, &c), LJ_OK);
+    lj_mm_loader *ld = open_loader(prefix, sizeof prefix, 1024, 1, 2, &c);
     const lj_mm_dataset *ds = lj_mm_loader_dataset(ld);
     const lj_mm_batch *b;
     assert_int_equal(lj_mm_loader_next(ld, &b), LJ_OK);
@@ -342,17 +348,8 @@ static void test_loader(void **state) {
 static void test_loader_packing(void **state) {
     (void)state;
     char prefix[1200];
-    make_llava(prefix, sizeof prefix);
     lj_mm_loader_config c;
-    memset(&c, 0, sizeof c);
-    c.prefix = prefix;
-    c.seq_length = 200;
-    c.micro_batch_size = 2;
-    c.no_shuffle = 1;
-    c.num_workers = 3;
-    c.prefetch = 2;
-    lj_mm_loader *ld;
-    assert_int_equal(lj_mm_loader_open(&ld, &c), LJ_OK);
+    lj_mm_loader *ld = open_loader(prefix, sizeof prefix, 200, 2, 3, &c); /* a ring of 6 slots */
     const lj_mm_dataset *ds = lj_mm_loader_dataset(ld);
     int64_t images = 0, skipped = 0;
     for (int i = 0; i < 6; i++) {
