@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 
 typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role_t;
+enum { PENDING = 256 }; /* samples whose images are decoded together */
 static const char *const k_role[3] = {"system", "user", "assistant"};
 
 typedef struct {
@@ -27,6 +28,11 @@ typedef struct {
     char *name;    /* display name (path, or shard:member) */
     uint8_t *data; /* encoded bytes */
     size_t size;
+    /* set by check_images (in parallel): the decoded size and grid, or why it failed */
+    int32_t height, width;
+    lj_grid_thw grid;
+    lj_status status;
+    char *err;
 } image_src;
 
 typedef struct {
@@ -53,6 +59,10 @@ typedef struct {
     lj_mm_image_rec *recs;
     int cap_recs;
     double last_report;
+    /* samples read, waiting for their images to be checked (on all cores) and rendered */
+    sample_t pend[PENDING];
+    char *pend_where[PENDING];
+    int npend;
 } mm_prep;
 
 void lj_mm_prepare_config_init(lj_mm_prepare_config *c) {
@@ -74,7 +84,7 @@ int lj_mm_prepare_is_shard(const char *path) {
 
 static void sample_free(sample_t *s) {
     for (int i = 0; i < s->nturns; i++) free(s->turns[i].text);
-    for (int i = 0; i < s->nimages; i++) free(s->images[i].name), free(s->images[i].data);
+    for (int i = 0; i < s->nimages; i++) free(s->images[i].name), free(s->images[i].data), free(s->images[i].err);
     free(s->turns), free(s->images);
     memset(s, 0, sizeof *s);
 }
@@ -135,18 +145,10 @@ static int count_placeholders(const char *s) {
     return n;
 }
 
-/* Decodes the image (validation, size), its grid and the pads; appends the image's tokens. */
+/* Appends an image's tokens (its grid from check_images). */
 static lj_status emit_image(mm_prep *p, const char *where, const image_src *im, int k) {
-    const double t0 = lj_time_sec();
-    lj_image img;
-    lj_status st = lj_image_decode(im->data, im->size, im->name, p->cfg->max_image_pixels, &img);
-    lj_grid_thw g = {0, 0, 0};
-    if (st == LJ_OK) st = lj_vision_grid(&p->cfg->preproc, img.height, img.width, im->name, &g);
-    p->st->image_seconds += lj_time_sec() - t0;
-    if (st != LJ_OK) {
-        lj_error_prefix("%s: image %d: ", where, k);
-        return st;
-    }
+    if (im->status != LJ_OK) return lj_fail(im->status, "%s: image %d: %s", where, k, im->err ? im->err : "");
+    const lj_grid_thw g = im->grid;
     if (k >= p->cap_recs) {
         p->cap_recs = 2 * k + 8;
         p->recs = lj_realloc(p->recs, sizeof *p->recs * (size_t)p->cap_recs);
@@ -155,15 +157,26 @@ static lj_status emit_image(mm_prep *p, const char *where, const image_src *im, 
     memset(r, 0, sizeof *r);
     r->byte_size = (int64_t)im->size;
     r->token_pos = p->n;
-    r->height = img.height, r->width = img.width;
+    r->height = im->height, r->width = im->width;
     r->grid_t = g.t, r->grid_h = g.h, r->grid_w = g.w;
-    lj_image_free(&img);
     const int64_t pads = lj_grid_tokens(g, p->cfg->preproc.merge_size);
     emit(p, p->sp.vstart, 0);
     for (int64_t i = 0; i < pads; i++) emit(p, p->sp.pad, 0);
     emit(p, p->sp.vend, 0);
     p->st->image_tokens += pads + 2;
     return LJ_OK;
+}
+
+/* Decodes one image (the check that it is usable, and its size) and computes its grid. */
+static void check_image(const lj_mm_prepare_config *c, image_src *im) {
+    lj_image img;
+    im->status = lj_image_decode(im->data, im->size, im->name, c->max_image_pixels, &img);
+    if (im->status == LJ_OK) {
+        im->height = img.height, im->width = img.width;
+        im->status = lj_vision_grid(&c->preproc, img.height, img.width, im->name, &im->grid);
+        lj_image_free(&img);
+    }
+    if (im->status != LJ_OK) im->err = lj_strdup(lj_error_message());
 }
 
 static lj_status render(mm_prep *p, const char *where, sample_t *s) {
@@ -239,6 +252,38 @@ static lj_status render(mm_prep *p, const char *where, sample_t *s) {
     return LJ_OK;
 }
 
+/* Checks the images of the pending samples on all cores, then renders the samples in order. */
+static lj_status flush_pending(mm_prep *p) {
+    image_src **all = NULL;
+    int n = 0;
+    for (int i = 0; i < p->npend; i++) n += p->pend[i].nimages;
+    all = lj_malloc(sizeof *all * (size_t)(n + 1));
+    n = 0;
+    for (int i = 0; i < p->npend; i++)
+        for (int k = 0; k < p->pend[i].nimages; k++) all[n++] = &p->pend[i].images[k];
+    const double t0 = lj_time_sec();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) check_image(p->cfg, all[i]);
+    p->st->image_seconds += lj_time_sec() - t0;
+    free(all);
+    lj_status st = LJ_OK;
+    for (int i = 0; i < p->npend; i++) {
+        if (st == LJ_OK) st = render(p, p->pend_where[i], &p->pend[i]);
+        sample_free(&p->pend[i]);
+        free(p->pend_where[i]);
+    }
+    p->npend = 0;
+    return st;
+}
+
+/* Takes the sample (its turns and images are moved out of *s) to be rendered in order. */
+static lj_status queue(mm_prep *p, const char *where, sample_t *s) {
+    p->pend[p->npend] = *s;
+    memset(s, 0, sizeof *s);
+    p->pend_where[p->npend++] = lj_strdup(where);
+    return p->npend == PENDING ? flush_pending(p) : LJ_OK;
+}
+
 /* ---- JSON samples -------------------------------------------------------------------------------- */
 
 static lj_status parse_role(const char *where, int i, const char *r, role_t *out) {
@@ -310,7 +355,7 @@ static lj_status json_sample(mm_prep *p, const char *where, const cJSON *o, cons
 static lj_status do_json_sample(mm_prep *p, const char *where, const cJSON *o, const char *root) {
     sample_t s;
     lj_status st = json_sample(p, where, o, root, &s);
-    if (st == LJ_OK) st = render(p, where, &s);
+    if (st == LJ_OK) st = queue(p, where, &s);
     sample_free(&s);
     return st;
 }
@@ -406,7 +451,7 @@ typedef struct {
 } wds_group;
 
 static void group_reset(wds_group *g) {
-    for (int i = 0; i < g->nimages; i++) free(g->images[i].name), free(g->images[i].data);
+    for (int i = 0; i < g->nimages; i++) free(g->images[i].name), free(g->images[i].data), free(g->images[i].err);
     free(g->images), free(g->json), free(g->txt);
     memset(g, 0, sizeof *g);
 }
@@ -445,7 +490,7 @@ static lj_status flush_group(mm_prep *p, const char *shard, wds_group *g) {
     if (st == LJ_OK) {
         s.images = g->images, s.nimages = g->nimages;
         g->images = NULL, g->nimages = 0;
-        st = render(p, where, &s);
+        st = queue(p, where, &s);
     }
     cJSON_Delete(o);
     sample_free(&s);
@@ -503,7 +548,7 @@ static lj_status read_shard(mm_prep *p, const char *path) {
         snprintf(shown, sizeof shown, "%s:%s", path, name);
         if (is_image_ext(ext)) {
             if (g.nimages == g.cap) g.images = lj_realloc(g.images, sizeof *g.images * (size_t)(g.cap = g.cap * 2 + 4));
-            g.images[g.nimages++] = (image_src){lj_strdup(shown), data, (size_t)size};
+            g.images[g.nimages++] = (image_src){.name = lj_strdup(shown), .data = data, .size = (size_t)size};
         } else if (!strcasecmp(ext, "json") && !g.json) {
             g.json = (char *)data;
         } else if ((!strcasecmp(ext, "txt") || !strcasecmp(ext, "caption")) && !g.txt) {
@@ -559,6 +604,8 @@ lj_status lj_mm_prepare_run(const lj_mm_prepare_config *c, lj_mm_prepare_stats *
     if (st == LJ_OK) st = lj_mm_writer_open(&p.w, c->output_prefix, &meta);
     for (int i = 0; i < c->num_inputs && st == LJ_OK; i++)
         st = lj_mm_prepare_is_shard(c->inputs[i]) ? read_shard(&p, c->inputs[i]) : read_json_input(&p, c->inputs[i]);
+    if (st == LJ_OK) st = flush_pending(&p);
+    for (int i = 0; i < p.npend; i++) sample_free(&p.pend[i]), free(p.pend_where[i]); /* after an error */
     if (st == LJ_OK && s->samples == 0) st = lj_fail(LJ_ERR_ARG, "%s: no samples in the input", c->inputs[0]);
     if (st == LJ_OK) st = lj_mm_writer_finish(p.w);
     else if (p.w) lj_mm_writer_abort(p.w);

@@ -24,7 +24,8 @@
  * ROLE\n header, the "\n" after <|im_end|>, prompts, image tokens) - Megatron-Bridge's rule.
  *
  * Every image is decoded once here (a file that cannot be decoded fails the run now, naming the
- * file and the sample, not later in training) and stored as read.
+ * file and the sample, not later in training), 256 samples' images at a time on all cores
+ * (OpenMP; the output does not depend on the thread count), and stored as read.
  * Errors (each names the input file, the sample (line, index or tar key) and the field):
  * LJ_ERR_IO, LJ_ERR_FORMAT (bad JSON, a missing field, an unknown role, a count mismatch, an
  * image that does not decode), LJ_ERR_UNSUPPORTED (an image refused by data/image.h), LJ_ERR_ARG
