@@ -99,17 +99,21 @@ static void add_seg(slot *sl, int row, int64_t sample, int64_t len, int64_t imag
     sl->segs[sl->nsegs++] = (seg){row, sample, len, images};
 }
 
-/* Plans batch sl->number (under mu): which samples, how much of each. */
-static void plan(lj_mm_loader *ld, slot *sl) {
+/* Plans batch sl->number (under mu): which samples, how much of each. Errors (LJ_ERR_ARG) when a
+ * whole epoch's worth of samples in a row is skipped: none fits the rows. */
+static lj_status plan(lj_mm_loader *ld, slot *sl) {
     const int T = ld->cfg.seq_length;
     sl->nsegs = 0;
     for (int row = 0; row < ld->cfg.micro_batch_size; row++) {
-        int64_t used = 0;
+        int64_t used = 0, in_vain = 0;
         while (used < T) {
+            if (in_vain > ld->ds.num_samples)
+                return lj_fail(LJ_ERR_ARG, "%s: no sample fits --seq-length %d without cutting an image (or none "
+                               "has a trained token in its first %d)", ld->ds.prefix, T, T);
             const int64_t s = stream_sample(ld, ld->stream);
             const int64_t len = lj_mm_sample_tokens(&ld->ds, s) - 1;
             if (len <= 0) { /* a one-token sample has no pair */
-                ld->stream++;
+                ld->stream++, in_vain++;
                 continue;
             }
             if (used > 0 && len > T - used) break; /* starts the next row */
@@ -117,13 +121,14 @@ static void plan(lj_mm_loader *ld, slot *sl) {
             const int64_t take = fit(ld, s, T - used, &images);
             ld->stream++;
             if (take <= 0) { /* nothing trained fits a row without cutting an image */
-                ld->skipped++;
+                ld->skipped++, in_vain++;
                 continue;
             }
             add_seg(sl, row, s, take, images);
-            used += take;
+            used += take, in_vain = 0;
         }
     }
+    return LJ_OK;
 }
 
 /* Appends the MRoPE ids of tokens[0..len) of sample s (get_rope_index over one segment). */
@@ -222,11 +227,13 @@ static void *worker(void *arg) {
             slot *sl = &ld->slots[ld->next_plan % ld->nslots];
             sl->number = ld->next_plan++;
             sl->state = SLOT_BUILDING;
-            plan(ld, sl);
+            sl->err[0] = '\0';
+            sl->status = plan(ld, sl);
+            if (sl->status != LJ_OK) snprintf(sl->err, sizeof sl->err, "%s", lj_error_message());
             sl->b.skipped = ld->skipped;
             pthread_mutex_unlock(&ld->mu);
-            sl->status = build(ld, sl);
-            if (sl->status != LJ_OK) snprintf(sl->err, sizeof sl->err, "%s", lj_error_message());
+            if (sl->status == LJ_OK) sl->status = build(ld, sl);
+            if (sl->status != LJ_OK && !sl->err[0]) snprintf(sl->err, sizeof sl->err, "%s", lj_error_message());
             pthread_mutex_lock(&ld->mu);
             sl->state = SLOT_READY;
             pthread_cond_broadcast(&ld->cv_ready);

@@ -244,6 +244,18 @@ static void test_webdataset(void **state) {
     assert_string_equal(got, want);
     free(got);
     lj_mm_dataset_close(&ds);
+    /* rows of 64 tokens: every sample starts with an image of 130 or 262 tokens */
+    lj_mm_loader_config lc;
+    memset(&lc, 0, sizeof lc);
+    lc.prefix = prefix;
+    lc.seq_length = 64;
+    lc.micro_batch_size = 1;
+    lj_mm_loader *ld;
+    assert_int_equal(lj_mm_loader_open(&ld, &lc), LJ_OK);
+    const lj_mm_batch *b;
+    assert_int_equal(lj_mm_loader_next(ld, &b), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "no sample fits --seq-length 64"));
+    lj_mm_loader_close(ld);
     /* a shard cut short */
     char *bytes;
     size_t size;
