@@ -314,9 +314,9 @@ static lj_status read_image_file(const char *where, const char *root, const char
     return LJ_OK;
 }
 
-/* A JSON sample (LLaVA or ShareGPT). tar_images: the shard's images (taken), else NULL: the
- * sample's "image"/"images" paths are read from root. */
-static lj_status json_sample(mm_prep *p, const char *where, const cJSON *o, const char *root, sample_t *s) {
+/* A JSON sample (LLaVA or ShareGPT): its turns, and its "image"/"images" files read from root;
+ * root NULL: a shard's sample, whose images are the tar's members (added by the caller). */
+static lj_status json_sample(const char *where, const cJSON *o, const char *root, sample_t *s) {
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(o)) return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", where);
     const cJSON *conv = cJSON_GetObjectItem(o, "conversations");
@@ -348,13 +348,12 @@ static lj_status json_sample(mm_prep *p, const char *where, const cJSON *o, cons
         LJ_TRY(read_image_file(where, root, e->valuestring, &s->images[k]));
         s->nimages++;
     }
-    (void)p;
     return LJ_OK;
 }
 
 static lj_status do_json_sample(mm_prep *p, const char *where, const cJSON *o, const char *root) {
     sample_t s;
-    lj_status st = json_sample(p, where, o, root, &s);
+    lj_status st = json_sample(where, o, root, &s);
     if (st == LJ_OK) st = queue(p, where, &s);
     sample_free(&s);
     return st;
@@ -469,7 +468,7 @@ static lj_status flush_group(mm_prep *p, const char *shard, wds_group *g) {
         o = cJSON_Parse(g->json);
         if (!o) st = lj_fail(LJ_ERR_FORMAT, "%s: the .json member is not valid JSON", where);
         else if (cJSON_GetObjectItem(o, "conversations") || cJSON_GetObjectItem(o, "messages"))
-            st = json_sample(p, where, o, NULL, &s);
+            st = json_sample(where, o, NULL, &s);
         else {
             const char *keys[3] = {"caption", "txt", "text"};
             for (int i = 0; i < 3 && !caption; i++) {
