@@ -18,6 +18,7 @@ enum { SLOT_FREE = 0, SLOT_BUILDING, SLOT_READY };
 typedef struct {
     int state;
     int64_t number;
+    int64_t position; /* the stream position after this batch */
     lj_status status;
     char err[1024];
     seg *segs;
@@ -48,6 +49,10 @@ struct lj_mm_loader {
 };
 
 const lj_mm_dataset *lj_mm_loader_dataset(const lj_mm_loader *ld) { return &ld->ds; }
+
+int64_t lj_mm_loader_position(const lj_mm_loader *ld) {
+    return ld->held >= 0 ? ld->slots[ld->held % ld->nslots].position : ld->cfg.start_position;
+}
 
 /* The dataset sample of this rank's stream position k. */
 static int64_t stream_sample(lj_mm_loader *ld, int64_t k) {
@@ -229,6 +234,7 @@ static void *worker(void *arg) {
             sl->state = SLOT_BUILDING;
             sl->err[0] = '\0';
             sl->status = plan(ld, sl);
+            sl->position = ld->stream;
             if (sl->status != LJ_OK) snprintf(sl->err, sizeof sl->err, "%s", lj_error_message());
             sl->b.skipped = ld->skipped;
             pthread_mutex_unlock(&ld->mu);
@@ -288,6 +294,7 @@ lj_status lj_mm_loader_open(lj_mm_loader **out, const lj_mm_loader_config *cfg) 
     ld->perm = lj_malloc(sizeof(int64_t) * (size_t)ld->ds.num_samples);
     ld->perm_epoch = -1;
     ld->held = -1;
+    ld->stream = cfg->start_position > 0 ? cfg->start_position : 0;
     ld->nthreads = cfg->num_workers > 0 ? cfg->num_workers : 2;
     ld->nslots = cfg->prefetch > 0 ? cfg->prefetch : 2 * ld->nthreads;
     ld->slots = lj_calloc((size_t)ld->nslots, sizeof *ld->slots);

@@ -39,6 +39,7 @@ typedef struct {
     int prefetch;          /* batches built ahead; <= 0: 2 * num_workers */
     lj_resize_kind resize; /* LJ_RESIZE_TORCH_U8 (transformers' default processor) */
     int64_t max_image_pixels; /* decode limit; 0: LJ_IMAGE_MAX_PIXELS_DEFAULT */
+    int64_t start_position;   /* resume: a saved lj_mm_loader_position (same seed, world size, T, B) */
 } lj_mm_loader_config;
 
 /* One micro-batch. Owned by the loader; valid until the next lj_mm_loader_next. */
@@ -69,6 +70,11 @@ lj_status lj_mm_loader_open(lj_mm_loader **ld, const lj_mm_loader_config *cfg);
  * no longer decodes (the dataset changed after prepare), or a grid that differs from the one
  * prepared (naming the dataset, the sample and the image). */
 lj_status lj_mm_loader_next(lj_mm_loader *ld, const lj_mm_batch **batch);
+
+/* This rank's position in its sample stream after the batch last returned (start_position
+ * before the first): save it with a checkpoint, pass it back as start_position to resume with
+ * the next batch. It depends on the rank and the world size (no elastic resume). */
+int64_t lj_mm_loader_position(const lj_mm_loader *ld);
 
 /* The dataset it reads. */
 const lj_mm_dataset *lj_mm_loader_dataset(const lj_mm_loader *ld);

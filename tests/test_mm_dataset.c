@@ -348,11 +348,21 @@ static void test_loader(void **state) {
     assert_memory_equal(b->pixel_values, pv, sizeof(float) * 504 * 1536);
     free(pv);
     lj_image_free(&im);
-    /* the stream goes on (epoch 1) */
+    /* the stream goes on (epoch 1); a loader resumed at a saved position gives the same batch */
+    int32_t after[1024];
+    int64_t pos = 0;
     for (int i = 0; i < 3; i++) {
+        if (i == 1) pos = lj_mm_loader_position(ld);
         assert_int_equal(lj_mm_loader_next(ld, &b), LJ_OK);
         check_batch_invariants(ds, b);
+        if (i == 1) memcpy(after, b->input_ids, sizeof after);
     }
+    lj_mm_loader_close(ld);
+    assert_true(pos > 0);
+    c.start_position = pos;
+    assert_int_equal(lj_mm_loader_open(&ld, &c), LJ_OK);
+    assert_int_equal(lj_mm_loader_next(ld, &b), LJ_OK);
+    assert_memory_equal(b->input_ids, after, sizeof after);
     lj_mm_loader_close(ld);
 }
 
