@@ -6,14 +6,16 @@
 # The list is the non-CUDA, non-libc part of `ldd build-gpu/ljperf` (cJSON, PCRE2, OpenBLAS
 # with gfortran/quadmath, libgomp, protobuf-c, ISA-L, libzstd, utf8proc, xxHash, the image
 # libraries libjpeg-turbo, libpng, libwebp with its demuxer, libarchive with the libraries it
-# links that a minimal image may lack) plus cmocka for the test programs.
+# links that a minimal image may lack, GNU libmicrohttpd with GnuTLS and its libraries for
+# `serve`) plus cmocka for the test programs.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$repo/.deb"
 cd "$repo/.deb"
 pkgs=(libcjson1 libpcre2-8-0 libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libgomp1 libcmocka0
       libprotobuf-c1 libisal2 libzstd1 libutf8proc2 libxxhash0
-      libjpeg62-turbo libpng16-16 libwebp7 libwebpdemux2 libarchive13 libxml2 libicu72 libnettle8 liblz4-1 libacl1)
+      libjpeg62-turbo libpng16-16 libwebp7 libwebpdemux2 libarchive13 libxml2 libicu72 libnettle8 liblz4-1 libacl1
+      libmicrohttpd12 libgnutls30 libhogweed6 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libgmp10 libffi8)
 missing=()
 for p in "${pkgs[@]}"; do
   ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p")
