@@ -38,7 +38,7 @@ void lj_cli_fp8_usage(FILE *out) {
 }
 
 lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,
-                             lj_linear_recipe *recipe, lj_linear_fp8_options *o) {
+                             lj_linear_recipe_kind *recipe, lj_linear_fp8_options *o) {
     *recipe = LJ_LINEAR_RECIPE_DEFAULT;
     *o = lj_linear_fp8_defaults();
     const int other = f->recipe || f->history_len >= 0 || f->algo || f->margin >= 0 || f->first_last_bf16 ||
@@ -95,7 +95,7 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     return LJ_OK;
 }
 
-lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length) {
     if (recipe != LJ_LINEAR_RECIPE_FP8 || o->recipe != LJ_FP8_RECIPE_BLOCKWISE || strcmp(ops->name, "cuda") != 0)
         return LJ_OK;
