@@ -94,7 +94,8 @@ int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
  * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16. */
 typedef struct {
     const char *format, *recipe, *algo; /* NULL: not given */
-    int history_len, margin, layers_start, layers_end; /* -1: not given */
+    int history_len, margin, layers_start, layers_end; /* the values, where given */
+    int history_len_given, margin_given, layers_start_given, layers_end_given; /* 1: the flag was given */
     int first_last_bf16;
 } lj_cli_fp8;
 
