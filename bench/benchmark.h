@@ -16,7 +16,7 @@ typedef struct {
     int train_iters;        /* timed steps */
     int warmup_iters;       /* untimed steps first */
     int fused;
-    lj_linear_recipe linear_recipe; /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
+    lj_linear_recipe_kind linear_recipe; /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
     lj_linear_fp8_options fp8;      /* its settings */
     uint8_t recompute[LJ_MAX_LAYERS];
     uint64_t seed;

@@ -221,7 +221,7 @@ static char *state_json(const lj_run_state *r) {
     cJSON_AddNumberToObject(zero, "stage", r->dp->zero_stage);
     cJSON_AddBoolToObject(zero, "shard_files", has_shard_files(r->dp) && r->format == LJ_CKPT_FORMAT_TORCH);
     /* the FP8 recipe's state (model/linear.h), tensor "fp8.state": amax histories and scales */
-    const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
+    const lj_linear_fp8_state *f8 = &r->model->linear.fp8;
     if (f8->active) {
         cJSON *fp8 = cJSON_AddObjectToObject(root, "fp8");
         char what[200];
@@ -328,10 +328,10 @@ static lj_status save_checkpoint(lj_run_state *r, float *w, float *mm, float *vv
     LJ_TRY(check_finite(r, "adam.m", mm, P));
     LJ_TRY(check_finite(r, "adam.v", vv, P));
     int64_t nh, ns;
-    const int fp8 = r->model->linear_fp8.active;
-    const int64_t n8 = fp8 ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
+    const int fp8 = r->model->linear.fp8.active;
+    const int64_t n8 = fp8 ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     float *f8 = fp8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
-    if (fp8) lj_linear_fp8_state_get(r->model, f8);
+    if (fp8) lj_linear_state_get(&r->model->linear, f8);
     const lj_ckpt_tensor t[4] = {{"master", w, P}, {"adam.m", mm, P}, {"adam.v", vv, P}, {"fp8.state", f8, n8}};
     char *json = state_json(r);
     export_ctx ctx = {r, w};
@@ -344,7 +344,7 @@ static lj_status save_checkpoint(lj_run_state *r, float *w, float *mm, float *vv
 /* Whether the checkpoint's state.json has FP8 recipe state this run can take (same linears and
  * history length): *numel its size, 0 when not (a note says why the recipe starts fresh). */
 static int64_t fp8_state_to_load(const lj_run_state *r, const cJSON *state, const char *file) {
-    const lj_linear_fp8_state *f8 = &r->model->linear_fp8;
+    const lj_linear_fp8_state *f8 = &r->model->linear.fp8;
     const cJSON *fp8 = cJSON_GetObjectItemCaseSensitive(state, "fp8");
     if (!f8->active) {
         if (fp8) lj_log_info("%s: the checkpoint's FP8 recipe state is not used (this run has no FP8 linears)", file);
@@ -757,7 +757,7 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
             model_source ms = {r, src[t], state_names[t], pieces[i].flat - pieces[i].shard_offset};
             s = fetch_model(&ms, pieces[i].shard_offset, pieces[i].n, a->host + t * numel + pieces[i].packed);
         }
-    if (s == LJ_OK && n8) lj_linear_fp8_state_get(r->model, a->host + 3 * numel);
+    if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, a->host + 3 * numel);
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
         if (r->dp->rank == 0) lj_dir_remove_quiet(tmp);
@@ -805,7 +805,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
     const int np = state_pieces(r, 1, &pieces);
     const int64_t numel = np ? pieces[np - 1].packed + pieces[np - 1].n : 0;
     int64_t nh, ns;
-    const int64_t n8 = r->dp->rank == 0 && r->model->linear_fp8.active ? lj_linear_fp8_state_numel(&r->model->linear_fp8, &nh, &ns) : 0;
+    const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     char *json = state_json(r);
     if (r->async) { /* every rank needs its host copy, or the save is synchronous */
         const lj_status b = async_buffer(r, 3 * numel + n8);
@@ -818,7 +818,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
     model_source sources[3] = {{r, r->model->master, "master", 0}, {r, r->model->adam_m, "adam.m", 0},
                                {r, r->model->adam_v, "adam.v", 0}};
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
-    if (n8) lj_linear_fp8_state_get(r->model, f8);
+    if (n8) lj_linear_state_get(&r->model->linear, f8);
     lj_shard_writer w;
     lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, numel, f8, n8);
     const uint64_t bytes = w.bytes;
@@ -913,7 +913,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
             s = lj_fail(LJ_ERR_FORMAT, "%s: tensor 'fp8.state' is %s, state.json says %lld elements", c.meta_path,
                         t ? "of another size" : "missing", (long long)n8);
         else s = lj_sharded_read(&c, "fp8.state", 0, n8, 1, staging, sn, sink_host, f8);
-        if (s == LJ_OK) lj_linear_fp8_state_set(m, f8);
+        if (s == LJ_OK) lj_linear_state_set(&m->linear, f8);
         free(f8);
     }
     if (pinned) m->ops->host_free(pinned);
@@ -1032,7 +1032,7 @@ static lj_status load_state(lj_run_state *r, const char *load) {
     /* from shards, the consolidated file gives the weights only (the parameters are derived
      * from them as on any resume); the moments come from the shard files */
     if (s == LJ_OK) s = lj_ckpt_load_ex(root, iteration, t, nt, &json, !use_shards);
-    if (s == LJ_OK && n8) lj_linear_fp8_state_set(r->model, f8);
+    if (s == LJ_OK && n8) lj_linear_state_set(&r->model->linear, f8);
     free(f8);
     if (s == LJ_OK) s = set_position(r, state, file);
     if (use_shards) {

@@ -57,7 +57,7 @@ typedef struct {
     int auto_if_needed;          /* 1: the planner chooses when the manual policy would not fit */
     const char *device_memory;   /* --device-memory, or NULL: the device's memory */
     const char *margin;          /* --margin, or NULL: 1 GiB (lj_cli_memory_budget) */
-    lj_linear_recipe linear_recipe;       /* the linears' recipe (its FP8 buffers are planned) */
+    lj_linear_recipe_kind linear_recipe;  /* the linears' recipe (its FP8 buffers are planned) */
     const lj_linear_fp8_options *fp8;     /* its FP8 settings, or NULL */
     int offload_optimizer;       /* --offload-optimizer cpu: the optimizer state is host memory, not planned
                                     on the device (GPU backends); the host part is checked */
@@ -100,7 +100,8 @@ int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
  * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16. */
 typedef struct {
     const char *format, *recipe, *algo; /* NULL: not given */
-    int history_len, margin, layers_start, layers_end; /* -1: not given */
+    int history_len, margin, layers_start, layers_end; /* the values, where given */
+    int history_len_given, margin_given, layers_start_given, layers_end_given; /* 1: the flag was given */
     int first_last_bf16;
 } lj_cli_fp8;
 
@@ -118,13 +119,13 @@ void lj_cli_fp8_usage(FILE *out);
  * description is planned as is). Errors: LJ_ERR_ARG, LJ_ERR_UNSUPPORTED (blockwise on a GPU
  * without cuBLASLt 12.9's block scales or not Hopper, and until its GPU check has passed). */
 lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,
-                             lj_linear_recipe *recipe, lj_linear_fp8_options *o);
+                             lj_linear_recipe_kind *recipe, lj_linear_fp8_options *o);
 /* Once the micro-batch is known: cuBLASLt's block-scaled GEMM needs both outer dimensions of each
  * GEMM to be multiples of 4 (cuBLASLt API reference, "128-element 1D and 128x128 2D block
  * scaling", scaling factors layouts), so the blockwise recipe on the CUDA backend needs
  * micro-batch x sequence tokens and the linears' widths multiples of 4. LJ_OK for any other
  * recipe or backend (the CPU emulation takes any shape). Errors: LJ_ERR_ARG naming the flags. */
-lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length);
 
 

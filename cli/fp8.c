@@ -6,10 +6,6 @@
 
 void lj_cli_fp8_init(lj_cli_fp8 *f) {
     memset(f, 0, sizeof *f);
-    f->history_len = -1;
-    f->margin = -1;
-    f->layers_start = -1;
-    f->layers_end = -1;
 }
 
 int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
@@ -17,12 +13,12 @@ int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
         {.kind = LJ_FLAG_SECTION, .help = "FP8 (the transformer blocks' linears; embedding, lm_head, norms and attention stay bf16):"},
         {.name = "--fp8-format", .kind = LJ_FLAG_STR, .dest = &f->format, .help = "hybrid|e4m3  FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere (Hopper GPUs; the CPU backend emulates it exactly)"},
         {.name = "--fp8-recipe", .kind = LJ_FLAG_STR, .dest = &f->recipe, .help = "delayed|tensorwise|blockwise  per-tensor scales from an amax history (delayed, the default) or from each tensor's own amax (tensorwise); blockwise: one scale per 1x128 tile of inputs and gradients and per 128x128 block of weights, each from its own amax (DeepSeek-V3)"},
-        {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .help = "N  delayed: amax history length (default 1)"},
+        {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .given = &f->history_len_given, .help = "N  delayed: amax history length (default 1)"},
         {.name = "--fp8-amax-compute-algo", .kind = LJ_FLAG_STR, .dest = &f->algo, .help = "max|most_recent  delayed: amax from the history (default most_recent)"},
-        {.name = "--fp8-margin", .kind = LJ_FLAG_INT, .dest = &f->margin, .help = "M  delayed: scales divided by 2^M (default 0)"},
+        {.name = "--fp8-margin", .kind = LJ_FLAG_INT, .dest = &f->margin, .given = &f->margin_given, .help = "M  delayed: scales divided by 2^M (default 0)"},
         {.name = "--first-last-layers-bf16", .kind = LJ_FLAG_SWITCH, .dest = &f->first_last_bf16, .ival = 1, .help = "keep the first and last layers' linears in bf16"},
-        {.name = "--num-layers-at-start-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_start, .help = "N  how many first layers (default 1)"},
-        {.name = "--num-layers-at-end-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_end, .help = "N  how many last layers (default 1)"},
+        {.name = "--num-layers-at-start-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_start, .given = &f->layers_start_given, .help = "N  how many first layers (default 1)"},
+        {.name = "--num-layers-at-end-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_end, .given = &f->layers_end_given, .help = "N  how many last layers (default 1)"},
     };
     const int n = (int)(sizeof own / sizeof own[0]);
     LJ_ASSERT(n <= max, "%d rows for %d places", n, max);
@@ -38,11 +34,19 @@ void lj_cli_fp8_usage(FILE *out) {
 }
 
 lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_model_config *cfg,
-                             lj_linear_recipe *recipe, lj_linear_fp8_options *o) {
+                             lj_linear_recipe_kind *recipe, lj_linear_fp8_options *o) {
     *recipe = LJ_LINEAR_RECIPE_DEFAULT;
     *o = lj_linear_fp8_defaults();
-    const int other = f->recipe || f->history_len >= 0 || f->algo || f->margin >= 0 || f->first_last_bf16 ||
-                      f->layers_start >= 0 || f->layers_end >= 0;
+    /* values no setting takes: refused by name, never replaced by the defaults */
+    if (f->history_len_given && f->history_len < 1)
+        return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len %d: must be at least 1", f->history_len);
+    if (f->margin_given && f->margin < 0) return lj_fail(LJ_ERR_ARG, "--fp8-margin %d: must be >= 0", f->margin);
+    if (f->layers_start_given && f->layers_start < 0)
+        return lj_fail(LJ_ERR_ARG, "--num-layers-at-start-in-bf16 %d: must be >= 0", f->layers_start);
+    if (f->layers_end_given && f->layers_end < 0)
+        return lj_fail(LJ_ERR_ARG, "--num-layers-at-end-in-bf16 %d: must be >= 0", f->layers_end);
+    const int other = f->recipe || f->history_len_given || f->algo || f->margin_given || f->first_last_bf16 ||
+                      f->layers_start_given || f->layers_end_given;
     if (!f->format) {
         if (other)
             return lj_fail(LJ_ERR_ARG, "the --fp8-* and bf16-layer flags need --fp8-format hybrid|e4m3 (FP8 is off "
@@ -58,27 +62,23 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
         else if (!strcmp(f->recipe, "blockwise")) o->recipe = LJ_FP8_RECIPE_BLOCKWISE;
         else return lj_fail(LJ_ERR_ARG, "--fp8-recipe: '%s' is not one of delayed, tensorwise, blockwise", f->recipe);
     }
-    if (f->history_len >= 0) {
-        if (f->history_len < 1) return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len %d: must be at least 1", f->history_len);
-        o->amax_history_len = f->history_len;
-    }
+    if (f->history_len_given) o->amax_history_len = f->history_len;
     if (f->algo) {
         if (!strcmp(f->algo, "max")) o->amax_compute_max = 1;
         else if (!strcmp(f->algo, "most_recent")) o->amax_compute_max = 0;
         else return lj_fail(LJ_ERR_ARG, "--fp8-amax-compute-algo: '%s' is not one of max, most_recent", f->algo);
     }
-    if (f->margin >= 0) o->margin = f->margin;
-    else if (f->margin < -1) return lj_fail(LJ_ERR_ARG, "--fp8-margin %d: must be >= 0", f->margin);
-    if (o->recipe != LJ_FP8_RECIPE_DELAYED && (f->history_len >= 0 || f->algo || f->margin >= 0))
+    if (f->margin_given) o->margin = f->margin;
+    if (o->recipe != LJ_FP8_RECIPE_DELAYED && (f->history_len_given || f->algo || f->margin_given))
         return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len, --fp8-amax-compute-algo and --fp8-margin belong to "
                                    "--fp8-recipe delayed (tensorwise and blockwise scale each tensor or tile by "
                                    "its own amax)");
-    if ((f->layers_start >= 0 || f->layers_end >= 0) && !f->first_last_bf16)
+    if ((f->layers_start_given || f->layers_end_given) && !f->first_last_bf16)
         return lj_fail(LJ_ERR_ARG, "--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 need "
                                    "--first-last-layers-bf16");
     if (f->first_last_bf16) {
-        o->bf16_layers_start = f->layers_start >= 0 ? f->layers_start : 1;
-        o->bf16_layers_end = f->layers_end >= 0 ? f->layers_end : 1;
+        o->bf16_layers_start = f->layers_start_given ? f->layers_start : 1;
+        o->bf16_layers_end = f->layers_end_given ? f->layers_end : 1;
         if (o->bf16_layers_start + o->bf16_layers_end >= cfg->num_hidden_layers)
             return lj_fail(LJ_ERR_ARG, "--first-last-layers-bf16: %d + %d bf16 layers leave none of the %d layers in "
                                        "FP8", o->bf16_layers_start, o->bf16_layers_end, cfg->num_hidden_layers);
@@ -95,7 +95,7 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
     return LJ_OK;
 }
 
-lj_status lj_cli_fp8_check_tokens(lj_linear_recipe recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
+lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length) {
     if (recipe != LJ_LINEAR_RECIPE_FP8 || o->recipe != LJ_FP8_RECIPE_BLOCKWISE || strcmp(ops->name, "cuda") != 0)
         return LJ_OK;

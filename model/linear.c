@@ -1,18 +1,10 @@
-/* linear.c: the transformer's linear layers (linear.h) over the op table's matmuls, and the FP8
- * recipe over its FP8 ops (ops.h "FP8"). */
+/* linear.c: the transformer's linear layers (linear.h): the precision recipes as static const
+ * tables over the op table, "bf16" over its matmuls and the FP8 recipes (delayed, tensorwise,
+ * blockwise) over its FP8 ops (ops.h "FP8"). */
 #include "model/linear.h"
 
-#include "model/model.h"
-
+#include <math.h>
 #include <string.h>
-
-const char *lj_linear_recipe_name(lj_linear_recipe r) {
-    switch (r) {
-    case LJ_LINEAR_RECIPE_DEFAULT: return "default";
-    case LJ_LINEAR_RECIPE_FP8: return "fp8";
-    }
-    return "?";
-}
 
 const char *lj_fp8_recipe_name(lj_fp8_recipe r) {
     switch (r) {
@@ -53,111 +45,239 @@ lj_fp8_format lj_linear_fp8_fwd_format(const lj_linear_fp8_options *o) {
 
 lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o) { return o->hybrid ? LJ_FP8_E5M2 : LJ_FP8_E4M3; }
 
-int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_features, int *out_features) {
-    const lj_layer_spec *s = &m->spec;
+int lj_linear_param(const lj_param_layout *layout, lj_linear_kind k, int layer) {
     switch (k) {
-    case LJ_LINEAR_QKV: *in_features = s->C, *out_features = s->QKV; return lj_param_index(&m->layout, layer, LJ_P_Q);
-    case LJ_LINEAR_O: *in_features = s->Q, *out_features = s->C; return lj_param_index(&m->layout, layer, LJ_P_O);
-    case LJ_LINEAR_GATE_UP: *in_features = s->C, *out_features = 2 * s->I; return lj_param_index(&m->layout, layer, LJ_P_GATE);
-    case LJ_LINEAR_DOWN: *in_features = s->I, *out_features = s->C; return lj_param_index(&m->layout, layer, LJ_P_DOWN);
-    case LJ_LINEAR_LM_HEAD: *in_features = s->C, *out_features = s->V; return m->layout.lm_head;
+    case LJ_LINEAR_QKV: return lj_param_index(layout, layer, LJ_P_Q);
+    case LJ_LINEAR_O: return lj_param_index(layout, layer, LJ_P_O);
+    case LJ_LINEAR_GATE_UP: return lj_param_index(layout, layer, LJ_P_GATE);
+    case LJ_LINEAR_DOWN: return lj_param_index(layout, layer, LJ_P_DOWN);
+    case LJ_LINEAR_LM_HEAD: return layout->lm_head;
+    case LJ_LINEAR_KINDS: break;
     }
     LJ_ASSERT(0, "linear kind %d", (int)k);
     return -1;
 }
 
-/* ---- the FP8 recipe's state ------------------------------------------------------ */
-
-void lj_linear_init(lj_model *m) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    memset(f, 0, sizeof *f);
-    memset(f->slot, 0xff, sizeof f->slot); /* -1: not FP8 */
-    const lj_model_options *o = &m->opt;
-    if (o->linear_recipe != LJ_LINEAR_RECIPE_FP8 || !o->training || o->kv_cache_tokens > 0) return;
-    const int L = m->spec.L;
-    for (int l = o->fp8.bf16_layers_start; l < L - o->fp8.bf16_layers_end; l++) {
-        for (int k = 0; k < 4; k++) {
-            int in, out;
-            (void)lj_linear_param(m, (lj_linear_kind)k, l, &in, &out);
-            f->slot[l][k] = (int16_t)f->num_linears++;
-            if (in > f->max_in) f->max_in = in;
-            if (out > f->max_out) f->max_out = out;
-            const int64_t wn = (int64_t)out * lj_fp8_ld(in), wtn = (int64_t)in * lj_fp8_ld(out);
-            if (wn > f->max_w) f->max_w = wn;
-            if (wtn > f->max_w) f->max_w = wtn;
-            const int64_t g = lj_fp8_block_scales_numel(out, in), gt = lj_fp8_block_scales_numel(in, out);
-            if (g > f->max_wscale) f->max_wscale = g;
-            if (gt > f->max_wscale) f->max_wscale = gt;
-        }
-    }
-    f->active = f->num_linears > 0;
-    f->history_len = o->fp8.recipe == LJ_FP8_RECIPE_DELAYED && o->fp8.amax_history_len > 1 ? o->fp8.amax_history_len : 1;
+lj_linear lj_linear_of(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w, void *dw) {
+    LJ_ASSERT((unsigned)k < LJ_LINEAR_KINDS, "linear kind %d", (int)k);
+    const int slot = c->fp8.active && k != LJ_LINEAR_LM_HEAD ? c->fp8.slot[layer][k] : -1;
+    const lj_linear l = {k, layer, c->in_features[k], c->out_features[k], w, dw, slot};
+    return l;
 }
 
-void lj_linear_reset(lj_model *m) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    if (!f->active) return;
+/* ---- "bf16": the op table's matmuls in the act dtype ------------------------------------ */
+
+static void bf16_fp8_layers(const lj_linear_fp8_options *o, int L, int *first, int *end) {
+    (void)o;
+    *first = L;
+    *end = 0;
+}
+static void bf16_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { (void)c, (void)N, (void)w; }
+static int bf16_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) { return (void)c, (void)layer, 0; }
+static int bf16_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+    return (void)c, (void)layer, (void)keep, (void)N, (void)w, 0;
+}
+static void bf16_reset(const lj_linear_recipe_ctx *c) { (void)c; }
+static void bf16_pass_begin(lj_linear_recipe_ctx *c, int training) { (void)c, (void)training; }
+static void bf16_pass_end(const lj_linear_recipe_ctx *c) { (void)c; }
+static void bf16_state_get(const lj_linear_recipe_ctx *c, float *dst) { (void)c, (void)dst; }
+static void bf16_state_set(const lj_linear_recipe_ctx *c, const float *src) { (void)c, (void)src; }
+
+static void bf16_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N) {
+    c->ops->matmul_forward(out, x, l->w, N, l->in_features, l->out_features);
+}
+
+static void bf16_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                          const void *x, int N, lj_grad_mode dw_mode) {
+    c->ops->matmul_backward(dx, l->dw, dout, x, l->w, N, l->in_features, l->out_features, LJ_GRAD_OVERWRITE, dw_mode);
+}
+
+/* The SwiGLU into h (fused, or the unfused twin through tmp), then the recipe's own forward of
+ * the down projection. */
+static void swiglu_then_forward(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                const void *gate_up, void *tmp, int N) {
+    if (c->fused) c->ops->swiglu_forward(h, gate_up, N, down->in_features);
+    else c->ops->swiglu_forward_unfused(h, tmp, gate_up, N, down->in_features);
+    c->recipe->forward(c, down, out, h, N);
+}
+
+static const lj_linear_recipe recipe_bf16 = {
+    .name = "bf16",
+    .fp8_layers = bf16_fp8_layers,
+    .extra_cast_pass = 0,
+    .plan = bf16_plan,
+    .keeps_inputs = bf16_keeps_inputs,
+    .plan_layer = bf16_plan_layer,
+    .reset = bf16_reset,
+    .pass_begin = bf16_pass_begin,
+    .pass_end = bf16_pass_end,
+    .forward = bf16_forward,
+    .forward_swiglu = swiglu_then_forward,
+    .backward = bf16_backward,
+    .state_get = bf16_state_get,
+    .state_set = bf16_state_set,
+};
+
+/* ---- the FP8 recipes' state and plan (shared by the three) ----------------------------- */
+
+static void fp8_layers(const lj_linear_fp8_options *o, int L, int *first, int *end) {
+    *first = o->bf16_layers_start;
+    *end = L - o->bf16_layers_end;
+}
+
+/* The most bytes of fp8_matmul's workspace over the three GEMMs of every FP8 linear. */
+static size_t fp8_workspace_bytes(const lj_linear_recipe_ctx *c, int N) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    size_t ws = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            if (f->slot[l][k] < 0) continue;
+            const int in = c->in_features[k], out = c->out_features[k];
+            const size_t g[3] = {c->ops->fp8_matmul_workspace_bytes(N, out, in),
+                                 c->ops->fp8_matmul_workspace_bytes(N, in, out),
+                                 c->ops->fp8_matmul_workspace_bytes(out, in, N)};
+            for (int i = 0; i < 3; i++) ws = g[i] > ws ? g[i] : ws;
+        }
+    }
+    return ws;
+}
+
+/* The recipe state, the casts' scratch (shared by every linear, the weight's too) and the FP8
+ * GEMM's workspace; `blockwise`: the scale tensors beside the codes (base/fp8.h layouts). */
+static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w, int blockwise) {
+    lj_linear_fp8_state *f = &c->fp8;
+    const size_t ws = fp8_workspace_bytes(c, N);
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    f->amax_history = w->take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
+    f->scale = w->take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
+    f->scale_inv = w->take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
+    f->wq = w->take(w, LJ_ARENA_SCRATCH, "fp8.w", (size_t)f->max_w);
+    f->wq_t = w->take(w, LJ_ARENA_SCRATCH, "fp8.w_t", (size_t)f->max_w);
+    f->xq = w->take(w, LJ_ARENA_SCRATCH, "fp8.x", (size_t)N * lj_fp8_ld(f->max_in));
+    f->xq_t = w->take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f->max_in * lj_fp8_ld(N));
+    f->dyq = w->take(w, LJ_ARENA_SCRATCH, "fp8.dy", (size_t)N * lj_fp8_ld(f->max_out));
+    f->dyq_t = w->take(w, LJ_ARENA_SCRATCH, "fp8.dy_t", (size_t)f->max_out * lj_fp8_ld(N));
+    if (blockwise) {
+        const int mi = f->max_in, mo = f->max_out;
+        f->wq_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.w_scale", (size_t)f->max_wscale * 4);
+        f->wq_t_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.w_t_scale", (size_t)f->max_wscale * 4);
+        f->xq_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.x_scale", (size_t)lj_fp8_tile_scales_numel(N, mi) * 4);
+        f->xq_t_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.x_t_scale", (size_t)lj_fp8_tile_scales_numel(mi, N) * 4);
+        f->dyq_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.dy_scale", (size_t)lj_fp8_tile_scales_numel(N, mo) * 4);
+        f->dyq_t_sinv = w->take(w, LJ_ARENA_SCRATCH, "fp8.dy_t_scale", (size_t)lj_fp8_tile_scales_numel(mo, N) * 4);
+    } else {
+        f->wq_sinv = f->wq_t_sinv = f->xq_sinv = f->xq_t_sinv = f->dyq_sinv = f->dyq_t_sinv = NULL;
+    }
+    f->workspace = w->take(w, LJ_ARENA_WORKSPACE, "fp8.matmul", ws);
+}
+
+static void tensor_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { fp8_plan_buffers(c, N, w, 0); }
+static void blockwise_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { fp8_plan_buffers(c, N, w, 1); }
+
+/* An FP8 layer keeps the inputs of its QKV, gate/up and down linears as the FP8 transposes their
+ * weight gradients read (the four block linears of a layer are FP8 together). */
+static int fp8_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) { return c->fp8.slot[layer][LJ_LINEAR_QKV] >= 0; }
+
+static int fp8_plan_inputs(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w, int blockwise) {
+    lj_linear_fp8_state *f = &c->fp8;
+    static const struct { lj_linear_kind k; const char *what; } in[3] = {
+        {LJ_LINEAR_QKV, "fp8.ln1_t"}, {LJ_LINEAR_GATE_UP, "fp8.ln2_t"}, {LJ_LINEAR_DOWN, "fp8.mlp_act_t"}};
+    if (!fp8_keeps_inputs(c, layer)) return 0;
+    char name[48];
+    for (int i = 0; i < 3; i++) {
+        const int s = f->slot[layer][in[i].k];
+        f->saved_t[s] = NULL;
+        f->saved_t_sinv[s] = NULL;
+        if (!keep) continue;
+        snprintf(name, sizeof name, "layers.%d.%s", layer, in[i].what);
+        f->saved_t[s] = w->take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)c->in_features[in[i].k] * lj_fp8_ld(N));
+        if (blockwise) { /* its 1x128 tiles' factors */
+            snprintf(name, sizeof name, "layers.%d.%s_scale", layer, in[i].what);
+            f->saved_t_sinv[s] = w->take(w, LJ_ARENA_ACTIVATIONS, name,
+                                         (size_t)lj_fp8_tile_scales_numel(c->in_features[in[i].k], N) * 4);
+        }
+    }
+    return keep;
+}
+
+static int tensor_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+    return fp8_plan_inputs(c, layer, keep, N, w, 0);
+}
+static int blockwise_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+    return fp8_plan_inputs(c, layer, keep, N, w, 1);
+}
+
+static void fp8_reset(const lj_linear_recipe_ctx *c) {
+    const lj_linear_fp8_state *f = &c->fp8;
     int64_t nh, ns;
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
     const int64_t ni = ns * LJ_FP8_SCALE_INV_STRIDE;
     float *ones = lj_malloc((size_t)ni * sizeof(float));
     for (int64_t i = 0; i < ni; i++) ones[i] = 1.0f;
-    m->ops->memset_zero(f->amax_history, (size_t)nh * sizeof(float));
-    m->ops->upload(f->scale, ones, (size_t)ns * sizeof(float));
-    m->ops->upload(f->scale_inv, ones, (size_t)ni * sizeof(float));
+    c->ops->memset_zero(f->amax_history, (size_t)nh * sizeof(float));
+    c->ops->upload(f->scale, ones, (size_t)ns * sizeof(float));
+    c->ops->upload(f->scale_inv, ones, (size_t)ni * sizeof(float));
     free(ones);
 }
 
-void lj_linear_pass_end(lj_model *m) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    if (!f->active || !f->recording || !m->fp8_amax_reduce || m->opt.fp8.recipe != LJ_FP8_RECIPE_DELAYED) return;
-    m->fp8_amax_reduce(m, f->amax_history, 3 * f->num_linears); /* row 0: this pass's amaxes */
-}
+/* Current scaling and the blockwise recipe: a training pass records its amaxes, nothing else
+ * carries over. */
+static void fp8_pass_begin(lj_linear_recipe_ctx *c, int training) { c->fp8.recording = training; }
+static void fp8_pass_end(const lj_linear_recipe_ctx *c) { (void)c; }
 
-void lj_linear_pass_begin(lj_model *m, int training) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    if (!f->active) return;
+/* Delayed scaling: the scales of this pass from the amax history (on the device), and the
+ * amaxes this pass recorded reduced over the ranks at its end (TransformerEngine's amax
+ * reduction), so that every rank derives the same scales and a checkpoint's state is every
+ * rank's. */
+static void delayed_pass_begin(lj_linear_recipe_ctx *c, int training) {
+    lj_linear_fp8_state *f = &c->fp8;
     f->recording = training;
     if (!training) return;
-    const lj_linear_fp8_options *o = &m->opt.fp8;
-    if (o->recipe != LJ_FP8_RECIPE_DELAYED) return;
+    const lj_linear_fp8_options *o = &c->fp8_opt;
     const float margin = ldexpf(1.0f, -o->margin);
     const int F = f->num_linears;
-    m->ops->fp8_scale_update(f->amax_history, f->scale, f->scale_inv, 3 * F, f->history_len, 2 * F,
+    c->ops->fp8_scale_update(f->amax_history, f->scale, f->scale_inv, 3 * F, f->history_len, 2 * F,
                              lj_fp8_max(lj_linear_fp8_fwd_format(o)) * margin,
                              lj_fp8_max(lj_linear_fp8_bwd_format(o)) * margin, o->amax_compute_max);
 }
 
-void lj_linear_fp8_state_get(lj_model *m, float *dst) {
-    const lj_linear_fp8_state *f = &m->linear_fp8;
-    int64_t nh, ns;
-    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
-    m->ops->download(dst, f->amax_history, (size_t)nh * sizeof(float));
-    m->ops->download(dst + nh, f->scale, (size_t)ns * sizeof(float));
+static void delayed_pass_end(const lj_linear_recipe_ctx *c) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    if (!f->recording || !c->amax_reduce) return;
+    c->amax_reduce(c, f->amax_history, 3 * f->num_linears); /* row 0: this pass's amaxes */
 }
 
-void lj_linear_fp8_state_set(lj_model *m, const float *src) {
-    const lj_linear_fp8_state *f = &m->linear_fp8;
+static void fp8_state_get(const lj_linear_recipe_ctx *c, float *dst) {
+    const lj_linear_fp8_state *f = &c->fp8;
     int64_t nh, ns;
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
-    m->ops->upload(f->amax_history, src, (size_t)nh * sizeof(float));
-    m->ops->upload(f->scale, src + nh, (size_t)ns * sizeof(float));
+    c->ops->download(dst, f->amax_history, (size_t)nh * sizeof(float));
+    c->ops->download(dst + nh, f->scale, (size_t)ns * sizeof(float));
+}
+
+static void fp8_state_set(const lj_linear_recipe_ctx *c, const float *src) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    c->ops->upload(f->amax_history, src, (size_t)nh * sizeof(float));
+    c->ops->upload(f->scale, src + nh, (size_t)ns * sizeof(float));
     const int64_t ni = ns * LJ_FP8_SCALE_INV_STRIDE;
     float *inv = lj_calloc((size_t)ni, sizeof(float));
     for (int64_t t = 0; t < ns; t++) inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1.0f / src[nh + t];
-    m->ops->upload(f->scale_inv, inv, (size_t)ni * sizeof(float));
+    c->ops->upload(f->scale_inv, inv, (size_t)ni * sizeof(float));
     free(inv);
 }
 
-int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
-    const lj_linear_fp8_state *f = &m->linear_fp8;
+int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len) {
+    const lj_linear_fp8_state *f = &c->fp8;
     if (!f->active) return 0;
     const int F = f->num_linears;
     float *amax = lj_malloc((size_t)3 * F * sizeof(float));
-    m->ops->download(amax, f->amax_history, (size_t)3 * F * sizeof(float));
+    c->ops->download(amax, f->amax_history, (size_t)3 * F * sizeof(float));
     static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
     int bad = 0;
-    for (int l = 0; l < m->spec.L && !bad; l++) {
+    for (int l = 0; l < c->num_layers && !bad; l++) {
         for (int k = 0; k < 4 && !bad; k++) {
             const int s = f->slot[l][k];
             if (s < 0) continue;
@@ -174,75 +294,191 @@ int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len) {
     return bad;
 }
 
-/* ---- the FP8 linear ---------------------------------------------------------------- */
+/* ---- per-tensor scaling: delayed and tensorwise ------------------------------------------- */
 
 /* Tensor t's dequantization factor (16-byte aligned for cuBLASLt). */
 static float *scale_inv_of(const lj_linear_fp8_state *f, int t) { return f->scale_inv + LJ_FP8_SCALE_INV_STRIDE * t; }
 
 /* Where a cast of tensor t finds its scale. `fresh`: this cast defines the tensor's amax this
- * pass (current scaling computes it first, into the history's slot: no state carries over;
- * delayed scaling records it into the history's newest row, in a training pass only); else the
- * scale is only read (the backward's second cast of x). */
-static lj_fp8_scaling scaling_of(const lj_model *m, int t, int fresh) {
-    const lj_linear_fp8_state *f = &m->linear_fp8;
-    const int current = fresh && m->opt.fp8.recipe == LJ_FP8_RECIPE_TENSORWISE;
+ * pass (current scaling, `current`, computes it first, into the history's slot: no state carries
+ * over; delayed scaling records it into the history's newest row, in a training pass only); else
+ * the scale is only read (the backward's second cast of x). */
+static lj_fp8_scaling scaling_of(const lj_linear_fp8_state *f, int t, int fresh, int current) {
+    const int cur = fresh && current;
     const lj_fp8_scaling sc = {f->scale + t, scale_inv_of(f, t),
-                               current || (fresh && f->recording) ? f->amax_history + t : NULL, current};
+                               cur || (fresh && f->recording) ? f->amax_history + t : NULL, cur};
     return sc;
 }
 
 /* Casts x[rows, cols] as tensor t of the scale state into q and/or q_t (scaling_of). */
-static void quantize(lj_model *m, int t, void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
-                     int fresh) {
-    const lj_fp8_scaling sc = scaling_of(m, t, fresh);
-    if (sc.current) m->ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
-    m->ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
+static void quantize(const lj_linear_recipe_ctx *c, int t, void *q, void *q_t, const void *x, int rows, int cols,
+                     lj_fp8_format fmt, int fresh, int current) {
+    const lj_fp8_scaling sc = scaling_of(&c->fp8, t, fresh, current);
+    if (sc.current) c->ops->fp8_amax(sc.amax, x, (int64_t)rows * cols);
+    c->ops->fp8_quantize(q, q_t, x, rows, cols, fmt, &sc);
 }
 
 /* The forward's cast of the input of FP8 linear s into xq and its kept transpose: from x, or,
  * with gate_up, fused into the SwiGLU that produces x = h (ops fp8_swiglu_quantize under delayed
  * scaling, writing h only where the backward reads it; fp8_swiglu_amax then the cast under
  * current scaling). The same bits either way. */
-static void cast_input(lj_model *m, int s, void *x, const void *gate_up, int N, int in, lj_fp8_format fmt) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
+static void cast_input(const lj_linear_recipe_ctx *c, int s, void *x, const void *gate_up, int N, int in,
+                       lj_fp8_format fmt, int current) {
+    const lj_linear_fp8_state *f = &c->fp8;
     if (!gate_up) {
-        quantize(m, 2 * s, f->xq, f->saved_t[s], x, N, in, fmt, 1);
+        quantize(c, 2 * s, f->xq, f->saved_t[s], x, N, in, fmt, 1, current);
         return;
     }
-    const lj_fp8_scaling sc = scaling_of(m, 2 * s, 1);
+    const lj_fp8_scaling sc = scaling_of(f, 2 * s, 1, current);
     if (sc.current) {
-        m->ops->fp8_swiglu_amax(sc.amax, x, gate_up, N, in);
-        m->ops->fp8_quantize(f->xq, f->saved_t[s], x, N, in, fmt, &sc);
+        c->ops->fp8_swiglu_amax(sc.amax, x, gate_up, N, in);
+        c->ops->fp8_quantize(f->xq, f->saved_t[s], x, N, in, fmt, &sc);
     } else {
-        m->ops->fp8_swiglu_quantize(x, f->saved_t[s] == NULL, f->xq, f->saved_t[s], gate_up, N, in, fmt, &sc);
+        c->ops->fp8_swiglu_quantize(x, f->saved_t[s] == NULL, f->xq, f->saved_t[s], gate_up, N, in, fmt, &sc);
     }
 }
 
-/* The blockwise recipe (linear.h): every cast computes its tiles' scales itself; a tensor's
- * first cast of the pass also writes its amax into the history's row 0 (tensor t's entry), which
- * only the overflow report reads. */
+/* With gate_up, x is the SwiGLU's output h, written here with its cast (cast_input); otherwise x
+ * is only read. */
+static void tensor_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, void *x, const void *gate_up,
+                           int N, int current) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = l->slot, in = l->in_features, outf = l->out_features;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt);
+    quantize(c, 2 * s + 1, f->wq, NULL, l->w, outf, in, fwd, 1, current);
+    cast_input(c, s, x, gate_up, N, in, fwd, current);
+    c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
+                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+}
 
-static void blockwise_forward(lj_model *m, int s, const void *w, void *out, const void *x, int N, int in, int outf) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    const lj_ops *ops = m->ops;
-    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
-    ops->fp8_quantize_blocks(f->wq, f->wq_sinv, NULL, NULL, w, outf, in, fwd, f->amax_history + 2 * s + 1);
+static void tensor_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                            const void *x, int N, lj_grad_mode dw_mode, int current) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    const lj_ops *ops = c->ops;
+    const int s = l->slot, in = l->in_features, outf = l->out_features;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt), bwd = lj_linear_fp8_bwd_format(&c->fp8_opt);
+    const int F = f->num_linears, tdy = 2 * F + s;
+    quantize(c, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1, current);
+    if (dx) {
+        quantize(c, 2 * s + 1, NULL, f->wq_t, l->w, outf, in, fwd, 0, current);
+        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->wq_t, fwd,
+                        scale_inv_of(f, 2 * s + 1), N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
+    }
+    const void *xq_t = f->saved_t[s];
+    if (!xq_t) {
+        quantize(c, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0, current);
+        xq_t = f->xq_t;
+    }
+    ops->fp8_matmul(l->dw, ops->grad_dtype, f->dyq_t, bwd, scale_inv_of(f, tdy), xq_t, fwd, scale_inv_of(f, 2 * s),
+                    outf, in, N, dw_mode, f->workspace);
+}
+
+/* The FP8 recipes run lm_head and the linears of bf16 layers (slot -1) as "bf16" does. */
+static void delayed_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N) {
+    if (l->slot < 0) bf16_forward(c, l, out, x, N);
+    else tensor_forward(c, l, out, (void *)x, NULL, N, 0);
+}
+static void tensorwise_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N) {
+    if (l->slot < 0) bf16_forward(c, l, out, x, N);
+    else tensor_forward(c, l, out, (void *)x, NULL, N, 1);
+}
+
+/* The SwiGLU producing the down projection's FP8 input directly (cast_input), with the fused
+ * kernels on; else the SwiGLU and then the forward. */
+static void tensor_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                  const void *gate_up, void *tmp, int N, int current) {
+    if (down->slot < 0 || !c->fused) swiglu_then_forward(c, down, out, h, gate_up, tmp, N);
+    else tensor_forward(c, down, out, h, gate_up, N, current);
+}
+static void delayed_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                   const void *gate_up, void *tmp, int N) {
+    tensor_forward_swiglu(c, down, out, h, gate_up, tmp, N, 0);
+}
+static void tensorwise_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                      const void *gate_up, void *tmp, int N) {
+    tensor_forward_swiglu(c, down, out, h, gate_up, tmp, N, 1);
+}
+
+static void delayed_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                             const void *x, int N, lj_grad_mode dw_mode) {
+    if (l->slot < 0) bf16_backward(c, l, dx, dout, x, N, dw_mode);
+    else tensor_backward(c, l, dx, dout, x, N, dw_mode, 0);
+}
+static void tensorwise_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                                const void *x, int N, lj_grad_mode dw_mode) {
+    if (l->slot < 0) bf16_backward(c, l, dx, dout, x, N, dw_mode);
+    else tensor_backward(c, l, dx, dout, x, N, dw_mode, 1);
+}
+
+static const lj_linear_recipe recipe_delayed = {
+    .name = "delayed",
+    .fp8_layers = fp8_layers,
+    .extra_cast_pass = 0,
+    .plan = tensor_plan,
+    .keeps_inputs = fp8_keeps_inputs,
+    .plan_layer = tensor_plan_layer,
+    .reset = fp8_reset,
+    .pass_begin = delayed_pass_begin,
+    .pass_end = delayed_pass_end,
+    .forward = delayed_forward,
+    .forward_swiglu = delayed_forward_swiglu,
+    .backward = delayed_backward,
+    .state_get = fp8_state_get,
+    .state_set = fp8_state_set,
+};
+
+static const lj_linear_recipe recipe_tensorwise = {
+    .name = "tensorwise",
+    .fp8_layers = fp8_layers,
+    .extra_cast_pass = 1,
+    .plan = tensor_plan,
+    .keeps_inputs = fp8_keeps_inputs,
+    .plan_layer = tensor_plan_layer,
+    .reset = fp8_reset,
+    .pass_begin = fp8_pass_begin,
+    .pass_end = fp8_pass_end,
+    .forward = tensorwise_forward,
+    .forward_swiglu = tensorwise_forward_swiglu,
+    .backward = tensorwise_backward,
+    .state_get = fp8_state_get,
+    .state_set = fp8_state_set,
+};
+
+/* ---- blockwise (linear.h): every cast computes its tiles' scales itself; a tensor's first cast
+ * of the pass also writes its amax into the history's row 0 (tensor t's entry), which only the
+ * overflow report reads. ---------------------------------------------------------------------- */
+
+static void blockwise_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N) {
+    if (l->slot < 0) {
+        bf16_forward(c, l, out, x, N);
+        return;
+    }
+    const lj_linear_fp8_state *f = &c->fp8;
+    const lj_ops *ops = c->ops;
+    const int s = l->slot, in = l->in_features, outf = l->out_features;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt);
+    ops->fp8_quantize_blocks(f->wq, f->wq_sinv, NULL, NULL, l->w, outf, in, fwd, f->amax_history + 2 * s + 1);
     ops->fp8_quantize_tiles(f->xq, f->xq_sinv, f->saved_t[s], f->saved_t_sinv[s], x, N, in, fwd,
                             f->amax_history + 2 * s);
     ops->fp8_matmul_blockwise(out, ops->act_dtype, f->xq, fwd, f->xq_sinv, 0, f->wq, fwd, f->wq_sinv, 1, N, outf, in,
                               LJ_GRAD_OVERWRITE, f->workspace);
 }
 
-static void blockwise_backward(lj_model *m, int s, const void *w, void *dx, void *dw, const void *dout, const void *x,
-                               int N, int in, int outf, lj_grad_mode dw_mode) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    const lj_ops *ops = m->ops;
-    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
+static void blockwise_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                               const void *x, int N, lj_grad_mode dw_mode) {
+    if (l->slot < 0) {
+        bf16_backward(c, l, dx, dout, x, N, dw_mode);
+        return;
+    }
+    const lj_linear_fp8_state *f = &c->fp8;
+    const lj_ops *ops = c->ops;
+    const int s = l->slot, in = l->in_features, outf = l->out_features;
+    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt), bwd = lj_linear_fp8_bwd_format(&c->fp8_opt);
     const int F = f->num_linears;
     ops->fp8_quantize_tiles(dx ? f->dyq : NULL, f->dyq_sinv, f->dyq_t, f->dyq_t_sinv, dout, N, outf, bwd,
                             f->amax_history + 2 * F + s);
     if (dx) {
-        ops->fp8_quantize_blocks(NULL, NULL, f->wq_t, f->wq_t_sinv, w, outf, in, fwd, NULL);
+        ops->fp8_quantize_blocks(NULL, NULL, f->wq_t, f->wq_t_sinv, l->w, outf, in, fwd, NULL);
         ops->fp8_matmul_blockwise(dx, ops->act_dtype, f->dyq, bwd, f->dyq_sinv, 0, f->wq_t, fwd, f->wq_t_sinv, 1, N,
                                   in, outf, LJ_GRAD_OVERWRITE, f->workspace);
     }
@@ -253,84 +489,78 @@ static void blockwise_backward(lj_model *m, int s, const void *w, void *dx, void
         xq_t = f->xq_t;
         xq_t_sinv = f->xq_t_sinv;
     }
-    ops->fp8_matmul_blockwise(dw, ops->grad_dtype, f->dyq_t, bwd, f->dyq_t_sinv, 0, xq_t, fwd, xq_t_sinv, 0, outf, in,
-                              N, dw_mode, f->workspace);
+    ops->fp8_matmul_blockwise(l->dw, ops->grad_dtype, f->dyq_t, bwd, f->dyq_t_sinv, 0, xq_t, fwd, xq_t_sinv, 0, outf,
+                              in, N, dw_mode, f->workspace);
 }
 
-/* With gate_up, x is the SwiGLU's output h, written here with its cast (cast_input; not blockwise);
- * otherwise x is only read. */
-static void fp8_forward(lj_model *m, int s, const void *w, void *out, void *x, const void *gate_up, int N, int in,
-                        int outf) {
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    if (m->opt.fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE) {
-        blockwise_forward(m, s, w, out, x, N, in, outf);
-        return;
+static const lj_linear_recipe recipe_blockwise = {
+    .name = "blockwise",
+    .fp8_layers = fp8_layers,
+    .extra_cast_pass = 1,
+    .plan = blockwise_plan,
+    .keeps_inputs = fp8_keeps_inputs,
+    .plan_layer = blockwise_plan_layer,
+    .reset = fp8_reset,
+    .pass_begin = fp8_pass_begin,
+    .pass_end = fp8_pass_end,
+    .forward = blockwise_forward,
+    .forward_swiglu = swiglu_then_forward, /* no SwiGLU-fused tile cast */
+    .backward = blockwise_backward,
+    .state_get = fp8_state_get,
+    .state_set = fp8_state_set,
+};
+
+/* ---- choosing a recipe ----------------------------------------------------------------- */
+
+/* By name; the FP8 recipes in lj_fp8_recipe order. */
+static const lj_linear_recipe *const recipes[] = {&recipe_bf16, &recipe_delayed, &recipe_tensorwise,
+                                                  &recipe_blockwise};
+
+const lj_linear_recipe *lj_linear_recipe_find(const char *name) {
+    for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++)
+        if (!strcmp(recipes[i]->name, name)) return recipes[i];
+    return NULL;
+}
+
+const lj_linear_recipe *lj_linear_recipe_of(lj_linear_recipe_kind kind, lj_fp8_recipe fp8, int training) {
+    if (kind != LJ_LINEAR_RECIPE_FP8 || !training) return &recipe_bf16;
+    const lj_linear_recipe *r = lj_linear_recipe_find(lj_fp8_recipe_name(fp8));
+    LJ_ASSERT(r, "FP8 recipe %d", (int)fp8);
+    return r;
+}
+
+void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_config *cfg, lj_linear_recipe_kind kind,
+                    const lj_linear_fp8_options *fp8, int training, int fused) {
+    memset(c, 0, sizeof *c);
+    c->ops = ops;
+    c->fused = fused;
+    c->num_layers = cfg->num_hidden_layers;
+    c->fp8_opt = *fp8;
+    const int C = cfg->hidden_size, I = cfg->intermediate_size, Q = cfg->num_attention_heads * cfg->head_dim;
+    const int QKV = Q + 2 * cfg->num_key_value_heads * cfg->head_dim;
+    const int in[LJ_LINEAR_KINDS] = {C, Q, C, I, C}, out[LJ_LINEAR_KINDS] = {QKV, C, 2 * I, C, cfg->vocab_size};
+    memcpy(c->in_features, in, sizeof in);
+    memcpy(c->out_features, out, sizeof out);
+    lj_linear_fp8_state *f = &c->fp8;
+    memset(f->slot, 0xff, sizeof f->slot); /* -1: not FP8 */
+    c->recipe = lj_linear_recipe_of(kind, fp8->recipe, training);
+    int first, end;
+    c->recipe->fp8_layers(fp8, c->num_layers, &first, &end);
+    for (int l = first; l < end; l++) {
+        for (int k = 0; k < 4; k++) {
+            f->slot[l][k] = (int16_t)f->num_linears++;
+            if (in[k] > f->max_in) f->max_in = in[k];
+            if (out[k] > f->max_out) f->max_out = out[k];
+            const int64_t wn = (int64_t)out[k] * lj_fp8_ld(in[k]), wtn = (int64_t)in[k] * lj_fp8_ld(out[k]);
+            if (wn > f->max_w) f->max_w = wn;
+            if (wtn > f->max_w) f->max_w = wtn;
+            const int64_t g = lj_fp8_block_scales_numel(out[k], in[k]), gt = lj_fp8_block_scales_numel(in[k], out[k]);
+            if (g > f->max_wscale) f->max_wscale = g;
+            if (gt > f->max_wscale) f->max_wscale = gt;
+        }
     }
-    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8);
-    quantize(m, 2 * s + 1, f->wq, NULL, w, outf, in, fwd, 1);
-    cast_input(m, s, x, gate_up, N, in, fwd);
-    m->ops->fp8_matmul(out, m->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
-                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
-}
-
-static void fp8_backward(lj_model *m, int s, const void *w, void *dx, void *dw, const void *dout, const void *x,
-                         int N, int in, int outf, lj_grad_mode dw_mode) {
-    if (m->opt.fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE) {
-        blockwise_backward(m, s, w, dx, dw, dout, x, N, in, outf, dw_mode);
-        return;
-    }
-    lj_linear_fp8_state *f = &m->linear_fp8;
-    const lj_ops *ops = m->ops;
-    const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&m->opt.fp8), bwd = lj_linear_fp8_bwd_format(&m->opt.fp8);
-    const int F = f->num_linears, tdy = 2 * F + s;
-    quantize(m, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1);
-    if (dx) {
-        quantize(m, 2 * s + 1, NULL, f->wq_t, w, outf, in, fwd, 0);
-        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->wq_t, fwd,
-                        scale_inv_of(f, 2 * s + 1), N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
-    }
-    const void *xq_t = f->saved_t[s];
-    if (!xq_t) {
-        quantize(m, 2 * s, NULL, f->xq_t, x, N, in, fwd, 0);
-        xq_t = f->xq_t;
-    }
-    ops->fp8_matmul(dw, ops->grad_dtype, f->dyq_t, bwd, scale_inv_of(f, tdy), xq_t, fwd, scale_inv_of(f, 2 * s), outf, in,
-                    N, dw_mode, f->workspace);
-}
-
-/* The FP8 index of linear k of layer `layer`, or -1 when it runs in the default recipe (no FP8
- * recipe, a bf16 layer, or lm_head): linear_fp8.active is set only for the FP8 recipe. */
-static int fp8_slot(const lj_model *m, lj_linear_kind k, int layer) {
-    if (!m->linear_fp8.active || k == LJ_LINEAR_LM_HEAD) return -1;
-    return m->linear_fp8.slot[layer][k];
-}
-
-int lj_linear_forward_swiglu(lj_model *m, int layer, void *out, void *h, const void *gate_up, int N) {
-    const int s = fp8_slot(m, LJ_LINEAR_DOWN, layer);
-    const lj_fp8_recipe recipe = m->opt.fp8.recipe;
-    if (s < 0 || !m->opt.fused || (recipe != LJ_FP8_RECIPE_DELAYED && recipe != LJ_FP8_RECIPE_TENSORWISE)) return 0;
-    int in, outf;
-    const int p = lj_linear_param(m, LJ_LINEAR_DOWN, layer, &in, &outf);
-    fp8_forward(m, s, lj_model_param(m, p), out, h, gate_up, N, in, outf);
-    return 1;
-}
-
-void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
-    int in, outf;
-    const int p = lj_linear_param(m, k, layer, &in, &outf);
-    const int s = fp8_slot(m, k, layer);
-    if (s >= 0) fp8_forward(m, s, lj_model_param(m, p), out, (void *)x, NULL, N, in, outf);
-    else m->ops->matmul_forward(out, x, lj_model_param(m, p), N, in, outf);
-}
-
-void lj_linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, const void *dout, const void *x, int N,
-                        lj_grad_mode dw_mode) {
-    int in, outf;
-    const int p = lj_linear_param(m, k, layer, &in, &outf);
-    const int s = fp8_slot(m, k, layer);
-    if (s >= 0)
-        fp8_backward(m, s, lj_model_param(m, p), dx, lj_model_grad(m, p), dout, x, N, in, outf, dw_mode);
-    else
-        m->ops->matmul_backward(dx, lj_model_grad(m, p), dout, x, lj_model_param(m, p), N, in, outf, LJ_GRAD_OVERWRITE,
-                                dw_mode);
+    if (c->recipe == &recipe_bf16) return;
+    f->active = f->num_linears > 0;
+    f->history_len = fp8->recipe == LJ_FP8_RECIPE_DELAYED && fp8->amax_history_len > 1 ? fp8->amax_history_len : 1;
+    if (!f->active) c->recipe = &recipe_bf16; /* every layer kept in bf16 */
 }

@@ -1,18 +1,22 @@
 /* linear.h: the linear layers of the transformer, y = x W^T with W [out, in] (HF layout): which
- * weight each one uses, and how it is computed and kept. The model says which linear it runs;
- * this module decides how, by the model's precision recipe:
+ * weight each one uses, and how it is computed and kept. The model says which linear it runs and
+ * gives it its weight and gradient (lj_linear); this module decides how, by the run's precision
+ * recipe: an lj_linear_recipe, a static const table of functions chosen once (lj_linear_init, by
+ * lj_linear_recipe_of or by name with lj_linear_recipe_find), with its settings and state in an
+ * lj_linear_recipe_ctx. The recipes:
  *
- *   LJ_LINEAR_RECIPE_DEFAULT  the backend's activation dtype (bf16 on CUDA, fp32 on the CPU) in
- *                             and out, fp32 accumulation, through the op table's matmuls; the
- *                             saved input for the backward is the caller's activation itself.
- *   LJ_LINEAR_RECIPE_FP8      the four block linears (QKV, O, gate/up, down) of every layer not
- *                             kept in bf16 by lj_linear_fp8_options in FP8 with per-tensor scales
- *                             (TransformerEngine's DelayedScaling or Float8CurrentScaling, Megatron-
- *                             LM's --fp8-recipe delayed|tensorwise) or per-tile scales (its
- *                             Float8BlockScaling, --fp8-recipe blockwise); lm_head, the embedding, norms
- *                             and attention stay in the act dtype. Training plans only (generation
- *                             and forward-only plans use the default recipe). The CPU backend
- *                             emulates it exactly (ops/cpu/cpu_fp8.c).
+ *   "bf16"        the backend's activation dtype (bf16 on CUDA, fp32 on the CPU) in and out, fp32
+ *                 accumulation, through the op table's matmuls; the saved input for the backward is
+ *                 the caller's activation itself (LJ_LINEAR_RECIPE_DEFAULT).
+ *   "delayed", "tensorwise", "blockwise"
+ *                 LJ_LINEAR_RECIPE_FP8: the four block linears (QKV, O, gate/up, down) of every
+ *                 layer not kept in bf16 by lj_linear_fp8_options in FP8 with per-tensor scales
+ *                 (TransformerEngine's DelayedScaling or Float8CurrentScaling, Megatron-LM's
+ *                 --fp8-recipe delayed|tensorwise) or per-tile scales (its Float8BlockScaling,
+ *                 --fp8-recipe blockwise); lm_head, the embedding, norms and attention stay in the
+ *                 act dtype (the recipe runs them as "bf16" does). Training plans only (generation
+ *                 and forward-only plans use "bf16"). The CPU backend emulates them exactly
+ *                 (ops/cpu/cpu_fp8.c).
  *
  * The FP8 recipe, per linear y[N, out] = x[N, in] W[out, in]^T (docs/reference.md, "FP8 recipes"):
  *   forward  Wq = fp8_fwd(W * s_w), xq = fp8_fwd(x * s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32,
@@ -20,9 +24,9 @@
  *   backward dyq, dyq_t = fp8_bwd(dy * s_dy) (E5M2 under hybrid, else E4M3),
  *            Wq_t = fp8_fwd(W * s_w)^T with the forward's scale, dx = (1/s_dy)(1/s_w) dyq Wq_t^T,
  *            xq_t = fp8_fwd(x * s_x)^T, dW (grad dtype, dw_mode) = (1/s_dy)(1/s_x) dyq_t xq_t^T;
- *            xq_t is kept from the forward's cast where the plan binds saved_t (the inputs of
- *            QKV, gate/up and down in layers without recompute, which then keep no act-dtype
- *            copy), else the saved act-dtype x is cast again with the forward's scale (the
+ *            xq_t is kept from the forward's cast where the recipe's plan_layer declared saved_t
+ *            (the inputs of QKV, gate/up and down in layers without recompute, which then keep
+ *            no act-dtype copy), else the saved act-dtype x is cast again with the forward's scale (the
  *            same codes).
  * The FP8 weights are cast where they are used, into one scratch pair shared by every linear
  * (TransformerEngine's way without FP8 parameters): a kept copy of every weight and of its
@@ -41,7 +45,7 @@
  * amax_history [H, 3F] f32 (H = --fp8-amax-history-len under delayed scaling, 1 under current
  * scaling, where row 0 holds this pass's amaxes), scale [3F], and scale_inv = 1/scale kept one per
  * 16 bytes (scale_inv[LJ_FP8_SCALE_INV_STRIDE * t], what cuBLASLt's scale pointers need). Delayed scaling
- * updates them on the device at the start of every training forward pass (lj_linear_pass_begin: no host
+ * updates them on the device at the start of every training forward pass (pass_begin: no host
  * synchronisation, so a captured step graph replays it); current scaling computes each amax just
  * before its cast.
  *
@@ -58,9 +62,8 @@
 #define LJ_LINEAR_H
 
 #include "config/config.h"
+#include "model/plan_walker.h"
 #include "ops/ops.h"
-
-typedef struct lj_model lj_model;
 
 typedef enum {
     LJ_LINEAR_QKV = 0,
@@ -68,15 +71,15 @@ typedef enum {
     LJ_LINEAR_GATE_UP,
     LJ_LINEAR_DOWN,
     LJ_LINEAR_LM_HEAD,
+    LJ_LINEAR_KINDS
 } lj_linear_kind;
 
+/* The precision a run asks for (the options; --fp8-format): the act dtype, or FP8 with the
+ * lj_fp8_recipe of its options. lj_linear_recipe_of turns it into the recipe that runs. */
 typedef enum {
     LJ_LINEAR_RECIPE_DEFAULT = 0,
     LJ_LINEAR_RECIPE_FP8,
-} lj_linear_recipe;
-
-/* Name of a recipe ("default", "fp8"). */
-const char *lj_linear_recipe_name(lj_linear_recipe r);
+} lj_linear_recipe_kind;
 
 /* How FP8 scales are chosen (Megatron-LM's --fp8-recipe). */
 typedef enum {
@@ -86,7 +89,7 @@ typedef enum {
                                   own amax (DeepSeek-V3; TransformerEngine's Float8BlockScaling) */
 } lj_fp8_recipe;
 
-/* "delayed", "tensorwise", "blockwise". */
+/* "delayed", "tensorwise", "blockwise": the name of its recipe table. */
 const char *lj_fp8_recipe_name(lj_fp8_recipe r);
 
 /* The FP8 recipe's settings (Megatron-LM's flags in parentheses; its defaults). */
@@ -111,10 +114,11 @@ void lj_linear_fp8_describe(const lj_linear_fp8_options *o, char *buf, size_t le
 lj_fp8_format lj_linear_fp8_fwd_format(const lj_linear_fp8_options *o);
 lj_fp8_format lj_linear_fp8_bwd_format(const lj_linear_fp8_options *o);
 
-/* The FP8 recipe's state of a model (bound by the memory plan; host bookkeeping besides). */
+/* The FP8 recipes' state (bound by the memory plan through the recipe's plan entries; host
+ * bookkeeping besides). All zero, inactive, under "bf16". */
 #define LJ_LINEAR_FP8_MAX (LJ_MAX_LAYERS * 4)
 typedef struct {
-    int active;                 /* the recipe runs (FP8 options, a training plan, backend with FP8 ops) */
+    int active;                 /* an FP8 recipe runs (FP8 options, a training plan, some FP8 linear) */
     int recording;              /* this pass records amaxes (a training pass; a forward-only pass such
                                    as validation casts with the scales as they are and changes nothing) */
     int num_linears;            /* F: the FP8 linears */
@@ -151,53 +155,131 @@ static inline int64_t lj_linear_fp8_state_numel(const lj_linear_fp8_state *s, in
     return *history + *scales;
 }
 
-/* Called by lj_model_init: decides which linears are FP8 (m->linear) from m->opt. */
-void lj_linear_init(lj_model *m);
+typedef struct lj_linear_recipe lj_linear_recipe;
+typedef struct lj_linear_recipe_ctx lj_linear_recipe_ctx;
 
-/* Called once the plan has bound the buffers: scales to 1, histories to 0 (a fresh run). */
-void lj_linear_reset(lj_model *m);
+/* What the linears of a model share: the recipe, the run it plans for, its settings and state.
+ * Set by lj_linear_init (lj_model_init does), bound by the memory plan. */
+struct lj_linear_recipe_ctx {
+    const lj_linear_recipe *recipe; /* chosen once (lj_linear_recipe_of) */
+    const lj_ops *ops;
+    int fused;                      /* the fused kernels are on (the SwiGLU-fused cast; --no-fusion) */
+    int num_layers;                 /* L */
+    int in_features[LJ_LINEAR_KINDS], out_features[LJ_LINEAR_KINDS]; /* per kind (the same in every layer) */
+    lj_linear_fp8_options fp8_opt;  /* the FP8 settings (FP8 recipes) */
+    lj_linear_fp8_state fp8;        /* the FP8 recipes' state */
+    /* Over several data-parallel ranks with FP8 linears (set by lj_parallelize; NULL otherwise):
+     * amax[0..count) (f32 in backend memory) becomes its element-wise maximum over the ranks, in
+     * place, in stream order (pass_end); amax_reduce_arg is its own (the lj_dist). */
+    void (*amax_reduce)(const lj_linear_recipe_ctx *c, float *amax, int count);
+    void *amax_reduce_arg;
+};
 
-/* Called at the start of each forward pass: for a training pass (`training`, a backward follows)
- * the delayed-scaling update on the device; a forward-only pass leaves the recipe state alone.
- * No-op for the default recipe. */
-void lj_linear_pass_begin(lj_model *m, int training);
+/* One linear as the model runs it: its kind and layer, its weight W [out, in] (param dtype, where
+ * the residency has it now) and gradient dW [out, in] (grad dtype; NULL in a forward), its
+ * features, and its index among the recipe's FP8 linears (-1: it runs in the act dtype). */
+typedef struct {
+    lj_linear_kind kind;
+    int layer;
+    int in_features, out_features;
+    const void *w;
+    void *dw;
+    int slot;
+} lj_linear;
 
-/* Called at the end of each backward pass: over several data-parallel ranks (m->fp8_amax_reduce),
- * the amaxes this pass recorded become their maximum over the ranks (TransformerEngine's amax
- * reduction), so that every rank derives the same scales and a checkpoint's recipe state is
- * every rank's. */
-void lj_linear_pass_end(lj_model *m);
+/* A precision recipe: every entry is required (the "bf16" table's are no-ops where it has nothing
+ * to do). c is the model's lj_linear_recipe_ctx; N the rows of x (<= c->tokens); x, out, dout and
+ * dx are row-major in the act dtype; the plan entries are given the N of the run planned. */
+struct lj_linear_recipe {
+    const char *name;           /* "bf16", "delayed", "tensorwise", "blockwise" */
+    /* The layers whose block linears the recipe runs in FP8: [*first, *end) of L (none for "bf16"). */
+    void (*fp8_layers)(const lj_linear_fp8_options *o, int L, int *first, int *end);
+    /* For the cost model (plan/cost.c): 1 when each FP8 cast reads its input once more (tensorwise:
+     * its amax first; blockwise: the rowwise and columnwise tile casts are two passes). */
+    int extra_cast_pass;
+    /* The recipe's own buffers (state, the casts' scratch, the GEMM's workspace), declared to the
+     * plan through w->take in a fixed order; the pointers are kept where the plan binds them. */
+    void (*plan)(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w);
+    /* 1 when layer `layer`, if it recomputes nothing, keeps the inputs of its QKV, gate/up and down
+     * linears in the recipe's own form (the FP8 transposes the weight gradients read), so that the
+     * plan keeps no act-dtype copy of them. */
+    int (*keeps_inputs)(const lj_linear_recipe_ctx *c, int layer);
+    /* Called for every layer where the plan lays out its saved activations; `keep`: the layer
+     * recomputes nothing. Declares the inputs it keeps (keeps_inputs) and returns 1 then, else 0. */
+    int (*plan_layer)(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w);
+    /* Once the plan has bound the buffers: a fresh run's state (scales 1, histories 0). */
+    void (*reset)(const lj_linear_recipe_ctx *c);
+    /* At the start of each forward pass (`training`: a backward follows; delayed scaling updates
+     * its scales on the device, no host synchronisation) and the end of each backward pass. */
+    void (*pass_begin)(lj_linear_recipe_ctx *c, int training);
+    void (*pass_end)(const lj_linear_recipe_ctx *c);
+    /* out[N, out] = x[N, in] W^T. */
+    void (*forward)(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N);
+    /* The SwiGLU and the down projection `down` after it: h[N, I] = swiglu(gate_up [N, 2I]) (fused
+     * or through tmp [N, I], the unfused twin's scratch), out[N, C] = h W^T. An FP8 recipe may
+     * produce down's FP8 input in the SwiGLU itself (h then written only where the backward
+     * reads it); the same bits as the SwiGLU followed by forward. */
+    void (*forward_swiglu)(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                           const void *gate_up, void *tmp, int N);
+    /* dx[N, in] = dout W (overwritten; skipped when dx is NULL) and dW = dout^T x, written as
+     * dw_mode says. x is the input the forward saw (the caller's saved activation). */
+    void (*backward)(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout, const void *x,
+                     int N, lj_grad_mode dw_mode);
+    /* The state a checkpoint keeps, as host f32 (lj_linear_fp8_state_numel values; none for
+     * "bf16"), and back. */
+    void (*state_get)(const lj_linear_recipe_ctx *c, float *dst);
+    void (*state_set)(const lj_linear_recipe_ctx *c, const float *src);
+};
 
-/* The recipe state as host f32 [history | scale] (lj_linear_fp8_state_numel values), for
- * checkpoints; and back (scale_inv is set to 1/scale, as the casts and the update compute it). */
-void lj_linear_fp8_state_get(lj_model *m, float *dst);
-void lj_linear_fp8_state_set(lj_model *m, const float *src);
+/* The recipe that runs for `kind` and the FP8 options' `fp8` recipe in a plan (`training`: a
+ * training plan without a KV cache; else "bf16"). */
+const lj_linear_recipe *lj_linear_recipe_of(lj_linear_recipe_kind kind, lj_fp8_recipe fp8, int training);
 
-/* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
- * ("layers.3.down dy"): returns 1 then, 0 when all are finite. */
-int lj_linear_fp8_overflow(lj_model *m, char *what, size_t len);
+/* The recipe named `name` ("bf16", "delayed", "tensorwise", "blockwise"), or NULL. */
+const lj_linear_recipe *lj_linear_recipe_find(const char *name);
+
+/* Sets up c for a model of `cfg` on `ops`: the recipe (lj_linear_recipe_of;
+ * "bf16" when it leaves no linear in FP8), which linears are FP8 and the sizes of its buffers.
+ * `training`: a training plan without a KV cache; `fused`: the fused kernels are on. */
+void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_config *cfg, lj_linear_recipe_kind kind,
+                    const lj_linear_fp8_options *fp8, int training, int fused);
 
 /* The parameter index (config/config.h layout order) of linear `k` of layer `layer` (ignored for
- * LJ_LINEAR_LM_HEAD), and its input and output features. */
-int lj_linear_param(const lj_model *m, lj_linear_kind k, int layer, int *in_features, int *out_features);
+ * LJ_LINEAR_LM_HEAD). */
+int lj_linear_param(const lj_param_layout *layout, lj_linear_kind k, int layer);
 
-/* out[N, out] = x[N, in] W^T for linear `k` of layer `layer`; W read through the residency
- * (its unit must be fetched). */
-void lj_linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N);
+/* Linear `k` of layer `layer` with weight w and gradient dw (NULL in a forward): its features and
+ * FP8 slot from c. */
+lj_linear lj_linear_of(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w, void *dw);
 
-/* out[N, C] = down_proj(h) with h = swiglu(gate_up) [N, I], the SwiGLU producing the down
- * projection's FP8 input directly, where the down projection of `layer` runs the FP8 recipe and
- * the fused kernels are on: under delayed scaling the SwiGLU writes the codes (ops
- * fp8_swiglu_quantize; h only where the backward reads it: the input is not kept as its FP8
- * transpose), under current scaling h with its amax (fp8_swiglu_amax) before the cast. The same
- * bits as the SwiGLU followed by lj_linear_forward. Returns 0, having done nothing, elsewhere
- * (no FP8 on this linear, the blockwise recipe, --no-fusion): the caller runs those two. */
-int lj_linear_forward_swiglu(lj_model *m, int layer, void *out, void *h, const void *gate_up, int N);
+/* The recipe's entries, called through c->recipe. */
+static inline void lj_linear_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { c->recipe->plan(c, N, w); }
+static inline int lj_linear_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) {
+    return c->recipe->keeps_inputs(c, layer);
+}
+static inline int lj_linear_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+    return c->recipe->plan_layer(c, layer, keep, N, w);
+}
+static inline void lj_linear_reset(const lj_linear_recipe_ctx *c) { c->recipe->reset(c); }
+static inline void lj_linear_pass_begin(lj_linear_recipe_ctx *c, int training) { c->recipe->pass_begin(c, training); }
+static inline void lj_linear_pass_end(const lj_linear_recipe_ctx *c) { c->recipe->pass_end(c); }
+static inline void lj_linear_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x,
+                                     int N) {
+    c->recipe->forward(c, l, out, x, N);
+}
+static inline void lj_linear_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                            const void *gate_up, void *tmp, int N) {
+    c->recipe->forward_swiglu(c, down, out, h, gate_up, tmp, N);
+}
+static inline void lj_linear_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                                      const void *x, int N, lj_grad_mode dw_mode) {
+    c->recipe->backward(c, l, dx, dout, x, N, dw_mode);
+}
+static inline void lj_linear_state_get(const lj_linear_recipe_ctx *c, float *dst) { c->recipe->state_get(c, dst); }
+static inline void lj_linear_state_set(const lj_linear_recipe_ctx *c, const float *src) { c->recipe->state_set(c, src); }
 
-/* The backward of lj_linear_forward: dx[N, in] = dout W (overwritten; skipped when dx is NULL)
- * and the weight gradient dW[out, in] = dout^T x, written as dw_mode says (the residency's
- * grad_begin tells). x is the input the forward saw (the caller's saved activation). */
-void lj_linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, const void *dout, const void *x, int N,
-                        lj_grad_mode dw_mode);
+/* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
+ * ("layers.3.down dy"): returns 1 then, 0 when all are finite or no FP8 recipe runs. */
+int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len);
 
 #endif

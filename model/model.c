@@ -57,7 +57,8 @@ void lj_model_init(lj_model *m, const lj_ops *ops, const lj_model_config *cfg, c
     /* replicated: this rank's shard is everything (lj_parallelize may shard it) */
     m->shard_numel = m->padded_numel = m->grad_numel = m->layout.total;
     m->shard_begin = 0;
-    lj_linear_init(m);
+    lj_linear_init(&m->linear, ops, cfg, opt->linear_recipe, &opt->fp8, opt->training && opt->kv_cache_tokens == 0,
+                   opt->fused);
 }
 
 void lj_model_free(lj_model *m) {
@@ -150,6 +151,22 @@ static void pass_end(lj_model *m) {
 static void *param(const lj_model *m, int index) { return lj_model_param(m, index); }
 static void *grad(const lj_model *m, int index) { return lj_model_grad(m, index); }
 
+/* Linear k of layer `layer` with its weight where the residency has it, and its gradient for a
+ * backward (the linear module runs it by the model's recipe). */
+static lj_linear linear(const lj_model *m, lj_linear_kind k, int layer, int backward) {
+    const int p = lj_linear_param(&m->layout, k, layer);
+    return lj_linear_of(&m->linear, k, layer, param(m, p), backward ? grad(m, p) : NULL);
+}
+static void linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
+    const lj_linear l = linear(m, k, layer, 0);
+    lj_linear_forward(&m->linear, &l, out, x, N);
+}
+static void linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, const void *dout, const void *x, int N,
+                            lj_grad_mode dw_mode) {
+    const lj_linear l = linear(m, k, layer, 1);
+    lj_linear_backward(&m->linear, &l, dx, dout, x, N, dw_mode);
+}
+
 /* res_out = res_in + y; out = rmsnorm(res_out): the fused op or its unfused twin. */
 static void residual_norm(const lj_model *m, void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                           const void *w, int N) {
@@ -207,7 +224,7 @@ static void qkv_forward(lj_model *m, int l, int B, int T, const float *cos, cons
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
     void *y = s->qk_norm ? a->qkv_pre : a->qkv;
-    lj_linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N);
+    linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N);
     if (s->qkv_bias) m->ops->bias_add(y, param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
     if (s->qk_norm) qk_norm_rope(m, l, B, T, cos, sin);
     else rope(m, a->qkv, cos, sin, B, T, 0);
@@ -225,7 +242,7 @@ static void attention_block_forward(lj_model *m, int l, const void *res_in, int 
                                        m->ws_attention);
     else
         m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
-    lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
+    linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
     residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj,
                   param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N);
 }
@@ -233,10 +250,9 @@ static void attention_block_forward(lj_model *m, int l, const void *res_in, int 
 /* The MLP half of layer l, up to m->proj = down_proj(swiglu(gate_up(ln2))). */
 static void mlp_block_forward(lj_model *m, int l, int N) {
     lj_layer_acts *a = &m->layers[l];
-    lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
-    if (lj_linear_forward_swiglu(m, l, m->proj, a->mlp_act, a->gate_up, N)) return; /* FP8: one fused cast */
-    swiglu(m, a->mlp_act, a->gate_up, N);
-    lj_linear_forward(m, LJ_LINEAR_DOWN, l, m->proj, a->mlp_act, N);
+    linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+    const lj_linear down = linear(m, LJ_LINEAR_DOWN, l, 0);
+    lj_linear_forward_swiglu(&m->linear, &down, m->proj, a->mlp_act, a->gate_up, m->swiglu_tmp, N);
 }
 
 /* The backward of layer l (its recomputed or kept activations in place): m->d_res holds the
@@ -247,15 +263,15 @@ static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mod
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
     /* MLP: residual[l+1] = res_mid + down(swiglu(gate_up(ln2))) */
-    lj_linear_backward(m, LJ_LINEAR_DOWN, l, m->d_mlp, m->d_res, a->mlp_act, N, dw_mode);
+    linear_backward(m, LJ_LINEAR_DOWN, l, m->d_mlp, m->d_res, a->mlp_act, N, dw_mode);
     if (m->opt.fused) ops->swiglu_backward(m->d_gate_up, m->d_mlp, a->gate_up, N, s->I);
     else ops->swiglu_backward_unfused(m->d_gate_up, m->swiglu_tmp, m->d_mlp, a->gate_up, N, s->I);
-    lj_linear_backward(m, LJ_LINEAR_GATE_UP, l, m->d_ln, m->d_gate_up, a->ln2, N, dw_mode);
+    linear_backward(m, LJ_LINEAR_GATE_UP, l, m->d_ln, m->d_gate_up, a->ln2, N, dw_mode);
     const int ln2 = lj_param_index(&m->layout, l, LJ_P_LN2), ln1 = lj_param_index(&m->layout, l, LJ_P_LN1);
     ops->rmsnorm_backward(m->d_res, grad(m, ln2), m->d_ln, a->res_mid, param(m, ln2), a->ln2_rstd, N, s->C, dw_mode,
                           m->ws_rmsnorm);
     /* attention: res_mid = residual[l] + o_proj(attention(rope(qkv(ln1)))) */
-    lj_linear_backward(m, LJ_LINEAR_O, l, m->d_attn, m->d_res, a->attn, N, dw_mode);
+    linear_backward(m, LJ_LINEAR_O, l, m->d_attn, m->d_res, a->attn, N, dw_mode);
     if (m->doc_start)
         ops->attention_backward_docs(m->d_qkv, m->d_attn, a->qkv, a->attn, a->lse, m->doc_start, B, T, s->nh, s->nkv,
                                      s->hd, m->ws_attention);
@@ -277,7 +293,7 @@ static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mod
     }
     if (s->qkv_bias)
         ops->bias_backward(grad(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), m->d_qkv, N, s->QKV, dw_mode, m->ws_bias);
-    lj_linear_backward(m, LJ_LINEAR_QKV, l, m->d_ln, m->d_qkv, a->ln1, N, dw_mode);
+    linear_backward(m, LJ_LINEAR_QKV, l, m->d_ln, m->d_qkv, a->ln1, N, dw_mode);
     ops->rmsnorm_backward(m->d_res, grad(m, ln1), m->d_ln, m->residual[l], param(m, ln1), a->ln1_rstd, N, s->C, dw_mode,
                           m->ws_rmsnorm);
 }
@@ -312,7 +328,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
-    lj_linear_pass_begin(m, backward);
+    lj_linear_pass_begin(&m->linear, backward);
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     if (m->hooks) m->hooks->embed_forward(m, m->hooks->ctx, m->residual[0]);
@@ -343,10 +359,10 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
         ops->cross_entropy_fused(m->losses, backward ? m->d_ln : NULL, backward ? grad(m, m->layout.lm_head) : NULL,
                                  m->final_ln, w_out, m->targets, N, s->C, s->V, dloss, m->ws_cross_entropy);
     } else {
-        lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, N);
+        linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, N);
         ops->cross_entropy_forward_backward(m->losses, backward ? m->logits : NULL, m->logits, m->targets, N, s->V,
                                             dloss);
-        if (backward) lj_linear_backward(m, LJ_LINEAR_LM_HEAD, 0, m->d_ln, m->logits, m->final_ln, N, LJ_GRAD_ACCUMULATE);
+        if (backward) linear_backward(m, LJ_LINEAR_LM_HEAD, 0, m->d_ln, m->logits, m->final_ln, N, LJ_GRAD_ACCUMULATE);
     }
     if (backward && !s->tied) grad_end(m, L + 1);
     pass_end(m);
@@ -361,7 +377,7 @@ static void recompute_layer(lj_model *m, int l, int B, int T) {
     rmsnorm(m, a->ln1, a->ln1_rstd, m->residual[l], lj_param_index(&m->layout, l, LJ_P_LN1), N);
     if (policy == LJ_RECOMPUTE_FULL) {
         attention_block_forward(m, l, m->residual[l], B, T);
-        lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+        linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
     } else {
         if (m->spec.qk_norm) qk_norm_rope(m, l, B, T, m->rope_cos, m->rope_sin); /* from the kept qkv_pre */
         rmsnorm(m, a->ln2, a->ln2_rstd, a->res_mid, lj_param_index(&m->layout, l, LJ_P_LN2), N);
@@ -394,7 +410,7 @@ void lj_model_backward(lj_model *m) {
     if (m->hooks) m->hooks->embed_backward(m, m->hooks->ctx, m->d_res);
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
     grad_end(m, LJ_UNIT_EMBED);
-    lj_linear_pass_end(m);
+    lj_linear_pass_end(&m->linear);
     pass_end(m);
 }
 
@@ -501,13 +517,13 @@ void lj_model_decode(lj_model *m, const int32_t *ids, int n, int p0, float *logi
         rmsnorm(m, a->ln1, a->ln1_rstd, x, lj_param_index(&m->layout, l, LJ_P_LN1), n);
         qkv_forward(m, l, 1, n, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half);
         ops->attention_decode(a->attn, a->kv_cache, a->qkv, p0, n, s->nh, s->nkv, s->hd);
-        lj_linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n);
+        linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n);
         residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(&m->layout, l, LJ_P_LN2)),
                       n);
         mlp_block_forward(m, l, n);
         ops->add(x, a->res_mid, m->proj, (int64_t)n * s->C);
     }
     rmsnorm(m, m->final_ln, m->final_rstd, (char *)x + (size_t)(n - 1) * s->C * sa, m->layout.final_norm, 1);
-    lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, 1);
+    linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, 1);
     download_f32(m, logits, m->logits, s->V);
 }

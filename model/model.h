@@ -53,7 +53,7 @@ typedef struct {
     int kv_cache_tokens;    /* > 0: generation mode, B = 1, KV cache of this many positions */
     int graphs;             /* 1: on a backend with graphs, replay forward + backward from a captured graph
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
-    lj_linear_recipe linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
+    lj_linear_recipe_kind linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
     lj_linear_fp8_options fp8;      /* LJ_LINEAR_RECIPE_FP8's settings */
     /* Data parallelism, applied by lj_parallelize (parallel/parallel.h); plain data here: */
     int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
@@ -143,11 +143,6 @@ struct lj_model {
     int64_t grad_numel;  /* elements of grads: padded_numel, or shard_numel when the gradients are
                             partitioned (ZeRO-2/3 over W > 1 ranks) */
     const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
-    /* Over several data-parallel ranks with FP8 linears (set by lj_parallelize; NULL otherwise):
-     * amax[0..count) (f32 in backend memory) becomes its element-wise maximum over the ranks, in
-     * place, in stream order (lj_linear_pass_end). */
-    void (*fp8_amax_reduce)(lj_model *m, float *amax, int count);
-    void *fp8_amax_dist;           /* its lj_dist */
     void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
     int parallelized;              /* lj_parallelize has run (lj_plan_build checks it) */
     void *params;        /* [padded_numel] param dtype */
@@ -207,7 +202,8 @@ struct lj_model {
     double offload_sec[3];  /* wall seconds summed over the steps: gradients to the host and their norm,
                                the host AdamW (with the bf16 -> f32 conversion), parameters to the device */
 
-    lj_linear_fp8_state linear_fp8; /* the FP8 recipe's copies and scale state (model/linear.h) */
+    lj_linear_recipe_ctx linear;  /* the linears' precision recipe, its settings and state (model/linear.h;
+                                     over several ranks lj_parallelize hooks its amax reduction) */
 
     const lj_model_hooks *hooks;  /* NULL, or a second tower's (model/vl.h); not with graphs */
 

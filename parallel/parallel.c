@@ -3,12 +3,12 @@
 
 #include "parallel/zero3.h"
 
-/* The FP8 recipe's amax reduction (model.h fp8_amax_reduce): the max of the amaxes' bits over the
- * ranks, which is the max of the values (non-negative floats; NaN above inf: an overflow on any
- * rank is every rank's). A failed collective stops the job, as the data-parallel step's do. */
-static void fp8_amax_reduce(lj_model *m, float *amax, int count) {
-    lj_dist *d = m->fp8_amax_dist;
-    void *stream = m->ops->stream ? m->ops->stream() : NULL;
+/* The FP8 recipe's amax reduction (model/linear.h amax_reduce): the max of the amaxes' bits over
+ * the ranks, which is the max of the values (non-negative floats; NaN above inf: an overflow on
+ * any rank is every rank's). A failed collective stops the job, as the data-parallel step's do. */
+static void fp8_amax_reduce(const lj_linear_recipe_ctx *c, float *amax, int count) {
+    lj_dist *d = c->amax_reduce_arg;
+    void *stream = c->ops->stream ? c->ops->stream() : NULL;
     lj_status s = lj_dist_all_reduce_max_u32(d, amax, amax, count, stream);
     if (s == LJ_OK) s = lj_dist_wait(d, LJ_DIST_ALL, stream);
     if (s != LJ_OK) lj_dist_abort(d, 1, lj_error_message());
@@ -20,9 +20,9 @@ void lj_parallelize(lj_model *m, lj_dist *dist) {
     const lj_model_options *o = &m->opt;
     const int64_t P = m->layout.total;
     const int W = o->zero_stage > 0 && o->dp_world_size > 1 ? o->dp_world_size : 1;
-    if (dist && lj_dist_world_size(dist) > 1 && m->linear_fp8.active) {
-        m->fp8_amax_reduce = fp8_amax_reduce;
-        m->fp8_amax_dist = dist;
+    if (dist && lj_dist_world_size(dist) > 1 && m->linear.fp8.active) {
+        m->linear.amax_reduce = fp8_amax_reduce;
+        m->linear.amax_reduce_arg = dist;
         m->opt.graphs = 0; /* the reduction is a collective between the backward and the step */
     }
     if (lj_zero3_wanted(o)) {

@@ -245,13 +245,15 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     const double layer_ew_bwd = swiglu_bwd + 2 * norm_bwd + qkr_bwd + bias_bwd;
 
     double mm = 3 * (L * layer_mm_fwd + 2 * N * C * V);
-    /* the FP8 recipe's layers (model/linear.h lj_linear_init: training plans only) */
-    const int fp8 = o->linear_recipe == LJ_LINEAR_RECIPE_FP8 && o->training && o->kv_cache_tokens == 0;
-    const int f8_first = fp8 ? o->fp8.bf16_layers_start : L, f8_end = fp8 ? L - o->fp8.bf16_layers_end : 0;
-    /* current scaling reads each tensor once more: tensorwise for its amax, blockwise because its
-     * rowwise and columnwise tile casts (and the weight blocks' amax and cast) are two passes */
-    const int tensorwise =
-        fp8 && (o->fp8.recipe == LJ_FP8_RECIPE_TENSORWISE || o->fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE);
+    /* the layers the linears' recipe runs in FP8 (model/linear.h: training plans only, none under
+     * "bf16"); current scaling reads each tensor once more: tensorwise for its amax, blockwise
+     * because its rowwise and columnwise tile casts (and the weight blocks' amax and cast) are two
+     * passes (the recipe's extra_cast_pass) */
+    const lj_linear_recipe *recipe =
+        lj_linear_recipe_of(o->linear_recipe, o->fp8.recipe, o->training && o->kv_cache_tokens == 0);
+    int f8_first, f8_end;
+    recipe->fp8_layers(&o->fp8, L, &f8_first, &f8_end);
+    const int tensorwise = recipe->extra_cast_pass;
     const double Wl = C * QKV + Q * C + 2 * C * I + I * C, Xin = N * (2 * C + Q + I), Dy = N * (QKV + 2 * C + 2 * I);
     double fp8_mm = 0, fp8_bytes = 0, fp8_rec_mm = 0, fp8_rec_bytes = 0;
     for (int l = f8_first; l < f8_end; l++) {

@@ -16,6 +16,7 @@ const char *lj_arena_name(lj_arena a) {
  * and offset); with bind = 1 it assigns base + offset to the model's pointers, visiting the
  * buffers in the same order. */
 typedef struct {
+    lj_plan_walker base; /* what the modules that declare their own buffers are given (take_of) */
     lj_plan *plan;
     int bind;
     int next; /* buffer index while binding */
@@ -40,6 +41,10 @@ static void *take(walker *w, lj_arena arena, const char *name, size_t bytes) {
     b->offset = p->arena_bytes[arena];
     p->arena_bytes[arena] += (bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
     return NULL;
+}
+
+static void *take_of(lj_plan_walker *w, lj_arena arena, const char *name, size_t bytes) {
+    return take((walker *)w, arena, name, bytes);
 }
 
 static void walk(walker *w, lj_model *m) {
@@ -119,18 +124,15 @@ static void walk(walker *w, lj_model *m) {
         any_selective |= o->recompute[l] == LJ_RECOMPUTE_SELECTIVE;
         any_full |= o->recompute[l] == LJ_RECOMPUTE_FULL;
     }
-    /* Layers that keep everything (recompute none) and run FP8 linears keep the inputs of QKV,
-     * gate/up and down as the FP8 transposes their weight gradients read (model/linear.h), not
-     * in the act dtype: those are written into the shared buffers and used at once. */
-    lj_linear_fp8_state *f8 = &m->linear_fp8;
-    memset(f8->saved_t, 0, sizeof f8->saved_t);
-    memset(f8->saved_t_sinv, 0, sizeof f8->saved_t_sinv);
-    const int blockwise = f8->active && o->fp8.recipe == LJ_FP8_RECIPE_BLOCKWISE;
-    int any_fp8_saved = 0;
-    for (int l = 0; l < L && !generation && f8->active; l++)
-        any_fp8_saved |= o->recompute[l] == LJ_RECOMPUTE_NONE && f8->slot[l][LJ_LINEAR_QKV] >= 0;
+    /* Layers that keep everything (recompute none) may keep the inputs of QKV, gate/up and down
+     * in their linears' recipe's own form (FP8: the transposes the weight gradients read;
+     * model/linear.h), not in the act dtype: those are written into the shared buffers and used
+     * at once. */
+    int any_recipe_kept = 0;
+    for (int l = 0; l < L && !generation; l++)
+        any_recipe_kept |= o->recompute[l] == LJ_RECOMPUTE_NONE && lj_linear_keeps_inputs(&m->linear, l);
     lj_layer_acts shared = {0};
-    if (generation || any_selective || any_full || any_fp8_saved) {
+    if (generation || any_selective || any_full || any_recipe_kept) {
         shared.ln1 = take(w, LJ_ARENA_SCRATCH, "recompute.ln1", N * C * sa);
         shared.ln2 = take(w, LJ_ARENA_SCRATCH, "recompute.ln2", N * C * sa);
         shared.mlp_act = take(w, LJ_ARENA_SCRATCH, "recompute.mlp_act", N * I * sa);
@@ -178,22 +180,9 @@ static void walk(walker *w, lj_model *m) {
             KEEP(qkv, N * QKV * sa, "qkv");
             KEEP(qk_rstd, N * (size_t)(nh + nkv) * 4, "qk_rstd");
         }
-        if (policy == LJ_RECOMPUTE_NONE && f8->active && f8->slot[l][LJ_LINEAR_QKV] >= 0) {
-            static const struct { lj_linear_kind k; const char *what; } in[3] = {
-                {LJ_LINEAR_QKV, "fp8.ln1_t"}, {LJ_LINEAR_GATE_UP, "fp8.ln2_t"}, {LJ_LINEAR_DOWN, "fp8.mlp_act_t"}};
-            for (int i = 0; i < 3; i++) {
-                int fin, fout;
-                (void)lj_linear_param(m, in[i].k, l, &fin, &fout);
-                snprintf(name, sizeof name, "layers.%d.%s", l, in[i].what);
-                f8->saved_t[f8->slot[l][in[i].k]] =
-                    take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)fin * lj_fp8_ld((int)N));
-                if (blockwise) { /* its 1x128 tiles' factors (model/linear.h) */
-                    snprintf(name, sizeof name, "layers.%d.%s_scale", l, in[i].what);
-                    f8->saved_t_sinv[f8->slot[l][in[i].k]] =
-                        take(w, LJ_ARENA_ACTIVATIONS, name, (size_t)lj_fp8_tile_scales_numel(fin, (int)N) * 4);
-                }
-            }
-        } else if (policy == LJ_RECOMPUTE_NONE) {
+        /* the linears' recipe keeps the inputs itself, or else they are kept here */
+        const int recipe_kept = lj_linear_plan_layer(&m->linear, l, policy == LJ_RECOMPUTE_NONE, (int)N, &w->base);
+        if (policy == LJ_RECOMPUTE_NONE && !recipe_kept) {
             KEEP(ln1, N * C * sa, "ln1");
             KEEP(ln2, N * C * sa, "ln2");
             KEEP(mlp_act, N * I * sa, "mlp_act");
@@ -217,46 +206,8 @@ static void walk(walker *w, lj_model *m) {
     m->d_gate_up = training ? take(w, LJ_ARENA_SCRATCH, "d_gate_up", N * 2 * I * sa) : NULL;
     m->d_mlp = training ? take(w, LJ_ARENA_SCRATCH, "d_mlp", N * I * sa) : NULL;
 
-    /* the FP8 recipe (model/linear.h): the recipe state, the casts' scratch (shared by every
-     * linear, the weight's too), the FP8 GEMM's workspace */
-    if (f8->active) {
-        size_t ws = 0;
-        for (int l = 0; l < L; l++) {
-            for (int k = 0; k < 4; k++) {
-                const int s = f8->slot[l][k];
-                if (s < 0) continue;
-                int in, out;
-                (void)lj_linear_param(m, (lj_linear_kind)k, l, &in, &out);
-                const size_t g[3] = {ops->fp8_matmul_workspace_bytes((int)N, out, in),
-                                     ops->fp8_matmul_workspace_bytes((int)N, in, out),
-                                     ops->fp8_matmul_workspace_bytes(out, in, (int)N)};
-                for (int i = 0; i < 3; i++) ws = g[i] > ws ? g[i] : ws;
-            }
-        }
-        int64_t nh, ns;
-        (void)lj_linear_fp8_state_numel(f8, &nh, &ns);
-        f8->amax_history = take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
-        f8->scale = take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
-        f8->scale_inv = take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
-        f8->wq = take(w, LJ_ARENA_SCRATCH, "fp8.w", (size_t)f8->max_w);
-        f8->wq_t = take(w, LJ_ARENA_SCRATCH, "fp8.w_t", (size_t)f8->max_w);
-        f8->xq = take(w, LJ_ARENA_SCRATCH, "fp8.x", N * lj_fp8_ld(f8->max_in));
-        f8->xq_t = take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f8->max_in * lj_fp8_ld((int)N));
-        f8->dyq = take(w, LJ_ARENA_SCRATCH, "fp8.dy", N * lj_fp8_ld(f8->max_out));
-        f8->dyq_t = take(w, LJ_ARENA_SCRATCH, "fp8.dy_t", (size_t)f8->max_out * lj_fp8_ld((int)N));
-        if (blockwise) { /* the scale tensors beside the codes (base/fp8.h layouts) */
-            const int mi = f8->max_in, mo = f8->max_out, n = (int)N;
-            f8->wq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.w_scale", (size_t)f8->max_wscale * 4);
-            f8->wq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.w_t_scale", (size_t)f8->max_wscale * 4);
-            f8->xq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.x_scale", (size_t)lj_fp8_tile_scales_numel(n, mi) * 4);
-            f8->xq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.x_t_scale", (size_t)lj_fp8_tile_scales_numel(mi, n) * 4);
-            f8->dyq_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.dy_scale", (size_t)lj_fp8_tile_scales_numel(n, mo) * 4);
-            f8->dyq_t_sinv = take(w, LJ_ARENA_SCRATCH, "fp8.dy_t_scale", (size_t)lj_fp8_tile_scales_numel(mo, n) * 4);
-        } else {
-            f8->wq_sinv = f8->wq_t_sinv = f8->xq_sinv = f8->xq_t_sinv = f8->dyq_sinv = f8->dyq_t_sinv = NULL;
-        }
-        f8->workspace = take(w, LJ_ARENA_WORKSPACE, "fp8.matmul", ws);
-    }
+    /* the linears' recipe (model/linear.h): its state, scratch and workspaces (FP8: the "fp8." buffers) */
+    lj_linear_plan(&m->linear, (int)N, &w->base);
 
     /* op workspaces */
     m->ws_attention = generation ? NULL
@@ -291,7 +242,7 @@ void lj_plan_build(lj_plan *plan, const lj_model *model) {
     lj_model m = *model;
     m.residual = lj_calloc((size_t)model->cfg.num_hidden_layers + 1, sizeof(void *));
     m.layers = lj_calloc((size_t)model->cfg.num_hidden_layers, sizeof(lj_layer_acts));
-    walker w = {plan, 0, 0};
+    walker w = {{take_of}, plan, 0, 0};
     walk(&w, &m);
     free(m.residual);
     free(m.layers);
@@ -319,10 +270,10 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
         lj_plan_release(plan, m->ops);
         return s;
     }
-    walker w = {plan, 1, 0};
+    walker w = {{take_of}, plan, 1, 0};
     walk(&w, m);
     LJ_ASSERT(w.next == plan->count);
-    lj_linear_reset(m); /* FP8 scales start at 1 */
+    lj_linear_reset(&m->linear); /* FP8 scales start at 1 */
     return LJ_OK;
 }
 

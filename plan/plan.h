@@ -8,18 +8,9 @@
 #define LJ_PLAN_H
 
 #include "model/model.h"
+#include "model/plan_walker.h"
 
-typedef enum {
-    LJ_ARENA_PARAMS = 0, /* bf16/f32 parameters */
-    LJ_ARENA_MASTER,     /* f32 master weights (GPU recipe) */
-    LJ_ARENA_GRADS,      /* weight gradients */
-    LJ_ARENA_OPTIMIZER,  /* AdamW moments */
-    LJ_ARENA_ACTIVATIONS,/* saved activations, per layer under its recompute policy */
-    LJ_ARENA_SCRATCH,    /* shared temporaries: recompute buffers, backward gradients, logits */
-    LJ_ARENA_WORKSPACE,  /* op workspaces (attention, norms, cross-entropy) */
-    LJ_ARENA_COUNT
-} lj_arena;
-
+/* The arenas (lj_arena, model/plan_walker.h): "parameters", "master weights", ... */
 const char *lj_arena_name(lj_arena a);
 
 typedef struct {

@@ -183,7 +183,7 @@ typedef struct {
     int dp_world_size;              /* data-parallel ranks (>= 1): plans are per rank */
     int offload_optimizer;          /* 1: master weights and AdamW moments in host memory, outside the
                                        device plan (lj_model_options.offload_optimizer; ZeRO stage >= 1) */
-    lj_linear_recipe linear_recipe; /* the linears' precision recipe (lj_model_options) */
+    lj_linear_recipe_kind linear_recipe; /* the linears' precision recipe (lj_model_options) */
     lj_linear_fp8_options fp8;      /* its FP8 settings */
 } lj_planner_target;
 

@@ -1,7 +1,8 @@
 /* test_fp8.c: the FP8 linear recipe (model/linear.h) in the whole model on the CPU backend's
  * exact emulation, at shapes that are not multiples of 16 (hidden 40, intermediate 56, head dim
  * 10, N = 26 tokens):
- *   - which linears are FP8 (--first-last-layers-bf16);
+ *   - the recipe tables: found by name and from the options, and which linears are FP8
+ *     (--first-last-layers-bf16);
  *   - the loss and every gradient against the fp32 model, within the formats' rounding (bounds
  *     below);
  *   - delayed scaling's state: the amax recorded for a tensor is its max |x|, and the next pass's
@@ -92,12 +93,12 @@ static void test_bf16_layers(void **state) {
     o.bf16_layers_start = o.bf16_layers_end = 1;
     lj_test_model t;
     create(&t, &c, &o);
-    assert_true(t.m.linear_fp8.active);
-    assert_int_equal(t.m.linear_fp8.num_linears, 4);
+    assert_true(t.m.linear.fp8.active);
+    assert_int_equal(t.m.linear.fp8.num_linears, 4);
     for (int k = 0; k < 4; k++) {
-        assert_int_equal(t.m.linear_fp8.slot[0][k], -1);
-        assert_int_equal(t.m.linear_fp8.slot[1][k], k);
-        assert_int_equal(t.m.linear_fp8.slot[2][k], -1);
+        assert_int_equal(t.m.linear.fp8.slot[0][k], -1);
+        assert_int_equal(t.m.linear.fp8.slot[1][k], k);
+        assert_int_equal(t.m.linear.fp8.slot[2][k], -1);
     }
     assert_true(isfinite(loss_and_grads(&t)));
     lj_test_model_destroy(&t);
@@ -164,7 +165,7 @@ static void test_delayed_state(void **state) {
     lj_linear_fp8_options o = fp8_options(1, LJ_FP8_RECIPE_DELAYED, 1, 0);
     lj_test_model t;
     create(&t, &c, &o);
-    const lj_linear_fp8_state *f = &t.m.linear_fp8;
+    const lj_linear_fp8_state *f = &t.m.linear.fp8;
     const int F = f->num_linears;
     assert_int_equal(F, 8);
     (void)loss_and_grads(&t);
@@ -176,15 +177,16 @@ static void test_delayed_state(void **state) {
                              t.m.spec.eps);
     const float ax = max_abs(ln1, (int64_t)N * C);
     free(ln1), free(rstd);
-    int in, out;
-    const int p = lj_linear_param(&t.m, LJ_LINEAR_QKV, 0, &in, &out);
-    const float aw = max_abs(lj_model_param(&t.m, p), (int64_t)in * out);
+    const int p = lj_linear_param(&t.m.layout, LJ_LINEAR_QKV, 0);
+    const lj_linear qkv = lj_linear_of(&t.m.linear, LJ_LINEAR_QKV, 0, lj_model_param(&t.m, p), NULL);
+    assert_int_equal(qkv.slot, 0);
+    const float aw = max_abs(qkv.w, (int64_t)qkv.in_features * qkv.out_features);
     assert_true(f->amax_history[0] == ax);
     assert_true(f->amax_history[1] == aw);
     assert_true(f->amax_history[2 * F] > 0.0f); /* its dy */
     assert_true(f->scale[0] == 1.0f);          /* the first pass ran at scale 1 */
     const float ady = f->amax_history[2 * F];
-    lj_linear_pass_begin(&t.m, 1);
+    lj_linear_pass_begin(&t.m.linear, 1);
     assert_true(f->scale[0] == 448.0f / ax && f->scale[1] == 448.0f / aw && f->scale[2 * F] == 57344.0f / ady);
     assert_true(f->scale_inv[0] == 1.0f / f->scale[0]);
     assert_true(f->amax_history[0] == 0.0f); /* ready to record */
@@ -203,10 +205,10 @@ static void test_saved_inputs_equal_recast(void **state) {
         lj_test_model kept, recast;
         create_policy(&kept, &c, &o, LJ_RECOMPUTE_NONE);
         create_policy(&recast, &c, &o, LJ_RECOMPUTE_SELECTIVE);
-        assert_non_null(kept.m.linear_fp8.saved_t[0]);
-        assert_null(recast.m.linear_fp8.saved_t[0]);
-        if (recipes[r] == LJ_FP8_RECIPE_BLOCKWISE) assert_non_null(kept.m.linear_fp8.saved_t_sinv[0]);
-        else assert_null(kept.m.linear_fp8.saved_t_sinv[0]);
+        assert_non_null(kept.m.linear.fp8.saved_t[0]);
+        assert_null(recast.m.linear.fp8.saved_t[0]);
+        if (recipes[r] == LJ_FP8_RECIPE_BLOCKWISE) assert_non_null(kept.m.linear.fp8.saved_t_sinv[0]);
+        else assert_null(kept.m.linear.fp8.saved_t_sinv[0]);
         for (int pass = 0; pass < 2; pass++) { /* the second pass runs on delayed scales */
             const double a = loss_and_grads(&kept), b = loss_and_grads(&recast);
             assert_true(a == b);
@@ -240,18 +242,18 @@ static void test_resume_needs_recipe_state(void **state) {
     steps(&a, 1, 3, l);
     const int64_t P = a.m.layout.total;
     int64_t nh, ns;
-    const int64_t n8 = lj_linear_fp8_state_numel(&a.m.linear_fp8, &nh, &ns);
+    const int64_t n8 = lj_linear_fp8_state_numel(&a.m.linear.fp8, &nh, &ns);
     assert_int_equal(n8, 3 * 3 * 8 + 3 * 8); /* history [3, 3F] and the 3F scales (their inverses follow) */
     float *w = lj_malloc((size_t)P * 4), *mm = lj_malloc((size_t)P * 4), *vv = lj_malloc((size_t)P * 4);
     float *f8 = lj_malloc((size_t)n8 * 4);
     memcpy(w, a.m.master, (size_t)P * 4), memcpy(mm, a.m.adam_m, (size_t)P * 4), memcpy(vv, a.m.adam_v, (size_t)P * 4);
-    lj_linear_fp8_state_get(&a.m, f8);
+    lj_linear_state_get(&a.m.linear, f8);
     steps(&a, 4, 3, l + 3);
     /* restored with the recipe state: the same losses */
     create(&b, &c, &o);
     lj_model_set_weights(&b.m, w);
     memcpy(b.m.adam_m, mm, (size_t)P * 4), memcpy(b.m.adam_v, vv, (size_t)P * 4);
-    lj_linear_fp8_state_set(&b.m, f8);
+    lj_linear_state_set(&b.m.linear, f8);
     double lb[3];
     steps(&b, 4, 3, lb);
     for (int i = 0; i < 3; i++) assert_true(lb[i] == l[3 + i]);
@@ -461,15 +463,52 @@ static void test_default_recipe_untouched(void **state) {
     lj_model_init(&b.m, lj_ops_cpu(), &c, &o);
     lj_parallelize(&b.m, NULL);
     lj_plan_build(&b.p, &b.m);
-    assert_false(b.m.linear_fp8.active);
+    assert_false(b.m.linear.fp8.active);
+    assert_string_equal(b.m.linear.recipe->name, "bf16");
     assert_int_equal(b.p.total_bytes, a.p.total_bytes);
     lj_plan_free(&b.p);
     lj_model_free(&b.m);
     lj_test_model_destroy(&a);
 }
 
+/* The recipes are tables chosen once: by name and from the options (FP8 for training plans only),
+ * every entry set, and the model runs the one chosen. */
+static void test_recipe_tables(void **state) {
+    (void)state;
+    static const char *names[4] = {"bf16", "delayed", "tensorwise", "blockwise"};
+    for (int i = 0; i < 4; i++) {
+        const lj_linear_recipe *r = lj_linear_recipe_find(names[i]);
+        assert_non_null(r);
+        assert_string_equal(r->name, names[i]);
+        assert_true(r->fp8_layers && r->plan && r->keeps_inputs && r->plan_layer && r->reset && r->pass_begin &&
+                    r->pass_end && r->forward && r->forward_swiglu && r->backward && r->state_get && r->state_set);
+        if (i > 0) assert_ptr_equal(lj_linear_recipe_of(LJ_LINEAR_RECIPE_FP8, (lj_fp8_recipe)(i - 1), 1), r);
+    }
+    assert_null(lj_linear_recipe_find("rowwise"));
+    const lj_linear_recipe *bf16 = lj_linear_recipe_find("bf16");
+    assert_ptr_equal(lj_linear_recipe_of(LJ_LINEAR_RECIPE_FP8, LJ_FP8_RECIPE_BLOCKWISE, 0), bf16);
+    assert_ptr_equal(lj_linear_recipe_of(LJ_LINEAR_RECIPE_DEFAULT, LJ_FP8_RECIPE_TENSORWISE, 1), bf16);
+    int first, end;
+    lj_linear_fp8_options o = fp8_options(1, LJ_FP8_RECIPE_TENSORWISE, 1, 0);
+    o.bf16_layers_start = 1, o.bf16_layers_end = 2;
+    bf16->fp8_layers(&o, 5, &first, &end);
+    assert_true(first >= end); /* none */
+    lj_linear_recipe_find("tensorwise")->fp8_layers(&o, 5, &first, &end);
+    assert_int_equal(first, 1), assert_int_equal(end, 3);
+    lj_model_config c = odd_config(2);
+    lj_test_model t;
+    create(&t, &c, &o); /* 1 + 2 bf16 layers of two: nothing left in FP8, so "bf16" runs */
+    assert_ptr_equal(t.m.linear.recipe, bf16);
+    lj_test_model_destroy(&t);
+    o.bf16_layers_start = o.bf16_layers_end = 0;
+    create(&t, &c, &o);
+    assert_string_equal(t.m.linear.recipe->name, "tensorwise");
+    lj_test_model_destroy(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_recipe_tables),
         cmocka_unit_test(test_bf16_layers),
         cmocka_unit_test(test_against_fp32_tensorwise_e4m3),
         cmocka_unit_test(test_against_fp32_tensorwise_hybrid),

@@ -121,7 +121,7 @@ static void test_plan_fp8_recipes(void **state) {
         }
         assert_true(total[LJ_FP8_RECIPE_DELAYED] == total[LJ_FP8_RECIPE_TENSORWISE]);
         const lj_plan *bw = &plans[LJ_FP8_RECIPE_BLOCKWISE];
-        const lj_linear_fp8_state *f = &models[LJ_FP8_RECIPE_BLOCKWISE].linear_fp8;
+        const lj_linear_fp8_state *f = &models[LJ_FP8_RECIPE_BLOCKWISE].linear.fp8;
         const int N = 2 * 33;
         size_t extra = 0;
         int scales = 0;

@@ -302,11 +302,11 @@ static lj_status setup(run *r) {
         lj_log_warn("--deterministic-mode: the attention backward at this shape runs ljperf's own flash kernels (cuDNN "
                     "not found, or head_dim %d is not 64 or 128, or cuDNN has no deterministic backward for it), which "
                     "add dQ with atomics: steps may differ from run to run in the last bits", ls->hd);
-    if (r->model.linear_fp8.active) {
+    if (r->model.linear.fp8.active) {
         char what[200];
         lj_linear_fp8_describe(&c->fp8, what, sizeof what);
         lj_log_info("precision: %s; %d FP8 linears (lm_head, embedding, norms and attention in %s)%s", what,
-                    r->model.linear_fp8.num_linears, lj_dtype_name(c->ops->act_dtype),
+                    r->model.linear.fp8.num_linears, lj_dtype_name(c->ops->act_dtype),
                     r->world > 1 ? "; amaxes are per rank (not reduced across ranks)" : "");
     }
     if (r->model.opt.offload_optimizer) {
@@ -444,7 +444,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         interval_sec += dt;
         interval_all++;
         char overflow[160];
-        if (r.model.linear_fp8.active && lj_linear_fp8_overflow(&r.model, overflow, sizeof overflow)) {
+        if (r.model.linear.fp8.active && lj_linear_fp8_overflow(&r.model.linear, overflow, sizeof overflow)) {
             s = lj_fail(LJ_ERR_ARG, "FP8 scales overflow at iteration %d: the amax of %s is not finite (the tensor "
                                     "holds inf or NaN; lower --lr, set --clip-grad, or keep that layer in bf16)",
                         r.iteration, overflow);

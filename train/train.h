@@ -30,7 +30,7 @@ typedef struct {
     int eval_iters;            /* --eval-iters: micro-batches per eval pass */
     uint64_t seed;             /* --seed */
     int fused;                 /* --no-fusion clears it */
-    lj_linear_recipe linear_recipe;  /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
+    lj_linear_recipe_kind linear_recipe;  /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
     lj_linear_fp8_options fp8;       /* its settings (--fp8-recipe, ...) */
     uint8_t recompute[LJ_MAX_LAYERS];
     size_t planned_plan_bytes; /* the plan total the recompute planner built for this policy (0: none) */
