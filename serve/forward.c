@@ -10,6 +10,13 @@ size_t lj_serve_kv_bytes_per_token(const lj_model *m) {
     return (size_t)2 * m->spec.KV * m->spec.L * lj_dtype_size(m->ops->act_dtype);
 }
 
+/* Linear k of layer `layer` (its weight from the model's flat buffer; no gradient): the recipe of
+ * the model runs it. */
+static void linear(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
+    const lj_linear l = lj_linear_of(&m->linear, k, layer, lj_model_param(m, lj_linear_param(&m->layout, k, layer)), NULL);
+    lj_linear_forward(&m->linear, &l, out, x, N);
+}
+
 static lj_status take(const lj_ops *ops, void **p, size_t bytes, const char *what) {
     if (ops->alloc(p, bytes < 64 ? 64 : bytes) != LJ_OK)
         return lj_fail(LJ_ERR_OOM, "serve: cannot allocate %s (%zu bytes) on %s", what, bytes, ops->name);
@@ -108,7 +115,7 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
         ops->rmsnorm_forward(sm->ln, sm->rstd, sm->x, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN1)), N,
                              s->C, s->eps);
         void *y = s->qk_norm ? sm->qkv_pre : sm->qkv;
-        lj_linear_forward(m, LJ_LINEAR_QKV, l, y, sm->ln, N);
+        linear(m, LJ_LINEAR_QKV, l, y, sm->ln, N);
         if (s->qkv_bias) ops->bias_add(y, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
         if (s->qk_norm)
             ops->qk_norm_forward(sm->qkv, sm->qk_rstd, sm->qkv_pre,
@@ -118,21 +125,20 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
         ops->paged_kv_write(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd);
         ops->paged_attention(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, MB, LJ_KV_BLOCK_SIZE, s->nh, s->nkv,
                              s->hd);
-        lj_linear_forward(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
+        linear(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
         ops->residual_rmsnorm_forward(sm->res_mid, sm->ln, sm->rstd, sm->x, sm->proj,
                                       lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N, s->C, s->eps);
-        lj_linear_forward(m, LJ_LINEAR_GATE_UP, l, sm->gate_up, sm->ln, N);
-        if (!lj_linear_forward_swiglu(m, l, sm->proj, sm->mlp, sm->gate_up, N)) {
-            ops->swiglu_forward(sm->mlp, sm->gate_up, N, s->I);
-            lj_linear_forward(m, LJ_LINEAR_DOWN, l, sm->proj, sm->mlp, N);
-        }
+        linear(m, LJ_LINEAR_GATE_UP, l, sm->gate_up, sm->ln, N);
+        const lj_linear down = lj_linear_of(&m->linear, LJ_LINEAR_DOWN, l,
+                                            lj_model_param(m, lj_linear_param(&m->layout, LJ_LINEAR_DOWN, l)), NULL);
+        lj_linear_forward_swiglu(&m->linear, &down, sm->proj, sm->mlp, sm->gate_up, NULL, N); /* opt.fused: no tmp */
         ops->add(sm->x, sm->res_mid, sm->proj, (int64_t)N * s->C);
     }
     if (b->M == 0) return sm->h_logits; /* prompt chunks only: nothing to sample */
     ops->gather_rows(sm->rows_x, sm->x, rows, b->M, s->C);
     ops->rmsnorm_forward(sm->rows_ln, sm->rows_rstd, sm->rows_x, lj_model_param(m, m->layout.final_norm), b->M, s->C,
                          s->eps);
-    lj_linear_forward(m, LJ_LINEAR_LM_HEAD, 0, sm->logits, sm->rows_ln, b->M);
+    linear(m, LJ_LINEAR_LM_HEAD, 0, sm->logits, sm->rows_ln, b->M);
     const size_t n = (size_t)b->M * s->V;
     if (ops->act_dtype == LJ_DTYPE_F32) {
         ops->download(sm->h_logits, sm->logits, n * sizeof(float));
