@@ -364,6 +364,36 @@ lj_status lj_loader_check_vocab(const lj_loader *ld, int vocab_size) {
     return LJ_OK;
 }
 
+lj_status lj_loader_eod_token(const lj_loader *ld, int32_t fallback, int vocab_size, int log, int32_t *eod) {
+    int recorded = -1; /* the first dataset that records one */
+    for (int j = 0; j < ld->num_sources; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        if (ds->eod_token < 0) continue;
+        if (recorded < 0) recorded = j;
+        else if (ds->eod_token != ld->sources[recorded].ds.eod_token)
+            return lj_fail(LJ_ERR_FORMAT, "%s%s records the end-of-document id %d, %s%s %d: document masking needs "
+                                          "one id for the whole blend (prepare them with the same tokenizer)",
+                           ds->path, LJ_MMIDX_FINGERPRINT_SUFFIX, (int)ds->eod_token, ld->sources[recorded].ds.path,
+                           LJ_MMIDX_FINGERPRINT_SUFFIX, (int)ld->sources[recorded].ds.eod_token);
+    }
+    *eod = recorded >= 0 ? ld->sources[recorded].ds.eod_token : fallback;
+    for (int j = 0; j < ld->num_sources && log; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        if (ds->eod_token < 0)
+            lj_log_info("data: %s records no end-of-document id (no %s%s with %s: Megatron's, an llm.c shard or "
+                        "an older prepare); document masking takes the tokenizer's EOS, %d, as Megatron-LM takes "
+                        "tokenizer.eod", ds->path, ds->path, LJ_MMIDX_FINGERPRINT_SUFFIX, LJ_MMIDX_EOD_FIELD, (int)*eod);
+    }
+    if (recorded >= 0 && *eod != fallback && log)
+        lj_log_info("data: document masking at end-of-document id %d, the one %s%s records (prepare's separator; the "
+                    "model's eos_token_id is %d)", (int)*eod, ld->sources[recorded].ds.path, LJ_MMIDX_FINGERPRINT_SUFFIX,
+                    (int)fallback);
+    if (*eod < 0 || *eod >= vocab_size)
+        return lj_fail(LJ_ERR_ARG, "document masking: the end-of-document id %d is not in the model's vocabulary of %d",
+                       (int)*eod, vocab_size);
+    return LJ_OK;
+}
+
 void lj_loader_log_summary(const lj_loader *ld) {
     for (int j = 0; j < ld->num_sources; j++) {
         const lj_loader_source *src = &ld->sources[j];

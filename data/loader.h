@@ -140,6 +140,13 @@ int64_t lj_loader_epoch(const lj_loader *ld, int dataset);
  * Errors: LJ_ERR_FORMAT naming the file, the position and the id. */
 lj_status lj_loader_check_vocab(const lj_loader *ld, int vocab_size);
 
+/* The end-of-document id document masking splits at (data/docmask.h): the one the datasets'
+ * sidecars record (the separator `prepare` appended, data/mmidx.h), else `fallback` (the
+ * tokenizer's EOS: the model's eos_token_id, as Megatron-LM takes tokenizer.eod), with a note
+ * per dataset that records none when `log`. Errors: LJ_ERR_FORMAT when two datasets record
+ * different ids (naming both sidecars); LJ_ERR_ARG when the id is not in [0, vocab_size). */
+lj_status lj_loader_eod_token(const lj_loader *ld, int32_t fallback, int vocab_size, int log, int32_t *eod);
+
 /* Logs one line per dataset (path, dtype, sequences of the split, tokens, samples, weight). */
 void lj_loader_log_summary(const lj_loader *ld);
 

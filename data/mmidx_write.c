@@ -39,6 +39,7 @@ struct lj_mmidx_writer {
     int32_t *lengths;            /* [num_docs] tokens */
     int64_t num_docs, cap_docs;
     int64_t bin_bytes;           /* bytes written to .bin so far (incl. buf) */
+    int32_t eod_token;           /* recorded in the sidecar when >= 0 (lj_mmidx_writer_set_eod) */
 };
 
 static char *path_with(const char *prefix, const char *suffix) {
@@ -109,6 +110,7 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
     snprintf(suffix, sizeof suffix, "%s.tmp.%d", LJ_MMIDX_FINGERPRINT_SUFFIX, (int)getpid());
     w->fp_tmp = path_with(prefix, suffix);
     w->dtype_code = dtype_code;
+    w->eod_token = -1;
     w->item = dtype_code == LJ_MMIDX_U16 ? 2 : 4;
     w->idx_fd = -1;
     w->bin_fd = open_unnamed(w->bin_tmp);
@@ -138,6 +140,8 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
     *out = w;
     return LJ_OK;
 }
+
+void lj_mmidx_writer_set_eod(lj_mmidx_writer *w, int32_t eod_token) { w->eod_token = eod_token; }
 
 lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n) {
     if (n < 0 || n > INT32_MAX)
@@ -232,11 +236,12 @@ static lj_status write_fingerprint(lj_mmidx_writer *w, int64_t idx_bytes) {
     uint64_t hb = 0, hi = 0;
     LJ_TRY(hash_file(w->bin_fd, w->bin_tmp, (size_t)w->bin_bytes, 1, &hb));
     LJ_TRY(hash_file(w->idx_fd, w->idx_tmp, (size_t)idx_bytes, 0, &hi));
-    char text[400];
+    char text[400], eod[64] = "";
+    if (w->eod_token >= 0) snprintf(eod, sizeof eod, ", \"%s\": %d", LJ_MMIDX_EOD_FIELD, (int)w->eod_token);
     const int n = snprintf(text, sizeof text,
                            "{\"format\": \"ljperf-dataset-fingerprint\", \"version\": 1, \"bin_bytes\": %" PRId64
                            ", \"bin_xxh3_64\": \"%016" PRIx64 "\", \"idx_bytes\": %" PRId64 ", \"idx_xxh3_64\": \"%016" PRIx64
-                           "\"}\n", w->bin_bytes, hb, idx_bytes, hi);
+                           "\"%s}\n", w->bin_bytes, hb, idx_bytes, hi, eod);
     int fd = open(w->fp_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->fp_tmp, strerror(errno));
     lj_status st = write_all(fd, w->fp_tmp, text, (size_t)n);
