@@ -212,8 +212,9 @@ static int load_is_empty(const char *load, const char *save, int exit_on_missing
         if (lj_path_join(path, load, probes[k]) != LJ_OK || access(path, F_OK) == 0) return 0;
     DIR *d = opendir(load);
     int empty = 1;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, "iter_", 5)) empty = 0;
+    for (struct dirent *e; d && (e = readdir(d));) /* iter_NNNNNNN: a complete save; iter_NNNNNNN.tmp.PID: a killed one */
+        if (!strncmp(e->d_name, "iter_", 5) && e->d_name[5] && strspn(e->d_name + 5, "0123456789") == strlen(e->d_name + 5))
+            empty = 0;
     if (d) closedir(d);
     return empty;
 }
@@ -362,7 +363,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
                                    "documents with --mock-data)");
     if (c->load && load_is_empty(c->load, c->save, mg->exit_on_missing_checkpoint)) {
         if (rank0)
-            lj_log_info("--load %s: no checkpoint there yet; starting from scratch (as Megatron-LM does; "
+            lj_log_warn("--load %s: no complete checkpoint there yet; starting from scratch (as Megatron-LM does; "
                         "--exit-on-missing-checkpoint makes this an error)",
                         c->load);
         c->load = NULL;

@@ -4,7 +4,8 @@
 #   - checkpoints: a flipped byte in a shard file or in state.safetensors is named (file, tensor and
 #     parameter), and a missing or truncated shard file or a slice beyond it; a second run on
 #     one --save is refused before it trains, and a killed one leaves no stuck lock; leftovers of a
-#     killed save are removed; state.json's iteration and consumed samples are checked;
+#     killed save are removed; state.json's iteration and consumed samples are checked; a missing
+#     metadata.json is named; --load D --save D after a kill in the first save starts fresh;
 #   - divergence: a non-finite step is never applied nor saved, --check-for-nan-in-loss-and-grad
 #     stops the run, without it --max-consecutive-skipped-iterations does; the latest checkpoint
 #     stays the good one;
@@ -63,6 +64,20 @@ python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["tensor
 expect_fail "a slice beyond its shard file is refused" "metadata.json: tensor 'adam.v': slice \[[0-9]+, [0-9]+\) lies beyond" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
 rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+mv "$ck/iter_0000003/metadata.json" "$tmp/metadata.aside"
+expect_fail "a missing metadata.json is named" "iter_0000003/metadata.json is missing: the sharded checkpoint's shard files \(shard_00000_of_00001.bin" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+grep -q "state.safetensors" "$tmp/err" && bad "a missing metadata.json is reported as state.safetensors"
+mv "$tmp/metadata.aside" "$ck/iter_0000003/metadata.json"
+# a kill during the very first save leaves iter_NNNNNNN.tmp.PID alone: the unchanged command line
+# (--load D --save D) starts fresh with one warning
+mkdir -p "$tmp/first/iter_0000001.tmp.2147483646" && : > "$tmp/first/iter_0000001.tmp.2147483646/state.json"
+"$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --load "$tmp/first" --save "$tmp/first" \
+  >/dev/null 2>"$tmp/err"; rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "no complete checkpoint there yet; starting from scratch" "$tmp/err")" = 1 ] \
+   && [ -d "$tmp/first/iter_0000001" ] && ! ls "$tmp/first" | grep -q '\.tmp\.'; then
+  ok "--load D --save D after a killed first save starts fresh with one warning"
+else bad "--load D --save D after a killed first save (status $rc): $(tail -2 "$tmp/err")"; fi
 # the single-file format (--ckpt-format torch)
 "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --save "$tmp/ck1" --ckpt-format torch >/dev/null 2>&1 \
   || bad "a run that saves one state.safetensors"
