@@ -92,6 +92,8 @@ static void usage(FILE *f) {
             "                                torch_dist; torch: one state.safetensors on rank 0), and\n"
             "                                --async-save writes them in the background\n"
             "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
+            "  --override-data               resume onto other data than the checkpoint's (its datasets'\n"
+            "                                fingerprints differ): a warning instead of an error\n"
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
@@ -271,6 +273,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--keep-last", .kind = LJ_FLAG_INT, .dest = &c->keep_last},
         {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &a->hf_dtype},
         {.name = "--no-save-hf", .kind = LJ_FLAG_SWITCH, .dest = &c->no_save_hf, .ival = 1},
+        {.name = "--override-data", .kind = LJ_FLAG_SWITCH, .dest = &c->override_data, .ival = 1},
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},

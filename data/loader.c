@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -417,6 +418,64 @@ cJSON *lj_loader_state_to_json(const lj_loader_state *state) {
     cJSON *a = cJSON_AddArrayToObject(o, "dataset_samples");
     for (int j = 0; j < state->num_datasets; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)state->dataset_samples[j]));
     return o;
+}
+
+cJSON *lj_loader_fingerprint_to_json(const lj_loader *ld) {
+    cJSON *a = cJSON_CreateArray();
+    for (int j = 0; j < ld->num_sources; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        cJSON *o = cJSON_CreateObject();
+        char h[17];
+        cJSON_AddStringToObject(o, "path", ds->path);
+        cJSON_AddNumberToObject(o, "bin_bytes", (double)(ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size));
+        snprintf(h, sizeof h, "%016" PRIx64, ds->bin_xxh3_64);
+        cJSON_AddStringToObject(o, "bin_xxh3_64", h);
+        snprintf(h, sizeof h, "%016" PRIx64, ds->idx_xxh3_64);
+        cJSON_AddStringToObject(o, "idx_xxh3_64", h);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* The fingerprint of dataset j as text, for messages. */
+static void fingerprint_text(const lj_token_dataset *ds, char *buf, size_t n) {
+    snprintf(buf, n, "%zu bytes, .bin %016" PRIx64 ", .idx %016" PRIx64,
+             ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size, ds->bin_xxh3_64, ds->idx_xxh3_64);
+}
+
+lj_status lj_loader_check_fingerprint(const lj_loader *ld, const cJSON *saved, const char *where, int override,
+                                      int log) {
+    if (!saved) return LJ_OK; /* a checkpoint from before fingerprints were recorded */
+    const int n = cJSON_IsArray(saved) ? cJSON_GetArraySize(saved) : -1;
+    if (n < 0) return lj_fail(LJ_ERR_FORMAT, "%s: loader field \"datasets\" is not an array", where);
+    char msg[2048] = "";
+    if (n != ld->num_sources)
+        snprintf(msg, sizeof msg, "the checkpoint was trained on %d dataset%s, --data-path gives %d", n, n == 1 ? "" : "s",
+                 ld->num_sources);
+    for (int j = 0; j < n && j < ld->num_sources && !msg[0]; j++) {
+        const cJSON *o = cJSON_GetArrayItem(saved, j);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "path"), *bb = cJSON_GetObjectItemCaseSensitive(o, "bin_bytes");
+        const cJSON *bh = cJSON_GetObjectItemCaseSensitive(o, "bin_xxh3_64"), *ih = cJSON_GetObjectItemCaseSensitive(o, "idx_xxh3_64");
+        if (!cJSON_IsString(p) || !cJSON_IsNumber(bb) || !cJSON_IsString(bh) || !cJSON_IsString(ih))
+            return lj_fail(LJ_ERR_FORMAT, "%s: loader field \"datasets\"[%d] lacks path, bin_bytes, bin_xxh3_64 or "
+                                          "idx_xxh3_64", where, j);
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        char have[200], bin[17], idx[17];
+        fingerprint_text(ds, have, sizeof have);
+        snprintf(bin, sizeof bin, "%016" PRIx64, ds->bin_xxh3_64);
+        snprintf(idx, sizeof idx, "%016" PRIx64, ds->idx_xxh3_64);
+        const double bytes = (double)(ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size);
+        if (bb->valuedouble != bytes || strcmp(bh->valuestring, bin) != 0 || strcmp(ih->valuestring, idx) != 0)
+            snprintf(msg, sizeof msg, "dataset %d was %s (%.0f bytes, .bin %.16s, .idx %.16s), --data-path gives %s (%s)",
+                     j, p->valuestring, bb->valuedouble, bh->valuestring, ih->valuestring, ds->path, have);
+    }
+    if (!msg[0]) return LJ_OK;
+    if (!override)
+        return lj_fail(LJ_ERR_ARG, "%s: the run resumes on other data: %s; resuming would continue the data order "
+                                   "of one dataset on another (give the checkpoint's data, or --override-data to "
+                                   "resume on this data anyway)", where, msg);
+    if (log) lj_log_warn("--override-data: %s: the run resumes on other data: %s", where, msg);
+    return LJ_OK;
 }
 
 /* A JSON number that is a whole number in [0, 2^53]. */

@@ -154,6 +154,17 @@ void lj_loader_log_summary(const lj_loader *ld);
  * [n, ...]} (the seed is a string so that all 64 bits survive), and back. from_json errors:
  * LJ_ERR_FORMAT naming `where` (the file) and the field. */
 cJSON *lj_loader_state_to_json(const lj_loader_state *state);
+/* The fingerprint of every dataset as a JSON array (the checkpoint's record of the data it was
+ * trained on): [{"path", "bin_bytes", "bin_xxh3_64", "idx_xxh3_64"}, ...], the hashes those of
+ * the dataset's sidecar (data/mmidx.h; computed at open when it has none), 16 hex digits. */
+cJSON *lj_loader_fingerprint_to_json(const lj_loader *ld);
+/* Compares `saved` (lj_loader_fingerprint_to_json of the checkpoint; NULL: none recorded, LJ_OK)
+ * with the loader's datasets (their number, sizes and hashes; not their paths: a dataset moved
+ * elsewhere is the same data). Errors: LJ_ERR_ARG naming `where` (the state.json) and both
+ * datasets unless `override` (--override-data), which logs a warning instead when `log`;
+ * LJ_ERR_FORMAT for a malformed record. */
+lj_status lj_loader_check_fingerprint(const lj_loader *ld, const cJSON *saved, const char *where, int override,
+                                      int log);
 lj_status lj_loader_state_from_json(const cJSON *obj, lj_loader_state *state, const char *where);
 
 #endif

@@ -446,6 +446,7 @@ void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_seq
     ds->token_size = sizeof(int32_t);
     ds->owned_tokens = tokens;
     ds->eod_token = eod;
+    ds->bin_xxh3_64 = lj_mmidx_bin_fingerprint(tokens, (size_t)total * sizeof *tokens);
 }
 
 /* The name of the file that holds the tokens, for messages. */

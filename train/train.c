@@ -145,6 +145,7 @@ static lj_run_state state_of(run *r) {
         .consumed_samples = r->consumed_samples,
         .schedule_start = r->schedule_start,
         .no_load_optim = c->no_load_optim,
+        .override_data = c->override_data,
     };
     return st;
 }
