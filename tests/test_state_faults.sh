@@ -5,7 +5,8 @@
 #     parameter), and a missing or truncated shard file or a slice beyond it; a second run on
 #     one --save is refused before it trains, and a killed one leaves no stuck lock; leftovers of a
 #     killed save are removed; state.json's iteration and consumed samples are checked; a missing
-#     metadata.json is named; --load D --save D after a kill in the first save starts fresh;
+#     metadata.json is named; --load D --save D after a kill in the first save starts fresh; a
+#     damaged HF export is refused by generate and --load (its checksums sidecar);
 #   - divergence: a non-finite step is never applied nor saved, --check-for-nan-in-loss-and-grad
 #     stops the run, without it --max-consecutive-skipped-iterations does; the latest checkpoint
 #     stays the good one;
@@ -78,6 +79,24 @@ if [ $rc -eq 0 ] && [ "$(grep -c "no complete checkpoint there yet; starting fro
    && [ -d "$tmp/first/iter_0000001" ] && ! ls "$tmp/first" | grep -q '\.tmp\.'; then
   ok "--load D --save D after a killed first save starts fresh with one warning"
 else bad "--load D --save D after a killed first save (status $rc): $(tail -2 "$tmp/err")"; fi
+# a damaged HF export (one flipped byte) is refused by its checksums, naming the file and the tensor
+"$LJPERF" generate --load "$ck/iter_0000003/hf" --prompt "In the" --max-new-tokens 2 --device cpu >/dev/null 2>&1 \
+  || bad "generate on the intact export"
+cp "$ck/iter_0000003/hf/model.safetensors" "$tmp/hf.good"
+python3 - "$ck/iter_0000003/hf/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+b[8 + n + h['model.layers.0.mlp.down_proj.weight']['data_offsets'][0] + 6] ^= 0x04
+open(p, 'wb').write(b)
+PY
+expect_fail "generate on a damaged HF export names the file and tensor" \
+  "hf/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' fails its checksum .*model.safetensors.checksums.json" \
+  "$LJPERF" generate --load "$ck/iter_0000003/hf" --prompt "In the" --max-new-tokens 2 --device cpu
+expect_fail "--load of a damaged HF export names the file and tensor" \
+  "hf/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' fails its checksum" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --load "$ck/iter_0000003/hf"
+cp "$tmp/hf.good" "$ck/iter_0000003/hf/model.safetensors"
 # the single-file format (--ckpt-format torch)
 "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --save "$tmp/ck1" --ckpt-format torch >/dev/null 2>&1 \
   || bad "a run that saves one state.safetensors"
