@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what ljperf needs to build and test, and fetches its data, idempotently.
 #   - Debian packages: compiler, CMake, OpenBLAS, cJSON, PCRE2, utf8proc (Unicode normalization
-#     for the tokenizers that declare it), cmocka, Open MPI, valgrind,
+#     for the tokenizers that declare it), cmocka, Open MPI, valgrind, strace (kill points of
+#     the dataset install test),
 #     protobuf-c and ISA-L (TensorBoard event files: protocol buffers and CRC32C), xxHash
 #     (XXH3-64 checksums of checkpoint tensors and dataset fingerprints), zlib and
 #     libzstd (compressed inputs of prepare; gzip and zstd for its tests), Node.js and
@@ -35,7 +36,7 @@ say() { printf 'setup: %s\n' "$*"; }
 
 # ---- Debian packages ---------------------------------------------------------------
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
-      libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
+      libopenmpi-dev openmpi-bin valgrind strace procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
