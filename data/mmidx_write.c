@@ -7,8 +7,8 @@
  * Where the file system allows it (Linux O_TMPFILE), both files are written unnamed and get their
  * temporary names only when complete, just before the rename: a run killed by any signal leaves
  * nothing behind. Elsewhere they are written under the temporary names from the start. The
- * fingerprint sidecar (mmidx.h) is written last, under its temporary name; then the three go into
- * a new version directory and one link, PREFIX.current, is switched to it (lj_mmidx_writer_finish,
+ * fingerprint sidecar (mmidx.h) is written last, into the new version directory the two files
+ * are then linked into; one link, PREFIX.current, is switched to it (lj_mmidx_writer_finish,
  * mmidx.h). */
 #define _GNU_SOURCE /* O_TMPFILE, linkat */
 #include <dirent.h>
@@ -428,13 +428,12 @@ static lj_status fixed_links(const install_names *n, const char *prefix) {
     return LJ_OK;
 }
 
-/* Moves the finished files into PREFIX.versions/K/ (the .bin and .idx by name, the sidecar
- * written there). */
+/* Moves the finished .bin and .idx into PREFIX.versions/K/ (the sidecar is written there). */
 static lj_status place_files(lj_mmidx_writer *w, const install_names *n, int k) {
     char *d = version_dir(n, k);
-    lj_status st = mkdir(d, 0755) == 0 ? LJ_OK : lj_fail(LJ_ERR_IO, "%s: cannot create: %s", d, strerror(errno));
-    char *bin = version_file(n, k, ".bin"), *idx = version_file(n, k, ".idx"), *fp = version_file(n, k, k_kinds[2]);
-    if (st == LJ_OK && w->unnamed) {
+    lj_status st = LJ_OK;
+    char *bin = version_file(n, k, ".bin"), *idx = version_file(n, k, ".idx");
+    if (w->unnamed) {
         st = name_unnamed(w->bin_fd, bin);
         if (st == LJ_OK) st = name_unnamed(w->idx_fd, idx);
     } else if (st == LJ_OK) {
@@ -442,8 +441,6 @@ static lj_status place_files(lj_mmidx_writer *w, const install_names *n, int k) 
         else if (rename(w->idx_tmp, idx) != 0)
             st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->idx_tmp, idx, strerror(errno));
     }
-    if (st == LJ_OK && rename(w->fp_tmp, fp) != 0)
-        st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->fp_tmp, fp, strerror(errno));
     if (st == LJ_OK) {
         int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd >= 0) {
@@ -454,7 +451,6 @@ static lj_status place_files(lj_mmidx_writer *w, const install_names *n, int k) 
     free(d);
     free(bin);
     free(idx);
-    free(fp);
     return st;
 }
 
@@ -463,11 +459,6 @@ lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
     if (st == LJ_OK) st = write_idx(w);
     if (st == LJ_OK && fsync(w->bin_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->bin_tmp, strerror(errno));
     if (st == LJ_OK && fsync(w->idx_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->idx_tmp, strerror(errno));
-    if (st == LJ_OK) {
-        struct stat sb;
-        st = fstat(w->idx_fd, &sb) == 0 ? write_fingerprint(w, (int64_t)sb.st_size)
-                                         : lj_fail(LJ_ERR_IO, "%s: cannot stat: %s", w->idx_tmp, strerror(errno));
-    }
     if (st != LJ_OK) {
         lj_mmidx_writer_abort(w);
         return st;
@@ -481,6 +472,18 @@ lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
         st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", n.versions, strerror(errno));
     const int old = current_version(&n);
     int k = st == LJ_OK ? sweep_versions(&n, old) : 0;
+    if (st == LJ_OK) { /* the new version's directory; the sidecar is written straight into it */
+        char *d = version_dir(&n, k);
+        if (mkdir(d, 0755) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", d, strerror(errno));
+        free(d);
+        free(w->fp_tmp);
+        w->fp_tmp = version_file(&n, k, k_kinds[2]);
+    }
+    if (st == LJ_OK) {
+        struct stat sb;
+        st = fstat(w->idx_fd, &sb) == 0 ? write_fingerprint(w, (int64_t)sb.st_size)
+                                         : lj_fail(LJ_ERR_IO, "%s: cannot stat: %s", w->idx_tmp, strerror(errno));
+    }
     int adopted = 0;
     if (st == LJ_OK) st = place_files(w, &n, k);
     if (st == LJ_OK) {
@@ -506,7 +509,6 @@ lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
         unlink(w->bin_tmp);
         unlink(w->idx_tmp);
     }
-    unlink(w->fp_tmp);
     names_free(&n);
     free(prefix);
     free_writer(w);
