@@ -177,6 +177,7 @@ lj_status lj_ckpt_read_state_json(const char *root, int iteration, char **out) {
     LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
     char want[17] = "";
     const char *recorded_in = LJ_CKPT_TENSORS_FILE;
+    LJ_TRY(lj_sharded_check_metadata(dir));
     if (lj_sharded_present(dir)) { /* the sharded format: metadata.json records it */
         recorded_in = LJ_CKPT_METADATA_FILE;
         LJ_TRY(lj_path_join(file, dir, LJ_CKPT_METADATA_FILE));

@@ -3,6 +3,7 @@
 #include "checkpoint/sharded.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -362,6 +363,22 @@ int lj_sharded_present(const char *dir) {
     char path[LJ_PATH_MAX];
     struct stat sb;
     return lj_path_join(path, dir, LJ_CKPT_METADATA_FILE) == LJ_OK && stat(path, &sb) == 0;
+}
+
+lj_status lj_sharded_check_metadata(const char *dir) {
+    if (lj_sharded_present(dir)) return LJ_OK;
+    DIR *d = opendir(dir);
+    char shard[256] = "";
+    for (struct dirent *e; d && (e = readdir(d)) && !shard[0];) {
+        int r, w, n = 0;
+        if (sscanf(e->d_name, "shard_%5d_of_%5d.bin%n", &r, &w, &n) == 2 && n > 0 && e->d_name[n] == '\0')
+            snprintf(shard, sizeof shard, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    if (!shard[0]) return LJ_OK;
+    return lj_fail(LJ_ERR_FORMAT, "%s/%s is missing: the sharded checkpoint's shard files (%s, ...) cannot be read "
+                                  "without it (it says which file holds which slice of each tensor, with its checksum); "
+                                  "restore it or resume from another iteration", dir, LJ_CKPT_METADATA_FILE, shard);
 }
 
 void lj_sharded_close(lj_sharded *c) {

@@ -137,6 +137,10 @@ typedef struct {
 
 /* Whether DIR holds metadata.json (a sharded iteration directory). */
 int lj_sharded_present(const char *dir);
+/* LJ_OK unless DIR holds shard files (shard_RRRRR_of_WWWWW.bin) but no metadata.json: then
+ * LJ_ERR_FORMAT naming the missing DIR/metadata.json (not the state.safetensors a directory without
+ * it is otherwise read as). */
+lj_status lj_sharded_check_metadata(const char *dir);
 /* Reads and validates DIR/metadata.json and opens the shard files it names (their sizes must be
  * those recorded). Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and field. On error `c`
  * holds nothing to close. */

@@ -199,7 +199,9 @@ static char *state_json(const lj_run_state *r) {
     if (r->schedule_start) cJSON_AddNumberToObject(root, "optimizer_start_iteration", r->schedule_start);
     lj_loader_state ls;
     lj_loader_get_state(r->train_data, &ls);
-    cJSON_AddItemToObject(root, "data", lj_loader_state_to_json(&ls));
+    cJSON *data = lj_loader_state_to_json(&ls);
+    cJSON_AddItemToObject(data, "datasets", lj_loader_fingerprint_to_json(r->train_data));
+    cJSON_AddItemToObject(root, "data", data);
     cJSON *model = cJSON_AddObjectToObject(root, "model");
     cJSON_AddNumberToObject(model, "vocab_size", r->model_cfg->vocab_size);
     cJSON_AddNumberToObject(model, "hidden_size", r->model_cfg->hidden_size);
@@ -942,7 +944,16 @@ static lj_status set_position(lj_run_state *r, const cJSON *state, const char *f
     r->consumed_samples = (int64_t)cs->valuedouble;
     r->schedule_start = os ? os->valueint : 0;
     lj_loader_state ls;
-    LJ_TRY(lj_loader_state_from_json(cJSON_GetObjectItemCaseSensitive(state, "data"), &ls, file));
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(state, "data");
+    LJ_TRY(lj_loader_check_fingerprint(r->train_data, cJSON_GetObjectItemCaseSensitive(data, "datasets"), file,
+                                       r->override_data, r->dp->rank == 0));
+    LJ_TRY(lj_loader_state_from_json(data, &ls, file));
+    if (r->override_data && ls.num_datasets != r->train_data->num_sources) {
+        if (r->dp->rank == 0)
+            lj_log_warn("--override-data: the data order starts at the beginning of the new data (the checkpoint's "
+                        "position is in %d datasets, the run has %d)", ls.num_datasets, r->train_data->num_sources);
+        return LJ_OK;
+    }
     return lj_loader_set_state(r->train_data, &ls);
 }
 

@@ -74,6 +74,8 @@ typedef struct {
      * "optimizer_start_iteration", kept by every later save); the AdamW step and the schedule's
      * step of iteration i are i - schedule_start */
     int schedule_start;
+    int override_data; /* read only: --override-data: a load onto other data than the checkpoint records (its
+                          datasets' fingerprints, data/loader.h) warns instead of failing */
     int no_load_optim; /* read only: lj_run_state_load leaves the AdamW moments at zero and sets
                           schedule_start to the loaded iteration (Megatron-LM's --no-load-optim) */
 } lj_run_state;

@@ -92,6 +92,8 @@ static void usage(FILE *f) {
             "                                torch_dist; torch: one state.safetensors on rank 0), and\n"
             "                                --async-save writes them in the background\n"
             "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
+            "  --override-data               resume onto other data than the checkpoint's (its datasets'\n"
+            "                                fingerprints differ): a warning instead of an error\n"
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
             "  --keep-last K                 keep the last K checkpoints (default 2; 0 = all)\n"
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
@@ -212,8 +214,9 @@ static int load_is_empty(const char *load, const char *save, int exit_on_missing
         if (lj_path_join(path, load, probes[k]) != LJ_OK || access(path, F_OK) == 0) return 0;
     DIR *d = opendir(load);
     int empty = 1;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, "iter_", 5)) empty = 0;
+    for (struct dirent *e; d && (e = readdir(d));) /* iter_NNNNNNN: a complete save; iter_NNNNNNN.tmp.PID: a killed one */
+        if (!strncmp(e->d_name, "iter_", 5) && e->d_name[5] && strspn(e->d_name + 5, "0123456789") == strlen(e->d_name + 5))
+            empty = 0;
     if (d) closedir(d);
     return empty;
 }
@@ -271,6 +274,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--keep-last", .kind = LJ_FLAG_INT, .dest = &c->keep_last},
         {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &a->hf_dtype},
         {.name = "--no-save-hf", .kind = LJ_FLAG_SWITCH, .dest = &c->no_save_hf, .ival = 1},
+        {.name = "--override-data", .kind = LJ_FLAG_SWITCH, .dest = &c->override_data, .ival = 1},
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},
@@ -371,7 +375,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
                                    "documents with --mock-data)");
     if (c->load && load_is_empty(c->load, c->save, mg->exit_on_missing_checkpoint)) {
         if (rank0)
-            lj_log_info("--load %s: no checkpoint there yet; starting from scratch (as Megatron-LM does; "
+            lj_log_warn("--load %s: no complete checkpoint there yet; starting from scratch (as Megatron-LM does; "
                         "--exit-on-missing-checkpoint makes this an error)",
                         c->load);
         c->load = NULL;

@@ -3,6 +3,7 @@
 #include "config/config.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -142,11 +143,6 @@ lj_status lj_config_validate(const lj_model_config *c, const char *src) {
         return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is %d: a token id must be >= 0", src,
                        c->bos_token_id < 0 ? "bos_token_id" : "eos_token_id",
                        c->bos_token_id < 0 ? c->bos_token_id : c->eos_token_id);
-    /* config.json without head_dim: hidden_size // num_attention_heads, which drops a remainder */
-    if (c->hidden_size % c->num_attention_heads != 0 && c->head_dim == c->hidden_size / c->num_attention_heads)
-        return lj_fail(LJ_ERR_FORMAT, "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d), and head_dim is "
-                                      "hidden_size // num_attention_heads = %d; give head_dim explicitly if the heads "
-                                      "are meant to be that narrow", src, c->hidden_size, c->num_attention_heads, c->head_dim);
     /* limits: every size the layout, the plan and the kernels form from these stays in range
      * (int rows and columns, int64 totals); far above any published model */
     const struct { const char *field; long long v, max; } lim[] = {
@@ -164,14 +160,53 @@ lj_status lj_config_validate(const lj_model_config *c, const char *src) {
     return LJ_OK;
 }
 
-/* Reads an integer field; `required` fields that are missing are an error naming the field. */
+/* Refuses a number that is not finite: JSON has no infinity, but 1e999 overflows to it (Python's
+ * json reads it as inf too, so transformers would take it). */
+static lj_status json_finite(const cJSON *it, const char *field, const char *path) {
+    if (cJSON_IsNumber(it) && !isfinite(it->valuedouble))
+        return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is %g, not a finite number", path, field, it->valuedouble);
+    return LJ_OK;
+}
+
+/* Refuses an object anywhere in `node` that holds a key twice: cJSON keeps the first value, Python's
+ * json (and so transformers) the last, so the two would build different models. `where` is the
+ * dotted path of `node` ("" at the top). */
+static lj_status json_no_duplicates(const cJSON *node, const char *where, const char *path) {
+    for (const cJSON *a = node->child; a; a = a->next) {
+        if (cJSON_IsObject(node) && a->string)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && strcmp(a->string, b->string) == 0)
+                    return lj_fail(LJ_ERR_FORMAT, "%s: field '%s%s' appears twice (ljperf would read the first value, "
+                                                  "transformers the last): keep one", path, where, a->string);
+        if (a->child) {
+            char sub[256];
+            if (cJSON_IsObject(node)) snprintf(sub, sizeof sub, "%s%s.", where, a->string ? a->string : "");
+            else snprintf(sub, sizeof sub, "%s", where);
+            LJ_TRY(json_no_duplicates(a, sub, path));
+        }
+    }
+    return LJ_OK;
+}
+
+/* Reads an integer field; `required` fields that are missing are an error naming the field. An
+ * array stands for a scalar only in eos_token_id (a list of end ids, as transformers allows; the
+ * first is the one ljperf uses). */
 static lj_status json_int(const cJSON *root, const char *field, int required, int *out, const char *path) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
     if (!it || cJSON_IsNull(it)) {
         if (required) return lj_fail(LJ_ERR_FORMAT, "%s: missing field '%s'", path, field);
         return LJ_OK;
     }
-    if (cJSON_IsArray(it) && cJSON_GetArraySize(it) > 0) it = cJSON_GetArrayItem(it, 0); /* eos_token_id lists */
+    if (cJSON_IsArray(it)) {
+        if (strcmp(field, "eos_token_id") != 0 || cJSON_GetArraySize(it) == 0)
+            return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is an array; it must be an integer%s", path, field,
+                           strcmp(field, "eos_token_id") == 0 ? " or a non-empty list of integers" : "");
+        for (const cJSON *e = it->child; e; e = e->next)
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble != (double)(int)e->valuedouble)
+                return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must list integers", path, field);
+        it = it->child;
+    }
+    LJ_TRY(json_finite(it, field, path));
     if (cJSON_IsNumber(it) && (it->valuedouble > INT32_MAX || it->valuedouble < -INT32_MAX))
         return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' is %.0f, beyond the integers ljperf reads (%d at most)", path,
                        field, it->valuedouble, INT32_MAX);
@@ -185,6 +220,7 @@ static lj_status json_double(const cJSON *root, const char *field, double *out, 
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
     if (!it || cJSON_IsNull(it)) return LJ_OK;
     if (!cJSON_IsNumber(it)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be a number", path, field);
+    LJ_TRY(json_finite(it, field, path));
     *out = it->valuedouble;
     return LJ_OK;
 }
@@ -298,7 +334,17 @@ static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const cha
     cfg->head_dim = family == LJ_FAMILY_QWEN3
                         ? 128
                         : cfg->hidden_size / (cfg->num_attention_heads > 0 ? cfg->num_attention_heads : 1);
+    const int head_dim_given = cJSON_GetObjectItemCaseSensitive(root, "head_dim") &&
+                               !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "head_dim"));
     LJ_TRY(json_int(root, "head_dim", 0, &cfg->head_dim, path));
+    /* without head_dim, LlamaConfig / Qwen2Config take hidden_size // num_attention_heads, which drops a
+     * remainder: most likely a typo, so it must be said (an explicit head_dim is taken as given) */
+    if (!head_dim_given && family != LJ_FAMILY_QWEN3 && cfg->num_attention_heads > 0 &&
+        cfg->hidden_size % cfg->num_attention_heads != 0)
+        return lj_fail(LJ_ERR_FORMAT, "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d), and without "
+                                      "head_dim it is hidden_size // num_attention_heads = %d; give head_dim explicitly "
+                                      "if the heads are meant to be that narrow", path, cfg->hidden_size,
+                       cfg->num_attention_heads, cfg->hidden_size / cfg->num_attention_heads);
     cfg->max_position_embeddings = qwen ? 32768 : 2048;
     LJ_TRY(json_int(root, "max_position_embeddings", 0, &cfg->max_position_embeddings, path));
     LJ_TRY(json_int(root, "bos_token_id", 0, &cfg->bos_token_id, path));
@@ -323,8 +369,12 @@ static lj_status config_parse(const cJSON *root, lj_model_config *cfg, const cha
         if (!cJSON_IsObject(rs)) return lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be an object", path, rs_name);
         LJ_TRY(json_double(rs, "rope_theta", &cfg->rope_theta, path));
         LJ_TRY(check_partial_rotary(rs, path, strcmp(rs_name, "rope_parameters") == 0 ? "rope_parameters." : "rope_scaling."));
+        const char *type_name = "rope_type";
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, type_name = "type");
+        if (type && !cJSON_IsString(type))
+            return lj_fail(LJ_ERR_FORMAT, "%s: field '%s.%s' must be a string (\"default\" or \"llama3\")", path,
+                           rs_name, type_name);
         const char *t = cJSON_IsString(type) ? type->valuestring : "default";
         if (strcmp(t, "llama3") == 0) {
             cfg->rope_scaling_llama3 = 1;
@@ -353,7 +403,8 @@ lj_status lj_config_load(const char *path, lj_model_config *cfg) {
         cJSON_Delete(root);
         return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", path);
     }
-    lj_status s = config_parse(root, cfg, path);
+    lj_status s = json_no_duplicates(root, "", path);
+    if (s == LJ_OK) s = config_parse(root, cfg, path);
     cJSON_Delete(root);
     if (s == LJ_OK) {
         const char *base = strrchr(path, '/');

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -364,6 +365,36 @@ lj_status lj_loader_check_vocab(const lj_loader *ld, int vocab_size) {
     return LJ_OK;
 }
 
+lj_status lj_loader_eod_token(const lj_loader *ld, int32_t fallback, int vocab_size, int log, int32_t *eod) {
+    int recorded = -1; /* the first dataset that records one */
+    for (int j = 0; j < ld->num_sources; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        if (ds->eod_token < 0) continue;
+        if (recorded < 0) recorded = j;
+        else if (ds->eod_token != ld->sources[recorded].ds.eod_token)
+            return lj_fail(LJ_ERR_FORMAT, "%s%s records the end-of-document id %d, %s%s %d: document masking needs "
+                                          "one id for the whole blend (prepare them with the same tokenizer)",
+                           ds->path, LJ_MMIDX_FINGERPRINT_SUFFIX, (int)ds->eod_token, ld->sources[recorded].ds.path,
+                           LJ_MMIDX_FINGERPRINT_SUFFIX, (int)ld->sources[recorded].ds.eod_token);
+    }
+    *eod = recorded >= 0 ? ld->sources[recorded].ds.eod_token : fallback;
+    for (int j = 0; j < ld->num_sources && log; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        if (ds->eod_token < 0)
+            lj_log_info("data: %s records no end-of-document id (no %s%s with %s: Megatron's, an llm.c shard or "
+                        "an older prepare); document masking takes the tokenizer's EOS, %d, as Megatron-LM takes "
+                        "tokenizer.eod", ds->path, ds->path, LJ_MMIDX_FINGERPRINT_SUFFIX, LJ_MMIDX_EOD_FIELD, (int)*eod);
+    }
+    if (recorded >= 0 && *eod != fallback && log)
+        lj_log_info("data: document masking at end-of-document id %d, the one %s%s records (prepare's separator; the "
+                    "model's eos_token_id is %d)", (int)*eod, ld->sources[recorded].ds.path, LJ_MMIDX_FINGERPRINT_SUFFIX,
+                    (int)fallback);
+    if (*eod < 0 || *eod >= vocab_size)
+        return lj_fail(LJ_ERR_ARG, "document masking: the end-of-document id %d is not in the model's vocabulary of %d",
+                       (int)*eod, vocab_size);
+    return LJ_OK;
+}
+
 void lj_loader_log_summary(const lj_loader *ld) {
     for (int j = 0; j < ld->num_sources; j++) {
         const lj_loader_source *src = &ld->sources[j];
@@ -387,6 +418,64 @@ cJSON *lj_loader_state_to_json(const lj_loader_state *state) {
     cJSON *a = cJSON_AddArrayToObject(o, "dataset_samples");
     for (int j = 0; j < state->num_datasets; j++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)state->dataset_samples[j]));
     return o;
+}
+
+cJSON *lj_loader_fingerprint_to_json(const lj_loader *ld) {
+    cJSON *a = cJSON_CreateArray();
+    for (int j = 0; j < ld->num_sources; j++) {
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        cJSON *o = cJSON_CreateObject();
+        char h[17];
+        cJSON_AddStringToObject(o, "path", ds->path);
+        cJSON_AddNumberToObject(o, "bin_bytes", (double)(ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size));
+        snprintf(h, sizeof h, "%016" PRIx64, ds->bin_xxh3_64);
+        cJSON_AddStringToObject(o, "bin_xxh3_64", h);
+        snprintf(h, sizeof h, "%016" PRIx64, ds->idx_xxh3_64);
+        cJSON_AddStringToObject(o, "idx_xxh3_64", h);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+/* The fingerprint of dataset j as text, for messages. */
+static void fingerprint_text(const lj_token_dataset *ds, char *buf, size_t n) {
+    snprintf(buf, n, "%zu bytes, .bin %016" PRIx64 ", .idx %016" PRIx64,
+             ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size, ds->bin_xxh3_64, ds->idx_xxh3_64);
+}
+
+lj_status lj_loader_check_fingerprint(const lj_loader *ld, const cJSON *saved, const char *where, int override,
+                                      int log) {
+    if (!saved) return LJ_OK; /* a checkpoint from before fingerprints were recorded */
+    const int n = cJSON_IsArray(saved) ? cJSON_GetArraySize(saved) : -1;
+    if (n < 0) return lj_fail(LJ_ERR_FORMAT, "%s: loader field \"datasets\" is not an array", where);
+    char msg[2048] = "";
+    if (n != ld->num_sources)
+        snprintf(msg, sizeof msg, "the checkpoint was trained on %d dataset%s, --data-path gives %d", n, n == 1 ? "" : "s",
+                 ld->num_sources);
+    for (int j = 0; j < n && j < ld->num_sources && !msg[0]; j++) {
+        const cJSON *o = cJSON_GetArrayItem(saved, j);
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "path"), *bb = cJSON_GetObjectItemCaseSensitive(o, "bin_bytes");
+        const cJSON *bh = cJSON_GetObjectItemCaseSensitive(o, "bin_xxh3_64"), *ih = cJSON_GetObjectItemCaseSensitive(o, "idx_xxh3_64");
+        if (!cJSON_IsString(p) || !cJSON_IsNumber(bb) || !cJSON_IsString(bh) || !cJSON_IsString(ih))
+            return lj_fail(LJ_ERR_FORMAT, "%s: loader field \"datasets\"[%d] lacks path, bin_bytes, bin_xxh3_64 or "
+                                          "idx_xxh3_64", where, j);
+        const lj_token_dataset *ds = &ld->sources[j].ds;
+        char have[200], bin[17], idx[17];
+        fingerprint_text(ds, have, sizeof have);
+        snprintf(bin, sizeof bin, "%016" PRIx64, ds->bin_xxh3_64);
+        snprintf(idx, sizeof idx, "%016" PRIx64, ds->idx_xxh3_64);
+        const double bytes = (double)(ds->bin_map ? ds->bin_size : (size_t)ds->num_tokens * ds->token_size);
+        if (bb->valuedouble != bytes || strcmp(bh->valuestring, bin) != 0 || strcmp(ih->valuestring, idx) != 0)
+            snprintf(msg, sizeof msg, "dataset %d was %s (%.0f bytes, .bin %.16s, .idx %.16s), --data-path gives %s (%s)",
+                     j, p->valuestring, bb->valuedouble, bh->valuestring, ih->valuestring, ds->path, have);
+    }
+    if (!msg[0]) return LJ_OK;
+    if (!override)
+        return lj_fail(LJ_ERR_ARG, "%s: the run resumes on other data: %s; resuming would continue the data order "
+                                   "of one dataset on another (give the checkpoint's data, or --override-data to "
+                                   "resume on this data anyway)", where, msg);
+    if (log) lj_log_warn("--override-data: %s: the run resumes on other data: %s", where, msg);
+    return LJ_OK;
 }
 
 /* A JSON number that is a whole number in [0, 2^53]. */

@@ -140,6 +140,13 @@ int64_t lj_loader_epoch(const lj_loader *ld, int dataset);
  * Errors: LJ_ERR_FORMAT naming the file, the position and the id. */
 lj_status lj_loader_check_vocab(const lj_loader *ld, int vocab_size);
 
+/* The end-of-document id document masking splits at (data/docmask.h): the one the datasets'
+ * sidecars record (the separator `prepare` appended, data/mmidx.h), else `fallback` (the
+ * tokenizer's EOS: the model's eos_token_id, as Megatron-LM takes tokenizer.eod), with a note
+ * per dataset that records none when `log`. Errors: LJ_ERR_FORMAT when two datasets record
+ * different ids (naming both sidecars); LJ_ERR_ARG when the id is not in [0, vocab_size). */
+lj_status lj_loader_eod_token(const lj_loader *ld, int32_t fallback, int vocab_size, int log, int32_t *eod);
+
 /* Logs one line per dataset (path, dtype, sequences of the split, tokens, samples, weight). */
 void lj_loader_log_summary(const lj_loader *ld);
 
@@ -147,6 +154,17 @@ void lj_loader_log_summary(const lj_loader *ld);
  * [n, ...]} (the seed is a string so that all 64 bits survive), and back. from_json errors:
  * LJ_ERR_FORMAT naming `where` (the file) and the field. */
 cJSON *lj_loader_state_to_json(const lj_loader_state *state);
+/* The fingerprint of every dataset as a JSON array (the checkpoint's record of the data it was
+ * trained on): [{"path", "bin_bytes", "bin_xxh3_64", "idx_xxh3_64"}, ...], the hashes those of
+ * the dataset's sidecar (data/mmidx.h; computed at open when it has none), 16 hex digits. */
+cJSON *lj_loader_fingerprint_to_json(const lj_loader *ld);
+/* Compares `saved` (lj_loader_fingerprint_to_json of the checkpoint; NULL: none recorded, LJ_OK)
+ * with the loader's datasets (their number, sizes and hashes; not their paths: a dataset moved
+ * elsewhere is the same data). Errors: LJ_ERR_ARG naming `where` (the state.json) and both
+ * datasets unless `override` (--override-data), which logs a warning instead when `log`;
+ * LJ_ERR_FORMAT for a malformed record. */
+lj_status lj_loader_check_fingerprint(const lj_loader *ld, const cJSON *saved, const char *where, int override,
+                                      int log);
 lj_status lj_loader_state_from_json(const cJSON *obj, lj_loader_state *state, const char *where);
 
 #endif

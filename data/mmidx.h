@@ -22,11 +22,14 @@ static inline int lj_mmidx_dtype_for_vocab(int vocab_size) { return vocab_size <
  * Megatron's .idx has no room for a checksum (its readers take the exact layout), so `prepare`
  * writes a sidecar beside the pair: {"format": "ljperf-dataset-fingerprint", "version": 1,
  * "bin_bytes", "bin_xxh3_64" (lj_mmidx_bin_fingerprint), "idx_bytes", "idx_xxh3_64" (XXH3-64 of
- * the whole .idx)} with the hashes as 16 hex digits. The files are renamed into place in the
- * order .bin, sidecar, .idx, so a pair that was replaced halfway (a killed prepare, a failed
- * rename) disagrees with its sidecar. A pair without a sidecar (Megatron's, or older ljperf's)
- * is checked by its sizes alone: the .bin must hold exactly what the .idx describes. */
+ * the whole .idx)} with the hashes as 16 hex digits. A pair that was replaced halfway (by hand, or
+ * by a tool that renames its files one by one) disagrees with its sidecar. A pair without a sidecar (Megatron's, or older ljperf's)
+ * is checked by its sizes alone: the .bin must hold exactly what the .idx describes.
+ * The sidecar also records the end-of-document id `prepare` appended to every document
+ * ("eod_token_id", absent with --no-append-eos): the id --reset-position-ids,
+ * --reset-attention-mask and --eod-mask-loss split documents at (Megatron's tokenizer.eod). */
 #define LJ_MMIDX_FINGERPRINT_SUFFIX ".fingerprint.json"
+#define LJ_MMIDX_EOD_FIELD "eod_token_id"
 /* Whole-file hashing up to this size; above it, LJ_MMIDX_FP_CHUNKS chunks of LJ_MMIDX_FP_CHUNK
  * bytes at evenly spaced offsets (the first at 0, the last ending at the end): 16 MiB read
  * whatever the size, so a terabyte dataset opens as fast as a small one. */
@@ -47,9 +50,21 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **w, const char *prefix, int dtyp
 /* Appends one document (one sequence) of `n` token ids. Errors: LJ_ERR_IO, LJ_ERR_ARG when an id
  * does not fit the dtype. */
 lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n);
-/* Writes the .idx and the fingerprint sidecar, fsyncs them and renames them to PREFIX.bin,
- * PREFIX.fingerprint.json, PREFIX.idx in that order. A rename that fails deletes nothing: the
- * files not yet in place stay under their temporary names, which the message names. */
+/* The end-of-document id every document ends with (prepare's EOS), recorded in the sidecar;
+ * not called: none is recorded. */
+void lj_mmidx_writer_set_eod(lj_mmidx_writer *w, int32_t eod_token);
+/* Writes the .idx and the fingerprint sidecar, fsyncs them and installs the dataset as a whole:
+ *   PREFIX.versions/K/BASE.bin, BASE.idx, BASE.fingerprint.json   the files of version K
+ *   PREFIX.current -> BASE.versions/K                             the one pointer
+ *   PREFIX.bin -> BASE.current/BASE.bin (and .idx, .fingerprint.json)  fixed links
+ * (PREFIX = DIR/BASE; links relative, so the directory can move). The new version is complete
+ * before PREFIX.current is switched to it by one rename; the old version is removed after. A
+ * kill at any moment leaves the old dataset or the new one, never a mixed pair, and any reader
+ * (Megatron's included) opens PREFIX.bin / PREFIX.idx as before. A dataset of regular files
+ * (Megatron's preprocess_data.py, an older prepare) is first adopted as a version by hard links,
+ * so it stays readable until the switch. The next prepare removes versions a killed one left.
+ * Errors: LJ_ERR_IO naming the path (e.g. PREFIX.idx is a directory); the old dataset is then
+ * unchanged and the new one discarded. */
 lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w);
 /* Removes the temporary files and frees the writer (after an error, or instead of finish). */
 void lj_mmidx_writer_abort(lj_mmidx_writer *w);
@@ -67,6 +82,10 @@ typedef struct {
     void *idx_map, *bin_map;
     size_t idx_size, bin_size;
     int32_t *owned_tokens;  /* a synthetic dataset's tokens (lj_token_dataset_mock), else NULL */
+    int32_t eod_token;      /* the end-of-document id its sidecar records, -1 when none (Megatron's, an llm.c
+                               shard, --no-append-eos); the mock documents' for lj_token_dataset_mock */
+    uint64_t idx_xxh3_64;   /* Megatron: XXH3-64 of the .idx, and lj_mmidx_bin_fingerprint of the .bin (the */
+    uint64_t bin_xxh3_64;   /* sidecar's values); llm.c: 0 and the shard's lj_mmidx_bin_fingerprint */
 } lj_token_dataset;
 
 /* Opens PREFIX.idx + PREFIX.bin (Megatron), or an llm.c shard when `path` ends in .bin and

@@ -141,6 +141,8 @@ static lj_status open_llmc(lj_token_dataset *ds, const char *path) {
     off[0] = 0; /* relative to ds->tokens (the first byte after the header) */
     ds->seq_lengths = len;
     ds->seq_offsets = off;
+    ds->eod_token = -1;
+    ds->bin_xxh3_64 = lj_mmidx_bin_fingerprint(ds->bin_map, ds->bin_size);
     return LJ_OK;
 }
 
@@ -159,9 +161,14 @@ uint64_t lj_mmidx_bin_fingerprint(const void *data, size_t size) {
     return h;
 }
 
-/* Checks the pair against PREFIX.fingerprint.json when it exists (mmidx.h). */
-static lj_status check_fingerprint(const lj_token_dataset *ds, const char *prefix, const char *idx_path,
+/* Checks the pair against PREFIX.fingerprint.json when it exists (mmidx.h), and fills the
+ * dataset's fingerprint (ds->idx_xxh3_64, ds->bin_xxh3_64) and the end-of-document id the
+ * sidecar records (ds->eod_token, -1 without one). */
+static lj_status check_fingerprint(lj_token_dataset *ds, const char *prefix, const char *idx_path,
                                    const char *bin_path) {
+    ds->idx_xxh3_64 = XXH3_64bits(ds->idx_map, ds->idx_size);
+    ds->bin_xxh3_64 = lj_mmidx_bin_fingerprint(ds->bin_map, ds->bin_size);
+    ds->eod_token = -1;
     char *fp_path = concat(prefix, LJ_MMIDX_FINGERPRINT_SUFFIX);
     struct stat sb;
     if (stat(fp_path, &sb) != 0) {
@@ -179,27 +186,53 @@ static lj_status check_fingerprint(const lj_token_dataset *ds, const char *prefi
                                    "needed); delete it to check %s and %s by their sizes alone", fp_path, bin_path, idx_path);
     char have[17];
     if (s == LJ_OK) {
-        snprintf(have, sizeof have, "%016" PRIx64, XXH3_64bits(ds->idx_map, ds->idx_size));
+        snprintf(have, sizeof have, "%016" PRIx64, ds->idx_xxh3_64);
         if (ib->valuedouble != (double)ds->idx_size || strcmp(have, ih->valuestring) != 0)
             s = lj_fail(LJ_ERR_FORMAT, "%s (%zu bytes, XXH3-64 %s) is not the index %s describes (%.0f bytes, %.20s): the "
                                        "pair was replaced halfway (an interrupted or failed prepare?); run prepare again",
                         idx_path, ds->idx_size, have, fp_path, ib->valuedouble, ih->valuestring);
     }
     if (s == LJ_OK) {
-        snprintf(have, sizeof have, "%016" PRIx64, lj_mmidx_bin_fingerprint(ds->bin_map, ds->bin_size));
+        snprintf(have, sizeof have, "%016" PRIx64, ds->bin_xxh3_64);
         if (bb->valuedouble != (double)ds->bin_size || strcmp(have, bh->valuestring) != 0)
             s = lj_fail(LJ_ERR_FORMAT, "%s (%zu bytes, fingerprint %s) is not the one %s was written with (%.0f bytes, "
                                        "%.20s; the index is %s): the pair was replaced halfway (an interrupted or failed "
                                        "prepare?) or the .bin changed; run prepare again",
                         bin_path, ds->bin_size, have, fp_path, bb->valuedouble, bh->valuestring, idx_path);
     }
+    const cJSON *eod = cJSON_GetObjectItemCaseSensitive(j, LJ_MMIDX_EOD_FIELD);
+    if (s == LJ_OK && eod) {
+        if (!cJSON_IsNumber(eod) || !(eod->valuedouble >= 0 && eod->valuedouble <= INT32_MAX) ||
+            eod->valuedouble != (double)(int32_t)eod->valuedouble)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must be a token id (an integer >= 0)", fp_path,
+                        LJ_MMIDX_EOD_FIELD);
+        else ds->eod_token = (int32_t)eod->valuedouble;
+    }
     cJSON_Delete(j);
     free(fp_path);
     return s;
 }
 
-static lj_status open_megatron(lj_token_dataset *ds, const char *prefix) {
-    ds->path = lj_strdup(prefix);
+/* The prefix the files of `prefix` are read from: where PREFIX.idx leads when it is a symbolic
+ * link (an installed dataset's PREFIX.idx -> PREFIX.current/NAME.idx, mmidx.h), so that the .idx,
+ * the .bin and the sidecar are read from one version even while a prepare switches to another;
+ * else `prefix` itself. Free the result. */
+static char *resolved_prefix(const char *prefix) {
+    char *idx_path = concat(prefix, ".idx");
+    struct stat sb;
+    char *real = lstat(idx_path, &sb) == 0 && S_ISLNK(sb.st_mode) ? realpath(idx_path, NULL) : NULL;
+    free(idx_path);
+    if (real && ends_with(real, ".idx")) {
+        real[strlen(real) - 4] = '\0';
+        return real;
+    }
+    free(real);
+    return lj_strdup(prefix);
+}
+
+static lj_status open_megatron(lj_token_dataset *ds, const char *user_prefix) {
+    ds->path = lj_strdup(user_prefix);
+    char *prefix = resolved_prefix(user_prefix);
     char *idx_path = concat(prefix, ".idx"), *bin_path = concat(prefix, ".bin");
     lj_status s = map_file(idx_path, &ds->idx_map, &ds->idx_size);
     if (s != LJ_OK) goto done;
@@ -333,6 +366,7 @@ static lj_status open_megatron(lj_token_dataset *ds, const char *prefix) {
 done:
     free(idx_path);
     free(bin_path);
+    free(prefix);
     return s;
 }
 
@@ -411,6 +445,8 @@ void lj_token_dataset_mock(lj_token_dataset *ds, int vocab_size, int64_t num_seq
     ds->tokens = tokens;
     ds->token_size = sizeof(int32_t);
     ds->owned_tokens = tokens;
+    ds->eod_token = eod;
+    ds->bin_xxh3_64 = lj_mmidx_bin_fingerprint(tokens, (size_t)total * sizeof *tokens);
 }
 
 /* The name of the file that holds the tokens, for messages. */

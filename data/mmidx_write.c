@@ -7,9 +7,11 @@
  * Where the file system allows it (Linux O_TMPFILE), both files are written unnamed and get their
  * temporary names only when complete, just before the rename: a run killed by any signal leaves
  * nothing behind. Elsewhere they are written under the temporary names from the start. The
- * fingerprint sidecar (mmidx.h) is written last, under its temporary name, and the three are
- * renamed in the order .bin, sidecar, .idx. */
+ * fingerprint sidecar (mmidx.h) is written last, into the new version directory the two files
+ * are then linked into; one link, PREFIX.current, is switched to it (lj_mmidx_writer_finish,
+ * mmidx.h). */
 #define _GNU_SOURCE /* O_TMPFILE, linkat */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,6 +41,7 @@ struct lj_mmidx_writer {
     int32_t *lengths;            /* [num_docs] tokens */
     int64_t num_docs, cap_docs;
     int64_t bin_bytes;           /* bytes written to .bin so far (incl. buf) */
+    int32_t eod_token;           /* recorded in the sidecar when >= 0 (lj_mmidx_writer_set_eod) */
 };
 
 static char *path_with(const char *prefix, const char *suffix) {
@@ -109,6 +112,7 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
     snprintf(suffix, sizeof suffix, "%s.tmp.%d", LJ_MMIDX_FINGERPRINT_SUFFIX, (int)getpid());
     w->fp_tmp = path_with(prefix, suffix);
     w->dtype_code = dtype_code;
+    w->eod_token = -1;
     w->item = dtype_code == LJ_MMIDX_U16 ? 2 : 4;
     w->idx_fd = -1;
     w->bin_fd = open_unnamed(w->bin_tmp);
@@ -138,6 +142,8 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
     *out = w;
     return LJ_OK;
 }
+
+void lj_mmidx_writer_set_eod(lj_mmidx_writer *w, int32_t eod_token) { w->eod_token = eod_token; }
 
 lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n) {
     if (n < 0 || n > INT32_MAX)
@@ -232,11 +238,12 @@ static lj_status write_fingerprint(lj_mmidx_writer *w, int64_t idx_bytes) {
     uint64_t hb = 0, hi = 0;
     LJ_TRY(hash_file(w->bin_fd, w->bin_tmp, (size_t)w->bin_bytes, 1, &hb));
     LJ_TRY(hash_file(w->idx_fd, w->idx_tmp, (size_t)idx_bytes, 0, &hi));
-    char text[400];
+    char text[400], eod[64] = "";
+    if (w->eod_token >= 0) snprintf(eod, sizeof eod, ", \"%s\": %d", LJ_MMIDX_EOD_FIELD, (int)w->eod_token);
     const int n = snprintf(text, sizeof text,
                            "{\"format\": \"ljperf-dataset-fingerprint\", \"version\": 1, \"bin_bytes\": %" PRId64
                            ", \"bin_xxh3_64\": \"%016" PRIx64 "\", \"idx_bytes\": %" PRId64 ", \"idx_xxh3_64\": \"%016" PRIx64
-                           "\"}\n", w->bin_bytes, hb, idx_bytes, hi);
+                           "\"%s}\n", w->bin_bytes, hb, idx_bytes, hi, eod);
     int fd = open(w->fp_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->fp_tmp, strerror(errno));
     lj_status st = write_all(fd, w->fp_tmp, text, (size_t)n);
@@ -258,53 +265,254 @@ static void free_writer(lj_mmidx_writer *w) {
     free(w);
 }
 
+/* ---- the install: versions and one pointer (mmidx.h) ---- */
+
+static const char *const k_kinds[3] = {".bin", ".idx", LJ_MMIDX_FINGERPRINT_SUFFIX};
+
+/* The names of an install of PREFIX = DIR/BASE. */
+typedef struct {
+    char *dir, *base;      /* DIR ("." when PREFIX has no slash), BASE */
+    char *versions;        /* PREFIX.versions */
+    char *current;         /* PREFIX.current */
+} install_names;
+
+static void names_init(install_names *n, const char *prefix) {
+    const char *slash = strrchr(prefix, '/');
+    n->base = lj_strdup(slash ? slash + 1 : prefix);
+    if (slash) {
+        n->dir = lj_strdup(prefix);
+        n->dir[slash == prefix ? 1 : slash - prefix] = '\0';
+    } else {
+        n->dir = lj_strdup(".");
+    }
+    n->versions = path_with(prefix, ".versions");
+    n->current = path_with(prefix, ".current");
+}
+
+static void names_free(install_names *n) {
+    free(n->dir);
+    free(n->base);
+    free(n->versions);
+    free(n->current);
+}
+
+/* PREFIX.versions/K/BASE<kind>. */
+static char *version_file(const install_names *n, int k, const char *kind) {
+    size_t len = strlen(n->versions) + strlen(n->base) + strlen(kind) + 32;
+    char *p = lj_malloc(len);
+    snprintf(p, len, "%s/%d/%s%s", n->versions, k, n->base, kind);
+    return p;
+}
+
+static char *version_dir(const install_names *n, int k) {
+    size_t len = strlen(n->versions) + 24;
+    char *p = lj_malloc(len);
+    snprintf(p, len, "%s/%d", n->versions, k);
+    return p;
+}
+
+/* The version PREFIX.current points to, or -1 when it is not a link of ours. */
+static int current_version(const install_names *n) {
+    char target[4096];
+    ssize_t len = readlink(n->current, target, sizeof target - 1);
+    if (len <= 0) return -1;
+    target[len] = '\0';
+    const size_t b = strlen(n->base);
+    int k = -1, end = 0;
+    if (strncmp(target, n->base, b) != 0 || strncmp(target + b, ".versions/", 10) != 0) return -1;
+    if (sscanf(target + b + 10, "%d%n", &k, &end) != 1 || target[b + 10 + end] != '\0' || k < 0) return -1;
+    return k;
+}
+
+/* Removes version directory k (its three files; a leftover of a killed prepare may hold fewer). */
+static void remove_version(const install_names *n, int k) {
+    for (int i = 0; i < 3; i++) {
+        char *f = version_file(n, k, k_kinds[i]);
+        unlink(f);
+        free(f);
+    }
+    char *d = version_dir(n, k);
+    rmdir(d);
+    free(d);
+}
+
+/* Removes every version but `keep` (what killed prepares left) and returns the next free number. */
+static int sweep_versions(const install_names *n, int keep) {
+    int next = keep + 1;
+    DIR *d = opendir(n->versions);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int k = -1, end = 0;
+        if (sscanf(e->d_name, "%d%n", &k, &end) != 1 || e->d_name[end] != '\0' || k < 0) continue;
+        if (k != keep) remove_version(n, k);
+        if (k >= next) next = k + 1;
+    }
+    if (d) closedir(d);
+    return next;
+}
+
+/* Points `path` at `target` (a symbolic link), replacing what is there in one rename. */
+static lj_status switch_link(const char *path, const char *target) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    unlink(tmp);
+    if (symlink(target, tmp) != 0) return lj_fail(LJ_ERR_IO, "%s: cannot create a symbolic link: %s", tmp, strerror(errno));
+    if (rename(tmp, path) != 0) {
+        const int err = errno;
+        unlink(tmp);
+        return lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(err));
+    }
+    return LJ_OK;
+}
+
+/* A dataset of an older prepare, or of Megatron's preprocess_data.py, is the regular files
+ * PREFIX.bin / .idx (/ .fingerprint.json): they become version `k` by hard links (no copy),
+ * PREFIX.current points to it, and PREFIX.bin ... are switched to links one at a time: each
+ * names the same bytes before and after, so the old dataset stays readable throughout. */
+static lj_status adopt_regular_files(const install_names *n, const char *prefix, int k, int *adopted) {
+    *adopted = 0;
+    struct stat sb;
+    int any = 0;
+    for (int i = 0; i < 2; i++) {
+        char *p = path_with(prefix, k_kinds[i]);
+        if (lstat(p, &sb) == 0 && !S_ISLNK(sb.st_mode)) any = 1;
+        free(p);
+    }
+    if (!any) return LJ_OK;
+    char *d = version_dir(n, k);
+    lj_status st = mkdir(d, 0755) == 0 ? LJ_OK : lj_fail(LJ_ERR_IO, "%s: cannot create: %s", d, strerror(errno));
+    free(d);
+    for (int i = 0; i < 3 && st == LJ_OK; i++) {
+        char *p = path_with(prefix, k_kinds[i]), *v = version_file(n, k, k_kinds[i]);
+        if (lstat(p, &sb) == 0 && !S_ISLNK(sb.st_mode)) {
+            if (!S_ISREG(sb.st_mode))
+                st = lj_fail(LJ_ERR_IO, "%s: not a regular file (%s); the dataset there is left as it is and the new one "
+                                        "is not installed: remove or rename it", p, S_ISDIR(sb.st_mode) ? "a directory" : "");
+            else if (link(p, v) != 0)
+                st = lj_fail(LJ_ERR_IO, "%s: cannot link it to %s to keep it while the new dataset is installed: %s", p, v,
+                             strerror(errno));
+        }
+        free(p);
+        free(v);
+    }
+    if (st != LJ_OK) {
+        remove_version(n, k);
+        return st;
+    }
+    char target[600];
+    snprintf(target, sizeof target, "%s.versions/%d", n->base, k);
+    st = switch_link(n->current, target);
+    if (st != LJ_OK) remove_version(n, k);
+    else *adopted = 1;
+    return st;
+}
+
+/* PREFIX.bin, .idx, .fingerprint.json as the links BASE.current/BASE<kind>. */
+static lj_status fixed_links(const install_names *n, const char *prefix) {
+    for (int i = 0; i < 3; i++) {
+        char target[600], have[600];
+        snprintf(target, sizeof target, "%s.current/%s%s", n->base, n->base, k_kinds[i]);
+        char *p = path_with(prefix, k_kinds[i]);
+        struct stat sb;
+        ssize_t len = readlink(p, have, sizeof have - 1);
+        lj_status st = LJ_OK;
+        if (len > 0 && (size_t)len == strlen(target) && memcmp(have, target, (size_t)len) == 0) {
+            /* in place */
+        } else if (lstat(p, &sb) == 0 && !S_ISLNK(sb.st_mode) && !S_ISREG(sb.st_mode)) {
+            st = lj_fail(LJ_ERR_IO, "%s: not a regular file; the new dataset is not installed: remove or rename it", p);
+        } else {
+            st = switch_link(p, target);
+        }
+        free(p);
+        if (st != LJ_OK) return st;
+    }
+    return LJ_OK;
+}
+
+/* Moves the finished .bin and .idx into PREFIX.versions/K/ (the sidecar is written there). */
+static lj_status place_files(lj_mmidx_writer *w, const install_names *n, int k) {
+    char *d = version_dir(n, k);
+    lj_status st = LJ_OK;
+    char *bin = version_file(n, k, ".bin"), *idx = version_file(n, k, ".idx");
+    if (w->unnamed) {
+        st = name_unnamed(w->bin_fd, bin);
+        if (st == LJ_OK) st = name_unnamed(w->idx_fd, idx);
+    } else if (st == LJ_OK) {
+        if (rename(w->bin_tmp, bin) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->bin_tmp, bin, strerror(errno));
+        else if (rename(w->idx_tmp, idx) != 0)
+            st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->idx_tmp, idx, strerror(errno));
+    }
+    if (st == LJ_OK) {
+        int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
+    free(d);
+    free(bin);
+    free(idx);
+    return st;
+}
+
 lj_status lj_mmidx_writer_finish(lj_mmidx_writer *w) {
     lj_status st = flush_bin(w);
     if (st == LJ_OK) st = write_idx(w);
     if (st == LJ_OK && fsync(w->bin_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->bin_tmp, strerror(errno));
     if (st == LJ_OK && fsync(w->idx_fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->idx_tmp, strerror(errno));
+    if (st != LJ_OK) {
+        lj_mmidx_writer_abort(w);
+        return st;
+    }
+    /* PREFIX without its suffix: bin_path is PREFIX.bin */
+    char *prefix = lj_strdup(w->bin_path);
+    prefix[strlen(prefix) - 4] = '\0';
+    install_names n;
+    names_init(&n, prefix);
+    if (mkdir(n.versions, 0755) != 0 && errno != EEXIST)
+        st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", n.versions, strerror(errno));
+    const int old = current_version(&n);
+    int k = st == LJ_OK ? sweep_versions(&n, old) : 0;
+    if (st == LJ_OK) { /* the new version's directory; the sidecar is written straight into it */
+        char *d = version_dir(&n, k);
+        if (mkdir(d, 0755) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", d, strerror(errno));
+        free(d);
+        free(w->fp_tmp);
+        w->fp_tmp = version_file(&n, k, k_kinds[2]);
+    }
     if (st == LJ_OK) {
         struct stat sb;
         st = fstat(w->idx_fd, &sb) == 0 ? write_fingerprint(w, (int64_t)sb.st_size)
                                          : lj_fail(LJ_ERR_IO, "%s: cannot stat: %s", w->idx_tmp, strerror(errno));
     }
-    if (st == LJ_OK && w->unnamed) {
-        st = name_unnamed(w->bin_fd, w->bin_tmp);
-        if (st == LJ_OK) st = name_unnamed(w->idx_fd, w->idx_tmp);
-        w->unnamed = 0; /* named now: abort unlinks them */
-    }
+    int adopted = 0;
+    if (st == LJ_OK) st = place_files(w, &n, k);
     if (st == LJ_OK) {
-        int a = close(w->bin_fd), b = close(w->idx_fd);
-        w->bin_fd = w->idx_fd = -1;
-        if (a != 0 || b != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot close: %s", w->bin_tmp, strerror(errno));
+        w->unnamed = 0; /* named inside the version directory now */
+        st = adopt_regular_files(&n, prefix, k + 1, &adopted);
     }
-    if (st == LJ_OK && rename(w->bin_tmp, w->bin_path) != 0)
-        st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s", w->bin_tmp, w->bin_path, strerror(errno));
-    if (st != LJ_OK) { /* nothing replaced yet */
-        lj_mmidx_writer_abort(w);
-        return st;
+    if (st == LJ_OK) st = fixed_links(&n, prefix);
+    /* the one step that replaces the dataset: before it the old one is read, after it the new */
+    char target[600];
+    snprintf(target, sizeof target, "%s.versions/%d", n.base, k);
+    if (st == LJ_OK) st = switch_link(n.current, target);
+    if (st == LJ_OK) {
+        fsync_dir_of(prefix);
+        if (adopted) remove_version(&n, k + 1);
+        if (old >= 0) remove_version(&n, old);
+    } else {
+        remove_version(&n, k); /* the new dataset; the old one is untouched */
     }
-    /* the new .bin is in place: from here a failure deletes nothing, and the old .idx (or its
-     * sidecar) disagrees with it, so `train` refuses the pair until the rest is renamed */
-    const char *from = NULL, *to = NULL;
-    if (rename(w->fp_tmp, w->fp_path) != 0) from = w->fp_tmp, to = w->fp_path;
-    else if (rename(w->idx_tmp, w->idx_path) != 0) from = w->idx_tmp, to = w->idx_path;
-    if (from) {
-        const int err = errno;
-        if (to == w->fp_path)
-            st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s; %s is the new one, and its index is %s with the "
-                                    "fingerprint %s: rename both into place (or run prepare again; train refuses the "
-                                    "mixed pair until then)", from, to, strerror(err), w->bin_path, w->idx_tmp, w->fp_tmp);
-        else
-            st = lj_fail(LJ_ERR_IO, "%s: cannot rename to %s: %s; %s and %s are the new ones, and the new index is %s: "
-                                    "rename it into place (or run prepare again; train refuses the mixed pair until then)",
-                         from, to, strerror(err), w->bin_path, w->fp_path, w->idx_tmp);
-        free_writer(w); /* the temporaries stay: they are the new dataset */
-        return st;
+    int a = close(w->bin_fd), b = close(w->idx_fd);
+    w->bin_fd = w->idx_fd = -1;
+    if (st == LJ_OK && (a != 0 || b != 0)) st = lj_fail(LJ_ERR_IO, "%s: cannot close: %s", w->bin_path, strerror(errno));
+    if (!w->unnamed) { /* the temporaries are in the version directory or gone */
+        unlink(w->bin_tmp);
+        unlink(w->idx_tmp);
     }
-    fsync_dir_of(w->bin_path);
+    names_free(&n);
+    free(prefix);
     free_writer(w);
-    return LJ_OK;
+    return st;
 }
 
 void lj_mmidx_writer_abort(lj_mmidx_writer *w) {

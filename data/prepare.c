@@ -663,6 +663,7 @@ lj_status lj_prepare_run(const lj_prepare_config *c, lj_prepare_stats *stats) {
     t0 = lj_time_sec();
     lj_mmidx_writer *w = NULL;
     st = open_output(c->output_prefix, s->dtype_code, &w);
+    if (st == LJ_OK && c->append_eos) lj_mmidx_writer_set_eod(w, lj_tokenizer_eos_id(p.tok)); /* the separator */
     pthread_t *threads = NULL;
     if (st == LJ_OK) {
         p.nworkers = c->workers > 0 ? c->workers : lj_num_threads();

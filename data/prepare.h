@@ -11,7 +11,8 @@
  * EOS last when append_eos (the default, like Megatron's --append-eod).
  *
  * Errors (each names the file and the line or field; the outputs are left as they were: the
- * dataset is written under temporary names, removed on error, renamed at the end):
+ * dataset is written under temporary names, removed on error, and installed at the end as a new
+ * version behind one link, data/mmidx.h):
  *   LJ_ERR_IO      an input or the tokenizer cannot be read, the output cannot be written;
  *   LJ_ERR_FORMAT  a .jsonl line that is not a JSON object or lacks the key (file:line), invalid
  *                  UTF-8 (file:line and byte offset) unless utf8_replace, a bad tokenizer.json;

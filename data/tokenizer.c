@@ -669,6 +669,15 @@ static lj_status load_added(lj_tokenizer *t, const cJSON *root) {
         if (t->n_norms > 0 && (normalized ? cJSON_IsTrue(normalized) : !json_is_true(e, "special")))
             return lj_fail(LJ_ERR_UNSUPPORTED, "%s: added_tokens (id %d, \"%s\"): normalized true with a normalizer is "
                            "not supported (ljperf matches added tokens on the raw text)", t->path, id, content->valuestring);
+        /* an id the vocabulary (or another added token) already gives to other text: transformers
+         * encodes the added text to it and decodes it as the added text, so every occurrence of the
+         * ordinary token would change meaning (a document end read as "&") */
+        if (t->tok_kind[id] && (t->tok[id].len != n || memcmp(t->bytes + t->tok[id].off, content->valuestring, n) != 0))
+            return lj_fail(LJ_ERR_FORMAT, "%s: added_tokens (id %d, \"%s\") takes the id of %s \"%.*s\": each id "
+                                          "must name one token (give the added token an id of its own)",
+                           t->path, id, content->valuestring,
+                           t->tok_kind[id] == 1 ? "the ordinary token (model.vocab)" : "the added token",
+                           (int)t->tok[id].len, t->bytes + t->tok[id].off);
         added_token *a = &t->added[t->n_added++];
         a->id = id;
         a->special = json_is_true(e, "special");

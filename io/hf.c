@@ -7,9 +7,11 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "io/safetensors.h"
 
@@ -38,6 +40,48 @@ static cJSON *json_uint(uint64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
     return cJSON_CreateRaw(buf);
+}
+
+/* ---- the checksums sidecar (LJ_HF_CHECKSUMS_FILE) ---- */
+
+static void hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016" PRIx64, h); }
+
+/* Adds {tensor: XXH3-64 of its bytes} of the written file `dir/name` to `files` under "name". */
+static lj_status checksum_file(const char *dir, const char *name, cJSON *files) {
+    char *path = path_join(dir, name);
+    lj_safetensors st;
+    lj_status s = lj_safetensors_open(&st, path);
+    free(path);
+    if (s != LJ_OK) return s;
+    cJSON *o = cJSON_AddObjectToObject(files, name);
+    for (int i = 0; i < st.count; i++) {
+        char h[17];
+        hex64(XXH3_64bits(st.entries[i].data, (size_t)(st.entries[i].end - st.entries[i].begin)), h);
+        cJSON_AddStringToObject(o, st.entries[i].name, h);
+    }
+    lj_safetensors_close(&st);
+    return LJ_OK;
+}
+
+/* Writes dir/LJ_HF_CHECKSUMS_FILE for the weight files `names[n]`, read back from disk: the
+ * bytes a later load will hash. */
+static lj_status write_checksums(const char *dir, const char *const *names, int n) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "ljperf-checksums");
+    cJSON_AddNumberToObject(root, "version", 1);
+    cJSON_AddStringToObject(root, "algorithm", "xxh3_64");
+    cJSON *files = cJSON_AddObjectToObject(root, "files");
+    lj_status s = LJ_OK;
+    for (int k = 0; k < n && s == LJ_OK; k++) s = checksum_file(dir, names[k], files);
+    if (s == LJ_OK) {
+        char *text = cJSON_Print(root);
+        char *path = path_join(dir, LJ_HF_CHECKSUMS_FILE);
+        s = lj_file_write_atomic(path, text, strlen(text));
+        free(path);
+        free(text);
+    }
+    cJSON_Delete(root);
+    return s;
 }
 
 /* The export of params, or of `read` when params is NULL. */
@@ -72,6 +116,8 @@ static lj_status export_into(const char *dir, const lj_model_config *cfg, const 
         path = path_join(dir, SINGLE_FILE);
         s = lj_safetensors_write(path, ts, lo.count, meta_keys, meta_values, 1);
         free(path);
+        const char *single[1] = {SINGLE_FILE};
+        if (s == LJ_OK) s = write_checksums(dir, single, 1);
         goto out;
     }
     /* Greedy split in layout order, as transformers' shard_checkpoint does. */
@@ -88,9 +134,12 @@ static lj_status export_into(const char *dir, const lj_model_config *cfg, const 
     cJSON *index = cJSON_CreateObject();
     cJSON_AddItemToObject(cJSON_AddObjectToObject(index, "metadata"), "total_size", json_uint(total));
     cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    char(*names)[64] = lj_calloc((size_t)nshards, sizeof *names);
+    const char **name_ptrs = lj_calloc((size_t)nshards, sizeof *name_ptrs);
     for (int k = 0; k < nshards && s == LJ_OK; k++) {
-        char name[64];
-        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+        char *name = names[k];
+        name_ptrs[k] = name;
+        snprintf(name, sizeof names[k], "model-%05d-of-%05d.safetensors", k + 1, nshards);
         path = path_join(dir, name);
         s = lj_safetensors_write(path, ts + first[k], first[k + 1] - first[k], meta_keys, meta_values, 1);
         free(path);
@@ -103,6 +152,9 @@ static lj_status export_into(const char *dir, const lj_model_config *cfg, const 
         free(path);
         free(text);
     }
+    if (s == LJ_OK) s = write_checksums(dir, name_ptrs, nshards);
+    free(names);
+    free(name_ptrs);
     cJSON_Delete(index);
     free(first);
 out:
@@ -335,6 +387,43 @@ static lj_status check_extra(const hf_source *src, const lj_model_config *cfg, c
     return LJ_OK;
 }
 
+/* Checks each tensor the import reads (entries[n] of files[n]) against dir/LJ_HF_CHECKSUMS_FILE
+ * when there is one (an export of ljperf; other checkpoints have none). */
+static lj_status verify_checksums(const char *dir, const lj_st_entry *const *entries, const lj_safetensors *const *files,
+                                  int n) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return LJ_OK; /* a single .safetensors path */
+    char *path = path_join(dir, LJ_HF_CHECKSUMS_FILE);
+    if (access(path, F_OK) != 0) {
+        free(path);
+        return LJ_OK;
+    }
+    char *text = NULL;
+    lj_status s = lj_file_read_all(path, &text, NULL);
+    cJSON *root = s == LJ_OK ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *recorded = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (s == LJ_OK && !cJSON_IsObject(recorded))
+        s = lj_fail(LJ_ERR_FORMAT, "%s: not a checksums file (no \"files\" object)", path);
+    for (int i = 0; i < n && s == LJ_OK; i++) {
+        const char *base = strrchr(files[i]->path, '/');
+        base = base ? base + 1 : files[i]->path;
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(recorded, base),
+                                                             entries[i]->name);
+        if (!want) continue; /* not recorded */
+        char have[17];
+        hex64(XXH3_64bits(entries[i]->data, (size_t)(entries[i]->end - entries[i]->begin)), have);
+        if (!cJSON_IsString(want) || strcmp(have, want->valuestring) != 0)
+            s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' fails its checksum (XXH3-64 %s, recorded %.16s in %s): the file "
+                                       "is damaged; export it again (or restore it)",
+                        files[i]->path, entries[i]->name, have, cJSON_IsString(want) ? want->valuestring : "?",
+                        LJ_HF_CHECKSUMS_FILE);
+    }
+    cJSON_Delete(root);
+    free(path);
+    return s;
+}
+
 lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *params) {
     hf_source src;
     LJ_TRY(open_source(&src, dir));
@@ -353,6 +442,7 @@ lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *param
         if (s == LJ_OK) s = check_entry(files[i], entries[i], &lo.params[i]);
     }
     if (s == LJ_OK) s = check_extra(&src, cfg, &lo);
+    if (s == LJ_OK) s = verify_checksums(dir, entries, files, lo.count);
     for (int i = 0; i < lo.count && s == LJ_OK; i++) s = lj_safetensors_read_f32(files[i], entries[i], params + lo.params[i].offset);
     free(entries);
     free(files);

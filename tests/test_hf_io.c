@@ -312,6 +312,55 @@ static void test_bad_wrong_shape(void **state) {
     free(q);
 }
 
+/* Flips one byte inside tensor `name` of the safetensors file `path` (8-byte header length, the
+ * JSON header, then the data). */
+static void flip_tensor_byte(const char *path, const char *name) {
+    lj_safetensors st;
+    assert_int_equal(lj_safetensors_open(&st, path), LJ_OK);
+    const lj_st_entry *e = lj_safetensors_find(&st, name);
+    assert_non_null(e);
+    const uint64_t begin = e->begin;
+    lj_safetensors_close(&st);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    uint64_t n = 0;
+    assert_int_equal(fread(&n, 8, 1, f), 1);
+    assert_int_equal(fseek(f, (long)(8 + n + begin + 3), SEEK_SET), 0);
+    const int c = fgetc(f);
+    assert_int_equal(fseek(f, (long)(8 + n + begin + 3), SEEK_SET), 0);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* A damaged export (one flipped byte in a tensor) is refused by its checksums sidecar, naming the
+ * file and the tensor; single-file and sharded. */
+static void test_bad_damaged_export(void **state) {
+    (void)state;
+    lj_model_config c = tiny_config(0);
+    float *p = random_params(&c, 5);
+    const int64_t n = lj_config_num_params(&c);
+    float *q = lj_malloc((size_t)n * sizeof(float));
+    char *dir = tmp_path("damaged");
+    assert_int_equal(lj_hf_export(dir, &c, p, LJ_DTYPE_BF16, 0), LJ_OK);
+    assert_true(file_exists(dir, LJ_HF_CHECKSUMS_FILE));
+    assert_int_equal(lj_hf_import(dir, &c, q), LJ_OK);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    flip_tensor_byte(path, "model.layers.1.self_attn.k_proj.weight");
+    expect_error(lj_hf_import(dir, &c, q), LJ_ERR_FORMAT, "damaged/model.safetensors",
+                 "tensor 'model.layers.1.self_attn.k_proj.weight' fails its checksum", LJ_HF_CHECKSUMS_FILE);
+    /* sharded: the shard is named */
+    assert_int_equal(lj_hf_export(dir, &c, p, LJ_DTYPE_F32, 4000), LJ_OK);
+    assert_int_equal(lj_hf_import(dir, &c, q), LJ_OK);
+    snprintf(path, sizeof path, "%s/model-00001-of-%05d.safetensors", dir, count_entries(dir, "-of-"));
+    flip_tensor_byte(path, "model.embed_tokens.weight");
+    expect_error(lj_hf_import(dir, &c, q), LJ_ERR_FORMAT, "model-00001-of-",
+                 "tensor 'model.embed_tokens.weight' fails its checksum", NULL);
+    free(dir);
+    free(p);
+    free(q);
+}
+
 static void test_bad_dtype_and_missing(void **state) {
     (void)state;
     lj_model_config c = tiny_config(0);
@@ -467,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_import_extras),
         cmocka_unit_test(test_bad_wrong_shape),
         cmocka_unit_test(test_bad_dtype_and_missing),
+        cmocka_unit_test(test_bad_damaged_export),
         cmocka_unit_test(test_bad_sharded_index),
         cmocka_unit_test(test_bad_dropped_tensors),
         cmocka_unit_test(test_bad_config_missing_hidden_size),

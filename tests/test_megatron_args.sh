@@ -211,6 +211,19 @@ diff <(losses "$tmp/plain.jsonl") <(losses "$tmp/plain2.jsonl") || fail "the def
 "$LJPERF" train --model "$tmp/nano-128384.json" --mock-data --device cpu --seq-length 32 --micro-batch-size 2 --quiet \
   --eval-iters 0 --train-iters 1 "${dm[@]}" >/dev/null 2>"$tmp/dm-mock.err" || { cat "$tmp/dm-mock.err"; fail "mock"; }
 grep -q "end-of-document id 128383 (the mock documents')" "$tmp/dm-mock.err" || fail "the mock EOD id not used"
+# Qwen3: prepare ends documents with <|endoftext|> (151643), the model's eos_token_id is <|im_end|>
+# (151645); the masking takes the separator the dataset records, so the flags change the losses
+"$LJPERF" prepare --input "$tmp/verses.txt" --split-on blank-line --output-prefix "$tmp/qverses" --tokenizer qwen3 \
+  >/dev/null 2>&1 || fail "prepare qwen3 verses"
+grep -q '"eod_token_id": 151643' "$tmp/qverses.fingerprint.json" || fail "the qwen3 dataset does not record its EOD"
+qcommon=(--model qwen3-tiny --device cpu --data-path "$tmp/qverses" --seq-length 32 --micro-batch-size 2 --eval-iters 0
+         --train-iters 2 --tokenizer qwen3)
+"$LJPERF" train "${qcommon[@]}" --quiet --log-json "$tmp/qplain.jsonl" >/dev/null 2>&1 || fail "qwen3 plain run"
+"$LJPERF" train "${qcommon[@]}" "${dm[@]}" --log-json "$tmp/qdm.jsonl" >/dev/null 2>"$tmp/qdm.err" \
+  || { cat "$tmp/qdm.err"; fail "qwen3 document masking run"; }
+grep -q "document masking at end-of-document id 151643, the one .*qverses.fingerprint.json records" "$tmp/qdm.err" \
+  || { cat "$tmp/qdm.err"; fail "the qwen3 separator not said"; }
+! diff -q <(losses "$tmp/qplain.jsonl") <(losses "$tmp/qdm.jsonl") >/dev/null || fail "qwen3: the flags changed nothing"
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
 if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
   fail "benchmark --reset-attention-mask without --data accepted"

@@ -102,7 +102,7 @@ if [ -s "$cache/data/kjv.txt" ]; then
   same "$tmp/kjv1.bin" "$tmp/kjv3.bin" "KJV (one document) with 1 and 3 workers"
   same "$tmp/kjvb1.bin" "$tmp/kjvb3.bin" "KJV (chapters) with 1 and 3 workers"
   same "$tmp/kjvb1.idx" "$tmp/kjvb3.idx" "KJV (chapters) .idx with 1 and 3 workers"
-  rm -f "$tmp"/kjv*
+  rm -rf "$tmp"/kjv* # the files and their version directories
   ok "same bytes with 1 and 3 workers"
 else
   fail "$cache/data/kjv.txt is missing; run scripts/setup.sh"

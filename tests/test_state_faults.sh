@@ -4,13 +4,15 @@
 #   - checkpoints: a flipped byte in a shard file or in state.safetensors is named (file, tensor and
 #     parameter), and a missing or truncated shard file or a slice beyond it; a second run on
 #     one --save is refused before it trains, and a killed one leaves no stuck lock; leftovers of a
-#     killed save are removed; state.json's iteration and consumed samples are checked;
+#     killed save are removed; state.json's iteration and consumed samples are checked; a missing
+#     metadata.json is named; --load D --save D after a kill in the first save starts fresh; a
+#     damaged HF export is refused by generate and --load (its checksums sidecar);
 #   - divergence: a non-finite step is never applied nor saved, --check-for-nan-in-loss-and-grad
 #     stops the run, without it --max-consecutive-skipped-iterations does; the latest checkpoint
 #     stays the good one;
-#   - datasets: a .bin replaced beside its .idx (a prepare killed between its renames) or changed
-#     is refused naming the files; a failed rename deletes nothing; a pair without a fingerprint
-#     (Megatron's) is checked by sizes;
+#   - datasets: a .bin replaced beside its .idx or changed is refused naming the files; a failed
+#     install deletes nothing; a prepare killed at any of its install steps (strace) leaves the old
+#     dataset or the new one; a pair without a fingerprint (Megatron's) is checked by sizes;
 #   - config and flags: sizes above their limits, negative token ids, hidden_size not divisible by
 #     the heads, --global-batch-size 0, --output-prefix DIR/, an odd --data-path with weights, an
 #     .idx that is a directory, a missing --model X.json, a duplicated .jsonl key, --train-iters 0.
@@ -63,6 +65,38 @@ python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); m["tensor
 expect_fail "a slice beyond its shard file is refused" "metadata.json: tensor 'adam.v': slice \[[0-9]+, [0-9]+\) lies beyond" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
 rm -rf "$ck/iter_0000003" && cp -r "$tmp/iter3.good" "$ck/iter_0000003"
+mv "$ck/iter_0000003/metadata.json" "$tmp/metadata.aside"
+expect_fail "a missing metadata.json is named" "iter_0000003/metadata.json is missing: the sharded checkpoint's shard files \(shard_00000_of_00001.bin" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 4 --load "$ck"
+grep -q "state.safetensors" "$tmp/err" && bad "a missing metadata.json is reported as state.safetensors"
+mv "$tmp/metadata.aside" "$ck/iter_0000003/metadata.json"
+# a kill during the very first save leaves iter_NNNNNNN.tmp.PID alone: the unchanged command line
+# (--load D --save D) starts fresh with one warning
+mkdir -p "$tmp/first/iter_0000001.tmp.2147483646" && : > "$tmp/first/iter_0000001.tmp.2147483646/state.json"
+"$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --load "$tmp/first" --save "$tmp/first" \
+  >/dev/null 2>"$tmp/err"; rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "no complete checkpoint there yet; starting from scratch" "$tmp/err")" = 1 ] \
+   && [ -d "$tmp/first/iter_0000001" ] && ! ls "$tmp/first" | grep -q '\.tmp\.'; then
+  ok "--load D --save D after a killed first save starts fresh with one warning"
+else bad "--load D --save D after a killed first save (status $rc): $(tail -2 "$tmp/err")"; fi
+# a damaged HF export (one flipped byte) is refused by its checksums, naming the file and the tensor
+"$LJPERF" generate --load "$ck/iter_0000003/hf" --prompt "In the" --max-new-tokens 2 --device cpu >/dev/null 2>&1 \
+  || bad "generate on the intact export"
+cp "$ck/iter_0000003/hf/model.safetensors" "$tmp/hf.good"
+python3 - "$ck/iter_0000003/hf/model.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n])
+b[8 + n + h['model.layers.0.mlp.down_proj.weight']['data_offsets'][0] + 6] ^= 0x04
+open(p, 'wb').write(b)
+PY
+expect_fail "generate on a damaged HF export names the file and tensor" \
+  "hf/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' fails its checksum .*model.safetensors.checksums.json" \
+  "$LJPERF" generate --load "$ck/iter_0000003/hf" --prompt "In the" --max-new-tokens 2 --device cpu
+expect_fail "--load of a damaged HF export names the file and tensor" \
+  "hf/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' fails its checksum" \
+  "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --load "$ck/iter_0000003/hf"
+cp "$tmp/hf.good" "$ck/iter_0000003/hf/model.safetensors"
 # the single-file format (--ckpt-format torch)
 "$LJPERF" train "${common[@]}" --data-path "$tmp/a" --train-iters 1 --save "$tmp/ck1" --ckpt-format torch >/dev/null 2>&1 \
   || bad "a run that saves one state.safetensors"
@@ -139,12 +173,64 @@ rm "$tmp/m.fingerprint.json"; cp "$tmp/a.bin" "$tmp/m.bin"
 cp "$tmp/b.bin" "$tmp/m.bin"
 expect_fail "without a fingerprint, a .bin longer than its .idx is refused" "m\.bin: [0-9]+ bytes, more than" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/m" --train-iters 1
-# a failed rename deletes nothing: the .idx name is taken by a directory
+# a failed install deletes nothing: the .idx name is taken by a directory
 mkdir -p "$tmp/r.idx/keep"; cp "$tmp/a.bin" "$tmp/r.bin"
-expect_fail "a failed rename is reported" "cannot rename to .*r\.idx" \
+expect_fail "a failed install is reported" "r\.idx: not a regular file" \
   "$LJPERF" prepare --input "$tmp/b.txt" --split-on blank-line --output-prefix "$tmp/r"
-[ -d "$tmp/r.idx/keep" ] && [ -s "$tmp/r.bin" ] && ls "$tmp"/r.idx.tmp.* >/dev/null 2>&1 \
-  && ok "a failed rename deleted nothing (the new index kept under its temporary name)" || bad "a failed rename deleted files"
+[ -d "$tmp/r.idx/keep" ] && [ -f "$tmp/r.bin" ] && [ ! -L "$tmp/r.bin" ] && cmp -s "$tmp/a.bin" "$tmp/r.bin" \
+  && ok "a failed install deleted nothing" || bad "a failed install changed files"
+
+# the install of a dataset is atomic: prepare writes PREFIX.versions/K/ and switches the one link
+# PREFIX.current (PREFIX.bin, .idx, .fingerprint.json are links through it), so a kill at any of
+# its renames, links, unlinks and mkdirs leaves the old dataset or the new one, never a mixed pair;
+# from a pair of regular files (Megatron's, an older prepare) and from an installed one
+if [ -n "${LJ_TEST_EMULATOR:-}" ]; then
+  echo "skip: the dataset install's kill points (an emulated run: strace would trace the emulator)"
+elif ! strace -f -qq -o /dev/null true 2>/dev/null; then
+  bad "strace cannot trace here (not installed, or ptrace is not permitted): run scripts/setup.sh"
+else
+  calls='/^(rename|link|symlink|unlink|mkdir|rmdir)'
+  ks="$tmp/ks"
+  for from in regular installed; do
+    rm -rf "$ks.template" && mkdir -p "$ks.template"
+    if [ $from = regular ]; then cp "$tmp/a.bin" "$tmp/a.idx" "$tmp/a.fingerprint.json" "$ks.template/"
+    else "$LJPERF" prepare --input "$tmp/a.txt" --split-on blank-line --output-prefix "$ks.template/a" >/dev/null 2>&1; fi
+    rm -rf "$ks" && cp -a "$ks.template" "$ks"
+    (cd "$ks" && strace -f -qq -o "$tmp/install.strace" -e trace="$calls" "$LJPERF" prepare --input "$tmp/b.txt" \
+      --split-on blank-line --output-prefix a >/dev/null 2>&1) || bad "prepare under strace ($from)"
+    for k in .bin .idx .fingerprint.json; do cp "$ks/a$k" "$tmp/new$k"; done
+    sed -E 's/^[0-9]+ +//; s/\(.*//' "$tmp/install.strace" > "$tmp/install.calls"
+    n=$(wc -l < "$tmp/install.calls"); kills=0; mixed=0
+    [ "$n" -ge 8 ] || bad "prepare ($from) made only $n install calls"
+    for i in $(seq 1 "$n"); do
+      name=$(sed -n "${i}p" "$tmp/install.calls")
+      nth=$(head -n "$i" "$tmp/install.calls" | grep -cx "$name")
+      rm -rf "$ks" && cp -a "$ks.template" "$ks"
+      (cd "$ks" && exec strace -f -qq -o /dev/null -e trace="$name" -e inject="$name:signal=KILL:when=$nth" \
+        "$LJPERF" prepare --input "$tmp/b.txt" --split-on blank-line --output-prefix a >/dev/null 2>&1) && continue
+      kills=$((kills + 1))
+      state=
+      for set in old new; do
+        same=1
+        for k in .bin .idx .fingerprint.json; do
+          want="$tmp/a$k"; [ $set = new ] && want="$tmp/new$k"
+          cmp -s "$ks/a$k" "$want" || same=0
+        done
+        [ $same = 1 ] && state=$set
+      done
+      [ -n "$state" ] || { mixed=$((mixed + 1)); echo "  killed at call $i ($name #$nth): neither dataset: $(ls -la "$ks" | tr '\n' ' ')" >&2; }
+    done
+    [ $kills -ge 8 ] || bad "only $kills of $n kills took effect ($from)"
+    [ $mixed = 0 ] && ok "a prepare killed at each of its $n install calls leaves the old or the new dataset ($from)" \
+      || bad "$mixed of $kills killed prepares left neither dataset ($from)"
+    "$LJPERF" prepare --input "$tmp/b.txt" --split-on blank-line --output-prefix "$ks/a" >/dev/null 2>&1 \
+      && "$LJPERF" train "${common[@]}" --data-path "$ks/a" --train-iters 1 >/dev/null 2>&1 \
+      && [ "$(ls "$ks/a.versions")" = "$(readlink "$ks/a.current" | sed 's|.*/||')" ] \
+      && [ "$(ls "$ks" | tr '\n' ' ')" = "a.bin a.current a.fingerprint.json a.idx a.versions " ] \
+      && ok "after the kills, prepare installs again, trains, and keeps one version, no leftovers ($from)" \
+      || bad "after the kills ($from): $(ls "$ks" "$ks/a.versions" | tr '\n' ' ')"
+  done
+fi
 expect_fail "an .idx that is a directory" "r\.idx: cannot open \(Is a directory\)" \
   "$LJPERF" train "${common[@]}" --data-path "$tmp/r" --train-iters 1
 

@@ -289,6 +289,17 @@ static void test_refusals(void **state) {
         int code = strstr(cases[i].field, "PCRE2") ? LJ_ERR_FORMAT : LJ_ERR_UNSUPPORTED;
         expect_load_error(dir, cases[i].name, cases[i].json, code, cases[i].field);
     }
+    /* a special token on the id of an ordinary one: every "&" would decode as the document end */
+    expect_load_error(dir, "collide.json",
+                      "{\"added_tokens\": [{\"id\": 1, \"content\": \"<|endoftext|>\", \"special\": true}], "
+                      "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"&\": 1}, \"merges\": []}}",
+                      LJ_ERR_FORMAT, "added_tokens (id 1, \"<|endoftext|>\") takes the id of the ordinary token "
+                                     "(model.vocab) \"&\"");
+    expect_load_error(dir, "collide2.json",
+                      "{\"added_tokens\": [{\"id\": 1, \"content\": \"<a>\", \"special\": true}, {\"id\": 1, "
+                      "\"content\": \"<b>\", \"special\": true}], \"model\": {\"type\": \"BPE\", \"vocab\": "
+                      "{\"a\": 0}, \"merges\": []}}",
+                      LJ_ERR_FORMAT, "added_tokens (id 1, \"<b>\") takes the id of the added token \"<a>\"");
 }
 
 /* GPT-2's bytes_to_unicode: the byte-level alphabet character of byte b, as UTF-8. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_train_resume.sh: `ljperf train` end to end on the CPU with real KJV tokens:
 #   - a resumed run's losses equal the uninterrupted run's bit for bit (--exit-interval, --load);
+#   - a resume onto another dataset is refused unless --override-data;
 #   - --no-load-optim: the weights and the position, a fresh optimizer and LR schedule;
 #   - SIGTERM mid-run saves a loadable checkpoint and exits 0;
 #   - the HF export in each checkpoint loads back (ljperf generate: seeded sampling is
@@ -37,6 +38,26 @@ losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]
 diff <(losses "$tmp/full.jsonl") <(losses "$tmp/part.jsonl") || fail "resumed losses differ from the uninterrupted run"
 [ "$(losses "$tmp/full.jsonl" | wc -l)" = 6 ] || fail "expected 6 logged iterations"
 echo "resume: 6 losses equal bit for bit"
+
+# 1b. a resume onto another dataset is refused (the checkpoint records each dataset's fingerprint)
+# unless --override-data; the same data under another path is the same data
+head -c 200000 "$kjv" | tail -c 100000 > "$tmp/other.txt"
+"$LJPERF" prepare --input "$tmp/other.txt" --split-on blank-line --output-prefix "$tmp/other" >/dev/null 2>&1 \
+  || fail "prepare other"
+other=("${common[@]/$tmp\/kjv/$tmp/other}")
+if "$LJPERF" train "${other[@]}" --load "$tmp/ckpt/iter_0000003" >/dev/null 2>"$tmp/other.err"; then
+  fail "a resume onto another dataset was accepted"
+fi
+grep -q "iter_0000003/state.json: the run resumes on other data: dataset 0 was .*kjv (.*), --data-path gives .*other" \
+  "$tmp/other.err" || { cat "$tmp/other.err"; fail "the other dataset is not named"; }
+"$LJPERF" train "${other[@]}" --load "$tmp/ckpt/iter_0000003" --override-data >/dev/null 2>"$tmp/other.err" \
+  || { cat "$tmp/other.err"; fail "--override-data"; }
+grep -q "warning: --override-data: .*the run resumes on other data" "$tmp/other.err" || fail "--override-data said nothing"
+mkdir -p "$tmp/moved" && cp "$tmp/kjv.bin" "$tmp/kjv.idx" "$tmp/moved/"
+moved=("${common[@]/$tmp\/kjv/$tmp/moved/kjv}")
+"$LJPERF" train "${moved[@]}" --load "$tmp/ckpt/iter_0000003" >/dev/null 2>"$tmp/moved.err" \
+  || { cat "$tmp/moved.err"; fail "the same data under another path (without its sidecar) was refused"; }
+echo "another dataset: refused unless --override-data"
 
 # 2b. --no-load-optim (Megatron-LM's): from the iteration-3 checkpoint, the weights and the position,
 # not the moments; the optimizer and the LR schedule start again. Iteration 4 then has the

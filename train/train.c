@@ -145,6 +145,7 @@ static lj_run_state state_of(run *r) {
         .consumed_samples = r->consumed_samples,
         .schedule_start = r->schedule_start,
         .no_load_optim = c->no_load_optim,
+        .override_data = c->override_data,
     };
     return st;
 }
@@ -286,6 +287,9 @@ static lj_status setup(run *r) {
     lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
     opt.linear_recipe = c->linear_recipe;
     opt.doc_mask = c->doc_mask;
+    if (lj_doc_mask_any(&c->doc_mask)) /* the separator the data records (prepare's), else the model's EOS */
+        LJ_TRY(lj_loader_eod_token(&r->train_data, c->doc_mask.eod_token, c->model.vocab_size, r->rank == 0,
+                                   &opt.doc_mask.eod_token));
     opt.fp8 = c->fp8;
     lj_model_init(&r->model, c->ops, &c->model, &opt);
     lj_parallelize(&r->model, r->dp.dist);

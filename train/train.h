@@ -57,6 +57,7 @@ typedef struct {
     int keep_last;             /* --keep-last K checkpoints (0: all) */
     lj_dtype hf_dtype;         /* dtype of the HF export in each checkpoint */
     int no_save_hf;            /* --no-save-hf: the HF export in the run's last save only */
+    int override_data;         /* --override-data: resume onto data other than the checkpoint's (checkpoint/state.h) */
     int no_load_optim;         /* --no-load-optim (Megatron-LM's): --load takes the weights, the FP8
                                   recipe state and the position in the run (iteration, consumed
                                   samples, data order), not the AdamW moments; the optimizer and
