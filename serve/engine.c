@@ -567,3 +567,12 @@ int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r) {
     pthread_mutex_unlock(&e->mu);
     return rc;
 }
+
+lj_status lj_serve_engine_update_weights(lj_serve_engine *e, lj_status (*load)(void *ctx), void *ctx) {
+    lj_serve_engine_pause(e, 1);
+    const lj_status s = load(ctx);
+    e->sm->m->ops->synchronize();
+    lj_kv_pool_reset_prefix_cache(&e->pool);
+    lj_serve_engine_pause(e, 0);
+    return s;
+}

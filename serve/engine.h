@@ -90,6 +90,13 @@ void lj_serve_engine_stop(lj_serve_engine *e, int drain);
  * submissions and aborts queue meanwhile. For tests that need a fixed order of events. */
 void lj_serve_engine_pause(lj_serve_engine *e, int paused);
 
+/* Swaps the weights between two steps (SGLang's update_weights_from_disk; the trainer-to-server
+ * handoff): waits for the step under way to end, runs load(ctx) (which writes the model's
+ * weights) while no step runs, drops the prefix cache (its blocks were computed with the old
+ * weights), and resumes. Requests in flight go on with the new weights over the KV cache they
+ * have. Returns load's status. */
+lj_status lj_serve_engine_update_weights(lj_serve_engine *e, lj_status (*load)(void *ctx), void *ctx);
+
 void lj_serve_engine_stats(lj_serve_engine *e, lj_serve_stats *out);
 
 /* A new request: prompt ids[0..n) (copied), parameters, n choices (>= 1), cache_salt (0: none).

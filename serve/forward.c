@@ -10,6 +10,18 @@ size_t lj_serve_kv_bytes_per_token(const lj_model *m) {
     return (size_t)2 * m->spec.KV * m->spec.L * lj_dtype_size(m->ops->act_dtype);
 }
 
+size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_seqs, int max_model_len) {
+    const lj_layer_spec *s = &m->spec;
+    const size_t sa = lj_dtype_size(m->ops->act_dtype), N = (size_t)max_tokens, S = (size_t)max_seqs;
+    const size_t max_blocks = ((size_t)max_model_len + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
+    size_t b = 2 * (size_t)max_model_len * (s->hd / 2) * sizeof(float);              /* RoPE tables */
+    b += N * sa * (4 * (size_t)s->C + (s->qk_norm ? 2 : 1) * (size_t)s->QKV + s->Q + 3 * (size_t)s->I);
+    b += N * sizeof(float) * (1 + (s->qk_norm ? (size_t)(s->nh + s->nkv) : 0));       /* rstd, qk_rstd */
+    b += S * (2 * (size_t)s->C * sa + sizeof(float) + (size_t)s->V * sa);             /* rows, logits */
+    b += (4 * N + S + S * max_blocks) * sizeof(int32_t);                              /* index arrays */
+    return b;
+}
+
 static lj_status take(const lj_ops *ops, void **p, size_t bytes, const char *what) {
     if (ops->alloc(p, bytes < 64 ? 64 : bytes) != LJ_OK)
         return lj_fail(LJ_ERR_OOM, "serve: cannot allocate %s (%zu bytes) on %s", what, bytes, ops->name);
