@@ -8,7 +8,7 @@
 #      compute-sanitizer memcheck (--quick);
 #   2. the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in / 256
 #      out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
-#   3. offline (the engine in-process, no HTTP): 256 prompts of 1000 in / 1000 out, all at once.
+#   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once.
 # Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -74,9 +74,9 @@ if [[ " $steps " == *" 2 "* ]]; then
 fi
 
 if [[ " $steps " == *" 3 "* ]]; then
-  timeout 240 "$lj" bench serve --offline "${model[@]}" --num-prompts 256 --random-input-len 1000 \
+  timeout 240 "$lj" bench serve --offline "${model[@]}" --num-prompts 200 --random-input-len 1000 \
     --random-output-len 1000 --ignore-eos --result-json "$OUT/offline.json" >"$OUT/bench_offline.log" 2>&1
-  say "3. offline 256 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
-  row "offline 256 x 1000/1000" "$OUT/offline.json"
+  say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
+  row "offline 200 x 1000/1000" "$OUT/offline.json"
 fi
 cat "$table" | tee -a "$summary"
