@@ -5,7 +5,7 @@
  *
  * paged_attention: one thread block per (query row, KV head), so the rep = nh / nkv query heads
  * of a GQA group read each key and value once (no repeated K/V). Its LJ_PA_WARPS warps take the
- * keys 0..pos round-robin; a warp holds a key row across its 32 lanes (lane l: elements l,
+ * keys 0..pos in runs of U, round-robin (a warp loads its U keys before it uses them); a warp holds a key row across its 32 lanes (lane l: elements l,
  * l + 32, ...), forms the rep dot products with warp reductions and keeps, per query head, an
  * online softmax (Milakov & Gimelshein 2018): running max m, sum l, and the weighted sum of values.
  * The warps' partial results are merged at the end (FlashDecoding's reduction,
@@ -18,7 +18,7 @@
 
 #include <math.h>
 
-#define LJ_PA_WARPS 4
+#define LJ_PA_WARPS 8
 #define LJ_PA_MAX_REP 8
 #define LJ_PA_MAX_HD 256
 
@@ -39,9 +39,10 @@ void lj_cuda_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slot
     LJ_CUDA_LAUNCHED("paged_kv_write_kernel");
 }
 
-/* HPL: head elements per lane, ceil(hd / 32). Dynamic shared memory: the rep scaled queries
+/* HPL: head elements per lane, ceil(hd / 32); U: keys a warp loads before it uses them (the
+ * loads of U keys are in flight together: a decode step is bound by their latency). Dynamic shared memory: the rep scaled queries
  * [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and its sums [LJ_PA_WARPS, rep, hd]. */
-template <int HPL>
+template <int HPL, int U>
 static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
     paged_attention_kernel(lj_bf16 *out, const lj_bf16 *qkv, const lj_bf16 *cache, const int32_t *tables,
                            const int32_t *seq, const int32_t *pos, int max_blocks, int block_size, int nh, int nkv,
@@ -66,28 +67,36 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
     }
     const int32_t *table = tables + (int64_t)seq[n] * max_blocks;
     const int len = pos[n] + 1;
-    for (int j = warp; j < len; j += LJ_PA_WARPS) {
-        const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
-        const lj_bf16 *k = cache + slot * 2 * KV + (int64_t)g * hd, *v = k + KV;
-        float kf[HPL], vf[HPL];
+    for (int j0 = warp * U; j0 < len; j0 += LJ_PA_WARPS * U) {
+        float kf[U][HPL], vf[U][HPL];
 #pragma unroll
-        for (int e = 0; e < HPL; e++) {
-            const int d = lane + 32 * e;
-            kf[e] = d < hd ? __bfloat162float(k[d]) : 0.0f;
-            vf[e] = d < hd ? __bfloat162float(v[d]) : 0.0f;
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u < len ? j0 + u : len - 1; /* past the end: a valid key, not used */
+            const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+            const lj_bf16 *k = cache + slot * 2 * KV + (int64_t)g * hd, *v = k + KV;
+#pragma unroll
+            for (int e = 0; e < HPL; e++) {
+                const int d = lane + 32 * e;
+                kf[u][e] = d < hd ? __bfloat162float(k[d]) : 0.0f;
+                vf[u][e] = d < hd ? __bfloat162float(v[d]) : 0.0f;
+            }
         }
 #pragma unroll
-        for (int r = 0; r < LJ_PA_MAX_REP; r++) {
-            if (r >= rep) break;
-            float s = 0.0f;
+        for (int u = 0; u < U; u++) {
+            if (j0 + u >= len) break;
 #pragma unroll
-            for (int e = 0; e < HPL; e++) s += q[r][e] * kf[e];
-            s = lj_warp_sum(s);
-            const float mn = fmaxf(m[r], s), c = __expf(m[r] - mn), p = __expf(s - mn);
-            l[r] = l[r] * c + p;
+            for (int r = 0; r < LJ_PA_MAX_REP; r++) {
+                if (r >= rep) break;
+                float s = 0.0f;
 #pragma unroll
-            for (int e = 0; e < HPL; e++) acc[r][e] = acc[r][e] * c + p * vf[e];
-            m[r] = mn;
+                for (int e = 0; e < HPL; e++) s += q[r][e] * kf[u][e];
+                s = lj_warp_sum(s);
+                const float mn = fmaxf(m[r], s), c = __expf(m[r] - mn), p = __expf(s - mn);
+                l[r] = l[r] * c + p;
+#pragma unroll
+                for (int e = 0; e < HPL; e++) acc[r][e] = acc[r][e] * c + p * vf[u][e];
+                m[r] = mn;
+            }
         }
     }
 #pragma unroll
@@ -127,21 +136,21 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
     const size_t shmem = (size_t)(rep * hd + 2 * LJ_PA_WARPS * rep + LJ_PA_WARPS * rep * hd) * sizeof(float);
     const dim3 grid((unsigned)N, (unsigned)nkv);
     const float scale = 1.0f / sqrtf((float)hd);
-#define LJ_PA_LAUNCH(HPL)                                                                                          \
+#define LJ_PA_LAUNCH(HPL, U)                                                                                       \
     do {                                                                                                           \
         if (shmem > 48 * 1024)                                                                                     \
-            LJ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HPL>,                                       \
+            LJ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HPL, U>,                                    \
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem),          \
                           "cudaFuncSetAttribute(paged_attention_kernel)");                                        \
-        paged_attention_kernel<HPL><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
+        paged_attention_kernel<HPL, U><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
             (lj_bf16 *)out, (const lj_bf16 *)qkv, (const lj_bf16 *)kv_cache, block_tables, seq, pos, max_blocks,  \
             block_size, nh, nkv, hd, scale);                                                                       \
     } while (0)
     const int hpl = (hd + 31) / 32;
-    if (hpl <= 1) LJ_PA_LAUNCH(1);
-    else if (hpl <= 2) LJ_PA_LAUNCH(2);
-    else if (hpl <= 4) LJ_PA_LAUNCH(4);
-    else LJ_PA_LAUNCH(8);
+    if (hpl <= 1) LJ_PA_LAUNCH(1, 4);
+    else if (hpl <= 2) LJ_PA_LAUNCH(2, 4);
+    else if (hpl <= 4) LJ_PA_LAUNCH(4, 4);
+    else LJ_PA_LAUNCH(8, 2);
 #undef LJ_PA_LAUNCH
     LJ_CUDA_LAUNCHED("paged_attention_kernel");
 }
