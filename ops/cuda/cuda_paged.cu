@@ -39,10 +39,11 @@ void lj_cuda_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slot
     LJ_CUDA_LAUNCHED("paged_kv_write_kernel");
 }
 
-/* HPL: head elements per lane, ceil(hd / 32); U: keys a warp loads before it uses them (the
+/* HPL: head elements per lane, ceil(hd / 32); RM: the GQA group size rounded up to a power of two
+ * (the registers held per query head); U: keys a warp loads before it uses them (the
  * loads of U keys are in flight together: a decode step is bound by their latency). Dynamic shared memory: the rep scaled queries
  * [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and its sums [LJ_PA_WARPS, rep, hd]. */
-template <int HPL, int U>
+template <int HPL, int U, int RM>
 static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
     paged_attention_kernel(lj_bf16 *out, const lj_bf16 *qkv, const lj_bf16 *cache, const int32_t *tables,
                            const int32_t *seq, const int32_t *pos, int max_blocks, int block_size, int nh, int nkv,
@@ -54,9 +55,9 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
     const lj_bf16 *qrow = qkv + (int64_t)n * (Q + 2 * KV) + (int64_t)g * rep * hd;
     for (int i = threadIdx.x; i < rep * hd; i += blockDim.x) q_s[i] = __bfloat162float(qrow[i]) * scale;
     __syncthreads();
-    float q[LJ_PA_MAX_REP][HPL], acc[LJ_PA_MAX_REP][HPL], m[LJ_PA_MAX_REP], l[LJ_PA_MAX_REP];
+    float q[RM][HPL], acc[RM][HPL], m[RM], l[RM];
 #pragma unroll
-    for (int r = 0; r < LJ_PA_MAX_REP; r++) {
+    for (int r = 0; r < RM; r++) {
         m[r] = -INFINITY, l[r] = 0.0f;
 #pragma unroll
         for (int e = 0; e < HPL; e++) {
@@ -85,7 +86,7 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
         for (int u = 0; u < U; u++) {
             if (j0 + u >= len) break;
 #pragma unroll
-            for (int r = 0; r < LJ_PA_MAX_REP; r++) {
+            for (int r = 0; r < RM; r++) {
                 if (r >= rep) break;
                 float s = 0.0f;
 #pragma unroll
@@ -100,7 +101,7 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
         }
     }
 #pragma unroll
-    for (int r = 0; r < LJ_PA_MAX_REP; r++) {
+    for (int r = 0; r < RM; r++) {
         if (r >= rep) break;
         if (lane == 0) m_s[warp * rep + r] = m[r], l_s[warp * rep + r] = l[r];
 #pragma unroll
@@ -136,15 +137,22 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
     const size_t shmem = (size_t)(rep * hd + 2 * LJ_PA_WARPS * rep + LJ_PA_WARPS * rep * hd) * sizeof(float);
     const dim3 grid((unsigned)N, (unsigned)nkv);
     const float scale = 1.0f / sqrtf((float)hd);
-#define LJ_PA_LAUNCH(HPL, U)                                                                                       \
+#define LJ_PA_LAUNCH_RM(HPL, U, RM)                                                                                       \
     do {                                                                                                           \
         if (shmem > 48 * 1024)                                                                                     \
-            LJ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HPL, U>,                                    \
+            LJ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HPL, U, RM>,                                    \
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem),          \
                           "cudaFuncSetAttribute(paged_attention_kernel)");                                        \
-        paged_attention_kernel<HPL, U><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
+        paged_attention_kernel<HPL, U, RM><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
             (lj_bf16 *)out, (const lj_bf16 *)qkv, (const lj_bf16 *)kv_cache, block_tables, seq, pos, max_blocks,  \
             block_size, nh, nkv, hd, scale);                                                                       \
+    } while (0)
+#define LJ_PA_LAUNCH(HPL, U)                                                                                       \
+    do {                                                                                                           \
+        if (rep <= 1) LJ_PA_LAUNCH_RM(HPL, U, 1);                                                                   \
+        else if (rep <= 2) LJ_PA_LAUNCH_RM(HPL, U, 2);                                                              \
+        else if (rep <= 4) LJ_PA_LAUNCH_RM(HPL, U, 4);                                                              \
+        else LJ_PA_LAUNCH_RM(HPL, U, 8);                                                                            \
     } while (0)
     const int hpl = (hd + 31) / 32;
     if (hpl <= 1) LJ_PA_LAUNCH(1, 4);
@@ -152,6 +160,7 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
     else if (hpl <= 4) LJ_PA_LAUNCH(4, 4);
     else LJ_PA_LAUNCH(8, 2);
 #undef LJ_PA_LAUNCH
+#undef LJ_PA_LAUNCH_RM
     LJ_CUDA_LAUNCHED("paged_attention_kernel");
 }
 
