@@ -145,6 +145,7 @@ static double num(const cJSON *o, const char *k) { return cJSON_GetObjectItemCas
 static void print_table(const cJSON *o, int offline) {
     printf("============ %s Benchmark Result ============\n", offline ? "Offline" : "Serving");
     printf("%-40s %-10.0f\n", "Successful requests:", num(o, "completed"));
+    printf("%-40s %-10.0f\n", "Failed requests:", num(o, "failed"));
     printf("%-40s %-10.2f\n", "Benchmark duration (s):", num(o, "duration"));
     printf("%-40s %-10.0f\n", "Total input tokens:", num(o, "total_input_tokens"));
     printf("%-40s %-10.0f\n", "Total generated tokens:", num(o, "total_output_tokens"));
@@ -272,7 +273,7 @@ static lj_status run_http(const bench_args *a, req *rs, double *duration) {
             curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &code);
             r->latency = now() - r->start;
             r->ok = msg->data.result == CURLE_OK && code == 200 && r->chunks > 0;
-            if (!r->ok) fprintf(stderr, "bench serve: a request failed: %s, HTTP %ld\n", curl_easy_strerror(msg->data.result), code);
+            if (!r->ok) fprintf(stderr, "ljperf bench serve: a request failed: %s, HTTP %ld\n", curl_easy_strerror(msg->data.result), code);
             curl_multi_remove_handle(multi, r->h);
             curl_easy_cleanup(r->h);
             curl_slist_free_all(r->hdr);
@@ -469,6 +470,10 @@ static int bench_serve(int argc, char **argv) {
     else if (a.save_result)
         snprintf(path, sizeof path, "%s/%s", a.result_dir, a.result_filename ? a.result_filename : "bench-serve.json");
     int rc = 0;
+    if (num(o, "completed") < 1) {
+        lj_fail(LJ_ERR_IO, "no request succeeded (--base-url %s)", a.base_url);
+        rc = lj_cli_error("bench serve");
+    }
     if (path[0]) {
         char *text = cJSON_Print(o);
         FILE *f = fopen(path, "w");
