@@ -71,6 +71,11 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     LJ_TRY(take(ops, (void **)&sm->d_index, index, "the step's index arrays"));
     sm->h_index = lj_malloc(index);
     sm->h_logits = lj_malloc(S * s->V * sizeof(float));
+    if (ops->act_dtype != LJ_DTYPE_F32) { /* a pinned copy downloads at the link's speed */
+        const size_t bytes = S * s->V * sizeof(uint16_t);
+        sm->h_logits_pinned = ops->host_alloc && ops->host_alloc((void **)&sm->h_logits_bf16, bytes) == LJ_OK;
+        if (!sm->h_logits_pinned) sm->h_logits_bf16 = lj_malloc(bytes);
+    }
     float *c = lj_malloc(rope), *sn = lj_malloc(rope);
     lj_rope_tables(&m->cfg, max_model_len, c, sn);
     ops->upload(sm->rope_cos, c, rope);
@@ -94,6 +99,8 @@ void lj_serve_model_free(lj_serve_model *sm) {
     free(sm->kv);
     free(sm->h_index);
     free(sm->h_logits);
+    if (sm->h_logits_pinned) ops->host_free(sm->h_logits_bf16);
+    else free(sm->h_logits_bf16);
     memset(sm, 0, sizeof *sm);
 }
 
@@ -150,10 +157,10 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
         ops->download(sm->h_logits, sm->logits, n * sizeof(float));
     } else {
         /* bf16 logits: widened on the host */
-        uint16_t *tmp = lj_malloc(n * sizeof(uint16_t));
+        uint16_t *tmp = sm->h_logits_bf16;
         ops->download(tmp, sm->logits, n * sizeof(uint16_t));
+#pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++) sm->h_logits[i] = lj_bf16_to_f32(tmp[i]);
-        free(tmp);
     }
     return sm->h_logits;
 }

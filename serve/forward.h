@@ -28,6 +28,8 @@ typedef struct {
     int32_t *d_index;         /* ids, pos, slots, seq [max_tokens] each, rows [max_seqs], tables [max_seqs, max_blocks] */
     int32_t *h_index;         /* its host staging */
     float *h_logits;          /* [max_seqs, V] f32 host */
+    uint16_t *h_logits_bf16;  /* [max_seqs, V] bf16 host staging of a bf16 backend (pinned when it can) */
+    int h_logits_pinned;
     size_t kv_bytes;          /* bytes of the caches, all layers */
 } lj_serve_model;
 
