@@ -11,6 +11,7 @@ int lj_cli_plan(int argc, char **argv);
 int lj_cli_generate(int argc, char **argv);
 int lj_cli_report(int argc, char **argv);
 int lj_cli_serve(int argc, char **argv);
+int lj_cli_bench(int argc, char **argv);
 
 /* Prints "ljperf <cmd>: <lj_error_message()>" to stderr and returns 1. */
 int lj_cli_error(const char *cmd);

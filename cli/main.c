@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  plan       print the static memory plan and the recompute recommendation\n"
             "  generate   sample text from a checkpoint\n"
             "  serve      an OpenAI-compatible inference server (continuous batching, paged KV cache)\n"
+            "  bench      `bench serve`: a benchmark client of an OpenAI-compatible server (vLLM's bench serve)\n"
             "  report     draw a run (loss, throughput, memory plan, ablation) as an offline HTML page\n"
             "\n"
             "`ljperf <command> --help` lists a command's flags.\n");
@@ -47,7 +48,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
         {"prepare", lj_cli_prepare}, {"train", lj_cli_train}, {"benchmark", lj_cli_benchmark},
         {"plan", lj_cli_plan},       {"generate", lj_cli_generate}, {"report", lj_cli_report},
-        {"serve", lj_cli_serve},
+        {"serve", lj_cli_serve},     {"bench", lj_cli_bench},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].run(argc - 2, argv + 2);

@@ -10,13 +10,12 @@
 #include "cli/cli.h"
 #include "data/tokenizer.h"
 #include "io/hf.h"
-#include "serve/http.h"
+#include "cli/serve_setup.h"
 
 typedef struct {
-    const char *load, *tokenizer, *device, *host, *api_key, *served_model_name, *kv_cache_dtype;
-    int port, max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, prefix_caching;
-    int max_waiting_requests;
-    double gpu_memory_utilization;
+    lj_cli_serve_args e;
+    const char *host, *api_key;
+    int port;
 } serve_args;
 
 static void usage(FILE *f) {
@@ -26,8 +25,9 @@ static void usage(FILE *f) {
             "                               iter_NNNNNNN directories, or a Hugging Face model directory\n"
             "  --tokenizer NAME|PATH        llama3, qwen3, a tokenizer.json or a directory holding one (default:\n"
             "                               the one beside the model, else the set-up script's Llama 3)\n"
-            "  --device auto|cpu|cuda       (default auto: the CPU for now; cuda is refused until its paged\n"
-            "                               attention is built)\n"
+            "  --load-format auto|dummy     auto: the weights of --load; dummy: random weights (vLLM's name), with\n"
+            "                               --load a directory holding config.json or a preset (llama3.1-8b, ...)\n"
+            "  --device auto|cpu|cuda       (default auto: the GPU when there is one, else the CPU)\n"
             "  --host ADDR                  address to listen on (default 127.0.0.1)\n"
             "  --port N                     (default 8000; 0: a free port, printed at start-up)\n"
             "  --api-key KEY                require 'Authorization: Bearer KEY' on the /v1 routes\n"
@@ -38,8 +38,9 @@ static void usage(FILE *f) {
             "  --max-num-batched-tokens N   tokens per step (default 2048; long prompts are cut into chunks)\n"
             "  --kv-cache-tokens N          KV cache size in tokens (default: max-model-len x max-num-seqs,\n"
             "                               at most --gpu-memory-utilization of the free memory)\n"
-            "  --gpu-memory-utilization F   share of the free memory the KV cache may take when\n"
-            "                               --kv-cache-tokens is not given (default 0.9 on a GPU, 0.25 on the CPU)\n"
+            "  --gpu-memory-utilization F   without --kv-cache-tokens: the share of the device's memory this\n"
+            "                               server may use, weights, activations and KV cache (default 0.9); on the\n"
+            "                               CPU the share of the available memory the KV cache may take (0.25)\n"
             "  --kv-cache-dtype auto        the cache in the activation dtype (fp8 is not built yet)\n"
             "  --enable-prefix-caching      reuse the KV blocks of shared prompt prefixes (default on)\n"
             "  --no-enable-prefix-caching\n"
@@ -117,71 +118,78 @@ static char *chat_template(const char *tokpath, char *bos, size_t bos_len) {
     return out;
 }
 
-static lj_status run_serve(const serve_args *a, sigset_t *signals) {
-    char dir[LJ_PATH_MAX], tokpath[LJ_PATH_MAX];
-    LJ_TRY(lj_cli_model_dir(a->load, dir));
-    lj_model_config cfg;
-    LJ_TRY(lj_hf_load_config(dir, &cfg));
-    const lj_ops *ops;
-    if (strcmp(a->device, "auto") == 0) {
-        ops = lj_ops_cpu(); /* the one backend with the paged ops so far */
-        lj_log_info("--device auto: serving runs on the CPU backend (the CUDA paged attention is not built yet)");
+lj_status lj_cli_serve_prepare(const lj_cli_serve_args *a, lj_cli_served *sv) {
+    memset(sv, 0, sizeof *sv);
+    char *dir = sv->dir, *tokpath = sv->tokpath;
+    lj_model_config *cfgp = &sv->cfg;
+    const int dummy = strcmp(a->load_format, "dummy") == 0;
+    if (dummy && lj_config_preset(a->load, cfgp) == LJ_OK) {
+        snprintf(dir, LJ_PATH_MAX, "%s", a->load);
     } else {
-        LJ_TRY(lj_cli_device(a->device, &ops));
+        LJ_TRY(lj_cli_model_dir(a->load, dir));
+        LJ_TRY(lj_hf_load_config(dir, cfgp));
     }
-    if (!ops->paged_attention)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention yet; use --device cpu",
-                       a->device, ops->name);
-    const int max_model_len = a->max_model_len > 0 ? a->max_model_len : cfg.max_position_embeddings;
+    const lj_model_config cfg = *cfgp;
+    LJ_TRY(lj_cli_device(a->device, &sv->ops));
+    if (!sv->ops->paged_attention)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention; use --device cpu",
+                       a->device, sv->ops->name);
     if (a->max_model_len > cfg.max_position_embeddings)
         return lj_fail(LJ_ERR_ARG, "--max-model-len %d is above the model's max_position_embeddings (%d)",
                        a->max_model_len, cfg.max_position_embeddings);
-    if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, sizeof tokpath));
+    if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, LJ_PATH_MAX));
     else if (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0)
-        lj_tokenizer_default_path(tokpath, sizeof tokpath);
-    lj_tokenizer *tok;
-    LJ_TRY(lj_tokenizer_load(tokpath, &tok));
-    if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
-        lj_tokenizer_free(tok);
+        lj_tokenizer_default_path(tokpath, LJ_PATH_MAX);
+    LJ_TRY(lj_tokenizer_load(tokpath, &sv->tok));
+    if (lj_tokenizer_vocab_size(sv->tok) > cfg.vocab_size)
         return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
-                       cfg.vocab_size, lj_tokenizer_vocab_size(tok));
-    }
-    /* listen first: /health answers 503 while the weights load */
-    lj_http_options ho = {a->host, a->port, a->api_key, 1024, 32u << 20};
-    lj_http_server *http;
-    int port;
-    lj_status s = lj_http_start(&http, &ho, &port);
-    if (s != LJ_OK) {
-        lj_tokenizer_free(tok);
-        return s;
-    }
-    lj_log_info("serve: listening on http://%s:%d (loading %s)", a->host, port, dir);
+                       cfg.vocab_size, lj_tokenizer_vocab_size(sv->tok));
+    return LJ_OK;
+}
 
-    lj_model m;
-    lj_plan plan;
-    lj_serve_model sm;
-    memset(&sm, 0, sizeof sm);
-    lj_serve_engine *engine = NULL;
-    char bos[256], eos[256];
-    char *tmpl = chat_template(tokpath, bos, sizeof bos);
-    s = lj_serve_weights_init(&m, &plan, ops, &cfg);
+lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
+    const lj_ops *ops = sv->ops;
+    const lj_model_config cfg = sv->cfg;
+    const char *dir = sv->dir, *tokpath = sv->tokpath;
+    const int dummy = strcmp(a->load_format, "dummy") == 0;
+    const int max_model_len = a->max_model_len > 0 ? a->max_model_len : cfg.max_position_embeddings;
+    lj_model *mp = &sv->m;
+    lj_serve_model *smp = &sv->sm;
+    sv->tmpl = chat_template(tokpath, sv->bos, sizeof sv->bos);
+    lj_status s = lj_serve_weights_init(mp, &sv->plan, ops, &cfg);
+    sv->have_model = 1;
     float *weights = NULL;
-    if (s == LJ_OK) {
-        weights = lj_malloc((size_t)m.layout.total * sizeof(float));
+    if (s == LJ_OK && dummy) {
+        lj_model_init_weights(mp, 1234);
+        lj_log_info("serve: --load-format dummy: random weights (seed 1234)");
+    } else if (s == LJ_OK) {
+        weights = lj_malloc((size_t)mp->layout.total * sizeof(float));
         s = lj_hf_import(dir, &cfg, weights);
-        if (s == LJ_OK) lj_model_set_weights(&m, weights);
+        if (s == LJ_OK) lj_model_set_weights(mp, weights);
         free(weights);
     }
     int kv_tokens = a->kv_cache_tokens;
-    const size_t per_token = lj_serve_kv_bytes_per_token(&m);
+    const size_t per_token = lj_serve_kv_bytes_per_token(mp);
     if (s == LJ_OK && kv_tokens <= 0) {
         size_t free_b = 0, total_b = 0;
         ops->memory_info(&free_b, &total_b);
-        const double util = a->gpu_memory_utilization > 0 ? a->gpu_memory_utilization
-                                                          : strcmp(ops->name, "cpu") == 0 ? 0.25 : 0.9;
-        const double fit = util * (double)free_b / (double)per_token;
+        const int cpu = strcmp(ops->name, "cpu") == 0;
+        const double util = a->gpu_memory_utilization > 0 ? a->gpu_memory_utilization : cpu ? 0.25 : 0.9;
+        /* vLLM's rule on a GPU: the KV cache gets util x the device's memory less what is in use
+         * (the weights, the backend's workspaces, other processes) and the step's activations */
+        const double act = (double)lj_serve_model_buffer_bytes(mp, a->max_num_batched_tokens, a->max_num_seqs,
+                                                               max_model_len);
+        const double budget = cpu ? util * (double)free_b : util * (double)total_b - (double)(total_b - free_b) - act;
+        const double fit = fmax(budget, 0) / (double)per_token;
         const double want = (double)max_model_len * a->max_num_seqs;
         kv_tokens = (int)fmin(fmin(want, fit), 1 << 30);
+        if (!cpu) {
+            char b1[32], b2[32], b3[32];
+            lj_log_info("serve: --gpu-memory-utilization %.2f of %s: %s in use after the weights, %s of step "
+                        "activations, %d KV tokens fit",
+                        util, lj_format_bytes(total_b, b1, sizeof b1), lj_format_bytes(total_b - free_b, b2, sizeof b2),
+                        lj_format_bytes((size_t)act, b3, sizeof b3), (int)fmin(fit, 1 << 30));
+        }
     }
     if (s == LJ_OK && kv_tokens < max_model_len)
         s = lj_fail(LJ_ERR_ARG,
@@ -190,8 +198,9 @@ static lj_status run_serve(const serve_args *a, sigset_t *signals) {
                     kv_tokens, max_model_len, max_model_len);
     const int num_blocks = (kv_tokens + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
     if (s == LJ_OK)
-        s = lj_serve_model_init(&sm, &m, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len);
-    lj_api_model am = {a->served_model_name ? a->served_model_name : a->load, tok, max_model_len, tmpl, bos, eos};
+        s = lj_serve_model_init(smp, mp, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len);
+    sv->am = (lj_api_model){a->served_model_name ? a->served_model_name : a->load, sv->tok, max_model_len, sv->tmpl, sv->bos, sv->eos};
+    sv->num_blocks = num_blocks;
     if (s == LJ_OK) {
         lj_serve_engine_options eo = {.max_num_seqs = a->max_num_seqs,
                                       .max_num_batched_tokens = a->max_num_batched_tokens,
@@ -199,78 +208,176 @@ static lj_status run_serve(const serve_args *a, sigset_t *signals) {
                                       .num_blocks = num_blocks,
                                       .enable_prefix_caching = a->prefix_caching,
                                       .max_waiting_requests = a->max_waiting_requests};
-        eo.num_eos = end_ids(dir, tokpath, tok, &cfg, eo.eos_ids, eos, sizeof eos);
-        s = lj_serve_engine_start(&engine, &sm, &eo);
+        eo.num_eos = end_ids(dir, tokpath, sv->tok, &cfg, eo.eos_ids, sv->eos, sizeof sv->eos);
+        s = lj_serve_engine_start(&sv->engine, smp, &eo);
     }
-    if (s == LJ_OK) {
-        lj_http_set_ready(http, engine, &am);
+    if (s == LJ_OK)
         lj_log_info("serve: ready: %s on %s, max-model-len %d, KV cache %d blocks of %d tokens (%.1f MiB), "
                     "max-num-seqs %d, max-num-batched-tokens %d, prefix caching %s%s",
-                    am.model_name, ops->name, max_model_len, num_blocks, LJ_KV_BLOCK_SIZE,
-                    (double)sm.kv_bytes / (1 << 20), a->max_num_seqs, a->max_num_batched_tokens,
-                    a->prefix_caching ? "on" : "off", tmpl ? ", chat template" : ", no chat template");
+                    sv->am.model_name, ops->name, max_model_len, num_blocks, LJ_KV_BLOCK_SIZE,
+                    (double)smp->kv_bytes / (1 << 20), a->max_num_seqs, a->max_num_batched_tokens,
+                    a->prefix_caching ? "on" : "off", sv->tmpl ? ", chat template" : ", no chat template");
+    return s;
+}
+
+void lj_cli_serve_close(lj_cli_served *sv, int drain) {
+    if (sv->engine) lj_serve_engine_stop(sv->engine, drain);
+    sv->engine = NULL;
+    lj_serve_model_free(&sv->sm);
+    if (sv->have_model && sv->m.ops) lj_serve_weights_free(&sv->m, &sv->plan);
+    sv->have_model = 0;
+    free(sv->tmpl);
+    sv->tmpl = NULL;
+    if (sv->tok) lj_tokenizer_free(sv->tok);
+    sv->tok = NULL;
+}
+
+typedef struct {
+    lj_model *m;
+    const float *weights;
+} weights_swap;
+
+static lj_status swap_weights(void *ctx) {
+    weights_swap *w = ctx;
+    lj_model_set_weights(w->m, w->weights);
+    return LJ_OK;
+}
+
+lj_status lj_cli_serve_update_weights(lj_cli_served *sv, const char *load, char *dir_out) {
+    char dir[LJ_PATH_MAX];
+    LJ_TRY(lj_cli_model_dir(load, dir));
+    snprintf(dir_out, LJ_PATH_MAX, "%s", dir);
+    lj_model_config cfg;
+    LJ_TRY(lj_hf_load_config(dir, &cfg));
+    const lj_model_config *c = &sv->cfg;
+    if (cfg.num_hidden_layers != c->num_hidden_layers || cfg.hidden_size != c->hidden_size ||
+        cfg.intermediate_size != c->intermediate_size || cfg.num_attention_heads != c->num_attention_heads ||
+        cfg.num_key_value_heads != c->num_key_value_heads || cfg.vocab_size != c->vocab_size ||
+        cfg.tie_word_embeddings != c->tie_word_embeddings)
+        return lj_fail(LJ_ERR_ARG,
+                       "%s/config.json: another shape than the served model's (layers %d, hidden %d, heads %d/%d, "
+                       "vocab %d; served: %d, %d, %d/%d, %d)",
+                       dir, cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                       cfg.vocab_size, c->num_hidden_layers, c->hidden_size, c->num_attention_heads,
+                       c->num_key_value_heads, c->vocab_size);
+    float *weights = lj_malloc((size_t)sv->m.layout.total * sizeof(float));
+    lj_status s = lj_hf_import(dir, c, weights);
+    weights_swap w = {&sv->m, weights};
+    if (s == LJ_OK) s = lj_serve_engine_update_weights(sv->engine, swap_weights, &w);
+    free(weights);
+    return s;
+}
+
+/* POST /update_weights_from_disk: model_path NULL reloads --load (its latest iteration now). */
+static const char *g_load; /* --load as given */
+static lj_status reload(void *ctx, const char *model_path, char *dir_out) {
+    return lj_cli_serve_update_weights(ctx, model_path ? model_path : g_load, dir_out);
+}
+
+static lj_status run_serve(const serve_args *sa, sigset_t *signals) {
+    const lj_cli_serve_args *a = &sa->e;
+    lj_cli_served sv;
+    lj_status s = lj_cli_serve_prepare(a, &sv);
+    if (s != LJ_OK) {
+        lj_cli_serve_close(&sv, 0);
+        return s;
+    }
+    /* listen first: /health answers 503 while the weights load */
+    lj_http_options ho = {sa->host, sa->port, sa->api_key, 1024, 32u << 20};
+    lj_http_server *http;
+    int port;
+    s = lj_http_start(&http, &ho, &port);
+    if (s != LJ_OK) {
+        lj_cli_serve_close(&sv, 0);
+        return s;
+    }
+    lj_log_info("serve: listening on http://%s:%d (loading %s)", sa->host, port, sv.dir);
+    s = lj_cli_serve_open(a, &sv);
+    if (s == LJ_OK) {
+        lj_http_set_ready(http, sv.engine, &sv.am);
+        lj_http_set_weights_loader(http, reload, &sv);
         int sig = 0;
         sigwait(signals, &sig);
         lj_log_info("serve: %s: draining the requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         lj_http_begin_stop(http);
-        lj_serve_engine_stop(engine, 1);
+        lj_serve_engine_stop(sv.engine, 1);
+        sv.engine = NULL;
         lj_log_info("serve: stopped");
     }
     lj_http_stop(http);
-    lj_serve_model_free(&sm);
-    if (m.ops) lj_serve_weights_free(&m, &plan);
-    free(tmpl);
-    lj_tokenizer_free(tok);
+    lj_cli_serve_close(&sv, 0);
     return s;
 }
 
+void lj_cli_serve_args_default(lj_cli_serve_args *a) {
+    *a = (lj_cli_serve_args){.device = "auto", .load_format = "auto", .kv_cache_dtype = "auto", .max_num_seqs = 256,
+                             .max_num_batched_tokens = 2048, .prefix_caching = 1, .max_waiting_requests = 1024};
+}
+
+int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
+    const lj_flag r[] = {
+        {.name = "--load", .kind = LJ_FLAG_STR, .dest = &a->load},
+        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
+        {.name = "--load-format", .kind = LJ_FLAG_STR, .dest = &a->load_format},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
+        {.name = "--served-model-name", .kind = LJ_FLAG_STR, .dest = &a->served_model_name},
+        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a->max_model_len},
+        {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a->max_num_seqs},
+        {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a->max_num_batched_tokens},
+        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens},
+        {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a->gpu_memory_utilization},
+        {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a->kv_cache_dtype},
+        {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 1},
+        {.name = "--no-enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 0},
+        {.name = "--max-waiting-requests", .kind = LJ_FLAG_INT, .dest = &a->max_waiting_requests},
+    };
+    const int n = (int)(sizeof r / sizeof r[0]);
+    LJ_ASSERT(n <= LJ_CLI_SERVE_FLAGS);
+    memcpy(rows, r, sizeof r);
+    return n;
+}
+
+const char *lj_cli_serve_args_check(const lj_cli_serve_args *a) {
+    return !a->load                                                ? "--load DIR is required"
+           : a->max_model_len < 0                                  ? "--max-model-len must be >= 1"
+           : a->max_num_seqs < 1 || a->max_num_seqs > 65536        ? "--max-num-seqs must be in [1, 65536]"
+           : a->max_num_batched_tokens < 1 || a->max_num_batched_tokens > (1 << 20)
+               ? "--max-num-batched-tokens must be in [1, 1048576]"
+           : a->kv_cache_tokens < 0                                ? "--kv-cache-tokens must be >= 1"
+           : !(a->gpu_memory_utilization >= 0 && a->gpu_memory_utilization <= 1)
+               ? "--gpu-memory-utilization must be in (0, 1]"
+           : a->max_waiting_requests < 0                           ? "--max-waiting-requests must be >= 0"
+           : strcmp(a->kv_cache_dtype, "auto") != 0
+               ? "--kv-cache-dtype: only auto (the activation dtype) is built; fp8 caches are not yet"
+           : strcmp(a->load_format, "auto") != 0 && strcmp(a->load_format, "dummy") != 0
+               ? "--load-format must be auto or dummy"
+               : NULL;
+}
+
 int lj_cli_serve(int argc, char **argv) {
-    serve_args a = {.device = "auto", .host = "127.0.0.1", .kv_cache_dtype = "auto", .port = 8000,
-                    .max_num_seqs = 256, .max_num_batched_tokens = 2048, .prefix_caching = 1,
-                    .max_waiting_requests = 1024};
-    const lj_flag rows[] = {
-        {.name = "--load", .kind = LJ_FLAG_STR, .dest = &a.load},
-        {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a.tokenizer},
-        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a.device},
+    serve_args a = {.host = "127.0.0.1", .port = 8000};
+    lj_cli_serve_args_default(&a.e);
+    lj_flag rows[LJ_CLI_SERVE_FLAGS + 3] = {
         {.name = "--host", .kind = LJ_FLAG_STR, .dest = &a.host},
         {.name = "--port", .kind = LJ_FLAG_INT, .dest = &a.port},
         {.name = "--api-key", .kind = LJ_FLAG_STR, .dest = &a.api_key},
-        {.name = "--served-model-name", .kind = LJ_FLAG_STR, .dest = &a.served_model_name},
-        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a.max_model_len},
-        {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a.max_num_seqs},
-        {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a.max_num_batched_tokens},
-        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a.kv_cache_tokens},
-        {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a.gpu_memory_utilization},
-        {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a.kv_cache_dtype},
-        {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a.prefix_caching, .ival = 1},
-        {.name = "--no-enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a.prefix_caching, .ival = 0},
-        {.name = "--max-waiting-requests", .kind = LJ_FLAG_INT, .dest = &a.max_waiting_requests},
     };
+    const int nrows = 3 + lj_cli_serve_flag_rows(&a.e, rows + 3);
     lj_flags_result res;
-    if (lj_flags_parse("serve", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK)
-        return lj_cli_error("serve");
+    if (lj_flags_parse("serve", rows, nrows, argc, argv, 0, &res) != LJ_OK) return lj_cli_error("serve");
     if (res.help) {
         usage(stdout);
         return 0;
     }
-    const char *bad = !a.load                                              ? "--load DIR is required"
-                      : a.port < 0 || a.port > 65535                       ? "--port must be in [0, 65535]"
-                      : a.max_model_len < 0                                ? "--max-model-len must be >= 1"
-                      : a.max_num_seqs < 1 || a.max_num_seqs > 65536       ? "--max-num-seqs must be in [1, 65536]"
-                      : a.max_num_batched_tokens < 1 || a.max_num_batched_tokens > (1 << 20)
-                          ? "--max-num-batched-tokens must be in [1, 1048576]"
-                      : a.kv_cache_tokens < 0                              ? "--kv-cache-tokens must be >= 1"
-                      : !(a.gpu_memory_utilization >= 0 && a.gpu_memory_utilization <= 1)
-                          ? "--gpu-memory-utilization must be in (0, 1]"
-                      : a.max_waiting_requests < 0                         ? "--max-waiting-requests must be >= 0"
-                      : strcmp(a.kv_cache_dtype, "auto") != 0
-                          ? "--kv-cache-dtype: only auto (the activation dtype) is built; fp8 caches are not yet"
-                      : a.api_key && !a.api_key[0]                         ? "--api-key must not be empty"
-                                                                           : NULL;
+    const char *bad = lj_cli_serve_args_check(&a.e);
+    if (!bad) bad = a.port < 0 || a.port > 65535 ? "--port must be in [0, 65535]"
+                    : a.api_key && !a.api_key[0] ? "--api-key must not be empty"
+                                                 : NULL;
     if (bad) {
         lj_fail(LJ_ERR_ARG, "%s", bad);
         return lj_cli_error("serve");
     }
+    g_load = a.e.load;
     /* every thread started from here on inherits the blocked signals; the main thread waits for them */
     sigset_t signals;
     sigemptyset(&signals);

@@ -15,7 +15,9 @@ cd "$repo/.deb"
 pkgs=(libcjson1 libpcre2-8-0 libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libgomp1 libcmocka0
       libprotobuf-c1 libisal2 libzstd1 libutf8proc2 libxxhash0
       libjpeg62-turbo libpng16-16 libwebp7 libwebpdemux2 libarchive13 libxml2 libicu72 libnettle8 liblz4-1 libacl1
-      libmicrohttpd12 libgnutls30 libhogweed6 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libgmp10 libffi8)
+      libmicrohttpd12 libgnutls30 libhogweed6 libp11-kit0 libtasn1-6 libffi8 libgmp10 libidn2-0 libunistring2
+      libcurl4 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libldap-2.5-0 libsasl2-2 libbrotli1 libgssapi-krb5-2
+      libkrb5-3 libk5crypto3 libkrb5support0 libkeyutils1 libssl3)
 missing=()
 for p in "${pkgs[@]}"; do
   ls "${p}"_*.deb >/dev/null 2>&1 || missing+=("$p")

@@ -3,7 +3,7 @@
 #   scripts/setup.sh            the main job (scripts/quickstart.sh): the compiler, CMake and the
 #                               libraries the build links (OpenBLAS, cJSON, PCRE2, utf8proc,
 #                               cmocka, Open MPI, protobuf-c, ISA-L, xxHash, zlib, libzstd, GNU
-#                               libmicrohttpd for the HTTP server of `serve`, libjpeg-turbo,
+#                               libmicrohttpd for the HTTP server of `serve`, libcurl for `bench serve`, libjpeg-turbo,
 #                               libpng and libwebp for the images of multimodal datasets,
 #                               libarchive for WebDataset tar shards),
 #                               Node.js and npm (if missing), the King James Bible (bible-kjv),
@@ -59,7 +59,7 @@ done
 pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev libopenblas-dev libcmocka-dev
       libopenmpi-dev openmpi-bin procps python3 bible-kjv
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev zlib1g-dev libzstd-dev gzip zstd
-      libmicrohttpd-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libarchive-dev)
+      libmicrohttpd-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libarchive-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "$tests" = 1 ]; then
@@ -73,7 +73,7 @@ if [ "$want_cross" = 1 ] && [ "$(dpkg --print-architecture)" = amd64 ]; then
   cross=1
   pkgs+=(crossbuild-essential-arm64 qemu-user-static libc6:arm64 libgomp1:arm64 libopenblas-dev:arm64
          libcjson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcmocka-dev:arm64 libprotobuf-c-dev:arm64
-         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64 libjpeg62-turbo-dev:arm64 libpng-dev:arm64
+         zlib1g-dev:arm64 libzstd-dev:arm64 libmicrohttpd-dev:arm64 libcurl4-openssl-dev:arm64 libjpeg62-turbo-dev:arm64 libpng-dev:arm64
          libwebp-dev:arm64 libarchive-dev:arm64)
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     say "adding the arm64 architecture to dpkg (for the aarch64 cross build)"

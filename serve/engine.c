@@ -58,7 +58,11 @@ struct lj_serve_engine {
     seq **inbox;
     int n_inbox, cap_inbox;
     int stopping, drain, abort_pending, paused, in_step;
-    pthread_cond_t idle; /* signalled when a step ends */
+    pthread_cond_t idle; /* signalled when a step or a weight update ends */
+    lj_status (*load)(void *ctx); /* a weight update for the engine thread to run, when load_pending */
+    void *load_ctx;
+    int load_pending;
+    lj_status load_status;
     int waiting_requests;     /* requests in the waiting queue (counted at each step) */
     int inbox_requests;       /* requests submitted since the engine thread last took the inbox */
     lj_serve_stats stats;
@@ -456,6 +460,17 @@ static void *engine_main(void *arg) {
         e->waiting_requests += e->inbox_requests;
         e->n_inbox = e->inbox_requests = 0;
         e->abort_pending = 0;
+        if (e->load_pending) { /* between two steps, on the thread (and device context) that runs them */
+            pthread_mutex_unlock(&e->mu);
+            const lj_status st = e->load(e->load_ctx);
+            e->sm->m->ops->synchronize();
+            lj_kv_pool_reset_prefix_cache(&e->pool);
+            pthread_mutex_lock(&e->mu);
+            e->load_status = st;
+            e->load_pending = 0;
+            pthread_cond_broadcast(&e->idle);
+            continue;
+        }
         if (e->stopping && (!e->drain || (e->n_waiting == 0 && e->n_running == 0))) break;
         if (e->paused && !e->stopping) {
             pthread_cond_wait(&e->cv, &e->mu);
@@ -474,7 +489,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&e->mu);
         e->in_step = 0;
         pthread_cond_broadcast(&e->idle);
-        if (!ran && e->n_inbox == 0 && !e->abort_pending && !e->stopping) pthread_cond_wait(&e->cv, &e->mu);
+        if (!ran && e->n_inbox == 0 && !e->abort_pending && !e->stopping && !e->load_pending) pthread_cond_wait(&e->cv, &e->mu);
     }
     pthread_mutex_unlock(&e->mu);
     /* not draining: every sequence left is aborted */
@@ -566,4 +581,20 @@ int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r) {
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+lj_status lj_serve_engine_update_weights(lj_serve_engine *e, lj_status (*load)(void *ctx), void *ctx) {
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->load_pending) {
+        pthread_mutex_unlock(&e->mu);
+        return lj_fail(LJ_ERR_ARG, "serve: %s", e->stopping ? "the engine is stopping" : "a weight update is under way");
+    }
+    e->load = load;
+    e->load_ctx = ctx;
+    e->load_pending = 1;
+    pthread_cond_signal(&e->cv);
+    while (e->load_pending) pthread_cond_wait(&e->idle, &e->mu);
+    const lj_status s = e->load_status;
+    pthread_mutex_unlock(&e->mu);
+    return s;
 }

@@ -90,6 +90,14 @@ void lj_serve_engine_stop(lj_serve_engine *e, int drain);
  * submissions and aborts queue meanwhile. For tests that need a fixed order of events. */
 void lj_serve_engine_pause(lj_serve_engine *e, int paused);
 
+/* Swaps the weights between two steps (SGLang's update_weights_from_disk; the trainer-to-server
+ * handoff): once the step under way has ended, the engine thread runs load(ctx) (which writes
+ * the model's weights, on the thread and device context of the steps), drops the prefix cache
+ * (its blocks were computed with the old weights) and steps on; the caller waits for that.
+ * Requests in flight go on with the new weights over the KV cache they have. Returns load's
+ * status; LJ_ERR_ARG when the engine is stopping or another update is under way. */
+lj_status lj_serve_engine_update_weights(lj_serve_engine *e, lj_status (*load)(void *ctx), void *ctx);
+
 void lj_serve_engine_stats(lj_serve_engine *e, lj_serve_stats *out);
 
 /* A new request: prompt ids[0..n) (copied), parameters, n choices (>= 1), cache_salt (0: none).

@@ -10,6 +10,18 @@ size_t lj_serve_kv_bytes_per_token(const lj_model *m) {
     return (size_t)2 * m->spec.KV * m->spec.L * lj_dtype_size(m->ops->act_dtype);
 }
 
+size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_seqs, int max_model_len) {
+    const lj_layer_spec *s = &m->spec;
+    const size_t sa = lj_dtype_size(m->ops->act_dtype), N = (size_t)max_tokens, S = (size_t)max_seqs;
+    const size_t max_blocks = ((size_t)max_model_len + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
+    size_t b = 2 * (size_t)max_model_len * (s->hd / 2) * sizeof(float);              /* RoPE tables */
+    b += N * sa * (4 * (size_t)s->C + (s->qk_norm ? 2 : 1) * (size_t)s->QKV + s->Q + 3 * (size_t)s->I);
+    b += N * sizeof(float) * (1 + (s->qk_norm ? (size_t)(s->nh + s->nkv) : 0));       /* rstd, qk_rstd */
+    b += S * (2 * (size_t)s->C * sa + sizeof(float) + (size_t)s->V * sa);             /* rows, logits */
+    b += (4 * N + S + S * max_blocks) * sizeof(int32_t);                              /* index arrays */
+    return b;
+}
+
 /* Linear k of layer `layer` (its weight from the model's flat buffer; no gradient): the recipe of
  * the model runs it. */
 static void linear(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
@@ -66,6 +78,11 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     LJ_TRY(take(ops, (void **)&sm->d_index, index, "the step's index arrays"));
     sm->h_index = lj_malloc(index);
     sm->h_logits = lj_malloc(S * s->V * sizeof(float));
+    if (ops->act_dtype != LJ_DTYPE_F32) { /* a pinned copy downloads at the link's speed */
+        const size_t bytes = S * s->V * sizeof(uint16_t);
+        sm->h_logits_pinned = ops->host_alloc && ops->host_alloc((void **)&sm->h_logits_bf16, bytes) == LJ_OK;
+        if (!sm->h_logits_pinned) sm->h_logits_bf16 = lj_malloc(bytes);
+    }
     float *c = lj_malloc(rope), *sn = lj_malloc(rope);
     lj_rope_tables(&m->cfg, max_model_len, c, sn);
     ops->upload(sm->rope_cos, c, rope);
@@ -89,6 +106,8 @@ void lj_serve_model_free(lj_serve_model *sm) {
     free(sm->kv);
     free(sm->h_index);
     free(sm->h_logits);
+    if (sm->h_logits_pinned) ops->host_free(sm->h_logits_bf16);
+    else free(sm->h_logits_bf16);
     memset(sm, 0, sizeof *sm);
 }
 
@@ -144,10 +163,10 @@ const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b) {
         ops->download(sm->h_logits, sm->logits, n * sizeof(float));
     } else {
         /* bf16 logits: widened on the host */
-        uint16_t *tmp = lj_malloc(n * sizeof(uint16_t));
+        uint16_t *tmp = sm->h_logits_bf16;
         ops->download(tmp, sm->logits, n * sizeof(uint16_t));
+#pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++) sm->h_logits[i] = lj_bf16_to_f32(tmp[i]);
-        free(tmp);
     }
     return sm->h_logits;
 }

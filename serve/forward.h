@@ -28,6 +28,8 @@ typedef struct {
     int32_t *d_index;         /* ids, pos, slots, seq [max_tokens] each, rows [max_seqs], tables [max_seqs, max_blocks] */
     int32_t *h_index;         /* its host staging */
     float *h_logits;          /* [max_seqs, V] f32 host */
+    uint16_t *h_logits_bf16;  /* [max_seqs, V] bf16 host staging of a bf16 backend (pinned when it can) */
+    int h_logits_pinned;
     size_t kv_bytes;          /* bytes of the caches, all layers */
 } lj_serve_model;
 
@@ -43,6 +45,11 @@ typedef struct {
 
 /* Bytes of KV cache per token position, all layers: 2 * KV * L * act dtype size. */
 size_t lj_serve_kv_bytes_per_token(const lj_model *m);
+
+/* Bytes of device memory lj_serve_model_init allocates besides the KV cache (activations for
+ * max_tokens rows, logits for max_seqs, RoPE tables, index arrays): the step's activations that
+ * --gpu-memory-utilization leaves out of the cache. */
+size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_seqs, int max_model_len);
 
 /* Allocates the caches (num_blocks blocks), tables and buffers on m's backend and uploads the RoPE
  * tables. Errors: LJ_ERR_OOM naming the buffer; LJ_ERR_UNSUPPORTED when the backend lacks the

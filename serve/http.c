@@ -3,6 +3,8 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "serve/http.h"
 
+#include "base/fs.h"
+
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -20,6 +22,9 @@ struct lj_http_server {
     const lj_api_model *m;
     int ready, stopping;
     long started;
+    lj_http_weights_loader load_weights;
+    void *load_ctx;
+    pthread_mutex_t load_mu; /* one weight update at a time */
 };
 
 typedef struct {
@@ -234,6 +239,43 @@ char *lj_http_metrics_text(const lj_serve_stats *st, const char *model) {
     return b;
 }
 
+/* ---- weight updates ------------------------------------------------------------------------ */
+
+void lj_http_set_weights_loader(lj_http_server *h, lj_http_weights_loader load, void *ctx) {
+    pthread_mutex_lock(&h->mu);
+    h->load_weights = load;
+    h->load_ctx = ctx;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* {"model_path": DIR} or {} -> SGLang's {"success", "message"}; 400 for a body that is not that,
+ * and for a checkpoint that cannot be loaded (the served weights stay). */
+static enum MHD_Result update_weights(lj_http_server *h, struct MHD_Connection *c, conn_ctx *cc) {
+    cJSON *j = cJSON_ParseWithLength(cc->body ? cc->body : "{}", cc->body ? cc->len : 2);
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(j, "model_path");
+    if (!cJSON_IsObject(j) || (mp && !cJSON_IsString(mp) && !cJSON_IsNull(mp))) {
+        cJSON_Delete(j);
+        return reply_error(c, 400, "model_path", "the body must be a JSON object with an optional string model_path");
+    }
+    char dir[LJ_PATH_MAX] = "";
+    pthread_mutex_lock(&h->load_mu);
+    const double t0 = lj_time_sec();
+    const lj_status s = h->load_weights(h->load_ctx, cJSON_IsString(mp) ? mp->valuestring : NULL, dir);
+    const double dt = lj_time_sec() - t0;
+    pthread_mutex_unlock(&h->load_mu);
+    cJSON_Delete(j);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "success", s == LJ_OK);
+    char msg[1024];
+    if (s == LJ_OK) snprintf(msg, sizeof msg, "weights of %s loaded in %.3f s", dir, dt);
+    else snprintf(msg, sizeof msg, "%s", lj_error_message());
+    cJSON_AddStringToObject(o, "message", msg);
+    if (s == LJ_OK) lj_log_info("serve: %s", msg);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return reply(c, s == LJ_OK ? 200 : 400, "application/json", out, NULL);
+}
+
 /* ---- the handler ------------------------------------------------------------------------------ */
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -271,7 +313,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                      : reply_error(c, 503, NULL, h->stopping ? "the server is shutting down" : "the model is loading");
     }
     if (!ready) return reply_error(c, 503, NULL, h->stopping ? "the server is shutting down" : "the model is loading");
-    if (h->opt.api_key && strncmp(url, "/v1/", 4) == 0) {
+    if (h->opt.api_key && (strncmp(url, "/v1/", 4) == 0 || strcmp(url, "/update_weights_from_disk") == 0)) {
         const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
         if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, h->opt.api_key) != 0)
             return reply_error(c, 401, NULL, "Unauthorized: a valid API key (Authorization: Bearer ...) is required");
@@ -279,9 +321,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cc->too_large)
         return reply_error(c, 413, NULL, "the request body exceeds %zu bytes", h->opt.max_body_bytes);
     struct { const char *url; int post; } routes[] = {{"/v1/models", 0}, {"/metrics", 0}, {"/v1/completions", 1},
-                                                      {"/v1/chat/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1}};
+                                                      {"/v1/chat/completions", 1}, {"/tokenize", 1}, {"/detokenize", 1},
+                                                      {"/update_weights_from_disk", 1}};
     size_t k = 0;
     while (k < sizeof routes / sizeof routes[0] && strcmp(url, routes[k].url) != 0) k++;
+    if (k == 6 && !h->load_weights) k = sizeof routes / sizeof routes[0];
     if (k == sizeof routes / sizeof routes[0]) return reply_error(c, 404, NULL, "no route %s %s", method, url);
     if (routes[k].post ? !post : !get) return reply_error(c, 405, NULL, "use %s for %s", routes[k].post ? "POST" : "GET", url);
     lj_api_error err;
@@ -299,6 +343,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (lj_api_tokenize(h->m, cc->body ? cc->body : "", cc->len, &out, &err))
             return reply_error(c, (unsigned)err.status, err.param, "%s", err.message);
         return reply(c, 200, "application/json", out, NULL);
+    case 6: return update_weights(h, c, cc);
     default:
         if (lj_api_detokenize(h->m, cc->body ? cc->body : "", cc->len, &out, &err))
             return reply_error(c, (unsigned)err.status, err.param, "%s", err.message);
@@ -326,6 +371,7 @@ lj_status lj_http_start(lj_http_server **out, const lj_http_options *opt, int *p
     h->opt = *opt;
     h->started = (long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->load_mu, NULL);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD; /* no MHD log: a client that goes away is normal */
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)opt->port, NULL, NULL, handler, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,

@@ -27,6 +27,12 @@ lj_status lj_http_start(lj_http_server **s, const lj_http_options *opt, int *por
 /* From now on requests go to engine e about model m (both outlive the server). */
 void lj_http_set_ready(lj_http_server *s, lj_serve_engine *e, const lj_api_model *m);
 
+/* POST /update_weights_from_disk (SGLang's route): body {"model_path": DIR} or {} (the served
+ * --load again, its latest iteration); load(ctx, path or NULL, dir_out) swaps the weights; the answer
+ * is SGLang's {"success": bool, "message": text}. Without a loader the route answers 404. */
+typedef lj_status (*lj_http_weights_loader)(void *ctx, const char *model_path, char *dir_out);
+void lj_http_set_weights_loader(lj_http_server *s, lj_http_weights_loader load, void *ctx);
+
 /* New requests get 503; those in flight go on. */
 void lj_http_begin_stop(lj_http_server *s);
 

@@ -141,3 +141,8 @@ uint64_t lj_kv_pool_register(lj_kv_pool *p, int32_t b, uint64_t parent, const in
     p->buckets[bk] = b;
     return h;
 }
+
+void lj_kv_pool_reset_prefix_cache(lj_kv_pool *p) {
+    for (int i = 0; i < p->num_buckets; i++) p->buckets[i] = -1;
+    for (int b = 0; b < p->num_blocks; b++) p->blocks[b].hashed = 0, p->blocks[b].bucket_next = -1;
+}

@@ -69,4 +69,8 @@ int lj_kv_pool_lookup(lj_kv_pool *p, const int32_t *ids, int n, uint64_t salt, i
  * unregistered). Returns the hash. */
 uint64_t lj_kv_pool_register(lj_kv_pool *p, int32_t b, uint64_t parent, const int32_t *ids, uint64_t salt);
 
+/* Forgets every cached hash (vLLM's reset_prefix_cache): no later lookup hits a block computed
+ * before; the blocks and their references stay as they are. */
+void lj_kv_pool_reset_prefix_cache(lj_kv_pool *p);
+
 #endif

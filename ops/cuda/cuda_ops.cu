@@ -2,6 +2,7 @@
  * stream, cuBLASLt workspace), device memory (tracked cudaMalloc/cudaFree, async copies) and
  * the error reporting every CUDA file uses. */
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_paged.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,6 +314,9 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .attention_forward_docs = lj_cuda_attention_forward_docs,                    \
         .attention_backward_docs = lj_cuda_attention_backward_docs,                  \
         .attention_decode = lj_cuda_attention_decode,                                \
+        .paged_kv_write = lj_cuda_paged_kv_write,                                    \
+        .paged_attention = lj_cuda_paged_attention,                                  \
+        .gather_rows = lj_cuda_gather_rows,                                          \
                                                                                      \
         .swiglu_forward = lj_cuda_swiglu_forward,                                    \
         .swiglu_backward = lj_cuda_swiglu_backward,                                  \

@@ -214,6 +214,14 @@ const lj_op_case lj_op_cases[] = {
     /* within documents: d = {B, T, nh, nkv, hd, mean document length}, param the kernels (0 flash,
      * 1 simple, 2 flash-mt1); documents shorter and longer than a 64-key tile, head dims 64/128 and one the
      * flash kernels do not cover */
+    /* serving's paged ops: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...) */
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 0), 0, 1, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 1), 0, 1, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 40, 32, 8, 128, 0), 0, 1, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(5, 300, 32, 8, 128, 1), 0, 0, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_cuda_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_cuda_paged_attention),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_cuda_attention_docs),

@@ -82,6 +82,8 @@ void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mo
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+/* cases_paged_cuda.c */
+void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cpu.c */
 void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# gpu-serve.sh: `ljperf serve` on one GPU, measured with `ljperf bench serve` (repo root, $OUT
+# set; carry .deb, build-gpu/dev from `bash scripts/gpu/gpu-check.sh --prepare`, and
+# .cache/tokenizer/llama3). A Llama 3.1 8B-shaped model with random weights (--load-format dummy:
+# nothing to download), bf16. Steps, logs in $OUT, a table last; the whole run stays under 8
+# minutes (each step has its own timeout):
+#   1. the paged ops against the CPU backend (test_ops_cuda check --op paged_attention), and under
+#      compute-sanitizer memcheck (--quick);
+#   2. the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in / 256
+#      out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
+#   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once.
+# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3)
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+OUT=${OUT:-$repo/out/gpu-serve}
+mkdir -p "$OUT"
+source scripts/gpu/gpu-env.sh
+export LJPERF_CACHE=$repo/.cache
+dev=build-gpu/dev
+lj=$dev/ljperf
+steps=${*:-1 2 3}
+summary=$OUT/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
+say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+model=(--load llama3.1-8b --load-format dummy --device cuda --max-model-len 4096 --max-num-seqs 256
+       --max-num-batched-tokens 8192 --gpu-memory-utilization 0.9)
+table=$OUT/table.txt
+printf '%-34s %10s %10s %10s %10s %10s %10s\n' run req/s out_tok/s tot_tok/s ttft_p50 tpot_p50 itl_p99 >"$table"
+row() { # name, result json
+  python3 - "$1" "$2" >>"$table" <<'PY' 2>/dev/null || echo "$1: no result" >>"$table"
+import json, sys
+r = json.load(open(sys.argv[2]))
+g = lambda k: r.get(k, float("nan"))
+print("%-34s %10.2f %10.1f %10.1f %10.2f %10.2f %10.2f" % (sys.argv[1], g("request_throughput"), g("output_throughput"),
+      g("total_token_throughput"), g("median_ttft_ms"), g("median_tpot_ms"), g("p99_itl_ms")))
+PY
+}
+
+if [[ " $steps " == *" 1 "* ]]; then
+  lj_check_ops 1 paged_attention
+fi
+
+if [[ " $steps " == *" 2 "* ]]; then
+  "$lj" serve "${model[@]}" --host 127.0.0.1 --port 0 >"$OUT/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1800); do # the load: at most 3 minutes
+    grep -q "serve: ready" "$OUT/serve.log" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  say "2. $(grep -E 'gpu-memory-utilization|serve: ready' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-400)"
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$OUT/serve.log")
+  if grep -q "serve: ready" "$OUT/serve.log"; then
+    base=http://127.0.0.1:$port
+    timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
+      --random-output-len 256 --ignore-eos --result-json "$OUT/c1.json" >"$OUT/bench_c1.log" 2>&1
+    say "2a. concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1.log")"
+    row "c=1, 1000/256" "$OUT/c1.json"
+    timeout 120 "$lj" bench serve --base-url "$base" --num-prompts 160 --request-rate 4 --random-input-len 1000 \
+      --random-output-len 128 --random-range-ratio 0.5 --ignore-eos --result-json "$OUT/qps4.json" \
+      >"$OUT/bench_qps4.log" 2>&1
+    say "2b. Poisson 4 req/s rc=$? $(grep -E 'P99 TPOT' "$OUT/bench_qps4.log")"
+    row "Poisson 4 req/s, 1000/128" "$OUT/qps4.json"
+    curl -s "$base/metrics" >"$OUT/metrics.txt" 2>/dev/null || true
+  else
+    say "2. the server did not get ready: $(tail -3 "$OUT/serve.log")"
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+fi
+
+if [[ " $steps " == *" 3 "* ]]; then
+  timeout 240 "$lj" bench serve --offline "${model[@]}" --num-prompts 200 --random-input-len 1000 \
+    --random-output-len 1000 --ignore-eos --result-json "$OUT/offline.json" >"$OUT/bench_offline.log" 2>&1
+  say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
+  row "offline 200 x 1000/1000" "$OUT/offline.json"
+fi
+cat "$table" | tee -a "$summary"
