@@ -46,6 +46,17 @@ static __device__ void va_load(float *dst, int ld, const lj_bf16 *src, int64_t s
     }
 }
 
+/* K and V rows [kt, kt + nk) of one kv head into sK, sV [nk][D], between two barriers of the block
+ * (the previous tile's readers are done before, every row is there after). */
+template <int D>
+static __device__ void va_load_kv(float *sK, float *sV, const lj_bf16 *qkv, int64_t row, int kcol, int vcol, int kt,
+                                  int nk, int hd) {
+    __syncthreads();
+    va_load<D>(sK, D, qkv, row, kcol, kt, nk, nk, hd);
+    va_load<D>(sV, D, qkv, row, vcol, kt, nk, nk, hd);
+    __syncthreads();
+}
+
 template <int D>
 __global__ void __launch_bounds__(VA_BQ)
     varlen_forward_kernel(lj_bf16 *out, float *lse, const lj_bf16 *qkv, const int32_t *cu, int nseg, int N, int nh,
@@ -68,10 +79,7 @@ __global__ void __launch_bounds__(VA_BQ)
         for (int d = 0; d < D; d++) acc[d] = 0.0f;
         for (int kt = a; kt < kend; kt += VA_BK) {
             const int nk = min(VA_BK, kend - kt);
-            __syncthreads();
-            va_load<D>(sK, D, qkv, row, kcol, kt, nk, nk, hd);
-            va_load<D>(sV, D, qkv, row, vcol, kt, nk, nk, hd);
-            __syncthreads();
+            va_load_kv<D>(sK, sV, qkv, row, kcol, vcol, kt, nk, hd);
             if (!active) continue;
             const int lim = causal ? min(nk, i - kt + 1) : nk;
             for (int c0 = 0; c0 < lim; c0 += VA_CHUNK) {
@@ -148,10 +156,7 @@ __global__ void __launch_bounds__(VA_BQ)
         for (int d = 0; d < D; d++) dq[d] = 0.0f;
         for (int kt = a; kt < kend; kt += VA_BK) {
             const int nk = min(VA_BK, kend - kt);
-            __syncthreads();
-            va_load<D>(sK, D, qkv, row, kcol, kt, nk, nk, hd);
-            va_load<D>(sV, D, qkv, row, vcol, kt, nk, nk, hd);
-            __syncthreads();
+            va_load_kv<D>(sK, sV, qkv, row, kcol, vcol, kt, nk, hd);
             if (!active) continue;
             const int lim = causal ? min(nk, i - kt + 1) : nk;
             for (int j = 0; j < lim; j++) {
