@@ -7,12 +7,14 @@
  * Qwen3-VL widths (V = 1024 and 1152, 4V, the tiny fixture's 32), attention with several
  * segments of odd lengths (one of a single row, one longer than a tile), head_dim 16 (tiny), 64
  * (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA. Prints one line per check and a
- * final count; exits 1 on any failure. Usage: gpu_vision_ops (needs a GPU; built with CUDA, never
+ * final count; exits 1 on any failure. Last, for information only (no check depends on it), the
+ * time of the attention and the embedding-bag backward at the towers' shapes. Usage: gpu_vision_ops (needs a GPU; built with CUDA, never
  * run by CTest). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/ops.h"
 #include "tests/test_util.h"
@@ -287,6 +289,58 @@ static void check_rows(const lj_ops *g, const lj_ops *c, int R, int M, int C) {
     free(x), free(src), free(idx), free(gath), free(xs);
 }
 
+/* ---- timing (information only) ---- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Milliseconds per call of attention_varlen forward and backward over one segment of L rows
+ * (a 1024x1024 image is L = 4096 patches), and the FLOP rate (4 L^2 hd nh forward, 2.5x that
+ * backward, Megatron's convention). */
+static void time_attention(const lj_ops *g, int L, int nh, int hd) {
+    const int row = 3 * nh * hd, Q = nh * hd, iters = 3;
+    const int32_t cu[2] = {0, L};
+    float *h = randv((int64_t)L * row, 1.0f, 0.0f);
+    void *qkv = dev_put(g, h, (int64_t)L * row, g->act_dtype), *out = dev_put(g, h, (int64_t)L * Q, g->act_dtype);
+    void *dq = dev_put(g, h, (int64_t)L * row, g->act_dtype), *gcu = dev_raw(g, cu, sizeof cu), *lse = NULL;
+    g->alloc(&lse, (size_t)nh * L * 4);
+    g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++) g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    const double tf = (now_s() - t0) / iters;
+    t0 = now_s();
+    for (int i = 0; i < iters; i++) g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    const double tb = (now_s() - t0) / iters, flop = 4.0 * L * (double)L * hd * nh;
+    printf("  [info] attention_varlen L=%d nh=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+           L, nh, hd, 1e3 * tf, flop / tf * 1e-12, 1e3 * tb, 2.5 * flop / tb * 1e-12);
+    g->free(qkv), g->free(out), g->free(dq), g->free(gcu), g->free(lse);
+    free(h);
+}
+
+static void time_embedding_bag(const lj_ops *g, int R, int N, int C) {
+    float *h = randv((int64_t)N * C, 1.0f, 0.0f), *w = lj_malloc((size_t)N * 4 * 4);
+    int32_t *idx = lj_malloc((size_t)N * 4 * 4);
+    for (int i = 0; i < 4 * N; i++) idx[i] = (int32_t)lj_rng_below(&g_rng, (uint64_t)R), w[i] = 0.25f;
+    void *dout = dev_put(g, h, (int64_t)N * C, g->act_dtype), *dt = NULL;
+    void *gi = dev_raw(g, idx, (size_t)N * 16), *gw = dev_raw(g, w, (size_t)N * 16);
+    g->alloc(&dt, (size_t)R * C * lj_dtype_size(g->grad_dtype));
+    g->embedding_bag_backward(dt, dout, gi, gw, N, 4, C);
+    g->synchronize();
+    const double t0 = now_s();
+    g->embedding_bag_backward(dt, dout, gi, gw, N, 4, C);
+    g->synchronize();
+    printf("  [info] embedding_bag_backward R=%d N=%d K=4 C=%d: %.3f ms\n", R, N, C, 1e3 * (now_s() - t0));
+    g->free(dout), g->free(dt), g->free(gi), g->free(gw);
+    free(h), free(w), free(idx);
+}
+
 int main(void) {
     lj_rng_seed(&g_rng, 2024);
     const lj_ops *cpu = lj_ops_cpu();
@@ -341,6 +395,11 @@ int main(void) {
     check_rows(bf, cpu, 11, 5, 24);
     check_rows(bf, cpu, 13, 6, 13);
     check_rows(bf, cpu, 50, 20, 1152);
+
+    printf("timing (information only)\n");
+    time_attention(bf, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
+    time_attention(bf, 4096, 16, 72); /* 8B tower */
+    time_embedding_bag(bf, 2304, 16384, 1152);
 
     printf("gpu_vision_ops: %d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
