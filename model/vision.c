@@ -139,7 +139,19 @@ void lj_vision_free(lj_vision *vm) {
 }
 
 void lj_vision_set_weights(lj_vision *vm, const float *params) {
-    vm->ops->cast_f32_to_param(vm->params, params, vm->layout.total); /* device to device on the CPU */
+    const lj_ops *ops = vm->ops;
+    const size_t bytes = (size_t)vm->layout.total * sizeof(float);
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload(vm->params, params, bytes);
+        return;
+    }
+    /* host f32 into a device staging buffer, then the cast to the param dtype on the device */
+    void *staging = NULL;
+    LJ_ASSERT(ops->alloc(&staging, bytes) == LJ_OK, "vision weights: %s", lj_error_message());
+    ops->upload(staging, params, bytes);
+    ops->cast_f32_to_param(vm->params, staging, vm->layout.total);
+    ops->synchronize();
+    ops->free(staging);
 }
 
 void lj_vision_zero_grads(lj_vision *vm) {

@@ -3,6 +3,7 @@
  * the error reporting every CUDA file uses. */
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_paged.h"
+#include "ops/cuda/cuda_vision.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,6 +244,15 @@ static lj_status cuda_start(void) {
                                    const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp, \
                                    const float *step_scalars, const float *grad_norm_sq) {                       \
         lj_cuda_adamw_update(params, master, grad, m, v, segments, num_segments, hp, step_scalars, grad_norm_sq, G); \
+    }                                                                                                            \
+    static void layernorm_backward_##sfx(void *dx, void *dw, void *db, const void *dout, const void *x,          \
+                                         const void *w, const float *mean, const float *rstd, int N, int C,      \
+                                         lj_grad_mode dx_mode, lj_grad_mode dw_mode, void *workspace) {          \
+        lj_cuda_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C, dx_mode, dw_mode, workspace, G);    \
+    }                                                                                                            \
+    static void embedding_bag_backward_##sfx(void *dtable, const void *dout, const int32_t *idx, const float *w, \
+                                             int N, int K, int C) {                                              \
+        lj_cuda_embedding_bag_backward(dtable, dout, idx, w, N, K, C, G);                                        \
     }
 
 LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_BF16, bf16)
@@ -326,6 +336,19 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .cross_entropy_fused = cross_entropy_fused_##sfx,                            \
         .cross_entropy_fused_workspace_bytes = lj_cuda_cross_entropy_fused_workspace_bytes, \
         .cross_entropy_forward_backward = lj_cuda_cross_entropy_forward_backward,    \
+                                                                                     \
+        .layernorm_forward = lj_cuda_layernorm_forward,                              \
+        .layernorm_backward = layernorm_backward_##sfx,                              \
+        .layernorm_backward_workspace_bytes = lj_cuda_layernorm_backward_workspace_bytes, \
+        .gelu_forward = lj_cuda_gelu_forward,                                        \
+        .gelu_backward = lj_cuda_gelu_backward,                                      \
+        .embedding_bag_forward = lj_cuda_embedding_bag_forward,                      \
+        .embedding_bag_backward = embedding_bag_backward_##sfx,                      \
+        .attention_varlen_forward = lj_cuda_attention_varlen_forward,                \
+        .attention_varlen_backward = lj_cuda_attention_varlen_backward,              \
+        .attention_varlen_workspace_bytes = lj_cuda_attention_varlen_workspace_bytes, \
+        .rows_gather = lj_cuda_rows_gather,                                          \
+        .rows_scatter = lj_cuda_rows_scatter,                                        \
                                                                                      \
         .global_norm_sq = global_norm_sq_##sfx,                                      \
         .global_norm_workspace_bytes = lj_cuda_global_norm_workspace_bytes,          \

@@ -12,7 +12,9 @@
 #       libraries, runs nvidia-smi, the op harness on the GPU (tests/ops: `test_ops_cuda check`,
 #       every op against the CPU backend with both gradient dtypes; `test_ops_cuda perf`, the
 #       hot ops at the benchmark shapes against the card's ceilings), tests/gpu/gpu_hf_fixtures
-#       (the whole model against the HF fixtures), every kernel-lab program (bench/kernels,
+#       (the whole model against the HF fixtures), tests/gpu/gpu_vision_ops (the vision-tower
+#       ops against the CPU backend; gpu_vl_fixture, Qwen3-VL against the qwen3vl-tiny fixture),
+#       every kernel-lab program (bench/kernels,
 #       every numbered version of each kernel), and compute-sanitizer memcheck and racecheck on
 #       `test_ops_cuda check --quick`; full logs go to $OUT, a short table is printed last.
 # The GPU machine only runs programs; it builds nothing.
@@ -32,10 +34,10 @@ if [ "${1:-}" = "--prepare" ]; then
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLJ_ARCH_FLAGS="$isa" \
     >build-gpu/prepare.log 2>&1 || { tail -30 build-gpu/prepare.log; exit 1; }
   kl=$(cd bench/kernels && ls kl_*.cu | sed 's/\.cu$//')
-  cmake --build build-gpu -j"$(nproc)" --target test_ops_cuda gpu_hf_fixtures $kl >>build-gpu/prepare.log 2>&1 ||
+  cmake --build build-gpu -j"$(nproc)" --target test_ops_cuda gpu_hf_fixtures gpu_vision_ops gpu_vl_fixture $kl >>build-gpu/prepare.log 2>&1 ||
     { grep -E 'error' -A3 build-gpu/prepare.log | head -40; exit 1; }
   rm -rf "$dev" && mkdir -p "$dev"
-  cp build-gpu/tests/ops/test_ops_cuda build-gpu/tests/gpu/gpu_hf_fixtures "$dev"/
+  cp build-gpu/tests/ops/test_ops_cuda build-gpu/tests/gpu/gpu_hf_fixtures build-gpu/tests/gpu/gpu_vision_ops build-gpu/tests/gpu/gpu_vl_fixture "$dev"/
   for k in $kl; do cp "build-gpu/bench/kernels/$k" "$dev"/; done
   # the CLI too, when the rest of the tree builds (not needed by the checks below)
   cmake --build build-gpu -j"$(nproc)" --target ljperf >>build-gpu/prepare.log 2>&1 && cp build-gpu/ljperf "$dev"/ || true
@@ -82,6 +84,9 @@ plog=$OUT/perf.log
 run perf 120 "$plog" "$dev/test_ops_cuda" perf
 hlog=$OUT/hf_fixtures.log
 [ -x "$dev/gpu_hf_fixtures" ] && run gpu_hf_fixtures 120 "$hlog" "$dev/gpu_hf_fixtures" tests/fixtures/hf
+vlog=$OUT/vision_ops.log
+[ -x "$dev/gpu_vision_ops" ] && run gpu_vision_ops 90 "$vlog" "$dev/gpu_vision_ops"
+[ -x "$dev/gpu_vl_fixture" ] && run gpu_vl_fixture 60 "$vlog" "$dev/gpu_vl_fixture" tests/fixtures/qwen3vl-tiny
 klog=$OUT/kernels.log
 for k in kl_adamw kl_global_norm kl_rope kl_cross_entropy kl_attention; do
   [ -x "$dev/$k" ] && run "$k" 90 "$klog" "$dev/$k"
@@ -109,6 +114,8 @@ echo "== gpu_hf_fixtures"
 grep -cE '^\s*\[ ok \]' "${hlog:-/dev/null}" 2>/dev/null | sed 's/^/ok checks: /'
 grep -E 'FAIL|error|gpu_hf_fixtures:' "${hlog:-/dev/null}" 2>/dev/null | head -15
 tail -2 "${hlog:-/dev/null}" 2>/dev/null
+echo "== gpu_vision_ops"
+grep -E 'FAIL|error|gpu_vision_ops:|gpu_vl_fixture:' "${vlog:-/dev/null}" 2>/dev/null | head -15
 echo "== test_ops_cuda per op"
 sed -n '/^op  *checks/,$p' "$tlog"
 echo "== runs"

@@ -1,0 +1,406 @@
+/* gpu_vision_ops.c: the CUDA backend's vision-tower ops (ops.h: layernorm, gelu, embedding_bag,
+ * attention_varlen, rows_gather / rows_scatter) against the CPU backend's on random inputs: the
+ * same bf16-rounded values go to both, and every output and gradient of the CUDA op (bf16
+ * activations; bf16 and fp32 gradient tables) is compared with the CPU's fp32 result by
+ *   err = max_i |gpu_i - cpu_i| / (|cpu_i| + rms(cpu)),
+ * within 2e-2 (a few bf16 roundings of 2^-8). Shapes: odd sizes off the vector paths, the
+ * Qwen3-VL widths (V = 1024 and 1152, 4V, the tiny fixture's 32), attention with several
+ * segments of odd lengths (one of a single row, one longer than a tile), head_dim 16 (tiny), 64
+ * (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA. Prints one line per check and a
+ * final count; exits 1 on any failure. Last, for information only (no check depends on it), the
+ * time of the attention and the embedding-bag backward at the towers' shapes. Usage: gpu_vision_ops (needs a GPU; built with CUDA, never
+ * run by CTest). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/ops.h"
+#include "tests/test_util.h"
+
+#define TOL 2e-2
+
+static int g_checks, g_failures;
+static lj_rng g_rng;
+
+/* ---- helpers ---- */
+
+static float *randv(int64_t n, float scale, float offset) {
+    float *x = lj_test_randf(&g_rng, n, scale);
+    for (int64_t i = 0; i < n; i++) x[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i] + offset)); /* what both see */
+    return x;
+}
+
+/* A device copy of host floats in `dtype` (bf16 or f32). */
+static void *dev_put(const lj_ops *g, const float *h, int64_t n, lj_dtype dtype) {
+    void *d = NULL;
+    const size_t es = lj_dtype_size(dtype);
+    if (g->alloc(&d, (size_t)(n > 0 ? n : 1) * es) != LJ_OK) {
+        fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+        exit(1);
+    }
+    if (n <= 0) return d;
+    if (dtype == LJ_DTYPE_F32) {
+        g->upload(d, h, (size_t)n * 4);
+    } else {
+        uint16_t *b = lj_malloc((size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) b[i] = lj_f32_to_bf16(h[i]);
+        g->upload(d, b, (size_t)n * 2);
+        g->synchronize();
+        free(b);
+    }
+    return d;
+}
+
+static void *dev_raw(const lj_ops *g, const void *h, size_t bytes) {
+    void *d = NULL;
+    if (g->alloc(&d, bytes ? bytes : 1) != LJ_OK) {
+        fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+        exit(1);
+    }
+    if (bytes) g->upload(d, h, bytes);
+    return d;
+}
+
+static float *dev_get(const lj_ops *g, const void *d, int64_t n, lj_dtype dtype) {
+    float *h = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    g->synchronize();
+    if (dtype == LJ_DTYPE_F32) {
+        g->download(h, d, (size_t)n * 4);
+    } else {
+        uint16_t *b = lj_malloc((size_t)(n > 0 ? n : 1) * 2);
+        g->download(b, d, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) h[i] = lj_bf16_to_f32(b[i]);
+        free(b);
+    }
+    return h;
+}
+
+static void compare(const char *what, const float *gpu, const float *cpu, int64_t n) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)cpu[i] * cpu[i];
+    const double rms = sqrt(ss / (double)(n > 0 ? n : 1)) + 1e-20;
+    double err = 0.0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double e = isfinite(gpu[i]) ? fabs((double)gpu[i] - cpu[i]) / (fabs(cpu[i]) + rms) : INFINITY;
+        if (!(e <= err)) err = e, at = i;
+    }
+    const int ok = err <= TOL;
+    g_checks++;
+    g_failures += !ok;
+    printf("  [%s] %-72s %.2e (limit %.0e)", ok ? " ok " : "FAIL", what, err, TOL);
+    if (!ok) printf("  at %lld: gpu %.6g cpu %.6g", (long long)at, gpu[at], cpu[at]);
+    printf("\n");
+}
+
+static const char *gname(const lj_ops *g) { return g->grad_dtype == LJ_DTYPE_F32 ? "f32 grads" : "bf16 grads"; }
+
+/* ---- LayerNorm ---- */
+
+static void check_layernorm(const lj_ops *g, const lj_ops *c, int N, int C) {
+    char what[160];
+    const int64_t n = (int64_t)N * C;
+    float *x = randv(n, 1.0f, 0.3f), *w = randv(C, 0.5f, 1.0f), *b = randv(C, 0.5f, 0.0f), *dout = randv(n, 1.0f, 0.0f);
+    float *dx0 = randv(n, 1.0f, 0.0f), *dw0 = randv(C, 1.0f, 0.0f), *db0 = randv(C, 1.0f, 0.0f);
+    /* CPU */
+    float *out = lj_malloc(n * 4), *mean = lj_malloc(N * 4), *rstd = lj_malloc(N * 4);
+    c->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-6f);
+    float *dx = lj_malloc(n * 4), *dw = lj_malloc(C * 4), *db = lj_malloc(C * 4);
+    memcpy(dx, dx0, n * 4), memcpy(dw, dw0, C * 4), memcpy(db, db0, C * 4);
+    c->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE, NULL);
+    float *dxo = lj_malloc(n * 4), *dwo = lj_malloc(C * 4), *dbo = lj_malloc(C * 4);
+    c->layernorm_backward(dxo, dwo, dbo, dout, x, w, mean, rstd, N, C, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE, NULL);
+    /* GPU */
+    const lj_dtype A = g->act_dtype, G = g->grad_dtype;
+    void *gx = dev_put(g, x, n, A), *gw = dev_put(g, w, C, A), *gb = dev_put(g, b, C, A), *gd = dev_put(g, dout, n, A);
+    void *gout = dev_put(g, out, n, A) /* overwritten */, *gmean = NULL, *grstd = NULL, *gws = NULL;
+    g->alloc(&gmean, (size_t)N * 4), g->alloc(&grstd, (size_t)N * 4);
+    g->alloc(&gws, g->layernorm_backward_workspace_bytes(N, C) + 1);
+    g->layernorm_forward(gout, gmean, grstd, gx, gw, gb, N, C, 1e-6f);
+    float *hout = dev_get(g, gout, n, A), *hmean = dev_get(g, gmean, N, LJ_DTYPE_F32),
+          *hrstd = dev_get(g, grstd, N, LJ_DTYPE_F32);
+    snprintf(what, sizeof what, "layernorm_forward N=%d C=%d out", N, C);
+    compare(what, hout, out, n);
+    snprintf(what, sizeof what, "layernorm_forward N=%d C=%d mean", N, C);
+    compare(what, hmean, mean, N);
+    snprintf(what, sizeof what, "layernorm_forward N=%d C=%d rstd", N, C);
+    compare(what, hrstd, rstd, N);
+    for (int mode = 0; mode < 2; mode++) {
+        const lj_grad_mode m = mode ? LJ_GRAD_ACCUMULATE : LJ_GRAD_OVERWRITE;
+        void *gdx = dev_put(g, dx0, n, A), *gdw = dev_put(g, dw0, C, G), *gdb = dev_put(g, db0, C, G);
+        g->layernorm_backward(gdx, gdw, gdb, gd, gx, gw, gmean, grstd, N, C, m, m, gws);
+        float *hdx = dev_get(g, gdx, n, A), *hdw = dev_get(g, gdw, C, G), *hdb = dev_get(g, gdb, C, G);
+        const char *mn = mode ? "+=" : "=";
+        snprintf(what, sizeof what, "layernorm_backward N=%d C=%d dx %s (%s)", N, C, mn, gname(g));
+        compare(what, hdx, mode ? dx : dxo, n);
+        snprintf(what, sizeof what, "layernorm_backward N=%d C=%d dw %s (%s)", N, C, mn, gname(g));
+        compare(what, hdw, mode ? dw : dwo, C);
+        snprintf(what, sizeof what, "layernorm_backward N=%d C=%d db %s (%s)", N, C, mn, gname(g));
+        compare(what, hdb, mode ? db : dbo, C);
+        free(hdx), free(hdw), free(hdb);
+        g->free(gdx), g->free(gdw), g->free(gdb);
+    }
+    free(hout), free(hmean), free(hrstd);
+    g->free(gx), g->free(gw), g->free(gb), g->free(gd), g->free(gout), g->free(gmean), g->free(grstd), g->free(gws);
+    free(x), free(w), free(b), free(dout), free(dx0), free(dw0), free(db0), free(out), free(mean), free(rstd);
+    free(dx), free(dw), free(db), free(dxo), free(dwo), free(dbo);
+}
+
+/* ---- GELU ---- */
+
+static void check_gelu(const lj_ops *g, const lj_ops *c, int64_t n, int form) {
+    char what[160];
+    const lj_dtype A = g->act_dtype;
+    float *x = randv(n, 2.0f, 0.0f), *d = randv(n, 1.0f, 0.0f);
+    float *out = lj_malloc(n * 4), *dx = lj_malloc(n * 4);
+    c->gelu_forward(out, x, n, form);
+    c->gelu_backward(dx, d, x, n, form);
+    void *gx = dev_put(g, x, n, A), *gd = dev_put(g, d, n, A), *go = dev_put(g, x, n, A);
+    g->gelu_forward(go, gx, n, form);
+    float *h = dev_get(g, go, n, A);
+    snprintf(what, sizeof what, "gelu_forward n=%lld %s", (long long)n, form ? "tanh" : "erf");
+    compare(what, h, out, n);
+    free(h);
+    g->gelu_backward(gd, gd, gx, n, form); /* in place, as the tower calls it */
+    h = dev_get(g, gd, n, A);
+    snprintf(what, sizeof what, "gelu_backward n=%lld %s (in place)", (long long)n, form ? "tanh" : "erf");
+    compare(what, h, dx, n);
+    free(h);
+    g->free(gx), g->free(gd), g->free(go);
+    free(x), free(d), free(out), free(dx);
+}
+
+/* ---- embedding bag ---- */
+
+static void check_embedding_bag(const lj_ops *g, const lj_ops *c, int R, int N, int K, int C) {
+    char what[160];
+    const lj_dtype A = g->act_dtype, G = g->grad_dtype;
+    float *table = randv((int64_t)R * C, 1.0f, 0.0f), *dout = randv((int64_t)N * C, 1.0f, 0.0f);
+    float *dt0 = randv((int64_t)R * C, 1.0f, 0.0f);
+    float *w = lj_malloc((size_t)N * K * 4);
+    int32_t *idx = lj_malloc((size_t)N * K * 4);
+    for (int i = 0; i < N * K; i++) {
+        w[i] = lj_rng_uniform(&g_rng);
+        idx[i] = (int32_t)lj_rng_below(&g_rng, (uint64_t)(R - 1)); /* repeats; the last row never named */
+    }
+    float *out = lj_malloc((size_t)N * C * 4), *dt = lj_malloc((size_t)R * C * 4);
+    c->embedding_bag_forward(out, table, idx, w, N, K, C);
+    memcpy(dt, dt0, (size_t)R * C * 4);
+    c->embedding_bag_backward(dt, dout, idx, w, N, K, C);
+    void *gt = dev_put(g, table, (int64_t)R * C, A), *gdo = dev_put(g, dout, (int64_t)N * C, A);
+    void *gout = dev_put(g, out, (int64_t)N * C, A), *gdt = dev_put(g, dt0, (int64_t)R * C, G);
+    void *gidx = dev_raw(g, idx, (size_t)N * K * 4), *gw = dev_raw(g, w, (size_t)N * K * 4);
+    g->embedding_bag_forward(gout, gt, gidx, gw, N, K, C);
+    g->embedding_bag_backward(gdt, gdo, gidx, gw, N, K, C);
+    float *ho = dev_get(g, gout, (int64_t)N * C, A), *hdt = dev_get(g, gdt, (int64_t)R * C, G);
+    snprintf(what, sizeof what, "embedding_bag_forward R=%d N=%d K=%d C=%d", R, N, K, C);
+    compare(what, ho, out, (int64_t)N * C);
+    snprintf(what, sizeof what, "embedding_bag_backward R=%d N=%d K=%d C=%d dtable += (%s)", R, N, K, C, gname(g));
+    compare(what, hdt, dt, (int64_t)R * C);
+    free(ho), free(hdt);
+    g->free(gt), g->free(gdo), g->free(gout), g->free(gdt), g->free(gidx), g->free(gw);
+    free(table), free(dout), free(dt0), free(w), free(idx), free(out), free(dt);
+}
+
+/* ---- attention over segments ---- */
+
+static void check_attention(const lj_ops *g, const lj_ops *c, const int32_t *cu, int nseg, int nh, int nkv, int hd,
+                            int causal) {
+    char what[200], segs[64];
+    const lj_dtype A = g->act_dtype;
+    const int N = cu[nseg], row = (nh + 2 * nkv) * hd, Q = nh * hd;
+    int mx = 0;
+    for (int s = 0; s < nseg; s++) mx = cu[s + 1] - cu[s] > mx ? cu[s + 1] - cu[s] : mx;
+    snprintf(segs, sizeof segs, "N=%d nseg=%d max=%d", N, nseg, mx);
+    float *qkv = randv((int64_t)N * row, 1.0f, 0.0f), *dout = randv((int64_t)N * Q, 1.0f, 0.0f);
+    float *out = lj_malloc((size_t)N * Q * 4), *lse = lj_malloc((size_t)nh * N * 4), *dqkv = lj_malloc((size_t)N * row * 4);
+    void *ws = lj_malloc(c->attention_varlen_workspace_bytes(mx, nh, nkv, hd) + 1);
+    c->attention_varlen_forward(out, lse, qkv, cu, nseg, N, nh, nkv, hd, causal, ws);
+    c->attention_varlen_backward(dqkv, dout, qkv, out, lse, cu, nseg, N, nh, nkv, hd, causal, ws);
+    void *gq = dev_put(g, qkv, (int64_t)N * row, A), *gdo = dev_put(g, dout, (int64_t)N * Q, A);
+    void *go = dev_put(g, out, (int64_t)N * Q, A), *gl = NULL, *gdq = NULL, *gws = NULL;
+    void *gcu = dev_raw(g, cu, (size_t)(nseg + 1) * 4);
+    g->alloc(&gl, (size_t)nh * N * 4);
+    g->alloc(&gdq, (size_t)N * row * 2);
+    g->memset_zero(gdq, (size_t)N * row * 2);
+    g->alloc(&gws, g->attention_varlen_workspace_bytes(mx, nh, nkv, hd) + 1);
+    /* a poisoned gradient: every element must be overwritten */
+    uint16_t *poison = lj_malloc((size_t)N * row * 2);
+    for (int64_t i = 0; i < (int64_t)N * row; i++) poison[i] = 0x7fc0; /* NaN */
+    g->upload(gdq, poison, (size_t)N * row * 2);
+    g->attention_varlen_forward(go, gl, gq, gcu, nseg, N, nh, nkv, hd, causal, gws);
+    g->attention_varlen_backward(gdq, gdo, gq, go, gl, gcu, nseg, N, nh, nkv, hd, causal, gws);
+    float *ho = dev_get(g, go, (int64_t)N * Q, A), *hl = dev_get(g, gl, (int64_t)nh * N, LJ_DTYPE_F32);
+    float *hd_ = dev_get(g, gdq, (int64_t)N * row, A);
+    const char *kind = causal ? "causal" : "bidirectional";
+    snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d out", kind, segs, nh, nkv, hd);
+    compare(what, ho, out, (int64_t)N * Q);
+    snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d lse", kind, segs, nh, nkv, hd);
+    compare(what, hl, lse, (int64_t)nh * N);
+    /* the three parts of dqkv on their own (each has its own scale) */
+    const char *part[3] = {"dq", "dk", "dv"};
+    const int off[3] = {0, Q, Q + nkv * hd}, width[3] = {Q, nkv * hd, nkv * hd};
+    for (int p = 0; p < 3; p++) {
+        float *a = lj_malloc((size_t)N * width[p] * 4), *b = lj_malloc((size_t)N * width[p] * 4);
+        for (int i = 0; i < N; i++) {
+            memcpy(a + (size_t)i * width[p], hd_ + (size_t)i * row + off[p], (size_t)width[p] * 4);
+            memcpy(b + (size_t)i * width[p], dqkv + (size_t)i * row + off[p], (size_t)width[p] * 4);
+        }
+        snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d %s", kind, segs, nh, nkv, hd, part[p]);
+        compare(what, a, b, (int64_t)N * width[p]);
+        free(a), free(b);
+    }
+    free(ho), free(hl), free(hd_), free(poison);
+    g->free(gq), g->free(gdo), g->free(go), g->free(gl), g->free(gdq), g->free(gws), g->free(gcu);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ws);
+}
+
+/* ---- rows ---- */
+
+static void check_rows(const lj_ops *g, const lj_ops *c, int R, int M, int C) {
+    char what[160];
+    const lj_dtype A = g->act_dtype;
+    float *x = randv((int64_t)R * C, 1.0f, 0.0f), *src = randv((int64_t)M * C, 1.0f, 0.0f);
+    int32_t *idx = lj_malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) idx[i] = (int32_t)((i * 7 + 3) % R); /* distinct for R prime to 7 */
+    float *gath = lj_malloc((size_t)M * C * 4), *xs = lj_malloc((size_t)R * C * 4);
+    void *gx = dev_put(g, x, (int64_t)R * C, A), *gs = dev_put(g, src, (int64_t)M * C, A);
+    void *gg = dev_put(g, src, (int64_t)M * C, A), *gidx = dev_raw(g, idx, (size_t)M * 4);
+    c->rows_gather(gath, x, idx, M, C);
+    g->rows_gather(gg, gx, gidx, M, C);
+    float *h = dev_get(g, gg, (int64_t)M * C, A);
+    snprintf(what, sizeof what, "rows_gather R=%d M=%d C=%d", R, M, C);
+    compare(what, h, gath, (int64_t)M * C);
+    free(h);
+    const lj_grad_mode modes[3] = {LJ_GRAD_ACCUMULATE, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE};
+    const char *names[3] = {"+= src", "= src", "= 0 (no src)"};
+    memcpy(xs, x, (size_t)R * C * 4);
+    for (int k = 0; k < 3; k++) {
+        c->rows_scatter(xs, k == 2 ? NULL : src, idx, M, C, modes[k]);
+        g->rows_scatter(gx, k == 2 ? NULL : gs, gidx, M, C, modes[k]);
+        h = dev_get(g, gx, (int64_t)R * C, A);
+        snprintf(what, sizeof what, "rows_scatter R=%d M=%d C=%d %s", R, M, C, names[k]);
+        compare(what, h, xs, (int64_t)R * C);
+        free(h);
+    }
+    g->free(gx), g->free(gs), g->free(gg), g->free(gidx);
+    free(x), free(src), free(idx), free(gath), free(xs);
+}
+
+/* ---- timing (information only) ---- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Milliseconds per call of attention_varlen forward and backward over one segment of L rows
+ * (a 1024x1024 image is L = 4096 patches), and the FLOP rate (4 L^2 hd nh forward, 2.5x that
+ * backward, Megatron's convention). */
+static void time_attention(const lj_ops *g, int L, int nh, int hd) {
+    const int row = 3 * nh * hd, Q = nh * hd, iters = 3;
+    const int32_t cu[2] = {0, L};
+    float *h = randv((int64_t)L * row, 1.0f, 0.0f);
+    void *qkv = dev_put(g, h, (int64_t)L * row, g->act_dtype), *out = dev_put(g, h, (int64_t)L * Q, g->act_dtype);
+    void *dq = dev_put(g, h, (int64_t)L * row, g->act_dtype), *gcu = dev_raw(g, cu, sizeof cu), *lse = NULL;
+    g->alloc(&lse, (size_t)nh * L * 4);
+    g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    double t0 = now_s();
+    for (int i = 0; i < iters; i++) g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    const double tf = (now_s() - t0) / iters;
+    t0 = now_s();
+    for (int i = 0; i < iters; i++) g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+    g->synchronize();
+    const double tb = (now_s() - t0) / iters, flop = 4.0 * L * (double)L * hd * nh;
+    printf("  [info] attention_varlen L=%d nh=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+           L, nh, hd, 1e3 * tf, flop / tf * 1e-12, 1e3 * tb, 2.5 * flop / tb * 1e-12);
+    g->free(qkv), g->free(out), g->free(dq), g->free(gcu), g->free(lse);
+    free(h);
+}
+
+static void time_embedding_bag(const lj_ops *g, int R, int N, int C) {
+    float *h = randv((int64_t)N * C, 1.0f, 0.0f), *w = lj_malloc((size_t)N * 4 * 4);
+    int32_t *idx = lj_malloc((size_t)N * 4 * 4);
+    for (int i = 0; i < 4 * N; i++) idx[i] = (int32_t)lj_rng_below(&g_rng, (uint64_t)R), w[i] = 0.25f;
+    void *dout = dev_put(g, h, (int64_t)N * C, g->act_dtype), *dt = NULL;
+    void *gi = dev_raw(g, idx, (size_t)N * 16), *gw = dev_raw(g, w, (size_t)N * 16);
+    g->alloc(&dt, (size_t)R * C * lj_dtype_size(g->grad_dtype));
+    g->embedding_bag_backward(dt, dout, gi, gw, N, 4, C);
+    g->synchronize();
+    const double t0 = now_s();
+    g->embedding_bag_backward(dt, dout, gi, gw, N, 4, C);
+    g->synchronize();
+    printf("  [info] embedding_bag_backward R=%d N=%d K=4 C=%d: %.3f ms\n", R, N, C, 1e3 * (now_s() - t0));
+    g->free(dout), g->free(dt), g->free(gi), g->free(gw);
+    free(h), free(w), free(idx);
+}
+
+int main(void) {
+    lj_rng_seed(&g_rng, 2024);
+    const lj_ops *cpu = lj_ops_cpu();
+    const lj_ops *bf = lj_ops_cuda();
+    if (!bf) {
+        fprintf(stderr, "gpu_vision_ops: no CUDA backend: %s\n", lj_error_message());
+        return 1;
+    }
+    if (!bf->layernorm_forward || !bf->attention_varlen_forward) {
+        fprintf(stderr, "gpu_vision_ops: the CUDA backend has no vision ops\n");
+        return 1;
+    }
+    lj_ops_cuda_set_grad_dtype(LJ_DTYPE_F32);
+    const lj_ops *f32 = lj_ops_cuda();
+    lj_ops_cuda_set_grad_dtype(LJ_DTYPE_BF16);
+    const lj_ops *tables[2] = {bf, f32};
+
+    printf("layernorm\n");
+    const int ln[][2] = {{7, 24}, {5, 13}, {33, 32}, {37, 1024}, {19, 1152}, {9, 4096}, {6, 4608}, {300, 128}};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) check_layernorm(tables[t], cpu, ln[i][0], ln[i][1]);
+
+    printf("gelu\n");
+    const int64_t gn[] = {1, 1001, 4096 * 3, 64 * 4304 + 3};
+    for (size_t i = 0; i < sizeof gn / sizeof gn[0]; i++)
+        for (int form = 0; form < 2; form++) check_gelu(bf, cpu, gn[i], form);
+
+    printf("embedding_bag\n");
+    for (int t = 0; t < 2; t++) {
+        check_embedding_bag(tables[t], cpu, 6, 9, 4, 20);
+        check_embedding_bag(tables[t], cpu, 64, 37, 4, 32);      /* the tiny fixture's 8x8 grid */
+        check_embedding_bag(tables[t], cpu, 2304, 300, 4, 1152); /* the 48x48 grid, 8B width */
+        check_embedding_bag(tables[t], cpu, 100, 70, 3, 1100);   /* more columns than a block's tile */
+    }
+
+    printf("attention_varlen\n");
+    const int32_t cu1[] = {0, 5, 6, 70, 203}; /* odd lengths, one row, past one and two tiles */
+    const int32_t cu2[] = {0, 64, 128};       /* tile-aligned */
+    const int32_t cu3[] = {0, 1};             /* one row */
+    const int32_t cu4[] = {0, 150, 151, 152, 300};
+    const int hds[] = {16, 32, 64, 72, 128};
+    for (size_t i = 0; i < sizeof hds / sizeof hds[0]; i++) {
+        check_attention(bf, cpu, cu1, 4, 2, 2, hds[i], 0);
+        check_attention(bf, cpu, cu1, 4, 4, 2, hds[i], 1);
+    }
+    check_attention(bf, cpu, cu2, 2, 16, 16, 64, 0);
+    check_attention(bf, cpu, cu4, 4, 16, 16, 72, 0);
+    check_attention(bf, cpu, cu3, 1, 2, 2, 16, 0);
+    check_attention(bf, cpu, cu4, 4, 8, 2, 64, 1);
+
+    printf("rows\n");
+    check_rows(bf, cpu, 11, 5, 24);
+    check_rows(bf, cpu, 13, 6, 13);
+    check_rows(bf, cpu, 50, 20, 1152);
+
+    printf("timing (information only)\n");
+    time_attention(bf, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
+    time_attention(bf, 4096, 16, 72); /* 8B tower */
+    time_embedding_bag(bf, 2304, 16384, 1152);
+
+    printf("gpu_vision_ops: %d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
