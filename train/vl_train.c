@@ -303,9 +303,9 @@ static void log_iteration(vl_run *r, double loss, double gn, float lr, int token
                r->iteration, r->c->train_iters, loss, gn, lr, tokens, sec * 1e3);
     if (r->log_json) {
         fprintf(r->log_json,
-                "{\"iteration\": %d, \"lm_loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens\": %d, "
+                "{\"iteration\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %d, "
                 "\"iteration_ms\": %.3f}\n",
-                r->iteration, loss, gn, (double)lr, tokens, sec * 1e3);
+                r->iteration, loss, (double)lr, gn, tokens, sec * 1e3);
         fflush(r->log_json);
     }
     fflush(stdout);
@@ -368,7 +368,7 @@ static lj_status run_loop(vl_run *r) {
     LJ_TRY(lj_mm_loader_open(&r->loader, &lc));
     LJ_TRY(check_dataset(r));
     if (c->log_json) {
-        r->log_json = fopen(c->log_json, "a");
+        r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for appending", c->log_json);
     }
     if (!c->quiet)
