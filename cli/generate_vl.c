@@ -115,7 +115,7 @@ static lj_status run(const vl_gen_args *a) {
     lj_model m;
     lj_plan plan;
     lj_vl vl;
-    int have_model = 0, have_vl = 0;
+    int have_model = 0, have_plan = 0, have_vl = 0;
     float *tw = NULL, *vw = NULL;
     if (s == LJ_OK) {
         lj_model_options o;
@@ -127,6 +127,7 @@ static lj_status run(const vl_gen_args *a) {
         lj_parallelize(&m, NULL);
         lj_plan_build(&plan, &m);
         s = lj_plan_allocate(&plan, &m);
+        have_plan = s == LJ_OK;
     }
     if (s == LJ_OK) {
         lj_model_upload_rope(&m);
@@ -203,7 +204,7 @@ static lj_status run(const vl_gen_args *a) {
     free(pixels);
     if (have_vl) lj_vl_free(&vl);
     if (have_model) {
-        if (s == LJ_OK || have_vl) lj_plan_release(&plan, m.ops);
+        if (have_plan) lj_plan_release(&plan, m.ops);
         lj_plan_free(&plan);
         lj_model_free(&m);
     }

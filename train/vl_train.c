@@ -60,15 +60,11 @@ static lj_status resolve_model(const lj_vl_train_config *c, int resume, const ch
     if (c->model) return lj_vl_config_resolve(c->model, cfg);
     if (!c->load) return lj_fail(LJ_ERR_ARG, "train: give --model (a Qwen3-VL preset or config.json) or --load");
     if (!resume) return lj_vl_config_resolve(c->load, cfg);
-    char *text = NULL;
-    LJ_TRY(lj_ckpt_read_state_json(root, iteration, &text));
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(j, "model");
-    lj_status s = cJSON_IsString(mdl) ? lj_vl_config_resolve(mdl->valuestring, cfg)
-                                      : lj_fail(LJ_ERR_FORMAT, "%s: state.json has no 'model' (give --model)", root);
-    cJSON_Delete(j);
-    return s;
+    /* a resumed run's model is the config.json of the checkpoint's HF export */
+    char dir[LJ_PATH_MAX], path[LJ_PATH_MAX + 32];
+    LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
+    snprintf(path, sizeof path, "%s/hf/config.json", dir);
+    return lj_vl_config_load(path, cfg);
 }
 
 /* The tower's initial weights: matrices and embeddings N(0, initializer_range), norms 1, biases 0
