@@ -6,6 +6,13 @@
 
 int lj_cli_prepare(int argc, char **argv);
 int lj_cli_train(int argc, char **argv);
+/* `ljperf train` of a Qwen3-VL model (cli/train_vl.c): whether --model or --load names one, and
+ * the run. */
+int lj_cli_train_is_vl(int argc, char **argv);
+int lj_cli_train_vl(int argc, char **argv);
+/* `ljperf generate --image FILE` of a Qwen3-VL model (cli/generate_vl.c). */
+int lj_cli_generate_is_vl(int argc, char **argv);
+int lj_cli_generate_vl(int argc, char **argv);
 int lj_cli_benchmark(int argc, char **argv);
 int lj_cli_plan(int argc, char **argv);
 int lj_cli_generate(int argc, char **argv);

@@ -260,6 +260,7 @@ static lj_status run_generate(const gen_args *a) {
 }
 
 int lj_cli_generate(int argc, char **argv) {
+    if (lj_cli_generate_is_vl(argc, argv)) return lj_cli_generate_vl(argc, argv); /* cli/generate_vl.c */
     gen_args a = {NULL, "In the beginning", NULL, "auto", 64, 0, 0.8, 1.0, 1234};
     const lj_flag rows[] = {
         {.name = "--load", .kind = LJ_FLAG_STR, .dest = &a.load},

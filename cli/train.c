@@ -497,6 +497,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
 int lj_cli_train(int argc, char **argv) {
     int status;
     if (lj_cli_maybe_launch("train", argc, argv, &status)) return status;
+    if (lj_cli_train_is_vl(argc, argv)) return lj_cli_train_vl(argc, argv); /* cli/train_vl.c */
     lj_train_config cfg;
     lj_cli_monitor mon;
     memset(&mon, 0, sizeof mon);

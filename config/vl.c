@@ -19,10 +19,11 @@ static const vl_preset k_vl_presets[] = {
     {"qwen3-vl-2b", 151936, 2048, 6144, 28, 16, 8, 128, 1, 24, 1024, 4096, 16, 2048, 2304, {5, 11, 17}},
     {"qwen3-vl-4b", 151936, 2560, 9728, 36, 32, 8, 128, 1, 24, 1024, 4096, 16, 2560, 2304, {5, 11, 17}},
     {"qwen3-vl-8b", 151936, 4096, 12288, 36, 32, 8, 128, 0, 27, 1152, 4304, 16, 4096, 2304, {8, 16, 24}},
-    {"qwen3-vl-tiny", 256, 64, 128, 4, 4, 2, 32, 0, 4, 32, 64, 2, 64, 64, {0, 2, 3}},
+    {"qwen3-vl-tiny", 151936, 64, 128, 4, 4, 2, 32, 1, 4, 32, 64, 2, 64, 64, {0, 2, 3}},
+    {"qwen3-vl-fixture", 256, 64, 128, 4, 4, 2, 32, 0, 4, 32, 64, 2, 64, 64, {0, 2, 3}},
 };
 
-const char *lj_vl_config_preset_names(void) { return "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, qwen3-vl-tiny"; }
+const char *lj_vl_config_preset_names(void) { return "qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b, qwen3-vl-tiny, qwen3-vl-fixture"; }
 
 /* HF Qwen3VLVisionConfig's defaults. */
 static void vision_defaults(lj_vision_config *v) {
@@ -85,17 +86,19 @@ lj_status lj_vl_config_preset(const char *name, lj_vl_config *cfg) {
         v->num_position_embeddings = p->npos;
         for (int k = 0; k < 3; k++) v->deepstack_visual_indexes[k] = p->ds[k];
         vl_defaults(cfg);
-        if (strcmp(p->name, "qwen3-vl-tiny") == 0) { /* tests/fixtures/make_qwen3vl_fixtures.py */
+        if (strcmp(p->name, "qwen3-vl-tiny") == 0 || strcmp(p->name, "qwen3-vl-fixture") == 0) {
             t->max_position_embeddings = 1024;
+            cfg->mrope_section[0] = 6; /* head_dim 32 */
+            cfg->mrope_section[1] = 5;
+            cfg->mrope_section[2] = 5;
+        }
+        if (strcmp(p->name, "qwen3-vl-fixture") == 0) { /* tests/fixtures/make_qwen3vl_fixtures.py */
             t->bos_token_id = 1;
             t->eos_token_id = 2;
             cfg->image_token_id = 250;
             cfg->video_token_id = 251;
             cfg->vision_start_token_id = 252;
             cfg->vision_end_token_id = 253;
-            cfg->mrope_section[0] = 6;
-            cfg->mrope_section[1] = 5;
-            cfg->mrope_section[2] = 5;
         }
         return lj_vl_config_validate(cfg, p->name);
     }

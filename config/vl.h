@@ -50,7 +50,8 @@ typedef struct {
 } lj_vl_config;
 
 /* Fills `cfg` with a preset: qwen3-vl-2b, qwen3-vl-4b, qwen3-vl-8b (the published shapes), and
- * qwen3-vl-tiny (the test shape of tests/fixtures/make_qwen3vl_fixtures.py: vocabulary 256).
+ * qwen3-vl-tiny (a tiny model with the Qwen3 vocabulary and token ids, tied, for CPU runs) and
+ * qwen3-vl-fixture (the test shape of tests/fixtures/make_qwen3vl_fixtures.py: vocabulary 256).
  * Errors: LJ_ERR_ARG naming the unknown preset. */
 lj_status lj_vl_config_preset(const char *name, lj_vl_config *cfg);
 const char *lj_vl_config_preset_names(void);

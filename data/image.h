@@ -100,7 +100,7 @@ static inline int64_t lj_grid_tokens(lj_grid_thw g, int merge_size) {
     return lj_grid_patches(g) / ((int64_t)merge_size * merge_size);
 }
 /* Columns of pixel_values: 3 * temporal_patch_size * patch_size^2 (1536 for Qwen3-VL). */
-static inline int64_t lj_vision_patch_dim(const lj_vision_preproc *p) {
+static inline int64_t lj_vision_preproc_patch_dim(const lj_vision_preproc *p) {
     return 3LL * p->temporal_patch_size * p->patch_size * p->patch_size;
 }
 
@@ -120,7 +120,7 @@ void lj_vision_patchify_u8(const lj_vision_preproc *p, const lj_image *resized, 
 void lj_vision_normalize(const lj_vision_preproc *p, const uint8_t *patches, int64_t num_patches, float *out);
 
 /* The whole processor for one decoded image: smart_resize, resize, patchify, normalize.
- * *pixel_values is allocated here: [lj_grid_patches(*grid), lj_vision_patch_dim(p)] float32.
+ * *pixel_values is allocated here: [lj_grid_patches(*grid), lj_vision_preproc_patch_dim(p)] float32.
  * Errors: as lj_smart_resize (nothing allocated). */
 lj_status lj_vision_preprocess(const lj_vision_preproc *p, const lj_image *img, const char *name,
                                float **pixel_values, lj_grid_thw *grid);

@@ -227,7 +227,7 @@ void lj_image_resize_bicubic(const lj_image *in, int32_t out_height, int32_t out
 void lj_vision_patchify_u8(const lj_vision_preproc *p, const lj_image *img, lj_grid_thw grid, uint8_t *out) {
     const int ps = p->patch_size, tps = p->temporal_patch_size, ms = p->merge_size;
     LJ_ASSERT(img->height == grid.h * ps && img->width == grid.w * ps && grid.h % ms == 0 && grid.w % ms == 0);
-    const int64_t dim = lj_vision_patch_dim(p);
+    const int64_t dim = lj_vision_preproc_patch_dim(p);
     const int bh_n = grid.h / ms, bw_n = grid.w / ms;
     int64_t r = 0;
     for (int t = 0; t < grid.t; t++)
@@ -248,7 +248,7 @@ void lj_vision_patchify_u8(const lj_vision_preproc *p, const lj_image *img, lj_g
 }
 
 void lj_vision_normalize(const lj_vision_preproc *p, const uint8_t *patches, int64_t num_patches, float *out) {
-    const int64_t dim = lj_vision_patch_dim(p), per_c = dim / 3;
+    const int64_t dim = lj_vision_preproc_patch_dim(p), per_c = dim / 3;
     const float inv = (float)(1.0 / p->rescale_factor);
     float mean[3], std[3];
     for (int c = 0; c < 3; c++) mean[c] = p->image_mean[c] * inv, std[c] = p->image_std[c] * inv;
@@ -276,7 +276,7 @@ lj_status lj_vision_preprocess(const lj_vision_preproc *p, const lj_image *img, 
         for (size_t i = 0; i < H * W; i++) pl[i] = ((float)rs.rgb[i * 3 + c] - mean) / std;
     }
     lj_image_free(&rs);
-    const int64_t n = lj_grid_patches(*grid), dim = lj_vision_patch_dim(p);
+    const int64_t n = lj_grid_patches(*grid), dim = lj_vision_preproc_patch_dim(p);
     float *out = *pixel_values = lj_malloc(sizeof(float) * (size_t)(n * dim));
     int64_t r = 0;
     for (int t = 0; t < grid->t; t++)

@@ -160,7 +160,7 @@ static void rope_ids(const lj_mm_loader *ld, int64_t s, int64_t len, int64_t nim
 static lj_status build(lj_mm_loader *ld, slot *sl) {
     lj_mm_batch *b = &sl->b;
     const int B = b->B = ld->cfg.micro_batch_size, T = b->T = ld->cfg.seq_length;
-    const int64_t BT = (int64_t)B * T, dim = lj_vision_patch_dim(&ld->pre);
+    const int64_t BT = (int64_t)B * T, dim = lj_vision_preproc_patch_dim(&ld->pre);
     for (int64_t i = 0; i < BT; i++) {
         b->input_ids[i] = ld->ds.meta.pad_id;
         b->labels[i] = LJ_MM_IGNORE_INDEX;

@@ -14,4 +14,22 @@
  * tensor must be present with its shape; any other tensor is an error naming it. */
 lj_status lj_hf_vl_import(const char *dir, const lj_vl_config *cfg, float *text_params, float *vision_params);
 
+/* Exports a Qwen3-VL model into the existing directory `dir`, for transformers'
+ * Qwen3VLForConditionalGeneration and AutoProcessor (io/hf_vl_export.c): config.json
+ * (model_type qwen3_vl with text_config and vision_config), model.safetensors (the HF names
+ * above, `dtype` bf16 or fp32; no lm_head when tied), preprocessor_config.json and
+ * video_preprocessor_config.json (Qwen3-VL's processor settings; the image processor's
+ * size.shortest_edge / longest_edge are min_pixels / max_pixels, <= 0: the published 256^2 and
+ * 4096^2, so that a model trained on a dataset prepared with other limits sees its images so),
+ * and, when tokenizer_dir is
+ * not NULL, its tokenizer.json and tokenizer_config.json with Qwen3-VL's chat template, which
+ * is also written as chat_template.jinja. Errors: LJ_ERR_IO naming the file, LJ_ERR_ARG for
+ * another dtype. */
+lj_status lj_hf_vl_export_into(const char *dir, const lj_vl_config *cfg, const float *text_params,
+                               const float *vision_params, lj_dtype dtype, const char *tokenizer_dir,
+                               int64_t min_pixels, int64_t max_pixels);
+
+/* The chat template the export writes (Jinja text). */
+const char *lj_hf_vl_chat_template(void);
+
 #endif

@@ -151,6 +151,19 @@ lj_status lj_vl_set_batch(lj_vl *vl, const int32_t *input_ids, const int32_t *ta
     return s;
 }
 
+void lj_vl_set_positions(lj_vl *vl, const int32_t *pos3) {
+    const lj_ops *ops = vl->m->ops;
+    const size_t N = (size_t)vl->m->opt.micro_batch_size * vl->m->opt.seq_length;
+    const size_t half = (size_t)vl->cfg.text.head_dim / 2;
+    memcpy(vl->host_pos3, pos3, 3 * N * sizeof(int32_t));
+    float *cs = lj_malloc(N * half * 2 * sizeof(float));
+    lj_vl_mrope_rows(&vl->cfg, vl->host_pos3, (int)N, cs, cs + N * half);
+    ops->upload(vl->rope_cos, cs, N * half * sizeof(float));
+    ops->upload(vl->rope_sin, cs + N * half, N * half * sizeof(float));
+    ops->synchronize();
+    free(cs);
+}
+
 void lj_vl_forward_backward(lj_vl *vl, int backward, float dloss) {
     lj_vision_forward(&vl->vis);
     lj_model_forward(vl->m, backward, dloss);

@@ -45,6 +45,10 @@ void lj_vl_free(lj_vl *vl);
 lj_status lj_vl_set_batch(lj_vl *vl, const int32_t *input_ids, const int32_t *targets, const float *pixel_values,
                           const int32_t *grid_thw, int num_images);
 
+/* Replaces the position ids of the batch just set by pos3 host i32 [3, B, T] (e.g. the loader's,
+ * which restart at 0 for every packed sample) and recomputes their MRoPE rows. */
+void lj_vl_set_positions(lj_vl *vl, const int32_t *pos3);
+
 /* Forward (the tower, then the decoder with the hooks) and, with `backward`, the backward of
  * both (the decoder's, then the tower's from the gradients the hooks collected); dloss as
  * lj_model_forward. Gradients accumulate (zero them with lj_vl_zero_grads). */

@@ -454,7 +454,7 @@ static void test_patch_layout(void **state) {
     for (int y = 0; y < 64; y++)
         for (int x = 0; x < 96; x++)
             for (int c = 0; c < 3; c++) im.rgb[(y * 96 + x) * 3 + c] = (uint8_t)((y * 5 + x * 3 + c * 101) & 255);
-    const int64_t n = lj_grid_patches(g), dim = lj_vision_patch_dim(&p);
+    const int64_t n = lj_grid_patches(g), dim = lj_vision_preproc_patch_dim(&p);
     assert_int_equal(n, 24);
     assert_int_equal(dim, 1536);
     assert_int_equal(lj_grid_tokens(g, 2), 6);
@@ -499,7 +499,7 @@ static void test_preprocess_is_its_steps(void **state) {
     assert_true(g.t == 1 && g.h == 20 && g.w == 30);
     lj_image rs;
     lj_image_resize_bicubic(&im, 320, 480, LJ_RESIZE_TORCH_U8, &rs);
-    const int64_t n = lj_grid_patches(g), dim = lj_vision_patch_dim(&p);
+    const int64_t n = lj_grid_patches(g), dim = lj_vision_preproc_patch_dim(&p);
     uint8_t *u8 = lj_malloc((size_t)(n * dim));
     float *f = lj_malloc(sizeof(float) * (size_t)(n * dim));
     lj_vision_patchify_u8(&p, &rs, g, u8);
@@ -549,7 +549,7 @@ static void test_transformers_fixtures(void **state) {
         if (g.t != cJSON_GetArrayItem(thw, 0)->valueint || g.h != cJSON_GetArrayItem(thw, 1)->valueint ||
             g.w != cJSON_GetArrayItem(thw, 2)->valueint)
             fail_msg("%s: grid (%d, %d, %d) differs from transformers'", name, g.t, g.h, g.w);
-        const int64_t np = lj_grid_patches(g), dim = lj_vision_patch_dim(&p);
+        const int64_t np = lj_grid_patches(g), dim = lj_vision_preproc_patch_dim(&p);
         for (int kind = 0; kind < 2; kind++) {
             const cJSON *file = cJSON_GetObjectItem(fx, kind == 0 ? "u8" : "pil_u8");
             if (!file) continue;

@@ -115,7 +115,7 @@ static void test_config_load(void **state) {
 static void test_rope_index(void **state) {
     (void)state;
     lj_vl_config c;
-    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &c), LJ_OK);
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &c), LJ_OK);
     const int P = c.image_token_id, S = c.vision_start_token_id, E = c.vision_end_token_id;
     /* text (3), image of grid (1, 4, 6) = 2 x 3 tokens, vision_end, text, image (1, 8, 2) = 4 x 1 tokens, text */
     const int32_t ids[] = {5, 6, S, P, P, P, P, P, P, E, 7, S, P, P, P, P, E, 9};
@@ -140,7 +140,7 @@ static void test_rope_index(void **state) {
 static void test_mrope_axes(void **state) {
     (void)state;
     lj_vl_config c;
-    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &c), LJ_OK); /* head_dim 32, sections [6, 5, 5] */
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &c), LJ_OK); /* head_dim 32, sections [6, 5, 5] */
     const int half = c.text.head_dim / 2;
     const int32_t pos3[3] = {7, 11, 13}; /* one token: T 7, H 11, W 13 */
     float co[16], si[16];
@@ -189,7 +189,7 @@ typedef struct {
 } vl_case;
 
 static void vl_case_init(vl_case *c, int policy) {
-    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &c->cfg), LJ_OK);
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &c->cfg), LJ_OK);
     assert_int_equal(lj_test_model_create(&c->tm, &c->cfg.text, 1, FD_T, 1, policy), LJ_OK);
     c->np = 24 + 8;
     if (lj_vl_init(&c->vl, &c->tm.m, &c->cfg, 64, 4) != LJ_OK) fail_msg("%s", lj_error_message());
@@ -441,7 +441,7 @@ static void test_hf_import_names(void **state) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     assert_int_equal(lj_safetensors_write(path, t, n, NULL, NULL, 0), LJ_OK);
     lj_vl_config cfg;
-    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &cfg), LJ_OK);
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &cfg), LJ_OK);
     lj_vision_layout vl;
     lj_vision_layout_init(&vl, &cfg.vision);
     cfg.text.tie_word_embeddings = 1;
@@ -478,7 +478,7 @@ static void test_hf_fixtures(void **state) {
     }
     lj_vl_config cfg, tiny;
     if (lj_vl_config_load(path, &cfg) != LJ_OK) fail_msg("%s", lj_error_message());
-    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &tiny), LJ_OK);
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &tiny), LJ_OK);
     assert_int_equal(cfg.text.hidden_size, tiny.text.hidden_size);
     assert_int_equal(cfg.vision.depth, tiny.vision.depth);
     assert_int_equal(cfg.vision.num_position_embeddings, tiny.vision.num_position_embeddings);

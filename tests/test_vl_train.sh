@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# test_vl_train.sh: Qwen3-VL end to end on the CPU with real photographs (tests/data/vl_example.jsonl
+# over scikit-image's pictures, set up by scripts/setup.sh):
+#   - prepare writes the multimodal dataset;
+#   - train qwen3-vl-tiny on one repeated sample: finite losses that go down;
+#   - a run stopped at iteration 2 and resumed with --load gives the uninterrupted run's losses
+#     bit for bit, on the four-sample dataset (the loader's position is part of the state);
+#   - the checkpoint's HF export has the files transformers needs, and trains again from --load;
+#   - generate --image answers greedily and deterministically; a video file is refused by name;
+#   - the freezing flags: a frozen language model keeps its weights in the export.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
+tmp="$LJ_TEST_TMP/vl_train"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+images="$LJ_CACHE/images/skimage"
+[ -s "$images/chelsea.png" ] && [ -s "$LJ_CACHE/tokenizer/qwen3/tokenizer.json" ] \
+  || fail "$images or the Qwen3 tokenizer is missing: run scripts/setup.sh"
+jsonl="$LJ_SOURCE_DIR/tests/data/vl_example.jsonl"
+# small images (16 tokens each) keep the steps short
+px=(--image-root "$images" --tokenizer qwen3 --min-pixels 4096 --max-pixels 16384 --quiet)
+"$LJPERF" prepare --input "$jsonl" --output-prefix "$tmp/four" "${px[@]}" >/dev/null 2>"$tmp/prep.err" \
+  || { cat "$tmp/prep.err"; fail "prepare"; }
+head -n 1 "$jsonl" > "$tmp/one.jsonl"
+"$LJPERF" prepare --input "$tmp/one.jsonl" --output-prefix "$tmp/one" "${px[@]}" >/dev/null 2>"$tmp/prep.err" \
+  || { cat "$tmp/prep.err"; fail "prepare of one sample"; }
+
+common=(--model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 1 --lr 1e-3 --seed 5 --quiet
+        --num-workers 1)
+losses() { sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/' "$1"; }
+
+# 1. a repeated batch: finite, decreasing
+"$LJPERF" train "${common[@]}" --data-path "$tmp/one" --train-iters 4 --log-json "$tmp/one.jsonl.log" \
+  >/dev/null 2>"$tmp/one.err" || { cat "$tmp/one.err"; fail "training on one sample"; }
+losses "$tmp/one.jsonl.log" | awk 'BEGIN{n=0} { if ($2 != $2 + 0 || $2 == "nan" || $2 == "inf") bad = 1; l[n++] = $2 }
+  END { if (n != 4 || bad) exit 1; for (i = 1; i < n; i++) if (l[i] >= l[i-1]) exit 1 }' \
+  || { losses "$tmp/one.jsonl.log"; fail "the losses on a repeated batch are not finite and decreasing"; }
+echo "repeated batch: losses $(losses "$tmp/one.jsonl.log" | awk '{printf "%s ", $2}')"
+
+# 2. exact resume
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 4 --log-json "$tmp/full.log" \
+  >/dev/null 2>"$tmp/full.err" || { cat "$tmp/full.err"; fail "uninterrupted run"; }
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 2 --save "$tmp/ckpt" --log-json "$tmp/part.log" \
+  >/dev/null 2>"$tmp/part.err" || { cat "$tmp/part.err"; fail "first half"; }
+[ "$(cat "$tmp/ckpt/latest_checkpointed_iteration.txt")" = 2 ] || fail "latest_checkpointed_iteration.txt is not 2"
+"$LJPERF" train --device cpu --seq-length 48 --lr 1e-3 --seed 5 --num-workers 1 --data-path "$tmp/four" \
+  --train-iters 4 --load "$tmp/ckpt" --save "$tmp/ckpt" --log-json "$tmp/part.log" >/dev/null 2>"$tmp/resume.err" \
+  || { cat "$tmp/resume.err"; fail "resume (the model from the checkpoint)"; }
+grep -q "resumed .* at iteration 2" "$tmp/resume.err" || fail "resume did not say where it resumed"
+diff <(losses "$tmp/full.log") <(losses "$tmp/part.log") || fail "resumed losses differ from the uninterrupted run"
+echo "resume: 4 losses equal bit for bit"
+
+# 3. the HF export
+hf="$tmp/ckpt/iter_0000004/hf"
+for f in config.json model.safetensors preprocessor_config.json video_preprocessor_config.json tokenizer.json \
+         tokenizer_config.json chat_template.jinja; do
+  [ -s "$hf/$f" ] || fail "the export lacks $f"
+done
+grep -q '"model_type":[[:space:]]*"qwen3_vl"' "$hf/config.json" || fail "config.json is not qwen3_vl"
+grep -q '"longest_edge":[[:space:]]*16384' "$hf/preprocessor_config.json" || fail "the processor lost the dataset's max pixels"
+grep -q 'vision_start' "$hf/tokenizer_config.json" || fail "tokenizer_config.json has no Qwen3-VL chat template"
+"$LJPERF" train --device cpu --seq-length 48 --lr 1e-3 --seed 5 --quiet --num-workers 1 --data-path "$tmp/four" \
+  --train-iters 1 --load "$hf" --log-json "$tmp/hf.log" >/dev/null 2>"$tmp/hf.err" \
+  || { cat "$tmp/hf.err"; fail "training from the HF export"; }
+# the export holds iteration 4's (bf16) weights: a finite loss below a fresh model's (ln 151936 = 11.93)
+awk -F'"loss": ' '{ split($2, a, ","); if (!(a[1] + 0 < 11.9)) exit 1 }' "$tmp/hf.log" \
+  || { cat "$tmp/hf.log"; fail "loss from the HF export"; }
+
+# 4. generate --image: greedy, deterministic
+gen=(generate --load "$tmp/ckpt" --image "$images/chelsea.png" --prompt "What animal is in this picture?"
+     --max-new-tokens 6)
+"$LJPERF" "${gen[@]}" --output-json "$tmp/g1.json" >"$tmp/g1.txt" 2>"$tmp/g1.err" || { cat "$tmp/g1.err"; fail "generate"; }
+"$LJPERF" "${gen[@]}" --output-json "$tmp/g2.json" >"$tmp/g2.txt" 2>/dev/null || fail "generate (again)"
+cmp -s "$tmp/g1.json" "$tmp/g2.json" || fail "generate --image is not deterministic"
+grep -q '"ids":' "$tmp/g1.json" || fail "generate --output-json has no ids"
+grep -q '"image_grid_thw":[[:space:]]*\[1, 6, 8\]' "$tmp/g1.json" \
+  || { cat "$tmp/g1.json"; fail "generate did not preprocess with the export's limits (chelsea: 6 x 8 patches)"; }
+echo "generate: $(tr -d '\n' < "$tmp/g1.txt")"
+touch "$tmp/clip.mp4"
+if "$LJPERF" generate --load "$tmp/ckpt" --image "$tmp/clip.mp4" >/dev/null 2>"$tmp/video.err"; then
+  fail "a video file was accepted"
+fi
+grep -q "clip.mp4: a video file" "$tmp/video.err" || { cat "$tmp/video.err"; fail "the video refusal does not name the file"; }
+
+# 5. --freeze-language-model: the decoder's weights are the initial ones
+"$LJPERF" train "${common[@]}" --data-path "$tmp/one" --train-iters 0 --save "$tmp/init" >/dev/null 2>&1 \
+  || fail "a run of 0 iterations"
+"$LJPERF" train "${common[@]}" --data-path "$tmp/one" --train-iters 2 --freeze-language-model --save "$tmp/frozen" \
+  --log-json "$tmp/frozen.log" >/dev/null 2>"$tmp/frozen.err" || { cat "$tmp/frozen.err"; fail "frozen language model"; }
+python3 - "$tmp/init/iter_0000000/hf/model.safetensors" "$tmp/frozen/iter_0000002/hf/model.safetensors" <<'EOF' \
+  || fail "--freeze-language-model changed the decoder, or the tower did not train"
+import json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    head.pop("__metadata__", None)
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+text = [k for k in a if k.startswith("model.language_model.")]
+vis = [k for k in a if k.startswith("model.visual.") and k.endswith(".weight")]
+assert text and all(a[k] == b[k] for k in text), "decoder changed"
+assert any(a[k] != b[k] for k in vis), "vision tower did not change"
+EOF
+echo "freeze: the decoder unchanged, the tower trained"
