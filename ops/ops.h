@@ -391,7 +391,7 @@ int lj_ops_attention_deterministic(const lj_ops *ops, int B, int T, int nh, int 
 /* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
  * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for
  * planning GPU runs on a machine without one. The attention workspace is the size cuDNN reports
- * on an H200 (cuda_attention.cu), since cuDNN cannot be asked without a device. NULL when this
+ * on an H200 (attention.cu), since cuDNN cannot be asked without a device. NULL when this
  * build has no CUDA. */
 const lj_ops *lj_ops_cuda_describe(void);
 

@@ -9,7 +9,7 @@
  *
  *   kl_attention [--version N]
  *
- * Version 1 (2cefea8, cuda_attention_simple.cu): the simple fp32 kernels, every head_dim, slow;
+ * Version 1 (2cefea8, attention_simple.cu): the simple fp32 kernels, every head_dim, slow;
  * the reference of the others.
  * Version 2 (2cefea8, first run): FlashAttention-2-shaped tensor-core kernels (mma.sync,
  * ldmatrix), one 16-query m-tile per warp in the head_dim 64 forward. Measured

@@ -34,10 +34,10 @@ size_t lj_cuda_fixed_workspace_bytes(void);
 
 /* A gradient dtype (bf16 or fp32) as a cuBLASLt data type. The ops that write or read weight
  * gradients take the dtype as their last argument; each of the backend's tables (one per
- * gradient dtype, cuda_ops.cu) passes its own. */
+ * gradient dtype, backend.cu) passes its own. */
 static inline cudaDataType_t lj_cuda_ctype(lj_dtype dtype) { return dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-/* The backend's constant table for a gradient dtype (cuda_ops.cu), with or without a device
+/* The backend's constant table for a gradient dtype (backend.cu), with or without a device
  * (its entries run only after lj_ops_cuda() started the device). */
 const lj_ops *lj_cuda_table(lj_dtype grad_dtype);
 /* The gradient dtype lj_ops_cuda_set_grad_dtype chose (default bf16). */
@@ -47,7 +47,7 @@ lj_dtype lj_cuda_selected_grad_dtype(void);
  * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
  * The environment variable LJ_CUDA_ATTENTION=simple sets 1 at start-up. */
 void lj_cuda_set_simple_attention(int on);
-/* cuDNN fused attention (cuda_attention_cudnn.cu): used by attention_forward/backward when
+/* cuDNN fused attention (attention_cudnn.cu): used by attention_forward/backward when
  * available for the shape; the own kernels otherwise. Each forward/backward returns 1 when
  * cuDNN ran the op. */
 void lj_cuda_cudnn_attention_init(void);
@@ -80,11 +80,11 @@ int lj_cuda_flash_forward_mtiles(void);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 
-/* cuda_ops.cu */
+/* backend.cu */
 lj_status lj_cuda_alloc(void **ptr, size_t bytes);
 void lj_cuda_free(void *ptr);
 
-/* cuda_matmul.cu: column-major GEMM through cuBLASLt, C[m,n] = alpha*op(A) op(B) + beta*C,
+/* matmul.cu: column-major GEMM through cuBLASLt, C[m,n] = alpha*op(A) op(B) + beta*C,
  * A and B bf16, C (= D, in place) of type `ctype` (CUDA_R_16BF or CUDA_R_32F), fp32 compute.
  * `what` names the caller in error messages. */
 void lj_cuda_gemm(const char *what, int transa, int transb, int m, int n, int k, const void *A, int lda,
@@ -95,8 +95,8 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                              int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype);
 
-/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
- * 1x128 / 128x128 scale modes); cuda_fp8.cu: the casts */
+/* matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
+ * 1x128 / 128x128 scale modes); fp8.cu: the casts */
 void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
                         const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                         lj_grad_mode mode, void *workspace);
@@ -118,20 +118,24 @@ void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, 
 void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
                               int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
 
-/* cuda_layers.cu */
+/* cast.cu */
 void lj_cuda_cast_f32_to_param(void *dst, const float *src, int64_t n);
 void lj_cuda_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t n);
+/* embedding.cu */
 void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
 void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace,
                                 lj_dtype grad_dtype);
 size_t lj_cuda_embedding_backward_workspace_bytes(int N);
+/* rmsnorm.cu: plain and fused with the residual add */
 void lj_cuda_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                               int N, int C, lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_rmsnorm_backward_workspace_bytes(int N, int C);
 void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                                       const void *w, int N, int C, float eps);
+/* add.cu */
 void lj_cuda_add(void *out, const void *a, const void *b, int64_t n);
+/* rope.cu */
 void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
@@ -139,7 +143,7 @@ void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, con
 void lj_cuda_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
                                int nh, int nkv, int hd);
 
-/* cuda_qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
+/* qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
  * the gradient dtype last, like every op that writes weight gradients */
 void lj_cuda_qk_norm_forward(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
                              float eps);
@@ -156,12 +160,13 @@ void lj_cuda_bias_add(void *x, const void *b, int N, int C);
 void lj_cuda_bias_backward(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace,
                            lj_dtype grad_dtype);
 size_t lj_cuda_bias_backward_workspace_bytes(int N, int C);
+/* swiglu.cu */
 void lj_cuda_swiglu_forward(void *out, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
 
-/* cuda_loss.cu */
+/* cross_entropy.cu */
 void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
                                  const int32_t *targets, int N, int C, int V, float dloss, void *workspace,
                                  lj_dtype grad_dtype);
@@ -169,20 +174,20 @@ size_t lj_cuda_cross_entropy_fused_workspace_bytes(int N, int C, int V);
 void lj_cuda_cross_entropy_forward_backward(float *losses, void *dlogits, const void *logits,
                                             const int32_t *targets, int N, int V, float dloss);
 
-/* cuda_graph.cu: the table's graph entries (capture on lj_cuda_stream(), replay, destroy) */
+/* graph.cu: the table's graph entries (capture on lj_cuda_stream(), replay, destroy) */
 lj_status lj_cuda_graph_capture_begin(void);
 lj_status lj_cuda_graph_capture_end(void **graph);
 void lj_cuda_graph_launch(void *graph);
 void lj_cuda_graph_destroy(void *graph);
 
-/* cuda_optim.cu */
+/* adamw.cu */
 void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype);
 
-/* cuda_attention.cu (flash kernels) and cuda_attention_simple.cu (fp32 reference kernels) */
+/* attention.cu (flash kernels) and attention_simple.cu (fp32 reference kernels) */
 void lj_cuda_attention_init(void);
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                void *workspace);
@@ -271,7 +276,7 @@ static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
     *(uint4 *)p = u;
 }
 /* SwiGLU's forward value silu(g) u = g sigmoid(g) u in fp32: one expression for the SwiGLU
- * kernels and the FP8 cast fused into the SwiGLU (cuda_fp8.cu), so that both give the same bits. */
+ * kernels and the FP8 cast fused into the SwiGLU (fp8.cu), so that both give the same bits. */
 static __device__ __forceinline__ float lj_swiglu_value(float g, float u) {
     const float s = 1.0f / (1.0f + expf(-g));
     return g * s * u;

@@ -1,4 +1,4 @@
-/* cases_qwen_cpu.c: the CPU backend's Qwen ops (ops/cpu/cpu_qknorm.c): QK-norm, plain and fused
+/* cases_qwen_cpu.c: the CPU backend's Qwen ops (ops/cpu/qknorm.c): QK-norm, plain and fused
  * with RoPE, against a double-precision reference (check) and central finite differences of
  * L = sum(out * R) on that reference (grad); the fused twins bit for bit against the unfused
  * ops, in-place aliasing, the weight gradient's accumulate and overwrite modes; and the

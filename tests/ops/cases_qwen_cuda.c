@@ -1,4 +1,4 @@
-/* cases_qwen_cuda.c: the CUDA backend's Qwen ops (ops/cuda/cuda_qknorm.cu) against the CPU
+/* cases_qwen_cuda.c: the CUDA backend's Qwen ops (ops/cuda/qknorm.cu) against the CPU
  * backend on the same bf16-representable inputs: QK-norm plain and fused with RoPE (forward,
  * rstd, backward in place as the model runs it, the weight gradient accumulated and overwritten)
  * and the projection bias (add, column-sum gradient). GPU outputs are poisoned (0xff bytes: NaN)

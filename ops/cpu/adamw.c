@@ -1,4 +1,4 @@
-/* cpu_adamw.c: the CPU backend's optimizer ops: the squared global gradient norm (with a
+/* adamw.c: the CPU backend's optimizer ops: the squared global gradient norm (with a
  * deterministic reduction) and AdamW with clipping over the parameter segments. */
 #include "ops/cpu/cpu.h"
 

@@ -1,4 +1,4 @@
-/* cpu_fp8.c: the CPU backend's FP8 emulation (ops.h "FP8"): amax, the saturating
+/* fp8.c: the CPU backend's FP8 emulation (ops.h "FP8"): amax, the saturating
  * round-to-nearest-even cast with its transpose (lj_fp8_from_f32, base/fp8.h), delayed
  * scaling's history update, and the FP8 GEMM as exact decoding to fp32 followed by one sgemm.
  * Codes, amaxes and scales equal the CUDA backend's bit for bit on the same inputs; a GEMM

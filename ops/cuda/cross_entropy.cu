@@ -1,4 +1,4 @@
-/* cuda_loss.cu: lm_head + cross-entropy on the GPU: the row kernel (log-sum-exp, loss and
+/* cross_entropy.cu: lm_head + cross-entropy on the GPU: the row kernel (log-sum-exp, loss and
  * dlogits in place over bf16 logits), the unfused op over full logits, and the fused op that
  * runs lm_head, the row kernel and the two backward GEMMs over chunks of rows so that no
  * [N, V] logits tensor exists (the chunk is bf16, like PyTorch's autocast logits). */

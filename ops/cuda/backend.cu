@@ -1,4 +1,4 @@
-/* cuda_ops.cu: the CUDA backend's op table (lj_ops_cuda), its start-up (device check,
+/* backend.cu: the CUDA backend's op table (lj_ops_cuda), its start-up (device check,
  * stream, cuBLASLt workspace), device memory (tracked cudaMalloc/cudaFree, async copies) and
  * the error reporting every CUDA file uses. */
 #include "ops/cuda/cuda_common.h"

@@ -1,4 +1,4 @@
-/* cpu_cross_entropy.c: the CPU backend's lm_head + cross-entropy: fused over chunks of rows
+/* cross_entropy.c: the CPU backend's lm_head + cross-entropy: fused over chunks of rows
  * (no [N, V] logits tensor) and the unfused twin over full logits. Both share the per-row
  * softmax code, so they give the same losses and logit gradients. Contracts in ops/ops.h. */
 #include "ops/cpu/cpu.h"

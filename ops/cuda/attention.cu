@@ -1,10 +1,10 @@
-/* cuda_attention.cu: causal GQA flash attention on tensor cores (mma.sync m16n8k16, bf16 in,
+/* attention.cu: causal GQA flash attention on tensor cores (mma.sync m16n8k16, bf16 in,
  * fp32 accumulate) for head_dim 64 and 128, in the FlashAttention-2 scheme (Dao 2023,
  * "FlashAttention-2", Algorithms 1 and 2): tiles of 64 queries x 64 keys, online softmax with
  * the log-sum-exp saved per row, and a backward that recomputes P from it. Other head dims,
- * unaligned tensors and LJ_CUDA_ATTENTION=simple go to cuda_attention_simple.cu.
+ * unaligned tensors and LJ_CUDA_ATTENTION=simple go to attention_simple.cu.
  *
- * Dispatch: cuDNN's fused SDPA (cuda_attention_cudnn.cu) runs first where it supports the
+ * Dispatch: cuDNN's fused SDPA (attention_cudnn.cu) runs first where it supports the
  * shape (head_dim 64/128, cuDNN 9 found at run time, plans built outside graph capture);
  * LJ_CUDA_ATTENTION=own (or simple) or lj_cuda_set_cudnn_attention(0) forces these kernels.
  * Attention within documents (--reset-attention-mask: attention_forward_docs) always runs these
@@ -24,7 +24,7 @@
 
 #include <math.h>
 
-/* cuda_attention_cudnn.cu (declared here until cuda_common.h carries them). The workspace
+/* attention_cudnn.cu (declared here until cuda_common.h carries them). The workspace
  * of the cuDNN backward is this file's: softmax_sum = the D region, dQ accumulator = the dQ
  * region, then the plan's own workspace after both. Each returns 1 when cuDNN ran the op. */
 

@@ -1,4 +1,4 @@
-/* cuda_matmul.cu: the linear layers on cuBLASLt (bf16 operands, fp32 compute; bf16 outputs,
+/* matmul.cu: the linear layers on cuBLASLt (bf16 operands, fp32 compute; bf16 outputs,
  * weight gradients in the table's grad dtype accumulated in place), with a
  * per-shape cache of descriptors and the heuristic's algorithm.
  *

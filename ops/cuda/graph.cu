@@ -1,4 +1,4 @@
-/* cuda_graph.cu: CUDA graph capture and replay of the ops issued on the backend's stream. */
+/* graph.cu: CUDA graph capture and replay of the ops issued on the backend's stream. */
 #include "ops/cuda/cuda_common.h"
 
 extern "C" lj_status lj_cuda_graph_capture_begin(void) {

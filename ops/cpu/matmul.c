@@ -1,4 +1,4 @@
-/* cpu_matmul.c: the CPU backend's GEMM (OpenBLAS sgemm, split over the OpenMP threads), the
+/* matmul.c: the CPU backend's GEMM (OpenBLAS sgemm, split over the OpenMP threads), the
  * linear layer (out = x W^T and its backward) built on it, and the sgemm rate probe used by
  * the CPU benchmark. */
 #include "ops/cpu/cpu.h"

@@ -1,4 +1,4 @@
-/* cpu_ops.c: the CPU backend's op table (lj_ops_cpu) and its memory entries: aligned host
+/* backend.c: the CPU backend's op table (lj_ops_cpu) and its memory entries: aligned host
  * allocation with accounting, copies, casts and the host memory figures. */
 #include "ops/cpu/cpu.h"
 

@@ -1,4 +1,4 @@
-/* cpu_qknorm.c: the CPU backend's Qwen ops: QK-norm (Qwen3's RMSNorm over head_dim on the q and
+/* qknorm.c: the CPU backend's Qwen ops: QK-norm (Qwen3's RMSNorm over head_dim on the q and
  * k heads of the QKV rows; plain and fused with RoPE, forward and backward) and the projection
  * bias (Qwen2's q/k/v biases: the add and the column-sum gradient). fp32, parallel over rows
  * (forward, dx) or over columns (weight and bias gradients, each column summed over the rows
@@ -27,7 +27,7 @@ void lj_cpu_qk_norm_forward(void *out, float *rstd, const void *x, const void *w
         for (int h = 0; h < heads; h++) {
             const float *xr = xf + n * row + (int64_t)h * hd, *wr = wf + (h < nh ? 0 : hd);
             float *orow = o + n * row + (int64_t)h * hd;
-            /* as the model's RMSNorm (cpu_elementwise.c): the sum of squares in double, rstd
+            /* as the model's RMSNorm (rmsnorm.c): the sum of squares in double, rstd
              * rounded once to float */
             const float r = (float)(1.0 / sqrt(lj_cpu_dot_f64(xr, xr, hd) / hd + (double)eps));
             for (int i = 0; i < hd; i++) orow[i] = wr[i] * (xr[i] * r);

@@ -1,9 +1,9 @@
-/* cuda_fp8.cu: the CUDA backend's FP8 casts (ops.h "FP8"): amax, the scaled saturating cast with
+/* fp8.cu: the CUDA backend's FP8 casts (ops.h "FP8"): amax, the scaled saturating cast with
  * its transpose, and delayed scaling's history update. The cast is the hardware's
  * cvt.rn.satfinite (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE); the scale formulas
  * are base/fp8.h's, shared with the CPU emulation, so codes, amaxes and scales equal the CPU
  * backend's bit for bit; the blockwise recipe's tile and block casts likewise (at the end). The
- * FP8 GEMM is cuda_matmul.cu's (cuBLASLt). Every kernel is
+ * FP8 GEMM is matmul.cu's (cuBLASLt). Every kernel is
  * capturable: the scales live in device memory and nothing synchronises with the host. */
 #include "ops/cuda/cuda_common.h"
 

@@ -1,4 +1,4 @@
-/* cuda_attention_simple.cu: plain fp32 attention kernels (causal, GQA) for any head_dim up
+/* attention_simple.cu: plain fp32 attention kernels (causal, GQA) for any head_dim up
  * to 256: the reference the flash kernels are checked against, the path for head dims the
  * flash kernels do not cover, and generation with a KV cache (attention_decode).
  *

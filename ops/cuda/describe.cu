@@ -1,4 +1,4 @@
-/* cuda_describe.cu: the CUDA backend's planning description, derived from its tables: name,
+/* describe.cu: the CUDA backend's planning description, derived from its tables: name,
  * dtypes and workspace sizes, usable without a GPU (ljperf plan on a machine with no device). */
 #include "ops/cuda/cuda_common.h"
 

@@ -1,6 +1,6 @@
-/* cuda_attention_cudnn.cu: causal GQA attention forward and backward on cuDNN's fused
+/* attention_cudnn.cu: causal GQA attention forward and backward on cuDNN's fused
  * flash-attention (SDPA) engines, behind the op table's attention entries (dispatch in
- * cuda_attention.cu; the own kernels stay the fallback).
+ * attention.cu; the own kernels stay the fallback).
  *
  * The graphs are built with the cuDNN backend API (cudnn_graph.h: descriptors, operation
  * graph, engine heuristics, execution plan, variant pack), as cudnn-frontend's composite SDPA

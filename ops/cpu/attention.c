@@ -1,4 +1,4 @@
-/* cpu_attention.c: the CPU backend's causal GQA attention (also within documents): forward (saving the log-sum-exp),
+/* attention.c: the CPU backend's causal GQA attention (also within documents): forward (saving the log-sum-exp),
  * backward (recomputing the probabilities from it), the planned workspace, and decoding
  * against a KV cache. fp32, OpenMP over (batch, head). Contracts in ops/ops.h. */
 #include "ops/cpu/cpu.h"

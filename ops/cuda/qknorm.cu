@@ -1,4 +1,4 @@
-/* cuda_qknorm.cu: the CUDA backend's Qwen ops: QK-norm (Qwen3's RMSNorm over head_dim on the q
+/* qknorm.cu: the CUDA backend's Qwen ops: QK-norm (Qwen3's RMSNorm over head_dim on the q
  * and k heads of the QKV rows), plain and fused with RoPE in the QKV layout, forward and
  * backward; and the projection bias (Qwen2's q/k/v biases): the add and the column-sum
  * gradient. bf16 tensors, fp32 arithmetic; contracts in ops/ops.h.

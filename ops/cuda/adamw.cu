@@ -1,4 +1,4 @@
-/* cuda_optim.cu: the optimizer ops on the GPU: the squared global gradient norm (a
+/* adamw.cu: the optimizer ops on the GPU: the squared global gradient norm (a
  * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
  * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
  * bf16 or fp32 (the table's grad dtype), read as fp32. Both ops are capturable: AdamW's per-step
@@ -114,7 +114,7 @@ typedef struct {
 } lj_adamw_consts;
 
 /* One element of AdamW (formula and evaluation order: ops.h, as the CPU backend's
- * cpu_adamw.c). */
+ * adamw.c). */
 struct adamw_elem {
     float beta1, beta2, eps, step_size, bc2_sqrt, decay;
     __device__ __forceinline__ float operator()(float g, float &m, float &v, float &master) const {
