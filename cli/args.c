@@ -15,13 +15,33 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     return LJ_OK;
 }
 
-lj_status lj_cli_device(const char *device, const lj_ops **ops) {
+void lj_cli_ops_config(int deterministic, lj_ops_config *cfg) {
+    *cfg = LJ_OPS_CONFIG_DEFAULT;
+    const char *det = getenv("LJ_CUDA_DETERMINISTIC");
+    cfg->deterministic = deterministic || (det && strcmp(det, "1") == 0);
+    const char *att = getenv("LJ_CUDA_ATTENTION");
+    if (att && strcmp(att, "simple") == 0) cfg->attention = LJ_ATTENTION_SIMPLE;
+    else if (att && strcmp(att, "own") == 0) cfg->attention = LJ_ATTENTION_FLASH;
+    const char *dbg = getenv("LJ_CUDA_DEBUG");
+    cfg->debug_sync = dbg && dbg[0] && strcmp(dbg, "0") != 0;
+    const char *lib = getenv("LJ_CUDNN_LIBRARY");
+    cfg->cudnn_library = lib && lib[0] ? lib : NULL;
+    /* a data-parallel rank uses the GPU of its local rank (torchrun, Open MPI, Slurm) */
+    const char *local = getenv("LOCAL_RANK");
+    if (!local) local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("SLURM_LOCALID");
+    if (local && atoi(local) >= 0) cfg->device = atoi(local);
+}
+
+lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops) {
+    lj_ops_config cfg;
+    lj_cli_ops_config(deterministic, &cfg);
     if (strcmp(device, "cpu") == 0) {
-        *ops = lj_ops_cpu();
+        *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;
     }
     if (strcmp(device, "cuda") == 0 || strcmp(device, "auto") == 0) {
-        const lj_ops *cuda = lj_ops_cuda();
+        const lj_ops *cuda = lj_ops_cuda_open(&cfg);
         if (cuda) {
             *ops = cuda;
             return LJ_OK;
@@ -29,7 +49,7 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
         if (strcmp(device, "cuda") == 0)
             return lj_fail(LJ_ERR_DEVICE, "--device cuda: %s", lj_error_message());
         lj_log_info("--device auto: no usable GPU (%s); using the CPU", lj_error_message());
-        *ops = lj_ops_cpu();
+        *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;
     }
     return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
@@ -47,9 +67,12 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **
         return lj_fail(LJ_ERR_ARG, "%s bf16: the %s backend keeps fp32 gradients (its whole recipe is fp32)", flag,
                        ops->name);
     }
-    LJ_TRY(lj_ops_cuda_set_grad_dtype(dtype));
     /* the table of that gradient dtype (the device's, or the GPU-less description) */
-    *ops_inout = ops->alloc ? lj_ops_cuda() : lj_ops_cuda_describe();
+    lj_ops_config cfg = ops->config;
+    cfg.grad_dtype = dtype;
+    const lj_ops *t = ops->alloc ? lj_ops_cuda_open(&cfg) : lj_ops_cuda_describe(&cfg);
+    if (!t) return lj_fail(LJ_ERR_ARG, "%s %s: %s", flag, value, lj_error_message());
+    *ops_inout = t;
     return LJ_OK;
 }
 

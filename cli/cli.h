@@ -25,13 +25,21 @@ int lj_cli_error(const char *cmd);
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
-/* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
- * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
-lj_status lj_cli_device(const char *device, const lj_ops **ops);
+/* The run's backend configuration (ops/ops.h lj_ops_config), the one place that reads the
+ * environment for it: deterministic mode from the flag (`deterministic`) or
+ * LJ_CUDA_DETERMINISTIC=1; LJ_CUDA_ATTENTION=own (the own flash kernels, no cuDNN) or simple
+ * (the fp32 reference kernels); LJ_CUDA_DEBUG (a synchronisation after every kernel launch);
+ * LJ_CUDNN_LIBRARY (the cuDNN graph library's path); the GPU of the local rank (LOCAL_RANK,
+ * OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID). Everything else is the default. */
+void lj_cli_ops_config(int deterministic, lj_ops_config *cfg);
+
+/* Resolves --device auto|cpu|cuda and opens the backend's table with lj_cli_ops_config's
+ * configuration. auto picks the GPU when there is one, else says out loud that it falls back to
+ * the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
+lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops);
 
 /* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend *ops:
- * selects the CUDA backend's gradient dtype (lj_ops_cuda_set_grad_dtype) and replaces *ops by
- * that dtype's table (the device's or the GPU-less description, as *ops was); NULL keeps the
+ * replaces *ops by the CUDA table of *ops's configuration with that gradient dtype (the device's or the GPU-less description, as *ops was); NULL keeps the
  * default (bf16 on CUDA). The CPU backend keeps fp32 gradients: bf16 there is an error. Call it
  * before anything is planned. `flag` names the source in messages. */
 lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **ops);

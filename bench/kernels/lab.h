@@ -31,7 +31,7 @@ static inline int lj_lab_start(lj_harness *h, const char *program, int num_versi
         fprintf(stderr, "usage: %s [--version N]   (N = 1..%d; default: every version)\n", program, num_versions);
         exit(2);
     }
-    *ops = lj_ops_cuda();
+    *ops = lj_ops_cuda_open(NULL); /* the default configuration */
     if (!*ops) {
         fprintf(stderr, "%s: %s\n", program, lj_error_message());
         exit(2);

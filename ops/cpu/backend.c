@@ -1,5 +1,5 @@
-/* backend.c: the CPU backend's op table (lj_ops_cpu) and its memory entries: aligned host
- * allocation with accounting, copies, casts and the host memory figures. */
+/* backend.c: the CPU backend's op tables (lj_ops_cpu, lj_ops_cpu_open) and its memory entries:
+ * aligned host allocation with accounting, copies, casts and the host memory figures. */
 #include "ops/cpu/cpu.h"
 
 #include <stdlib.h>
@@ -83,83 +83,92 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(s[i]);
 }
 
-static const lj_ops g_cpu_ops = {
-    .name = "cpu",
-    .act_dtype = LJ_DTYPE_F32,
-    .param_dtype = LJ_DTYPE_F32,
-    .grad_dtype = LJ_DTYPE_F32,
+/* One table, written once for both values of deterministic mode (which the CPU's ops are
+ * either way: the table records what the run asked for). */
+#define LJ_CPU_TABLE(DET)                                                                                 \
+    {                                                                                                 \
+    .name = "cpu",                                                                                \
+    .act_dtype = LJ_DTYPE_F32,                                                                    \
+    .param_dtype = LJ_DTYPE_F32,                                                                  \
+    .grad_dtype = LJ_DTYPE_F32,                                                                   \
+    .config = {.grad_dtype = LJ_DTYPE_F32, .deterministic = DET},                                 \
+                                                                                                  \
+    .alloc = cpu_alloc,                                                                           \
+    .free = cpu_free,                                                                             \
+    .memset_zero = cpu_memset_zero,                                                               \
+    .upload = cpu_copy,                                                                           \
+    .download = cpu_copy,                                                                         \
+    .copy = cpu_copy,                                                                             \
+    .synchronize = cpu_synchronize,                                                               \
+    .memory_info = cpu_memory_info,                                                               \
+    .cast_f32_to_param = cpu_cast_f32_to_param,                                                   \
+    .cast_to_f32 = cpu_cast_to_f32,                                                               \
+                                                                                                  \
+    .embedding_forward = lj_cpu_embedding_forward,                                                \
+    .embedding_backward = lj_cpu_embedding_backward,                                              \
+    .embedding_backward_workspace_bytes = lj_cpu_embedding_backward_workspace_bytes,              \
+                                                                                                  \
+    .rmsnorm_forward = lj_cpu_rmsnorm_forward,                                                    \
+    .rmsnorm_backward = lj_cpu_rmsnorm_backward,                                                  \
+    .rmsnorm_backward_workspace_bytes = lj_cpu_rmsnorm_backward_workspace_bytes,                  \
+    .residual_rmsnorm_forward = lj_cpu_residual_rmsnorm_forward,                                  \
+    .add = lj_cpu_add,                                                                            \
+                                                                                                  \
+    .matmul_forward = lj_cpu_matmul_forward,                                                      \
+    .matmul_backward = lj_cpu_matmul_backward,                                                    \
+                                                                                                  \
+    .fp8_amax = lj_cpu_fp8_amax,                                                                  \
+    .fp8_quantize = lj_cpu_fp8_quantize,                                                          \
+    .fp8_swiglu_quantize = lj_cpu_fp8_swiglu_quantize,                                            \
+    .fp8_swiglu_amax = lj_cpu_fp8_swiglu_amax,                                                    \
+    .fp8_scale_update = lj_cpu_fp8_scale_update,                                                  \
+    .fp8_matmul = lj_cpu_fp8_matmul,                                                              \
+    .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,                              \
+    .fp8_quantize_tiles = lj_cpu_fp8_quantize_tiles,                                              \
+    .fp8_quantize_blocks = lj_cpu_fp8_quantize_blocks,                                            \
+    .fp8_matmul_blockwise = lj_cpu_fp8_matmul_blockwise,                                          \
+                                                                                                  \
+    .rope_forward = lj_cpu_rope_forward,                                                          \
+    .rope_backward = lj_cpu_rope_backward,                                                        \
+    .rope_forward_pos = lj_cpu_rope_forward_pos,                                                  \
+    .rope_backward_pos = lj_cpu_rope_backward_pos,                                                \
+                                                                                                  \
+    .qk_norm_forward = lj_cpu_qk_norm_forward,                                                    \
+    .qk_norm_backward = lj_cpu_qk_norm_backward,                                                  \
+    .qk_norm_backward_workspace_bytes = lj_cpu_qk_norm_backward_workspace_bytes,                  \
+    .qk_norm_rope_forward = lj_cpu_qk_norm_rope_forward,                                          \
+    .qk_norm_rope_backward = lj_cpu_qk_norm_rope_backward,                                        \
+    .bias_add = lj_cpu_bias_add,                                                                  \
+    .bias_backward = lj_cpu_bias_backward,                                                        \
+    .bias_backward_workspace_bytes = lj_cpu_bias_backward_workspace_bytes,                        \
+                                                                                                  \
+    .attention_forward = lj_cpu_attention_forward,                                                \
+    .attention_backward = lj_cpu_attention_backward,                                              \
+    .attention_forward_docs = lj_cpu_attention_forward_docs,                                      \
+    .attention_backward_docs = lj_cpu_attention_backward_docs,                                    \
+    .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,                                \
+    .attention_decode = lj_cpu_attention_decode,                                                  \
+                                                                                                  \
+    .swiglu_forward = lj_cpu_swiglu_forward,                                                      \
+    .swiglu_backward = lj_cpu_swiglu_backward,                                                    \
+    .swiglu_forward_unfused = lj_cpu_swiglu_forward_unfused,                                      \
+    .swiglu_backward_unfused = lj_cpu_swiglu_backward_unfused,                                    \
+                                                                                                  \
+    .cross_entropy_fused = lj_cpu_cross_entropy_fused,                                            \
+    .cross_entropy_fused_workspace_bytes = lj_cpu_cross_entropy_fused_workspace_bytes,            \
+    .cross_entropy_forward_backward = lj_cpu_cross_entropy_forward_backward,                      \
+                                                                                                  \
+    .global_norm_sq = lj_cpu_global_norm_sq,                                                      \
+    .global_norm_workspace_bytes = lj_cpu_global_norm_workspace_bytes,                            \
+    .adamw_update = lj_cpu_adamw_update,                                                          \
+    }
 
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .memset_zero = cpu_memset_zero,
-    .upload = cpu_copy,
-    .download = cpu_copy,
-    .copy = cpu_copy,
-    .synchronize = cpu_synchronize,
-    .memory_info = cpu_memory_info,
-    .cast_f32_to_param = cpu_cast_f32_to_param,
-    .cast_to_f32 = cpu_cast_to_f32,
+/* [0]: the default; [1]: deterministic mode. */
+static const lj_ops g_cpu_tables[2] = {LJ_CPU_TABLE(0), LJ_CPU_TABLE(1)};
 
-    .embedding_forward = lj_cpu_embedding_forward,
-    .embedding_backward = lj_cpu_embedding_backward,
-    .embedding_backward_workspace_bytes = lj_cpu_embedding_backward_workspace_bytes,
-
-    .rmsnorm_forward = lj_cpu_rmsnorm_forward,
-    .rmsnorm_backward = lj_cpu_rmsnorm_backward,
-    .rmsnorm_backward_workspace_bytes = lj_cpu_rmsnorm_backward_workspace_bytes,
-    .residual_rmsnorm_forward = lj_cpu_residual_rmsnorm_forward,
-    .add = lj_cpu_add,
-
-    .matmul_forward = lj_cpu_matmul_forward,
-    .matmul_backward = lj_cpu_matmul_backward,
-
-    .fp8_amax = lj_cpu_fp8_amax,
-    .fp8_quantize = lj_cpu_fp8_quantize,
-    .fp8_swiglu_quantize = lj_cpu_fp8_swiglu_quantize,
-    .fp8_swiglu_amax = lj_cpu_fp8_swiglu_amax,
-    .fp8_scale_update = lj_cpu_fp8_scale_update,
-    .fp8_matmul = lj_cpu_fp8_matmul,
-    .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,
-    .fp8_quantize_tiles = lj_cpu_fp8_quantize_tiles,
-    .fp8_quantize_blocks = lj_cpu_fp8_quantize_blocks,
-    .fp8_matmul_blockwise = lj_cpu_fp8_matmul_blockwise,
-
-    .rope_forward = lj_cpu_rope_forward,
-    .rope_backward = lj_cpu_rope_backward,
-    .rope_forward_pos = lj_cpu_rope_forward_pos,
-    .rope_backward_pos = lj_cpu_rope_backward_pos,
-
-    .qk_norm_forward = lj_cpu_qk_norm_forward,
-    .qk_norm_backward = lj_cpu_qk_norm_backward,
-    .qk_norm_backward_workspace_bytes = lj_cpu_qk_norm_backward_workspace_bytes,
-    .qk_norm_rope_forward = lj_cpu_qk_norm_rope_forward,
-    .qk_norm_rope_backward = lj_cpu_qk_norm_rope_backward,
-    .bias_add = lj_cpu_bias_add,
-    .bias_backward = lj_cpu_bias_backward,
-    .bias_backward_workspace_bytes = lj_cpu_bias_backward_workspace_bytes,
-
-    .attention_forward = lj_cpu_attention_forward,
-    .attention_backward = lj_cpu_attention_backward,
-    .attention_forward_docs = lj_cpu_attention_forward_docs,
-    .attention_backward_docs = lj_cpu_attention_backward_docs,
-    .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,
-    .attention_decode = lj_cpu_attention_decode,
-
-    .swiglu_forward = lj_cpu_swiglu_forward,
-    .swiglu_backward = lj_cpu_swiglu_backward,
-    .swiglu_forward_unfused = lj_cpu_swiglu_forward_unfused,
-    .swiglu_backward_unfused = lj_cpu_swiglu_backward_unfused,
-
-    .cross_entropy_fused = lj_cpu_cross_entropy_fused,
-    .cross_entropy_fused_workspace_bytes = lj_cpu_cross_entropy_fused_workspace_bytes,
-    .cross_entropy_forward_backward = lj_cpu_cross_entropy_forward_backward,
-
-    .global_norm_sq = lj_cpu_global_norm_sq,
-    .global_norm_workspace_bytes = lj_cpu_global_norm_workspace_bytes,
-    .adamw_update = lj_cpu_adamw_update,
-};
-
-const lj_ops *lj_ops_cpu(void) {
+const lj_ops *lj_ops_cpu_open(const lj_ops_config *cfg) {
     lj_cpu_blas_init();
-    return &g_cpu_ops;
+    return &g_cpu_tables[cfg && cfg->deterministic ? 1 : 0];
 }
+
+const lj_ops *lj_ops_cpu(void) { return lj_ops_cpu_open(NULL); }

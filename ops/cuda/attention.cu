@@ -2,11 +2,12 @@
  * fp32 accumulate) for head_dim 64 and 128, in the FlashAttention-2 scheme (Dao 2023,
  * "FlashAttention-2", Algorithms 1 and 2): tiles of 64 queries x 64 keys, online softmax with
  * the log-sum-exp saved per row, and a backward that recomputes P from it. Other head dims,
- * unaligned tensors and LJ_CUDA_ATTENTION=simple go to attention_simple.cu.
+ * unaligned tensors and a table whose attention kernels are LJ_ATTENTION_SIMPLE go to
+ * attention_simple.cu.
  *
  * Dispatch: cuDNN's fused SDPA (attention_cudnn.cu) runs first where it supports the
  * shape (head_dim 64/128, cuDNN 9 found at run time, plans built outside graph capture);
- * LJ_CUDA_ATTENTION=own (or simple) or lj_cuda_set_cudnn_attention(0) forces these kernels.
+ * a table opened with attention LJ_ATTENTION_FLASH (or SIMPLE) runs these kernels instead.
  * Attention within documents (--reset-attention-mask: attention_forward_docs) always runs these
  * kernels, instances with DOCS = true: each query's first key is its document's start.
  * Both write the same lse (natural-log log-sum-exp of the scaled scores), so either backward
@@ -527,8 +528,8 @@ static void bwd_init(const char *name) {
                   name);
 }
 
-void lj_cuda_attention_init(void) {
-    lj_cuda_cudnn_attention_init();
+void lj_cuda_attention_init(const char *cudnn_library) {
+    lj_cuda_cudnn_attention_init(cudnn_library);
     fwd_init<64, 1, false>("cudaFuncSetAttribute(flash_forward_kernel<64, 1>)");
     fwd_init<64, 2, false>("cudaFuncSetAttribute(flash_forward_kernel<64, 2>)");
     fwd_init<128, FA_MT128, false>("cudaFuncSetAttribute(flash_forward_kernel<128>)");
@@ -541,8 +542,8 @@ void lj_cuda_attention_init(void) {
     bwd_init<128, FA_BR128, true>("cudaFuncSetAttribute(flash_backward_kernel<128, docs>)");
 }
 
-static int use_flash(int hd, const void *a, const void *b, const void *c, const void *d) {
-    return !lj_cuda_simple_attention() && (hd == 64 || hd == 128) && lj_cuda_aligned16(a, b, c) &&
+static int use_flash(const lj_ops_config *cfg, int hd, const void *a, const void *b, const void *c, const void *d) {
+    return cfg->attention != LJ_ATTENTION_SIMPLE && (hd == 64 || hd == 128) && lj_cuda_aligned16(a, b, c) &&
            lj_cuda_aligned16(d, NULL, NULL);
 }
 
@@ -554,20 +555,22 @@ static size_t own_bytes(int B, int T, int nh, int hd) {
     return dsum_bytes(B, T, nh) + ((size_t)B * T * nh * hd * 4 + 255) / 256 * 256;
 }
 
-size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd) {
+size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg) {
     /* builds the cuDNN plans of this shape (planning time: before any graph capture) */
-    size_t dnn = lj_cuda_cudnn_attention_workspace_bytes(B, T, nh, nkv, hd);
+    size_t dnn = cfg->attention == LJ_ATTENTION_AUTO
+                     ? lj_cuda_cudnn_attention_workspace_bytes(B, T, nh, nkv, hd, cfg->deterministic)
+                     : 0;
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256;
 }
 
-size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd) {
+size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg) {
     (void)nkv;
     const size_t dnn = (size_t)B * T * nh * hd * 4; /* cuDNN SDPA backward's fp32 dQ accumulator */
     /* deterministic mode: cuDNN's backward keeps dP, [B, nh, T, T] bf16 with T rounded up to 64
      * (measured on an H200: the 1b at micro-batch 4, seq 4096, peaks 4.00 GiB higher) */
     const int dnn_shape = hd == 64 || hd == 128; /* the head dims cuDNN's path takes */
     const size_t t64 = ((size_t)T + 63) / 64 * 64;
-    const size_t dp = dnn_shape && lj_cuda_deterministic() ? (size_t)B * nh * t64 * t64 * 2 : 0;
+    const size_t dp = dnn_shape && cfg->deterministic ? (size_t)B * nh * t64 * t64 * 2 : 0;
     return own_bytes(B, T, nh, hd) + (dnn + 255) / 256 * 256 + (dp + 255) / 256 * 256;
 }
 
@@ -586,8 +589,8 @@ static void fwd_launch(dim3 grid, lj_bf16 *o, float *lse, const lj_bf16 *x, cons
 
 /* The own kernels, forward: plain causal (doc_start NULL) or within documents. */
 static void own_forward(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T, int nh, int nkv,
-                        int hd) {
-    if (!use_flash(hd, out, qkv, NULL, NULL)) {
+                        int hd, const lj_ops_config *cfg) {
+    if (!use_flash(cfg, hd, out, qkv, NULL, NULL)) {
         lj_cuda_attention_forward_simple(out, lse, qkv, doc_start, B, T, nh, nkv, hd);
         return;
     }
@@ -595,7 +598,7 @@ static void own_forward(void *out, float *lse, const void *qkv, const int32_t *d
     const lj_bf16 *x = (const lj_bf16 *)qkv;
     lj_bf16 *o = (lj_bf16 *)out;
     const unsigned H = (unsigned)nh, Bn = (unsigned)B;
-    if (hd == 64 && lj_cuda_flash_forward_mtiles() == 1)
+    if (hd == 64 && cfg->flash_forward_mtiles == 1)
         fwd_launch<64, 1>(dim3((unsigned)((T + 63) / 64), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
     else if (hd == 64)
         fwd_launch<64, 2>(dim3((unsigned)((T + 127) / 128), H, Bn), o, lse, x, doc_start, T, nh, nkv, scale_log2);
@@ -606,31 +609,33 @@ static void own_forward(void *out, float *lse, const void *qkv, const int32_t *d
 }
 
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                               void *workspace) {
+                               void *workspace, const lj_ops_config *cfg) {
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     if (B <= 0 || T <= 0) return;
-    if (!lj_cuda_simple_attention() &&
+    if (cfg->attention == LJ_ATTENTION_AUTO &&
         lj_cuda_cudnn_attention_forward(out, lse, qkv, B, T, nh, nkv, hd,
-                                        workspace ? (char *)workspace + own_bytes(B, T, nh, hd) : NULL))
+                                        workspace ? (char *)workspace + own_bytes(B, T, nh, hd) : NULL,
+                                        cfg->deterministic))
         return;
-    own_forward(out, lse, qkv, NULL, B, T, nh, nkv, hd);
+    own_forward(out, lse, qkv, NULL, B, T, nh, nkv, hd, cfg);
 }
 
 void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
-                                    int nh, int nkv, int hd, void *workspace) {
+                                    int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg) {
     (void)workspace; /* the own forward needs none */
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     LJ_ASSERT(doc_start, "attention_forward_docs needs the document starts");
     if (B <= 0 || T <= 0) return;
-    own_forward(out, lse, qkv, doc_start, B, T, nh, nkv, hd);
+    own_forward(out, lse, qkv, doc_start, B, T, nh, nkv, hd, cfg);
 }
 
 /* The own kernels, backward: plain causal (doc_start NULL) or within documents. */
 static void own_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                         const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace) {
+                         const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace,
+                         const lj_ops_config *cfg) {
     float *dsum = (float *)workspace;
     float *dq_acc = (float *)((char *)workspace + dsum_bytes(B, T, nh));
-    if (!use_flash(hd, dqkv, dout, qkv, out)) {
+    if (!use_flash(cfg, hd, dqkv, dout, qkv, out)) {
         lj_cuda_attention_backward_simple(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, dsum);
         return;
     }
@@ -662,22 +667,23 @@ static void own_backward(void *dqkv, const void *dout, const void *qkv, const vo
 }
 
 void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                int B, int T, int nh, int nkv, int hd, void *workspace) {
+                                int B, int T, int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg) {
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     if (B <= 0 || T <= 0) return;
     float *dsum = (float *)workspace;
     float *dq_acc = (float *)((char *)workspace + dsum_bytes(B, T, nh));
-    if (!lj_cuda_simple_attention() &&
+    if (cfg->attention == LJ_ATTENTION_AUTO &&
         lj_cuda_cudnn_attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, dsum, dq_acc,
-                                         (char *)workspace + own_bytes(B, T, nh, hd)))
+                                         (char *)workspace + own_bytes(B, T, nh, hd), cfg->deterministic))
         return;
-    own_backward(dqkv, dout, qkv, out, lse, NULL, B, T, nh, nkv, hd, workspace);
+    own_backward(dqkv, dout, qkv, out, lse, NULL, B, T, nh, nkv, hd, workspace, cfg);
 }
 
 void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace) {
+                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace,
+                                     const lj_ops_config *cfg) {
     LJ_ASSERT(nkv > 0 && nh % nkv == 0, "attention: nh %d is not a multiple of nkv %d", nh, nkv);
     LJ_ASSERT(doc_start, "attention_backward_docs needs the document starts");
     if (B <= 0 || T <= 0) return;
-    own_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace);
+    own_backward(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace, cfg);
 }

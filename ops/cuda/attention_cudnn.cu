@@ -21,43 +21,33 @@
  * dims [B, nh, T, hd] with strides [T*QKV, hd, QKV, 1], K and V likewise with nkv heads; out
  * and dout are [B*T, nh*hd]. No copy, no transpose.
  *
- * libcudnn_graph.so.9 is opened with dlopen on first use (LJ_CUDNN_LIBRARY names another
+ * libcudnn_graph.so.9 is opened with dlopen on first use (the start-up configuration's
+ * cudnn_library, LJ_CUDNN_LIBRARY where the CLI resolves it, names another
  * file), so the binary runs where cuDNN is missing, with the own kernels. Plans are built per
  * shape when the workspace is sized (attention_workspace_bytes, called at planning time,
  * before any CUDA-graph capture) or on the first uncaptured call, and cached for the
  * process's life. Nothing is built while the stream is capturing. */
 #include "ops/cuda/cuda_common.h"
 
+#include "base/fs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 
-/* Deterministic mode: set by lj_cuda_set_deterministic, else LJ_CUDA_DETERMINISTIC=1 in the
- * environment (read on first use, so that a plan without a GPU sees it too). */
-static int g_deterministic = -1;
-void lj_cuda_set_deterministic(int on) { g_deterministic = on != 0; }
-int lj_cuda_deterministic(void) {
-    if (g_deterministic < 0) {
-        const char *e = getenv("LJ_CUDA_DETERMINISTIC");
-        g_deterministic = e && strcmp(e, "1") == 0;
-    }
-    return g_deterministic;
-}
 
 #ifndef LJ_HAVE_CUDNN
 
 /* Built without cuDNN's headers: the own kernels always run. */
-void lj_cuda_cudnn_attention_init(void) {}
-void lj_cuda_set_cudnn_attention(int on) { (void)on; }
-int lj_cuda_cudnn_attention_enabled(void) { return 0; }
-int lj_cuda_cudnn_attention_active(int, int, int, int, int) { return 0; }
+void lj_cuda_cudnn_attention_init(const char *) {}
+int lj_cuda_cudnn_attention_active(int, int, int, int, int, int) { return 0; }
 int lj_cuda_cudnn_attention_deterministic(int, int, int, int, int) { return 0; }
 const char *lj_cuda_cudnn_attention_describe(void) { return "cuDNN attention: not built (no cuDNN headers)"; }
-size_t lj_cuda_cudnn_attention_workspace_bytes(int, int, int, int, int) { return 0; }
-int lj_cuda_cudnn_attention_forward(void *, float *, const void *, int, int, int, int, int, void *) { return 0; }
+size_t lj_cuda_cudnn_attention_workspace_bytes(int, int, int, int, int, int) { return 0; }
+int lj_cuda_cudnn_attention_forward(void *, float *, const void *, int, int, int, int, int, void *, int) { return 0; }
 int lj_cuda_cudnn_attention_backward(void *, const void *, const void *, const void *, const float *, int, int, int,
-                                     int, int, float *, float *, void *) {
+                                     int, int, float *, float *, void *, int) {
     return 0;
 }
 
@@ -99,7 +89,7 @@ enum {
 #define LJ_GB_MAX_DESCS 224
 #define LJ_GB_MAX_OPS 48
 
-/* One shape's plans. bwd_variant 2 (deterministic mode, lj_cuda_set_deterministic): softmax_sum a
+/* One shape's plans. bwd_variant 2 (deterministic mode, the table's configuration): softmax_sum a
  * workspace tensor and dQ = dS K written straight to dQ, with no fp32 accumulator, which makes
  * cuDNN pick its deterministic Hopper kernels (cudnn-frontend's set_deterministic_algorithm
  * lowers to this graph); 1: the same with dQ accumulated in an fp32 workspace tensor, in an
@@ -122,8 +112,7 @@ typedef struct {
 /* The backend's cuDNN state (created on first use, lives until the process ends). */
 static struct {
     int backend_up;  /* lj_cuda_cudnn_attention_init ran (the CUDA backend is started) */
-    int env_off;     /* LJ_CUDA_ATTENTION=own or simple */
-    int enabled;     /* dispatch to cuDNN where supported */
+    char library[LJ_PATH_MAX]; /* the library to load (the start-up configuration's; empty: the default) */
     int load_tried, loaded;
     void *lib;
 #define LJ_X(f) decltype(&::f) p_##f;
@@ -142,8 +131,7 @@ static struct {
 static int cudnn_load(void) {
     if (g_dnn.load_tried) return g_dnn.loaded;
     g_dnn.load_tried = 1;
-    const char *path = getenv("LJ_CUDNN_LIBRARY");
-    if (!path || !path[0]) path = "libcudnn_graph.so.9";
+    const char *path = g_dnn.library[0] ? g_dnn.library : "libcudnn_graph.so.9";
     snprintf(g_dnn.lib_name, sizeof g_dnn.lib_name, "%s", path);
     g_dnn.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!g_dnn.lib) {
@@ -585,11 +573,11 @@ static int capturing(void) {
 }
 
 /* The shape's entry, built now if `build` and nothing is being captured; NULL if none. */
-static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int build) {
+static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int det, int build) {
     /* the cuDNN path covers head_dim 64 and 128 (the own flash kernels' sizes) */
-    if (!g_dnn.backend_up || g_dnn.env_off || B <= 0 || T <= 0 || nkv <= 0 || nh % nkv != 0 || (hd != 64 && hd != 128))
+    det = det != 0;
+    if (!g_dnn.backend_up || B <= 0 || T <= 0 || nkv <= 0 || nh % nkv != 0 || (hd != 64 && hd != 128))
         return NULL;
-    const int det = lj_cuda_deterministic();
     for (int i = 0; i < g_dnn.num_entries; i++) {
         lj_cudnn_entry *e = &g_dnn.entries[i];
         if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd && e->det == det) return e;
@@ -611,26 +599,18 @@ static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int buil
 
 /* ---- entry points ------------------------------------------------------------------------- */
 
-void lj_cuda_cudnn_attention_init(void) {
-    const char *att = getenv("LJ_CUDA_ATTENTION");
+void lj_cuda_cudnn_attention_init(const char *library) {
     g_dnn.backend_up = 1;
-    g_dnn.env_off = att && (strcmp(att, "own") == 0 || strcmp(att, "simple") == 0);
-    g_dnn.enabled = !g_dnn.env_off;
-    if (g_dnn.env_off) snprintf(g_dnn.status, sizeof g_dnn.status, "cuDNN attention: off (LJ_CUDA_ATTENTION=%s)", att);
+    snprintf(g_dnn.library, sizeof g_dnn.library, "%s", library && library[0] ? library : "");
 }
 
-void lj_cuda_set_cudnn_attention(int on) { g_dnn.enabled = on && !g_dnn.env_off; }
-int lj_cuda_cudnn_attention_enabled(void) { return g_dnn.enabled; }
-
-int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd) {
-    if (!g_dnn.enabled) return 0;
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd, int det) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
     return e && e->ok;
 }
 
 int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd) {
-    if (!g_dnn.enabled) return 0;
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1, 1);
     return e && e->ok && e->bwd_variant == 2;
 }
 
@@ -639,8 +619,8 @@ const char *lj_cuda_cudnn_attention_describe(void) {
     return g_dnn.status;
 }
 
-size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, int det) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
     if (!e || !e->ok) return 0;
     e->reported = 1;
     return (size_t)(e->fwd_ws > e->bwd_ws ? e->fwd_ws : e->bwd_ws);
@@ -671,9 +651,8 @@ static void execute(cdesc plan, int n, const int64_t *uids, void **ptrs, void *w
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                                    void *plan_ws) {
-    if (!g_dnn.enabled) return 0;
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+                                    void *plan_ws, int det) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
     /* a workspace sized before the plans existed has no room for theirs */
     if (!e || !e->ok || (e->fwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
@@ -687,9 +666,8 @@ int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int 
 
 int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
-                                     void *plan_ws) {
-    if (!g_dnn.enabled) return 0;
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1);
+                                     void *plan_ws, int det) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
     if (!e || !e->ok || (e->bwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(lse)) return 0;
     const lj_bf16 *q = (const lj_bf16 *)qkv;

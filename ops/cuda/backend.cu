@@ -1,6 +1,6 @@
-/* backend.cu: the CUDA backend's op table (lj_ops_cuda), its start-up (device check,
- * stream, cuBLASLt workspace), device memory (tracked cudaMalloc/cudaFree, async copies) and
- * the error reporting every CUDA file uses. */
+/* backend.cu: the CUDA backend's op tables (lj_ops_cuda_open: one constant table per
+ * configuration), its start-up (device check, stream, cuBLASLt workspace), device memory
+ * (tracked cudaMalloc/cudaFree, async copies) and the error reporting every CUDA file uses. */
 #include "ops/cuda/cuda_common.h"
 
 #include <stdio.h>
@@ -15,14 +15,14 @@ typedef struct {
     size_t bytes;
 } lj_cuda_allocation;
 
-/* The backend's state: created once by lj_ops_cuda(), lives until the process ends. */
+/* The backend's state: created once by the first lj_ops_cuda_open, lives until the process
+ * ends. What it holds is the device's (stream, allocations), never a mode of an op: those are
+ * the table's configuration. */
 static struct {
     int ready;
     cudaStream_t stream;
     int num_sms;
-    int debug_sync;
-    int simple_attention;
-    int fwd_mtiles; /* 0: the default (2) */
+    int debug_sync; /* the start-up configuration's debug_sync */
     lj_cuda_allocation *allocs;
     int num_allocs, cap_allocs;
 } g_cuda;
@@ -56,12 +56,6 @@ void lj_cuda_check_launch(const char *kernel, const char *file, int line) {
 cudaStream_t lj_cuda_stream(void) { return g_cuda.stream; }
 int lj_cuda_num_sms(void) { return g_cuda.num_sms > 0 ? g_cuda.num_sms : 132; }
 size_t lj_cuda_fixed_workspace_bytes(void) { return LJ_CUDA_LT_WORKSPACE_BYTES; }
-void lj_cuda_set_simple_attention(int on) { g_cuda.simple_attention = on; }
-int lj_cuda_simple_attention(void) { return g_cuda.simple_attention; }
-void lj_cuda_set_flash_forward_mtiles(int m_tiles) {
-    if (m_tiles == 1 || m_tiles == 2) g_cuda.fwd_mtiles = m_tiles;
-}
-int lj_cuda_flash_forward_mtiles(void) { return g_cuda.fwd_mtiles ? g_cuda.fwd_mtiles : 2; }
 
 /* ---- memory ---------------------------------------------------------------------- */
 
@@ -157,7 +151,7 @@ static lj_status cuda_memory_info(size_t *free_bytes, size_t *total_bytes) {
 
 /* ---- start-up -------------------------------------------------------------------- */
 
-static lj_status cuda_start(void) {
+static lj_status cuda_start(const lj_ops_config *cfg) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -165,13 +159,11 @@ static lj_status cuda_start(void) {
         return lj_fail(LJ_ERR_DEVICE, "no CUDA device found: %s", cudaGetErrorString(e));
     }
     if (count == 0) return lj_fail(LJ_ERR_DEVICE, "no CUDA device found: the driver reports 0 devices");
-    /* a data-parallel rank uses the GPU of its local rank (torchrun, Open MPI, Slurm) */
-    const char *local = getenv("LOCAL_RANK");
-    if (!local) local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!local) local = getenv("SLURM_LOCALID");
-    if (local && atoi(local) >= 0) {
-        e = cudaSetDevice(atoi(local) % count);
-        if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaSetDevice(%d) failed: %s", atoi(local) % count,
+    /* a data-parallel rank uses the GPU of its local rank (the caller read it: torchrun, Open
+     * MPI, Slurm) */
+    if (cfg->device >= 0) {
+        e = cudaSetDevice(cfg->device % count);
+        if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaSetDevice(%d) failed: %s", cfg->device % count,
                                              cudaGetErrorString(e));
     }
     int dev = 0;
@@ -189,19 +181,15 @@ static lj_status cuda_start(void) {
     g_cuda.num_sms = prop.multiProcessorCount;
     e = cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaStreamCreateWithFlags failed: %s", cudaGetErrorString(e));
-    const char *dbg = getenv("LJ_CUDA_DEBUG");
-    g_cuda.debug_sync = dbg && dbg[0] && strcmp(dbg, "0") != 0;
-    const char *att = getenv("LJ_CUDA_ATTENTION");
-    g_cuda.simple_attention = att && strcmp(att, "simple") == 0;
+    g_cuda.debug_sync = cfg->debug_sync != 0;
     LJ_TRY(lj_cuda_matmul_init());
-    lj_cuda_attention_init();
+    lj_cuda_attention_init(cfg->cudnn_library);
     return LJ_OK;
 }
 
 /* ---- the tables ------------------------------------------------------------------- */
 
-/* The entries that read or write gradients, bound to one gradient dtype: the two tables differ
- * in these and in grad_dtype only. */
+/* The entries that read or write gradients, bound to one gradient dtype. */
 #define LJ_CUDA_GRAD_ENTRIES(G, sfx)                                                                              \
     static void embedding_backward_##sfx(void *dwte, const void *dout, const int32_t *ids, int N, int C,         \
                                          void *workspace) {                                                      \
@@ -247,13 +235,69 @@ static lj_status cuda_start(void) {
 LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_BF16, bf16)
 LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
 
-/* One table, written once for both gradient dtypes. */
-#define LJ_CUDA_TABLE(G, sfx)                                                        \
+/* The attention entries, bound to one attention configuration (deterministic mode, the
+ * kernels, the m-tiles): `mode` is the configuration's attention part. */
+#define LJ_CUDA_ATTENTION_ENTRIES(sfx, DET, ATT, MT)                                                              \
+    static const lj_ops_config mode_##sfx = {                                                                     \
+        .grad_dtype = LJ_DTYPE_BF16, .deterministic = DET, .attention = ATT, .flash_forward_mtiles = MT};         \
+    static void attention_forward_##sfx(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv,    \
+                                        int hd, void *workspace) {                                               \
+        lj_cuda_attention_forward(out, lse, qkv, B, T, nh, nkv, hd, workspace, &mode_##sfx);                     \
+    }                                                                                                            \
+    static void attention_backward_##sfx(void *dqkv, const void *dout, const void *qkv, const void *out,         \
+                                         const float *lse, int B, int T, int nh, int nkv, int hd,                \
+                                         void *workspace) {                                                      \
+        lj_cuda_attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, workspace, &mode_##sfx);        \
+    }                                                                                                            \
+    static size_t attention_workspace_bytes_##sfx(int B, int T, int nh, int nkv, int hd) {                       \
+        return lj_cuda_attention_workspace_bytes(B, T, nh, nkv, hd, &mode_##sfx);                                \
+    }                                                                                                            \
+    static size_t attention_workspace_bytes_described_##sfx(int B, int T, int nh, int nkv, int hd) {             \
+        return lj_cuda_attention_workspace_bytes_described(B, T, nh, nkv, hd, &mode_##sfx);                      \
+    }                                                                                                            \
+    static void attention_forward_docs_##sfx(void *out, float *lse, const void *qkv, const int32_t *doc_start,   \
+                                             int B, int T, int nh, int nkv, int hd, void *workspace) {           \
+        lj_cuda_attention_forward_docs(out, lse, qkv, doc_start, B, T, nh, nkv, hd, workspace, &mode_##sfx);     \
+    }                                                                                                            \
+    static void attention_backward_docs_##sfx(void *dqkv, const void *dout, const void *qkv, const void *out,    \
+                                              const float *lse, const int32_t *doc_start, int B, int T, int nh,  \
+                                              int nkv, int hd, void *workspace) {                                \
+        lj_cuda_attention_backward_docs(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace,      \
+                                        &mode_##sfx);                                                            \
+    }
+
+/* Every attention configuration, in the tables' order (lj_cuda_config_index): deterministic mode
+ * 0 and 1, then the kernels AUTO, FLASH, SIMPLE, then the m-tiles 1 and 2. X(G, gsfx, sfx, DET,
+ * ATT, MT) for each, with a gradient dtype passed through. */
+#define LJ_CUDA_ATTENTION_MODES(X, G, gsfx)                                                                       \
+    X(G, gsfx, d0_auto_m1, 0, LJ_ATTENTION_AUTO, 1)                                                              \
+    X(G, gsfx, d0_auto_m2, 0, LJ_ATTENTION_AUTO, 2)                                                              \
+    X(G, gsfx, d0_flash_m1, 0, LJ_ATTENTION_FLASH, 1)                                                            \
+    X(G, gsfx, d0_flash_m2, 0, LJ_ATTENTION_FLASH, 2)                                                            \
+    X(G, gsfx, d0_simple_m1, 0, LJ_ATTENTION_SIMPLE, 1)                                                          \
+    X(G, gsfx, d0_simple_m2, 0, LJ_ATTENTION_SIMPLE, 2)                                                          \
+    X(G, gsfx, d1_auto_m1, 1, LJ_ATTENTION_AUTO, 1)                                                              \
+    X(G, gsfx, d1_auto_m2, 1, LJ_ATTENTION_AUTO, 2)                                                              \
+    X(G, gsfx, d1_flash_m1, 1, LJ_ATTENTION_FLASH, 1)                                                            \
+    X(G, gsfx, d1_flash_m2, 1, LJ_ATTENTION_FLASH, 2)                                                            \
+    X(G, gsfx, d1_simple_m1, 1, LJ_ATTENTION_SIMPLE, 1)                                                          \
+    X(G, gsfx, d1_simple_m2, 1, LJ_ATTENTION_SIMPLE, 2)
+#define LJ_CUDA_NUM_ATTENTION_MODES 12
+
+#define LJ_CUDA_X_ENTRIES(G, gsfx, sfx, DET, ATT, MT) LJ_CUDA_ATTENTION_ENTRIES(sfx, DET, ATT, MT)
+LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
+
+
+/* One table, written once for every configuration: gradient dtype G (its entries ##sfx) and
+ * attention configuration asfx. */
+#define LJ_CUDA_TABLE(G, sfx, asfx, DET, ATT, MT)                                    \
     {                                                                                \
         .name = "cuda",                                                              \
         .act_dtype = LJ_DTYPE_BF16,                                                  \
         .param_dtype = LJ_DTYPE_BF16,                                                \
         .grad_dtype = G,                                                             \
+        .config = {.grad_dtype = G, .deterministic = DET, .attention = ATT,          \
+                   .flash_forward_mtiles = MT},                                      \
                                                                                      \
         .alloc = lj_cuda_alloc,                                                      \
         .free = lj_cuda_free,                                                        \
@@ -307,11 +351,11 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .bias_backward = bias_backward_##sfx,                                        \
         .bias_backward_workspace_bytes = lj_cuda_bias_backward_workspace_bytes,      \
                                                                                      \
-        .attention_forward = lj_cuda_attention_forward,                              \
-        .attention_backward = lj_cuda_attention_backward,                            \
-        .attention_workspace_bytes = lj_cuda_attention_workspace_bytes,              \
-        .attention_forward_docs = lj_cuda_attention_forward_docs,                    \
-        .attention_backward_docs = lj_cuda_attention_backward_docs,                  \
+        .attention_forward = attention_forward_##asfx,                               \
+        .attention_backward = attention_backward_##asfx,                             \
+        .attention_workspace_bytes = attention_workspace_bytes_##asfx,               \
+        .attention_forward_docs = attention_forward_docs_##asfx,                     \
+        .attention_backward_docs = attention_backward_docs_##asfx,                   \
         .attention_decode = lj_cuda_attention_decode,                                \
                                                                                      \
         .swiglu_forward = lj_cuda_swiglu_forward,                                    \
@@ -333,15 +377,53 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
         .graph_destroy = lj_cuda_graph_destroy,                                      \
     }
 
-/* [0]: bf16 gradients (the default), [1]: fp32 gradients. */
-static const lj_ops g_cuda_tables[2] = {LJ_CUDA_TABLE(LJ_DTYPE_BF16, bf16), LJ_CUDA_TABLE(LJ_DTYPE_F32, f32)};
+#define LJ_CUDA_X_TABLE(G, gsfx, sfx, DET, ATT, MT) LJ_CUDA_TABLE(G, gsfx, sfx, DET, ATT, MT),
+#define LJ_CUDA_X_DESCRIBED(G, gsfx, sfx, DET, ATT, MT) attention_workspace_bytes_described_##sfx,
 
-const lj_ops *lj_cuda_table(lj_dtype grad_dtype) { return &g_cuda_tables[grad_dtype == LJ_DTYPE_F32 ? 1 : 0]; }
+/* The bf16-gradient tables (the default gradient dtype), then the fp32 ones, each in the order
+ * of LJ_CUDA_ATTENTION_MODES. */
+static const lj_ops g_cuda_tables[2 * LJ_CUDA_NUM_ATTENTION_MODES] = {
+    LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_TABLE, LJ_DTYPE_BF16, bf16)
+    LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_TABLE, LJ_DTYPE_F32, f32)};
 
-const lj_ops *lj_ops_cuda(void) {
+/* The planning form of each attention configuration's workspace size, in the same order. */
+static size_t (*const g_cuda_described[LJ_CUDA_NUM_ATTENTION_MODES])(int, int, int, int, int) = {
+    LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_DESCRIBED, 0, none)};
+
+int lj_cuda_config_index(const lj_ops_config *cfg) {
+    if (cfg->grad_dtype != LJ_DTYPE_BF16 && cfg->grad_dtype != LJ_DTYPE_F32) {
+        lj_fail(LJ_ERR_ARG, "the CUDA backend keeps gradients in bf16 or fp32, not %s", lj_dtype_name(cfg->grad_dtype));
+        return -1;
+    }
+    if (cfg->attention != LJ_ATTENTION_AUTO && cfg->attention != LJ_ATTENTION_FLASH &&
+        cfg->attention != LJ_ATTENTION_SIMPLE) {
+        lj_fail(LJ_ERR_ARG, "CUDA backend configuration: attention kernels %d are not AUTO, FLASH or SIMPLE",
+                (int)cfg->attention);
+        return -1;
+    }
+    if (cfg->flash_forward_mtiles < 0 || cfg->flash_forward_mtiles > 2) {
+        lj_fail(LJ_ERR_ARG, "CUDA backend configuration: flash_forward_mtiles %d is not 1 or 2 (0: 2)",
+                cfg->flash_forward_mtiles);
+        return -1;
+    }
+    const int mode = ((cfg->deterministic ? 1 : 0) * 3 + (int)cfg->attention) * 2 + (cfg->flash_forward_mtiles == 1 ? 0 : 1);
+    return (cfg->grad_dtype == LJ_DTYPE_F32 ? LJ_CUDA_NUM_ATTENTION_MODES : 0) + mode;
+}
+
+const lj_ops *lj_cuda_table(int index) { return &g_cuda_tables[index]; }
+
+size_t (*lj_cuda_attention_workspace_described(int index))(int, int, int, int, int) {
+    return g_cuda_described[index % LJ_CUDA_NUM_ATTENTION_MODES];
+}
+
+const lj_ops *lj_ops_cuda_open(const lj_ops_config *cfg) {
+    const lj_ops_config def = LJ_OPS_CONFIG_DEFAULT;
+    if (!cfg) cfg = &def;
+    const int index = lj_cuda_config_index(cfg);
+    if (index < 0) return NULL;
     if (!g_cuda.ready) {
-        if (cuda_start() != LJ_OK) return NULL;
+        if (cuda_start(cfg) != LJ_OK) return NULL;
         g_cuda.ready = 1;
     }
-    return lj_cuda_table(lj_cuda_selected_grad_dtype());
+    return lj_cuda_table(index);
 }

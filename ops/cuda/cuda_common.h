@@ -6,7 +6,7 @@
  * lj_cuda_stream()); the rest is for the .cu files only.
  *
  * Recipe: act_dtype BF16, param_dtype BF16, grad_dtype BF16 (default) or F32
- * (lj_ops_cuda_set_grad_dtype), fp32 accumulation everywhere, fp32 master weights, AdamW moments
+ * (lj_ops_config.grad_dtype), fp32 accumulation everywhere, fp32 master weights, AdamW moments
  * and loss. Every op runs on lj_cuda_stream() and is
  * capturable in a CUDA graph (no allocation, no host synchronisation, no blocking copy). */
 #ifndef LJ_CUDA_COMMON_H
@@ -23,11 +23,12 @@ extern "C" {
 
 #include "ops/ops.h"
 
-/* The stream every op of the CUDA backend runs on (created, non-blocking, by lj_ops_cuda()).
+/* The stream every op of the CUDA backend runs on (created, non-blocking, by the first
+ * lj_ops_cuda_open).
  * Capture it with cudaStreamBeginCapture to record a training step as one CUDA graph. */
 cudaStream_t lj_cuda_stream(void);
 
-/* Device memory the backend holds for its whole life, allocated once by lj_ops_cuda()
+/* Device memory the backend holds for its whole life, allocated once at start-up
  * through the tracked alloc (so it is part of lj_ops_allocated_bytes()): the cuBLASLt
  * workspace, 32 MiB. The memory plan adds this figure as the backend's fixed overhead. */
 size_t lj_cuda_fixed_workspace_bytes(void);
@@ -37,46 +38,34 @@ size_t lj_cuda_fixed_workspace_bytes(void);
  * gradient dtype, backend.cu) passes its own. */
 static inline cudaDataType_t lj_cuda_ctype(lj_dtype dtype) { return dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-/* The backend's constant table for a gradient dtype (backend.cu), with or without a device
- * (its entries run only after lj_ops_cuda() started the device). */
-const lj_ops *lj_cuda_table(lj_dtype grad_dtype);
-/* The gradient dtype lj_ops_cuda_set_grad_dtype chose (default bf16). */
-lj_dtype lj_cuda_selected_grad_dtype(void);
+/* The index of configuration `cfg` among the backend's constant tables (backend.cu: one per
+ * gradient dtype and attention configuration), or -1 with a message when cfg is not one of its
+ * configurations; the table of an index (with or without a device: its entries run only after
+ * lj_ops_cuda_open started the device); the planning form of that table's attention workspace
+ * size (lj_cuda_attention_workspace_bytes_described bound to its configuration). */
+int lj_cuda_config_index(const lj_ops_config *cfg);
+const lj_ops *lj_cuda_table(int index);
+size_t (*lj_cuda_attention_workspace_described(int index))(int B, int T, int nh, int nkv, int hd);
 
-/* Selects the attention kernels: 0 (default) the tensor-core flash-attention kernels for
- * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
- * The environment variable LJ_CUDA_ATTENTION=simple sets 1 at start-up. */
-void lj_cuda_set_simple_attention(int on);
-/* cuDNN fused attention (attention_cudnn.cu): used by attention_forward/backward when
- * available for the shape; the own kernels otherwise. Each forward/backward returns 1 when
- * cuDNN ran the op. */
-void lj_cuda_cudnn_attention_init(void);
-void lj_cuda_set_cudnn_attention(int on);
-int lj_cuda_cudnn_attention_enabled(void);
-/* Deterministic mode (--deterministic-mode through lj_ops_set_deterministic; off by default;
- * LJ_CUDA_DETERMINISTIC=1 in the environment turns it on where no call set it): cuDNN's attention backward writes dQ
- * without an accumulation whose order varies from run to run, so a run repeats bit for bit
- * and a resumed run equals the uninterrupted one. Its cost: a workspace of B*nh*T^2 bf16 values
- * (T rounded up to 64) and a slower backward. Set before the first attention plan is built;
- * plans are cached per mode. */
-void lj_cuda_set_deterministic(int on);
-int lj_cuda_deterministic(void);
-int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
-/* Whether cuDNN runs the shape with its deterministic backward (deterministic mode, plans built). */
+/* cuDNN fused attention (attention_cudnn.cu): used by attention_forward/backward of a table whose
+ * attention kernels are LJ_ATTENTION_AUTO, when available for the shape; the own kernels
+ * otherwise. `det`: the table's deterministic mode (cuDNN's deterministic backward: dQ written
+ * without an accumulation whose order varies from run to run, so a run repeats bit for bit and
+ * a resumed run equals the uninterrupted one; its cost a workspace of B*nh*T^2 bf16 values, T
+ * rounded up to 64, and a slower backward). Plans are built per shape and mode, when the
+ * workspace is sized or on the first uncaptured call, and cached. Each forward/backward returns
+ * 1 when cuDNN ran the op. `library`: the cuDNN graph library to load (NULL: the default). */
+void lj_cuda_cudnn_attention_init(const char *library);
+int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd, int det);
+/* Whether cuDNN runs the shape with its deterministic backward (mode det = 1, plans built). */
 int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd);
 const char *lj_cuda_cudnn_attention_describe(void);
-size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, int det);
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                                    void *plan_ws);
+                                    void *plan_ws, int det);
 int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
-                                     void *plan_ws);
-
-/* Query m-tiles of 16 rows per warp in the head_dim 64 flash forward: 2 (default; 128-query
- * blocks, each K/V fragment feeds two mma) or 1 (64-query blocks, fewer registers). For the
- * kernel lab's comparison; other values are ignored. */
-void lj_cuda_set_flash_forward_mtiles(int m_tiles);
-int lj_cuda_flash_forward_mtiles(void);
+                                     void *plan_ws, int det);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 
@@ -187,26 +176,28 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype);
 
-/* attention.cu (flash kernels) and attention_simple.cu (fp32 reference kernels) */
-void lj_cuda_attention_init(void);
+/* attention.cu (flash kernels) and attention_simple.cu (fp32 reference kernels). The entries
+ * take the table's configuration `cfg` (its deterministic, attention and flash_forward_mtiles:
+ * ops.h lj_ops_config); backend.cu binds one per table. */
+void lj_cuda_attention_init(const char *cudnn_library);
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                               void *workspace);
+                               void *workspace, const lj_ops_config *cfg);
 void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                int B, int T, int nh, int nkv, int hd, void *workspace);
+                                int B, int T, int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg);
 /* Within documents (ops.h attention_forward_docs): the own flash kernels (head_dim 64, 128, aligned),
  * else the simple ones; never cuDNN. */
 void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
-                                    int nh, int nkv, int hd, void *workspace);
+                                    int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg);
 void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
-size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace,
+                                     const lj_ops_config *cfg);
+size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg);
 /* The same without a GPU (lj_ops_cuda_describe: planning only), where cuDNN cannot be asked:
  * cuDNN SDPA's workspace taken as B*T*nh*hd*4 bytes (the backward's fp32 dQ accumulator), what
  * cuDNN 9.14 reported on an H200 for every shape checked (llama3.2-1b/3b, llama3-8b; seq 2048,
  * 4096, 8192; micro-batch 1-4; bench/results/2026-11-30-s3-h200x2.md). */
-size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd);
+size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg);
 void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
-int lj_cuda_simple_attention(void);
 /* doc_start: [B*T] i32 or NULL (plain causal), as ops.h attention_forward_docs. */
 void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
                                       int nh, int nkv, int hd);
@@ -222,8 +213,8 @@ void lj_cuda_attention_rowdot(float *d, const void *dout, const void *out, int B
 /* Prints "ljperf: CUDA error in <what>: <detail> (<file>:<line>)" and exits (status 1): a
  * failing device call inside an op has no status to return. */
 void lj_cuda_die(const char *what, const char *detail, const char *file, int line) __attribute__((noreturn));
-/* Checks cudaGetLastError() after a kernel launch; with LJ_CUDA_DEBUG=1 in the environment
- * it also synchronises (outside graph capture) so that a fault names its kernel. */
+/* Checks cudaGetLastError() after a kernel launch; with the start-up configuration's
+ * debug_sync (LJ_CUDA_DEBUG=1 where the CLI resolves it) it also synchronises (outside graph capture) so that a fault names its kernel. */
 void lj_cuda_check_launch(const char *kernel, const char *file, int line);
 /* Number of multiprocessors of the device (for grid sizing). */
 int lj_cuda_num_sms(void);

@@ -1,4 +1,4 @@
-/* cases_cuda.c: the CUDA backend's cases: every op of lj_ops_cuda() against the CPU backend
+/* cases_cuda.c: the CUDA backend's cases: every op of lj_ops_cuda_open() against the CPU backend
  * (lj_ops_cpu) on the same random inputs (bf16-representable values, given to the CPU as fp32),
  * at shapes that include ones that are not multiples of the kernels' tiles; fused ops against
  * their unfused twins too. GPU outputs are poisoned (0xff bytes: NaN in bf16 and fp32) before
@@ -26,15 +26,15 @@ static lj_harness *g_h;
 static const lj_op_case *g_case;
 static int g_bf16_grads; /* the case's gradient dtype is bf16 */
 
-/* Selects the CUDA table of the case's gradient dtype (one constant table per dtype: it must be
- * fetched again after lj_ops_cuda_set_grad_dtype). */
+/* Opens the CUDA table of the case's gradient dtype (one constant table per configuration). */
 static void begin(lj_harness *h, const lj_op_case *c) {
     g_h = h;
     g_case = c;
     LJ_ASSERT(c->dtype == LJ_DTYPE_BF16 || c->dtype == LJ_DTYPE_F32, "CUDA case %s: gradient dtype %d", c->op,
               (int)c->dtype);
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(G && G->grad_dtype == c->dtype, "CUDA case %s: no table of gradient dtype %s", c->op,
               lj_dtype_name(c->dtype));
     H = lj_ops_cpu();
@@ -269,16 +269,19 @@ static void test_rope(int B, int T, int nh, int nkv, int hd) {
 static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     char shape[80], op[80];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    int simple = kind_id == 1;
-    const int det = lj_cuda_deterministic();
-    lj_cuda_set_cudnn_attention(kind_id >= 3);
-    if (kind_id == 5) lj_cuda_set_deterministic(1);
+    /* the table of the kind: G's configuration with its attention kernels */
+    lj_ops_config cfg = G->config;
+    cfg.attention = kind_id == 1 ? LJ_ATTENTION_SIMPLE : kind_id >= 3 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH;
+    cfg.flash_forward_mtiles = kind_id == 2 ? 1 : 2;
+    cfg.deterministic = kind_id == 5;
+    const lj_ops *A = lj_ops_cuda_open(&cfg);
+    LJ_ASSERT(A, "attention kind %d: %s", kind_id, lj_error_message());
     const char *kind = kind_id == 1   ? "simple"
                        : kind_id == 2 ? "flash-mt1"
                        : kind_id == 0 ? "flash"
                        : kind_id == 5 ? "cudnn-deterministic"
                                       : "cudnn";
-    if (kind_id >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd))
+    if (kind_id >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, cfg.deterministic))
         kind = kind_id == 5 ? "cudnn-deterministic-fallback" : "cudnn-fallback";
     int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
     int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
@@ -287,27 +290,21 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     void *hws = lj_malloc(H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
     H->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, hws);
     H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
-    lj_cuda_set_simple_attention(simple);
-    lj_cuda_set_flash_forward_mtiles(kind_id == 2 ? 1 : 2);
     void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
-    void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
+    void *gdq = galloc((size_t)n * 2), *gws = galloc(A->attention_workspace_bytes(B, T, nh, nkv, hd));
     gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
-    G->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
+    A->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
     /* the backward uses the GPU's own forward output and lse, as in training */
-    G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+    A->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
     float *d_again = NULL;
-    if (kind_id == 5 && lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) {
+    if (kind_id == 5 && lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, 1)) {
         /* deterministic mode: a second backward gives the same bytes */
         void *gdq2 = galloc((size_t)n * 2);
         gpoison(gdq2, (size_t)n * 2);
-        G->attention_backward(gdq2, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+        A->attention_backward(gdq2, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
         d_again = dl_bf16(gdq2, n);
         G->free(gdq2);
     }
-    lj_cuda_set_simple_attention(0);
-    lj_cuda_set_flash_forward_mtiles(2);
-    lj_cuda_set_cudnn_attention(1);
-    lj_cuda_set_deterministic(det);
     float *o = dl_bf16(go, no), *l = dl_f32(gl, nl), *d = dl_bf16(gdq, n);
     snprintf(op, sizeof op, "attention_forward out (%s)", kind);
     check(op, shape, o, out, no, TOL);
@@ -343,7 +340,8 @@ static void test_attention_first_run_captured(void) {
     H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
     void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
     void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
-    const char *kind = lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd) ? "cudnn" : "cudnn-fallback";
+    const char *kind = lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, G->config.deterministic) ? "cudnn"
+                                                                                                : "cudnn-fallback";
     gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
     cudaStream_t s = lj_cuda_stream();
     cudaGraph_t graph = NULL;

@@ -18,8 +18,9 @@ typedef struct {
 
 static dctx begin(lj_harness *h, const lj_op_case *c) {
     dctx q = {h, NULL, lj_ops_cpu()};
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    q.G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    q.G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(q.G, "CUDA case %s: no CUDA backend", c->op);
     return q;
 }
@@ -53,7 +54,7 @@ static void check(const dctx *q, const char *op, const char *shape, const float 
  * one m-tile per warp in the head_dim 64 forward. */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
-    const dctx q = begin(h, c);
+    dctx q = begin(h, c);
     const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], kind = (int)c->param;
     const char *kn = kind == 1 ? "simple" : kind == 2 ? "flash-mt1" : "flash";
     char shape[96], op[64];
@@ -68,16 +69,18 @@ void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_
     void *hws = lj_malloc(q.H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
     q.H->attention_forward_docs(out, lse, qkv, ds, B, T, nh, nkv, hd, hws);
     q.H->attention_backward_docs(dqkv, dout, qkv, out, lse, ds, B, T, nh, nkv, hd, hws);
-    lj_cuda_set_simple_attention(kind == 1);
-    lj_cuda_set_flash_forward_mtiles(kind == 2 ? 1 : 2);
+    /* the table of the kind: the case's configuration with its attention kernels */
+    lj_ops_config cfg = q.G->config;
+    cfg.attention = kind == 1 ? LJ_ATTENTION_SIMPLE : LJ_ATTENTION_AUTO;
+    cfg.flash_forward_mtiles = kind == 2 ? 1 : 2;
+    q.G = lj_ops_cuda_open(&cfg);
+    LJ_ASSERT(q.G, "attention_docs kind %d: %s", kind, lj_error_message());
     void *gq = gup(&q, qkv, n, 1), *gd = gup(&q, dout, no, 1), *gds = gup(&q, ds, N, 0);
     void *go = galloc(&q, (size_t)no * 2), *gl = galloc(&q, (size_t)nl * 4), *gdq = galloc(&q, (size_t)n * 2);
     void *gws = galloc(&q, q.G->attention_workspace_bytes(B, T, nh, nkv, hd));
     gpoison(&q, go, (size_t)no * 2), gpoison(&q, gl, (size_t)nl * 4), gpoison(&q, gdq, (size_t)n * 2);
     q.G->attention_forward_docs(go, gl, gq, gds, B, T, nh, nkv, hd, gws);
     q.G->attention_backward_docs(gdq, gd, gq, go, gl, gds, B, T, nh, nkv, hd, gws); /* the GPU's own out, lse */
-    lj_cuda_set_simple_attention(0);
-    lj_cuda_set_flash_forward_mtiles(2);
     float *o = gdown(&q, go, no, 1), *l = gdown(&q, gl, nl, 0), *d = gdown(&q, gdq, n, 1);
     snprintf(op, sizeof op, "attention_forward_docs out (%s)", kn);
     check(&q, op, shape, o, out, no, c->tol.rel_l2, c->tol.max_rel);
@@ -185,8 +188,10 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_har
     printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of "
            "causal\n", B, T, nh, nkv, hd, (double)docs / B, frac);
     const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
+    lj_ops_config cfg = q.G->config;
     for (int k = 0; k < 3; k++) {
-        lj_cuda_set_cudnn_attention(k == 0);
+        cfg.attention = k == 0 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH;
+        pc.G = lj_ops_cuda_open(&cfg);
         pc.ds = k == 2 ? gds : NULL;
         const double w = k == 2 ? frac : 1.0;
         const double fwd = lj_harness_time_ms(q.G, perf_fwd, &pc, 3, 10);
@@ -198,7 +203,6 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_har
         lj_harness_report(group, "backward", bwd, w * 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
         lj_harness_report(group, "fwd+bwd", fwd + bwd, w * 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     }
-    lj_cuda_set_cudnn_attention(1);
     q.G->free(pc.qkv), q.G->free(pc.dout), q.G->free(pc.out), q.G->free(pc.dqkv), q.G->free(pc.ws), q.G->free(pc.lse);
     q.G->free(gds);
     free(tokens), free(ds), free(x), free(g);

@@ -21,8 +21,9 @@ typedef struct {
 
 static qctx begin(lj_harness *h, const lj_op_case *c) {
     qctx q = {h, c, NULL, lj_ops_cpu(), c->dtype == LJ_DTYPE_BF16};
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    q.G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    q.G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(q.G && q.G->grad_dtype == c->dtype, "CUDA case %s: no table of gradient dtype %s", c->op,
               lj_dtype_name(c->dtype));
     return q;

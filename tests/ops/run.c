@@ -56,7 +56,7 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
             return usage(program);
     }
     const int cuda = strcmp(backend, "cuda") == 0;
-    if (cuda && !lj_ops_cuda()) {
+    if (cuda && !lj_ops_cuda_open(NULL)) {
         fprintf(stderr, "%s: %s\n", program, lj_error_message());
         return 2;
     }
