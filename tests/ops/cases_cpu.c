@@ -1,4 +1,5 @@
-/* cases_cpu.c: the CPU backend's cases: every op of lj_ops_cpu() against a double-precision
+/* cases_cpu.c: the CPU backend's cases (those not yet written once for every backend, as
+ * cases_rmsnorm.c and cases_swiglu.c are): ops of lj_ops_cpu() against a double-precision
  * reference written here (check), every backward against central finite differences of
  * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
  * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
@@ -84,101 +85,6 @@ void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode m
     ops->embedding_backward(dw, dout, ids, N, C, NULL);
     CHECK_D("embedding_backward dwte (+=)", dw, want, (int64_t)V * C, c->tol_grad);
     free(wte), free(out), free(dout), free(dw), free(want);
-}
-
-/* ---- RMSNorm: d = {N, C}; param = eps ------------------------------------------------- */
-
-typedef struct {
-    int N, C;
-    double eps, *x, *w;
-    const float *R;
-} norm_ctx;
-
-static void ref_rmsnorm(double *out, const double *x, const double *w, int N, int C, double eps) {
-    for (int n = 0; n < N; n++) {
-        double ss = 0;
-        for (int i = 0; i < C; i++) ss += x[n * C + i] * x[n * C + i];
-        double r = 1 / sqrt(ss / C + eps);
-        for (int i = 0; i < C; i++) out[n * C + i] = w[i] * x[n * C + i] * r;
-    }
-}
-
-static double norm_loss(void *p) {
-    norm_ctx *c = p;
-    double *o = lj_malloc((size_t)c->N * c->C * sizeof(double));
-    ref_rmsnorm(o, c->x, c->w, c->N, c->C, c->eps);
-    double l = dot_fd(o, c->R, (int64_t)c->N * c->C);
-    free(o);
-    return l;
-}
-
-void lj_case_cpu_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], C = c->d[1];
-    const float eps = (float)c->param;
-    SHAPE("N=%d C=%d", N, C);
-    int64_t NC = (int64_t)N * C;
-    float *x = randf(h, NC, 1), *w = randf(h, C, 1), *out = randf(h, NC, 1), *rstd = randf(h, N, 1);
-    for (int i = 0; i < C; i++) w[i] += 1.0f;
-    ops->rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    norm_ctx nc = {N, C, eps, lj_harness_to_double(x, NC), lj_harness_to_double(w, C), randf(h, NC, 1)};
-    if (mode == LJ_HARNESS_CHECK) {
-        double *ref = lj_malloc(NC * sizeof(double));
-        ref_rmsnorm(ref, nc.x, nc.w, N, C, eps);
-        CHECK_D("rmsnorm_forward out", out, ref, NC, c->tol);
-        int rows_ok = 1;
-        for (int n = 0; n < N; n++) {
-            double ss = 0;
-            for (int i = 0; i < C; i++) ss += nc.x[n * C + i] * nc.x[n * C + i];
-            rows_ok &= fabs(rstd[n] - 1 / sqrt(ss / C + eps)) <= 1e-6 * rstd[n];
-        }
-        CHECK_TRUE("rmsnorm_forward rstd", rows_ok, "|rstd - 1/sqrt(mean(x^2)+eps)| <= 1e-6 rstd on every row");
-        free(ref);
-    } else {
-        /* the backward accumulates into dx and dw: start from random values and add them to the
-         * finite differences */
-        float *dx = randf(h, NC, 1), *dw = randf(h, C, 1);
-        double *dx0 = lj_harness_to_double(dx, NC), *dw0 = lj_harness_to_double(dw, C);
-        size_t wsb = ops->rmsnorm_backward_workspace_bytes(N, C);
-        void *ws = lj_malloc(wsb ? wsb : 1);
-        ops->rmsnorm_backward(dx, dw, nc.R, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, ws);
-        double *gx = lj_harness_fd_grad(norm_loss, &nc, nc.x, NC), *gw = lj_harness_fd_grad(norm_loss, &nc, nc.w, C);
-        for (int64_t i = 0; i < NC; i++) gx[i] += dx0[i];
-        for (int i = 0; i < C; i++) gw[i] += dw0[i];
-        CHECK_D("rmsnorm_backward dx (+=)", dx, gx, NC, c->tol_grad);
-        CHECK_D("rmsnorm_backward dw (+=)", dw, gw, C, c->tol_grad);
-        /* overwrite mode: dw is written, whatever it held (NaN here); dx still accumulates */
-        for (int i = 0; i < C; i++) dw[i] = NAN, gw[i] -= dw0[i];
-        ops->rmsnorm_backward(dx, dw, nc.R, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, ws);
-        CHECK_D("rmsnorm_backward dw (overwrite mode)", dw, gw, C, c->tol_grad);
-        free(dx), free(dw), free(dx0), free(dw0), free(ws), free(gx), free(gw);
-    }
-    free(x), free(w), free(out), free(rstd), free(nc.x), free(nc.w), free((void *)nc.R);
-}
-
-/* ---- fused residual + RMSNorm against add then rmsnorm_forward: d = {N, C} ----------- */
-
-void lj_case_cpu_residual_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], C = c->d[1];
-    SHAPE("N=%d C=%d", N, C);
-    int64_t NC = (int64_t)N * C;
-    float *a = randf(h, NC, 1), *y = randf(h, NC, 1), *w = randf(h, C, 1);
-    float *res1 = randf(h, NC, 1), *out1 = randf(h, NC, 1), *rstd1 = randf(h, N, 1);
-    float *res2 = randf(h, NC, 1), *out2 = randf(h, NC, 1), *rstd2 = randf(h, N, 1);
-    ops->add(res1, a, y, NC);
-    ops->rmsnorm_forward(out1, rstd1, res1, w, N, C, 1e-5f);
-    /* fused, in place on the residual stream (res_out == res_in) */
-    memcpy(res2, a, NC * sizeof(float));
-    ops->residual_rmsnorm_forward(res2, out2, rstd2, res2, y, w, N, C, 1e-5f);
-    CHECK_BITS("residual_rmsnorm vs add+rmsnorm res_out", res1, res2, NC * sizeof(float));
-    CHECK_BITS("residual_rmsnorm vs add+rmsnorm out", out1, out2, NC * sizeof(float));
-    CHECK_BITS("residual_rmsnorm vs add+rmsnorm rstd", rstd1, rstd2, N * sizeof(float));
-    int sums = 1;
-    for (int64_t i = 0; i < NC; i++) sums &= res1[i] == a[i] + y[i];
-    CHECK_TRUE("add", sums, "out[i] == a[i] + b[i] exactly");
-    free(a), free(y), free(w), free(res1), free(out1), free(rstd1), free(res2), free(out2), free(rstd2);
 }
 
 /* ---- matmul: d = {N, IC, OC} ---------------------------------------------------------- */
@@ -303,66 +209,6 @@ void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) 
     double *xd = lj_harness_to_double(x, n);
     CHECK_D("rope_backward(rope_forward(x))", y, xd, n, c->tol);
     free(cos_t), free(sin_t), free(x), free(y), free(want), free(R), free(Rb), free(xd);
-}
-
-/* ---- SwiGLU: d = {N, I} --------------------------------------------------------------- */
-
-typedef struct {
-    int N, I;
-    double *gu;
-    const float *R;
-} swiglu_ctx;
-
-static void ref_swiglu(double *out, const double *gu, int N, int I) {
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < I; i++) {
-            double g = gu[(int64_t)n * 2 * I + i], u = gu[(int64_t)n * 2 * I + I + i];
-            out[(int64_t)n * I + i] = g / (1 + exp(-g)) * u;
-        }
-}
-
-static double swiglu_loss(void *p) {
-    swiglu_ctx *c = p;
-    double *o = lj_malloc((size_t)c->N * c->I * sizeof(double));
-    ref_swiglu(o, c->gu, c->N, c->I);
-    double l = dot_fd(o, c->R, (int64_t)c->N * c->I);
-    free(o);
-    return l;
-}
-
-void lj_case_cpu_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], I = c->d[1];
-    SHAPE("N=%d I=%d", N, I);
-    const int64_t NI = (int64_t)N * I;
-    float *gu = randf(h, 2 * NI, 2), *out = randf(h, NI, 1), *out2 = randf(h, NI, 1), *tmp = randf(h, NI, 1);
-    swiglu_ctx sc = {N, I, lj_harness_to_double(gu, 2 * NI), randf(h, NI, 1)};
-    float *d1 = randf(h, 2 * NI, 1), *d2 = randf(h, 2 * NI, 1);
-    ops->swiglu_backward(d1, sc.R, gu, N, I);
-    if (mode == LJ_HARNESS_CHECK) {
-        ops->swiglu_forward(out, gu, N, I);
-        ops->swiglu_forward_unfused(out2, tmp, gu, N, I);
-        CHECK_BITS("swiglu fused vs unfused fwd", out, out2, NI * sizeof(float));
-        double *ref = lj_malloc(NI * sizeof(double));
-        ref_swiglu(ref, sc.gu, N, I);
-        CHECK_D("swiglu_forward", out, ref, NI, c->tol);
-        ops->swiglu_backward_unfused(d2, tmp, sc.R, gu, N, I);
-        CHECK_BITS("swiglu fused vs unfused bwd", d1, d2, 2 * NI * sizeof(float));
-        /* in place: dgate_up may alias gate_up */
-        float *inplace = lj_malloc(2 * NI * sizeof(float));
-        memcpy(inplace, gu, 2 * NI * sizeof(float));
-        ops->swiglu_backward(inplace, sc.R, inplace, N, I);
-        CHECK_BITS("swiglu_backward in place", inplace, d1, 2 * NI * sizeof(float));
-        memcpy(inplace, gu, 2 * NI * sizeof(float));
-        ops->swiglu_backward_unfused(inplace, tmp, sc.R, inplace, N, I);
-        CHECK_BITS("swiglu_backward_unfused in place", inplace, d1, 2 * NI * sizeof(float));
-        free(ref), free(inplace);
-    } else {
-        double *g = lj_harness_fd_grad(swiglu_loss, &sc, sc.gu, 2 * NI);
-        CHECK_D("swiglu_backward dgate_up", d1, g, 2 * NI, c->tol_grad);
-        free(g);
-    }
-    free(gu), free(out), free(out2), free(tmp), free(sc.gu), free((void *)sc.R), free(d1), free(d2);
 }
 
 /* ---- cross-entropy: d = {N, C, V, ignore}; ignore 0: the fixed targets of N = 6 rows

@@ -135,67 +135,6 @@ static void test_embedding(int N, int C, int V) {
     free(wte), free(dout), free(dw0), free(ids), free(out), free(dw), free(o), free(d);
 }
 
-static void test_rmsnorm(int N, int C) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
-    int64_t n = (int64_t)N * C;
-    float eps = 1e-5f;
-    float *x = hrand(n, 1.0f), *w = hrand(C, 1.0f), *y = hrand(n, 1.0f), *dout = hrand(n, 1.0f);
-    float *dx0 = hrand(n, 0.5f), *dw0 = hrand(C, 0.5f);
-    /* CPU: forward, backward (accumulating into dx0, dw0), fused residual. */
-    float *out = hzeros(n), *rstd = hzeros(N), *dx = hcopy(dx0, n), *dw = hcopy(dw0, C);
-    float *res = hzeros(n), *rout = hzeros(n), *rrstd = hzeros(N);
-    void *hws = lj_malloc(H->rmsnorm_backward_workspace_bytes(N, C) + 1);
-    H->rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    H->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, hws);
-    /* the residual input is rounded to bf16 first, as the GPU stores it */
-    float *resr = hzeros(n);
-    for (int64_t i = 0; i < n; i++) resr[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i] + y[i]));
-    H->rmsnorm_forward(rout, rrstd, resr, w, N, C, eps);
-    (void)res;
-    /* GPU */
-    void *gx = gbf16(x, n), *gw = gbf16(w, C), *gy = gbf16(y, n), *gdout = gbf16(dout, n);
-    void *gout = galloc((size_t)n * 2), *grstd = galloc((size_t)N * 4), *gdx = gbf16(dx0, n), *gdw = ggrad(dw0, C);
-    void *gres = galloc((size_t)n * 2), *grout = galloc((size_t)n * 2), *grrstd = galloc((size_t)N * 4);
-    void *gsum = galloc((size_t)n * 2), *gsout = galloc((size_t)n * 2), *gsrstd = galloc((size_t)N * 4);
-    void *gws = galloc(G->rmsnorm_backward_workspace_bytes(N, C));
-    gpoison(gout, (size_t)n * 2), gpoison(grstd, (size_t)N * 4), gpoison(gres, (size_t)n * 2);
-    gpoison(grout, (size_t)n * 2), gpoison(gsum, (size_t)n * 2), gpoison(gsout, (size_t)n * 2);
-    G->rmsnorm_forward(gout, grstd, gx, gw, N, C, eps);
-    G->rmsnorm_backward(gdx, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_ACCUMULATE, gws);
-    G->residual_rmsnorm_forward(gres, grout, grrstd, gx, gy, gw, N, C, eps);
-    G->add(gsum, gx, gy, n);
-    G->rmsnorm_forward(gsout, gsrstd, gsum, gw, N, C, eps);
-    float *o = dl_bf16(gout, n), *r = dl_f32(grstd, N), *ddx = dl_bf16(gdx, n), *ddw = dl_grad(gdw, C);
-    float *ores = dl_bf16(gres, n), *orout = dl_bf16(grout, n), *orr = dl_f32(grrstd, N);
-    float *osum = dl_bf16(gsum, n), *osout = dl_bf16(gsout, n), *osr = dl_f32(gsrstd, N);
-    check("rmsnorm_forward out", shape, o, out, n, TOL);
-    check("rmsnorm_forward rstd", shape, r, rstd, N, 1e-5, 1e-5);
-    check("rmsnorm_backward dx (+=)", shape, ddx, dx, n, TOL);
-    check("rmsnorm_backward dw (+=)", shape, ddw, dw, C, TOL);
-    {   /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
-        float *hdx = hzeros(n), *hdw = hzeros(C);
-        H->rmsnorm_backward(hdx, hdw, dout, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, hws);
-        gpoison(gdw, (size_t)C * lj_dtype_size(G->grad_dtype));
-        G->rmsnorm_backward(NULL, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_OVERWRITE, gws);
-        float *ow = dl_grad(gdw, C);
-        check("rmsnorm_backward dw (overwrite mode)", shape, ow, hdw, C, TOL);
-        free(hdx), free(hdw), free(ow);
-    }
-    check("residual_rmsnorm res_out", shape, ores, resr, n, TOL_EXACT);
-    check("residual_rmsnorm out", shape, orout, rout, n, TOL);
-    check("residual_rmsnorm rstd", shape, orr, rrstd, N, 1e-5, 1e-5);
-    check("add", shape, osum, resr, n, TOL_EXACT);
-    check("residual_rmsnorm vs add+rmsnorm", shape, orout, osout, n, TOL_EXACT);
-    check("residual_rmsnorm vs add+rmsnorm rstd", shape, orr, osr, N, TOL_EXACT);
-    G->free(gx), G->free(gw), G->free(gy), G->free(gdout), G->free(gout), G->free(grstd), G->free(gdx);
-    G->free(gdw), G->free(gres), G->free(grout), G->free(grrstd), G->free(gsum), G->free(gsout);
-    G->free(gsrstd), G->free(gws);
-    free(x), free(w), free(y), free(dout), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
-    free(res), free(rout), free(rrstd), free(hws), free(resr), free(o), free(r), free(ddx), free(ddw);
-    free(ores), free(orout), free(orr), free(osum), free(osout), free(osr);
-}
-
 static void test_matmul(int N, int IC, int OC) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d IC=%d OC=%d", N, IC, OC);
@@ -387,32 +326,6 @@ static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
     check("attention_decode kv_cache", shape, c, cache, (int64_t)Tmax * 2 * KV, TOL_EXACT);
     G->free(gq), G->free(gc), G->free(go);
     free(qkv), free(cache0), free(out), free(cache), free(o), free(c);
-}
-
-static void test_swiglu(int N, int I) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d I=%d", N, I);
-    int64_t n = (int64_t)N * I;
-    float *gu = hrand(2 * n, 2.0f), *dout = hrand(n, 1.0f);
-    float *out = hzeros(n), *dgu = hzeros(2 * n);
-    H->swiglu_forward(out, gu, N, I);
-    H->swiglu_backward(dgu, dout, gu, N, I);
-    void *ggu = gbf16(gu, 2 * n), *gd = gbf16(dout, n), *go = galloc((size_t)n * 2), *gdg = galloc((size_t)n * 4);
-    void *gou = galloc((size_t)n * 2), *gdgu = galloc((size_t)n * 4), *gtmp = galloc((size_t)n * 2);
-    gpoison(go, (size_t)n * 2), gpoison(gdg, (size_t)n * 4), gpoison(gou, (size_t)n * 2), gpoison(gdgu, (size_t)n * 4);
-    G->swiglu_forward(go, ggu, N, I);
-    G->swiglu_backward(gdg, gd, ggu, N, I);
-    G->swiglu_forward_unfused(gou, gtmp, ggu, N, I);
-    G->swiglu_backward_unfused(gdgu, gtmp, gd, ggu, N, I);
-    float *o = dl_bf16(go, n), *dg = dl_bf16(gdg, 2 * n), *ou = dl_bf16(gou, n), *dgu2 = dl_bf16(gdgu, 2 * n);
-    check("swiglu_forward", shape, o, out, n, TOL);
-    check("swiglu_backward", shape, dg, dgu, 2 * n, TOL);
-    check("swiglu_forward_unfused", shape, ou, out, n, TOL);
-    check("swiglu_backward_unfused", shape, dgu2, dgu, 2 * n, TOL);
-    check("swiglu fused vs unfused fwd", shape, o, ou, n, TOL);
-    check("swiglu fused vs unfused bwd", shape, dg, dgu2, 2 * n, TOL);
-    G->free(ggu), G->free(gd), G->free(go), G->free(gdg), G->free(gou), G->free(gdgu), G->free(gtmp);
-    free(gu), free(dout), free(out), free(dgu), free(o), free(dg), free(ou), free(dgu2);
 }
 
 static int32_t *targets_with_ignored(int N, int V) {
@@ -759,12 +672,6 @@ void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode 
     begin(h, c);
     test_embedding(c->d[0], c->d[1], c->d[2]);
 }
-/* d = {N, C} */
-void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_rmsnorm(c->d[0], c->d[1]);
-}
 /* d = {N, IC, OC} */
 void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
@@ -804,12 +711,6 @@ void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harnes
     (void)mode;
     begin(h, c);
     test_decode(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], c->d[5]);
-}
-/* d = {N, I} */
-void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_swiglu(c->d[0], c->d[1]);
 }
 /* d = {N, V} */
 void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {

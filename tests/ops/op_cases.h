@@ -1,6 +1,7 @@
 /* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
- * (cases_cpu.c: CPU checks and finite differences; cases_cuda.c: CUDA against the CPU backend;
- * perf_cuda.cu: CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
+ * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, CPU checks and
+ * finite differences; cases_cuda.c, CUDA against the CPU backend; perf_cuda.cu, CUDA timings at
+ * the benchmark shapes). tests/ops/README.md says how to add one. */
 #ifndef LJ_TESTS_OPS_OP_CASES_H
 #define LJ_TESTS_OPS_OP_CASES_H
 
@@ -39,13 +40,18 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 
 /* ---- case functions ---- */
 
+/* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
+ * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
+ * fused and unfused). */
+void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+
+/* Of one backend: */
+
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_residual_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -94,13 +100,11 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
