@@ -1,5 +1,5 @@
 /* cases_cpu.c: the CPU backend's cases (those not yet written once for every backend, as
- * cases_rmsnorm.c and cases_swiglu.c are): ops of lj_ops_cpu() against a double-precision
+ * cases_rmsnorm.c, cases_swiglu.c and cases_rope.c are): ops of lj_ops_cpu() against a double-precision
  * reference written here (check), every backward against central finite differences of
  * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
  * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
@@ -150,65 +150,6 @@ void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode
         free(gx), free(gw), free(dx), free(dw), free(dw_want), free(dx_want);
     }
     free(x), free(w), free(out), free(mc.x), free(mc.w), free((void *)mc.R);
-}
-
-/* ---- RoPE: d = {B, T, nh, nkv, hd, p0}; param = theta --------------------------------- */
-
-static void rope_tables(float *cos_t, float *sin_t, int T, int hd, double theta) {
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < hd / 2; i++) {
-            double inv_freq = 1.0 / pow(theta, 2.0 * i / hd), a = t * inv_freq;
-            cos_t[t * hd / 2 + i] = (float)cos(a);
-            sin_t[t * hd / 2 + i] = (float)sin(a);
-        }
-}
-
-void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], P0 = c->d[5];
-    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d p0=%d", B, T, nh, nkv, hd, P0);
-    const int row = (nh + 2 * nkv) * hd;
-    int64_t n = (int64_t)B * T * row;
-    float *cos_t = lj_malloc((T + P0) * hd / 2 * sizeof(float)), *sin_t = lj_malloc((T + P0) * hd / 2 * sizeof(float));
-    rope_tables(cos_t, sin_t, T + P0, hd, c->param);
-    float *x = randf(h, n, 1), *y = lj_malloc(n * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    /* start at position P0, as generation does */
-    ops->rope_forward(y, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
-    double *want = lj_harness_to_double(x, n);
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int hh = 0; hh < nh + nkv; hh++) /* q and k heads rotate; v heads stay */
-                for (int i = 0; i < hd / 2; i++) {
-                    int64_t o = ((int64_t)b * T + t) * row + hh * hd;
-                    double cv = cos_t[(t + P0) * hd / 2 + i], sv = sin_t[(t + P0) * hd / 2 + i];
-                    double x1 = x[o + i], x2 = x[o + i + hd / 2];
-                    want[o + i] = x1 * cv - x2 * sv;
-                    want[o + i + hd / 2] = x2 * cv + x1 * sv;
-                }
-    CHECK_D("rope_forward", y, want, n, c->tol);
-    int v_same = 1;
-    for (int64_t i = 0; i < n; i++)
-        if ((i % row) >= (nh + nkv) * hd) v_same &= y[i] == x[i];
-    CHECK_TRUE("rope_forward", v_same, "v heads unchanged");
-    /* the backward is the transpose: <R, rope(x)> == <rope_backward(R), x> */
-    float *R = randf(h, n, 1), *Rb = lj_malloc(n * sizeof(float));
-    memcpy(Rb, R, n * sizeof(float));
-    ops->rope_backward(Rb, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
-    double lhs = 0, rhs = 0, mag = 0;
-    for (int64_t i = 0; i < n; i++) {
-        lhs += (double)R[i] * y[i];
-        rhs += (double)Rb[i] * x[i];
-        mag += fabs((double)R[i] * y[i]);
-    }
-    CHECK_TRUE("rope_backward", fabs(lhs - rhs) <= 1e-6 * mag, "<R, rope(x)> == <rope_backward(R), x>: %.9g vs %.9g",
-               lhs, rhs);
-    /* and forward then backward gives x back */
-    ops->rope_backward(y, cos_t + P0 * hd / 2, sin_t + P0 * hd / 2, B, T, nh, nkv, hd);
-    double *xd = lj_harness_to_double(x, n);
-    CHECK_D("rope_backward(rope_forward(x))", y, xd, n, c->tol);
-    free(cos_t), free(sin_t), free(x), free(y), free(want), free(R), free(Rb), free(xd);
 }
 
 /* ---- cross-entropy: d = {N, C, V, ignore}; ignore 0: the fixed targets of N = 6 rows

@@ -181,26 +181,6 @@ static void rope_tables(float *cosv, float *sinv, int T, int hd) {
         }
 }
 
-static void test_rope(int B, int T, int nh, int nkv, int hd) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    int64_t n = (int64_t)B * T * (nh + 2 * nkv) * hd;
-    float *qkv = hrand(n, 1.0f), *cosv = hzeros((int64_t)T * hd / 2), *sinv = hzeros((int64_t)T * hd / 2);
-    rope_tables(cosv, sinv, T, hd);
-    float *f = hcopy(qkv, n), *bk = hcopy(qkv, n);
-    H->rope_forward(f, cosv, sinv, B, T, nh, nkv, hd);
-    H->rope_backward(bk, cosv, sinv, B, T, nh, nkv, hd);
-    void *gf = gbf16(qkv, n), *gb = gbf16(qkv, n), *gc = gf32(cosv, (int64_t)T * hd / 2);
-    void *gs = gf32(sinv, (int64_t)T * hd / 2);
-    G->rope_forward(gf, gc, gs, B, T, nh, nkv, hd);
-    G->rope_backward(gb, gc, gs, B, T, nh, nkv, hd);
-    float *of = dl_bf16(gf, n), *ob = dl_bf16(gb, n);
-    check("rope_forward", shape, of, f, n, TOL);
-    check("rope_backward", shape, ob, bk, n, TOL);
-    G->free(gf), G->free(gb), G->free(gc), G->free(gs);
-    free(qkv), free(cosv), free(sinv), free(f), free(bk), free(of), free(ob);
-}
-
 /* kind 0: the own kernels (flash for head_dim 64/128); 1: the simple fp32 kernels; 2: flash
  * with one m-tile per warp in the head_dim 64 forward; 3: cuDNN's fused SDPA (the default
  * where it supports the shape; "cudnn-fallback" when it does not, so the own kernels ran);
@@ -677,12 +657,6 @@ void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mod
     (void)mode;
     begin(h, c);
     test_matmul(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {B, T, nh, nkv, hd} */
-void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_rope(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4]);
 }
 /* d = {B, T, nh, nkv, hd, kind}: kind -1 runs every kernel family the shape has (flash,
  * simple, flash with 1 m-tile at head_dim 64, cuDNN at head_dim 64 and 128); 3 cuDNN only. */

@@ -1,9 +1,9 @@
 /* cases_qwen_cpu.c: the CPU backend's Qwen ops (ops/cpu/qknorm.c): QK-norm, plain and fused
  * with RoPE, against a double-precision reference (check) and central finite differences of
  * L = sum(out * R) on that reference (grad); the fused twins bit for bit against the unfused
- * ops, in-place aliasing, the weight gradient's accumulate and overwrite modes; and the
- * projection bias (add and column-sum gradient). The comment above each function says what
- * its d[] entries are. */
+ * ops, in-place aliasing, the weight gradient's accumulate and overwrite modes (the projection
+ * bias is written once for every backend: cases_bias.c). The comment above each function says
+ * what its d[] entries are. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,31 +167,4 @@ void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mod
     }
     free(cos_t), free(sin_t), free(x), free(w), free(out), free(rstd), free(qc.x), free(qc.w), free((void *)qc.R);
     free(ref);
-}
-
-/* ---- projection bias: d = {N, C} ------------------------------------------------------- */
-
-void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], C = c->d[1];
-    SHAPE("N=%d C=%d", N, C);
-    const int64_t NC = (int64_t)N * C;
-    float *x = randf(h, NC, 1), *b = randf(h, C, 1), *y = copyf(x, NC);
-    ops->bias_add(y, b, N, C);
-    int exact = 1;
-    for (int64_t i = 0; i < NC; i++) exact &= y[i] == x[i] + b[i % C];
-    CHECK_TRUE("bias_add", exact, "x[n, c] + b[c] exactly");
-    float *dout = randf(h, NC, 1), *db = randf(h, C, 1);
-    double *want = lj_harness_to_double(db, C);
-    for (int64_t i = 0; i < NC; i++) want[i % C] += dout[i];
-    size_t wsb = ops->bias_backward_workspace_bytes(N, C);
-    void *ws = lj_malloc(wsb ? wsb : 1);
-    ops->bias_backward(db, dout, N, C, LJ_GRAD_ACCUMULATE, ws);
-    CHECK_D("bias_backward db (+=)", db, want, C, c->tol_grad);
-    for (int i = 0; i < C; i++) db[i] = NAN, want[i] = 0;
-    for (int64_t i = 0; i < NC; i++) want[i % C] += dout[i];
-    ops->bias_backward(db, dout, N, C, LJ_GRAD_OVERWRITE, ws);
-    CHECK_D("bias_backward db (overwrite mode)", db, want, C, c->tol_grad);
-    free(x), free(b), free(y), free(dout), free(db), free(want), free(ws);
 }

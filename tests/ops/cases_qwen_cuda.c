@@ -1,7 +1,7 @@
 /* cases_qwen_cuda.c: the CUDA backend's Qwen ops (ops/cuda/qknorm.cu) against the CPU
  * backend on the same bf16-representable inputs: QK-norm plain and fused with RoPE (forward,
- * rstd, backward in place as the model runs it, the weight gradient accumulated and overwritten)
- * and the projection bias (add, column-sum gradient). GPU outputs are poisoned (0xff bytes: NaN)
+ * rstd, backward in place as the model runs it, the weight gradient accumulated and overwritten;
+ * the projection bias is written once for every backend: cases_bias.c). GPU outputs are poisoned (0xff bytes: NaN)
  * first, so an element left unwritten fails. Tolerances as in cases_cuda.c: the row's `tol` for
  * bf16 outputs, `tol_grad` for weight gradients. */
 #include <math.h>
@@ -125,35 +125,4 @@ void lj_case_cuda_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mo
     q.G->free(gx), q.G->free(gw), q.G->free(gcos), q.G->free(gsin), q.G->free(gout), q.G->free(grstd), q.G->free(gd);
     q.G->free(gws);
     free(cos_t), free(sin_t), free(x), free(w), free(dout), free(dw0);
-}
-
-/* d = {N, C} */
-void lj_case_cuda_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const qctx q = begin(h, c);
-    const int N = c->d[0], C = c->d[1];
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d %s grads", N, C, q.bf16_grads ? "bf16" : "f32");
-    const int64_t n = (int64_t)N * C;
-    float *x = hrand(&q, n, 1.0f, 0.0f), *b = hrand(&q, C, 1.0f, 0.0f), *dout = hrand(&q, n, 1.0f, 0.0f);
-    float *db0 = hrand(&q, C, 0.5f, 0.0f), *y = lj_malloc((size_t)n * sizeof(float));
-    float *db = lj_malloc((size_t)C * sizeof(float)), *db_ow = lj_malloc((size_t)C * sizeof(float));
-    memcpy(y, x, (size_t)n * sizeof(float));
-    memcpy(db, db0, (size_t)C * sizeof(float));
-    q.H->bias_add(y, b, N, C);
-    q.H->bias_backward(db, dout, N, C, LJ_GRAD_ACCUMULATE, NULL);
-    q.H->bias_backward(db_ow, dout, N, C, LJ_GRAD_OVERWRITE, NULL);
-    void *gy = gup(&q, x, n, 1), *gb = gup(&q, b, C, 1), *gdout = gup(&q, dout, n, 1);
-    void *gdb = gup(&q, db0, C, q.bf16_grads), *gws = galloc(&q, q.G->bias_backward_workspace_bytes(N, C));
-    q.G->bias_add(gy, gb, N, C);
-    q.G->bias_backward(gdb, gdout, N, C, LJ_GRAD_ACCUMULATE, gws);
-    float *oy = gdown(&q, gy, n, 1), *odb = gdown(&q, gdb, C, q.bf16_grads);
-    check(&q, "bias_add", shape, oy, y, n, c->tol);
-    check(&q, "bias_backward db (+=)", shape, odb, db, C, c->tol_grad);
-    gpoison(&q, gdb, (size_t)C * (q.bf16_grads ? 2 : 4));
-    q.G->bias_backward(gdb, gdout, N, C, LJ_GRAD_OVERWRITE, gws);
-    float *ow = gdown(&q, gdb, C, q.bf16_grads);
-    check(&q, "bias_backward db (overwrite mode)", shape, ow, db_ow, C, c->tol_grad);
-    q.G->free(gy), q.G->free(gb), q.G->free(gdout), q.G->free(gdb), q.G->free(gws);
-    free(x), free(b), free(dout), free(db0), free(y), free(db), free(db_ow), free(oy), free(odb), free(ow);
 }

@@ -47,12 +47,12 @@ const lj_op_case lj_op_cases[] = {
     {"residual_rmsnorm", "cpu", CHECK, F32, D(13, 96), 0, CPU_FWD, CPU_GRAD, 1, lj_case_rmsnorm},
     {"matmul", "cpu", CHECK | GRAD, F32, D(7, 12, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_matmul},
     /* starts at position 3, as generation does */
-    {"rope", "cpu", CHECK, F32, D(2, 11, 4, 2, 16, 3), 10000.0, L2(1e-6), NONE, 1, lj_case_cpu_rope},
+    {"rope", "cpu", CHECK, F32, D(2, 11, 4, 2, 16, 3), 10000.0, L2(1e-6), NONE, 1, lj_case_rope},
     /* QK-norm (Qwen3), plain and fused with RoPE: d = {B, T, nh, nkv, hd}, param eps; GQA, and
      * Qwen3's head_dim 128; the projection bias (Qwen2): d = {N, C} */
     {"qk_norm", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 2, 16), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
     {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
-    {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_cpu_bias},
+    {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_bias},
     {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_swiglu},
     /* fixed targets, one ignored */
     {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_cross_entropy},
@@ -179,13 +179,13 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("qk_norm", D(2, 37, 4, 2, 64), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
     CUDA_BOTH("qk_norm", D(2, 5, 6, 3, 10), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
     CUDA_BOTH("qk_norm", D(1, 300, 16, 8, 128), 0, GPU_BF16, 0, lj_case_cuda_qk_norm),
-    CUDA_BOTH("bias", D(1, 8), 0, GPU_BF16, 1, lj_case_cuda_bias),
-    CUDA_BOTH("bias", D(37, 200), 0, GPU_BF16, 1, lj_case_cuda_bias),
-    CUDA_BOTH("bias", D(4096, 1152), 0, GPU_BF16, 0, lj_case_cuda_bias),
-    CUDA_ONE("rope", D(1, 1, 4, 2, 16), 0, 1, lj_case_cuda_rope),
-    CUDA_ONE("rope", D(2, 37, 4, 2, 64), 0, 1, lj_case_cuda_rope),
-    CUDA_ONE("rope", D(2, 5, 6, 3, 10), 0, 1, lj_case_cuda_rope),
-    CUDA_ONE("rope", D(1, 200, 8, 8, 128), 0, 0, lj_case_cuda_rope),
+    CUDA_BOTH("bias", D(1, 8), 0, GPU_BF16, 1, lj_case_bias),
+    CUDA_BOTH("bias", D(37, 200), 0, GPU_BF16, 1, lj_case_bias),
+    CUDA_BOTH("bias", D(4096, 1152), 0, GPU_BF16, 0, lj_case_bias),
+    CUDA_ONE("rope", D(1, 1, 4, 2, 16), 500000.0, 1, lj_case_rope),
+    CUDA_ONE("rope", D(2, 37, 4, 2, 64), 500000.0, 1, lj_case_rope),
+    CUDA_ONE("rope", D(2, 5, 6, 3, 10), 500000.0, 1, lj_case_rope),
+    CUDA_ONE("rope", D(1, 200, 8, 8, 128), 500000.0, 0, lj_case_rope),
     /* every kernel family the shape has (kind -1) */
     CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
     CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),

@@ -42,8 +42,11 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 
 /* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
  * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
- * fused and unfused). */
+ * fused and unfused), cases_rope.c (RoPE by sequence position), cases_bias.c (the projection
+ * bias). */
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
@@ -51,7 +54,6 @@ void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -89,7 +91,6 @@ void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode m
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cpu.c */
 void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -101,7 +102,6 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -112,7 +112,6 @@ void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cuda.c */
 void lj_case_cuda_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
 void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
