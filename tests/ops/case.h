@@ -38,8 +38,16 @@ typedef enum { LJ_CASE_ACT, LJ_CASE_PARAM, LJ_CASE_GRAD, LJ_CASE_F32, LJ_CASE_I3
 /* Which of the row's tolerances an output is held to: OUT the row's tol; DGRAD an activation
  * gradient (tol_grad on the CPU, against finite differences; tol on CUDA); WGRAD a weight
  * gradient (tol_grad on both); F32 an fp32 statistic (tol on the CPU; 1e-5 relative on CUDA);
- * EXACT equal values (on CUDA: within 1e-6 of the CPU's, rounded to the GPU's dtype). */
-typedef enum { LJ_CASE_TOL_OUT, LJ_CASE_TOL_DGRAD, LJ_CASE_TOL_WGRAD, LJ_CASE_TOL_F32, LJ_CASE_TOL_EXACT } lj_case_tol;
+ * EXACT equal values (on CUDA: within 1e-6 of the CPU's, rounded to the GPU's dtype); BITS (for
+ * lj_case_twin only) the same bytes on every backend. */
+typedef enum {
+    LJ_CASE_TOL_OUT,
+    LJ_CASE_TOL_DGRAD,
+    LJ_CASE_TOL_WGRAD,
+    LJ_CASE_TOL_F32,
+    LJ_CASE_TOL_EXACT,
+    LJ_CASE_TOL_BITS,
+} lj_case_tol;
 
 #define LJ_CASE_MAX_BUFFERS 96
 #define LJ_CASE_MAX_OUTPUTS 48
@@ -103,8 +111,9 @@ float *lj_case_download(lj_case_ctx *x, const void *dev, int64_t n, lj_case_kind
 int lj_case_output(lj_case_ctx *x, const char *name, const void *dev, int64_t n, lj_case_kind kind,
                    const double *ref, lj_case_tol tol);
 /* Two results of the same backend that must agree (a fused op and its unfused twin, an op in
- * place and not): bit for bit on the CPU; on CUDA within `gpu` (LJ_CASE_TOL_EXACT: 1e-6; the
- * row's tol where the GPU's twins round differently). Not checked on the RECORD pass. */
+ * place and not, a repeat): bit for bit on the CPU; on CUDA within `gpu` (LJ_CASE_TOL_BITS: bit
+ * for bit; LJ_CASE_TOL_EXACT: 1e-6; the row's tol where the GPU's twins round differently). Not
+ * checked on the RECORD pass. */
 int lj_case_twin(lj_case_ctx *x, const char *name, const void *a, const void *b, int64_t n, lj_case_kind kind,
                  lj_case_tol gpu);
 /* An assertion (not on the RECORD pass). */

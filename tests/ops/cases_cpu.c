@@ -1,5 +1,5 @@
 /* cases_cpu.c: the CPU backend's cases (those not yet written once for every backend, as
- * cases_rmsnorm.c, cases_swiglu.c and cases_rope.c are): ops of lj_ops_cpu() against a double-precision
+ * cases_<op>.c are): ops of lj_ops_cpu() against a double-precision
  * reference written here (check), every backward against central finite differences of
  * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
  * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
@@ -18,12 +18,6 @@
 #define CHECK_TRUE(op, cond, ...) lj_harness_check_true(h, (op), shape, (cond), __VA_ARGS__)
 
 static float *randf(lj_harness *h, int64_t n, float scale) { return lj_harness_randf(h, n, scale); }
-
-static double dot_fd(const double *a, const float *r, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += a[i] * r[i];
-    return s;
-}
 
 /* ---- memory (no shape) -------------------------------------------------------------- */
 
@@ -62,94 +56,6 @@ void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode
     size_t free_b = 0, total_b = 0;
     CHECK_TRUE(op, ops->memory_info(&free_b, &total_b) == LJ_OK, "memory_info");
     CHECK_TRUE(op, total_b > 0 && free_b <= total_b, "memory_info: free %zu <= total %zu", free_b, total_b);
-}
-
-/* ---- embedding: d = {N, C, V} (ids fixed, repeating) -------------------------------- */
-
-void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], C = c->d[1], V = c->d[2];
-    SHAPE("N=%d C=%d V=%d", N, C, V);
-    LJ_ASSERT(N == 9 && V >= 6, "embedding case: the ids are written for N = 9, V >= 6");
-    int32_t ids[9] = {3, 0, 5, 3, 3, 1, 0, 5, 2};
-    float *wte = randf(h, (int64_t)V * C, 1), *out = randf(h, (int64_t)N * C, 1);
-    ops->embedding_forward(out, ids, wte, N, C);
-    int rows_equal = 1;
-    for (int n = 0; n < N; n++) rows_equal &= memcmp(out + n * C, wte + ids[n] * C, C * sizeof(float)) == 0;
-    CHECK_TRUE("embedding_forward", rows_equal, "out[n] == wte[ids[n]] bit for bit");
-    float *dout = randf(h, (int64_t)N * C, 1), *dw = randf(h, (int64_t)V * C, 1);
-    double *want = lj_harness_to_double(dw, (int64_t)V * C);
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < C; i++) want[ids[n] * C + i] += dout[n * C + i];
-    ops->embedding_backward(dw, dout, ids, N, C, NULL);
-    CHECK_D("embedding_backward dwte (+=)", dw, want, (int64_t)V * C, c->tol_grad);
-    free(wte), free(out), free(dout), free(dw), free(want);
-}
-
-/* ---- matmul: d = {N, IC, OC} ---------------------------------------------------------- */
-
-typedef struct {
-    int N, IC, OC;
-    double *x, *w;
-    const float *R;
-} mm_ctx;
-
-static void ref_matmul(double *out, const double *x, const double *w, int N, int IC, int OC) {
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double s = 0;
-            for (int i = 0; i < IC; i++) s += x[n * IC + i] * w[o * IC + i];
-            out[n * OC + o] = s;
-        }
-}
-
-static double mm_loss(void *p) {
-    mm_ctx *c = p;
-    double *o = lj_malloc((size_t)c->N * c->OC * sizeof(double));
-    ref_matmul(o, c->x, c->w, c->N, c->IC, c->OC);
-    double l = dot_fd(o, c->R, (int64_t)c->N * c->OC);
-    free(o);
-    return l;
-}
-
-void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    const lj_ops *ops = lj_ops_cpu();
-    const int N = c->d[0], IC = c->d[1], OC = c->d[2];
-    SHAPE("N=%d IC=%d OC=%d", N, IC, OC);
-    float *x = randf(h, N * IC, 1), *w = randf(h, OC * IC, 1), *out = randf(h, N * OC, 1);
-    mm_ctx mc = {N, IC, OC, lj_harness_to_double(x, N * IC), lj_harness_to_double(w, OC * IC), randf(h, N * OC, 1)};
-    if (mode == LJ_HARNESS_CHECK) {
-        ops->matmul_forward(out, x, w, N, IC, OC);
-        double *ref = lj_malloc(N * OC * sizeof(double));
-        ref_matmul(ref, mc.x, mc.w, N, IC, OC);
-        CHECK_D("matmul_forward", out, ref, N * OC, c->tol);
-        free(ref);
-    } else {
-        double *gx = lj_harness_fd_grad(mm_loss, &mc, mc.x, N * IC), *gw = lj_harness_fd_grad(mm_loss, &mc, mc.w, OC * IC);
-        /* overwrite dx, accumulate dw */
-        float *dx = randf(h, N * IC, 1), *dw = randf(h, OC * IC, 1);
-        double *dw_want = lj_harness_to_double(dw, OC * IC);
-        for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
-        ops->matmul_backward(dx, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-        CHECK_D("matmul_backward dx", dx, gx, N * IC, c->tol_grad);
-        CHECK_D("matmul_backward dw (+=)", dw, dw_want, OC * IC, c->tol_grad);
-        /* dx_mode ACCUMULATE adds onto dx; a NULL dw is skipped */
-        double *dx_want = lj_harness_to_double(dx, N * IC);
-        for (int i = 0; i < N * IC; i++) dx_want[i] += gx[i];
-        ops->matmul_backward(dx, NULL, mc.R, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
-        CHECK_D("matmul_backward dx (+=)", dx, dx_want, N * IC, c->tol_grad);
-        /* a NULL dx is skipped */
-        for (int i = 0; i < OC * IC; i++) dw_want[i] += gw[i];
-        ops->matmul_backward(NULL, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-        CHECK_D("matmul_backward dw (+= twice)", dw, dw_want, OC * IC, c->tol_grad);
-        /* overwrite mode: dw is written, whatever it held (NaN here) */
-        for (int i = 0; i < OC * IC; i++) dw[i] = NAN;
-        ops->matmul_backward(NULL, dw, mc.R, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
-        CHECK_D("matmul_backward dw (overwrite mode)", dw, gw, OC * IC, c->tol_grad);
-        free(gx), free(gw), free(dx), free(dw), free(dw_want), free(dx_want);
-    }
-    free(x), free(w), free(out), free(mc.x), free(mc.w), free((void *)mc.R);
 }
 
 /* ---- cross-entropy: d = {N, C, V, ignore}; ignore 0: the fixed targets of N = 6 rows

@@ -106,71 +106,6 @@ static void test_cast(int64_t n) {
     free(x), free(ref), free(y);
 }
 
-static void test_embedding(int N, int C, int V) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
-    float *wte = hrand((int64_t)V * C, 1.0f), *dout = hrand((int64_t)N * C, 1.0f);
-    float *dw0 = hrand((int64_t)V * C, 0.1f);
-    int32_t *ids = lj_malloc((size_t)N * 4);
-    for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_h->rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
-    float *out = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
-    H->embedding_forward(out, ids, wte, N, C);
-    H->embedding_backward(dw, dout, ids, N, C, NULL);
-    void *gw = gbf16(wte, (int64_t)V * C), *gout = galloc((size_t)N * C * 2), *gids = gi32(ids, N);
-    void *gdout = gbf16(dout, (int64_t)N * C), *gdw = ggrad(dw0, (int64_t)V * C);
-    void *gws = galloc(G->embedding_backward_workspace_bytes(N));
-    gpoison(gout, (size_t)N * C * 2);
-    G->embedding_forward(gout, gids, gw, N, C);
-    G->embedding_backward(gdw, gdout, gids, N, C, gws);
-    float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_grad(gdw, (int64_t)V * C);
-    check("embedding_forward", shape, o, out, (int64_t)N * C, TOL_EXACT);
-    check("embedding_backward", shape, d, dw, (int64_t)V * C, TOL_WGRAD);
-    /* deterministic: a second call from the same start gives the same bytes */
-    void *gdw2 = ggrad(dw0, (int64_t)V * C);
-    G->embedding_backward(gdw2, gdout, gids, N, C, gws);
-    float *d2 = dl_grad(gdw2, (int64_t)V * C);
-    check("embedding_backward repeat", shape, d2, d, (int64_t)V * C, 0.0, 0.0);
-    G->free(gw), G->free(gout), G->free(gids), G->free(gdout), G->free(gdw), G->free(gws), G->free(gdw2);
-    free(d2);
-    free(wte), free(dout), free(dw0), free(ids), free(out), free(dw), free(o), free(d);
-}
-
-static void test_matmul(int N, int IC, int OC) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d IC=%d OC=%d", N, IC, OC);
-    float *x = hrand((int64_t)N * IC, 1.0f), *w = hrand((int64_t)OC * IC, 0.1f), *dout = hrand((int64_t)N * OC, 1.0f);
-    float *dx0 = hrand((int64_t)N * IC, 1.0f), *dw0 = hrand((int64_t)OC * IC, 1.0f);
-    float *out = hzeros((int64_t)N * OC), *dx = hzeros((int64_t)N * IC), *dxa = hcopy(dx0, (int64_t)N * IC);
-    float *dw = hcopy(dw0, (int64_t)OC * IC);
-    H->matmul_forward(out, x, w, N, IC, OC);
-    H->matmul_backward(dx, dw, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
-    void *gx = gbf16(x, (int64_t)N * IC), *gw = gbf16(w, (int64_t)OC * IC), *gd = gbf16(dout, (int64_t)N * OC);
-    void *go = galloc((size_t)N * OC * 2), *gdx = galloc((size_t)N * IC * 2), *gdxa = gbf16(dx0, (int64_t)N * IC);
-    void *gdw = ggrad(dw0, (int64_t)OC * IC);
-    gpoison(go, (size_t)N * OC * 2), gpoison(gdx, (size_t)N * IC * 2);
-    G->matmul_forward(go, gx, gw, N, IC, OC);
-    G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
-    float *o = dl_bf16(go, (int64_t)N * OC), *a = dl_bf16(gdx, (int64_t)N * IC), *b = dl_bf16(gdxa, (int64_t)N * IC);
-    float *c = dl_grad(gdw, (int64_t)OC * IC);
-    check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
-    check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
-    check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
-    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_WGRAD);
-    /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
-    float *dwo = hzeros((int64_t)OC * IC);
-    H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
-    gpoison(gdw, (size_t)OC * IC * lj_dtype_size(G->grad_dtype));
-    G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
-    float *co = dl_grad(gdw, (int64_t)OC * IC);
-    check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_WGRAD);
-    free(dwo), free(co);
-    G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
-    free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
-    free(o), free(a), free(b), free(c);
-}
-
 /* HF rope tables for positions 0..T-1: cos/sin[t, i] of angle t * theta^(-2i/hd). */
 static void rope_tables(float *cosv, float *sinv, int T, int hd) {
     for (int t = 0; t < T; t++)
@@ -645,18 +580,6 @@ void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     (void)mode;
     begin(h, c);
     test_cast(c->d[0]);
-}
-/* d = {N, C, V} */
-void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_embedding(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {N, IC, OC} */
-void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_matmul(c->d[0], c->d[1], c->d[2]);
 }
 /* d = {B, T, nh, nkv, hd, kind}: kind -1 runs every kernel family the shape has (flash,
  * simple, flash with 1 m-tile at head_dim 64, cuDNN at head_dim 64 and 128); 3 cuDNN only. */

@@ -43,7 +43,9 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 /* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
  * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
  * fused and unfused), cases_rope.c (RoPE by sequence position), cases_bias.c (the projection
- * bias). */
+ * bias), cases_embedding.c, cases_matmul.c. */
+void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -52,8 +54,6 @@ void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* Of one backend: */
 
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -100,8 +100,6 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
