@@ -173,24 +173,6 @@ void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mo
     free(targets), free(x), free(w), free(losses), free(dx), free(dw), free(dw0), free(cc.x), free(cc.w);
 }
 
-/* ---- global norm: d = {n} -------------------------------------------------------------- */
-
-void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int64_t n = c->d[0];
-    SHAPE("n=%lld", (long long)n);
-    float *g = randf(h, n, 0.01f), out = 0, out2 = 0;
-    void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
-    ops->global_norm_sq(&out, g, n, ws);
-    ops->global_norm_sq(&out2, g, n, ws);
-    double want = 0;
-    for (int64_t i = 0; i < n; i++) want += (double)g[i] * g[i];
-    CHECK_TRUE("global_norm_sq", fabs(out - want) <= 1e-6 * want, "%.9g vs double %.9g (1e-6 relative)", out, want);
-    CHECK_BITS("global_norm_sq repeat", &out, &out2, sizeof out);
-    free(g), free(ws);
-}
-
 /* ---- AdamW: d = {separate_params, expect_clipped}; param = max_grad_norm; three steps over
  * three segments of 1000 elements ------------------------------------------------------- */
 

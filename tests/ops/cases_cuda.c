@@ -310,22 +310,6 @@ static void test_cross_entropy_fused(int N, int C, int V) {
     free(odw), free(ul), free(udx), free(udw), free(fl);
 }
 
-static void test_global_norm(int64_t n) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
-    float *g = hrand(n, 0.01f);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    float ref = (float)s;
-    void *gg = ggrad(g, n), *go = galloc(4), *gws = galloc(G->global_norm_workspace_bytes(n));
-    gpoison(go, 4);
-    G->global_norm_sq(go, gg, n, gws);
-    float *o = dl_f32(go, 1);
-    check("global_norm_sq", shape, o, &ref, 1, 1e-6, 1e-6);
-    G->free(gg), G->free(go), G->free(gws);
-    free(g), free(o);
-}
-
 static void test_adamw(int64_t total, float max_grad_norm) {
     char shape[80];
     snprintf(shape, sizeof shape, "n=%lld clip=%g", (long long)total, max_grad_norm);
@@ -620,12 +604,6 @@ void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_har
     (void)mode;
     begin(h, c);
     test_cross_entropy_fused(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {n} */
-void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_global_norm(c->d[0]);
 }
 /* d = {n}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {

@@ -59,7 +59,7 @@ const lj_op_case lj_op_cases[] = {
     /* more rows than one chunk of the fused op (LJ_CPU_CE_CHUNK_ROWS + 45) */
     {"cross_entropy", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1, lj_case_cpu_cross_entropy},
     /* 3 * LJ_CPU_NORM_CHUNK + 17 */
-    {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_cpu_global_norm},
+    {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_global_norm},
     /* d = {params != master, clipping expected}, param = max_grad_norm; tol: master and m,
      * tol_grad: v */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
@@ -166,9 +166,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
     /* two chunks of rows */
     CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
-    CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_cuda_global_norm),
-    CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_cuda_global_norm),
-    CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_cuda_global_norm),
+    CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_global_norm),
+    CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_global_norm),
+    CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_global_norm),
     CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),

@@ -43,8 +43,9 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 /* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
  * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
  * fused and unfused), cases_rope.c (RoPE by sequence position), cases_bias.c (the projection
- * bias), cases_embedding.c, cases_matmul.c. */
+ * bias), cases_embedding.c, cases_matmul.c, cases_global_norm.c. */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -55,7 +56,6 @@ void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -105,7 +105,6 @@ void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harn
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cuda.c */
