@@ -1,6 +1,6 @@
 /* cases_docmask_cuda.c: the CUDA backend's document-masking ops (attention_forward_docs,
- * attention_backward_docs: the own flash kernels and the simple ones; rope_forward_pos,
- * rope_backward_pos) against the CPU backend on the same bf16-representable inputs and the same
+ * attention_backward_docs: the own flash kernels and the simple ones; RoPE by positions is in
+ * cases_rope.c) against the CPU backend on the same bf16-representable inputs and the same
  * document starts (from tokens with EOD ids, data/docmask.h). GPU outputs are poisoned (0xff
  * bytes: NaN) first, so an element left unwritten fails. Tolerances as in cases_cuda.c. */
 #include <math.h>
@@ -97,38 +97,6 @@ void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_
     q.G->free(gq), q.G->free(gd), q.G->free(gds), q.G->free(go), q.G->free(gl), q.G->free(gdq), q.G->free(gws);
     free(tokens), free(ds), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws);
     free(o), free(l), free(d);
-}
-
-/* d = {B, T, nh, nkv, hd, mean document length}: positions restart after each EOD. */
-void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const dctx q = begin(h, c);
-    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], h2 = hd / 2;
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d doc~%d", B, T, nh, nkv, hd, mean);
-    const int64_t N = (int64_t)B * T, n = N * (nh + 2 * nkv) * hd;
-    float *cos_t = lj_malloc((size_t)T * h2 * 4), *sin_t = lj_malloc((size_t)T * h2 * 4);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < h2; i++) {
-            const double a = t * pow(500000.0, -2.0 * i / hd);
-            cos_t[t * h2 + i] = (float)cos(a), sin_t[t * h2 + i] = (float)sin(a);
-        }
-    int32_t *tokens = lj_malloc((size_t)N * 4), *pos = lj_malloc((size_t)N * 4);
-    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
-    lj_case_docmask_build(B, T, tokens, pos, NULL);
-    float *x = hrand(&q, n, 1.0f), *f = lj_malloc((size_t)n * 4), *bk = lj_malloc((size_t)n * 4);
-    memcpy(f, x, (size_t)n * 4), memcpy(bk, x, (size_t)n * 4);
-    q.H->rope_forward_pos(f, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    q.H->rope_backward_pos(bk, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    void *gf = gup(&q, x, n, 1), *gb = gup(&q, x, n, 1), *gc = gup(&q, cos_t, (int64_t)T * h2, 0);
-    void *gs = gup(&q, sin_t, (int64_t)T * h2, 0), *gp = gup(&q, pos, N, 0);
-    q.G->rope_forward_pos(gf, gc, gs, gp, B, T, nh, nkv, hd);
-    q.G->rope_backward_pos(gb, gc, gs, gp, B, T, nh, nkv, hd);
-    float *of = gdown(&q, gf, n, 1), *ob = gdown(&q, gb, n, 1);
-    check(&q, "rope_forward_pos", shape, of, f, n, c->tol.rel_l2, c->tol.max_rel);
-    check(&q, "rope_backward_pos", shape, ob, bk, n, c->tol.rel_l2, c->tol.max_rel);
-    q.G->free(gf), q.G->free(gb), q.G->free(gc), q.G->free(gs), q.G->free(gp);
-    free(cos_t), free(sin_t), free(tokens), free(pos), free(x), free(f), free(bk), free(of), free(ob);
 }
 
 /* ---- perf: the cost of attention within documents ------------------------------------ */

@@ -1,7 +1,8 @@
 /* cases_rope.c: RoPE in the QKV layout, written once for every backend (case.h): the forward,
  * started at a position p0 as generation does, against a double reference, the v heads left
- * alone, the backward as the forward's transpose and inverse; on CUDA each against the CPU.
- * Rows: "rope" in op_cases.c. */
+ * alone, the backward as the forward's transpose and inverse; by per-token positions
+ * (--reset-position-ids) likewise, and equal to the plain op bit for bit at positions t; on
+ * CUDA each against the CPU. Rows: "rope" and "rope_pos" in op_cases.c. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -75,3 +76,59 @@ static void rope_body(lj_case_ctx *x) {
 }
 
 void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) { lj_case_each(h, c, mode, rope_body); }
+
+/* d = {B, T, nh, nkv, hd, mean document length}; param = theta: positions restart after each
+ * EOD (data/docmask.h's rule). */
+static void rope_pos_body(lj_case_ctx *x) {
+    const lj_op_case *c = x->c;
+    const lj_ops *ops = x->ops;
+    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], h2 = hd / 2;
+    const int row = (nh + 2 * nkv) * hd;
+    const int64_t N = (int64_t)B * T, n = N * row, nt = (int64_t)T * h2;
+    lj_case_shape(x, "B=%d T=%d nh=%d nkv=%d hd=%d doc~%d", B, T, nh, nkv, hd, mean);
+    float *cos_t = lj_case_zeros(x, nt), *sin_t = lj_case_zeros(x, nt);
+    rope_tables(cos_t, sin_t, T, hd, c->param);
+    int32_t *tokens = (int32_t *)lj_case_zeros(x, N), *pos = (int32_t *)lj_case_zeros(x, N);
+    int32_t *pos_t = (int32_t *)lj_case_zeros(x, N);
+    lj_case_docmask_tokens(&x->h->rng, B, T, mean, tokens);
+    lj_case_docmask_build(B, T, tokens, pos, NULL);
+    for (int64_t r = 0; r < N; r++) pos_t[r] = (int32_t)(r % T);
+    float *hx = lj_case_rand(x, n, 1.0f);
+    void *dc = lj_case_upload(x, cos_t, nt, LJ_CASE_F32), *ds = lj_case_upload(x, sin_t, nt, LJ_CASE_F32);
+    void *dp = lj_case_upload(x, pos, N, LJ_CASE_I32), *dpt = lj_case_upload(x, pos_t, N, LJ_CASE_I32);
+
+    void *y = lj_case_upload(x, hx, n, LJ_CASE_ACT);
+    ops->rope_forward_pos(y, dc, ds, dp, B, T, nh, nkv, hd);
+    double *want = NULL;
+    if (lj_case_reference(x)) { /* each row rotated by its own position; v heads unchanged */
+        want = lj_case_to_double(x, hx, n);
+        for (int64_t r = 0; r < N; r++)
+            for (int hh = 0; hh < nh + nkv; hh++)
+                for (int i = 0; i < h2; i++) {
+                    const int64_t o = r * row + (int64_t)hh * hd;
+                    const double cv = cos_t[pos[r] * h2 + i], sv = sin_t[pos[r] * h2 + i];
+                    const double x1 = hx[o + i], x2 = hx[o + i + h2];
+                    want[o + i] = x1 * cv - x2 * sv;
+                    want[o + i + h2] = x2 * cv + x1 * sv;
+                }
+    }
+    lj_case_output(x, "rope_forward_pos", y, n, LJ_CASE_ACT, want, LJ_CASE_TOL_OUT);
+    void *bk = lj_case_upload(x, hx, n, LJ_CASE_ACT);
+    ops->rope_backward_pos(bk, dc, ds, dp, B, T, nh, nkv, hd);
+    lj_case_output(x, "rope_backward_pos", bk, n, LJ_CASE_ACT, NULL, LJ_CASE_TOL_OUT);
+    ops->rope_backward_pos(y, dc, ds, dp, B, T, nh, nkv, hd);
+    lj_case_output(x, "rope_backward_pos(rope_forward_pos(x))", y, n, LJ_CASE_ACT,
+                   lj_case_reference(x) ? lj_case_to_double(x, hx, n) : NULL, LJ_CASE_TOL_OUT);
+    /* positions 0..T-1 in every sequence: rope_forward / rope_backward, bit for bit (ops.h) */
+    void *y2 = lj_case_upload(x, hx, n, LJ_CASE_ACT), *w2 = lj_case_upload(x, hx, n, LJ_CASE_ACT);
+    ops->rope_forward_pos(y2, dc, ds, dpt, B, T, nh, nkv, hd);
+    ops->rope_forward(w2, dc, ds, B, T, nh, nkv, hd);
+    lj_case_twin(x, "rope_forward_pos at positions t == rope_forward", y2, w2, n, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+    ops->rope_backward_pos(y2, dc, ds, dpt, B, T, nh, nkv, hd);
+    ops->rope_backward(w2, dc, ds, B, T, nh, nkv, hd);
+    lj_case_twin(x, "rope_backward_pos at positions t == rope_backward", y2, w2, n, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+}
+
+void lj_case_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, rope_pos_body);
+}

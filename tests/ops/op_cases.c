@@ -77,7 +77,7 @@ const lj_op_case lj_op_cases[] = {
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
     {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
     /* RoPE by per-token positions (--reset-position-ids) */
-    {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_cpu_rope_pos},
+    {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_rope_pos},
     /* the CPU building blocks; sgemm tol is per sqrt(K) */
     {"sgemm", "cpu", CHECK, F32, D(203, 37, 61), 0.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* split by rows */
     {"sgemm", "cpu", CHECK, F32, D(19, 333, 50), 1.0, L2(2e-7), NONE, 1, lj_case_cpu_sgemm},  /* 16-column blocks, odd tail */
@@ -221,9 +221,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_rope_pos),
-    CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 0, 1, lj_case_cuda_rope_pos),
-    CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 0, 0, lj_case_cuda_rope_pos),
+    CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 500000.0, 1, lj_case_rope_pos),
+    CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 500000.0, 1, lj_case_rope_pos),
+    CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 500000.0, 0, lj_case_rope_pos),
     CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),

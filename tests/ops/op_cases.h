@@ -42,7 +42,7 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 
 /* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
  * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
- * fused and unfused), cases_rope.c (RoPE by sequence position), cases_bias.c (the projection
+ * fused and unfused), cases_rope.c (RoPE by sequence and by per-token positions), cases_bias.c (the projection
  * bias), cases_embedding.c, cases_matmul.c, cases_global_norm.c. */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -50,6 +50,7 @@ void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
@@ -84,10 +85,8 @@ void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
 double lj_case_attn_loss(void *p);
 void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
 void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_docmask_cuda.c */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_qwen_cpu.c */
 void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
