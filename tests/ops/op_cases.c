@@ -50,8 +50,8 @@ const lj_op_case lj_op_cases[] = {
     {"rope", "cpu", CHECK, F32, D(2, 11, 4, 2, 16, 3), 10000.0, L2(1e-6), NONE, 1, lj_case_rope},
     /* QK-norm (Qwen3), plain and fused with RoPE: d = {B, T, nh, nkv, hd}, param eps; GQA, and
      * Qwen3's head_dim 128; the projection bias (Qwen2): d = {N, C} */
-    {"qk_norm", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 2, 16), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
-    {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_qk_norm},
+    {"qk_norm", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 2, 16), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_qk_norm},
+    {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_qk_norm},
     {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_bias},
     {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_swiglu},
     /* fixed targets, one ignored */
@@ -175,10 +175,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_cuda_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */
-    CUDA_BOTH("qk_norm", D(1, 1, 2, 1, 16), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
-    CUDA_BOTH("qk_norm", D(2, 37, 4, 2, 64), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
-    CUDA_BOTH("qk_norm", D(2, 5, 6, 3, 10), 0, GPU_BF16, 1, lj_case_cuda_qk_norm),
-    CUDA_BOTH("qk_norm", D(1, 300, 16, 8, 128), 0, GPU_BF16, 0, lj_case_cuda_qk_norm),
+    CUDA_BOTH("qk_norm", D(1, 1, 2, 1, 16), 0, GPU_BF16, 1, lj_case_qk_norm),
+    CUDA_BOTH("qk_norm", D(2, 37, 4, 2, 64), 0, GPU_BF16, 1, lj_case_qk_norm),
+    CUDA_BOTH("qk_norm", D(2, 5, 6, 3, 10), 0, GPU_BF16, 1, lj_case_qk_norm),
+    CUDA_BOTH("qk_norm", D(1, 300, 16, 8, 128), 0, GPU_BF16, 0, lj_case_qk_norm),
     CUDA_BOTH("bias", D(1, 8), 0, GPU_BF16, 1, lj_case_bias),
     CUDA_BOTH("bias", D(37, 200), 0, GPU_BF16, 1, lj_case_bias),
     CUDA_BOTH("bias", D(4096, 1152), 0, GPU_BF16, 0, lj_case_bias),

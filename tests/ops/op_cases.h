@@ -40,18 +40,20 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 
 /* ---- case functions ---- */
 
-/* Written once for every backend (case.h: rows of backend "cpu" and "cuda" point to the same
- * function): cases_rmsnorm.c (RMSNorm, the fused residual form, add), cases_swiglu.c (SwiGLU,
- * fused and unfused), cases_rope.c (RoPE by sequence and by per-token positions), cases_bias.c (the projection
- * bias), cases_embedding.c, cases_matmul.c, cases_global_norm.c. */
+/* Written once for every backend (case.h: the rows of backend "cpu" and "cuda" point to the same
+ * function), one file per op family: cases_embedding.c, cases_rmsnorm.c (RMSNorm, the fused
+ * residual form, add), cases_matmul.c, cases_rope.c (by sequence and by per-token positions),
+ * cases_qknorm.c (Qwen3's QK-norm, plain and fused with RoPE), cases_bias.c (the projection
+ * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c. */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
@@ -88,8 +90,6 @@ void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_m
 /* cases_docmask_cuda.c */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_qwen_cpu.c */
-void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -106,8 +106,6 @@ void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_m
 void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_qwen_cuda.c */
-void lj_case_cuda_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
 void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
