@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "parallel/dist.h"
 #include "plan/planner.h"
+#include "train/ops_config.h"
 
 lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
@@ -15,27 +16,9 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     return LJ_OK;
 }
 
-void lj_cli_ops_config(int deterministic, lj_ops_config *cfg) {
-    *cfg = LJ_OPS_CONFIG_DEFAULT;
-    const char *det = getenv("LJ_CUDA_DETERMINISTIC");
-    cfg->deterministic = deterministic || (det && strcmp(det, "1") == 0);
-    const char *att = getenv("LJ_CUDA_ATTENTION");
-    if (att && strcmp(att, "simple") == 0) cfg->attention = LJ_ATTENTION_SIMPLE;
-    else if (att && strcmp(att, "own") == 0) cfg->attention = LJ_ATTENTION_FLASH;
-    const char *dbg = getenv("LJ_CUDA_DEBUG");
-    cfg->debug_sync = dbg && dbg[0] && strcmp(dbg, "0") != 0;
-    const char *lib = getenv("LJ_CUDNN_LIBRARY");
-    cfg->cudnn_library = lib && lib[0] ? lib : NULL;
-    /* a data-parallel rank uses the GPU of its local rank (torchrun, Open MPI, Slurm) */
-    const char *local = getenv("LOCAL_RANK");
-    if (!local) local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!local) local = getenv("SLURM_LOCALID");
-    if (local && atoi(local) >= 0) cfg->device = atoi(local);
-}
-
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops) {
     lj_ops_config cfg;
-    lj_cli_ops_config(deterministic, &cfg);
+    lj_ops_config_from_env(deterministic, &cfg);
     if (strcmp(device, "cpu") == 0) {
         *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;

@@ -25,16 +25,8 @@ int lj_cli_error(const char *cmd);
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
-/* The run's backend configuration (ops/ops.h lj_ops_config), the one place that reads the
- * environment for it: deterministic mode from the flag (`deterministic`) or
- * LJ_CUDA_DETERMINISTIC=1; LJ_CUDA_ATTENTION=own (the own flash kernels, no cuDNN) or simple
- * (the fp32 reference kernels); LJ_CUDA_DEBUG (a synchronisation after every kernel launch);
- * LJ_CUDNN_LIBRARY (the cuDNN graph library's path); the GPU of the local rank (LOCAL_RANK,
- * OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID). Everything else is the default. */
-void lj_cli_ops_config(int deterministic, lj_ops_config *cfg);
-
-/* Resolves --device auto|cpu|cuda and opens the backend's table with lj_cli_ops_config's
- * configuration. auto picks the GPU when there is one, else says out loud that it falls back to
+/* Resolves --device auto|cpu|cuda and opens the backend's table with the run's configuration
+ * (train/ops_config.h lj_ops_config_from_env: --deterministic-mode and the environment). auto picks the GPU when there is one, else says out loud that it falls back to
  * the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops);
 

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "plan/planner.h"
 #include "parallel/parallel.h"
+#include "train/ops_config.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -126,7 +127,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
 static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     const lj_ops *ops = NULL;
     lj_ops_config oc;
-    lj_cli_ops_config(a->deterministic, &oc);
+    lj_ops_config_from_env(a->deterministic, &oc);
     if (!strcmp(a->device, "cpu")) {
         ops = lj_ops_cpu_open(&oc);
     } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda_open(&oc))) {
