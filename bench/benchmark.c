@@ -271,7 +271,7 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
         cJSON_AddStringToObject(o, "precision", what);
     }
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
-    cJSON_AddBoolToObject(o, "deterministic", lj_ops_deterministic());
+    cJSON_AddBoolToObject(o, "deterministic", cfg->ops->config.deterministic);
     if (lj_doc_mask_any(&cfg->doc_mask)) {
         cJSON *dj = cJSON_AddObjectToObject(o, "doc_mask");
         cJSON_AddBoolToObject(dj, "reset_position_ids", cfg->doc_mask.reset_position_ids);

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "parallel/dist.h"
 #include "plan/planner.h"
+#include "train/ops_config.h"
 
 lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
@@ -15,13 +16,15 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     return LJ_OK;
 }
 
-lj_status lj_cli_device(const char *device, const lj_ops **ops) {
+lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops) {
+    lj_ops_config cfg;
+    lj_ops_config_from_env(deterministic, &cfg);
     if (strcmp(device, "cpu") == 0) {
-        *ops = lj_ops_cpu();
+        *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;
     }
     if (strcmp(device, "cuda") == 0 || strcmp(device, "auto") == 0) {
-        const lj_ops *cuda = lj_ops_cuda();
+        const lj_ops *cuda = lj_ops_cuda_open(&cfg);
         if (cuda) {
             *ops = cuda;
             return LJ_OK;
@@ -29,7 +32,7 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
         if (strcmp(device, "cuda") == 0)
             return lj_fail(LJ_ERR_DEVICE, "--device cuda: %s", lj_error_message());
         lj_log_info("--device auto: no usable GPU (%s); using the CPU", lj_error_message());
-        *ops = lj_ops_cpu();
+        *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;
     }
     return lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
@@ -47,9 +50,12 @@ lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **
         return lj_fail(LJ_ERR_ARG, "%s bf16: the %s backend keeps fp32 gradients (its whole recipe is fp32)", flag,
                        ops->name);
     }
-    LJ_TRY(lj_ops_cuda_set_grad_dtype(dtype));
     /* the table of that gradient dtype (the device's, or the GPU-less description) */
-    *ops_inout = ops->alloc ? lj_ops_cuda() : lj_ops_cuda_describe();
+    lj_ops_config cfg = ops->config;
+    cfg.grad_dtype = dtype;
+    const lj_ops *t = ops->alloc ? lj_ops_cuda_open(&cfg) : lj_ops_cuda_describe(&cfg);
+    if (!t) return lj_fail(LJ_ERR_ARG, "%s %s: %s", flag, value, lj_error_message());
+    *ops_inout = t;
     return LJ_OK;
 }
 

@@ -240,13 +240,12 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     cfg.num_data_args = data.count;
     cfg.data_args = data.values;
-    if (deterministic) lj_ops_set_deterministic(1);
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3.2-1b)");
         return lj_cli_error("benchmark");
     }
     const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
-    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
+    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, deterministic, &cfg.ops) != LJ_OK ||
         lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     if (lj_cli_fp8_resolve(&fp8, cfg.ops, &cfg.model, &cfg.linear_recipe, &cfg.fp8) != LJ_OK)

@@ -39,13 +39,13 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
  * latest iteration, or one iter_NNNNNNN directory). Errors: LJ_ERR_IO naming what is missing. */
 lj_status lj_cli_model_dir(const char *load, char *buf);
 
-/* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
- * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
-lj_status lj_cli_device(const char *device, const lj_ops **ops);
+/* Resolves --device auto|cpu|cuda and opens the backend's table with the run's configuration
+ * (train/ops_config.h lj_ops_config_from_env: --deterministic-mode and the environment). auto picks the GPU when there is one, else says out loud that it falls back to
+ * the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
+lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops);
 
 /* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend *ops:
- * selects the CUDA backend's gradient dtype (lj_ops_cuda_set_grad_dtype) and replaces *ops by
- * that dtype's table (the device's or the GPU-less description, as *ops was); NULL keeps the
+ * replaces *ops by the CUDA table of *ops's configuration with that gradient dtype (the device's or the GPU-less description, as *ops was); NULL keeps the
  * default (bf16 on CUDA). The CPU backend keeps fp32 gradients: bf16 there is an error. Call it
  * before anything is planned. `flag` names the source in messages. */
 lj_status lj_cli_grad_dtype(const char *flag, const char *value, const lj_ops **ops);

@@ -146,7 +146,7 @@ static lj_status run_generate(const gen_args *a) {
     lj_model_config cfg;
     LJ_TRY(lj_hf_load_config(dir, &cfg));
     const lj_ops *ops;
-    LJ_TRY(lj_cli_device(a->device, &ops));
+    LJ_TRY(lj_cli_device(a->device, 0, &ops));
     lj_tokenizer *tok;
     /* --tokenizer, else the tokenizer beside the model, else the default */
     if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, sizeof tokpath));

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "plan/planner.h"
 #include "parallel/parallel.h"
+#include "train/ops_config.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -103,7 +104,6 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         *help = 1;
         return LJ_OK;
     }
-    if (a->deterministic) lj_ops_set_deterministic(1);
     if (seq_given && a->seq <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", a->seq);
     if (mb && !strcmp(mb, "auto")) a->mb = 0;
     else if (mb) {
@@ -126,17 +126,19 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
 /* The backend description and the target for --device. */
 static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     const lj_ops *ops = NULL;
+    lj_ops_config oc;
+    lj_ops_config_from_env(a->deterministic, &oc);
     if (!strcmp(a->device, "cpu")) {
-        ops = lj_ops_cpu();
-    } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda())) {
+        ops = lj_ops_cpu_open(&oc);
+    } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda_open(&oc))) {
         /* what `train --device auto` would run on: the GPU if there is a usable one, else the CPU */
         lj_log_info("--device auto: no usable GPU (%s); planning a CPU run", lj_error_message());
-        ops = lj_ops_cpu();
+        ops = lj_ops_cpu_open(&oc);
     } else if (ops) {
         /* --device auto with a usable GPU */
     } else if (!strcmp(a->device, "cuda")) {
-        ops = lj_ops_cuda(); /* a real GPU gives its memory size */
-        if (!ops) ops = lj_ops_cuda_describe();
+        ops = lj_ops_cuda_open(&oc); /* a real GPU gives its memory size */
+        if (!ops) ops = lj_ops_cuda_describe(&oc);
         if (!ops)
             return lj_fail(LJ_ERR_UNSUPPORTED,
                            "--device cuda: this ljperf was built without CUDA, so it cannot describe the GPU "
@@ -222,8 +224,8 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
            "gradients %s, %s)\n",
            cfg->name, (double)P / 1e9, cfg->num_hidden_layers, seq, ops->name, lj_dtype_name(ops->param_dtype),
            lj_dtype_name(ops->act_dtype), lj_dtype_name(ops->grad_dtype),
-           t->fused ? (lj_ops_deterministic() && strcmp(ops->name, "cpu") ? "fused kernels, deterministic attention" : "fused kernels")
-                    : (lj_ops_deterministic() && strcmp(ops->name, "cpu") ? "unfused, deterministic attention" : "unfused"));
+           t->fused ? (ops->config.deterministic && strcmp(ops->name, "cpu") ? "fused kernels, deterministic attention" : "fused kernels")
+                    : (ops->config.deterministic && strcmp(ops->name, "cpu") ? "unfused, deterministic attention" : "unfused"));
     printf("device memory %s (%s), margin %s -> usable %s\n", lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
            t->memory_source, lj_format_bytes(t->margin_bytes, b2, sizeof b2),
            lj_format_bytes(lj_planner_usable_bytes(t), b3, sizeof b3));
@@ -350,7 +352,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddStringToObject(o, "act_dtype", lj_dtype_name(ops->act_dtype));
     cJSON_AddStringToObject(o, "grad_dtype", lj_dtype_name(ops->grad_dtype));
     cJSON_AddBoolToObject(o, "fused", t->fused);
-    cJSON_AddBoolToObject(o, "deterministic", lj_ops_deterministic());
+    cJSON_AddBoolToObject(o, "deterministic", ops->config.deterministic);
     cJSON_AddNumberToObject(o, "device_memory_bytes", (double)t->device_memory_bytes);
     cJSON_AddStringToObject(o, "device_memory_source", t->memory_source);
     cJSON_AddNumberToObject(o, "margin_bytes", (double)t->margin_bytes);

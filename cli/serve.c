@@ -130,7 +130,7 @@ lj_status lj_cli_serve_prepare(const lj_cli_serve_args *a, lj_cli_served *sv) {
         LJ_TRY(lj_hf_load_config(dir, cfgp));
     }
     const lj_model_config cfg = *cfgp;
-    LJ_TRY(lj_cli_device(a->device, &sv->ops));
+    LJ_TRY(lj_cli_device(a->device, 0, &sv->ops));
     if (!sv->ops->paged_attention)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention; use --device cpu",
                        a->device, sv->ops->name);

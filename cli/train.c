@@ -323,7 +323,6 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         *help = 1;
         return LJ_OK;
     }
-    if (a.deterministic) lj_ops_set_deterministic(1);
     const lj_cli_megatron *mg = &a.mg;
     const char *model = a.model, *device = a.device, *granularity = a.granularity, *method = a.method;
     const char *hf_dtype = a.hf_dtype, *decay_style = a.decay_style, *recompute = a.recompute, *mbs = a.mbs;
@@ -440,7 +439,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     if (c->seq_length > c->model.max_position_embeddings)
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
-    LJ_TRY(lj_cli_device(device, &c->ops));
+    LJ_TRY(lj_cli_device(device, a.deterministic, &c->ops));
     LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.zero_given || ds_path, &c->zero_stage, &grad_dtype, rank0));
     if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c->ops));
     else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
@@ -450,7 +449,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
-    if (lj_ops_deterministic() && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
+    if (c->ops->config.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "
                     "flash kernels, whose backward adds dQ with atomics, so steps at sequences above 128 tokens may "
                     "differ from run to run in the last bits");

@@ -16,7 +16,7 @@
  *                 --fp8-recipe blockwise); lm_head, the embedding, norms and attention stay in the
  *                 act dtype (the recipe runs them as "bf16" does). Training plans only (generation
  *                 and forward-only plans use "bf16"). The CPU backend emulates them exactly
- *                 (ops/cpu/cpu_fp8.c).
+ *                 (ops/cpu/fp8.c).
  *
  * The FP8 recipe, per linear y[N, out] = x[N, in] W[out, in]^T (docs/reference.md, "FP8 recipes"):
  *   forward  Wq = fp8_fwd(W * s_w), xq = fp8_fwd(x * s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32,

@@ -13,7 +13,10 @@
  *   - Gradients of weights ACCUMULATE (+=) so that micro-batches add up, and the caller zeroes
  *     them once per optimizer step; the ops that can also overwrite them take an lj_grad_mode
  *     argument. Gradients of activations overwrite unless the op says so.
- *   - The table is stateless: no entry changes what another does.
+ *   - The table is stateless: no entry changes what another does, and nothing outside the
+ *     table changes what an entry does. What can vary (the gradient dtype, deterministic mode,
+ *     the attention kernels) is the table's configuration (lj_ops_config), fixed when the table
+ *     is opened: another configuration is another table.
  *   - Ops run asynchronously in stream order on the backend's stream; only the memcpy
  *     download and synchronize wait for the device. upload is stream-ordered too (the host
  *     source may be reused as soon as it returns).
@@ -90,12 +93,60 @@ typedef struct {
                          0: delayed: *scale as it is */
 } lj_fp8_scaling;
 
+/* The attention kernels a CUDA table runs (the op harness and the kernel lab compare them). */
+typedef enum {
+    LJ_ATTENTION_AUTO = 0, /* cuDNN's fused SDPA where it serves the shape, else the own flash kernels
+                              (head_dim 64 or 128, 16-byte aligned), else the simple ones */
+    LJ_ATTENTION_FLASH,    /* the own flash kernels, else the simple ones; cuDNN never */
+    LJ_ATTENTION_SIMPLE,   /* the simple fp32 kernels for every head_dim (a reference, slow) */
+} lj_attention_kernels;
+
+/* A backend's configuration, given when its table is opened (lj_ops_cpu_open, lj_ops_cuda_open,
+ * lj_ops_cuda_describe) and fixed for the table's life: the table opened with it is one of the
+ * backend's constant tables, and `config` in the table says which. Environment variables are
+ * not read by the backends: the caller resolves the run's configuration (cli/args.c) and opens
+ * the table with it. */
+typedef struct {
+    /* The CUDA backend's gradient dtype (DeepSpeed's data_types.grad_accum_dtype): LJ_DTYPE_BF16
+     * (the default: 2 bytes per parameter; weight-gradient GEMMs accumulate in fp32 and round
+     * once per micro-batch) or LJ_DTYPE_F32 (4 bytes; exact accumulation over micro-batches).
+     * The CPU keeps fp32 gradients whatever is asked (its table says LJ_DTYPE_F32). */
+    lj_dtype grad_dtype;
+    /* Deterministic mode (Megatron-LM's --deterministic-mode): every op of a step gives the
+     * same bits on every run, so a resumed run equals the uninterrupted one. The CPU backend
+     * always is (its table records the mode only); the CUDA backend selects cuDNN's
+     * deterministic attention backward (a workspace of B*nh*T^2 bf16 values, and 0.5-2.5% of
+     * an H200 step at seq 4096; off by default, as in Megatron-LM and Transformer Engine). The
+     * own flash kernels (--reset-attention-mask, or cuDNN missing) still add dQ with atomics. */
+    int deterministic;
+    lj_attention_kernels attention; /* CUDA: the attention kernels; the CPU has one */
+    /* CUDA: query m-tiles of 16 rows per warp in the head_dim 64 flash forward: 2 (128-query
+     * blocks, each K/V fragment feeds two mma; the default, also for 0) or 1 (64-query blocks,
+     * fewer registers), for the kernel lab's comparison. */
+    int flash_forward_mtiles;
+    /* CUDA start-up, read by the open that starts the device (the first), ignored by later
+     * ones and not part of a table (0 in its `config`): the device index (-1: the runtime's
+     * current device; a data-parallel rank passes its local rank), a synchronisation after
+     * every kernel launch so that a fault names its kernel (debugging), and the cuDNN graph
+     * library's path (NULL: libcudnn_graph.so.9 on the loader's path). */
+    int device;
+    int debug_sync;
+    const char *cudnn_library;
+} lj_ops_config;
+
+/* The default configuration: bf16 gradients (CUDA), not deterministic, attention AUTO, two
+ * m-tiles, the current device. */
+#define LJ_OPS_CONFIG_DEFAULT                                                                                   \
+    ((lj_ops_config){.grad_dtype = LJ_DTYPE_BF16, .deterministic = 0, .attention = LJ_ATTENTION_AUTO,            \
+                     .flash_forward_mtiles = 2, .device = -1, .debug_sync = 0, .cudnn_library = NULL})
+
 typedef struct lj_ops lj_ops;
 struct lj_ops {
     const char *name;      /* "cpu" or "cuda" */
     lj_dtype act_dtype;
     lj_dtype param_dtype;
     lj_dtype grad_dtype;
+    lj_ops_config config;  /* the configuration the table was opened with (start-up fields 0) */
 
     /* ---- memory ---- */
     /* Allocates `bytes` of device memory (one arena of the plan). Errors: LJ_ERR_OOM. */
@@ -354,7 +405,7 @@ struct lj_ops {
                                            int N, int V, float dloss);
 
     /* ---- vision tower (Qwen3-VL; HF transformers modeling_qwen3_vl.py, Qwen3VLVisionModel) ----
-     * The CPU backend has them (ops/cpu/cpu_vision.c); NULL on a backend without them. The 2-D
+     * The CPU backend has them (ops/cpu/vision.c); NULL on a backend without them. The 2-D
      * RoPE of the tower and the text model's interleaved MRoPE use rope_forward_pos /
      * rope_backward_pos with one table row per token (pos[n] = n): model/vision.h builds the
      * rows. */
@@ -433,48 +484,38 @@ struct lj_ops {
     void (*graph_destroy)(void *graph);
 };
 
-/* The CPU backend (C + OpenMP + OpenBLAS). Always available. */
+/* The CPU backend (C + OpenMP + OpenBLAS). Always available. lj_ops_cpu() is the table of the
+ * default configuration; lj_ops_cpu_open that of `cfg` (NULL: the default), of which the CPU
+ * reads `deterministic` only (its ops are deterministic either way; the table records the
+ * mode the run asked for). */
 const lj_ops *lj_ops_cpu(void);
+const lj_ops *lj_ops_cpu_open(const lj_ops_config *cfg);
 
-/* The CUDA backend, or NULL with a message (lj_error_message) when this build has no CUDA
- * or no usable GPU is present. */
-const lj_ops *lj_ops_cuda(void);
+/* The CUDA backend's table of configuration `cfg` (NULL: LJ_OPS_CONFIG_DEFAULT), starting the
+ * device on the first call (with cfg's start-up fields). NULL with a message (lj_error_message)
+ * when this build has no CUDA, no usable GPU is present, or cfg is not a configuration of the
+ * backend (a gradient dtype other than bf16 and fp32, m-tiles other than 0, 1, 2). Each
+ * configuration is its own constant table: the planner prices a what-if by opening (or
+ * describing) another one. */
+const lj_ops *lj_ops_cuda_open(const lj_ops_config *cfg);
 
-/* Chooses the CUDA backend's gradient dtype (DeepSpeed's data_types.grad_accum_dtype):
- * LJ_DTYPE_BF16 (the default: 2 bytes per parameter; weight-gradient GEMMs accumulate in fp32
- * and round once per micro-batch) or LJ_DTYPE_F32 (4 bytes; exact accumulation over
- * micro-batches). The backend has one constant table per gradient dtype; this selects which
- * one lj_ops_cuda() and lj_ops_cuda_describe() return from then on (a table already handed out
- * keeps its own). Call it before any model is planned. Errors: LJ_ERR_ARG for another dtype.
- * No-op without CUDA. */
-lj_status lj_ops_cuda_set_grad_dtype(lj_dtype dtype);
+/* The CUDA backend's table of `cfg` reduced to its name, dtypes, configuration and
+ * workspace-size entries (every other entry NULL), without touching a device: for planning GPU
+ * runs on a machine without one. The attention workspace is the size cuDNN reports on an H200
+ * (ops/cuda/attention.cu), since cuDNN cannot be asked without a device. NULL when this build
+ * has no CUDA or cfg is not a configuration of the backend (as lj_ops_cuda_open). */
+const lj_ops *lj_ops_cuda_describe(const lj_ops_config *cfg);
 
-/* Deterministic mode (Megatron-LM's --deterministic-mode): every op of a step gives the same
- * bits on every run, so a resumed run equals the uninterrupted one. The CPU backend always is;
- * on the CUDA backend it selects cuDNN's deterministic attention backward (a workspace of
- * B*nh*T^2 bf16 values, and 0.5-2.5% of an H200 step at seq 4096; off by default, as in
- * Megatron-LM and Transformer Engine). The own flash kernels (--reset-attention-mask, or cuDNN
- * missing) still add dQ with atomics. LJ_CUDA_DETERMINISTIC=1 in the environment turns it on
- * where this is not called. Call before any model is planned. No effect without CUDA. */
-void lj_ops_set_deterministic(int on);
-/* Whether deterministic mode is on (the call above, or the environment). */
-int lj_ops_deterministic(void);
 /* Whether the causal attention backward of `ops` at this shape gives the same bits on every
  * run: always on the CPU; on the CUDA backend only when cuDNN runs it with its deterministic
- * backward (deterministic mode on, cuDNN found, head_dim 64 or 128, the device started). */
+ * backward (the table opened in deterministic mode with attention AUTO, cuDNN found, head_dim
+ * 64 or 128, the device started). */
 int lj_ops_attention_deterministic(const lj_ops *ops, int B, int T, int nh, int nkv, int hd);
-
-/* The CUDA backend's table reduced to its name, dtypes and workspace-size entries (every other
- * entry NULL), derived from the table lj_ops_cuda() returns, without touching a device: for
- * planning GPU runs on a machine without one. The attention workspace is the size cuDNN reports
- * on an H200 (cuda_attention.cu), since cuDNN cannot be asked without a device. NULL when this
- * build has no CUDA. */
-const lj_ops *lj_ops_cuda_describe(void);
 
 /* Whether this GPU and toolkit can run the FP8 linear recipe (model/linear.h): a GPU with FP8
  * tensor cores (compute capability 8.9 or 9.x; this build's kernels are sm_90a) and cuBLASLt's
  * FP8 GEMM. Errors: LJ_ERR_UNSUPPORTED naming what is missing (also in a build without CUDA).
- * Call after lj_ops_cuda(). */
+ * Call after lj_ops_cuda_open(). */
 lj_status lj_ops_cuda_fp8_check(void);
 
 /* Whether this GPU and cuBLASLt can run the blockwise FP8 recipe (--fp8-recipe blockwise): a

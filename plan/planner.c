@@ -430,11 +430,16 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
                       fits ? "fits" : "still does not fit", lj_format_bytes(host, b2, sizeof b2));
     }
     /* deterministic mode's attention workspace (--deterministic-mode: dP, [B, heads, T, T] bf16) */
-    if (w > 0 && (size_t)w < n && lj_ops_deterministic() && strcmp(ops->name, "cpu") != 0) {
+    lj_ops_config fast = ops->config; /* the same table without the mode, opened or described as ops is */
+    fast.deterministic = 0;
+    const lj_ops *fast_ops = w > 0 && (size_t)w < n && ops->config.deterministic && strcmp(ops->name, "cpu") != 0
+                                 ? (ops->alloc ? lj_ops_cuda_open(&fast) : lj_ops_cuda_describe(&fast))
+                                 : NULL;
+    if (fast_ops) {
         size_t left = 0;
-        lj_ops_set_deterministic(0);
-        const int fits = all_full_fits(cfg, T, B, t, r, &left, NULL);
-        lj_ops_set_deterministic(1);
+        lj_planner_target tf = *t;
+        tf.ops = fast_ops;
+        const int fits = all_full_fits(cfg, T, B, &tf, r, &left, NULL);
         w += snprintf(e + w, n - (size_t)w,
                       " without --deterministic-mode (its attention backward keeps a micro-batch x heads x seq^2 bf16 "
                       "workspace) it needs %s (%s);",

@@ -157,7 +157,7 @@ void lj_cost_step(const lj_model_config *cfg, const lj_model_options *opt, const
 /* Default device memory of a GPU run when no GPU is detected: one H200 as cudaMemGetInfo
  * reports its total, 150109880320 bytes = 139.80 GiB, read on the H200 above (nvidia-smi
  * shows 143771 MiB; the CUDA runtime sees less, and the runtime is what the plan must fit).
- * At start-up, after lj_ops_cuda(), 560.8 MiB of it were in use: the context plus the 32 MiB
+ * At start-up, after lj_ops_cuda_open(), 560.8 MiB of it were in use: the context plus the 32 MiB
  * cuBLASLt workspace; the first training step's lazily loaded kernels add ~15 MiB more. */
 #define LJ_PLANNER_H200_MEMORY_BYTES ((size_t)150109880320ULL)
 
@@ -167,7 +167,7 @@ void lj_cost_step(const lj_model_config *cfg, const lj_model_options *opt, const
 #define LJ_PLANNER_DEFAULT_MARGIN_BYTES ((size_t)1 << 30)
 
 typedef struct {
-    const lj_ops *ops;              /* lj_ops_cpu(), lj_ops_cuda() or lj_ops_cuda_describe() */
+    const lj_ops *ops;              /* lj_ops_cpu_open(), lj_ops_cuda_open() or lj_ops_cuda_describe() */
     size_t device_memory_bytes;     /* the whole device (GPU) or host RAM (CPU) */
     size_t margin_bytes;            /* kept free: a candidate fits when peak <= memory - margin */
     size_t library_workspace_bytes; /* backend workspace allocated once (cuBLASLt), outside the plan */

@@ -54,7 +54,7 @@ static size_t plan_total(const lj_model_config *c, const lj_ops *ops, int B, int
 
 static void test_breakdown_covers_plan(void **state) {
     (void)state;
-    const lj_ops *backends[2] = {lj_ops_cpu(), lj_ops_cuda_describe()};
+    const lj_ops *backends[2] = {lj_ops_cpu(), lj_ops_cuda_describe(NULL)};
     int checked = 0;
     for (int bi = 0; bi < 2; bi++) {
         if (!backends[bi]) continue;
@@ -371,7 +371,7 @@ static void test_rates_cache(void **state) {
     lj_perf_rates_default(&r, "cuda", "NVIDIA H200");
     r.context_bytes = (size_t)577 << 20;
     assert_int_equal(lj_perf_rates_save(dir, &r), LJ_OK);
-    const lj_ops *cuda = lj_ops_cuda_describe();
+    const lj_ops *cuda = lj_ops_cuda_describe(NULL);
     if (cuda) {
         lj_planner_target t;
         unsetenv("LJ_CUDA_CONTEXT_OVERHEAD");

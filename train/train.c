@@ -301,7 +301,7 @@ static lj_status setup(run *r) {
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
     if (r->rank == 0) lj_planner_check_plan("train", c->planned_plan_bytes, r->plan.total_bytes);
     const lj_layer_spec *ls = &r->model.spec;
-    if (lj_ops_deterministic() && !c->doc_mask.reset_attention_mask && c->seq_length > 128 &&
+    if (c->ops->config.deterministic && !c->doc_mask.reset_attention_mask && c->seq_length > 128 &&
         !lj_ops_attention_deterministic(c->ops, c->micro_batch_size, c->seq_length, ls->nh, ls->nkv, ls->hd))
         lj_log_warn("--deterministic-mode: the attention backward at this shape runs ljperf's own flash kernels (cuDNN "
                     "not found, or head_dim %d is not 64 or 128, or cuDNN has no deterministic backward for it), which "

@@ -1,4 +1,4 @@
-/* kl_adamw.cu: kernel lab for multi-tensor AdamW (ops/cuda/cuda_optim.cu, adamw_kernel) with
+/* kl_adamw.cu: kernel lab for multi-tensor AdamW (ops/cuda/adamw.cu, adamw_kernel) with
  * bf16 gradients, fp32 master weights and moments and the bf16 parameter copy written in the
  * same pass. Checked against the CPU backend's adamw_update on 4 Mi elements in two segments
  * (the second at an offset that is not a multiple of 4, so version 2's scalar path runs too),
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_v1(lj_bf16 *params, float
  * vectors of the fp32 state and 8-byte ones of the bf16 gradient and parameters where the
  * segment's offset and the buffers allow it, else one at a time; the same arithmetic. It is the
  * backend's kernel today, so the lab runs it through the op table (adamw_update,
- * ops/cuda/cuda_optim.cu) rather than keep a copy that could drift from it. Predicted
+ * ops/cuda/adamw.cu) rather than keep a copy that could drift from it. Predicted
  * 2.5 -> ~3.5 TB/s; measured at the time only inside the 8b ZeRO-3 step (10,667-10,839 ->
  * 10,941 tokens/s per GPU, different machines, bench/results/README.md). */
 

@@ -1,7 +1,7 @@
 /* kl_attention.cu: kernel lab for causal GQA attention forward + backward. Unlike the other lab
  * programs, the versions here are not copies: each is a kernel family the backend still carries
- * and selects at run time (lj_cuda_set_simple_attention, lj_cuda_set_flash_forward_mtiles,
- * lj_cuda_set_cudnn_attention), so the lab runs them through the op table. Versions 2-4 are
+ * and a table's configuration selects (lj_ops_config's attention and flash_forward_mtiles), so
+ * the lab opens each version's table and runs them through it. Versions 2-4 are
  * checked against version 1 at T = 1000 (no tile divides it), version 1 against the CPU backend
  * at T = 77; all are timed at llama3.2-1b's shape (B=4 T=4096 nh=32 nkv=8 hd=64) and
  * llama3.2-3b's (B=2 T=4096 nh=24 nkv=8 hd=128), in TFLOP/s as FlashAttention counts causal
@@ -9,7 +9,7 @@
  *
  *   kl_attention [--version N]
  *
- * Version 1 (2cefea8, cuda_attention_simple.cu): the simple fp32 kernels, every head_dim, slow;
+ * Version 1 (2cefea8, attention_simple.cu): the simple fp32 kernels, every head_dim, slow;
  * the reference of the others.
  * Version 2 (2cefea8, first run): FlashAttention-2-shaped tensor-core kernels (mma.sync,
  * ldmatrix), one 16-query m-tile per warp in the head_dim 64 forward. Measured
@@ -25,17 +25,20 @@
 
 #define NUM_VERSIONS 4
 
-/* Selects version v's kernels in the backend. */
-static void select_version(int v) {
-    lj_cuda_set_simple_attention(v == 1);
-    lj_cuda_set_flash_forward_mtiles(v == 2 ? 1 : 2);
-    lj_cuda_set_cudnn_attention(v == 4);
+/* Points c at the table of version v's kernels (the buffers, sized by the default table, fit
+ * every version's workspace). */
+static void select_version(lj_att_bench *c, int v) {
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.attention = v == 1 ? LJ_ATTENTION_SIMPLE : v == 4 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH;
+    cfg.flash_forward_mtiles = v == 2 ? 1 : 2;
+    c->ops = lj_ops_cuda_open(&cfg);
+    LJ_ASSERT(c->ops, "kl_attention: no table for version %d: %s", v, lj_error_message());
 }
 
 
 /* Forward and backward of version v, downloaded as fp32: out, lse, dqkv. */
 static void outputs(lj_att_bench *c, int v, float **out, float **lse, float **dqkv) {
-    select_version(v);
+    select_version(c, v);
     lj_att_bench_fwd(c);
     lj_att_bench_bwd(c);
     const int64_t rows = (int64_t)c->B * c->T, row = (int64_t)(c->nh + 2 * c->nkv) * c->hd;
@@ -90,7 +93,7 @@ int main(int argc, char **argv) {
             if (v == 2 && c.hd != 64) continue; /* one m-tile is a head_dim 64 variant */
             float *o, *l, *d;
             outputs(&c, v, &o, &l, &d);
-            compare(&h, v, v == 4 && !lj_cuda_cudnn_attention_active(c.B, c.T, c.nh, c.nkv, c.hd) ? "v1 (cuDNN fell back)"
+            compare(&h, v, v == 4 && !lj_cuda_cudnn_attention_active(c.B, c.T, c.nh, c.nkv, c.hd, 0) ? "v1 (cuDNN fell back)"
                                                                                              : "v1",
                     &c, o, l, d, ro, rl, rd);
             free(o), free(l), free(d);
@@ -109,7 +112,7 @@ int main(int argc, char **argv) {
         printf("%s\n", group);
         for (int v = 1; v <= NUM_VERSIONS; v++) {
             if ((only && v != only) || (v == 2 && c.hd != 64)) continue;
-            select_version(v);
+            select_version(&c, v);
             const int iters = v == 1 ? 3 : 10;
             double tf = lj_harness_time_ms(ops, lj_att_bench_fwd, &c, 1, iters),
                    tb = lj_harness_time_ms(ops, lj_att_bench_bwd, &c, 1, iters);
@@ -123,7 +126,6 @@ int main(int argc, char **argv) {
         }
         lj_att_bench_free(&c);
     }
-    select_version(4);
     printf("%s\n", lj_cuda_cudnn_attention_describe());
     return lj_harness_summary(&h);
 }

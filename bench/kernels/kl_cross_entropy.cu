@@ -1,5 +1,5 @@
 /* kl_cross_entropy.cu: kernel lab for the fused lm_head + cross-entropy
- * (ops/cuda/cuda_loss.cu, cross_entropy_fused): per chunk of rows, logits = x w^T (bf16, in the
+ * (ops/cuda/cross_entropy.cu, cross_entropy_fused): per chunk of rows, logits = x w^T (bf16, in the
  * workspace), the row kernel (log-sum-exp, loss, dlogits in place), dx = dlogits w and
  * dw += dlogits^T x, so that no [N, V] logits tensor exists. The versions differ in the chunk
  * size; the row pass is the backend's (cross_entropy_forward_backward, in place on the chunk's

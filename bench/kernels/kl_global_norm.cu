@@ -1,4 +1,4 @@
-/* kl_global_norm.cu: kernel lab for the squared global gradient norm (ops/cuda/cuda_optim.cu,
+/* kl_global_norm.cu: kernel lab for the squared global gradient norm (ops/cuda/adamw.cu,
  * norm_sq_partial_kernel) over bf16 gradients: a deterministic two-pass reduction (fp64 partial
  * sums per block in a fixed order, then one block sums the partials). Checked against a double
  * sum on the host (at an odd length, and from a pointer that is not 16-byte aligned), then timed
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(NORM_THREADS) norm_final(float *out, const dou
 typedef void (*norm_kernel_fn)(double *, const lj_bf16 *, int64_t);
 /* Version 2 (44438ac): 16-byte vectors (8 bf16 per thread and turn) when g is 16-byte aligned,
  * the tail one at a time; the order is still fixed by the grid. It is the backend's kernel
- * today, so the lab runs it through the op table (global_norm_sq, ops/cuda/cuda_optim.cu)
+ * today, so the lab runs it through the op table (global_norm_sq, ops/cuda/adamw.cu)
  * rather than keep a copy that could drift from it. Predicted 1.35 -> ~3 TB/s; measured at the
  * time only inside the 8b ZeRO-3 step (with AdamW's vectors: 10,667-10,839 -> 10,941 tokens/s
  * per GPU, bench/results/README.md). */

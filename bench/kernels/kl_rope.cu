@@ -1,4 +1,4 @@
-/* kl_rope.cu: kernel lab for RoPE in the QKV layout (ops/cuda/cuda_layers.cu, rope_kernel), the
+/* kl_rope.cu: kernel lab for RoPE in the QKV layout (ops/cuda/rope.cu, rope_kernel), the
  * forward rotation in place over bf16 qkv rows (q and k heads rotate, v heads stay; HF
  * half-split pairs (i, i + hd/2)). Checked against the CPU backend's rope_forward on the same
  * bf16 values, then timed at llama3.2-1b's shape (B=4 T=4096 nh=32 nkv=8 hd=64): GB/s of the
@@ -35,7 +35,7 @@ __global__ void rope_v1(lj_bf16 *qkv, const float *cosv, const float *sinv, int 
 /* Version 2 (c1cef00): one thread per 8 consecutive pairs, the bf16 halves read and written as
  * 16-byte vectors and cos/sin as two float4 each (hd/2 a multiple of 8, 16-byte aligned
  * buffers). It is the backend's kernel today, so the lab runs it through the op table
- * (rope_forward, ops/cuda/cuda_layers.cu) rather than keep a copy that could drift from it.
+ * (rope_forward, ops/cuda/rope.cu) rather than keep a copy that could drift from it.
  * Predicted: about 5 ms of RoPE per llama3-8b ZeRO-3 step saved with the overwrite-mode change
  * (1.3% together); measured at the time only end to end, 10,941 -> 11,020 tokens/s per GPU on
  * different machines (bench/results/README.md). */

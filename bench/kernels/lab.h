@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "tests/ops/harness_cuda.cuh"
+#include "train/ops_config.h"
 
 /* Parses argv: returns the version asked (1..num_versions) or 0 for all; exits with a usage
  * line (status 2) on anything else. Starts the CUDA backend and prints the card. */
@@ -31,7 +32,10 @@ static inline int lj_lab_start(lj_harness *h, const char *program, int num_versi
         fprintf(stderr, "usage: %s [--version N]   (N = 1..%d; default: every version)\n", program, num_versions);
         exit(2);
     }
-    *ops = lj_ops_cuda();
+    lj_ops_config cfg; /* the default configuration, started with the environment's cuDNN path */
+    lj_ops_config_from_env(0, &cfg);
+    cfg.attention = LJ_ATTENTION_AUTO;
+    *ops = lj_ops_cuda_open(&cfg);
     if (!*ops) {
         fprintf(stderr, "%s: %s\n", program, lj_error_message());
         exit(2);

@@ -27,6 +27,11 @@
  * thread count). */
 #define LJ_CPU_NORM_CHUNK 65536
 
+/* Columns per task in the column-parallel reductions (embedding and RMSNorm weight
+ * gradients): each task owns a column range and sums the rows in order, so the result is the
+ * same for any thread count and needs no atomics. */
+#define LJ_CPU_COL_BLOCK 64
+
 /* Threads the CPU ops use for their parallel regions and per-thread workspaces:
  * lj_num_threads() (OMP_NUM_THREADS, else the online cores). */
 int lj_cpu_num_threads(void);
@@ -102,29 +107,33 @@ static inline double lj_cpu_dot_f64(const float *a, const float *b, int n) {
 
 /* ---- op implementations, grouped by file (see ops/ops.h for each contract) ---- */
 
-/* cpu_elementwise.c: embedding, RMSNorm, residual add, RoPE, SwiGLU */
+/* embedding.c */
 void lj_cpu_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
 void lj_cpu_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace);
 size_t lj_cpu_embedding_backward_workspace_bytes(int N);
+/* rmsnorm.c: plain and fused with the residual add */
 void lj_cpu_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cpu_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                              int N, int C, lj_grad_mode dw_mode, void *workspace);
 size_t lj_cpu_rmsnorm_backward_workspace_bytes(int N, int C);
 void lj_cpu_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                                      const void *w, int N, int C, float eps);
+/* add.c */
 void lj_cpu_add(void *out, const void *a, const void *b, int64_t n);
+/* rope.c */
 void lj_cpu_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cpu_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cpu_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
                              int nkv, int hd);
 void lj_cpu_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
                               int nh, int nkv, int hd);
+/* swiglu.c */
 void lj_cpu_swiglu_forward(void *out, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
 void lj_cpu_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
 
-/* cpu_qknorm.c: QK-norm (plain and fused with RoPE) and the projection bias */
+/* qknorm.c: QK-norm (plain and fused with RoPE) and the projection bias */
 void lj_cpu_qk_norm_forward(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
                             float eps);
 void lj_cpu_qk_norm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
@@ -139,7 +148,7 @@ void lj_cpu_bias_add(void *x, const void *b, int N, int C);
 void lj_cpu_bias_backward(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace);
 size_t lj_cpu_bias_backward_workspace_bytes(int N, int C);
 
-/* cpu_matmul.c */
+/* matmul.c */
 /* Row-major C[M,N] = alpha op(A) op(B) + beta C (op = transpose when trans_* is 1), OpenBLAS
  * sgemm split over lj_cpu_num_threads() OpenMP threads by rows or by 16-column blocks of C.
  * Must not be called from inside an OpenMP parallel region. */
@@ -151,7 +160,7 @@ void lj_cpu_matmul_forward(void *out, const void *x, const void *w, int N, int I
 void lj_cpu_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC, int OC,
                             lj_grad_mode dx_mode, lj_grad_mode dw_mode);
 
-/* cpu_fp8.c: the FP8 emulation (ops.h "FP8"), bit-exact in its codes, amaxes and scales. */
+/* fp8.c: the FP8 emulation (ops.h "FP8"), bit-exact in its codes, amaxes and scales. */
 void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n);
 void lj_cpu_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
                                 lj_fp8_format fmt, const lj_fp8_scaling *sc);
@@ -172,7 +181,7 @@ void lj_cpu_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, l
                                  int a_blocks, const void *b, lj_fp8_format fb, const float *b_sinv, int b_blocks,
                                  int M, int N, int K, lj_grad_mode mode, void *workspace);
 
-/* cpu_attention.c */
+/* attention.c */
 void lj_cpu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                               void *workspace);
 void lj_cpu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
@@ -183,7 +192,7 @@ void lj_cpu_attention_backward_docs(void *dqkv, const void *dout, const void *qk
                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
 size_t lj_cpu_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
 void lj_cpu_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
-/* cpu_paged.c */
+/* paged.c */
 /* One query row of one head against keys 0..n-1 of a KV cache (rows [k heads | v heads] of 2*KV
  * floats; kv head g): the online softmax (Milakov & Gimelshein 2018) in key order, shared by
  * attention_decode (table NULL: key j in row j) and paged_attention (key j in row
@@ -197,14 +206,14 @@ void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, co
                             int nkv, int hd);
 void lj_cpu_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C);
 
-/* cpu_cross_entropy.c */
+/* cross_entropy.c */
 void lj_cpu_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
                                 const int32_t *targets, int N, int C, int V, float dloss, void *workspace);
 size_t lj_cpu_cross_entropy_fused_workspace_bytes(int N, int C, int V);
 void lj_cpu_cross_entropy_forward_backward(float *losses, void *dlogits, const void *logits, const int32_t *targets,
                                            int N, int V, float dloss);
 
-/* cpu_adamw.c */
+/* adamw.c */
 
 /* AdamW's clipping factor min(1, max_grad_norm / (||g|| + 1e-6)) from the squared global norm
  * (1 without clipping), and one element's step in PyTorch's order (lj_cpu_adamw_update's

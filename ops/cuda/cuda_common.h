@@ -6,7 +6,7 @@
  * lj_cuda_stream()); the rest is for the .cu files only.
  *
  * Recipe: act_dtype BF16, param_dtype BF16, grad_dtype BF16 (default) or F32
- * (lj_ops_cuda_set_grad_dtype), fp32 accumulation everywhere, fp32 master weights, AdamW moments
+ * (lj_ops_config.grad_dtype), fp32 accumulation everywhere, fp32 master weights, AdamW moments
  * and loss. Every op runs on lj_cuda_stream() and is
  * capturable in a CUDA graph (no allocation, no host synchronisation, no blocking copy). */
 #ifndef LJ_CUDA_COMMON_H
@@ -23,68 +23,57 @@ extern "C" {
 
 #include "ops/ops.h"
 
-/* The stream every op of the CUDA backend runs on (created, non-blocking, by lj_ops_cuda()).
+/* The stream every op of the CUDA backend runs on (created, non-blocking, by the first
+ * lj_ops_cuda_open).
  * Capture it with cudaStreamBeginCapture to record a training step as one CUDA graph. */
 cudaStream_t lj_cuda_stream(void);
 
-/* Device memory the backend holds for its whole life, allocated once by lj_ops_cuda()
+/* Device memory the backend holds for its whole life, allocated once at start-up
  * through the tracked alloc (so it is part of lj_ops_allocated_bytes()): the cuBLASLt
  * workspace, 32 MiB. The memory plan adds this figure as the backend's fixed overhead. */
 size_t lj_cuda_fixed_workspace_bytes(void);
 
 /* A gradient dtype (bf16 or fp32) as a cuBLASLt data type. The ops that write or read weight
  * gradients take the dtype as their last argument; each of the backend's tables (one per
- * gradient dtype, cuda_ops.cu) passes its own. */
+ * gradient dtype, backend.cu) passes its own. */
 static inline cudaDataType_t lj_cuda_ctype(lj_dtype dtype) { return dtype == LJ_DTYPE_F32 ? CUDA_R_32F : CUDA_R_16BF; }
 
-/* The backend's constant table for a gradient dtype (cuda_ops.cu), with or without a device
- * (its entries run only after lj_ops_cuda() started the device). */
-const lj_ops *lj_cuda_table(lj_dtype grad_dtype);
-/* The gradient dtype lj_ops_cuda_set_grad_dtype chose (default bf16). */
-lj_dtype lj_cuda_selected_grad_dtype(void);
+/* The index of configuration `cfg` among the backend's constant tables (backend.cu: one per
+ * gradient dtype and attention configuration), or -1 with a message when cfg is not one of its
+ * configurations; the table of an index (with or without a device: its entries run only after
+ * lj_ops_cuda_open started the device); the planning form of that table's attention workspace
+ * size (lj_cuda_attention_workspace_bytes_described bound to its configuration). */
+int lj_cuda_config_index(const lj_ops_config *cfg);
+const lj_ops *lj_cuda_table(int index);
+size_t (*lj_cuda_attention_workspace_described(int index))(int B, int T, int nh, int nkv, int hd);
 
-/* Selects the attention kernels: 0 (default) the tensor-core flash-attention kernels for
- * head_dim 64 and 128, 1 the simple fp32 kernels for every head_dim (a reference, slow).
- * The environment variable LJ_CUDA_ATTENTION=simple sets 1 at start-up. */
-void lj_cuda_set_simple_attention(int on);
-/* cuDNN fused attention (cuda_attention_cudnn.cu): used by attention_forward/backward when
- * available for the shape; the own kernels otherwise. Each forward/backward returns 1 when
- * cuDNN ran the op. */
-void lj_cuda_cudnn_attention_init(void);
-void lj_cuda_set_cudnn_attention(int on);
-int lj_cuda_cudnn_attention_enabled(void);
-/* Deterministic mode (--deterministic-mode through lj_ops_set_deterministic; off by default;
- * LJ_CUDA_DETERMINISTIC=1 in the environment turns it on where no call set it): cuDNN's attention backward writes dQ
- * without an accumulation whose order varies from run to run, so a run repeats bit for bit
- * and a resumed run equals the uninterrupted one. Its cost: a workspace of B*nh*T^2 bf16 values
- * (T rounded up to 64) and a slower backward. Set before the first attention plan is built;
- * plans are cached per mode. */
-void lj_cuda_set_deterministic(int on);
-int lj_cuda_deterministic(void);
-int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd);
-/* Whether cuDNN runs the shape with its deterministic backward (deterministic mode, plans built). */
+/* cuDNN fused attention (attention_cudnn.cu): used by attention_forward/backward of a table whose
+ * attention kernels are LJ_ATTENTION_AUTO, when available for the shape; the own kernels
+ * otherwise. `det`: the table's deterministic mode (cuDNN's deterministic backward: dQ written
+ * without an accumulation whose order varies from run to run, so a run repeats bit for bit and
+ * a resumed run equals the uninterrupted one; its cost a workspace of B*nh*T^2 bf16 values, T
+ * rounded up to 64, and a slower backward). Plans are built per shape and mode, when the
+ * workspace is sized or on the first uncaptured call, and cached. Each forward/backward returns
+ * 1 when cuDNN ran the op. `library`: the cuDNN graph library to load (NULL: the default). */
+void lj_cuda_cudnn_attention_init(const char *library);
+int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd, int det);
+/* Whether cuDNN runs the shape with its deterministic backward (mode det = 1, plans built). */
 int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd);
 const char *lj_cuda_cudnn_attention_describe(void);
-size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, int det);
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                                    void *plan_ws);
+                                    void *plan_ws, int det);
 int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
-                                     void *plan_ws);
-
-/* Query m-tiles of 16 rows per warp in the head_dim 64 flash forward: 2 (default; 128-query
- * blocks, each K/V fragment feeds two mma) or 1 (64-query blocks, fewer registers). For the
- * kernel lab's comparison; other values are ignored. */
-void lj_cuda_set_flash_forward_mtiles(int m_tiles);
-int lj_cuda_flash_forward_mtiles(void);
+                                     void *plan_ws, int det);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 
-/* cuda_ops.cu */
+/* backend.cu */
 lj_status lj_cuda_alloc(void **ptr, size_t bytes);
 void lj_cuda_free(void *ptr);
 
-/* cuda_matmul.cu: column-major GEMM through cuBLASLt, C[m,n] = alpha*op(A) op(B) + beta*C,
+/* matmul.cu: column-major GEMM through cuBLASLt, C[m,n] = alpha*op(A) op(B) + beta*C,
  * A and B bf16, C (= D, in place) of type `ctype` (CUDA_R_16BF or CUDA_R_32F), fp32 compute.
  * `what` names the caller in error messages. */
 void lj_cuda_gemm(const char *what, int transa, int transb, int m, int n, int k, const void *A, int lda,
@@ -95,8 +84,8 @@ void lj_cuda_matmul_forward(void *out, const void *x, const void *w, int N, int 
 void lj_cuda_matmul_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, int N, int IC,
                              int OC, lj_grad_mode dx_mode, lj_grad_mode dw_mode, lj_dtype grad_dtype);
 
-/* cuda_matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
- * 1x128 / 128x128 scale modes); cuda_fp8.cu: the casts */
+/* matmul.cu: the FP8 GEMM (cuBLASLt, "TN", per-tensor scale pointers, or the blockwise recipe's
+ * 1x128 / 128x128 scale modes); fp8.cu: the casts */
 void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_scale_inv,
                         const void *b, lj_fp8_format fb, const float *b_scale_inv, int M, int N, int K,
                         lj_grad_mode mode, void *workspace);
@@ -118,20 +107,24 @@ void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, 
 void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
                               int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
 
-/* cuda_layers.cu */
+/* cast.cu */
 void lj_cuda_cast_f32_to_param(void *dst, const float *src, int64_t n);
 void lj_cuda_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t n);
+/* embedding.cu */
 void lj_cuda_embedding_forward(void *out, const int32_t *ids, const void *wte, int N, int C);
 void lj_cuda_embedding_backward(void *dwte, const void *dout, const int32_t *ids, int N, int C, void *workspace,
                                 lj_dtype grad_dtype);
 size_t lj_cuda_embedding_backward_workspace_bytes(int N);
+/* rmsnorm.cu: plain and fused with the residual add */
 void lj_cuda_rmsnorm_forward(void *out, float *rstd, const void *x, const void *w, int N, int C, float eps);
 void lj_cuda_rmsnorm_backward(void *dx, void *dw, const void *dout, const void *x, const void *w, const float *rstd,
                               int N, int C, lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_rmsnorm_backward_workspace_bytes(int N, int C);
 void lj_cuda_residual_rmsnorm_forward(void *res_out, void *out, float *rstd, const void *res_in, const void *y,
                                       const void *w, int N, int C, float eps);
+/* add.cu */
 void lj_cuda_add(void *out, const void *a, const void *b, int64_t n);
+/* rope.cu */
 void lj_cuda_rope_forward(void *qkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_backward(void *dqkv, const float *cos, const float *sin, int B, int T, int nh, int nkv, int hd);
 void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, const int32_t *pos, int B, int T, int nh,
@@ -139,7 +132,7 @@ void lj_cuda_rope_forward_pos(void *qkv, const float *cos, const float *sin, con
 void lj_cuda_rope_backward_pos(void *dqkv, const float *cos, const float *sin, const int32_t *pos, int B, int T,
                                int nh, int nkv, int hd);
 
-/* cuda_qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
+/* qknorm.cu: QK-norm (plain and fused with RoPE) and the projection bias; the backwards take
  * the gradient dtype last, like every op that writes weight gradients */
 void lj_cuda_qk_norm_forward(void *out, float *rstd, const void *x, const void *w, int N, int nh, int nkv, int hd,
                              float eps);
@@ -156,12 +149,13 @@ void lj_cuda_bias_add(void *x, const void *b, int N, int C);
 void lj_cuda_bias_backward(void *db, const void *dout, int N, int C, lj_grad_mode dw_mode, void *workspace,
                            lj_dtype grad_dtype);
 size_t lj_cuda_bias_backward_workspace_bytes(int N, int C);
+/* swiglu.cu */
 void lj_cuda_swiglu_forward(void *out, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_backward(void *dgate_up, const void *dout, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_forward_unfused(void *out, void *tmp, const void *gate_up, int N, int I);
 void lj_cuda_swiglu_backward_unfused(void *dgate_up, void *tmp, const void *dout, const void *gate_up, int N, int I);
 
-/* cuda_loss.cu */
+/* cross_entropy.cu */
 void lj_cuda_cross_entropy_fused(float *losses, void *dx, void *dw, const void *x, const void *w,
                                  const int32_t *targets, int N, int C, int V, float dloss, void *workspace,
                                  lj_dtype grad_dtype);
@@ -169,39 +163,41 @@ size_t lj_cuda_cross_entropy_fused_workspace_bytes(int N, int C, int V);
 void lj_cuda_cross_entropy_forward_backward(float *losses, void *dlogits, const void *logits,
                                             const int32_t *targets, int N, int V, float dloss);
 
-/* cuda_graph.cu: the table's graph entries (capture on lj_cuda_stream(), replay, destroy) */
+/* graph.cu: the table's graph entries (capture on lj_cuda_stream(), replay, destroy) */
 lj_status lj_cuda_graph_capture_begin(void);
 lj_status lj_cuda_graph_capture_end(void **graph);
 void lj_cuda_graph_launch(void *graph);
 void lj_cuda_graph_destroy(void *graph);
 
-/* cuda_optim.cu */
+/* adamw.cu */
 void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype);
 
-/* cuda_attention.cu (flash kernels) and cuda_attention_simple.cu (fp32 reference kernels) */
-void lj_cuda_attention_init(void);
+/* attention.cu (flash kernels) and attention_simple.cu (fp32 reference kernels). The entries
+ * take the table's configuration `cfg` (its deterministic, attention and flash_forward_mtiles:
+ * ops.h lj_ops_config); backend.cu binds one per table. */
+void lj_cuda_attention_init(const char *cudnn_library);
 void lj_cuda_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-                               void *workspace);
+                               void *workspace, const lj_ops_config *cfg);
 void lj_cuda_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                int B, int T, int nh, int nkv, int hd, void *workspace);
+                                int B, int T, int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg);
 /* Within documents (ops.h attention_forward_docs): the own flash kernels (head_dim 64, 128, aligned),
  * else the simple ones; never cuDNN. */
 void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
-                                    int nh, int nkv, int hd, void *workspace);
+                                    int nh, int nkv, int hd, void *workspace, const lj_ops_config *cfg);
 void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
-size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd);
+                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace,
+                                     const lj_ops_config *cfg);
+size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg);
 /* The same without a GPU (lj_ops_cuda_describe: planning only), where cuDNN cannot be asked:
  * cuDNN SDPA's workspace taken as B*T*nh*hd*4 bytes (the backward's fp32 dQ accumulator), what
  * cuDNN 9.14 reported on an H200 for every shape checked (llama3.2-1b/3b, llama3-8b; seq 2048,
  * 4096, 8192; micro-batch 1-4; bench/results/2026-11-30-h200x2-8b-time.md). */
-size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd);
+size_t lj_cuda_attention_workspace_bytes_described(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg);
 void lj_cuda_attention_decode(void *out, void *kv_cache, const void *qkv, int p0, int Tq, int nh, int nkv, int hd);
-int lj_cuda_simple_attention(void);
 /* doc_start: [B*T] i32 or NULL (plain causal), as ops.h attention_forward_docs. */
 void lj_cuda_attention_forward_simple(void *out, float *lse, const void *qkv, const int32_t *doc_start, int B, int T,
                                       int nh, int nkv, int hd);
@@ -217,8 +213,8 @@ void lj_cuda_attention_rowdot(float *d, const void *dout, const void *out, int B
 /* Prints "ljperf: CUDA error in <what>: <detail> (<file>:<line>)" and exits (status 1): a
  * failing device call inside an op has no status to return. */
 void lj_cuda_die(const char *what, const char *detail, const char *file, int line) __attribute__((noreturn));
-/* Checks cudaGetLastError() after a kernel launch; with LJ_CUDA_DEBUG=1 in the environment
- * it also synchronises (outside graph capture) so that a fault names its kernel. */
+/* Checks cudaGetLastError() after a kernel launch; with the start-up configuration's
+ * debug_sync (LJ_CUDA_DEBUG=1 where the CLI resolves it) it also synchronises (outside graph capture) so that a fault names its kernel. */
 void lj_cuda_check_launch(const char *kernel, const char *file, int line);
 /* Number of multiprocessors of the device (for grid sizing). */
 int lj_cuda_num_sms(void);
@@ -271,7 +267,7 @@ static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
     *(uint4 *)p = u;
 }
 /* SwiGLU's forward value silu(g) u = g sigmoid(g) u in fp32: one expression for the SwiGLU
- * kernels and the FP8 cast fused into the SwiGLU (cuda_fp8.cu), so that both give the same bits. */
+ * kernels and the FP8 cast fused into the SwiGLU (fp8.cu), so that both give the same bits. */
 static __device__ __forceinline__ float lj_swiglu_value(float g, float u) {
     const float s = 1.0f / (1.0f + expf(-g));
     return g * s * u;

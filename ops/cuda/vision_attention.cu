@@ -18,7 +18,7 @@
  * thread reads at once are broadcast. head_dim is rounded up to a compiled width D (16, 32, 64,
  * 72, 96, 128) with zero padding. No workspace. */
 #include "ops/cuda/cuda_common.h"
-#include "ops/cuda/cuda_vision.h"
+#include "ops/cuda/vision.h"
 
 #define VA_BQ 64    /* query rows per block (forward, dQ) and per shared tile (dK, dV) */
 #define VA_BK 64    /* key rows per shared tile (forward, dQ) and per block (dK, dV) */

@@ -4,7 +4,7 @@
  * backward without atomics, row gather and scatter. bf16 tensors, fp32 arithmetic; 16-byte
  * vector paths where rows are multiples of 8 elements and pointers 16-byte aligned. */
 #include "ops/cuda/cuda_common.h"
-#include "ops/cuda/cuda_vision.h"
+#include "ops/cuda/vision.h"
 
 #define LJ_VROW_THREADS 256 /* warp-per-row kernels: 8 rows per block */
 

@@ -15,6 +15,7 @@
 
 #include "io/hf.h"
 #include "io/safetensors.h"
+#include "train/ops_config.h"
 #include "parallel/dp.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
@@ -207,7 +208,9 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
 
 int main(int argc, char **argv) {
     const char *root = argc > 1 ? argv[1] : "tests/fixtures/hf";
-    const lj_ops *ops = lj_ops_cuda();
+    lj_ops_config start; /* the environment's LJ_CUDNN_LIBRARY, LJ_CUDA_DEBUG, LJ_CUDA_ATTENTION */
+    lj_ops_config_from_env(0, &start);
+    const lj_ops *ops = lj_ops_cuda_open(&start);
     if (!ops) {
         fprintf(stderr, "gpu_hf_fixtures: %s\n", lj_error_message());
         return 1;
@@ -216,8 +219,9 @@ int main(int argc, char **argv) {
            "fp64\n");
     const lj_dtype grad_dtypes[2] = {LJ_DTYPE_BF16, LJ_DTYPE_F32};
     for (int i = 0; i < 2; i++) {
-        lj_ops_cuda_set_grad_dtype(grad_dtypes[i]);
-        ops = lj_ops_cuda(); /* the table of that gradient dtype */
+        lj_ops_config cfg = start;
+        cfg.grad_dtype = grad_dtypes[i];
+        ops = lj_ops_cuda_open(&cfg); /* the table of that gradient dtype */
         if (argc > 2) {
             for (int c = 2; c < argc; c++) run_case(ops, root, argv[c]);
         } else {

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "ops/ops.h"
+#include "train/ops_config.h"
 #include "tests/test_util.h"
 
 #define TOL 2e-2
@@ -344,7 +345,10 @@ static void time_embedding_bag(const lj_ops *g, int R, int N, int C) {
 int main(void) {
     lj_rng_seed(&g_rng, 2024);
     const lj_ops *cpu = lj_ops_cpu();
-    const lj_ops *bf = lj_ops_cuda();
+    lj_ops_config cfg;
+    lj_ops_config_from_env(0, &cfg); /* the device, cuDNN's library: as the CLI opens it */
+    cfg.grad_dtype = LJ_DTYPE_BF16;
+    const lj_ops *bf = lj_ops_cuda_open(&cfg);
     if (!bf) {
         fprintf(stderr, "gpu_vision_ops: no CUDA backend: %s\n", lj_error_message());
         return 1;
@@ -353,9 +357,8 @@ int main(void) {
         fprintf(stderr, "gpu_vision_ops: the CUDA backend has no vision ops\n");
         return 1;
     }
-    lj_ops_cuda_set_grad_dtype(LJ_DTYPE_F32);
-    const lj_ops *f32 = lj_ops_cuda();
-    lj_ops_cuda_set_grad_dtype(LJ_DTYPE_BF16);
+    cfg.grad_dtype = LJ_DTYPE_F32;
+    const lj_ops *f32 = lj_ops_cuda_open(&cfg);
     const lj_ops *tables[2] = {bf, f32};
 
     printf("layernorm\n");

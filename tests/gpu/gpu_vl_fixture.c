@@ -16,6 +16,7 @@
 #include "parallel/parallel.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
+#include "train/ops_config.h"
 
 static int g_checks, g_failures;
 
@@ -89,7 +90,9 @@ static float *fetch(const lj_ops *ops, const void *src, int64_t n, lj_dtype dtyp
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures/qwen3vl-tiny";
     char path[1200], what[200];
-    const lj_ops *ops = lj_ops_cuda();
+    lj_ops_config ocfg;
+    lj_ops_config_from_env(0, &ocfg); /* the device, cuDNN's library: as the CLI opens it */
+    const lj_ops *ops = lj_ops_cuda_open(&ocfg);
     if (!ops) {
         fprintf(stderr, "gpu_vl_fixture: no CUDA backend: %s\n", lj_error_message());
         return 1;

@@ -1,4 +1,4 @@
-/* cases_cuda.c: the CUDA backend's cases: every op of lj_ops_cuda() against the CPU backend
+/* cases_cuda.c: the CUDA backend's cases: every op of lj_ops_cuda_open() against the CPU backend
  * (lj_ops_cpu) on the same random inputs (bf16-representable values, given to the CPU as fp32),
  * at shapes that include ones that are not multiples of the kernels' tiles; fused ops against
  * their unfused twins too. GPU outputs are poisoned (0xff bytes: NaN in bf16 and fp32) before
@@ -26,15 +26,15 @@ static lj_harness *g_h;
 static const lj_op_case *g_case;
 static int g_bf16_grads; /* the case's gradient dtype is bf16 */
 
-/* Selects the CUDA table of the case's gradient dtype (one constant table per dtype: it must be
- * fetched again after lj_ops_cuda_set_grad_dtype). */
+/* Opens the CUDA table of the case's gradient dtype (one constant table per configuration). */
 static void begin(lj_harness *h, const lj_op_case *c) {
     g_h = h;
     g_case = c;
     LJ_ASSERT(c->dtype == LJ_DTYPE_BF16 || c->dtype == LJ_DTYPE_F32, "CUDA case %s: gradient dtype %d", c->op,
               (int)c->dtype);
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(G && G->grad_dtype == c->dtype, "CUDA case %s: no table of gradient dtype %s", c->op,
               lj_dtype_name(c->dtype));
     H = lj_ops_cpu();
@@ -106,132 +106,6 @@ static void test_cast(int64_t n) {
     free(x), free(ref), free(y);
 }
 
-static void test_embedding(int N, int C, int V) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
-    float *wte = hrand((int64_t)V * C, 1.0f), *dout = hrand((int64_t)N * C, 1.0f);
-    float *dw0 = hrand((int64_t)V * C, 0.1f);
-    int32_t *ids = lj_malloc((size_t)N * 4);
-    for (int n = 0; n < N; n++) ids[n] = (int32_t)lj_rng_below(&g_h->rng, (uint64_t)(V < 8 ? V : V / 4)); /* repeats */
-    float *out = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
-    H->embedding_forward(out, ids, wte, N, C);
-    H->embedding_backward(dw, dout, ids, N, C, NULL);
-    void *gw = gbf16(wte, (int64_t)V * C), *gout = galloc((size_t)N * C * 2), *gids = gi32(ids, N);
-    void *gdout = gbf16(dout, (int64_t)N * C), *gdw = ggrad(dw0, (int64_t)V * C);
-    void *gws = galloc(G->embedding_backward_workspace_bytes(N));
-    gpoison(gout, (size_t)N * C * 2);
-    G->embedding_forward(gout, gids, gw, N, C);
-    G->embedding_backward(gdw, gdout, gids, N, C, gws);
-    float *o = dl_bf16(gout, (int64_t)N * C), *d = dl_grad(gdw, (int64_t)V * C);
-    check("embedding_forward", shape, o, out, (int64_t)N * C, TOL_EXACT);
-    check("embedding_backward", shape, d, dw, (int64_t)V * C, TOL_WGRAD);
-    /* deterministic: a second call from the same start gives the same bytes */
-    void *gdw2 = ggrad(dw0, (int64_t)V * C);
-    G->embedding_backward(gdw2, gdout, gids, N, C, gws);
-    float *d2 = dl_grad(gdw2, (int64_t)V * C);
-    check("embedding_backward repeat", shape, d2, d, (int64_t)V * C, 0.0, 0.0);
-    G->free(gw), G->free(gout), G->free(gids), G->free(gdout), G->free(gdw), G->free(gws), G->free(gdw2);
-    free(d2);
-    free(wte), free(dout), free(dw0), free(ids), free(out), free(dw), free(o), free(d);
-}
-
-static void test_rmsnorm(int N, int C) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
-    int64_t n = (int64_t)N * C;
-    float eps = 1e-5f;
-    float *x = hrand(n, 1.0f), *w = hrand(C, 1.0f), *y = hrand(n, 1.0f), *dout = hrand(n, 1.0f);
-    float *dx0 = hrand(n, 0.5f), *dw0 = hrand(C, 0.5f);
-    /* CPU: forward, backward (accumulating into dx0, dw0), fused residual. */
-    float *out = hzeros(n), *rstd = hzeros(N), *dx = hcopy(dx0, n), *dw = hcopy(dw0, C);
-    float *res = hzeros(n), *rout = hzeros(n), *rrstd = hzeros(N);
-    void *hws = lj_malloc(H->rmsnorm_backward_workspace_bytes(N, C) + 1);
-    H->rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    H->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, LJ_GRAD_ACCUMULATE, hws);
-    /* the residual input is rounded to bf16 first, as the GPU stores it */
-    float *resr = hzeros(n);
-    for (int64_t i = 0; i < n; i++) resr[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i] + y[i]));
-    H->rmsnorm_forward(rout, rrstd, resr, w, N, C, eps);
-    (void)res;
-    /* GPU */
-    void *gx = gbf16(x, n), *gw = gbf16(w, C), *gy = gbf16(y, n), *gdout = gbf16(dout, n);
-    void *gout = galloc((size_t)n * 2), *grstd = galloc((size_t)N * 4), *gdx = gbf16(dx0, n), *gdw = ggrad(dw0, C);
-    void *gres = galloc((size_t)n * 2), *grout = galloc((size_t)n * 2), *grrstd = galloc((size_t)N * 4);
-    void *gsum = galloc((size_t)n * 2), *gsout = galloc((size_t)n * 2), *gsrstd = galloc((size_t)N * 4);
-    void *gws = galloc(G->rmsnorm_backward_workspace_bytes(N, C));
-    gpoison(gout, (size_t)n * 2), gpoison(grstd, (size_t)N * 4), gpoison(gres, (size_t)n * 2);
-    gpoison(grout, (size_t)n * 2), gpoison(gsum, (size_t)n * 2), gpoison(gsout, (size_t)n * 2);
-    G->rmsnorm_forward(gout, grstd, gx, gw, N, C, eps);
-    G->rmsnorm_backward(gdx, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_ACCUMULATE, gws);
-    G->residual_rmsnorm_forward(gres, grout, grrstd, gx, gy, gw, N, C, eps);
-    G->add(gsum, gx, gy, n);
-    G->rmsnorm_forward(gsout, gsrstd, gsum, gw, N, C, eps);
-    float *o = dl_bf16(gout, n), *r = dl_f32(grstd, N), *ddx = dl_bf16(gdx, n), *ddw = dl_grad(gdw, C);
-    float *ores = dl_bf16(gres, n), *orout = dl_bf16(grout, n), *orr = dl_f32(grrstd, N);
-    float *osum = dl_bf16(gsum, n), *osout = dl_bf16(gsout, n), *osr = dl_f32(gsrstd, N);
-    check("rmsnorm_forward out", shape, o, out, n, TOL);
-    check("rmsnorm_forward rstd", shape, r, rstd, N, 1e-5, 1e-5);
-    check("rmsnorm_backward dx (+=)", shape, ddx, dx, n, TOL);
-    check("rmsnorm_backward dw (+=)", shape, ddw, dw, C, TOL);
-    {   /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
-        float *hdx = hzeros(n), *hdw = hzeros(C);
-        H->rmsnorm_backward(hdx, hdw, dout, x, w, rstd, N, C, LJ_GRAD_OVERWRITE, hws);
-        gpoison(gdw, (size_t)C * lj_dtype_size(G->grad_dtype));
-        G->rmsnorm_backward(NULL, gdw, gdout, gx, gw, grstd, N, C, LJ_GRAD_OVERWRITE, gws);
-        float *ow = dl_grad(gdw, C);
-        check("rmsnorm_backward dw (overwrite mode)", shape, ow, hdw, C, TOL);
-        free(hdx), free(hdw), free(ow);
-    }
-    check("residual_rmsnorm res_out", shape, ores, resr, n, TOL_EXACT);
-    check("residual_rmsnorm out", shape, orout, rout, n, TOL);
-    check("residual_rmsnorm rstd", shape, orr, rrstd, N, 1e-5, 1e-5);
-    check("add", shape, osum, resr, n, TOL_EXACT);
-    check("residual_rmsnorm vs add+rmsnorm", shape, orout, osout, n, TOL_EXACT);
-    check("residual_rmsnorm vs add+rmsnorm rstd", shape, orr, osr, N, TOL_EXACT);
-    G->free(gx), G->free(gw), G->free(gy), G->free(gdout), G->free(gout), G->free(grstd), G->free(gdx);
-    G->free(gdw), G->free(gres), G->free(grout), G->free(grrstd), G->free(gsum), G->free(gsout);
-    G->free(gsrstd), G->free(gws);
-    free(x), free(w), free(y), free(dout), free(dx0), free(dw0), free(out), free(rstd), free(dx), free(dw);
-    free(res), free(rout), free(rrstd), free(hws), free(resr), free(o), free(r), free(ddx), free(ddw);
-    free(ores), free(orout), free(orr), free(osum), free(osout), free(osr);
-}
-
-static void test_matmul(int N, int IC, int OC) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d IC=%d OC=%d", N, IC, OC);
-    float *x = hrand((int64_t)N * IC, 1.0f), *w = hrand((int64_t)OC * IC, 0.1f), *dout = hrand((int64_t)N * OC, 1.0f);
-    float *dx0 = hrand((int64_t)N * IC, 1.0f), *dw0 = hrand((int64_t)OC * IC, 1.0f);
-    float *out = hzeros((int64_t)N * OC), *dx = hzeros((int64_t)N * IC), *dxa = hcopy(dx0, (int64_t)N * IC);
-    float *dw = hcopy(dw0, (int64_t)OC * IC);
-    H->matmul_forward(out, x, w, N, IC, OC);
-    H->matmul_backward(dx, dw, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    H->matmul_backward(dxa, NULL, dout, x, w, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
-    void *gx = gbf16(x, (int64_t)N * IC), *gw = gbf16(w, (int64_t)OC * IC), *gd = gbf16(dout, (int64_t)N * OC);
-    void *go = galloc((size_t)N * OC * 2), *gdx = galloc((size_t)N * IC * 2), *gdxa = gbf16(dx0, (int64_t)N * IC);
-    void *gdw = ggrad(dw0, (int64_t)OC * IC);
-    gpoison(go, (size_t)N * OC * 2), gpoison(gdx, (size_t)N * IC * 2);
-    G->matmul_forward(go, gx, gw, N, IC, OC);
-    G->matmul_backward(gdx, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    G->matmul_backward(gdxa, NULL, gd, gx, gw, N, IC, OC, LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE);
-    float *o = dl_bf16(go, (int64_t)N * OC), *a = dl_bf16(gdx, (int64_t)N * IC), *b = dl_bf16(gdxa, (int64_t)N * IC);
-    float *c = dl_grad(gdw, (int64_t)OC * IC);
-    check("matmul_forward", shape, o, out, (int64_t)N * OC, TOL);
-    check("matmul_backward dx", shape, a, dx, (int64_t)N * IC, TOL);
-    check("matmul_backward dx (+=)", shape, b, dxa, (int64_t)N * IC, TOL);
-    check("matmul_backward dw (+=)", shape, c, dw, (int64_t)OC * IC, TOL_WGRAD);
-    /* overwrite mode: dw is written over whatever it held (NaN bytes here) */
-    float *dwo = hzeros((int64_t)OC * IC);
-    H->matmul_backward(NULL, dwo, dout, x, w, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
-    gpoison(gdw, (size_t)OC * IC * lj_dtype_size(G->grad_dtype));
-    G->matmul_backward(NULL, gdw, gd, gx, gw, N, IC, OC, LJ_GRAD_OVERWRITE, LJ_GRAD_OVERWRITE);
-    float *co = dl_grad(gdw, (int64_t)OC * IC);
-    check("matmul_backward dw (overwrite mode)", shape, co, dwo, (int64_t)OC * IC, TOL_WGRAD);
-    free(dwo), free(co);
-    G->free(gx), G->free(gw), G->free(gd), G->free(go), G->free(gdx), G->free(gdxa), G->free(gdw);
-    free(x), free(w), free(dout), free(dx0), free(dw0), free(out), free(dx), free(dxa), free(dw);
-    free(o), free(a), free(b), free(c);
-}
-
 /* HF rope tables for positions 0..T-1: cos/sin[t, i] of angle t * theta^(-2i/hd). */
 static void rope_tables(float *cosv, float *sinv, int T, int hd) {
     for (int t = 0; t < T; t++)
@@ -242,26 +116,6 @@ static void rope_tables(float *cosv, float *sinv, int T, int hd) {
         }
 }
 
-static void test_rope(int B, int T, int nh, int nkv, int hd) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    int64_t n = (int64_t)B * T * (nh + 2 * nkv) * hd;
-    float *qkv = hrand(n, 1.0f), *cosv = hzeros((int64_t)T * hd / 2), *sinv = hzeros((int64_t)T * hd / 2);
-    rope_tables(cosv, sinv, T, hd);
-    float *f = hcopy(qkv, n), *bk = hcopy(qkv, n);
-    H->rope_forward(f, cosv, sinv, B, T, nh, nkv, hd);
-    H->rope_backward(bk, cosv, sinv, B, T, nh, nkv, hd);
-    void *gf = gbf16(qkv, n), *gb = gbf16(qkv, n), *gc = gf32(cosv, (int64_t)T * hd / 2);
-    void *gs = gf32(sinv, (int64_t)T * hd / 2);
-    G->rope_forward(gf, gc, gs, B, T, nh, nkv, hd);
-    G->rope_backward(gb, gc, gs, B, T, nh, nkv, hd);
-    float *of = dl_bf16(gf, n), *ob = dl_bf16(gb, n);
-    check("rope_forward", shape, of, f, n, TOL);
-    check("rope_backward", shape, ob, bk, n, TOL);
-    G->free(gf), G->free(gb), G->free(gc), G->free(gs);
-    free(qkv), free(cosv), free(sinv), free(f), free(bk), free(of), free(ob);
-}
-
 /* kind 0: the own kernels (flash for head_dim 64/128); 1: the simple fp32 kernels; 2: flash
  * with one m-tile per warp in the head_dim 64 forward; 3: cuDNN's fused SDPA (the default
  * where it supports the shape; "cudnn-fallback" when it does not, so the own kernels ran);
@@ -269,16 +123,19 @@ static void test_rope(int B, int T, int nh, int nkv, int hd) {
 static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     char shape[80], op[80];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    int simple = kind_id == 1;
-    const int det = lj_cuda_deterministic();
-    lj_cuda_set_cudnn_attention(kind_id >= 3);
-    if (kind_id == 5) lj_cuda_set_deterministic(1);
+    /* the table of the kind: G's configuration with its attention kernels */
+    lj_ops_config cfg = G->config;
+    cfg.attention = kind_id == 1 ? LJ_ATTENTION_SIMPLE : kind_id >= 3 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH;
+    cfg.flash_forward_mtiles = kind_id == 2 ? 1 : 2;
+    cfg.deterministic = kind_id == 5;
+    const lj_ops *A = lj_ops_cuda_open(&cfg);
+    LJ_ASSERT(A, "attention kind %d: %s", kind_id, lj_error_message());
     const char *kind = kind_id == 1   ? "simple"
                        : kind_id == 2 ? "flash-mt1"
                        : kind_id == 0 ? "flash"
                        : kind_id == 5 ? "cudnn-deterministic"
                                       : "cudnn";
-    if (kind_id >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd))
+    if (kind_id >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, cfg.deterministic))
         kind = kind_id == 5 ? "cudnn-deterministic-fallback" : "cudnn-fallback";
     int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
     int64_t n = (int64_t)B * T * row, no = (int64_t)B * T * Q, nl = (int64_t)B * nh * T;
@@ -287,27 +144,21 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int kind_id) {
     void *hws = lj_malloc(H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
     H->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, hws);
     H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
-    lj_cuda_set_simple_attention(simple);
-    lj_cuda_set_flash_forward_mtiles(kind_id == 2 ? 1 : 2);
     void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
-    void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
+    void *gdq = galloc((size_t)n * 2), *gws = galloc(A->attention_workspace_bytes(B, T, nh, nkv, hd));
     gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
-    G->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
+    A->attention_forward(go, gl, gq, B, T, nh, nkv, hd, gws);
     /* the backward uses the GPU's own forward output and lse, as in training */
-    G->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+    A->attention_backward(gdq, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
     float *d_again = NULL;
-    if (kind_id == 5 && lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) {
+    if (kind_id == 5 && lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, 1)) {
         /* deterministic mode: a second backward gives the same bytes */
         void *gdq2 = galloc((size_t)n * 2);
         gpoison(gdq2, (size_t)n * 2);
-        G->attention_backward(gdq2, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
+        A->attention_backward(gdq2, gd, gq, go, gl, B, T, nh, nkv, hd, gws);
         d_again = dl_bf16(gdq2, n);
         G->free(gdq2);
     }
-    lj_cuda_set_simple_attention(0);
-    lj_cuda_set_flash_forward_mtiles(2);
-    lj_cuda_set_cudnn_attention(1);
-    lj_cuda_set_deterministic(det);
     float *o = dl_bf16(go, no), *l = dl_f32(gl, nl), *d = dl_bf16(gdq, n);
     snprintf(op, sizeof op, "attention_forward out (%s)", kind);
     check(op, shape, o, out, no, TOL);
@@ -343,7 +194,8 @@ static void test_attention_first_run_captured(void) {
     H->attention_backward(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, hws);
     void *gq = gbf16(qkv, n), *gd = gbf16(dout, no), *go = galloc((size_t)no * 2), *gl = galloc((size_t)nl * 4);
     void *gdq = galloc((size_t)n * 2), *gws = galloc(G->attention_workspace_bytes(B, T, nh, nkv, hd));
-    const char *kind = lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd) ? "cudnn" : "cudnn-fallback";
+    const char *kind = lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, G->config.deterministic) ? "cudnn"
+                                                                                                : "cudnn-fallback";
     gpoison(go, (size_t)no * 2), gpoison(gl, (size_t)nl * 4), gpoison(gdq, (size_t)n * 2);
     cudaStream_t s = lj_cuda_stream();
     cudaGraph_t graph = NULL;
@@ -389,32 +241,6 @@ static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
     check("attention_decode kv_cache", shape, c, cache, (int64_t)Tmax * 2 * KV, TOL_EXACT);
     G->free(gq), G->free(gc), G->free(go);
     free(qkv), free(cache0), free(out), free(cache), free(o), free(c);
-}
-
-static void test_swiglu(int N, int I) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d I=%d", N, I);
-    int64_t n = (int64_t)N * I;
-    float *gu = hrand(2 * n, 2.0f), *dout = hrand(n, 1.0f);
-    float *out = hzeros(n), *dgu = hzeros(2 * n);
-    H->swiglu_forward(out, gu, N, I);
-    H->swiglu_backward(dgu, dout, gu, N, I);
-    void *ggu = gbf16(gu, 2 * n), *gd = gbf16(dout, n), *go = galloc((size_t)n * 2), *gdg = galloc((size_t)n * 4);
-    void *gou = galloc((size_t)n * 2), *gdgu = galloc((size_t)n * 4), *gtmp = galloc((size_t)n * 2);
-    gpoison(go, (size_t)n * 2), gpoison(gdg, (size_t)n * 4), gpoison(gou, (size_t)n * 2), gpoison(gdgu, (size_t)n * 4);
-    G->swiglu_forward(go, ggu, N, I);
-    G->swiglu_backward(gdg, gd, ggu, N, I);
-    G->swiglu_forward_unfused(gou, gtmp, ggu, N, I);
-    G->swiglu_backward_unfused(gdgu, gtmp, gd, ggu, N, I);
-    float *o = dl_bf16(go, n), *dg = dl_bf16(gdg, 2 * n), *ou = dl_bf16(gou, n), *dgu2 = dl_bf16(gdgu, 2 * n);
-    check("swiglu_forward", shape, o, out, n, TOL);
-    check("swiglu_backward", shape, dg, dgu, 2 * n, TOL);
-    check("swiglu_forward_unfused", shape, ou, out, n, TOL);
-    check("swiglu_backward_unfused", shape, dgu2, dgu, 2 * n, TOL);
-    check("swiglu fused vs unfused fwd", shape, o, ou, n, TOL);
-    check("swiglu fused vs unfused bwd", shape, dg, dgu2, 2 * n, TOL);
-    G->free(ggu), G->free(gd), G->free(go), G->free(gdg), G->free(gou), G->free(gdgu), G->free(gtmp);
-    free(gu), free(dout), free(out), free(dgu), free(o), free(dg), free(ou), free(dgu2);
 }
 
 static int32_t *targets_with_ignored(int N, int V) {
@@ -482,22 +308,6 @@ static void test_cross_entropy_fused(int N, int C, int V) {
     G->free(glog), G->free(gloss2), G->free(gdx2), G->free(gdw2);
     free(x), free(w), free(dw0), free(t), free(losses), free(dx), free(dw), free(hws), free(ol), free(odx);
     free(odw), free(ul), free(udx), free(udw), free(fl);
-}
-
-static void test_global_norm(int64_t n) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
-    float *g = hrand(n, 0.01f);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    float ref = (float)s;
-    void *gg = ggrad(g, n), *go = galloc(4), *gws = galloc(G->global_norm_workspace_bytes(n));
-    gpoison(go, 4);
-    G->global_norm_sq(go, gg, n, gws);
-    float *o = dl_f32(go, 1);
-    check("global_norm_sq", shape, o, &ref, 1, 1e-6, 1e-6);
-    G->free(gg), G->free(go), G->free(gws);
-    free(g), free(o);
 }
 
 static void test_adamw(int64_t total, float max_grad_norm) {
@@ -755,30 +565,6 @@ void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     begin(h, c);
     test_cast(c->d[0]);
 }
-/* d = {N, C, V} */
-void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_embedding(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {N, C} */
-void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_rmsnorm(c->d[0], c->d[1]);
-}
-/* d = {N, IC, OC} */
-void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_matmul(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {B, T, nh, nkv, hd} */
-void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_rope(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4]);
-}
 /* d = {B, T, nh, nkv, hd, kind}: kind -1 runs every kernel family the shape has (flash,
  * simple, flash with 1 m-tile at head_dim 64, cuDNN at head_dim 64 and 128); 3 cuDNN only. */
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
@@ -807,12 +593,6 @@ void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harnes
     begin(h, c);
     test_decode(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], c->d[5]);
 }
-/* d = {N, I} */
-void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_swiglu(c->d[0], c->d[1]);
-}
 /* d = {N, V} */
 void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
@@ -824,12 +604,6 @@ void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_har
     (void)mode;
     begin(h, c);
     test_cross_entropy_fused(c->d[0], c->d[1], c->d[2]);
-}
-/* d = {n} */
-void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_global_norm(c->d[0]);
 }
 /* d = {n}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {

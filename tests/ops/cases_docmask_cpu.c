@@ -1,5 +1,6 @@
 /* cases_docmask_cpu.c: the CPU backend's document-masking ops (ops.h attention_forward_docs,
- * attention_backward_docs, rope_forward_pos, rope_backward_pos) against double-precision
+ * attention_backward_docs; RoPE by positions is written once for every backend in cases_rope.c,
+ * which uses the token helpers here) against double-precision
  * references (check) and central finite differences (grad); with the masks of no document
  * boundary they equal the plain ops bit for bit, and a packed sequence equals each of its
  * documents run alone, bit for bit. The documents come from tokens with EOD ids through
@@ -107,55 +108,4 @@ void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_m
         free(g);
     }
     free(tokens), free(ds), free(qkv), free(out), free(lse), free(ws), free(ac.qkv), free((void *)ac.R), free(dqkv);
-}
-
-/* ---- RoPE by per-token positions: d = {B, T, nh, nkv, hd, mean document length} ---------- */
-
-void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], h2 = hd / 2;
-    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d doc~%d", B, T, nh, nkv, hd, mean);
-    const int row = (nh + 2 * nkv) * hd;
-    const int64_t n = (int64_t)B * T * row;
-    float *cos_t = lj_malloc((size_t)T * h2 * 4), *sin_t = lj_malloc((size_t)T * h2 * 4);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < h2; i++) {
-            double a = t * (1.0 / pow(c->param, 2.0 * i / hd));
-            cos_t[t * h2 + i] = (float)cos(a);
-            sin_t[t * h2 + i] = (float)sin(a);
-        }
-    int32_t *tokens = lj_malloc((size_t)B * T * 4), *pos = lj_malloc((size_t)B * T * 4);
-    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
-    lj_case_docmask_build(B, T, tokens, pos, NULL);
-    float *x = randf(h, n, 1), *y = lj_malloc(n * 4), *want = lj_malloc(n * 4);
-    double *ref = lj_malloc(n * sizeof(double));
-    /* the reference: each row rotated by its own position; v heads unchanged */
-    for (int64_t r = 0; r < (int64_t)B * T; r++) {
-        const int p = pos[r];
-        for (int j = 0; j < row; j++) ref[r * row + j] = x[r * row + j];
-        for (int hh = 0; hh < nh + nkv; hh++)
-            for (int i = 0; i < h2; i++) {
-                const double cv = cos_t[p * h2 + i], sv = sin_t[p * h2 + i];
-                const double x1 = x[r * row + hh * hd + i], x2 = x[r * row + hh * hd + i + h2];
-                ref[r * row + hh * hd + i] = x1 * cv - x2 * sv;
-                ref[r * row + hh * hd + i + h2] = x2 * cv + x1 * sv;
-            }
-    }
-    memcpy(y, x, n * 4);
-    ops->rope_forward_pos(y, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    CHECK_D("rope_forward_pos", y, ref, n, c->tol);
-    ops->rope_backward_pos(y, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    double *xd = lj_harness_to_double(x, n);
-    CHECK_D("rope_backward_pos(rope_forward_pos(x))", y, xd, n, c->tol);
-    /* positions 0..T-1 in every sequence: rope_forward / rope_backward, bit for bit */
-    for (int64_t r = 0; r < (int64_t)B * T; r++) pos[r] = (int32_t)(r % T);
-    memcpy(y, x, n * 4), memcpy(want, x, n * 4);
-    ops->rope_forward_pos(y, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    ops->rope_forward(want, cos_t, sin_t, B, T, nh, nkv, hd);
-    CHECK_BITS("rope_forward_pos at positions t == rope_forward", y, want, n * 4);
-    ops->rope_backward_pos(y, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    ops->rope_backward(want, cos_t, sin_t, B, T, nh, nkv, hd);
-    CHECK_BITS("rope_backward_pos at positions t == rope_backward", y, want, n * 4);
-    free(cos_t), free(sin_t), free(tokens), free(pos), free(x), free(y), free(want), free(ref), free(xd);
 }

@@ -1,6 +1,6 @@
 /* cases_docmask_cuda.c: the CUDA backend's document-masking ops (attention_forward_docs,
- * attention_backward_docs: the own flash kernels and the simple ones; rope_forward_pos,
- * rope_backward_pos) against the CPU backend on the same bf16-representable inputs and the same
+ * attention_backward_docs: the own flash kernels and the simple ones; RoPE by positions is in
+ * cases_rope.c) against the CPU backend on the same bf16-representable inputs and the same
  * document starts (from tokens with EOD ids, data/docmask.h). GPU outputs are poisoned (0xff
  * bytes: NaN) first, so an element left unwritten fails. Tolerances as in cases_cuda.c. */
 #include <math.h>
@@ -18,8 +18,9 @@ typedef struct {
 
 static dctx begin(lj_harness *h, const lj_op_case *c) {
     dctx q = {h, NULL, lj_ops_cpu()};
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    q.G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    q.G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(q.G, "CUDA case %s: no CUDA backend", c->op);
     return q;
 }
@@ -53,7 +54,7 @@ static void check(const dctx *q, const char *op, const char *shape, const float 
  * one m-tile per warp in the head_dim 64 forward. */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
-    const dctx q = begin(h, c);
+    dctx q = begin(h, c);
     const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], kind = (int)c->param;
     const char *kn = kind == 1 ? "simple" : kind == 2 ? "flash-mt1" : "flash";
     char shape[96], op[64];
@@ -68,16 +69,18 @@ void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_
     void *hws = lj_malloc(q.H->attention_workspace_bytes(B, T, nh, nkv, hd) + 1);
     q.H->attention_forward_docs(out, lse, qkv, ds, B, T, nh, nkv, hd, hws);
     q.H->attention_backward_docs(dqkv, dout, qkv, out, lse, ds, B, T, nh, nkv, hd, hws);
-    lj_cuda_set_simple_attention(kind == 1);
-    lj_cuda_set_flash_forward_mtiles(kind == 2 ? 1 : 2);
+    /* the table of the kind: the case's configuration with its attention kernels */
+    lj_ops_config cfg = q.G->config;
+    cfg.attention = kind == 1 ? LJ_ATTENTION_SIMPLE : LJ_ATTENTION_AUTO;
+    cfg.flash_forward_mtiles = kind == 2 ? 1 : 2;
+    q.G = lj_ops_cuda_open(&cfg);
+    LJ_ASSERT(q.G, "attention_docs kind %d: %s", kind, lj_error_message());
     void *gq = gup(&q, qkv, n, 1), *gd = gup(&q, dout, no, 1), *gds = gup(&q, ds, N, 0);
     void *go = galloc(&q, (size_t)no * 2), *gl = galloc(&q, (size_t)nl * 4), *gdq = galloc(&q, (size_t)n * 2);
     void *gws = galloc(&q, q.G->attention_workspace_bytes(B, T, nh, nkv, hd));
     gpoison(&q, go, (size_t)no * 2), gpoison(&q, gl, (size_t)nl * 4), gpoison(&q, gdq, (size_t)n * 2);
     q.G->attention_forward_docs(go, gl, gq, gds, B, T, nh, nkv, hd, gws);
     q.G->attention_backward_docs(gdq, gd, gq, go, gl, gds, B, T, nh, nkv, hd, gws); /* the GPU's own out, lse */
-    lj_cuda_set_simple_attention(0);
-    lj_cuda_set_flash_forward_mtiles(2);
     float *o = gdown(&q, go, no, 1), *l = gdown(&q, gl, nl, 0), *d = gdown(&q, gdq, n, 1);
     snprintf(op, sizeof op, "attention_forward_docs out (%s)", kn);
     check(&q, op, shape, o, out, no, c->tol.rel_l2, c->tol.max_rel);
@@ -94,38 +97,6 @@ void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_
     q.G->free(gq), q.G->free(gd), q.G->free(gds), q.G->free(go), q.G->free(gl), q.G->free(gdq), q.G->free(gws);
     free(tokens), free(ds), free(qkv), free(dout), free(out), free(lse), free(dqkv), free(hws);
     free(o), free(l), free(d);
-}
-
-/* d = {B, T, nh, nkv, hd, mean document length}: positions restart after each EOD. */
-void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const dctx q = begin(h, c);
-    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], mean = c->d[5], h2 = hd / 2;
-    char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d doc~%d", B, T, nh, nkv, hd, mean);
-    const int64_t N = (int64_t)B * T, n = N * (nh + 2 * nkv) * hd;
-    float *cos_t = lj_malloc((size_t)T * h2 * 4), *sin_t = lj_malloc((size_t)T * h2 * 4);
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < h2; i++) {
-            const double a = t * pow(500000.0, -2.0 * i / hd);
-            cos_t[t * h2 + i] = (float)cos(a), sin_t[t * h2 + i] = (float)sin(a);
-        }
-    int32_t *tokens = lj_malloc((size_t)N * 4), *pos = lj_malloc((size_t)N * 4);
-    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
-    lj_case_docmask_build(B, T, tokens, pos, NULL);
-    float *x = hrand(&q, n, 1.0f), *f = lj_malloc((size_t)n * 4), *bk = lj_malloc((size_t)n * 4);
-    memcpy(f, x, (size_t)n * 4), memcpy(bk, x, (size_t)n * 4);
-    q.H->rope_forward_pos(f, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    q.H->rope_backward_pos(bk, cos_t, sin_t, pos, B, T, nh, nkv, hd);
-    void *gf = gup(&q, x, n, 1), *gb = gup(&q, x, n, 1), *gc = gup(&q, cos_t, (int64_t)T * h2, 0);
-    void *gs = gup(&q, sin_t, (int64_t)T * h2, 0), *gp = gup(&q, pos, N, 0);
-    q.G->rope_forward_pos(gf, gc, gs, gp, B, T, nh, nkv, hd);
-    q.G->rope_backward_pos(gb, gc, gs, gp, B, T, nh, nkv, hd);
-    float *of = gdown(&q, gf, n, 1), *ob = gdown(&q, gb, n, 1);
-    check(&q, "rope_forward_pos", shape, of, f, n, c->tol.rel_l2, c->tol.max_rel);
-    check(&q, "rope_backward_pos", shape, ob, bk, n, c->tol.rel_l2, c->tol.max_rel);
-    q.G->free(gf), q.G->free(gb), q.G->free(gc), q.G->free(gs), q.G->free(gp);
-    free(cos_t), free(sin_t), free(tokens), free(pos), free(x), free(f), free(bk), free(of), free(ob);
 }
 
 /* ---- perf: the cost of attention within documents ------------------------------------ */
@@ -185,8 +156,10 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_har
     printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of "
            "causal\n", B, T, nh, nkv, hd, (double)docs / B, frac);
     const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
+    lj_ops_config cfg = q.G->config;
     for (int k = 0; k < 3; k++) {
-        lj_cuda_set_cudnn_attention(k == 0);
+        cfg.attention = k == 0 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH;
+        pc.G = lj_ops_cuda_open(&cfg);
         pc.ds = k == 2 ? gds : NULL;
         const double w = k == 2 ? frac : 1.0;
         const double fwd = lj_harness_time_ms(q.G, perf_fwd, &pc, 3, 10);
@@ -198,7 +171,6 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_har
         lj_harness_report(group, "backward", bwd, w * 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
         lj_harness_report(group, "fwd+bwd", fwd + bwd, w * 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     }
-    lj_cuda_set_cudnn_attention(1);
     q.G->free(pc.qkv), q.G->free(pc.dout), q.G->free(pc.out), q.G->free(pc.dqkv), q.G->free(pc.ws), q.G->free(pc.lse);
     q.G->free(gds);
     free(tokens), free(ds), free(x), free(g);

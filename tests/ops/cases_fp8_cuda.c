@@ -23,8 +23,9 @@
 static const lj_ops *G, *H;
 
 static void begin(const lj_op_case *c) {
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    G = lj_ops_cuda();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    G = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(G, "no CUDA backend: %s", lj_error_message());
     H = lj_ops_cpu();
 }

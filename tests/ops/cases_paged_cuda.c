@@ -16,8 +16,9 @@
 
 void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    const lj_ops *G = lj_ops_cuda(), *H = lj_ops_cpu();
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    const lj_ops *G = lj_ops_cuda_open(&cfg), *H = lj_ops_cpu();
     LJ_ASSERT(G, "CUDA case %s: no CUDA backend", c->op);
     const int S = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], decode = c->d[5];
     char shape[128];

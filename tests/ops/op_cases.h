@@ -1,6 +1,7 @@
 /* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
- * (cases_cpu.c: CPU checks and finite differences; cases_cuda.c: CUDA against the CPU backend;
- * perf_cuda.cu: CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
+ * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, CPU checks and
+ * finite differences; cases_cuda.c, CUDA against the CPU backend; perf_cuda.cu, CUDA timings at
+ * the benchmark shapes). tests/ops/README.md says how to add one. */
 #ifndef LJ_TESTS_OPS_OP_CASES_H
 #define LJ_TESTS_OPS_OP_CASES_H
 
@@ -39,15 +40,25 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
 
 /* ---- case functions ---- */
 
+/* Written once for every backend (case.h: the rows of backend "cpu" and "cuda" point to the same
+ * function), one file per op family: cases_embedding.c, cases_rmsnorm.c (RMSNorm, the fused
+ * residual form, add), cases_matmul.c, cases_rope.c (by sequence and by per-token positions),
+ * cases_qknorm.c (Qwen3's QK-norm, plain and fused with RoPE), cases_bias.c (the projection
+ * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c. */
+void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+
+/* Of one backend: */
+
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_residual_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -77,16 +88,11 @@ void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
 double lj_case_attn_loss(void *p);
 void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
 void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_docmask_cuda.c */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rope_pos(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_paged_cuda.c */
 void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_qwen_cpu.c */
-void lj_case_cpu_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -96,22 +102,13 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_qwen_cuda.c */
-void lj_case_cuda_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
 void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

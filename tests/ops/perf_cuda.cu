@@ -14,13 +14,21 @@
 
 #define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
 
-static const lj_ops *perf_begin(const lj_op_case *c) {
-    lj_ops_cuda_set_grad_dtype(c->dtype);
-    const lj_ops *ops = lj_ops_cuda(); /* the table of the case's gradient dtype */
+/* The CUDA table of the case's gradient dtype, in the default configuration but for `att`,
+ * `mtiles` and `det` (the attention cases' paths). */
+static const lj_ops *perf_table(const lj_op_case *c, lj_attention_kernels att, int mtiles, int det) {
+    lj_ops_config cfg = LJ_OPS_CONFIG_DEFAULT;
+    cfg.grad_dtype = c->dtype;
+    cfg.attention = att;
+    cfg.flash_forward_mtiles = mtiles;
+    cfg.deterministic = det;
+    const lj_ops *ops = lj_ops_cuda_open(&cfg);
     LJ_ASSERT(ops && ops->grad_dtype == c->dtype, "perf case %s: no CUDA table of gradient dtype %s", c->op,
               lj_dtype_name(c->dtype));
     return ops;
 }
+
+static const lj_ops *perf_begin(const lj_op_case *c) { return perf_table(c, LJ_ATTENTION_AUTO, 2, 0); }
 
 static void report_gbs(const char *group, const char *what, const lj_ops *ops, void (*fn)(void *), void *ctx,
                        double bytes) {
@@ -138,20 +146,18 @@ void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mo
 }
 
 /* ---- attention: d = {B, T, nh, nkv, hd, path}; path 1: own flash kernels with one 16-query
- * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA
- * (deterministic, the default), 4: cuDNN SDPA with deterministic mode off (dQ accumulated) ---- */
+ * m-tile per warp in the head_dim 64 forward, 2: two m-tiles (the default), 3: cuDNN SDPA in
+ * deterministic mode, 4: cuDNN SDPA with deterministic mode off (dQ accumulated; the default) ---- */
 
 
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
     (void)mode;
-    const lj_ops *ops = perf_begin(cs);
     const int B = cs->d[0], T = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], path = cs->d[5];
+    const lj_ops *ops = perf_table(cs, path >= 3 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH, path == 1 ? 1 : 2,
+                                   path == 3);
+    const lj_ops *simple = perf_table(cs, LJ_ATTENTION_SIMPLE, 2, 0);
     const char *pname = path == 4 ? "cudnn-accumulating" : path == 3 ? "cudnn" : path == 1 ? "flash-mt1" : "flash";
-    const int det = lj_cuda_deterministic();
-    lj_cuda_set_cudnn_attention(path >= 3);
-    lj_cuda_set_deterministic(path != 4 && det);
-    lj_cuda_set_flash_forward_mtiles(path == 1 ? 1 : 2);
-    if (path >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd)) pname = "cudnn-fallback";
+    if (path >= 3 && !lj_cuda_cudnn_attention_active(B, T, nh, nkv, hd, path == 3)) pname = "cudnn-fallback";
     /* check against the simple fp32 kernels at T = 1000 (not a multiple of any tile) */
     {
         const int Tc = 1000;
@@ -163,10 +169,9 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
         s.lse = (float *)lj_harness_dalloc(ops, (size_t)nh * Tc * 4);
         lj_att_bench_fwd(&f);
         lj_att_bench_bwd(&f);
-        lj_cuda_set_simple_attention(1);
+        s.ops = simple;
         lj_att_bench_fwd(&s);
         lj_att_bench_bwd(&s);
-        lj_cuda_set_simple_attention(0);
         char op[64];
         snprintf(op, sizeof op, "perf attention out (%s vs simple)", pname);
         lj_harness_check_device(h, ops, op, shape, f.out, s.out, (int64_t)Tc * nh * hd, LJ_DTYPE_BF16,
@@ -192,9 +197,6 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
     lj_harness_report(group, "backward", bwd, 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_att_bench_free(&c);
-    lj_cuda_set_cudnn_attention(1);
-    lj_cuda_set_deterministic(det);
-    lj_cuda_set_flash_forward_mtiles(2);
 }
 
 /* ---- RMSNorm: d = {N, C} ----------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "tests/ops/op_cases.h"
+#include "train/ops_config.h"
 
 #ifdef LJ_HAVE_CUDA
 #include "ops/cuda/cuda_common.h"
@@ -56,7 +57,9 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
             return usage(program);
     }
     const int cuda = strcmp(backend, "cuda") == 0;
-    if (cuda && !lj_ops_cuda()) {
+    lj_ops_config start; /* the device starts with the environment's LJ_CUDNN_LIBRARY, LJ_CUDA_DEBUG */
+    lj_ops_config_from_env(0, &start);
+    if (cuda && !lj_ops_cuda_open(&start)) {
         fprintf(stderr, "%s: %s\n", program, lj_error_message());
         return 2;
     }

@@ -1,0 +1,54 @@
+/* adamw.c: the CPU backend's optimizer ops: the squared global gradient norm (with a
+ * deterministic reduction) and AdamW with clipping over the parameter segments. */
+#include "ops/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* One double per LJ_CPU_NORM_CHUNK elements: chunk partial sums, added in chunk order. */
+size_t lj_cpu_global_norm_workspace_bytes(int64_t n) {
+    int64_t chunks = (n + LJ_CPU_NORM_CHUNK - 1) / LJ_CPU_NORM_CHUNK;
+    return (size_t)(chunks > 0 ? chunks : 1) * sizeof(double);
+}
+
+void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace) {
+    const float *g = grad;
+    double *part = workspace;
+    int64_t chunks = (n + LJ_CPU_NORM_CHUNK - 1) / LJ_CPU_NORM_CHUNK;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t i0 = c * LJ_CPU_NORM_CHUNK, i1 = i0 + LJ_CPU_NORM_CHUNK < n ? i0 + LJ_CPU_NORM_CHUNK : n;
+        double s = 0.0;
+        for (int64_t i = i0; i < i1; i++) s += (double)g[i] * (double)g[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int64_t c = 0; c < chunks; c++) total += part[c];
+    out[0] = (float)total;
+}
+
+/* PyTorch's AdamW step order (torch/optim/adamw.py, single-tensor path): p *= 1 - lr*wd;
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= (lr/bc1) m / (sqrt(v)/sqrt(bc2) + eps),
+ * with the bias corrections bc = 1 - beta^t computed in double as Python does (the step
+ * scalars of lj_adamw_step_scalars, here in host memory). This is the formula of ops.h:
+ * p -= lr (wd p + m_hat / (sqrt(v_hat) + eps)). */
+void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+                         const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                         const float *step_scalars, const float *grad_norm_sq) {
+    const float *g = grad;
+    if (grad_norm_sq && !isfinite(grad_norm_sq[0])) return; /* a skipped step (ops.h) */
+    const float clip = lj_cpu_adamw_clip(hp, grad_norm_sq);
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = step_scalars[LJ_ADAMW_LR];
+    const float step_size = step_scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
+    for (int s = 0; s < num_segments; s++) {
+        const lj_adamw_segment *seg = &segments[s];
+        const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
+        float *p = master + seg->offset, *ms = m + seg->offset, *vs = v + seg->offset;
+        const float *gs = g + seg->offset;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < seg->count; i++)
+            lj_cpu_adamw_element(&p[i], &ms[i], &vs[i], gs[i] * clip, b1, b2, eps, decay, step_size, bc2_sqrt);
+        if (params && params != (void *)master)
+            memcpy((float *)params + seg->offset, p, (size_t)seg->count * sizeof(float));
+    }
+}

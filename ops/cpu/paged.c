@@ -1,0 +1,62 @@
+/* paged.c: the CPU backend's ops over the paged KV cache of serving: the write of a step's
+ * keys and values into their slots, attention of a batch of sequences over their block
+ * tables, and the row gather before the lm_head. fp32, OpenMP over (row, head). Contracts in
+ * ops/ops.h. */
+#include "ops/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+void lj_cpu_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd) {
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    float *cache = kv_cache;
+    const float *x = qkv;
+    for (int n = 0; n < N; n++)
+        if (slots[n] >= 0)
+            memcpy(cache + (int64_t)slots[n] * 2 * KV, x + (int64_t)n * row + Q, 2 * (size_t)KV * sizeof(float));
+}
+
+void lj_cpu_attend_row(float *od, const float *q, const float *cache, const int32_t *table, int block_size, int n,
+                       int KV, int g, int hd, float scale) {
+    float acc[LJ_CPU_MAX_HEAD_DIM];
+    for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const int64_t slot = table ? (int64_t)table[j / block_size] * block_size + j % block_size : j;
+        const float *k = cache + slot * 2 * KV + (int64_t)g * hd, *v = k + KV;
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++) s += q[d] * k[d];
+        s *= scale;
+        if (s > m) {
+            float c = expf(m - s); /* 0 on the first key */
+            l *= c;
+            for (int d = 0; d < hd; d++) acc[d] *= c;
+            m = s;
+        }
+        float e = expf(s - m);
+        l += e;
+        for (int d = 0; d < hd; d++) acc[d] += e * v[d];
+    }
+    for (int d = 0; d < hd; d++) od[d] = acc[d] / l;
+}
+
+void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                            const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
+                            int nkv, int hd) {
+    LJ_ASSERT(hd <= LJ_CPU_MAX_HEAD_DIM, "head_dim %d above the CPU limit %d", hd, LJ_CPU_MAX_HEAD_DIM);
+    const float *x = qkv;
+    float *o = out;
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int ih = 0; ih < N * nh; ih++) {
+        const int i = ih / nh, h = ih % nh;
+        lj_cpu_attend_row(o + (int64_t)i * Q + (int64_t)h * hd, x + (int64_t)i * row + (int64_t)h * hd, kv_cache,
+                          block_tables + (int64_t)seq[i] * max_blocks, block_size, pos[i] + 1, KV, h / rep, hd, scale);
+    }
+}
+
+void lj_cpu_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C) {
+    for (int m = 0; m < M; m++)
+        memcpy((float *)out + (int64_t)m * C, (const float *)x + (int64_t)rows[m] * C, (size_t)C * sizeof(float));
+}

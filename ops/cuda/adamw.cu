@@ -1,0 +1,239 @@
+/* adamw.cu: the optimizer ops on the GPU: the squared global gradient norm (a
+ * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
+ * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
+ * bf16 or fp32 (the table's grad dtype), read as fp32. Both ops are capturable: AdamW's per-step
+ * lr and bias corrections are read from device memory, so one captured graph serves every
+ * step. */
+#include "ops/cuda/cuda_common.h"
+
+#include <math.h>
+
+#define LJ_NORM_THREADS 256
+#define LJ_NORM_MAX_BLOCKS 1024
+
+/* Fixed-order block sum of a double per thread (blockDim.x == LJ_NORM_THREADS). */
+static __device__ double block_sum_double(double v) {
+    __shared__ double red[LJ_NORM_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    double s = 0.0;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < LJ_NORM_THREADS / 32; w++) s += red[w];
+    return s;
+}
+
+/* Pass 1: partial[b] = sum of squares over the elements block b strides over (fp64). The
+ * elements go in 16-byte vectors (8 bf16 or 4 f32 per thread and turn) when `g` is 16-byte
+ * aligned, else one at a time; either way the order is fixed by the grid, so the result is
+ * deterministic. A bf16 square is exact in f32. */
+template <typename G>
+__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_partial_kernel(double *partial, const G *g, int64_t n) {
+    double acc = 0.0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t i0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    constexpr int V = 16 / sizeof(G);
+    int64_t done = 0;
+    if (((uintptr_t)g & 15) == 0) {
+        const int64_t nv = n / V;
+        const uint4 *gv = (const uint4 *)g;
+        for (int64_t i = i0; i < nv; i += stride) {
+            uint4 raw = gv[i];
+            const G *x = (const G *)&raw;
+            if (sizeof(G) == 2) {
+                for (int j = 0; j < V; j++) {
+                    float f = lj_ld(x + j);
+                    acc += (double)(f * f);
+                }
+            } else {
+                for (int j = 0; j < V; j++) {
+                    double f = lj_ld(x + j);
+                    acc += f * f;
+                }
+            }
+        }
+        done = nv * V;
+    }
+    for (int64_t i = done + i0; i < n; i += stride) {
+        double x = lj_ld(g + i);
+        acc += x * x;
+    }
+    double s = block_sum_double(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* Pass 2: out[0] = sum of the partials, in a fixed order. */
+__global__ void __launch_bounds__(LJ_NORM_THREADS) norm_sq_final_kernel(float *out, const double *partial, int parts) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
+    double s = block_sum_double(acc);
+    if (threadIdx.x == 0) out[0] = (float)s;
+}
+
+static int norm_blocks(int64_t n) {
+    int64_t b = (n + 4095) / 4096;
+    if (b > LJ_NORM_MAX_BLOCKS) b = LJ_NORM_MAX_BLOCKS;
+    return b < 1 ? 1 : (int)b;
+}
+
+size_t lj_cuda_global_norm_workspace_bytes(int64_t n) { return (size_t)norm_blocks(n) * sizeof(double); }
+
+void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype) {
+    int blocks = norm_blocks(n);
+    if (grad_dtype == LJ_DTYPE_F32)
+        norm_sq_partial_kernel<float><<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(
+            (double *)workspace, (const float *)grad, n);
+    else
+        norm_sq_partial_kernel<lj_bf16><<<(unsigned)blocks, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(
+            (double *)workspace, (const lj_bf16 *)grad, n);
+    LJ_CUDA_LAUNCHED("norm_sq_partial_kernel");
+    norm_sq_final_kernel<<<1, LJ_NORM_THREADS, 0, lj_cuda_stream()>>>(out, (const double *)workspace, blocks);
+    LJ_CUDA_LAUNCHED("norm_sq_final_kernel");
+}
+
+/* ---- AdamW -------------------------------------------------------------------------- */
+
+#define LJ_ADAMW_SEGS 48        /* segments per launch (the table travels as a kernel parameter) */
+#define LJ_ADAMW_THREADS 256
+#define LJ_ADAMW_VEC 4          /* consecutive elements per thread and turn */
+#define LJ_ADAMW_UNIT (LJ_ADAMW_THREADS * 8) /* elements per work unit */
+
+/* One launch's share of the segment table, passed by value (no device copy of the table). */
+typedef struct {
+    int64_t offset[LJ_ADAMW_SEGS];
+    int64_t count[LJ_ADAMW_SEGS];
+    int64_t unit_start[LJ_ADAMW_SEGS + 1]; /* prefix sums of work units per segment */
+    float weight_decay[LJ_ADAMW_SEGS];
+    int num;
+} lj_adamw_batch;
+
+/* The fixed hyper-parameters (by value; a captured graph bakes them in). The per-step ones
+ * (lr, step_size, bc2_sqrt) are read from device memory by the kernel. */
+typedef struct {
+    float beta1, beta2, eps, max_grad_norm;
+} lj_adamw_consts;
+
+/* One element of AdamW (formula and evaluation order: ops.h, as the CPU backend's
+ * adamw.c). */
+struct adamw_elem {
+    float beta1, beta2, eps, step_size, bc2_sqrt, decay;
+    __device__ __forceinline__ float operator()(float g, float &m, float &v, float &master) const {
+        float mi = beta1 * m + (1.0f - beta1) * g;
+        float vi = beta2 * v + (1.0f - beta2) * g * g;
+        m = mi;
+        v = vi;
+        master = master * decay - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+        return master;
+    }
+};
+
+/* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
+ * consecutive elements of one segment, LJ_ADAMW_VEC consecutive ones per thread and turn: as
+ * 16-byte vectors of the f32 state (and 8- or 16-byte ones of the gradient and parameters)
+ * where the segment's offset allows it, else one element at a time; the arithmetic is the
+ * same either way. The step scalars of lj_adamw_step_scalars are read from `scalars`
+ * [LJ_ADAMW_NUM_SCALARS] f32 device memory, so that a replayed CUDA graph uses the values
+ * uploaded before each launch. */
+template <typename G>
+__global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
+                                                                 float *m, float *v, const lj_adamw_batch batch,
+                                                                 const lj_adamw_consts k, const float *scalars,
+                                                                 const float *grad_norm_sq) {
+    if (grad_norm_sq && !isfinite(*grad_norm_sq)) return; /* a skipped step (ops.h): nothing is written */
+    float clip = 1.0f;
+    if (k.max_grad_norm > 0.0f && grad_norm_sq) {
+        float norm = sqrtf(*grad_norm_sq);
+        clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
+    }
+    const float lr = scalars[LJ_ADAMW_LR];
+    adamw_elem f;
+    f.beta1 = k.beta1;
+    f.beta2 = k.beta2;
+    f.eps = k.eps;
+    f.step_size = scalars[LJ_ADAMW_STEP_SIZE];
+    f.bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    /* vectors need the buffers 16-byte aligned (the 2-byte ones 8-byte aligned) */
+    const bool buffers_aligned =
+        (((uintptr_t)m | (uintptr_t)v | (uintptr_t)master | (uintptr_t)grad * (4 / sizeof(G)) |
+          (uintptr_t)params * 2) & 15) == 0;
+    int64_t units = batch.unit_start[batch.num];
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+        int s = 0;
+        while (batch.unit_start[s + 1] <= u) s++;
+        int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
+        int64_t base = batch.offset[s], count = batch.count[s];
+        /* 1 - lr*wd in double, rounded once (as the CPU backend) */
+        f.decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
+        const bool aligned = buffers_aligned && base % LJ_ADAMW_VEC == 0;
+        for (int j = 0; j < LJ_ADAMW_UNIT / (LJ_ADAMW_THREADS * LJ_ADAMW_VEC); j++) {
+            int64_t e = local + ((int64_t)j * LJ_ADAMW_THREADS + threadIdx.x) * LJ_ADAMW_VEC;
+            if (e >= count) break;
+            int64_t i = base + e;
+            if (aligned && e + LJ_ADAMW_VEC <= count) {
+                float4 mv = *(const float4 *)(m + i), vv = *(const float4 *)(v + i);
+                float4 pv = *(const float4 *)(master + i);
+                float gv[LJ_ADAMW_VEC];
+                if (sizeof(G) == 2) {
+                    uint2 raw = *(const uint2 *)(grad + i);
+                    const G *gx = (const G *)&raw;
+                    for (int q = 0; q < LJ_ADAMW_VEC; q++) gv[q] = lj_ld(gx + q) * clip;
+                } else {
+                    float4 raw = *(const float4 *)(grad + i);
+                    gv[0] = raw.x * clip, gv[1] = raw.y * clip, gv[2] = raw.z * clip, gv[3] = raw.w * clip;
+                }
+                f(gv[0], mv.x, vv.x, pv.x);
+                f(gv[1], mv.y, vv.y, pv.y);
+                f(gv[2], mv.z, vv.z, pv.z);
+                f(gv[3], mv.w, vv.w, pv.w);
+                *(float4 *)(m + i) = mv;
+                *(float4 *)(v + i) = vv;
+                *(float4 *)(master + i) = pv;
+                if (params) {
+                    __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
+                    uint2 out;
+                    out.x = *(const unsigned *)&lo;
+                    out.y = *(const unsigned *)&hi;
+                    *(uint2 *)(params + i) = out;
+                }
+            } else {
+                for (int q = 0; q < LJ_ADAMW_VEC && e + q < count; q++) {
+                    float p = f(lj_ld(grad + i + q) * clip, m[i + q], v[i + q], master[i + q]);
+                    if (params) params[i + q] = __float2bfloat16_rn(p);
+                }
+            }
+        }
+    }
+}
+
+void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
+                          const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype) {
+    lj_adamw_consts k;
+    k.beta1 = hp->beta1;
+    k.beta2 = hp->beta2;
+    k.eps = hp->eps;
+    k.max_grad_norm = hp->max_grad_norm;
+    lj_bf16 *pb = (void *)params == (void *)master ? NULL : (lj_bf16 *)params;
+    for (int s0 = 0; s0 < num_segments; s0 += LJ_ADAMW_SEGS) {
+        lj_adamw_batch batch;
+        batch.num = 0;
+        batch.unit_start[0] = 0;
+        for (int s = s0; s < num_segments && batch.num < LJ_ADAMW_SEGS; s++) {
+            int j = batch.num++;
+            batch.offset[j] = segments[s].offset;
+            batch.count[j] = segments[s].count > 0 ? segments[s].count : 0;
+            batch.weight_decay[j] = segments[s].weight_decay;
+            batch.unit_start[j + 1] = batch.unit_start[j] + (batch.count[j] + LJ_ADAMW_UNIT - 1) / LJ_ADAMW_UNIT;
+        }
+        int64_t units = batch.unit_start[batch.num];
+        if (units == 0) continue;
+        unsigned blocks = lj_cuda_blocks(units, 1);
+        if (grad_dtype == LJ_DTYPE_F32)
+            adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+                pb, master, (const float *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
+        else
+            adamw_kernel<lj_bf16><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+                pb, master, (const lj_bf16 *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
+        LJ_CUDA_LAUNCHED("adamw_kernel");
+    }
+}

@@ -1,0 +1,420 @@
+/* fp8.cu: the CUDA backend's FP8 casts (ops.h "FP8"): amax, the scaled saturating cast with
+ * its transpose, and delayed scaling's history update. The cast is the hardware's
+ * cvt.rn.satfinite (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE); the scale formulas
+ * are base/fp8.h's, shared with the CPU emulation, so codes, amaxes and scales equal the CPU
+ * backend's bit for bit; the blockwise recipe's tile and block casts likewise (at the end). The
+ * FP8 GEMM is matmul.cu's (cuBLASLt). Every kernel is
+ * capturable: the scales live in device memory and nothing synchronises with the host. */
+#include "ops/cuda/cuda_common.h"
+
+#include <cuda_fp8.h>
+
+/* The cast of one fp32 to an FP8 code. */
+static __device__ __forceinline__ uint8_t to_fp8(float v, lj_fp8_format fmt) {
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, fmt == LJ_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+/* The largest lj_fp8_abs_bits over the block (every thread passes its own). Result in thread 0. */
+static __device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
+    __shared__ uint32_t warp_max[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    const int tid = threadIdx.x + threadIdx.y * blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int warps = (blockDim.x * blockDim.y + 31) >> 5;
+    if (lane == 0) warp_max[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? warp_max[lane] : 0u;
+        for (int o = 16; o > 0; o >>= 1) {
+            const uint32_t w = __shfl_xor_sync(0xffffffffu, v, o);
+            v = w > v ? w : v;
+        }
+    }
+    return v;
+}
+
+__global__ void fp8_amax_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n) {
+    uint32_t m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const uint32_t b = lj_fp8_abs_bits(__bfloat162float(x[i]));
+        m = b > m ? b : m;
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+/* The same over n8 groups of 8 (16-byte loads; x 16-byte aligned). */
+__global__ void fp8_amax8_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n8) {
+    uint32_t m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        lj_load8(v, x + 8 * i);
+        for (int j = 0; j < 8; j++) {
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+        }
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+extern "C" void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n) {
+    LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_amax");
+    if (n <= 0) return;
+    if (n % 8 == 0 && lj_cuda_aligned16(x, x, x)) {
+        fp8_amax8_kernel<<<lj_cuda_blocks(n / 8, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax,
+                                                                                   (const lj_bf16 *)x, n / 8);
+        LJ_CUDA_LAUNCHED("fp8_amax8_kernel");
+        return;
+    }
+    fp8_amax_kernel<<<lj_cuda_blocks(n, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax, (const lj_bf16 *)x, n);
+    LJ_CUDA_LAUNCHED("fp8_amax_kernel");
+}
+
+/* One block per 32 x 32 tile of the padded matrix [ld(rows), ld(cols)] (threads 32 x 8, 4 rows
+ * each): reads x (zero outside [rows, cols]), writes q's rows < rows (padding columns zero) and
+ * q_t's rows < cols (padding columns zero), and under delayed scaling the tile's amax. */
+#define FP8_TILE 32
+__global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, int rows, int cols,
+                                    lj_fp8_format fmt, float *scale, float *scale_inv, float *amax, int current) {
+    __shared__ uint8_t tile[FP8_TILE][FP8_TILE + 4];
+    const float fmax = lj_fp8_max(fmt);
+    const float s = current ? lj_fp8_current_scale(*amax, fmax) : *scale;
+    if (current && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+        *scale = s;
+        *scale_inv = 1.0f / s;
+    }
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    const int c0 = blockIdx.x * FP8_TILE, r0 = blockIdx.y * FP8_TILE;
+    uint32_t m = 0;
+    for (int k = threadIdx.y; k < FP8_TILE; k += blockDim.y) {
+        const int r = r0 + k, c = c0 + threadIdx.x;
+        float v = 0.0f;
+        if (r < rows && c < cols) v = __bfloat162float(x[(int64_t)r * cols + c]);
+        const uint32_t b = lj_fp8_abs_bits(v);
+        m = b > m ? b : m;
+        const uint8_t code = to_fp8(__fmul_rn(v, s), fmt);
+        tile[k][threadIdx.x] = code;
+        if (q && r < rows && c < ld) q[(int64_t)r * ld + c] = code;
+    }
+    if (q_t) {
+        __syncthreads();
+        for (int k = threadIdx.y; k < FP8_TILE; k += blockDim.y) {
+            const int c = c0 + k, r = r0 + threadIdx.x; /* q_t[c, r] = tile[r - r0][c - c0] */
+            if (c < cols && r < ld_t) q_t[(int64_t)c * ld_t + r] = tile[threadIdx.x][k];
+        }
+    }
+    if (!current && amax) {
+        m = block_max_bits(m);
+        if (threadIdx.x == 0 && threadIdx.y == 0 && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+/* The vector form, for cols a multiple of 8 and x 16-byte aligned: one block of 256 threads per
+ * 64 x 64 tile of the padded matrix; each thread reads 8 bf16 (16 bytes) of a row and writes 8
+ * codes (8 bytes) of q, then 8 consecutive codes of a q_t row from the tile in shared memory.
+ * Same codes, padding and amax as fp8_quantize_kernel.
+ * SWIGLU: the cast fused into its producer. x is gate_up [rows, 2 cols] and the value cast is
+ * bf16(lj_swiglu_value(gate, up)) of its row (gate at column c, up at cols + c), the value
+ * swiglu_forward stores; written to h when h is not NULL. Delayed scaling only (current 0). */
+#define FP8_VTILE 64
+template <bool SWIGLU>
+__global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, lj_bf16 *h,
+                                                            int rows, int cols, lj_fp8_format fmt, float *scale,
+                                                            float *scale_inv, float *amax, int current) {
+    __shared__ uint32_t tile[FP8_VTILE][FP8_VTILE / 4 + 1]; /* codes [r][c], 4 per word; +1: fewer conflicts */
+    const float fmax = lj_fp8_max(fmt);
+    const float s = current ? lj_fp8_current_scale(*amax, fmax) : *scale;
+    if (current && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        *scale = s;
+        *scale_inv = 1.0f / s;
+    }
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    const int c0 = blockIdx.x * FP8_VTILE, r0 = blockIdx.y * FP8_VTILE;
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3; /* 8 groups of 8 columns, 32 rows */
+    uint32_t m = 0;
+    for (int k = ty; k < FP8_VTILE; k += 32) {
+        const int r = r0 + k, c = c0 + 8 * tx;
+        float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (r < rows && c < cols) {
+            if (SWIGLU) {
+                float g[8], u[8];
+                const lj_bf16 *row = x + (int64_t)r * 2 * cols;
+                lj_load8(g, row + c);
+                lj_load8(u, row + cols + c);
+                for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+                if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
+            } else {
+                lj_load8(v, x + (int64_t)r * cols + c);
+            }
+        }
+        uint32_t w[2] = {0, 0};
+        for (int j = 0; j < 8; j++) {
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+            w[j >> 2] |= (uint32_t)to_fp8(__fmul_rn(v[j], s), fmt) << (8 * (j & 3));
+        }
+        tile[k][2 * tx] = w[0];
+        tile[k][2 * tx + 1] = w[1];
+        if (q && r < rows && c < ld) *(uint2 *)(q + (int64_t)r * ld + c) = make_uint2(w[0], w[1]);
+    }
+    if (q_t) {
+        __syncthreads();
+        const uint8_t *t8 = (const uint8_t *)tile;
+        const int row_bytes = (FP8_VTILE / 4 + 1) * 4;
+        for (int k = ty; k < FP8_VTILE; k += 32) { /* k: the tile's column, q_t's row c0 + k */
+            const int c = c0 + k, r = r0 + 8 * tx;
+            if (c >= cols || r >= ld_t) continue;
+            uint32_t w[2] = {0, 0};
+            for (int j = 0; j < 8; j++) w[j >> 2] |= (uint32_t)t8[(8 * tx + j) * row_bytes + k] << (8 * (j & 3));
+            *(uint2 *)(q_t + (int64_t)c * ld_t + r) = make_uint2(w[0], w[1]);
+        }
+    }
+    if (!current && amax) {
+        m = block_max_bits(m);
+        if (threadIdx.x == 0 && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                                     const lj_fp8_scaling *sc) {
+    if (rows <= 0 || cols <= 0) return;
+    if (cols % 8 == 0 && lj_cuda_aligned16(x, q, q_t)) {
+        const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_VTILE - 1) / FP8_VTILE),
+                        (unsigned)((lj_fp8_ld(rows) + FP8_VTILE - 1) / FP8_VTILE));
+        fp8_quantize8_kernel<false><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
+                                                                        (const lj_bf16 *)x, NULL, rows, cols, fmt,
+                                                                        sc->scale, sc->scale_inv, sc->amax,
+                                                                        sc->current);
+        LJ_CUDA_LAUNCHED("fp8_quantize8_kernel");
+        return;
+    }
+    const dim3 block(FP8_TILE, 8);
+    const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_TILE - 1) / FP8_TILE),
+                    (unsigned)((lj_fp8_ld(rows) + FP8_TILE - 1) / FP8_TILE));
+    fp8_quantize_kernel<<<grid, block, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, (const lj_bf16 *)x, rows,
+                                                              cols, fmt, sc->scale, sc->scale_inv, sc->amax,
+                                                              sc->current);
+    LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
+}
+
+extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N,
+                                            int I, lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    LJ_ASSERT(!sc->current, "fp8_swiglu_quantize: delayed scaling only (current scaling needs the amax first)");
+    if (N <= 0 || I <= 0) return;
+    if (I % 8 != 0 || !lj_cuda_aligned16(h, gate_up, NULL) || !lj_cuda_aligned16(q, q_t, NULL)) {
+        lj_cuda_swiglu_forward(h, gate_up, N, I);
+        lj_cuda_fp8_quantize(q, q_t, h, N, I, fmt, sc);
+        return;
+    }
+    const dim3 grid((unsigned)((lj_fp8_ld(I) + FP8_VTILE - 1) / FP8_VTILE),
+                    (unsigned)((lj_fp8_ld(N) + FP8_VTILE - 1) / FP8_VTILE));
+    fp8_quantize8_kernel<true><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
+                                                                       (const lj_bf16 *)gate_up,
+                                                                       write_h ? (lj_bf16 *)h : NULL, N, I, fmt,
+                                                                       sc->scale, sc->scale_inv, sc->amax, 0);
+    LJ_CUDA_LAUNCHED("fp8_quantize8_kernel<swiglu>");
+}
+
+/* h = the SwiGLU of gate_up (swiglu_forward's values) and the amax of h, over groups of 8 (I a
+ * multiple of 8, gate_up and h 16-byte aligned). */
+__global__ void fp8_swiglu_amax8_kernel(uint32_t *amax_bits, lj_bf16 *h, const lj_bf16 *gate_up, int N, int I) {
+    const int64_t per_row = I / 8, n8 = (int64_t)N * per_row;
+    uint32_t m = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / per_row, c = (i % per_row) * 8;
+        float g[8], u[8], v[8];
+        lj_load8(g, gate_up + r * 2 * I + c);
+        lj_load8(u, gate_up + r * 2 * I + I + c);
+        for (int j = 0; j < 8; j++) {
+            v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+        }
+        lj_store8(h + r * I + c, v);
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+extern "C" void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I) {
+    if (N <= 0 || I <= 0 || I % 8 != 0 || !lj_cuda_aligned16(h, gate_up, NULL)) {
+        lj_cuda_swiglu_forward(h, gate_up, N, I);
+        lj_cuda_fp8_amax(amax, h, (int64_t)N * I);
+        return;
+    }
+    LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_swiglu_amax");
+    fp8_swiglu_amax8_kernel<<<lj_cuda_blocks((int64_t)N * I / 8, 256), 256, 0, lj_cuda_stream()>>>(
+        (uint32_t *)amax, (lj_bf16 *)h, (const lj_bf16 *)gate_up, N, I);
+    LJ_CUDA_LAUNCHED("fp8_swiglu_amax8_kernel");
+}
+
+/* One thread per tensor; row i of the history is contiguous over the tensors (coalesced). */
+__global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
+                                        float smax_first, float smax_rest, int algo_max) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= num) return;
+    const float amax = lj_fp8_roll_history(h, num, H, t, algo_max);
+    const float s = lj_fp8_delayed_scale(amax, t < num_first ? smax_first : smax_rest, scale[t]);
+    scale[t] = s;
+    scale_inv[LJ_FP8_SCALE_INV_STRIDE * t] = 1.0f / s;
+}
+
+extern "C" void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num,
+                                         int history_len, int num_first, float scaled_max_first,
+                                         float scaled_max_rest, int algo_max) {
+    if (num <= 0) return;
+    fp8_scale_update_kernel<<<(num + 127) / 128, 128, 0, lj_cuda_stream()>>>(
+        amax_history, scale, scale_inv, num, history_len, num_first, scaled_max_first, scaled_max_rest, algo_max);
+    LJ_CUDA_LAUNCHED("fp8_scale_update_kernel");
+}
+
+/* ---- the blockwise recipe: 1x128 tiles and 128x128 blocks (base/fp8.h layouts) --------------
+ * Each tile's scale is lj_fp8_current_scale(its amax, fp8_max), as on the CPU; the codes are
+ * cvt.rn.satfinite of x * s, so codes and factors equal the CPU emulation's bit for bit. */
+
+/* The block's max of lj_fp8_abs_bits, in every thread. */
+static __device__ __forceinline__ uint32_t block_max_bits_all(uint32_t v) {
+    __shared__ uint32_t all;
+    v = block_max_bits(v);
+    if (threadIdx.x == 0 && threadIdx.y == 0) all = v;
+    __syncthreads();
+    v = all;
+    __syncthreads();
+    return v;
+}
+
+static __device__ __forceinline__ float bits_scale(uint32_t bits, lj_fp8_format fmt) {
+    return lj_fp8_current_scale(__uint_as_float(bits), lj_fp8_max(fmt));
+}
+
+/* Rowwise 1x128 tiles: one block of 128 threads per (row r, tile b); grid (round4(rows), tiles).
+ * Rows >= rows only write their factors' padding (1). */
+__global__ void __launch_bounds__(128) fp8_tiles_row_kernel(uint8_t *q, float *sinv, const lj_bf16 *x, int rows,
+                                                            int cols, lj_fp8_format fmt, float *amax) {
+    const int r = blockIdx.x, b = blockIdx.y, c = b * LJ_FP8_BLOCK + threadIdx.x;
+    const float v = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+    const uint32_t m = block_max_bits_all(lj_fp8_abs_bits(v));
+    const float s = bits_scale(m, fmt);
+    const int ld = lj_fp8_ld(cols);
+    if (r < rows && c < ld) q[(int64_t)r * ld + c] = to_fp8(__fmul_rn(v, s), fmt);
+    if (threadIdx.x == 0) {
+        sinv[(int64_t)b * lj_fp8_round4(rows) + r] = 1.0f / s;
+        if (amax && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+/* Columnwise 1x128 tiles (q_t = x^T [cols, ld(rows)], tiles along rows): one block of 32 x 8
+ * threads per 32 columns x 128 rows of x; each thread reads 16 values of its column (coalesced
+ * over the columns), the column's tile amax is reduced in shared memory, and the codes go out
+ * through a shared tile as runs of q_t's rows. Columns >= cols (up to round4(cols)) write their
+ * factors' padding (1). */
+__global__ void __launch_bounds__(256) fp8_tiles_col_kernel(uint8_t *q_t, float *sinv_t, const lj_bf16 *x, int rows,
+                                                            int cols, lj_fp8_format fmt, float *amax) {
+    __shared__ uint32_t red[8][32];
+    __shared__ uint8_t tile[32][LJ_FP8_BLOCK + 4];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * LJ_FP8_BLOCK, c = c0 + tx;
+    float v[16];
+    uint32_t m = 0;
+    for (int k = 0; k < 16; k++) {
+        const int r = r0 + ty + 8 * k;
+        v[k] = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+        const uint32_t bits = lj_fp8_abs_bits(v[k]);
+        m = bits > m ? bits : m;
+    }
+    red[ty][tx] = m;
+    __syncthreads();
+    uint32_t cm = 0;
+    for (int i = 0; i < 8; i++) cm = red[i][tx] > cm ? red[i][tx] : cm;
+    const float s = bits_scale(cm, fmt);
+    for (int k = 0; k < 16; k++) tile[tx][ty + 8 * k] = to_fp8(__fmul_rn(v[k], s), fmt);
+    if (ty == 0 && c < lj_fp8_round4(cols)) sinv_t[(int64_t)blockIdx.y * lj_fp8_round4(cols) + c] = 1.0f / s;
+    if (amax && ty == 0 && cm) atomicMax((uint32_t *)amax, cm);
+    __syncthreads();
+    const int ld_t = lj_fp8_ld(rows), tid = ty * 32 + tx;
+    for (int i = tid; i < 32 * LJ_FP8_BLOCK; i += 256) {
+        const int cl = i / LJ_FP8_BLOCK, rl = i % LJ_FP8_BLOCK, cc = c0 + cl, r = r0 + rl;
+        if (cc < cols && r < ld_t) q_t[(int64_t)cc * ld_t + r] = tile[cl][rl];
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize_tiles(void *q, float *q_sinv, void *q_t, float *q_t_sinv, const void *x, int rows,
+                                           int cols, lj_fp8_format fmt, float *amax) {
+    if (amax) LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8 tiles");
+    if (rows <= 0 || cols <= 0) return;
+    if (q) {
+        const dim3 grid((unsigned)lj_fp8_round4(rows), (unsigned)lj_fp8_nblocks(cols));
+        fp8_tiles_row_kernel<<<grid, 128, 0, lj_cuda_stream()>>>((uint8_t *)q, q_sinv, (const lj_bf16 *)x, rows, cols,
+                                                                fmt, amax);
+        LJ_CUDA_LAUNCHED("fp8_tiles_row_kernel");
+        amax = NULL; /* recorded once */
+    }
+    if (q_t) {
+        const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)lj_fp8_nblocks(rows));
+        fp8_tiles_col_kernel<<<grid, dim3(32, 8), 0, lj_cuda_stream()>>>((uint8_t *)q_t, q_t_sinv, (const lj_bf16 *)x,
+                                                                        rows, cols, fmt, amax);
+        LJ_CUDA_LAUNCHED("fp8_tiles_col_kernel");
+    }
+}
+
+/* 128x128 blocks: one block of 32 x 8 threads per block (bc, br) of the grid (round4(nbc),
+ * round4(nbr)): the block's amax in a first pass over x, then the codes (q's rows directly,
+ * q_t's through a shared tile). Blocks outside the matrix write their factors' padding (1). */
+__global__ void __launch_bounds__(256) fp8_blocks_kernel(uint8_t *q, float *sinv, uint8_t *q_t, float *sinv_t,
+                                                         const lj_bf16 *x, int rows, int cols, lj_fp8_format fmt,
+                                                         float *amax) {
+    __shared__ uint8_t tile[LJ_FP8_BLOCK][LJ_FP8_BLOCK + 4];
+    const int bc = blockIdx.x, br = blockIdx.y, nbr = lj_fp8_nblocks(rows), nbc = lj_fp8_nblocks(cols);
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int r0 = br * LJ_FP8_BLOCK, c0 = bc * LJ_FP8_BLOCK;
+    uint32_t m = 0;
+    for (int rl = ty; rl < LJ_FP8_BLOCK; rl += 8) {
+        for (int cl = tx; cl < LJ_FP8_BLOCK; cl += 32) {
+            const int r = r0 + rl, c = c0 + cl;
+            if (r < rows && c < cols) {
+                const uint32_t bits = lj_fp8_abs_bits(__bfloat162float(x[(int64_t)r * cols + c]));
+                m = bits > m ? bits : m;
+            }
+        }
+    }
+    m = block_max_bits_all(m);
+    const float s = bits_scale(m, fmt);
+    if (tx == 0 && ty == 0) {
+        if (sinv && br < nbr) sinv[(int64_t)br * lj_fp8_round4(nbc) + bc] = 1.0f / s;
+        if (sinv_t && bc < nbc) sinv_t[(int64_t)bc * lj_fp8_round4(nbr) + br] = 1.0f / s;
+        if (amax && m) atomicMax((uint32_t *)amax, m);
+    }
+    if (br >= nbr || bc >= nbc) return;
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    for (int rl = ty; rl < LJ_FP8_BLOCK; rl += 8) {
+        for (int cl = tx; cl < LJ_FP8_BLOCK; cl += 32) {
+            const int r = r0 + rl, c = c0 + cl;
+            const float v = r < rows && c < cols ? __bfloat162float(x[(int64_t)r * cols + c]) : 0.0f;
+            const uint8_t code = to_fp8(__fmul_rn(v, s), fmt);
+            if (q && r < rows && c < ld) q[(int64_t)r * ld + c] = code;
+            tile[rl][cl] = code;
+        }
+    }
+    if (!q_t) return;
+    __syncthreads();
+    for (int cl = ty; cl < LJ_FP8_BLOCK; cl += 8) { /* q_t's row c0 + cl, its columns r0.. */
+        for (int rl = tx; rl < LJ_FP8_BLOCK; rl += 32) {
+            const int c = c0 + cl, r = r0 + rl;
+            if (c < cols && r < ld_t) q_t[(int64_t)c * ld_t + r] = tile[rl][cl];
+        }
+    }
+}
+
+extern "C" void lj_cuda_fp8_quantize_blocks(void *q, float *sinv, void *q_t, float *sinv_t, const void *x, int rows,
+                                            int cols, lj_fp8_format fmt, float *amax) {
+    if (amax) LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8 blocks");
+    if (rows <= 0 || cols <= 0 || (!q && !q_t)) return;
+    const dim3 grid((unsigned)lj_fp8_round4(lj_fp8_nblocks(cols)), (unsigned)lj_fp8_round4(lj_fp8_nblocks(rows)));
+    fp8_blocks_kernel<<<grid, dim3(32, 8), 0, lj_cuda_stream()>>>((uint8_t *)q, q ? sinv : NULL, (uint8_t *)q_t,
+                                                                 q_t ? sinv_t : NULL, (const lj_bf16 *)x, rows, cols,
+                                                                 fmt, amax);
+    LJ_CUDA_LAUNCHED("fp8_blocks_kernel");
+}

@@ -1,0 +1,178 @@
+/* paged.cu: the CUDA backend's ops over serving's paged KV cache (vLLM's PagedAttention,
+ * Kwon et al. 2023): the write of a step's keys and values into their slots, attention of a
+ * batch of query rows over their sequences' block tables, and the row gather before the lm_head.
+ * Contracts in ops/ops.h; bf16 cache and activations, fp32 accumulation.
+ *
+ * paged_attention: one thread block per (query row, KV head), so the rep = nh / nkv query heads
+ * of a GQA group read each key and value once (no repeated K/V). Its LJ_PA_WARPS warps take the
+ * keys 0..pos in runs of U, round-robin (a warp loads its U keys before it uses them); a warp holds a key row across its 32 lanes (lane l: elements l,
+ * l + 32, ...), forms the rep dot products with warp reductions and keeps, per query head, an
+ * online softmax (Milakov & Gimelshein 2018): running max m, sum l, and the weighted sum of values.
+ * The warps' partial results are merged at the end (FlashDecoding's reduction,
+ * o = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w). Decode rows (one query per sequence) and
+ * chunked-prefill rows (several queries of a sequence, each at its own position: causal within the
+ * chunk) are the same case. The keys of one row are not split across thread blocks (no split-K):
+ * a batch of one sequence runs on nkv thread blocks. */
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/paged.h"
+
+#include <math.h>
+
+#define LJ_PA_WARPS 8
+#define LJ_PA_MAX_REP 8
+#define LJ_PA_MAX_HD 256
+
+static __global__ void paged_kv_write_kernel(lj_bf16 *cache, const lj_bf16 *qkv, const int32_t *slots, int N,
+                                             int Q, int KV) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = 2 * (int64_t)KV;
+    if (i >= (int64_t)N * w) return;
+    const int64_t n = i / w, c = i % w;
+    const int32_t slot = slots[n];
+    if (slot >= 0) cache[(int64_t)slot * w + c] = qkv[n * (Q + w) + Q + c];
+}
+
+void lj_cuda_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd) {
+    if (N <= 0) return;
+    const int64_t units = (int64_t)N * 2 * nkv * hd;
+    paged_kv_write_kernel<<<lj_cuda_blocks(units, 256), 256, 0, lj_cuda_stream()>>>(
+        (lj_bf16 *)kv_cache, (const lj_bf16 *)qkv, slots, N, nh * hd, nkv * hd);
+    LJ_CUDA_LAUNCHED("paged_kv_write_kernel");
+}
+
+/* HPL: head elements per lane, ceil(hd / 32); RM: the GQA group size rounded up to a power of two
+ * (the registers held per query head); U: keys a warp loads before it uses them (the
+ * loads of U keys are in flight together: a decode step is bound by their latency). Dynamic shared memory: the rep scaled queries
+ * [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and its sums [LJ_PA_WARPS, rep, hd]. */
+template <int HPL, int U, int RM>
+static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
+    paged_attention_kernel(lj_bf16 *out, const lj_bf16 *qkv, const lj_bf16 *cache, const int32_t *tables,
+                           const int32_t *seq, const int32_t *pos, int max_blocks, int block_size, int nh, int nkv,
+                           int hd, float scale) {
+    extern __shared__ float sh[];
+    const int n = blockIdx.x, g = blockIdx.y, rep = nh / nkv, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int Q = nh * hd, KV = nkv * hd;
+    float *q_s = sh, *m_s = q_s + rep * hd, *l_s = m_s + LJ_PA_WARPS * rep, *acc_s = l_s + LJ_PA_WARPS * rep;
+    const lj_bf16 *qrow = qkv + (int64_t)n * (Q + 2 * KV) + (int64_t)g * rep * hd;
+    for (int i = threadIdx.x; i < rep * hd; i += blockDim.x) q_s[i] = __bfloat162float(qrow[i]) * scale;
+    __syncthreads();
+    float q[RM][HPL], acc[RM][HPL], m[RM], l[RM];
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < HPL; e++) {
+            const int d = lane + 32 * e;
+            q[r][e] = r < rep && d < hd ? q_s[r * hd + d] : 0.0f;
+            acc[r][e] = 0.0f;
+        }
+    }
+    const int32_t *table = tables + (int64_t)seq[n] * max_blocks;
+    const int len = pos[n] + 1;
+    for (int j0 = warp * U; j0 < len; j0 += LJ_PA_WARPS * U) {
+        float kf[U][HPL], vf[U][HPL];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int j = j0 + u < len ? j0 + u : len - 1; /* past the end: a valid key, not used */
+            const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
+            const lj_bf16 *k = cache + slot * 2 * KV + (int64_t)g * hd, *v = k + KV;
+#pragma unroll
+            for (int e = 0; e < HPL; e++) {
+                const int d = lane + 32 * e;
+                kf[u][e] = d < hd ? __bfloat162float(k[d]) : 0.0f;
+                vf[u][e] = d < hd ? __bfloat162float(v[d]) : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + u >= len) break;
+#pragma unroll
+            for (int r = 0; r < RM; r++) {
+                if (r >= rep) break;
+                float s = 0.0f;
+#pragma unroll
+                for (int e = 0; e < HPL; e++) s += q[r][e] * kf[u][e];
+                s = lj_warp_sum(s);
+                const float mn = fmaxf(m[r], s), c = __expf(m[r] - mn), p = __expf(s - mn);
+                l[r] = l[r] * c + p;
+#pragma unroll
+                for (int e = 0; e < HPL; e++) acc[r][e] = acc[r][e] * c + p * vf[u][e];
+                m[r] = mn;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RM; r++) {
+        if (r >= rep) break;
+        if (lane == 0) m_s[warp * rep + r] = m[r], l_s[warp * rep + r] = l[r];
+#pragma unroll
+        for (int e = 0; e < HPL; e++) {
+            const int d = lane + 32 * e;
+            if (d < hd) acc_s[((int64_t)warp * rep + r) * hd + d] = acc[r][e];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rep * hd; i += blockDim.x) {
+        const int r = i / hd, d = i % hd;
+        float M = -INFINITY;
+        for (int w = 0; w < LJ_PA_WARPS; w++) M = fmaxf(M, m_s[w * rep + r]);
+        float L = 0.0f, o = 0.0f;
+        for (int w = 0; w < LJ_PA_WARPS; w++) {
+            const float mw = m_s[w * rep + r];
+            const float c = mw == -INFINITY ? 0.0f : __expf(mw - M); /* a warp that saw no key */
+            L += c * l_s[w * rep + r];
+            o += c * acc_s[((int64_t)w * rep + r) * hd + d];
+        }
+        out[(int64_t)n * Q + (int64_t)(g * rep + r) * hd + d] = __float2bfloat16_rn(o / L);
+    }
+}
+
+void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                             const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
+                             int nkv, int hd) {
+    LJ_ASSERT(hd >= 1 && hd <= LJ_PA_MAX_HD && nkv > 0 && nh % nkv == 0 && nh / nkv <= LJ_PA_MAX_REP,
+              "paged_attention: hd %d (<= %d), nh %d, nkv %d (nh / nkv <= %d)", hd, LJ_PA_MAX_HD, nh, nkv,
+              LJ_PA_MAX_REP);
+    if (N <= 0) return;
+    const int rep = nh / nkv;
+    const size_t shmem = (size_t)(rep * hd + 2 * LJ_PA_WARPS * rep + LJ_PA_WARPS * rep * hd) * sizeof(float);
+    const dim3 grid((unsigned)N, (unsigned)nkv);
+    const float scale = 1.0f / sqrtf((float)hd);
+#define LJ_PA_LAUNCH_RM(HPL, U, RM)                                                                                       \
+    do {                                                                                                           \
+        if (shmem > 48 * 1024)                                                                                     \
+            LJ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<HPL, U, RM>,                                    \
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem),          \
+                          "cudaFuncSetAttribute(paged_attention_kernel)");                                        \
+        paged_attention_kernel<HPL, U, RM><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
+            (lj_bf16 *)out, (const lj_bf16 *)qkv, (const lj_bf16 *)kv_cache, block_tables, seq, pos, max_blocks,  \
+            block_size, nh, nkv, hd, scale);                                                                       \
+    } while (0)
+#define LJ_PA_LAUNCH(HPL, U)                                                                                       \
+    do {                                                                                                           \
+        if (rep <= 1) LJ_PA_LAUNCH_RM(HPL, U, 1);                                                                   \
+        else if (rep <= 2) LJ_PA_LAUNCH_RM(HPL, U, 2);                                                              \
+        else if (rep <= 4) LJ_PA_LAUNCH_RM(HPL, U, 4);                                                              \
+        else LJ_PA_LAUNCH_RM(HPL, U, 8);                                                                            \
+    } while (0)
+    const int hpl = (hd + 31) / 32;
+    if (hpl <= 1) LJ_PA_LAUNCH(1, 4);
+    else if (hpl <= 2) LJ_PA_LAUNCH(2, 4);
+    else if (hpl <= 4) LJ_PA_LAUNCH(4, 4);
+    else LJ_PA_LAUNCH(8, 2);
+#undef LJ_PA_LAUNCH
+#undef LJ_PA_LAUNCH_RM
+    LJ_CUDA_LAUNCHED("paged_attention_kernel");
+}
+
+static __global__ void gather_rows_kernel(lj_bf16 *out, const lj_bf16 *x, const int32_t *rows, int M, int C) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)M * C) return;
+    out[i] = x[(int64_t)rows[i / C] * C + i % C];
+}
+
+void lj_cuda_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C) {
+    if (M <= 0) return;
+    gather_rows_kernel<<<lj_cuda_blocks((int64_t)M * C, 256), 256, 0, lj_cuda_stream()>>>(
+        (lj_bf16 *)out, (const lj_bf16 *)x, rows, M, C);
+    LJ_CUDA_LAUNCHED("gather_rows_kernel");
+}

@@ -1,0 +1,41 @@
+/* vision.h: the CUDA backend's vision-tower ops (Qwen3-VL): LayerNorm with bias, the two
+ * GELU forms, the weighted embedding bag, row gather and scatter (vision_ops.cu), and attention
+ * over variable-length segments (vision_attention.cu). Contracts: the entries of the same names
+ * in ops/ops.h; bf16 activations and parameters, fp32 arithmetic, the backend's stream. The ops
+ * that write weight gradients take the gradient dtype last (cuda_ops.cu binds it per table). */
+#ifndef LJ_CUDA_VISION_H
+#define LJ_CUDA_VISION_H
+
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void lj_cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *x, const void *w, const void *b, int N,
+                               int C, float eps);
+void lj_cuda_layernorm_backward(void *dx, void *dw, void *db, const void *dout, const void *x, const void *w,
+                                const float *mean, const float *rstd, int N, int C, lj_grad_mode dx_mode,
+                                lj_grad_mode dw_mode, void *workspace, lj_dtype grad_dtype);
+size_t lj_cuda_layernorm_backward_workspace_bytes(int N, int C);
+void lj_cuda_gelu_forward(void *out, const void *x, int64_t n, int tanh_form);
+void lj_cuda_gelu_backward(void *dx, const void *dout, const void *x, int64_t n, int tanh_form);
+void lj_cuda_embedding_bag_forward(void *out, const void *table, const int32_t *idx, const float *w, int N, int K,
+                                   int C);
+void lj_cuda_embedding_bag_backward(void *dtable, const void *dout, const int32_t *idx, const float *w, int N, int K,
+                                    int C, lj_dtype grad_dtype);
+void lj_cuda_rows_gather(void *out, const void *x, const int32_t *idx, int M, int C);
+void lj_cuda_rows_scatter(void *x, const void *src, const int32_t *idx, int M, int C, lj_grad_mode mode);
+
+void lj_cuda_attention_varlen_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
+                                      int N, int nh, int nkv, int hd, int causal, void *workspace);
+void lj_cuda_attention_varlen_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                       const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
+                                       int hd, int causal, void *workspace);
+size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
