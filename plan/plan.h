@@ -3,23 +3,15 @@
  * training or generation, backend dtypes and workspaces) into a list of named buffers with
  * sizes and offsets in a few arenas. The runtime allocates exactly the arenas, once, and
  * binds every pointer of lj_model to base + offset. The same plan is the memory predictor.
+ * The model's own buffers are walked here; the optimizer, optimizer offload and the residency
+ * declare theirs through their plan entries (model/buffers.h).
  */
 #ifndef LJ_PLAN_H
 #define LJ_PLAN_H
 
 #include "model/model.h"
 
-typedef enum {
-    LJ_ARENA_PARAMS = 0, /* bf16/f32 parameters */
-    LJ_ARENA_MASTER,     /* f32 master weights (GPU recipe) */
-    LJ_ARENA_GRADS,      /* weight gradients */
-    LJ_ARENA_OPTIMIZER,  /* AdamW moments */
-    LJ_ARENA_ACTIVATIONS,/* saved activations, per layer under its recompute policy */
-    LJ_ARENA_SCRATCH,    /* shared temporaries: recompute buffers, backward gradients, logits */
-    LJ_ARENA_WORKSPACE,  /* op workspaces (attention, norms, cross-entropy) */
-    LJ_ARENA_COUNT
-} lj_arena;
-
+/* The arenas (lj_arena) are model/buffers.h's, where the parts of a run declare their buffers. */
 const char *lj_arena_name(lj_arena a);
 
 typedef struct {
@@ -40,7 +32,8 @@ typedef struct {
 /* Alignment of every buffer, bytes. */
 #define LJ_PLAN_ALIGN 256
 
-/* Builds the plan of `m` (lj_model_init done: its cfg, opt and ops decide every size).
+/* Builds the plan of `m` (lj_model_init done, and lj_parallelize and lj_offload_attach where they
+ * apply: its cfg, opt, ops, shards and attached parts decide every size).
  * Pure: allocates no device memory. Free with lj_plan_free. */
 void lj_plan_build(lj_plan *plan, const lj_model *m);
 
@@ -53,7 +46,7 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m);
 void lj_plan_release(lj_plan *plan, const lj_ops *ops);
 void lj_plan_free(lj_plan *plan);
 
-/* Under optimizer offload (opt.offload_optimizer), one line with the host bytes of the
+/* Under optimizer offload (optim/offload.h), one line with the host bytes of the
  * offloaded optimizer state and staging (lj_offload_bytes); nothing otherwise. */
 void lj_plan_print_offload(const lj_model *m, FILE *f);
 

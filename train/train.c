@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/state.h"
 #include "io/hf.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "train/tensorboard.h"
@@ -282,14 +283,12 @@ static lj_status setup(run *r) {
 
     LJ_TRY(open_data(r));
 
-    lj_model_options opt;
-    lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
-    opt.linear_recipe = c->linear_recipe;
-    opt.doc_mask = c->doc_mask;
-    opt.fp8 = c->fp8;
-    lj_model_init(&r->model, c->ops, &c->model, &opt);
-    lj_parallelize(&r->model, r->dp.dist);
-    lj_plan_build(&r->plan, &r->model);
+    lj_model_setup setup = lj_model_setup_of(&r->dp, c->ops, &c->model, c->micro_batch_size, c->seq_length, c->fused,
+                                             c->recompute);
+    setup.model.linear_recipe = c->linear_recipe;
+    setup.model.doc_mask = c->doc_mask;
+    setup.model.fp8 = c->fp8;
+    lj_model_build(&r->model, &r->plan, &setup, r->dp.dist);
     char buf[32];
     lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
@@ -309,16 +308,14 @@ static lj_status setup(run *r) {
                     r->model.linear_fp8.num_linears, lj_dtype_name(c->ops->act_dtype),
                     r->world > 1 ? "; amaxes are per rank (not reduced across ranks)" : "");
     }
-    if (r->model.opt.offload_optimizer) {
+    if (lj_offload_of(&r->model)) {
         size_t state, staging;
         lj_offload_bytes(&r->model, &state, &staging);
         char b2[32];
         lj_log_info("optimizer offload: %s of optimizer state in host memory (+%s staging), outside the plan",
                     lj_format_bytes(state, buf, sizeof buf), lj_format_bytes(staging, b2, sizeof b2));
     }
-    LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
-    lj_model_upload_rope(&r->model);
-    lj_model_init_weights(&r->model, c->seed);
+    LJ_TRY(lj_model_build_state(&r->model, &r->plan, c->seed));
     r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
