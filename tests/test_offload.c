@@ -194,23 +194,31 @@ static void test_bf16_gradients_from_staging(void **state) {
     bf16_gradients_case(LJ_DTYPE_BF16);
 }
 
-/* The train command's choice: --offload-optimizer given or not (-1), a DeepSpeed config's device.
- * "Not given" was once passed to the recompute planner as "on", which then planned without the
- * optimizer state on the device. */
+/* The train command's choice, resolved once before the run (and before the recompute planner,
+ * which was once handed "not given" as "on"): off by default, a DeepSpeed config's device "cpu"
+ * turns it on (naming the key), --offload-optimizer cpu agrees with it. */
 static void test_offload_choice(void **state) {
     (void)state;
     lj_train_config c;
     lj_train_config_defaults(&c);
-    assert_int_equal(c.offload_optimizer, -1);
-    assert_int_equal(lj_train_offload_optimizer(&c), 0);
-    c.has_deepspeed = 1;
-    c.deepspeed.zero.offload_optimizer_cpu = 1;
-    assert_int_equal(lj_train_offload_optimizer(&c), 1);
-    c.offload_optimizer = 0; /* --offload-optimizer none over the config */
-    assert_int_equal(lj_train_offload_optimizer(&c), 0);
-    c.has_deepspeed = 0;
-    c.offload_optimizer = 1;
-    assert_int_equal(lj_train_offload_optimizer(&c), 1);
+    assert_int_equal(c.offload_optimizer, 0);
+    lj_train_given g = {.lr_warmup_iters = -1};
+    lj_deepspeed_config ds;
+    assert_int_equal(lj_deepspeed_parse(&ds,
+                                        "{\"train_batch_size\": 2, \"zero_optimization\": {\"stage\": 1, "
+                                        "\"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                                        "o.json"),
+                     LJ_OK);
+    int gbs = 0, mb = 0;
+    assert_int_equal(lj_train_apply_deepspeed(&c, &g, &ds, 1, &gbs, &mb), LJ_OK);
+    assert_int_equal(c.offload_optimizer, 1);
+    assert_non_null(strstr(c.offload_source, "zero_optimization.offload_optimizer.device"));
+    lj_train_config_defaults(&c);
+    c.offload_optimizer = 1; /* --offload-optimizer cpu */
+    g.offload_optimizer = 1;
+    c.offload_source = "--offload-optimizer cpu";
+    assert_int_equal(lj_train_apply_deepspeed(&c, &g, &ds, 1, &gbs, &mb), LJ_OK);
+    assert_true(c.offload_optimizer == 1 && strcmp(c.offload_source, "--offload-optimizer cpu") == 0);
 }
 
 int main(void) {

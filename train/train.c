@@ -44,15 +44,9 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
-    c->overlap_comm = -1;
-    c->offload_optimizer = -1;
+    c->zero.overlap_comm = 1;
     c->check_nan = 1;
     c->max_skipped = 10;
-}
-
-int lj_train_offload_optimizer(const lj_train_config *c) {
-    if (c->offload_optimizer >= 0) return c->offload_optimizer;
-    return c->has_deepspeed ? c->deepspeed.zero.offload_optimizer_cpu : 0;
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -114,7 +108,7 @@ static lj_status open_data(run *r) {
         LJ_TRY(lj_loader_parse_data_path(&lc, c->num_valid_data_args, (const char *const *)c->valid_data_args));
         snprintf(lc.split, sizeof lc.split, "0,1,0");
     }
-    if (r->rank == 0 || (c->zero_stage == 3 && r->world > 1)) {
+    if (r->rank == 0 || (c->zero.zero_stage == 3 && r->world > 1)) {
         if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
         else lj_log_warn("no validation data: %s", lj_error_message());
     }
@@ -250,21 +244,14 @@ static lj_status setup(run *r) {
              "model %s (V %d, d %d, L %d), backend %s, micro-batch %d, seq %d, global batch %d, iters %d, seed %llu",
              c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
              c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
-    LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero_stage, summary));
-    if (c->has_deepspeed) {
-        r->dp.stage3_prefetch_bucket_size = c->deepspeed.zero.stage3_prefetch_bucket_size;
-        r->dp.stage3_max_live_parameters = c->deepspeed.zero.stage3_max_live_parameters;
-        r->dp.stage3_param_persistence_threshold =
-            c->deepspeed.zero.stage3_param_persistence_threshold > 0 ? c->deepspeed.zero.stage3_param_persistence_threshold : -1;
-    }
-    r->dp.overlap_comm = c->overlap_comm >= 0 ? c->overlap_comm : c->has_deepspeed ? c->deepspeed.zero.overlap_comm != 0 : 1;
-    r->dp.reduce_bucket_size = c->reduce_bucket_size > 0 ? c->reduce_bucket_size
-                               : c->has_deepspeed && c->deepspeed.zero.reduce_bucket_size > 0 ? c->deepspeed.zero.reduce_bucket_size
-                                                                                                : 0;
-    r->dp.offload_optimizer = lj_train_offload_optimizer(c);
-    LJ_TRY(lj_dp_offload_check(&r->dp, c->zero_stage,
-                               c->offload_optimizer >= 0 ? "--offload-optimizer cpu"
-                                                         : "zero_optimization.offload_optimizer.device \"cpu\""));
+    LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero.zero_stage, summary));
+    r->dp.stage3_prefetch_bucket_size = c->zero.zero3_prefetch_numel;
+    r->dp.stage3_max_live_parameters = c->zero.zero3_max_live_numel;
+    r->dp.stage3_param_persistence_threshold = c->zero.zero3_persistence_numel;
+    r->dp.overlap_comm = c->zero.overlap_comm;
+    r->dp.reduce_bucket_size = c->zero.zero_reduce_bucket_numel;
+    r->dp.offload_optimizer = c->offload_optimizer;
+    LJ_TRY(lj_dp_offload_check(&r->dp, c->zero.zero_stage, c->offload_source ? c->offload_source : "offload"));
     if (r->dp.world > 1 && r->dp.zero_stage >= 2 && r->dp.rank == 0)
         lj_log_info("ZeRO stage %d: overlap_comm %s", r->dp.zero_stage,
                     r->dp.overlap_comm ? "on (collectives on their own stream, overlapped with compute)"
@@ -364,9 +351,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
     const int iteration = r->iteration + 1;
     const int step = iteration - r->schedule_start; /* the optimizer's and the LR schedule's step */
-    *lr = (float)(c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE
-                      ? lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step)
-                      : lj_lr_at(&c->lr, step));
+    *lr = (float)lj_lr_at(&c->lr, step); /* Megatron's schedule, or the DeepSpeed config's scheduler */
     double sum = 0.0;
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);
