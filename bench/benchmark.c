@@ -7,6 +7,7 @@
 
 #include "data/loader.h"
 #include "ops/cpu/cpu.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 #include "parallel/parallel.h"
 
@@ -99,20 +100,17 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         have_data = 1;
     }
 
-    lj_model_options opt;
-    lj_dp_model_options(cfg->dp, B, T, cfg->fused, cfg->recompute, &opt);
-    opt.linear_recipe = cfg->linear_recipe;
-    opt.fp8 = cfg->fp8;
-    opt.doc_mask = cfg->doc_mask;
+    lj_model_setup setup = lj_model_setup_of(cfg->dp, ops, &cfg->model, B, T, cfg->fused, cfg->recompute);
+    setup.model.linear_recipe = cfg->linear_recipe;
+    setup.model.fp8 = cfg->fp8;
+    setup.model.doc_mask = cfg->doc_mask;
     lj_model m;
-    lj_model_init(&m, ops, &cfg->model, &opt);
-    lj_parallelize(&m, cfg->dp->dist);
     lj_plan plan;
-    lj_plan_build(&plan, &m);
+    lj_model_build(&m, &plan, &setup, cfg->dp->dist);
     /* On a GPU, what the process holds before the plan is allocated (the CUDA context and the
      * backend's start-up workspaces), measured now, is added to the plan. */
     const size_t before = is_cpu ? 0 : device_used_bytes(ops);
-    lj_status s = lj_plan_allocate(&plan, &m);
+    lj_status s = lj_model_build_state(&m, &plan, cfg->seed);
     if (s != LJ_OK) {
         lj_plan_free(&plan);
         lj_model_free(&m);
@@ -120,8 +118,6 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         return s;
     }
     res->planned_bytes = plan.total_bytes + before;
-    lj_model_upload_rope(&m);
-    lj_model_init_weights(&m, cfg->seed);
 
     const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
@@ -141,7 +137,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
         if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
             doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
-        if (step == cfg->warmup_iters + 1) memset(m.offload_sec, 0, sizeof m.offload_sec);
+        if (step == cfg->warmup_iters + 1 && lj_offload_of(&m)) memset(lj_offload_of(&m)->sec, 0, sizeof lj_offload_of(&m)->sec);
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
@@ -177,8 +173,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
     res->docs_per_sequence /= (double)cfg->train_iters * B;
     res->attention_fraction /= (double)cfg->train_iters * B;
-    res->offloaded = m.offload_host != NULL;
-    for (int i = 0; i < 3; i++) res->offload_ms[i] = m.offload_sec[i] * 1e3 / cfg->train_iters;
+    res->offloaded = lj_offload_of(&m) != NULL;
+    for (int i = 0; res->offloaded && i < 3; i++) res->offload_ms[i] = lj_offload_of(&m)->sec[i] * 1e3 / cfg->train_iters;
 
     free(step_ms);
     free(tokens);

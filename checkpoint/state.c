@@ -96,12 +96,12 @@ static void shard_metadata(const lj_dp *dp, const lj_model *m, int iteration, co
 
 /* Copies n f32 of a shard buffer (device memory, or host memory under offload) to the host. */
 static void shard_download(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
+    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
     else m->ops->download(dst, src, (size_t)n * sizeof(float));
 }
 
 static void shard_upload(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload_host) memcpy(dst, src, (size_t)n * sizeof(float));
+    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
     else m->ops->upload(dst, src, (size_t)n * sizeof(float));
 }
 
@@ -566,7 +566,7 @@ static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int 
                              int64_t numel, const float *f8, int64_t n8) {
     /* the staging is pinned when the chunks come from device memory and the backend pins */
     const lj_ops *ops = host ? NULL : sources[0].r->model->ops;
-    const int pin = ops && ops->host_alloc && !sources[0].r->model->offload_host;
+    const int pin = ops && ops->host_alloc && !sources[0].r->model->offload;
     LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging, pin ? ops->host_alloc : NULL, pin ? ops->host_free : NULL));
     lj_status s = LJ_OK;
     for (int t = 0; t < 3 && s == LJ_OK; t++)
@@ -734,7 +734,7 @@ static lj_status async_buffer(lj_run_state *r, int64_t need) {
     if (lj_ops_cpu()->memory_info(&avail, &total) == LJ_OK && (double)bytes > 0.9 * (double)avail)
         return lj_fail(LJ_ERR_OOM, "its host copy needs %.2f GiB, the host has %.2f GiB available", bytes / 1073741824.0,
                        avail / 1073741824.0);
-    if (ops->host_alloc && !r->model->offload_host) {
+    if (ops->host_alloc && !r->model->offload) {
         void *p = NULL;
         LJ_TRY(ops->host_alloc(&p, bytes));
         a->host = p;
@@ -871,7 +871,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     const size_t staging_bytes = lj_ckpt_staging_bytes();
     lj_model *m = r->model;
     /* pinned when the sinks upload to device memory and the backend pins (host memory then) */
-    const int pin = m->ops->host_alloc && !m->offload_host;
+    const int pin = m->ops->host_alloc && !m->offload;
     void *pinned = NULL;
     if (pin && m->ops->host_alloc(&pinned, staging_bytes) != LJ_OK) pinned = NULL; /* pageable, then */
     float *staging = pinned ? pinned : lj_malloc(staging_bytes);
@@ -895,7 +895,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     if (s == LJ_OK) lj_model_set_weights_done(m);
     float *dst[2] = {m->adam_m, m->adam_v};
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
-        if (m->offload_host) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
+        if (m->offload) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
         else m->ops->memset_zero(dst[t], (size_t)m->shard_numel * sizeof(float));
         for (int i = 0; i < np; i++) {
             us[i] = (upload_sink_ctx){m, dst[t] + pieces[i].shard_offset, pinned != NULL};
@@ -964,7 +964,7 @@ static void drop_optimizer_state(lj_run_state *r) {
     float *mom[2] = {m->adam_m, m->adam_v};
     for (int t = 0; t < 2; t++) {
         if (!mom[t] || m->shard_numel <= 0) continue;
-        if (m->offload_host) memset(mom[t], 0, (size_t)m->shard_numel * sizeof(float));
+        if (m->offload) memset(mom[t], 0, (size_t)m->shard_numel * sizeof(float));
         else m->ops->memset_zero(mom[t], (size_t)m->shard_numel * sizeof(float));
     }
     r->schedule_start = r->iteration;

@@ -124,7 +124,7 @@ static lj_status run(const vl_gen_args *a) {
         o.seq_length = T;
         lj_model_init(&m, lj_ops_cpu(), &cfg.text, &o);
         have_model = 1;
-        lj_parallelize(&m, NULL);
+        lj_parallelize(&m, NULL, NULL); /* replicated */
         lj_plan_build(&plan, &m);
         s = lj_plan_allocate(&plan, &m);
         have_plan = s == LJ_OK;

@@ -247,10 +247,9 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
     else if (a->zero > 0) printf("ZeRO stage %d over 1 GPU shards nothing: the plan is that of one GPU\n", a->zero);
     if (t->offload_optimizer) {
         /* the host side of the plan of rank 0 (every shard has the same size) */
-        const lj_model_options opt = lj_planner_model_options(t, seq);
+        const lj_model_setup setup = lj_planner_setup(cfg, t, seq);
         lj_model m;
-        lj_model_init(&m, ops, cfg, &opt);
-        lj_parallelize(&m, NULL);
+        lj_model_build(&m, NULL, &setup, NULL);
         lj_plan_print_offload(&m, stdout);
         lj_model_free(&m);
     } else if (a->offload) {

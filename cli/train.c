@@ -45,7 +45,8 @@ static void usage(FILE *f) {
             "                                offload_optimizer.device; default none; the cpu backend's\n"
             "                                state is host memory already)\n"
             "  --deepspeed ds_config.json    DeepSpeed config: batch sizes, gradient_clipping, optimizer,\n"
-            "                                scheduler, zero_optimization (unknown keys are named)\n"
+            "                                scheduler, zero_optimization (unknown keys are named); a flag\n"
+            "                                also given must agree with the file (\"auto\" takes the flag)\n"
             "data:\n"
             "  --data-path [W1] P1 [W2 P2..] Megatron indexed datasets (PREFIX of .bin/.idx) or llm.c shards,\n"
             "                                optionally blended with weights\n"
@@ -135,37 +136,38 @@ static lj_status check_ranges(const lj_train_config *c, int gbs) {
         {!(c->adamw.eps > 0), "--adam-eps must be positive"},
         {!(c->adamw.weight_decay >= 0), "--weight-decay must be >= 0"},
         {!(c->adamw.max_grad_norm >= 0), "--clip-grad must be >= 0 (0 = off)"},
-        {c->zero_stage < 0 || c->zero_stage > 3, "--zero-stage must be 0, 1, 2 or 3"},
+        {c->zero.zero_stage < 0 || c->zero.zero_stage > 3, "--zero-stage must be 0, 1, 2 or 3"},
     };
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
         if (rules[i].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[i].what);
     return LJ_OK;
 }
 
-/* --deepspeed ds_config.json: batch sizes (DeepSpeed's rule, with the launcher's world size),
- * clipping, AdamW parameters, scheduler and ZeRO stage. */
-static lj_status apply_deepspeed(lj_train_config *c, const char *path, int warmup_iters, int *gbs,
+/* Every flag of `ljperf train`: ljperf's own, the monitoring ones, FP8's, Megatron-LM's. */
+typedef struct {
+    const char *model, *device, *granularity, *method, *hf_dtype;
+    const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
+    const char *device_memory, *margin, *tokenizer, *tokenizer_type;
+    int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size;
+    int gbs_given;
+    lj_train_given given; /* the flags a DeepSpeed config's values are checked against */
+    lj_flag_list data;
+    lj_cli_fp8 fp8;
+    lj_cli_megatron mg;
+    int deterministic; /* --deterministic-mode */
+} train_args;
+
+/* --deepspeed ds_config.json, read and applied to c in one step (lj_train_apply_deepspeed):
+ * batch sizes with the launcher's world size, clipping, AdamW, the scheduler, ZeRO, offload. */
+static lj_status apply_deepspeed(lj_train_config *c, const train_args *a, const char *path, int *gbs,
                                  int *micro_batch_size) {
-    lj_deepspeed_config *ds = &c->deepspeed;
-    LJ_TRY(lj_deepspeed_load(ds, path));
+    lj_deepspeed_config ds;
+    LJ_TRY(lj_deepspeed_load(&ds, path));
     lj_dist_env env;
     LJ_TRY(lj_dist_env_detect(&env));
-    lj_deepspeed_hints h = {env.world_size > 0 ? env.world_size : 1, c->model.hidden_size, *micro_batch_size, *gbs,
-                            c->train_iters, warmup_iters >= 0 ? warmup_iters : 0};
-    LJ_TRY(lj_deepspeed_resolve(ds, &h));
-    *gbs = (int)ds->train_batch_size;
-    *micro_batch_size = (int)ds->train_micro_batch_size_per_gpu;
-    if (!isnan(ds->gradient_clipping)) c->adamw.max_grad_norm = (float)ds->gradient_clipping;
-    if (ds->optimizer.type != LJ_DS_OPTIMIZER_NONE) {
-        if (!isnan(ds->optimizer.lr)) c->lr.lr = ds->optimizer.lr;
-        if (!isnan(ds->optimizer.beta1)) c->adamw.beta1 = (float)ds->optimizer.beta1;
-        if (!isnan(ds->optimizer.beta2)) c->adamw.beta2 = (float)ds->optimizer.beta2;
-        if (!isnan(ds->optimizer.eps)) c->adamw.eps = (float)ds->optimizer.eps;
-        if (!isnan(ds->optimizer.weight_decay)) c->adamw.weight_decay = (float)ds->optimizer.weight_decay;
-    }
-    c->zero_stage = ds->zero.stage;
-    c->has_deepspeed = 1;
-    return LJ_OK;
+    lj_train_given g = a->given;
+    g.lr_warmup_iters = a->warmup_iters;
+    return lj_train_apply_deepspeed(c, &g, &ds, env.world_size > 0 ? env.world_size : 1, gbs, micro_batch_size);
 }
 
 /* The tokenizer the HF exports carry (--save only): --tokenizer-model (a tokenizer.json or a
@@ -221,19 +223,6 @@ static int load_is_empty(const char *load, const char *save, int exit_on_missing
     return empty;
 }
 
-/* Every flag of `ljperf train`: ljperf's own, the monitoring ones, FP8's, Megatron-LM's. */
-typedef struct {
-    const char *model, *device, *granularity, *method, *hf_dtype;
-    const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
-    const char *device_memory, *margin, *tokenizer, *tokenizer_type;
-    int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size, zero_given, rbs_given;
-    int gbs_given;
-    lj_flag_list data;
-    lj_cli_fp8 fp8;
-    lj_cli_megatron mg;
-    int deterministic; /* --deterministic-mode */
-} train_args;
-
 static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj_flag *rows, int max) {
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
@@ -249,18 +238,19 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
         {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .given = &a->gbs_given},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &a->train_iters},
-        {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr},
+        {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr, .given = &a->given.lr},
         {.name = "--min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.min_lr},
         {.name = "--lr-warmup-iters", .kind = LJ_FLAG_INT, .dest = &a->warmup_iters},
         {.name = "--lr-decay-iters", .kind = LJ_FLAG_INT, .dest = &a->decay_iters},
         {.name = "--lr-decay-style", .kind = LJ_FLAG_STR, .dest = &a->decay_style},
-        {.name = "--weight-decay", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.weight_decay},
+        {.name = "--weight-decay", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.weight_decay,
+         .given = &a->given.weight_decay},
         {.name = "--weight-decay-all", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.wd_rule, .ival = LJ_WD_ALL},
         {.name = "--apply-wd-to-qk-layernorm", .kind = LJ_FLAG_SWITCH, .dest = &c->adamw.wd_qk_norm, .ival = 1},
-        {.name = "--adam-beta1", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta1},
-        {.name = "--adam-beta2", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta2},
-        {.name = "--adam-eps", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.eps},
-        {.name = "--clip-grad", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.max_grad_norm},
+        {.name = "--adam-beta1", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta1, .given = &a->given.adam_beta1},
+        {.name = "--adam-beta2", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.beta2, .given = &a->given.adam_beta2},
+        {.name = "--adam-eps", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.eps, .given = &a->given.adam_eps},
+        {.name = "--clip-grad", .kind = LJ_FLAG_FLOAT, .dest = &c->adamw.max_grad_norm, .given = &a->given.clip_grad},
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &c->seed},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &a->granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
@@ -288,11 +278,15 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--max-consecutive-skipped-iterations", .kind = LJ_FLAG_INT, .dest = &c->max_skipped},
         {.name = "--deepspeed", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
         {.name = "--deepspeed_config", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
-        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero_stage, .given = &a->zero_given},
-        {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->overlap_comm, .ival = 1},
-        {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->overlap_comm},
-        {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &c->offload_optimizer, .fn = lj_cli_offload},
-        {.name = "--reduce-bucket-size", .kind = LJ_FLAG_INT, .dest = &a->reduce_bucket_size, .given = &a->rbs_given},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero.zero_stage, .given = &a->given.zero_stage},
+        {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->zero.overlap_comm, .ival = 1,
+         .given = &a->given.overlap_comm},
+        {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->zero.overlap_comm,
+         .given = &a->given.overlap_comm},
+        {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &c->offload_optimizer, .fn = lj_cli_offload,
+         .given = &a->given.offload_optimizer},
+        {.name = "--reduce-bucket-size", .kind = LJ_FLAG_INT, .dest = &a->reduce_bucket_size,
+         .given = &a->given.reduce_bucket_size},
         {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &a->nproc}, /* read by lj_cli_maybe_launch */
     };
     const int n = (int)(sizeof own / sizeof own[0]);
@@ -333,11 +327,12 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     if (a.gbs_given && gbs <= 0) /* 0 would otherwise mean "the default" below */
         return lj_fail(LJ_ERR_ARG, "--global-batch-size must be positive (given %d; leave it out for micro-batch x ranks)",
                        gbs);
-    if (a.rbs_given) {
+    if (a.given.reduce_bucket_size) {
         if (a.reduce_bucket_size <= 0)
             return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
-        c->reduce_bucket_size = a.reduce_bucket_size;
+        c->zero.zero_reduce_bucket_numel = a.reduce_bucket_size;
     }
+    if (a.given.offload_optimizer && c->offload_optimizer) c->offload_source = "--offload-optimizer cpu";
     LJ_TRY(lj_cli_monitor_check(mon));
     lj_dist_env env;
     const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0;
@@ -431,7 +426,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     if (ds_path) {
         int mb = c->micro_batch_size > 0 && mbs ? c->micro_batch_size : 0;
-        LJ_TRY(apply_deepspeed(c, ds_path, a.warmup_iters, &gbs, &mb));
+        LJ_TRY(apply_deepspeed(c, &a, ds_path, &gbs, &mb));
         LJ_TRY(lj_cli_monitor_deepspeed(mon, ds_path));
         c->micro_batch_size = mb;
         LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
@@ -440,7 +435,15 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
                        c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, a.deterministic, &c->ops));
-    LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.zero_given || ds_path, &c->zero_stage, &grad_dtype, rank0));
+    LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.given.zero_stage || ds_path, &c->zero.zero_stage, &grad_dtype,
+                                 rank0));
+    if (grad_dtype && ds_path && c->deepspeed.grad_accum_dtype[0] && strcmp(grad_dtype, c->deepspeed.grad_accum_dtype))
+        return lj_fail(LJ_ERR_ARG,
+                       "%s %s disagrees with %s: data_types.grad_accum_dtype \"%s\": make them agree or leave one out",
+                       a.grad_dtype ? "--grad-dtype" : mg->accumulate_allreduce_grads_in_fp32
+                                                           ? "--accumulate-allreduce-grads-in-fp32: the gradient dtype"
+                                                           : "--grad-reduce-in-bf16: the gradient dtype",
+                       grad_dtype, ds_path, c->deepspeed.grad_accum_dtype);
     if (grad_dtype) LJ_TRY(lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c->ops));
     else if (ds_path && c->deepspeed.grad_accum_dtype[0]) {
         char what[300];
@@ -460,7 +463,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .ops = c->ops,
         .seq_length = c->seq_length,
         .grad_accum_steps = accumulation,
-        .zero_stage = c->zero_stage,
+        .zero_stage = c->zero.zero_stage,
         .recompute = recompute,
         .granularity = granularity,
         .method = method,
@@ -469,7 +472,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .margin = margin,
         .linear_recipe = c->linear_recipe,
         .fp8 = &c->fp8,
-        .offload_optimizer = lj_train_offload_optimizer(c),
+        .offload_optimizer = c->offload_optimizer,
         .plan_bytes = &c->planned_plan_bytes,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));

@@ -72,9 +72,9 @@ static void bf16_fp8_layers(const lj_linear_fp8_options *o, int L, int *first, i
     *first = L;
     *end = 0;
 }
-static void bf16_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { (void)c, (void)N, (void)w; }
+static void bf16_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) { (void)c, (void)N, (void)w; }
 static int bf16_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) { return (void)c, (void)layer, 0; }
-static int bf16_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+static int bf16_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w) {
     return (void)c, (void)layer, (void)keep, (void)N, (void)w, 0;
 }
 static void bf16_reset(const lj_linear_recipe_ctx *c) { (void)c; }
@@ -144,7 +144,7 @@ static size_t fp8_workspace_bytes(const lj_linear_recipe_ctx *c, int N) {
 
 /* The recipe state, the casts' scratch (shared by every linear, the weight's too) and the FP8
  * GEMM's workspace; `blockwise`: the scale tensors beside the codes (base/fp8.h layouts). */
-static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w, int blockwise) {
+static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w, int blockwise) {
     lj_linear_fp8_state *f = &c->fp8;
     const size_t ws = fp8_workspace_bytes(c, N);
     int64_t nh, ns;
@@ -172,14 +172,14 @@ static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w, 
     f->workspace = w->take(w, LJ_ARENA_WORKSPACE, "fp8.matmul", ws);
 }
 
-static void tensor_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { fp8_plan_buffers(c, N, w, 0); }
-static void blockwise_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { fp8_plan_buffers(c, N, w, 1); }
+static void tensor_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) { fp8_plan_buffers(c, N, w, 0); }
+static void blockwise_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) { fp8_plan_buffers(c, N, w, 1); }
 
 /* An FP8 layer keeps the inputs of its QKV, gate/up and down linears as the FP8 transposes their
  * weight gradients read (the four block linears of a layer are FP8 together). */
 static int fp8_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) { return c->fp8.slot[layer][LJ_LINEAR_QKV] >= 0; }
 
-static int fp8_plan_inputs(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w, int blockwise) {
+static int fp8_plan_inputs(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w, int blockwise) {
     lj_linear_fp8_state *f = &c->fp8;
     static const struct { lj_linear_kind k; const char *what; } in[3] = {
         {LJ_LINEAR_QKV, "fp8.ln1_t"}, {LJ_LINEAR_GATE_UP, "fp8.ln2_t"}, {LJ_LINEAR_DOWN, "fp8.mlp_act_t"}};
@@ -201,10 +201,10 @@ static int fp8_plan_inputs(lj_linear_recipe_ctx *c, int layer, int keep, int N, 
     return keep;
 }
 
-static int tensor_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+static int tensor_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w) {
     return fp8_plan_inputs(c, layer, keep, N, w, 0);
 }
-static int blockwise_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+static int blockwise_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w) {
     return fp8_plan_inputs(c, layer, keep, N, w, 1);
 }
 

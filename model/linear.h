@@ -62,7 +62,7 @@
 #define LJ_LINEAR_H
 
 #include "config/config.h"
-#include "model/plan_walker.h"
+#include "model/buffers.h"
 #include "ops/ops.h"
 
 typedef enum {
@@ -199,14 +199,14 @@ struct lj_linear_recipe {
     int extra_cast_pass;
     /* The recipe's own buffers (state, the casts' scratch, the GEMM's workspace), declared to the
      * plan through w->take in a fixed order; the pointers are kept where the plan binds them. */
-    void (*plan)(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w);
+    void (*plan)(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w);
     /* 1 when layer `layer`, if it recomputes nothing, keeps the inputs of its QKV, gate/up and down
      * linears in the recipe's own form (the FP8 transposes the weight gradients read), so that the
      * plan keeps no act-dtype copy of them. */
     int (*keeps_inputs)(const lj_linear_recipe_ctx *c, int layer);
     /* Called for every layer where the plan lays out its saved activations; `keep`: the layer
      * recomputes nothing. Declares the inputs it keeps (keeps_inputs) and returns 1 then, else 0. */
-    int (*plan_layer)(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w);
+    int (*plan_layer)(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w);
     /* Once the plan has bound the buffers: a fresh run's state (scales 1, histories 0). */
     void (*reset)(const lj_linear_recipe_ctx *c);
     /* At the start of each forward pass (`training`: a backward follows; delayed scaling updates
@@ -253,11 +253,11 @@ int lj_linear_param(const lj_param_layout *layout, lj_linear_kind k, int layer);
 lj_linear lj_linear_of(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w, void *dw);
 
 /* The recipe's entries, called through c->recipe. */
-static inline void lj_linear_plan(lj_linear_recipe_ctx *c, int N, lj_plan_walker *w) { c->recipe->plan(c, N, w); }
+static inline void lj_linear_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) { c->recipe->plan(c, N, w); }
 static inline int lj_linear_keeps_inputs(const lj_linear_recipe_ctx *c, int layer) {
     return c->recipe->keeps_inputs(c, layer);
 }
-static inline int lj_linear_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_plan_walker *w) {
+static inline int lj_linear_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w) {
     return c->recipe->plan_layer(c, layer, keep, N, w);
 }
 static inline void lj_linear_reset(const lj_linear_recipe_ctx *c) { c->recipe->reset(c); }

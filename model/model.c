@@ -70,8 +70,7 @@ void lj_model_free(lj_model *m) {
     free(m->layers);
     free(m->host_ids);
     free(m->host_losses);
-    free(m->offload_host);
-    if (m->offload_pinned) m->ops->host_free(m->offload_pinned);
+    if (m->offload) m->offload->destroy(m);
     memset(m, 0, sizeof *m);
 }
 

@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "data/docmask.h"
+#include "model/buffers.h"
 #include "model/linear.h"
 #include "model/residency.h"
 #include "ops/ops.h"
@@ -44,7 +45,9 @@ typedef struct {
 
 lj_layer_spec lj_layer_spec_of(const lj_model_config *cfg);
 
-/* Everything besides the model shape that decides the buffers of a run. */
+/* Everything besides the model shape that decides the model's own buffers. How it is sharded
+ * over data-parallel ranks (parallel/parallel.h lj_zero_options) and whether the optimizer state
+ * is offloaded (optim/offload.h lj_offload_options) are applied from outside, by their modules. */
 typedef struct {
     int micro_batch_size;   /* B */
     int seq_length;         /* T */
@@ -55,25 +58,6 @@ typedef struct {
                                (lj_model_forward_backward), or the whole step (lj_model_train_step) */
     lj_linear_recipe_kind linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
     lj_linear_fp8_options fp8;      /* LJ_LINEAR_RECIPE_FP8's settings */
-    /* Data parallelism, applied by lj_parallelize (parallel/parallel.h); plain data here: */
-    int zero_stage;         /* DeepSpeed ZeRO stage: >= 1 shards the AdamW moments and master weights,
-                               2 (training, W > 1) the gradients too (reduced to their owners layer by
-                               layer during the backward), 3 the parameters too (parallel/zero3.h) */
-    int dp_rank, dp_world_size; /* data-parallel rank and ranks (the shards) */
-    int64_t zero3_prefetch_numel;    /* stage3_prefetch_bucket_size, elements (0: auto, 0.9 d^2) */
-    int64_t zero3_max_live_numel;    /* stage3_max_live_parameters, elements (0: DeepSpeed's 1e9) */
-    int64_t zero3_persistence_numel; /* stage3_param_persistence_threshold, elements (0: auto, 10 d;
-                                        < 0: no persistent groups) */
-    int64_t zero_reduce_bucket_numel; /* ZeRO-2 reduce_bucket_size, elements (0: auto, d^2): the size of
-                                         each reduction of a gradient slot to the shard owners */
-    int overlap_comm;       /* ZeRO-2/3 over W > 1 (DeepSpeed's zero_optimization.overlap_comm): 1 overlaps
-                               the collectives with compute and prefetches ZeRO-3 gathers; 0 makes the
-                               compute stream wait for every collective right after queuing it */
-    int offload_optimizer;  /* training, ZeRO stage >= 1: 1 keeps this rank's f32 master weights and AdamW
-                               moments in host memory (DeepSpeed's offload_optimizer.device "cpu"): they
-                               leave the memory plan, and the AdamW step runs on the host with the CPU
-                               backend's ops (parallel/dp.c). Also valid on the CPU backend, where it only
-                               moves the state out of the plan's arenas (tests of the host path). */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
     lj_doc_mask doc_mask;   /* document masking in packed sequences (data/docmask.h; training and
                                evaluation, not generation): all off by default, and then the model runs
@@ -97,6 +81,16 @@ typedef struct {
     void *mlp_act;    /* [N, I] act: silu(gate) * up */
     void *kv_cache;   /* generation: [kv_cache_tokens, 2*KV] act */
 } lj_layer_acts;
+
+/* Optimizer offload's hooks on the model (optim/offload.h attaches them before the plan; a model
+ * without them keeps its optimizer state in the plan's device memory): with them, m->master,
+ * adam_m and adam_v are host memory. */
+typedef struct {
+    /* Rounds this rank's host master shard to the param dtype and uploads it into the params at
+     * the shard (params + shard_begin); returns once the copy has landed. */
+    void (*push_params)(lj_model *m);
+    void (*destroy)(lj_model *m); /* frees the host buffers (lj_model_free calls it) */
+} lj_model_offload;
 
 /* A captured CUDA graph and what is baked into it besides pointers: replayed while dloss and
  * key stay the same, recaptured otherwise. */
@@ -144,14 +138,14 @@ struct lj_model {
                             partitioned (ZeRO-2/3 over W > 1 ranks) */
     const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
     void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
-    int parallelized;              /* lj_parallelize has run (lj_plan_build checks it) */
+    int parallelized;              /* lj_parallelize has run (it runs once) */
     void *params;        /* [padded_numel] param dtype */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
-                            backend: params + shard_begin; under opt.offload_optimizer: host memory) */
+                            backend: params + shard_begin; under optimizer offload: host memory) */
     void *grads;         /* [grad_numel] grad dtype (training) */
     float *adam_m;       /* [shard_numel] f32 (training) */
     float *adam_v;       /* [shard_numel] f32 (training); adam_m and adam_v are host memory under
-                            opt.offload_optimizer */
+                            optimizer offload */
     float *grad_norm_sq; /* [1] f32 */
     float *adamw_scalars; /* [LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias corrections
                              (ops.h), uploaded before the optimizer step runs or its graph is launched */
@@ -188,19 +182,10 @@ struct lj_model {
     float *host_losses;  /* [N] */
     int num_targets;     /* targets >= 0 in the current batch */
 
-    /* optimizer offload (opt.offload_optimizer, bound by lj_plan_allocate; host memory, outside the
-     * plan): one 64-byte aligned allocation holding master, adam_m, adam_v (pointed to above) and: */
-    void *offload_host;  /* the allocation (lj_model_free releases it) */
-    void *offload_pinned; /* offload_grad and offload_stage in pinned memory (ops->host_alloc), so that
-                             the copies to and from the device run at the DMA rate; NULL when
-                             they are in offload_host (no host_alloc, or pinning failed) */
-    float *offload_grad; /* f32 gradients: the whole shard under fp32 gradients (downloaded each step);
-                            unused under bf16 gradients (read from the staging) */
-    void *offload_stage; /* [shard_numel] 2-byte staging: bf16 gradients down, bf16 parameters up */
-    void *offload_ws;    /* the CPU backend's global_norm_sq workspace for shard_numel elements */
-    int64_t offload_n_grad; /* gradients downloaded this step (the rest of the shard counts as 0) */
-    double offload_sec[3];  /* wall seconds summed over the steps: gradients to the host and their norm,
-                               the host AdamW (with the bf16 -> f32 conversion), parameters to the device */
+    /* optimizer offload (optim/offload.h lj_offload_attach; NULL: off): its hooks and its state
+     * (host buffers, staging, timings) */
+    const lj_model_offload *offload;
+    void *offload_state;
 
     lj_linear_recipe_ctx linear;  /* the linears' precision recipe, its settings and state (model/linear.h;
                                      over several ranks lj_parallelize hooks its amax reduction) */
@@ -246,18 +231,8 @@ void lj_model_get_weights(lj_model *m, float *params);
 
 /* Host f32 `full` [P] (flat layout) -> this rank's part of it in the f32 shard `dst`
  * ([shard_numel]: master weights, AdamW moments; device memory, or host memory under
- * opt.offload_optimizer), under any ZeRO stage. */
+ * optimizer offload), under any ZeRO stage. */
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
-
-/* Optimizer offload: rounds this rank's host master shard to the param dtype on the host
- * (lj_f32_to_bf16, the device cast's round-to-nearest-even) and uploads it into the params at
- * the shard (params + shard_begin). Stream-ordered like every upload. */
-void lj_model_offload_push_params(lj_model *m);
-
-/* The same when the host already wrote the bf16 shard into m->offload_stage (the host AdamW
- * does, in the same pass as the update): uploads the staging into the params at the shard and
- * returns once the copy has landed. bf16 params only. */
-void lj_model_offload_push_staged(lj_model *m);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
  * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived

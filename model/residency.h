@@ -27,6 +27,7 @@
 #ifndef LJ_RESIDENCY_H
 #define LJ_RESIDENCY_H
 
+#include "model/buffers.h"
 #include "ops/ops.h"
 
 typedef struct lj_model lj_model;
@@ -53,6 +54,9 @@ typedef struct {
                          int dst_host);
     /* 1 when the parameters themselves are sharded (m->params is this rank's shard only). */
     int shards_params;
+    /* Its plan entry (model/buffers.h): declares the device buffers the mode keeps besides the
+     * flat parameter and gradient buffers (e.g. gather and gradient slots) and binds them. */
+    void (*plan)(lj_model *m, lj_buffer_walker *w);
     void (*destroy)(lj_model *m);
 } lj_residency;
 

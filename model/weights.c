@@ -1,6 +1,7 @@
 /* weights.c: a model's weights between the host and its buffers: random init, upload of host
- * f32 values (rounded to the param dtype, the master shard kept in f32), download, and the
- * upload of a host master shard under optimizer offload. Where this rank's part of the state
+ * f32 values (rounded to the param dtype, the master shard kept in f32), download; under
+ * optimizer offload the master shard is host memory and the params follow it through the
+ * offload's push_params hook (optim/offload.h). Where this rank's part of the state
  * lives is the residency's (model/residency.h) and the shard bounds of lj_model. */
 #include "model/model.h"
 
@@ -33,10 +34,10 @@ static void upload_as_param(const lj_model *m, void *dst, const float *src, int6
  * the master weights. Sharded parameters go through the residency. */
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
-    const int offload = m->offload_host != NULL;
+    const int offload = m->offload != NULL;
     if (lj_model_shards_params(m)) {
         if (offload) {
-            /* the host master shard only; the params follow from it (lj_model_offload_push_params) */
+            /* the host master shard only; the params follow from it (the offload's push_params) */
             m->residency->upload_shard(m, m->master, src, offset, n, NULL, 1);
             return;
         }
@@ -97,7 +98,7 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         }
     }
     free(stage);
-    if (m->adam_m && m->offload_host) {
+    if (m->adam_m && m->offload) {
         memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
         memset(m->adam_v, 0, (size_t)m->shard_numel * sizeof(float));
     } else if (m->adam_m) {
@@ -105,12 +106,12 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
         m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
     }
     if (m->grads) lj_model_zero_grads(m);
-    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
+    if (m->offload && lj_model_shards_params(m)) m->offload->push_params(m);
 }
 
 void lj_model_set_weights(lj_model *m, const float *params) {
     upload_range(m, params, 0, m->layout.total);
-    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
+    if (m->offload && lj_model_shards_params(m)) m->offload->push_params(m);
 }
 
 void lj_model_set_weights_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
@@ -119,7 +120,7 @@ void lj_model_set_weights_range(lj_model *m, const float *src, int64_t offset, i
 }
 
 void lj_model_set_weights_done(lj_model *m) {
-    if (m->offload_host && lj_model_shards_params(m)) lj_model_offload_push_params(m);
+    if (m->offload && lj_model_shards_params(m)) m->offload->push_params(m);
 }
 
 void lj_model_get_weights(lj_model *m, float *params) {
@@ -127,46 +128,18 @@ void lj_model_get_weights(lj_model *m, float *params) {
     LJ_ASSERT(!lj_model_shards_params(m), "sharded parameters (ZeRO-3): gather them first (lj_dp_gather_state)");
     LJ_ASSERT(f32 || m->shard_numel == m->layout.total, "sharded master weights: gather them first");
     LJ_ASSERT(f32 || m->master, "an inference model keeps no f32 master weights");
-    if (!f32 && m->offload_host) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
+    if (!f32 && m->offload) memcpy(params, m->master, (size_t)m->layout.total * sizeof(float));
     else m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     const int64_t P = m->layout.total;
     if (lj_model_shards_params(m)) {
-        m->residency->upload_shard(m, dst, full, 0, P, NULL, m->offload_host != NULL);
+        m->residency->upload_shard(m, dst, full, 0, P, NULL, m->offload != NULL);
         return;
     }
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
     if (n <= 0) return;
-    if (m->offload_host) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+    if (m->offload) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
     else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
-}
-
-
-void lj_model_offload_push_params(lj_model *m) {
-    const lj_ops *ops = m->ops;
-    const int64_t S = m->shard_numel;
-    char *dst = (char *)m->params + (size_t)m->shard_begin * lj_dtype_size(ops->param_dtype);
-    if (ops->param_dtype == LJ_DTYPE_F32) {
-        ops->upload(dst, m->master, (size_t)S * sizeof(float));
-    } else {
-        LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: param dtype %s", lj_dtype_name(ops->param_dtype));
-        uint16_t *stage = m->offload_stage;
-        const float *master = m->master;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
-        lj_model_offload_push_staged(m);
-        return;
-    }
-    ops->synchronize();
-}
-
-void lj_model_offload_push_staged(lj_model *m) {
-    const lj_ops *ops = m->ops;
-    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: staged push of %s params", lj_dtype_name(ops->param_dtype));
-    char *dst = (char *)m->params + (size_t)m->shard_begin * sizeof(uint16_t);
-    ops->upload(dst, m->offload_stage, (size_t)m->shard_numel * sizeof(uint16_t));
-    /* the staging is reused by the next step's download: the upload has read it */
-    ops->synchronize();
 }

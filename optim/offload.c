@@ -16,9 +16,76 @@ static size_t grad_elems(const lj_model *m) {
     return m->ops->grad_dtype == LJ_DTYPE_F32 ? (size_t)m->shard_numel : 0;
 }
 
+/* ---- the hooks on the model (model.h lj_model_offload) ---------------------------- */
+
+/* When the host already wrote the bf16 shard into the staging (the host AdamW does, in the same
+ * pass as the update): uploads the staging into the params at the shard and returns once the
+ * copy has landed. bf16 params only. */
+static void push_staged(lj_model *m) {
+    const lj_ops *ops = m->ops;
+    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: staged push of %s params", lj_dtype_name(ops->param_dtype));
+    char *dst = (char *)m->params + (size_t)m->shard_begin * sizeof(uint16_t);
+    ops->upload(dst, lj_offload_of(m)->stage, (size_t)m->shard_numel * sizeof(uint16_t));
+    /* the staging is reused by the next step's download: the upload has read it */
+    ops->synchronize();
+}
+
+/* Rounds this rank's host master shard to the param dtype on the host (lj_f32_to_bf16, the device
+ * cast's round-to-nearest-even) and uploads it into the params at the shard (params +
+ * shard_begin); returns once the copy has landed. */
+static void push_params(lj_model *m) {
+    const lj_ops *ops = m->ops;
+    const int64_t S = m->shard_numel;
+    char *dst = (char *)m->params + (size_t)m->shard_begin * lj_dtype_size(ops->param_dtype);
+    if (ops->param_dtype == LJ_DTYPE_F32) {
+        ops->upload(dst, m->master, (size_t)S * sizeof(float));
+    } else {
+        LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "offload: param dtype %s", lj_dtype_name(ops->param_dtype));
+        uint16_t *stage = lj_offload_of(m)->stage;
+        const float *master = m->master;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < S; i++) stage[i] = lj_f32_to_bf16(master[i]);
+        push_staged(m);
+        return;
+    }
+    ops->synchronize();
+}
+
+static void destroy(lj_model *m) {
+    lj_offload *o = lj_offload_of(m);
+    free(o->host);
+    if (o->pinned) m->ops->host_free(o->pinned);
+    free(o);
+    m->offload = NULL;
+    m->offload_state = NULL;
+}
+
+static const lj_model_offload g_offload = {.push_params = push_params, .destroy = destroy};
+
+void lj_offload_attach(lj_model *m, const lj_offload_options *o) {
+    LJ_ASSERT(!m->offload, "lj_offload_attach: called twice");
+    if (!o || !o->enabled || !m->opt.training || m->opt.kv_cache_tokens > 0) return;
+    m->offload_state = lj_calloc(1, sizeof(lj_offload));
+    m->offload = &g_offload;
+}
+
+lj_offload *lj_offload_of(const lj_model *m) { return m->offload == &g_offload ? m->offload_state : NULL; }
+
+void lj_offload_plan(lj_model *m, lj_buffer_walker *w) {
+    const lj_offload *o = lj_offload_of(m);
+    if (!w->bind || !o) return;
+    const size_t f = offload_round((size_t)m->shard_numel * sizeof(float));
+    char *p = o->host;
+    m->master = (float *)p;
+    m->adam_m = (float *)(p + f);
+    m->adam_v = (float *)(p + 2 * f);
+}
+
+/* ---- host memory ------------------------------------------------------------------ */
+
 void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
     *state = *staging = 0;
-    if (!m->opt.offload_optimizer || !m->opt.training || m->opt.kv_cache_tokens > 0) return;
+    if (!lj_offload_of(m)) return;
     const size_t S = (size_t)m->shard_numel;
     *state = 3 * offload_round(S * sizeof(float));
     *staging = offload_round(grad_elems(m) * sizeof(float)) + offload_round(S * sizeof(uint16_t)) +
@@ -28,7 +95,8 @@ void lj_offload_bytes(const lj_model *m, size_t *state, size_t *staging) {
 lj_status lj_offload_alloc(lj_model *m) {
     size_t state, staging;
     lj_offload_bytes(m, &state, &staging);
-    if (state == 0 || m->offload_host) return LJ_OK;
+    lj_offload *o = lj_offload_of(m);
+    if (state == 0 || o->host) return LJ_OK;
     const size_t S = (size_t)m->shard_numel, f = offload_round(S * sizeof(float));
     const size_t g = offload_round(grad_elems(m) * sizeof(float)), st = offload_round(S * sizeof(uint16_t));
     /* the buffers the device copies go through (gradients down, parameters up), pinned where the
@@ -50,42 +118,40 @@ lj_status lj_offload_alloc(lj_model *m) {
                        lj_format_bytes(plain, b, sizeof b));
     }
     memset(p, 0, plain);
-    m->offload_host = p;
-    m->master = (float *)p;
-    m->adam_m = (float *)(p + f);
-    m->adam_v = (float *)(p + 2 * f);
-    char *copied = pinned ? (char *)pinned : p + 3 * f; /* offload_grad, then offload_stage */
+    o->host = p; /* master, adam_m, adam_v: bound by lj_offload_plan */
+    char *copied = pinned ? (char *)pinned : p + 3 * f; /* grad, then stage */
     if (pinned) memset(pinned, 0, g + st);
-    m->offload_pinned = pinned;
-    m->offload_grad = g ? (float *)copied : NULL;
-    m->offload_stage = copied + g;
-    m->offload_ws = pinned ? p + 3 * f : p + 3 * f + g + st;
+    o->pinned = pinned;
+    o->grad = g ? (float *)copied : NULL;
+    o->stage = copied + g;
+    o->ws = pinned ? p + 3 * f : p + 3 * f + g + st;
     return LJ_OK;
 }
 
 float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_grad) {
+    lj_offload *o = lj_offload_of(m);
     const lj_ops *ops = m->ops;
-    LJ_ASSERT(m->offload_host, "optimizer offload: no host state (lj_plan_allocate binds it)");
+    LJ_ASSERT(o && o->host, "optimizer offload: no host state (lj_plan_allocate binds it)");
     LJ_ASSERT(n_grad >= 0 && n_grad <= m->shard_numel, "offload: %lld gradients in a shard of %lld",
               (long long)n_grad, (long long)m->shard_numel);
-    m->offload_n_grad = n_grad;
+    o->n_grad = n_grad;
     const double t0 = lj_time_sec();
     float norm_sq = 0.0f;
     if (ops->grad_dtype == LJ_DTYPE_F32) {
-        float *g = m->offload_grad; /* elements past n_grad stay zero (allocation) */
+        float *g = o->grad; /* elements past n_grad stay zero (allocation) */
         ops->download(g, grad_shard, (size_t)n_grad * sizeof(float));
         ops->synchronize();
-        lj_ops_cpu()->global_norm_sq(&norm_sq, g, n_grad, m->offload_ws);
-        m->offload_sec[0] += lj_time_sec() - t0;
+        lj_ops_cpu()->global_norm_sq(&norm_sq, g, n_grad, o->ws);
+        o->sec[0] += lj_time_sec() - t0;
         return norm_sq;
     }
     LJ_ASSERT(ops->grad_dtype == LJ_DTYPE_BF16, "offload: grad dtype %s", lj_dtype_name(ops->grad_dtype));
-    const uint16_t *stage = m->offload_stage;
-    ops->download(m->offload_stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
+    const uint16_t *stage = o->stage;
+    ops->download(o->stage, grad_shard, (size_t)n_grad * sizeof(uint16_t));
     ops->synchronize(); /* the copy has landed before the host reads it */
     /* the CPU backend's global_norm_sq over the gradients as f32 (exact from bf16): the same
      * per-LJ_CPU_NORM_CHUNK double partials summed in the same order, so the same float */
-    double *part = m->offload_ws;
+    double *part = o->ws;
     const int64_t chunks = (n_grad + LJ_CPU_NORM_CHUNK - 1) / LJ_CPU_NORM_CHUNK;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < chunks; c++) {
@@ -100,7 +166,7 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
     double total = 0.0;
     for (int64_t c = 0; c < chunks; c++) total += part[c];
     norm_sq = (float)total;
-    m->offload_sec[0] += lj_time_sec() - t0;
+    o->sec[0] += lj_time_sec() - t0;
     return norm_sq;
 }
 
@@ -112,8 +178,9 @@ float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_gra
  * conversion pass, the update and a second pass for the parameters. */
 static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                             const float *scalars, const float *norm_sq) {
-    const int64_t S = m->shard_numel, n_grad = m->offload_n_grad;
-    uint16_t *stage = m->offload_stage;
+    const lj_offload *o = lj_offload_of(m);
+    const int64_t S = m->shard_numel, n_grad = o->n_grad;
+    uint16_t *stage = o->stage;
     const int write_params = m->ops->param_dtype == LJ_DTYPE_BF16;
     const float clip = lj_cpu_adamw_clip(hp, norm_sq);
     const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = scalars[LJ_ADAMW_LR];
@@ -142,22 +209,23 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
 
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                        float lr, int step, float norm_sq) {
+    lj_offload *o = lj_offload_of(m);
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, hp, lr, step);
     const lj_ops *cpu = lj_ops_cpu();
     const double t0 = lj_time_sec();
     if (m->ops->grad_dtype == LJ_DTYPE_F32) {
         /* params == master: the CPU backend's update writes the f32 master only */
-        cpu->adamw_update(m->master, m->master, m->offload_grad, m->adam_m, m->adam_v, segments, num_segments, hp,
+        cpu->adamw_update(m->master, m->master, o->grad, m->adam_m, m->adam_v, segments, num_segments, hp,
                           scalars, &norm_sq);
     } else {
         host_adamw_bf16(m, segments, num_segments, hp, scalars, &norm_sq);
     }
     const double t1 = lj_time_sec();
     if (m->ops->param_dtype == LJ_DTYPE_BF16 && m->ops->grad_dtype == LJ_DTYPE_BF16)
-        lj_model_offload_push_staged(m); /* the pass above wrote the bf16 shard */
+        push_staged(m); /* the pass above wrote the bf16 shard */
     else
-        lj_model_offload_push_params(m); /* returns once the copy has landed */
-    m->offload_sec[1] += t1 - t0;
-    m->offload_sec[2] += lj_time_sec() - t1;
+        push_params(m); /* returns once the copy has landed */
+    o->sec[1] += t1 - t0;
+    o->sec[2] += lj_time_sec() - t1;
 }

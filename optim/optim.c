@@ -5,6 +5,7 @@
 #include <string.h>
 
 double lj_lr_at(const lj_lr_schedule *s, int it) {
+    if (s->deepspeed.type != LJ_DS_SCHEDULER_NONE) return lj_lr_deepspeed_at(&s->deepspeed, s->lr, it);
     const double n = (double)it * (double)(s->step_size > 0 ? s->step_size : 1);
     const double w = (double)s->warmup_steps, D = (double)s->decay_steps;
     if (w > 0 && n <= w) return s->init_lr + (s->lr - s->init_lr) * n / w;
@@ -72,6 +73,40 @@ float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg) {
     }
     }
     return decayed ? cfg->weight_decay : 0.0f;
+}
+
+double lj_lr_deepspeed_at(const lj_lr_deepspeed *s, double lr, int64_t step) {
+    const lj_ds_scheduler type = s->type;
+    if (type == LJ_DS_SCHEDULER_NONE) return lr;
+    const int64_t it = step - 2; /* last_batch_iteration during optimizer step `step` */
+    const int64_t warm = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+    const int lin = s->warmup_type == LJ_DS_WARMUP_LINEAR;
+    const double warm_gamma = it < 0 ? 0.0 : lin ? (double)it / (double)warm : log((double)it + 1.0) / log((double)warm);
+    if (type == LJ_DS_SCHEDULER_WARMUP_COSINE_LR) {
+        if (it < 0) return 0.0;
+        const double wmin = s->warmup_min_ratio, cmin = s->cos_min_ratio;
+        if (it < warm) return lr * (wmin + warm_gamma * (1.0 - wmin));
+        const double total = (double)(s->total_num_steps - warm) > 1.0
+                                 ? (double)(s->total_num_steps - warm)
+                                 : 1.0;
+        double progress = (double)(it - warm + 1) / total;
+        if (progress > 1.0) progress = 1.0;
+        const double ratio = cmin + (1.0 - cmin) * (1.0 + cos(M_PI * progress)) / 2.0;
+        return lr * (ratio > 0 ? ratio : 0.0);
+    }
+    const double min_lr = s->warmup_min_lr;
+    const double max_lr = isnan(s->warmup_max_lr) ? lr : s->warmup_max_lr;
+    if (it < 0) return min_lr;
+    double gamma = 1.0;
+    if (it < warm) gamma = warm_gamma;
+    else if (type == LJ_DS_SCHEDULER_WARMUP_DECAY_LR) {
+        const double span = (double)(s->total_num_steps - warm) > 1.0
+                                ? (double)(s->total_num_steps - warm)
+                                : 1.0;
+        gamma = (double)(s->total_num_steps - it) / span;
+        if (gamma < 0) gamma = 0;
+    }
+    return min_lr + (max_lr - min_lr) * gamma;
 }
 
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments) {

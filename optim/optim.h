@@ -1,6 +1,7 @@
 /* optim.h: AdamW with fp32 master weights and global-norm clipping over the op table, and
- * the learning-rate schedules (Megatron-LM's --lr-decay-style constant|linear|cosine|
- * inverse-square-root|WSD with linear warm-up and a minimum LR). */
+ * the learning-rate schedules: Megatron-LM's (--lr-decay-style constant|linear|cosine|
+ * inverse-square-root|WSD with linear warm-up and a minimum LR) and DeepSpeed's schedulers
+ * (WarmupLR, WarmupDecayLR, WarmupCosineLR of a DeepSpeed config's "scheduler"). */
 #ifndef LJ_OPTIM_H
 #define LJ_OPTIM_H
 
@@ -11,6 +12,34 @@ typedef enum { LJ_LR_CONSTANT = 0, LJ_LR_LINEAR, LJ_LR_COSINE, LJ_LR_INVERSE_SQR
 
 /* The shape of WSD's final anneal (Megatron-LM's --lr-wsd-decay-style). */
 typedef enum { LJ_LR_WSD_LINEAR = 0, LJ_LR_WSD_COSINE, LJ_LR_WSD_EXPONENTIAL, LJ_LR_WSD_MINUS_SQRT } lj_lr_wsd_style;
+
+/* DeepSpeed's schedulers (the "scheduler" block of a DeepSpeed config, parallel/deepspeed.h). */
+typedef enum {
+    LJ_DS_SCHEDULER_NONE = 0,
+    LJ_DS_SCHEDULER_WARMUP_LR,
+    LJ_DS_SCHEDULER_WARMUP_DECAY_LR,
+    LJ_DS_SCHEDULER_WARMUP_COSINE_LR,
+} lj_ds_scheduler;
+typedef enum { LJ_DS_WARMUP_LOG = 0, LJ_DS_WARMUP_LINEAR } lj_ds_warmup_type;
+
+typedef struct {
+    lj_ds_scheduler type;               /* NONE: no DeepSpeed scheduler (Megatron's schedule applies) */
+    double warmup_min_lr;               /* default 0 */
+    double warmup_max_lr;               /* NAN: the optimizer's lr */
+    int64_t warmup_num_steps;           /* default 1000 (LJ_DS_AUTO before lj_deepspeed_resolve) */
+    lj_ds_warmup_type warmup_type;      /* default log */
+    int64_t total_num_steps;            /* WarmupDecayLR, WarmupCosineLR (unset / auto before resolve) */
+    double warmup_min_ratio;            /* WarmupCosineLR, default 0 */
+    double cos_min_ratio;               /* WarmupCosineLR, default 0.0001 */
+} lj_lr_deepspeed;
+
+/* The scheduler's learning rate for optimizer step `step` (1-based), `lr` being the
+ * optimizer's (resolved) learning rate; `lr` itself when there is no scheduler. DeepSpeed
+ * steps its scheduler after each optimizer step, starting from last_batch_iteration = -1, so
+ * step s runs with last_batch_iteration = s - 2 (steps 1 and 2 both at the warm-up start).
+ * Formulas: DeepSpeed deepspeed/runtime/lr_schedules.py (WarmupLR, WarmupDecayLR,
+ * WarmupCosineLR), with warmup_num_steps raised to at least 2 as there. */
+double lj_lr_deepspeed_at(const lj_lr_deepspeed *s, double lr, int64_t step);
 
 /* Lengths are in steps: iterations (step_size 1: --lr-warmup-iters, --lr-decay-iters) or samples
  * (step_size = the global batch: --lr-warmup-samples, --lr-decay-samples, --train-samples), as
@@ -25,6 +54,8 @@ typedef struct {
     int64_t wsd_decay_steps;/* WSD: length of the final anneal (--lr-wsd-decay-iters / -samples) */
     lj_lr_wsd_style wsd_style;
     int64_t step_size;      /* steps one iteration counts (<= 0: 1) */
+    lj_lr_deepspeed deepspeed; /* a DeepSpeed config's scheduler; when its type is not NONE it gives the LR
+                                  (from lr) instead of the fields above */
 } lj_lr_schedule;
 
 /* LR for iteration `it` (1-based, the step about to be taken), with n = it * step_size steps,
@@ -39,7 +70,8 @@ typedef struct {
  *                       (1 + cos(pi q)) / 2 (cosine), 2 * 0.5^q - 1 (exponential), 1 - sqrt(q)
  *                       (minus_sqrt).
  * Source: Megatron-LM megatron/core/optimizer_param_scheduler.py, get_lr (warm-up counted from 1
- * here: the first iteration takes n = step_size). */
+ * here: the first iteration takes n = step_size). With a DeepSpeed scheduler (s->deepspeed.type not
+ * NONE): lj_lr_deepspeed_at(&s->deepspeed, lr, it), `it` being the optimizer step. */
 double lj_lr_at(const lj_lr_schedule *s, int it);
 
 /* Parses "constant", "linear", "cosine", "inverse-square-root", "WSD". Errors: LJ_ERR_ARG

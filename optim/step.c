@@ -1,7 +1,28 @@
 /* step.c: the optimizer step over one rank's shard (step.h). */
 #include "optim/step.h"
 
+#include "optim/offload.h"
+
 #include <math.h>
+
+void lj_optim_plan(lj_model *m, lj_buffer_walker *w) {
+    const lj_ops *ops = m->ops;
+    const int training = m->opt.training && m->opt.kv_cache_tokens == 0;
+    const size_t shard = (size_t)m->shard_numel;
+    const int offload = lj_offload_of(m) != NULL;
+    if (offload) lj_offload_plan(m, w); /* master, adam_m, adam_v: host memory */
+    else if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
+    else m->master = training ? lj_buffer_take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
+    m->grads = training ? lj_buffer_take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * lj_dtype_size(ops->grad_dtype))
+                        : NULL;
+    if (!offload) {
+        m->adam_m = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
+        m->adam_v = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
+    }
+    m->grad_norm_sq = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
+    m->adamw_scalars = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
+    m->dist_scalars = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 12) : NULL;
+}
 
 lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg) {
     const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm};

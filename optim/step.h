@@ -9,6 +9,14 @@
 #include "model/model.h"
 #include "optim/optim.h"
 
+/* The optimizer's plan entry (model/buffers.h): the f32 master weights of this rank's shard (on an
+ * f32 backend the params at the shard, no buffer), the gradient buffer it steps from
+ * (m->grad_numel elements of the grad dtype), the AdamW moments, and the scalars of the step
+ * (the squared norm, lj_adamw_hparams' per-step scalars, the values summed across ranks); under
+ * optimizer offload the master weights and moments are its host memory (lj_offload_plan).
+ * Training only; an inference model keeps none of them. */
+void lj_optim_plan(lj_model *m, lj_buffer_walker *w);
+
 /* The fixed AdamW hyper-parameters of a config (ops.h lj_adamw_hparams). */
 lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg);
 

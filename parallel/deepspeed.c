@@ -3,6 +3,7 @@
 #include "parallel/deepspeed.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -199,6 +200,7 @@ static lj_status scheduler_param(ctx *c, const cJSON *p, const char *pp) {
     double v = 0;
     if (strcmp(k, "warmup_num_steps") == 0) {
         LJ_TRY(get_int(c, p, pp, 0, 1, &cfg->scheduler.warmup_num_steps));
+        cfg->given.warmup_num_steps = cfg->scheduler.warmup_num_steps != LJ_DS_AUTO;
     } else if (strcmp(k, "warmup_type") == 0) {
         if (!cJSON_IsString(p) || (strcmp(p->valuestring, "log") && strcmp(p->valuestring, "linear")))
             return bad_value(c, pp, "\"log\" or \"linear\"", p);
@@ -264,6 +266,7 @@ static lj_status parse_offload(ctx *c, const cJSON *obj, const char *path, int p
         if (strcmp(it->string, "device") == 0) {
             if (!cJSON_IsString(it)) return bad_value(c, pp, "\"none\" or \"cpu\"", it);
             const char *dev = it->valuestring;
+            if (!param) c->cfg->given.offload_optimizer = 1;
             if (strcmp(dev, "none") == 0) continue;
             if (!param && strcmp(dev, "cpu") == 0) {
                 c->cfg->zero.offload_optimizer_cpu = 1;
@@ -286,6 +289,7 @@ static lj_status parse_zero(ctx *c, const cJSON *obj) {
     lj_deepspeed_config *cfg = c->cfg;
     if (cJSON_IsBool(obj)) { /* DeepSpeed's deprecated form */
         cfg->zero.stage = cJSON_IsTrue(obj) ? 1 : 0;
+        cfg->given.zero_stage = 1;
         lj_log_warn("%s: \"zero_optimization\": %s is deprecated in DeepSpeed; read as stage %d", c->src,
                     cJSON_IsTrue(obj) ? "true" : "false", cfg->zero.stage);
         return LJ_OK;
@@ -301,12 +305,14 @@ static lj_status parse_zero(ctx *c, const cJSON *obj) {
                                          it->valuedouble == 3))
                 return bad_value(c, path, "0, 1, 2 or 3", it);
             cfg->zero.stage = (int)it->valuedouble;
+            cfg->given.zero_stage = 1;
         } else if (strcmp(k, "overlap_comm") == 0) {
             LJ_TRY(get_bool(c, it, path, 0, &cfg->zero.overlap_comm));
         } else if (strcmp(k, "contiguous_gradients") == 0) {
             LJ_TRY(get_bool(c, it, path, 0, &cfg->zero.contiguous_gradients));
         } else if (strcmp(k, "reduce_bucket_size") == 0) {
             LJ_TRY(get_int(c, it, path, 1, 1, &cfg->zero.reduce_bucket_size));
+            cfg->given.reduce_bucket_size = cfg->zero.reduce_bucket_size != LJ_DS_AUTO;
         } else if (strcmp(k, "allgather_bucket_size") == 0) {
             LJ_TRY(get_int(c, it, path, 1, 0, &cfg->zero.allgather_bucket_size));
         } else if (strcmp(k, "stage3_prefetch_bucket_size") == 0 || strcmp(k, "prefetch_bucket_size") == 0) {
@@ -477,6 +483,18 @@ lj_status lj_deepspeed_resolve(lj_deepspeed_config *cfg, const lj_deepspeed_hint
                        "%s: train_batch_size is not equal to train_micro_batch_size_per_gpu * "
                        "gradient_accumulation_steps * world_size (DeepSpeed's rule): %lld != %lld * %lld * %lld",
                        cfg->source, (long long)tb, (long long)mb, (long long)ga, (long long)w);
+    /* the run counts samples in int: a value past it must not wrap (2^40 would read as 0, "not given") */
+    const struct { const char *key; int64_t v; } batch[3] = {
+        {"train_batch_size", tb}, {"train_micro_batch_size_per_gpu", mb}, {"gradient_accumulation_steps", ga}};
+    for (int i = 0; i < 3; i++)
+        if (batch[i].v > INT_MAX)
+            return lj_fail(LJ_ERR_ARG, "%s: %s is %lld (%s): at most %d", cfg->source, batch[i].key,
+                           (long long)batch[i].v,
+                           (i == 0 ? cfg->train_batch_size : i == 1 ? cfg->train_micro_batch_size_per_gpu
+                                                                    : cfg->gradient_accumulation_steps) == batch[i].v
+                               ? "as given"
+                               : "derived by DeepSpeed's rule",
+                           INT_MAX);
     cfg->train_batch_size = tb;
     cfg->train_micro_batch_size_per_gpu = mb;
     cfg->gradient_accumulation_steps = ga;
@@ -506,38 +524,4 @@ lj_status lj_deepspeed_resolve(lj_deepspeed_config *cfg, const lj_deepspeed_hint
                            cfg->scheduler.type == LJ_DS_SCHEDULER_WARMUP_DECAY_LR ? "WarmupDecayLR" : "WarmupCosineLR");
     }
     return LJ_OK;
-}
-
-double lj_deepspeed_lr(const lj_deepspeed_config *cfg, double lr, int64_t step) {
-    const lj_ds_scheduler type = cfg->scheduler.type;
-    if (type == LJ_DS_SCHEDULER_NONE) return lr;
-    const int64_t it = step - 2; /* last_batch_iteration during optimizer step `step` */
-    const int64_t warm = cfg->scheduler.warmup_num_steps < 2 ? 2 : cfg->scheduler.warmup_num_steps;
-    const int lin = cfg->scheduler.warmup_type == LJ_DS_WARMUP_LINEAR;
-    const double warm_gamma = it < 0 ? 0.0 : lin ? (double)it / (double)warm : log((double)it + 1.0) / log((double)warm);
-    if (type == LJ_DS_SCHEDULER_WARMUP_COSINE_LR) {
-        if (it < 0) return 0.0;
-        const double wmin = cfg->scheduler.warmup_min_ratio, cmin = cfg->scheduler.cos_min_ratio;
-        if (it < warm) return lr * (wmin + warm_gamma * (1.0 - wmin));
-        const double total = (double)(cfg->scheduler.total_num_steps - warm) > 1.0
-                                 ? (double)(cfg->scheduler.total_num_steps - warm)
-                                 : 1.0;
-        double progress = (double)(it - warm + 1) / total;
-        if (progress > 1.0) progress = 1.0;
-        const double ratio = cmin + (1.0 - cmin) * (1.0 + cos(M_PI * progress)) / 2.0;
-        return lr * (ratio > 0 ? ratio : 0.0);
-    }
-    const double min_lr = cfg->scheduler.warmup_min_lr;
-    const double max_lr = isnan(cfg->scheduler.warmup_max_lr) ? lr : cfg->scheduler.warmup_max_lr;
-    if (it < 0) return min_lr;
-    double gamma = 1.0;
-    if (it < warm) gamma = warm_gamma;
-    else if (type == LJ_DS_SCHEDULER_WARMUP_DECAY_LR) {
-        const double span = (double)(cfg->scheduler.total_num_steps - warm) > 1.0
-                                ? (double)(cfg->scheduler.total_num_steps - warm)
-                                : 1.0;
-        gamma = (double)(cfg->scheduler.total_num_steps - it) / span;
-        if (gamma < 0) gamma = 0;
-    }
-    return min_lr + (max_lr - min_lr) * gamma;
 }

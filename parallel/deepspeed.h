@@ -1,6 +1,7 @@
 /* deepspeed.h: DeepSpeed's JSON configuration (`--deepspeed ds_config.json`) read into a
  * struct with DeepSpeed's defaults and rules: the batch-size relation, the optimizer, the
- * WarmupLR / WarmupDecayLR / WarmupCosineLR schedules, and zero_optimization, plus the default
+ * WarmupLR / WarmupDecayLR / WarmupCosineLR schedules (computed by optim/optim.h), and
+ * zero_optimization, plus the default
  * configuration of the `deepspeed/<preset>` model names.
  *
  * "auto" (the Hugging Face integration's placeholder) is accepted wherever the integration
@@ -16,18 +17,13 @@
 #define LJ_DEEPSPEED_H
 
 #include "base/base.h"
+#include "optim/optim.h"
 
 #define LJ_DS_UNSET (-1) /* integer field absent from the file */
 #define LJ_DS_AUTO (-2)  /* integer field given as "auto" */
 
 typedef enum { LJ_DS_OPTIMIZER_NONE = 0, LJ_DS_OPTIMIZER_ADAMW, LJ_DS_OPTIMIZER_ADAM } lj_ds_optimizer;
-typedef enum {
-    LJ_DS_SCHEDULER_NONE = 0,
-    LJ_DS_SCHEDULER_WARMUP_LR,
-    LJ_DS_SCHEDULER_WARMUP_DECAY_LR,
-    LJ_DS_SCHEDULER_WARMUP_COSINE_LR,
-} lj_ds_scheduler;
-typedef enum { LJ_DS_WARMUP_LOG = 0, LJ_DS_WARMUP_LINEAR } lj_ds_warmup_type;
+/* The schedulers (lj_ds_scheduler, lj_lr_deepspeed) and their formulas are optim/optim.h's. */
 
 typedef struct {
     char source[256];                       /* the file, for messages */
@@ -43,16 +39,7 @@ typedef struct {
         double lr, beta1, beta2, eps, weight_decay; /* NAN: absent or auto */
     } optimizer;                            /* Adam in DeepSpeed is AdamW unless adam_w_mode: false */
 
-    struct {
-        lj_ds_scheduler type;
-        double warmup_min_lr;               /* default 0 */
-        double warmup_max_lr;               /* NAN: the optimizer's lr */
-        int64_t warmup_num_steps;           /* default 1000 (LJ_DS_AUTO before resolve) */
-        lj_ds_warmup_type warmup_type;      /* default log */
-        int64_t total_num_steps;            /* WarmupDecayLR, WarmupCosineLR (LJ_DS_UNSET / AUTO before resolve) */
-        double warmup_min_ratio;            /* WarmupCosineLR, default 0 */
-        double cos_min_ratio;               /* WarmupCosineLR, default 0.0001 */
-    } scheduler;
+    lj_lr_deepspeed scheduler;              /* the LR scheduler (optim/optim.h lj_lr_deepspeed_at) */
 
     struct {
         int stage;                          /* 0..3, default 0 */
@@ -66,6 +53,15 @@ typedef struct {
         int offload_optimizer_cpu;          /* offload_optimizer.device "cpu": moments and the AdamW
                                                step on the host */
     } zero;
+
+    /* 1 where the file gives the value itself (not absent, not "auto"), for the fields whose default
+     * hides that: the command line's values must then agree with it */
+    struct {
+        int zero_stage;                     /* zero_optimization.stage (or the deprecated true/false) */
+        int reduce_bucket_size;             /* zero_optimization.reduce_bucket_size, a number */
+        int offload_optimizer;              /* zero_optimization.offload_optimizer.device "none" or "cpu" */
+        int warmup_num_steps;               /* scheduler.params.warmup_num_steps, a number */
+    } given;
 
     char grad_accum_dtype[8];               /* data_types.grad_accum_dtype: "fp32", "bf16" or "" (absent) */
     int num_unknown;                        /* keys warned about */
@@ -109,13 +105,5 @@ typedef struct {
  * overlap_comm default, and the schedule's "auto" step counts.
  * Errors: LJ_ERR_ARG naming the source and the key. */
 lj_status lj_deepspeed_resolve(lj_deepspeed_config *cfg, const lj_deepspeed_hints *hints);
-
-/* The scheduler's learning rate for optimizer step `step` (1-based), `lr` being the
- * optimizer's (resolved) learning rate; `lr` itself when there is no scheduler. DeepSpeed
- * steps its scheduler after each optimizer step, starting from last_batch_iteration = -1, so
- * step s runs with last_batch_iteration = s - 2 (steps 1 and 2 both at the warm-up start).
- * Formulas: DeepSpeed lr_schedules.py (WarmupLR, WarmupDecayLR, WarmupCosineLR), with
- * warmup_num_steps raised to at least 2 as there. */
-double lj_deepspeed_lr(const lj_deepspeed_config *cfg, double lr, int64_t step);
 
 #endif

@@ -46,23 +46,28 @@ void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t
     o->training = 1;
     o->fused = fused;
     o->graphs = fused; /* graphs go with fusion (the ablation's +Fusion row) */
-    o->zero_stage = dp->zero_stage;
-    o->dp_rank = dp->rank;
-    o->dp_world_size = dp->world;
-    if ((dp->zero_stage == 2 || dp->zero_stage == 3) && dp->world > 1) {
-        /* ZeRO-2/3 queue their collectives from the host between the layers, with slot
-         * bookkeeping on the host (parallel/zero3.h): the forward + backward is not captured as a
-         * CUDA graph */
-        o->graphs = 0;
-        o->zero_reduce_bucket_numel = dp->reduce_bucket_size;
-        o->overlap_comm = dp->overlap_comm;
-        o->zero3_prefetch_numel = dp->stage3_prefetch_bucket_size;
-        o->zero3_max_live_numel = dp->stage3_max_live_parameters;
-        o->zero3_persistence_numel = dp->stage3_param_persistence_threshold;
-    }
-    /* the CPU backend's memory is host memory already: offload moves nothing there */
-    o->offload_optimizer = dp->offload_optimizer && (!dp->host_backend || dp->offload_force);
+    /* ZeRO-2/3 queue their collectives from the host between the layers, with slot bookkeeping on
+     * the host (parallel/zero3.h): the forward + backward is not captured as a CUDA graph */
+    if ((dp->zero_stage == 2 || dp->zero_stage == 3) && dp->world > 1) o->graphs = 0;
     memcpy(o->recompute, recompute, sizeof o->recompute);
+}
+
+lj_zero_options lj_dp_zero_options(const lj_dp *dp) {
+    lj_zero_options z = {.zero_stage = dp->zero_stage, .dp_rank = dp->rank, .dp_world_size = dp->world};
+    if ((dp->zero_stage == 2 || dp->zero_stage == 3) && dp->world > 1) {
+        z.zero_reduce_bucket_numel = dp->reduce_bucket_size;
+        z.overlap_comm = dp->overlap_comm;
+        z.zero3_prefetch_numel = dp->stage3_prefetch_bucket_size;
+        z.zero3_max_live_numel = dp->stage3_max_live_parameters;
+        z.zero3_persistence_numel = dp->stage3_param_persistence_threshold;
+    }
+    return z;
+}
+
+lj_offload_options lj_dp_offload_options(const lj_dp *dp) {
+    /* the CPU backend's memory is host memory already: offload moves nothing there */
+    const lj_offload_options o = {.enabled = dp->offload_optimizer && (!dp->host_backend || dp->offload_force)};
+    return o;
 }
 
 lj_status lj_dp_offload_check(lj_dp *dp, int zero_stage, const char *what) {
@@ -160,7 +165,7 @@ static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64
 static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
                          float lr, int step) {
     lj_zero3_step_begin(m);
-    if (m->offload_host) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
+    if (lj_offload_of(m)) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
     lj_optim_norm_sq(m, m->grads, m->shard_numel);
     all_reduce_norm(dp, m);
     lj_optim_update(m, m->params, m->grads, seg, nseg, hp);
@@ -190,7 +195,7 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
     const int64_t P = m->layout.total;
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
     double norm;
-    if (m->offload_host) {
+    if (lj_offload_of(m)) {
         norm = offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, step, stage > 0);
     } else {
         lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
@@ -208,7 +213,7 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
                         const lj_adamw_config *cfg, float lr, int step, float dloss) {
-    if (dp->world > 1 || m->residency || m->offload_host) {
+    if (dp->world > 1 || m->residency || lj_offload_of(m)) {
         /* collectives, or the offloaded update's host work, between the backward and the update:
          * not captured */
         lj_model_zero_grads(m);
@@ -235,7 +240,7 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     if (!z && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
-        if (m->offload_host) {
+        if (lj_offload_of(m)) {
             memcpy(mm, m->adam_m, (size_t)P * sizeof(float));
             memcpy(vv, m->adam_v, (size_t)P * sizeof(float));
         } else {
@@ -270,7 +275,7 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
         }
         for (int64_t k = 0; k < S; k += c_max) {
             const int64_t c = S - k < c_max ? S - k : c_max;
-            if (m->offload_host) {
+            if (lj_offload_of(m)) {
                 /* host state: staged into this rank's slot of the landing space, gathered in place */
                 float *mine = land + (int64_t)dp->rank * c;
                 ops->upload(mine, src[i] + k, (size_t)c * sizeof(float));

@@ -6,13 +6,15 @@
 #define LJ_DP_H
 
 #include "parallel/dist.h"
+#include "parallel/parallel.h"
 #include "model/model.h"
+#include "optim/offload.h"
 #include "optim/optim.h"
 
 typedef struct {
     lj_dist *dist;
     int rank, world, zero_stage;
-    /* ZeRO-3 knobs (DeepSpeed's zero_optimization names), elements; 0: auto (lj_model_options) */
+    /* ZeRO-3 knobs (DeepSpeed's zero_optimization names), elements; 0: auto (lj_zero_options) */
     int64_t stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold;
     /* ZeRO-2: zero_optimization.reduce_bucket_size, elements; 0: auto (hidden^2) */
     int64_t reduce_bucket_size;
@@ -23,7 +25,7 @@ typedef struct {
     /* zero_optimization.offload_optimizer.device "cpu" / --offload-optimizer cpu (ZeRO stage >= 1,
      * checked by lj_dp_offload_check): this rank's master weights and AdamW moments in host memory
      * and the AdamW step on the host. On the CPU backend the state is host memory already and
-     * nothing changes (lj_dp_model_options leaves the model's option off). */
+     * nothing changes (lj_dp_offload_options leaves offload off). */
     int offload_optimizer;
     int host_backend; /* the backend's memory is host memory (the CPU backend) */
     int offload_force; /* tests: run the offload host path on the CPU backend too (environment
@@ -43,9 +45,16 @@ void lj_dp_free(lj_dp *dp);
 
 /* The options of a training model on this rank: micro-batch B, sequence T, fused kernels with
  * CUDA graphs (or the unfused twins without; no graphs under ZeRO-2/3 over several ranks),
- * recompute[LJ_MAX_LAYERS], and this rank's ZeRO shard (stages 2 and 3: the communicator,
- * overlap_comm and the bucket and stage3_* knobs too). */
+ * recompute[LJ_MAX_LAYERS]. */
 void lj_dp_model_options(const lj_dp *dp, int B, int T, int fused, const uint8_t *recompute, lj_model_options *o);
+
+/* This rank's ZeRO shard for lj_parallelize: stage, rank, world (stages 2 and 3 over several ranks:
+ * overlap_comm and the bucket and stage3_* knobs too). */
+lj_zero_options lj_dp_zero_options(const lj_dp *dp);
+
+/* Optimizer offload's options for lj_offload_attach: dp->offload_optimizer, off on the CPU
+ * backend unless LJPERF_OFFLOAD_HOST_PATH=1 forces the host path (lj_dp_offload_check). */
+lj_offload_options lj_dp_offload_options(const lj_dp *dp);
 
 /* Validates and announces optimizer offload for `zero_stage` (what: the flag or key that asked for
  * it, for the message). Errors: LJ_ERR_ARG under ZeRO stage 0 (DeepSpeed requires stage >= 1).
@@ -67,7 +76,7 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *            and nothing is gathered: layers are gathered when they next compute.
  * `segments` are those of this rank's shard (lj_dp_segments). The global
  * gradient norm is summed over the shards; returns it (before clipping). Collective.
- * Under optimizer offload (m->opt.offload_optimizer) the gradient reduction is the same; then the
+ * Under optimizer offload (optim/offload.h) the gradient reduction is the same; then the
  * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
  * with the CPU backend's ops over the host master and moments; the updated shard is rounded to the
  * param dtype on the host and uploaded before the all-gather of stages 1-2 (optim/offload.h). */

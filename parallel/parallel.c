@@ -14,10 +14,11 @@ static void fp8_amax_reduce(const lj_linear_recipe_ctx *c, float *amax, int coun
     if (s != LJ_OK) lj_dist_abort(d, 1, lj_error_message());
 }
 
-void lj_parallelize(lj_model *m, lj_dist *dist) {
+void lj_parallelize(lj_model *m, lj_dist *dist, const lj_zero_options *zopt) {
     LJ_ASSERT(!m->parallelized, "lj_parallelize: called twice");
     m->parallelized = 1;
-    const lj_model_options *o = &m->opt;
+    static const lj_zero_options replicated = {0};
+    const lj_zero_options *o = zopt ? zopt : &replicated;
     const int64_t P = m->layout.total;
     const int W = o->zero_stage > 0 && o->dp_world_size > 1 ? o->dp_world_size : 1;
     if (dist && lj_dist_world_size(dist) > 1 && m->linear.fp8.active) {
@@ -25,8 +26,8 @@ void lj_parallelize(lj_model *m, lj_dist *dist) {
         m->linear.amax_reduce_arg = dist;
         m->opt.graphs = 0; /* the reduction is a collective between the backward and the step */
     }
-    if (lj_zero3_wanted(o)) {
-        lj_zero3_attach(m, dist);
+    if (lj_zero3_wanted(m, o)) {
+        lj_zero3_attach(m, dist, o);
         m->opt.graphs = 0;
         const lj_zero3 *z = lj_zero3_of(m);
         if (!z->shard_params) {

@@ -12,12 +12,12 @@ static void check(const lj_zero3 *z, lj_status s) {
 
 static void *stream_of(const lj_model *m) { return m->ops->stream ? m->ops->stream() : NULL; }
 
-int lj_zero3_wanted(const lj_model_options *o) {
-    return (o->zero_stage == 2 || o->zero_stage == 3) && o->dp_world_size > 1 && o->training && o->kv_cache_tokens == 0;
+int lj_zero3_wanted(const lj_model *m, const lj_zero_options *o) {
+    return (o->zero_stage == 2 || o->zero_stage == 3) && o->dp_world_size > 1 && m->opt.training &&
+           m->opt.kv_cache_tokens == 0;
 }
 
-static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist) {
-    const lj_model_options *o = &m->opt;
+static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_options *o) {
     lj_zero3 *z = lj_calloc(1, sizeof *z);
     const int d = m->cfg.hidden_size;
     z->shard_params = o->zero_stage == 3;
@@ -375,6 +375,30 @@ static void *flat_param(const lj_model *m, int index) {
     return (char *)m->params + (size_t)m->layout.params[index].offset * lj_dtype_size(m->ops->param_dtype);
 }
 
+/* The plan entry (model/buffers.h): gather slots and persistent groups' buffers beside the
+ * parameter shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only). */
+static void res_plan(lj_model *m, lj_buffer_walker *w) {
+    lj_zero3 *z = lj_zero3_of(m);
+    const size_t sp = lj_dtype_size(m->ops->param_dtype), sg = lj_dtype_size(m->ops->grad_dtype);
+    char name[48];
+    for (int s = 0; s < z->num_slots; s++) {
+        snprintf(name, sizeof name, "zero3.gather.%d", s);
+        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->slot_numel[s] * sp);
+        if (w->bind) z->slot[s] = p;
+    }
+    for (int g = 0; g < z->part.num_groups; g++) {
+        if (!z->part.groups[g].persistent) continue;
+        snprintf(name, sizeof name, "zero3.persistent.%d", g);
+        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->part.groups[g].gather_numel * sp);
+        if (w->bind) z->persist[g] = p;
+    }
+    for (int s = 0; s < z->num_grad_slots; s++) {
+        snprintf(name, sizeof name, "zero3.grad.%d", s);
+        void *p = lj_buffer_take(w, LJ_ARENA_GRADS, name, (size_t)z->grad_slot_numel[s] * sg);
+        if (w->bind) z->grad_slot[s] = p;
+    }
+}
+
 static void res_destroy(lj_model *m) {
     zero3_destroy(lj_zero3_of(m));
     m->residency = NULL;
@@ -387,7 +411,7 @@ static void res_destroy(lj_model *m) {
         .name = name_, .fetch = res_fetch, .release = res_release, .grad_begin = res_grad_begin, \
         .grad_end = res_grad_end, .pass_end = release_all, .grads_zeroed = grads_zeroed,        \
         .param = param_, .grad = group_grad, .upload_shard = upload_shard,                     \
-        .shards_params = shards_, .destroy = res_destroy,                                      \
+        .shards_params = shards_, .plan = res_plan, .destroy = res_destroy,                                      \
     }
 
 static const lj_residency g_zero2 = ZERO_RESIDENCY("zero2", flat_param, 0);
@@ -397,8 +421,8 @@ lj_zero3 *lj_zero3_of(const lj_model *m) {
     return m->residency == &g_zero2 || m->residency == &g_zero3 ? m->residency_state : NULL;
 }
 
-void lj_zero3_attach(lj_model *m, lj_dist *dist) {
-    lj_zero3 *z = zero3_create(m, dist);
+void lj_zero3_attach(lj_model *m, lj_dist *dist, const lj_zero_options *zopt) {
+    lj_zero3 *z = zero3_create(m, dist, zopt);
     m->residency_state = z;
     m->residency = z->shard_params ? &g_zero3 : &g_zero2;
 }

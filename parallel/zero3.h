@@ -1,7 +1,7 @@
 /* zero3.h: the ZeRO stage 3 runtime of a model over several data-parallel ranks (DeepSpeed
  * semantics) and its gradient half for ZeRO stage 2 (below): the residency (model/residency.h)
- * the forward and backward loops call, attached by lj_parallelize (parallel/parallel.h); the
- * memory plan (plan/plan.c) binds its buffers and the data-parallel step (parallel/dp.c) waits
+ * the forward and backward loops call, attached by lj_parallelize (parallel/parallel.h); its
+ * plan entry (the residency's `plan`) declares its slots to the memory plan, and the data-parallel step (parallel/dp.c) waits
  * for its reductions and gathers its shards for checkpoints. ZeRO-3's gather is fetch_group and
  * gather() in zero3.c; the per-layer gradient reduction is grad_end_group.
  *
@@ -51,6 +51,7 @@
 #define LJ_ZERO3_H
 
 #include "parallel/dist.h"
+#include "parallel/parallel.h"
 #include "parallel/zero.h"
 #include "model/model.h"
 
@@ -94,14 +95,15 @@ struct lj_zero3 {
     uint64_t clock;
 };
 
-/* 1 when the options ask for this runtime: ZeRO stage 2 or 3 over W > 1 ranks, training (stage 3
- * on one rank shards nothing and runs as stage 0). */
-int lj_zero3_wanted(const lj_model_options *o);
+/* 1 when `zopt` asks for this runtime for m: ZeRO stage 2 or 3 over W > 1 ranks, training (stage
+ * 3 on one rank shards nothing and runs as stage 0). */
+int lj_zero3_wanted(const lj_model *m, const lj_zero_options *zopt);
 
-/* Creates the runtime for m's options (the partition, the slots from the stage3_* and
- * reduce_bucket_size options) and makes it m's residency; `dist` is the communicator of its
- * collectives (NULL: a model built only to be planned). Called by lj_parallelize. */
-void lj_zero3_attach(lj_model *m, lj_dist *dist);
+/* Creates the runtime for `zopt` (the partition, the slots from the stage3_* and
+ * reduce_bucket_size options) and makes it m's residency, whose plan entry declares the gather
+ * and gradient slots (model/buffers.h); `dist` is the communicator of its collectives (NULL: a
+ * model built only to be planned). Called by lj_parallelize. */
+void lj_zero3_attach(lj_model *m, lj_dist *dist, const lj_zero_options *zopt);
 
 /* m's ZeRO-2/3 runtime, or NULL when m has another residency. */
 lj_zero3 *lj_zero3_of(const lj_model *m);

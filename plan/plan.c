@@ -1,8 +1,8 @@
 /* plan.c: the static memory plan: every device buffer of a run, its arena and offset. */
 #include "plan/plan.h"
 
-#include "parallel/zero3.h"
 #include "optim/offload.h"
+#include "optim/step.h"
 
 #include <string.h>
 
@@ -14,17 +14,18 @@ const char *lj_arena_name(lj_arena a) {
 
 /* Walks the buffers of a run in a fixed order. With bind = 0 it records each buffer (size
  * and offset); with bind = 1 it assigns base + offset to the model's pointers, visiting the
- * buffers in the same order. */
+ * buffers in the same order. The parts with their own plan entry (model/buffers.h) take their
+ * buffers through `base`. */
 typedef struct {
-    lj_plan_walker base; /* what the modules that declare their own buffers are given (take_of) */
+    lj_buffer_walker base; /* first: the parts' entries get &w->base */
     lj_plan *plan;
-    int bind;
     int next; /* buffer index while binding */
 } walker;
 
-static void *take(walker *w, lj_arena arena, const char *name, size_t bytes) {
+static void *walker_take(lj_buffer_walker *bw, lj_arena arena, const char *name, size_t bytes) {
+    walker *w = (walker *)bw;
     lj_plan *p = w->plan;
-    if (w->bind) {
+    if (w->base.bind) {
         LJ_ASSERT(w->next < p->count);
         lj_plan_buffer *b = &p->buffers[w->next++];
         LJ_ASSERT(b->arena == arena && b->bytes == bytes, "plan walk diverged at %s", name);
@@ -43,63 +44,30 @@ static void *take(walker *w, lj_arena arena, const char *name, size_t bytes) {
     return NULL;
 }
 
-static void *take_of(lj_plan_walker *w, lj_arena arena, const char *name, size_t bytes) {
-    return take((walker *)w, arena, name, bytes);
-}
+static void *take(walker *w, lj_arena arena, const char *name, size_t bytes) { return walker_take(&w->base, arena, name, bytes); }
 
 static void walk(walker *w, lj_model *m) {
     const lj_model_config *c = &m->cfg;
     const lj_model_options *o = &m->opt;
     const lj_ops *ops = m->ops;
-    const size_t sa = lj_dtype_size(ops->act_dtype), sp = lj_dtype_size(ops->param_dtype),
-                 sg = lj_dtype_size(ops->grad_dtype);
+    const size_t sa = lj_dtype_size(ops->act_dtype), sp = lj_dtype_size(ops->param_dtype);
     const int L = c->num_hidden_layers, C = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
     const int hd = c->head_dim, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
     const size_t Q = (size_t)nh * hd, KV = (size_t)nkv * hd, QKV = Q + 2 * KV;
     const int generation = o->kv_cache_tokens > 0;
     const int B = generation ? 1 : o->micro_batch_size, T = o->seq_length;
     const size_t N = (size_t)B * T;
-    const size_t Ppad = (size_t)m->padded_numel, shard = (size_t)m->shard_numel;
+    const size_t Ppad = (size_t)m->padded_numel;
     const int training = o->training && !generation;
     char name[48];
 
-    /* parameters, master weights, gradients, optimizer state; under optimizer offload the master
-     * weights and moments are host memory (lj_offload_alloc), outside the plan */
-    const int offload = training && o->offload_optimizer;
+    /* parameters (this rank's shard of them under ZeRO-3); the optimizer's state and the
+     * gradients (optim/step.h lj_optim_plan; under optimizer offload the master weights and
+     * moments are host memory, optim/offload.h); the residency's own buffers (e.g. ZeRO-2/3's
+     * gather and gradient slots, model/residency.h) */
     m->params = take(w, LJ_ARENA_PARAMS, "params", Ppad * sp);
-    if (offload) { /* master, adam_m, adam_v: bound by lj_offload_alloc */
-    } else if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
-    else m->master = training ? take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
-    m->grads = training ? take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * sg) : NULL;
-    if (!offload) {
-        m->adam_m = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
-        m->adam_v = training ? take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
-    }
-    m->grad_norm_sq = training ? take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
-    m->adamw_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
-    m->dist_scalars = training ? take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 12) : NULL;
-
-    /* ZeRO-3 (parallel/zero3.h): gather slots and persistent groups' buffers beside the parameter
-     * shard, gradient slots beside the gradient shard (ZeRO-2: the gradient slots only) */
-    lj_zero3 *z = lj_zero3_of(m);
-    if (z) {
-        for (int s = 0; s < z->num_slots; s++) {
-            snprintf(name, sizeof name, "zero3.gather.%d", s);
-            void *p = take(w, LJ_ARENA_PARAMS, name, (size_t)z->slot_numel[s] * sp);
-            if (w->bind) z->slot[s] = p;
-        }
-        for (int g = 0; g < z->part.num_groups; g++) {
-            if (!z->part.groups[g].persistent) continue;
-            snprintf(name, sizeof name, "zero3.persistent.%d", g);
-            void *p = take(w, LJ_ARENA_PARAMS, name, (size_t)z->part.groups[g].gather_numel * sp);
-            if (w->bind) z->persist[g] = p;
-        }
-        for (int s = 0; s < z->num_grad_slots; s++) {
-            snprintf(name, sizeof name, "zero3.grad.%d", s);
-            void *p = take(w, LJ_ARENA_GRADS, name, (size_t)z->grad_slot_numel[s] * sg);
-            if (w->bind) z->grad_slot[s] = p;
-        }
-    }
+    lj_optim_plan(m, &w->base);
+    if (m->residency) m->residency->plan(m, &w->base);
 
     /* inputs, RoPE tables, residual stream */
     const int rope_rows = generation ? o->kv_cache_tokens : T;
@@ -234,15 +202,12 @@ static void walk(walker *w, lj_model *m) {
 }
 
 void lj_plan_build(lj_plan *plan, const lj_model *model) {
-    LJ_ASSERT(model->parallelized || model->opt.zero_stage == 0 || model->opt.dp_world_size <= 1,
-              "a model with ZeRO stage %d over %d ranks needs lj_parallelize before its plan", model->opt.zero_stage,
-              model->opt.dp_world_size);
     memset(plan, 0, sizeof *plan);
     /* The walk writes NULL pointers while sizing; do it on a copy whose host arrays are scratch. */
     lj_model m = *model;
     m.residual = lj_calloc((size_t)model->cfg.num_hidden_layers + 1, sizeof(void *));
     m.layers = lj_calloc((size_t)model->cfg.num_hidden_layers, sizeof(lj_layer_acts));
-    walker w = {{take_of}, plan, 0, 0};
+    walker w = {{walker_take, 0}, plan, 0};
     walk(&w, &m);
     free(m.residual);
     free(m.layers);
@@ -270,7 +235,7 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
         lj_plan_release(plan, m->ops);
         return s;
     }
-    walker w = {{take_of}, plan, 1, 0};
+    walker w = {{walker_take, 1}, plan, 0};
     walk(&w, m);
     LJ_ASSERT(w.next == plan->count);
     lj_linear_reset(&m->linear); /* FP8 scales start at 1 */

@@ -3,14 +3,16 @@
  * training or generation, backend dtypes and workspaces) into a list of named buffers with
  * sizes and offsets in a few arenas. The runtime allocates exactly the arenas, once, and
  * binds every pointer of lj_model to base + offset. The same plan is the memory predictor.
+ * The model's own buffers are walked here; the optimizer, optimizer offload and the residency
+ * declare theirs through their plan entries (model/buffers.h).
  */
 #ifndef LJ_PLAN_H
 #define LJ_PLAN_H
 
 #include "model/model.h"
-#include "model/plan_walker.h"
+#include "model/buffers.h"
 
-/* The arenas (lj_arena, model/plan_walker.h): "parameters", "master weights", ... */
+/* The arenas (lj_arena) are model/buffers.h's, where the parts of a run declare their buffers. */
 const char *lj_arena_name(lj_arena a);
 
 typedef struct {
@@ -31,7 +33,8 @@ typedef struct {
 /* Alignment of every buffer, bytes. */
 #define LJ_PLAN_ALIGN 256
 
-/* Builds the plan of `m` (lj_model_init done: its cfg, opt and ops decide every size).
+/* Builds the plan of `m` (lj_model_init done, and lj_parallelize and lj_offload_attach where they
+ * apply: its cfg, opt, ops, shards and attached parts decide every size).
  * Pure: allocates no device memory. Free with lj_plan_free. */
 void lj_plan_build(lj_plan *plan, const lj_model *m);
 
@@ -44,7 +47,7 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m);
 void lj_plan_release(lj_plan *plan, const lj_ops *ops);
 void lj_plan_free(lj_plan *plan);
 
-/* Under optimizer offload (opt.offload_optimizer), one line with the host bytes of the
+/* Under optimizer offload (optim/offload.h), one line with the host bytes of the
  * offloaded optimizer state and staging (lj_offload_bytes); nothing otherwise. */
 void lj_plan_print_offload(const lj_model *m, FILE *f);
 

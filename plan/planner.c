@@ -4,7 +4,7 @@
 #include "plan/planner.h"
 
 #include "optim/offload.h"
-#include "parallel/parallel.h"
+#include "plan/build.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -196,29 +196,30 @@ typedef struct {
 
 size_t lj_planner_host_bytes(const lj_model_config *cfg, int seq_length, const lj_planner_target *t) {
     if (!t->offload_optimizer) return 0;
-    const lj_model_options opt = lj_planner_model_options(t, seq_length);
+    const lj_model_setup setup = lj_planner_setup(cfg, t, seq_length);
     lj_model m;
-    lj_model_init(&m, t->ops, cfg, &opt);
-    lj_parallelize(&m, NULL);
+    lj_model_build(&m, NULL, &setup, NULL);
     size_t state = 0, staging = 0;
     lj_offload_bytes(&m, &state, &staging);
     lj_model_free(&m);
     return state + staging;
 }
 
-lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length) {
-    lj_model_options opt;
-    memset(&opt, 0, sizeof opt);
-    opt.micro_batch_size = 1;
-    opt.seq_length = seq_length;
-    opt.training = 1;
-    opt.fused = t->fused;
-    opt.zero_stage = t->zero_stage;
-    opt.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
-    opt.offload_optimizer = t->offload_optimizer;
-    opt.linear_recipe = t->linear_recipe;
-    opt.fp8 = t->fp8;
-    return opt;
+lj_model_setup lj_planner_setup(const lj_model_config *cfg, const lj_planner_target *t, int seq_length) {
+    lj_model_setup s;
+    memset(&s, 0, sizeof s);
+    s.ops = t->ops;
+    s.cfg = cfg;
+    s.model.micro_batch_size = 1;
+    s.model.seq_length = seq_length;
+    s.model.training = 1;
+    s.model.fused = t->fused;
+    s.model.linear_recipe = t->linear_recipe;
+    s.model.fp8 = t->fp8;
+    s.zero.zero_stage = t->zero_stage;
+    s.zero.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
+    s.offload.enabled = t->offload_optimizer;
+    return s;
 }
 
 static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, const lj_planner_target *t) {
@@ -226,9 +227,8 @@ static void ctx_init(search_ctx *s, const lj_model_config *cfg, int seq_length, 
     s->cfg = cfg;
     s->t = t;
     s->usable = lj_planner_usable_bytes(t);
-    const lj_model_options opt = lj_planner_model_options(t, seq_length);
-    lj_model_init(&s->m, t->ops, cfg, &opt);
-    lj_parallelize(&s->m, NULL);
+    const lj_model_setup setup = lj_planner_setup(cfg, t, seq_length);
+    lj_model_build(&s->m, NULL, &setup, NULL);
 }
 
 /* Evaluates the candidate (B, first k full, next j selective) with an exact plan. With

@@ -14,6 +14,7 @@
 #define LJ_PLANNER_H
 
 #include "base/fs.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 
 /* ---- breakdown of a plan by category ---------------------------------------------- */
@@ -182,7 +183,7 @@ typedef struct {
     int zero_stage;                 /* ZeRO stage of the run (0: replicated) */
     int dp_world_size;              /* data-parallel ranks (>= 1): plans are per rank */
     int offload_optimizer;          /* 1: master weights and AdamW moments in host memory, outside the
-                                       device plan (lj_model_options.offload_optimizer; ZeRO stage >= 1) */
+                                       device plan (optim/offload.h lj_offload_options; ZeRO stage >= 1) */
     lj_linear_recipe_kind linear_recipe; /* the linears' precision recipe (lj_model_options) */
     lj_linear_fp8_options fp8;      /* its FP8 settings */
 } lj_planner_target;
@@ -209,10 +210,10 @@ size_t lj_planner_fixed_bytes(const lj_planner_target *t);
 /* device_memory_bytes - margin_bytes (0 when the margin is larger). */
 size_t lj_planner_usable_bytes(const lj_planner_target *t);
 
-/* The model options the planner plans `t` with: rank 0 of t's world size and ZeRO stage (every
- * shard has the same size), fusion and offload as in t, micro-batch 1, no recompute (the search
- * sets those), sequence length `seq_length`. */
-lj_model_options lj_planner_model_options(const lj_planner_target *t, int seq_length);
+/* The set-up the planner plans `t` with (plan/build.h, for lj_model_build): rank 0 of t's world
+ * size and ZeRO stage (every shard has the same size), fusion and offload as in t, micro-batch 1,
+ * no recompute (the search sets those), sequence length `seq_length`. */
+lj_model_setup lj_planner_setup(const lj_model_config *cfg, const lj_planner_target *t, int seq_length);
 
 /* The host memory one rank of an offloaded run takes (t->offload_optimizer; else 0): its f32
  * master weights and AdamW moments plus the host staging of gradients and parameters

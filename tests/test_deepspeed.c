@@ -1,7 +1,9 @@
 /* test_deepspeed.c: DeepSpeed JSON configs (parallel/deepspeed.h): every supported key, "auto",
  * DeepSpeed's batch-size derivation and its rule on contradictions (named in the message),
- * command-line agreement, unknown-key warnings with dotted paths, bad JSON and bad values
- * (file and key named), unsupported settings, the deepspeed/ default, and the LR schedules. */
+ * batch sizes past int refused by key, command-line agreement (train/train.h
+ * lj_train_apply_deepspeed: a flag and a key that disagree are refused naming both, "auto" takes
+ * the flag), unknown-key warnings with dotted paths, bad JSON and bad values (file and key
+ * named), unsupported settings, the deepspeed/ default, and the LR schedules. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "parallel/deepspeed.h"
+#include "train/train.h"
 
 static lj_deepspeed_hints hints(int world, int64_t micro, int64_t global) {
     lj_deepspeed_hints h = {world, 4096, micro, global, 0, -1};
@@ -147,6 +150,115 @@ static void test_batch_rule(void **state) {
     assert_non_null(strstr(lj_error_message(), "train_micro_batch_size_per_gpu is 4 but --micro-batch-size is 2"));
 }
 
+/* A batch size past int, given or derived, is refused naming its key: 2^40 once wrapped to 0,
+ * which the run read as "not given" and replaced by its default. */
+static void test_batch_int_range(void **state) {
+    (void)state;
+    int64_t r[3];
+    const int64_t big = (int64_t)1 << 40;
+    assert_int_equal(resolve3(big, 2, 0, 1, r), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "train_batch_size is 1099511627776 (as given): at most 2147483647"));
+    assert_int_equal(resolve3(0, (int64_t)1 << 35, 32, 1, r), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "train_batch_size is 1099511627776 (derived by DeepSpeed's rule)"));
+    assert_int_equal(resolve3(big, 0, 1, 1, r), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "train_batch_size is 1099511627776"));
+    assert_int_equal(resolve3(2147483646, 2, 0, 1, r), LJ_OK); /* the largest even int fits */
+    assert_true(r[0] == 2147483646 && r[2] == 1073741823);
+}
+
+/* lj_train_apply_deepspeed on `text` with flags already in *c as `g` says; world size 1. */
+static lj_status apply(lj_train_config *c, const lj_train_given *g, const char *text) {
+    lj_deepspeed_config ds;
+    assert_int_equal(lj_deepspeed_parse(&ds, text, "ds.json"), LJ_OK);
+    int gbs = 0, mb = 0;
+    return lj_train_apply_deepspeed(c, g, &ds, 1, &gbs, &mb);
+}
+
+static void expect_conflict(lj_train_config *c, const lj_train_given *g, const char *text, const char *flag,
+                            const char *key) {
+    assert_int_equal(apply(c, g, text), LJ_ERR_ARG);
+    const char *m = lj_error_message();
+    if (!strstr(m, flag) || !strstr(m, key) || !strstr(m, "ds.json") || !strstr(m, "disagrees"))
+        fail_msg("message '%s' lacks '%s', '%s' or the file", m, flag, key);
+}
+
+/* A flag given on the command line and the same setting in the file: a disagreement is refused
+ * naming the flag and the key with both values (the file once won silently); agreement is
+ * fine; "auto" or absence in the file takes the flag; the file applies where no flag is given. */
+static void test_flag_and_file(void **state) {
+    (void)state;
+    lj_train_config c;
+    lj_train_given g;
+    const char *opt = "{\"train_batch_size\": 4, \"gradient_clipping\": 0.5, \"optimizer\": {\"type\": \"AdamW\", "
+                      "\"params\": {\"lr\": 0.002, \"betas\": [0.9, 0.99], \"eps\": 1e-6, \"weight_decay\": 0.05}}, "
+                      "\"zero_optimization\": {\"stage\": 1}}";
+    static const struct { int offset; const char *flag, *key; } pairs[] = {
+        {offsetof(lj_train_given, lr), "--lr 0.001", "optimizer.params.lr 0.002"},
+        {offsetof(lj_train_given, clip_grad), "--clip-grad 1", "gradient_clipping 0.5"},
+        {offsetof(lj_train_given, adam_beta2), "--adam-beta2 0.95", "optimizer.params.betas[1] 0.99"},
+        {offsetof(lj_train_given, adam_eps), "--adam-eps 1e-08", "optimizer.params.eps 1e-06"},
+        {offsetof(lj_train_given, weight_decay), "--weight-decay 0.1", "optimizer.params.weight_decay 0.05"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        lj_train_config_defaults(&c);
+        c.lr.lr = 1e-3;
+        memset(&g, 0, sizeof g);
+        g.lr_warmup_iters = -1;
+        *(int *)((char *)&g + pairs[i].offset) = 1;
+        expect_conflict(&c, &g, opt, pairs[i].flag, pairs[i].key);
+    }
+    /* the ZeRO stage, overlap_comm, the bucket, offload, the scheduler's warm-up */
+    lj_train_config_defaults(&c);
+    memset(&g, 0, sizeof g);
+    g.lr_warmup_iters = -1;
+    c.zero.zero_stage = 2;
+    g.zero_stage = 1;
+    expect_conflict(&c, &g, opt, "--zero-stage 2", "zero_optimization.stage 1");
+    assert_int_equal(apply(&c, &g, "{\"train_batch_size\": 4}"), LJ_OK); /* no stage in the file: the flag's */
+    assert_int_equal(c.zero.zero_stage, 2);
+    const char *z2 = "{\"train_batch_size\": 4, \"zero_optimization\": {\"stage\": 2, \"overlap_comm\": true, "
+                     "\"reduce_bucket_size\": 5000, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
+    c.zero.overlap_comm = 0;
+    g.overlap_comm = 1;
+    expect_conflict(&c, &g, z2, "--no-overlap-comm", "zero_optimization.overlap_comm true");
+    g.overlap_comm = 0;
+    c.zero.zero_reduce_bucket_numel = 100;
+    g.reduce_bucket_size = 1;
+    expect_conflict(&c, &g, z2, "--reduce-bucket-size 100", "zero_optimization.reduce_bucket_size 5000");
+    g.reduce_bucket_size = 0;
+    c.offload_optimizer = 0;
+    g.offload_optimizer = 1;
+    expect_conflict(&c, &g, z2, "--offload-optimizer none", "zero_optimization.offload_optimizer.device \"cpu\"");
+    g.offload_optimizer = 0;
+    g.lr_warmup_iters = 5;
+    expect_conflict(&c, &g,
+                    "{\"train_batch_size\": 4, \"scheduler\": {\"type\": \"WarmupLR\", "
+                    "\"params\": {\"warmup_num_steps\": 10}}}",
+                    "--lr-warmup-iters 5", "scheduler.params.warmup_num_steps 10");
+    /* no flags: the file's values */
+    memset(&g, 0, sizeof g);
+    g.lr_warmup_iters = -1;
+    lj_train_config_defaults(&c);
+    assert_int_equal(apply(&c, &g, z2), LJ_OK);
+    assert_true(c.zero.zero_stage == 2 && c.zero.overlap_comm == 1 && c.zero.zero_reduce_bucket_numel == 5000);
+    assert_true(c.offload_optimizer == 1 && strstr(c.offload_source, "offload_optimizer.device"));
+    assert_int_equal(apply(&c, &g, opt), LJ_OK);
+    assert_true(c.lr.lr == 0.002 && c.adamw.max_grad_norm == 0.5f && c.adamw.beta2 == 0.99f && c.zero.zero_stage == 1);
+    /* agreement, and "auto", take the flag */
+    lj_train_config_defaults(&c);
+    c.lr.lr = 0.002;
+    c.adamw.max_grad_norm = 0.5f;
+    g.lr = g.clip_grad = 1;
+    assert_int_equal(apply(&c, &g, opt), LJ_OK);
+    c.lr.lr = 7e-3;
+    c.adamw.max_grad_norm = 0.25f;
+    assert_int_equal(apply(&c, &g,
+                           "{\"train_batch_size\": 4, \"gradient_clipping\": \"auto\", \"optimizer\": {\"type\": "
+                           "\"AdamW\", \"params\": {\"lr\": \"auto\"}}}"),
+                     LJ_OK);
+    assert_true(c.lr.lr == 7e-3 && c.adamw.max_grad_norm == 0.25f);
+}
+
 static void test_unknown_keys(void **state) {
     (void)state;
     const char *text = "{\"foo\": 1, \"steps_per_print\": 5,\n"
@@ -222,38 +334,38 @@ static void test_schedules(void **state) {
                                         " \"warmup_max_lr\": 1.0, \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}}}",
                                         "s.json"),
                      LJ_OK);
-    assert_true(lj_deepspeed_lr(&c, 5.0, 1) == 0.0); /* last_batch_iteration -1 */
-    assert_true(lj_deepspeed_lr(&c, 5.0, 2) == 0.0); /* iteration 0 */
-    assert_true(fabs(lj_deepspeed_lr(&c, 5.0, 3) - 0.1) < 1e-12);
-    assert_true(lj_deepspeed_lr(&c, 5.0, 12) == 1.0 && lj_deepspeed_lr(&c, 5.0, 1000) == 1.0);
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 5.0, 1) == 0.0); /* last_batch_iteration -1 */
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 5.0, 2) == 0.0); /* iteration 0 */
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 5.0, 3) - 0.1) < 1e-12);
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 5.0, 12) == 1.0 && lj_lr_deepspeed_at(&c.scheduler, 5.0, 1000) == 1.0);
     c.scheduler.warmup_type = LJ_DS_WARMUP_LOG;
-    assert_true(fabs(lj_deepspeed_lr(&c, 5.0, 3) - log(2.0) / log(10.0)) < 1e-12);
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 5.0, 3) - log(2.0) / log(10.0)) < 1e-12);
 
     assert_int_equal(lj_deepspeed_parse(&c,
                                         "{\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": 20,"
                                         " \"warmup_max_lr\": 2.0, \"warmup_num_steps\": 10}}}",
                                         "s.json"),
                      LJ_OK);
-    assert_true(fabs(lj_deepspeed_lr(&c, 5.0, 17) - 2.0 * 0.5) < 1e-12); /* iteration 15: (20 - 15) / 10 */
-    assert_true(lj_deepspeed_lr(&c, 5.0, 40) == 0.0);
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 5.0, 17) - 2.0 * 0.5) < 1e-12); /* iteration 15: (20 - 15) / 10 */
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 5.0, 40) == 0.0);
 
     assert_int_equal(lj_deepspeed_parse(&c,
                                         "{\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 20,"
                                         " \"warmup_num_steps\": 10, \"cos_min_ratio\": 0.1, \"warmup_type\": \"linear\"}}}",
                                         "s.json"),
                      LJ_OK);
-    assert_true(lj_deepspeed_lr(&c, 3.0, 1) == 0.0);
-    assert_true(fabs(lj_deepspeed_lr(&c, 3.0, 7) - 3.0 * 0.5) < 1e-12); /* iteration 5 of 10 */
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 3.0, 1) == 0.0);
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 3.0, 7) - 3.0 * 0.5) < 1e-12); /* iteration 5 of 10 */
     const double want = 3.0 * (0.1 + 0.9 * (1 + cos(M_PI * 0.1)) / 2);  /* iteration 10: progress 1/10 */
-    assert_true(fabs(lj_deepspeed_lr(&c, 3.0, 12) - want) < 1e-12);
-    assert_true(fabs(lj_deepspeed_lr(&c, 3.0, 500) - 0.3) < 1e-12);
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 3.0, 12) - want) < 1e-12);
+    assert_true(fabs(lj_lr_deepspeed_at(&c.scheduler, 3.0, 500) - 0.3) < 1e-12);
     lj_deepspeed_hints h = hints(1, 1, 0);
     c.scheduler.total_num_steps = LJ_DS_UNSET;
     assert_int_equal(lj_deepspeed_resolve(&c, &h), LJ_ERR_ARG);
     assert_non_null(strstr(lj_error_message(), "total_num_steps"));
 
     lj_deepspeed_init(&c);
-    assert_true(lj_deepspeed_lr(&c, 0.25, 7) == 0.25);
+    assert_true(lj_lr_deepspeed_at(&c.scheduler, 0.25, 7) == 0.25);
 }
 
 int main(void) {
@@ -261,6 +373,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_config), cmocka_unit_test(test_defaults_and_auto), cmocka_unit_test(test_batch_rule),
         cmocka_unit_test(test_unknown_keys), cmocka_unit_test(test_bad_input), cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_batch_int_range), cmocka_unit_test(test_flag_and_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,7 +92,7 @@ static void run_batch(run *r, const lj_model_config *c, const float *weights, in
     memset(o.recompute, policy, sizeof o.recompute);
     if (dm) o.doc_mask = *dm;
     lj_model_init(&r->t.m, lj_ops_cpu(), c, &o);
-    lj_parallelize(&r->t.m, NULL);
+    lj_parallelize(&r->t.m, NULL, NULL);
     lj_plan_build(&r->t.p, &r->t.m);
     assert_int_equal(lj_plan_allocate(&r->t.p, &r->t.m), LJ_OK);
     lj_model_upload_rope(&r->t.m);

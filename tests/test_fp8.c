@@ -58,7 +58,7 @@ static void create_policy(lj_test_model *t, const lj_model_config *c, const lj_l
         o.fp8 = *fp8;
     }
     lj_model_init(&t->m, lj_ops_cpu(), c, &o);
-    lj_parallelize(&t->m, NULL);
+    lj_parallelize(&t->m, NULL, NULL);
     lj_plan_build(&t->p, &t->m);
     assert_int_equal(lj_plan_allocate(&t->p, &t->m), LJ_OK);
     lj_model_upload_rope(&t->m);
@@ -461,7 +461,7 @@ static void test_default_recipe_untouched(void **state) {
     lj_model_options o = lj_test_train_options(B, T, 1);
     o.fp8 = fp8_options(1, LJ_FP8_RECIPE_TENSORWISE, 1, 0); /* the recipe stays DEFAULT */
     lj_model_init(&b.m, lj_ops_cpu(), &c, &o);
-    lj_parallelize(&b.m, NULL);
+    lj_parallelize(&b.m, NULL, NULL);
     lj_plan_build(&b.p, &b.m);
     assert_false(b.m.linear.fp8.active);
     assert_string_equal(b.m.linear.recipe->name, "bf16");

@@ -234,7 +234,7 @@ static void test_decode_matches_forward(void **state) {
         o.fused = 1;
         lj_test_model g;
         lj_model_init(&g.m, lj_ops_cpu(), &c, &o);
-        lj_parallelize(&g.m, NULL);
+        lj_parallelize(&g.m, NULL, NULL);
         lj_plan_build(&g.p, &g.m);
         assert_int_equal(lj_plan_allocate(&g.p, &g.m), LJ_OK);
         lj_model_upload_rope(&g.m);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include "plan/build.h"
 #include "plan/plan.h"
 #include "tests/test_util.h"
 #include "parallel/dp.h"
@@ -23,17 +24,14 @@ typedef struct {
 } model_run;
 
 static void create(model_run *r, const lj_model_config *c, int offload) {
-    lj_model_options o = lj_test_train_options(2, 16, 1);
-    o.zero_stage = 1;
-    o.dp_world_size = 1;
-    o.offload_optimizer = offload;
-    lj_model_init(&r->m, lj_ops_cpu(), c, &o);
-    lj_parallelize(&r->m, NULL);
-    lj_plan_build(&r->p, &r->m);
+    lj_model_setup s = {.ops = lj_ops_cpu(), .cfg = c, .model = lj_test_train_options(2, 16, 1)};
+    s.zero = (lj_zero_options){.zero_stage = 1, .dp_world_size = 1};
+    s.offload.enabled = offload;
+    lj_model_build(&r->m, &r->p, &s, NULL);
     const size_t before = lj_ops_allocated_bytes();
     assert_int_equal(lj_plan_allocate(&r->p, &r->m), LJ_OK);
     assert_true(lj_ops_allocated_bytes() - before == r->p.total_bytes); /* the device bytes are the plan */
-    assert_int_equal(r->m.offload_host != NULL, offload);
+    assert_int_equal(lj_offload_of(&r->m) != NULL && lj_offload_of(&r->m)->host != NULL, offload);
     lj_model_upload_rope(&r->m);
     lj_model_init_weights(&r->m, 7);
 }
@@ -138,14 +136,16 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
     lj_model m;
     memset(&m, 0, sizeof m);
     m.ops = &gpu;
-    m.opt.offload_optimizer = 1;
     m.opt.training = 1;
+    lj_offload_attach(&m, &(lj_offload_options){.enabled = 1});
     m.shard_numel = m.padded_numel = m.grad_numel = S;
     m.params = lj_malloc((size_t)S * sizeof(float));
     size_t host_state, staging;
     lj_offload_bytes(&m, &host_state, &staging);
     assert_true(staging < (size_t)S * 2 + ((size_t)1 << 20));
     assert_int_equal(lj_offload_alloc(&m), LJ_OK);
+    lj_buffer_walker bind = {.bind = 1};
+    lj_offload_plan(&m, &bind); /* points master, adam_m, adam_v at the host buffers */
     lj_rng rng;
     lj_rng_seed(&rng, 5);
     uint16_t *gb = lj_malloc((size_t)n_grad * sizeof(uint16_t));
@@ -184,7 +184,8 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
         for (int64_t i = 0; i < S; i++) wrong += pb[i] != lj_f32_to_bf16(ref_p[i]);
         assert_int_equal(wrong, 0); /* every element, the gap's included */
     }
-    free(gb), free(g), free(ref_p), free(ref_m), free(ref_v), free(ws), free(m.params), free(m.offload_host);
+    free(gb), free(g), free(ref_p), free(ref_m), free(ref_v), free(ws), free(m.params);
+    m.offload->destroy(&m);
 }
 
 static void test_bf16_gradients_from_staging(void **state) {
@@ -193,23 +194,31 @@ static void test_bf16_gradients_from_staging(void **state) {
     bf16_gradients_case(LJ_DTYPE_BF16);
 }
 
-/* The train command's choice: --offload-optimizer given or not (-1), a DeepSpeed config's device.
- * "Not given" was once passed to the recompute planner as "on", which then planned without the
- * optimizer state on the device. */
+/* The train command's choice, resolved once before the run (and before the recompute planner,
+ * which was once handed "not given" as "on"): off by default, a DeepSpeed config's device "cpu"
+ * turns it on (naming the key), --offload-optimizer cpu agrees with it. */
 static void test_offload_choice(void **state) {
     (void)state;
     lj_train_config c;
     lj_train_config_defaults(&c);
-    assert_int_equal(c.offload_optimizer, -1);
-    assert_int_equal(lj_train_offload_optimizer(&c), 0);
-    c.has_deepspeed = 1;
-    c.deepspeed.zero.offload_optimizer_cpu = 1;
-    assert_int_equal(lj_train_offload_optimizer(&c), 1);
-    c.offload_optimizer = 0; /* --offload-optimizer none over the config */
-    assert_int_equal(lj_train_offload_optimizer(&c), 0);
-    c.has_deepspeed = 0;
-    c.offload_optimizer = 1;
-    assert_int_equal(lj_train_offload_optimizer(&c), 1);
+    assert_int_equal(c.offload_optimizer, 0);
+    lj_train_given g = {.lr_warmup_iters = -1};
+    lj_deepspeed_config ds;
+    assert_int_equal(lj_deepspeed_parse(&ds,
+                                        "{\"train_batch_size\": 2, \"zero_optimization\": {\"stage\": 1, "
+                                        "\"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                                        "o.json"),
+                     LJ_OK);
+    int gbs = 0, mb = 0;
+    assert_int_equal(lj_train_apply_deepspeed(&c, &g, &ds, 1, &gbs, &mb), LJ_OK);
+    assert_int_equal(c.offload_optimizer, 1);
+    assert_non_null(strstr(c.offload_source, "zero_optimization.offload_optimizer.device"));
+    lj_train_config_defaults(&c);
+    c.offload_optimizer = 1; /* --offload-optimizer cpu */
+    g.offload_optimizer = 1;
+    c.offload_source = "--offload-optimizer cpu";
+    assert_int_equal(lj_train_apply_deepspeed(&c, &g, &ds, 1, &gbs, &mb), LJ_OK);
+    assert_true(c.offload_optimizer == 1 && strcmp(c.offload_source, "--offload-optimizer cpu") == 0);
 }
 
 int main(void) {

@@ -30,10 +30,10 @@ static void check_layout(const lj_plan *p) {
 }
 
 /* Allocates the plan on the CPU backend and checks the allocation equals the plan. */
-static size_t allocate_and_check(const lj_model_config *c, const lj_model_options *o) {
+static size_t allocate_and_check(const lj_model_config *c, const lj_model_options *o, const lj_zero_options *z) {
     lj_model m;
     lj_model_init(&m, lj_ops_cpu(), c, o);
-    lj_parallelize(&m, NULL);
+    lj_parallelize(&m, NULL, z);
     lj_plan p;
     lj_plan_build(&p, &m);
     check_layout(&p);
@@ -79,7 +79,7 @@ static void test_plan_equals_allocation(void **state) {
                         o.fused = fused;
                         memset(o.recompute, policy, sizeof o.recompute);
                         o.recompute[1] = LJ_RECOMPUTE_NONE; /* mixed policies */
-                        allocate_and_check(&c, &o);
+                        allocate_and_check(&c, &o, NULL);
                         configs++;
                     }
                 }
@@ -91,7 +91,7 @@ static void test_plan_equals_allocation(void **state) {
         g.seq_length = 9;
         g.fused = 1;
         g.kv_cache_tokens = 40;
-        allocate_and_check(&c, &g);
+        allocate_and_check(&c, &g, NULL);
         configs++;
     }
     assert_true(configs == 74);
@@ -114,9 +114,9 @@ static void test_plan_fp8_recipes(void **state) {
             o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
             o.fp8 = lj_linear_fp8_defaults();
             o.fp8.recipe = (lj_fp8_recipe)r;
-            total[r] = allocate_and_check(&c, &o);
+            total[r] = allocate_and_check(&c, &o, NULL);
             lj_model_init(&models[r], lj_ops_cpu(), &c, &o);
-            lj_parallelize(&models[r], NULL);
+            lj_parallelize(&models[r], NULL, NULL);
             lj_plan_build(&plans[r], &models[r]);
         }
         assert_true(total[LJ_FP8_RECIPE_DELAYED] == total[LJ_FP8_RECIPE_TENSORWISE]);
@@ -164,14 +164,12 @@ static void test_plan_zero3_per_rank(void **state) {
                 for (int fused = 0; fused <= 1; fused++) {
                     for (int policy = 0; policy < 3; policy++) {
                         lj_model_options o = lj_test_train_options(2, 16, fused);
-                        o.zero_stage = 3;
-                        o.dp_rank = rank;
-                        o.dp_world_size = W;
+                        const lj_zero_options z = {.zero_stage = 3, .dp_rank = rank, .dp_world_size = W};
                         memset(o.recompute, policy, sizeof o.recompute);
-                        allocate_and_check(&c, &o);
+                        allocate_and_check(&c, &o, &z);
                         lj_model m;
                         lj_model_init(&m, lj_ops_cpu(), &c, &o);
-                        lj_parallelize(&m, NULL);
+                        lj_parallelize(&m, NULL, &z);
                         assert_non_null(lj_zero3_of(&m));
                         assert_true(m.padded_numel == m.shard_numel && m.shard_begin == 0);
                         assert_true(m.shard_numel * W >= P && m.shard_numel * W <= P + 6 * W * 64);
@@ -193,10 +191,9 @@ static void test_plan_zero3_per_rank(void **state) {
         }
         /* stage 3 on one rank shards nothing: the plan of stage 0 */
         lj_model_options o = lj_test_train_options(2, 16, 1);
-        const size_t stage0 = allocate_and_check(&c, &o);
-        o.zero_stage = 3;
-        o.dp_world_size = 1;
-        assert_true(allocate_and_check(&c, &o) == stage0);
+        const size_t stage0 = allocate_and_check(&c, &o, NULL);
+        const lj_zero_options one = {.zero_stage = 3, .dp_world_size = 1};
+        assert_true(allocate_and_check(&c, &o, &one) == stage0);
     }
     assert_true(configs == 2 * (2 + 3) * 2 * 3);
 }
@@ -213,16 +210,14 @@ static void test_plan_zero2_per_rank(void **state) {
         for (int W = 2; W <= 3; W++) {
             for (int rank = 0; rank < W; rank++) {
                 lj_model_options o = lj_test_train_options(2, 16, 1);
-                o.zero_stage = 2;
-                o.dp_rank = rank;
-                o.dp_world_size = W;
-                const size_t total2 = allocate_and_check(&c, &o);
-                o.zero_stage = 1;
-                const size_t total1 = allocate_and_check(&c, &o);
-                o.zero_stage = 2;
+                lj_zero_options z = {.zero_stage = 2, .dp_rank = rank, .dp_world_size = W};
+                const size_t total2 = allocate_and_check(&c, &o, &z);
+                z.zero_stage = 1;
+                const size_t total1 = allocate_and_check(&c, &o, &z);
+                z.zero_stage = 2;
                 lj_model m;
                 lj_model_init(&m, lj_ops_cpu(), &c, &o);
-                lj_parallelize(&m, NULL);
+                lj_parallelize(&m, NULL, &z);
                 assert_non_null(lj_zero3_of(&m));
                 assert_false(lj_zero3_of(&m)->shard_params);
                 assert_true(m.grad_numel == m.shard_numel && m.padded_numel == m.shard_numel * W);
@@ -264,7 +259,7 @@ static void test_recompute_saves_memory(void **state) {
         memset(o.recompute, policy, sizeof o.recompute);
         lj_model m;
         lj_model_init(&m, lj_ops_cpu(), &c, &o);
-        lj_parallelize(&m, NULL);
+        lj_parallelize(&m, NULL, NULL);
         lj_plan p;
         lj_plan_build(&p, &m);
         act[policy] = p.arena_bytes[LJ_ARENA_ACTIVATIONS] + p.arena_bytes[LJ_ARENA_SCRATCH];

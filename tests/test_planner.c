@@ -43,7 +43,7 @@ static size_t plan_total(const lj_model_config *c, const lj_ops *ops, int B, int
     for (int l = k; l < k + j; l++) o.recompute[l] = LJ_RECOMPUTE_SELECTIVE;
     lj_model m;
     lj_model_init(&m, ops, c, &o);
-    lj_parallelize(&m, NULL);
+    lj_parallelize(&m, NULL, NULL);
     lj_plan p;
     lj_plan_build(&p, &m);
     const size_t total = p.total_bytes;
@@ -116,7 +116,7 @@ static void test_search_equals_exhaustive(void **state) {
             for (int l = 0, x = code; l < L; l++, x /= 3) o.recompute[l] = (uint8_t)(x % 3);
             lj_model m;
             lj_model_init(&m, ops, &c, &o);
-            lj_parallelize(&m, NULL);
+            lj_parallelize(&m, NULL, NULL);
             lj_plan p;
             lj_plan_build(&p, &m);
             if (p.total_bytes <= budget) {
@@ -231,11 +231,11 @@ static void test_micro_batch_auto(void **state) {
 
 /* A model built with options `o` plans peak - fixed bytes, and allocating the plan takes
  * exactly that many bytes from the backend. */
-static void assert_peak_is_plan(const lj_model_config *c, const lj_ops *ops, const lj_model_options *o, size_t peak,
-                                size_t fixed) {
+static void assert_peak_is_plan(const lj_model_config *c, const lj_ops *ops, const lj_model_options *o,
+                                const lj_zero_options *z, size_t peak, size_t fixed) {
     lj_model m;
     lj_model_init(&m, ops, c, o);
-    lj_parallelize(&m, NULL);
+    lj_parallelize(&m, NULL, z);
     lj_plan p;
     lj_plan_build(&p, &m);
     assert_true(peak == p.total_bytes + fixed);
@@ -260,7 +260,7 @@ static void test_peak_equals_plan(void **state) {
     lj_planner_candidate_policy(&r->chosen, policy);
     lj_model_options o = lj_test_train_options(2, 16, 1);
     memcpy(o.recompute, policy, sizeof o.recompute);
-    assert_peak_is_plan(&c, ops, &o, r->chosen.peak_bytes, 300000);
+    assert_peak_is_plan(&c, ops, &o, NULL, r->chosen.peak_bytes, 300000);
     free(r);
 }
 
@@ -280,10 +280,8 @@ static void test_zero3_per_rank_peak(void **state) {
     assert_int_equal(lj_planner_search(&c, 16, 1, none, &t, r), LJ_OK);
     assert_true(r->chosen.peak_bytes < replicated);
     lj_model_options o = lj_test_train_options(1, 16, 1);
-    o.zero_stage = 3;
-    o.dp_world_size = 2;
-    o.dp_rank = 1;
-    assert_peak_is_plan(&c, ops, &o, r->chosen.peak_bytes, 0); /* no library workspace or context in this target */
+    const lj_zero_options z = {.zero_stage = 3, .dp_world_size = 2, .dp_rank = 1};
+    assert_peak_is_plan(&c, ops, &o, &z, r->chosen.peak_bytes, 0); /* no library workspace or context in this target */
     free(r);
 }
 

@@ -79,7 +79,7 @@ static inline lj_status lj_test_model_create(lj_test_model *t, const lj_model_co
     lj_model_options o = lj_test_train_options(B, T, fused);
     memset(o.recompute, policy, sizeof o.recompute);
     lj_model_init(&t->m, lj_ops_cpu(), cfg, &o);
-    lj_parallelize(&t->m, NULL);
+    lj_parallelize(&t->m, NULL, NULL);
     lj_plan_build(&t->p, &t->m);
     lj_status s = lj_plan_allocate(&t->p, &t->m);
     if (s == LJ_OK) lj_model_upload_rope(&t->m);

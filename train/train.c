@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/state.h"
 #include "io/hf.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
 #include "train/tensorboard.h"
@@ -43,15 +44,9 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
-    c->overlap_comm = -1;
-    c->offload_optimizer = -1;
+    c->zero.overlap_comm = 1;
     c->check_nan = 1;
     c->max_skipped = 10;
-}
-
-int lj_train_offload_optimizer(const lj_train_config *c) {
-    if (c->offload_optimizer >= 0) return c->offload_optimizer;
-    return c->has_deepspeed ? c->deepspeed.zero.offload_optimizer_cpu : 0;
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -113,7 +108,7 @@ static lj_status open_data(run *r) {
         LJ_TRY(lj_loader_parse_data_path(&lc, c->num_valid_data_args, (const char *const *)c->valid_data_args));
         snprintf(lc.split, sizeof lc.split, "0,1,0");
     }
-    if (r->rank == 0 || (c->zero_stage == 3 && r->world > 1)) {
+    if (r->rank == 0 || (c->zero.zero_stage == 3 && r->world > 1)) {
         if (lj_loader_init(&r->valid_data, &lc) == LJ_OK) r->have_valid = 1;
         else lj_log_warn("no validation data: %s", lj_error_message());
     }
@@ -250,21 +245,14 @@ static lj_status setup(run *r) {
              "model %s (V %d, d %d, L %d), backend %s, micro-batch %d, seq %d, global batch %d, iters %d, seed %llu",
              c->model.name, c->model.vocab_size, c->model.hidden_size, c->model.num_hidden_layers, c->ops->name,
              c->micro_batch_size, c->seq_length, c->global_batch_size, c->train_iters, (unsigned long long)c->seed);
-    LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero_stage, summary));
-    if (c->has_deepspeed) {
-        r->dp.stage3_prefetch_bucket_size = c->deepspeed.zero.stage3_prefetch_bucket_size;
-        r->dp.stage3_max_live_parameters = c->deepspeed.zero.stage3_max_live_parameters;
-        r->dp.stage3_param_persistence_threshold =
-            c->deepspeed.zero.stage3_param_persistence_threshold > 0 ? c->deepspeed.zero.stage3_param_persistence_threshold : -1;
-    }
-    r->dp.overlap_comm = c->overlap_comm >= 0 ? c->overlap_comm : c->has_deepspeed ? c->deepspeed.zero.overlap_comm != 0 : 1;
-    r->dp.reduce_bucket_size = c->reduce_bucket_size > 0 ? c->reduce_bucket_size
-                               : c->has_deepspeed && c->deepspeed.zero.reduce_bucket_size > 0 ? c->deepspeed.zero.reduce_bucket_size
-                                                                                                : 0;
-    r->dp.offload_optimizer = lj_train_offload_optimizer(c);
-    LJ_TRY(lj_dp_offload_check(&r->dp, c->zero_stage,
-                               c->offload_optimizer >= 0 ? "--offload-optimizer cpu"
-                                                         : "zero_optimization.offload_optimizer.device \"cpu\""));
+    LJ_TRY(lj_dp_init(&r->dp, c->ops, c->zero.zero_stage, summary));
+    r->dp.stage3_prefetch_bucket_size = c->zero.zero3_prefetch_numel;
+    r->dp.stage3_max_live_parameters = c->zero.zero3_max_live_numel;
+    r->dp.stage3_param_persistence_threshold = c->zero.zero3_persistence_numel;
+    r->dp.overlap_comm = c->zero.overlap_comm;
+    r->dp.reduce_bucket_size = c->zero.zero_reduce_bucket_numel;
+    r->dp.offload_optimizer = c->offload_optimizer;
+    LJ_TRY(lj_dp_offload_check(&r->dp, c->zero.zero_stage, c->offload_source ? c->offload_source : "offload"));
     if (r->dp.world > 1 && r->dp.zero_stage >= 2 && r->dp.rank == 0)
         lj_log_info("ZeRO stage %d: overlap_comm %s", r->dp.zero_stage,
                     r->dp.overlap_comm ? "on (collectives on their own stream, overlapped with compute)"
@@ -283,17 +271,15 @@ static lj_status setup(run *r) {
 
     LJ_TRY(open_data(r));
 
-    lj_model_options opt;
-    lj_dp_model_options(&r->dp, c->micro_batch_size, c->seq_length, c->fused, c->recompute, &opt);
-    opt.linear_recipe = c->linear_recipe;
-    opt.doc_mask = c->doc_mask;
+    lj_model_setup setup = lj_model_setup_of(&r->dp, c->ops, &c->model, c->micro_batch_size, c->seq_length, c->fused,
+                                             c->recompute);
+    setup.model.linear_recipe = c->linear_recipe;
+    setup.model.doc_mask = c->doc_mask;
     if (lj_doc_mask_any(&c->doc_mask)) /* the separator the data records (prepare's), else the model's EOS */
         LJ_TRY(lj_loader_eod_token(&r->train_data, c->doc_mask.eod_token, c->model.vocab_size, r->rank == 0,
-                                   &opt.doc_mask.eod_token));
-    opt.fp8 = c->fp8;
-    lj_model_init(&r->model, c->ops, &c->model, &opt);
-    lj_parallelize(&r->model, r->dp.dist);
-    lj_plan_build(&r->plan, &r->model);
+                                   &setup.model.doc_mask.eod_token));
+    setup.model.fp8 = c->fp8;
+    lj_model_build(&r->model, &r->plan, &setup, r->dp.dist);
     char buf[32];
     lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
@@ -313,16 +299,14 @@ static lj_status setup(run *r) {
                     r->model.linear.fp8.num_linears, lj_dtype_name(c->ops->act_dtype),
                     r->world > 1 ? "; amaxes are per rank (not reduced across ranks)" : "");
     }
-    if (r->model.opt.offload_optimizer) {
+    if (lj_offload_of(&r->model)) {
         size_t state, staging;
         lj_offload_bytes(&r->model, &state, &staging);
         char b2[32];
         lj_log_info("optimizer offload: %s of optimizer state in host memory (+%s staging), outside the plan",
                     lj_format_bytes(state, buf, sizeof buf), lj_format_bytes(staging, b2, sizeof b2));
     }
-    LJ_TRY(lj_plan_allocate(&r->plan, &r->model));
-    lj_model_upload_rope(&r->model);
-    lj_model_init_weights(&r->model, c->seed);
+    LJ_TRY(lj_model_build_state(&r->model, &r->plan, c->seed));
     r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
@@ -373,12 +357,10 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const int step = iteration - r->schedule_start; /* the optimizer's step, 1 for the first update */
     /* Megatron-LM steps its OptimizerParamScheduler after optimizer.step(): update k runs at the
      * schedule's value after k - 1 steps (the first at --lr-warmup-init when warming up), and the
-     * value logged for iteration k is the one after k steps (what update k + 1 will use). */
+     * value logged for iteration k is the one after k steps (what update k + 1 will use). A
+     * DeepSpeed config's scheduler (lj_lr_at gives it) keeps DeepSpeed's own step rule. */
     float update_lr = *lr = (float)lj_lr_at(&c->lr, step);
-    if (c->has_deepspeed && c->deepspeed.scheduler.type != LJ_DS_SCHEDULER_NONE)
-        update_lr = *lr = (float)lj_deepspeed_lr(&c->deepspeed, c->lr.lr, step);
-    else
-        update_lr = (float)lj_lr_at(&c->lr, step - 1);
+    if (c->lr.deepspeed.type == LJ_DS_SCHEDULER_NONE) update_lr = (float)lj_lr_at(&c->lr, step - 1);
     double sum = 0.0;
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "parallel/deepspeed.h"
+#include "parallel/parallel.h"
 
 typedef struct {
     lj_model_config model;
@@ -72,15 +73,17 @@ typedef struct {
     const char *tensorboard_source;   /* where tensorboard_dir came from, for messages */
     int tensorboard_log_interval;     /* --tensorboard-log-interval (default 1) */
     int tensorboard_queue_size;       /* --tensorboard-queue-size (default 1000) */
-    int zero_stage;            /* --zero-stage / DeepSpeed zero_optimization.stage (0: replicated) */
-    int overlap_comm;          /* --overlap-comm 1 / --no-overlap-comm 0; -1: zero_optimization.overlap_comm
-                                  with --deepspeed (DeepSpeed's default: stage == 3), else 1 */
-    int64_t reduce_bucket_size;/* --reduce-bucket-size, elements (0: zero_optimization.reduce_bucket_size
-                                  with --deepspeed, else "auto", hidden^2) */
-    int offload_optimizer;     /* --offload-optimizer cpu 1 / none 0; -1: zero_optimization.offload_optimizer
-                                  with --deepspeed, else none (needs ZeRO stage >= 1) */
+    lj_zero_options zero;      /* ZeRO: stage (--zero-stage / zero_optimization.stage; 0: replicated),
+                                  overlap_comm (--overlap-comm / --no-overlap-comm / zero_optimization.overlap_comm,
+                                  whose DeepSpeed default is stage == 3; else 1), the buckets
+                                  (--reduce-bucket-size / zero_optimization's; 0: auto); the rank and world size
+                                  are the launcher's, set at start-up */
+    int offload_optimizer;     /* 1: --offload-optimizer cpu / zero_optimization.offload_optimizer.device "cpu"
+                                  (needs ZeRO stage >= 1); 0: none (the default) */
+    const char *offload_source; /* the flag or key that asked for offload, for messages */
     int has_deepspeed;         /* --deepspeed given: */
-    lj_deepspeed_config deepspeed; /* the resolved config; its scheduler, if any, sets the LR */
+    lj_deepspeed_config deepspeed; /* the resolved config, applied by lj_train_apply_deepspeed (its scheduler
+                                      is in lr.deepspeed) */
     int check_nan;             /* --check-for-nan-in-loss-and-grad (Megatron's default, 1): a non-finite loss
                                   or gradient norm stops the run; 0 (--no-check-...): the step is skipped */
     int max_skipped;           /* --max-consecutive-skipped-iterations: skipped steps in a row that stop
@@ -91,9 +94,24 @@ typedef struct {
 /* Fills the defaults (Megatron-LM's where they exist). */
 void lj_train_config_defaults(lj_train_config *cfg);
 
-/* Whether the run offloads the optimizer: --offload-optimizer when given (1 cpu, 0 none), else
- * the DeepSpeed config's zero_optimization.offload_optimizer.device, else 0. */
-int lj_train_offload_optimizer(const lj_train_config *cfg);
+/* Which of the settings a DeepSpeed config also holds the command line gave (1), against which
+ * the file's values are checked. */
+typedef struct {
+    int lr, clip_grad, weight_decay, adam_beta1, adam_beta2, adam_eps; /* --lr, --clip-grad, ... */
+    int zero_stage, overlap_comm, reduce_bucket_size, offload_optimizer;
+    int lr_warmup_iters;               /* the value of --lr-warmup-iters; -1 when not given */
+} lj_train_given;
+
+/* Applies DeepSpeed config `ds` (parsed by lj_deepspeed_load; resolved here with DeepSpeed's
+ * rules) to c, in one step: batch sizes (*global_batch_size and *micro_batch_size: the command
+ * line's, 0 when not given; out: the resolved ones), clipping, the AdamW parameters, the LR
+ * scheduler (c->lr.deepspeed), the ZeRO stage and knobs (c->zero) and optimizer offload. `given`
+ * says which settings the command line gave; `world_size` is the launcher's (>= 1). A value given
+ * both ways must agree; "auto" or absence in the file takes the command line's.
+ * Errors (LJ_ERR_ARG): a flag and a key that disagree, naming both with their values; DeepSpeed's
+ * batch rule; a batch size above INT_MAX (naming the key). */
+lj_status lj_train_apply_deepspeed(lj_train_config *c, const lj_train_given *given, const lj_deepspeed_config *ds,
+                                   int world_size, int *global_batch_size, int *micro_batch_size);
 
 /* Runs training, data-parallel over the ranks the launcher started (mpirun, srun,
  * torchrun-style variables or --nproc-per-node; a world of one otherwise): each rank takes its

@@ -113,7 +113,7 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     o.doc_mask.reset_attention_mask = 1; /* the decoder's doc_start buffer: packed samples stay apart */
     lj_model_init(&r->m, ops, &r->cfg.text, &o);
     r->have_model = 1;
-    lj_parallelize(&r->m, NULL);
+    lj_parallelize(&r->m, NULL, NULL); /* replicated */
     lj_plan_build(&r->plan, &r->m);
     LJ_TRY(lj_plan_allocate(&r->plan, &r->m));
     lj_model_upload_rope(&r->m);

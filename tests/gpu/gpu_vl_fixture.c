@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     o.seq_length = (int)T;
     o.training = 1;
     lj_model_init(&m, ops, &cfg.text, &o);
-    lj_parallelize(&m, NULL);
+    lj_parallelize(&m, NULL, NULL); /* replicated */
     lj_plan_build(&plan, &m);
     if (lj_plan_allocate(&plan, &m) != LJ_OK) return fprintf(stderr, "gpu_vl_fixture: %s\n", lj_error_message()), 1;
     lj_model_upload_rope(&m);
