@@ -8,7 +8,7 @@
 #     npm (if missing), and the corpora bible-kjv, dict-gcide, jargon-text, fortunes; for the
 #     tests, Google's protobuf for Python with protoc and the crc32c package (an independent
 #     reader of the event files), and Chromium with the DejaVu fonts (the report page rendered
-#     headless).
+#     headless); on amd64, clang and its libFuzzer runtime (the fuzz targets of tests/fuzz/).
 #   - On an amd64 host, what the aarch64 cross build and its tests need: the arm64 architecture
 #     in dpkg, Debian's cross compiler (crossbuild-essential-arm64), the arm64 libraries
 #     (multiarch: libopenblas-dev:arm64, ...), qemu-user-static to run the tests, and, unpacked
@@ -38,6 +38,8 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
       libopenmpi-dev openmpi-bin valgrind procps python3 bible-kjv dict-gcide jargon-text fortunes
       libprotobuf-c-dev protobuf-c-compiler libisal-dev libxxhash-dev protobuf-compiler python3-protobuf python3-crc32c
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
+# the fuzz targets (tests/test_fuzz.sh): clang with its libFuzzer and sanitizer runtimes, amd64
+[ "$(dpkg --print-architecture)" = amd64 ] && pkgs+=(clang libclang-rt-14-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 sudo_cmd=""
