@@ -71,6 +71,17 @@ typedef struct {
  * smallest memory needed and what would make it fit). */
 lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_size, uint8_t *policy);
 
+/* The rows of the memory flags that train, benchmark and plan share (LJ_FLAG_SIZE: the text is
+ * checked at parse; lj_cli_memory_budget and lj_cli_host_check read it with the same row):
+ * --device-memory (1 MiB to 1 EiB), --margin (0, 1 MiB to 1 EiB, or a percentage below 100),
+ * --host-memory (1 MiB to 1 EiB). `where`: a const char ** (NULL for a row that only reads). */
+#define LJ_CLI_DEVICE_MEMORY_ROW(where) \
+    {.name = "--device-memory", .kind = LJ_FLAG_SIZE, .dest = (where), .min = 1048576.0}
+#define LJ_CLI_MARGIN_ROW(where) \
+    {.name = "--margin", .kind = LJ_FLAG_SIZE, .dest = (where), .ival = LJ_FLAG_ZERO_OK | LJ_FLAG_PERCENT_OK, .min = 1048576.0}
+#define LJ_CLI_HOST_MEMORY_ROW(where) \
+    {.name = "--host-memory", .kind = LJ_FLAG_SIZE, .dest = (where), .min = 1048576.0}
+
 /* --device-memory BYTES (a byte count with a unit, at least 1 MiB) and --margin BYTES|P% (kept
  * free below it) into a planner target; NULL leaves the target's value. Errors: LJ_ERR_ARG
  * naming the flag and the value. */
