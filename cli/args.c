@@ -15,6 +15,14 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     return LJ_OK;
 }
 
+void lj_cli_note_no_gpu(const char *then) {
+    static int said = 0; /* once per process */
+    lj_dist_env env;
+    const int rank = lj_dist_env_detect(&env) == LJ_OK ? env.rank : 0; /* once per job: rank 0 */
+    if (said++ || rank != 0) return;
+    lj_log_info("--device auto: no usable GPU (%s); %s", lj_error_message(), then);
+}
+
 lj_status lj_cli_device(const char *device, const lj_ops **ops) {
     if (strcmp(device, "cpu") == 0) {
         *ops = lj_ops_cpu();
@@ -28,7 +36,7 @@ lj_status lj_cli_device(const char *device, const lj_ops **ops) {
         }
         if (strcmp(device, "cuda") == 0)
             return lj_fail(LJ_ERR_DEVICE, "--device cuda: %s", lj_error_message());
-        lj_log_info("--device auto: no usable GPU (%s); using the CPU", lj_error_message());
+        lj_cli_note_no_gpu("using the CPU");
         *ops = lj_ops_cpu();
         return LJ_OK;
     }

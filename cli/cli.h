@@ -26,8 +26,12 @@ int lj_cli_error(const char *cmd);
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
- * that it falls back to the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
+ * that it falls back to the CPU (lj_cli_note_no_gpu). Errors: LJ_ERR_DEVICE (cuda requested but
+ * unusable). */
 lj_status lj_cli_device(const char *device, const lj_ops **ops);
+/* "--device auto: no usable GPU (<the error message>); <then>" on stderr, once per job: the
+ * first call of the process, on rank 0 only (every rank of a launched job falls back alike). */
+void lj_cli_note_no_gpu(const char *then);
 
 /* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend *ops:
  * selects the CUDA backend's gradient dtype (lj_ops_cuda_set_grad_dtype) and replaces *ops by

@@ -132,7 +132,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
         ops = lj_ops_cpu();
     } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda())) {
         /* what `train --device auto` would run on: the GPU if there is a usable one, else the CPU */
-        lj_log_info("--device auto: no usable GPU (%s); planning a CPU run", lj_error_message());
+        lj_cli_note_no_gpu("planning a CPU run");
         ops = lj_ops_cpu();
     } else if (ops) {
         /* --device auto with a usable GPU */

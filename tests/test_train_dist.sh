@@ -19,6 +19,7 @@
 #     under stage 3 resumes on 3 ranks under stage 3, continuing the single-process losses;
 #   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3), and its
 #     --ablation has a +CommOpt row there (left out, with the reason, on one rank);
+#   - --device auto without a GPU says so once for the job, not once per rank;
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name;
@@ -45,6 +46,14 @@ common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 
 grep -q "data parallel: 2 ranks" "$tmp/w2.err" || fail "2 ranks did not report data parallelism"
 mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --save "$tmp/w3" \
   --log-json "$tmp/w3.jsonl" 2>"$tmp/w3.err" || { cat "$tmp/w3.err"; fail "3 ranks under mpirun"; }
+# --device auto without a GPU: one note for the job, not one per rank
+if "$LJPERF" plan --model llama3-nano --device auto --seq-length 32 2>&1 | grep -q "no usable GPU"; then
+  mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train --model llama3-nano --device auto \
+    --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 --global-batch-size 6 --train-iters 1 --quiet \
+    >/dev/null 2>"$tmp/auto.err" || { cat "$tmp/auto.err"; fail "3 ranks with --device auto"; }
+  [ "$(grep -c "no usable GPU" "$tmp/auto.err")" = 1 ] || { cat "$tmp/auto.err"; fail "--device auto: not one note for 3 ranks"; }
+  echo "--device auto without a GPU: one note for 3 ranks"
+fi
 
 compare() { # compare A.jsonl B.jsonl CKPT_A CKPT_B
   python3 - "$@" <<'PY'
