@@ -40,6 +40,8 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
       chromium fonts-dejavu-core zlib1g-dev libzstd-dev gzip zstd)
 # the fuzz targets (tests/test_fuzz.sh): clang with its libFuzzer and sanitizer runtimes, amd64
 [ "$(dpkg --print-architecture)" = amd64 ] && pkgs+=(clang libclang-rt-14-dev)
+# scripts/stress-check.sh only (the suite under load): stress-ng
+[ "${LJPERF_SETUP_STRESS:-0}" = 1 ] && pkgs+=(stress-ng)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 sudo_cmd=""
