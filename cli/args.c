@@ -11,7 +11,7 @@
 lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
     else if (strcmp(v, "none") == 0) *(int *)dest = 0;
-    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not cpu or none (nvme is not supported)", flag, v);
+    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not one of cpu, none (DeepSpeed's nvme offload is not supported)", flag, v);
     return LJ_OK;
 }
 
@@ -21,6 +21,12 @@ void lj_cli_note_no_gpu(const char *then) {
     const int rank = lj_dist_env_detect(&env) == LJ_OK ? env.rank : 0; /* once per job: rank 0 */
     if (said++ || rank != 0) return;
     lj_log_info("--device auto: no usable GPU (%s); %s", lj_error_message(), then);
+}
+
+lj_status lj_cli_model(const char *model, lj_model_config *cfg) {
+    const lj_status s = lj_config_resolve(model, cfg);
+    if (s != LJ_OK) lj_error_prefix("--model");
+    return s;
 }
 
 lj_status lj_cli_device(const char *device, const lj_ops **ops) {

@@ -246,7 +246,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     }
     const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
-    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
+    if (lj_cli_model(name, &cfg.model) != LJ_OK || lj_cli_device(device, &cfg.ops) != LJ_OK ||
         lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     if (lj_cli_fp8_resolve(&fp8, cfg.ops, &cfg.model, &cfg.linear_recipe, &cfg.fp8) != LJ_OK)
@@ -263,9 +263,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         cfg.doc_mask.eod_token = cfg.model.eos_token_id; /* the EOS `prepare` appends to each document */
     }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
-    const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
-                      : (iters_given && iters <= 0) ? "--train-iters must be positive"
-                      : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
+    char value[64] = "";
+    if (seq_given && seq <= 0) snprintf(value, sizeof value, "--seq-length %d: must be positive", seq);
+    else if (iters_given && iters <= 0) snprintf(value, sizeof value, "--train-iters %d: must be positive", iters);
+    else if (warmup_given && warmup < 0) snprintf(value, sizeof value, "--warmup-iters %d: must be >= 0", warmup);
+    const char *bad = value[0] ? value
                       : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
                           ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
                             "--[no-]overlap-comm"
@@ -280,7 +282,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     if (mbs && !strcmp(mbs, "auto")) cfg.micro_batch_size = 0;
     else if (mbs && (lj_flags_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
                      cfg.micro_batch_size <= 0)) {
-        if (cfg.micro_batch_size <= 0) lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+        if (cfg.micro_batch_size <= 0)
+            lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", cfg.micro_batch_size);
         return lj_cli_error("benchmark");
     }
     if (cfg.seq_length > cfg.model.max_position_embeddings) {

@@ -25,6 +25,10 @@ int lj_cli_error(const char *cmd);
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
+/* Resolves --model (lj_config_resolve: a preset, a config.json or its directory); its errors
+ * start with "--model: ". */
+lj_status lj_cli_model(const char *model, lj_model_config *cfg);
+
 /* Resolves --device auto|cpu|cuda. auto picks the GPU when there is one, else says out loud
  * that it falls back to the CPU (lj_cli_note_no_gpu). Errors: LJ_ERR_DEVICE (cuda requested but
  * unusable). */

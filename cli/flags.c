@@ -13,7 +13,7 @@ lj_status lj_flags_parse_int(const char *flag, const char *v, int *out) {
     errno = 0;
     long x = strtol(v, &end, 10);
     if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
-        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", flag, v);
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer: expected a whole number (e.g. %s 8)", flag, v, flag);
     *out = (int)x;
     return LJ_OK;
 }
@@ -103,7 +103,8 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     case LJ_FLAG_U64: {
         unsigned long long x = strtoull(v, &end, 10);
         if (*v == '\0' || *v == '-' || *end != '\0' || errno || (r->kind == LJ_FLAG_I64 && x > INT64_MAX))
-            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer", r->name, v);
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer: expected a whole number of 0 or more "
+                                       "(e.g. %s 1)", r->name, v, r->name);
         if (r->kind == LJ_FLAG_I64) *(int64_t *)r->dest = (int64_t)x;
         else *(uint64_t *)r->dest = x;
         return LJ_OK;
@@ -111,7 +112,9 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     case LJ_FLAG_DOUBLE:
     case LJ_FLAG_FLOAT: {
         double x = strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || errno) return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number", r->name, v);
+        if (*v == '\0' || *end != '\0' || errno || !isfinite(x))
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number: expected a finite decimal number (e.g. %s 0.5)", r->name,
+                           v, r->name);
         if (r->kind == LJ_FLAG_DOUBLE) *(double *)r->dest = x;
         else *(float *)r->dest = (float)x;
         return LJ_OK;
@@ -191,7 +194,8 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
         if (!r) return lj_fail(LJ_ERR_ARG, "unknown flag '%.*s' (see ljperf %s --help)", (int)len, a, cmd);
         if (r->given) *r->given = 1;
         const int nvalues = values_of(r);
-        if (nvalues == 0 && eq) return lj_fail(LJ_ERR_ARG, "%s takes no value (got '%s')", r->name, eq + 1);
+        if (nvalues == 0 && eq)
+            return lj_fail(LJ_ERR_ARG, "%s takes no value (got '%s'): give %s alone", r->name, eq + 1, r->name);
         /* the values: argv[first .. first + count) */
         int first = i + 1, count = 0;
         if (eq) {
@@ -199,14 +203,17 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
             first = i;
             count = 1;
         } else if (nvalues == 1) {
-            if (i + 1 >= argc || !is_value(argv[i + 1])) return lj_fail(LJ_ERR_ARG, "%s needs a value", r->name);
+            if (i + 1 >= argc || !is_value(argv[i + 1]))
+                return lj_fail(LJ_ERR_ARG, "%s needs a value (see ljperf %s --help)", r->name, cmd);
             count = 1;
         } else if (nvalues < 0) {
             while (first + count < argc && is_value(argv[first + count])) count++;
-            if (count == 0) return lj_fail(LJ_ERR_ARG, "%s needs at least one value", r->name);
+            if (count == 0) return lj_fail(LJ_ERR_ARG, "%s needs at least one value (see ljperf %s --help)", r->name, cmd);
         }
         if (!eq) i += count;
-        if (r->kind == LJ_FLAG_REFUSED) return lj_fail(LJ_ERR_ARG, "%s: %s", r->name, r->help);
+        if (r->kind == LJ_FLAG_REFUSED) /* the reason, and what to do where it does not say */
+            return lj_fail(LJ_ERR_ARG, "%s: %s%s", r->name, r->help,
+                           strstr(r->help, "use ") || strstr(r->help, "instead") ? "" : " (remove the flag)");
         if (r->kind == LJ_FLAG_IGNORED) {
             note_ignored(res, r);
         } else if (r->kind == LJ_FLAG_SWITCH) {

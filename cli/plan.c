@@ -414,7 +414,7 @@ int lj_cli_plan(int argc, char **argv) {
     }
     lj_model_config cfg;
     const char *name = strncmp(a.model, "deepspeed/", 10) == 0 ? a.model + 10 : a.model;
-    if (lj_config_resolve(name, &cfg) != LJ_OK) return lj_cli_error("plan");
+    if (lj_cli_model(name, &cfg) != LJ_OK) return lj_cli_error("plan");
     lj_planner_target t;
     if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");

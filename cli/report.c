@@ -33,6 +33,8 @@ static lj_status run_report(int argc, char **argv, int *help) {
     const char *files[4] = {NULL, NULL, NULL, NULL};
     const char *flags[4] = {"--log-json", "--plan", "--benchmark", "--ablation"};
     const char *kinds[4] = {"training log", "plan", "benchmark", "ablation"};
+    const char *writers[4] = {"ljperf train --log-json", "ljperf plan --json", "ljperf benchmark --json",
+                              "ljperf benchmark --ablation --json"};
     double peak = 0;
     const lj_flag rows[] = {
         {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &files[0]},
@@ -65,8 +67,8 @@ static lj_status run_report(int argc, char **argv, int *help) {
         const char *kind = NULL;
         s = lj_report_add_file(&d, files[k], &kind);
         if (s == LJ_OK && (!kind || strcmp(kind, kinds[k]) != 0))
-            s = lj_fail(LJ_ERR_FORMAT, "%s %s: not a %s (%s)", flags[k], files[k], kinds[k],
-                        kind ? kind : "JSON that ljperf does not write");
+            s = lj_fail(LJ_ERR_FORMAT, "%s %s: not a %s (%s): expected what %s writes", flags[k], files[k], kinds[k],
+                        kind ? kind : "JSON that ljperf does not write", writers[k]);
     }
     if (s == LJ_OK && lj_report_num_charts(&d) == 0)
         s = lj_fail(LJ_ERR_ARG, "%s: nothing to draw: no --log-json training log, plan --json, benchmark --json or "
