@@ -269,7 +269,8 @@ lj_status lj_parse_bytes(const char *text, uint64_t *bytes) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || errno || v < 0) return lj_fail(LJ_ERR_ARG, "'%s' is not a byte count (e.g. 80GiB)", text);
+    if (end == text || errno || !(v >= 0) || !isfinite(v))
+        return lj_fail(LJ_ERR_ARG, "'%s' is not a byte count (e.g. 80GiB)", text);
     while (*end == ' ') end++;
     static const struct { const char *unit; double mult; } units[] = {
         {"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
@@ -278,6 +279,8 @@ lj_status lj_parse_bytes(const char *text, uint64_t *bytes) {
     };
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].unit) == 0) {
+            if (v * units[i].mult + 0.5 >= 18446744073709551616.0) /* 2^64: no uint64_t holds it */
+                return lj_fail(LJ_ERR_ARG, "'%s' is too large a byte count (16 EiB and more)", text);
             *bytes = (uint64_t)(v * units[i].mult + 0.5);
             return LJ_OK;
         }

@@ -35,6 +35,10 @@ static double num(const cJSON *o, const char *key, double fallback) {
     return cJSON_IsNumber(v) ? v->valuedouble : fallback;
 }
 
+/* A size or rate read for a chart: NaN, negative or infinite values as 0 (nothing to draw),
+ * values beyond 1e300 as 1e300 (sums of a few stay finite). */
+static double amount(double v) { return isfinite(v) && v > 0 ? fmin(v, 1e300) : 0.0; }
+
 static void str(const cJSON *o, const char *key, char *buf, size_t len) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
@@ -114,6 +118,7 @@ static int read_log(lj_report_data *d, const char *path, char *text, lj_status *
 }
 
 static void add_segment(lj_report_data *d, const char *name, double bytes) {
+    bytes = amount(bytes);
     if (bytes <= 0 || d->n_segments >= LJ_REPORT_MAX_SEGMENTS) return;
     snprintf(d->segment_name[d->n_segments], sizeof d->segment_name[0], "%s", name);
     d->segment_bytes[d->n_segments++] = bytes;
@@ -139,7 +144,7 @@ static lj_status read_plan(lj_report_data *d, const char *path, const cJSON *o) 
                 const cJSON *x = cJSON_GetObjectItemCaseSensitive(act, pol[p]);
                 const double b = num(x, "bytes", 0);
                 char name[64];
-                snprintf(name, sizeof name, "%s (%d layers)", label[p], (int)num(x, "layers", 0));
+                snprintf(name, sizeof name, "%s (%.0f layers)", label[p], amount(num(x, "layers", 0)));
                 add_segment(d, name, b);
                 rest -= b;
             }
@@ -148,7 +153,7 @@ static lj_status read_plan(lj_report_data *d, const char *path, const cJSON *o) 
             add_segment(d, cat->valuestring, bytes);
         }
     }
-    d->plan_peak_bytes = num(o, "peak_bytes", 0);
+    d->plan_peak_bytes = amount(num(o, "peak_bytes", 0));
     str(o, "model", d->plan_model, sizeof d->plan_model);
     const cJSON *chosen = cJSON_GetObjectItemCaseSensitive(o, "chosen");
     if (!chosen) chosen = cJSON_GetObjectItemCaseSensitive(o, "smallest");
@@ -156,19 +161,19 @@ static lj_status read_plan(lj_report_data *d, const char *path, const cJSON *o) 
     if (cJSON_IsObject(chosen)) {
         char rc[96] = "";
         str(chosen, "recompute", rc, sizeof rc);
-        snprintf(d->plan_recompute, sizeof d->plan_recompute, "micro-batch %d, recompute %s",
-                 (int)num(chosen, "micro_batch_size", 0), rc);
+        snprintf(d->plan_recompute, sizeof d->plan_recompute, "micro-batch %.0f, recompute %s",
+                 amount(num(chosen, "micro_batch_size", 0)), rc);
     }
     snprintf(d->plan_path, sizeof d->plan_path, "%s", path);
     return LJ_OK;
 }
 
 static void read_bench(lj_report_data *d, const char *path, const cJSON *o) {
-    d->measured_peak_bytes = num(o, "peak_mem_gib", 0) * 1073741824.0;
-    d->bench_planned_bytes = num(o, "planned_mem_gib", 0) * 1073741824.0;
+    d->measured_peak_bytes = amount(num(o, "peak_mem_gib", 0) * 1073741824.0);
+    d->bench_planned_bytes = amount(num(o, "planned_mem_gib", 0) * 1073741824.0);
     d->bench_tokens_per_s = num(o, "tokens_per_s", 0);
     d->bench_mfu = num(o, "mfu", 0);
-    const double peak = num(o, "peak_tflops", 0);
+    const double peak = amount(num(o, "peak_tflops", 0));
     if (peak > 0) d->peak_tflops = peak;
     str(o, "model", d->bench_model, sizeof d->bench_model);
     str(o, "device", d->bench_device, sizeof d->bench_device);
@@ -328,10 +333,11 @@ static void fmt_gib(double bytes, char *buf, size_t len) {
     else snprintf(buf, len, "%.1f KiB", bytes / 1024.0);
 }
 
-/* Round tick step for the range [lo, hi] with about n ticks: 1, 2 or 5 times a power of 10. */
+/* Round tick step for the range [lo, hi] (finite, hi > lo) with about n ticks: 1, 2 or 5 times a
+ * power of 10. */
 static double tick_step(double lo, double hi, int n) {
     const double raw = (hi - lo) / n;
-    if (!(raw > 0)) return 1.0;
+    if (!(raw > 0) || !isfinite(raw)) return 1.0;
     const double mag = pow(10.0, floor(log10(raw)));
     const double f = raw / mag;
     return mag * (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10);
@@ -346,18 +352,54 @@ typedef struct {
     double width;
 } series;
 
+/* An axis from lo to hi with ticks lo, lo + step, ..., lo + ticks * step = hi. */
 typedef struct {
     double lo, hi, step;
+    int ticks;
 } axis;
 
+#define AXIS_LIMIT 1e300 /* values beyond it are drawn at it: the axis's arithmetic stays finite */
+#define AXIS_MAX_TICKS 12
+
+/* The axis for data in [lo, hi], with 0 in it when `zero` is set. Any input gives a finite axis
+ * of 1 to AXIS_MAX_TICKS ticks: lo > hi (no finite data point) or a non-finite bound gives
+ * [0, 1]; a constant (or nearly constant) series a band around its value; values beyond
+ * +-AXIS_LIMIT are clamped. */
 static axis make_axis(double lo, double hi, int zero) {
     axis a;
+    if (!isfinite(lo) || !isfinite(hi) || lo > hi) lo = 0.0, hi = 1.0;
+    lo = fmax(fmin(lo, AXIS_LIMIT), -AXIS_LIMIT);
+    hi = fmax(fmin(hi, AXIS_LIMIT), -AXIS_LIMIT);
     if (zero && lo > 0) lo = 0;
-    if (!(hi > lo)) hi = lo + 1.0;
+    /* a range that the step's arithmetic cannot resolve: a band of 10% of the value (or 1) */
+    if (!(hi - lo > 1e-9 * fmax(fabs(lo), fabs(hi)))) {
+        const double pad = lo != 0.0 ? 0.05 * fabs(lo) : 0.5;
+        lo -= pad, hi += pad;
+        if (zero && lo < 0 && hi - pad >= 0) lo = 0;
+    }
     a.step = tick_step(lo, hi, 5);
     a.lo = floor(lo / a.step) * a.step;
     a.hi = ceil(hi / a.step) * a.step;
+    const double ticks = (a.hi - a.lo) / a.step;
+    if (!(ticks >= 1 && ticks <= AXIS_MAX_TICKS)) { /* rounding at the ends of the double range */
+        a.lo = lo, a.hi = hi, a.step = (hi - lo) / 5, a.ticks = 5;
+    } else {
+        a.ticks = (int)(ticks + 0.5);
+    }
     return a;
+}
+
+/* The value of tick k of `a` (exactly 0 where the sum's rounding would print 1e-17). */
+static double axis_tick(const axis *a, int k) {
+    const double v = a->lo + k * a->step;
+    return fabs(v) < a->step * 1e-6 ? 0.0 : v;
+}
+
+/* A page coordinate: `v` of the axis `a` mapped onto [p0, p0 + len], kept within a few chart
+ * sizes of it (a value beyond the axis is drawn at the edge, not at 1e300 pixels). */
+static double axis_map(const axis *a, double v, double p0, double len) {
+    const double t = (fmax(fmin(v, AXIS_LIMIT), -AXIS_LIMIT) - a->lo) / (a->hi - a->lo);
+    return p0 + fmax(fmin(t, 2.0), -1.0) * len;
 }
 
 enum { CW = 560, CH = 320, ML = 64, MR = 64, MT = 40, MB = 48 };
@@ -381,37 +423,52 @@ static void chart_empty(sbuf *b, const char *id, const char *title, const char *
     put(b, "</text>\n</svg></figure>\n");
 }
 
-/* A line chart of up to 4 series over a shared x axis, with a left and optionally a right axis. */
+/* A point of series `s` that can be drawn: both coordinates finite. */
+static int drawable(const series *s, int i) { return isfinite(s->x[i]) && isfinite(s->y[i]); }
+
+/* A line chart of up to 4 series over a shared x axis, with a left and optionally a right axis.
+ * Points with a non-finite coordinate are left out; a chart without any finite point says so. */
 static void line_chart(sbuf *b, const char *id, const char *title, const char *xlabel, const char *ylabel,
                        const char *y2label, const series *s, int ns) {
     double xlo = INFINITY, xhi = -INFINITY, ylo[2] = {INFINITY, INFINITY}, yhi[2] = {-INFINITY, -INFINITY};
+    int points = 0;
     for (int k = 0; k < ns; k++)
         for (int i = 0; i < s[k].n; i++) {
-            if (!isfinite(s[k].x[i]) || !isfinite(s[k].y[i])) continue;
+            if (!drawable(&s[k], i)) continue;
+            points++;
             xlo = fmin(xlo, s[k].x[i]), xhi = fmax(xhi, s[k].x[i]);
             ylo[s[k].right] = fmin(ylo[s[k].right], s[k].y[i]);
             yhi[s[k].right] = fmax(yhi[s[k].right], s[k].y[i]);
         }
+    if (points == 0) {
+        char why[160];
+        snprintf(why, sizeof why, "the training log has no finite value of %s", s[0].label);
+        chart_empty(b, id, title, why);
+        return;
+    }
     chart_open(b, id, title, CW, CH);
     const int pw = CW - ML - MR, ph = CH - MT - MB;
     const axis ax = make_axis(xlo, xhi, 0);
     const axis ay[2] = {make_axis(ylo[0], yhi[0], y2label != NULL), make_axis(ylo[1], yhi[1], 1)};
-#define PX(v) (ML + ((v) - ax.lo) / (ax.hi - ax.lo) * pw)
-#define PY(v, a) (MT + ph - ((v) - ay[a].lo) / (ay[a].hi - ay[a].lo) * ph)
+#define PX(v) axis_map(&ax, (v), ML, pw)
+#define PY(v, a) axis_map(&ay[a], (v), MT + ph, -ph)
     char t[32];
     /* grid and ticks */
-    for (double v = ay[0].lo; v <= ay[0].hi + ay[0].step * 1e-6; v += ay[0].step) {
-        fmt_num(fabs(v) < ay[0].step * 1e-6 ? 0 : v, t, sizeof t);
+    for (int k = 0; k <= ay[0].ticks; k++) {
+        const double v = axis_tick(&ay[0], k);
+        fmt_num(v, t, sizeof t);
         put(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%d\" y=\"%.1f\" "
                "class=\"tick\" text-anchor=\"end\">%s</text>\n",
             ML, ML + pw, PY(v, 0), PY(v, 0), ML - 6, PY(v, 0) + 4, t);
     }
     if (y2label)
-        for (double v = ay[1].lo; v <= ay[1].hi + ay[1].step * 1e-6; v += ay[1].step) {
-            fmt_num(fabs(v) < ay[1].step * 1e-6 ? 0 : v, t, sizeof t);
+        for (int k = 0; k <= ay[1].ticks; k++) {
+            const double v = axis_tick(&ay[1], k);
+            fmt_num(v, t, sizeof t);
             put(b, "<text x=\"%d\" y=\"%.1f\" class=\"tick\">%s</text>\n", ML + pw + 6, PY(v, 1) + 4, t);
         }
-    for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step) {
+    for (int k = 0; k <= ax.ticks; k++) {
+        const double v = axis_tick(&ax, k);
         fmt_num(v, t, sizeof t);
         put(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" class=\"axis\"/><text x=\"%.1f\" y=\"%d\" "
                "class=\"tick\" text-anchor=\"middle\">%s</text>\n",
@@ -431,14 +488,17 @@ static void line_chart(sbuf *b, const char *id, const char *title, const char *x
         put(b, "<path class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" d=\"", s[k].color, s[k].width);
         int first = 1;
         for (int i = 0; i < s[k].n; i++) {
-            if (!isfinite(s[k].y[i])) continue;
+            if (!drawable(&s[k], i)) continue;
             put(b, "%s%.1f %.1f", first ? "M" : " L", PX(s[k].x[i]), PY(s[k].y[i], a));
             first = 0;
         }
         put(b, "\"/>\n");
-        if (s[k].dots)
+        /* markers: asked for, or a series of one point (a path of one point draws nothing) */
+        int finite = 0;
+        for (int i = 0; i < s[k].n; i++) finite += drawable(&s[k], i);
+        if (s[k].dots || finite == 1)
             for (int i = 0; i < s[k].n; i++)
-                if (isfinite(s[k].y[i]))
+                if (drawable(&s[k], i))
                     put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", PX(s[k].x[i]), PY(s[k].y[i], a),
                         s[k].color);
         /* legend */
@@ -515,11 +575,13 @@ static void ablation_chart(sbuf *b, const lj_report_data *d) {
     chart_open(b, "ablation", "Ablation: what each optimisation earns", CW, CH);
     const int pw = CW - ML - MR, ph = CH - MT - MB - 10;
     double hi = 0;
-    for (int i = 0; i < d->n_rows; i++) hi = fmax(hi, d->row_tokens_per_s[i]);
-    const axis ay = make_axis(0, hi * 1.12, 1);
+    for (int i = 0; i < d->n_rows; i++)
+        if (isfinite(d->row_tokens_per_s[i])) hi = fmax(hi, d->row_tokens_per_s[i]);
+    const axis ay = make_axis(0, fmin(hi, AXIS_LIMIT) * 1.12, 1);
     char t[32];
-    for (double v = ay.lo; v <= ay.hi + ay.step * 1e-6; v += ay.step) {
-        const double y = MT + ph - (v - ay.lo) / (ay.hi - ay.lo) * ph;
+    for (int k = 0; k <= ay.ticks; k++) {
+        const double v = axis_tick(&ay, k);
+        const double y = axis_map(&ay, v, MT + ph, -ph);
         fmt_num(v, t, sizeof t);
         put(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%d\" y=\"%.1f\" "
                "class=\"tick\" text-anchor=\"end\">%s</text>\n",
@@ -529,7 +591,8 @@ static void ablation_chart(sbuf *b, const lj_report_data *d) {
         MT + ph / 2);
     const double slot = (double)pw / d->n_rows, barw = fmin(slot * 0.6, 90);
     for (int i = 0; i < d->n_rows; i++) {
-        const double v = d->row_tokens_per_s[i], hgt = v / ay.hi * ph;
+        const double v = d->row_tokens_per_s[i];
+        const double hgt = isfinite(v) && v > 0 ? axis_map(&ay, v, 0, ph) : 0.0; /* none for a negative or NaN row */
         const double cx = ML + slot * (i + 0.5);
         put(b, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", cx - barw / 2,
             MT + ph - hgt, barw, hgt, k_colors[i % 14]);

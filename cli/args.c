@@ -12,8 +12,22 @@
 lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
     else if (strcmp(v, "none") == 0) *(int *)dest = 0;
-    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not cpu or none (nvme is not supported)", flag, v);
+    else return lj_fail(LJ_ERR_ARG, "%s: '%s' is not one of cpu, none (DeepSpeed's nvme offload is not supported)", flag, v);
     return LJ_OK;
+}
+
+void lj_cli_note_no_gpu(const char *then) {
+    static int said = 0; /* once per process */
+    lj_dist_env env;
+    const int rank = lj_dist_env_detect(&env) == LJ_OK ? env.rank : 0; /* once per job: rank 0 */
+    if (said++ || rank != 0) return;
+    lj_log_info("--device auto: no usable GPU (%s); %s", lj_error_message(), then);
+}
+
+lj_status lj_cli_model(const char *model, lj_model_config *cfg) {
+    const lj_status s = lj_config_resolve(model, cfg);
+    if (s != LJ_OK) lj_error_prefix("--model");
+    return s;
 }
 
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops) {
@@ -31,7 +45,7 @@ lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **op
         }
         if (strcmp(device, "cuda") == 0)
             return lj_fail(LJ_ERR_DEVICE, "--device cuda: %s", lj_error_message());
-        lj_log_info("--device auto: no usable GPU (%s); using the CPU", lj_error_message());
+        lj_cli_note_no_gpu("using the CPU");
         *ops = lj_ops_cpu_open(&cfg);
         return LJ_OK;
     }
@@ -65,8 +79,8 @@ lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj
     uint64_t have = 0;
     const char *source = "MemAvailable in /proc/meminfo";
     if (host_memory) {
-        if (lj_parse_bytes(host_memory, &have) != LJ_OK || have == 0)
-            return lj_fail(LJ_ERR_ARG, "--host-memory: '%s' is not a positive byte count (e.g. 64GiB)", host_memory);
+        const lj_flag row = LJ_CLI_HOST_MEMORY_ROW(NULL);
+        LJ_TRY(lj_flags_parse_size(&row, host_memory, &have, NULL));
         source = "--host-memory";
     } else {
         size_t avail = 0, total = 0; /* the CPU backend's view of the host: MemAvailable */
@@ -87,35 +101,17 @@ lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj
 
 lj_status lj_cli_memory_budget(lj_planner_target *t, const char *device_memory, const char *margin) {
     uint64_t v = 0;
+    double pct = -1.0;
     if (device_memory) {
-        if (lj_parse_bytes(device_memory, &v) != LJ_OK || v == 0)
-            return lj_fail(LJ_ERR_ARG, "--device-memory: '%s' is not a positive byte count (e.g. 80GiB)", device_memory);
-        if (v < ((uint64_t)1 << 20))
-            return lj_fail(LJ_ERR_ARG,
-                           "--device-memory: '%s' is less than 1 MiB, smaller than any device (a number without a "
-                           "unit counts bytes; e.g. 80GiB)",
-                           device_memory);
+        const lj_flag row = LJ_CLI_DEVICE_MEMORY_ROW(NULL);
+        LJ_TRY(lj_flags_parse_size(&row, device_memory, &v, NULL));
         t->device_memory_bytes = (size_t)v;
         t->memory_source = "--device-memory";
     }
     if (margin) {
-        const size_t len = strlen(margin);
-        if (len > 1 && margin[len - 1] == '%') {
-            char *end;
-            const double pct = strtod(margin, &end);
-            if (end != margin + len - 1 || pct < 0 || pct >= 100)
-                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a percentage below 100%%", margin);
-            t->margin_bytes = (size_t)((double)t->device_memory_bytes * pct / 100.0);
-        } else {
-            if (lj_parse_bytes(margin, &v) != LJ_OK)
-                return lj_fail(LJ_ERR_ARG, "--margin: '%s' is not a byte count or a percentage (1GiB, 5%%)", margin);
-            if (v > 0 && v < ((uint64_t)1 << 20))
-                return lj_fail(LJ_ERR_ARG,
-                               "--margin: '%s' is less than 1 MiB (a number without a unit counts bytes): give a "
-                               "unit or a percentage (e.g. 2GiB, 5%%), or 0 for none",
-                               margin);
-            t->margin_bytes = (size_t)v;
-        }
+        const lj_flag row = LJ_CLI_MARGIN_ROW(NULL);
+        LJ_TRY(lj_flags_parse_size(&row, margin, &v, &pct));
+        t->margin_bytes = pct >= 0 ? (size_t)((double)t->device_memory_bytes * pct / 100.0) : (size_t)v;
     }
     if ((device_memory || margin) && t->margin_bytes >= t->device_memory_bytes) {
         char b1[32], b2[32];

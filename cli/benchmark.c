@@ -208,8 +208,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given},
         {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json},
-        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &device_memory},
-        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &margin},
+        LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
+        LJ_CLI_MARGIN_ROW(&margin),
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed},
         {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &cfg.fused},
         {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &deterministic, .ival = 1},
@@ -245,7 +245,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     }
     const char *name = strncmp(model, "deepspeed/", 10) == 0 ? model + 10 : model;
-    if (lj_config_resolve(name, &cfg.model) != LJ_OK || lj_cli_device(device, deterministic, &cfg.ops) != LJ_OK ||
+    if (lj_cli_model(name, &cfg.model) != LJ_OK || lj_cli_device(device, deterministic, &cfg.ops) != LJ_OK ||
         lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops) != LJ_OK)
         return lj_cli_error("benchmark");
     if (lj_cli_fp8_resolve(&fp8, cfg.ops, &cfg.model, &cfg.linear_recipe, &cfg.fp8) != LJ_OK)
@@ -262,9 +262,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         cfg.doc_mask.eod_token = cfg.model.eos_token_id; /* the EOS `prepare` appends to each document */
     }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
-    const char *bad = (seq_given && seq <= 0) ? "--seq-length must be positive"
-                      : (iters_given && iters <= 0) ? "--train-iters must be positive"
-                      : (warmup_given && warmup < 0) ? "--warmup-iters must be >= 0"
+    char value[64] = "";
+    if (seq_given && seq <= 0) snprintf(value, sizeof value, "--seq-length %d: must be positive", seq);
+    else if (iters_given && iters <= 0) snprintf(value, sizeof value, "--train-iters %d: must be positive", iters);
+    else if (warmup_given && warmup < 0) snprintf(value, sizeof value, "--warmup-iters %d: must be >= 0", warmup);
+    const char *bad = value[0] ? value
                       : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
                           ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
                             "--[no-]overlap-comm"
@@ -279,7 +281,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     if (mbs && !strcmp(mbs, "auto")) cfg.micro_batch_size = 0;
     else if (mbs && (lj_flags_parse_int("--micro-batch-size", mbs, &cfg.micro_batch_size) != LJ_OK ||
                      cfg.micro_batch_size <= 0)) {
-        if (cfg.micro_batch_size <= 0) lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+        if (cfg.micro_batch_size <= 0)
+            lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", cfg.micro_batch_size);
         return lj_cli_error("benchmark");
     }
     if (cfg.seq_length > cfg.model.max_position_embeddings) {

@@ -39,10 +39,18 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
  * latest iteration, or one iter_NNNNNNN directory). Errors: LJ_ERR_IO naming what is missing. */
 lj_status lj_cli_model_dir(const char *load, char *buf);
 
+/* Resolves --model (lj_config_resolve: a preset, a config.json or its directory); its errors
+ * start with "--model: ". */
+lj_status lj_cli_model(const char *model, lj_model_config *cfg);
+
 /* Resolves --device auto|cpu|cuda and opens the backend's table with the run's configuration
- * (train/ops_config.h lj_ops_config_from_env: --deterministic-mode and the environment). auto picks the GPU when there is one, else says out loud that it falls back to
- * the CPU. Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
+ * (train/ops_config.h lj_ops_config_from_env: --deterministic-mode and the environment). auto
+ * picks the GPU when there is one, else says out loud that it falls back to the CPU
+ * (lj_cli_note_no_gpu). Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops);
+/* "--device auto: no usable GPU (<the error message>); <then>" on stderr, once per job: the
+ * first call of the process, on rank 0 only (every rank of a launched job falls back alike). */
+void lj_cli_note_no_gpu(const char *then);
 
 /* --grad-dtype bf16|fp32 (DeepSpeed's data_types.grad_accum_dtype) for the backend *ops:
  * replaces *ops by the CUDA table of *ops's configuration with that gradient dtype (the device's or the GPU-less description, as *ops was); NULL keeps the
@@ -84,6 +92,17 @@ typedef struct {
  * Errors: LJ_ERR_ARG (bad flags, a CHECKPOINT_OPTIMIZATION typo), LJ_ERR_OOM (nothing fits: the
  * smallest memory needed and what would make it fit). */
 lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_size, uint8_t *policy);
+
+/* The rows of the memory flags that train, benchmark and plan share (LJ_FLAG_SIZE: the text is
+ * checked at parse; lj_cli_memory_budget and lj_cli_host_check read it with the same row):
+ * --device-memory (1 MiB to 1 EiB), --margin (0, 1 MiB to 1 EiB, or a percentage below 100),
+ * --host-memory (1 MiB to 1 EiB). `where`: a const char ** (NULL for a row that only reads). */
+#define LJ_CLI_DEVICE_MEMORY_ROW(where) \
+    {.name = "--device-memory", .kind = LJ_FLAG_SIZE, .dest = (where), .min = 1048576.0}
+#define LJ_CLI_MARGIN_ROW(where) \
+    {.name = "--margin", .kind = LJ_FLAG_SIZE, .dest = (where), .ival = LJ_FLAG_ZERO_OK | LJ_FLAG_PERCENT_OK, .min = 1048576.0}
+#define LJ_CLI_HOST_MEMORY_ROW(where) \
+    {.name = "--host-memory", .kind = LJ_FLAG_SIZE, .dest = (where), .min = 1048576.0}
 
 /* --device-memory BYTES (a byte count with a unit, at least 1 MiB) and --margin BYTES|P% (kept
  * free below it) into a planner target; NULL leaves the target's value. Errors: LJ_ERR_ARG

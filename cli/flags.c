@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +13,72 @@ lj_status lj_flags_parse_int(const char *flag, const char *v, int *out) {
     errno = 0;
     long x = strtol(v, &end, 10);
     if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
-        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer", flag, v);
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer: expected a whole number (e.g. %s 8)", flag, v, flag);
     *out = (int)x;
+    return LJ_OK;
+}
+
+/* A byte count for messages: "1 MiB", "512 B". */
+static const char *bytes_text(double v, char *buf, size_t len) {
+    if (v >= 1048576.0 * 1099511627776.0) snprintf(buf, len, "%.4g EiB", v / (1048576.0 * 1099511627776.0));
+    else lj_format_bytes((uint64_t)v, buf, len);
+    return buf;
+}
+
+lj_status lj_flags_parse_size(const lj_flag *r, const char *v, uint64_t *bytes, double *percent) {
+    const int zero_ok = r->ival & LJ_FLAG_ZERO_OK, pct_ok = (r->ival & LJ_FLAG_PERCENT_OK) && percent;
+    const double max = r->max > 0 ? r->max : LJ_FLAG_SIZE_MAX;
+    const char *eg = pct_ok ? "e.g. 2GiB or 5%" : "e.g. 80GiB";
+    char lo[32], hi[32], got[32];
+    *bytes = 0;
+    if (percent) *percent = -1.0;
+    const size_t len = strlen(v);
+    if (pct_ok && len > 1 && v[len - 1] == '%') {
+        char *end;
+        errno = 0;
+        const double p = strtod(v, &end);
+        if (end != v + len - 1 || errno || !isfinite(p) || p < 0 || p >= 100 || (p == 0 && !zero_ok))
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a percentage: expected %s0 <= P < 100 as P%%, %s", r->name, v,
+                           zero_ok ? "" : "above 0, ", eg);
+        *percent = p;
+        return LJ_OK;
+    }
+    uint64_t b = 0;
+    if (lj_parse_bytes(v, &b) != LJ_OK)
+        return lj_fail(LJ_ERR_ARG,
+                       "%s: '%s' is not a byte count: expected a finite number of at most %s with a unit (B, KiB, MiB, "
+                       "GiB, TiB, KB, MB, GB, TB; none: bytes)%s, %s",
+                       r->name, v, bytes_text(max, hi, sizeof hi), pct_ok ? " or a percentage" : "", eg);
+    if (b == 0 && !zero_ok)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is zero: expected a byte count above 0, %s", r->name, v, eg);
+    if ((double)b > max)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' (%s) is above the largest accepted, %s: give a smaller value, %s", r->name,
+                       v, bytes_text((double)b, got, sizeof got), bytes_text(max, hi, sizeof hi), eg);
+    if ((double)b < r->min && !(b == 0 && zero_ok))
+        return lj_fail(LJ_ERR_ARG,
+                       "%s: '%s' is %s, below the smallest accepted, %s (a number without a unit counts bytes): give "
+                       "a unit, %s%s",
+                       r->name, v, bytes_text((double)b, got, sizeof got), bytes_text(r->min, lo, sizeof lo), eg,
+                       zero_ok ? ", or 0 for none" : "");
+    *bytes = b;
+    return LJ_OK;
+}
+
+lj_status lj_flags_parse_rate(const lj_flag *r, const char *v, double *value) {
+    const int zero_ok = r->ival & LJ_FLAG_ZERO_OK;
+    const double max = r->max > 0 ? r->max : LJ_FLAG_RATE_MAX;
+    const char *unit = r->help && r->help[0] ? r->help : "per second";
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || errno || !isfinite(x))
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number: expected a finite rate in %s, e.g. %s %s", r->name, v, unit,
+                       r->name, r->min > 1 ? "1000" : "100");
+    if (x < 0 || (x == 0 && !zero_ok) || x < r->min || x > max)
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is out of range: expected a rate in %s %s %.6g and at most %.6g; leave the "
+                                   "flag out for the default",
+                       r->name, v, unit, zero_ok ? "of at least" : "above", fmax(r->min, 0.0), max);
+    *value = x;
     return LJ_OK;
 }
 
@@ -38,7 +103,8 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     case LJ_FLAG_U64: {
         unsigned long long x = strtoull(v, &end, 10);
         if (*v == '\0' || *v == '-' || *end != '\0' || errno || (r->kind == LJ_FLAG_I64 && x > INT64_MAX))
-            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer", r->name, v);
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a non-negative integer: expected a whole number of 0 or more "
+                                       "(e.g. %s 1)", r->name, v, r->name);
         if (r->kind == LJ_FLAG_I64) *(int64_t *)r->dest = (int64_t)x;
         else *(uint64_t *)r->dest = x;
         return LJ_OK;
@@ -46,12 +112,22 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     case LJ_FLAG_DOUBLE:
     case LJ_FLAG_FLOAT: {
         double x = strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || errno) return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number", r->name, v);
+        if (*v == '\0' || *end != '\0' || errno || !isfinite(x))
+            return lj_fail(LJ_ERR_ARG, "%s: '%s' is not a number: expected a finite decimal number (e.g. %s 0.5)", r->name,
+                           v, r->name);
         if (r->kind == LJ_FLAG_DOUBLE) *(double *)r->dest = x;
         else *(float *)r->dest = (float)x;
         return LJ_OK;
     }
     case LJ_FLAG_FUNC: return r->fn(r->dest, r->name, v);
+    case LJ_FLAG_SIZE: {
+        uint64_t bytes;
+        double pct;
+        LJ_TRY(lj_flags_parse_size(r, v, &bytes, &pct));
+        *(const char **)r->dest = v;
+        return LJ_OK;
+    }
+    case LJ_FLAG_RATE: return lj_flags_parse_rate(r, v, (double *)r->dest);
     default: return LJ_OK;
     }
 }
@@ -110,6 +186,14 @@ static const lj_flag *closest(const lj_flag *rows, int n, const char *name, size
     return NULL;
 }
 
+/* How many values a row takes: 0, 1, or -1 for one or more. */
+static int values_of(const lj_flag *r) {
+    if (r->kind == LJ_FLAG_SWITCH) return 0;
+    if (r->kind == LJ_FLAG_LIST) return -1;
+    if (r->kind == LJ_FLAG_IGNORED || r->kind == LJ_FLAG_REFUSED) return r->ival;
+    return 1;
+}
+
 static void check_table(const lj_flag *rows, int n) {
     for (int a = 0; a < n; a++) {
         if (!rows[a].name) continue;
@@ -128,6 +212,10 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
                          lj_flags_result *res) {
     memset(res, 0, sizeof *res);
     check_table(rows, n);
+    if (argc == 1 && !strcmp(argv[0], "--list-flags")) { /* hidden: the table, for the bad-input suite */
+        lj_flags_print_list(stdout, rows, n);
+        exit(0);
+    }
     int only_positional = 0;
     /* every unknown flag of the line is reported at once, as argparse does */
     char unknown[1024] = "";
@@ -165,11 +253,9 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
             continue;
         }
         if (r->given) *r->given = 1;
-        const int nvalues = r->kind == LJ_FLAG_SWITCH ? 0
-                            : r->kind == LJ_FLAG_LIST ? -1
-                            : (r->kind == LJ_FLAG_IGNORED || r->kind == LJ_FLAG_REFUSED) ? r->ival
-                                                                                          : 1;
-        if (nvalues == 0 && eq) return lj_fail(LJ_ERR_ARG, "%s takes no value (got '%s')", r->name, eq + 1);
+        const int nvalues = values_of(r);
+        if (nvalues == 0 && eq)
+            return lj_fail(LJ_ERR_ARG, "%s takes no value (got '%s'): give %s alone", r->name, eq + 1, r->name);
         /* the values: argv[first .. first + count) */
         int first = i + 1, count = 0;
         if (eq) {
@@ -177,14 +263,17 @@ lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, 
             first = i;
             count = 1;
         } else if (nvalues == 1) {
-            if (i + 1 >= argc || !is_value(argv[i + 1])) return lj_fail(LJ_ERR_ARG, "%s needs a value", r->name);
+            if (i + 1 >= argc || !is_value(argv[i + 1]))
+                return lj_fail(LJ_ERR_ARG, "%s needs a value (see ljperf %s --help)", r->name, cmd);
             count = 1;
         } else if (nvalues < 0) {
             while (first + count < argc && is_value(argv[first + count])) count++;
-            if (count == 0) return lj_fail(LJ_ERR_ARG, "%s needs at least one value", r->name);
+            if (count == 0) return lj_fail(LJ_ERR_ARG, "%s needs at least one value (see ljperf %s --help)", r->name, cmd);
         }
         if (!eq) i += count;
-        if (r->kind == LJ_FLAG_REFUSED) return lj_fail(LJ_ERR_ARG, "%s: %s", r->name, r->help);
+        if (r->kind == LJ_FLAG_REFUSED) /* the reason, and what to do where it does not say */
+            return lj_fail(LJ_ERR_ARG, "%s: %s%s", r->name, r->help,
+                           strstr(r->help, "use ") || strstr(r->help, "instead") ? "" : " (remove the flag)");
         if (r->kind == LJ_FLAG_IGNORED) {
             note_ignored(res, r);
         } else if (r->kind == LJ_FLAG_SWITCH) {
@@ -265,4 +354,18 @@ const char *lj_flags_peek(int argc, char **argv, const char *name) {
         else if (!strcmp(argv[i], name) && i + 1 < argc && is_value(argv[i + 1])) v = argv[++i];
     }
     return v;
+}
+
+void lj_flags_print_list(FILE *f, const lj_flag *rows, int n) {
+    static const char *const kinds[] = {
+        [LJ_FLAG_SWITCH] = "switch", [LJ_FLAG_STR] = "str",         [LJ_FLAG_INT] = "int",         [LJ_FLAG_I64] = "i64",
+        [LJ_FLAG_U64] = "u64",       [LJ_FLAG_DOUBLE] = "double",   [LJ_FLAG_FLOAT] = "float",     [LJ_FLAG_LIST] = "list",
+        [LJ_FLAG_FUNC] = "func",     [LJ_FLAG_IGNORED] = "ignored", [LJ_FLAG_REFUSED] = "refused", [LJ_FLAG_SIZE] = "size",
+        [LJ_FLAG_RATE] = "rate",
+    };
+    for (int k = 0; k < n; k++) {
+        const lj_flag *r = &rows[k];
+        if (r->kind == LJ_FLAG_SECTION || !r->name) continue;
+        fprintf(f, "%s\t%s\t%d\n", r->name, kinds[r->kind], values_of(r));
+    }
 }

@@ -284,11 +284,15 @@ int lj_cli_generate(int argc, char **argv) {
         lj_fail(LJ_ERR_ARG, "--load DIR is required");
         return lj_cli_error("generate");
     }
-    const char *bad = a.max_new_tokens < 0                    ? "--max-new-tokens must be >= 0"
-                      : a.top_k < 0                             ? "--top-k must be >= 0"
-                      : !(a.top_p > 0.0 && a.top_p <= 1.0)      ? "--top-p must be in (0, 1]"
-                      : !(a.temperature >= 0 && isfinite(a.temperature)) ? "--temperature must be a finite number >= 0"
-                                                                : NULL;
+    char bad_text[96];
+    const char *bad = NULL;
+    if (a.max_new_tokens < 0) snprintf(bad_text, sizeof bad_text, "--max-new-tokens %d: must be >= 0", a.max_new_tokens);
+    else if (a.top_k < 0) snprintf(bad_text, sizeof bad_text, "--top-k %d: must be >= 0", a.top_k);
+    else if (!(a.top_p > 0.0 && a.top_p <= 1.0)) snprintf(bad_text, sizeof bad_text, "--top-p %g: must be in (0, 1]", a.top_p);
+    else if (!(a.temperature >= 0 && isfinite(a.temperature)))
+        snprintf(bad_text, sizeof bad_text, "--temperature %g: must be a finite number >= 0", a.temperature);
+    else bad_text[0] = '\0';
+    if (bad_text[0]) bad = bad_text;
     if (bad) {
         lj_fail(LJ_ERR_ARG, "%s", bad);
         return lj_cli_error("generate");

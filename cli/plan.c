@@ -51,6 +51,10 @@ static void usage(FILE *f) {
     lj_cli_fp8_usage(f);
 }
 
+/* --context-overhead: 0 to 1 TiB (the row, and how make_target reads the checked text) */
+#define CONTEXT_OVERHEAD_ROW(where) \
+    {.name = "--context-overhead", .kind = LJ_FLAG_SIZE, .dest = (where), .ival = LJ_FLAG_ZERO_OK, .max = 1099511627776.0}
+
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
     const char *device_memory, *margin, *context, *grad_dtype, *host_memory;
@@ -75,20 +79,20 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
-        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
-        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
-        {.name = "--host-memory", .kind = LJ_FLAG_STR, .dest = &a->host_memory},
+        LJ_CLI_DEVICE_MEMORY_ROW(&a->device_memory),
+        LJ_CLI_MARGIN_ROW(&a->margin),
+        LJ_CLI_HOST_MEMORY_ROW(&a->host_memory),
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &a->granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &a->method},
         {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &a->num_layers},
         {.name = "--no-fusion", .kind = LJ_FLAG_SWITCH, .dest = &a->fused},
         {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &a->deterministic, .ival = 1},
-        {.name = "--context-overhead", .kind = LJ_FLAG_STR, .dest = &a->context},
+        CONTEXT_OVERHEAD_ROW(&a->context),
         {.name = "--gpu-name", .kind = LJ_FLAG_STR, .dest = &a->gpu_name},
-        {.name = "--matmul-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &a->mm_tflops},
-        {.name = "--attention-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &a->attn_tflops},
-        {.name = "--memory-gbs", .kind = LJ_FLAG_DOUBLE, .dest = &a->mem_gbs},
+        {.name = "--matmul-tflops", .kind = LJ_FLAG_RATE, .dest = &a->mm_tflops, .help = "TFLOP/s", .max = 1e6},
+        {.name = "--attention-tflops", .kind = LJ_FLAG_RATE, .dest = &a->attn_tflops, .help = "TFLOP/s", .max = 1e6},
+        {.name = "--memory-gbs", .kind = LJ_FLAG_RATE, .dest = &a->mem_gbs, .help = "GB/s", .max = 1e6},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &a->buffers, .ival = 1},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &a->json},
         {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world},
@@ -118,8 +122,6 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     if (a->offload && a->zero == 0)
         return lj_fail(LJ_ERR_ARG, "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed's "
                                    "rule); add --zero-stage 1");
-    if ((a->mm_tflops < 0) || (a->attn_tflops < 0) || (a->mem_gbs < 0))
-        return lj_fail(LJ_ERR_ARG, "--matmul-tflops, --attention-tflops and --memory-gbs must be positive");
     return LJ_OK;
 }
 
@@ -132,7 +134,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
         ops = lj_ops_cpu_open(&oc);
     } else if (!strcmp(a->device, "auto") && !(ops = lj_ops_cuda_open(&oc))) {
         /* what `train --device auto` would run on: the GPU if there is a usable one, else the CPU */
-        lj_log_info("--device auto: no usable GPU (%s); planning a CPU run", lj_error_message());
+        lj_cli_note_no_gpu("planning a CPU run");
         ops = lj_ops_cpu_open(&oc);
     } else if (ops) {
         /* --device auto with a usable GPU */
@@ -157,8 +159,8 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     uint64_t v = 0;
     LJ_TRY(lj_cli_memory_budget(t, a->device_memory, a->margin));
     if (a->context) {
-        if (lj_parse_bytes(a->context, &v) != LJ_OK)
-            return lj_fail(LJ_ERR_ARG, "--context-overhead: '%s' is not a byte count (e.g. 600MiB)", a->context);
+        const lj_flag row = CONTEXT_OVERHEAD_ROW(NULL);
+        LJ_TRY(lj_flags_parse_size(&row, a->context, &v, NULL));
         t->context_bytes = strcmp(ops->name, "cpu") ? (size_t)v : 0;
         t->context_source = "--context-overhead";
     }
@@ -413,7 +415,7 @@ int lj_cli_plan(int argc, char **argv) {
     }
     lj_model_config cfg;
     const char *name = strncmp(a.model, "deepspeed/", 10) == 0 ? a.model + 10 : a.model;
-    if (lj_config_resolve(name, &cfg) != LJ_OK) return lj_cli_error("plan");
+    if (lj_cli_model(name, &cfg) != LJ_OK) return lj_cli_error("plan");
     lj_planner_target t;
     if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");

@@ -211,7 +211,7 @@ int lj_cli_prepare(int argc, char **argv) {
         cfg.tokenizer_path = tok_path;
     }
     if (st == LJ_OK && workers_given && (cfg.workers < 1 || cfg.workers > 1024))
-        st = lj_fail(LJ_ERR_ARG, "--workers: %d is not in 1..1024", cfg.workers);
+        st = lj_fail(LJ_ERR_ARG, "--workers %d: expected 1 to 1024 worker threads", cfg.workers);
     if (quiet) cfg.progress = 0;
     char **inputs = in.list;
     const int ninputs = in.n;

@@ -33,8 +33,9 @@ static lj_status run_report(int argc, char **argv, int *help) {
     const char *files[4] = {NULL, NULL, NULL, NULL};
     const char *flags[4] = {"--log-json", "--plan", "--benchmark", "--ablation"};
     const char *kinds[4] = {"training log", "plan", "benchmark", "ablation"};
+    const char *writers[4] = {"ljperf train --log-json", "ljperf plan --json", "ljperf benchmark --json",
+                              "ljperf benchmark --ablation --json"};
     double peak = 0;
-    int peak_given = 0;
     const lj_flag rows[] = {
         {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &files[0]},
         {.name = "--plan", .kind = LJ_FLAG_STR, .dest = &files[1]},
@@ -42,7 +43,7 @@ static lj_status run_report(int argc, char **argv, int *help) {
         {.name = "--ablation", .kind = LJ_FLAG_STR, .dest = &files[3]},
         {.name = "--output", .kind = LJ_FLAG_STR, .dest = &output},
         {.name = "--title", .kind = LJ_FLAG_STR, .dest = &title},
-        {.name = "--peak-tflops", .kind = LJ_FLAG_DOUBLE, .dest = &peak, .given = &peak_given},
+        {.name = "--peak-tflops", .kind = LJ_FLAG_RATE, .dest = &peak, .help = "TFLOP/s", .max = 1e6},
     };
     lj_flags_result res;
     lj_status ps = lj_flags_parse("report", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 2, &res);
@@ -56,7 +57,6 @@ static lj_status run_report(int argc, char **argv, int *help) {
         *help = 1;
         return LJ_OK;
     }
-    if (peak_given && !(peak > 0)) return lj_fail(LJ_ERR_ARG, "--peak-tflops must be positive");
     if (!dir && !files[0] && !files[1] && !files[2] && !files[3])
         return lj_fail(LJ_ERR_ARG, "give a run directory or --log-json / --plan / --benchmark / --ablation files");
     lj_report_data d;
@@ -67,8 +67,8 @@ static lj_status run_report(int argc, char **argv, int *help) {
         const char *kind = NULL;
         s = lj_report_add_file(&d, files[k], &kind);
         if (s == LJ_OK && (!kind || strcmp(kind, kinds[k]) != 0))
-            s = lj_fail(LJ_ERR_FORMAT, "%s %s: not a %s (%s)", flags[k], files[k], kinds[k],
-                        kind ? kind : "JSON that ljperf does not write");
+            s = lj_fail(LJ_ERR_FORMAT, "%s %s: not a %s (%s): expected what %s writes", flags[k], files[k], kinds[k],
+                        kind ? kind : "JSON that ljperf does not write", writers[k]);
     }
     if (s == LJ_OK && lj_report_num_charts(&d) == 0)
         s = lj_fail(LJ_ERR_ARG, "%s: nothing to draw: no --log-json training log, plan --json, benchmark --json or "

@@ -234,8 +234,8 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c->seq_length},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &a->mbs},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
-        {.name = "--device-memory", .kind = LJ_FLAG_STR, .dest = &a->device_memory},
-        {.name = "--margin", .kind = LJ_FLAG_STR, .dest = &a->margin},
+        LJ_CLI_DEVICE_MEMORY_ROW(&a->device_memory),
+        LJ_CLI_MARGIN_ROW(&a->margin),
         {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .given = &a->gbs_given},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &a->train_iters},
         {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr, .given = &a->given.lr},
@@ -380,12 +380,13 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
     else if (mbs) {
         LJ_TRY(lj_flags_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
-        if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size must be positive or auto");
+        if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", c->micro_batch_size);
     }
-    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length must be positive");
+    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", c->seq_length);
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
     if (a.warmup_iters < -1 || a.decay_iters < -1 || a.train_iters < -1)
-        return lj_fail(LJ_ERR_ARG, "--train-iters, --lr-warmup-iters and --lr-decay-iters must be >= 0");
+        return lj_fail(LJ_ERR_ARG, "--train-iters %d, --lr-warmup-iters %d, --lr-decay-iters %d: each must be >= 0",
+                       a.train_iters, a.warmup_iters, a.decay_iters);
     c->train_iters = a.train_iters >= 0 ? a.train_iters : 100; /* until the schedule says (--train-samples) */
     LJ_TRY(check_ranges(c, gbs));
     const int shape = lj_cli_megatron_has_shape(mg);
@@ -412,7 +413,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(lj_ckpt_resolve_load(c->load, root, &iteration, &is_state, hf));
         LJ_TRY(lj_config_resolve(hf, &c->model));
     } else {
-        LJ_TRY(lj_config_resolve(model ? model : "llama3-tiny", &c->model));
+        LJ_TRY(lj_cli_model(model ? model : "llama3-tiny", &c->model));
     }
     if (!shape && mg->vocab_size > 0 && mg->vocab_size != c->model.vocab_size && rank0)
         lj_log_info("--vocab-size %d: the model's vocabulary (%d) comes from %s", mg->vocab_size, c->model.vocab_size,

@@ -18,7 +18,9 @@
 #                               and the crc32c package (an independent reader of the event files),
 #                               Chromium with the DejaVu fonts (the report page rendered headless),
 #                               and the independent JavaScript tokenizers, the test oracles
-#                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers, and the
+#                               (pinned): llama3-tokenizer-js and @huggingface/tokenizers; on amd64,
+#                               clang and its libFuzzer runtime (the fuzz targets of tests/fuzz/);
+#                               and the
 #                               official OpenAI Node.js client (openai, pinned), which the tests of
 #                               `serve` drive; the photographs of scikit-image (python3-skimage's
 #                               skimage/data: PNG and JPEG test images), unpacked from the .deb
@@ -62,7 +64,11 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libpcre2-dev libutf8proc-dev
       libmicrohttpd-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libarchive-dev)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+# scripts/stress-check.sh only (the suite under load): stress-ng
+[ "${LJPERF_SETUP_STRESS:-0}" = 1 ] && pkgs+=(stress-ng)
 if [ "$tests" = 1 ]; then
+  # the fuzz targets (tests/test_fuzz.sh): clang with its libFuzzer and sanitizer runtimes, amd64
+  [ "$(dpkg --print-architecture)" = amd64 ] && pkgs+=(clang libclang-rt-14-dev)
   pkgs+=(valgrind strace dict-gcide jargon-text fortunes protobuf-compiler python3-protobuf python3-crc32c
          chromium fonts-dejavu-core)
 fi

@@ -37,6 +37,11 @@ static void test_parse_bytes(void **state) {
     assert_true(v == 1500000ull);
     assert_int_equal(lj_parse_bytes("12 parsecs", &v), LJ_ERR_ARG);
     assert_non_null(strstr(lj_error_message(), "parsecs"));
+    /* not finite, negative, or beyond what a uint64_t holds: refused, not 8 EiB or 0 */
+    const char *bad[] = {"nanGiB", "nan", "infGiB", "-1GiB", "1e30GiB", "16EiB", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) assert_int_equal(lj_parse_bytes(bad[i], &v), LJ_ERR_ARG);
+    assert_int_equal(lj_parse_bytes("1048576TiB", &v), LJ_OK); /* 1 EiB */
+    assert_true(v == 1ull << 60);
 }
 
 static void test_presets_param_counts(void **state) {

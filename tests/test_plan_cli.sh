@@ -153,7 +153,7 @@ import json, sys; c = json.load(open(sys.argv[1]))["chosen"]
 assert c["fits"] and c["layers_full"] == 0 and c["layers_none"] > 0, c' "$out/host_big.json"
     "$LJPERF" plan --model llama3-nano --zero-stage 1 --offload-optimizer cpu --host-memory lots >"$out/host_bad.txt" 2>&1
     check "bad --host-memory: exit 1" test $? = 1
-    check "bad --host-memory: named" has "$out/host_bad.txt" "--host-memory: 'lots' is not a positive byte count"
+    check "bad --host-memory: named" has "$out/host_bad.txt" "--host-memory: 'lots' is not a byte count"
     check "ZeRO-1 over 4 ranks: a quarter of the moments" python3 -c '
 import json, sys
 def moments(p):
@@ -250,7 +250,7 @@ bad "offload device" "--offload-optimizer: 'nvme'" --model llama3-nano --device 
 bad "seq length" "max_position_embeddings" --model llama3-nano --device cpu --seq-length 100000000
 bad "unknown model" "llama9" --model llama9 --device cpu
 bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length
-bad "device memory without a unit" "--device-memory: '80' is less than 1 MiB" --model llama3-nano --device cpu \
+bad "device memory without a unit" "--device-memory: '80' is 80 B, below the smallest accepted, 1.00 MiB" --model llama3-nano --device cpu \
     --device-memory 80
 bad "seq length 0" "--seq-length 0: must be positive" --model llama3-nano --device cpu --seq-length 0
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --json - >"$out/stdout.json" 2>/dev/null

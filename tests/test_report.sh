@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# test_report.sh: `ljperf report` on a real (small) run directory: a training log with
-# validation, `plan --json`, `benchmark --json` and `benchmark --ablation --json`. The page is
-# self-contained (no http(s) reference, no external file), holds the four charts, and renders
-# in headless Chromium: its own check finds every chart drawn and no script error, the console
-# has no error, and the screenshot has coloured pixels inside each chart (counted by
-# tests/png_colors.py). Bad input (a missing directory, nothing to draw, a bad log line, a file
-# of the wrong kind, an unwritable --output) gets one message naming the file.
+# test_report.sh: `ljperf report`. (1) A real (small) run directory: a training log with
+# validation, `plan --json`, `benchmark --json` and `benchmark --ablation --json`: the report
+# recognises each and draws four charts (what the writers write, the reader reads). (2) The
+# committed run of tests/data/report/run (fixed numbers, so that nothing below depends on the
+# machine's speed or load): the page is self-contained (no http(s) reference, no external file),
+# holds the four charts, and renders in headless Chromium: its own check finds every chart drawn
+# and no script error, the console has no error, and the screenshot has coloured pixels inside
+# each chart (counted by tests/png_colors.py). (3) The odd inputs of tests/data/report/edge (no
+# tokens/s, negative iterations, one point, a constant, infinite and huge values) each give a page
+# within seconds and bounded memory, with finite coordinates. (4) Bad input (a missing directory,
+# nothing to draw, a bad log line, a file of the wrong kind, an unwritable --output) gets one
+# message naming the file.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/report"
-rm -rf "$tmp" && mkdir -p "$tmp/run"
+rm -rf "$tmp" && mkdir -p "$tmp/live" "$tmp/run"
 fail() { echo "FAIL: $*" >&2; exit 1; }
-run="$tmp/run"
+
+# (1) a real run: the writers' JSON is what the reader recognises
+live="$tmp/live"
 head -c 200000 "$LJ_CACHE/data/kjv.txt" > "$tmp/kjv.txt"
 "$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" \
   --tokenizer "$LJ_CACHE/tokenizer/llama3/tokenizer.json" >/dev/null 2>&1 || fail "prepare"
 shape=(--model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2)
 "$LJPERF" train "${shape[@]}" --data-path "$tmp/kjv" --train-iters 12 --eval-interval 4 --eval-iters 2 --lr 3e-3 \
-  --quiet --log-json "$run/train.jsonl" 2>"$tmp/train.err" || { cat "$tmp/train.err"; fail "train"; }
-"$LJPERF" plan "${shape[@]}" --json "$run/plan.json" >/dev/null 2>&1 || fail "plan"
-"$LJPERF" benchmark "${shape[@]}" --train-iters 3 --warmup-iters 1 --no-progress --json "$run/benchmark.json" \
+  --quiet --log-json "$live/train.jsonl" 2>"$tmp/train.err" || { cat "$tmp/train.err"; fail "train"; }
+"$LJPERF" plan "${shape[@]}" --json "$live/plan.json" >/dev/null 2>&1 || fail "plan"
+"$LJPERF" benchmark "${shape[@]}" --train-iters 3 --warmup-iters 1 --no-progress --json "$live/benchmark.json" \
   >/dev/null 2>"$tmp/bench.err" || { cat "$tmp/bench.err"; fail "benchmark"; }
-"$LJPERF" benchmark "${shape[@]}" --train-iters 2 --warmup-iters 1 --no-progress --ablation --json "$run/ablation.json" \
+"$LJPERF" benchmark "${shape[@]}" --train-iters 2 --warmup-iters 1 --no-progress --ablation --json "$live/ablation.json" \
   >/dev/null 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "ablation"; }
+"$LJPERF" report "$live" >"$tmp/live.out" 2>"$tmp/live.err" || { cat "$tmp/live.err"; fail "report of the real run"; }
+grep -q "4 of 4 charts" "$tmp/live.out" || fail "the real run: not 4 charts: $(cat "$tmp/live.out")"
+for kind in "training log" plan benchmark ablation; do
+  grep -q ": $kind\$" "$tmp/live.err" || fail "the real run's $kind was not recognised: $(cat "$tmp/live.err")"
+done
+[ "$(grep -c '"validation_loss"' "$live/train.jsonl")" -gt 0 ] || fail "the real run's log has no validation loss"
+echo "report: the real run's four outputs recognised"
 
+# (2) the committed run
+run="$tmp/run"
+cp "$LJ_SOURCE_DIR"/tests/data/report/run/* "$run/"
 "$LJPERF" report "$run" >"$tmp/report.out" 2>"$tmp/report.err" || { cat "$tmp/report.err"; fail "report"; }
 html="$run/report.html"
 grep -q "4 of 4 charts" "$tmp/report.out" || fail "not 4 charts: $(cat "$tmp/report.out")"
@@ -58,6 +75,29 @@ browse --screenshot="$tmp/report.png" >/dev/null 2>&1 || fail "chromium --screen
 counts=$(/usr/bin/python3 "$LJ_SOURCE_DIR/tests/png_colors.py" "$tmp/report.png" "$rects") || fail "png_colors"
 for c in $counts; do [ "$c" -gt 300 ] || fail "a chart has only $c coloured pixels in the screenshot (all: $counts)"; done
 echo "chromium: 4/4 charts drawn, no errors; coloured pixels per chart: $counts"
+
+# (3) odd inputs: a page within seconds and 2 GiB, four charts, finite coordinates
+edge="$LJ_SOURCE_DIR/tests/data/report/edge"
+for f in "$edge"/*.jsonl "$edge"/plan_odd.json "$edge"/ablation_odd.json; do
+  name=$(basename "$f")
+  args=(--log-json "$f")
+  case $name in
+    plan_odd.json) args=(--plan "$f" --benchmark "$edge/benchmark_odd.json") ;;
+    ablation_odd.json) args=(--ablation "$f") ;;
+  esac
+  st=0
+  (ulimit -v 2097152; exec timeout 20 "$LJPERF" report "${args[@]}" --output "$tmp/edge.html") >/dev/null 2>"$tmp/edge.err" || st=$?
+  [ "$st" = 0 ] || { cat "$tmp/edge.err"; fail "$name: report exited with $st (124: it hung)"; }
+  [ "$(grep -o '<svg class="chart"' "$tmp/edge.html" | wc -l)" = 4 ] || fail "$name: expected 4 chart SVGs"
+  if grep -qiE '(x|y|x1|x2|y1|y2|cx|cy|width|height)="[^"]*(nan|inf)|d="[^"]*(nan|inf)' "$tmp/edge.html"; then
+    grep -oiE '[a-z0-9]+="[^"]*(nan|inf)[^"]*"' "$tmp/edge.html" | head -3
+    fail "$name: a coordinate is not finite"
+  fi
+  [ "$(wc -c < "$tmp/edge.html")" -lt 200000 ] || fail "$name: a page of $(wc -c < "$tmp/edge.html") bytes"
+done
+grep -q "no finite value of tokens/s" <("$LJPERF" report --log-json "$edge/no_speed.jsonl" --output "$tmp/edge.html" \
+  >/dev/null 2>&1 && cat "$tmp/edge.html") || fail "no_speed.jsonl: the throughput chart does not say why it is empty"
+echo "odd inputs: $(ls "$edge" | wc -l) files, each a page of finite charts"
 
 # bad input
 bad() { local want=$1; shift

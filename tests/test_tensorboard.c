@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -164,6 +165,12 @@ static void test_write_error_is_reported(void **state) {
     lj_dir_remove_quiet(dir);
 }
 
+/* LJ_TEST_TIMING=1: the cost tests also hold their times to a bound (on an idle machine). */
+static int timing_verdicts(void) {
+    const char *v = getenv("LJ_TEST_TIMING");
+    return v && !strcmp(v, "1");
+}
+
 /* What a training step pays: encoding its scalars (10 per iteration: 5 tags and their "vs
  * samples" copies) and, at a log line, one flush. */
 static void test_cost_per_scalar(void **state) {
@@ -193,7 +200,8 @@ static void test_cost_per_scalar(void **state) {
            "are written at once, a 15-record flush %.1f us mean / %.1f us max; 10 scalars per iteration = %.2f us\n",
            per_scalar * 1e6, (double)lj_tb_writer_bytes(w) / (t2 - t1) / 1e6, n, flush_sum / 100 * 1e6,
            flush_max * 1e6, per_scalar * 10 * 1e6);
-    assert_true(per_scalar < 20e-6); /* generous: a busy shared CI core */
+    /* a bound on time is a verdict on the machine's load, not on the writer: only when asked */
+    if (timing_verdicts()) assert_true(per_scalar < 20e-6);
     assert_int_equal(lj_tb_writer_close(w), LJ_OK);
     lj_dir_remove_quiet(dir);
 }
@@ -229,7 +237,7 @@ static void test_cost_per_iteration(void **state) {
         printf("tensorboard hook: %.2f us per iteration with --log-interval %d (a log line, memory reading and "
                "flush every %d)\n",
                dt / n * 1e6, intervals[k], intervals[k]);
-        assert_true(dt / n < 500e-6);
+        if (timing_verdicts()) assert_true(dt / n < 500e-6);
     }
     lj_dir_remove_quiet(dir);
 }

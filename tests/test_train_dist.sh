@@ -19,6 +19,7 @@
 #     under stage 3 resumes on 3 ranks under stage 3, continuing the single-process losses;
 #   - `ljperf benchmark` runs on 2 ranks (stage 2, and deepspeed/ names: stage 3), and its
 #     --ablation has a +CommOpt row there (left out, with the reason, on one rank);
+#   - --device auto without a GPU says so once for the job, not once per rank;
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name;
@@ -45,6 +46,14 @@ common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 
 grep -q "data parallel: 2 ranks" "$tmp/w2.err" || fail "2 ranks did not report data parallelism"
 mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${common[@]}" --save "$tmp/w3" \
   --log-json "$tmp/w3.jsonl" 2>"$tmp/w3.err" || { cat "$tmp/w3.err"; fail "3 ranks under mpirun"; }
+# --device auto without a GPU: one note for the job, not one per rank
+if "$LJPERF" plan --model llama3-nano --device auto --seq-length 32 2>&1 | grep -q "no usable GPU"; then
+  mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train --model llama3-nano --device auto \
+    --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 --global-batch-size 6 --train-iters 1 --quiet \
+    >/dev/null 2>"$tmp/auto.err" || { cat "$tmp/auto.err"; fail "3 ranks with --device auto"; }
+  [ "$(grep -c "no usable GPU" "$tmp/auto.err")" = 1 ] || { cat "$tmp/auto.err"; fail "--device auto: not one note for 3 ranks"; }
+  echo "--device auto without a GPU: one note for 3 ranks"
+fi
 
 compare() { # compare A.jsonl B.jsonl CKPT_A CKPT_B
   python3 - "$@" <<'PY'
@@ -329,8 +338,8 @@ st=0; "$LJPERF" train "${common[@]}" --nproc-per-node 0 2>"$tmp/np.err" || st=$?
   || { cat "$tmp/np.err"; fail "--nproc-per-node 0 was not refused"; }
 # an error under the launcher: rank 0 says it plainly, the other ranks name themselves
 st=0; "$LJPERF" benchmark --model llama3-nano --device cpu --nproc-per-node 2 --seq-length 0 2>"$tmp/bad2.err" || st=$?
-[ "$st" != 0 ] && grep -q -- '^ljperf benchmark: --seq-length must be positive' "$tmp/bad2.err" \
-  && grep -q -- '^ljperf benchmark (rank 1): --seq-length must be positive' "$tmp/bad2.err" \
+[ "$st" != 0 ] && grep -q -- '^ljperf benchmark: --seq-length 0: must be positive' "$tmp/bad2.err" \
+  && grep -q -- '^ljperf benchmark (rank 1): --seq-length 0: must be positive' "$tmp/bad2.err" \
   || { cat "$tmp/bad2.err"; fail "a bad flag on 2 ranks: status $st, or the ranks' lines"; }
 
 # 8 ranks under mpirun, ZeRO-3 (what an 8-GPU node runs, on CPU ranks): the same as one process

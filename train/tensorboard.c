@@ -26,7 +26,8 @@ lj_status lj_train_tb_open(lj_train_tb *tb, const lj_train_config *c, int world,
 /* A failed write stops the event file with one warning; training goes on. */
 static void check(lj_train_tb *tb, lj_status s) {
     if (s == LJ_OK || !tb->writer) return;
-    lj_log_warn("%s; no more TensorBoard events are written", lj_error_message());
+    snprintf(tb->failure, sizeof tb->failure, "%s", lj_error_message());
+    lj_log_warn("%s; no more TensorBoard events are written", tb->failure);
     lj_tb_writer_close(tb->writer);
     tb->writer = NULL;
 }
@@ -96,5 +97,8 @@ void lj_train_tb_close(lj_train_tb *tb) {
     if (!tb->writer) return;
     lj_status s = lj_tb_writer_close(tb->writer);
     tb->writer = NULL;
-    if (s != LJ_OK) lj_log_warn("%s", lj_error_message());
+    if (s != LJ_OK) {
+        snprintf(tb->failure, sizeof tb->failure, "%s", lj_error_message());
+        lj_log_warn("%s", tb->failure);
+    }
 }

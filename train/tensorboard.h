@@ -37,6 +37,7 @@ typedef struct {
     size_t plan_bytes;
     double interval_seconds;   /* summed since the last log line */
     int interval_iters;
+    char failure[600];         /* the failed write's message, "" while every write succeeded */
 } lj_train_tb;
 
 /* One iteration's values, as the per-step line prints them. */

@@ -6,8 +6,11 @@
 #include <inttypes.h>
 #include <math.h>
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "data/loader.h"
@@ -65,6 +68,9 @@ typedef struct {
     int64_t consumed_samples;
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
+    long log_json_good;        /* bytes of --log-json up to its last complete line */
+    int console_failed;        /* standard output could not be written: no more lines there */
+    char sink_failure[1800];   /* the failed log sinks' messages ("" while all wrote) */
     lj_train_tb tb;            /* TensorBoard event file (rank 0, --tensorboard-dir) */
     lj_dp dp;                  /* data-parallel ranks (a world of one without a launcher) */
     int stop;                  /* a rank received SIGINT/SIGTERM: all stop after this iteration */
@@ -216,16 +222,85 @@ static lj_status checkpoint_if_good(run *r) {
     return LJ_OK;
 }
 
+/* ---- the log sinks: JSON lines, the console; TensorBoard in train/tensorboard.c ---- */
+
+/* Notes a failed sink for the run's exit status (finish_sinks): each one, "; "-separated. */
+static void note_sink_failure(run *r, const char *what) {
+    const size_t n = strlen(r->sink_failure);
+    snprintf(r->sink_failure + n, sizeof r->sink_failure - n, "%s%s", n ? "; " : "", what);
+}
+
+/* One --log-json line (with its newline), flushed. A failed write (a full disk) warns once, cuts
+ * the file back to its last complete line, and stops the sink; training goes on. */
+static void log_json_line(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_json_line(run *r, const char *fmt, ...) {
+    if (!r->log_json) return;
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    const int n = vfprintf(r->log_json, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && fflush(r->log_json) == 0 && !ferror(r->log_json)) {
+        r->log_json_good += n;
+        return;
+    }
+    const int err = errno ? errno : EIO;
+    char what[600];
+    snprintf(what, sizeof what, "--log-json %s: write failed at iteration %d (%s); the file keeps its %ld bytes of "
+             "complete lines",
+             r->cfg->log_json, r->iteration, strerror(err), r->log_json_good);
+    lj_log_warn("%s; no more lines are written there", what);
+    note_sink_failure(r, what);
+    (void)ftruncate(fileno(r->log_json), r->log_json_good); /* a cut line out (fails on a device: harmless) */
+    fclose(r->log_json);
+    r->log_json = NULL;
+}
+
+/* A line on standard output. A failed write warns once (on stderr) and stops the lines. */
+static void console_line(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void console_line(run *r, const char *fmt, ...) {
+    if (r->console_failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    const int n = vprintf(fmt, ap);
+    va_end(ap);
+    if (n >= 0 && fflush(stdout) == 0 && !ferror(stdout)) return;
+    char what[600];
+    snprintf(what, sizeof what, "standard output: write failed at iteration %d (%s)", r->iteration,
+             strerror(errno ? errno : EIO));
+    lj_log_warn("%s; no more iteration lines are printed", what);
+    note_sink_failure(r, what);
+    r->console_failed = 1;
+}
+
+/* Closes the sinks and returns the run's status: a failed log sink makes a run that succeeded
+ * fail with LJ_ERR_IO (its log is incomplete; its checkpoints are not affected). */
+static lj_status finish_sinks(run *r, lj_status s) {
+    lj_train_tb_close(&r->tb);
+    if (r->tb.failure[0]) note_sink_failure(r, r->tb.failure);
+    if (r->log_json && fclose(r->log_json) != 0) {
+        char what[600];
+        snprintf(what, sizeof what, "--log-json %s: closing failed (%s)", r->cfg->log_json, strerror(errno));
+        lj_log_warn("%s", what);
+        note_sink_failure(r, what);
+    }
+    r->log_json = NULL;
+    if (s != LJ_OK || !r->sink_failure[0]) return s;
+    return lj_fail(LJ_ERR_IO, "the run finished, but its log is incomplete: %s (training and its checkpoints are not "
+                              "affected; give the log room, e.g. free disk space, and rerun)",
+                   r->sink_failure);
+}
+
 static void log_eval(run *r, double loss) {
     if (r->rank != 0) return;
     if (!r->cfg->quiet)
-        printf("validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E\n", r->iteration, loss,
-               exp(loss));
+        console_line(r, "validation loss at iteration %d | lm loss value: %.6E | lm loss PPL: %.6E\n", r->iteration,
+                     loss, exp(loss));
     if (r->log_json) {
         char text[40];
         json_number(text, sizeof text, "%.17g", loss);
-        fprintf(r->log_json, "{\"iteration\": %d, \"validation_loss\": %s}\n", r->iteration, text);
-        fflush(r->log_json);
+        log_json_line(r, "{\"iteration\": %d, \"validation_loss\": %s}\n", r->iteration, text);
     }
     lj_train_tb_validation(&r->tb, r->iteration, r->consumed_samples, loss);
 }
@@ -323,6 +398,8 @@ static lj_status setup(run *r) {
     if (c->log_json && r->rank == 0) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
+        fseek(r->log_json, 0, SEEK_END);
+        r->log_json_good = ftell(r->log_json) > 0 ? ftell(r->log_json) : 0; /* appending after a resume */
     }
     if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
     return LJ_OK;
@@ -474,23 +551,22 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             if (r.skipped_total > interval_skips_logged)
                 snprintf(skips, sizeof skips, " | number of skipped iterations: %d", r.skipped_total - interval_skips_logged);
             interval_skips_logged = r.skipped_total;
-            printf("iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
-                   "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
-                   "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f%s\n",
-                   r.iteration, cfg->train_iters, r.consumed_samples, mean_dt * 1e3, lr, cfg->global_batch_size,
-                   logged, grad_norm, mean_tps, mean_tps * flops_per_token / 1e12 / r.world, skips);
-            fflush(stdout);
+            console_line(&r,
+                         "iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
+                         "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
+                         "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f%s\n",
+                         r.iteration, cfg->train_iters, r.consumed_samples, mean_dt * 1e3, lr, cfg->global_batch_size,
+                         logged, grad_norm, mean_tps, mean_tps * flops_per_token / 1e12 / r.world, skips);
         }
         if (r.log_json) {
             char loss_text[40], norm_text[40]; /* JSON has no inf or NaN: null */
             json_number(loss_text, sizeof loss_text, "%.17g", loss);
             json_number(norm_text, sizeof norm_text, "%.9g", grad_norm);
-            fprintf(r.log_json,
-                    "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
-                    "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s}\n",
-                    r.iteration, loss_text, lr, norm_text, tps, dt * 1e3, r.consumed_samples,
-                    tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "");
-            fflush(r.log_json);
+            log_json_line(&r,
+                          "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
+                          "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s}\n",
+                          r.iteration, loss_text, lr, norm_text, tps, dt * 1e3, r.consumed_samples,
+                          tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "");
         }
         const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
         lj_train_tb_iteration(&r.tb, &tb_step);
@@ -517,7 +593,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                             r.iteration);
             r.final_save = 1;
             if (cfg->save && last_saved != r.iteration) s = checkpoint_if_good(&r);
-            s = finish_saves(&r, s);
+            s = finish_sinks(&r, finish_saves(&r, s));
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGUSR1, &old_usr1, NULL);
@@ -550,7 +626,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         }
         if (s == LJ_OK && cfg->save && last_saved != r.iteration) s = checkpoint(&r);
     }
-    s = finish_saves(&r, s);
+    s = finish_sinks(&r, finish_saves(&r, s));
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
