@@ -239,7 +239,9 @@ static lj_status run_http(const bench_args *a, req *rs, double *duration) {
         if (!cJSON_IsString(id)) {
             cJSON_Delete(j);
             free(m.buf);
-            return lj_fail(LJ_ERR_IO, "--base-url %s: GET /v1/models gave no model (%s)", a->base_url,
+            return lj_fail(LJ_ERR_IO, "--base-url %s: GET /v1/models gave no model (%s): start ljperf serve there "
+                                          "or pass its --base-url",
+                           a->base_url,
                            rc == CURLE_OK ? "no data[0].id" : curl_easy_strerror(rc));
         }
         snprintf(model, sizeof model, "%s", id->valuestring);
@@ -446,17 +448,18 @@ static int bench_serve(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *bad = a.num_prompts < 1                           ? "--num-prompts must be >= 1"
-                      : a.input_len < 1 || a.output_len < 1       ? "--random-input-len and --random-output-len must be >= 1"
-                      : !(a.range_ratio >= 0 && a.range_ratio < 1) ? "--random-range-ratio must be in [0, 1)"
-                      : !(a.request_rate > 0)                      ? "--request-rate must be > 0 (inf: all at once)"
-                      : a.max_concurrency < 0                      ? "--max-concurrency must be >= 1"
-                      : a.offline                                  ? lj_cli_serve_args_check(&ea)
-                                                                   : NULL;
-    if (bad) {
-        lj_fail(LJ_ERR_ARG, "%s", bad);
-        return lj_cli_error("bench serve");
-    }
+    lj_status bad = a.num_prompts < 1 ? lj_fail(LJ_ERR_ARG, "--num-prompts %d: expected >= 1", a.num_prompts)
+                    : a.input_len < 1 ? lj_fail(LJ_ERR_ARG, "--random-input-len %d: expected >= 1", a.input_len)
+                    : a.output_len < 1 ? lj_fail(LJ_ERR_ARG, "--random-output-len %d: expected >= 1", a.output_len)
+                    : !(a.range_ratio >= 0 && a.range_ratio < 1)
+                        ? lj_fail(LJ_ERR_ARG, "--random-range-ratio %g: expected 0 <= ratio < 1", a.range_ratio)
+                    : !(a.request_rate > 0)
+                        ? lj_fail(LJ_ERR_ARG, "--request-rate %g: expected > 0 (inf: all at once)", a.request_rate)
+                    : a.max_concurrency < 0
+                        ? lj_fail(LJ_ERR_ARG, "--max-concurrency %d: expected >= 1", a.max_concurrency)
+                    : a.offline ? lj_cli_serve_args_check(&ea)
+                                : LJ_OK;
+    if (bad != LJ_OK) return lj_cli_error("bench serve");
     if (a.offline && !ea.max_waiting_requests) ea.max_waiting_requests = a.num_prompts;
     if (a.offline && ea.max_waiting_requests < a.num_prompts) ea.max_waiting_requests = a.num_prompts;
     curl_global_init(CURL_GLOBAL_DEFAULT);

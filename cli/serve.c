@@ -337,21 +337,25 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
     return n;
 }
 
-const char *lj_cli_serve_args_check(const lj_cli_serve_args *a) {
-    return !a->load                                                ? "--load DIR is required"
-           : a->max_model_len < 0                                  ? "--max-model-len must be >= 1"
-           : a->max_num_seqs < 1 || a->max_num_seqs > 65536        ? "--max-num-seqs must be in [1, 65536]"
-           : a->max_num_batched_tokens < 1 || a->max_num_batched_tokens > (1 << 20)
-               ? "--max-num-batched-tokens must be in [1, 1048576]"
-           : a->kv_cache_tokens < 0                                ? "--kv-cache-tokens must be >= 1"
-           : !(a->gpu_memory_utilization >= 0 && a->gpu_memory_utilization <= 1)
-               ? "--gpu-memory-utilization must be in (0, 1]"
-           : a->max_waiting_requests < 0                           ? "--max-waiting-requests must be >= 0"
-           : strcmp(a->kv_cache_dtype, "auto") != 0
-               ? "--kv-cache-dtype: only auto (the activation dtype) is built; fp8 caches are not yet"
-           : strcmp(a->load_format, "auto") != 0 && strcmp(a->load_format, "dummy") != 0
-               ? "--load-format must be auto or dummy"
-               : NULL;
+lj_status lj_cli_serve_args_check(const lj_cli_serve_args *a) {
+    if (!a->load) return lj_fail(LJ_ERR_ARG, "--load DIR is required (a Hugging Face model folder)");
+    if (a->max_model_len < 0) return lj_fail(LJ_ERR_ARG, "--max-model-len %d: expected >= 1", a->max_model_len);
+    if (a->max_num_seqs < 1 || a->max_num_seqs > 65536)
+        return lj_fail(LJ_ERR_ARG, "--max-num-seqs %d: expected 1 to 65536", a->max_num_seqs);
+    if (a->max_num_batched_tokens < 1 || a->max_num_batched_tokens > (1 << 20))
+        return lj_fail(LJ_ERR_ARG, "--max-num-batched-tokens %d: expected 1 to 1048576", a->max_num_batched_tokens);
+    if (a->kv_cache_tokens < 0) return lj_fail(LJ_ERR_ARG, "--kv-cache-tokens %d: expected >= 1", a->kv_cache_tokens);
+    if (!(a->gpu_memory_utilization >= 0 && a->gpu_memory_utilization <= 1))
+        return lj_fail(LJ_ERR_ARG, "--gpu-memory-utilization %g: expected a fraction in (0, 1]",
+                       a->gpu_memory_utilization);
+    if (a->max_waiting_requests < 0)
+        return lj_fail(LJ_ERR_ARG, "--max-waiting-requests %d: expected >= 0", a->max_waiting_requests);
+    if (strcmp(a->kv_cache_dtype, "auto") != 0)
+        return lj_fail(LJ_ERR_ARG, "--kv-cache-dtype %s: only auto (the activation dtype) is built; fp8 caches are not yet",
+                       a->kv_cache_dtype);
+    if (strcmp(a->load_format, "auto") != 0 && strcmp(a->load_format, "dummy") != 0)
+        return lj_fail(LJ_ERR_ARG, "--load-format %s: expected auto or dummy", a->load_format);
+    return LJ_OK;
 }
 
 int lj_cli_serve(int argc, char **argv) {
@@ -369,12 +373,13 @@ int lj_cli_serve(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *bad = lj_cli_serve_args_check(&a.e);
-    if (!bad) bad = a.port < 0 || a.port > 65535 ? "--port must be in [0, 65535]"
-                    : a.api_key && !a.api_key[0] ? "--api-key must not be empty"
-                                                 : NULL;
-    if (bad) {
-        lj_fail(LJ_ERR_ARG, "%s", bad);
+    if (lj_cli_serve_args_check(&a.e) != LJ_OK) return lj_cli_error("serve");
+    if (a.port < 0 || a.port > 65535) {
+        lj_fail(LJ_ERR_ARG, "--port %d: expected 0 to 65535", a.port);
+        return lj_cli_error("serve");
+    }
+    if (a.api_key && !a.api_key[0]) {
+        lj_fail(LJ_ERR_ARG, "--api-key '': expected a non-empty key (or no --api-key)");
         return lj_cli_error("serve");
     }
     g_load = a.e.load;

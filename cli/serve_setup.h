@@ -21,8 +21,8 @@ void lj_cli_serve_args_default(lj_cli_serve_args *a);
 /* The flag rows of *a into rows[] (at least LJ_CLI_SERVE_FLAGS); returns their count. */
 #define LJ_CLI_SERVE_FLAGS 16
 int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows);
-/* NULL, or what is wrong with the flags' values (a message naming the flag). */
-const char *lj_cli_serve_args_check(const lj_cli_serve_args *a);
+/* LJ_OK, or LJ_ERR_ARG with a message naming the flag, its value and what is expected. */
+lj_status lj_cli_serve_args_check(const lj_cli_serve_args *a);
 
 /* What a server runs: the weights, the forward's buffers, the engine, the tokenizer. */
 typedef struct {
