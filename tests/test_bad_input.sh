@@ -10,8 +10,10 @@
 #   - A row with a note "refused ..." is a flag refused whatever its value (no value to name).
 #   - A row with a note "pending: ..." is run and reported, but its failure does not fail the
 #     suite (a refusal another branch adds); a pending row that passes is reported too.
-# ARGS is read by bash with these variables: TRAIN, BENCH, PLAN, GEN, REPORT, PREP (tiny valid
-# base arguments of each command), TMP (a scratch directory), SRC (the source tree).
+# ARGS is read by bash with these variables: TRAIN, BENCH, PLAN, GEN, REPORT, PREP, SERVE,
+# BSERVE (tiny valid base arguments of each command; every serve row fails before binding a port,
+# every bench serve row before a request or against a closed port), TMP (a scratch directory),
+# SRC (the source tree).
 # Other bad-input tests stay where they are (test_io_bad.sh, test_megatron_args.sh,
 # test_plan_cli.sh, test_state_faults.sh, test_dataset_bad.c): this table covers every flag once.
 set -euo pipefail
@@ -26,16 +28,18 @@ BENCH="--model llama3-nano --device cpu --seq-length 16 --micro-batch-size 1 --t
 PLAN="--model llama3-nano --device cpu --seq-length 16"
 GEN="--load $SRC/tests/fixtures/hf/tied --prompt x --device cpu --max-new-tokens 1"
 REPORT="$SRC/tests/data/report/run --output $TMP/r.html"
+SERVE="--load $SRC/tests/fixtures/hf/tied --device cpu --port 1"
+BSERVE="--base-url http://127.0.0.1:9 --tokenizer $SRC/tests/data/gpt2_mini/tokenizer.json --num-prompts 1 --random-input-len 4 --random-output-len 2"
 PREP="--input $TMP/in.txt --output-prefix $TMP/prep --tokenizer $SRC/tests/data/gpt2_mini/tokenizer.json"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 1. every flag has a row
 missing=()
-for cmd in prepare train benchmark plan generate report; do
+for cmd in prepare train benchmark plan generate report serve "bench serve"; do
   while IFS=$'\t' read -r flag _; do
     awk -F'\t' -v c="$cmd" -v f="$flag" '$1 == c && $2 == f { found = 1 } END { exit !found }' "$table" \
       || missing+=("$cmd $flag")
-  done < <("$LJPERF" "$cmd" --list-flags)
+  done < <(read -ra words <<<"$cmd" && "$LJPERF" "${words[@]}" --list-flags)
 done
 [ ${#missing[@]} = 0 ] || fail "flags without a row in tests/bad_input/cases.tsv: ${missing[*]}"
 
@@ -47,8 +51,9 @@ while IFS=$'\t' read -r cmd flag code frag args note; do
   [[ -z "$cmd" || "$cmd" == \#* ]] && continue
   if [ "$code" = - ]; then explained=$((explained + 1)); continue; fi
   eval "argv=($args)"
+  read -ra words <<<"$cmd" # a command of two words: bench serve
   st=0
-  timeout 120 "$LJPERF" "$cmd" "${argv[@]}" </dev/null >"$TMP/out" 2>"$TMP/err" || st=$?
+  timeout 120 "$LJPERF" "${words[@]}" "${argv[@]}" </dev/null >"$TMP/out" 2>"$TMP/err" || st=$?
   eval "want=\"$frag\""
   last=$(grep -v '^warning:' "$TMP/err" | tail -1)
   why=""
