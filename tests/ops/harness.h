@@ -74,7 +74,7 @@ typedef struct {
     double worst; /* largest rel_l2 seen (INFINITY after a non-finite value or a failed assertion) */
 } lj_harness_op;
 
-#define LJ_HARNESS_MAX_OPS 192
+#define LJ_HARNESS_MAX_OPS 512
 
 /* One run of the harness (or of a kernel-lab program). */
 typedef struct {
