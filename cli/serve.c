@@ -300,6 +300,8 @@ static lj_status run_serve(const serve_args *sa, sigset_t *signals) {
         sigwait(signals, &sig);
         lj_log_info("serve: %s: draining the requests in flight", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         lj_http_begin_stop(http);
+        const int left = lj_http_wait_idle(http, 120.0); /* the answers in flight leave whole */
+        if (left) lj_log_warn("serve: %d request(s) still in flight after 120 s: stopping them", left);
         lj_serve_engine_stop(sv.engine, 1);
         sv.engine = NULL;
         lj_log_info("serve: stopped");

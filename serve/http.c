@@ -21,6 +21,8 @@ struct lj_http_server {
     lj_serve_engine *e;
     const lj_api_model *m;
     int ready, stopping;
+    int in_flight;           /* generation requests not yet completed (their answer sent or cut) */
+    pthread_cond_t idle;     /* signalled when in_flight drops */
     long started;
     lj_http_weights_loader load_weights;
     void *load_ctx;
@@ -31,6 +33,7 @@ typedef struct {
     char *body;
     size_t len, cap;
     int too_large;
+    int counted; /* a generation request: in_flight until MHD says it completed */
 } conn_ctx;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, char *body,
@@ -116,7 +119,13 @@ static void sse_free(void *cls) {
 
 /* ---- generation routes ------------------------------------------------------------------- */
 
-static enum MHD_Result generate(lj_http_server *h, struct MHD_Connection *c, lj_api_kind kind, const conn_ctx *cc) {
+static enum MHD_Result generate(lj_http_server *h, struct MHD_Connection *c, lj_api_kind kind, conn_ctx *cc) {
+    if (!cc->counted) { /* until `completed`: a drain waits for the answer to be sent whole */
+        pthread_mutex_lock(&h->mu);
+        h->in_flight++;
+        pthread_mutex_unlock(&h->mu);
+        cc->counted = 1;
+    }
     lj_api_request req;
     lj_api_error err;
     if (lj_api_parse(h->m, kind, cc->body ? cc->body : "", cc->len, &req, &err)) {
@@ -352,8 +361,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls, (void)c, (void)code;
+    (void)c, (void)code;
+    lj_http_server *h = cls;
     conn_ctx *cc = *con_cls;
+    if (cc && cc->counted) {
+        pthread_mutex_lock(&h->mu);
+        h->in_flight--;
+        pthread_cond_broadcast(&h->idle);
+        pthread_mutex_unlock(&h->mu);
+    }
     if (cc) {
         free(cc->body);
         free(cc);
@@ -371,6 +387,7 @@ lj_status lj_http_start(lj_http_server **out, const lj_http_options *opt, int *p
     h->opt = *opt;
     h->started = (long)time(NULL);
     pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->idle, NULL);
     pthread_mutex_init(&h->load_mu, NULL);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD; /* no MHD log: a client that goes away is normal */
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -404,8 +421,21 @@ void lj_http_begin_stop(lj_http_server *h) {
     pthread_mutex_unlock(&h->mu);
 }
 
+int lj_http_wait_idle(lj_http_server *h, double seconds) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    pthread_mutex_lock(&h->mu);
+    int rc = 0;
+    while (h->in_flight > 0 && rc == 0) rc = pthread_cond_timedwait(&h->idle, &h->mu, &until);
+    const int left = h->in_flight;
+    pthread_mutex_unlock(&h->mu);
+    return left;
+}
+
 void lj_http_stop(lj_http_server *h) {
     MHD_stop_daemon(h->d);
+    pthread_cond_destroy(&h->idle);
     pthread_mutex_destroy(&h->mu);
     free(h);
 }

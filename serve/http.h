@@ -37,6 +37,11 @@ void lj_http_set_weights_loader(lj_http_server *s, lj_http_weights_loader load, 
 void lj_http_begin_stop(lj_http_server *s);
 
 /* Closes the listening socket and the connections, joins their threads, frees s. */
+/* Waits until every generation request taken before lj_http_begin_stop has completed (its
+ * answer, streamed or not, sent whole or cut by its client), at most `seconds`. Returns how many
+ * are still in flight (0: all done). Call after lj_http_begin_stop, before the engine stops: a
+ * drain keeps the engine running until the last answer has left. */
+int lj_http_wait_idle(lj_http_server *s, double seconds);
 void lj_http_stop(lj_http_server *s);
 
 /* The Prometheus text of the engine's statistics (free() it). */

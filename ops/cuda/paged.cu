@@ -24,11 +24,13 @@
 
 static __global__ void paged_kv_write_kernel(lj_bf16 *cache, const lj_bf16 *qkv, const int32_t *slots, int N,
                                              int Q, int KV) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = 2 * (int64_t)KV;
-    if (i >= (int64_t)N * w) return;
-    const int64_t n = i / w, c = i % w;
-    const int32_t slot = slots[n];
-    if (slot >= 0) cache[(int64_t)slot * w + c] = qkv[n * (Q + w) + Q + c];
+    /* a grid-stride loop: lj_cuda_blocks caps the grid at 32 blocks per multiprocessor */
+    const int64_t w = 2 * (int64_t)KV, total = (int64_t)N * w, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t n = i / w, c = i % w;
+        const int32_t slot = slots[n];
+        if (slot >= 0) cache[(int64_t)slot * w + c] = qkv[n * (Q + w) + Q + c];
+    }
 }
 
 void lj_cuda_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd) {
@@ -165,9 +167,9 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
 }
 
 static __global__ void gather_rows_kernel(lj_bf16 *out, const lj_bf16 *x, const int32_t *rows, int M, int C) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)M * C) return;
-    out[i] = x[(int64_t)rows[i / C] * C + i % C];
+    const int64_t total = (int64_t)M * C, stride = (int64_t)gridDim.x * blockDim.x; /* grid-stride, as above */
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
+        out[i] = x[(int64_t)rows[i / C] * C + i % C];
 }
 
 void lj_cuda_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C) {
