@@ -321,6 +321,15 @@ const char *lj_cache_dir(char *buf, size_t len) {
             if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode)) return buf;
         }
     }
+#ifdef LJ_BUILD_CACHE_DIR
+    { /* an installed binary (scripts/install.sh): the cache of the tree it was built from */
+        struct stat st;
+        if (stat(LJ_BUILD_CACHE_DIR, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(buf, len, "%s", LJ_BUILD_CACHE_DIR);
+            return buf;
+        }
+    }
+#endif
     snprintf(buf, len, ".cache");
     return buf;
 }

@@ -133,7 +133,9 @@ const char *lj_format_bytes(uint64_t bytes, char *buf, size_t buflen);
 
 /* The cache directory of the set-up script (tokenizer, corpora, planner measurements):
  * $LJPERF_CACHE, else the first `.cache` directory found walking up from the binary's
- * directory (<repo>/build/ljperf, <repo>/build/tests/x), else "./.cache". Written into buf. */
+ * directory (<repo>/build/ljperf, <repo>/build/tests/x), else the cache of the source tree the
+ * binary was built from (an installed binary; LJ_BUILD_CACHE_DIR, set by CMake), else "./.cache".
+ * Written into buf. */
 const char *lj_cache_dir(char *buf, size_t len);
 
 /* Number of CPU threads to use (OMP_NUM_THREADS or the online cores). */

@@ -186,7 +186,10 @@ static lj_status make_prompts(const bench_args *a, lj_tokenizer *tok, req *rs) {
     if (strcmp(a->dataset_name, "kjv") == 0) {
         char path[LJ_PATH_MAX];
         if (a->dataset_path) snprintf(path, sizeof path, "%s", a->dataset_path);
-        else snprintf(path, sizeof path, "%s/data/kjv.txt", getenv("LJPERF_CACHE") ? getenv("LJPERF_CACHE") : ".cache");
+        else {
+            char cache[LJ_PATH_MAX];
+            snprintf(path, sizeof path, "%s/data/kjv.txt", lj_cache_dir(cache, sizeof cache));
+        }
         char *text;
         size_t len;
         LJ_TRY(lj_file_read_all(path, &text, &len));

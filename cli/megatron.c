@@ -268,7 +268,7 @@ lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_conf
                                    "--tokenizer-model)", flag, dm->eod_token, cfg->vocab_size);
     if (rank0)
         lj_log_info("document masking at end-of-document id %d (%s):%s%s%s", dm->eod_token,
-                    mock_data ? "the mock documents'" : "the model's eos_token_id",
+                    mock_data ? "the mock documents'" : "the model's eos_token_id, unless the dataset records its own",
                     m->reset_position_ids ? " --reset-position-ids" : "",
                     m->reset_attention_mask ? " --reset-attention-mask" : "",
                     m->eod_mask_loss ? " --eod-mask-loss" : "");

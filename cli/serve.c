@@ -323,10 +323,10 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
         {.name = "--load-format", .kind = LJ_FLAG_STR, .dest = &a->load_format},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--served-model-name", .kind = LJ_FLAG_STR, .dest = &a->served_model_name},
-        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a->max_model_len},
+        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a->max_model_len, .given = &a->max_model_len_given},
         {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a->max_num_seqs},
         {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a->max_num_batched_tokens},
-        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens},
+        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens, .given = &a->kv_cache_tokens_given},
         {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a->gpu_memory_utilization},
         {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a->kv_cache_dtype},
         {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 1},
@@ -341,12 +341,14 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
 
 lj_status lj_cli_serve_args_check(const lj_cli_serve_args *a) {
     if (!a->load) return lj_fail(LJ_ERR_ARG, "--load DIR is required (a Hugging Face model folder)");
-    if (a->max_model_len < 0) return lj_fail(LJ_ERR_ARG, "--max-model-len %d: expected >= 1", a->max_model_len);
+    if (a->max_model_len < 0 || (a->max_model_len_given && a->max_model_len < 1))
+        return lj_fail(LJ_ERR_ARG, "--max-model-len %d: expected >= 1", a->max_model_len);
     if (a->max_num_seqs < 1 || a->max_num_seqs > 65536)
         return lj_fail(LJ_ERR_ARG, "--max-num-seqs %d: expected 1 to 65536", a->max_num_seqs);
     if (a->max_num_batched_tokens < 1 || a->max_num_batched_tokens > (1 << 20))
         return lj_fail(LJ_ERR_ARG, "--max-num-batched-tokens %d: expected 1 to 1048576", a->max_num_batched_tokens);
-    if (a->kv_cache_tokens < 0) return lj_fail(LJ_ERR_ARG, "--kv-cache-tokens %d: expected >= 1", a->kv_cache_tokens);
+    if (a->kv_cache_tokens < 0 || (a->kv_cache_tokens_given && a->kv_cache_tokens < 1))
+        return lj_fail(LJ_ERR_ARG, "--kv-cache-tokens %d: expected >= 1", a->kv_cache_tokens);
     if (!(a->gpu_memory_utilization >= 0 && a->gpu_memory_utilization <= 1))
         return lj_fail(LJ_ERR_ARG, "--gpu-memory-utilization %g: expected a fraction in (0, 1]",
                        a->gpu_memory_utilization);

@@ -12,6 +12,7 @@
 typedef struct {
     const char *load, *tokenizer, *device, *served_model_name, *kv_cache_dtype, *load_format;
     int max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, prefix_caching;
+    int max_model_len_given, kv_cache_tokens_given; /* the flags were given (0 is then a value to refuse) */
     int max_waiting_requests;
     double gpu_memory_utilization;
 } lj_cli_serve_args;

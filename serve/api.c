@@ -2,6 +2,7 @@
  * the JSON of answers, stream chunks and errors. Contracts in serve/api.h. */
 #include "serve/api.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -389,6 +390,19 @@ static int parse_prompt(const lj_api_model *mdl, lj_api_kind kind, const cJSON *
     return rc;
 }
 
+/* 1 when a JSON string of body[0..len) holds the escape \u0000: cJSON's strings end at a NUL,
+ * so the text after it would be dropped without a word. */
+static int has_nul_escape(const char *body, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && i + 5 < len && body[i + 2] == '0' && body[i + 3] == '0' && body[i + 4] == '0' &&
+            body[i + 5] == '0')
+            return 1;
+        i++; /* the escaped character (\\ included) */
+    }
+    return 0;
+}
+
 int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
                  lj_api_error *err) {
     memset(req, 0, sizeof *req);
@@ -397,11 +411,14 @@ int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, si
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return fail(err, 400, NULL, "the request body is not valid JSON");
     int rc = cJSON_IsObject(root) ? 0 : fail(err, 400, NULL, "the request body must be a JSON object");
+    if (!rc && has_nul_escape(body, len))
+        rc = fail(err, 400, NULL, "a string of the request holds the NUL character (\\u0000), which the model's text "
+                                  "cannot carry: remove it");
     if (!rc) rc = parse_fields(mdl, kind, root, req, err);
     if (!rc) rc = parse_prompt(mdl, kind, root, req, err);
-    long long max_tokens = -1;
+    long long max_tokens = LLONG_MIN; /* not given */
     if (!rc) rc = get_int(root, "max_tokens", -(1ll << 40), 1ll << 40, &max_tokens, err);
-    if (!rc && kind == LJ_API_CHAT && max_tokens < 0)
+    if (!rc && kind == LJ_API_CHAT && max_tokens == LLONG_MIN)
         rc = get_int(root, "max_completion_tokens", -(1ll << 40), 1ll << 40, &max_tokens, err);
     long long min_tokens = 0;
     if (!rc) rc = get_int(root, "min_tokens", 0, 1ll << 30, &min_tokens, err);
@@ -413,7 +430,7 @@ int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, si
         return fail(err, 400, kind == LJ_API_CHAT ? "messages" : "prompt",
                     "This model's maximum context length is %d tokens. However, your request has %d input tokens. "
                     "Please reduce the length of the input.", mdl->max_model_len, req->n_prompt);
-    if (max_tokens == -1) max_tokens = kind == LJ_API_CHAT ? room : 16;
+    if (max_tokens == LLONG_MIN) max_tokens = kind == LJ_API_CHAT ? room : 16;
     if (max_tokens < 1) return fail(err, 400, "max_tokens", "'max_tokens' must be at least 1, got %lld", max_tokens);
     if (max_tokens > room)
         return fail(err, 400, "max_tokens",
@@ -738,6 +755,9 @@ char *lj_api_response_json(lj_api_stream *s) {
 
 int lj_api_tokenize(const lj_api_model *mdl, const char *body, size_t len, char **out, lj_api_error *err) {
     if (lj_utf8_check(body, len) != len) return fail(err, 400, NULL, "the request body is not valid UTF-8");
+    if (has_nul_escape(body, len))
+        return fail(err, 400, NULL, "a string of the request holds the NUL character (\\u0000), which the model's text "
+                                    "cannot carry: remove it");
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);

@@ -79,6 +79,8 @@ static void test_completion_fields(void **state) {
         {"{\"prompt\": \"x\"", "", 400},
         {"\"x\"", "", 400},
         {"{\"prompt\": \"x\", \"max_tokens\": 0}", "max_tokens", 400},
+        {"{\"prompt\": \"x\", \"max_tokens\": -1}", "max_tokens", 400}, /* -1 is no "not given" */
+        {"{\"prompt\": \"a\\u0000bcdef\"}", "", 400},                 /* cJSON would cut it at the NUL */
         {"{\"prompt\": \"x\", \"max_tokens\": 64}", "max_tokens", 400}, /* 1 + 1 + 64 > 64 */
         {"{\"prompt\": \"x\", \"max_tokens\": 2.5}", "max_tokens", 400},
         {"{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature", 400},
