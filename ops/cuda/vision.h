@@ -2,7 +2,7 @@
  * GELU forms, the weighted embedding bag, row gather and scatter (vision_ops.cu), and attention
  * over variable-length segments (vision_attention.cu). Contracts: the entries of the same names
  * in ops/ops.h; bf16 activations and parameters, fp32 arithmetic, the backend's stream. The ops
- * that write weight gradients take the gradient dtype last (cuda_ops.cu binds it per table). */
+ * that write weight gradients take the gradient dtype last (backend.cu binds it per table). */
 #ifndef LJ_CUDA_VISION_H
 #define LJ_CUDA_VISION_H
 
