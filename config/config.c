@@ -394,8 +394,9 @@ lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const c
     return config_parse(object, cfg, path);
 }
 
-lj_status lj_config_load(const char *path, lj_model_config *cfg) {
+lj_status lj_config_read_json(const char *path, void **root_out) {
     char *text;
+    *root_out = NULL;
     LJ_TRY(lj_file_read_all(path, &text, NULL));
     cJSON *root = cJSON_Parse(text);
     free(text);
@@ -403,8 +404,19 @@ lj_status lj_config_load(const char *path, lj_model_config *cfg) {
         cJSON_Delete(root);
         return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", path);
     }
-    lj_status s = json_no_duplicates(root, "", path);
-    if (s == LJ_OK) s = config_parse(root, cfg, path);
+    const lj_status s = json_no_duplicates(root, "", path);
+    if (s != LJ_OK) {
+        cJSON_Delete(root);
+        return s;
+    }
+    *root_out = root;
+    return LJ_OK;
+}
+
+lj_status lj_config_load(const char *path, lj_model_config *cfg) {
+    void *root;
+    LJ_TRY(lj_config_read_json(path, &root));
+    lj_status s = config_parse(root, cfg, path);
     cJSON_Delete(root);
     if (s == LJ_OK) {
         const char *base = strrchr(path, '/');

@@ -104,6 +104,12 @@ lj_status lj_config_load(const char *path, lj_model_config *cfg);
  * nest a decoder's (config/vl.h's text_config); `path` names it in the errors. */
 lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const char *path);
 
+/* Reads `path` as a config.json: *root = its top-level object (a cJSON *; free with
+ * cJSON_Delete). Errors: LJ_ERR_IO (unreadable), LJ_ERR_FORMAT naming the file (not a JSON
+ * object, or a key twice in one object: cJSON would keep the first where transformers keeps the
+ * last). Every config loader reads its file through it. */
+lj_status lj_config_read_json(const char *path, void **root);
+
 /* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
 lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
 

@@ -277,14 +277,8 @@ static lj_status vl_parse(const cJSON *root, lj_vl_config *c, const char *path) 
 }
 
 lj_status lj_vl_config_load(const char *path, lj_vl_config *cfg) {
-    char *text;
-    LJ_TRY(lj_file_read_all(path, &text, NULL));
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", path);
-    }
+    void *root;
+    LJ_TRY(lj_config_read_json(path, &root)); /* an object without duplicate keys */
     lj_status s = vl_parse(root, cfg, path);
     cJSON_Delete(root);
     if (s == LJ_OK) {
