@@ -44,7 +44,9 @@ static void usage(FILE *f) {
             "  --kv-cache-dtype auto        the cache in the activation dtype (fp8 is not built yet)\n"
             "  --enable-prefix-caching      reuse the KV blocks of shared prompt prefixes (default on)\n"
             "  --no-enable-prefix-caching\n"
-            "  --max-waiting-requests N     requests that may wait; beyond, HTTP 429 (default 1024)\n");
+            "  --max-waiting-requests N     requests that may wait; beyond, HTTP 429 (default 1024)\n"
+            "  --enforce-eager              run every step op by op: no CUDA graphs for decode batches (by\n"
+            "                               default a GPU captures one per batch size 1, 2, 4, 8, 16, 24, ...)\n");
 }
 
 /* The model's end ids: the tokenizer's EOS, config.json's, tokenizer_config.json's eos_token
@@ -201,6 +203,14 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
         s = lj_serve_model_init(smp, mp, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len);
     sv->am = (lj_api_model){a->served_model_name ? a->served_model_name : a->load, sv->tok, max_model_len, sv->tmpl, sv->bos, sv->eos};
     sv->num_blocks = num_blocks;
+    if (s == LJ_OK && !a->enforce_eager && ops->graph_capture_begin) {
+        const double t0 = lj_time_sec();
+        const lj_status g = lj_serve_capture_graphs(smp);
+        if (g != LJ_OK) lj_log_warn("serve: %s; the steps the graphs miss run op by op", lj_error_message());
+        if (smp->num_graphs > 0)
+            lj_log_info("serve: captured %d CUDA graphs of decode batches (1 to %d sequences) in %.1f s",
+                        smp->num_graphs, smp->graph_sizes[smp->num_graphs - 1], lj_time_sec() - t0);
+    }
     if (s == LJ_OK) {
         lj_serve_engine_options eo = {.max_num_seqs = a->max_num_seqs,
                                       .max_num_batched_tokens = a->max_num_batched_tokens,
@@ -332,6 +342,7 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
         {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 1},
         {.name = "--no-enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 0},
         {.name = "--max-waiting-requests", .kind = LJ_FLAG_INT, .dest = &a->max_waiting_requests},
+        {.name = "--enforce-eager", .kind = LJ_FLAG_SWITCH, .dest = &a->enforce_eager, .ival = 1},
     };
     const int n = (int)(sizeof r / sizeof r[0]);
     LJ_ASSERT(n <= LJ_CLI_SERVE_FLAGS);

@@ -380,6 +380,11 @@ struct lj_ops {
     /* out[M, C] act = x[rows[m], :] for m < M (the rows whose logits a step samples from).
      * rows: [M] i32 backend memory. */
     void (*gather_rows)(void *out, const void *x, const int32_t *rows, int M, int C);
+    /* out[m] = the index of the largest of x[m, 0..V) for m < M (greedy decoding), as a scan
+     * from index 0 that takes an element only when it is greater than the one held: the first
+     * of equal maxima; a NaN is never taken, and a NaN at index 0 is kept (index 0). x: [M, V]
+     * act; out: [M] i32 backend memory. */
+    void (*argmax_rows)(int32_t *out, const void *x, int M, int V);
 
     /* ---- SwiGLU (Shazeer 2020): out[N,I] = silu(gate) * up, gate_up[N, 2I] = [gate | up] */
     void (*swiglu_forward)(void *out, const void *gate_up, int N, int I);

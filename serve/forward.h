@@ -12,6 +12,8 @@
 #include "plan/plan.h"
 #include "serve/kv_cache.h"
 
+#define LJ_SERVE_MAX_GRAPHS 72 /* decode batch sizes 1, 2, 4, 8, 16, 24, ... up to 552 */
+
 typedef struct {
     lj_model *m;              /* the weights, op table and shapes (not owned) */
     int max_tokens;           /* rows per step (max_num_batched_tokens) */
@@ -26,11 +28,16 @@ typedef struct {
     void *rows_x, *rows_ln, *logits; /* [max_seqs, C], [max_seqs, C], [max_seqs, V] act */
     float *rows_rstd;
     int32_t *d_index;         /* ids, pos, slots, seq [max_tokens] each, rows [max_seqs], tables [max_seqs, max_blocks] */
+    int32_t *d_argmax, *h_argmax; /* [max_seqs] i32: the greedy token of each wanted row, device and host */
     int32_t *h_index;         /* its host staging */
     float *h_logits;          /* [max_seqs, V] f32 host */
     uint16_t *h_logits_bf16;  /* [max_seqs, V] bf16 host staging of a bf16 backend (pinned when it can) */
     int h_logits_pinned;
     size_t kv_bytes;          /* bytes of the caches, all layers */
+    int num_graphs;           /* decode graphs captured (lj_serve_capture_graphs), by increasing size */
+    int graph_sizes[LJ_SERVE_MAX_GRAPHS];
+    void *graphs[LJ_SERVE_MAX_GRAPHS];
+    int64_t graph_steps;      /* steps run by a graph */
 } lj_serve_model;
 
 /* One step's batch, host arrays: N token rows (ids, positions, cache slots, the sequence each
@@ -58,10 +65,26 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
                               int max_model_len);
 void lj_serve_model_free(lj_serve_model *sm);
 
-/* Runs the step: writes this step's keys and values into their slots, and returns the logits of
- * the M wanted rows in host f32 [M, V] (valid until the next call; M = 0 skips the final norm and
- * lm_head). 1 <= N <= max_tokens, 1 <= S <= max_seqs, 0 <= M <= max_seqs, every pos < max_model_len. */
-const float *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b);
+/* Runs the step: writes this step's keys and values into their slots and returns the greedy token
+ * of each of the M wanted rows (host i32 [M]: argmax_rows of their logits, the first of equal
+ * maxima; NULL when M = 0, which skips the final norm and lm_head). When logits is not NULL,
+ * *logits receives the rows' logits in host f32 [M, V] (NULL when M = 0): the sampler's input for
+ * what greedy alone cannot decide. Both valid until the next call. 1 <= N <= max_tokens,
+ * 1 <= S <= max_seqs, 0 <= M <= max_seqs, every pos < max_model_len. A decode batch (one row per
+ * sequence, each sampled: seq[n] = rows[n] = n) runs as the captured graph of the smallest size
+ * >= N when there is one, with pad rows that write nothing; its results equal the ops run one by
+ * one (the same kernels on the same rows). */
+const int32_t *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b, const float **logits);
+
+/* The decode batch sizes to capture: 1, 2, 4, 8, then every multiple of 8, up to
+ * min(max_seqs, max_tokens), which is always one (vLLM's default capture sizes). Writes at most
+ * LJ_SERVE_MAX_GRAPHS sizes, returns their count. */
+int lj_serve_graph_sizes(int max_seqs, int max_tokens, int *sizes);
+
+/* Captures one CUDA graph of lj_serve_forward's ops per decode batch size (each run once eagerly
+ * first, on pad rows that write no cache slot). Errors: LJ_ERR_UNSUPPORTED when the backend has no
+ * graphs (the CPU); the backend's capture errors (the graphs captured before stay usable). */
+lj_status lj_serve_capture_graphs(lj_serve_model *sm);
 
 /* The model that serving reads its weights from: m initialised for cfg on `ops` in generation
  * mode with the smallest activations (serving has its own), planned into `plan` and allocated,

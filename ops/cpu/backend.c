@@ -152,6 +152,7 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .paged_kv_write = lj_cpu_paged_kv_write,                                                      \
     .paged_attention = lj_cpu_paged_attention,                                                    \
     .gather_rows = lj_cpu_gather_rows,                                                            \
+    .argmax_rows = lj_cpu_argmax_rows,                                                            \
                                                                                                   \
     .layernorm_forward = lj_cpu_layernorm_forward,                                                \
     .layernorm_backward = lj_cpu_layernorm_backward,                                              \

@@ -60,3 +60,13 @@ void lj_cpu_gather_rows(void *out, const void *x, const int32_t *rows, int M, in
     for (int m = 0; m < M; m++)
         memcpy((float *)out + (int64_t)m * C, (const float *)x + (int64_t)rows[m] * C, (size_t)C * sizeof(float));
 }
+
+void lj_cpu_argmax_rows(int32_t *out, const void *x, int M, int V) {
+    for (int m = 0; m < M; m++) {
+        const float *r = (const float *)x + (int64_t)m * V;
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (r[i] > r[best]) best = i;
+        out[m] = best;
+    }
+}

@@ -371,6 +371,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .paged_kv_write = lj_cuda_paged_kv_write,                                    \
         .paged_attention = lj_cuda_paged_attention,                                  \
         .gather_rows = lj_cuda_gather_rows,                                          \
+        .argmax_rows = lj_cuda_argmax_rows,                                          \
                                                                                      \
         .swiglu_forward = lj_cuda_swiglu_forward,                                    \
         .swiglu_backward = lj_cuda_swiglu_backward,                                  \

@@ -16,6 +16,7 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/paged.h"
 
+#include <limits.h>
 #include <math.h>
 
 #define LJ_PA_WARPS 8
@@ -177,4 +178,46 @@ void lj_cuda_gather_rows(void *out, const void *x, const int32_t *rows, int M, i
     gather_rows_kernel<<<lj_cuda_blocks((int64_t)M * C, 256), 256, 0, lj_cuda_stream()>>>(
         (lj_bf16 *)out, (const lj_bf16 *)x, rows, M, C);
     LJ_CUDA_LAUNCHED("gather_rows_kernel");
+}
+
+/* One thread block per row. A thread scans its strided elements as the sequential scan does
+ * (strictly greater replaces); the block keeps the larger value and, between equal values, the
+ * lower index, which is the sequential scan's first maximum. NaNs are skipped; a row whose
+ * element 0 is NaN gives 0, as the scan from index 0 does (nothing compares greater than it). */
+#define LJ_ARGMAX_THREADS 1024
+static __global__ void __launch_bounds__(LJ_ARGMAX_THREADS)
+    argmax_rows_kernel(int32_t *out, const lj_bf16 *x, int V) {
+    __shared__ float sv[LJ_ARGMAX_THREADS / 32];
+    __shared__ int si[LJ_ARGMAX_THREADS / 32];
+    const lj_bf16 *r = x + (int64_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = __bfloat162float(r[i]);
+        if (v > bv || (v == bv && bi == INT_MAX)) bv = v, bi = i; /* -inf is taken once: a row of -inf gives 0 */
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        bv = lane < (int)(blockDim.x / 32) ? sv[lane] : -INFINITY;
+        bi = lane < (int)(blockDim.x / 32) ? si[lane] : INT_MAX;
+        for (int o = 16; o > 0; o /= 2) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (lane == 0) out[blockIdx.x] = isnan(__bfloat162float(r[0])) || bi == INT_MAX ? 0 : bi;
+    }
+}
+
+void lj_cuda_argmax_rows(int32_t *out, const void *x, int M, int V) {
+    if (M <= 0) return;
+    argmax_rows_kernel<<<M, LJ_ARGMAX_THREADS, 0, lj_cuda_stream()>>>(out, (const lj_bf16 *)x, V);
+    LJ_CUDA_LAUNCHED("argmax_rows_kernel");
 }

@@ -1,5 +1,5 @@
 /* paged.h: the CUDA backend's ops over serving's paged KV cache (paged.cu): the entries
- * paged_kv_write, paged_attention and gather_rows of the op table; contracts in ops/ops.h. */
+ * paged_kv_write, paged_attention, gather_rows and argmax_rows of the op table; contracts in ops/ops.h. */
 #ifndef LJ_CUDA_PAGED_H
 #define LJ_CUDA_PAGED_H
 
@@ -14,6 +14,7 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
                              const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
                              int nkv, int hd);
 void lj_cuda_gather_rows(void *out, const void *x, const int32_t *rows, int M, int C);
+void lj_cuda_argmax_rows(int32_t *out, const void *x, int M, int V);
 
 #ifdef __cplusplus
 }

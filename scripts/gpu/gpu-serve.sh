@@ -2,14 +2,17 @@
 # gpu-serve.sh: `ljperf serve` on one GPU, measured with `ljperf bench serve` (repo root, $OUT
 # set; carry .deb, build-gpu/dev from `bash scripts/gpu/gpu-check.sh --prepare`, and
 # .cache/tokenizer/llama3). A Llama 3.1 8B-shaped model with random weights (--load-format dummy:
-# nothing to download), bf16. Steps, logs in $OUT, a table last; the whole run stays under 8
+# nothing to download), bf16. Steps, logs in $OUT, a table last; the whole run stays under 9
 # minutes (each step has its own timeout):
-#   1. the paged ops against the CPU backend (test_ops_cuda check --op paged_attention), and under
-#      compute-sanitizer memcheck (--quick);
-#   2. the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in / 256
-#      out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
-#   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once.
-# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3)
+#   1. the paged ops and the greedy argmax against the CPU backend (test_ops_cuda check), and
+#      under compute-sanitizer memcheck (--quick);
+#   2. the server (decode steps replayed as CUDA graphs), then bench serve: one request at a time
+#      (TPOT at concurrency 1, 1000 in / 256 out), and Poisson arrivals at 4 req/s (160 prompts,
+#      1000 in / 128 out, range ratio 0.5); four greedy completions saved for step 4;
+#   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once;
+#   4. the server with --enforce-eager (every step op by op): the same four greedy completions,
+#      which must equal step 2's word for word, and concurrency 1 again (the graphs' gain).
+# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3 4)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
@@ -19,7 +22,7 @@ source scripts/gpu/gpu-env.sh
 export LJPERF_CACHE=$repo/.cache
 dev=build-gpu/dev
 lj=$dev/ljperf
-steps=${*:-1 2 3}
+steps=${*:-1 2 3 4}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -40,21 +43,45 @@ PY
 }
 
 if [[ " $steps " == *" 1 "* ]]; then
-  lj_check_ops 1 paged_attention
+  lj_check_ops 1 paged_attention argmax_rows
 fi
 
-if [[ " $steps " == *" 2 "* ]]; then
-  "$lj" serve "${model[@]}" --host 127.0.0.1 --port 0 >"$OUT/serve.log" 2>&1 &
+# serve_start LOG FLAGS...: starts the server in the background (pid in $pid, base URL in $base);
+# returns 1 when it did not get ready within 3 minutes.
+serve_start() {
+  local log=$1
+  shift
+  "$lj" serve "${model[@]}" "$@" --host 127.0.0.1 --port 0 >"$log" 2>&1 &
   pid=$!
-  for _ in $(seq 1800); do # the load: at most 3 minutes
-    grep -q "serve: ready" "$OUT/serve.log" && break
+  for _ in $(seq 1800); do
+    grep -q "serve: ready" "$log" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  say "2. $(grep -E 'gpu-memory-utilization|serve: ready' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-400)"
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$OUT/serve.log")
-  if grep -q "serve: ready" "$OUT/serve.log"; then
-    base=http://127.0.0.1:$port
+  local port
+  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
+  base=http://127.0.0.1:$port
+  grep -q "serve: ready" "$log"
+}
+serve_stop() {
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+}
+# greedy FILE: four greedy completions of 48 tokens, one at a time, their texts into FILE.
+greedy() {
+  : >"$1"
+  for p in "The capital of France is" "def fibonacci(n):" "Once upon a time" "1, 2, 3, 4,"; do
+    curl -s -m 60 "$base/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"model\": \"m\", \"prompt\": \"$p\", \"max_tokens\": 48, \"temperature\": 0, \"ignore_eos\": true}" \
+      | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))' >>"$1" 2>&1
+  done
+}
+
+if [[ " $steps " == *" 2 "* ]]; then
+  if serve_start "$OUT/serve.log"; then
+    say "2. $(grep -E 'gpu-memory-utilization|CUDA graphs|serve: ready' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-500)"
+    greedy "$OUT/greedy_graphs.txt"
     timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
       --random-output-len 256 --ignore-eos --result-json "$OUT/c1.json" >"$OUT/bench_c1.log" 2>&1
     say "2a. concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1.log")"
@@ -68,9 +95,7 @@ if [[ " $steps " == *" 2 "* ]]; then
   else
     say "2. the server did not get ready: $(tail -3 "$OUT/serve.log")"
   fi
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null
+  serve_stop
 fi
 
 if [[ " $steps " == *" 3 "* ]]; then
@@ -78,5 +103,23 @@ if [[ " $steps " == *" 3 "* ]]; then
     --random-output-len 1000 --ignore-eos --result-json "$OUT/offline.json" >"$OUT/bench_offline.log" 2>&1
   say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
   row "offline 200 x 1000/1000" "$OUT/offline.json"
+fi
+
+if [[ " $steps " == *" 4 "* ]]; then
+  if serve_start "$OUT/serve_eager.log" --enforce-eager; then
+    greedy "$OUT/greedy_eager.txt"
+    if [ -s "$OUT/greedy_graphs.txt" ] && cmp -s "$OUT/greedy_graphs.txt" "$OUT/greedy_eager.txt"; then
+      say "4. greedy completions: graphs = eager ($(wc -l <"$OUT/greedy_eager.txt") texts)"
+    else
+      say "4. FAIL: greedy completions differ between graphs and eager (greedy_*.txt)"
+    fi
+    timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
+      --random-output-len 256 --ignore-eos --result-json "$OUT/c1_eager.json" >"$OUT/bench_c1_eager.log" 2>&1
+    say "4a. eager, concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1_eager.log")"
+    row "eager: c=1, 1000/256" "$OUT/c1_eager.json"
+  else
+    say "4. the eager server did not get ready: $(tail -3 "$OUT/serve_eager.log")"
+  fi
+  serve_stop
 fi
 cat "$table" | tee -a "$summary"

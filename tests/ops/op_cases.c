@@ -60,6 +60,9 @@ const lj_op_case lj_op_cases[] = {
     {"cross_entropy", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1, lj_case_cpu_cross_entropy},
     /* 3 * LJ_CPU_NORM_CHUNK + 17 */
     {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_global_norm},
+    /* greedy decoding: d = {M rows, V} */
+    {"argmax_rows", "cpu", CHECK, F32, D(6, 37), 0, NONE, NONE, 1, lj_case_argmax_rows},
+    {"argmax_rows", "cpu", CHECK, F32, D(5, 4099), 0, NONE, NONE, 1, lj_case_argmax_rows},
     /* d = {params != master, clipping expected}, param = max_grad_norm; tol: master and m,
      * tol_grad: v */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
@@ -239,6 +242,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),
     CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_cuda_attention_decode),
+    CUDA_ONE("argmax_rows", D(6, 37), 0, 1, lj_case_argmax_rows),
+    CUDA_ONE("argmax_rows", D(5, 4099), 0, 1, lj_case_argmax_rows),
+    CUDA_ONE("argmax_rows", D(300, 128256), 0, 0, lj_case_argmax_rows),
     CUDA_ONE("swiglu", D(1, 8), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(37, 200), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(5, 13), 0, 1, lj_case_swiglu),

@@ -54,6 +54,7 @@ void lj_case_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_argmax_rows(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
