@@ -69,6 +69,23 @@ if (o.completed !== 50 || o.total_input_tokens !== h.total_input_tokens || o.tot
 if (k.total_output_tokens !== 48) bad(`kjv: ${k.total_output_tokens} output tokens`);
 ' "$tmp/http.json" "$tmp/kjv.json" "$tmp/offline.json" || fail "the bench results"
 
+# a shared prefix (--random-prefix-len: 2 full blocks before every prompt) is served from the
+# prefix cache after the first request; --api-key reaches a server that asks for one (below)
+hits() { curl -s "$base/metrics" | sed -n 's/^vllm:prefix_cache_hits_total[^ ]* //p' | head -1; }
+h0=$(hits)
+timeout 120 "$LJPERF" bench serve --base-url "$base" --num-prompts 6 --random-input-len 8 --random-prefix-len 32 \
+  --random-output-len 2 --ignore-eos --max-concurrency 1 --seed 3 --result-json "$tmp/prefix.json" \
+  >"$tmp/prefix.out" 2>&1 || { cat "$tmp/prefix.out"; fail "bench serve --random-prefix-len"; }
+h1=$(hits)
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+if (r.completed !== 6 || r.total_input_tokens !== 6 * 40 || r.input_lens.some((n) => n !== 40))
+  { console.error(`prefix: ${r.completed} requests, input lengths ${r.input_lens}`); process.exit(1); }
+' "$tmp/prefix.json" || fail "the --random-prefix-len lengths"
+[ -n "$h0" ] && [ -n "$h1" ] || fail "no vllm:prefix_cache_hits_total in /metrics"
+awk -v a="$h0" -v b="$h1" 'BEGIN { exit !(b - a >= 5 * 32) }' ||
+  fail "the shared prefix was not served from the cache: hits $h0 -> $h1 (want >= 160 more)"
+
 # the weight reload
 prompt="In the beginning God"
 "$LJPERF" generate --load "$tmp/ckpt2" --device cpu --prompt "$prompt" --max-new-tokens 12 --temperature 0 \
@@ -98,6 +115,29 @@ const load = async (body) => { const r = await fetch(base + "/update_weights_fro
   if (st !== 400) bad("model_path 3 accepted");
 })().catch((e) => bad(String(e)));
 ' "$base" "$prompt" "$tmp/gen1.out" "$tmp/gen2.out" "$tmp/ckpt2" || fail "the weight reload"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the server did not exit 0"
+server_pid=
+
+# --api-key: refused without it, naming the status; measured with it
+"$LJPERF" serve --load "$tmp/ckpt1" --device cpu --host 127.0.0.1 --port 0 --api-key s3cret "${engine[@]}" \
+  2>"$tmp/serve.err" &
+server_pid=$!
+for _ in $(seq 1200); do
+  grep -q "serve: ready" "$tmp/serve.err" && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server with --api-key exited while loading"
+  sleep 0.1
+done
+port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.err")
+small=(--base-url "http://127.0.0.1:$port" --num-prompts 3 --random-input-len 8 --random-output-len 2 --ignore-eos)
+if timeout 60 "$LJPERF" bench serve "${small[@]}" >"$tmp/nokey.out" 2>&1; then
+  fail "bench serve without --api-key passed against a server that asks for one"
+fi
+timeout 60 "$LJPERF" bench serve "${small[@]}" --api-key s3cret --result-json "$tmp/key.json" >"$tmp/key.out" 2>&1 ||
+  { cat "$tmp/key.out"; fail "bench serve --api-key"; }
+node -e 'if (JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).completed !== 3) process.exit(1)' \
+  "$tmp/key.json" || fail "bench serve --api-key: not 3 requests completed"
+grep -q '401' "$tmp/nokey.out" || fail "bench serve without the key does not name the 401: $(tail -2 "$tmp/nokey.out")"
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "the server did not exit 0"
 server_pid=

@@ -11,8 +11,11 @@
 #      1000 in / 128 out, range ratio 0.5); four greedy completions saved for step 4;
 #   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once;
 #   4. the server with --enforce-eager (every step op by op): the same four greedy completions,
-#      which must equal step 2's word for word, and concurrency 1 again (the graphs' gain).
-# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3 4)
+#      which must equal step 2's word for word, and concurrency 1 again (the graphs' gain);
+#   5. offline again without the prefix cache (its cost at a 0% hit rate), and 64 x 128/256, the
+#      shape of scripts/gpu/hf_generate_bench.py (transformers' generate).
+# Step 2 also measures TTFT behind a shared 2,000-token prefix against 2,100 tokens unshared.
+# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3 5 4)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
@@ -22,7 +25,7 @@ source scripts/gpu/gpu-env.sh
 export LJPERF_CACHE=$repo/.cache
 dev=build-gpu/dev
 lj=$dev/ljperf
-steps=${*:-1 2 3 4}
+steps=${*:-1 2 3 5 4}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -91,6 +94,15 @@ if [[ " $steps " == *" 2 "* ]]; then
       >"$OUT/bench_qps4.log" 2>&1
     say "2b. Poisson 4 req/s rc=$? $(grep -E 'P99 TPOT' "$OUT/bench_qps4.log")"
     row "Poisson 4 req/s, 1000/128" "$OUT/qps4.json"
+    # the prefix cache: TTFT of prompts behind one shared 2,000-token prefix against prompts of
+    # the same length with nothing shared (8 each, one at a time)
+    timeout 90 "$lj" bench serve --base-url "$base" --num-prompts 8 --max-concurrency 1 --random-input-len 2100 \
+      --random-output-len 16 --ignore-eos --seed 11 --result-json "$OUT/nocache.json" >"$OUT/bench_nocache.log" 2>&1
+    row "c=1, 2100/16 nothing shared" "$OUT/nocache.json"
+    timeout 90 "$lj" bench serve --base-url "$base" --num-prompts 8 --max-concurrency 1 --random-input-len 100 \
+      --random-prefix-len 2000 --random-output-len 16 --ignore-eos --seed 12 --result-json "$OUT/prefix.json" \
+      >"$OUT/bench_prefix.log" 2>&1
+    row "c=1, 2000 shared + 100 / 16" "$OUT/prefix.json"
     curl -s "$base/metrics" >"$OUT/metrics.txt" 2>/dev/null || true
   else
     say "2. the server did not get ready: $(tail -3 "$OUT/serve.log")"
@@ -103,6 +115,18 @@ if [[ " $steps " == *" 3 "* ]]; then
     --random-output-len 1000 --ignore-eos --result-json "$OUT/offline.json" >"$OUT/bench_offline.log" 2>&1
   say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
   row "offline 200 x 1000/1000" "$OUT/offline.json"
+fi
+
+if [[ " $steps " == *" 5 "* ]]; then
+  # the prefix cache's cost at a 0% hit rate (random prompts share nothing): step 3 without it;
+  # and the batch-64 shape of transformers' generate (scripts/gpu/hf_generate_bench.py)
+  timeout 240 "$lj" bench serve --offline "${model[@]}" --no-enable-prefix-caching --num-prompts 200 \
+    --random-input-len 1000 --random-output-len 1000 --ignore-eos --result-json "$OUT/offline_nocache.json" \
+    >"$OUT/bench_offline_nocache.log" 2>&1
+  row "offline 200 x 1000/1000, no prefix cache" "$OUT/offline_nocache.json"
+  timeout 120 "$lj" bench serve --offline "${model[@]}" --num-prompts 64 --random-input-len 128 \
+    --random-output-len 256 --ignore-eos --result-json "$OUT/offline64.json" >"$OUT/bench_offline64.log" 2>&1
+  row "offline 64 x 128/256" "$OUT/offline64.json"
 fi
 
 if [[ " $steps " == *" 4 "* ]]; then
