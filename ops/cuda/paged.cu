@@ -11,8 +11,8 @@
  * The warps' partial results are merged at the end (FlashDecoding's reduction,
  * o = sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w). Decode rows (one query per sequence) and
  * chunked-prefill rows (several queries of a sequence, each at its own position: causal within the
- * chunk) are the same case. The keys of one row are not split across thread blocks (no split-K):
- * a batch of one sequence runs on nkv thread blocks. */
+ * chunk) are the same case. A batch of few rows also splits each row's keys into equal runs over
+ * several thread blocks (split-K, FlashDecoding), merged by paged_combine_kernel. */
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/paged.h"
 
@@ -48,9 +48,9 @@ void lj_cuda_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slot
  * [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and its sums [LJ_PA_WARPS, rep, hd]. */
 template <int HPL, int U, int RM>
 static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
-    paged_attention_kernel(lj_bf16 *out, const lj_bf16 *qkv, const lj_bf16 *cache, const int32_t *tables,
-                           const int32_t *seq, const int32_t *pos, int max_blocks, int block_size, int nh, int nkv,
-                           int hd, float scale) {
+    paged_attention_kernel(lj_bf16 *out, float *part, const lj_bf16 *qkv, const lj_bf16 *cache,
+                           const int32_t *tables, const int32_t *seq, const int32_t *pos, int max_blocks,
+                           int block_size, int nh, int nkv, int hd, float scale, int splits) {
     extern __shared__ float sh[];
     const int n = blockIdx.x, g = blockIdx.y, rep = nh / nkv, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int Q = nh * hd, KV = nkv * hd;
@@ -70,12 +70,14 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
         }
     }
     const int32_t *table = tables + (int64_t)seq[n] * max_blocks;
-    const int len = pos[n] + 1;
-    for (int j0 = warp * U; j0 < len; j0 += LJ_PA_WARPS * U) {
+    /* this block's keys: split blockIdx.z of `splits` equal runs of 0..pos[n] */
+    const int len = pos[n] + 1, chunk = (len + splits - 1) / splits;
+    const int j_begin = (int)blockIdx.z * chunk, j_end = min(len, j_begin + chunk);
+    for (int j0 = j_begin + warp * U; j0 < j_end; j0 += LJ_PA_WARPS * U) {
         float kf[U][HPL], vf[U][HPL];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const int j = j0 + u < len ? j0 + u : len - 1; /* past the end: a valid key, not used */
+            const int j = j0 + u < j_end ? j0 + u : j_end - 1; /* past the end: a valid key, not used */
             const int64_t slot = (int64_t)table[j / block_size] * block_size + j % block_size;
             const lj_bf16 *k = cache + slot * 2 * KV + (int64_t)g * hd, *v = k + KV;
 #pragma unroll
@@ -87,7 +89,7 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (j0 + u >= len) break;
+            if (j0 + u >= j_end) break;
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 if (r >= rep) break;
@@ -125,9 +127,49 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
             L += c * l_s[w * rep + r];
             o += c * acc_s[((int64_t)w * rep + r) * hd + d];
         }
-        out[(int64_t)n * Q + (int64_t)(g * rep + r) * hd + d] = __float2bfloat16_rn(o / L);
+        const int64_t h = (int64_t)n * nh + g * rep + r; /* the query head's row */
+        if (splits == 1) {
+            out[h * hd + d] = __float2bfloat16_rn(o / L);
+        } else { /* this split's m, l and unnormalised sum, merged by paged_combine_kernel */
+            float *pp = part + (h * splits + blockIdx.z) * (hd + 2);
+            pp[2 + d] = o;
+            if (d == 0) pp[0] = M, pp[1] = L;
+        }
     }
 }
+
+/* The splits of one query head merged (FlashDecoding): o = sum_s e^(m_s - M) acc_s / sum_s
+ * e^(m_s - M) l_s, M = max_s m_s; a split that held no key has m_s = -inf. One block per query
+ * head row (n, head), hd threads. */
+static __global__ void paged_combine_kernel(lj_bf16 *out, const float *part, int splits, int hd) {
+    const int64_t h = blockIdx.x;
+    const float *pp = part + h * splits * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (hd + 2)]);
+    float L = 0.0f, o = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float ms = pp[s * (hd + 2)];
+        const float c = ms == -INFINITY ? 0.0f : __expf(ms - M);
+        L += c * pp[s * (hd + 2) + 1];
+        o += c * pp[s * (hd + 2) + 2 + threadIdx.x];
+    }
+    out[h * hd + threadIdx.x] = __float2bfloat16_rn(o / L);
+}
+
+/* Splits per (row, KV head): enough thread blocks to fill the GPU twice over when the batch alone
+ * does not (a decode batch of a few sequences), from N alone, so that a captured graph keeps its
+ * grid; at most LJ_PA_MAX_SPLITS. The partial results need N nh splits (hd + 2) floats, fewer than
+ * 4 SMs LJ_PA_MAX_REP (LJ_PA_MAX_HD + 2) since N nkv splits < 4 SMs: a buffer of that size,
+ * allocated on the first call (never during a graph capture: serving runs each batch size eagerly
+ * before capturing it) and kept. */
+#define LJ_PA_MAX_SPLITS 64
+static int paged_splits(int N, int nkv) {
+    const int target = 2 * lj_cuda_num_sms(), ctas = N * nkv;
+    if (ctas >= target) return 1;
+    const int s = (target + ctas - 1) / ctas;
+    return s < LJ_PA_MAX_SPLITS ? s : LJ_PA_MAX_SPLITS;
+}
+static float *g_paged_part;
 
 void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
                              const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
@@ -138,7 +180,13 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
     if (N <= 0) return;
     const int rep = nh / nkv;
     const size_t shmem = (size_t)(rep * hd + 2 * LJ_PA_WARPS * rep + LJ_PA_WARPS * rep * hd) * sizeof(float);
-    const dim3 grid((unsigned)N, (unsigned)nkv);
+    const int splits = paged_splits(N, nkv);
+    if (splits > 1 && !g_paged_part) {
+        const size_t bytes = (size_t)4 * lj_cuda_num_sms() * LJ_PA_MAX_REP * (LJ_PA_MAX_HD + 2) * sizeof(float);
+        if (lj_cuda_alloc((void **)&g_paged_part, bytes) != LJ_OK)
+            LJ_ASSERT(0, "paged_attention: %s", lj_error_message());
+    }
+    const dim3 grid((unsigned)N, (unsigned)nkv, (unsigned)splits);
     const float scale = 1.0f / sqrtf((float)hd);
 #define LJ_PA_LAUNCH_RM(HPL, U, RM)                                                                                       \
     do {                                                                                                           \
@@ -147,8 +195,8 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem),          \
                           "cudaFuncSetAttribute(paged_attention_kernel)");                                        \
         paged_attention_kernel<HPL, U, RM><<<grid, LJ_PA_WARPS * 32, shmem, lj_cuda_stream()>>>(                          \
-            (lj_bf16 *)out, (const lj_bf16 *)qkv, (const lj_bf16 *)kv_cache, block_tables, seq, pos, max_blocks,  \
-            block_size, nh, nkv, hd, scale);                                                                       \
+            (lj_bf16 *)out, g_paged_part, (const lj_bf16 *)qkv, (const lj_bf16 *)kv_cache, block_tables, seq, pos, \
+            max_blocks, block_size, nh, nkv, hd, scale, splits);                                                   \
     } while (0)
 #define LJ_PA_LAUNCH(HPL, U)                                                                                       \
     do {                                                                                                           \
@@ -165,6 +213,10 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
 #undef LJ_PA_LAUNCH
 #undef LJ_PA_LAUNCH_RM
     LJ_CUDA_LAUNCHED("paged_attention_kernel");
+    if (splits > 1) {
+        paged_combine_kernel<<<N * nh, hd, 0, lj_cuda_stream()>>>((lj_bf16 *)out, g_paged_part, splits, hd);
+        LJ_CUDA_LAUNCHED("paged_combine_kernel");
+    }
 }
 
 static __global__ void gather_rows_kernel(lj_bf16 *out, const lj_bf16 *x, const int32_t *rows, int M, int C) {
