@@ -85,8 +85,9 @@ static __device__ __forceinline__ float kv_load(const void *cache, int64_t i) {
 /* HPL: head elements per lane, ceil(hd / 32); RM: the GQA group size rounded up to a power of two
  * (the registers held per query head); U: keys a warp loads before it uses them (the
  * loads of U keys are in flight together: a decode step is bound by their latency); FP8: the
- * cache holds E4M3 codes, k_scale and v_scale their factors (NULL otherwise). Dynamic shared memory: the rep scaled queries
- * [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and its sums [LJ_PA_WARPS, rep, hd]. */
+ * cache holds E4M3 codes, k_scale and v_scale their factors (NULL otherwise). Dynamic shared
+ * memory: the rep scaled queries [rep, hd] f32, then per warp its m and l [LJ_PA_WARPS, rep] and
+ * its sums [LJ_PA_WARPS, rep, hd]. */
 template <int HPL, int U, int RM, bool FP8>
 static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
     paged_attention_kernel(lj_bf16 *out, const lj_bf16 *qkv, const void *cache, const int32_t *tables,
