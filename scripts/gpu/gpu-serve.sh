@@ -2,14 +2,17 @@
 # gpu-serve.sh: `ljperf serve` on one GPU, measured with `ljperf bench serve` (repo root, $OUT
 # set; carry .deb, build-gpu/dev from `bash scripts/gpu/gpu-check.sh --prepare`, and
 # .cache/tokenizer/llama3). A Llama 3.1 8B-shaped model with random weights (--load-format dummy:
-# nothing to download), bf16. Steps, logs in $OUT, a table last; the whole run stays under 8
-# minutes (each step has its own timeout):
-#   1. the paged ops against the CPU backend (test_ops_cuda check --op paged_attention), and under
-#      compute-sanitizer memcheck (--quick);
-#   2. the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in / 256
-#      out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
-#   3. offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once.
-# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3)
+# nothing to download). Steps, logs in $OUT, a table last; the whole run stays under 9 minutes
+# (each step has its own timeout):
+#   1. the paged ops against the CPU backend (test_ops_cuda check --op paged_attention, the FP8
+#      cache's paged_attention_fp8, the FP8 GEMM fp8_matmul), and under compute-sanitizer
+#      memcheck (--quick);
+#   2. bf16: the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in /
+#      256 out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
+#   3. bf16 offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once;
+#   4. FP8: --kv-cache-dtype fp8, --quantization fp8 and both, each at concurrency 1 (as 2) and
+#      offline (as 3).
+# Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3 4)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
@@ -19,7 +22,7 @@ source scripts/gpu/gpu-env.sh
 export LJPERF_CACHE=$repo/.cache
 dev=build-gpu/dev
 lj=$dev/ljperf
-steps=${*:-1 2 3}
+steps=${*:-1 2 3 4}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -39,26 +42,49 @@ print("%-34s %10.2f %10.1f %10.1f %10.2f %10.2f %10.2f" % (sys.argv[1], g("reque
 PY
 }
 
-if [[ " $steps " == *" 1 "* ]]; then
-  lj_check_ops 1 paged_attention
-fi
-
-if [[ " $steps " == *" 2 "* ]]; then
-  "$lj" serve "${model[@]}" --host 127.0.0.1 --port 0 >"$OUT/serve.log" 2>&1 &
+# start_server LOG ARGS...: the server in the background ($pid), ready or not ($base set when ready)
+start_server() {
+  local log=$1
+  shift
+  "$lj" serve "${model[@]}" "$@" --host 127.0.0.1 --port 0 >"$log" 2>&1 &
   pid=$!
+  base=
   for _ in $(seq 1800); do # the load: at most 3 minutes
-    grep -q "serve: ready" "$OUT/serve.log" && break
+    grep -q "serve: ready" "$log" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  say "2. $(grep -E 'gpu-memory-utilization|serve: ready' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-400)"
-  port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$OUT/serve.log")
-  if grep -q "serve: ready" "$OUT/serve.log"; then
-    base=http://127.0.0.1:$port
-    timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
-      --random-output-len 256 --ignore-eos --result-json "$OUT/c1.json" >"$OUT/bench_c1.log" 2>&1
-    say "2a. concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1.log")"
-    row "c=1, 1000/256" "$OUT/c1.json"
+  grep -q "serve: ready" "$log" && base=http://127.0.0.1:$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
+}
+stop_server() {
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+}
+# c1 NAME: one request at a time, 1000 in / 256 out, against $base
+c1() {
+  timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
+    --random-output-len 256 --ignore-eos --result-json "$OUT/c1_$1.json" >"$OUT/bench_c1_$1.log" 2>&1
+}
+# offline NAME ARGS...: 200 prompts of 1000 in / 1000 out, all at once
+offline() {
+  local name=$1
+  shift
+  timeout 240 "$lj" bench serve --offline "${model[@]}" "$@" --num-prompts 200 --random-input-len 1000 \
+    --random-output-len 1000 --ignore-eos --result-json "$OUT/offline_$name.json" >"$OUT/bench_offline_$name.log" 2>&1
+}
+
+if [[ " $steps " == *" 1 "* ]]; then
+  lj_check_ops 1 paged_attention paged_attention_fp8 fp8_matmul
+fi
+
+if [[ " $steps " == *" 2 "* ]]; then
+  start_server "$OUT/serve.log"
+  say "2. $(grep -E 'serve: weights|gpu-memory-utilization|serve: ready' "$OUT/serve.log" | tr '\n' ' ' | cut -c1-500)"
+  if [ -n "$base" ]; then
+    c1 bf16
+    say "2a. concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1_bf16.log")"
+    row "c=1, 1000/256" "$OUT/c1_bf16.json"
     timeout 120 "$lj" bench serve --base-url "$base" --num-prompts 160 --request-rate 4 --random-input-len 1000 \
       --random-output-len 128 --random-range-ratio 0.5 --ignore-eos --result-json "$OUT/qps4.json" \
       >"$OUT/bench_qps4.log" 2>&1
@@ -68,15 +94,34 @@ if [[ " $steps " == *" 2 "* ]]; then
   else
     say "2. the server did not get ready: $(tail -3 "$OUT/serve.log")"
   fi
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null
+  stop_server
 fi
 
 if [[ " $steps " == *" 3 "* ]]; then
-  timeout 240 "$lj" bench serve --offline "${model[@]}" --num-prompts 200 --random-input-len 1000 \
-    --random-output-len 1000 --ignore-eos --result-json "$OUT/offline.json" >"$OUT/bench_offline.log" 2>&1
-  say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline.log")"
-  row "offline 200 x 1000/1000" "$OUT/offline.json"
+  offline bf16
+  say "3. offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline_bf16.log")"
+  row "offline 200 x 1000/1000" "$OUT/offline_bf16.json"
+fi
+
+if [[ " $steps " == *" 4 "* ]]; then
+  variants=("kv_fp8:--kv-cache-dtype fp8" "w_fp8:--quantization fp8" "kv_w_fp8:--kv-cache-dtype fp8 --quantization fp8")
+  for v in "${variants[@]}"; do
+    name=${v%%:*}
+    read -ra flags <<<"${v#*:}"
+    start_server "$OUT/serve_$name.log" "${flags[@]}"
+    say "4. $name: $(grep -E 'serve: weights|serve: --quantization fp8:|gpu-memory-utilization|serve: ready' \
+      "$OUT/serve_$name.log" | tr '\n' ' ' | cut -c1-600)"
+    if [ -n "$base" ]; then
+      c1 "$name"
+      say "4a. $name concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1_$name.log")"
+      row "c=1, 1000/256, $name" "$OUT/c1_$name.json"
+    else
+      say "4. $name: the server did not get ready: $(tail -3 "$OUT/serve_$name.log")"
+    fi
+    stop_server
+    offline "$name" "${flags[@]}"
+    say "4b. $name offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline_$name.log")"
+    row "offline 200 x 1000/1000, $name" "$OUT/offline_$name.json"
+  done
 fi
 cat "$table" | tee -a "$summary"

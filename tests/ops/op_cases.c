@@ -131,6 +131,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
     CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
     CUDA_FP8_MM(D(333, 512, 2000, 1), L2(0.09), 0),
+    /* serving's decode batches (--quantization fp8): a few rows, Llama 3.1 8B's QKV */
+    CUDA_FP8_MM(D(3, 256, 1024, 0), L2(0.06), 1),
+    CUDA_FP8_MM(D(1, 6144, 4096, 0), L2(0.06), 0),
     /* the blockwise recipe: the casts bit for bit (rows, cols not multiples of 128); the GEMM
      * {M, N, K, a e5m2, b in 128x128 blocks}: 1x128 x 128x128 (forward, dgrad) and 1x128 x 1x128
      * (wgrad), K not a multiple of 128 (nor of 16); M and N multiples of 4, as cuBLASLt's block
