@@ -17,7 +17,7 @@
  * The FP8 cache (paged_kv_write_fp8, paged_attention_fp8): E4M3 codes with per-tensor scales.
  * The write is the hardware's cvt.rn.satfinite of x * (1 / scale) (the CPU emulation's codes bit
  * for bit, as fp8.cu's casts); the attention is the same kernel reading codes (FP8 = true): k_scale
- * is folded into the query once and v_scale into the output, so a key costs one byte a
+ * is folded into the query once and v_scale into the output, so a key costs one byte an
  * element and no extra multiply. */
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/paged.h"
