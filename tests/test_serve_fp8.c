@@ -278,6 +278,8 @@ static void test_fp8_weights_kept(void **state) {
         open_served(&a, &cfg, w, LJ_SERVE_QUANT_FP8, LJ_SERVE_KV_FP8_E4M3);
         const lj_model *m = &a.m;
         const lj_param_layout *lo = &m->layout;
+        assert_ptr_equal(m->linear.recipe, lj_linear_recipe_find("fp8-w8a8"));
+        assert_ptr_equal(m->linear.recipe, lj_linear_recipe_of(LJ_LINEAR_RECIPE_FP8_W8A8, LJ_FP8_RECIPE_DELAYED, 0));
         int64_t linear = 0;
         for (int l = 0; l < cfg.num_hidden_layers; l++)
             for (int k = 0; k < 4; k++) linear += (int64_t)m->linear.in_features[k] * m->linear.out_features[k];

@@ -2,16 +2,17 @@
 # gpu-serve.sh: `ljperf serve` on one GPU, measured with `ljperf bench serve` (repo root, $OUT
 # set; carry .deb, build-gpu/dev from `bash scripts/gpu/gpu-check.sh --prepare`, and
 # .cache/tokenizer/llama3). A Llama 3.1 8B-shaped model with random weights (--load-format dummy:
-# nothing to download). Steps, logs in $OUT, a table last; the whole run stays under 9 minutes
-# (each step has its own timeout):
+# nothing to download). Steps, logs in $OUT, a table last; the whole run stays under 9 minutes:
+# every step's timeout is cut to what is left of 520 s, and a step that would get less than half
+# a minute is skipped (said in the summary):
 #   1. the paged ops against the CPU backend (test_ops_cuda check --op paged_attention, the FP8
 #      cache's paged_attention_fp8, the FP8 GEMM fp8_matmul), and under compute-sanitizer
 #      memcheck (--quick);
 #   2. bf16: the server, then bench serve: one request at a time (TPOT at concurrency 1, 1000 in /
 #      256 out), and Poisson arrivals at 4 req/s (160 prompts, 1000 in / 128 out, range ratio 0.5);
 #   3. bf16 offline (the engine in-process, no HTTP): 200 prompts of 1000 in / 1000 out, all at once;
-#   4. FP8: --kv-cache-dtype fp8, --quantization fp8 and both, each at concurrency 1 (as 2) and
-#      offline (as 3).
+#   4. FP8: --kv-cache-dtype fp8, --quantization fp8 and both, each at concurrency 1 (as 2), then
+#      offline (as 3): both first, then FP8 weights, then the FP8 cache.
 # Usage: bash scripts/gpu/gpu-serve.sh [steps...]   (default: 1 2 3 4)
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,14 +43,24 @@ print("%-34s %10.2f %10.1f %10.1f %10.2f %10.2f %10.2f" % (sys.argv[1], g("reque
 PY
 }
 
+# budget N: the timeout for a step that wants N seconds, cut to what is left of the run's 520 s
+# (less 10 s for what follows); nothing and status 1 when under 30 s are left for it.
+t0=$SECONDS
+budget() {
+  local left=$((520 - (SECONDS - t0) - 10))
+  [ "$left" -ge 30 ] || return 1
+  echo $(($1 < left ? $1 : left))
+}
 # start_server LOG ARGS...: the server in the background ($pid), ready or not ($base set when ready)
 start_server() {
-  local log=$1
+  local log=$1 t
   shift
+  base=
+  pid=
+  t=$(budget 180) || { echo "skipped: the run's time budget is spent" >"$log"; return; }
   "$lj" serve "${model[@]}" "$@" --host 127.0.0.1 --port 0 >"$log" 2>&1 &
   pid=$!
-  base=
-  for _ in $(seq 1800); do # the load: at most 3 minutes
+  for _ in $(seq $((t * 10))); do # the load
     grep -q "serve: ready" "$log" && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
@@ -57,20 +68,24 @@ start_server() {
   grep -q "serve: ready" "$log" && base=http://127.0.0.1:$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
 }
 stop_server() {
+  [ -n "$pid" ] || return 0
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null
 }
 # c1 NAME: one request at a time, 1000 in / 256 out, against $base
 c1() {
-  timeout 60 "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
+  local t
+  t=$(budget 60) || { echo "skipped: the run's time budget is spent" >"$OUT/bench_c1_$1.log"; return 1; }
+  timeout "$t" "$lj" bench serve --base-url "$base" --num-prompts 4 --max-concurrency 1 --random-input-len 1000 \
     --random-output-len 256 --ignore-eos --result-json "$OUT/c1_$1.json" >"$OUT/bench_c1_$1.log" 2>&1
 }
 # offline NAME ARGS...: 200 prompts of 1000 in / 1000 out, all at once
 offline() {
-  local name=$1
+  local name=$1 t
   shift
-  timeout 240 "$lj" bench serve --offline "${model[@]}" "$@" --num-prompts 200 --random-input-len 1000 \
+  t=$(budget 240) || { echo "skipped: the run's time budget is spent" >"$OUT/bench_offline_$name.log"; return 1; }
+  timeout "$t" "$lj" bench serve --offline "${model[@]}" "$@" --num-prompts 200 --random-input-len 1000 \
     --random-output-len 1000 --ignore-eos --result-json "$OUT/offline_$name.json" >"$OUT/bench_offline_$name.log" 2>&1
 }
 
@@ -85,7 +100,8 @@ if [[ " $steps " == *" 2 "* ]]; then
     c1 bf16
     say "2a. concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1_bf16.log")"
     row "c=1, 1000/256" "$OUT/c1_bf16.json"
-    timeout 120 "$lj" bench serve --base-url "$base" --num-prompts 160 --request-rate 4 --random-input-len 1000 \
+    t=$(budget 120) || t=1
+    timeout "$t" "$lj" bench serve --base-url "$base" --num-prompts 160 --request-rate 4 --random-input-len 1000 \
       --random-output-len 128 --random-range-ratio 0.5 --ignore-eos --result-json "$OUT/qps4.json" \
       >"$OUT/bench_qps4.log" 2>&1
     say "2b. Poisson 4 req/s rc=$? $(grep -E 'P99 TPOT' "$OUT/bench_qps4.log")"
@@ -104,24 +120,29 @@ if [[ " $steps " == *" 3 "* ]]; then
 fi
 
 if [[ " $steps " == *" 4 "* ]]; then
-  variants=("kv_fp8:--kv-cache-dtype fp8" "w_fp8:--quantization fp8" "kv_w_fp8:--kv-cache-dtype fp8 --quantization fp8")
-  for v in "${variants[@]}"; do
-    name=${v%%:*}
-    read -ra flags <<<"${v#*:}"
+  declare -A fp8=([kv_fp8]="--kv-cache-dtype fp8" [w_fp8]="--quantization fp8"
+                  [kv_w_fp8]="--kv-cache-dtype fp8 --quantization fp8")
+  for name in kv_fp8 w_fp8 kv_w_fp8; do
+    read -ra flags <<<"${fp8[$name]}"
     start_server "$OUT/serve_$name.log" "${flags[@]}"
-    say "4. $name: $(grep -E 'serve: weights|serve: --quantization fp8:|gpu-memory-utilization|serve: ready' \
+    say "4. $name: $(grep -E 'skipped|serve: weights|serve: --quantization fp8:|gpu-memory-utilization|serve: ready' \
       "$OUT/serve_$name.log" | tr '\n' ' ' | cut -c1-600)"
     if [ -n "$base" ]; then
       c1 "$name"
-      say "4a. $name concurrency 1 rc=$? $(grep -E 'Median TPOT' "$OUT/bench_c1_$name.log")"
+      say "4a. $name concurrency 1 rc=$? $(grep -E 'skipped|Median TPOT' "$OUT/bench_c1_$name.log")"
       row "c=1, 1000/256, $name" "$OUT/c1_$name.json"
     else
-      say "4. $name: the server did not get ready: $(tail -3 "$OUT/serve_$name.log")"
+      say "4a. $name: no server: $(tail -3 "$OUT/serve_$name.log")"
     fi
     stop_server
+  done
+  for name in kv_w_fp8 w_fp8 kv_fp8; do
+    read -ra flags <<<"${fp8[$name]}"
     offline "$name" "${flags[@]}"
-    say "4b. $name offline 200 x 1000/1000 rc=$? $(grep -E 'Output token throughput' "$OUT/bench_offline_$name.log")"
+    say "4b. $name offline 200 x 1000/1000 rc=$? $(grep -E 'skipped|Output token throughput' \
+      "$OUT/bench_offline_$name.log")"
     row "offline 200 x 1000/1000, $name" "$OUT/offline_$name.json"
   done
 fi
+say "total: $((SECONDS - t0)) s"
 cat "$table" | tee -a "$summary"
