@@ -138,9 +138,12 @@ static lj_status check_fp8(const lj_cli_serve_args *a, const lj_ops *ops, const 
                     "fp32), for checking; it is not faster", a->quantization, ops->name);
         return LJ_OK;
     }
-    if (lj_ops_cuda_fp8_check() != LJ_OK)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s: %s; leave --quantization out", a->quantization,
-                       lj_error_message());
+    if (lj_ops_cuda_fp8_check() != LJ_OK) { /* its message speaks of training's flag */
+        char why[256];
+        const char *m = lj_error_message();
+        snprintf(why, sizeof why, "%s", strncmp(m, "--fp8-format: ", 14) ? m : m + 14);
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s: %s; leave --quantization out", a->quantization, why);
+    }
     const int qkv = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
     if (qkv % 8 || cfg->hidden_size % 8 || cfg->intermediate_size % 4)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s on CUDA: the linears' output widths (qkv %d, hidden %d, "
