@@ -10,7 +10,7 @@
 
 
 /* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
-static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
+void lj_model_upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
     const lj_ops *ops = m->ops;
     if (ops->param_dtype == LJ_DTYPE_F32) {
         ops->upload(dst, src, (size_t)n * sizeof(float));
@@ -46,10 +46,12 @@ static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t 
         if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
             float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
             m->residency->upload_shard(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params, 0);
+        } else { /* an inference model keeps no master weights: the params alone */
+            m->residency->upload_shard(m, NULL, src, offset, n, m->params, 0);
         }
         return;
     }
-    upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
+    lj_model_upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
     if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
     const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
     const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;

@@ -377,6 +377,24 @@ struct lj_ops {
     void (*paged_attention)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
                             const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
                             int nkv, int hd);
+    /* The FP8 cache (--kv-cache-dtype fp8; vLLM's fp8_e4m3 with per-tensor scales): the same
+     * layout with one E4M3 code (base/fp8.h) per element, kv_cache[num_slots, 2*KV] u8.
+     * k_scale, v_scale: [1] f32 in backend memory, the layer's dequantization factors (vLLM's
+     * convention: stored = x / scale, read = code * scale): a key element x is stored as
+     * lj_fp8_from_f32(x * inv_k) with inv_k = 1 / *k_scale rounded to f32 once (round to nearest
+     * even, saturating at +-448, as fp8_quantize), and read back as lj_fp8_to_f32(code) *
+     * *k_scale; values likewise with v_scale. The codes equal, bit for bit, on every backend. */
+    /* paged_kv_write into an FP8 cache: the k and v parts of qkv[n, :] (act) quantized into
+     * kv_cache[slots[n], :] for n < N; slots[n] < 0 skipped, distinct. */
+    void (*paged_kv_write_fp8)(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd,
+                               const float *k_scale, const float *v_scale);
+    /* paged_attention over an FP8 cache: every key and value dequantized as it is read (fp32),
+     * the rest as paged_attention (fp32 scores, online softmax and sums; out[N, Q] act). The
+     * CPU multiplies each decoded element by its scale; CUDA folds k_scale into the query and
+     * v_scale into the output (the same values up to fp32 rounding). */
+    void (*paged_attention_fp8)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                                const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size,
+                                int nh, int nkv, int hd, const float *k_scale, const float *v_scale);
     /* out[M, C] act = x[rows[m], :] for m < M (the rows whose logits a step samples from).
      * rows: [M] i32 backend memory. */
     void (*gather_rows)(void *out, const void *x, const int32_t *rows, int M, int C);

@@ -1,13 +1,25 @@
 /* forward.c: the serving forward over the paged KV cache: per layer the decode path of
  * model/model.c (RMSNorm, QKV (+ bias, QK-norm), RoPE at each row's own position, the write into
  * the cache, paged attention, o_proj, residual + RMSNorm, SwiGLU MLP, residual), then the final
- * norm and lm_head on the sampled rows only. Contracts in serve/forward.h. */
+ * norm and lm_head on the sampled rows only. Contracts in serve/forward.h. The FP8 forms are in
+ * the ops (the cache's, chosen by kv_write and kv_attend) and in the linear module (the weights':
+ * its fp8-w8a8 recipe). */
 #include "serve/forward.h"
 
 #include <string.h>
 
-size_t lj_serve_kv_bytes_per_token(const lj_model *m) {
-    return (size_t)2 * m->spec.KV * m->spec.L * lj_dtype_size(m->ops->act_dtype);
+/* Bytes of one cached element. */
+static size_t kv_elem_bytes(const lj_model *m, lj_serve_kv_dtype kv_dtype) {
+    return kv_dtype == LJ_SERVE_KV_FP8_E4M3 ? 1 : lj_dtype_size(m->ops->act_dtype);
+}
+
+size_t lj_serve_kv_bytes_per_token(const lj_model *m, lj_serve_kv_dtype kv_dtype) {
+    return (size_t)2 * m->spec.KV * m->spec.L * kv_elem_bytes(m, kv_dtype);
+}
+
+/* The FP8 cache's scales: [L] pairs, each scalar 16 bytes apart. */
+static size_t kv_scale_bytes(const lj_model *m) {
+    return (size_t)m->spec.L * 2 * LJ_FP8_SCALE_INV_STRIDE * sizeof(float);
 }
 
 size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_seqs, int max_model_len) {
@@ -19,6 +31,7 @@ size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_se
     b += N * sizeof(float) * (1 + (s->qk_norm ? (size_t)(s->nh + s->nkv) : 0));       /* rstd, qk_rstd */
     b += S * (2 * (size_t)s->C * sa + sizeof(float) + (size_t)s->V * sa);             /* rows, logits */
     b += (4 * N + S + S * max_blocks + S) * sizeof(int32_t);                          /* index arrays, argmax */
+    b += lj_linear_scratch_bytes(&m->linear, max_tokens) + kv_scale_bytes(m);        /* FP8 */
     return b;
 }
 
@@ -36,12 +49,15 @@ static lj_status take(const lj_ops *ops, void **p, size_t bytes, const char *wha
 }
 
 lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, int max_tokens, int max_seqs,
-                              int max_model_len) {
+                              int max_model_len, lj_serve_kv_dtype kv_dtype) {
     memset(sm, 0, sizeof *sm);
     const lj_ops *ops = m->ops;
     if (!ops->paged_kv_write || !ops->paged_attention || !ops->gather_rows)
         return lj_fail(LJ_ERR_UNSUPPORTED, "serve: the %s backend has no paged attention yet (use --device cpu)",
                        ops->name);
+    if (kv_dtype == LJ_SERVE_KV_FP8_E4M3 && (!ops->paged_kv_write_fp8 || !ops->paged_attention_fp8))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--kv-cache-dtype fp8: the %s backend has no FP8 paged attention; use "
+                       "--kv-cache-dtype auto", ops->name);
     const lj_layer_spec *s = &m->spec;
     sm->m = m;
     sm->max_tokens = max_tokens;
@@ -50,10 +66,24 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     sm->max_blocks = (max_model_len + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
     sm->num_blocks = num_blocks;
     const size_t sa = lj_dtype_size(ops->act_dtype), N = (size_t)max_tokens, S = (size_t)max_seqs;
+    sm->kv_dtype = kv_dtype;
     sm->kv = lj_calloc((size_t)s->L, sizeof(void *));
-    const size_t layer_bytes = (size_t)num_blocks * LJ_KV_BLOCK_SIZE * 2 * s->KV * sa;
+    const size_t layer_bytes = (size_t)num_blocks * LJ_KV_BLOCK_SIZE * 2 * s->KV * kv_elem_bytes(m, kv_dtype);
     for (int l = 0; l < s->L; l++) LJ_TRY(take(ops, &sm->kv[l], layer_bytes, "the KV cache"));
     sm->kv_bytes = layer_bytes * s->L;
+    if (kv_dtype == LJ_SERVE_KV_FP8_E4M3) { /* vLLM's scales without calibration: 1.0 (docs/serving.md) */
+        const size_t n = kv_scale_bytes(m) / sizeof(float);
+        LJ_TRY(take(ops, (void **)&sm->kv_scale, n * sizeof(float), "the KV cache's scales"));
+        float *ones = lj_malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+        ops->upload(sm->kv_scale, ones, n * sizeof(float));
+        free(ones);
+    }
+    const size_t scratch = lj_linear_scratch_bytes(&m->linear, max_tokens);
+    if (scratch) {
+        LJ_TRY(take(ops, &sm->linear_scratch, scratch, "the FP8 linears' scratch"));
+        lj_linear_bind_scratch(&m->linear, max_tokens, sm->linear_scratch);
+    }
     const size_t half = (size_t)s->hd / 2, rope = (size_t)max_model_len * half * sizeof(float);
     LJ_TRY(take(ops, (void **)&sm->rope_cos, rope, "the RoPE tables"));
     LJ_TRY(take(ops, (void **)&sm->rope_sin, rope, "the RoPE tables"));
@@ -99,7 +129,8 @@ void lj_serve_model_free(lj_serve_model *sm) {
     const lj_ops *ops = sm->m->ops;
     void *bufs[] = {sm->rope_cos, sm->rope_sin, sm->x,       sm->ln,      sm->qkv,      sm->qkv_pre,
                     sm->qk_rstd,  sm->attn,     sm->res_mid, sm->proj,    sm->gate_up,  sm->mlp,
-                    sm->rstd,     sm->rows_x,   sm->rows_ln, sm->rows_rstd, sm->logits, sm->d_index, sm->d_argmax};
+                    sm->rstd,     sm->rows_x,   sm->rows_ln, sm->rows_rstd, sm->logits, sm->d_index,
+                    sm->d_argmax, sm->kv_scale, sm->linear_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) ops->free(bufs[i]);
     if (sm->kv)
@@ -115,6 +146,30 @@ void lj_serve_model_free(lj_serve_model *sm) {
     memset(sm, 0, sizeof *sm);
 }
 
+/* The cache ops of layer l, in the cache's dtype. */
+static void kv_write(const lj_serve_model *sm, int l, const int32_t *slots, int N) {
+    const lj_layer_spec *s = &sm->m->spec;
+    if (sm->kv_dtype == LJ_SERVE_KV_FP8_E4M3) {
+        const float *ks = sm->kv_scale + 2 * LJ_FP8_SCALE_INV_STRIDE * l, *vs = ks + LJ_FP8_SCALE_INV_STRIDE;
+        sm->m->ops->paged_kv_write_fp8(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd, ks, vs);
+    } else {
+        sm->m->ops->paged_kv_write(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd);
+    }
+}
+
+static void kv_attend(const lj_serve_model *sm, int l, const int32_t *tables, const int32_t *seq, const int32_t *pos,
+                      int N) {
+    const lj_layer_spec *s = &sm->m->spec;
+    if (sm->kv_dtype == LJ_SERVE_KV_FP8_E4M3) {
+        const float *ks = sm->kv_scale + 2 * LJ_FP8_SCALE_INV_STRIDE * l, *vs = ks + LJ_FP8_SCALE_INV_STRIDE;
+        sm->m->ops->paged_attention_fp8(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, sm->max_blocks,
+                                        LJ_KV_BLOCK_SIZE, s->nh, s->nkv, s->hd, ks, vs);
+    } else {
+        sm->m->ops->paged_attention(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, sm->max_blocks,
+                                    LJ_KV_BLOCK_SIZE, s->nh, s->nkv, s->hd);
+    }
+}
+
 /* The step's ops over the index arrays at d (ids | pos | slots | seq [N] each, rows [M], tables):
  * the layers on N rows, then the final norm, lm_head and argmax on the M wanted rows. No host
  * transfer: a CUDA graph captures this. */
@@ -122,7 +177,6 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
     lj_model *m = sm->m;
     const lj_ops *ops = m->ops;
     const lj_layer_spec *s = &m->spec;
-    const int MB = sm->max_blocks;
     const int32_t *ids = d, *pos = d + N, *slots = d + 2 * N, *seq = d + 3 * N, *rows = d + 4 * N, *tables = rows + M;
     ops->embedding_forward(sm->x, ids, lj_model_param(m, m->layout.embed), N, s->C);
     for (int l = 0; l < s->L; l++) {
@@ -136,9 +190,8 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
                                  lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_NORM)), N, s->nh, s->nkv, s->hd,
                                  s->eps);
         ops->rope_forward_pos(sm->qkv, sm->rope_cos, sm->rope_sin, pos, 1, N, s->nh, s->nkv, s->hd);
-        ops->paged_kv_write(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd);
-        ops->paged_attention(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, MB, LJ_KV_BLOCK_SIZE, s->nh, s->nkv,
-                             s->hd);
+        kv_write(sm, l, slots, N);
+        kv_attend(sm, l, tables, seq, pos, N);
         linear(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
         ops->residual_rmsnorm_forward(sm->res_mid, sm->ln, sm->rstd, sm->x, sm->proj,
                                       lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N, s->C, s->eps);
@@ -250,14 +303,18 @@ lj_status lj_serve_capture_graphs(lj_serve_model *sm) {
     return st;
 }
 
-lj_status lj_serve_weights_init(lj_model *m, lj_plan *plan, const lj_ops *ops, const lj_model_config *cfg) {
+lj_status lj_serve_weights_init(lj_model *m, lj_plan *plan, const lj_ops *ops, const lj_model_config *cfg,
+                                lj_serve_quantization quant) {
     lj_model_options opt;
     memset(&opt, 0, sizeof opt);
     opt.micro_batch_size = 1;
     opt.seq_length = 1;
     opt.fused = 1;
     opt.kv_cache_tokens = 1;
+    opt.fp8 = lj_linear_fp8_defaults();
+    if (quant == LJ_SERVE_QUANT_FP8) opt.linear_recipe = LJ_LINEAR_RECIPE_FP8_W8A8;
     lj_model_init(m, ops, cfg, &opt);
+    if (quant == LJ_SERVE_QUANT_FP8) lj_serve_fp8_weights_attach(m);
     lj_plan_build(plan, m);
     return lj_plan_allocate(plan, m);
 }

@@ -78,6 +78,11 @@ const lj_op_case lj_op_cases[] = {
     /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, block_size} (lengths T, 2T+1, ...) */
     {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 4), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
     {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 16), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
+    /* the FP8 cache: {S, T, nh, nkv, hd, decode}, param k_scale (v_scale half of it): vLLM's default 1.0,
+     * and a smaller scale that moves the values up the E4M3 range */
+    {"paged_attention_fp8", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 0), 1.0, CPU_FWD, NONE, 1, lj_case_paged_attention_fp8},
+    {"paged_attention_fp8", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 1), 0.0625, CPU_FWD, NONE, 1,
+     lj_case_paged_attention_fp8},
     /* within documents (--reset-attention-mask): EODs about every d[5] tokens; GQA, one-token documents */
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
@@ -129,6 +134,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
     CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
     CUDA_FP8_MM(D(333, 512, 2000, 1), L2(0.09), 0),
+    /* serving's decode batches (--quantization fp8): a few rows, Llama 3.1 8B's QKV */
+    CUDA_FP8_MM(D(3, 256, 1024, 0), L2(0.06), 1),
+    CUDA_FP8_MM(D(1, 6144, 4096, 0), L2(0.06), 0),
     /* the blockwise recipe: the casts bit for bit (rows, cols not multiples of 128); the GEMM
      * {M, N, K, a e5m2, b in 128x128 blocks}: 1x128 x 128x128 (forward, dgrad) and 1x128 x 1x128
      * (wgrad), K not a multiple of 128 (nor of 16); M and N multiples of 4, as cuBLASLt's block
@@ -226,6 +234,13 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_cuda_paged_attention),
     CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_cuda_paged_attention),
     CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_cuda_paged_attention),
+    /* the FP8 cache: the codes bit for bit, the attention against the CPU's (param k_scale) */
+    CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 0), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 1), 0.0625, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 40, 32, 8, 128, 0), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(5, 300, 32, 8, 128, 1), 0.5, 0, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(4, 33, 16, 2, 64, 1), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 20, 8, 8, 256, 0), 0.0625, 1, lj_case_paged_attention_fp8),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_cuda_attention_docs),
     CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_cuda_attention_docs),

@@ -130,6 +130,9 @@ void lj_case_cuda_perf_embedding(lj_harness *h, const lj_op_case *c, lj_harness_
 void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 #endif
 
+/* cases_paged_fp8.c (written once for every backend): serving's FP8 KV cache. */
+void lj_case_paged_attention_fp8(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+
 #ifdef __cplusplus
 }
 #endif
