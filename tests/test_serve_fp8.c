@@ -112,7 +112,9 @@ static void compare(served *sv, int nv, const lj_model_config *cfg, int np, int 
         row = N - 1;
         const lj_serve_batch b = {N, 1, 1, ids, pos, slots, seq, tables, &row};
         for (int v = 0; v < nv; v++) {
-            const float *lg = lj_serve_forward(&sv[v].sm, &b);
+            const float *lg;
+            const int32_t *greedy = lj_serve_forward(&sv[v].sm, &b, &lg);
+            assert_int_equal(greedy[0], argmax(lg, V)); /* the device's argmax is the host's */
             if (v == 0) {
                 memcpy(ref, lg, (size_t)V * sizeof(float));
                 continue;
