@@ -105,7 +105,7 @@ greedy() {
   python3 - "$base" >"$1" 2>&1 <<'PY'
 import json, sys, urllib.request
 for p in ["The capital of France is", "def fibonacci(n):", "Once upon a time", "1, 2, 3, 4,"]:
-    body = json.dumps({"model": "m", "prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True}).encode()
+    body = json.dumps({"prompt": p, "max_tokens": 48, "temperature": 0, "ignore_eos": True}).encode()
     req = urllib.request.Request(sys.argv[1] + "/v1/completions", body, {"Content-Type": "application/json"})
     print(json.dumps(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["text"]))
 PY
