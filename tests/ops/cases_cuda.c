@@ -243,73 +243,6 @@ static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
     free(qkv), free(cache0), free(out), free(cache), free(o), free(c);
 }
 
-static int32_t *targets_with_ignored(int N, int V) {
-    int32_t *t = lj_malloc((size_t)N * 4);
-    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (int32_t)lj_rng_below(&g_h->rng, (uint64_t)V);
-    return t;
-}
-
-static void test_cross_entropy(int N, int V) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d V=%d", N, V);
-    int64_t n = (int64_t)N * V;
-    float dloss = 1.0f / N;
-    float *logits = hrand(n, 3.0f), *losses = hzeros(N), *dl = hcopy(logits, n);
-    int32_t *t = targets_with_ignored(N, V);
-    H->cross_entropy_forward_backward(losses, dl, dl, t, N, V, dloss);
-    void *gl = gbf16(logits, n), *gt = gi32(t, N), *gloss = galloc((size_t)N * 4);
-    gpoison(gloss, (size_t)N * 4);
-    G->cross_entropy_forward_backward(gloss, gl, gl, gt, N, V, dloss); /* in place */
-    float *ol = dl_f32(gloss, N), *od = dl_bf16(gl, n);
-    check("cross_entropy_fwd_bwd losses", shape, ol, losses, N, 1e-4, 1e-3);
-    check("cross_entropy_fwd_bwd dlogits", shape, od, dl, n, TOL);
-    G->free(gl), G->free(gt), G->free(gloss);
-    free(logits), free(losses), free(dl), free(t), free(ol), free(od);
-}
-
-/* Fused lm_head + CE against the CPU's fused op, and against the GPU's unfused path
- * (matmul_forward, cross_entropy_forward_backward, matmul_backward). */
-static void test_cross_entropy_fused(int N, int C, int V) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
-    float dloss = 1.0f / N;
-    float *x = hrand((int64_t)N * C, 1.0f), *w = hrand((int64_t)V * C, 0.2f), *dw0 = hrand((int64_t)V * C, 0.01f);
-    int32_t *t = targets_with_ignored(N, V);
-    float *losses = hzeros(N), *dx = hzeros((int64_t)N * C), *dw = hcopy(dw0, (int64_t)V * C);
-    void *hws = lj_malloc(H->cross_entropy_fused_workspace_bytes(N, C, V) + 1);
-    H->cross_entropy_fused(losses, dx, dw, x, w, t, N, C, V, dloss, hws);
-    void *gx = gbf16(x, (int64_t)N * C), *gw = gbf16(w, (int64_t)V * C), *gt = gi32(t, N);
-    void *gloss = galloc((size_t)N * 4), *gdx = galloc((size_t)N * C * 2), *gdw = ggrad(dw0, (int64_t)V * C);
-    void *gws = galloc(G->cross_entropy_fused_workspace_bytes(N, C, V));
-    gpoison(gloss, (size_t)N * 4), gpoison(gdx, (size_t)N * C * 2);
-    G->cross_entropy_fused(gloss, gdx, gdw, gx, gw, gt, N, C, V, dloss, gws);
-    float *ol = dl_f32(gloss, N), *odx = dl_bf16(gdx, (int64_t)N * C), *odw = dl_grad(gdw, (int64_t)V * C);
-    check("cross_entropy_fused losses", shape, ol, losses, N, 2e-3, 1e-2);
-    check("cross_entropy_fused dx", shape, odx, dx, (int64_t)N * C, TOL);
-    check("cross_entropy_fused dw (+=)", shape, odw, dw, (int64_t)V * C, TOL);
-    /* the unfused twin on the GPU */
-    void *glog = galloc((size_t)N * V * 2), *gloss2 = galloc((size_t)N * 4), *gdx2 = galloc((size_t)N * C * 2);
-    void *gdw2 = ggrad(dw0, (int64_t)V * C);
-    G->matmul_forward(glog, gx, gw, N, C, V);
-    G->cross_entropy_forward_backward(gloss2, glog, glog, gt, N, V, dloss);
-    G->matmul_backward(gdx2, gdw2, glog, gx, gw, N, C, V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    float *ul = dl_f32(gloss2, N), *udx = dl_bf16(gdx2, (int64_t)N * C), *udw = dl_grad(gdw2, (int64_t)V * C);
-    /* the chunk's GEMM may pick another algorithm than the full one: logits can differ by a
-     * bf16 rounding step, hence bf16 tolerances */
-    check("cross_entropy fused vs unfused losses", shape, ol, ul, N, 1e-3, 1e-2);
-    check("cross_entropy fused vs unfused dx", shape, odx, udx, (int64_t)N * C, TOL);
-    check("cross_entropy fused vs unfused dw", shape, odw, udw, (int64_t)V * C, TOL);
-    /* forward only (dx NULL): losses alone */
-    gpoison(gloss, (size_t)N * 4);
-    G->cross_entropy_fused(gloss, NULL, NULL, gx, gw, gt, N, C, V, dloss, gws);
-    float *fl = dl_f32(gloss, N);
-    check("cross_entropy_fused losses (no grad)", shape, fl, losses, N, 2e-3, 1e-2);
-    G->free(gx), G->free(gw), G->free(gt), G->free(gloss), G->free(gdx), G->free(gdw), G->free(gws);
-    G->free(glog), G->free(gloss2), G->free(gdx2), G->free(gdw2);
-    free(x), free(w), free(dw0), free(t), free(losses), free(dx), free(dw), free(hws), free(ol), free(odx);
-    free(odw), free(ul), free(udx), free(udw), free(fl);
-}
-
 static void test_adamw(int64_t total, float max_grad_norm) {
     char shape[80];
     snprintf(shape, sizeof shape, "n=%lld clip=%g", (long long)total, max_grad_norm);
@@ -592,18 +525,6 @@ void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harnes
     (void)mode;
     begin(h, c);
     test_decode(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], c->d[5]);
-}
-/* d = {N, V} */
-void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_cross_entropy(c->d[0], c->d[1]);
-}
-/* d = {N, C, V} */
-void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_cross_entropy_fused(c->d[0], c->d[1], c->d[2]);
 }
 /* d = {n}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "data/docmask.h"
-#include "tests/ops/op_cases.h"
+#include "tests/ops/case.h"
 
 #define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
 #define CHECK_D(op, got, ref, n, tol) lj_harness_check_d(h, (op), shape, (got), (ref), (n), (tol))
@@ -20,21 +20,6 @@
 enum { EOD = 0 };
 
 static float *randf(lj_harness *h, int64_t n, float scale) { return lj_harness_randf(h, n, scale); }
-
-void lj_case_docmask_tokens(lj_rng *rng, int B, int T, int mean_len, int32_t *tokens) {
-    for (int i = 0; i < B * T; i++) tokens[i] = 1 + (int32_t)lj_rng_below(rng, 50);
-    for (int i = 0; i < B * T; i++)
-        if (lj_rng_below(rng, (uint64_t)mean_len) == 0) tokens[i] = EOD;
-    if (T > 2) tokens[1] = EOD;         /* a document of two tokens at the start of sequence 0 */
-    if (B > 1) tokens[2 * T - 1] = EOD; /* an EOD as the last input of sequence 1 */
-}
-
-void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start) {
-    const lj_doc_mask dm = {1, 1, 1, EOD};
-    for (int b = 0; b < B; b++)
-        lj_doc_mask_sequence(&dm, tokens + (size_t)b * T, T, pos ? pos + (size_t)b * T : NULL,
-                             doc_start ? doc_start + (size_t)b * T : NULL, NULL);
-}
 
 /* ---- attention within documents: d = {B, T, nh, nkv, hd, mean document length} ---------- */
 

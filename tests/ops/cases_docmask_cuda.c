@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ops/cuda/cuda_common.h"
-#include "tests/ops/op_cases.h"
+#include "tests/ops/case.h"
 
 typedef struct {
     lj_harness *h;

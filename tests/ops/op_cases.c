@@ -54,10 +54,15 @@ const lj_op_case lj_op_cases[] = {
     {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_qk_norm},
     {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_bias},
     {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_swiglu},
-    /* fixed targets, one ignored */
-    {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_cross_entropy},
+    /* the cross-entropy over full logits: d = {N, V} */
+    {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 23), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cross_entropy},
+    {"cross_entropy", "cpu", CHECK, F32, D(37, 301), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cross_entropy},
+    /* fused with the lm_head: d = {N, C, V, targets}; fixed targets, one ignored */
+    {"cross_entropy_fused", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1,
+     lj_case_cross_entropy_fused},
     /* more rows than one chunk of the fused op (LJ_CPU_CE_CHUNK_ROWS + 45) */
-    {"cross_entropy", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1, lj_case_cpu_cross_entropy},
+    {"cross_entropy_fused", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1,
+     lj_case_cross_entropy_fused},
     /* 3 * LJ_CPU_NORM_CHUNK + 17 */
     {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_global_norm},
     /* greedy decoding: d = {M rows, V} */
@@ -176,10 +181,11 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("matmul", D(7, 1, 9), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_matmul),
     CUDA_BOTH("matmul", D(128, 256, 512), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_matmul),
     CUDA_BOTH("matmul", D(512, 2048, 1536), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_matmul),
-    CUDA_BOTH("cross_entropy_fused", D(37, 64, 1000), 0, GPU_BF16, 1, lj_case_cuda_cross_entropy_fused),
-    CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    /* random targets (d[3] = 1) */
+    CUDA_BOTH("cross_entropy_fused", D(37, 64, 1000, 1), 0, GPU_BF16, 1, lj_case_cross_entropy_fused),
+    CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003, 1), 0, GPU_BF16, 0, lj_case_cross_entropy_fused),
     /* two chunks of rows */
-    CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256, 1), 0, GPU_BF16, 0, lj_case_cross_entropy_fused),
     CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_global_norm),
@@ -264,10 +270,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("swiglu", D(37, 200), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(5, 13), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(512, 2048), 0, 0, lj_case_swiglu),
-    CUDA_ONE("cross_entropy", D(1, 10), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(37, 1000), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(20, 1001), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(8, 128256), 0, 0, lj_case_cuda_cross_entropy),
+    CUDA_ONE("cross_entropy", D(1, 10), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(37, 1000), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(20, 1001), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(8, 128256), 0, 0, lj_case_cross_entropy),
 
     /* ---- CUDA perf at the benchmark shapes: llama3.2-1b (micro-batch 4) and llama3.2-3b
      * (micro-batch 2), sequence 4096 ---- */

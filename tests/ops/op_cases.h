@@ -55,11 +55,12 @@ void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_argmax_rows(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -70,12 +71,7 @@ void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_docmask_cpu.c (the two helpers are shared with the CUDA cases): tokens [B, T] with EOD
- * id 0 about every mean_len tokens (and at fixed places: a two-token document, an EOD as a last
- * input); their positions and document starts by Megatron's rule (data/docmask.h, all flags on;
- * either output may be NULL). */
-void lj_case_docmask_tokens(lj_rng *rng, int B, int T, int mean_len, int32_t *tokens);
-
+/* cases_docmask_cpu.c */
 /* The double-precision attention reference of the CPU cases (cases_cpu.c): qkv [B*T, Q+2KV] in
  * the QKV layout, ds the first key of each query's document ([B*T] i32, NULL: plain causal),
  * R the weights of the scalar loss sum(out * R) whose finite differences the grad mode takes. */
@@ -87,7 +83,6 @@ typedef struct {
 } lj_case_attn;
 void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
 double lj_case_attn_loss(void *p);
-void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
 void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_docmask_cuda.c */
 void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -106,8 +101,6 @@ void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
 void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
