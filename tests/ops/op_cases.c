@@ -74,10 +74,12 @@ const lj_op_case lj_op_cases[] = {
     {"adamw", "cpu", CHECK, F32, D(0, 0), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* inactive (norm ~1.6) */
     {"adamw", "cpu", CHECK, F32, D(1, 1), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* active; params copy */
     {"adamw", "cpu", CHECK, F32, D(257), 0, NONE, NONE, 1, lj_case_cpu_adamw_clip_inactive},
-    {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* GQA 2:1, odd T */
-    {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* 4 q heads per kv */
-    {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention}, /* nh == nkv */
-    {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* T = 1 */
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* T = 1 */
+    /* the first run of a shape captured (the CPU has no graphs: eager) */
+    {"attention", "cpu", CHECK | GRAD, F32, D(1, 6, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_captured},
     /* prefill of 5 tokens, then 4 single-token steps */
     {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
     /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, block_size} (lengths T, 2T+1, ...) */
@@ -89,9 +91,9 @@ const lj_op_case lj_op_cases[] = {
     {"paged_attention_fp8", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 1), 0.0625, CPU_FWD, NONE, 1,
      lj_case_paged_attention_fp8},
     /* within documents (--reset-attention-mask): EODs about every d[5] tokens; GQA, one-token documents */
-    {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
-    {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
-    {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
+    {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
     /* RoPE by per-token positions (--reset-position-ids) */
     {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_rope_pos},
     /* the CPU building blocks; sgemm tol is per sqrt(K) */
@@ -207,28 +209,28 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("rope", D(2, 5, 6, 3, 10), 500000.0, 1, lj_case_rope),
     CUDA_ONE("rope", D(1, 200, 8, 8, 128), 500000.0, 0, lj_case_rope),
     /* every kernel family the shape has (kind -1) */
-    CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 77, 4, 1, 32, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 129, 4, 4, 128, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 4, 2, 16, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 8, 8, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 200, 32, 8, 64, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 300, 8, 2, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 64, 2, 2, 64, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 1, 4, 4, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 512, 8, 2, 64, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 77, 4, 1, 32, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(2, 129, 4, 4, 128, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 16, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 8, 8, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(2, 200, 32, 8, 64, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 300, 8, 2, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 64, 2, 2, 64, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 1, 4, 4, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 512, 8, 2, 64, -1), 0, 0, lj_case_attention),
     /* cuDNN's SDPA at T = 37, 128, 200 (not multiples of its tiles but 128), head_dim 64/128,
      * GQA 32/8 and 4/2 */
-    CUDA_ONE("attention", D(2, 37, 4, 2, 64, 3), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 37, 32, 8, 128, 3), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 128, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 37, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(0), 0, 0, lj_case_cuda_attention_captured),
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, 3), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 128, 3), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 64, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(2, 128, 4, 2, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 64, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 256, 4, 2, 128), 0, 0, lj_case_attention_captured),
     /* within documents: d = {B, T, nh, nkv, hd, mean document length}, param the kernels (0 flash,
      * 1 simple, 2 flash-mt1); documents shorter and longer than a 64-key tile, head dims 64/128 and one the
      * flash kernels do not cover */
@@ -247,15 +249,15 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("paged_attention_fp8", D(5, 300, 32, 8, 128, 1), 0.5, 0, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(4, 33, 16, 2, 64, 1), 1.0, 1, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(2, 20, 8, 8, 256, 0), 0.0625, 1, lj_case_paged_attention_fp8),
-    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 2, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 3), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_cuda_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 2, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 3), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_attention_docs),
     CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 500000.0, 0, lj_case_rope_pos),

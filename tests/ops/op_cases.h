@@ -57,13 +57,15 @@ void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mod
 void lj_case_argmax_rows(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -71,22 +73,6 @@ void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_docmask_cpu.c */
-/* The double-precision attention reference of the CPU cases (cases_cpu.c): qkv [B*T, Q+2KV] in
- * the QKV layout, ds the first key of each query's document ([B*T] i32, NULL: plain causal),
- * R the weights of the scalar loss sum(out * R) whose finite differences the grad mode takes. */
-typedef struct {
-    int B, T, nh, nkv, hd;
-    double *qkv;
-    const int32_t *ds;
-    const float *R;
-} lj_case_attn;
-void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
-double lj_case_attn_loss(void *p);
-void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_docmask_cuda.c */
-void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_paged_cuda.c */
 void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
@@ -98,8 +84,6 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -115,6 +99,7 @@ void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harn
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "tests/ops/harness_cuda.cuh"
-#include "tests/ops/op_cases.h"
+#include "tests/ops/case.h"
 
 #define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
 
@@ -197,6 +197,83 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
     lj_harness_report(group, "backward", bwd, 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_att_bench_free(&c);
+}
+
+/* ---- attention within documents: d = {B, T, nh, nkv, hd, mean document length} ------------ */
+
+typedef struct {
+    const lj_ops *G;
+    int B, T, nh, nkv, hd;
+    const int32_t *ds; /* NULL: plain causal */
+    void *qkv, *dout, *out, *dqkv, *ws;
+    float *lse;
+} docs_ctx;
+
+static void docs_fwd(void *p) {
+    docs_ctx *c = (docs_ctx *)p;
+    if (c->ds) c->G->attention_forward_docs(c->out, c->lse, c->qkv, c->ds, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+    else c->G->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+static void docs_bwd(void *p) {
+    docs_ctx *c = (docs_ctx *)p;
+    if (c->ds)
+        c->G->attention_backward_docs(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->ds, c->B, c->T, c->nh, c->nkv, c->hd,
+                                      c->ws);
+    else c->G->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+/* Forward and backward times of plain causal attention (cuDNN, the default path; then the own
+ * flash kernels) and of attention within documents (the own flash kernels), on EODs about every
+ * d[5] tokens. TFLOP/s count the work each one does: 2*B*nh*T^2*hd for causal attention
+ * (docs/reference.md's convention, no causal discount) times the work within documents,
+ * sum l(l+1)/2 / (T(T+1)/2), for the masked one. */
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *G = perf_begin(cs);
+    const int B = cs->d[0], T = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], mean = cs->d[5];
+    const int64_t N = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    int32_t *tokens = (int32_t *)lj_malloc((size_t)N * 4), *ds = (int32_t *)lj_malloc((size_t)N * 4);
+    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
+    lj_case_docmask_build(B, T, tokens, NULL, ds);
+    double work = 0;
+    int docs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T;) {
+            int e = t;
+            while (e < T && ds[(int64_t)b * T + e] == t) e++;
+            work += 0.5 * (double)(e - t) * (e - t + 1), docs++;
+            t = e;
+        }
+    const double frac = work / (B * 0.5 * (double)T * (T + 1));
+    float *x = lj_harness_randf_bf16(h, N * row, 1.0f), *g = lj_harness_randf_bf16(h, N * nh * hd, 1.0f);
+    docs_ctx pc = {G, B, T, nh, nkv, hd, NULL, lj_harness_upload(G, x, N * row, LJ_DTYPE_BF16),
+                   lj_harness_upload(G, g, N * nh * hd, LJ_DTYPE_BF16), lj_harness_dalloc(G, (size_t)N * nh * hd * 2),
+                   lj_harness_dalloc(G, (size_t)N * row * 2),
+                   lj_harness_dalloc(G, G->attention_workspace_bytes(B, T, nh, nkv, hd)),
+                   (float *)lj_harness_dalloc(G, (size_t)B * nh * T * 4)};
+    const int32_t *gds = (const int32_t *)lj_harness_upload(G, ds, N, LJ_DTYPE_F32);
+    const double f = 2.0 * B * nh * (double)T * T * hd;
+    const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+    printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of "
+           "causal\n", B, T, nh, nkv, hd, (double)docs / B, frac);
+    const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
+    for (int k = 0; k < 3; k++) {
+        pc.G = perf_table(cs, k == 0 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH, 2, 0);
+        pc.ds = k == 2 ? gds : NULL;
+        const double w = k == 2 ? frac : 1.0;
+        const double fwd = lj_harness_time_ms(G, docs_fwd, &pc, 3, 10);
+        const double bwd = lj_harness_time_ms(G, docs_bwd, &pc, 3, 10);
+        char group[160];
+        snprintf(group, sizeof group, "attention B=%d T=%d nh=%d nkv=%d hd=%d doc~%d %s", B, T, nh, nkv, hd, mean,
+                 names[k]);
+        lj_harness_report(group, "forward", fwd, w * f / (fwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "backward", bwd, w * 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "fwd+bwd", fwd + bwd, w * 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    }
+    G->free(pc.qkv), G->free(pc.dout), G->free(pc.out), G->free(pc.dqkv), G->free(pc.ws), G->free(pc.lse);
+    G->free((void *)gds);
+    free(tokens), free(ds), free(x), free(g);
 }
 
 /* ---- RMSNorm: d = {N, C} ----------------------------------------------------------------- */
