@@ -360,3 +360,79 @@ static void attention_docs_body(lj_case_ctx *x) {
 void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode, attention_docs_body);
 }
+
+/* ---- generation with a KV cache --------------------------------------------------------- */
+
+/* d = {p0, Tq, Tmax, nh, nkv, hd}: Tq rows at positions p0.. over a cache of Tmax random rows
+ * (attention_decode writes rows p0..p0+Tq-1), out and the cache against a double reference; on
+ * the CPU also a prefill of p0 tokens, then Tq single-token steps, over a zeroed cache, against
+ * the full forward of the p0 + Tq tokens. */
+static void attention_decode_body(lj_case_ctx *x) {
+    const lj_op_case *c = x->c;
+    const lj_ops *ops = x->ops;
+    const int p0 = c->d[0], Tq = c->d[1], Tmax = c->d[2], nh = c->d[3], nkv = c->d[4], hd = c->d[5];
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
+    const int64_t nc = (int64_t)Tmax * 2 * KV, no = (int64_t)Tq * Q;
+    LJ_ASSERT(p0 + Tq <= Tmax, "attention_decode case: p0 + Tq = %d rows beyond the cache's %d", p0 + Tq, Tmax);
+    lj_case_shape(x, "p0=%d Tq=%d Tmax=%d nh=%d nkv=%d hd=%d", p0, Tq, Tmax, nh, nkv, hd);
+    float *hqkv = lj_case_rand(x, (int64_t)Tq * row, 1.0f), *cache0 = lj_case_rand(x, nc, 1.0f);
+    void *qkv = lj_case_upload(x, hqkv, (int64_t)Tq * row, LJ_CASE_ACT), *cache = lj_case_upload(x, cache0, nc, LJ_CASE_ACT);
+    void *out = lj_case_alloc(x, no, LJ_CASE_ACT);
+    ops->attention_decode(out, cache, qkv, p0, Tq, nh, nkv, hd);
+    double *want = NULL, *want_c = NULL;
+    if (lj_case_reference(x)) {
+        want = lj_case_dzeros(x, no), want_c = lj_case_to_double(x, cache0, nc);
+        for (int i = 0; i < Tq; i++)
+            for (int k = 0; k < 2 * KV; k++) want_c[(int64_t)(p0 + i) * 2 * KV + k] = hqkv[(int64_t)i * row + Q + k];
+        double *s = lj_case_dzeros(x, p0 + Tq);
+        for (int i = 0; i < Tq; i++)
+            for (int hh = 0; hh < nh; hh++) {
+                const float *q = hqkv + (int64_t)i * row + hh * hd;
+                double m = -INFINITY, sum = 0, *o = want + (int64_t)i * Q + hh * hd;
+                for (int j = 0; j <= p0 + i; j++) {
+                    const double *k = want_c + (int64_t)j * 2 * KV + (hh / rep) * hd;
+                    s[j] = 0;
+                    for (int d = 0; d < hd; d++) s[j] += q[d] * k[d];
+                    s[j] /= sqrt((double)hd);
+                    m = fmax(m, s[j]);
+                }
+                for (int j = 0; j <= p0 + i; j++) sum += exp(s[j] - m);
+                for (int j = 0; j <= p0 + i; j++) {
+                    const double *v = want_c + (int64_t)j * 2 * KV + KV + (hh / rep) * hd, p = exp(s[j] - m) / sum;
+                    for (int d = 0; d < hd; d++) o[d] += p * v[d];
+                }
+            }
+    }
+    lj_case_output(x, "attention_decode out", out, no, LJ_CASE_ACT, want, LJ_CASE_TOL_OUT);
+    lj_case_output(x, "attention_decode kv_cache", cache, nc, LJ_CASE_ACT, want_c, LJ_CASE_TOL_EXACT);
+    if (!lj_case_reference(x)) return;
+
+    /* the CPU (host buffers): a prefill, then single-token steps, against the full forward */
+    const int T = p0 + Tq;
+    float *q2 = lj_case_rand(x, (int64_t)T * row, 1.0f), *full = lj_case_zeros(x, (int64_t)T * Q);
+    float *lse = lj_case_zeros(x, (int64_t)nh * T), *zc = lj_case_zeros(x, nc), *dec = lj_case_zeros(x, (int64_t)T * Q);
+    ops->attention_forward(full, lse, q2, 1, T, nh, nkv, hd, lj_case_scratch(x, ops->attention_workspace_bytes(1, T, nh, nkv, hd)));
+    ops->attention_decode(dec, zc, q2, 0, p0, nh, nkv, hd);
+    for (int p = p0; p < T; p++) ops->attention_decode(dec + (int64_t)p * Q, zc, q2 + (int64_t)p * row, p, 1, nh, nkv, hd);
+    int cache_ok = 1, bad_t = -1, bad_i = -1;
+    for (int t = 0; t < T; t++) {
+        cache_ok &= memcmp(zc + (int64_t)t * 2 * KV, q2 + (int64_t)t * row + Q, 2 * KV * sizeof(float)) == 0;
+        for (int i = 0; i < Q; i++) {
+            float a = dec[t * Q + i], b = full[t * Q + i];
+            if (!(fabsf(a - b) <= 1e-5f * (1 + fabsf(b))) && bad_t < 0) bad_t = t, bad_i = i;
+        }
+    }
+    lj_case_true(x, "attention_decode kv_cache", cache_ok, "cache rows 0..T-1 hold the k and v parts of qkv");
+    lj_case_true(x, "attention_decode out", bad_t < 0, "decode == full forward within 1e-5 (1 + |full|)%s",
+                 bad_t < 0 ? "" : " (first mismatch below)");
+    if (bad_t >= 0)
+        printf("     decode row %d col %d: %g vs %g\n", bad_t, bad_i, dec[bad_t * Q + bad_i], full[bad_t * Q + bad_i]);
+    int rest_zero = 1;
+    for (int t = T; t < Tmax; t++)
+        for (int i = 0; i < 2 * KV; i++) rest_zero &= zc[t * 2 * KV + i] == 0.0f;
+    lj_case_true(x, "attention_decode kv_cache", rest_zero, "cache rows T..Tmax-1 untouched");
+}
+
+void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, attention_decode_body);
+}

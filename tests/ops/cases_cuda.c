@@ -116,24 +116,6 @@ static void rope_tables(float *cosv, float *sinv, int T, int hd) {
         }
 }
 
-static void test_decode(int p0, int Tq, int Tmax, int nh, int nkv, int hd) {
-    char shape[80];
-    snprintf(shape, sizeof shape, "p0=%d Tq=%d nh=%d nkv=%d hd=%d", p0, Tq, nh, nkv, hd);
-    int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
-    float *qkv = hrand((int64_t)Tq * row, 1.0f), *cache0 = hrand((int64_t)Tmax * 2 * KV, 1.0f);
-    float *out = hzeros((int64_t)Tq * Q), *cache = hcopy(cache0, (int64_t)Tmax * 2 * KV);
-    H->attention_decode(out, cache, qkv, p0, Tq, nh, nkv, hd);
-    void *gq = gbf16(qkv, (int64_t)Tq * row), *gc = gbf16(cache0, (int64_t)Tmax * 2 * KV);
-    void *go = galloc((size_t)Tq * Q * 2);
-    gpoison(go, (size_t)Tq * Q * 2);
-    G->attention_decode(go, gc, gq, p0, Tq, nh, nkv, hd);
-    float *o = dl_bf16(go, (int64_t)Tq * Q), *c = dl_bf16(gc, (int64_t)Tmax * 2 * KV);
-    check("attention_decode out", shape, o, out, (int64_t)Tq * Q, TOL);
-    check("attention_decode kv_cache", shape, c, cache, (int64_t)Tmax * 2 * KV, TOL_EXACT);
-    G->free(gq), G->free(gc), G->free(go);
-    free(qkv), free(cache0), free(out), free(cache), free(o), free(c);
-}
-
 static void test_adamw(int64_t total, float max_grad_norm) {
     char shape[80];
     snprintf(shape, sizeof shape, "n=%lld clip=%g", (long long)total, max_grad_norm);
@@ -388,12 +370,6 @@ void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     (void)mode;
     begin(h, c);
     test_cast(c->d[0]);
-}
-/* d = {p0, Tq, Tmax, nh, nkv, hd} */
-void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_decode(c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], c->d[5]);
 }
 /* d = {n}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {

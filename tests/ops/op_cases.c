@@ -80,11 +80,14 @@ const lj_op_case lj_op_cases[] = {
     {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* T = 1 */
     /* the first run of a shape captured (the CPU has no graphs: eager) */
     {"attention", "cpu", CHECK | GRAD, F32, D(1, 6, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_captured},
-    /* prefill of 5 tokens, then 4 single-token steps */
-    {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
-    /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, block_size} (lengths T, 2T+1, ...) */
-    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 4), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
-    {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 16), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
+    /* KV-cache decoding: d = {p0, Tq, Tmax, nh, nkv, hd}; 4 rows at position 5 (and a prefill of 5
+     * tokens, then 4 single-token steps) */
+    {"attention_decode", "cpu", CHECK, F32, D(5, 4, 12, 4, 2, 16), 0, CPU_FWD, NONE, 1, lj_case_attention_decode},
+    /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...), param
+     * the block size */
+    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 0), 4, CPU_FWD, NONE, 1, lj_case_paged_attention},
+    {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 0), 16, CPU_FWD, NONE, 1, lj_case_paged_attention},
+    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 1), 4, CPU_FWD, NONE, 1, lj_case_paged_attention},
     /* the FP8 cache: {S, T, nh, nkv, hd, decode}, param k_scale (v_scale half of it): vLLM's default 1.0,
      * and a smaller scale that moves the values up the E4M3 range */
     {"paged_attention_fp8", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 0), 1.0, CPU_FWD, NONE, 1, lj_case_paged_attention_fp8},
@@ -234,14 +237,14 @@ const lj_op_case lj_op_cases[] = {
     /* within documents: d = {B, T, nh, nkv, hd, mean document length}, param the kernels (0 flash,
      * 1 simple, 2 flash-mt1); documents shorter and longer than a 64-key tile, head dims 64/128 and one the
      * flash kernels do not cover */
-    /* serving's paged ops: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...) */
-    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 0), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 1), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 40, 32, 8, 128, 0), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(5, 300, 32, 8, 128, 1), 0, 0, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_cuda_paged_attention),
+    /* serving's paged ops: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...), blocks of 16 */
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 0), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 1), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 40, 32, 8, 128, 0), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(5, 300, 32, 8, 128, 1), 0, 0, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_paged_attention),
     /* the FP8 cache: the codes bit for bit, the attention against the CPU's (param k_scale) */
     CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 0), 1.0, 1, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 1), 0.0625, 1, lj_case_paged_attention_fp8),
@@ -261,10 +264,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 500000.0, 0, lj_case_rope_pos),
-    CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_cuda_attention_decode),
+    CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_attention_decode),
     CUDA_ONE("argmax_rows", D(6, 37), 0, 1, lj_case_argmax_rows),
     CUDA_ONE("argmax_rows", D(5, 4099), 0, 1, lj_case_argmax_rows),
     CUDA_ONE("argmax_rows", D(300, 128256), 0, 0, lj_case_argmax_rows),

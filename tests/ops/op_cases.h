@@ -60,21 +60,19 @@ void lj_case_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_
 void lj_case_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
 void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_paged_cuda.c */
-void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -84,7 +82,6 @@ void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mo
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* cases_fp8_cuda.c */
