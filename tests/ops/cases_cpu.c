@@ -133,6 +133,74 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
     free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2), free(ws);
 }
 
+/* ---- the FP8 codec (base/fp8.h), the base of the CPU's emulation ----------------------- */
+
+/* The code nearest to x among the finite codes of `fmt`, ties to the code with an even mantissa
+ * LSB; beyond the largest finite magnitude, +-max (satfinite); NaN -> 0x7F. */
+static uint8_t nearest_code(float x, lj_fp8_format fmt) {
+    if (isnan(x)) return 0x7F;
+    if (fabsf(x) >= lj_fp8_max(fmt)) /* (also where a double distance could no longer tell codes apart) */
+        return (uint8_t)((signbit(x) ? 0x80 : 0) | (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B));
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        const float v = lj_fp8_to_f32((uint8_t)c, fmt);
+        if (!isfinite(v) || (signbit(v) != signbit(x))) continue;
+        const double d = fabs((double)v - (double)x);
+        if (d < bd || (d == bd && (c & 1) == 0)) bd = d, best = c;
+    }
+    return (uint8_t)best;
+}
+
+/* d = {random values}; param unused. Every code round-trips; every bf16 value and random fp32
+ * values (normal, subnormal range, beyond max, exact ties) cast to the nearest code. */
+void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    SHAPE("n=%d", c->d[0]);
+    static const char *ops_name[2] = {"fp8 e4m3", "fp8 e5m2"};
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        const char *op = ops_name[f];
+        CHECK_TRUE(op, lj_fp8_to_f32(fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B, fmt) == lj_fp8_max(fmt), "largest code is %g",
+                   (double)lj_fp8_max(fmt));
+        CHECK_TRUE(op, lj_fp8_to_f32(1, fmt) == ldexpf(1.0f, fmt == LJ_FP8_E4M3 ? -9 : -16), "smallest subnormal");
+        int roundtrip = 1;
+        for (int code = 0; code < 256; code++) {
+            const float v = lj_fp8_to_f32((uint8_t)code, fmt);
+            if (isnan(v)) continue;
+            const uint8_t back = lj_fp8_from_f32(v, fmt);
+            const int inf = isinf(v); /* E5M2's infinities saturate */
+            roundtrip &= inf ? back == (uint8_t)((code & 0x80) | (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B)) : back == code;
+        }
+        CHECK_TRUE(op, roundtrip, "every finite code round-trips, infinities saturate");
+        CHECK_TRUE(op, lj_fp8_from_f32(NAN, fmt) == 0x7F, "NaN -> 0x7F");
+        CHECK_TRUE(op, lj_fp8_from_f32(1e30f, fmt) == (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B), "1e30 saturates to max");
+        CHECK_TRUE(op, lj_fp8_from_f32(-INFINITY, fmt) == (fmt == LJ_FP8_E4M3 ? 0xFE : 0xFB), "-inf saturates to -max");
+        CHECK_TRUE(op, lj_fp8_from_f32(-0.0f, fmt) == 0x80, "-0 keeps its sign");
+        /* ties: 1 + half a step rounds to 1 (even), 1 + 3 half steps to 1 + 2 steps */
+        const float step = fmt == LJ_FP8_E4M3 ? 0.125f : 0.25f;
+        CHECK_TRUE(op, lj_fp8_to_f32(lj_fp8_from_f32(1.0f + step / 2, fmt), fmt) == 1.0f, "tie to even (down)");
+        CHECK_TRUE(op, lj_fp8_to_f32(lj_fp8_from_f32(1.0f + 1.5f * step, fmt), fmt) == 1.0f + 2 * step,
+                   "tie to even (up)");
+        int bad = 0, first_bad = -1;
+        for (int b = 0; b < 65536; b++) { /* every bf16 value */
+            const float x = lj_bf16_to_f32((uint16_t)b);
+            if (lj_fp8_from_f32(x, fmt) != nearest_code(x, fmt)) {
+                if (first_bad < 0) first_bad = b;
+                bad++;
+            }
+        }
+        CHECK_TRUE(op, bad == 0, "every bf16 value casts to the nearest code (%d differ, first bf16 0x%04x)", bad,
+                   first_bad);
+        bad = 0;
+        for (int i = 0; i < c->d[0]; i++) {
+            const float x = ldexpf((float)lj_rng_normal(&h->rng), (int)lj_rng_below(&h->rng, 44) - 24);
+            bad += lj_fp8_from_f32(x, fmt) != nearest_code(x, fmt);
+        }
+        CHECK_TRUE(op, bad == 0, "random fp32 values cast to the nearest code (%d differ)", bad);
+    }
+}
+
 /* ---- building blocks (ops/cpu/cpu.h) ------------------------------------------------- */
 
 /* Sets OMP_NUM_THREADS to `threads` (lj_num_threads reads it on every call) until

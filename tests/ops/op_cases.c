@@ -108,38 +108,51 @@ const lj_op_case lj_op_cases[] = {
     {"lane_reductions", "cpu", CHECK, F32, D(1000 + 7), 0, NONE, NONE, 1, lj_case_cpu_lane_reductions},
     {"sgemm_probe", "cpu", CHECK, F32, D(128), 0, NONE, NONE, 1, lj_case_cpu_sgemm_probe},
     {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
-    /* FP8 emulation: d = {random values} / {rows, cols} / {tensors, history} (param margin) /
-     * {M, N, K, a in e5m2}; fp8_matmul: tol against the decoded product, tol_grad against the
-     * unquantized one: E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of
-     * random values is within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
+    /* FP8: the codec of base/fp8.h (d = {random values}); the ops: fp8_quantize d = {rows, cols, all
+     * bf16 patterns}, fp8_scale_update {tensors, history, margin}, fp8_swiglu {N, I}, fp8_matmul
+     * {M, N, K, a in e5m2}: tol against the decoded product, tol_grad against the unquantized one:
+     * E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of random values is
+     * within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
     {"fp8_format", "cpu", CHECK, F32, D(20000), 0, NONE, NONE, 1, lj_case_cpu_fp8_format},
-    {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
-    {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
-    {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5), 0, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
-    {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1), 2, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
-    {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_cpu_fp8_matmul},
-    {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_cpu_fp8_matmul},
-    /* the blockwise recipe: d = {rows, cols}, partial 1x128 tiles and 128x128 blocks */
-    {"fp8_blockwise", "cpu", CHECK, F32, D(200, 300), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
-    {"fp8_blockwise", "cpu", CHECK, F32, D(5, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
+    {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize", "cpu", CHECK, F32, D(256, 256, 1), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5, 0), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1, 2), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
+    {"fp8_swiglu", "cpu", CHECK, F32, D(37, 56), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
+    {"fp8_swiglu", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
+    {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_fp8_matmul},
+    {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_fp8_matmul},
+    /* the blockwise recipe: the casts d = {rows, cols}, partial 1x128 tiles and 128x128 blocks; the
+     * GEMM {M, N, K, a in e5m2, b in 128x128 blocks} */
+    {"fp8_blockwise_cast", "cpu", CHECK, F32, D(200, 300), 0, NONE, NONE, 1, lj_case_fp8_blockwise_cast},
+    {"fp8_blockwise_cast", "cpu", CHECK, F32, D(5, 16), 0, NONE, NONE, 1, lj_case_fp8_blockwise_cast},
+    {"fp8_blockwise_matmul", "cpu", CHECK, F32, D(36, 24, 53, 0, 1), 0, L2(1e-6), L2(0.06), 1,
+     lj_case_fp8_blockwise_matmul},
+    {"fp8_blockwise_matmul", "cpu", CHECK, F32, D(48, 64, 200, 1, 0), 0, L2(1e-6), L2(0.09), 1,
+     lj_case_fp8_blockwise_matmul},
 
     /* ---- CUDA backend against the CPU backend ---- */
     /* FP8: the casts and the history update bit for bit against the CPU emulation; the GEMM
      * against the emulation (bf16 output rounding) and the bf16 GEMM (the formats' rounding, as
      * the CPU rows state); N a multiple of 8 (16-byte output rows), K and M not of 16 */
-    CUDA_ONE("fp8_cast", D(0), 0, 1, lj_case_cuda_fp8_cast),
+    /* every bf16 bit pattern at four scales; random tensors of odd shapes (the second takes the
+     * vector kernels: cols a multiple of 8, rows not of the tile) */
+    CUDA_ONE("fp8_quantize", D(256, 256, 1), 0, 1, lj_case_fp8_quantize),
+    CUDA_ONE("fp8_quantize", D(37, 53), 0, 1, lj_case_fp8_quantize),
+    CUDA_ONE("fp8_quantize", D(100, 136), 0, 1, lj_case_fp8_quantize),
     /* the cast fused into the SwiGLU against the SwiGLU and the cast (partial tiles; I = 53: the
      * unfused fallback) */
-    CUDA_ONE("fp8_swiglu", D(300, 200), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(37, 56), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_scale_update", D(301, 16), 1, 1, lj_case_cuda_fp8_scale_update),
-    CUDA_ONE("fp8_scale_update", D(97, 1), 0, 1, lj_case_cuda_fp8_scale_update),
+    CUDA_ONE("fp8_swiglu", D(300, 200), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 56), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_scale_update", D(301, 16, 1), 0, 1, lj_case_fp8_scale_update),
+    CUDA_ONE("fp8_scale_update", D(97, 1, 1), 0, 1, lj_case_fp8_scale_update),
 #define CUDA_FP8_MM(d, vs_bf16, quick)                                                                      \
-    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)},   \
-    {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)}
+    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)},   \
+    {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)}
     CUDA_FP8_MM(D(37, 24, 53, 0), L2(0.06), 1),
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
     CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
@@ -151,14 +164,14 @@ const lj_op_case lj_op_cases[] = {
      * {M, N, K, a e5m2, b in 128x128 blocks}: 1x128 x 128x128 (forward, dgrad) and 1x128 x 1x128
      * (wgrad), K not a multiple of 128 (nor of 16); M and N multiples of 4, as cuBLASLt's block
      * scales need (lj_cli_fp8_check_tokens) */
-    CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_cuda_fp8_blockwise_cast),
-    CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_cuda_fp8_blockwise_cast),
-    CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_cuda_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_fp8_blockwise_cast),
 #define CUDA_FP8_BW(d, vs_bf16, quick)                                                                           \
     {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                               \
-     CUDA(lj_case_cuda_fp8_blockwise_matmul)},                                                                 \
+     CUDA(lj_case_fp8_blockwise_matmul)},                                                                 \
     {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                              \
-     CUDA(lj_case_cuda_fp8_blockwise_matmul)}
+     CUDA(lj_case_fp8_blockwise_matmul)}
     CUDA_FP8_BW(D(64, 48, 200, 0, 1), L2(0.06), 1),
     CUDA_FP8_BW(D(64, 48, 200, 1, 1), L2(0.09), 1),
     CUDA_FP8_BW(D(48, 64, 200, 1, 0), L2(0.09), 1),

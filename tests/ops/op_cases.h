@@ -62,6 +62,12 @@ void lj_case_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_m
 void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
@@ -73,30 +79,18 @@ void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_fp8_cuda.c */
-void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
