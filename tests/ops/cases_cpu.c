@@ -19,45 +19,6 @@
 
 static float *randf(lj_harness *h, int64_t n, float scale) { return lj_harness_randf(h, n, scale); }
 
-/* ---- memory (no shape) -------------------------------------------------------------- */
-
-void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)c, (void)mode;
-    SHAPE("-");
-    const lj_ops *ops = lj_ops_cpu();
-    const char *op = "memory";
-    if (!CHECK_TRUE(op, ops != NULL, "lj_ops_cpu() is not NULL")) return;
-    CHECK_TRUE(op, strcmp(ops->name, "cpu") == 0, "name \"%s\" == \"cpu\"", ops->name);
-    CHECK_TRUE(op, ops->act_dtype == LJ_DTYPE_F32, "act_dtype %d == F32", (int)ops->act_dtype);
-    size_t before = lj_ops_allocated_bytes();
-    void *a = NULL, *b = NULL;
-    CHECK_TRUE(op, ops->alloc(&a, 1000) == LJ_OK, "alloc 1000 bytes");
-    CHECK_TRUE(op, ops->alloc(&b, 13) == LJ_OK, "alloc 13 bytes");
-    CHECK_TRUE(op, ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0, "allocations 64-byte aligned");
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 1013, "allocated bytes +1013");
-    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
-    ops->upload(a, src, sizeof src);
-    ops->copy((char *)a + 16, a, 16);
-    ops->download(dst, (char *)a + 16, 16);
-    CHECK_BITS("memory upload+copy+download", dst, src, 16);
-    ops->memset_zero(a, 16);
-    ops->download(dst, a, 16);
-    CHECK_TRUE(op, dst[0] == 0 && dst[3] == 0, "memset_zero");
-    uint16_t bf[3] = {lj_f32_to_bf16(1.5f), lj_f32_to_bf16(-2.0f), lj_f32_to_bf16(0.25f)};
-    float back[3];
-    ops->cast_to_f32(back, bf, LJ_DTYPE_BF16, 3);
-    CHECK_TRUE(op, back[0] == 1.5f && back[1] == -2.0f && back[2] == 0.25f, "cast_to_f32 from bf16");
-    ops->cast_f32_to_param(dst, src, 4);
-    CHECK_BITS("memory cast_f32_to_param", dst, src, 16);
-    ops->free(a);
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 13, "free gives back 1000 bytes");
-    ops->free(b);
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before, "free gives back 13 bytes");
-    size_t free_b = 0, total_b = 0;
-    CHECK_TRUE(op, ops->memory_info(&free_b, &total_b) == LJ_OK, "memory_info");
-    CHECK_TRUE(op, total_b > 0 && free_b <= total_b, "memory_info: free %zu <= total %zu", free_b, total_b);
-}
-
 /* ---- AdamW: d = {separate_params, expect_clipped}; param = max_grad_norm; three steps over
  * three segments of 1000 elements ------------------------------------------------------- */
 

@@ -87,25 +87,6 @@ static size_t grad_size(void) { return g_bf16_grads ? 2 : 4; }
 
 /* ---- ops -------------------------------------------------------------------------- */
 
-static void test_cast(int64_t n) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
-    float *x = lj_malloc((size_t)n * 4), *ref = lj_malloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = (float)lj_rng_normal(&g_h->rng) * 3.0f;
-        ref[i] = lj_bf16_to_f32(lj_f32_to_bf16(x[i]));
-    }
-    void *dx = gf32(x, n), *db = galloc((size_t)n * 2), *dy = galloc((size_t)n * 4);
-    gpoison(db, (size_t)n * 2);
-    gpoison(dy, (size_t)n * 4);
-    G->cast_f32_to_param(db, dx, n);
-    G->cast_to_f32(dy, db, LJ_DTYPE_BF16, n);
-    float *y = dl_f32(dy, n);
-    check("cast_f32_to_param+cast_to_f32", shape, y, ref, n, TOL_EXACT);
-    G->free(dx), G->free(db), G->free(dy);
-    free(x), free(ref), free(y);
-}
-
 /* HF rope tables for positions 0..T-1: cos/sin[t, i] of angle t * theta^(-2i/hd). */
 static void rope_tables(float *cosv, float *sinv, int T, int hd) {
     for (int t = 0; t < T; t++)
@@ -365,12 +346,6 @@ static void test_graph(void) {
 
 /* ---- the table's entry points ---------------------------------------------------------- */
 
-/* d = {n} */
-void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    begin(h, c);
-    test_cast(c->d[0]);
-}
 /* d = {n}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;

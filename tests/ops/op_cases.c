@@ -37,7 +37,10 @@
 
 const lj_op_case lj_op_cases[] = {
     /* ---- CPU backend against double references and finite differences ---- */
-    {"memory", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_memory},
+    {"memory", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_memory},
+    /* the casts: d = {n} */
+    {"cast", "cpu", CHECK, F32, D(1), 0, NONE, NONE, 1, lj_case_cast},
+    {"cast", "cpu", CHECK, F32, D(1000), 0, NONE, NONE, 1, lj_case_cast},
     /* C spans two column blocks; ids repeat (below V) */
     {"embedding", "cpu", CHECK, F32, D(9, 70, 6), 0, NONE, L2(1e-6), 1, lj_case_embedding},
     /* RMSNorm, its backward, the fused residual form and add (d = {N, C}, param eps) */
@@ -178,9 +181,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_FP8_BW(D(36, 24, 53, 0, 1), L2(0.06), 1),
     CUDA_FP8_BW(D(1000, 256, 1000, 1, 1), L2(0.09), 0),
     CUDA_FP8_BW(D(512, 384, 2000, 1, 0), L2(0.09), 0),
-    CUDA_ONE("cast", D(1), 0, 1, lj_case_cuda_cast),
-    CUDA_ONE("cast", D(1000), 0, 1, lj_case_cuda_cast),
-    CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cuda_cast),
+    CUDA_ONE("memory", D(0), 0, 1, lj_case_memory),
+    CUDA_ONE("cast", D(1), 0, 1, lj_case_cast),
+    CUDA_ONE("cast", D(1000), 0, 1, lj_case_cast),
+    CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cast),
     CUDA_BOTH("embedding", D(1, 64, 10), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),
     CUDA_BOTH("embedding", D(37, 200, 300), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),
     CUDA_BOTH("embedding", D(64, 13, 50), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),

@@ -68,10 +68,11 @@ void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode
 void lj_case_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
-void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -82,7 +83,6 @@ void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mod
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef LJ_HAVE_CUDA
-void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
