@@ -79,6 +79,10 @@ void *lj_case_alloc(lj_case_ctx *x, int64_t n, lj_case_kind kind) {
 
 void *lj_case_scratch(lj_case_ctx *x, size_t bytes) { return keep_dev(x, lj_harness_dalloc(x->ops, bytes ? bytes : 1)); }
 
+size_t lj_case_bytes(const lj_case_ctx *x, int64_t n, lj_case_kind kind) {
+    return n > 0 ? bytes_of(x->ops, n, kind) : 0;
+}
+
 void lj_case_poison(lj_case_ctx *x, void *dev, int64_t n, lj_case_kind kind) {
     lj_harness_dpoison(x->ops, dev, bytes_of(x->ops, n, kind));
 }

@@ -106,6 +106,8 @@ void *lj_case_upload(lj_case_ctx *x, const void *host, int64_t n, lj_case_kind k
 void *lj_case_alloc(lj_case_ctx *x, int64_t n, lj_case_kind kind);
 /* `bytes` of scratch (a workspace; at least 1 byte). */
 void *lj_case_scratch(lj_case_ctx *x, size_t bytes);
+/* The bytes of n elements of kind on this pass's backend (a copy's size). */
+size_t lj_case_bytes(const lj_case_ctx *x, int64_t n, lj_case_kind kind);
 /* Refills a buffer with NaN bytes (before an op that must overwrite it). */
 void lj_case_poison(lj_case_ctx *x, void *dev, int64_t n, lj_case_kind kind);
 /* The n values of dev as host f32. */

@@ -110,6 +110,8 @@ const lj_op_case lj_op_cases[] = {
     {"expf", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_expf},
     {"lane_reductions", "cpu", CHECK, F32, D(1000 + 7), 0, NONE, NONE, 1, lj_case_cpu_lane_reductions},
     {"sgemm_probe", "cpu", CHECK, F32, D(128), 0, NONE, NONE, 1, lj_case_cpu_sgemm_probe},
+    /* a captured chain shaped like one layer's step (the CPU has no graphs: the chain run again) */
+    {"cuda_graph", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_graph},
     {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
     /* FP8: the codec of base/fp8.h (d = {random values}); the ops: fp8_quantize d = {rows, cols, all
      * bf16 patterns}, fp8_scale_update {tensors, history, margin}, fp8_swiglu {N, I}, fp8_matmul
@@ -214,7 +216,7 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
-    CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_cuda_graph),
+    CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */
     CUDA_BOTH("qk_norm", D(1, 1, 2, 1, 16), 0, GPU_BF16, 1, lj_case_qk_norm),

@@ -70,6 +70,7 @@ void lj_case_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_m
 void lj_case_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 /* Of one backend: */
 
@@ -84,7 +85,6 @@ void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode 
 
 #ifdef LJ_HAVE_CUDA
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
