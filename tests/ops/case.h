@@ -83,6 +83,9 @@ void lj_case_each(lj_harness *h, const lj_op_case *c, lj_harness_mode mode, lj_c
 void lj_case_shape(lj_case_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Whether this pass checks against the case's reference (compute it only then). */
 static inline int lj_case_reference(const lj_case_ctx *x) { return x->pass == LJ_CASE_REFERENCE; }
+/* Whether this pass checks twins and assertions (all but the CPU's recording pass of a CUDA row):
+ * work whose results go only to lj_case_twin / lj_case_true may be skipped where it is 0. */
+static inline int lj_case_checks(const lj_case_ctx *x) { return x->pass != LJ_CASE_RECORD; }
 /* The table of this pass's backend opened with `cfg` (the attention kernels, deterministic
  * mode; the gradient dtype is the row's): a case that compares kernel families picks them so.
  * Buffers of x->ops serve it (the same backend). The CPU has one attention (ops.h). */

@@ -141,9 +141,11 @@ static attn_run run_attention(lj_case_ctx *x, const lj_ops *A, const char *label
     const int Q = nh * hd, KV = nkv * hd;
     const int64_t nqkv = (int64_t)B * T * (Q + 2 * KV), nout = (int64_t)B * T * Q, nlse = (int64_t)B * nh * T;
     const int check = x->mode == LJ_HARNESS_CHECK;
-    const char *f = ds ? "attention_forward_docs" : "attention_forward", *b = ds ? "attention_backward_docs" : "attention_backward";
+    const char *f = ds ? "attention_forward_docs" : "attention_forward";
+    const char *b = ds ? "attention_backward_docs" : "attention_backward";
     attn_run r = {lj_case_alloc(x, nout, LJ_CASE_ACT), lj_case_alloc(x, nlse, LJ_CASE_F32),
-                  lj_case_alloc(x, nqkv, LJ_CASE_ACT), lj_case_scratch(x, A->attention_workspace_bytes(B, T, nh, nkv, hd))};
+                  lj_case_alloc(x, nqkv, LJ_CASE_ACT),
+                  lj_case_scratch(x, A->attention_workspace_bytes(B, T, nh, nkv, hd))};
     if (ds) {
         A->attention_forward_docs(r.out, r.lse, qkv, ds, B, T, nh, nkv, hd, r.ws);
         A->attention_backward_docs(r.dqkv, dR, qkv, r.out, r.lse, ds, B, T, nh, nkv, hd, r.ws);
@@ -241,7 +243,8 @@ static void attention_captured_body(lj_case_ctx *x) {
     void *qkv = lj_case_upload(x, hqkv, nqkv, LJ_CASE_ACT), *dR = lj_case_upload(x, R, nout, LJ_CASE_ACT);
     attn_ref ref = {B, T, nh, nkv, hd, lj_case_to_double(x, hqkv, nqkv), NULL, R};
     void *out = lj_case_alloc(x, nout, LJ_CASE_ACT), *lse = lj_case_alloc(x, nlse, LJ_CASE_F32);
-    void *dqkv = lj_case_alloc(x, nqkv, LJ_CASE_ACT), *ws = lj_case_scratch(x, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
+    void *dqkv = lj_case_alloc(x, nqkv, LJ_CASE_ACT);
+    void *ws = lj_case_scratch(x, ops->attention_workspace_bytes(B, T, nh, nkv, hd));
     char name[80];
     snprintf(name, sizeof name, "attention first run captured%s",
              lj_case_reference(x) ? ""
@@ -329,7 +332,8 @@ static void attention_docs_body(lj_case_ctx *x) {
     if (!lj_case_reference(x) || x->mode != LJ_HARNESS_CHECK) return;
 
     /* the CPU's exact properties: every document alone through the plain ops gives the same bits */
-    const float *out = lj_case_download(x, r.out, nout, LJ_CASE_ACT), *lse = lj_case_download(x, r.lse, nlse, LJ_CASE_F32);
+    const float *out = lj_case_download(x, r.out, nout, LJ_CASE_ACT);
+    const float *lse = lj_case_download(x, r.lse, nlse, LJ_CASE_F32);
     const float *dqkv = lj_case_download(x, r.dqkv, nqkv, LJ_CASE_ACT);
     int alone = 1, docs = 0;
     for (int b = 0; b < B; b++)
@@ -376,7 +380,8 @@ static void attention_decode_body(lj_case_ctx *x) {
     LJ_ASSERT(p0 + Tq <= Tmax, "attention_decode case: p0 + Tq = %d rows beyond the cache's %d", p0 + Tq, Tmax);
     lj_case_shape(x, "p0=%d Tq=%d Tmax=%d nh=%d nkv=%d hd=%d", p0, Tq, Tmax, nh, nkv, hd);
     float *hqkv = lj_case_rand(x, (int64_t)Tq * row, 1.0f), *cache0 = lj_case_rand(x, nc, 1.0f);
-    void *qkv = lj_case_upload(x, hqkv, (int64_t)Tq * row, LJ_CASE_ACT), *cache = lj_case_upload(x, cache0, nc, LJ_CASE_ACT);
+    void *qkv = lj_case_upload(x, hqkv, (int64_t)Tq * row, LJ_CASE_ACT);
+    void *cache = lj_case_upload(x, cache0, nc, LJ_CASE_ACT);
     void *out = lj_case_alloc(x, no, LJ_CASE_ACT);
     ops->attention_decode(out, cache, qkv, p0, Tq, nh, nkv, hd);
     double *want = NULL, *want_c = NULL;
@@ -411,9 +416,11 @@ static void attention_decode_body(lj_case_ctx *x) {
     const int T = p0 + Tq;
     float *q2 = lj_case_rand(x, (int64_t)T * row, 1.0f), *full = lj_case_zeros(x, (int64_t)T * Q);
     float *lse = lj_case_zeros(x, (int64_t)nh * T), *zc = lj_case_zeros(x, nc), *dec = lj_case_zeros(x, (int64_t)T * Q);
-    ops->attention_forward(full, lse, q2, 1, T, nh, nkv, hd, lj_case_scratch(x, ops->attention_workspace_bytes(1, T, nh, nkv, hd)));
+    void *ws = lj_case_scratch(x, ops->attention_workspace_bytes(1, T, nh, nkv, hd));
+    ops->attention_forward(full, lse, q2, 1, T, nh, nkv, hd, ws);
     ops->attention_decode(dec, zc, q2, 0, p0, nh, nkv, hd);
-    for (int p = p0; p < T; p++) ops->attention_decode(dec + (int64_t)p * Q, zc, q2 + (int64_t)p * row, p, 1, nh, nkv, hd);
+    for (int p = p0; p < T; p++)
+        ops->attention_decode(dec + (int64_t)p * Q, zc, q2 + (int64_t)p * row, p, 1, nh, nkv, hd);
     int cache_ok = 1, bad_t = -1, bad_i = -1;
     for (int t = 0; t < T; t++) {
         cache_ok &= memcmp(zc + (int64_t)t * 2 * KV, q2 + (int64_t)t * row + Q, 2 * KV * sizeof(float)) == 0;

@@ -42,7 +42,8 @@ static void quantize_all_bf16(lj_case_ctx *x) {
         for (int k = 0; k < 4; k++) {
             const float st0[3] = {scales[k], 1.0f / scales[k], 0.0f};
             float *st = lj_case_upload(x, st0, 3, LJ_CASE_F32);
-            void *q = lj_case_alloc(x, (int64_t)R * ld, LJ_CASE_U8), *qt = lj_case_alloc(x, (int64_t)C * ldt, LJ_CASE_U8);
+            void *q = lj_case_alloc(x, (int64_t)R * ld, LJ_CASE_U8);
+            void *qt = lj_case_alloc(x, (int64_t)C * ldt, LJ_CASE_U8);
             const lj_fp8_scaling sc = {st, st + 1, st + 2, 0};
             ops->fp8_quantize(q, qt, dx, R, C, fmt, &sc);
             const float *hq = lj_case_download(x, q, (int64_t)R * ld, LJ_CASE_U8);
@@ -131,7 +132,8 @@ static void fp8_quantize_body(lj_case_ctx *x) {
     const lj_fp8_scaling dl = {dst2, dst2 + 1, dst2 + 2, 0};
     ops->fp8_quantize(q2, NULL, dx, R, C, LJ_FP8_E4M3, &dl);
     lj_case_output(x, "fp8_quantize delayed e4m3", q2, (int64_t)R * ld, LJ_CASE_U8, NULL, LJ_CASE_TOL_BITS);
-    const float *hq2 = lj_case_download(x, q2, (int64_t)R * ld, LJ_CASE_U8), *h2 = lj_case_download(x, dst2, 3, LJ_CASE_F32);
+    const float *hq2 = lj_case_download(x, q2, (int64_t)R * ld, LJ_CASE_U8);
+    const float *h2 = lj_case_download(x, dst2, 3, LJ_CASE_F32);
     int sat = 0, want_sat = 0;
     for (int64_t i = 0; i < n; i++) {
         const int beyond = fabsf(hx[i] * s2) > 448.0f + 16.0f; /* beyond max's rounding interval */
@@ -189,7 +191,8 @@ static void fp8_scale_update_body(lj_case_ctx *x) {
         void *di = lj_case_upload(x, lj_case_zeros(x, ni), ni, LJ_CASE_F32);
         const int first = S / 2;
         ops->fp8_scale_update(dh, ds, di, S, H, first, smax_a, smax_b, algo);
-        const float *gh = lj_case_download(x, dh, (int64_t)S * H, LJ_CASE_F32), *gs = lj_case_download(x, ds, S, LJ_CASE_F32);
+        const float *gh = lj_case_download(x, dh, (int64_t)S * H, LJ_CASE_F32);
+        const float *gs = lj_case_download(x, ds, S, LJ_CASE_F32);
         const float *gi = lj_case_download(x, di, ni, LJ_CASE_F32);
         int ok_hist = 1, ok_scale = 1;
         for (int t = 0; t < S; t++) {
@@ -237,6 +240,7 @@ static void fp8_swiglu_body(lj_case_ctx *x) {
     const int N = x->c->d[0], I = x->c->d[1], ld = lj_fp8_ld(I), ldt = lj_fp8_ld(N);
     const int64_t nh = (int64_t)N * I, nq = (int64_t)N * ld, nqt = (int64_t)I * ldt;
     const int skips_h = strcmp(ops->name, "cuda") == 0 && I % 8 == 0;
+    if (!lj_case_checks(x)) return; /* twins only */
     lj_case_shape(x, "N=%d I=%d", N, I);
     float *gu = lj_case_rand(x, 2 * nh, 3.0f);
     void *dgu = lj_case_upload(x, gu, 2 * nh, LJ_CASE_ACT);
@@ -289,8 +293,8 @@ typedef struct {
 
 static void run_gemm(const lj_ops *ops, const fp8_gemm *g, void *out, lj_dtype dtype, lj_grad_mode mode) {
     if (g->blockwise)
-        ops->fp8_matmul_blockwise(out, dtype, g->qa, g->fa, g->sa, 0, g->qb, LJ_FP8_E4M3, g->sb, g->b_blocks, g->M, g->N,
-                                  g->K, mode, g->ws);
+        ops->fp8_matmul_blockwise(out, dtype, g->qa, g->fa, g->sa, 0, g->qb, LJ_FP8_E4M3, g->sb, g->b_blocks, g->M,
+                                  g->N, g->K, mode, g->ws);
     else
         ops->fp8_matmul(out, dtype, g->qa, g->fa, g->sa, g->qb, LJ_FP8_E4M3, g->sb, g->M, g->N, g->K, mode, g->ws);
 }
@@ -347,7 +351,8 @@ static void fp8_matmul_body(lj_case_ctx *x) {
     const lj_fp8_format fa = x->c->d[3] ? LJ_FP8_E5M2 : LJ_FP8_E4M3;
     lj_case_shape(x, "M=%d N=%d K=%d %s x e4m3", M, N, K, lj_fp8_format_name(fa));
     float *a = lj_case_rand(x, (int64_t)M * K, 0.02f), *b = lj_case_rand(x, (int64_t)N * K, 3.0f);
-    void *da = lj_case_upload(x, a, (int64_t)M * K, LJ_CASE_ACT), *db = lj_case_upload(x, b, (int64_t)N * K, LJ_CASE_ACT);
+    void *da = lj_case_upload(x, a, (int64_t)M * K, LJ_CASE_ACT);
+    void *db = lj_case_upload(x, b, (int64_t)N * K, LJ_CASE_ACT);
     /* scale and amax of a and b at [0..3]; their scale_inv at [4] and [8] (16-byte aligned) */
     float *st = lj_case_upload(x, lj_case_zeros(x, 12), 12, LJ_CASE_F32);
     void *qa = lj_case_alloc(x, (int64_t)M * ld, LJ_CASE_U8), *qb = lj_case_alloc(x, (int64_t)N * ld, LJ_CASE_U8);
@@ -361,7 +366,8 @@ static void fp8_matmul_body(lj_case_ctx *x) {
     double *decoded = NULL;
     if (lj_case_reference(x)) {
         const float *ha = lj_case_download(x, qa, (int64_t)M * ld, LJ_CASE_U8);
-        const float *hb = lj_case_download(x, qb, (int64_t)N * ld, LJ_CASE_U8), *s = lj_case_download(x, st, 12, LJ_CASE_F32);
+        const float *hb = lj_case_download(x, qb, (int64_t)N * ld, LJ_CASE_U8);
+        const float *s = lj_case_download(x, st, 12, LJ_CASE_F32);
         decoded = lj_case_dzeros(x, (int64_t)M * N);
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
@@ -425,7 +431,8 @@ static void fp8_blockwise_cast_body(lj_case_ctx *x) {
         lj_case_true(x, name, ga == amax_x, "amax %g = max|x| %g", (double)ga, (double)amax_x);
         if (fmt == LJ_FP8_E4M3) {
             const float *hq = lj_case_download(x, q, nq, LJ_CASE_U8), *hs = lj_case_download(x, s, ns, LJ_CASE_F32);
-            const float *hqt = lj_case_download(x, qt, nqt, LJ_CASE_U8), *hst = lj_case_download(x, st, nst, LJ_CASE_F32);
+            const float *hqt = lj_case_download(x, qt, nqt, LJ_CASE_U8);
+            const float *hst = lj_case_download(x, st, nst, LJ_CASE_F32);
             int scales = 1, codes = 1, pad = 1;
             for (int r = 0; r < lj_fp8_round4(R); r++) {
                 for (int bl = 0; bl < lj_fp8_nblocks(C); bl++) {
@@ -446,7 +453,8 @@ static void fp8_blockwise_cast_body(lj_case_ctx *x) {
             void *qr = lj_case_alloc(x, nqt, LJ_CASE_U8);
             float *sr = lj_case_alloc(x, nst, LJ_CASE_F32);
             ops->fp8_quantize_tiles(qr, sr, NULL, NULL, lj_case_upload(x, xt, n, LJ_CASE_ACT), C, R, LJ_FP8_E4M3, NULL);
-            const float *hqr = lj_case_download(x, qr, nqt, LJ_CASE_U8), *hsr = lj_case_download(x, sr, nst, LJ_CASE_F32);
+            const float *hqr = lj_case_download(x, qr, nqt, LJ_CASE_U8);
+            const float *hsr = lj_case_download(x, sr, nst, LJ_CASE_F32);
             lj_case_true(x, op, !memcmp(hqr, hqt, (size_t)nqt * 4) && !memcmp(hsr, hst, (size_t)nst * 4),
                          "the columnwise cast equals the rowwise cast of x^T (codes, factors)");
         }
@@ -498,10 +506,12 @@ static void fp8_blockwise_matmul_body(lj_case_ctx *x) {
     const lj_ops *ops = x->ops;
     const int M = x->c->d[0], N = x->c->d[1], K = x->c->d[2], ld = lj_fp8_ld(K), blocks = x->c->d[4];
     const lj_fp8_format fa = x->c->d[3] ? LJ_FP8_E5M2 : LJ_FP8_E4M3;
-    lj_case_shape(x, "M=%d N=%d K=%d %s 1x128 x e4m3 %s", M, N, K, lj_fp8_format_name(fa), blocks ? "128x128" : "1x128");
+    lj_case_shape(x, "M=%d N=%d K=%d %s 1x128 x e4m3 %s", M, N, K, lj_fp8_format_name(fa),
+                  blocks ? "128x128" : "1x128");
     float *a = lj_case_rand(x, (int64_t)M * K, 0.02f), *b = lj_case_rand(x, (int64_t)N * K, 3.0f);
     a[(M / 3) * K + K / 2] = 5.0f; /* an outlier: its tile only */
-    void *da = lj_case_upload(x, a, (int64_t)M * K, LJ_CASE_ACT), *db = lj_case_upload(x, b, (int64_t)N * K, LJ_CASE_ACT);
+    void *da = lj_case_upload(x, a, (int64_t)M * K, LJ_CASE_ACT);
+    void *db = lj_case_upload(x, b, (int64_t)N * K, LJ_CASE_ACT);
     const int64_t nsa = lj_fp8_tile_scales_numel(M, K);
     const int64_t nsb = blocks ? lj_fp8_block_scales_numel(N, K) : lj_fp8_tile_scales_numel(N, K);
     void *qa = lj_case_alloc(x, (int64_t)M * ld, LJ_CASE_U8), *qb = lj_case_alloc(x, (int64_t)N * ld, LJ_CASE_U8);
@@ -513,16 +523,20 @@ static void fp8_blockwise_matmul_body(lj_case_ctx *x) {
                         lj_case_scratch(x, ops->fp8_matmul_workspace_bytes(M, N, K))};
     double *decoded = NULL;
     if (lj_case_reference(x)) {
-        const float *ha = lj_case_download(x, qa, (int64_t)M * ld, LJ_CASE_U8), *hsa = lj_case_download(x, sa, nsa, LJ_CASE_F32);
-        const float *hb = lj_case_download(x, qb, (int64_t)N * ld, LJ_CASE_U8), *hsb = lj_case_download(x, sb, nsb, LJ_CASE_F32);
+        const float *ha = lj_case_download(x, qa, (int64_t)M * ld, LJ_CASE_U8);
+        const float *hsa = lj_case_download(x, sa, nsa, LJ_CASE_F32);
+        const float *hb = lj_case_download(x, qb, (int64_t)N * ld, LJ_CASE_U8);
+        const float *hsb = lj_case_download(x, sb, nsb, LJ_CASE_F32);
         decoded = lj_case_dzeros(x, (int64_t)M * N);
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
                 double v = 0;
                 for (int k = 0; k < K; k++) {
-                    const double fb = blocks ? hsb[lj_fp8_block_scale_index(K, j, k)] : hsb[lj_fp8_tile_scale_index(N, j, k)];
-                    v += (double)lj_fp8_to_f32((uint8_t)ha[(size_t)i * ld + k], fa) * hsa[lj_fp8_tile_scale_index(M, i, k)] *
-                         lj_fp8_to_f32((uint8_t)hb[(size_t)j * ld + k], LJ_FP8_E4M3) * fb;
+                    const double fa_k = hsa[lj_fp8_tile_scale_index(M, i, k)];
+                    const double fb_k =
+                        blocks ? hsb[lj_fp8_block_scale_index(K, j, k)] : hsb[lj_fp8_tile_scale_index(N, j, k)];
+                    v += lj_fp8_to_f32((uint8_t)ha[(size_t)i * ld + k], fa) * fa_k *
+                         lj_fp8_to_f32((uint8_t)hb[(size_t)j * ld + k], LJ_FP8_E4M3) * fb_k;
                 }
                 decoded[(size_t)i * N + j] = v;
             }

@@ -17,8 +17,8 @@ static void memory_body(lj_case_ctx *x) {
     const int cpu = strcmp(ops->name, "cpu") == 0;
     lj_case_true(x, op, ops != NULL, "the table is not NULL");
     lj_case_true(x, op, strcmp(ops->name, x->c->backend) == 0, "name \"%s\" == \"%s\"", ops->name, x->c->backend);
-    lj_case_true(x, op, ops->act_dtype == (cpu ? LJ_DTYPE_F32 : LJ_DTYPE_BF16), "act_dtype %s (F32 on the CPU, BF16 on CUDA)",
-                 lj_dtype_name(ops->act_dtype));
+    lj_case_true(x, op, ops->act_dtype == (cpu ? LJ_DTYPE_F32 : LJ_DTYPE_BF16),
+                 "act_dtype %s (F32 on the CPU, BF16 on CUDA)", lj_dtype_name(ops->act_dtype));
     const size_t before = lj_ops_allocated_bytes();
     void *a = NULL, *b = NULL;
     lj_case_true(x, op, ops->alloc(&a, 1000) == LJ_OK, "alloc 1000 bytes");

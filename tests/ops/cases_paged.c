@@ -35,7 +35,8 @@ static void paged_body(lj_case_ctx *x) {
         for (int j = 0; j < i; j++)
             if (tables[i] == tables[j]) tables[i] = (tables[i] + 1) % nblocks, j = -1;
     for (int s = 0, n = 0; s < S; s++)
-        for (int p = 0; p < (s + 1) * T + s; p++, n++) seq[n] = s, pos[n] = p, slots[n] = tables[s * MB + p / bs] * bs + p % bs;
+        for (int p = 0; p < (s + 1) * T + s; p++, n++)
+            seq[n] = s, pos[n] = p, slots[n] = tables[s * MB + p / bs] * bs + p % bs;
     float *hqkv = lj_case_rand(x, (int64_t)N * row, 1.0f);
     const int64_t nc = (int64_t)nblocks * bs * 2 * KV;
     float *c7 = lj_case_zeros(x, nc);
@@ -121,9 +122,11 @@ static void paged_body(lj_case_ctx *x) {
     int32_t grows[3] = {M - 1, 0, M / 2};
     void *dg = lj_case_alloc(x, 3 * (int64_t)Q, LJ_CASE_ACT);
     ops->gather_rows(dg, out, lj_case_upload(x, grows, 3, LJ_CASE_I32), 3, Q);
-    const float *g = lj_case_download(x, dg, 3 * (int64_t)Q, LJ_CASE_ACT), *o = lj_case_download(x, out, (int64_t)M * Q, LJ_CASE_ACT);
+    const float *g = lj_case_download(x, dg, 3 * (int64_t)Q, LJ_CASE_ACT);
+    const float *o = lj_case_download(x, out, (int64_t)M * Q, LJ_CASE_ACT);
     int ok = 1;
-    for (int i = 0; i < 3; i++) ok &= memcmp(g + (int64_t)i * Q, o + (int64_t)grows[i] * Q, (size_t)Q * sizeof(float)) == 0;
+    for (int i = 0; i < 3; i++)
+        ok &= memcmp(g + (int64_t)i * Q, o + (int64_t)grows[i] * Q, (size_t)Q * sizeof(float)) == 0;
     lj_case_true(x, "gather_rows", ok, "out[m] = x[rows[m]] bit for bit");
 }
 

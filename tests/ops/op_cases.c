@@ -155,8 +155,8 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_fp8_swiglu),
     CUDA_ONE("fp8_scale_update", D(301, 16, 1), 0, 1, lj_case_fp8_scale_update),
     CUDA_ONE("fp8_scale_update", D(97, 1, 1), 0, 1, lj_case_fp8_scale_update),
-#define CUDA_FP8_MM(d, vs_bf16, quick)                                                                      \
-    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)},   \
+#define CUDA_FP8_MM(d, vs_bf16, quick)                                                                            \
+    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)},                 \
     {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)}
     CUDA_FP8_MM(D(37, 24, 53, 0), L2(0.06), 1),
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
@@ -172,10 +172,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_fp8_blockwise_cast),
     CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_fp8_blockwise_cast),
     CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_fp8_blockwise_cast),
-#define CUDA_FP8_BW(d, vs_bf16, quick)                                                                           \
-    {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                               \
-     CUDA(lj_case_fp8_blockwise_matmul)},                                                                 \
-    {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                              \
+#define CUDA_FP8_BW(d, vs_bf16, quick)                                                                            \
+    {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                                  \
+     CUDA(lj_case_fp8_blockwise_matmul)},                                                                         \
+    {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                                 \
      CUDA(lj_case_fp8_blockwise_matmul)}
     CUDA_FP8_BW(D(64, 48, 200, 0, 1), L2(0.06), 1),
     CUDA_FP8_BW(D(64, 48, 200, 1, 1), L2(0.09), 1),
