@@ -1,10 +1,10 @@
-/* cases_cpu.c: the CPU backend's cases (those not yet written once for every backend, as
- * cases_<op>.c are): ops of lj_ops_cpu() against a double-precision
- * reference written here (check), every backward against central finite differences of
- * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
- * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
- * the sgemm rate probe, thread-count independence). The shapes come from the case table
- * (op_cases.c); the comment above each function says what its d[] entries are. */
+/* cases_cpu.c: the cases of the CPU only: what has no op to run on another backend (the FP8
+ * codec of base/fp8.h, which the CPU's emulation is built on, against a nearest-value search; the
+ * backend's building blocks of ops/cpu/cpu.h: the split sgemm, the vectorizable exp, the
+ * fixed-lane reductions, the sgemm rate probe, thread-count independence) and the AdamW case, not
+ * yet written once for every backend as cases_<op>.c are (against a double-precision reference
+ * written here). The shapes come from the case table (op_cases.c); the comment above each
+ * function says what its d[] entries are. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

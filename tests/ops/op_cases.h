@@ -1,7 +1,7 @@
 /* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
- * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, CPU checks and
- * finite differences; cases_cuda.c, CUDA against the CPU backend; perf_cuda.cu, CUDA timings at
- * the benchmark shapes). tests/ops/README.md says how to add one. */
+ * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, the CPU's
+ * building blocks and the FP8 codec; AdamW's cases, cases_cpu.c and cases_cuda.c; perf_cuda.cu,
+ * CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
 #ifndef LJ_TESTS_OPS_OP_CASES_H
 #define LJ_TESTS_OPS_OP_CASES_H
 
@@ -44,7 +44,12 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
  * function), one file per op family: cases_embedding.c, cases_rmsnorm.c (RMSNorm, the fused
  * residual form, add), cases_matmul.c, cases_rope.c (by sequence and by per-token positions),
  * cases_qknorm.c (Qwen3's QK-norm, plain and fused with RoPE), cases_bias.c (the projection
- * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c. */
+ * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c, cases_cross_entropy.c (over
+ * full logits and fused with the lm_head), cases_attention.c (plain per kernel family, its first
+ * run captured, within documents, KV-cache decoding), cases_paged.c (serving's paged ops),
+ * cases_fp8.c (the casts, the history update, the cast fused into the SwiGLU, the per-tensor and
+ * blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
+ * step). */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -72,7 +77,8 @@ void lj_case_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
-/* Of one backend: */
+/* Of one backend: the CPU's building blocks and the FP8 codec (cases_cpu.c); AdamW, not yet
+ * written once (cases_cpu.c, cases_cuda.c). */
 
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
