@@ -44,9 +44,10 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
  * function), one file per op family: cases_embedding.c, cases_rmsnorm.c (RMSNorm, the fused
  * residual form, add), cases_matmul.c, cases_rope.c (by sequence and by per-token positions),
  * cases_qknorm.c (Qwen3's QK-norm, plain and fused with RoPE), cases_bias.c (the projection
- * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c, cases_cross_entropy.c (over
- * full logits and fused with the lm_head), cases_attention.c (plain per kernel family, its first
- * run captured, within documents, KV-cache decoding), cases_paged.c (serving's paged ops),
+ * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c, cases_argmax.c (the greedy
+ * token of each row), cases_cross_entropy.c (over full logits and fused with the lm_head),
+ * cases_attention.c (plain per kernel family, its first run captured, within documents, KV-cache
+ * decoding), cases_paged.c (serving's paged ops; over an FP8 cache: cases_paged_fp8.c, below),
  * cases_fp8.c (the casts, the history update, the cast fused into the SwiGLU, the per-tensor and
  * blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
  * step). */
