@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hf_cache.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded.h"
 #include "data/tokenizer_export.h"
@@ -40,6 +41,8 @@ lj_status lj_ckpt_resolve_load(const char *path, char *root, int *iteration, int
     struct stat st;
     char probe[LJ_PATH_MAX];
     *is_state = 0;
+    /* ORG/NAME that is no local path: the model's snapshot in the Hugging Face cache */
+    if (stat(path, &st) != 0 && lj_hf_repo_id_like(path)) return lj_hf_cache_snapshot(path, "--load", hf_dir, LJ_PATH_MAX);
     /* one iteration directory: ROOT/iter_NNNNNNN with state.json */
     LJ_TRY(lj_path_join(probe, path, LJ_CKPT_STATE_FILE));
     if (stat(probe, &st) == 0) {

@@ -2,6 +2,9 @@
  * and FLOP counts. */
 #include "config/config.h"
 
+#include "base/fs.h"
+#include "base/hf_cache.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
@@ -440,6 +443,11 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg) {
         return lj_config_load(model, cfg);
     }
     const size_t len = strlen(model);
+    if (strncmp(model, "deepspeed/", 10) != 0 && lj_hf_repo_id_like(model)) { /* a model of the HF cache */
+        char snap[LJ_PATH_MAX];
+        LJ_TRY(lj_hf_cache_snapshot(model, "--model", snap, sizeof snap));
+        return lj_config_resolve(snap, cfg);
+    }
     if ((strchr(model, '/') && !strchr(model, '.') && strncmp(model, "deepspeed/", 10) != 0) ||
         (len > 5 && strcmp(model + len - 5, ".json") == 0))
         return lj_fail(LJ_ERR_IO, "%s: no such file or directory", model);

@@ -110,7 +110,8 @@ lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const c
  * last). Every config loader reads its file through it. */
 lj_status lj_config_read_json(const char *path, void **root);
 
-/* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
+/* Resolves --model: a preset name, a config.json path, a directory holding config.json, or
+ * ORG/NAME, a model of the Hugging Face cache (base/hf_cache.h: its snapshot's config.json). */
 lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
 
 /* Checks the shape for consistency (positive sizes, nh % nkv == 0, even head_dim).

@@ -4,6 +4,7 @@
  * decoding, and UTF-8 checks. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "base/fs.h"
+#include "base/hf_cache.h"
 #include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -865,6 +866,17 @@ lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, siz
     if (stat(arg, &st) == 0) {
         int n = S_ISDIR(st.st_mode) ? snprintf(buf, buflen, "%s/tokenizer.json", arg) : snprintf(buf, buflen, "%s", arg);
         if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        return LJ_OK;
+    }
+    /* ORG/NAME: a model of the Hugging Face cache (base/hf_cache.h) */
+    if (lj_hf_repo_id_like(arg)) {
+        char snap[LJ_PATH_MAX];
+        LJ_TRY(lj_hf_cache_snapshot(arg, flag, snap, sizeof snap));
+        int n = snprintf(buf, buflen, "%s/tokenizer.json", snap);
+        if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        if (access(buf, R_OK) != 0)
+            return lj_fail(LJ_ERR_IO, "%s %s: the cached snapshot %s has no tokenizer.json (ljperf reads a Hugging Face "
+                                      "tokenizer.json)", flag, arg, snap);
         return LJ_OK;
     }
     /* a word without a slash or a .json ending is a name; anything else a path, left for the

@@ -77,12 +77,14 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **tok);
 void lj_tokenizer_free(lj_tokenizer *tok);
 
 /* The tokenizer.json that a --tokenizer argument names (`flag` names the flag in messages): an
- * existing file as it is, an existing directory's tokenizer.json, else for a word without '/'
- * and not ending in .json a name of the set-up script's tokenizers,
- * <cache>/tokenizer/NAME/tokenizer.json (llama3, qwen3; <cache> from lj_cache_dir), else the
- * path as it is (lj_tokenizer_load then names it). Writes the path into buf. Errors: LJ_ERR_IO
- * for a name whose file is missing (a known name: with scripts/setup.sh to fetch it; another
- * word: with the known names); LJ_ERR_ARG for a path longer than buflen. */
+ * existing file as it is, an existing directory's tokenizer.json, else for ORG/NAME
+ * (lj_hf_repo_id_like) the tokenizer.json of that model's snapshot in the Hugging Face cache
+ * (base/hf_cache.h), else for a word without '/' and not ending in .json a name of the set-up
+ * script's tokenizers, <cache>/tokenizer/NAME/tokenizer.json (llama3, qwen3; <cache> from
+ * lj_cache_dir), else the path as it is (lj_tokenizer_load then names it). Writes the path into
+ * buf. Errors: LJ_ERR_IO for a name whose file is missing (a known name: with scripts/setup.sh to
+ * fetch it; another word: with the known names), for ORG/NAME not in the cache or a snapshot
+ * without tokenizer.json; LJ_ERR_ARG for a path longer than buflen. */
 lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, size_t buflen);
 
 /* The default tokenizer path: <cache>/tokenizer/llama3/tokenizer.json with <cache> from
