@@ -118,9 +118,21 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
  * Errors: LJ_ERR_FORMAT naming `source` and the field. */
 lj_status lj_config_validate(const lj_model_config *cfg, const char *source);
 
+/* The transformers release whose config.json layout lj_config_save writes (rope_theta and
+ * rope_scaling at the top level; dtype, and torch_dtype for releases before 4.56), recorded as
+ * the file's "transformers_version" as save_pretrained records its own. transformers reads the
+ * field when it loads a tokenizer from a local directory (tokenization_utils_fast.py,
+ * _patch_mistral_regex): without it, it takes the directory for a Mistral checkpoint saved
+ * before its regex fix and warns of "an incorrect regex pattern" whatever the tokenizer.json
+ * holds; a release up to 4.57.2 with a model_type other than Mistral's, or above 4.57.3, is
+ * not checked further. */
+#define LJ_HF_TRANSFORMERS_VERSION "4.57.1"
+
 /* Writes an HF config.json of the config's family (model_type and architectures of
- * lj_model_family_type / _architecture, torch_dtype = `dtype_name`) to `path`, as transformers
- * reads it back (Qwen: use_sliding_window false). */
+ * lj_model_family_type / _architecture, dtype and torch_dtype = `dtype_name`,
+ * transformers_version = LJ_HF_TRANSFORMERS_VERSION; Llama: pretraining_tp 1) to `path`, with
+ * the fields transformers' save_pretrained writes for the family, as transformers reads it back
+ * (Qwen: use_sliding_window false). */
 lj_status lj_config_save(const lj_model_config *cfg, const char *path, const char *dtype_name);
 
 /* ---- parameter layout ------------------------------------------------------------ */

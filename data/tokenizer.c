@@ -90,7 +90,7 @@ struct lj_tokenizer {
     /* The pre-tokenizer: splits[0..n_user_splits) are the Split steps, then the ByteLevel step
      * (a prefix space when add_prefix_space) and, when it uses its regex, splits[n_user_splits]. */
     split_stage splits[MAX_SPLITS + 1];
-    int n_user_splits, n_splits, add_prefix_space, known_split;
+    int n_user_splits, n_splits, add_prefix_space, known_split, qwen2;
     added_token *added; /* sorted longest first */
     int n_added, any_plain_added;
     uint8_t first_special[256], first_plain[256];
@@ -460,6 +460,7 @@ static lj_status load_pre_tokenizer(lj_tokenizer *t, const cJSON *pre) {
     const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
     t->known_split = t->n_user_splits == 1 && t->n_splits == 1 && t->splits[0].behavior == SPLIT_ISOLATED &&
                      cJSON_IsString(rx) && (!strcmp(rx->valuestring, LLAMA3_PATTERN) || !strcmp(rx->valuestring, QWEN2_PATTERN));
+    t->qwen2 = t->known_split && !strcmp(rx->valuestring, QWEN2_PATTERN);
     return LJ_OK;
 }
 
@@ -902,6 +903,7 @@ lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, siz
 }
 
 int lj_tokenizer_adds_bos(const lj_tokenizer *t) { return t->add_bos; }
+int lj_tokenizer_is_qwen2(const lj_tokenizer *t) { return t->qwen2; }
 
 /* ---- encoding --------------------------------------------------------------------- */
 

@@ -119,6 +119,9 @@ int32_t lj_tokenizer_bos_id(const lj_tokenizer *tok);
 int32_t lj_tokenizer_eos_id(const lj_tokenizer *tok);
 /* 1 if a sequence starts with BOS (Llama 3), 0 if not (Qwen, GPT-2); see lj_tokenizer_load. */
 int lj_tokenizer_adds_bos(const lj_tokenizer *tok);
+/* 1 if the pre-tokenizer is Qwen2's (one Split of the Qwen2/Qwen3 regex, digits one at a time,
+ * then ByteLevel: transformers' Qwen2Tokenizer), 0 otherwise (Llama 3, GPT-2, ...). */
+int lj_tokenizer_is_qwen2(const lj_tokenizer *tok);
 
 /* The bytes of token `id` (raw bytes, not the byte-level alphabet; special tokens: their text),
  * not NUL-terminated, valid while the tokenizer lives. Returns NULL for an unused id. */
