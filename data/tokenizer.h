@@ -122,6 +122,15 @@ int lj_tokenizer_adds_bos(const lj_tokenizer *tok);
 /* 1 if the pre-tokenizer is Qwen2's (one Split of the Qwen2/Qwen3 regex, digits one at a time,
  * then ByteLevel: transformers' Qwen2Tokenizer), 0 otherwise (Llama 3, GPT-2, ...). */
 int lj_tokenizer_is_qwen2(const lj_tokenizer *tok);
+/* XXH3-64 of the tokenizer.json's bytes. */
+uint64_t lj_tokenizer_file_hash(const lj_tokenizer *tok);
+/* XXH3-64 of what decides the ids of a text: the unformatted JSON (cJSON's) of the file's
+ * normalizer, pre_tokenizer, model and added_tokens, in that order. Two files equal in those
+ * (the post_processor, decoder or formatting may differ, as in ljperf's HF export of Llama 3)
+ * give the same ids. */
+uint64_t lj_tokenizer_ids_hash(const lj_tokenizer *tok);
+/* The path it was loaded from. */
+const char *lj_tokenizer_path(const lj_tokenizer *tok);
 
 /* The bytes of token `id` (raw bytes, not the byte-level alphabet; special tokens: their text),
  * not NUL-terminated, valid while the tokenizer lives. Returns NULL for an unused id. */
