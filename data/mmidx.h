@@ -46,6 +46,15 @@ typedef struct {
  * (no sidecar: Megatron's dataset, an older prepare's, an llm.c shard). Follows PREFIX.idx's link
  * as the reader does. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the sidecar and the field. */
 lj_status lj_mmidx_read_tokenizer(const char *prefix, lj_mmidx_tokenizer *t, int *found);
+/* *same = 1 if the tokenizer.json at `path` is the recorded one: the same bytes, or else the same
+ * ids hash once loaded (lj_tokenizer_ids_hash: e.g. ljperf's HF export of it). Errors: those of
+ * reading and loading `path` (lj_tokenizer_load). */
+lj_status lj_mmidx_tokenizer_matches(const lj_mmidx_tokenizer *t, const char *path, int *same);
+/* Where the recorded tokenizer is now, into buf (buflen bytes): its recorded path when the file
+ * there still matches, else its recorded name resolved again (lj_tokenizer_resolve: llama3 in
+ * this machine's cache, ORG/NAME in the Hugging Face cache) when that file matches. Returns 1 when
+ * found, 0 when not (buf then names the last place looked at, for a message). */
+int lj_mmidx_tokenizer_locate(const lj_mmidx_tokenizer *t, char *buf, size_t buflen);
 
 /* Whole-file hashing up to this size; above it, LJ_MMIDX_FP_CHUNKS chunks of LJ_MMIDX_FP_CHUNK
  * bytes at evenly spaced offsets (the first at 0, the last ending at the end): 16 MiB read

@@ -13,6 +13,7 @@
  * keeps the token array (.bin) mmap'd.
  */
 #include "data/mmidx.h"
+#include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -431,6 +432,37 @@ lj_status lj_mmidx_read_tokenizer(const char *user_prefix, lj_mmidx_tokenizer *t
     cJSON_Delete(j);
     free(fp_path);
     return s;
+}
+
+lj_status lj_mmidx_tokenizer_matches(const lj_mmidx_tokenizer *t, const char *path, int *same) {
+    *same = 0;
+    char *text = NULL;
+    size_t len = 0;
+    LJ_TRY(lj_file_read_all(path, &text, &len));
+    const uint64_t h = XXH3_64bits(text, len);
+    free(text);
+    if (h == t->file_xxh3_64) {
+        *same = 1;
+        return LJ_OK;
+    }
+    lj_tokenizer *tok = NULL;
+    LJ_TRY(lj_tokenizer_load(path, &tok));
+    *same = lj_tokenizer_ids_hash(tok) == t->ids_xxh3_64;
+    lj_tokenizer_free(tok);
+    return LJ_OK;
+}
+
+int lj_mmidx_tokenizer_locate(const lj_mmidx_tokenizer *t, char *buf, size_t buflen) {
+    int same = 0;
+    snprintf(buf, buflen, "%s", t->path);
+    if (access(t->path, R_OK) == 0 && lj_mmidx_tokenizer_matches(t, t->path, &same) == LJ_OK && same) return 1;
+    char other[4096];
+    if (strcmp(t->name, t->path) != 0 && lj_tokenizer_resolve(t->name, "tokenizer", other, sizeof other) == LJ_OK &&
+        access(other, R_OK) == 0 && lj_mmidx_tokenizer_matches(t, other, &same) == LJ_OK && same) {
+        snprintf(buf, buflen, "%s", other);
+        return 1;
+    }
+    return 0;
 }
 
 lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {

@@ -625,15 +625,17 @@ static lj_status check_config(const lj_prepare_config *c, const char **tok_path,
 static lj_status tokenizer_record(const lj_prepare_config *c, const char *tok_path, const lj_tokenizer *tok,
                                   lj_mmidx_tokenizer *t) {
     memset(t, 0, sizeof *t);
-    char *real = realpath(tok_path, NULL);
-    const char *name = c->tokenizer_name ? c->tokenizer_name : real ? real : tok_path;
-    const int ok = strlen(name) < sizeof t->name && strlen(real ? real : tok_path) < sizeof t->path;
-    if (ok) {
-        snprintf(t->name, sizeof t->name, "%s", name);
-        snprintf(t->path, sizeof t->path, "%s", real ? real : tok_path);
-    }
-    free(real);
-    if (!ok) return lj_fail(LJ_ERR_ARG, "%s: the tokenizer's path is too long to record", tok_path);
+    /* absolute, but through its links as given (a Hugging Face snapshot's files are links into
+     * blobs/, and its tokenizer_config.json is found beside the link) */
+    char abs[LJ_PATH_MAX], cwd[LJ_PATH_MAX];
+    lj_status st = tok_path[0] == '/' ? lj_path_format(abs, "%s", tok_path)
+                   : getcwd(cwd, sizeof cwd) ? lj_path_join(abs, cwd, tok_path)
+                                             : lj_path_format(abs, "%s", tok_path);
+    const char *name = c->tokenizer_name ? c->tokenizer_name : abs;
+    if (st != LJ_OK || strlen(name) >= sizeof t->name || strlen(abs) >= sizeof t->path)
+        return lj_fail(LJ_ERR_ARG, "%s: the tokenizer's path is too long to record", tok_path);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->path, sizeof t->path, "%s", abs);
     t->file_xxh3_64 = lj_tokenizer_file_hash(tok);
     t->ids_xxh3_64 = lj_tokenizer_ids_hash(tok);
     t->vocab_size = lj_tokenizer_vocab_size(tok);

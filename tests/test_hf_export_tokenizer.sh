@@ -158,8 +158,11 @@ PY
 cmp -s "$qtok" "$tmp/ckptq2/iter_0000001/hf/tokenizer.json" || fail "the lone Qwen3 tokenizer.json is not copied byte for byte"
 echo "derived tokenizer_config.json: Qwen2Tokenizer for the Qwen3 tokenizer"
 
-# 5. no tokenizer that fits: the export goes without, with a note; bad flags are named
-LJPERF_CACHE="$tmp/no-cache" "$LJPERF" train "${common[@]}" --save "$tmp/ckpt3" 2>"$tmp/train3.err" || { cat "$tmp/train3.err"; fail "train without a tokenizer"; }
+# 5. data that records no tokenizer (Megatron's: no sidecar) and no default: the export goes
+#    without, with a note; bad flags are named
+cp -L "$tmp/kjv.bin" "$tmp/megatron.bin" && cp -L "$tmp/kjv.idx" "$tmp/megatron.idx"
+LJPERF_CACHE="$tmp/no-cache" "$LJPERF" train "${common[@]}" --data-path "$tmp/megatron" --save "$tmp/ckpt3" 2>"$tmp/train3.err" ||
+  { cat "$tmp/train3.err"; fail "train without a tokenizer"; }
 grep -q "no tokenizer in the Hugging Face exports" "$tmp/train3.err" || fail "no note about the missing tokenizer"
 [ ! -e "$tmp/ckpt3/iter_0000001/hf/tokenizer.json" ] || fail "a tokenizer appeared from nowhere"
 bad() { local want=$1; shift
@@ -168,7 +171,7 @@ bad() { local want=$1; shift
 }
 bad "--tokenizer-model: $tmp/kjv.txt: not valid JSON" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/kjv.txt"
 bad "--tokenizer-model: $tmp/none.json: cannot open" "${common[@]}" --save "$tmp/bad1" --tokenizer-model "$tmp/none.json"
-bad "--tokenizer-type: 'SentencePieceTokenizer' is not one of HuggingFaceTokenizer, NullTokenizer" "${common[@]}" --tokenizer-type SentencePieceTokenizer
+bad "--tokenizer-type: 'SentencePieceTokenizer' is not one of HuggingFaceTokenizer, Llama3Tokenizer, NullTokenizer" "${common[@]}" --tokenizer-type SentencePieceTokenizer
 bad "--tokenizer-model gpt5: no such file or directory, and not a tokenizer name (llama3, qwen3" "${common[@]}" --save "$tmp/bad1" --tokenizer-model gpt5
 [ ! -e "$tmp/bad1/iter_0000001" ] || fail "a refused run saved a checkpoint"
 echo "bad input: named"

@@ -55,7 +55,7 @@ same "$tmp/k2_text_document" "$tmp/one_text" "--tokenizer-type, the default key"
 echo "ok: one key: PREFIX_text_document"
 
 # 3. the sidecar records the tokenizer
-python3 - "$tmp/mg_title_document.fingerprint.json" "$(realpath "$mini")" <<'PY' || fail "the sidecar's tokenizer record"
+python3 - "$tmp/mg_title_document.fingerprint.json" "$mini" <<'PY' || fail "the sidecar's tokenizer record"
 import json, sys
 t = json.load(open(sys.argv[1]))["tokenizer"]
 assert t["path"] == sys.argv[2] and t["name"] == sys.argv[2], t
