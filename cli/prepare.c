@@ -232,13 +232,15 @@ static lj_status check_duplicates(char **inputs, int n) {
     lj_status st = LJ_OK;
     for (int i = 1; i < m && st == LJ_OK; i++) {
         if (strcmp(keys[i - 1].key, keys[i].key) != 0) continue;
-        const int same = lj_input_compression_of(keys[i - 1].path) == lj_input_compression_of(keys[i].path);
-        st = same ? lj_fail(LJ_ERR_ARG, "--input: %s is given twice (a directory, a glob and a file can name it "
-                                        "again): it would be read twice; give it once", keys[i].path)
-                  : lj_fail(LJ_ERR_ARG, "--input: %s and %s are one name with and without compression (the same "
-                                        "documents twice?): prepare reads neither; keep the one that is complete, "
-                                        "or give the other a name of its own",
-                            keys[i - 1].path, keys[i].path);
+        const lj_input_compression a = lj_input_compression_of(keys[i - 1].path), b = lj_input_compression_of(keys[i].path);
+        st = a == b ? lj_fail(LJ_ERR_ARG, "--input: %s is given twice (a directory, a glob and a file can name it "
+                                          "again): it would be read twice; give it once", keys[i].path)
+                    : lj_fail(LJ_ERR_ARG, "--input: %s and %s are one name %s (the same documents twice?): prepare "
+                                          "reads neither; keep the one that is complete, or give the other a name of "
+                                          "its own",
+                              keys[i - 1].path, keys[i].path,
+                              a == LJ_INPUT_PLAIN || b == LJ_INPUT_PLAIN ? "with and without compression"
+                                                                        : "in two compressions");
     }
     for (int i = 0; i < m; i++) free(keys[i].key);
     free(keys);
