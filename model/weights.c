@@ -5,6 +5,8 @@
  * lives is the residency's (model/residency.h) and the shard bounds of lj_model. */
 #include "model/model.h"
 
+#include "base/progress.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -76,6 +78,11 @@ static double init_std(const lj_model *m, int p) {
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
     enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
     float *stage = lj_malloc((size_t)STAGE * sizeof(float));
+    lj_progress pg; /* a large model takes a while on the CPU (354M parameters: about 45 s) */
+    char what[96];
+    snprintf(what, sizeof what, "initialising %.0fM parameters", (double)m->layout.total / 1e6);
+    lj_progress_begin(&pg, what, (uint64_t)m->layout.total * sizeof(float));
+    uint64_t done = 0;
     for (int p = 0; p < m->layout.count; p++) {
         const lj_param_info *info = &m->layout.params[p];
         const double std = init_std(m, p);
@@ -97,8 +104,11 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
                 }
             }
             upload_range(m, stage, info->offset + base, n);
+            done += (uint64_t)n * sizeof(float);
+            lj_progress_update(&pg, done);
         }
     }
+    lj_progress_end(&pg);
     free(stage);
     if (m->adam_m && m->offload) {
         memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
