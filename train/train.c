@@ -400,6 +400,11 @@ static lj_status setup(run *r) {
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);
         fseek(r->log_json, 0, SEEK_END);
         r->log_json_good = ftell(r->log_json) > 0 ? ftell(r->log_json) : 0; /* appending after a resume */
+    }
+    if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
+    /* the start record, after the event file's first record: on a nearly full disk the record's
+     * write fails with a warning and the run goes on, where the event file's would stop it */
+    if (r->log_json) {
         char precision[64];
         const lj_train_start start = {
             .iteration = r->iteration,
@@ -418,7 +423,6 @@ static lj_status setup(run *r) {
         log_json_line(r, "%s", line);
         free(line);
     }
-    if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
     return LJ_OK;
 }
 
