@@ -617,12 +617,19 @@ int lj_cli_train(int argc, char **argv) {
     memset(&mon, 0, sizeof mon);
     char tokenizer[LJ_PATH_MAX], load[LJ_PATH_MAX];
     int help = 0;
-    if (parse(argc, argv, &cfg, &mon, tokenizer, load, &help) != LJ_OK) return lj_cli_error("train");
+    char *command = lj_cli_command_line("train", argc, argv); /* before the parse, which may move argv's pointers */
+    if (parse(argc, argv, &cfg, &mon, tokenizer, load, &help) != LJ_OK) {
+        free(command);
+        return lj_cli_error("train");
+    }
     if (help) {
+        free(command);
         usage(stdout);
         return 0;
     }
+    cfg.command_line = command;
     lj_status s = lj_train_run(&cfg);
+    free(command);
     if (s == LJ_ERR_INTERRUPTED) {
         lj_dist_env env;
         const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0; /* one line per job */

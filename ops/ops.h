@@ -167,6 +167,11 @@ struct lj_ops {
     void *(*stream)(void);
     /* Free and total memory of the device in bytes (CPU: available and total host RAM). */
     lj_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);
+    /* The device's name, for a run's identity (--log-json's start record): CUDA the runtime's
+     * (cudaDeviceProp.name of the device the table started on, e.g. "NVIDIA H200"), the CPU
+     * /proc/cpuinfo's first "model name" (else the machine name of uname(2), e.g. "aarch64").
+     * A static string; NULL entry in a description without a device (lj_ops_cuda_describe). */
+    const char *(*device_name)(void);
     /* dst[n] (param_dtype) = src[n] (f32), with round-to-nearest-even for bf16. */
     void (*cast_f32_to_param)(void *dst, const float *src, int64_t n);
     /* dst[n] (f32) = src[n] (act_dtype or param_dtype, given by `dtype`). */
