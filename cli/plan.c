@@ -75,7 +75,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     const char *mb = NULL;
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
-        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
@@ -95,8 +95,8 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--memory-gbs", .kind = LJ_FLAG_RATE, .dest = &a->mem_gbs, .help = "GB/s", .max = 1e6},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &a->buffers, .ival = 1},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &a->json},
-        {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world},
-        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given},
+        {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world, .min = 1},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given, .min = 0, .max = 3},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
     };
     lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];

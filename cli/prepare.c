@@ -170,7 +170,7 @@ int lj_cli_prepare(int argc, char **argv) {
         {.name = "--append-bos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.prepend_bos, .ival = 1},
         {.name = "--allow-special-tokens", .kind = LJ_FLAG_SWITCH, .dest = &cfg.allow_special, .ival = 1},
         {.name = "--utf8-errors", .kind = LJ_FLAG_STR, .dest = &utf8},
-        {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given},
+        {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given, .min = 1, .max = 1024},
         {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
         {.name = "-q", .kind = LJ_FLAG_SWITCH, .dest = &quiet, .ival = 1},
         {.name = "--image-root", .kind = LJ_FLAG_STR, .dest = &image_root},
