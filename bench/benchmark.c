@@ -93,6 +93,11 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         lc.dp_world_size = cfg->dp->world;
         LJ_TRY(lj_loader_init(&loader, &lc));
         lj_status s = lj_loader_check_vocab(&loader, cfg->model.vocab_size);
+        /* document masking splits at the separator the datasets record (prepare's), as train does;
+         * the model's EOS, given in cfg, only where they record none */
+        if (s == LJ_OK && lj_doc_mask_any(&cfg->doc_mask))
+            s = lj_loader_eod_token(&loader, cfg->doc_mask.eod_token, cfg->model.vocab_size, cfg->dp->rank == 0,
+                                    &cfg->doc_mask.eod_token);
         if (s != LJ_OK) {
             lj_loader_free(&loader);
             return s;

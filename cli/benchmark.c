@@ -255,11 +255,12 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
                            : cfg.doc_mask.reset_position_ids ? "--reset-position-ids"
                                                              : "--eod-mask-loss";
         if (cfg.num_data_args == 0) {
-            lj_fail(LJ_ERR_ARG, "%s needs --data PREFIX (documents that end with the model's EOS, as `ljperf "
+            lj_fail(LJ_ERR_ARG, "%s needs --data PREFIX (documents that end with a separator, as `ljperf "
                                 "prepare` writes them): synthetic tokens have no document boundaries", flag);
             return lj_cli_error("benchmark");
         }
-        cfg.doc_mask.eod_token = cfg.model.eos_token_id; /* the EOS `prepare` appends to each document */
+        /* where the dataset records no separator (lj_bench_run reads it, as train does) */
+        cfg.doc_mask.eod_token = cfg.model.eos_token_id;
     }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     /* the ranges of --seq-length, --train-iters and --warmup-iters are their rows' */

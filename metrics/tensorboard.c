@@ -20,7 +20,7 @@ typedef Ljperf__Tensorboard__Summary tb_summary;
 typedef Ljperf__Tensorboard__Summary__Value tb_value;
 
 struct lj_tb_writer {
-    int fd;               /* the event file; -1 once closed */
+    int fd;               /* the event file (-1 until it is created) */
     char path[LJ_PATH_MAX];
     const char *flag;     /* the flag or config key that named the directory, for messages */
     uint8_t *buf;         /* encoded records not yet written */
