@@ -64,8 +64,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     const lj_ops *ops = cfg->ops;
     const int B = cfg->micro_batch_size, T = cfg->seq_length;
     if (T > cfg->model.max_position_embeddings)
-        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", T,
-                       cfg->model.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                       T, cfg->model.max_position_embeddings);
     if (cfg->train_iters <= 0 || cfg->warmup_iters < 0 || B <= 0 || T <= 0)
         return lj_fail(LJ_ERR_ARG, "--train-iters, --micro-batch-size and --seq-length must be positive");
     const int is_cpu = strcmp(ops->name, "cpu") == 0;
@@ -314,5 +314,6 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_Delete(o);
     lj_status s = lj_file_write_atomic(path, text, strlen(text));
     free(text);
+    if (s != LJ_OK) lj_error_prefix("--json");
     return s;
 }

@@ -280,8 +280,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     }
     if (cfg.seq_length > cfg.model.max_position_embeddings) {
-        lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", cfg.seq_length,
-                cfg.model.max_position_embeddings);
+        lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                cfg.seq_length, cfg.model.max_position_embeddings);
         return lj_cli_error("benchmark");
     }
     /* deepspeed/ names: DeepSpeed-style defaults (ZeRO stage 3, which shards nothing on one rank);

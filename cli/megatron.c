@@ -364,7 +364,9 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
 lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup_iters, int decay_iters,
                                    int *train_iters, lj_lr_schedule *s) {
     const int samples = m->train_samples >= 0;
-    if (samples && *train_iters >= 0) return lj_fail(LJ_ERR_ARG, "--train-iters and --train-samples exclude each other");
+    if (samples && *train_iters >= 0)
+        return lj_fail(LJ_ERR_ARG, "--train-iters %d and --train-samples %lld exclude each other: give one", *train_iters,
+                       (long long)m->train_samples);
     const struct { int bad; const char *what; } rules[] = {
         {samples && (warmup_iters >= 0 || decay_iters >= 0 || m->lr_wsd_decay_iters >= 0),
          "--train-samples counts the LR schedule in samples: use --lr-warmup-samples, --lr-decay-samples and "
@@ -373,12 +375,13 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup
          "--lr-warmup-samples, --lr-decay-samples and --lr-wsd-decay-samples need --train-samples (or use the -iters "
          "forms)"},
         {!isnan(m->lr_warmup_fraction) && (warmup_iters >= 0 || m->lr_warmup_samples >= 0),
-         "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples exclude each other"},
-        {!isnan(m->lr_warmup_fraction) && !(m->lr_warmup_fraction >= 0 && m->lr_warmup_fraction <= 1),
-         "--lr-warmup-fraction must be in [0, 1]"},
+         "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples exclude each other: give one"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[k].what);
+    if (!isnan(m->lr_warmup_fraction) && !(m->lr_warmup_fraction >= 0 && m->lr_warmup_fraction <= 1))
+        return lj_fail(LJ_ERR_ARG, "--lr-warmup-fraction %g: expected a fraction of the decay in [0, 1]",
+                       m->lr_warmup_fraction);
     int64_t total, warmup, decay, wsd;
     if (samples) {
         if (gbs <= 0) return lj_fail(LJ_ERR_ARG, "--train-samples needs a global batch size");
@@ -408,9 +411,10 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup
         return lj_fail(LJ_ERR_ARG, "--lr-decay-style WSD needs the anneal length: --lr-wsd-decay-%s N",
                        samples ? "samples" : "iters");
     if (s->style == LJ_LR_WSD && wsd > s->decay_steps)
-        return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-%s %lld is longer than the decay (%lld)", samples ? "samples" : "iters",
-                       (long long)wsd, (long long)s->decay_steps);
-    if (!(s->init_lr >= 0 && s->init_lr <= s->lr)) return lj_fail(LJ_ERR_ARG, "--lr-warmup-init must be in [0, --lr]");
+        return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-%s %lld is longer than the decay: expected at most %lld",
+                       samples ? "samples" : "iters", (long long)wsd, (long long)s->decay_steps);
+    if (!(s->init_lr >= 0 && s->init_lr <= s->lr))
+        return lj_fail(LJ_ERR_ARG, "--lr-warmup-init %g: expected a learning rate in [0, --lr %g]", s->init_lr, s->lr);
     return LJ_OK;
 }
 
@@ -480,16 +484,18 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
     }
     if (m->distributed_optimizer) {
         if (zero_given && *zero_stage == 0)
-            return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other");
+            return lj_fail(LJ_ERR_ARG,
+                           "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other: remove one");
         if (!zero_given) *zero_stage = 1;
     }
     const int cuda = !strcmp(backend, "cuda");
     if (m->accumulate_allreduce_grads_in_fp32 && m->grad_reduce_in_bf16)
-        return lj_fail(LJ_ERR_ARG, "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 contradict each other");
+        return lj_fail(LJ_ERR_ARG,
+                       "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 contradict each other: give one");
     const char *want = m->accumulate_allreduce_grads_in_fp32 ? "fp32" : (m->grad_reduce_in_bf16 && cuda) ? "bf16" : NULL;
     if (want) {
         if (*grad_dtype && strcmp(*grad_dtype, want) != 0)
-            return lj_fail(LJ_ERR_ARG, "--grad-dtype %s contradicts %s", *grad_dtype,
+            return lj_fail(LJ_ERR_ARG, "--grad-dtype %s contradicts %s: remove one, or make them agree", *grad_dtype,
                            m->accumulate_allreduce_grads_in_fp32 ? "--accumulate-allreduce-grads-in-fp32"
                                                                  : "--grad-reduce-in-bf16");
         *grad_dtype = want;

@@ -184,7 +184,8 @@ static lj_status recompute_mode(const plan_args *a, int L, int *fixed, uint8_t p
     memset(policy, 0, LJ_MAX_LAYERS);
     if (a->granularity || a->method || a->num_layers >= 0) {
         if (a->recompute && strcmp(a->recompute, "auto") == 0)
-            return lj_fail(LJ_ERR_ARG, "--recompute auto and --recompute-granularity exclude each other");
+            return lj_fail(LJ_ERR_ARG, "--recompute auto and Megatron's manual --recompute-granularity, "
+                                       "--recompute-method, --recompute-num-layers exclude each other: give one");
         LJ_TRY(lj_planner_megatron_recompute(a->granularity, a->method, a->num_layers, L, policy));
         *fixed = 1;
         *mode = "manual (Megatron-LM flags)";
@@ -402,6 +403,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     if (strcmp(path, "-") == 0) printf("%s\n", text); /* --json -: standard output */
     else s = lj_file_write_atomic(path, text, strlen(text));
     free(text);
+    if (s != LJ_OK) lj_error_prefix("--json");
     return s;
 }
 

@@ -117,7 +117,9 @@ static lj_status expand_input(const char *v, char ***list, int *n) {
     } else if (!exists && strpbrk(v, "*?[")) {
         glob_t g;
         const int rc = glob(v, 0, NULL, &g);
-        if (rc == GLOB_NOMATCH) return lj_fail(LJ_ERR_ARG, "--input %s: no file matches", v);
+        if (rc == GLOB_NOMATCH)
+            return lj_fail(LJ_ERR_ARG, "--input %s: no file matches: expected a file, a directory or a pattern that "
+                                       "matches one", v);
         if (rc != 0) return lj_fail(LJ_ERR_IO, "--input %s: cannot expand the pattern", v);
         count = (int)g.gl_pathc; /* glob sorts them */
         found = lj_malloc((size_t)count * sizeof *found);

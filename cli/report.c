@@ -77,7 +77,10 @@ static lj_status run_report(int argc, char **argv, int *help) {
     if (s == LJ_OK && peak > 0) d.peak_tflops = peak;
     char out[LJ_PATH_MAX], head[1200];
     if (s == LJ_OK) {
-        if (output) s = strlen(output) < sizeof out ? (strcpy(out, output), LJ_OK) : lj_fail(LJ_ERR_ARG, "--output: too long");
+        if (output)
+            s = strlen(output) < sizeof out ? (strcpy(out, output), LJ_OK)
+                                            : lj_fail(LJ_ERR_ARG, "--output %.40s...: %zu characters: expected fewer than %zu",
+                                                      output, strlen(output), sizeof out);
         else s = dir ? lj_path_join(out, dir, "report.html") : (strcpy(out, "report.html"), LJ_OK);
     }
     if (s == LJ_OK) {

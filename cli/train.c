@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,7 +133,6 @@ static lj_status check_ranges(const lj_train_config *c, int gbs, const char *sou
         {c->exit_interval < 0, "--exit-interval", c->exit_interval, ">= 0"},
         {c->keep_last < 0, "--keep-last", c->keep_last, ">= 0 (0 keeps all)"},
         {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr", c->lr.lr, "a finite number >= 0 (e.g. --lr 3e-4)"},
-        {!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr), "--min-lr", c->lr.min_lr, "a number in [0, --lr]"},
         {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1", c->adamw.beta1, "a number in [0, 1), e.g. 0.9"},
         {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2", c->adamw.beta2, "a number in [0, 1), e.g. 0.95"},
         {!(c->adamw.eps > 0), "--adam-eps", c->adamw.eps, "a positive number, e.g. 1e-8"},
@@ -144,6 +144,9 @@ static lj_status check_ranges(const lj_train_config *c, int gbs, const char *sou
         if (rules[i].bad)
             return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s%s%s%s", rules[i].flag, rules[i].value, rules[i].expected,
                            source ? " (the value after " : "", source ? source : "", source ? ")" : "");
+    if (!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr))
+        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]%s%s%s", c->lr.min_lr, c->lr.lr,
+                       source ? " (the values after " : "", source ? source : "", source ? ")" : "");
     return LJ_OK;
 }
 
@@ -383,6 +386,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         c->load = NULL;
     }
     if (mg->finetune && !c->load) return lj_fail(LJ_ERR_ARG, "--finetune needs --load DIR (the weights to start from)");
+    struct stat load_st;
+    if (c->load && stat(c->load, &load_st) != 0)
+        return lj_fail(LJ_ERR_IO, "--load %s: %s: expected a training checkpoint directory (what --save writes) or a "
+                                  "Hugging Face model folder", c->load, strerror(errno));
     c->no_load_optim = mg->no_load_optim && !mg->finetune; /* --finetune loads no optimizer state anyway */
     /* the values alone first: nothing is loaded or started for a run that cannot begin */
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
@@ -397,8 +404,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     LJ_TRY(check_ranges(c, gbs, NULL));
     const int shape = lj_cli_megatron_has_shape(mg);
     if (shape && model)
-        return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each other",
-                       model);
+        return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each "
+                                   "other: give the model by --model or by its shape", model);
     if (mg->finetune) {
         /* the weights of the checkpoint (its HF export), nothing else of its state */
         char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
@@ -428,7 +435,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         return lj_fail(LJ_ERR_ARG, "--apply-layernorm-1p with --weight-decay-all: decaying 1 + g towards 0 is not "
                                    "decaying g; ljperf stores the plain weight (drop one of the two)");
     if (!isnan(mg->exit_duration_in_mins)) {
-        if (!(mg->exit_duration_in_mins > 0)) return lj_fail(LJ_ERR_ARG, "--exit-duration-in-mins must be positive");
+        if (!(mg->exit_duration_in_mins > 0))
+            return lj_fail(LJ_ERR_ARG, "--exit-duration-in-mins %g: expected a positive number of minutes",
+                           mg->exit_duration_in_mins);
         c->exit_duration_min = mg->exit_duration_in_mins;
     }
     if (ds_path) {
@@ -439,8 +448,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(check_ranges(c, gbs, ds_path)); /* the file's values too */
     }
     if (c->seq_length > c->model.max_position_embeddings)
-        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
-                       c->model.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                       c->seq_length, c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, a.deterministic, &c->ops));
     LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.given.zero_stage || ds_path, &c->zero.zero_stage, &grad_dtype,
                                  rank0));

@@ -151,7 +151,8 @@ int lj_cli_train_vl(int argc, char **argv) {
     if (device && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
         s = lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: Qwen3-VL training runs on the CPU backend only", device);
     if (s == LJ_OK && data.count > 1)
-        s = lj_fail(LJ_ERR_ARG, "--data-path: one multimodal dataset prefix (blending is for text datasets)");
+        s = lj_fail(LJ_ERR_ARG, "--data-path: %d prefixes: expected one multimodal dataset (blending is for text "
+                                "datasets)", data.count);
     if (data.count == 1) c.data_path = data.values[0];
     if (s == LJ_OK && decay_style) s = lj_lr_parse_style(decay_style, &c.lr.style);
     c.lr.warmup_steps = warmup;

@@ -118,7 +118,7 @@ bad "--normalization LayerNorm (Megatron's default)" --device cpu --data-path "$
 bad "--hidden-dropout 0.1: ljperf trains without dropout" --device cpu --data-path "$tmp/kjv" --num-layers 2 \
   --hidden-size 64 --num-attention-heads 4 --swiglu --normalization RMSNorm --position-embedding-type rope \
   --disable-bias-linear --vocab-size 128256 --hidden-dropout 0.1
-bad "--train-iters and --train-samples exclude each other" "${common[@]}" --train-iters 2 --train-samples 8
+bad "--train-iters 2 and --train-samples 8 exclude each other: give one" "${common[@]}" --train-iters 2 --train-samples 8
 bad "--lr-decay-style WSD needs the anneal length: --lr-wsd-decay-iters" "${common[@]}" --lr-decay-style WSD
 bad "--model llama3-nano and Megatron's model shape flags" "${common[@]}" --num-layers 2
 LOCAL_RANK=1 bad "--local_rank=0 but the environment says LOCAL_RANK=1" "${common[@]}" --local_rank=0
