@@ -208,7 +208,7 @@ lj_status lj_file_write_atomic(const char *path, const void *data, size_t size) 
     snprintf(tmp, len + 32, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
-        lj_status s = lj_fail(LJ_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        lj_status s = lj_fail(LJ_ERR_IO, "%s: cannot create it (as %s first): %s", path, tmp, strerror(errno));
         free(tmp);
         return s;
     }
@@ -218,7 +218,7 @@ lj_status lj_file_write_atomic(const char *path, const void *data, size_t size) 
         ssize_t w = write(fd, p, left);
         if (w < 0) {
             if (errno == EINTR) continue;
-            lj_status s = lj_fail(LJ_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+            lj_status s = lj_fail(LJ_ERR_IO, "%s: write failed (as %s; nothing replaced): %s", path, tmp, strerror(errno));
             close(fd);
             unlink(tmp);
             free(tmp);
@@ -228,7 +228,7 @@ lj_status lj_file_write_atomic(const char *path, const void *data, size_t size) 
         left -= (size_t)w;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
-        lj_status s = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", tmp, strerror(errno));
+        lj_status s = lj_fail(LJ_ERR_IO, "%s: cannot flush (as %s; nothing replaced): %s", path, tmp, strerror(errno));
         unlink(tmp);
         free(tmp);
         return s;

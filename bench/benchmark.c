@@ -64,8 +64,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     const lj_ops *ops = cfg->ops;
     const int B = cfg->micro_batch_size, T = cfg->seq_length;
     if (T > cfg->model.max_position_embeddings)
-        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", T,
-                       cfg->model.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                       T, cfg->model.max_position_embeddings);
     if (cfg->train_iters <= 0 || cfg->warmup_iters < 0 || B <= 0 || T <= 0)
         return lj_fail(LJ_ERR_ARG, "--train-iters, --micro-batch-size and --seq-length must be positive");
     const int is_cpu = strcmp(ops->name, "cpu") == 0;
@@ -93,6 +93,11 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         lc.dp_world_size = cfg->dp->world;
         LJ_TRY(lj_loader_init(&loader, &lc));
         lj_status s = lj_loader_check_vocab(&loader, cfg->model.vocab_size);
+        /* document masking splits at the separator the datasets record (prepare's), as train does;
+         * the model's EOS, given in cfg, only where they record none */
+        if (s == LJ_OK && lj_doc_mask_any(&cfg->doc_mask))
+            s = lj_loader_eod_token(&loader, cfg->doc_mask.eod_token, cfg->model.vocab_size, cfg->dp->rank == 0,
+                                    &cfg->doc_mask.eod_token);
         if (s != LJ_OK) {
             lj_loader_free(&loader);
             return s;
@@ -309,5 +314,6 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_Delete(o);
     lj_status s = lj_file_write_atomic(path, text, strlen(text));
     free(text);
+    if (s != LJ_OK) lj_error_prefix("--json");
     return s;
 }

@@ -20,7 +20,9 @@ typedef struct {
     lj_linear_fp8_options fp8;      /* its settings */
     uint8_t recompute[LJ_MAX_LAYERS];
     uint64_t seed;
-    lj_doc_mask doc_mask;   /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (with --data) */
+    lj_doc_mask doc_mask;   /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (with --data); its
+                               eod_token: the model's EOS, replaced by lj_bench_run with the separator the
+                               datasets record (lj_loader_eod_token) */
     int num_data_args;      /* --data: real tokens instead of synthetic ones */
     char **data_args;
     int progress;           /* 1: a progress line on stderr */

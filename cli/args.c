@@ -174,7 +174,9 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     LJ_TRY(lj_planner_env_enabled(&env_on));
     int use_planner = env_on || (recompute && strcmp(recompute, "auto") == 0);
     if (recompute && !use_planner) {
-        if (granularity) return lj_fail(LJ_ERR_ARG, "--recompute and --recompute-granularity exclude each other");
+        if (granularity)
+            return lj_fail(LJ_ERR_ARG, "--recompute %s and --recompute-granularity %s exclude each other: give one",
+                           recompute, granularity);
         if (!strcmp(recompute, "none")) granularity = NULL;
         else if (!strcmp(recompute, "full") || !strcmp(recompute, "selective")) granularity = recompute;
         else return lj_fail(LJ_ERR_ARG, "--recompute: '%s' is not one of auto, none, selective, full", recompute);

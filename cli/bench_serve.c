@@ -9,6 +9,7 @@
  * prompts at once, no HTTP (vLLM's `bench throughput`). HTTP: libcurl's multi interface, one
  * thread. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,6 +447,17 @@ static lj_status bench_run(const bench_args *a, lj_cli_serve_args *ea, cJSON **o
     return s;
 }
 
+/* --request-rate: requests per second, a positive number, or inf (vLLM's default: all at once). */
+static lj_status parse_request_rate(void *dest, const char *flag, const char *value) {
+    char *end;
+    errno = 0;
+    const double r = strcmp(value, "inf") == 0 ? INFINITY : strtod(value, &end);
+    if (!isinf(r) && (*value == '\0' || *end != '\0' || errno || !isfinite(r) || !(r > 0)))
+        return lj_fail(LJ_ERR_ARG, "%s %s: expected > 0 requests per second, or inf (all at once)", flag, value);
+    *(double *)dest = r;
+    return LJ_OK;
+}
+
 static int bench_serve(int argc, char **argv) {
     bench_args a = {.base_url = "http://127.0.0.1:8000", .endpoint = "/v1/completions", .dataset_name = "random",
                     .num_prompts = 1000, .input_len = 1024, .output_len = 128, .request_rate = INFINITY,
@@ -458,12 +470,12 @@ static int bench_serve(int argc, char **argv) {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a.model},
         {.name = "--dataset-name", .kind = LJ_FLAG_STR, .dest = &a.dataset_name},
         {.name = "--dataset-path", .kind = LJ_FLAG_STR, .dest = &a.dataset_path},
-        {.name = "--num-prompts", .kind = LJ_FLAG_INT, .dest = &a.num_prompts},
-        {.name = "--random-input-len", .kind = LJ_FLAG_INT, .dest = &a.input_len},
-        {.name = "--random-output-len", .kind = LJ_FLAG_INT, .dest = &a.output_len},
+        {.name = "--num-prompts", .kind = LJ_FLAG_INT, .dest = &a.num_prompts, .min = 1},
+        {.name = "--random-input-len", .kind = LJ_FLAG_INT, .dest = &a.input_len, .min = 1},
+        {.name = "--random-output-len", .kind = LJ_FLAG_INT, .dest = &a.output_len, .min = 1},
         {.name = "--random-range-ratio", .kind = LJ_FLAG_DOUBLE, .dest = &a.range_ratio},
-        {.name = "--request-rate", .kind = LJ_FLAG_DOUBLE, .dest = &a.request_rate},
-        {.name = "--max-concurrency", .kind = LJ_FLAG_INT, .dest = &a.max_concurrency},
+        {.name = "--request-rate", .kind = LJ_FLAG_FUNC, .dest = &a.request_rate, .fn = parse_request_rate},
+        {.name = "--max-concurrency", .kind = LJ_FLAG_INT, .dest = &a.max_concurrency, .min = 1},
         {.name = "--ignore-eos", .kind = LJ_FLAG_SWITCH, .dest = &a.ignore_eos, .ival = 1},
         {.name = "--seed", .kind = LJ_FLAG_INT, .dest = &a.seed},
         {.name = "--save-result", .kind = LJ_FLAG_SWITCH, .dest = &a.save_result, .ival = 1},
@@ -489,8 +501,6 @@ static int bench_serve(int argc, char **argv) {
                         ? lj_fail(LJ_ERR_ARG, "--random-prefix-len %d: expected 0 to 1048576", a.prefix_len)
                     : !(a.range_ratio >= 0 && a.range_ratio < 1)
                         ? lj_fail(LJ_ERR_ARG, "--random-range-ratio %g: expected 0 <= ratio < 1", a.range_ratio)
-                    : !(a.request_rate > 0)
-                        ? lj_fail(LJ_ERR_ARG, "--request-rate %g: expected > 0 (inf: all at once)", a.request_rate)
                     : a.max_concurrency < 0
                         ? lj_fail(LJ_ERR_ARG, "--max-concurrency %d: expected >= 1", a.max_concurrency)
                     : a.offline ? lj_cli_serve_args_check(&ea)

@@ -199,13 +199,13 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype},
-        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mbs},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &method},
         {.name = "--recompute-num-layers", .kind = LJ_FLAG_INT, .dest = &num_layers},
-        {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given},
+        {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given, .min = 1},
         {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json},
         LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
@@ -215,11 +215,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--deterministic-mode", .kind = LJ_FLAG_SWITCH, .dest = &deterministic, .ival = 1},
         {.name = "--ablation", .kind = LJ_FLAG_SWITCH, .dest = &ablation, .ival = 1},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress},
-        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &zero_stage},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &zero_stage, .min = 0, .max = 3},
         {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap, .ival = 1},
         {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &offload, .fn = lj_cli_offload},
-        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &nproc}, /* read by lj_cli_maybe_launch */
+        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &nproc, .min = 1}, /* read by lj_cli_maybe_launch */
         {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data},
         {.name = "--reset-position-ids", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.reset_position_ids, .ival = 1},
@@ -255,24 +255,18 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
                            : cfg.doc_mask.reset_position_ids ? "--reset-position-ids"
                                                              : "--eod-mask-loss";
         if (cfg.num_data_args == 0) {
-            lj_fail(LJ_ERR_ARG, "%s needs --data PREFIX (documents that end with the model's EOS, as `ljperf "
+            lj_fail(LJ_ERR_ARG, "%s needs --data PREFIX (documents that end with a separator, as `ljperf "
                                 "prepare` writes them): synthetic tokens have no document boundaries", flag);
             return lj_cli_error("benchmark");
         }
-        cfg.doc_mask.eod_token = cfg.model.eos_token_id; /* the EOS `prepare` appends to each document */
+        /* where the dataset records no separator (lj_bench_run reads it, as train does) */
+        cfg.doc_mask.eod_token = cfg.model.eos_token_id;
     }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
-    char value[64] = "";
-    if (seq_given && seq <= 0) snprintf(value, sizeof value, "--seq-length %d: must be positive", seq);
-    else if (iters_given && iters <= 0) snprintf(value, sizeof value, "--train-iters %d: must be positive", iters);
-    else if (warmup_given && warmup < 0) snprintf(value, sizeof value, "--warmup-iters %d: must be >= 0", warmup);
-    const char *bad = value[0] ? value
-                      : (ablation && (recompute || granularity || !cfg.fused || overlap >= 0))
-                          ? "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
-                            "--[no-]overlap-comm"
-                          : NULL;
-    if (bad) {
-        lj_fail(LJ_ERR_ARG, "%s", bad);
+    /* the ranges of --seq-length, --train-iters and --warmup-iters are their rows' */
+    if (ablation && (recompute || granularity || !cfg.fused || overlap >= 0)) {
+        lj_fail(LJ_ERR_ARG, "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
+                            "--[no-]overlap-comm");
         return lj_cli_error("benchmark");
     }
     cfg.seq_length = seq_given ? seq : (cpu ? 256 : 4096);
@@ -286,8 +280,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         return lj_cli_error("benchmark");
     }
     if (cfg.seq_length > cfg.model.max_position_embeddings) {
-        lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", cfg.seq_length,
-                cfg.model.max_position_embeddings);
+        lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                cfg.seq_length, cfg.model.max_position_embeddings);
         return lj_cli_error("benchmark");
     }
     /* deepspeed/ names: DeepSpeed-style defaults (ZeRO stage 3, which shards nothing on one rank);

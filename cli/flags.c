@@ -98,7 +98,19 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
     errno = 0;
     switch (r->kind) {
     case LJ_FLAG_STR: *(const char **)r->dest = v; return LJ_OK;
-    case LJ_FLAG_INT: return lj_flags_parse_int(r->name, v, (int *)r->dest);
+    case LJ_FLAG_INT: {
+        int x;
+        LJ_TRY(lj_flags_parse_int(r->name, v, &x));
+        const double lo = r->min, hi = r->max != 0 ? r->max : (double)INT_MAX;
+        if (x < lo || x > hi) {
+            if (r->max != 0)
+                return lj_fail(LJ_ERR_ARG, "%s %d: expected %.0f to %.0f (leave the flag out for its default)", r->name,
+                               x, lo, hi);
+            return lj_fail(LJ_ERR_ARG, "%s %d: expected >= %.0f (leave the flag out for its default)", r->name, x, lo);
+        }
+        *(int *)r->dest = x;
+        return LJ_OK;
+    }
     case LJ_FLAG_I64:
     case LJ_FLAG_U64: {
         unsigned long long x = strtoull(v, &end, 10);

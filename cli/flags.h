@@ -33,7 +33,9 @@ typedef enum {
     LJ_FLAG_SECTION = 0, /* no flag: `help` is a heading of the generated help */
     LJ_FLAG_SWITCH,      /* no value: *(int *)dest = ival */
     LJ_FLAG_STR,         /* *(const char **)dest */
-    LJ_FLAG_INT,         /* *(int *)dest */
+    LJ_FLAG_INT,         /* *(int *)dest, within the row's [min, max] (min 0 unless the row says otherwise,
+                            max 0: INT_MAX): no flag takes a negative value unless its row sets a negative
+                            min, so a negative "not given" value in dest cannot come from the command line */
     LJ_FLAG_I64,         /* *(int64_t *)dest, >= 0 */
     LJ_FLAG_U64,         /* *(uint64_t *)dest */
     LJ_FLAG_DOUBLE,      /* *(double *)dest */
@@ -70,7 +72,8 @@ typedef struct {
     const char *help;  /* the value's form and meaning; for IGNORED / REFUSED the reason */
     int *given;        /* optional: set to 1 when the flag is given */
     lj_status (*fn)(void *dest, const char *flag, const char *value); /* LJ_FLAG_FUNC */
-    double min, max;   /* SIZE / RATE: the range (bytes, or the rate's unit); max 0: LJ_FLAG_SIZE_MAX / _RATE_MAX */
+    double min, max;   /* INT, SIZE, RATE: the range (the integer, bytes, or the rate's unit); max 0: INT_MAX,
+                          LJ_FLAG_SIZE_MAX, LJ_FLAG_RATE_MAX */
 } lj_flag;
 
 #define LJ_FLAGS_MAX_IGNORED 128
@@ -86,7 +89,8 @@ typedef struct {
 /* Parses argv[0..argc) against the rows (`n` of them). `cmd` names the command in messages
  * ("see ljperf train --help"); `max_positional` is how many positional arguments it takes.
  * Errors: LJ_ERR_ARG naming the flag: an unknown flag, a missing value ("--lr needs a value"),
- * a value that does not parse ("--seq-length: 'abc' is not an integer"), a value given to a
+ * a value that does not parse ("--seq-length: 'abc' is not an integer"), an integer out of its row's
+ * range ("--train-iters -1: expected >= 0 (leave the flag out for its default)"), a value given to a
  * switch ("--bf16 takes no value"), a refused flag ("--fp16: <reason>"), too many positional
  * arguments. A name appearing in two rows is a programmer error (LJ_ASSERT). */
 lj_status lj_flags_parse(const char *cmd, const lj_flag *rows, int n, int argc, char **argv, int max_positional,

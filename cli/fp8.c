@@ -13,7 +13,7 @@ int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
         {.kind = LJ_FLAG_SECTION, .help = "FP8 (the transformer blocks' linears; embedding, lm_head, norms and attention stay bf16):"},
         {.name = "--fp8-format", .kind = LJ_FLAG_STR, .dest = &f->format, .help = "hybrid|e4m3  FP8 training: hybrid = E4M3 forward, E5M2 gradients; e4m3 everywhere (Hopper GPUs; the CPU backend emulates it exactly)"},
         {.name = "--fp8-recipe", .kind = LJ_FLAG_STR, .dest = &f->recipe, .help = "delayed|tensorwise|blockwise  per-tensor scales from an amax history (delayed, the default) or from each tensor's own amax (tensorwise); blockwise: one scale per 1x128 tile of inputs and gradients and per 128x128 block of weights, each from its own amax (DeepSeek-V3)"},
-        {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .given = &f->history_len_given, .help = "N  delayed: amax history length (default 1)"},
+        {.name = "--fp8-amax-history-len", .kind = LJ_FLAG_INT, .dest = &f->history_len, .given = &f->history_len_given, .help = "N  delayed: amax history length (default 1)", .min = 1},
         {.name = "--fp8-amax-compute-algo", .kind = LJ_FLAG_STR, .dest = &f->algo, .help = "max|most_recent  delayed: amax from the history (default most_recent)"},
         {.name = "--fp8-margin", .kind = LJ_FLAG_INT, .dest = &f->margin, .given = &f->margin_given, .help = "M  delayed: scales divided by 2^M (default 0)"},
         {.name = "--first-last-layers-bf16", .kind = LJ_FLAG_SWITCH, .dest = &f->first_last_bf16, .ival = 1, .help = "keep the first and last layers' linears in bf16"},

@@ -282,7 +282,7 @@ int lj_cli_generate(int argc, char **argv) {
         return 0;
     }
     if (!a.load) {
-        lj_fail(LJ_ERR_ARG, "--load DIR is required");
+        lj_fail(LJ_ERR_ARG, "--load DIR is required: give a Hugging Face model folder (e.g. a checkpoint's hf/)");
         return lj_cli_error("generate");
     }
     char bad_text[96];

@@ -236,7 +236,9 @@ int lj_cli_generate_vl(int argc, char **argv) {
         return 0;
     }
     lj_status s = LJ_OK;
-    if (!a.load || !a.image) s = lj_fail(LJ_ERR_ARG, "--load DIR and --image FILE are required");
+    if (!a.load || !a.image)
+        s = lj_fail(LJ_ERR_ARG, "--load DIR and --image FILE are required: give both (a Qwen3-VL model folder and a "
+                                "JPEG, PNG or WebP image)");
     else if (a.max_new_tokens < 1) s = lj_fail(LJ_ERR_ARG, "--max-new-tokens %d: expected >= 1", a.max_new_tokens);
     if (s == LJ_OK) s = run(&a);
     return s == LJ_OK ? 0 : lj_cli_error("generate");

@@ -105,14 +105,14 @@ void lj_cli_megatron_init(lj_cli_megatron *m) {
 int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
     const lj_flag own[] = {
         {.kind = LJ_FLAG_SECTION, .help = "model shape (instead of --model; Megatron's defaults apply):"},
-        {.name = "--num-layers", .kind = LJ_FLAG_INT, .dest = &m->num_layers, .help = "N  num_hidden_layers"},
-        {.name = "--hidden-size", .kind = LJ_FLAG_INT, .dest = &m->hidden_size, .help = "H  hidden_size"},
-        {.name = "--ffn-hidden-size", .kind = LJ_FLAG_INT, .dest = &m->ffn_hidden_size, .help = "F  intermediate_size (default with --swiglu: int(4H*2/3/64)*64)"},
-        {.name = "--num-attention-heads", .kind = LJ_FLAG_INT, .dest = &m->num_attention_heads, .help = "A  num_attention_heads"},
+        {.name = "--num-layers", .kind = LJ_FLAG_INT, .dest = &m->num_layers, .help = "N  num_hidden_layers", .min = 1},
+        {.name = "--hidden-size", .kind = LJ_FLAG_INT, .dest = &m->hidden_size, .help = "H  hidden_size", .min = 1},
+        {.name = "--ffn-hidden-size", .kind = LJ_FLAG_INT, .dest = &m->ffn_hidden_size, .help = "F  intermediate_size (default with --swiglu: int(4H*2/3/64)*64)", .min = 1},
+        {.name = "--num-attention-heads", .kind = LJ_FLAG_INT, .dest = &m->num_attention_heads, .help = "A  num_attention_heads", .min = 1},
         {.name = "--group-query-attention", .kind = LJ_FLAG_SWITCH, .dest = &m->group_query_attention, .ival = 1, .help = "use --num-query-groups (else one KV head per head)"},
-        {.name = "--num-query-groups", .kind = LJ_FLAG_INT, .dest = &m->num_query_groups, .help = "G  num_key_value_heads with --group-query-attention"},
-        {.name = "--kv-channels", .kind = LJ_FLAG_INT, .dest = &m->kv_channels, .help = "D  head_dim (default H/A)"},
-        {.name = "--max-position-embeddings", .kind = LJ_FLAG_INT, .dest = &m->max_position_embeddings, .help = "P  (default --seq-length)"},
+        {.name = "--num-query-groups", .kind = LJ_FLAG_INT, .dest = &m->num_query_groups, .help = "G  num_key_value_heads with --group-query-attention", .min = 1},
+        {.name = "--kv-channels", .kind = LJ_FLAG_INT, .dest = &m->kv_channels, .help = "D  head_dim (default H/A)", .min = 1},
+        {.name = "--max-position-embeddings", .kind = LJ_FLAG_INT, .dest = &m->max_position_embeddings, .help = "P  (default --seq-length)", .min = 1},
         {.name = "--position-embedding-type", .kind = LJ_FLAG_STR, .dest = &m->position_embedding_type, .help = "rope  (the only type; Megatron's default learned_absolute is refused)"},
         {.name = "--use-rotary-position-embeddings", .kind = LJ_FLAG_SWITCH, .dest = &m->use_rotary_position_embeddings, .ival = 1, .help = "older spelling of --position-embedding-type rope"},
         {.name = "--no-position-embedding", .kind = LJ_FLAG_SWITCH, .dest = &m->no_position_embedding, .ival = 1, .help = "no learned absolute positions (always so)"},
@@ -127,8 +127,8 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--qk-layernorm", .kind = LJ_FLAG_SWITCH, .dest = &m->qk_layernorm, .ival = 1, .help = "an RMSNorm over head_dim on q and k before RoPE, one weight shared by the heads (Qwen3's QK-norm: the model is a Qwen3ForCausalLM)"},
         {.name = "--untie-embeddings-and-output-weights", .kind = LJ_FLAG_SWITCH, .dest = &m->untie, .ival = 1, .help = "a separate lm_head (default: tied)"},
         {.name = "--disable-bias-linear", .kind = LJ_FLAG_SWITCH, .dest = &m->disable_bias_linear, .ival = 1, .help = "no biases (required: ljperf's Llama has none)"},
-        {.name = "--vocab-size", .kind = LJ_FLAG_INT, .dest = &m->vocab_size, .help = "V  NullTokenizer's vocabulary (it adds its end-of-document id V)"},
-        {.name = "--make-vocab-size-divisible-by", .kind = LJ_FLAG_INT, .dest = &m->make_vocab_size_divisible_by, .help = "M  pad the vocabulary to a multiple of M (default 128)"},
+        {.name = "--vocab-size", .kind = LJ_FLAG_INT, .dest = &m->vocab_size, .help = "V  NullTokenizer's vocabulary (it adds its end-of-document id V)", .min = 1},
+        {.name = "--make-vocab-size-divisible-by", .kind = LJ_FLAG_INT, .dest = &m->make_vocab_size_divisible_by, .help = "M  pad the vocabulary to a multiple of M (default 128)", .min = 1},
         {.name = "--init-method-std", .kind = LJ_FLAG_DOUBLE, .dest = &m->init_method_std, .help = "S  initializer_range (default 0.02)"},
         {.name = "--attention-dropout", .kind = LJ_FLAG_DOUBLE, .dest = &m->attention_dropout, .help = "0  (the only value: ljperf has no dropout)"},
         {.name = "--hidden-dropout", .kind = LJ_FLAG_DOUBLE, .dest = &m->hidden_dropout, .help = "0  (the only value)"},
@@ -148,15 +148,15 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--grad-reduce-in-bf16", .kind = LJ_FLAG_SWITCH, .dest = &m->grad_reduce_in_bf16, .ival = 1, .help = "bf16 gradients (the CUDA default, --grad-dtype bf16)"},
         {.name = "--accumulate-allreduce-grads-in-fp32", .kind = LJ_FLAG_SWITCH, .dest = &m->accumulate_allreduce_grads_in_fp32, .ival = 1, .help = "fp32 gradients (--grad-dtype fp32)"},
         {.kind = LJ_FLAG_SECTION, .help = "parallelism and launch:"},
-        {.name = "--tensor-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->tensor_parallel, .help = "1  (more is refused: ljperf has data parallelism with ZeRO)"},
-        {.name = "--pipeline-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->pipeline_parallel, .help = "1"},
-        {.name = "--context-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->context_parallel, .help = "1"},
-        {.name = "--expert-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->expert_parallel, .help = "1"},
+        {.name = "--tensor-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->tensor_parallel, .help = "1  (more is refused: ljperf has data parallelism with ZeRO)", .min = 1},
+        {.name = "--pipeline-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->pipeline_parallel, .help = "1", .min = 1},
+        {.name = "--context-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->context_parallel, .help = "1", .min = 1},
+        {.name = "--expert-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->expert_parallel, .help = "1", .min = 1},
         {.name = "--use-distributed-optimizer", .kind = LJ_FLAG_SWITCH, .dest = &m->distributed_optimizer, .ival = 1, .help = "shard the optimizer state over the data-parallel ranks: ZeRO-1 (--zero-stage 1)"},
         {.name = "--use-megatron-fsdp", .kind = LJ_FLAG_SWITCH, .dest = &m->use_megatron_fsdp, .ival = 1, .help = "Megatron-FSDP: ljperf's ZeRO stage of --data-parallel-sharding-strategy (printed at start-up)"},
         {.name = "--data-parallel-sharding-strategy", .kind = LJ_FLAG_STR, .dest = &m->dp_sharding_strategy, .help = "no_shard|optim|optim_grads|optim_grads_params  ZeRO stage 0|1|2|3 (default no_shard, as Megatron-LM's)"},
         {.name = "--logging-level", .kind = LJ_FLAG_INT, .dest = &m->logging_level, .help = "N  Python's logging levels: 30 (warning) or above silences the info lines (warnings, errors and the iteration lines stay, as in Megatron-LM)"},
-        {.name = "--distributed-timeout-minutes", .kind = LJ_FLAG_INT, .dest = &m->distributed_timeout_minutes, .help = "M  bootstrap, liveness and collective timeout (LJPERF_DIST_TIMEOUT in seconds wins)"},
+        {.name = "--distributed-timeout-minutes", .kind = LJ_FLAG_INT, .dest = &m->distributed_timeout_minutes, .help = "M  bootstrap, liveness and collective timeout (LJPERF_DIST_TIMEOUT in seconds wins)", .min = 1},
         {.name = "--local_rank", .kind = LJ_FLAG_INT, .dest = &m->local_rank, .help = "N  the DeepSpeed launcher's argument; must agree with LOCAL_RANK"},
         {.name = "--local-rank", .kind = LJ_FLAG_INT, .dest = &m->local_rank, .help = "N  torch.distributed.launch's spelling of it"},
         {.kind = LJ_FLAG_SECTION, .help = "data:"},
@@ -364,7 +364,9 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
 lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup_iters, int decay_iters,
                                    int *train_iters, lj_lr_schedule *s) {
     const int samples = m->train_samples >= 0;
-    if (samples && *train_iters >= 0) return lj_fail(LJ_ERR_ARG, "--train-iters and --train-samples exclude each other");
+    if (samples && *train_iters >= 0)
+        return lj_fail(LJ_ERR_ARG, "--train-iters %d and --train-samples %lld exclude each other: give one", *train_iters,
+                       (long long)m->train_samples);
     const struct { int bad; const char *what; } rules[] = {
         {samples && (warmup_iters >= 0 || decay_iters >= 0 || m->lr_wsd_decay_iters >= 0),
          "--train-samples counts the LR schedule in samples: use --lr-warmup-samples, --lr-decay-samples and "
@@ -373,12 +375,13 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup
          "--lr-warmup-samples, --lr-decay-samples and --lr-wsd-decay-samples need --train-samples (or use the -iters "
          "forms)"},
         {!isnan(m->lr_warmup_fraction) && (warmup_iters >= 0 || m->lr_warmup_samples >= 0),
-         "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples exclude each other"},
-        {!isnan(m->lr_warmup_fraction) && !(m->lr_warmup_fraction >= 0 && m->lr_warmup_fraction <= 1),
-         "--lr-warmup-fraction must be in [0, 1]"},
+         "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples exclude each other: give one"},
     };
     for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
         if (rules[k].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[k].what);
+    if (!isnan(m->lr_warmup_fraction) && !(m->lr_warmup_fraction >= 0 && m->lr_warmup_fraction <= 1))
+        return lj_fail(LJ_ERR_ARG, "--lr-warmup-fraction %g: expected a fraction of the decay in [0, 1]",
+                       m->lr_warmup_fraction);
     int64_t total, warmup, decay, wsd;
     if (samples) {
         if (gbs <= 0) return lj_fail(LJ_ERR_ARG, "--train-samples needs a global batch size");
@@ -408,9 +411,10 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup
         return lj_fail(LJ_ERR_ARG, "--lr-decay-style WSD needs the anneal length: --lr-wsd-decay-%s N",
                        samples ? "samples" : "iters");
     if (s->style == LJ_LR_WSD && wsd > s->decay_steps)
-        return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-%s %lld is longer than the decay (%lld)", samples ? "samples" : "iters",
-                       (long long)wsd, (long long)s->decay_steps);
-    if (!(s->init_lr >= 0 && s->init_lr <= s->lr)) return lj_fail(LJ_ERR_ARG, "--lr-warmup-init must be in [0, --lr]");
+        return lj_fail(LJ_ERR_ARG, "--lr-wsd-decay-%s %lld is longer than the decay: expected at most %lld",
+                       samples ? "samples" : "iters", (long long)wsd, (long long)s->decay_steps);
+    if (!(s->init_lr >= 0 && s->init_lr <= s->lr))
+        return lj_fail(LJ_ERR_ARG, "--lr-warmup-init %g: expected a learning rate in [0, --lr %g]", s->init_lr, s->lr);
     return LJ_OK;
 }
 
@@ -480,16 +484,18 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
     }
     if (m->distributed_optimizer) {
         if (zero_given && *zero_stage == 0)
-            return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other");
+            return lj_fail(LJ_ERR_ARG,
+                           "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other: remove one");
         if (!zero_given) *zero_stage = 1;
     }
     const int cuda = !strcmp(backend, "cuda");
     if (m->accumulate_allreduce_grads_in_fp32 && m->grad_reduce_in_bf16)
-        return lj_fail(LJ_ERR_ARG, "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 contradict each other");
+        return lj_fail(LJ_ERR_ARG,
+                       "--accumulate-allreduce-grads-in-fp32 and --grad-reduce-in-bf16 contradict each other: give one");
     const char *want = m->accumulate_allreduce_grads_in_fp32 ? "fp32" : (m->grad_reduce_in_bf16 && cuda) ? "bf16" : NULL;
     if (want) {
         if (*grad_dtype && strcmp(*grad_dtype, want) != 0)
-            return lj_fail(LJ_ERR_ARG, "--grad-dtype %s contradicts %s", *grad_dtype,
+            return lj_fail(LJ_ERR_ARG, "--grad-dtype %s contradicts %s: remove one, or make them agree", *grad_dtype,
                            m->accumulate_allreduce_grads_in_fp32 ? "--accumulate-allreduce-grads-in-fp32"
                                                                  : "--grad-reduce-in-bf16");
         *grad_dtype = want;

@@ -26,8 +26,8 @@ void lj_cli_monitor_usage(FILE *f) {
 int lj_cli_monitor_rows(lj_cli_monitor *m, lj_flag *rows, int max) {
     const lj_flag own[] = {
         {.name = "--tensorboard-dir", .kind = LJ_FLAG_STR, .dest = &m->tensorboard_dir},
-        {.name = "--tensorboard-log-interval", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_log_interval, .given = &m->log_interval_given},
-        {.name = "--tensorboard-queue-size", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_queue_size, .given = &m->queue_size_given},
+        {.name = "--tensorboard-log-interval", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_log_interval, .given = &m->log_interval_given, .min = 1},
+        {.name = "--tensorboard-queue-size", .kind = LJ_FLAG_INT, .dest = &m->tensorboard_queue_size, .given = &m->queue_size_given, .min = 1},
         {.name = "--log-timers-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},
         {.name = "--log-memory-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},
         {.name = "--log-validation-ppl-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "always written"},

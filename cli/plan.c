@@ -75,7 +75,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     const char *mb = NULL;
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
-        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
@@ -95,8 +95,8 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--memory-gbs", .kind = LJ_FLAG_RATE, .dest = &a->mem_gbs, .help = "GB/s", .max = 1e6},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &a->buffers, .ival = 1},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &a->json},
-        {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world},
-        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given},
+        {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world, .min = 1},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given, .min = 0, .max = 3},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
     };
     lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
@@ -184,7 +184,8 @@ static lj_status recompute_mode(const plan_args *a, int L, int *fixed, uint8_t p
     memset(policy, 0, LJ_MAX_LAYERS);
     if (a->granularity || a->method || a->num_layers >= 0) {
         if (a->recompute && strcmp(a->recompute, "auto") == 0)
-            return lj_fail(LJ_ERR_ARG, "--recompute auto and --recompute-granularity exclude each other");
+            return lj_fail(LJ_ERR_ARG, "--recompute auto and Megatron's manual --recompute-granularity, "
+                                       "--recompute-method, --recompute-num-layers exclude each other: give one");
         LJ_TRY(lj_planner_megatron_recompute(a->granularity, a->method, a->num_layers, L, policy));
         *fixed = 1;
         *mode = "manual (Megatron-LM flags)";
@@ -402,6 +403,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     if (strcmp(path, "-") == 0) printf("%s\n", text); /* --json -: standard output */
     else s = lj_file_write_atomic(path, text, strlen(text));
     free(text);
+    if (s != LJ_OK) lj_error_prefix("--json");
     return s;
 }
 

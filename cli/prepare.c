@@ -158,7 +158,9 @@ static lj_status expand_input(const char *v, char ***list, int *n) {
     } else if (!exists && strpbrk(v, "*?[")) {
         glob_t g;
         const int rc = glob(v, 0, NULL, &g);
-        if (rc == GLOB_NOMATCH) return lj_fail(LJ_ERR_ARG, "--input %s: no file matches", v);
+        if (rc == GLOB_NOMATCH)
+            return lj_fail(LJ_ERR_ARG, "--input %s: no file matches: expected a file, a directory or a pattern that "
+                                       "matches one", v);
         if (rc != 0) return lj_fail(LJ_ERR_IO, "--input %s: cannot expand the pattern", v);
         for (size_t i = 0; i < g.gl_pathc; i++)
             if (ends_with(g.gl_pathv[i], ".parquet")) {
@@ -303,7 +305,7 @@ int lj_cli_prepare(int argc, char **argv) {
         {.name = "--append-bos", .kind = LJ_FLAG_SWITCH, .dest = &cfg.prepend_bos, .ival = 1},
         {.name = "--allow-special-tokens", .kind = LJ_FLAG_SWITCH, .dest = &cfg.allow_special, .ival = 1},
         {.name = "--utf8-errors", .kind = LJ_FLAG_STR, .dest = &utf8},
-        {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given},
+        {.name = "--workers", .kind = LJ_FLAG_INT, .dest = &cfg.workers, .given = &workers_given, .min = 1, .max = 1024},
         {.name = "--partitions", .kind = LJ_FLAG_INT, .dest = &partitions},
         {.name = "--split-sentences", .kind = LJ_FLAG_REFUSED,
          .help = "Megatron-LM splits documents into sentences with NLTK's Punkt models, which ljperf does not have; "

@@ -128,7 +128,10 @@ static lj_status run_report(int argc, char **argv, int *help) {
     lj_report_label_runs(&d);
     char out[LJ_PATH_MAX], head[1200];
     if (s == LJ_OK) {
-        if (output) s = strlen(output) < sizeof out ? (strcpy(out, output), LJ_OK) : lj_fail(LJ_ERR_ARG, "--output: too long");
+        if (output)
+            s = strlen(output) < sizeof out ? (strcpy(out, output), LJ_OK)
+                                            : lj_fail(LJ_ERR_ARG, "--output %.40s...: %zu characters: expected fewer than %zu",
+                                                      output, strlen(output), sizeof out);
         else if (n_pos == 1 && is_dir(res.positional[0])) s = lj_path_join(out, res.positional[0], "report.html");
         else strcpy(out, "report.html");
     }

@@ -387,10 +387,10 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
         {.name = "--load-format", .kind = LJ_FLAG_STR, .dest = &a->load_format},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--served-model-name", .kind = LJ_FLAG_STR, .dest = &a->served_model_name},
-        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a->max_model_len, .given = &a->max_model_len_given},
-        {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a->max_num_seqs},
-        {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a->max_num_batched_tokens},
-        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens, .given = &a->kv_cache_tokens_given},
+        {.name = "--max-model-len", .kind = LJ_FLAG_INT, .dest = &a->max_model_len, .given = &a->max_model_len_given, .min = 1},
+        {.name = "--max-num-seqs", .kind = LJ_FLAG_INT, .dest = &a->max_num_seqs, .min = 1, .max = 65536},
+        {.name = "--max-num-batched-tokens", .kind = LJ_FLAG_INT, .dest = &a->max_num_batched_tokens, .min = 1, .max = 1048576},
+        {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens, .given = &a->kv_cache_tokens_given, .min = 1},
         {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a->gpu_memory_utilization},
         {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a->kv_cache_dtype},
         {.name = "--quantization", .kind = LJ_FLAG_STR, .dest = &a->quantization},
@@ -445,7 +445,7 @@ int lj_cli_serve(int argc, char **argv) {
     lj_cli_serve_args_default(&a.e);
     lj_flag rows[LJ_CLI_SERVE_FLAGS + 3] = {
         {.name = "--host", .kind = LJ_FLAG_STR, .dest = &a.host},
-        {.name = "--port", .kind = LJ_FLAG_INT, .dest = &a.port},
+        {.name = "--port", .kind = LJ_FLAG_INT, .dest = &a.port, .min = 0, .max = 65535},
         {.name = "--api-key", .kind = LJ_FLAG_STR, .dest = &a.api_key},
     };
     const int nrows = 3 + lj_cli_serve_flag_rows(&a.e, rows + 3);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,30 +127,46 @@ static void usage(FILE *f) {
     lj_cli_megatron_usage(f);
 }
 
-/* Values a user can get wrong that no later step would catch. */
-static lj_status check_ranges(const lj_train_config *c, int gbs) {
-    const struct { int bad; const char *what; } rules[] = {
-        {gbs < 0, "--global-batch-size must be positive"},
-        {c->max_skipped < 0, "--max-consecutive-skipped-iterations must be >= 0 (0: no limit)"},
-        {c->train_iters < 0, "--train-iters must be >= 0"},
-        {c->log_interval <= 0, "--log-interval must be positive"},
-        {c->eval_interval < 0, "--eval-interval must be >= 0"},
-        {c->eval_iters < 0, "--eval-iters must be >= 0"},
-        {c->save_interval < 0, "--save-interval must be >= 0"},
-        {c->exit_interval < 0, "--exit-interval must be >= 0"},
-        {c->keep_last < 0, "--keep-last must be >= 0 (0 keeps all)"},
-        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr must be a finite number >= 0"},
-        {!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr), "--min-lr must be in [0, --lr]"},
-        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1 must be in [0, 1)"},
-        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2 must be in [0, 1)"},
-        {!(c->adamw.eps > 0), "--adam-eps must be positive"},
-        {!(c->adamw.weight_decay >= 0), "--weight-decay must be >= 0"},
-        {!(c->adamw.max_grad_norm >= 0), "--clip-grad must be >= 0 (0 = off)"},
-        {c->zero.zero_stage < 0 || c->zero.zero_stage > 3, "--zero-stage must be 0, 1, 2 or 3"},
+/* Values a user can get wrong that no later step would catch: checked after the flags and again
+ * after a DeepSpeed config (`source`: its path, NULL for the flags alone) has set some of them. */
+static lj_status check_ranges(const lj_train_config *c, int gbs, const char *source) {
+    const struct { int bad; const char *flag; double value; const char *expected; } rules[] = {
+        {gbs < 0, "--global-batch-size", gbs, "a positive number of samples"},
+        {c->max_skipped < 0, "--max-consecutive-skipped-iterations", c->max_skipped, ">= 0 (0: no limit)"},
+        {c->train_iters < 0, "--train-iters", c->train_iters, ">= 0"},
+        {c->log_interval <= 0, "--log-interval", c->log_interval, "a positive number of iterations"},
+        {c->eval_interval < 0, "--eval-interval", c->eval_interval, ">= 0 (0: at the end only)"},
+        {c->eval_iters < 0, "--eval-iters", c->eval_iters, ">= 0"},
+        {c->save_interval < 0, "--save-interval", c->save_interval, ">= 0 (0: at the end only)"},
+        {c->exit_interval < 0, "--exit-interval", c->exit_interval, ">= 0"},
+        {c->keep_last < 0, "--keep-last", c->keep_last, ">= 0 (0 keeps all)"},
+        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr", c->lr.lr, "a finite number >= 0 (e.g. --lr 3e-4)"},
+        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1", c->adamw.beta1, "a number in [0, 1), e.g. 0.9"},
+        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2", c->adamw.beta2, "a number in [0, 1), e.g. 0.95"},
+        {!(c->adamw.eps > 0), "--adam-eps", c->adamw.eps, "a positive number, e.g. 1e-8"},
+        {!(c->adamw.weight_decay >= 0), "--weight-decay", c->adamw.weight_decay, ">= 0"},
+        {!(c->adamw.max_grad_norm >= 0), "--clip-grad", c->adamw.max_grad_norm, ">= 0 (0 = off)"},
+        {c->zero.zero_stage < 0 || c->zero.zero_stage > 3, "--zero-stage", c->zero.zero_stage, "0, 1, 2 or 3"},
     };
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-        if (rules[i].bad) return lj_fail(LJ_ERR_ARG, "%s", rules[i].what);
+        if (rules[i].bad)
+            return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s%s%s%s", rules[i].flag, rules[i].value, rules[i].expected,
+                           source ? " (the value after " : "", source ? source : "", source ? ")" : "");
+    if (!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr))
+        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]%s%s%s", c->lr.min_lr, c->lr.lr,
+                       source ? " (the values after " : "", source ? source : "", source ? ")" : "");
     return LJ_OK;
+}
+
+/* --split as the loader will read it (a Megatron split string that fits lj_loader_config's field),
+ * checked before anything is loaded. */
+static lj_status check_split(const char *split) {
+    double fractions[3];
+    const size_t room = sizeof ((lj_loader_config *)0)->split;
+    if (strlen(split) >= room)
+        return lj_fail(LJ_ERR_ARG, "--split '%.40s...': %zu characters, more than %zu: expected up to three "
+                                   "non-negative weights like 969,30,1", split, strlen(split), room - 1);
+    return lj_loader_parse_split(split, fractions);
 }
 
 /* Every flag of `ljperf train`: ljperf's own, the monitoring ones, FP8's, Megatron-LM's. */
@@ -158,7 +175,6 @@ typedef struct {
     const char *decay_style, *recompute, *mbs, *ds_path, *grad_dtype;
     const char *device_memory, *margin, *tokenizer, *tokenizer_type;
     int num_layers, decay_iters, warmup_iters, train_iters, gbs, nproc, reduce_bucket_size;
-    int gbs_given;
     lj_train_given given; /* the flags a DeepSpeed config's values are checked against */
     lj_flag_list data;
     lj_cli_fp8 fp8;
@@ -317,12 +333,12 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &a->data},
         {.name = "--data", .kind = LJ_FLAG_LIST, .dest = &a->data},
         {.name = "--split", .kind = LJ_FLAG_STR, .dest = &c->split},
-        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c->seq_length},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c->seq_length, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &a->mbs},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &a->recompute},
         LJ_CLI_DEVICE_MEMORY_ROW(&a->device_memory),
         LJ_CLI_MARGIN_ROW(&a->margin),
-        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .given = &a->gbs_given},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .min = 1},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &a->train_iters},
         {.name = "--lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.lr, .given = &a->given.lr},
         {.name = "--min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &c->lr.min_lr},
@@ -355,7 +371,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},
-        {.name = "--log-interval", .kind = LJ_FLAG_INT, .dest = &c->log_interval},
+        {.name = "--log-interval", .kind = LJ_FLAG_INT, .dest = &c->log_interval, .min = 1},
         {.name = "--eval-interval", .kind = LJ_FLAG_INT, .dest = &c->eval_interval},
         {.name = "--eval-iters", .kind = LJ_FLAG_INT, .dest = &c->eval_iters},
         {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &c->log_json},
@@ -365,7 +381,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--max-consecutive-skipped-iterations", .kind = LJ_FLAG_INT, .dest = &c->max_skipped},
         {.name = "--deepspeed", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
         {.name = "--deepspeed_config", .kind = LJ_FLAG_STR, .dest = &a->ds_path},
-        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero.zero_stage, .given = &a->given.zero_stage},
+        {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &c->zero.zero_stage, .given = &a->given.zero_stage, .min = 0, .max = 3},
         {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->zero.overlap_comm, .ival = 1,
          .given = &a->given.overlap_comm},
         {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &c->zero.overlap_comm,
@@ -373,8 +389,8 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &c->offload_optimizer, .fn = lj_cli_offload,
          .given = &a->given.offload_optimizer},
         {.name = "--reduce-bucket-size", .kind = LJ_FLAG_INT, .dest = &a->reduce_bucket_size,
-         .given = &a->given.reduce_bucket_size},
-        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &a->nproc}, /* read by lj_cli_maybe_launch */
+         .given = &a->given.reduce_bucket_size, .min = 1},
+        {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &a->nproc, .min = 1}, /* read by lj_cli_maybe_launch */
     };
     const int n = (int)(sizeof own / sizeof own[0]);
     LJ_ASSERT(n <= max);
@@ -416,14 +432,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         if (!tokenizer) tokenizer = "llama3";
     }
     int gbs = a.gbs;
-    if (a.gbs_given && gbs <= 0) /* 0 would otherwise mean "the default" below */
-        return lj_fail(LJ_ERR_ARG, "--global-batch-size must be positive (given %d; leave it out for micro-batch x ranks)",
-                       gbs);
-    if (a.given.reduce_bucket_size) {
-        if (a.reduce_bucket_size <= 0)
-            return lj_fail(LJ_ERR_ARG, "--reduce-bucket-size must be a positive number of elements");
-        c->zero.zero_reduce_bucket_numel = a.reduce_bucket_size;
-    }
+    /* 0 means "micro-batch x ranks" below: the row's minimum (1) keeps it from the command line */
+    if (a.given.reduce_bucket_size) c->zero.zero_reduce_bucket_numel = a.reduce_bucket_size;
     if (a.given.offload_optimizer && c->offload_optimizer) c->offload_source = "--offload-optimizer cpu";
     LJ_TRY(lj_cli_monitor_check(mon));
     lj_dist_env env;
@@ -486,6 +496,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         c->load = NULL;
     }
     if (mg->finetune && !c->load) return lj_fail(LJ_ERR_ARG, "--finetune needs --load DIR (the weights to start from)");
+    struct stat load_st;
+    if (c->load && stat(c->load, &load_st) != 0)
+        return lj_fail(LJ_ERR_IO, "--load %s: %s: expected a training checkpoint directory (what --save writes) or a "
+                                  "Hugging Face model folder", c->load, strerror(errno));
     c->no_load_optim = mg->no_load_optim && !mg->finetune; /* --finetune loads no optimizer state anyway */
     /* the values alone first: nothing is loaded or started for a run that cannot begin */
     if (mbs && strcmp(mbs, "auto") == 0) c->micro_batch_size = 0;
@@ -493,17 +507,15 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(lj_flags_parse_int("--micro-batch-size", mbs, &c->micro_batch_size));
         if (c->micro_batch_size <= 0) return lj_fail(LJ_ERR_ARG, "--micro-batch-size %d: must be positive or auto", c->micro_batch_size);
     }
-    if (c->seq_length <= 0) return lj_fail(LJ_ERR_ARG, "--seq-length %d: must be positive", c->seq_length);
     if (decay_style) LJ_TRY(lj_lr_parse_style(decay_style, &c->lr.style));
-    if (a.warmup_iters < -1 || a.decay_iters < -1 || a.train_iters < -1)
-        return lj_fail(LJ_ERR_ARG, "--train-iters %d, --lr-warmup-iters %d, --lr-decay-iters %d: each must be >= 0",
-                       a.train_iters, a.warmup_iters, a.decay_iters);
+    LJ_TRY(check_split(c->split));
+    /* -1 is "not given": the rows' minimum (0) keeps negative values from the command line */
     c->train_iters = a.train_iters >= 0 ? a.train_iters : 100; /* until the schedule says (--train-samples) */
-    LJ_TRY(check_ranges(c, gbs));
+    LJ_TRY(check_ranges(c, gbs, NULL));
     const int shape = lj_cli_megatron_has_shape(mg);
     if (shape && model)
-        return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each other",
-                       model);
+        return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each "
+                                   "other: give the model by --model or by its shape", model);
     if (mg->finetune) {
         /* the weights of the checkpoint (its HF export), nothing else of its state */
         char root[LJ_PATH_MAX], hf[LJ_PATH_MAX];
@@ -533,7 +545,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         return lj_fail(LJ_ERR_ARG, "--apply-layernorm-1p with --weight-decay-all: decaying 1 + g towards 0 is not "
                                    "decaying g; ljperf stores the plain weight (drop one of the two)");
     if (!isnan(mg->exit_duration_in_mins)) {
-        if (!(mg->exit_duration_in_mins > 0)) return lj_fail(LJ_ERR_ARG, "--exit-duration-in-mins must be positive");
+        if (!(mg->exit_duration_in_mins > 0))
+            return lj_fail(LJ_ERR_ARG, "--exit-duration-in-mins %g: expected a positive number of minutes",
+                           mg->exit_duration_in_mins);
         c->exit_duration_min = mg->exit_duration_in_mins;
     }
     if (ds_path) {
@@ -541,11 +555,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(apply_deepspeed(c, &a, ds_path, &gbs, &mb));
         LJ_TRY(lj_cli_monitor_deepspeed(mon, ds_path));
         c->micro_batch_size = mb;
-        LJ_TRY(check_ranges(c, gbs)); /* the file's values too */
+        LJ_TRY(check_ranges(c, gbs, ds_path)); /* the file's values too */
     }
     if (c->seq_length > c->model.max_position_embeddings)
-        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
-                       c->model.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                       c->seq_length, c->model.max_position_embeddings);
     LJ_TRY(lj_cli_device(device, a.deterministic, &c->ops));
     LJ_TRY(lj_cli_megatron_check(mg, c->ops->name, a.given.zero_stage || ds_path, &c->zero.zero_stage, &grad_dtype,
                                  rank0));

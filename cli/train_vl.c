@@ -97,16 +97,16 @@ int lj_cli_train_vl(int argc, char **argv) {
     char *command = lj_cli_command_line("train", argc, argv); /* before the parse moves argv's pointers */
     c.command_line = command;
     const char *decay_style = NULL, *device = NULL, *tokenizer = NULL, *hf_dtype = NULL;
-    int warmup = 0, decay = 0;
+    int warmup = 0, decay = -1; /* -1: not given (the rows' minimum, 0, keeps it from the command line) */
     lj_flag_list data = {0, NULL};
     const lj_flag rows[] = {
         {.kind = LJ_FLAG_SECTION, .help = "model and data"},
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &c.model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "cpu|auto  (the CPU backend only)"},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data, .help = "PREFIX  a multimodal dataset"},
-        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c.seq_length, .help = "T  tokens per packed row (256)"},
-        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &c.micro_batch_size, .help = "B  rows per step (1)"},
-        {.name = "--num-workers", .kind = LJ_FLAG_INT, .dest = &c.num_workers, .help = "N  image decoding threads (2)"},
+        {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c.seq_length, .help = "T  tokens per packed row (256)", .min = 1},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &c.micro_batch_size, .help = "B  rows per step (1)", .min = 1},
+        {.name = "--num-workers", .kind = LJ_FLAG_INT, .dest = &c.num_workers, .help = "N  image decoding threads (2)", .min = 1},
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &c.seed, .help = "S  initialisation and data order (1234)"},
         {.kind = LJ_FLAG_SECTION, .help = "what trains (Megatron-Bridge's Qwen3-VL options)"},
         {.name = "--freeze-language-model", .kind = LJ_FLAG_SWITCH, .dest = &c.freeze_language_model, .ival = 1,
@@ -132,7 +132,7 @@ int lj_cli_train_vl(int argc, char **argv) {
         {.name = "--save", .kind = LJ_FLAG_STR, .dest = &c.save, .help = "DIR  checkpoint root"},
         {.name = "--save-interval", .kind = LJ_FLAG_INT, .dest = &c.save_interval, .help = "N  (0: at the end only)"},
         {.name = "--keep-last", .kind = LJ_FLAG_INT, .dest = &c.keep_last, .help = "N  iterations kept (2; 0 all)"},
-        {.name = "--log-interval", .kind = LJ_FLAG_INT, .dest = &c.log_interval, .help = "N  (1)"},
+        {.name = "--log-interval", .kind = LJ_FLAG_INT, .dest = &c.log_interval, .help = "N  (1)", .min = 1},
         {.name = "--log-json", .kind = LJ_FLAG_STR, .dest = &c.log_json, .help = "FILE  one JSON line per logged step"},
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &tokenizer,
          .help = "NAME|DIR  the tokenizer the HF exports carry (qwen3: the set-up script's)"},
@@ -156,12 +156,12 @@ int lj_cli_train_vl(int argc, char **argv) {
     if (device && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
         s = lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: Qwen3-VL training runs on the CPU backend only", device);
     if (s == LJ_OK && data.count > 1)
-        s = lj_fail(LJ_ERR_ARG, "--data-path: one multimodal dataset prefix (blending is for text datasets)");
+        s = lj_fail(LJ_ERR_ARG, "--data-path: %d prefixes: expected one multimodal dataset (blending is for text "
+                                "datasets)", data.count);
     if (data.count == 1) c.data_path = data.values[0];
     if (s == LJ_OK && decay_style) s = lj_lr_parse_style(decay_style, &c.lr.style);
-    if (s == LJ_OK && (warmup < 0 || decay < 0)) s = lj_fail(LJ_ERR_ARG, "--lr-warmup-iters, --lr-decay-iters: >= 0");
     c.lr.warmup_steps = warmup;
-    c.lr.decay_steps = decay > 0 ? decay : c.train_iters;
+    c.lr.decay_steps = decay >= 0 ? decay : c.train_iters;
     if (s == LJ_OK && hf_dtype && strcmp(hf_dtype, "fp32") != 0 && strcmp(hf_dtype, "bf16") != 0)
         s = lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
     c.hf_fp32 = hf_dtype && strcmp(hf_dtype, "fp32") == 0;

@@ -22,6 +22,7 @@ const char *lj_split_name(lj_split which) {
 /* ---- argument parsing ------------------------------------------------------------ */
 
 lj_status lj_loader_parse_split(const char *text, double fractions[3]) {
+    static const char *const expected = "expected up to three non-negative weights like 969,30,1 (train, valid, test)";
     double v[3] = {0, 0, 0};
     int n = 0;
     const char *p = text ? text : "";
@@ -30,20 +31,20 @@ lj_status lj_loader_parse_split(const char *text, double fractions[3]) {
             p++;
             continue;
         }
-        if (n == 3) return lj_fail(LJ_ERR_ARG, "--split \"%s\": more than three numbers (train, valid, test)", text);
+        if (n == 3) return lj_fail(LJ_ERR_ARG, "--split '%s': more than three weights: %s", text, expected);
         char *end;
         errno = 0;
         double x = strtod(p, &end);
         if (end == p || errno != 0 || !isfinite(x) || x < 0)
-            return lj_fail(LJ_ERR_ARG, "--split \"%s\": \"%.20s\" is not a non-negative number", text, p);
+            return lj_fail(LJ_ERR_ARG, "--split '%s': '%.20s' is not a non-negative number: %s", text, p, expected);
         v[n++] = x;
         p = end;
     }
-    if (n == 0) {
-        v[0] = 969, v[1] = 30, v[2] = 1; /* Megatron's default */
-    }
+    if (n == 0) return lj_fail(LJ_ERR_ARG, "--split '%s': no weights: %s", text ? text : "", expected);
     double sum = v[0] + v[1] + v[2];
-    if (!(sum > 0)) return lj_fail(LJ_ERR_ARG, "--split \"%s\": the parts sum to 0", text);
+    if (!(sum > 0))
+        return lj_fail(LJ_ERR_ARG, "--split '%s': the weights sum to 0: expected at least one above 0, like 969,30,1",
+                       text);
     for (int i = 0; i < 3; i++) fractions[i] = v[i] / sum;
     return LJ_OK;
 }

@@ -493,7 +493,9 @@ lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {
         struct stat sb;
         const int err = stat(idx_path, &sb) == 0 ? (S_ISDIR(sb.st_mode) ? EISDIR : 0) : errno;
         if (err == 0) s = lj_fail(LJ_ERR_IO, "%s: not a regular file", idx_path);
-        else s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s)", idx_path, strerror(err));
+        else
+            s = lj_fail(LJ_ERR_IO, "%s: cannot open (%s): expected a dataset PREFIX with PREFIX.bin and PREFIX.idx "
+                                   "(ljperf prepare writes them) or an llm.c shard", idx_path, strerror(err));
     }
     free(prefix);
     free(idx_path);

@@ -1,6 +1,6 @@
 /* tensorboard.c: the TensorBoard event-file writer (format in tensorboard.h): Event protos
  * encoded by protobuf-c, framed as TFRecords with ISA-L's CRC32C, buffered in memory and
- * written at each flush. */
+ * written at each flush, whole records only. */
 #define _GNU_SOURCE
 #include "metrics/tensorboard.h"
 
@@ -23,13 +23,13 @@ typedef Ljperf__Tensorboard__Summary__Value tb_value;
 typedef Ljperf__Tensorboard__TensorProto tb_tensor;
 
 struct lj_tb_writer {
-    FILE *file;
+    int fd;               /* the event file (-1 until it is created) */
     char path[LJ_PATH_MAX];
     const char *flag;     /* the flag or config key that named the directory, for messages */
     uint8_t *buf;         /* encoded records not yet written */
     size_t len, cap;
     int queued, max_queue;
-    int64_t records, bytes;
+    int64_t records, bytes; /* complete records in the file, and its size: where the next one goes */
 };
 
 uint32_t lj_tb_crc32c(const void *data, size_t size) {
@@ -76,16 +76,32 @@ static void append_event(lj_tb_writer *w, const tb_event *ev) {
     w->queued++;
 }
 
+/* Writes the buffered records at the end of the complete ones. A write that fails or stops short
+ * (a full disk, a file-size limit) is undone: the file is cut back to its last complete record and
+ * the records stay buffered, so a reader never meets a partial record and a later flush (space
+ * freed) writes them whole. */
 lj_status lj_tb_writer_flush(lj_tb_writer *w) {
-    if (!w) return LJ_OK;
-    if (w->len > 0) {
-        if (fwrite(w->buf, 1, w->len, w->file) != w->len || fflush(w->file) != 0)
-            return lj_fail(LJ_ERR_IO, "%s: writing the TensorBoard event file %s: %s", w->flag, w->path, strerror(errno));
-        w->records += w->queued;
-        w->bytes += (int64_t)w->len;
-        w->len = 0;
-        w->queued = 0;
+    if (!w || w->len == 0) return LJ_OK;
+    size_t done = 0;
+    while (done < w->len) {
+        const ssize_t n = pwrite(w->fd, w->buf + done, w->len - done, (off_t)(w->bytes + (int64_t)done));
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        const int err = n < 0 ? errno : ENOSPC; /* 0 bytes written: no room */
+        if (ftruncate(w->fd, (off_t)w->bytes) != 0)
+            return lj_fail(LJ_ERR_IO, "%s: writing the TensorBoard event file %s: %s; cutting it back to its last "
+                                      "complete record (%lld bytes) failed too: %s",
+                           w->flag, w->path, strerror(err), (long long)w->bytes, strerror(errno));
+        return lj_fail(LJ_ERR_IO, "%s: writing the TensorBoard event file %s: %s (it keeps its %lld complete records)",
+                       w->flag, w->path, strerror(err), (long long)w->records);
     }
+    w->records += w->queued;
+    w->bytes += (int64_t)w->len;
+    w->len = 0;
+    w->queued = 0;
     return LJ_OK;
 }
 
@@ -102,6 +118,7 @@ lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, 
     for (char *c = host; *c; c++)
         if (*c == '/') *c = '_';
     lj_tb_writer *w = lj_calloc(1, sizeof *w);
+    w->fd = -1;
     w->flag = flag;
     w->max_queue = max_queue > 0 ? max_queue : 1000;
     const long now = (long)time(NULL);
@@ -124,8 +141,7 @@ lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, 
         free(w);
         return lj_fail(LJ_ERR_IO, "%s %s: 1000 event files of this second and process exist already", flag, dir);
     }
-    w->file = fdopen(fd, "wb");
-    LJ_ASSERT(w->file, "fdopen of a new file failed");
+    w->fd = fd;
     tb_event ev = LJPERF__TENSORBOARD__EVENT__INIT;
     ev.has_wall_time = 1;
     ev.wall_time = wall_time();
@@ -134,8 +150,12 @@ lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, 
     ev.file_version = (char *)LJ_TB_FILE_VERSION;
     append_event(w, &ev);
     lj_status s = lj_tb_writer_flush(w);
-    if (s != LJ_OK) {
+    if (s != LJ_OK) { /* not even the first record fits: no file is left behind */
+        char path[LJ_PATH_MAX];
+        snprintf(path, sizeof path, "%s", w->path);
+        w->len = 0;
         lj_tb_writer_close(w);
+        unlink(path);
         return s;
     }
     *out = w;
@@ -164,7 +184,7 @@ lj_status lj_tb_writer_add_scalar(lj_tb_writer *w, const char *tag, double value
 lj_status lj_tb_writer_close(lj_tb_writer *w) {
     if (!w) return LJ_OK;
     lj_status s = lj_tb_writer_flush(w);
-    if (w->file && fclose(w->file) != 0 && s == LJ_OK)
+    if (w->fd >= 0 && close(w->fd) != 0 && s == LJ_OK)
         s = lj_fail(LJ_ERR_IO, "%s: closing the TensorBoard event file %s: %s", w->flag, w->path, strerror(errno));
     free(w->buf);
     free(w);

@@ -11,9 +11,11 @@
  * (tensorflow/core/lib/io/record_writer.cc, crc32c.h), TensorBoard's event.proto and
  * summary.proto. CRC32C comes from Intel's ISA-L (crc32_iscsi).
  *
- * The writer buffers encoded records in memory; lj_tb_writer_flush writes them with one write
- * and hands them to the OS, so a TensorBoard watching the directory sees them. Adding a scalar
- * costs an encode into the buffer and no system call.
+ * The writer buffers encoded records in memory; lj_tb_writer_flush writes them to the OS (one
+ * pwrite, more only where the kernel writes less), so a TensorBoard watching the directory sees
+ * them. Adding a scalar costs an encode into the buffer and no system call. The file only ever
+ * holds complete records: a write that fails or stops short is cut back (ftruncate) to the last
+ * complete record.
  */
 #ifndef LJ_TENSORBOARD_H
 #define LJ_TENSORBOARD_H
@@ -28,18 +30,20 @@ typedef struct lj_tb_writer lj_tb_writer;
 /* Opens a new event file in `dir`, creating the directory and its parents:
  * DIR/events.out.tfevents.<10-digit Unix time>.<host>.<pid>.<n> (n: the first number whose
  * file does not exist yet; a file is never overwritten). Writes and flushes the file_version
- * record, so that an unwritable directory fails here. `max_queue`: records kept in memory
+ * record, so that an unwritable directory fails here (and leaves no file). `max_queue`: records kept in memory
  * before they are written without a flush (Megatron-LM's --tensorboard-queue-size; <= 0: 1000).
  * Errors: LJ_ERR_IO naming `flag` (e.g. "--tensorboard-dir"), the directory or file, and why. */
 lj_status lj_tb_writer_open(lj_tb_writer **out, const char *dir, int max_queue, const char *flag);
 
 /* Appends the scalar `value` (written as a 32-bit float, TensorBoard's simple_value) under
  * `tag` at `step`, with the current wall-clock time. Buffered; a full queue is written out.
- * Errors: LJ_ERR_IO from that write (the record stays unwritten). */
+ * Errors: LJ_ERR_IO from that write (the records stay buffered, none of them in the file). */
 lj_status lj_tb_writer_add_scalar(lj_tb_writer *w, const char *tag, double value, int64_t step);
 
-/* Writes the buffered records and flushes them to the OS (fflush; no fsync).
- * Errors: LJ_ERR_IO naming the file and the reason (a full disk, a removed directory). */
+/* Writes the buffered records to the OS (no fsync), each whole: a write that fails or stops short
+ * is undone by cutting the file back to the records it had before, which stay buffered for the
+ * next flush. Errors: LJ_ERR_IO naming the flag, the file and the reason (a full disk, a file-size
+ * limit, a removed directory). */
 lj_status lj_tb_writer_flush(lj_tb_writer *w);
 
 /* Flushes, closes and frees the writer (NULL is a no-op). Errors: as lj_tb_writer_flush; the

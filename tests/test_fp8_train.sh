@@ -97,10 +97,10 @@ bad "need --fp8-format" --fp8-margin 1
 bad "'e5m2' is not one of hybrid, e4m3" --fp8-format e5m2
 bad "belong to --fp8-recipe delayed" --fp8-format e4m3 --fp8-recipe tensorwise --fp8-amax-history-len 8
 bad "leave none of the" --fp8-format hybrid --first-last-layers-bf16 --num-layers-at-start-in-bf16 8
-bad "--fp8-amax-history-len -1: must be at least 1" --fp8-format hybrid --fp8-amax-history-len -1
-bad "--fp8-margin -1: must be >= 0" --fp8-format hybrid --fp8-margin -1
-bad "--num-layers-at-start-in-bf16 -1: must be >= 0" --fp8-format hybrid --first-last-layers-bf16 \
+bad "--fp8-amax-history-len -1: expected >= 1" --fp8-format hybrid --fp8-amax-history-len -1
+bad "--fp8-margin -1: expected >= 0" --fp8-format hybrid --fp8-margin -1
+bad "--num-layers-at-start-in-bf16 -1: expected >= 0" --fp8-format hybrid --first-last-layers-bf16 \
   --num-layers-at-start-in-bf16 -1
-bad "--num-layers-at-end-in-bf16 -2: must be >= 0" --fp8-format hybrid --first-last-layers-bf16 \
+bad "--num-layers-at-end-in-bf16 -2: expected >= 0" --fp8-format hybrid --first-last-layers-bf16 \
   --num-layers-at-end-in-bf16=-2
 echo "bad input: one message each"

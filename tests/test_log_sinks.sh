@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # test_log_sinks.sh: a training run whose log cannot be written (a full disk, a file-size limit)
 # warns once per sink (the --log-json lines, the TensorBoard event file, the console), trains on
-# to the end, keeps only complete JSON lines, and exits with status 1 naming every failed sink:
-# the log is incomplete. The full disk is /dev/full, a file-size limit (ulimit -f, with SIGXFSZ
-# ignored: the write fails with EFBIG) and, where this user may mount one, a 64 KiB tmpfs.
+# to the end, keeps only complete JSON lines and complete TensorBoard records (read back by
+# tests/tb_events.py, every CRC checked), and exits with status 1 naming every failed sink: the log
+# is incomplete. The full disk is /dev/full, a file-size limit (ulimit -f, with SIGXFSZ ignored: a
+# write stops short at the limit, the next fails with EFBIG) and, where this user may mount one, a
+# 64 KiB tmpfs.
 set -euo pipefail
-: "${LJPERF:?}" "${LJ_TEST_TMP:?}"
+: "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/log_sinks"
 rm -rf "$tmp" && mkdir -p "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+py=/usr/bin/python3 # Debian's, with python3-protobuf and python3-crc32c
+$py -c 'import google.protobuf, crc32c' 2>/dev/null || fail "python3-protobuf / python3-crc32c missing: run scripts/setup.sh"
+command -v protoc >/dev/null || fail "protoc missing: run scripts/setup.sh"
+protoc -I "$LJ_SOURCE_DIR/tests/tensorboard" --python_out="$tmp" \
+  "$LJ_SOURCE_DIR/tests/tensorboard/event.proto" "$LJ_SOURCE_DIR/tests/tensorboard/summary.proto"
+# tb_complete DIR: every record of the event file in DIR is whole, its CRCs valid; prints the count
+tb_complete() {
+  $py "$LJ_SOURCE_DIR/tests/tb_events.py" "$tmp" "$1" > "$tmp/events.json" || fail "$1: a partial or bad record"
+  $py -c 'import json, sys; print(json.load(open(sys.argv[1]))["records"])' "$tmp/events.json"
+}
 run=(--model llama3-nano --device cpu --mock-data --seq-length 16 --micro-batch-size 1 --eval-iters 0
      --log-interval 1)
 
@@ -50,11 +62,17 @@ set +e
 st=${PIPESTATUS[0]}
 set -e
 expect_incomplete "ulimit -f, --log-json" "--log-json $tmp/f.jsonl: write failed at iteration [0-9]* (File too large)"
-[ "$(grep -c "^warning: .*TensorBoard event file .*: File too large; no more TensorBoard events" "$tmp/err")" = 1 ] \
+[ "$(grep -c "^warning: .*TensorBoard event file .*: File too large (it keeps its [0-9]* complete records); no more TensorBoard events" "$tmp/err")" = 1 ] \
   || { cat "$tmp/err"; fail "ulimit -f: not one TensorBoard warning"; }
 grep -q "incomplete: .*TensorBoard event file" "$tmp/err" || { cat "$tmp/err"; fail "ulimit -f: the final message lacks the event file"; }
 json_complete "$tmp/f.jsonl"
 [ "$(wc -l < "$tmp/f.jsonl")" -ge 1 ] || fail "ulimit -f: no JSON line kept"
+n=$(tb_complete "$tmp/tb")
+[ "$n" -ge 1 ] || fail "ulimit -f: no TensorBoard record kept"
+grep -q "TensorBoard event file .*(it keeps its $n complete records)" "$tmp/err" || { cat "$tmp/err"; fail "ulimit -f: the warning's record count is not the file's $n"; }
+size=$(stat -c %s "$tmp"/tb/events.out.tfevents.*)
+[ "$size" -lt 1024 ] || fail "ulimit -f: the event file ($size bytes) did not meet the 1 KiB limit"
+echo "log sinks: the file-size limit cut the event file mid-record; it keeps $n whole records ($size bytes)"
 echo "log sinks: /dev/full (JSON, console) and a file-size limit (JSON, TensorBoard): one warning each, exit 1"
 
 # a full tmpfs, where this user may mount one (root outside a restricted sandbox)
@@ -67,6 +85,7 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64k tmpfs "$mnt" 2>/dev/null; th
     >"$tmp/out" 2>"$tmp/err" || st=$?
   expect_incomplete "tmpfs" "--log-json $mnt/t.jsonl: write failed at iteration [0-9]* (No space left on device)"
   json_complete "$mnt/t.jsonl"
+  [ ! -d "$mnt/tb" ] || tb_complete "$mnt/tb" >/dev/null
   umount "$mnt"
   trap - EXIT
   echo "log sinks: a full 64 KiB tmpfs: one warning each, exit 1, whole JSON lines"

@@ -118,7 +118,7 @@ bad "--normalization LayerNorm (Megatron's default)" --device cpu --data-path "$
 bad "--hidden-dropout 0.1: ljperf trains without dropout" --device cpu --data-path "$tmp/kjv" --num-layers 2 \
   --hidden-size 64 --num-attention-heads 4 --swiglu --normalization RMSNorm --position-embedding-type rope \
   --disable-bias-linear --vocab-size 128256 --hidden-dropout 0.1
-bad "--train-iters and --train-samples exclude each other" "${common[@]}" --train-iters 2 --train-samples 8
+bad "--train-iters 2 and --train-samples 8 exclude each other: give one" "${common[@]}" --train-iters 2 --train-samples 8
 bad "--lr-decay-style WSD needs the anneal length: --lr-wsd-decay-iters" "${common[@]}" --lr-decay-style WSD
 bad "--model llama3-nano and Megatron's model shape flags" "${common[@]}" --num-layers 2
 LOCAL_RANK=1 bad "--local_rank=0 but the environment says LOCAL_RANK=1" "${common[@]}" --local_rank=0
@@ -224,6 +224,27 @@ qcommon=(--model qwen3-tiny --device cpu --data-path "$tmp/qverses" --seq-length
 grep -q "document masking at end-of-document id 151643, the one .*qverses.fingerprint.json records" "$tmp/qdm.err" \
   || { cat "$tmp/qdm.err"; fail "the qwen3 separator not said"; }
 ! diff -q <(losses "$tmp/qplain.jsonl") <(losses "$tmp/qdm.jsonl") >/dev/null || fail "qwen3: the flags changed nothing"
+# benchmark --data masks at the same separator: its first loss is train's first, with the flags and
+# without (the same data order, seed and initial weights; before the first update)
+for v in plain dm; do
+  flags=(); [ $v = dm ] && flags=("${dm[@]}")
+  "$LJPERF" benchmark --model qwen3-tiny --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 1 \
+    --warmup-iters 0 --no-progress --data "$tmp/qverses" "${flags[@]}" --json "$tmp/qbench-$v.json" >/dev/null \
+    2>"$tmp/qbench-$v.err" || { cat "$tmp/qbench-$v.err"; fail "qwen3 benchmark ($v)"; }
+done
+grep -q "document masking at end-of-document id 151643, the one .*qverses.fingerprint.json records" "$tmp/qbench-dm.err" \
+  || { cat "$tmp/qbench-dm.err"; fail "benchmark: the qwen3 separator not said"; }
+python3 - "$tmp"/qbench-plain.json "$tmp"/qbench-dm.json "$tmp"/qplain.jsonl "$tmp"/qdm.jsonl <<'EOF' \
+  || fail "benchmark --data with the masking flags: not train's loss"
+import json, sys
+bench = [json.load(open(p))["loss_first"] for p in sys.argv[1:3]]
+train = [json.loads(open(p).readline())["loss"] for p in sys.argv[3:5]]
+assert json.load(open(sys.argv[2]))["doc_mask"]["eod_token"] == 151643, "benchmark's end-of-document id"
+assert abs(bench[0] - bench[1]) > 1e-3, f"the flags changed nothing: {bench}"
+for b, t in zip(bench, train):  # float32 against a double
+    assert abs(b - t) <= 1e-5 * abs(t), f"benchmark {bench} against train {train}"
+print(f"benchmark --data qwen3: first loss {bench[0]:.5f} plain, {bench[1]:.5f} masked, as train's")
+EOF
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
 if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
   fail "benchmark --reset-attention-mask without --data accepted"

@@ -252,7 +252,7 @@ bad "unknown model" "llama9" --model llama9 --device cpu
 bad "missing value" "--seq-length needs a value" --model llama3-nano --device cpu --seq-length
 bad "device memory without a unit" "--device-memory: '80' is 80 B, below the smallest accepted, 1.00 MiB" --model llama3-nano --device cpu \
     --device-memory 80
-bad "seq length 0" "--seq-length 0: must be positive" --model llama3-nano --device cpu --seq-length 0
+bad "seq length 0" "--seq-length 0: expected >= 1" --model llama3-nano --device cpu --seq-length 0
 "$LJPERF" plan --model llama3-nano --device cpu --seq-length 64 --json - >"$out/stdout.json" 2>/dev/null
 check "--json - writes JSON to standard output" python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/stdout.json"
 check "--json - writes no file named -" test ! -e ./-

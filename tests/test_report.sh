@@ -224,7 +224,7 @@ bad "nothing to draw" "$tmp/empty"
 mkdir -p "$tmp/broken" && { head -3 "$run/train.jsonl"; echo '{"iteration": 4, "loss": '; } > "$tmp/broken/train.jsonl"
 bad "broken/train.jsonl:4: not a JSON object" "$tmp/broken"
 bad "--plan $run/train.jsonl: not a plan (training log)" --plan "$run/train.jsonl"
-bad "report --output $tmp/none/x.html" "$run" --output "$tmp/none/x.html"
+bad "--output: $tmp/none/x.html: cannot create it" "$run" --output "$tmp/none/x.html"
 bad "unknown flag '--colour'" "$run" --colour
 : > "$tmp/empty.jsonl"
 bad "$tmp/empty.jsonl: the file is empty: expected a training log" "$tmp/empty.jsonl"

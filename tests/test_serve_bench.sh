@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # test_serve_bench.sh: `ljperf bench serve` against `ljperf serve` on the loopback (a llama3-nano
-# checkpoint trained for one step): 50 random prompts of random lengths under --max-concurrency,
-# then passages of the KJV text at Poisson arrivals; the result JSON has every metric of vLLM's
-# bench serve, the counts add up (completed = num-prompts, total output tokens = the sum of the
-# output lengths = the sum of the requests' max_tokens, under --ignore-eos), and --offline (the
-# engine in-process, no HTTP) reports the same token counts for the same prompts, also with an FP8
-# cache and FP8 weights (--kv-cache-dtype fp8 --quantization fp8). Then the weight reload: POST
-# /update_weights_from_disk with another checkpoint makes the greedy answer that checkpoint's (as
-# `ljperf generate` gives it), a bad path answers 400 and keeps the weights.
+# checkpoint trained for one step): 50 random prompts of random lengths under --max-concurrency
+# (sent at once, --request-rate inf), then passages of the KJV text at Poisson arrivals; the
+# result JSON has every metric of vLLM's bench serve, the counts add up (completed = num-prompts,
+# total output tokens = the sum of the output lengths = the sum of the requests' max_tokens, under
+# --ignore-eos), and --offline (the engine in-process, no HTTP) reports the same token counts for
+# the same prompts, also with an FP8 cache and FP8 weights (--kv-cache-dtype fp8 --quantization
+# fp8). Then the weight reload: POST /update_weights_from_disk with another checkpoint makes the
+# greedy answer that checkpoint's (as `ljperf generate` gives it), a bad path answers 400 and keeps
+# the weights.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
 tmp="$LJ_TEST_TMP/serve_bench"
@@ -40,7 +41,8 @@ port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.
 base="http://127.0.0.1:$port"
 
 bench=(--num-prompts 50 --random-input-len 24 --random-output-len 8 --random-range-ratio 0.5 --ignore-eos --seed 7)
-timeout 120 "$LJPERF" bench serve --base-url "$base" "${bench[@]}" --max-concurrency 8 --result-json "$tmp/http.json" \
+timeout 120 "$LJPERF" bench serve --base-url "$base" "${bench[@]}" --max-concurrency 8 --request-rate inf \
+  --result-json "$tmp/http.json" \
   >"$tmp/http.out" 2>&1 || { cat "$tmp/http.out"; fail "bench serve"; }
 grep -q "Serving Benchmark Result" "$tmp/http.out" || fail "no result table"
 grep -q "P99 ITL (ms):" "$tmp/http.out" || fail "no ITL rows in the table"
@@ -64,6 +66,7 @@ for (const s of ["ttft", "tpot", "itl", "e2el"]) for (const m of ["mean", "media
 for (const r of [h, k]) for (const key of keys) if (!(key in r)) bad(`no ${key} in the result`);
 const sum = (a) => a.reduce((x, y) => x + y, 0);
 if (h.completed !== 50 || h.failed !== 0) bad(`completed ${h.completed}, failed ${h.failed}`);
+if (h.request_rate !== "inf") bad(`--request-rate inf: request_rate ${h.request_rate}`);
 if (k.completed !== 12) bad(`kjv: completed ${k.completed}`);
 if (h.total_output_tokens !== sum(h.output_lens) || h.total_input_tokens !== sum(h.input_lens)) bad("the totals are not the sums");
 if (h.output_lens.some((n) => n < 4 || n > 12) || h.input_lens.some((n) => n < 12 || n > 36)) bad("a length outside the range");

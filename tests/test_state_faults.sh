@@ -255,7 +255,7 @@ cfg '{"hidden_size": 66}'
 expect_fail "hidden_size not divisible by the heads" "hidden_size \(66\) is not a multiple of num_attention_heads \(4\)" \
   "$LJPERF" train --model "$tmp/config.json" "${mock[@]}"
 expect_fail "--model missing.json" "missing\.json: no such file" "$LJPERF" train --model "$tmp/missing.json" "${mock[@]}"
-expect_fail "--global-batch-size 0" "--global-batch-size must be positive" "$LJPERF" train --model llama3-nano "${mock[@]}" --global-batch-size 0
+expect_fail "--global-batch-size 0" "--global-batch-size 0: expected >= 1" "$LJPERF" train --model llama3-nano "${mock[@]}" --global-batch-size 0
 expect_fail "--data-path with an odd count" "--data-path: 3 items with weights" "$LJPERF" train "${common[@]}" --data-path 0.5 "$tmp/a" 0.5
 expect_fail "--output-prefix DIR/" "names a directory" "$LJPERF" prepare --input "$tmp/a.txt" --output-prefix "$tmp/out/"
 [ -e "$tmp/out/.bin" ] && bad "--output-prefix DIR/ wrote a hidden .bin"

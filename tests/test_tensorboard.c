@@ -2,7 +2,7 @@
  * CRC32C and its mask against known values, the TFRecord framing of a written file read back
  * from the format's description with protobuf-c's decoder, a file per writer (never
  * overwritten), write errors reported with the file named (a file-size limit makes the disk
- * "full"), bad directories, the cost of a scalar and of a flush (printed); the reader
+ * "full") and leaving complete records only, bad directories, the cost of a scalar and of a flush (printed); the reader
  * (lj_tb_read) on the writer's file with other writers' forms added (a text summary, tensor
  * scalars), cut at every byte and with a corrupt byte. */
 #include <setjmp.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -46,6 +47,33 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 static uint32_t get_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/* The records of the event file at `path`, each checked whole (its length, both masked CRC32Cs,
+ * an Event that decodes): their number, or -1 at the first partial or bad one. */
+static int complete_records(const char *path) {
+    char *data = NULL;
+    size_t size = 0;
+    if (lj_file_read_all(path, &data, &size) != LJ_OK) return -1;
+    const uint8_t *p = (const uint8_t *)data;
+    int n = 0;
+    for (size_t off = 0; off < size; n++) {
+        const uint64_t len = size - off >= 12 ? get_u64(p + off) : 0;
+        if (size - off < 16 || len > size - off - 16 || get_u32(p + off + 8) != lj_tb_mask_crc(lj_tb_crc32c(p + off, 8)) ||
+            get_u32(p + off + 12 + len) != lj_tb_mask_crc(lj_tb_crc32c(p + off + 12, len))) {
+            n = -1;
+            break;
+        }
+        Ljperf__Tensorboard__Event *ev = ljperf__tensorboard__event__unpack(NULL, len, p + off + 12);
+        if (!ev) {
+            n = -1;
+            break;
+        }
+        ljperf__tensorboard__event__free_unpacked(ev, NULL);
+        off += 16 + len;
+    }
+    free(data);
+    return n;
+}
 
 /* The only file in dir, into path. */
 static int only_file(const char *dir, char *path, size_t len) {
@@ -278,27 +306,64 @@ static void test_bad_directories(void **state) {
     lj_dir_remove_quiet(dir);
 }
 
+/* A file-size limit just above what is written makes the next write stop short, mid-record, and
+ * then fail (EFBIG), as a full disk does: the error names the file, and the file holds complete
+ * records only, those written before; with room again, the next flush writes the rest whole. */
 static void test_write_error_is_reported(void **state) {
     (void)state;
-    char dir[512];
+    char dir[512], path[1024];
     assert_int_equal(lj_test_make_dir(dir, sizeof dir, "tb_full"), 0);
     lj_tb_writer *w = NULL;
     assert_int_equal(lj_tb_writer_open(&w, dir, 0, "--tensorboard-dir"), LJ_OK);
-    /* a file-size limit just above what is written: the next write fails with EFBIG */
+    assert_int_equal(lj_tb_writer_add_scalar(w, "lm loss", 2.0, 0), LJ_OK);
+    assert_int_equal(lj_tb_writer_flush(w), LJ_OK); /* 2 records in the file */
+    const int64_t before = lj_tb_writer_bytes(w);
     struct rlimit old, lim;
     getrlimit(RLIMIT_FSIZE, &old);
     void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
     lim = old;
-    lim.rlim_cur = (rlim_t)lj_tb_writer_bytes(w) + 64;
+    lim.rlim_cur = (rlim_t)before + 64; /* room for a record and a part of the next */
     setrlimit(RLIMIT_FSIZE, &lim);
     for (int i = 0; i < 100; i++) assert_int_equal(lj_tb_writer_add_scalar(w, "lm loss", 1.0, i), LJ_OK);
     const lj_status s = lj_tb_writer_flush(w);
+    const lj_status again = lj_tb_writer_flush(w); /* still no room: the same, nothing written */
     setrlimit(RLIMIT_FSIZE, &old);
     signal(SIGXFSZ, old_handler);
     assert_int_equal(s, LJ_ERR_IO);
+    assert_int_equal(again, LJ_ERR_IO);
     assert_non_null(strstr(lj_error_message(), "events.out.tfevents."));
     assert_non_null(strstr(lj_error_message(), "--tensorboard-dir"));
-    lj_tb_writer_close(w); /* frees whatever the flush says */
+    assert_non_null(strstr(lj_error_message(), "File too large"));
+    assert_int_equal(only_file(dir, path, sizeof path), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal((int64_t)st.st_size, before); /* cut back to the last complete record */
+    assert_int_equal(complete_records(path), 2);
+    assert_int_equal(lj_tb_writer_records(w), 2);
+    /* room again: the buffered records go out whole */
+    assert_int_equal(lj_tb_writer_close(w), LJ_OK);
+    assert_int_equal(complete_records(path), 102);
+    lj_dir_remove_quiet(dir);
+}
+
+/* A directory where not even the file_version record fits leaves no file. */
+static void test_open_on_full_disk_leaves_no_file(void **state) {
+    (void)state;
+    char dir[512], path[1024];
+    assert_int_equal(lj_test_make_dir(dir, sizeof dir, "tb_full_open"), 0);
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 8; /* less than one record */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    lj_tb_writer *w = (lj_tb_writer *)1;
+    const lj_status s = lj_tb_writer_open(&w, dir, 0, "--tensorboard-dir");
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    assert_int_equal(s, LJ_ERR_IO);
+    assert_null(w);
+    assert_int_equal(only_file(dir, path, sizeof path), -1); /* none */
     lj_dir_remove_quiet(dir);
 }
 
@@ -386,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_reader),
         cmocka_unit_test(test_bad_directories),
         cmocka_unit_test(test_write_error_is_reported),
+        cmocka_unit_test(test_open_on_full_disk_leaves_no_file),
         cmocka_unit_test(test_cost_per_scalar),
         cmocka_unit_test(test_cost_per_iteration),
     };

@@ -123,7 +123,7 @@ bad() { # expected-substring args...
 }
 echo x > "$tmp/plain"
 bad "--tensorboard-dir $tmp/plain/tb" "${common[@]}" --train-iters 1 --quiet --tensorboard-dir "$tmp/plain/tb"
-bad "--tensorboard-log-interval must be positive" "${common[@]}" --tensorboard-log-interval 0
+bad "--tensorboard-log-interval 0: expected >= 1" "${common[@]}" --tensorboard-log-interval 0
 bad "unknown flag '--wandb-projekt'" "${common[@]}" --wandb-projekt x
 echo '{"train_micro_batch_size_per_gpu": 2, "tensorboard": {"enabled": "yes"}}' > "$tmp/ds_bad.json"
 bad "ds_bad.json: tensorboard.enabled: expected true or false" "${common[@]}" --deepspeed "$tmp/ds_bad.json"

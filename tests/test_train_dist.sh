@@ -338,8 +338,8 @@ st=0; "$LJPERF" train "${common[@]}" --nproc-per-node 0 2>"$tmp/np.err" || st=$?
   || { cat "$tmp/np.err"; fail "--nproc-per-node 0 was not refused"; }
 # an error under the launcher: rank 0 says it plainly, the other ranks name themselves
 st=0; "$LJPERF" benchmark --model llama3-nano --device cpu --nproc-per-node 2 --seq-length 0 2>"$tmp/bad2.err" || st=$?
-[ "$st" != 0 ] && grep -q -- '^ljperf benchmark: --seq-length 0: must be positive' "$tmp/bad2.err" \
-  && grep -q -- '^ljperf benchmark (rank 1): --seq-length 0: must be positive' "$tmp/bad2.err" \
+[ "$st" != 0 ] && grep -q -- '^ljperf benchmark: --seq-length 0: expected >= 1' "$tmp/bad2.err" \
+  && grep -q -- '^ljperf benchmark (rank 1): --seq-length 0: expected >= 1' "$tmp/bad2.err" \
   || { cat "$tmp/bad2.err"; fail "a bad flag on 2 ranks: status $st, or the ranks' lines"; }
 
 # 8 ranks under mpirun, ZeRO-3 (what an 8-GPU node runs, on CPU ranks): the same as one process

@@ -308,8 +308,8 @@ static void log_eval(run *r, double loss) {
 static lj_status setup(run *r) {
     const lj_train_config *c = r->cfg;
     if (c->seq_length > c->model.max_position_embeddings)
-        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings (%d)", c->seq_length,
-                       c->model.max_position_embeddings);
+        return lj_fail(LJ_ERR_ARG, "--seq-length %d is above the model's max_position_embeddings: expected %d or less",
+                       c->seq_length, c->model.max_position_embeddings);
     if (c->micro_batch_size <= 0 || c->seq_length <= 0 || c->train_iters < 0)
         return lj_fail(LJ_ERR_ARG, "--micro-batch-size, --seq-length must be positive and --train-iters >= 0");
     if (c->global_batch_size % c->micro_batch_size != 0)
