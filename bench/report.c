@@ -743,6 +743,6 @@ lj_status lj_report_write_html(const lj_report_data *d, const char *title, const
     put(&b, "%s</body></html>\n", k_check_script);
     lj_status st = lj_file_write_atomic(path, b.p, b.len);
     free(b.p);
-    if (st != LJ_OK) lj_error_prefix("report --output %s", path);
+    if (st != LJ_OK) lj_error_prefix("--output");
     return st;
 }

@@ -13,6 +13,7 @@
 #include "cli/monitor.h"
 #include "data/loader.h"
 #include "data/mmidx.h"
+#include "base/hf_cache.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_export.h"
 #include "checkpoint/checkpoint.h"
@@ -497,7 +498,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     }
     if (mg->finetune && !c->load) return lj_fail(LJ_ERR_ARG, "--finetune needs --load DIR (the weights to start from)");
     struct stat load_st;
-    if (c->load && stat(c->load, &load_st) != 0)
+    if (c->load && stat(c->load, &load_st) != 0 && !lj_hf_repo_id_like(c->load)) /* ORG/NAME: the HF cache, later */
         return lj_fail(LJ_ERR_IO, "--load %s: %s: expected a training checkpoint directory (what --save writes) or a "
                                   "Hugging Face model folder", c->load, strerror(errno));
     c->no_load_optim = mg->no_load_optim && !mg->finetune; /* --finetune loads no optimizer state anyway */

@@ -146,6 +146,8 @@ check_lr() { # name, python expression of n (steps) for iterations 1..N, flags..
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
+    if "lr" not in r:  # the start record
+        continue
     it = r["iteration"]
     want = eval(sys.argv[2], {"math": math, "it": it})
     if abs(r["lr"] - want) > 1e-9 + 1e-6 * want:
@@ -238,7 +240,7 @@ python3 - "$tmp"/qbench-plain.json "$tmp"/qbench-dm.json "$tmp"/qplain.jsonl "$t
   || fail "benchmark --data with the masking flags: not train's loss"
 import json, sys
 bench = [json.load(open(p))["loss_first"] for p in sys.argv[1:3]]
-train = [json.loads(open(p).readline())["loss"] for p in sys.argv[3:5]]
+train = [next(json.loads(l)["loss"] for l in open(p) if '"loss"' in l) for p in sys.argv[3:5]]
 assert json.load(open(sys.argv[2]))["doc_mask"]["eod_token"] == 151643, "benchmark's end-of-document id"
 assert abs(bench[0] - bench[1]) > 1e-3, f"the flags changed nothing: {bench}"
 for b, t in zip(bench, train):  # float32 against a double
