@@ -61,6 +61,7 @@ void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode
 void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cpu_adamw_groups(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
