@@ -19,7 +19,8 @@
 #      with its own max_lr / min_lr on the shared schedule): the logged decoupled lr of iterations
 #      1..20 is get_lr with those; the second update moves the embedding and lm_head by exactly
 #      get_lr_decoupled(1) / get_lr(1) times what it moves them without the flag (within 1e-4), and
-#      every other tensor bit for bit as without it; with tied embeddings the shared weight so;
+#      every other tensor bit for bit as without it; a --decoupled-lr equal to --lr changes no bit;
+#      with tied embeddings the shared weight takes it;
 #   7. --rampup-batch-size START INCR SAMPLES (RampupBatchsizeNumMicroBatchesCalculator and
 #      update_train_iters): the number of iterations, each iteration's global batch and consumed
 #      samples, and its logged lr (get_lr after the samples of iterations 1..k) are Megatron's; the
@@ -62,6 +63,7 @@ train two-wd --data-path "$tmp/a" --train-iters 2 --weight-decay 0.1 --save "$tm
 train two-nowd --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-nowd"
 train two-dec --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-dec" --decoupled-lr 1e-2 \
   --decoupled-min-lr 1e-3
+train two-same --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-same" --decoupled-lr 3e-3
 sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$tmp/model.json" > "$tmp/model-tied.json"
 train tied --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/tied" --model "$tmp/model-tied.json" \
   --save-interval 1 --keep-last 0
@@ -211,9 +213,12 @@ def decoupled_check(plain, dec, init, want):
             sys.exit(f"{dec}: {name} differs from the run without --decoupled-lr, but only the embedding and the "
                      "output layer take it")
 decoupled_check("two-nowd", "two-dec", a, {"model.embed_tokens.weight", "lm_head.weight"})
+if tensors("two-same") != tensors("two-nowd"):
+    sys.exit("--decoupled-lr equal to --lr (and its floor --min-lr) changed the weights: it must change nothing")
 # tied: the one shared weight takes the decoupled lr; the init is the state after update 1 (no move)
 decoupled_check("tied", "tied-dec", tensors("tied", 1), {"model.embed_tokens.weight"})
-print(f"ok: --decoupled-lr moves the embedding and lm_head {ratio_want:.4g} x, every other tensor bit for bit as --lr")
+print(f"ok: --decoupled-lr moves the embedding and lm_head {ratio_want:.4g} x, every other tensor bit for bit as --lr;"
+      " equal to --lr it changes nothing")
 print("ok: with tied embeddings the shared weight takes --decoupled-lr")
 
 # 7. Megatron's RampupBatchsizeNumMicroBatchesCalculator.update and update_train_iters

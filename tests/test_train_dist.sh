@@ -24,7 +24,7 @@
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name;
 #   - --decoupled-lr with --rampup-batch-size on 3 ranks under ZeRO stages 1 and 3 equals 1 rank (the
-#     lr group follows the segments into each shard);
+#     lr group follows the segments into each shard), and with optimizer offload bit for bit;
 #   - optimizer offload (--offload-optimizer cpu, with LJPERF_OFFLOAD_HOST_PATH=1 so that the host
 #     path runs on the CPU backend) under stages 1, 2, 3 gives bit-identical losses and final state
 #     to the run without it (2 ranks; stage 2 also on 3), an offloaded run resumes, a DeepSpeed
@@ -381,6 +381,13 @@ for stage in 1 3; do
   echo "--decoupled-lr with --rampup-batch-size 6 6 12, 1 rank vs 3 ranks, ZeRO stage $stage:"
   compare "$tmp/d1.jsonl" "$tmp/d$stage-3.jsonl" "$tmp/d1" "$tmp/d$stage-3" || fail "decoupled lr and ramp-up, stage $stage"
 done
+# the host AdamW of optimizer offload steps each segment at its group's lr too: bit for bit
+LJPERF_OFFLOAD_HOST_PATH=1 mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS -x LJPERF_OFFLOAD_HOST_PATH \
+  "$LJPERF" train "${ramp[@]}" --zero-stage 1 --offload-optimizer cpu --log-json "$tmp/do.jsonl" 2>"$tmp/do.err" \
+  || { cat "$tmp/do.err"; fail "ramp with offload"; }
+cmp -s <(grep -o '"loss": [^,]*' "$tmp/d1-3.jsonl") <(grep -o '"loss": [^,]*' "$tmp/do.jsonl") \
+  || fail "--decoupled-lr with --offload-optimizer cpu differs from the run without offload"
+echo "--decoupled-lr with --rampup-batch-size and --offload-optimizer cpu (stage 1, 3 ranks): the same losses bit for bit"
 
 rm -rf "$tmp" # about 9 GB of checkpoints; a failing run keeps them for a look
 echo "1 passed, 0 failed"
