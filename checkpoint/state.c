@@ -219,6 +219,10 @@ static char *state_json(const lj_run_state *r) {
     cJSON_AddNumberToObject(run_cfg, "micro_batch_size", r->micro_batch_size);
     cJSON_AddNumberToObject(run_cfg, "seq_length", r->seq_length);
     cJSON_AddNumberToObject(run_cfg, "global_batch_size", r->global_batch_size);
+    if (r->rampup.start > 0) {
+        const double ramp[3] = {(double)r->rampup.start, (double)r->rampup.increment, (double)r->rampup.samples};
+        cJSON_AddItemToObject(run_cfg, "rampup_batch_size", cJSON_CreateDoubleArray(ramp, 3));
+    }
     cJSON_AddNumberToObject(run_cfg, "seed", (double)r->seed);
     /* the saving world: a resume with the same world size and ZeRO stage reads the per-rank shard
      * files of the master weights and AdamW moments (zero_shard_rank_RRRRR.safetensors) */
@@ -273,12 +277,32 @@ static lj_status check_state(const lj_run_state *r, const cJSON *root, const cha
                            "may change)",
                            file, g[i].field, cJSON_IsNumber(it) ? it->valueint : -1, g[i].want);
     }
+    /* the ramp-up: the same batches at the same iterations (absent: none) */
+    const cJSON *ramp = cJSON_GetObjectItemCaseSensitive(rc, "rampup_batch_size");
+    const double want[3] = {(double)r->rampup.start, (double)r->rampup.increment, (double)r->rampup.samples};
+    double have[3] = {0, 0, 0};
+    int same = ramp == NULL || cJSON_GetArraySize(ramp) == 3;
+    for (int k = 0; ramp && same && k < 3; k++) {
+        const cJSON *v = cJSON_GetArrayItem(ramp, k);
+        same = cJSON_IsNumber(v);
+        if (same) have[k] = v->valuedouble;
+    }
+    if (ramp && !same) return lj_fail(LJ_ERR_FORMAT, "%s: run.rampup_batch_size must be 3 numbers", file);
+    if (have[0] != want[0] || have[1] != want[1] || have[2] != want[2]) {
+        char h[80] = "none", w[80] = "none";
+        if (ramp) snprintf(h, sizeof h, "%.0f %.0f %.0f", have[0], have[1], have[2]);
+        if (r->rampup.start > 0) snprintf(w, sizeof w, "%.0f %.0f %.0f", want[0], want[1], want[2]);
+        return lj_fail(LJ_ERR_FORMAT, "%s: run.rampup_batch_size is %s in the checkpoint but --rampup-batch-size is %s "
+                                      "now (a resume continues the same global batches: give the checkpoint's "
+                                      "--rampup-batch-size)", file, h, w);
+    }
     return LJ_OK;
 }
 
 /* Checks that state.json's iteration is the directory's, and that its consumed samples are
- * iteration x global batch (a run keeps its global batch, check_state) and the data loader's. */
-static lj_status check_position(const cJSON *root, const char *file, int iteration) {
+ * iteration x global batch, or under a ramp-up the sum of its iterations' batches (a run keeps its
+ * global batch and ramp-up, check_state), and the data loader's. */
+static lj_status check_position(const lj_run_state *r, const cJSON *root, const char *file, int iteration) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "iteration");
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(root, "consumed_samples");
     const cJSON *gbs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "run"), "global_batch_size");
@@ -288,7 +312,12 @@ static lj_status check_position(const cJSON *root, const char *file, int iterati
     if (it->valuedouble != (double)iteration)
         return lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %.0f, but the directory is iter_%07d (a state.json copied "
                                       "from another checkpoint?)", file, it->valuedouble, iteration);
-    const double want = (double)iteration * gbs->valuedouble; /* gbs: a number, check_state said */
+    const double want = r->rampup.start > 0 ? (double)lj_rampup_consumed(&r->rampup, iteration)
+                                            : (double)iteration * gbs->valuedouble; /* gbs: a number, check_state said */
+    if (r->rampup.start > 0 && cs->valuedouble != want)
+        return lj_fail(LJ_ERR_FORMAT, "%s: 'consumed_samples' is %.0f, but %d iterations of the ramp-up "
+                                      "run.rampup_batch_size consume %.0f (an edited or mixed-up state.json?)", file,
+                       cs->valuedouble, iteration, want);
     if (cs->valuedouble != want)
         return lj_fail(LJ_ERR_FORMAT, "%s: 'consumed_samples' is %.0f, but iteration %d x run.global_batch_size %.0f is "
                                       "%.0f (an edited or mixed-up state.json?)", file, cs->valuedouble, iteration,
@@ -1043,7 +1072,7 @@ static lj_status load_state(lj_run_state *r, const char *load) {
     cJSON *state = cJSON_Parse(text);
     free(text);
     lj_status s = state ? check_state(r, state, file) : lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", file);
-    if (s == LJ_OK) s = check_position(state, file, iteration);
+    if (s == LJ_OK) s = check_position(r, state, file, iteration);
     if (lj_sharded_present(dir)) {
         if (s == LJ_OK) s = load_sharded(r, dir, iteration, state, file);
         if (s == LJ_OK) s = set_position(r, state, file);

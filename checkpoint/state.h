@@ -14,7 +14,9 @@
  *                                         holds which slice, and each slice's XXH3-64
  *   ROOT/iter_NNNNNNN/state.json          {"iteration", "consumed_samples", "data" (the loader's
  *                                         position, data/loader.h), "model" (the shape), "run"
- *                                         (micro_batch_size, seq_length, global_batch_size, seed),
+ *                                         (micro_batch_size, seq_length, global_batch_size, seed,
+ *                                         and under a ramp-up rampup_batch_size [start, increment,
+ *                                         samples]),
  *                                         "zero" (world_size, stage), "fp8", and after a
  *                                         --no-load-optim start "optimizer_start_iteration"}
  *   ROOT/iter_NNNNNNN/config.json         the model's configuration (lj_config_save)
@@ -66,6 +68,8 @@ typedef struct {
     lj_ckpt_format format;
     int save_hf;       /* this save writes the HF export (hf/) */
     lj_ckpt_async *async; /* --async-save: the run's background writer; NULL: synchronous saves */
+    lj_batch_rampup rampup; /* --rampup-batch-size (start 0: none): state.json's run.rampup_batch_size;
+                               a resume keeps it (the consumed samples of iteration i follow it) */
     /* the position in the run: saved by lj_run_state_save, set by lj_run_state_load */
     int iteration;
     int64_t consumed_samples;
@@ -119,7 +123,7 @@ void lj_ckpt_async_free(lj_ckpt_async *a);
  * loads on any world size and ZeRO stage; every slice read is checked against its XXH3-64.
  * Collective.
  * Errors: LJ_ERR_FORMAT naming the file and field for a checkpoint of another model shape,
- * sequence length or global batch, or the file, tensor and parameter of a slice that fails its
+ * sequence length, global batch or batch ramp-up, or the file, tensor and parameter of a slice that fails its
  * checksum; LJ_ERR_IO for missing files. */
 lj_status lj_run_state_load(lj_run_state *s, const char *load);
 

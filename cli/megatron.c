@@ -2,6 +2,7 @@
 #include "cli/megatron.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +81,6 @@ static const lj_flag k_ignored[] = {
     {.name = "--num-layers-per-virtual-pipeline-stage", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf has no pipeline parallelism (data parallelism with ZeRO stages 0-3 only)"},
     {.name = "--use-torch-fsdp2", .kind = LJ_FLAG_REFUSED, .help = "use --zero-stage 3: ZeRO-3 shards parameters, gradients and optimizer state as FSDP does"},
     {.name = "--num-experts", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf trains dense models only (no mixture of experts)"},
-    {.name = "--decoupled-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
-    {.name = "--decoupled-min-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
-    {.name = "--rampup-batch-size", .kind = LJ_FLAG_REFUSED, .ival = -1, .help = "the global batch is constant in ljperf"},
     {.name = "--vocab-extra-ids", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "extra sentinel ids are for T5-style models"},
 };
 
@@ -97,6 +95,7 @@ void lj_cli_megatron_init(lj_cli_megatron *m) {
     m->train_samples = m->lr_decay_samples = m->lr_warmup_samples = m->lr_wsd_decay_samples = -1;
     m->lr_wsd_decay_iters = -1;
     m->lr_warmup_fraction = m->lr_warmup_init = m->exit_duration_in_mins = NAN;
+    m->decoupled_lr = m->decoupled_min_lr = NAN;
     m->tensor_parallel = m->pipeline_parallel = m->context_parallel = m->expert_parallel = 1;
     m->distributed_timeout_minutes = -1;
     m->local_rank = -1;
@@ -138,6 +137,9 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--lr-warmup-samples", .kind = LJ_FLAG_I64, .dest = &m->lr_warmup_samples, .help = "N"},
         {.name = "--lr-warmup-fraction", .kind = LJ_FLAG_DOUBLE, .dest = &m->lr_warmup_fraction, .help = "F  warm-up as a fraction of the decay length"},
         {.name = "--lr-warmup-init", .kind = LJ_FLAG_DOUBLE, .dest = &m->lr_warmup_init, .help = "LR  where the warm-up starts (default 0)"},
+        {.name = "--decoupled-lr", .kind = LJ_FLAG_DOUBLE, .dest = &m->decoupled_lr, .help = "LR  the embedding and output layer's peak learning rate (the tied weight's when tied), on --lr's schedule"},
+        {.name = "--decoupled-min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &m->decoupled_min_lr, .help = "LR  their floor (default --min-lr; needs --decoupled-lr)"},
+        {.name = "--rampup-batch-size", .kind = LJ_FLAG_LIST, .dest = &m->rampup_batch_size, .help = "START INCR SAMPLES  the global batch grows from START by INCR over SAMPLES samples to --global-batch-size (needs --train-samples)"},
         {.name = "--lr-wsd-decay-style", .kind = LJ_FLAG_STR, .dest = &m->lr_wsd_decay_style, .help = "linear|cosine|exponential|minus_sqrt  WSD's anneal (default exponential)"},
         {.name = "--lr-wsd-decay-iters", .kind = LJ_FLAG_INT, .dest = &m->lr_wsd_decay_iters, .help = "N  WSD's anneal length"},
         {.name = "--lr-wsd-decay-samples", .kind = LJ_FLAG_I64, .dest = &m->lr_wsd_decay_samples, .help = "N  WSD's anneal length in samples"},
@@ -361,8 +363,52 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
     return lj_config_validate(cfg, "the Megatron model shape flags");
 }
 
-lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup_iters, int decay_iters,
-                                   int *train_iters, lj_lr_schedule *s) {
+/* --rampup-batch-size START INCR SAMPLES: three integers (Megatron-LM's int() of each). */
+static lj_status parse_rampup(const lj_flag_list *l, int gbs, lj_batch_rampup *r) {
+    memset(r, 0, sizeof *r);
+    if (l->count == 0) return LJ_OK;
+    if (l->count != 3) {
+        char given[160] = "";
+        for (int k = 0; k < l->count; k++)
+            snprintf(given + strlen(given), sizeof given - strlen(given), " %s", l->values[k]);
+        return lj_fail(LJ_ERR_ARG, "--rampup-batch-size%s: expected 3 values, START INCR SAMPLES (the start batch, its "
+                                   "increment, the ramp-up samples), e.g. --rampup-batch-size 16 8 300000",
+                       given);
+    }
+    int64_t v[3];
+    for (int k = 0; k < 3; k++) {
+        char *end;
+        errno = 0;
+        const long long x = strtoll(l->values[k], &end, 10);
+        if (!l->values[k][0] || *end || errno)
+            return lj_fail(LJ_ERR_ARG, "--rampup-batch-size: '%s' is not an integer: expected START INCR SAMPLES, e.g. "
+                                       "--rampup-batch-size 16 8 300000", l->values[k]);
+        v[k] = x;
+    }
+    *r = (lj_batch_rampup){.start = v[0], .increment = v[1], .samples = v[2], .global_batch_size = gbs};
+    return LJ_OK;
+}
+
+lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup_iters, int decay_iters, int print,
+                                   int *train_iters, lj_lr_schedule *s, lj_adamw_config *adamw,
+                                   lj_batch_rampup *rampup) {
+    LJ_TRY(parse_rampup(&m->rampup_batch_size, gbs, rampup));
+    if (m->rampup_batch_size.count > 0 && m->train_samples < 0)
+        return lj_fail(LJ_ERR_ARG, "--rampup-batch-size %lld %lld %lld needs sample-based training: give --train-samples N "
+                                   "instead of --train-iters (Megatron-LM's rule: no batch-size ramp-up for "
+                                   "iteration-based training)",
+                       (long long)rampup->start, (long long)rampup->increment, (long long)rampup->samples);
+    if (m->rampup_batch_size.count > 0) LJ_TRY(lj_rampup_check(rampup));
+    adamw->decoupled_lr = !isnan(m->decoupled_lr);
+    s->decoupled_lr = adamw->decoupled_lr ? m->decoupled_lr : s->lr;
+    s->decoupled_min_lr = !isnan(m->decoupled_min_lr) && adamw->decoupled_lr ? m->decoupled_min_lr : s->min_lr;
+    if (adamw->decoupled_lr && !(m->decoupled_lr >= 0))
+        return lj_fail(LJ_ERR_ARG, "--decoupled-lr %g: must be >= 0", m->decoupled_lr);
+    if (adamw->decoupled_lr && !(s->decoupled_min_lr >= 0 && s->decoupled_min_lr <= s->decoupled_lr))
+        return lj_fail(LJ_ERR_ARG, "--decoupled-min-lr %g: must be in [0, --decoupled-lr %g]%s", s->decoupled_min_lr,
+                       s->decoupled_lr, isnan(m->decoupled_min_lr) ? " (its default is --min-lr: give --decoupled-min-lr)" : "");
+    if (!adamw->decoupled_lr && !isnan(m->decoupled_min_lr) && print)
+        lj_log_info("--decoupled-min-lr %g: no effect without --decoupled-lr (as in Megatron-LM)", m->decoupled_min_lr);
     const int samples = m->train_samples >= 0;
     if (samples && *train_iters >= 0)
         return lj_fail(LJ_ERR_ARG, "--train-iters %d and --train-samples %lld exclude each other: give one", *train_iters,
@@ -385,7 +431,12 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int gbs, int warmup
     int64_t total, warmup, decay, wsd;
     if (samples) {
         if (gbs <= 0) return lj_fail(LJ_ERR_ARG, "--train-samples needs a global batch size");
-        *train_iters = (int)(m->train_samples / gbs);
+        const int64_t iters = rampup->start > 0 ? lj_rampup_train_iters(rampup, m->train_samples) : m->train_samples / gbs;
+        if (iters > INT32_MAX)
+            return lj_fail(LJ_ERR_ARG, "--train-samples %lld: %lld iterations, more than ljperf counts (%d): use fewer "
+                                       "samples or a larger global batch", (long long)m->train_samples, (long long)iters,
+                           INT32_MAX);
+        *train_iters = (int)iters;
         s->step_size = gbs;
         total = m->train_samples;
         warmup = m->lr_warmup_samples;
@@ -528,7 +579,8 @@ void lj_cli_megatron_usage(FILE *f) {
                "`torchrun ... pretrain_gpt.py` by `ljperf train` in a launch script). Taken natively:\n"
                "--micro-batch-size, --global-batch-size, --seq-length, --train-iters, --lr, --min-lr,\n"
                "--lr-warmup-iters, --lr-decay-iters, --lr-decay-style (constant, linear, cosine,\n"
-               "inverse-square-root, WSD), --weight-decay, --adam-beta1/2, --adam-eps, --clip-grad, --seed,\n"
+               "inverse-square-root, WSD), --decoupled-lr, --decoupled-min-lr, --rampup-batch-size,\n"
+               "--weight-decay, --adam-beta1/2, --adam-eps, --clip-grad, --seed,\n"
                "--data-path, --split, --tokenizer-type, --tokenizer-model, --recompute-*, --save, --load,\n"
                "--save-interval, --exit-interval, --log-interval, --eval-interval, --eval-iters,\n"
                "--tensorboard-*, --wandb-*, --fp8-format, --fp8-recipe, --fp8-amax-history-len,\n"

@@ -4,7 +4,9 @@
  *   - the model shape (--num-layers, --hidden-size, ...) builds the model config as --model does,
  *     with Megatron's defaults where a flag is left out; shapes ljperf cannot build (GeLU MLPs,
  *     LayerNorm, biases, learned position embeddings) are refused by name;
- *   - the schedule in samples (--train-samples, --lr-*-samples), the warm-up fraction, WSD;
+ *   - the schedule in samples (--train-samples, --lr-*-samples), the warm-up fraction, WSD, the
+ *     embedding and output layer's own learning rate (--decoupled-lr, --decoupled-min-lr), the
+ *     batch-size ramp-up (--rampup-batch-size);
  *   - precision (--bf16; --fp16 refused), parallelism sizes (1 runs; more is refused with what
  *     ljperf offers), --use-distributed-optimizer (ZeRO-1);
  *   - data (--mock-data, --train/valid/test-data-path, the tokenizer types), checkpoint flags;
@@ -35,6 +37,8 @@ typedef struct {
     int lr_wsd_decay_iters;
     double lr_warmup_fraction, lr_warmup_init, exit_duration_in_mins;
     const char *lr_wsd_decay_style;
+    double decoupled_lr, decoupled_min_lr; /* --decoupled-lr, --decoupled-min-lr */
+    lj_flag_list rampup_batch_size;        /* --rampup-batch-size START INCR SAMPLES */
     /* precision */
     int bf16, grad_reduce_in_bf16, accumulate_allreduce_grads_in_fp32;
     /* parallelism and launch */
@@ -79,12 +83,17 @@ lj_status lj_cli_megatron_model(const lj_cli_megatron *m, const char *tokenizer_
 
 /* The schedule in samples or iterations (Megatron's rules: --train-iters and --train-samples
  * exclude each other, as do the -iters and -samples forms of each length; the warm-up fraction
- * counts in the decay length; WSD needs --lr-wsd-decay-iters or -samples). In: *train_iters
- * (-1 when --train-iters is absent), the --lr-warmup-iters / --lr-decay-iters values (-1: absent)
- * and the decay style in s. Out: *train_iters and every length of s. Errors: LJ_ERR_ARG naming
- * the flags. */
+ * counts in the decay length; WSD needs --lr-wsd-decay-iters or -samples), the decoupled learning
+ * rate and the batch-size ramp-up. In: *train_iters (-1 when --train-iters is absent), the
+ * --lr-warmup-iters / --lr-decay-iters values (-1: absent), --lr, --min-lr and the decay style in
+ * s. Out: *train_iters, every length of s, s->decoupled_lr and s->decoupled_min_lr (default
+ * --min-lr, as Megatron-LM's) with adamw->decoupled_lr set when --decoupled-lr is given (a
+ * --decoupled-min-lr without it changes nothing, as in Megatron-LM, and `print` says so), and
+ * *rampup (start 0 without --rampup-batch-size; it needs --train-samples, and then the iterations
+ * are Megatron's update_train_iters of the ramp-up). Errors: LJ_ERR_ARG naming the flags. */
 lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int global_batch_size, int warmup_iters,
-                                   int decay_iters, int *train_iters, lj_lr_schedule *s);
+                                   int decay_iters, int print, int *train_iters, lj_lr_schedule *s,
+                                   lj_adamw_config *adamw, lj_batch_rampup *rampup);
 
 /* The parallelism and precision flags against what this run can do: tensor, pipeline, context
  * and expert parallel sizes above 1 are refused with what ljperf offers instead;

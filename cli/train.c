@@ -609,8 +609,14 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
     c->global_batch_size = gbs > 0 ? gbs : c->micro_batch_size * world;
     int train_iters = a.train_iters;
-    LJ_TRY(lj_cli_megatron_schedule(mg, c->global_batch_size, a.warmup_iters, a.decay_iters, &train_iters, &c->lr));
+    LJ_TRY(lj_cli_megatron_schedule(mg, c->global_batch_size, a.warmup_iters, a.decay_iters, rank0, &train_iters,
+                                    &c->lr, &c->adamw, &c->rampup));
     c->train_iters = train_iters;
+    if (c->lr.deepspeed.type != LJ_DS_SCHEDULER_NONE && (c->adamw.decoupled_lr || c->rampup.start > 0))
+        return lj_fail(LJ_ERR_ARG, "%s with %s's \"scheduler\": DeepSpeed's schedulers have one learning rate and a "
+                                   "constant batch; drop the \"scheduler\" block to use Megatron-LM's schedule (--lr, "
+                                   "--lr-decay-style, ...)",
+                       c->adamw.decoupled_lr ? "--decoupled-lr" : "--rampup-batch-size", ds_path);
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;

@@ -62,6 +62,8 @@ typedef struct {
     lj_doc_mask doc_mask;   /* document masking in packed sequences (data/docmask.h; training and
                                evaluation, not generation): all off by default, and then the model runs
                                exactly the plain causal path */
+    int lr_groups;          /* training: AdamW's learning-rate groups, each with its set of step scalars
+                               in adamw_scalars (ops.h LJ_ADAMW_LR_GROUPS; 0 is taken as 1) */
 } lj_model_options;
 
 /* Per-layer activations. Under recompute, pointers that are not kept alias shared
@@ -147,8 +149,9 @@ struct lj_model {
     float *adam_v;       /* [shard_numel] f32 (training); adam_m and adam_v are host memory under
                             optimizer offload */
     float *grad_norm_sq; /* [1] f32 */
-    float *adamw_scalars; /* [LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias corrections
-                             (ops.h), uploaded before the optimizer step runs or its graph is launched */
+    float *adamw_scalars; /* [lr groups][LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias
+                             corrections per lr group (ops.h), uploaded before the optimizer step
+                             runs or its graph is launched */
     float *dist_scalars; /* [3] f32 (training): values summed across data-parallel ranks (loss, stop, out of time) */
 
     /* inputs and activations */
@@ -261,6 +264,10 @@ void *lj_model_grad(const lj_model *m, int index);
 /* 1 when this rank holds only a shard of the parameters themselves (ZeRO-3 over several ranks):
  * m->params is that shard, in the residency's order. */
 static inline int lj_model_shards_params(const lj_model *m) { return m->residency && m->residency->shards_params; }
+
+/* AdamW's learning-rate groups of a training model (opt.lr_groups, at least 1): the sets of step
+ * scalars m->adamw_scalars holds. */
+static inline int lj_model_lr_groups(const lj_model *m) { return m->opt.lr_groups > 1 ? m->opt.lr_groups : 1; }
 
 /* Zeroes the gradient buffer (m->grad_numel elements of the grad dtype), in stream order:
  * once per optimizer step, before the first micro-batch's backward. Under ZeRO-2/3 over several

@@ -31,12 +31,18 @@
 #include "base/base.h"
 #include "base/fp8.h"
 
+/* The learning-rate groups of AdamW: each has its own set of per-step scalars (its own lr on the
+ * same schedule shape). Group 0 is the main learning rate (Megatron-LM's --lr); group 1 the
+ * embedding and output layer's under --decoupled-lr. */
+#define LJ_ADAMW_LR_GROUPS 2
+
 /* One contiguous range of the flat parameter buffer updated by AdamW with its own weight
- * decay (norms and embeddings get none unless asked). */
+ * decay (norms and embeddings get none unless asked) and learning-rate group. */
 typedef struct {
     int64_t offset; /* elements from the start of the flat buffers */
     int64_t count;  /* elements */
     float weight_decay;
+    int lr_group;   /* which set of step scalars the range reads: 0 .. LJ_ADAMW_LR_GROUPS - 1 */
 } lj_adamw_segment;
 
 /* AdamW. Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019),
@@ -53,7 +59,8 @@ typedef struct {
  *   - the per-step scalars (lr and the bias corrections of step t), f32 in backend memory
  *     (device memory on a GPU, host memory on the CPU), read by the update when it runs: the
  *     host fills them with lj_adamw_step_scalars and uploads them, in stream order, before
- *     the step (before the graph launch). */
+ *     the step (before the graph launch). One set per learning-rate group, the sets back to
+ *     back: a segment of group k reads step_scalars[k * LJ_ADAMW_NUM_SCALARS ..]. */
 typedef struct {
     float beta1, beta2, eps;
     float max_grad_norm;   /* <= 0: no clipping */
@@ -492,8 +499,9 @@ struct lj_ops {
     /* AdamW over every segment of the flat buffers, in one pass. master[n] f32 is updated;
      * params[n] (param dtype) receives the rounded copy, unless params == master (CPU).
      * hp: the fixed hyper-parameters (by value: baked into a captured graph);
-     * step_scalars: [LJ_ADAMW_NUM_SCALARS] f32 in backend memory (lj_adamw_step_scalars,
-     * uploaded before the op runs; read on the device, so a replayed graph uses each step's);
+     * step_scalars: [G][LJ_ADAMW_NUM_SCALARS] f32 in backend memory, G above every segment's
+     * lr_group (lj_adamw_step_scalars per group, uploaded before the op runs; read on the
+     * device, so a replayed graph uses each step's);
      * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). A grad_norm_sq
      * that is inf or NaN skips the step: nothing is written (Megatron-LM's skipped iteration). */
     void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,

@@ -183,8 +183,7 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
     uint16_t *stage = o->stage;
     const int write_params = m->ops->param_dtype == LJ_DTYPE_BF16;
     const float clip = lj_cpu_adamw_clip(hp, norm_sq);
-    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = scalars[LJ_ADAMW_LR];
-    const float step_size = scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
     int64_t covered = 0; /* segments are in shard order and disjoint: [covered, offset) is a gap */
     for (int s = 0; s <= num_segments; s++) {
         const int64_t begin = s < num_segments ? segments[s].offset : S;
@@ -195,6 +194,8 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
         }
         if (s == num_segments) break;
         const lj_adamw_segment *seg = &segments[s];
+        const float *sc = scalars + (size_t)seg->lr_group * LJ_ADAMW_NUM_SCALARS; /* the segment's lr group */
+        const float lr = sc[LJ_ADAMW_LR], step_size = sc[LJ_ADAMW_STEP_SIZE], bc2_sqrt = sc[LJ_ADAMW_BC2_SQRT];
         const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
         float *p = m->master, *ms = m->adam_m, *vs = m->adam_v;
 #pragma omp parallel for schedule(static)
@@ -208,10 +209,11 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
 }
 
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                       float lr, int step, float norm_sq) {
+                       lj_adamw_lr lr, int step, float norm_sq) {
     lj_offload *o = lj_offload_of(m);
-    float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars(scalars, hp, lr, step);
+    float scalars[LJ_ADAMW_LR_GROUPS * LJ_ADAMW_NUM_SCALARS];
+    for (int g = 0; g < lj_model_lr_groups(m); g++)
+        lj_adamw_step_scalars(scalars + g * LJ_ADAMW_NUM_SCALARS, hp, lr.lr[g], step);
     const lj_ops *cpu = lj_ops_cpu();
     const double t0 = lj_time_sec();
     if (m->ops->grad_dtype == LJ_DTYPE_F32) {

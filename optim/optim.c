@@ -6,16 +6,20 @@
 
 double lj_lr_at(const lj_lr_schedule *s, int it) {
     if (s->deepspeed.type != LJ_DS_SCHEDULER_NONE) return lj_lr_deepspeed_at(&s->deepspeed, s->lr, it);
-    const double n = (double)it * (double)(s->step_size > 0 ? s->step_size : 1);
+    return lj_lr_group_at(s, 0, (double)it * (double)(s->step_size > 0 ? s->step_size : 1));
+}
+
+double lj_lr_group_at(const lj_lr_schedule *s, int group, double n) {
+    const double max_lr = group ? s->decoupled_lr : s->lr, min_lr = group ? s->decoupled_min_lr : s->min_lr;
     const double w = (double)s->warmup_steps, D = (double)s->decay_steps;
-    if (w > 0 && n <= w) return s->init_lr + (s->lr - s->init_lr) * n / w;
-    if (s->style == LJ_LR_CONSTANT) return s->lr;
-    if (n > D) return s->min_lr;
+    if (w > 0 && n <= w) return s->init_lr + (max_lr - s->init_lr) * n / w;
+    if (s->style == LJ_LR_CONSTANT) return max_lr;
+    if (n > D) return min_lr;
     if (s->style == LJ_LR_INVERSE_SQRT) {
-        const double lr = s->lr * sqrt(w > 1 ? w : 1) / sqrt(n > 1 ? n : 1);
-        return lr > s->min_lr ? lr : s->min_lr;
+        const double lr = max_lr * sqrt(w > 1 ? w : 1) / sqrt(n > 1 ? n : 1);
+        return lr > min_lr ? lr : min_lr;
     }
-    if (D <= w) return s->min_lr;
+    if (D <= w) return min_lr;
     const double r = (n - w) / (D - w);
     double f;
     if (s->style == LJ_LR_LINEAR) f = 1.0 - r;
@@ -33,7 +37,7 @@ double lj_lr_at(const lj_lr_schedule *s, int it) {
             }
         }
     }
-    return s->min_lr + (s->lr - s->min_lr) * f;
+    return min_lr + (max_lr - min_lr) * f;
 }
 
 lj_status lj_lr_parse_style(const char *text, lj_lr_decay_style *style) {
@@ -75,6 +79,12 @@ float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg) {
     return decayed ? cfg->weight_decay : 0.0f;
 }
 
+int lj_adamw_param_group(const lj_param_info *p, const lj_adamw_config *cfg) {
+    return cfg->decoupled_lr && (!strcmp(p->name, "model.embed_tokens.weight") || !strcmp(p->name, "lm_head.weight"));
+}
+
+int lj_adamw_lr_groups(const lj_adamw_config *cfg) { return cfg->decoupled_lr ? 2 : 1; }
+
 double lj_lr_deepspeed_at(const lj_lr_deepspeed *s, double lr, int64_t step) {
     const lj_ds_scheduler type = s->type;
     if (type == LJ_DS_SCHEDULER_NONE) return lr;
@@ -115,12 +125,15 @@ int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg,
     for (int i = 0; i < layout->count; i++) {
         const lj_param_info *p = &layout->params[i];
         const float wd = lj_adamw_param_decay(p, cfg);
-        if (n > 0 && seg[n - 1].weight_decay == wd && seg[n - 1].offset + seg[n - 1].count == p->offset) {
+        const int group = lj_adamw_param_group(p, cfg);
+        if (n > 0 && seg[n - 1].weight_decay == wd && seg[n - 1].lr_group == group &&
+            seg[n - 1].offset + seg[n - 1].count == p->offset) {
             seg[n - 1].count += p->numel;
         } else {
             seg[n].offset = p->offset;
             seg[n].count = p->numel;
             seg[n].weight_decay = wd;
+            seg[n].lr_group = group;
             n++;
         }
     }
@@ -140,8 +153,53 @@ int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, 
         seg[n].offset = lo - begin;
         seg[n].count = hi - lo;
         seg[n].weight_decay = segments[i].weight_decay;
+        seg[n].lr_group = segments[i].lr_group;
         n++;
     }
     *out = seg;
     return n;
+}
+
+lj_status lj_rampup_check(const lj_batch_rampup *r) {
+    const long long s = (long long)r->start, i = (long long)r->increment, n = (long long)r->samples;
+    const long long g = (long long)r->global_batch_size;
+    if (s <= 0 || i <= 0 || n <= 0)
+        return lj_fail(LJ_ERR_ARG, "--rampup-batch-size %lld %lld %lld: the start batch, the increment and the ramp-up "
+                                   "samples must be positive", s, i, n);
+    if (s >= g)
+        return lj_fail(LJ_ERR_ARG, "--rampup-batch-size %lld %lld %lld: the start batch must be below "
+                                   "--global-batch-size %lld (the batch it ramps up to; for a constant batch leave "
+                                   "--rampup-batch-size out)", s, i, n, g);
+    if ((g - s) % i != 0)
+        return lj_fail(LJ_ERR_ARG, "--rampup-batch-size %lld %lld %lld: --global-batch-size %lld minus the start batch "
+                                   "(%lld) must be a multiple of the increment %lld (Megatron-LM's rule)", s, i, n, g,
+                       g - s, i);
+    return LJ_OK;
+}
+
+int64_t lj_rampup_batch(const lj_batch_rampup *r, int64_t consumed) {
+    if (r->start <= 0 || consumed > r->samples) return r->global_batch_size;
+    /* Python: rampup_samples_per_increment = ramup_samples / num_increments (a float), then
+     * steps = int(consumed_samples / rampup_samples_per_increment) */
+    const int64_t increments = (r->global_batch_size - r->start) / r->increment;
+    const double per_increment = (double)r->samples / (double)increments;
+    const int64_t steps = (int64_t)((double)consumed / per_increment);
+    const int64_t batch = r->start + steps * r->increment;
+    return batch < r->global_batch_size ? batch : r->global_batch_size;
+}
+
+int64_t lj_rampup_consumed(const lj_batch_rampup *r, int64_t iterations) {
+    int64_t consumed = 0, it = 0;
+    for (; it < iterations && r->start > 0 && consumed <= r->samples; it++) consumed += lj_rampup_batch(r, consumed);
+    return consumed + (iterations - it) * r->global_batch_size; /* past the ramp: G each */
+}
+
+int64_t lj_rampup_train_iters(const lj_batch_rampup *r, int64_t train_samples) {
+    int64_t consumed = 0, iterations = 0;
+    while (consumed <= r->samples && consumed <= train_samples) {
+        consumed += lj_rampup_batch(r, consumed);
+        iterations++;
+    }
+    if (train_samples > consumed) iterations += (train_samples - consumed) / r->global_batch_size;
+    return iterations;
 }

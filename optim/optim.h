@@ -54,6 +54,8 @@ typedef struct {
     int64_t wsd_decay_steps;/* WSD: length of the final anneal (--lr-wsd-decay-iters / -samples) */
     lj_lr_wsd_style wsd_style;
     int64_t step_size;      /* steps one iteration counts (<= 0: 1) */
+    double decoupled_lr;    /* lr group 1's peak (--decoupled-lr; used only when lj_adamw_config.decoupled_lr) */
+    double decoupled_min_lr;/* its floor (--decoupled-min-lr; default --min-lr) */
     lj_lr_deepspeed deepspeed; /* a DeepSpeed config's scheduler; when its type is not NONE it gives the LR
                                   (from lr) instead of the fields above */
 } lj_lr_schedule;
@@ -73,6 +75,45 @@ typedef struct {
  * here: the first iteration takes n = step_size). With a DeepSpeed scheduler (s->deepspeed.type not
  * NONE): lj_lr_deepspeed_at(&s->deepspeed, lr, it), `it` being the optimizer step. */
 double lj_lr_at(const lj_lr_schedule *s, int it);
+
+/* The LR of lr group `group` after n schedule steps (Megatron's num_steps: iterations, or
+ * samples under --train-samples), by the formulas of lj_lr_at with the group's peak and floor:
+ * group 0 lr and min_lr, group 1 decoupled_lr and decoupled_min_lr (Megatron's param groups
+ * with max_lr / min_lr overrides; warm-up start, lengths and decay style are shared, as there).
+ * No DeepSpeed scheduler. lj_lr_at(s, it) without one is lj_lr_group_at(s, 0, it * step_size). */
+double lj_lr_group_at(const lj_lr_schedule *s, int group, double n);
+
+/* Megatron-LM's batch-size ramp-up (--rampup-batch-size START INCR SAMPLES with
+ * --global-batch-size G; RampupBatchsizeNumMicroBatchesCalculator,
+ * megatron/core/num_microbatches_calculator.py): the global batch starts at START and grows by
+ * INCR, (G - START) / INCR times, one increment per SAMPLES / ((G - START) / INCR) consumed samples,
+ * up to G once more than SAMPLES samples are consumed. The micro-batch size stays fixed: the
+ * number of micro-batches per iteration grows. */
+typedef struct {
+    int64_t start;             /* START (0: no ramp-up, the batch is G throughout) */
+    int64_t increment;         /* INCR */
+    int64_t samples;           /* SAMPLES */
+    int64_t global_batch_size; /* G */
+} lj_batch_rampup;
+
+/* The ramp-up's rules (Megatron's asserts, where Megatron would fail later or divide by zero):
+ * START, INCR and SAMPLES positive, START below G, G - START a multiple of INCR. Errors: LJ_ERR_ARG
+ * naming --rampup-batch-size and the values. */
+lj_status lj_rampup_check(const lj_batch_rampup *r);
+
+/* The global batch of the iteration that starts after `consumed` samples (Megatron's
+ * update_num_microbatches(consumed) then get_current_global_batch_size()): G when consumed >
+ * SAMPLES, else START + INCR * int(consumed / (SAMPLES / n)) with n = (G - START) / INCR, the
+ * divisions in double as Python computes them. Without a ramp-up (start 0): G. */
+int64_t lj_rampup_batch(const lj_batch_rampup *r, int64_t consumed);
+
+/* The samples consumed by the first `iterations` iterations (the sum of their batches). */
+int64_t lj_rampup_consumed(const lj_batch_rampup *r, int64_t iterations);
+
+/* The iterations of a run of `train_samples` samples (Megatron's update_train_iters): the ramp's
+ * iterations while the consumed samples are at most SAMPLES and at most train_samples (the last
+ * one may pass train_samples), then (train_samples - consumed) / G full batches. */
+int64_t lj_rampup_train_iters(const lj_batch_rampup *r, int64_t train_samples);
 
 /* Parses "constant", "linear", "cosine", "inverse-square-root", "WSD". Errors: LJ_ERR_ARG
  * naming --lr-decay-style. */
@@ -99,13 +140,39 @@ typedef struct {
     lj_wd_rule wd_rule;
     int wd_qk_norm;            /* LJ_WD_MEGATRON: decay QK-norm's weights too
                                   (--apply-wd-to-qk-layernorm, the Qwen3-Next recipe) */
+    int decoupled_lr;          /* 1: the embedding and the output layer are lr group 1 (--decoupled-lr) */
 } lj_adamw_config;
 
 /* The weight decay of parameter p under cfg: cfg->weight_decay or 0. */
 float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg);
 
+/* The lr group of parameter p under cfg (ops.h LJ_ADAMW_LR_GROUPS): 1 for the input embedding
+ * (model.embed_tokens.weight, which is also the output layer when tied) and the output layer
+ * (lm_head.weight) when cfg->decoupled_lr, else 0. Megatron-LM: the parameters marked
+ * is_embedding_or_output_parameter (language_module.py: word_embeddings.weight and
+ * output_layer.weight) take --decoupled-lr (get_standard_config_overrides,
+ * megatron/core/optimizer/__init__.py). */
+int lj_adamw_param_group(const lj_param_info *p, const lj_adamw_config *cfg);
+
+/* The learning rates of one step, one per lr group (ops.h LJ_ADAMW_LR_GROUPS); with one group
+ * in use, [1] is not read. */
+typedef struct {
+    float lr[LJ_ADAMW_LR_GROUPS];
+} lj_adamw_lr;
+
+/* Every group at `lr` (a run with one lr group, tests). */
+static inline lj_adamw_lr lj_adamw_lr_of(float lr) {
+    lj_adamw_lr r;
+    for (int g = 0; g < LJ_ADAMW_LR_GROUPS; g++) r.lr[g] = lr;
+    return r;
+}
+
+/* The lr groups a config's segments use: 2 with decoupled_lr, else 1. */
+int lj_adamw_lr_groups(const lj_adamw_config *cfg);
+
 /* The AdamW segments of a parameter layout: one per run of adjacent parameters with the same
- * weight decay (lj_adamw_param_decay). Returns the count; *segments is heap-allocated. */
+ * weight decay (lj_adamw_param_decay) and lr group (lj_adamw_param_group). Returns the count;
+ * *segments is heap-allocated. */
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments);
 
 /* The segments restricted to the slice [begin, begin + count) of the flat buffers, with offsets

@@ -20,7 +20,8 @@ void lj_optim_plan(lj_model *m, lj_buffer_walker *w) {
         m->adam_v = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
     }
     m->grad_norm_sq = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
-    m->adamw_scalars = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", LJ_ADAMW_NUM_SCALARS * 4) : NULL;
+    const size_t scalars = (size_t)lj_model_lr_groups(m) * LJ_ADAMW_NUM_SCALARS * 4; /* a set per lr group */
+    m->adamw_scalars = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adamw_scalars", scalars) : NULL;
     m->dist_scalars = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "dist_scalars", 12) : NULL;
 }
 
@@ -29,10 +30,11 @@ lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg) {
     return hp;
 }
 
-void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step) {
-    float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars(scalars, hp, lr, step);
-    m->ops->upload(m->adamw_scalars, scalars, sizeof scalars);
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, lj_adamw_lr lr, int step) {
+    float scalars[LJ_ADAMW_LR_GROUPS * LJ_ADAMW_NUM_SCALARS];
+    const int groups = lj_model_lr_groups(m);
+    for (int g = 0; g < groups; g++) lj_adamw_step_scalars(scalars + g * LJ_ADAMW_NUM_SCALARS, hp, lr.lr[g], step);
+    m->ops->upload(m->adamw_scalars, scalars, (size_t)groups * LJ_ADAMW_NUM_SCALARS * sizeof(float));
 }
 
 void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n) {
@@ -71,6 +73,7 @@ uint64_t lj_optim_local_key(const lj_optim_local *u) {
         key = lj_hash(key, &u->segments[i].offset, sizeof u->segments[i].offset);
         key = lj_hash(key, &u->segments[i].count, sizeof u->segments[i].count);
         key = lj_hash(key, &u->segments[i].weight_decay, sizeof u->segments[i].weight_decay);
+        key = lj_hash(key, &u->segments[i].lr_group, sizeof u->segments[i].lr_group);
     }
     return key;
 }

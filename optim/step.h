@@ -12,7 +12,8 @@
 /* The optimizer's plan entry (model/buffers.h): the f32 master weights of this rank's shard (on an
  * f32 backend the params at the shard, no buffer), the gradient buffer it steps from
  * (m->grad_numel elements of the grad dtype), the AdamW moments, and the scalars of the step
- * (the squared norm, lj_adamw_hparams' per-step scalars, the values summed across ranks); under
+ * (the squared norm, lj_adamw_hparams' per-step scalars of each lr group, the values summed across
+ * ranks); under
  * optimizer offload the master weights and moments are its host memory (lj_offload_plan).
  * Training only; an inference model keeps none of them. */
 void lj_optim_plan(lj_model *m, lj_buffer_walker *w);
@@ -20,9 +21,10 @@ void lj_optim_plan(lj_model *m, lj_buffer_walker *w);
 /* The fixed AdamW hyper-parameters of a config (ops.h lj_adamw_hparams). */
 lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg);
 
-/* Uploads the AdamW scalars of step `step` at `lr` (lj_adamw_step_scalars) to
- * m->adamw_scalars, in stream order before the update (or the captured step) that reads them. */
-void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step);
+/* Uploads the AdamW scalars of step `step` (lj_adamw_step_scalars) at lr.lr[g] for each lr group g
+ * of the model (lj_model_lr_groups) to m->adamw_scalars, in stream order before the update (or
+ * the captured step) that reads them. */
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, lj_adamw_lr lr, int step);
 
 /* m->grad_norm_sq (device f32) = the sum of squares of grad_shard[n] (grad dtype). */
 void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n);

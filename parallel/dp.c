@@ -132,13 +132,16 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
     for (int i = 0; i < n; i++) {
         const lj_param_info *p = &m->layout.params[pieces[i].param];
         const float wd = lj_adamw_param_decay(p, cfg);
+        const int group = lj_adamw_param_group(p, cfg);
         const int64_t count = pieces[i].end - pieces[i].begin;
-        if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
+        if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].lr_group == group &&
+            seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
             seg[k - 1].count += count;
         } else {
             seg[k].offset = pieces[i].shard_offset;
             seg[k].count = count;
             seg[k].weight_decay = wd;
+            seg[k].lr_group = group;
             k++;
         }
     }
@@ -149,7 +152,7 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
 
 /* Optimizer offload: the host halves (optim/offload.h) around the norm's all-reduce. */
 static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *seg,
-                           int nseg, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
+                           int nseg, const lj_adamw_hparams *hp, lj_adamw_lr lr, int step, int reduce_norm) {
     float norm_sq = lj_offload_grad_norm_sq(m, grad_shard, n_grad);
     if (reduce_norm) { /* summed over the ranks through the device scalar */
         m->ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
@@ -163,7 +166,7 @@ static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64
 /* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
  * whole shard (its padding carries zeros) enters the norm and the update. */
 static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
-                         float lr, int step) {
+                         lj_adamw_lr lr, int step) {
     lj_zero3_step_begin(m);
     if (lj_offload_of(m)) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
     lj_optim_norm_sq(m, m->grads, m->shard_numel);
@@ -173,7 +176,7 @@ static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, in
 }
 
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                            const lj_adamw_config *cfg, float lr, int step) {
+                            const lj_adamw_config *cfg, lj_adamw_lr lr, int step) {
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = lj_adamw_hparams_of(cfg);
     lj_optim_upload_scalars(m, &hp, lr, step);
@@ -212,7 +215,7 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
 }
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                        const lj_adamw_config *cfg, float lr, int step, float dloss) {
+                        const lj_adamw_config *cfg, lj_adamw_lr lr, int step, float dloss) {
     if (dp->world > 1 || m->residency || lj_offload_of(m)) {
         /* collectives, or the offloaded update's host work, between the backward and the update:
          * not captured */

@@ -14,7 +14,19 @@
 #   4. --weight-decay groups: every parameter but biases and 1-D ones (the norms) is decayed, the
 #      embedding and lm_head included: the second update with --weight-decay 0.1 and 0 differs by
 #      exactly -lr * wd * w on the decayed tensors (within 1%) and by nothing on the others;
-#   5. --ckpt-format torch_dist says that the checkpoint is ljperf's own format.
+#   5. --ckpt-format torch_dist says that the checkpoint is ljperf's own format;
+#   6. --decoupled-lr / --decoupled-min-lr (Megatron's param group of is_embedding_or_output_parameter
+#      with its own max_lr / min_lr on the shared schedule): the logged decoupled lr of iterations
+#      1..20 is get_lr with those; the second update moves the embedding and lm_head by exactly
+#      get_lr_decoupled(1) / get_lr(1) times what it moves them without the flag (within 1e-4), and
+#      every other tensor bit for bit as without it; a --decoupled-lr equal to --lr changes no bit;
+#      with tied embeddings the shared weight takes it;
+#   7. --rampup-batch-size START INCR SAMPLES (RampupBatchsizeNumMicroBatchesCalculator and
+#      update_train_iters): the number of iterations, each iteration's global batch and consumed
+#      samples, and its logged lr (get_lr after the samples of iterations 1..k) are Megatron's; the
+#      first two iterations (batch 2) equal a constant --global-batch-size 2 run bit for bit; a
+#      checkpoint is saved at each batch change, a resume from one continues the losses bit for
+#      bit, and a resume with another ramp-up is refused.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -44,11 +56,44 @@ train() { # NAME FLAGS...
   "$LJPERF" train --device cpu --seed 11 --quiet "${mg[@]}" "$@" --log-json "$tmp/$name.jsonl" >/dev/null \
     2>"$tmp/$name.err" || { cat "$tmp/$name.err"; fail "train $name"; }
 }
-train sched --data-path "$tmp/a" --train-iters 20 --weight-decay 0.1
+train sched --data-path "$tmp/a" --train-iters 20 --weight-decay 0.1 --decoupled-lr 1e-2 --decoupled-min-lr 1e-3
 train one-a --data-path "$tmp/a" --train-iters 1 --weight-decay 0.1 --save "$tmp/one-a"
 train one-b --data-path "$tmp/b" --train-iters 1 --weight-decay 0.1 --save "$tmp/one-b"
 train two-wd --data-path "$tmp/a" --train-iters 2 --weight-decay 0.1 --save "$tmp/two-wd"
 train two-nowd --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-nowd"
+train two-dec --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-dec" --decoupled-lr 1e-2 \
+  --decoupled-min-lr 1e-3
+train two-same --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/two-same" --decoupled-lr 3e-3
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$tmp/model.json" > "$tmp/model-tied.json"
+train tied --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/tied" --model "$tmp/model-tied.json" \
+  --save-interval 1 --keep-last 0
+train tied-dec --data-path "$tmp/a" --train-iters 2 --weight-decay 0 --save "$tmp/tied-dec" \
+  --model "$tmp/model-tied.json" --decoupled-lr 1e-2
+# 7. the ramp-up: micro-batch 2, batches 2, 2, 4, 6, 8, ... (3 increments of 4 samples), in samples
+ramp=(--model "$tmp/model.json" --seq-length 64 --micro-batch-size 2 --global-batch-size 8 --lr 3e-3 --min-lr 3e-4
+      --lr-warmup-init 0 --lr-warmup-samples 8 --lr-decay-samples 32 --lr-decay-style cosine --clip-grad 1.0
+      --eval-iters 0 --hf-dtype fp32 --data-path "$tmp/a" --weight-decay 0.1 --no-save-hf)
+rtrain() { # NAME FLAGS...
+  local name=$1; shift
+  "$LJPERF" train --device cpu --seed 11 --quiet "${ramp[@]}" "$@" --log-json "$tmp/$name.jsonl" >/dev/null \
+    2>"$tmp/$name.err" || { cat "$tmp/$name.err"; fail "train $name"; }
+}
+rtrain ramp --train-samples 40 --rampup-batch-size 2 2 12 --save "$tmp/ramp" --keep-last 0
+rtrain const2 --train-samples 8 --global-batch-size 2
+for it in 2 3 4 7; do
+  [ -d "$tmp/ramp/iter_000000$it" ] || fail "--rampup-batch-size: no checkpoint at iteration $it ($(ls "$tmp/ramp"))"
+done
+[ "$(grep -c "ramping up batch size from" "$tmp/ramp.err")" = 3 ] || fail "--rampup-batch-size: not 3 ramp-up lines"
+echo "ok: --rampup-batch-size saves at each batch change (iterations 2, 3, 4) and at the end"
+rtrain ramp-resume --train-samples 40 --rampup-batch-size 2 2 12 --load "$tmp/ramp/iter_0000003" \
+  --save "$tmp/ramp-resume"
+if "$LJPERF" train --device cpu --seed 11 --quiet "${ramp[@]}" --train-samples 40 --rampup-batch-size 2 2 16 \
+     --load "$tmp/ramp/iter_0000003" >/dev/null 2>"$tmp/ramp-other.err"; then
+  fail "a resume with another --rampup-batch-size was not refused"
+fi
+grep -q "run.rampup_batch_size is 2 2 12 in the checkpoint but --rampup-batch-size is 2 2 16" "$tmp/ramp-other.err" ||
+  fail "another ramp-up: $(tail -1 "$tmp/ramp-other.err")"
+echo "ok: a resume with another --rampup-batch-size is refused"
 # 5. --ckpt-format torch_dist is not taken to mean Megatron's format: the run says what it writes
 "$LJPERF" train --device cpu --seed 11 "${mg[@]}" --data-path "$tmp/a" --train-iters 1 --ckpt-format torch_dist \
   --save "$tmp/dist" >"$tmp/dist.out" 2>&1 || { cat "$tmp/dist.out"; fail "train --ckpt-format torch_dist"; }
@@ -79,9 +124,17 @@ for r in rows:
     if abs(r["lr"] - want) > 1e-7 * max(want, 1e-30) + 1e-12:
         sys.exit(f"iteration {r['iteration']}: logged lr {r['lr']!r}, Megatron's get_lr({r['iteration']}) = {want!r}")
 print("ok: the logged lr of iterations 1..20 is Megatron's get_lr after k scheduler steps")
+for r in rows:
+    want = get_lr(r["iteration"], max_lr=1e-2, min_lr=1e-3)
+    if abs(r["decoupled_lr"] - want) > 1e-7 * max(want, 1e-30) + 1e-12:
+        sys.exit(f"iteration {r['iteration']}: logged decoupled lr {r['decoupled_lr']!r}, Megatron's get_lr of the "
+                 f"decoupled group = {want!r}")
+print("ok: the logged decoupled lr of iterations 1..20 is get_lr with --decoupled-lr / --decoupled-min-lr")
 
-def tensors(run):
-    path = f"{tmp}/{run}/iter_{'0000001' if run.startswith('one') else '0000002'}/hf/model.safetensors"
+def tensors(run, iteration=None):
+    if iteration is None:
+        iteration = 1 if run.startswith("one") else 2
+    path = f"{tmp}/{run}/iter_{iteration:07d}/hf/model.safetensors"
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     head = json.loads(raw[8:8 + n])
@@ -142,5 +195,74 @@ need = {"model.embed_tokens.weight", "lm_head.weight"}
 if not need <= set(decayed):
     sys.exit(f"the embedding and lm_head must be decayed (Megatron's groups): decayed {sorted(decayed)[:4]}...")
 print(f"ok: --weight-decay on {len(decayed)} tensors (embedding and lm_head included), none on norms")
+
+# 6. the decoupled group: update 2 (lr get_lr(1) and its decoupled twin) from the same moments and
+# weights (update 1 moved nothing), no decay: the step is -lr * u with the same u in both runs
+ratio_want = get_lr(1, max_lr=1e-2, min_lr=1e-3) / get_lr(1)
+def decoupled_check(plain, dec, init, want):
+    p, d = tensors(plain), tensors(dec)
+    for name, (shape, w0) in init.items():
+        dp = [x - y for x, y in zip(p[name][1], w0)]
+        dd = [x - y for x, y in zip(d[name][1], w0)]
+        if name in want:
+            ratio = sum(x * y for x, y in zip(dd, dp)) / sum(x * x for x in dp)
+            if abs(ratio - ratio_want) > 1e-4 * ratio_want:
+                sys.exit(f"{dec}: {name} moved {ratio:.6g} x the plain step, Megatron's decoupled/main lr = "
+                         f"{ratio_want:.6g}")
+        elif d[name][1] != p[name][1]:
+            sys.exit(f"{dec}: {name} differs from the run without --decoupled-lr, but only the embedding and the "
+                     "output layer take it")
+decoupled_check("two-nowd", "two-dec", a, {"model.embed_tokens.weight", "lm_head.weight"})
+if tensors("two-same") != tensors("two-nowd"):
+    sys.exit("--decoupled-lr equal to --lr (and its floor --min-lr) changed the weights: it must change nothing")
+# tied: the one shared weight takes the decoupled lr; the init is the state after update 1 (no move)
+decoupled_check("tied", "tied-dec", tensors("tied", 1), {"model.embed_tokens.weight"})
+print(f"ok: --decoupled-lr moves the embedding and lm_head {ratio_want:.4g} x, every other tensor bit for bit as --lr;"
+      " equal to --lr it changes nothing")
+print("ok: with tied embeddings the shared weight takes --decoupled-lr")
+
+# 7. Megatron's RampupBatchsizeNumMicroBatchesCalculator.update and update_train_iters
+START, INCR, RAMP, GBS, TRAIN_SAMPLES = 2, 2, 12, 8, 40
+def ramp_batch(consumed):
+    if consumed > RAMP:
+        return GBS
+    per_increment = RAMP / ((GBS - START) // INCR)
+    return START + int(consumed / per_increment) * INCR
+def ramp_train_iters():
+    iterations = consumed = 0
+    while consumed <= RAMP and consumed <= TRAIN_SAMPLES:
+        consumed += ramp_batch(consumed)
+        iterations += 1
+    if TRAIN_SAMPLES > consumed:
+        iterations += (TRAIN_SAMPLES - consumed) // GBS
+    return iterations
+def jsonl(name):
+    return [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if '"loss"' in l]
+rows = jsonl("ramp")
+n = ramp_train_iters()
+if [r["iteration"] for r in rows] != list(range(1, n + 1)):
+    sys.exit(f"ramp.jsonl: iterations {[r['iteration'] for r in rows]}, Megatron's update_train_iters gives 1..{n}")
+consumed, batches = 0, []
+for r in rows:
+    b = ramp_batch(consumed)  # the batch of the iteration that starts after `consumed` samples
+    consumed += b             # the scheduler steps by the batch: lr logged = get_lr(consumed)
+    batches.append(b)
+    want = get_lr(consumed, warmup=8, decay=32)
+    if r["global_batch_size"] != b or r["consumed_samples"] != consumed:
+        sys.exit(f"iteration {r['iteration']}: batch {r['global_batch_size']}, consumed {r['consumed_samples']}; "
+                 f"Megatron's calculator gives batch {b}, consumed {consumed}")
+    if abs(r["lr"] - want) > 1e-7 * max(want, 1e-30) + 1e-12:
+        sys.exit(f"iteration {r['iteration']}: logged lr {r['lr']!r}, Megatron's get_lr({consumed} samples) = {want!r}")
+print(f"ok: --rampup-batch-size 2 2 12: {n} iterations of batches {batches}, consumed samples and lr as Megatron's")
+const = jsonl("const2")
+if [r["loss"] for r in rows[:2]] != [r["loss"] for r in const[:2]]:
+    sys.exit(f"the ramp's first two iterations (batch 2) {[r['loss'] for r in rows[:2]]} differ from a constant "
+             f"--global-batch-size 2 run's {[r['loss'] for r in const[:2]]}")
+print("ok: the ramp's iterations of batch 2 equal a constant --global-batch-size 2 run bit for bit")
+resumed = jsonl("ramp-resume")
+if [(r["iteration"], r["loss"]) for r in resumed] != [(r["iteration"], r["loss"]) for r in rows[3:]]:
+    sys.exit(f"the resume from iteration 3 {[(r['iteration'], r['loss']) for r in resumed]} differs from the "
+             f"uninterrupted run {[(r['iteration'], r['loss']) for r in rows[3:]]}")
+print(f"ok: a resume from iteration 3 (mid ramp-up) continues the losses of iterations 4..{n} bit for bit")
 EOF
 echo "PASS"

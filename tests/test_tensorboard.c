@@ -430,7 +430,7 @@ static void test_cost_per_iteration(void **state) {
         assert_int_equal(lj_train_tb_open(&tb, &c, 1, 1 << 20), LJ_OK);
         const double t0 = lj_time_sec();
         for (int i = 1; i <= n; i++) {
-            const lj_train_tb_step s = {i, (int64_t)i * 8, 8, 5.0, 3e-4, 1.0, 0.0015};
+            const lj_train_tb_step s = {i, (int64_t)i * 8, 8, 5.0, 3e-4, 1.0, 0.0015, 0, 0.0};
             lj_train_tb_iteration(&tb, &s);
         }
         const double dt = lj_time_sec() - t0;

@@ -7,7 +7,8 @@
 #     values --log-json has (as 32-bit floats); iteration-time, throughput, tokens-per-sec and
 #     memory at each log line; validation loss and ppl after each evaluation;
 #   - a resumed run adds a second event file that continues the steps; with 2 ranks only rank 0
-#     writes;
+#     writes; with --decoupled-lr the decoupled-learning-rate tag, and under --rampup-batch-size
+#     batch-size is each iteration's batch;
 #   - the DeepSpeed config's tensorboard section (output_path/job_name), its wandb section and
 #     --wandb-project print how W&B imports the files;
 #   - bad input: a directory below a regular file, a bad DeepSpeed tensorboard section, a zero
@@ -96,6 +97,25 @@ check_run "$tmp/events2.json" "$tmp/run.jsonl" 8 9 3 9 || fail "resumed event co
 n=$(read_events "$tmp/tb2" | $py -c 'import json,sys; print([s for s, _, _ in json.load(sys.stdin)["scalars"]["lm loss"]])')
 [ "$n" = "[1, 2, 3]" ] || fail "2 ranks: lm loss steps $n"
 echo "2 ranks: one event file (rank 0), iterations 1-3"
+
+# 2c. --decoupled-lr and --rampup-batch-size: the decoupled group's tag and each iteration's batch
+"$LJPERF" train --model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2 \
+  --global-batch-size 6 --rampup-batch-size 2 2 8 --train-samples 30 --lr 3e-3 --lr-warmup-samples 4 \
+  --decoupled-lr 1e-2 --seed 7 --eval-iters 0 --quiet --tensorboard-dir "$tmp/tb3" --log-json "$tmp/dec.jsonl" \
+  >/dev/null 2>"$tmp/dec.err" || { cat "$tmp/dec.err"; fail "--decoupled-lr --rampup-batch-size"; }
+read_events "$tmp/tb3" > "$tmp/events3.json" || fail "the --decoupled-lr event file"
+$py - "$tmp/events3.json" "$tmp/dec.jsonl" <<'PY' || fail "--decoupled-lr / --rampup-batch-size tags"
+import json, struct, sys
+sc = json.load(open(sys.argv[1]))["scalars"]
+rows = [json.loads(l) for l in open(sys.argv[2]) if '"loss"' in l]
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+dec = [(s, v) for s, v, _ in sc["decoupled-learning-rate"]]
+assert dec == [(r["iteration"], f32(r["decoupled_lr"])) for r in rows], f"decoupled-learning-rate {dec}"
+bs = [(s, v) for s, v, _ in sc["batch-size"]]
+assert bs == [(r["iteration"], float(r["global_batch_size"])) for r in rows], f"batch-size {bs}"
+assert len({v for _, v in bs}) > 1, f"the batch did not ramp up: {bs}"
+print(f"decoupled-learning-rate at {len(dec)} iterations; batch-size follows the ramp-up: {[int(v) for _, v in bs]}")
+PY
 
 # 3. the DeepSpeed config's sections
 cat > "$tmp/ds.json" <<EOF

@@ -23,6 +23,8 @@
 #   - a killed rank stops the job with a non-zero exit within the timeout;
 #   - a DeepSpeed config with contradictory batch sizes is rejected with DeepSpeed's rule named;
 #   - stage 3 on one process runs as stage 0; a ZeRO stage that does not exist is refused by name;
+#   - --decoupled-lr with --rampup-batch-size on 3 ranks under ZeRO stages 1 and 3 equals 1 rank (the
+#     lr group follows the segments into each shard), and with optimizer offload bit for bit;
 #   - optimizer offload (--offload-optimizer cpu, with LJPERF_OFFLOAD_HOST_PATH=1 so that the host
 #     path runs on the CPU backend) under stages 1, 2, 3 gives bit-identical losses and final state
 #     to the run without it (2 ranks; stage 2 also on 3), an offloaded run resumes, a DeepSpeed
@@ -367,5 +369,25 @@ budget=$(( (p0 + p3) / 2 ))
   >"$tmp/abl.out" 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "--ablation under ZeRO-3 within $budget bytes"; }
 grep -q "^+CommOpt" "$tmp/abl.out" || { cat "$tmp/abl.out"; fail "--ablation under ZeRO-3: no +CommOpt row"; }
 echo "ablation under ZeRO-3 on 2 ranks within $budget bytes per rank (unsharded: $p0): $(grep -c '^[B+]' "$tmp/abl.out") rows"
+# --decoupled-lr and --rampup-batch-size under ZeRO: each shard's AdamW segments keep their lr group
+# (stage 1 cuts the flat segments, stage 3 the layer pieces), and every rank runs the ramp's batch
+ramp=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
+      --global-batch-size 12 --rampup-batch-size 6 6 12 --train-samples 48 --lr 3e-3 --lr-warmup-samples 6
+      --decoupled-lr 1e-2 --decoupled-min-lr 1e-4 --seed 11 --quiet --eval-iters 1)
+"$LJPERF" train "${ramp[@]}" --save "$tmp/d1" --log-json "$tmp/d1.jsonl" 2>"$tmp/d1.err" || { cat "$tmp/d1.err"; fail "ramp 1 rank"; }
+for stage in 1 3; do
+  mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS "$LJPERF" train "${ramp[@]}" --zero-stage $stage \
+    --save "$tmp/d$stage-3" --log-json "$tmp/d$stage-3.jsonl" 2>"$tmp/d.err" || { cat "$tmp/d.err"; fail "ramp stage $stage"; }
+  echo "--decoupled-lr with --rampup-batch-size 6 6 12, 1 rank vs 3 ranks, ZeRO stage $stage:"
+  compare "$tmp/d1.jsonl" "$tmp/d$stage-3.jsonl" "$tmp/d1" "$tmp/d$stage-3" || fail "decoupled lr and ramp-up, stage $stage"
+done
+# the host AdamW of optimizer offload steps each segment at its group's lr too: bit for bit
+LJPERF_OFFLOAD_HOST_PATH=1 mpirun --oversubscribe --bind-to none -np 3 -x OMP_NUM_THREADS -x LJPERF_OFFLOAD_HOST_PATH \
+  "$LJPERF" train "${ramp[@]}" --zero-stage 1 --offload-optimizer cpu --log-json "$tmp/do.jsonl" 2>"$tmp/do.err" \
+  || { cat "$tmp/do.err"; fail "ramp with offload"; }
+cmp -s <(grep -o '"loss": [^,]*' "$tmp/d1-3.jsonl") <(grep -o '"loss": [^,]*' "$tmp/do.jsonl") \
+  || fail "--decoupled-lr with --offload-optimizer cpu differs from the run without offload"
+echo "--decoupled-lr with --rampup-batch-size and --offload-optimizer cpu (stage 1, 3 ranks): the same losses bit for bit"
+
 rm -rf "$tmp" # about 9 GB of checkpoints; a failing run keeps them for a look
 echo "1 passed, 0 failed"

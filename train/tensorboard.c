@@ -13,7 +13,7 @@ lj_status lj_train_tb_open(lj_train_tb *tb, const lj_train_config *c, int world,
     tb->log_interval = c->log_interval > 0 ? c->log_interval : 1;
     tb->train_iters = c->train_iters;
     tb->flops_per_token = lj_config_flops_per_token(&c->model, c->seq_length);
-    tb->tokens_per_iter = (int64_t)c->global_batch_size * c->seq_length;
+    tb->seq_length = c->seq_length;
     tb->world = world > 0 ? world : 1;
     tb->ops = c->ops;
     tb->plan_bytes = plan_bytes;
@@ -59,11 +59,13 @@ static double memory_used(const lj_ops *ops) {
 void lj_train_tb_iteration(lj_train_tb *tb, const lj_train_tb_step *s) {
     if (!tb->writer) return;
     tb->interval_seconds += s->step_seconds;
+    tb->interval_tokens += (double)s->global_batch_size * tb->seq_length;
     tb->interval_iters++;
     const int it = s->iteration;
     if (it % tb->tb_interval == 0) {
         const int64_t n = s->consumed_samples;
         scalar(tb, "learning-rate", s->lr, it, n);
+        if (s->has_decoupled_lr) scalar(tb, "decoupled-learning-rate", s->decoupled_lr, it, -1);
         scalar(tb, "batch-size", s->global_batch_size, it, n);
         scalar(tb, "lm loss", s->loss, it, n);
         scalar(tb, "loss-scale", 1.0, it, n);
@@ -73,14 +75,14 @@ void lj_train_tb_iteration(lj_train_tb *tb, const lj_train_tb_step *s) {
         const double per_iter = tb->interval_seconds / tb->interval_iters;
         scalar(tb, "iteration-time", per_iter, it, -1);
         if (per_iter > 0) {
-            const double tps = (double)tb->tokens_per_iter / per_iter;
+            const double tps = tb->interval_tokens / tb->interval_seconds;
             scalar(tb, "throughput", tps * tb->flops_per_token / 1e12 / tb->world, it, -1);
             scalar(tb, "tokens-per-sec", tps, it, -1);
         }
         scalar(tb, "mem-allocated-bytes", (double)tb->plan_bytes, it, -1);
         const double used = memory_used(tb->ops);
         if (isfinite(used)) scalar(tb, "mem-reserved-bytes", used, it, -1);
-        tb->interval_seconds = 0.0;
+        tb->interval_seconds = tb->interval_tokens = 0.0;
         tb->interval_iters = 0;
         if (tb->writer) check(tb, lj_tb_writer_flush(tb->writer));
     }

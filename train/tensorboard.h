@@ -5,13 +5,16 @@
  *   "<tag> vs samples" with step = consumed samples):
  *     lm loss          the iteration's mean loss over its global batch (nats per token)
  *     learning-rate    the iteration's learning rate
- *     batch-size       the global batch size (samples)
+ *     decoupled-learning-rate  with --decoupled-lr, the embedding and output layer's (step =
+ *                      iteration only, as Megatron-LM wrote it)
+ *     batch-size       the iteration's global batch size (samples; it grows under --rampup-batch-size)
  *     grad-norm        the global gradient norm before clipping
  *     loss-scale       1 (bf16 and fp32 recipes use no loss scaling)
  *   at every log line (--log-interval, the first and the last iteration), step = iteration:
  *     iteration-time   mean seconds per iteration since the previous log line
  *     throughput       model TFLOP/s per GPU over the same iterations (the FLOP count of docs/reference.md, "MFU, stated once")
- *     tokens-per-sec   tokens per second of the whole job over the same iterations
+ *     tokens-per-sec   tokens per second of the whole job over the same iterations (their tokens
+ *                      over their time)
  *     mem-allocated-bytes  the static memory plan of this rank (every device byte ljperf allocates)
  *     mem-reserved-bytes   CUDA: the device's used memory (total - free); CPU: the process's RSS
  *   after each evaluation (also "vs samples"):
@@ -31,7 +34,8 @@ typedef struct {
     int tb_interval;           /* --tensorboard-log-interval */
     int log_interval, train_iters;
     double flops_per_token;    /* 6N + 12 L d s, docs/reference.md "MFU, stated once" */
-    int64_t tokens_per_iter;   /* global batch x sequence length */
+    int seq_length;
+    double interval_tokens;    /* the tokens of the iterations since the last log line */
     int world;                 /* data-parallel ranks */
     const lj_ops *ops;
     size_t plan_bytes;
@@ -47,6 +51,8 @@ typedef struct {
     int global_batch_size;
     double loss, lr, grad_norm;
     double step_seconds;
+    int has_decoupled_lr;      /* 1: decoupled_lr holds --decoupled-lr's group's */
+    double decoupled_lr;
 } lj_train_tb_step;
 
 /* Opens the event file in c->tensorboard_dir and fills `tb` for a run of `world` ranks whose

@@ -43,7 +43,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->seed = 1234;
     c->fused = 1;
     c->lr = (lj_lr_schedule){.lr = 3e-4, .min_lr = 0.0, .style = LJ_LR_COSINE, .step_size = 1}; /* Megatron: --min-lr 0 */
-    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
+    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
@@ -62,9 +62,11 @@ typedef struct {
     int have_valid;
     lj_adamw_segment *segments;
     int num_segments;
-    int accumulation;          /* micro-batches per iteration */
+    int accumulation;          /* micro-batches per iteration (of the current global batch under a ramp-up) */
+    int64_t batch;             /* the global batch of the current (or last) iteration */
     int iteration;             /* iterations completed */
     int schedule_start;        /* the iteration the optimizer and LR schedule started at (lj_run_state) */
+    int64_t schedule_start_samples; /* the consumed samples at schedule_start */
     int64_t consumed_samples;
     int32_t *tokens;           /* host [B, T+1] */
     FILE *log_json;
@@ -142,6 +144,7 @@ static lj_run_state state_of(run *r) {
         .format = c->ckpt_format ? LJ_CKPT_FORMAT_TORCH : LJ_CKPT_FORMAT_TORCH_DIST,
         .save_hf = !c->no_save_hf || r->final_save || r->iteration >= c->train_iters,
         .async = r->async,
+        .rampup = c->rampup,
         .iteration = r->iteration,
         .consumed_samples = r->consumed_samples,
         .schedule_start = r->schedule_start,
@@ -167,12 +170,43 @@ static lj_status finish_saves(run *r, lj_status s) {
     return (s == LJ_OK || s == LJ_ERR_INTERRUPTED) && f != LJ_OK ? f : s;
 }
 
+/* The global batch of the iteration after `consumed` samples (the ramp-up's, else the constant one). */
+static int64_t batch_at(const lj_train_config *c, int64_t consumed) {
+    return c->rampup.start > 0 ? lj_rampup_batch(&c->rampup, consumed) : c->global_batch_size;
+}
+
+/* The samples the first `iterations` iterations consume. */
+static int64_t batch_samples(const lj_train_config *c, int iterations) {
+    return c->rampup.start > 0 ? lj_rampup_consumed(&c->rampup, iterations) : (int64_t)iterations * c->global_batch_size;
+}
+
+/* --rampup-batch-size on this many ranks: every global batch of the run a multiple of micro-batch x
+ * ranks (Megatron-LM's consistency check, made before the first iteration instead of at the one it
+ * fails). */
+static lj_status check_rampup(const lj_train_config *c, int world) {
+    const int64_t unit = (int64_t)c->micro_batch_size * world;
+    int64_t consumed = 0;
+    for (int it = 0; it < c->train_iters && consumed <= c->rampup.samples; it++) {
+        const int64_t b = lj_rampup_batch(&c->rampup, consumed);
+        if (b % unit != 0)
+            return lj_fail(LJ_ERR_ARG, "--rampup-batch-size %lld %lld %lld: the global batch of iteration %d (%lld, "
+                                       "after %lld samples) is not a multiple of --micro-batch-size %d x %d rank%s: "
+                                       "the start batch and the increment must be multiples of %lld",
+                           (long long)c->rampup.start, (long long)c->rampup.increment, (long long)c->rampup.samples,
+                           it + 1, (long long)b, (long long)consumed, c->micro_batch_size, world, world > 1 ? "s" : "",
+                           (long long)unit);
+        consumed += b;
+    }
+    return LJ_OK;
+}
+
 static lj_status load_checkpoint(run *r) {
     lj_run_state st = state_of(r);
     const lj_status s = lj_run_state_load(&st, r->cfg->load);
     r->iteration = st.iteration;
     r->consumed_samples = st.consumed_samples;
     r->schedule_start = st.schedule_start;
+    r->schedule_start_samples = batch_samples(r->cfg, r->schedule_start);
     if (s == LJ_OK && r->cfg->no_load_optim && r->iteration > 0)
         lj_log_info("--no-load-optim: the weights and the position (iteration %d) of %s; the AdamW moments start at "
                     "zero, the AdamW step count and the LR schedule start again (warm-up included)",
@@ -341,7 +375,9 @@ static lj_status setup(run *r) {
     if (c->global_batch_size % (c->micro_batch_size * r->world) != 0)
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d ranks",
                        c->global_batch_size, c->micro_batch_size, r->world);
-    r->accumulation = c->global_batch_size / (c->micro_batch_size * r->world);
+    if (c->rampup.start > 0) LJ_TRY(check_rampup(c, r->world));
+    r->batch = batch_at(c, 0);
+    r->accumulation = (int)(r->batch / (c->micro_batch_size * r->world));
     if (r->rank != 0) lj_log_set_quiet(1);
 
     LJ_TRY(open_data(r));
@@ -354,11 +390,22 @@ static lj_status setup(run *r) {
         LJ_TRY(lj_loader_eod_token(&r->train_data, c->doc_mask.eod_token, c->model.vocab_size, r->rank == 0,
                                    &setup.model.doc_mask.eod_token));
     setup.model.fp8 = c->fp8;
+    setup.model.lr_groups = lj_adamw_lr_groups(&c->adamw);
     lj_model_build(&r->model, &r->plan, &setup, r->dp.dist);
     char buf[32];
     lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
-                c->global_batch_size, r->accumulation);
+                c->global_batch_size, c->global_batch_size / (c->micro_batch_size * r->world));
+    if (c->rampup.start > 0)
+        lj_log_info("--rampup-batch-size: the global batch starts at %lld and grows by %lld over %lld samples to %d "
+                    "(%d to %d accumulation steps), as Megatron-LM's ramp-up", (long long)c->rampup.start,
+                    (long long)c->rampup.increment, (long long)c->rampup.samples, c->global_batch_size,
+                    (int)(c->rampup.start / (c->micro_batch_size * r->world)),
+                    c->global_batch_size / (c->micro_batch_size * r->world));
+    if (c->adamw.decoupled_lr)
+        lj_log_info("--decoupled-lr: the embedding and the output layer%s train at %g (floor %g), the rest at --lr %g "
+                    "(floor %g), on one schedule", c->model.tie_word_embeddings ? " (one tied weight)" : "",
+                    c->lr.decoupled_lr, c->lr.decoupled_min_lr, c->lr.lr, c->lr.min_lr);
     lj_log_info("memory plan: %s in %d buffers", lj_format_bytes(r->plan.total_bytes, buf, sizeof buf), r->plan.count);
     if (r->rank == 0) lj_planner_check_plan("train", c->planned_plan_bytes, r->plan.total_bytes);
     const lj_layer_spec *ls = &r->model.spec;
@@ -446,19 +493,42 @@ static void teardown(run *r) {
 
 /* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. With
  * one micro-batch per rank the whole iteration is one lj_dp_train_step (on a single GPU with
- * graphs: zero-grad + forward + backward + norm + AdamW as one CUDA graph). */
-static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
+ * graphs: zero-grad + forward + backward + norm + AdamW as one CUDA graph). Under a ramp-up the
+ * global batch (and with it the number of micro-batches) is the one after the samples consumed so
+ * far. *lr: the logged learning rate of each lr group. */
+static void train_step(run *r, double *loss, double *grad_norm, lj_adamw_lr *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
+    r->batch = batch_at(c, r->consumed_samples);
+    r->accumulation = (int)(r->batch / ((int64_t)c->micro_batch_size * r->world));
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
     const int iteration = r->iteration + 1;
     const int step = iteration - r->schedule_start; /* the optimizer's step, 1 for the first update */
     /* Megatron-LM steps its OptimizerParamScheduler after optimizer.step(): update k runs at the
      * schedule's value after k - 1 steps (the first at --lr-warmup-init when warming up), and the
-     * value logged for iteration k is the one after k steps (what update k + 1 will use). A
-     * DeepSpeed config's scheduler (lj_lr_at gives it) keeps DeepSpeed's own step rule. */
-    float update_lr = *lr = (float)lj_lr_at(&c->lr, step);
-    if (c->lr.deepspeed.type == LJ_DS_SCHEDULER_NONE) update_lr = (float)lj_lr_at(&c->lr, step - 1);
+     * value logged for iteration k is the one after k steps (what update k + 1 will use); a step is
+     * one iteration, or under --train-samples its global batch (under a ramp-up: the samples
+     * consumed since the schedule started). A DeepSpeed config's scheduler (lj_lr_at gives it)
+     * keeps DeepSpeed's own step rule. */
+    lj_adamw_lr update_lr;
+    if (c->lr.deepspeed.type != LJ_DS_SCHEDULER_NONE) {
+        update_lr = *lr = lj_adamw_lr_of((float)lj_lr_at(&c->lr, step));
+    } else {
+        double before, after; /* the schedule's position before and after this step */
+        if (c->rampup.start > 0) {
+            before = (double)(r->consumed_samples - r->schedule_start_samples);
+            after = before + (double)r->batch;
+        } else {
+            const double size = (double)(c->lr.step_size > 0 ? c->lr.step_size : 1);
+            before = (double)(step - 1) * size;
+            after = (double)step * size;
+        }
+        for (int g = 0; g < LJ_ADAMW_LR_GROUPS; g++) {
+            const int group = g < lj_adamw_lr_groups(&c->adamw) ? g : 0; /* an unused group: group 0's */
+            update_lr.lr[g] = (float)lj_lr_group_at(&c->lr, group, before);
+            lr->lr[g] = (float)lj_lr_group_at(&c->lr, group, after);
+        }
+    }
     double sum = 0.0;
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);
@@ -482,7 +552,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
     r->out_of_time = scalars[2] > 0.0f;
     r->iteration = iteration;
-    r->consumed_samples += c->global_batch_size;
+    r->consumed_samples += r->batch;
 }
 
 lj_status lj_train_run(const lj_train_config *cfg) {
@@ -504,8 +574,9 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     sigaction(SIGUSR1, &sa, &old_usr1); /* the launcher's stop request through mpirun (and Slurm's --signal) */
 
     const double flops_per_token = lj_config_flops_per_token(&cfg->model, cfg->seq_length);
-    const int64_t tokens_per_iter = (int64_t)cfg->global_batch_size * cfg->seq_length;
     int last_saved = r.iteration;
+    const int decoupled = cfg->adamw.decoupled_lr;
+    int64_t prev_batch = batch_at(cfg, r.consumed_samples);
     if (r.iteration >= cfg->train_iters && r.rank == 0 && cfg->load && r.iteration > 0)
         lj_log_info("the checkpoint is at iteration %d, not below --train-iters %d: nothing to train (raise "
                     "--train-iters to continue)",
@@ -515,17 +586,30 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     /* The printed line is Megatron's: the lm loss is the mean over the iterations since the last
      * printed line, and so are the ms per iteration, tokens/s and TFLOP/s (the interval's time
      * over its iterations); --log-json and TensorBoard keep every iteration's own values. */
-    double interval_loss = 0.0, interval_sec = 0.0;
+    double interval_loss = 0.0, interval_sec = 0.0, interval_tokens = 0.0;
     int interval_iters = 0, interval_all = 0, interval_skips_logged = 0;
     r.start_sec = lj_time_sec();
     while (r.iteration < cfg->train_iters && !r.stop) {
+        /* Megatron-LM saves a checkpoint when the ramp-up changes the number of micro-batches
+         * (training.py, before the iteration that runs with the new batch) */
+        const int64_t next_batch = batch_at(cfg, r.consumed_samples);
+        if (next_batch != prev_batch) {
+            if (r.rank == 0) lj_log_info("ramping up batch size from %lld to %lld", (long long)prev_batch, (long long)next_batch);
+            if (cfg->save && r.iteration > 0 && last_saved != r.iteration) {
+                if ((s = checkpoint_if_good(&r)) != LJ_OK) break;
+                last_saved = r.iteration;
+            }
+            prev_batch = next_batch;
+        }
         const double t0 = lj_time_sec();
         double loss, grad_norm;
-        float lr;
+        lj_adamw_lr lr;
         train_step(&r, &loss, &grad_norm, &lr);
         const double dt = lj_time_sec() - t0;
-        const double tps = (double)tokens_per_iter / dt;
+        const double tokens = (double)r.batch * cfg->seq_length;
+        const double tps = tokens / dt;
         interval_sec += dt;
+        interval_tokens += tokens;
         interval_all++;
         char overflow[160];
         if (r.model.linear.fp8.active && lj_linear_fp8_overflow(&r.model.linear, overflow, sizeof overflow)) {
@@ -565,31 +649,38 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         }
         if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
             const double logged = interval_iters ? interval_loss / interval_iters : loss;
-            const double mean_dt = interval_sec / interval_all, mean_tps = (double)tokens_per_iter / mean_dt;
-            interval_loss = interval_sec = 0.0;
+            const double mean_dt = interval_sec / interval_all, mean_tps = interval_tokens / interval_sec;
+            interval_loss = interval_sec = interval_tokens = 0.0;
             interval_iters = interval_all = 0;
             char skips[64] = "";
             if (r.skipped_total > interval_skips_logged)
                 snprintf(skips, sizeof skips, " | number of skipped iterations: %d", r.skipped_total - interval_skips_logged);
             interval_skips_logged = r.skipped_total;
+            char dlr[64] = ""; /* Megatron-LM's line with --decoupled-lr */
+            if (decoupled) snprintf(dlr, sizeof dlr, "decoupled learning rate: %.6E | ", lr.lr[1]);
             console_line(&r,
                          "iteration %6d/%6d | consumed samples: %9" PRId64 " | elapsed time per iteration (ms): %.1f | "
-                         "learning rate: %.6E | global batch size: %d | lm loss: %.6E | grad norm: %.3f | "
+                         "learning rate: %.6E | %sglobal batch size: %" PRId64 " | lm loss: %.6E | grad norm: %.3f | "
                          "tokens/s: %.0f | throughput per GPU (TFLOP/s/GPU): %.3f%s\n",
-                         r.iteration, cfg->train_iters, r.consumed_samples, mean_dt * 1e3, lr, cfg->global_batch_size,
+                         r.iteration, cfg->train_iters, r.consumed_samples, mean_dt * 1e3, lr.lr[0], dlr, r.batch,
                          logged, grad_norm, mean_tps, mean_tps * flops_per_token / 1e12 / r.world, skips);
         }
         if (r.log_json) {
             char loss_text[40], norm_text[40]; /* JSON has no inf or NaN: null */
             json_number(loss_text, sizeof loss_text, "%.17g", loss);
             json_number(norm_text, sizeof norm_text, "%.9g", grad_norm);
+            char extra[96] = ""; /* the decoupled group's lr, the batch of a ramp-up */
+            if (decoupled) snprintf(extra, sizeof extra, ", \"decoupled_lr\": %.9g", lr.lr[1]);
+            if (cfg->rampup.start > 0)
+                snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ", \"global_batch_size\": %" PRId64, r.batch);
             log_json_line(&r,
-                          "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
+                          "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g%s, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
                           "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s}\n",
-                          r.iteration, loss_text, lr, norm_text, tps, dt * 1e3, r.consumed_samples,
+                          r.iteration, loss_text, lr.lr[0], extra, norm_text, tps, dt * 1e3, r.consumed_samples,
                           tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "");
         }
-        const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
+        const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, (int)r.batch, loss, lr.lr[0], grad_norm, dt,
+                                          decoupled, lr.lr[1]};
         lj_train_tb_iteration(&r.tb, &tb_step);
         if (cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0) {
             const double vl = r.have_valid ? evaluate(&r) : 0.0;

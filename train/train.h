@@ -38,7 +38,11 @@ typedef struct {
     lj_doc_mask doc_mask;      /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (data/docmask.h) */
 
     lj_lr_schedule lr;
-    lj_adamw_config adamw;
+    lj_adamw_config adamw;     /* adamw.decoupled_lr: lr.decoupled_lr and lr.decoupled_min_lr give the
+                                  embedding and output layer their own lr (--decoupled-lr) */
+    lj_batch_rampup rampup;    /* --rampup-batch-size (start 0: none): the global batch of each iteration
+                                  grows from rampup.start to global_batch_size; the LR schedule then
+                                  counts samples (--train-samples) */
 
     /* data: Megatron-style --data-path list ("A" or "0.7 A 0.3 B") and --split "969,30,1" */
     int num_data_args;

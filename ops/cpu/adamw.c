@@ -30,7 +30,8 @@ void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *worksp
 /* PyTorch's AdamW step order (torch/optim/adamw.py, single-tensor path): p *= 1 - lr*wd;
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= (lr/bc1) m / (sqrt(v)/sqrt(bc2) + eps),
  * with the bias corrections bc = 1 - beta^t computed in double as Python does (the step
- * scalars of lj_adamw_step_scalars, here in host memory). This is the formula of ops.h:
+ * scalars of lj_adamw_step_scalars, here in host memory, of each segment's lr group). This is
+ * the formula of ops.h:
  * p -= lr (wd p + m_hat / (sqrt(v_hat) + eps)). */
 void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
@@ -38,10 +39,11 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
     const float *g = grad;
     if (grad_norm_sq && !isfinite(grad_norm_sq[0])) return; /* a skipped step (ops.h) */
     const float clip = lj_cpu_adamw_clip(hp, grad_norm_sq);
-    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = step_scalars[LJ_ADAMW_LR];
-    const float step_size = step_scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
     for (int s = 0; s < num_segments; s++) {
         const lj_adamw_segment *seg = &segments[s];
+        const float *sc = step_scalars + (size_t)seg->lr_group * LJ_ADAMW_NUM_SCALARS; /* the segment's group */
+        const float lr = sc[LJ_ADAMW_LR], step_size = sc[LJ_ADAMW_STEP_SIZE], bc2_sqrt = sc[LJ_ADAMW_BC2_SQRT];
         const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
         float *p = master + seg->offset, *ms = m + seg->offset, *vs = v + seg->offset;
         const float *gs = g + seg->offset;

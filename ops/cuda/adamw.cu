@@ -104,11 +104,12 @@ typedef struct {
     int64_t count[LJ_ADAMW_SEGS];
     int64_t unit_start[LJ_ADAMW_SEGS + 1]; /* prefix sums of work units per segment */
     float weight_decay[LJ_ADAMW_SEGS];
+    int lr_group[LJ_ADAMW_SEGS]; /* the segment's set of step scalars (ops.h) */
     int num;
 } lj_adamw_batch;
 
 /* The fixed hyper-parameters (by value; a captured graph bakes them in). The per-step ones
- * (lr, step_size, bc2_sqrt) are read from device memory by the kernel. */
+ * (lr, step_size, bc2_sqrt of each lr group) are read from device memory by the kernel. */
 typedef struct {
     float beta1, beta2, eps, max_grad_norm;
 } lj_adamw_consts;
@@ -132,8 +133,8 @@ struct adamw_elem {
  * 16-byte vectors of the f32 state (and 8- or 16-byte ones of the gradient and parameters)
  * where the segment's offset allows it, else one element at a time; the arithmetic is the
  * same either way. The step scalars of lj_adamw_step_scalars are read from `scalars`
- * [LJ_ADAMW_NUM_SCALARS] f32 device memory, so that a replayed CUDA graph uses the values
- * uploaded before each launch. */
+ * [groups][LJ_ADAMW_NUM_SCALARS] f32 device memory, the set of each segment's lr group, so that
+ * a replayed CUDA graph uses the values uploaded before each launch. */
 template <typename G>
 __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
                                                                  float *m, float *v, const lj_adamw_batch batch,
@@ -145,13 +146,10 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         float norm = sqrtf(*grad_norm_sq);
         clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
     }
-    const float lr = scalars[LJ_ADAMW_LR];
     adamw_elem f;
     f.beta1 = k.beta1;
     f.beta2 = k.beta2;
     f.eps = k.eps;
-    f.step_size = scalars[LJ_ADAMW_STEP_SIZE];
-    f.bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
     /* vectors need the buffers 16-byte aligned (the 2-byte ones 8-byte aligned) */
     const bool buffers_aligned =
         (((uintptr_t)m | (uintptr_t)v | (uintptr_t)master | (uintptr_t)grad * (4 / sizeof(G)) |
@@ -162,6 +160,10 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         while (batch.unit_start[s + 1] <= u) s++;
         int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
         int64_t base = batch.offset[s], count = batch.count[s];
+        const float *sc = scalars + batch.lr_group[s] * LJ_ADAMW_NUM_SCALARS; /* the segment's lr group */
+        const float lr = sc[LJ_ADAMW_LR];
+        f.step_size = sc[LJ_ADAMW_STEP_SIZE];
+        f.bc2_sqrt = sc[LJ_ADAMW_BC2_SQRT];
         /* 1 - lr*wd in double, rounded once (as the CPU backend) */
         f.decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
         const bool aligned = buffers_aligned && base % LJ_ADAMW_VEC == 0;
@@ -223,6 +225,7 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
             batch.offset[j] = segments[s].offset;
             batch.count[j] = segments[s].count > 0 ? segments[s].count : 0;
             batch.weight_decay[j] = segments[s].weight_decay;
+            batch.lr_group[j] = segments[s].lr_group;
             batch.unit_start[j + 1] = batch.unit_start[j] + (batch.count[j] + LJ_ADAMW_UNIT - 1) / LJ_ADAMW_UNIT;
         }
         int64_t units = batch.unit_start[batch.num];

@@ -9,7 +9,9 @@
 #   4. `ljperf benchmark` (+ --ablation) and the PyTorch side-by-side for $BENCH_MODEL;
 #   5. compute-sanitizer memcheck on a short training run;
 #   6. CHECKPOINT_OPTIMIZATION=true ljperf benchmark --model deepspeed/llama3-8b (planned vs measured);
-#   7. llama3.2-3b (micro-batch 2): ljperf and PyTorch torch.compile.
+#   7. llama3.2-3b (micro-batch 2): ljperf and PyTorch torch.compile;
+#   8. --decoupled-lr in the captured step (equal to --lr: the plain losses bit for bit) and
+#      --rampup-batch-size on the GPU.
 # Steps are skipped once $BUDGET seconds (default 330) have passed.
 # Usage: bash scripts/gpu/gpu-train.sh [steps...]   (default: all)
 set -uo pipefail
@@ -101,6 +103,26 @@ for s in $steps; do
     timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$lj" train --model llama3-nano --device cuda \
       --data-path /tmp/kjv --seq-length 64 --micro-batch-size 2 --train-iters 2 --eval-iters 1 >"$OUT/memcheck.log" 2>&1
     say "5. memcheck on llama3-nano training: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | head -1)"
+    ;;
+  8)
+    # the AdamW lr groups in the captured step (one micro-batch: the whole step is one CUDA graph):
+    # --decoupled-lr equal to --lr gives the plain run's losses bit for bit; another one trains; the
+    # batch ramp-up (2, 4, 6, 8 micro-batches of 2) runs to the end
+    lr8=(--model llama3-tiny --device cuda --mock-data --seq-length 128 --micro-batch-size 8 --train-iters 12
+         --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --eval-iters 0 --quiet --seed 5)
+    timeout 60 "$lj" train "${lr8[@]}" --log-json "$OUT/dec_plain.jsonl" >"$OUT/dec_plain.log" 2>&1
+    timeout 60 "$lj" train "${lr8[@]}" --decoupled-lr 3e-3 --log-json "$OUT/dec_same.jsonl" >"$OUT/dec_same.log" 2>&1
+    timeout 60 "$lj" train "${lr8[@]}" --decoupled-lr 1e-2 --decoupled-min-lr 1e-3 \
+      --log-json "$OUT/dec_other.jsonl" >"$OUT/dec_other.log" 2>&1
+    same=$(cmp -s <(grep -o '"loss": [^,]*' "$OUT/dec_plain.jsonl") <(grep -o '"loss": [^,]*' "$OUT/dec_same.jsonl") \
+           && [ -s "$OUT/dec_plain.jsonl" ] && echo "equal" || echo "DIFFERENT")
+    other=$(cmp -s <(grep -o '"loss": [^,]*' "$OUT/dec_plain.jsonl") <(grep -o '"loss": [^,]*' "$OUT/dec_other.jsonl") \
+            && echo "SAME (the decoupled lr did nothing)" || echo "differ")
+    say "8a. --decoupled-lr = --lr: losses $same to the plain run's; --decoupled-lr 1e-2: $other ($(grep -c '"loss"' "$OUT/dec_other.jsonl" 2>/dev/null) iterations)"
+    timeout 120 "$lj" train --model llama3-tiny --device cuda --mock-data --seq-length 128 --micro-batch-size 2 \
+      --global-batch-size 16 --rampup-batch-size 4 4 48 --train-samples 160 --lr 3e-3 --lr-warmup-samples 16 \
+      --decoupled-lr 1e-2 --eval-iters 0 --quiet --log-json "$OUT/ramp.jsonl" >"$OUT/ramp.log" 2>&1
+    say "8b. --rampup-batch-size 4 4 48 on the GPU: rc=$? batches $(grep -o '"global_batch_size": [0-9]*' "$OUT/ramp.jsonl" | cut -d' ' -f2 | tr '\n' ' ')"
     ;;
   esac
 done

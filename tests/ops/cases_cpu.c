@@ -31,14 +31,17 @@ static void adamw_ref(double *p, double *m, double *v, double g, double lr, doub
     *p -= lr * (wd * *p + mh / (sqrt(vh) + eps));
 }
 
+/* d = {params != master, clipping expected, lr groups (0 or 1: one; 2: the middle segment in group
+ * 1 at its own lr, the decoupled lr's layout)}, param = max_grad_norm. */
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
     const lj_ops *ops = lj_ops_cpu();
     const float max_grad_norm = (float)c->param;
-    const int separate_params = c->d[0], expect_clipped = c->d[1];
-    SHAPE("n=1000 clip=%g%s", max_grad_norm, separate_params ? " params!=master" : "");
+    const int separate_params = c->d[0], expect_clipped = c->d[1], groups = c->d[2] == 2 ? 2 : 1;
+    SHAPE("n=1000 clip=%g groups=%d%s", max_grad_norm, groups, separate_params ? " params!=master" : "");
     const int64_t n = 1000;
-    lj_adamw_segment seg[3] = {{0, 300, 0.1f}, {300, 200, 0.0f}, {500, 500, 0.01f}};
+    lj_adamw_segment seg[3] = {{0, 300, 0.1f, 0}, {300, 200, 0.0f, groups - 1}, {500, 500, 0.01f, 0}};
+    const float lrs[2] = {1e-2f, 3e-3f};
     float *master = randf(h, n, 1), *m = lj_calloc(n, sizeof(float)), *v = lj_calloc(n, sizeof(float));
     float *params = separate_params ? lj_calloc(n, sizeof(float)) : master;
     double *pr = lj_harness_to_double(master, n), *mr = lj_calloc(n, sizeof(double)), *vr = lj_calloc(n, sizeof(double));
@@ -47,10 +50,9 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     for (int t = 1; t <= 3; t++) {
         float *g = randf(h, n, 0.05f), norm_sq;
         ops->global_norm_sq(&norm_sq, g, n, ws);
-        const float lr = 1e-2f;
         lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
-        float scalars[LJ_ADAMW_NUM_SCALARS]; /* the CPU backend's memory is host memory */
-        lj_adamw_step_scalars(scalars, &hp, lr, t);
+        float scalars[2 * LJ_ADAMW_NUM_SCALARS]; /* a set per group; the CPU backend's memory is host memory */
+        for (int k = 0; k < groups; k++) lj_adamw_step_scalars(scalars + k * LJ_ADAMW_NUM_SCALARS, &hp, lrs[k], t);
         ops->adamw_update(params, master, g, m, v, seg, 3, &hp, scalars, &norm_sq);
         double norm = 0;
         for (int64_t i = 0; i < n; i++) norm += (double)g[i] * g[i];
@@ -59,7 +61,8 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
         clipped |= clip < 1.0;
         for (int s = 0; s < 3; s++)
             for (int64_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
-                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, lr, hp.beta1, hp.beta2, hp.eps, seg[s].weight_decay, t);
+                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, lrs[seg[s].lr_group], hp.beta1, hp.beta2, hp.eps,
+                          seg[s].weight_decay, t);
         free(g);
     }
     CHECK_TRUE("adamw_update clipping", clipped == expect_clipped, "clipping active %d, expected %d", clipped,
@@ -78,7 +81,7 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
     const lj_ops *ops = lj_ops_cpu();
     const int64_t n = c->d[0];
     SHAPE("n=%lld", (long long)n);
-    lj_adamw_segment seg = {0, n, 0.1f};
+    lj_adamw_segment seg = {0, n, 0.1f, 0};
     float *p1 = randf(h, n, 1), *p2 = lj_malloc(n * sizeof(float)), *g = randf(h, n, 0.1f);
     memcpy(p2, p1, n * sizeof(float));
     float *m1 = lj_calloc(n, 4), *v1 = lj_calloc(n, 4), *m2 = lj_calloc(n, 4), *v2 = lj_calloc(n, 4), ns;
@@ -92,6 +95,43 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
     ops->adamw_update(p2, p2, g, m2, v2, &seg, 1, &hp, scalars, &ns);
     CHECK_BITS("adamw_update inactive clip == no clip", p1, p2, n * sizeof(float));
     free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2), free(ws);
+}
+
+/* Segments in lr group 1 whose scalars equal group 0's give the same bits as the same segments
+ * all in group 0 (a decoupled lr equal to the main one changes nothing), and a group-1 scalar
+ * set at another lr moves only the group-1 segments: d = {n}. */
+void lj_case_cpu_adamw_groups(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = lj_ops_cpu();
+    const int64_t n = c->d[0], k = n / 3;
+    SHAPE("n=%lld", (long long)n);
+    const lj_adamw_segment one[2] = {{0, k, 0.1f, 0}, {k, n - k, 0.0f, 0}};
+    const lj_adamw_segment two[2] = {{0, k, 0.1f, 1}, {k, n - k, 0.0f, 0}};
+    float *p[3], *m[3], *v[3], *g = randf(h, n, 0.1f), ns;
+    p[0] = randf(h, n, 1);
+    for (int r = 0; r < 3; r++) {
+        if (r) p[r] = lj_malloc(n * sizeof(float)), memcpy(p[r], p[0], n * sizeof(float));
+        m[r] = lj_calloc(n, 4), v[r] = lj_calloc(n, 4);
+    }
+    void *ws = lj_malloc(ops->global_norm_workspace_bytes(n));
+    ops->global_norm_sq(&ns, g, n, ws);
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    float same[2 * LJ_ADAMW_NUM_SCALARS], other[2 * LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(same, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(same + LJ_ADAMW_NUM_SCALARS, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(other, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(other + LJ_ADAMW_NUM_SCALARS, &hp, 4e-3f, 2);
+    ops->adamw_update(p[0], p[0], g, m[0], v[0], one, 2, &hp, same, &ns);
+    ops->adamw_update(p[1], p[1], g, m[1], v[1], two, 2, &hp, same, &ns);
+    ops->adamw_update(p[2], p[2], g, m[2], v[2], two, 2, &hp, other, &ns);
+    CHECK_BITS("adamw_update group 1 at group 0's lr == group 0", p[1], p[0], n * sizeof(float));
+    CHECK_BITS("adamw_update another group-1 lr leaves group 0", p[2] + k, p[0] + k, (n - k) * sizeof(float));
+    int64_t moved = 0;
+    for (int64_t i = 0; i < k; i++) moved += p[2][i] != p[0][i];
+    CHECK_TRUE("adamw_update group 1 at its own lr", moved > k / 2, "%lld of %lld group-1 weights differ",
+               (long long)moved, (long long)k);
+    for (int r = 0; r < 3; r++) free(p[r]), free(m[r]), free(v[r]);
+    free(g), free(ws);
 }
 
 /* ---- the FP8 codec (base/fp8.h), the base of the CPU's emulation ----------------------- */

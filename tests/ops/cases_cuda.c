@@ -64,26 +64,33 @@ static void *ggrad(const float *x, int64_t n) { return g_bf16_grads ? gbf16(x, n
 
 /* ---- ops -------------------------------------------------------------------------- */
 
-static void test_adamw(int64_t total, float max_grad_norm) {
+/* AdamW on the GPU against the CPU backend. With groups == 2 every other segment is in lr group
+ * 1 at its own lr, and the update is also captured once as a graph (the step scalars poisoned at
+ * capture) and replayed after uploading them: the replay reads each group's scalars from device
+ * memory and equals the eager update. */
+static void test_adamw(int64_t total, float max_grad_norm, int groups) {
     char shape[80];
-    snprintf(shape, sizeof shape, "n=%lld clip=%g", (long long)total, max_grad_norm);
+    snprintf(shape, sizeof shape, "n=%lld clip=%g groups=%d", (long long)total, max_grad_norm, groups);
     /* three segments with a gap, different weight decay; plus many small ones to pass one
      * launch's segment table */
     lj_adamw_segment seg[120];
     int ns = 0;
     int64_t off = 0;
-    seg[ns++] = (lj_adamw_segment){off, total / 2, 0.1f};
+    seg[ns++] = (lj_adamw_segment){off, total / 2, 0.1f, 0};
     off += total / 2 + 3;
-    seg[ns++] = (lj_adamw_segment){off, total / 4, 0.0f};
+    seg[ns++] = (lj_adamw_segment){off, total / 4, 0.0f, groups - 1};
     off += total / 4;
     while (ns < 110 && off + 17 < total) {
-        seg[ns++] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f};
+        seg[ns++] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f, groups == 2 ? ns % 2 : 0};
         off += 17;
     }
-    if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f};
+    if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f, 0};
     lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
-    float sc[LJ_ADAMW_NUM_SCALARS]; /* lr 1e-3 at step 3: host memory for H, device memory for G */
+    /* lr 1e-3 (group 1: 4e-4) at step 3: host memory for H, device memory for G */
+    float sc[2 * LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(sc, &hp, 1e-3f, 3);
+    lj_adamw_step_scalars(sc + LJ_ADAMW_NUM_SCALARS, &hp, 4e-4f, 3);
+    const int nsc = groups * LJ_ADAMW_NUM_SCALARS;
     float *p = hrand(total, 1.0f), *g = hrand(total, 1.0f), *m = hrand(total, 0.1f), *v = hzeros(total);
     for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_h->rng)) * 0.01f;
     double s = 0;
@@ -92,7 +99,7 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     float *hp_master = hcopy(p, total), *hm = hcopy(m, total), *hv = hcopy(v, total), *hparams = hcopy(p, total);
     H->adamw_update(hparams, hp_master, g, hm, hv, seg, ns, &hp, sc, &gn);
     void *gp = galloc((size_t)total * 2), *gmaster = gf32(p, total), *gg = ggrad(g, total), *gm = gf32(m, total);
-    void *gv = gf32(v, total), *ggn = gf32(&gn, 1), *gsc = gf32(sc, LJ_ADAMW_NUM_SCALARS);
+    void *gv = gf32(v, total), *ggn = gf32(&gn, 1), *gsc = gf32(sc, nsc);
     gpoison(gp, (size_t)total * 2);
     G->adamw_update(gp, gmaster, gg, gm, gv, seg, ns, &hp, gsc, ggn);
     float *op = dl_bf16(gp, total), *om = dl_f32(gmaster, total), *omm = dl_f32(gm, total), *ov = dl_f32(gv, total);
@@ -108,6 +115,31 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     check("adamw_update m", shape, omm, hm, total, 1e-6, 1e-5);
     check("adamw_update v", shape, ov, hv, total, 1e-6, 1e-5);
     check("adamw_update params (bf16)", shape, op_seg, ref_bf, total, 1e-2, 1e-2);
+    if (groups == 2 && G->graph_capture_begin) {
+        /* the same update from the same inputs, captured with poisoned scalars, then replayed */
+        void *cm = gf32(p, total), *cmm = gf32(m, total), *cv = gf32(v, total), *cp = galloc((size_t)total * 2);
+        gpoison(gsc, (size_t)nsc * sizeof(float));
+        void *graph = NULL;
+        lj_status st = G->graph_capture_begin();
+        if (st == LJ_OK) {
+            G->adamw_update(cp, cm, gg, cmm, cv, seg, ns, &hp, gsc, ggn);
+            st = G->graph_capture_end(&graph);
+        }
+        lj_harness_check_true(g_h, "adamw_update graph capture", shape, st == LJ_OK, "%s",
+                              st == LJ_OK ? "captured" : lj_error_message());
+        if (st == LJ_OK) {
+            G->upload(gsc, sc, (size_t)nsc * sizeof(float)); /* in stream order before the launch */
+            G->graph_launch(graph);
+            G->synchronize();
+            float *rm = dl_f32(cm, total), *rmm = dl_f32(cmm, total), *rv = dl_f32(cv, total);
+            check("adamw_update graph replay master", shape, rm, om, total, 1e-6, 1e-6); /* the same kernel: equal */
+            check("adamw_update graph replay m", shape, rmm, omm, total, 1e-6, 1e-6); /* the same kernel: equal */
+            check("adamw_update graph replay v", shape, rv, ov, total, 1e-6, 1e-6); /* the same kernel: equal */
+            free(rm), free(rmm), free(rv);
+            G->graph_destroy(graph);
+        }
+        G->free(cm), G->free(cmm), G->free(cv), G->free(cp);
+    }
     G->free(gp), G->free(gmaster), G->free(gg), G->free(gm), G->free(gv), G->free(ggn), G->free(gsc);
     free(p), free(g), free(m), free(v), free(hp_master), free(hm), free(hv), free(hparams), free(op), free(om);
     free(omm), free(ov), free(ref_bf), free(op_seg);
@@ -115,9 +147,9 @@ static void test_adamw(int64_t total, float max_grad_norm) {
 
 /* ---- the table's entry points ---------------------------------------------------------- */
 
-/* d = {n}; param = max_grad_norm */
+/* d = {n, lr groups (2: two, and a captured replay)}; param = max_grad_norm */
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     (void)mode;
     begin(h, c);
-    test_adamw(c->d[0], (float)c->param);
+    test_adamw(c->d[0], (float)c->param, c->d[1] == 2 ? 2 : 1);
 }

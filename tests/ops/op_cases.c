@@ -71,12 +71,14 @@ const lj_op_case lj_op_cases[] = {
     /* greedy decoding: d = {M rows, V} */
     {"argmax_rows", "cpu", CHECK, F32, D(6, 37), 0, NONE, NONE, 1, lj_case_argmax_rows},
     {"argmax_rows", "cpu", CHECK, F32, D(5, 4099), 0, NONE, NONE, 1, lj_case_argmax_rows},
-    /* d = {params != master, clipping expected}, param = max_grad_norm; tol: master and m,
-     * tol_grad: v */
+    /* d = {params != master, clipping expected, lr groups}, param = max_grad_norm; tol: master
+     * and m, tol_grad: v */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* inactive (norm ~1.6) */
     {"adamw", "cpu", CHECK, F32, D(1, 1), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* active; params copy */
+    {"adamw", "cpu", CHECK, F32, D(1, 1, 2), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* two lr groups */
     {"adamw", "cpu", CHECK, F32, D(257), 0, NONE, NONE, 1, lj_case_cpu_adamw_clip_inactive},
+    {"adamw", "cpu", CHECK, F32, D(301), 0, NONE, NONE, 1, lj_case_cpu_adamw_groups},
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
     {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
@@ -213,8 +215,11 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_global_norm),
+    /* d = {n, lr groups (2: alternating segments in group 1 at their own lr, and the update
+     * captured in a graph and replayed)} */
     CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
+    CUDA_BOTH("adamw", D(100000, 2), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
