@@ -1,0 +1,208 @@
+/* cases_adamw.c: the AdamW update (adamw_update with global_norm_sq: ops/cpu/adamw.c,
+ * ops/cuda/adamw.cu), written once for every backend (case.h):
+ *   - three steps with a fresh gradient each, clipping by the global norm, segments of their own
+ *     weight decay and learning-rate group (a gap between two, and many short ones, more than one
+ *     CUDA launch's segment table holds): the master weights and both moments against a double
+ *     reference on the CPU (PyTorch's AdamW, ops.h), against the CPU's values on CUDA; the params
+ *     copy (bf16 on CUDA) likewise; elements outside every segment keep their values;
+ *   - with two learning-rate groups, the update captured as a graph with the step scalars
+ *     poisoned, then replayed after uploading them, equal to the eager update (a backend with
+ *     graphs);
+ *   - an inactive clip (max_grad_norm far above the norm) gives the bits of no clip;
+ *   - group 1 at group 0's rate gives the bits of no group; at another rate it leaves group 0.
+ * Rows: "adamw" in op_cases.c. */
+#include <math.h>
+#include <string.h>
+
+#include "tests/ops/case.h"
+
+static void adamw_ref(double *p, double *m, double *v, double g, double lr, double b1, double b2, double eps,
+                      double wd, int t) {
+    *m = b1 * *m + (1 - b1) * g;
+    *v = b2 * *v + (1 - b2) * g * g;
+    const double mh = *m / (1 - pow(b1, t)), vh = *v / (1 - pow(b2, t));
+    *p -= lr * (wd * *p + mh / (sqrt(vh) + eps));
+}
+
+/* Segments over n elements: half at weight decay 0.1 (group 0), a gap of 3, a quarter at 0 (group
+ * groups - 1), then runs of 17 alternating decay and (with two groups) group, up to 110, and the
+ * rest at 0.05. Returns their count (at most 120). */
+static int segments(int64_t n, int groups, lj_adamw_segment *seg) {
+    int ns = 0;
+    int64_t off = 0;
+    seg[ns++] = (lj_adamw_segment){off, n / 2, 0.1f, 0};
+    off += n / 2 + 3;
+    seg[ns++] = (lj_adamw_segment){off, n / 4, 0.0f, groups - 1};
+    off += n / 4;
+    while (ns < 110 && off + 17 < n) {
+        seg[ns] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f, groups == 2 ? ns % 2 : 0};
+        ns++;
+        off += 17;
+    }
+    if (off < n) seg[ns++] = (lj_adamw_segment){off, n - off, 0.05f, 0};
+    return ns;
+}
+
+static const float k_lrs[2] = {1e-3f, 4e-4f};
+
+/* Uploads the step scalars of step t for `groups` groups into sc (backend memory). */
+static void set_scalars(lj_case_ctx *x, void *sc, const lj_adamw_hparams *hp, int groups, int t) {
+    float s[2 * LJ_ADAMW_NUM_SCALARS];
+    for (int k = 0; k < groups; k++) lj_adamw_step_scalars(s + k * LJ_ADAMW_NUM_SCALARS, hp, k_lrs[k], t);
+    x->ops->upload(sc, s, (size_t)groups * LJ_ADAMW_NUM_SCALARS * sizeof(float));
+}
+
+/* d = {n, lr groups (1 or 2), clipping expected, 0, params aliased to master (a backend whose
+ * params are f32: the CPU)}; param = max_grad_norm. */
+static void update_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int64_t n = x->c->d[0];
+    const int groups = x->c->d[1] == 2 ? 2 : 1, expect_clipped = (int)x->c->d[2];
+    const int alias = x->c->d[4] && ops->param_dtype == LJ_DTYPE_F32;
+    const float max_norm = (float)x->c->param;
+    lj_case_shape(x, "n=%lld clip=%g groups=%d%s", (long long)n, max_norm, groups, alias ? " params=master" : "");
+    lj_adamw_segment seg[120];
+    const int ns = segments(n, groups, seg);
+    const lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_norm};
+    float *p0 = lj_case_rand(x, n, 1.0f), *zero = lj_case_zeros(x, n);
+    void *master = lj_case_upload(x, p0, n, LJ_CASE_F32);
+    void *params = alias ? master : lj_case_upload(x, p0, n, LJ_CASE_PARAM);
+    void *m = lj_case_upload(x, zero, n, LJ_CASE_F32), *v = lj_case_upload(x, zero, n, LJ_CASE_F32);
+    void *gn = lj_case_alloc(x, 1, LJ_CASE_F32), *ws = lj_case_scratch(x, ops->global_norm_workspace_bytes(n));
+    void *sc = lj_case_alloc(x, 2 * LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+    const int ref = lj_case_reference(x);
+    double *pr = ref ? lj_case_to_double(x, p0, n) : NULL, *mr = ref ? lj_case_dzeros(x, n) : NULL;
+    double *vr = ref ? lj_case_dzeros(x, n) : NULL;
+    int clipped = 0;
+    void *dg = NULL;
+    for (int t = 1; t <= 3; t++) {
+        const float *g = lj_case_rand(x, n, 0.05f);
+        dg = lj_case_upload(x, g, n, LJ_CASE_GRAD);
+        ops->global_norm_sq(gn, dg, n, ws);
+        set_scalars(x, sc, &hp, groups, t);
+        ops->adamw_update(params, master, dg, m, v, seg, ns, &hp, sc, gn);
+        double norm = 0;
+        for (int64_t i = 0; i < n; i++) norm += (double)g[i] * g[i];
+        norm = sqrt(norm);
+        const double clip = max_norm > 0 ? fmin(1.0, max_norm / (norm + 1e-6)) : 1.0;
+        clipped |= clip < 1.0;
+        if (ref)
+            for (int s = 0; s < ns; s++)
+                for (int64_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
+                    adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, k_lrs[seg[s].lr_group], hp.beta1, hp.beta2, hp.eps,
+                              seg[s].weight_decay, t);
+    }
+    lj_case_true(x, "adamw_update clipping", clipped == expect_clipped, "clipping active %d, expected %d", clipped,
+                 expect_clipped);
+    /* the CPU against double (v: 1e-5), CUDA against the CPU: fp32 state within 1e-6 / 1e-5 */
+    const lj_harness_tol gpu = lj_harness_tol_gpu(1e-6, 1e-5);
+    lj_case_output_at(x, "adamw_update master", master, n, LJ_CASE_F32, pr, x->c->tol, gpu);
+    lj_case_output_at(x, "adamw_update m", m, n, LJ_CASE_F32, mr, x->c->tol, gpu);
+    lj_case_output_at(x, "adamw_update v", v, n, LJ_CASE_F32, vr, x->c->tol_grad, gpu);
+    if (!alias) /* the copy: the master's values, rounded to the param dtype */
+        lj_case_output_at(x, "adamw_update params", params, n, LJ_CASE_PARAM, pr, x->c->tol,
+                          lj_harness_tol_gpu(1e-2, 1e-2));
+    if (groups == 2 && ops->graph_capture_begin) {
+        /* one more update from the same state, eagerly and as a replayed graph captured with the
+         * step scalars poisoned: the same kernel, so equal */
+        void *e[3], *r[3];
+        const void *src[3] = {master, m, v};
+        for (int k = 0; k < 3; k++) {
+            e[k] = lj_case_alloc(x, n, LJ_CASE_F32), r[k] = lj_case_alloc(x, n, LJ_CASE_F32);
+            ops->copy(e[k], src[k], (size_t)n * sizeof(float));
+            ops->copy(r[k], src[k], (size_t)n * sizeof(float));
+        }
+        void *ep = lj_case_alloc(x, n, LJ_CASE_PARAM), *rp = lj_case_alloc(x, n, LJ_CASE_PARAM);
+        set_scalars(x, sc, &hp, groups, 4);
+        ops->adamw_update(ep, e[0], dg, e[1], e[2], seg, ns, &hp, sc, gn);
+        lj_case_poison(x, sc, 2 * LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+        void *graph = NULL;
+        lj_status st = ops->graph_capture_begin();
+        if (st == LJ_OK) {
+            ops->adamw_update(rp, r[0], dg, r[1], r[2], seg, ns, &hp, sc, gn);
+            st = ops->graph_capture_end(&graph);
+        }
+        if (lj_case_true(x, "adamw_update graph capture", st == LJ_OK, "%s", st == LJ_OK ? "captured" : lj_error_message())) {
+            set_scalars(x, sc, &hp, groups, 4);
+            ops->graph_launch(graph);
+            ops->graph_destroy(graph);
+            lj_case_twin(x, "adamw_update graph replay master", r[0], e[0], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+            lj_case_twin(x, "adamw_update graph replay m", r[1], e[1], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+            lj_case_twin(x, "adamw_update graph replay v", r[2], e[2], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+        }
+    }
+}
+
+/* One update of p0 (state zero) into fresh buffers: master, m, v. */
+static void one_update(lj_case_ctx *x, const float *p0, const void *dg, const void *gn, const lj_adamw_segment *seg,
+                       int ns, const lj_adamw_hparams *hp, const void *sc, void **out) {
+    const int64_t n = x->c->d[0];
+    float *zero = lj_case_zeros(x, n);
+    out[0] = lj_case_upload(x, p0, n, LJ_CASE_F32);
+    out[1] = lj_case_upload(x, zero, n, LJ_CASE_F32);
+    out[2] = lj_case_upload(x, zero, n, LJ_CASE_F32);
+    void *params = lj_case_upload(x, p0, n, LJ_CASE_PARAM);
+    x->ops->adamw_update(params, out[0], dg, out[1], out[2], seg, ns, hp, sc, gn);
+}
+
+/* d = {n, 0, 0, 1}: an inactive clip gives the bits of no clip. */
+static void clip_inactive_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int64_t n = x->c->d[0];
+    lj_case_shape(x, "n=%lld", (long long)n);
+    const lj_adamw_segment seg = {0, n, 0.1f, 0};
+    float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
+    void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
+    ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
+    lj_adamw_hparams hp = {0.9f, 0.999f, 1e-8f, 0.0f};
+    void *sc = lj_case_alloc(x, LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+    float s[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(s, &hp, 1e-3f, 1);
+    ops->upload(sc, s, sizeof s);
+    void *a[3], *b[3];
+    one_update(x, p0, dg, gn, &seg, 1, &hp, sc, a);
+    hp.max_grad_norm = 1e3f;
+    one_update(x, p0, dg, gn, &seg, 1, &hp, sc, b);
+    lj_case_twin(x, "adamw_update inactive clip == no clip", b[0], a[0], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+}
+
+/* d = {n, 2, 0, 2}: group 1 at group 0's rate gives the bits of no group; at another rate it
+ * moves group 1 and leaves group 0's bits. */
+static void groups_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int64_t n = x->c->d[0], k = n / 3;
+    lj_case_shape(x, "n=%lld", (long long)n);
+    const lj_adamw_segment one[2] = {{0, k, 0.1f, 0}, {k, n - k, 0.0f, 0}};
+    const lj_adamw_segment two[2] = {{0, k, 0.1f, 1}, {k, n - k, 0.0f, 0}};
+    float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
+    void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
+    ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    float same[2 * LJ_ADAMW_NUM_SCALARS], other[2 * LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(same, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(same + LJ_ADAMW_NUM_SCALARS, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(other, &hp, 1e-3f, 2);
+    lj_adamw_step_scalars(other + LJ_ADAMW_NUM_SCALARS, &hp, 4e-3f, 2);
+    void *sc_same = lj_case_alloc(x, 2 * LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+    void *sc_other = lj_case_alloc(x, 2 * LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+    ops->upload(sc_same, same, sizeof same);
+    ops->upload(sc_other, other, sizeof other);
+    void *a[3], *b[3], *c[3];
+    one_update(x, p0, dg, gn, one, 2, &hp, sc_same, a);
+    one_update(x, p0, dg, gn, two, 2, &hp, sc_same, b);
+    one_update(x, p0, dg, gn, two, 2, &hp, sc_other, c);
+    lj_case_twin(x, "adamw_update group 1 at group 0's lr == group 0", b[0], a[0], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    lj_case_twin(x, "adamw_update another group-1 lr leaves group 0", (float *)c[0] + k, (float *)a[0] + k, n - k,
+                 LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    if (lj_case_checks(x)) {
+        const float *ca = lj_case_download(x, c[0], k, LJ_CASE_F32), *aa = lj_case_download(x, a[0], k, LJ_CASE_F32);
+        int64_t moved = 0;
+        for (int64_t i = 0; i < k; i++) moved += ca[i] != aa[i];
+        lj_case_true(x, "adamw_update group 1 at its own lr", moved > k / 2, "%lld of %lld group-1 weights differ",
+                     (long long)moved, (long long)k);
+    }
+}
+
+void lj_case_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, c->d[3] == 1 ? clip_inactive_body : c->d[3] == 2 ? groups_body : update_body);
+}
