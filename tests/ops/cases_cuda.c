@@ -318,18 +318,18 @@ static void test_adamw(int64_t total, float max_grad_norm) {
     lj_adamw_segment seg[120];
     int ns = 0;
     int64_t off = 0;
-    seg[ns++] = (lj_adamw_segment){off, total / 2, 0.1f};
+    seg[ns++] = (lj_adamw_segment){off, total / 2, 0.1f, 0};
     off += total / 2 + 3;
-    seg[ns++] = (lj_adamw_segment){off, total / 4, 0.0f};
+    seg[ns++] = (lj_adamw_segment){off, total / 4, 0.0f, 1}; /* lr group 1 (--decoupled-lr's) */
     off += total / 4;
     while (ns < 110 && off + 17 < total) {
-        seg[ns++] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f};
+        seg[ns++] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f, ns % 3 == 0};
         off += 17;
     }
-    if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f};
+    if (off < total) seg[ns++] = (lj_adamw_segment){off, total - off, 0.05f, 0};
     lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
-    float sc[LJ_ADAMW_NUM_SCALARS]; /* lr 1e-3 at step 3: host memory for H, device memory for G */
-    lj_adamw_step_scalars(sc, &hp, 1e-3f, 3);
+    float sc[LJ_ADAMW_NUM_SCALARS]; /* lr 1e-3 (group 1: 4e-4) at step 3: host memory for H, device memory for G */
+    lj_adamw_step_scalars2(sc, &hp, 1e-3f, 4e-4f, 3);
     float *p = hrand(total, 1.0f), *g = hrand(total, 1.0f), *m = hrand(total, 0.1f), *v = hzeros(total);
     for (int64_t i = 0; i < total; i++) v[i] = fabsf((float)lj_rng_normal(&g_h->rng)) * 0.01f;
     double s = 0;
@@ -413,7 +413,7 @@ static void graph_chain(const graph_bufs *g) {
     o->copy(g->master, g->master0, (size_t)g->P * 4);
     o->copy(g->m, g->m0, (size_t)g->P * 4);
     o->copy(g->v, g->v0, (size_t)g->P * 4);
-    lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f}, {g->P / 2, g->P - g->P / 2, 0.0f}};
+    lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f, 0}, {g->P / 2, g->P - g->P / 2, 0.0f, 0}};
     o->adamw_update(g->params, g->master, g->grads, g->m, g->v, seg, 2, &g_graph_hp, g->scalars, g->gnorm);
 }
 
