@@ -556,7 +556,8 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == p ? 1 : slash - p) : 1, slash ? p : ".");
         struct stat st;
         if (m->record_memory_history && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
-            return lj_fail(LJ_ERR_ARG, "--memory-snapshot-path %s: the directory %s does not exist (create it first)",
+            return lj_fail(LJ_ERR_ARG, "--memory-snapshot-path %s: the directory %s does not exist: create it, or give a path in "
+                                       "an existing one",
                            p, dir);
         c->memory_snapshot_path = p;
         const size_t n = strlen(p);

@@ -152,7 +152,7 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
     const double grace = opt->kill_grace_sec > 0 ? opt->kill_grace_sec : 30.0;
     /* the processes this launcher starts: the N workers, or one mpirun */
     const int nchild = opt->mpirun ? 1 : n;
-    int port = opt->master_port;
+    int port = opt->mpirun ? 0 : opt->master_port; /* mpirun's workers get no torchrun-style variables */
     const char *addr = opt->master_addr ? opt->master_addr : "127.0.0.1";
     if (!opt->mpirun && port <= 0 && lj_launch_free_port(&port) != LJ_OK) {
         fprintf(stderr, "ljperf launcher: %s\n", lj_error_message());
