@@ -528,10 +528,10 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
 lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_config *c) {
     const struct { const char *flag; int v; } steps[] = {{"--profile-step-start", m->profile_step_start},
                                                           {"--profile-step-end", m->profile_step_end}};
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2 && m->profile; k++)
         if (steps[k].v < 0)
             return lj_fail(LJ_ERR_ARG, "%s %d: must be >= 0 (an iteration count)", steps[k].flag, steps[k].v);
-    if (m->profile_step_start >= m->profile_step_end)
+    if (m->profile && m->profile_step_start >= m->profile_step_end)
         return lj_fail(LJ_ERR_ARG, "--profile-step-start %d must be below --profile-step-end %d (the window holds "
                                    "iterations start + 1 to end)",
                        m->profile_step_start, m->profile_step_end);

@@ -107,7 +107,7 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
                                 const char **grad_dtype, int print);
 
 /* The profiling flags (docs/megatron.md "Profiling"; train/profile.h) checked and copied into c:
- * --profile, --profile-step-start S and --profile-step-end E (0 <= S < E), --profile-ranks R ...
+ * --profile, --profile-step-start S and --profile-step-end E (with --profile: 0 <= S < E), --profile-ranks R ...
  * (each >= 0; at most LJ_TRAIN_MAX_PROFILE_RANKS; checked against the world size when the run
  * starts), --record-memory-history and --memory-snapshot-path (its directory must exist). `print`
  * says what has no effect (a snapshot path without --record-memory-history). Errors: LJ_ERR_ARG

@@ -5,8 +5,9 @@
 # flags and its Nsight Systems wrapper), run as written on the CPU at a tiny shape on mock data:
 #   - every argument the scripts pass is taken, or listed once at start-up as ignored with its
 #     reason (a refused or unknown one stops the run);
-#   - the 8B script on one rank, on real data (its --data-path / HuggingFaceTokenizer branch: KJV
-#     text tokenized with the small GPT-2 tokenizer of tests/data): its profile window
+#   - the 8B script on one rank, on real data (its --data-path / HuggingFaceTokenizer branch: this
+#     repository's documentation, a line a document, tokenized with the small GPT-2 tokenizer of
+#     tests/data): its profile window
 #     (--profile-step-start/-end) opens and closes where Megatron-LM's does, --decoupled-lr is
 #     logged, the checkpoint and TensorBoard events are written;
 #   - the FSDP script on two ranks (torchrun's --nproc_per_node through ljperf's launcher; ZeRO-3
@@ -16,7 +17,7 @@
 #     drives (cudaProfilerApi), --record-memory-history wrote rank 0's snapshot (only rank 0:
 #     --profile-ranks 0) to Megatron's default path, and the snapshot's peak is its plan's total.
 set -euo pipefail
-: "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}" "${LJ_CACHE:?}"
+: "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/megatron_scripts"
 rm -rf "$tmp" && mkdir -p "$tmp/bin"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -24,10 +25,9 @@ ok() { echo "ok: $*"; }
 command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
 "$LJPERF" train --list-flags >"$tmp/flags.txt"
 mini="$LJ_SOURCE_DIR/tests/data/gpt2_mini/tokenizer.json"
-kjv="$LJ_CACHE/data/kjv.txt"
-[ -s "$kjv" ] || fail "$kjv is missing: run scripts/setup.sh"
-head -c 100000 "$kjv" | sed G >"$tmp/kjv.txt" # one verse a document: a validation split of 1%
-"$LJPERF" prepare --tokenizer "$mini" --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" \
+# a line a document (some thousands: the split's 1% of validation documents is not empty)
+grep -hv '^[[:space:]]*$' "$LJ_SOURCE_DIR"/docs/*.md "$LJ_SOURCE_DIR"/*.md | sed G >"$tmp/text.txt"
+"$LJPERF" prepare --tokenizer "$mini" --input "$tmp/text.txt" --split-on blank-line --output-prefix "$tmp/text" \
   --quiet >/dev/null 2>"$tmp/prepare.err" || { cat "$tmp/prepare.err"; fail "prepare"; }
 
 # ljperf as the scripts call it, with its arguments kept for the checks below
@@ -83,11 +83,12 @@ check_args() { # NAME ARGS_FILE STDERR_FILE
 # 1. the Llama 3 8B FP8 script, one rank, real data
 mkdir -p "$tmp/a" && cd "$tmp/a"
 GPUS_PER_NODE=1 LJ_ARGS_LOG="$tmp/a.args" EXTRA_ARGS="--log-json $tmp/a.jsonl" \
-  bash "$LJ_SOURCE_DIR/tests/megatron/train_llama3_8b_fp8.sh" ckpt/llama tb/llama "$mini" "$tmp/kjv" \
+  bash "$LJ_SOURCE_DIR/tests/megatron/train_llama3_8b_fp8.sh" ckpt/llama tb/llama "$mini" "$tmp/text" \
   >"$tmp/a.out" 2>"$tmp/a.err" || { cat "$tmp/a.err"; fail "the 8B FP8 script"; }
 n=$(check_args "the 8B FP8 script" "$tmp/a.args" "$tmp/a.err")
 [ "$n" -ge 80 ] || fail "the 8B FP8 script passed $n flags; Megatron-LM's passes 80 (with torchrun's 5)"
 grep -qx -- "--tokenizer-type" "$tmp/a.args" && grep -qx HuggingFaceTokenizer "$tmp/a.args" || fail "not the real-data branch"
+grep -q "^validation loss at iteration 6" "$tmp/a.out" || fail "no validation loss at the end"
 grep -q -- "--profile: the profile window opens before iteration 3" "$tmp/a.err" || fail "no window start"
 grep -q -- "--profile: the profile window closes after iteration 4" "$tmp/a.err" || fail "no window end"
 grep -q -- "--fp8-param-gather: accepted; ljperf keeps no FP8 copy of the weights" "$tmp/a.err" \
