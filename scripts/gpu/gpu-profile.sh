@@ -9,10 +9,11 @@
 #            window. The memory snapshot's peak must be the plan's total plus the 32 MiB cuBLASLt
 #            workspace. The same run without --profile gives the same losses, bit for bit under
 #            --deterministic-mode (the window's steps run eagerly, the others as one graph).
-#   fp8      tests/megatron/train_llama3_8b_fp8.sh as written on one GPU at 2 layers, seq 2048
-#            (the 8B layer shape, FP8 hybrid, --decoupled-lr, its profile window at 4 to 6).
+#   fp8      tests/megatron/train_llama3_8b_fp8.sh as written on one GPU at 2 layers, seq 2048 and a
+#            vocabulary of 1024 (the 8B layer shape, FP8 hybrid, --decoupled-lr, its profile window
+#            at 4 to 6; its checkpoint at the end is some 6 GB).
 #   fsdp     tests/megatron/train_llama3_8b_fsdp_fp8.sh with NSYS_PROFILE=1 (its nsys line; nsys
-#            must be found) on every GPU (at least 2) at 2 layers: ZeRO-3 over the GPUs, the
+#            must be found) on every GPU (at least 2) at 2 layers, vocabulary 1024: ZeRO-3 over the GPUs, the
 #            nccl:all_gather / nccl:reduce_scatter ranges in rank 0's profile, rank 0's snapshot.
 # Usage: bash scripts/gpu/gpu-profile.sh [step...]
 set -uo pipefail
@@ -85,7 +86,7 @@ PY
     say "$(snapshot "$OUT/mem_0.json")"
     ;;
   fp8)
-    mkdir -p "$OUT/fp8" && (cd "$OUT/fp8" && GPUS_PER_NODE=1 NUM_LAYERS=2 SEQ_LENGTH=2048 GLOBAL_BATCH_SIZE=8 \
+    mkdir -p "$OUT/fp8" && (cd "$OUT/fp8" && GPUS_PER_NODE=1 NUM_LAYERS=2 SEQ_LENGTH=2048 VOCAB_SIZE=1024 GLOBAL_BATCH_SIZE=8 \
       TRAIN_SAMPLES=64 LR_DECAY_SAMPLES=64 LR_WARMUP_SAMPLES=8 EVAL_ITERS=2 SAVE_INTERVAL=1000 LJPERF="$lj" \
       bash "$OLDPWD/tests/megatron/train_llama3_8b_fp8.sh" ckpt tb MOCK MOCK >"$OUT/fp8.log" 2>&1)
     say "fp8: the 8B FP8 script on one GPU rc=$? $(grep '^iteration' "$OUT/fp8.log" | tail -1 | cut -c1-160)"
@@ -94,7 +95,7 @@ PY
   fsdp)
     [ "$gpus" -ge 2 ] || { say "fsdp: one GPU here, skipped"; continue; }
     [ "$have_nsys" = 1 ] || { say "fsdp: no nsys here, skipped"; continue; }
-    mkdir -p "$OUT/fsdp" && (cd "$OUT/fsdp" && GPUS_PER_NODE=$gpus NUM_LAYERS=2 SEQ_LENGTH=2048 \
+    mkdir -p "$OUT/fsdp" && (cd "$OUT/fsdp" && GPUS_PER_NODE=$gpus NUM_LAYERS=2 SEQ_LENGTH=2048 VOCAB_SIZE=1024 \
       GLOBAL_BATCH_SIZE=$((2 * gpus)) TRAIN_SAMPLES=$((28 * gpus)) LR_DECAY_SAMPLES=$((28 * gpus)) \
       LR_WARMUP_SAMPLES=$((2 * gpus)) EVAL_ITERS=1 SAVE_INTERVAL=1000 NSYS_PROFILE=1 LJPERF="$lj" \
       bash "$OLDPWD/tests/megatron/train_llama3_8b_fsdp_fp8.sh" ckpt MOCK MOCK nsys/fsdp tb >"$OUT/fsdp.log" 2>&1)
