@@ -141,4 +141,14 @@ const char *lj_cache_dir(char *buf, size_t len);
 /* Number of CPU threads to use (OMP_NUM_THREADS or the online cores). */
 int lj_num_threads(void);
 
+/* ---- the build ------------------------------------------------------------------- */
+
+/* ljperf's version ("0.1.0"). */
+const char *lj_version(void);
+
+/* The git commit this binary was built from: 12 hex digits, with "-dirty" when the tracked
+ * files differed from it; "unknown" for a build outside a git checkout or outside CMake
+ * (base/build_commit.h, written by cmake/build_info.cmake at every build). */
+const char *lj_build_commit(void);
+
 #endif

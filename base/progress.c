@@ -17,7 +17,9 @@ void lj_progress_begin(lj_progress *p, const char *what, uint64_t total_bytes) {
     p->total = total_bytes;
     p->t0 = p->last = lj_time_sec();
     p->tty = want_tty();
-    p->active = !lj_log_is_quiet();
+    const char *mode = getenv("LJPERF_PROGRESS");
+    p->always = mode && !strcmp(mode, "always");
+    p->active = !lj_log_is_quiet() && !(mode && !strcmp(mode, "never"));
 }
 
 static void show(lj_progress *p, double now) {
@@ -47,7 +49,7 @@ void lj_progress_update(lj_progress *p, uint64_t done_bytes) {
     p->done = done_bytes;
     if (!p->active) return;
     const double now = lj_time_sec();
-    if (now - p->t0 < 1.0) return;
+    if (!p->always && now - p->t0 < 1.0) return;
     if (p->shown == 0 || now - p->last >= (p->tty ? 0.1 : 5.0)) show(p, now);
 }
 

@@ -1,8 +1,10 @@
-/* progress.h: progress of long work (checkpoint and HF weight files written or read): bytes done
- * of the total, MB/s and the time left, on stderr. A terminal gets one bar redrawn in place (at
- * most 10 times a second); a file or pipe, or CI=true, gets a plain line at most every 5 s.
+/* progress.h: progress of long work (checkpoint shards and HF weight files written or read, weight
+ * initialisation, the memory plan's allocation): bytes done of the total, MB/s and the time left,
+ * on stderr only (never in --log-json or TensorBoard). A terminal gets one bar redrawn in place
+ * (at most 10 times a second); a file or pipe, or CI=true, gets a plain line at most every 5 s.
  * Nothing is shown for work that ends within its first second, nor when logging is quiet
- * (lj_log_set_quiet: ranks other than 0). */
+ * (lj_log_set_quiet: ranks other than 0). LJPERF_PROGRESS=always shows it from the start, whatever
+ * its length (the first update prints a line, as a test needs); LJPERF_PROGRESS=never shows none. */
 #ifndef LJ_PROGRESS_H
 #define LJ_PROGRESS_H
 
@@ -15,6 +17,7 @@ typedef struct {
     int shown;          /* lines or bar frames printed */
     int tty;            /* a bar in place, else plain lines */
     int active;
+    int always;         /* LJPERF_PROGRESS=always: no first second of silence */
 } lj_progress;
 
 /* Starts reporting `what` over `total_bytes`. */

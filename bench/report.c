@@ -1,285 +1,12 @@
-/* report.c: `ljperf report` (report.h): reading ljperf's JSON outputs and drawing them as inline
- * SVG in one HTML page. */
+/* report.c: `ljperf report` (report.h): drawing the runs, the plan, the benchmark and the
+ * ablation as inline SVG in one HTML page (the inputs are read by report_read.c). */
 #include "bench/report.h"
 
-#include <cjson/cJSON.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/fs.h"
-
-#define PEAK_TFLOPS_DEFAULT 989.0 /* docs/reference.md, "MFU, stated once": H100/H200 SXM bf16 dense */
-
-void lj_report_init(lj_report_data *d) {
-    memset(d, 0, sizeof *d);
-    d->peak_tflops = PEAK_TFLOPS_DEFAULT;
-}
-
-void lj_report_free(lj_report_data *d) {
-    free(d->iteration);
-    free(d->loss);
-    free(d->tokens_per_s);
-    free(d->tflops_per_gpu);
-    free(d->val_iteration);
-    free(d->val_loss);
-    memset(d, 0, sizeof *d);
-}
-
-/* ---- reading ---------------------------------------------------------------------- */
-
-static double num(const cJSON *o, const char *key, double fallback) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : fallback;
-}
-
-/* A size or rate read for a chart: NaN, negative or infinite values as 0 (nothing to draw),
- * values beyond 1e300 as 1e300 (sums of a few stay finite). */
-static double amount(double v) { return isfinite(v) && v > 0 ? fmin(v, 1e300) : 0.0; }
-
-static void str(const cJSON *o, const char *key, char *buf, size_t len) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
-}
-
-static void push_step(lj_report_data *d, double it, double loss, double tps, double tflops) {
-    if (d->n_steps == d->cap_steps) {
-        d->cap_steps = d->cap_steps ? 2 * d->cap_steps : 256;
-        d->iteration = lj_realloc(d->iteration, (size_t)d->cap_steps * sizeof(double));
-        d->loss = lj_realloc(d->loss, (size_t)d->cap_steps * sizeof(double));
-        d->tokens_per_s = lj_realloc(d->tokens_per_s, (size_t)d->cap_steps * sizeof(double));
-        d->tflops_per_gpu = lj_realloc(d->tflops_per_gpu, (size_t)d->cap_steps * sizeof(double));
-    }
-    d->iteration[d->n_steps] = it;
-    d->loss[d->n_steps] = loss;
-    d->tokens_per_s[d->n_steps] = tps;
-    d->tflops_per_gpu[d->n_steps++] = tflops;
-}
-
-static void push_val(lj_report_data *d, double it, double loss) {
-    if (d->n_val == d->cap_val) {
-        d->cap_val = d->cap_val ? 2 * d->cap_val : 64;
-        d->val_iteration = lj_realloc(d->val_iteration, (size_t)d->cap_val * sizeof(double));
-        d->val_loss = lj_realloc(d->val_loss, (size_t)d->cap_val * sizeof(double));
-    }
-    d->val_iteration[d->n_val] = it;
-    d->val_loss[d->n_val++] = loss;
-}
-
-/* JSON lines of `train --log-json`. A resumed run appends to the same file: an iteration seen
- * again replaces the points from there on. Returns 1 if it was a training log. */
-static int read_log(lj_report_data *d, const char *path, char *text, lj_status *s) {
-    lj_report_data t;
-    lj_report_init(&t);
-    int line = 0, steps = 0;
-    *s = LJ_OK;
-    for (char *p = text; p && *p;) {
-        char *nl = strchr(p, '\n');
-        if (nl) *nl = '\0';
-        line++;
-        const char *q = p + strspn(p, " \t\r");
-        if (*q) {
-            cJSON *o = cJSON_Parse(q);
-            if (!cJSON_IsObject(o) || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "iteration"))) {
-                cJSON_Delete(o);
-                if (steps == 0 && line == 1) break; /* not a training log */
-                *s = lj_fail(LJ_ERR_FORMAT, "%s:%d: not a JSON object with \"iteration\" (a --log-json line)", path, line);
-                break;
-            }
-            const double it = num(o, "iteration", 0);
-            const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss");
-            const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "validation_loss");
-            if (cJSON_IsNumber(loss)) {
-                while (t.n_steps > 0 && t.iteration[t.n_steps - 1] >= it) t.n_steps--;
-                while (t.n_val > 0 && t.val_iteration[t.n_val - 1] >= it) t.n_val--;
-                push_step(&t, it, loss->valuedouble, num(o, "tokens_per_s", NAN), num(o, "tflops_per_gpu", NAN));
-                steps++;
-            } else if (cJSON_IsNumber(val)) {
-                push_val(&t, it, val->valuedouble);
-            }
-            cJSON_Delete(o);
-        }
-        p = nl ? nl + 1 : NULL;
-    }
-    if (*s != LJ_OK || steps == 0) {
-        lj_report_free(&t);
-        return *s != LJ_OK;
-    }
-    /* move the series into d */
-    free(d->iteration), free(d->loss), free(d->tokens_per_s), free(d->tflops_per_gpu);
-    free(d->val_iteration), free(d->val_loss);
-    d->iteration = t.iteration, d->loss = t.loss, d->tokens_per_s = t.tokens_per_s, d->tflops_per_gpu = t.tflops_per_gpu;
-    d->n_steps = t.n_steps, d->cap_steps = t.cap_steps;
-    d->val_iteration = t.val_iteration, d->val_loss = t.val_loss, d->n_val = t.n_val, d->cap_val = t.cap_val;
-    snprintf(d->log_path, sizeof d->log_path, "%s", path);
-    return 1;
-}
-
-static void add_segment(lj_report_data *d, const char *name, double bytes) {
-    bytes = amount(bytes);
-    if (bytes <= 0 || d->n_segments >= LJ_REPORT_MAX_SEGMENTS) return;
-    snprintf(d->segment_name[d->n_segments], sizeof d->segment_name[0], "%s", name);
-    d->segment_bytes[d->n_segments++] = bytes;
-}
-
-static lj_status read_plan(lj_report_data *d, const char *path, const cJSON *o) {
-    const cJSON *br = cJSON_GetObjectItemCaseSensitive(o, "breakdown");
-    if (!cJSON_IsArray(br)) return lj_fail(LJ_ERR_FORMAT, "%s: breakdown: expected an array (ljperf plan --json)", path);
-    d->n_segments = 0;
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "saved_activations");
-    const cJSON *row;
-    cJSON_ArrayForEach(row, br) {
-        const cJSON *cat = cJSON_GetObjectItemCaseSensitive(row, "category");
-        if (!cJSON_IsString(cat) || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(row, "bytes")))
-            return lj_fail(LJ_ERR_FORMAT, "%s: breakdown: each row needs \"category\" and \"bytes\"", path);
-        const double bytes = num(row, "bytes", 0);
-        if (strcmp(cat->valuestring, "saved activations") == 0 && cJSON_IsObject(act)) {
-            /* by recompute policy, as the plan counts them */
-            double rest = bytes;
-            const char *pol[3] = {"none", "selective", "full"};
-            const char *label[3] = {"activations: no recompute", "activations: selective", "activations: full"};
-            for (int p = 0; p < 3; p++) {
-                const cJSON *x = cJSON_GetObjectItemCaseSensitive(act, pol[p]);
-                const double b = num(x, "bytes", 0);
-                char name[64];
-                snprintf(name, sizeof name, "%s (%.0f layers)", label[p], amount(num(x, "layers", 0)));
-                add_segment(d, name, b);
-                rest -= b;
-            }
-            add_segment(d, "activations: residual, inputs, RoPE", rest);
-        } else {
-            add_segment(d, cat->valuestring, bytes);
-        }
-    }
-    d->plan_peak_bytes = amount(num(o, "peak_bytes", 0));
-    str(o, "model", d->plan_model, sizeof d->plan_model);
-    const cJSON *chosen = cJSON_GetObjectItemCaseSensitive(o, "chosen");
-    if (!chosen) chosen = cJSON_GetObjectItemCaseSensitive(o, "smallest");
-    d->plan_recompute[0] = '\0';
-    if (cJSON_IsObject(chosen)) {
-        char rc[96] = "";
-        str(chosen, "recompute", rc, sizeof rc);
-        snprintf(d->plan_recompute, sizeof d->plan_recompute, "micro-batch %.0f, recompute %s",
-                 amount(num(chosen, "micro_batch_size", 0)), rc);
-    }
-    snprintf(d->plan_path, sizeof d->plan_path, "%s", path);
-    return LJ_OK;
-}
-
-static void read_bench(lj_report_data *d, const char *path, const cJSON *o) {
-    d->measured_peak_bytes = amount(num(o, "peak_mem_gib", 0) * 1073741824.0);
-    d->bench_planned_bytes = amount(num(o, "planned_mem_gib", 0) * 1073741824.0);
-    d->bench_tokens_per_s = num(o, "tokens_per_s", 0);
-    d->bench_mfu = num(o, "mfu", 0);
-    const double peak = amount(num(o, "peak_tflops", 0));
-    if (peak > 0) d->peak_tflops = peak;
-    str(o, "model", d->bench_model, sizeof d->bench_model);
-    str(o, "device", d->bench_device, sizeof d->bench_device);
-    snprintf(d->bench_path, sizeof d->bench_path, "%s", path);
-}
-
-static lj_status read_ablation(lj_report_data *d, const char *path, const cJSON *a) {
-    d->n_rows = 0;
-    const cJSON *row;
-    cJSON_ArrayForEach(row, a) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(row, "row");
-        if (!cJSON_IsString(name) || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(row, "tokens_per_s")))
-            return lj_fail(LJ_ERR_FORMAT, "%s: each ablation row needs \"row\" and \"tokens_per_s\"", path);
-        if (d->n_rows == LJ_REPORT_MAX_ROWS) break;
-        snprintf(d->row_name[d->n_rows], sizeof d->row_name[0], "%s", name->valuestring);
-        d->row_tokens_per_s[d->n_rows] = num(row, "tokens_per_s", 0);
-        d->row_mfu[d->n_rows++] = num(row, "mfu", 0);
-    }
-    snprintf(d->ablation_path, sizeof d->ablation_path, "%s", path);
-    return LJ_OK;
-}
-
-lj_status lj_report_add_file(lj_report_data *d, const char *path, const char **kind) {
-    *kind = NULL;
-    char *text = NULL;
-    size_t size = 0;
-    LJ_TRY(lj_file_read_all(path, &text, &size));
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    lj_status s = LJ_OK;
-    if (root) {
-        if (cJSON_IsObject(root) && cJSON_GetObjectItemCaseSensitive(root, "breakdown")) {
-            s = read_plan(d, path, root);
-            *kind = "plan";
-        } else if (cJSON_IsObject(root) && cJSON_GetObjectItemCaseSensitive(root, "engine") &&
-                   cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "tokens_per_s"))) {
-            read_bench(d, path, root);
-            *kind = "benchmark";
-        } else if (cJSON_IsArray(root) && cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(root, 0), "row")) {
-            s = read_ablation(d, path, root);
-            *kind = "ablation";
-        } else if (cJSON_IsObject(root) && cJSON_GetObjectItemCaseSensitive(root, "iteration")) {
-            if (read_log(d, path, text, &s)) *kind = "training log"; /* a log of one line */
-        }
-        cJSON_Delete(root);
-    } else if (read_log(d, path, text, &s) && s == LJ_OK) {
-        *kind = "training log";
-    } else if (s == LJ_OK) {
-        size_t line = 1;
-        for (const char *p = text; end && p < end; p++) line += *p == '\n';
-        s = lj_fail(LJ_ERR_FORMAT, "%s: not JSON or JSON lines (parse error on line %zu)", path, line);
-    }
-    free(text);
-    return s;
-}
-
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int ends_with(const char *s, const char *suffix) {
-    const size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-lj_status lj_report_add_dir(lj_report_data *d, const char *dir) {
-    DIR *dp = opendir(dir);
-    if (!dp) return lj_fail(LJ_ERR_IO, "%s: not a readable directory (a run directory holds the --log-json file, "
-                                       "plan --json and benchmark --json outputs)", dir);
-    char **names = NULL;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(dp))) {
-        if (e->d_name[0] == '.' || !(ends_with(e->d_name, ".json") || ends_with(e->d_name, ".jsonl"))) continue;
-        names = lj_realloc(names, (size_t)(n + 1) * sizeof *names);
-        names[n++] = lj_strdup(e->d_name);
-    }
-    closedir(dp);
-    qsort(names, (size_t)n, sizeof *names, by_name);
-    /* train.jsonl first, so that it is the log when there are several */
-    for (int i = 0; i < n; i++)
-        if (strcmp(names[i], "train.jsonl") == 0 && i > 0) {
-            char *t = names[i];
-            memmove(names + 1, names, (size_t)i * sizeof *names);
-            names[0] = t;
-        }
-    lj_status s = LJ_OK;
-    for (int i = 0; i < n && s == LJ_OK; i++) {
-        char path[LJ_PATH_MAX];
-        s = lj_path_join(path, dir, names[i]);
-        struct stat st;
-        if (s != LJ_OK || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (d->n_steps > 0 && ends_with(names[i], ".jsonl")) {
-            lj_log_info("report: %s: left out (the training log is %s)", path, d->log_path);
-            continue;
-        }
-        const char *kind;
-        s = lj_report_add_file(d, path, &kind);
-        if (s == LJ_OK && kind) lj_log_info("report: %s: %s", path, kind);
-    }
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
-    return s;
-}
-
-int lj_report_num_charts(const lj_report_data *d) {
-    return (d->n_steps > 0) + (d->n_steps > 0) + (d->n_segments > 0) + (d->n_rows > 0);
-}
 
 /* ---- drawing ---------------------------------------------------------------------- */
 
@@ -317,12 +44,13 @@ static void put_text(sbuf *b, const char *s) {
     }
 }
 
-/* A short label: 12.3k, 1.5M, 0.25, 3e-04. */
+/* A short label: 12.3k, 1.5M, 1200, 0.25, 3e-04. */
 static void fmt_num(double v, char *buf, size_t len) {
     const double a = fabs(v);
     if (a >= 1e9) snprintf(buf, len, "%.3gG", v / 1e9);
     else if (a >= 1e6) snprintf(buf, len, "%.3gM", v / 1e6);
     else if (a >= 1e4) snprintf(buf, len, "%.3gk", v / 1e3);
+    else if (a >= 1e3) snprintf(buf, len, "%.0f", v);
     else if (a >= 1e-4 || a == 0) snprintf(buf, len, "%.3g", v);
     else snprintf(buf, len, "%.1e", v);
 }
@@ -348,7 +76,11 @@ typedef struct {
     int n;
     const char *color, *label;
     int right;   /* on the right axis */
-    int dots;    /* markers instead of a line only */
+    int dots;    /* markers on the line */
+    int dash;    /* a dashed line */
+    int legend;  /* an entry of its own in the legend */
+    int run;     /* the run it belongs to (data-run), -1 for none */
+    const char *name; /* what it is (data-series: loss, validation, tokens_per_s, mfu, lr) */
     double width;
 } series;
 
@@ -426,10 +158,46 @@ static void chart_empty(sbuf *b, const char *id, const char *title, const char *
 /* A point of series `s` that can be drawn: both coordinates finite. */
 static int drawable(const series *s, int i) { return isfinite(s->x[i]) && isfinite(s->y[i]); }
 
-/* A line chart of up to 4 series over a shared x axis, with a left and optionally a right axis.
- * Points with a non-finite coordinate are left out; a chart without any finite point says so. */
+static int finite_points(const series *s) {
+    int n = 0;
+    for (int i = 0; i < s->n; i++) n += drawable(s, i);
+    return n;
+}
+
+/* A legend entry's width in pixels at the legend's 12 px font (about 6.8 px a character). */
+static double legend_width(const char *label) { return 20 + 6.8 * (double)strlen(label) + 14; }
+
+#define LEGEND_MAX 24
+
+typedef struct {
+    const char *label, *color;
+    int dash;
+    double x;
+    int row;
+} legend_entry;
+
+/* Lays out the entries left to right from ML, in rows of the chart's width; returns the rows. */
+static int legend_layout(legend_entry *e, int n) {
+    double x = ML;
+    int row = 0;
+    for (int i = 0; i < n; i++) {
+        const double w = legend_width(e[i].label);
+        if (x > ML && x + w > CW - 8) x = ML, row++;
+        e[i].x = x, e[i].row = row;
+        x += w;
+    }
+    return n > 0 ? row + 1 : 0;
+}
+
+/* A line chart of up to 2 * LJ_REPORT_MAX_RUNS + 1 series over a shared x axis, with a left and
+ * optionally a right axis, the legend in rows under the title (the series marked `legend`, then
+ * `extra` entries) and `missing` (runs without this chart's values) as a note. Points with a
+ * non-finite coordinate are left out; a chart without any finite point says so. Each series is
+ * one <path class="series" data-run="K" data-series="NAME" d="M x y L x y ..."> (one vertex per
+ * drawn point). */
 static void line_chart(sbuf *b, const char *id, const char *title, const char *xlabel, const char *ylabel,
-                       const char *y2label, const series *s, int ns) {
+                       const char *y2label, const series *s, int ns, const legend_entry *extra, int nextra,
+                       const char *missing) {
     double xlo = INFINITY, xhi = -INFINITY, ylo[2] = {INFINITY, INFINITY}, yhi[2] = {-INFINITY, -INFINITY};
     int points = 0;
     for (int k = 0; k < ns; k++)
@@ -442,16 +210,37 @@ static void line_chart(sbuf *b, const char *id, const char *title, const char *x
         }
     if (points == 0) {
         char why[160];
-        snprintf(why, sizeof why, "the training log has no finite value of %s", s[0].label);
+        snprintf(why, sizeof why, "the training log has no finite value of %s", ylabel);
         chart_empty(b, id, title, why);
         return;
     }
-    chart_open(b, id, title, CW, CH);
-    const int pw = CW - ML - MR, ph = CH - MT - MB;
+    legend_entry leg[LEGEND_MAX];
+    int nleg = 0;
+    for (int k = 0; k < ns && nleg < LEGEND_MAX; k++)
+        if (s[k].legend) leg[nleg++] = (legend_entry){s[k].label, s[k].color, s[k].dash, 0, 0};
+    for (int k = 0; k < nextra && nleg < LEGEND_MAX; k++) leg[nleg++] = extra[k];
+    const int rows = legend_layout(leg, nleg) + (missing && *missing ? 1 : 0);
+    const int mt = MT + 16 * rows, h = CH + 16 * rows;
+    chart_open(b, id, title, CW, h);
+    for (int k = 0; k < nleg; k++) {
+        const int y = 38 + 16 * leg[k].row;
+        put(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"%s/>"
+               "<text x=\"%.1f\" y=\"%d\" class=\"legend\">",
+            leg[k].x, leg[k].x + 14, y - 4, y - 4, leg[k].color, leg[k].dash ? " stroke-dasharray=\"4 2\"" : "",
+            leg[k].x + 20, y);
+        put_text(b, leg[k].label);
+        put(b, "</text>\n");
+    }
+    if (missing && *missing) {
+        put(b, "<text x=\"%d\" y=\"%d\" class=\"note-left\">", ML, 38 + 16 * (rows - 1));
+        put_text(b, missing);
+        put(b, "</text>\n");
+    }
+    const int pw = CW - ML - MR, ph = h - mt - MB;
     const axis ax = make_axis(xlo, xhi, 0);
     const axis ay[2] = {make_axis(ylo[0], yhi[0], y2label != NULL), make_axis(ylo[1], yhi[1], 1)};
 #define PX(v) axis_map(&ax, (v), ML, pw)
-#define PY(v, a) axis_map(&ay[a], (v), MT + ph, -ph)
+#define PY(v, a) axis_map(&ay[a], (v), mt + ph, -ph)
     char t[32];
     /* grid and ticks */
     for (int k = 0; k <= ay[0].ticks; k++) {
@@ -472,20 +261,23 @@ static void line_chart(sbuf *b, const char *id, const char *title, const char *x
         fmt_num(v, t, sizeof t);
         put(b, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" class=\"axis\"/><text x=\"%.1f\" y=\"%d\" "
                "class=\"tick\" text-anchor=\"middle\">%s</text>\n",
-            PX(v), PX(v), MT + ph, MT + ph + 5, PX(v), MT + ph + 18, t);
+            PX(v), PX(v), mt + ph, mt + ph + 5, PX(v), mt + ph + 18, t);
     }
-    put(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"frame\"/>\n", ML, MT, pw, ph);
-    put(b, "<text x=\"%d\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n", ML + pw / 2, CH - 10, xlabel);
+    put(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" class=\"frame\"/>\n", ML, mt, pw, ph);
+    put(b, "<text x=\"%d\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n", ML + pw / 2, h - 10, xlabel);
     put(b, "<text transform=\"translate(16 %d) rotate(-90)\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
-        MT + ph / 2, ylabel);
+        mt + ph / 2, ylabel);
     if (y2label)
         put(b, "<text transform=\"translate(%d %d) rotate(90)\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
-            CW - 12, MT + ph / 2, y2label);
+            CW - 12, mt + ph / 2, y2label);
     /* series */
     for (int k = 0; k < ns; k++) {
-        if (s[k].n == 0) continue;
+        const int finite = finite_points(&s[k]);
+        if (finite == 0) continue;
         const int a = s[k].right;
-        put(b, "<path class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\" d=\"", s[k].color, s[k].width);
+        put(b, "<path class=\"series\" data-run=\"%d\" data-series=\"%s\" fill=\"none\" stroke=\"%s\" "
+               "stroke-width=\"%.1f\"%s d=\"",
+            s[k].run, s[k].name, s[k].color, s[k].width, s[k].dash ? " stroke-dasharray=\"5 3\"" : "");
         int first = 1;
         for (int i = 0; i < s[k].n; i++) {
             if (!drawable(&s[k], i)) continue;
@@ -494,18 +286,11 @@ static void line_chart(sbuf *b, const char *id, const char *title, const char *x
         }
         put(b, "\"/>\n");
         /* markers: asked for, or a series of one point (a path of one point draws nothing) */
-        int finite = 0;
-        for (int i = 0; i < s[k].n; i++) finite += drawable(&s[k], i);
         if (s[k].dots || finite == 1)
             for (int i = 0; i < s[k].n; i++)
                 if (drawable(&s[k], i))
-                    put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", PX(s[k].x[i]), PY(s[k].y[i], a),
+                    put(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s[k].x[i]), PY(s[k].y[i], a),
                         s[k].color);
-        /* legend */
-        put(b, "<rect x=\"%d\" y=\"16\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"22\" class=\"legend\">",
-            CW - MR - 250 + k * 130, s[k].color, CW - MR - 232 + k * 130);
-        put_text(b, s[k].label);
-        put(b, "</text>\n");
     }
 #undef PX
 #undef PY
@@ -642,7 +427,9 @@ static const char k_style[] =
     "svg text{font-family:inherit}.title{font-size:15px;font-weight:bold}.tick{font-size:11px;fill:#555}"
     ".label{font-size:12px;fill:#333}.legend{font-size:12px;fill:#333}.note{font-size:13px;fill:#888;text-anchor:middle}"
     ".note-left{font-size:12px;fill:#666}.grid{stroke:#eee}.axis{stroke:#999}.frame{fill:none;stroke:#bbb}"
-    "footer{margin-top:14px;font-size:12px;color:#666}code{font-size:12px}";
+    "footer{margin-top:14px;font-size:12px;color:#666}code{font-size:12px}"
+    "table.runs td{vertical-align:top;max-width:420px}table.runs td code{word-break:break-all}"
+    ".swatch{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:-1px}";
 
 /* Checks in the browser that every chart drew: <body data-charts-drawn="N/M" data-errors="K"
  * data-chart-rects="x,y,w,h;..."> (page pixels of each chart, for a screenshot test). */
@@ -659,9 +446,182 @@ static const char k_check_script[] =
     "document.body.setAttribute('data-chart-rects',rects.join(';'));"
     "document.body.setAttribute('data-errors',String(errs));})();\n</script>\n";
 
+/* The colour of run k: the palette's, skipping the MFU line's purple. */
+static const char *run_color(int k) {
+    static const char *const c[LJ_REPORT_MAX_RUNS] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b",
+                                                      "#76b7b2", "#9c755f", "#edc948", "#ff9da7"};
+    return c[k % LJ_REPORT_MAX_RUNS];
+}
+
+static int series_finite(const lj_report_series *s) {
+    for (int i = 0; i < s->n; i++)
+        if (isfinite(s->x[i]) && isfinite(s->y[i])) return 1;
+    return 0;
+}
+
+int lj_report_num_charts(const lj_report_data *d) {
+    int loss = 0, speed = 0, lr = 0;
+    for (int i = 0; i < d->n_runs; i++) {
+        const lj_report_run *r = &d->runs[i];
+        loss |= r->loss.n + r->val_loss.n > 0;
+        speed |= r->tokens_per_s.n + r->tflops_per_gpu.n > 0;
+        lr |= r->lr.n > 0;
+    }
+    return loss + speed + lr + (d->n_segments > 0) + (d->n_rows > 0);
+}
+
+/* "no tokens/s in: A, B" for the runs with a log and without `what` (`which` picks the series:
+ * 0 loss, 1 tokens/s, 2 learning rate); "" when every run has it. */
+static void missing_note(const lj_report_data *d, const char *what, int which, char *buf, size_t len) {
+    char list[400] = "";
+    size_t n = 0;
+    for (int i = 0; i < d->n_runs && n + 1 < sizeof list; i++) {
+        const lj_report_run *r = &d->runs[i];
+        const lj_report_series *s = which == 0 ? &r->loss : which == 1 ? &r->tokens_per_s : &r->lr;
+        if (!r->kind || series_finite(s) || (which == 0 && series_finite(&r->val_loss))) continue;
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", r->label);
+    }
+    if (list[0]) snprintf(buf, len, "no %.20s in: %s", what, list);
+    else buf[0] = '\0';
+}
+
+/* One summary cell per run of row `name`; `cell` writes run i's. */
+typedef void (*cell_fn)(sbuf *b, const lj_report_run *r, const lj_report_data *d);
+
+static void summary_row(sbuf *b, const lj_report_data *d, const char *name, cell_fn cell) {
+    put(b, "<tr><td>%s</td>", name);
+    for (int i = 0; i < d->n_runs; i++) {
+        put(b, "<td>");
+        if (d->runs[i].kind) cell(b, &d->runs[i], d);
+        put(b, "</td>");
+    }
+    put(b, "</tr>\n");
+}
+
+static void text_or_dash(sbuf *b, const char *s) {
+    if (s && *s) put_text(b, s);
+    else put(b, "&ndash;");
+}
+
+static void cell_program(sbuf *b, const lj_report_run *r, const lj_report_data *d) { text_or_dash(b, r->id.program); }
+static void cell_model(sbuf *b, const lj_report_run *r, const lj_report_data *d) { text_or_dash(b, r->id.model); }
+static void cell_precision(sbuf *b, const lj_report_run *r, const lj_report_data *d) { text_or_dash(b, r->id.precision); }
+static void cell_date(sbuf *b, const lj_report_run *r, const lj_report_data *d) { text_or_dash(b, r->id.date); }
+
+static void cell_hardware(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    if (r->id.devices > 0 && r->id.device[0]) {
+        put(b, "%d &times; ", r->id.devices);
+        put_text(b, r->id.device);
+    } else if (r->id.devices > 0) {
+        put(b, "%d device%s", r->id.devices, r->id.devices == 1 ? "" : "s");
+    } else {
+        text_or_dash(b, r->id.device);
+    }
+}
+
+static void cell_commit(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    if (r->id.commit[0]) {
+        put(b, "<code>");
+        put_text(b, r->id.commit);
+        put(b, "</code>");
+    } else {
+        put(b, "&ndash;");
+    }
+}
+
+static void cell_command(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    if (r->id.command[0]) {
+        put(b, "<code>");
+        put_text(b, r->id.command);
+        put(b, "</code>");
+    } else {
+        put(b, "&ndash;");
+    }
+}
+
+static void cell_log(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    put_text(b, r->kind);
+    put(b, ": <code>");
+    put_text(b, r->path);
+    put(b, "</code>");
+    if (r->starts > 1) put(b, " (%d starts: resumed)", r->starts);
+}
+
+static double last_finite_x(const lj_report_series *s, double *y) {
+    for (int i = s->n - 1; i >= 0; i--)
+        if (isfinite(s->x[i]) && isfinite(s->y[i])) return *y = s->y[i], s->x[i];
+    return *y = NAN, NAN;
+}
+
+static void cell_iterations(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    double y;
+    const double x = last_finite_x(&r->loss, &y);
+    if (isfinite(x)) put(b, "%.0f", x);
+    else put(b, "&ndash;");
+}
+
+static void cell_loss(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    double y;
+    (void)last_finite_x(&r->loss, &y);
+    if (isfinite(y)) put(b, "%.4f", y);
+    else put(b, "&ndash;");
+}
+
+static void cell_val(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    double y;
+    const double x = last_finite_x(&r->val_loss, &y);
+    if (isfinite(y)) put(b, "%.4f (iteration %.0f)", y, x);
+    else put(b, "&ndash;");
+}
+
+static void cell_tps(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    const double m = median(r->tokens_per_s.y, r->tokens_per_s.n);
+    char v[32];
+    fmt_num(m, v, sizeof v);
+    if (isfinite(m)) put(b, "%s", v);
+    else put(b, "&ndash;");
+}
+
+static void cell_tflops(sbuf *b, const lj_report_run *r, const lj_report_data *d) {
+    const double tf = median(r->tflops_per_gpu.y, r->tflops_per_gpu.n);
+    if (isfinite(tf)) put(b, "%.3g (%.2f%% of %.3g)", tf, 100.0 * tf / d->peak_tflops, d->peak_tflops);
+    else put(b, "&ndash;");
+}
+
+/* The runs: one column each, their identity and their summary. */
+static void runs_table(sbuf *b, const lj_report_data *d) {
+    put(b, "<table class=\"summary runs\">\n<tr><td>run</td>");
+    for (int i = 0; i < d->n_runs; i++) {
+        put(b, "<td><span class=\"swatch\" style=\"background:%s\"></span><b class=\"run-label\">", run_color(i));
+        put_text(b, d->runs[i].label);
+        put(b, "</b></td>");
+    }
+    put(b, "</tr>\n");
+    summary_row(b, d, "program", cell_program);
+    summary_row(b, d, "model", cell_model);
+    summary_row(b, d, "precision", cell_precision);
+    summary_row(b, d, "hardware", cell_hardware);
+    summary_row(b, d, "date", cell_date);
+    summary_row(b, d, "ljperf commit", cell_commit);
+    summary_row(b, d, "command", cell_command);
+    summary_row(b, d, "training log", cell_log);
+    summary_row(b, d, "iterations", cell_iterations);
+    summary_row(b, d, "final training loss", cell_loss);
+    summary_row(b, d, "final validation loss", cell_val);
+    summary_row(b, d, "median tokens/s", cell_tps);
+    summary_row(b, d, "median TFLOP/s per GPU (MFU)", cell_tflops);
+    put(b, "</table>\n");
+}
+
+static series run_series(const lj_report_series *src, int run, const char *color, const char *label, const char *name) {
+    return (series){.x = src->x, .y = src->y, .n = src->n, .color = color, .label = label, .run = run, .name = name,
+                    .legend = 1, .width = 1.6};
+}
+
 lj_status lj_report_write_html(const lj_report_data *d, const char *title, const char *path) {
     if (lj_report_num_charts(d) == 0)
-        return lj_fail(LJ_ERR_ARG, "nothing to draw: no training log (--log-json), plan, benchmark or ablation JSON");
+        return lj_fail(LJ_ERR_ARG, "nothing to draw: no training log (--log-json, TensorBoard events, a Megatron-LM "
+                                   "log), plan, benchmark or ablation JSON");
     sbuf b = {0};
     put(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>");
     put_text(&b, title);
@@ -669,69 +629,109 @@ lj_status lj_report_write_html(const lj_report_data *d, const char *title, const
     put_text(&b, title);
     put(&b, "</h1>\n<p class=\"sub\">ljperf report: every chart is inline SVG; the page needs no network.</p>\n");
 
-    /* summary */
+    const int logs = lj_report_num_logs(d);
+    if (logs > 0) runs_table(&b, d);
     char v[64];
-    put(&b, "<table class=\"summary\">\n");
-    if (d->n_steps > 0) {
-        put(&b, "<tr><td>iterations</td><td>%.0f</td></tr>\n", d->iteration[d->n_steps - 1]);
-        put(&b, "<tr><td>final training loss</td><td>%.4f</td></tr>\n", d->loss[d->n_steps - 1]);
-        if (d->n_val > 0)
-            put(&b, "<tr><td>final validation loss</td><td>%.4f (iteration %.0f)</td></tr>\n", d->val_loss[d->n_val - 1],
-                d->val_iteration[d->n_val - 1]);
-        fmt_num(median(d->tokens_per_s, d->n_steps), v, sizeof v);
-        put(&b, "<tr><td>median tokens/s</td><td>%s</td></tr>\n", v);
-        const double tf = median(d->tflops_per_gpu, d->n_steps);
-        if (isfinite(tf))
-            put(&b, "<tr><td>median TFLOP/s per GPU (MFU)</td><td>%.3g (%.2f%% of %.3g)</td></tr>\n", tf,
-                100.0 * tf / d->peak_tflops, d->peak_tflops);
-    }
-    if (d->plan_peak_bytes > 0) {
-        fmt_gib(d->plan_peak_bytes, v, sizeof v);
-        put(&b, "<tr><td>predicted peak memory</td><td>%s</td></tr>\n", v);
-    }
-    if (d->measured_peak_bytes > 0) {
-        fmt_gib(d->measured_peak_bytes, v, sizeof v);
-        put(&b, "<tr><td>measured peak memory</td><td>%s%s</td></tr>\n", v,
-            strcmp(d->bench_device, "cpu") == 0 ? " (process peak RSS)" : " (device used)");
-    }
-    put(&b, "</table>\n<div class=\"grid2\">\n");
-
-    /* 1. loss */
-    if (d->n_steps > 0) {
-        const series s[2] = {{d->iteration, d->loss, d->n_steps, "#4e79a7", "training loss", 0, 0, 1.6},
-                             {d->val_iteration, d->val_loss, d->n_val, "#f28e2b", "validation loss", 0, 1, 2.0}};
-        line_chart(&b, "loss", "Loss", "iteration", "lm loss (nats/token)", NULL, s, d->n_val > 0 ? 2 : 1);
-    } else {
-        chart_empty(&b, "loss", "Loss", "no training log (ljperf train --log-json FILE)");
-    }
-    /* 2. tokens/s and MFU */
-    if (d->n_steps > 0) {
-        double *mfu = lj_malloc((size_t)d->n_steps * sizeof(double));
-        int have_mfu = 0;
-        for (int i = 0; i < d->n_steps; i++) {
-            mfu[i] = 100.0 * d->tflops_per_gpu[i] / d->peak_tflops;
-            have_mfu |= isfinite(mfu[i]);
+    if (d->plan_peak_bytes > 0 || d->measured_peak_bytes > 0) {
+        put(&b, "<table class=\"summary\">\n");
+        if (d->plan_peak_bytes > 0) {
+            fmt_gib(d->plan_peak_bytes, v, sizeof v);
+            put(&b, "<tr><td>predicted peak memory</td><td>%s</td></tr>\n", v);
         }
+        if (d->measured_peak_bytes > 0) {
+            fmt_gib(d->measured_peak_bytes, v, sizeof v);
+            put(&b, "<tr><td>measured peak memory</td><td>%s%s</td></tr>\n", v,
+                strcmp(d->bench_device, "cpu") == 0 ? " (process peak RSS)" : " (device used)");
+        }
+        put(&b, "</table>\n");
+    }
+    put(&b, "<div class=\"grid2\">\n");
+
+    const char *no_log = "no training log (ljperf train --log-json FILE, TensorBoard events, a Megatron-LM log)";
+    series s[2 * LJ_REPORT_MAX_RUNS + 1];
+    char missing[512];
+    /* 1. loss: training (solid) and validation (dashed, dots) per run */
+    int ns = 0, any_val = 0;
+    for (int i = 0; i < d->n_runs; i++) {
+        const lj_report_run *r = &d->runs[i];
+        if (r->loss.n) s[ns++] = run_series(&r->loss, i, run_color(i), r->label, "loss");
+        if (r->val_loss.n) {
+            s[ns] = run_series(&r->val_loss, i, run_color(i), "validation loss", "validation");
+            s[ns].dash = s[ns].dots = 1, s[ns].legend = r->loss.n == 0, s[ns].width = 2.0;
+            if (!s[ns].legend) any_val = 1;
+            else s[ns].label = r->label;
+            ns++;
+        }
+    }
+    if (ns > 0) {
+        const legend_entry val = {"validation (dashed, dots)", "#888", 1, 0, 0};
+        missing_note(d, "loss", 0, missing, sizeof missing);
+        line_chart(&b, "loss", "Loss", "iteration", "lm loss (nats/token)", NULL, s, ns, &val, any_val, missing);
+    } else {
+        chart_empty(&b, "loss", "Loss", no_log);
+    }
+    /* 2. tokens/s per run; with one run also its MFU on the right axis */
+    ns = 0;
+    double *mfu = NULL;
+    int have_mfu = 0;
+    for (int i = 0; i < d->n_runs; i++)
+        if (d->runs[i].tokens_per_s.n) s[ns++] = run_series(&d->runs[i].tokens_per_s, i, run_color(i),
+                                                            d->runs[i].label, "tokens_per_s");
+    if (logs == 1) {
+        for (int i = 0; i < d->n_runs; i++) {
+            const lj_report_series *tf = &d->runs[i].tflops_per_gpu;
+            if (!d->runs[i].kind || tf->n == 0) continue;
+            mfu = lj_malloc((size_t)tf->n * sizeof(double));
+            for (int k = 0; k < tf->n; k++) {
+                mfu[k] = 100.0 * tf->y[k] / d->peak_tflops;
+                have_mfu |= isfinite(mfu[k]) && isfinite(tf->x[k]);
+            }
+            if (have_mfu) {
+                s[ns] = run_series(tf, i, "#b07aa1", "MFU", "mfu");
+                s[ns].y = mfu, s[ns].right = 1, s[ns].width = 1.2;
+                ns++;
+            }
+            break;
+        }
+    }
+    if (ns > 0) {
         char mfu_label[64];
         snprintf(mfu_label, sizeof mfu_label, "MFU %% (of %.3g TFLOP/s)", d->peak_tflops);
-        const series s[2] = {{d->iteration, d->tokens_per_s, d->n_steps, "#59a14f", "tokens/s", 0, 0, 1.6},
-                             {d->iteration, mfu, d->n_steps, "#b07aa1", "MFU", 1, 0, 1.2}};
-        line_chart(&b, "speed", "Throughput", "iteration", "tokens/s", have_mfu ? mfu_label : NULL, s, have_mfu ? 2 : 1);
-        free(mfu);
+        missing_note(d, "tokens/s", 1, missing, sizeof missing);
+        line_chart(&b, "speed", "Throughput", "iteration", "tokens/s", have_mfu ? mfu_label : NULL, s, ns, NULL, 0,
+                   missing);
     } else {
-        chart_empty(&b, "speed", "Throughput", "no training log (ljperf train --log-json FILE)");
+        chart_empty(&b, "speed", "Throughput", logs ? "no tokens/s in the training logs" : no_log);
     }
-    /* 3. memory */
+    free(mfu);
+    /* 3. the learning rate per run */
+    ns = 0;
+    for (int i = 0; i < d->n_runs; i++)
+        if (d->runs[i].lr.n) s[ns++] = run_series(&d->runs[i].lr, i, run_color(i), d->runs[i].label, "lr");
+    if (ns > 0) {
+        missing_note(d, "learning rate", 2, missing, sizeof missing);
+        line_chart(&b, "lr", "Learning rate", "iteration", "learning rate", NULL, s, ns, NULL, 0, missing);
+    } else {
+        chart_empty(&b, "lr", "Learning rate", logs ? "no learning rate in the training logs" : no_log);
+    }
+    /* 4. memory */
     if (d->n_segments > 0) memory_chart(&b, d);
     else chart_empty(&b, "memory", "Memory plan", "no plan JSON (ljperf plan --json DIR/plan.json)");
-    /* 4. ablation */
+    /* 5. ablation */
     if (d->n_rows > 0) ablation_chart(&b, d);
     else chart_empty(&b, "ablation", "Ablation", "no ablation JSON (ljperf benchmark --ablation --json FILE)");
-    put(&b, "</div>\n<footer>");
-    const char *src[4] = {d->log_path, d->plan_path, d->bench_path, d->ablation_path};
-    const char *what[4] = {"training log", "plan", "benchmark", "ablation"};
-    put(&b, "Sources:");
-    for (int i = 0; i < 4; i++)
+    put(&b, "</div>\n<footer>Sources:");
+    for (int i = 0; i < d->n_runs; i++)
+        if (d->runs[i].kind) {
+            put(&b, " ");
+            put_text(&b, d->runs[i].kind);
+            put(&b, " <code>");
+            put_text(&b, d->runs[i].path);
+            put(&b, "</code>;");
+        }
+    const char *src[3] = {d->plan_path, d->bench_path, d->ablation_path};
+    const char *what[3] = {"plan", "benchmark", "ablation"};
+    for (int i = 0; i < 3; i++)
         if (src[i][0]) {
             put(&b, " %s <code>", what[i]);
             put_text(&b, src[i]);
@@ -741,8 +741,8 @@ lj_status lj_report_write_html(const lj_report_data *d, const char *title, const
             "against %.3g TFLOP/s.</footer>\n",
         d->peak_tflops);
     put(&b, "%s</body></html>\n", k_check_script);
-    lj_status s = lj_file_write_atomic(path, b.p, b.len);
+    lj_status st = lj_file_write_atomic(path, b.p, b.len);
     free(b.p);
-    if (s != LJ_OK) lj_error_prefix("report --output %s", path);
-    return s;
+    if (st != LJ_OK) lj_error_prefix("report --output %s", path);
+    return st;
 }

@@ -154,6 +154,8 @@ lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char
         c->last = k + n >= numel;
         lj_worker_submit(&w->pipe->worker);
         k += n;
+        w->staged += (uint64_t)n * sizeof(float);
+        if (w->progress) lj_progress_update(w->progress, w->staged);
     } while (k < numel);
     return LJ_OK;
 }
@@ -188,6 +190,7 @@ lj_status lj_shard_writer_close(lj_shard_writer *w) {
     if (close(w->fd) != 0 && s == LJ_OK) s = lj_fail(LJ_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
     w->fd = -1;
     if (s != LJ_OK) return s;
+    if (w->progress) lj_progress_end(w->progress); /* after the fsync: the disk's rate */
     cJSON *root = cJSON_CreateObject();
     cJSON_AddItemToObject(root, "rank", json_i64(w->rank));
     cJSON_AddItemToObject(root, "bytes", json_i64((int64_t)w->bytes));

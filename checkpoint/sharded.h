@@ -29,6 +29,7 @@
 #define LJ_CKPT_SHARDED_H
 
 #include "base/fs.h"
+#include "base/progress.h"
 
 #define LJ_CKPT_METADATA_FILE "metadata.json"
 #define LJ_CKPT_SHARD_DATA_FMT "shard_%05d_of_%05d.bin"
@@ -83,6 +84,10 @@ typedef struct {
     lj_shard_chunk chunks[2];
     char error[LJ_PATH_MAX + 256];       /* the caller's failure (a fetch) */
     char write_error[LJ_PATH_MAX + 256]; /* the writer thread's (a write) */
+    /* optional, the caller's (begun with the bytes it will add): updated with the bytes handed to
+     * the writer thread, ended by lj_shard_writer_close after the fsync */
+    lj_progress *progress;
+    uint64_t staged;
 } lj_shard_writer;
 
 /* Creates DIR/shard_RRRRR_of_WWWWW.bin (rank of world) for writing through a staging buffer of

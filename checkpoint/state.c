@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/hf_cache.h"
+#include "base/progress.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded.h"
 #include "data/tokenizer_export.h"
@@ -40,6 +42,8 @@ lj_status lj_ckpt_resolve_load(const char *path, char *root, int *iteration, int
     struct stat st;
     char probe[LJ_PATH_MAX];
     *is_state = 0;
+    /* ORG/NAME that is no local path: the model's snapshot in the Hugging Face cache */
+    if (stat(path, &st) != 0 && lj_hf_repo_id_like(path)) return lj_hf_cache_snapshot(path, "--load", hf_dir, LJ_PATH_MAX);
     /* one iteration directory: ROOT/iter_NNNNNNN with state.json */
     LJ_TRY(lj_path_join(probe, path, LJ_CKPT_STATE_FILE));
     if (stat(probe, &st) == 0) {
@@ -560,14 +564,24 @@ void lj_ckpt_async_free(lj_ckpt_async *a) {
 }
 
 /* The rank's shard file: each state tensor's pieces, then (rank 0) the FP8 recipe state; from
- * the shard buffers (sources[i] with fetch_model) or from a packed host copy (host != NULL). */
+ * the shard buffers (sources[i] with fetch_model) or from a packed host copy (host != NULL).
+ * `progress`: show it (base/progress.h; not from --async-save's thread, beside the training). */
 static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging,
                              const state_piece *pieces, int np, model_source *sources, const float *host,
-                             int64_t numel, const float *f8, int64_t n8) {
+                             int64_t numel, const float *f8, int64_t n8, int progress) {
     /* the staging is pinned when the chunks come from device memory and the backend pins */
     const lj_ops *ops = host ? NULL : sources[0].r->model->ops;
     const int pin = ops && ops->host_alloc && !sources[0].r->model->offload;
     LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging, pin ? ops->host_alloc : NULL, pin ? ops->host_free : NULL));
+    lj_progress pg;
+    if (progress) {
+        uint64_t total = (uint64_t)n8 * sizeof(float);
+        for (int i = 0; i < np; i++) total += 3 * (uint64_t)pieces[i].n * sizeof(float);
+        char what[LJ_PATH_MAX + 16];
+        snprintf(what, sizeof what, "writing %s", w->path);
+        lj_progress_begin(&pg, what, total);
+        w->progress = &pg;
+    }
     lj_status s = LJ_OK;
     for (int t = 0; t < 3 && s == LJ_OK; t++)
         for (int i = 0; i < np && s == LJ_OK; i++) {
@@ -583,6 +597,7 @@ static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int 
         }
     if (s == LJ_OK && n8 > 0) s = lj_shard_writer_add(w, "fp8.state", NULL, 0, n8, fetch_host, (void *)f8, 0);
     if (s == LJ_OK) s = lj_shard_writer_close(w);
+    w->progress = NULL;
     return s;
 }
 
@@ -590,7 +605,7 @@ static void *async_writer(void *arg) {
     lj_ckpt_async *a = arg;
     const float *f8 = a->n8 ? a->host + 3 * a->numel : NULL;
     a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
-                            a->numel, f8, a->n8);
+                            a->numel, f8, a->n8, 0);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
     a->t_written = lj_time_sec();
     __atomic_store_n(&a->written, 1, __ATOMIC_RELEASE);
@@ -822,7 +837,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
     if (n8) lj_linear_state_get(&r->model->linear, f8);
     lj_shard_writer w;
-    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, numel, f8, n8);
+    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, numel, f8, n8, 1);
     const uint64_t bytes = w.bytes;
     lj_shard_writer_free(&w);
     free(f8);
@@ -834,28 +849,43 @@ lj_status lj_run_state_save(lj_run_state *r) {
 
 /* The load's sinks. `sync`: the staging is pinned, so an upload from it runs asynchronously
  * (ops/cuda): it must end before the sink returns, as the reader thread refills the buffer. */
+/* The progress of a load, over all of its reads (base/progress.h). */
+typedef struct {
+    lj_progress pg;
+    uint64_t done;
+} load_progress;
+
+static void load_progress_add(load_progress *lp, int64_t n) {
+    lp->done += (uint64_t)n * sizeof(float);
+    lj_progress_update(&lp->pg, lp->done);
+}
+
 typedef struct {
     const lj_model *m;
     float *dst;
     int sync;
+    load_progress *lp;
 } upload_sink_ctx;
 
 static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     const upload_sink_ctx *u = ctx;
     shard_upload(u->m, u->dst + at, src, n);
     if (u->sync) u->m->ops->synchronize();
+    load_progress_add(u->lp, n);
 }
 
 typedef struct {
     lj_model *m;
     int64_t base; /* the request's flat offset */
     int sync;
+    load_progress *lp;
 } weights_sink_ctx;
 
 static void sink_weights(void *ctx, int64_t at, const float *src, int64_t n) {
     const weights_sink_ctx *w = ctx;
     lj_model_set_weights_range(w->m, src, w->base + at, n);
     if (w->sync) w->m->ops->synchronize();
+    load_progress_add(w->lp, n);
 }
 
 /* A sharded iteration directory, through one staging buffer: the master (all of it, as the
@@ -887,8 +917,16 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     const lj_zero3 *z = lj_zero3_of(m);
     const int own_only = z && z->shard_params;
     const int nw = own_only ? np : 1;
+    load_progress lp = {.done = 0};
+    {
+        uint64_t total = own_only ? 0 : (uint64_t)P * sizeof(float);
+        for (int i = 0; i < np; i++) total += (own_only ? 3 : 2) * (uint64_t)pieces[i].n * sizeof(float);
+        char what[LJ_PATH_MAX + 16];
+        snprintf(what, sizeof what, "reading %s", dir);
+        lj_progress_begin(&lp.pg, what, total);
+    }
     for (int i = 0; i < nw; i++) {
-        ws[i] = (weights_sink_ctx){m, own_only ? pieces[i].flat : 0, pinned != NULL};
+        ws[i] = (weights_sink_ctx){m, own_only ? pieces[i].flat : 0, pinned != NULL, &lp};
         reqs[i] = (lj_shard_request){"master", ws[i].base, own_only ? pieces[i].n : P, &ws[i]};
     }
     if (s == LJ_OK) s = lj_sharded_read_many(&c, reqs, nw, 1, staging, sn, sink_weights);
@@ -898,11 +936,12 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
         if (m->offload) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
         else m->ops->memset_zero(dst[t], (size_t)m->shard_numel * sizeof(float));
         for (int i = 0; i < np; i++) {
-            us[i] = (upload_sink_ctx){m, dst[t] + pieces[i].shard_offset, pinned != NULL};
+            us[i] = (upload_sink_ctx){m, dst[t] + pieces[i].shard_offset, pinned != NULL, &lp};
             reqs[i] = (lj_shard_request){state_names[t + 1], pieces[i].flat, pieces[i].n, &us[i]};
         }
         s = lj_sharded_read_many(&c, reqs, np, 1, staging, sn, sink_upload);
     }
+    if (s == LJ_OK) lj_progress_end(&lp.pg);
     free(reqs);
     free(ws);
     free(us);

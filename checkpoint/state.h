@@ -125,7 +125,8 @@ lj_status lj_run_state_load(lj_run_state *s, const char *load);
 
 /* Classifies a --load path: a training checkpoint root (latest_checkpointed_iteration.txt or
  * iter_NNNNNNN directories: its latest iteration), one iter_NNNNNNN directory of a root, or else
- * a Hugging Face model directory (*is_state = 0). For a training checkpoint, root[LJ_PATH_MAX]
+ * a Hugging Face model directory (*is_state = 0), which ORG/NAME that is no local path names in
+ * the Hugging Face cache (base/hf_cache.h: its snapshot of refs/main). For a training checkpoint, root[LJ_PATH_MAX]
  * and *iteration name it and hf_dir[LJ_PATH_MAX] its Hugging Face export (the iteration
  * directory itself, which holds config.json, when it was saved without one); for an HF directory
  * hf_dir = path. Errors: LJ_ERR_FORMAT / LJ_ERR_IO for a broken root (a latest file naming no

@@ -9,6 +9,31 @@
 #include "plan/planner.h"
 #include "train/ops_config.h"
 
+char *lj_cli_command_line(const char *cmd, int argc, char **argv) {
+    size_t cap = strlen(cmd) + 8, len = 0;
+    for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+    char *out = lj_malloc(cap);
+    len = (size_t)snprintf(out, cap, "ljperf %s", cmd);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const int plain = *a && strspn(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") ==
+                                    strlen(a);
+        out[len++] = ' ';
+        if (!plain) out[len++] = '\'';
+        for (; *a; a++) {
+            if (*a == '\'' && !plain) {
+                memcpy(out + len, "'\\''", 4);
+                len += 4;
+            } else {
+                out[len++] = *a;
+            }
+        }
+        if (!plain) out[len++] = '\'';
+    }
+    out[len] = '\0';
+    return out;
+}
+
 lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     if (strcmp(v, "cpu") == 0) *(int *)dest = 1;
     else if (strcmp(v, "none") == 0) *(int *)dest = 0;

@@ -19,8 +19,8 @@
 
 typedef struct {
     const char *base_url, *endpoint, *model, *dataset_name, *dataset_path, *result_json, *result_dir,
-        *result_filename, *tokenizer;
-    int num_prompts, input_len, output_len, max_concurrency, ignore_eos, save_result, offline, seed;
+        *result_filename, *tokenizer, *api_key;
+    int num_prompts, input_len, output_len, max_concurrency, ignore_eos, save_result, offline, seed, prefix_len;
     double range_ratio, request_rate;
 } bench_args;
 
@@ -43,6 +43,14 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* hdr plus "Authorization: Bearer KEY" when --api-key was given. */
+static struct curl_slist *with_api_key(const bench_args *a, struct curl_slist *hdr) {
+    if (!a->api_key) return hdr;
+    char auth[1024];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", a->api_key);
+    return curl_slist_append(hdr, auth);
 }
 
 /* One SSE event's JSON: a text chunk marks a token arrival; the usage chunk gives the counts. */
@@ -100,7 +108,7 @@ static void req_start(req *r, CURLM *multi, const bench_args *a, const char *mod
     r->body = cJSON_PrintUnformatted(b);
     cJSON_Delete(b);
     r->h = curl_easy_init();
-    r->hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    r->hdr = with_api_key(a, curl_slist_append(NULL, "Content-Type: application/json"));
     curl_easy_setopt(r->h, CURLOPT_URL, url);
     curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->hdr);
     curl_easy_setopt(r->h, CURLOPT_POSTFIELDS, r->body);
@@ -205,18 +213,25 @@ static lj_status make_prompts(const bench_args *a, lj_tokenizer *tok, req *rs) {
     }
     int32_t regular = lj_tokenizer_vocab_size(tok);
     while (regular > 1 && lj_tokenizer_is_special(tok, regular - 1)) regular--;
+    /* vLLM's --random-prefix-len: the same random tokens before every prompt */
+    const int np = a->prefix_len;
+    int32_t *prefix = lj_malloc((size_t)(np > 0 ? np : 1) * sizeof(int32_t));
+    for (int k = 0; k < np; k++) prefix[k] = (int32_t)(lj_rng_below(&g, (uint64_t)regular));
     for (int i = 0; i < a->num_prompts; i++) {
         req *r = &rs[i];
-        r->n_in = draw_len(&g, a->input_len, a->range_ratio);
+        const int n = draw_len(&g, a->input_len, a->range_ratio);
+        r->n_in = np + n;
         r->n_out = draw_len(&g, a->output_len, a->range_ratio);
         r->ids = lj_malloc((size_t)r->n_in * sizeof(int32_t));
+        memcpy(r->ids, prefix, (size_t)np * sizeof(int32_t));
         if (corpus) { /* a passage of the text at a random offset */
-            const int64_t off = (int64_t)(lj_rng_below(&g, (uint64_t)(n_corpus - r->n_in)));
-            memcpy(r->ids, corpus + off, (size_t)r->n_in * sizeof(int32_t));
+            const int64_t off = (int64_t)(lj_rng_below(&g, (uint64_t)(n_corpus - n)));
+            memcpy(r->ids + np, corpus + off, (size_t)n * sizeof(int32_t));
         } else {
-            for (int k = 0; k < r->n_in; k++) r->ids[k] = (int32_t)(lj_rng_below(&g, (uint64_t)regular));
+            for (int k = 0; k < n; k++) r->ids[np + k] = (int32_t)(lj_rng_below(&g, (uint64_t)regular));
         }
     }
+    free(prefix);
     free(corpus);
     return LJ_OK;
 }
@@ -235,8 +250,19 @@ static lj_status run_http(const bench_args *a, req *rs, double *duration) {
         curl_easy_setopt(h, CURLOPT_URL, murl);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &m);
+        struct curl_slist *hdr = with_api_key(a, NULL);
+        if (hdr) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         const CURLcode rc = curl_easy_perform(h);
+        long status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(h);
+        curl_slist_free_all(hdr);
+        if (rc == CURLE_OK && status == 401) {
+            free(m.buf);
+            return lj_fail(LJ_ERR_ARG, "--base-url %s: GET /v1/models answered 401: the server asks for an API key: "
+                                       "give its --api-key",
+                           a->base_url);
+        }
         cJSON *j = rc == CURLE_OK && m.buf ? cJSON_Parse(m.buf) : NULL;
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0), "id");
         if (!cJSON_IsString(id)) {
@@ -335,6 +361,8 @@ static void usage(FILE *f) {
             "  --random-input-len N      (default 1024)\n"
             "  --random-output-len N     max_tokens of each request (default 128)\n"
             "  --random-range-ratio R    lengths uniform in [len (1 - R), len (1 + R)] (default 0)\n"
+            "  --random-prefix-len N     the same N random tokens before every prompt (default 0)\n"
+            "  --api-key KEY             send 'Authorization: Bearer KEY' (the server's --api-key)\n"
             "  --request-rate R          Poisson arrivals per second; inf: all at once (default inf)\n"
             "  --max-concurrency N       requests in flight at most (default: no limit)\n"
             "  --ignore-eos              every request generates its max_tokens\n"
@@ -424,7 +452,7 @@ static int bench_serve(int argc, char **argv) {
                     .result_dir = "."};
     lj_cli_serve_args ea;
     lj_cli_serve_args_default(&ea);
-    lj_flag rows[LJ_CLI_SERVE_FLAGS + 18] = {
+    lj_flag rows[LJ_CLI_SERVE_FLAGS + 20] = {
         {.name = "--base-url", .kind = LJ_FLAG_STR, .dest = &a.base_url},
         {.name = "--endpoint", .kind = LJ_FLAG_STR, .dest = &a.endpoint},
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a.model},
@@ -443,8 +471,10 @@ static int bench_serve(int argc, char **argv) {
         {.name = "--result-filename", .kind = LJ_FLAG_STR, .dest = &a.result_filename},
         {.name = "--result-json", .kind = LJ_FLAG_STR, .dest = &a.result_json},
         {.name = "--offline", .kind = LJ_FLAG_SWITCH, .dest = &a.offline, .ival = 1},
+        {.name = "--random-prefix-len", .kind = LJ_FLAG_INT, .dest = &a.prefix_len},
+        {.name = "--api-key", .kind = LJ_FLAG_STR, .dest = &a.api_key},
     };
-    const int nrows = 18 + lj_cli_serve_flag_rows(&ea, rows + 18);
+    const int nrows = 20 + lj_cli_serve_flag_rows(&ea, rows + 20);
     lj_flags_result res;
     if (lj_flags_parse("bench serve", rows, nrows, argc, argv, 0, &res) != LJ_OK) return lj_cli_error("bench serve");
     if (res.help) {
@@ -454,6 +484,9 @@ static int bench_serve(int argc, char **argv) {
     lj_status bad = a.num_prompts < 1 ? lj_fail(LJ_ERR_ARG, "--num-prompts %d: expected >= 1", a.num_prompts)
                     : a.input_len < 1 ? lj_fail(LJ_ERR_ARG, "--random-input-len %d: expected >= 1", a.input_len)
                     : a.output_len < 1 ? lj_fail(LJ_ERR_ARG, "--random-output-len %d: expected >= 1", a.output_len)
+                    : a.api_key && !a.api_key[0] ? lj_fail(LJ_ERR_ARG, "--api-key '': expected a non-empty key")
+                    : a.prefix_len < 0 || a.prefix_len > (1 << 20)
+                        ? lj_fail(LJ_ERR_ARG, "--random-prefix-len %d: expected 0 to 1048576", a.prefix_len)
                     : !(a.range_ratio >= 0 && a.range_ratio < 1)
                         ? lj_fail(LJ_ERR_ARG, "--random-range-ratio %g: expected 0 <= ratio < 1", a.range_ratio)
                     : !(a.request_rate > 0)

@@ -163,6 +163,11 @@ lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length);
 
 
+/* "ljperf CMD ARG ..." as a POSIX shell reads it back: each argument that holds anything but
+ * letters, digits and -_./=:,+@% in single quotes (a quote inside as '\''). Malloc'd; free it.
+ * For the start record of --log-json. */
+char *lj_cli_command_line(const char *cmd, int argc, char **argv);
+
 /* The multimodal branch of prepare (cli/prepare_mm.c): wanted with --image-root or a tar input. */
 int lj_cli_prepare_mm_wanted(const char *image_root, const char *const *inputs, int n);
 int lj_cli_prepare_mm(const char *const *inputs, int n, const char *prefix, const char *tokenizer,

@@ -154,9 +154,10 @@ static lj_status run_generate(const gen_args *a) {
         lj_tokenizer_default_path(tokpath, sizeof tokpath);
     LJ_TRY(lj_tokenizer_load(tokpath, &tok));
     if (lj_tokenizer_vocab_size(tok) > cfg.vocab_size) {
+        const int32_t v = lj_tokenizer_vocab_size(tok);
         lj_tokenizer_free(tok);
         return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
-                       cfg.vocab_size, lj_tokenizer_vocab_size(tok));
+                       cfg.vocab_size, v);
     }
     int32_t *ids = NULL;
     int64_t n = 0;

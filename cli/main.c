@@ -6,8 +6,6 @@
 #include "cli/cli.h"
 #include "parallel/dist.h"
 
-#define LJ_VERSION "0.1.0"
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ljperf <command> [flags]\n"
@@ -38,7 +36,7 @@ int lj_cli_error(const char *cmd) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-        printf("ljperf %s\n", LJ_VERSION);
+        printf("ljperf %s (commit %s)\n", lj_version(), lj_build_commit());
         return 0;
     }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {

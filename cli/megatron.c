@@ -257,8 +257,8 @@ static lj_status tokenizer_vocab(const lj_cli_megatron *m, const char *type, con
         cfg->bos_token_id = cfg->eos_token_id = *vocab - 1; /* <|endoftext|> */
         return LJ_OK;
     }
-    return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, NullTokenizer, "
-                               "GPT2BPETokenizer", type);
+    return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, Llama3Tokenizer, "
+                               "NullTokenizer, GPT2BPETokenizer", type);
 }
 
 lj_status lj_cli_megatron_doc_mask(const lj_cli_megatron *m, const lj_model_config *cfg, int mock_data,

@@ -41,10 +41,16 @@ static void usage(FILE *f) {
             "  --gpu-memory-utilization F   without --kv-cache-tokens: the share of the device's memory this\n"
             "                               server may use, weights, activations and KV cache (default 0.9); on the\n"
             "                               CPU the share of the available memory the KV cache may take (0.25)\n"
-            "  --kv-cache-dtype auto        the cache in the activation dtype (fp8 is not built yet)\n"
+            "  --kv-cache-dtype auto|fp8    auto: the cache in the activation dtype; fp8 (fp8_e4m3): E4M3 codes\n"
+            "                               with a per-layer scale for keys and one for values (1.0), half the\n"
+            "                               bytes per token\n"
+            "  --quantization fp8           the linear layers' weights cast to E4M3 at load (one scale per\n"
+            "                               tensor; lm_head stays bf16), activations cast per step: FP8 GEMMs\n"
             "  --enable-prefix-caching      reuse the KV blocks of shared prompt prefixes (default on)\n"
             "  --no-enable-prefix-caching\n"
-            "  --max-waiting-requests N     requests that may wait; beyond, HTTP 429 (default 1024)\n");
+            "  --max-waiting-requests N     requests that may wait; beyond, HTTP 429 (default 1024)\n"
+            "  --enforce-eager              run every step op by op: no CUDA graphs for decode batches (by\n"
+            "                               default a GPU captures one per batch size 1, 2, 4, 8, 16, 24, ...)\n");
 }
 
 /* The model's end ids: the tokenizer's EOS, config.json's, tokenizer_config.json's eos_token
@@ -118,6 +124,36 @@ static char *chat_template(const char *tokpath, char *bos, size_t bos_len) {
     return out;
 }
 
+/* Whether the backend runs the FP8 forms asked for: the paged ops' FP8 entries for an FP8 cache;
+ * for FP8 weights the FP8 casts and GEMM, on CUDA a GPU and cuBLASLt with FP8 GEMMs
+ * (lj_ops_cuda_fp8_check) and output widths that are multiples of 8 (cuBLASLt's 16-byte rows). */
+static lj_status check_fp8(const lj_cli_serve_args *a, const lj_ops *ops, const lj_model_config *cfg) {
+    if (lj_cli_serve_kv_dtype(a) == LJ_SERVE_KV_FP8_E4M3 && (!ops->paged_kv_write_fp8 || !ops->paged_attention_fp8))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--kv-cache-dtype %s: the %s backend has no FP8 paged attention; use "
+                       "--kv-cache-dtype auto", a->kv_cache_dtype, ops->name);
+    if (lj_cli_serve_quantization(a) != LJ_SERVE_QUANT_FP8) return LJ_OK;
+    if (!ops->fp8_amax || !ops->fp8_quantize || !ops->fp8_matmul || !ops->fp8_swiglu_amax)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s: the %s backend has no FP8 GEMM; leave --quantization "
+                       "out", a->quantization, ops->name);
+    if (strcmp(ops->name, "cuda") != 0) {
+        lj_log_info("serve: --quantization %s on the %s backend: an exact emulation of the FP8 GEMMs (decoded to "
+                    "fp32), for checking; it is not faster", a->quantization, ops->name);
+        return LJ_OK;
+    }
+    if (lj_ops_cuda_fp8_check() != LJ_OK) { /* its message speaks of training's flag */
+        char why[256];
+        const char *m = lj_error_message();
+        snprintf(why, sizeof why, "%s", strncmp(m, "--fp8-format: ", 14) ? m : m + 14);
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s: %s; leave --quantization out", a->quantization, why);
+    }
+    const int qkv = (cfg->num_attention_heads + 2 * cfg->num_key_value_heads) * cfg->head_dim;
+    if (qkv % 8 || cfg->hidden_size % 8 || cfg->intermediate_size % 4)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "--quantization %s on CUDA: the linears' output widths (qkv %d, hidden %d, "
+                       "gate/up 2 x %d) must be multiples of 8 (cuBLASLt's FP8 GEMM); leave --quantization out",
+                       a->quantization, qkv, cfg->hidden_size, cfg->intermediate_size);
+    return LJ_OK;
+}
+
 lj_status lj_cli_serve_prepare(const lj_cli_serve_args *a, lj_cli_served *sv) {
     memset(sv, 0, sizeof *sv);
     char *dir = sv->dir, *tokpath = sv->tokpath;
@@ -134,6 +170,7 @@ lj_status lj_cli_serve_prepare(const lj_cli_serve_args *a, lj_cli_served *sv) {
     if (!sv->ops->paged_attention)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: the %s backend has no paged attention; use --device cpu",
                        a->device, sv->ops->name);
+    LJ_TRY(check_fp8(a, sv->ops, &cfg));
     if (a->max_model_len > cfg.max_position_embeddings)
         return lj_fail(LJ_ERR_ARG, "--max-model-len %d is above the model's max_position_embeddings (%d)",
                        a->max_model_len, cfg.max_position_embeddings);
@@ -156,7 +193,9 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
     lj_model *mp = &sv->m;
     lj_serve_model *smp = &sv->sm;
     sv->tmpl = chat_template(tokpath, sv->bos, sizeof sv->bos);
-    lj_status s = lj_serve_weights_init(mp, &sv->plan, ops, &cfg);
+    const lj_serve_kv_dtype kv_dtype = lj_cli_serve_kv_dtype(a);
+    const lj_serve_quantization quant = lj_cli_serve_quantization(a);
+    lj_status s = lj_serve_weights_init(mp, &sv->plan, ops, &cfg, quant);
     sv->have_model = 1;
     float *weights = NULL;
     if (s == LJ_OK && dummy) {
@@ -168,8 +207,20 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
         if (s == LJ_OK) lj_model_set_weights(mp, weights);
         free(weights);
     }
+    if (s == LJ_OK) {
+        char b1[32], b2[32];
+        const size_t bytes = lj_serve_weights_bytes(mp), bf16 = (size_t)mp->layout.total * lj_dtype_size(ops->param_dtype);
+        if (quant == LJ_SERVE_QUANT_FP8)
+            lj_log_info("serve: --quantization %s: the block linears cast to E4M3 at load (per-tensor scales), "
+                        "lm_head, embedding and norms in %s: weights %s (%s unquantized)",
+                        a->quantization, lj_dtype_name(ops->param_dtype), lj_format_bytes(bytes, b1, sizeof b1),
+                        lj_format_bytes(bf16, b2, sizeof b2));
+        else
+            lj_log_info("serve: weights %s in %s", lj_format_bytes(bytes, b1, sizeof b1),
+                        lj_dtype_name(ops->param_dtype));
+    }
     int kv_tokens = a->kv_cache_tokens;
-    const size_t per_token = lj_serve_kv_bytes_per_token(mp);
+    const size_t per_token = lj_serve_kv_bytes_per_token(mp, kv_dtype);
     if (s == LJ_OK && kv_tokens <= 0) {
         size_t free_b = 0, total_b = 0;
         ops->memory_info(&free_b, &total_b);
@@ -186,9 +237,10 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
         if (!cpu) {
             char b1[32], b2[32], b3[32];
             lj_log_info("serve: --gpu-memory-utilization %.2f of %s: %s in use after the weights, %s of step "
-                        "activations, %d KV tokens fit",
+                        "activations, %d KV tokens fit (%zu bytes per token, %s)",
                         util, lj_format_bytes(total_b, b1, sizeof b1), lj_format_bytes(total_b - free_b, b2, sizeof b2),
-                        lj_format_bytes((size_t)act, b3, sizeof b3), (int)fmin(fit, 1 << 30));
+                        lj_format_bytes((size_t)act, b3, sizeof b3), (int)fmin(fit, 1 << 30), per_token,
+                        kv_dtype == LJ_SERVE_KV_FP8_E4M3 ? "fp8_e4m3" : lj_dtype_name(ops->act_dtype));
         }
     }
     if (s == LJ_OK && kv_tokens < max_model_len)
@@ -198,9 +250,18 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
                     kv_tokens, max_model_len, max_model_len);
     const int num_blocks = (kv_tokens + LJ_KV_BLOCK_SIZE - 1) / LJ_KV_BLOCK_SIZE;
     if (s == LJ_OK)
-        s = lj_serve_model_init(smp, mp, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len);
+        s = lj_serve_model_init(smp, mp, num_blocks, a->max_num_batched_tokens, a->max_num_seqs, max_model_len,
+                                kv_dtype);
     sv->am = (lj_api_model){a->served_model_name ? a->served_model_name : a->load, sv->tok, max_model_len, sv->tmpl, sv->bos, sv->eos};
     sv->num_blocks = num_blocks;
+    if (s == LJ_OK && !a->enforce_eager && ops->graph_capture_begin) {
+        const double t0 = lj_time_sec();
+        const lj_status g = lj_serve_capture_graphs(smp);
+        if (g != LJ_OK) lj_log_warn("serve: %s; the steps the graphs miss run op by op", lj_error_message());
+        if (smp->num_graphs > 0)
+            lj_log_info("serve: captured %d CUDA graphs of decode batches (1 to %d sequences) in %.1f s",
+                        smp->num_graphs, smp->graph_sizes[smp->num_graphs - 1], lj_time_sec() - t0);
+    }
     if (s == LJ_OK) {
         lj_serve_engine_options eo = {.max_num_seqs = a->max_num_seqs,
                                       .max_num_batched_tokens = a->max_num_batched_tokens,
@@ -212,10 +273,13 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
         s = lj_serve_engine_start(&sv->engine, smp, &eo);
     }
     if (s == LJ_OK)
-        lj_log_info("serve: ready: %s on %s, max-model-len %d, KV cache %d blocks of %d tokens (%.1f MiB), "
-                    "max-num-seqs %d, max-num-batched-tokens %d, prefix caching %s%s",
+        lj_log_info("serve: ready: %s on %s, max-model-len %d, KV cache %d blocks of %d tokens (%.1f MiB, %s), "
+                    "weights %s, max-num-seqs %d, max-num-batched-tokens %d, prefix caching %s%s",
                     sv->am.model_name, ops->name, max_model_len, num_blocks, LJ_KV_BLOCK_SIZE,
-                    (double)smp->kv_bytes / (1 << 20), a->max_num_seqs, a->max_num_batched_tokens,
+                    (double)smp->kv_bytes / (1 << 20),
+                    kv_dtype == LJ_SERVE_KV_FP8_E4M3 ? "fp8_e4m3" : lj_dtype_name(ops->act_dtype),
+                    quant == LJ_SERVE_QUANT_FP8 ? "fp8" : lj_dtype_name(ops->param_dtype), a->max_num_seqs,
+                    a->max_num_batched_tokens,
                     a->prefix_caching ? "on" : "off", sv->tmpl ? ", chat template" : ", no chat template");
     return s;
 }
@@ -329,9 +393,11 @@ int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows) {
         {.name = "--kv-cache-tokens", .kind = LJ_FLAG_INT, .dest = &a->kv_cache_tokens, .given = &a->kv_cache_tokens_given},
         {.name = "--gpu-memory-utilization", .kind = LJ_FLAG_DOUBLE, .dest = &a->gpu_memory_utilization},
         {.name = "--kv-cache-dtype", .kind = LJ_FLAG_STR, .dest = &a->kv_cache_dtype},
+        {.name = "--quantization", .kind = LJ_FLAG_STR, .dest = &a->quantization},
         {.name = "--enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 1},
         {.name = "--no-enable-prefix-caching", .kind = LJ_FLAG_SWITCH, .dest = &a->prefix_caching, .ival = 0},
         {.name = "--max-waiting-requests", .kind = LJ_FLAG_INT, .dest = &a->max_waiting_requests},
+        {.name = "--enforce-eager", .kind = LJ_FLAG_SWITCH, .dest = &a->enforce_eager, .ival = 1},
     };
     const int n = (int)(sizeof r / sizeof r[0]);
     LJ_ASSERT(n <= LJ_CLI_SERVE_FLAGS);
@@ -354,12 +420,24 @@ lj_status lj_cli_serve_args_check(const lj_cli_serve_args *a) {
                        a->gpu_memory_utilization);
     if (a->max_waiting_requests < 0)
         return lj_fail(LJ_ERR_ARG, "--max-waiting-requests %d: expected >= 0", a->max_waiting_requests);
-    if (strcmp(a->kv_cache_dtype, "auto") != 0)
-        return lj_fail(LJ_ERR_ARG, "--kv-cache-dtype %s: only auto (the activation dtype) is built; fp8 caches are not yet",
-                       a->kv_cache_dtype);
+    if (!strcmp(a->kv_cache_dtype, "fp8_e5m2"))
+        return lj_fail(LJ_ERR_ARG, "--kv-cache-dtype fp8_e5m2: only E4M3 caches are built; use fp8 (fp8_e4m3) or auto");
+    if (strcmp(a->kv_cache_dtype, "auto") && strcmp(a->kv_cache_dtype, "fp8") && strcmp(a->kv_cache_dtype, "fp8_e4m3"))
+        return lj_fail(LJ_ERR_ARG, "--kv-cache-dtype %s: expected auto, fp8 or fp8_e4m3", a->kv_cache_dtype);
+    if (a->quantization && strcmp(a->quantization, "fp8") && strcmp(a->quantization, "fp8_per_tensor"))
+        return lj_fail(LJ_ERR_ARG, "--quantization %s: only fp8 (FP8 weights cast at load, per-tensor scales; alias "
+                       "fp8_per_tensor) is built; leave it out for unquantized weights", a->quantization);
     if (strcmp(a->load_format, "auto") != 0 && strcmp(a->load_format, "dummy") != 0)
         return lj_fail(LJ_ERR_ARG, "--load-format %s: expected auto or dummy", a->load_format);
     return LJ_OK;
+}
+
+lj_serve_kv_dtype lj_cli_serve_kv_dtype(const lj_cli_serve_args *a) {
+    return strcmp(a->kv_cache_dtype, "auto") ? LJ_SERVE_KV_FP8_E4M3 : LJ_SERVE_KV_AUTO;
+}
+
+lj_serve_quantization lj_cli_serve_quantization(const lj_cli_serve_args *a) {
+    return a->quantization ? LJ_SERVE_QUANT_FP8 : LJ_SERVE_QUANT_NONE;
 }
 
 int lj_cli_serve(int argc, char **argv) {

@@ -10,20 +10,24 @@
 
 /* The engine flags (vLLM's names; docs/serving.md). */
 typedef struct {
-    const char *load, *tokenizer, *device, *served_model_name, *kv_cache_dtype, *load_format;
+    const char *load, *tokenizer, *device, *served_model_name, *kv_cache_dtype, *load_format, *quantization;
     int max_model_len, max_num_seqs, max_num_batched_tokens, kv_cache_tokens, prefix_caching;
     int max_model_len_given, kv_cache_tokens_given; /* the flags were given (0 is then a value to refuse) */
     int max_waiting_requests;
+    int enforce_eager; /* vLLM's --enforce-eager: no CUDA graphs for decode */
     double gpu_memory_utilization;
 } lj_cli_serve_args;
 
 /* The defaults of `ljperf serve`. */
 void lj_cli_serve_args_default(lj_cli_serve_args *a);
 /* The flag rows of *a into rows[] (at least LJ_CLI_SERVE_FLAGS); returns their count. */
-#define LJ_CLI_SERVE_FLAGS 16
+#define LJ_CLI_SERVE_FLAGS 20
 int lj_cli_serve_flag_rows(lj_cli_serve_args *a, lj_flag *rows);
 /* LJ_OK, or LJ_ERR_ARG with a message naming the flag, its value and what is expected. */
 lj_status lj_cli_serve_args_check(const lj_cli_serve_args *a);
+/* --kv-cache-dtype and --quantization as the engine's values (after lj_cli_serve_args_check). */
+lj_serve_kv_dtype lj_cli_serve_kv_dtype(const lj_cli_serve_args *a);
+lj_serve_quantization lj_cli_serve_quantization(const lj_cli_serve_args *a);
 
 /* What a server runs: the weights, the forward's buffers, the engine, the tokenizer. */
 typedef struct {

@@ -10,6 +10,8 @@
 #include "cli/cli.h"
 #include "cli/megatron.h"
 #include "cli/monitor.h"
+#include "data/loader.h"
+#include "data/mmidx.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_export.h"
 #include "checkpoint/checkpoint.h"
@@ -95,6 +97,9 @@ static void usage(FILE *f) {
             "                                torch_dist; torch: one state.safetensors on rank 0), and\n"
             "                                --async-save writes them in the background\n"
             "  --load DIR                    resume from a training-state checkpoint, or start from an HF model\n"
+            "  --override-tokenizer          train on data prepared with another tokenizer than\n"
+            "                                --tokenizer-model (or on a blend of two): a warning instead of\n"
+            "                                an error\n"
             "  --override-data               resume onto other data than the checkpoint's (its datasets'\n"
             "                                fingerprints differ): a warning instead of an error\n"
             "  --exit-interval N             save and exit after an iteration divisible by N\n"
@@ -102,12 +107,16 @@ static void usage(FILE *f) {
             "  --hf-dtype bf16|fp32          dtype of the HF export (default: fp32 on the CPU, bf16 on GPUs)\n"
             "  --no-save-hf                  no HF export in the intermediate saves (the run's last save\n"
             "                                still writes one)\n"
-            "  --tokenizer-model NAME|PATH   the data's tokenizer (llama3, qwen3, a tokenizer.json or its\n"
-            "                                directory), copied into each HF export with\n"
-            "                                tokenizer_config.json, special_tokens_map.json and\n"
-            "                                generation_config.json (default: the set-up script's Llama 3\n"
-            "                                tokenizer when it fits the vocabulary); also --tokenizer\n"
-            "  --tokenizer-type HuggingFaceTokenizer   Megatron-LM's flag (the only type ljperf reads)\n"
+            "  --tokenizer-model NAME|PATH   the data's tokenizer (llama3, qwen3, ORG/NAME of the Hugging\n"
+            "                                Face cache, a tokenizer.json or its directory), copied into each\n"
+            "                                HF export with tokenizer_config.json, special_tokens_map.json\n"
+            "                                and generation_config.json (default: the one the data was\n"
+            "                                prepared with, as its .fingerprint.json records it; for data\n"
+            "                                that records none, the set-up script's Llama 3 tokenizer when\n"
+            "                                it fits the vocabulary); also --tokenizer. One that is not the\n"
+            "                                data's is refused (--override-tokenizer)\n"
+            "  --tokenizer-type HuggingFaceTokenizer|Llama3Tokenizer   Megatron-LM's flag (Llama3Tokenizer:\n"
+            "                                the Llama 3 tokenizer.json; default --tokenizer-model llama3)\n"
             "  --log-interval N              print every N iterations (default 1)\n"
             "  --eval-interval N             validation loss every N iterations (default: at the end)\n"
             "  --eval-iters N                validation micro-batches per evaluation (default 10)\n"
@@ -157,6 +166,7 @@ typedef struct {
     lj_cli_fp8 fp8;
     lj_cli_megatron mg;
     int deterministic; /* --deterministic-mode */
+    int override_tokenizer; /* --override-tokenizer */
     const char *nnodes, *master_addr; /* torchrun's --nnodes, --master-addr */
     int node_rank, master_port;       /* torchrun's --node-rank, --master-port (0: not given) */
 } train_args;
@@ -174,11 +184,86 @@ static lj_status apply_deepspeed(lj_train_config *c, const train_args *a, const 
     return lj_train_apply_deepspeed(c, &g, &ds, env.world_size > 0 ? env.world_size : 1, gbs, micro_batch_size);
 }
 
+/* The tokenizer the training data was prepared with, as the datasets' sidecars record it
+ * (data/mmidx.h): *found 0 when none records one (Megatron's datasets, llm.c shards,
+ * --mock-data). Two datasets of the blend that record different tokenizers are refused naming
+ * both, unless `override` (then a warning). `from` (LJ_PATH_MAX bytes) gets the dataset's prefix. */
+static lj_status data_tokenizer(const lj_train_config *c, int override, int rank0, lj_mmidx_tokenizer *rec, int *found,
+                                char *from) {
+    *found = 0;
+    if (c->mock_data) return LJ_OK;
+    lj_loader_config *lc = lj_calloc(1, sizeof *lc);
+    lj_status s = LJ_OK;
+    for (int part = 0; part < 2 && s == LJ_OK; part++) {
+        const int n = part ? c->num_valid_data_args : c->num_data_args;
+        if (n == 0) continue;
+        s = lj_loader_parse_data_path(lc, n, (const char *const *)(part ? c->valid_data_args : c->data_args));
+        for (int i = 0; s == LJ_OK && i < lc->num_datasets; i++) {
+            char prefix[LJ_PATH_MAX];
+            snprintf(prefix, sizeof prefix, "%s", lc->paths[i]);
+            const size_t len = strlen(prefix); /* PREFIX.bin / PREFIX.idx are accepted for PREFIX */
+            if (len > 4 && (!strcmp(prefix + len - 4, ".bin") || !strcmp(prefix + len - 4, ".idx"))) {
+                char probe[LJ_PATH_MAX];
+                snprintf(probe, sizeof probe, "%.*s.idx", (int)(len - 4), prefix);
+                if (access(probe, F_OK) == 0) prefix[len - 4] = '\0';
+            }
+            lj_mmidx_tokenizer t;
+            int has = 0;
+            s = lj_mmidx_read_tokenizer(prefix, &t, &has);
+            if (s != LJ_OK || !has) continue;
+            if (*found && t.ids_xxh3_64 != rec->ids_xxh3_64) {
+                if (!override)
+                    s = lj_fail(LJ_ERR_ARG, "--data-path: %s was prepared with the tokenizer %s (vocabulary %d), %s with %s "
+                                            "(vocabulary %d): the same ids would mean other text in each; prepare them "
+                                            "with one tokenizer, or give --override-tokenizer to train on both anyway",
+                                from, rec->name, rec->vocab_size, prefix, t.name, t.vocab_size);
+                else if (rank0)
+                    lj_log_warn("--override-tokenizer: %s (%s) and %s (%s) were prepared with different tokenizers", from,
+                                rec->name, prefix, t.name);
+                continue;
+            }
+            if (!*found) {
+                *rec = t;
+                snprintf(from, LJ_PATH_MAX, "%s", prefix);
+                *found = 1;
+            }
+        }
+    }
+    free(lc);
+    return s;
+}
+
+/* --tokenizer-model (or --tokenizer) against the data's recorded tokenizer: the same one (bytes or
+ * ids), or refused naming both unless `override`. */
+static lj_status check_given_tokenizer(const char *given, const lj_mmidx_tokenizer *rec, const char *from, int override,
+                                       int rank0) {
+    char path[LJ_PATH_MAX];
+    LJ_TRY(lj_tokenizer_resolve(given, "--tokenizer-model", path, sizeof path));
+    int same = 0;
+    if (lj_mmidx_tokenizer_matches(rec, path, &same) != LJ_OK) {
+        lj_error_prefix("--tokenizer-model");
+        return LJ_ERR_ARG;
+    }
+    if (same) return LJ_OK;
+    if (override) {
+        if (rank0)
+            lj_log_warn("--override-tokenizer: --tokenizer-model %s is not the tokenizer %s was prepared with (%s)", given,
+                        from, rec->name);
+        return LJ_OK;
+    }
+    return lj_fail(LJ_ERR_ARG, "--tokenizer-model %s is not the tokenizer %s was prepared with (%s, vocabulary %d, "
+                               "recorded in %s%s): its ids would mean other text; leave the flag out to use the data's, "
+                               "give --tokenizer-model %s, or --override-tokenizer to train anyway",
+                   given, from, rec->name, rec->vocab_size, from, LJ_MMIDX_FINGERPRINT_SUFFIX, rec->name);
+}
+
 /* The tokenizer the HF exports carry (--save only): --tokenizer-model (a tokenizer.json or a
- * directory holding one), else the set-up script's default when it exists and fits the model's
- * vocabulary. A given tokenizer that does not load or fit is an error; the default is then
- * left out with a note. `buf` (LJ_PATH_MAX bytes) holds the path c->tokenizer points to. */
-static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const char *type, char *buf) {
+ * directory holding one; the data's recorded one when it was not given), else, for data that
+ * records none, the set-up script's default when it exists and fits the model's vocabulary. A
+ * given tokenizer that does not load or fit is an error; the default is then left out with a
+ * note. `buf` (LJ_PATH_MAX bytes) holds the path c->tokenizer points to. */
+static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const char *type, int data_recorded,
+                                   char *buf) {
     if (type && (!strcmp(type, "NullTokenizer") || !strcmp(type, "GPT2BPETokenizer"))) {
         if (c->save)
             lj_log_info("--tokenizer-type %s: no tokenizer in the Hugging Face exports (ljperf writes tokenizer.json "
@@ -187,8 +272,8 @@ static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const 
         return LJ_OK;
     }
     if (type && strcmp(type, "HuggingFaceTokenizer") != 0)
-        return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, NullTokenizer, "
-                                   "GPT2BPETokenizer", type);
+        return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, Llama3Tokenizer, "
+                                   "NullTokenizer, GPT2BPETokenizer", type);
     if (!c->save) return LJ_OK;
     if (given) {
         LJ_TRY(lj_tokenizer_resolve(given, "--tokenizer-model", buf, LJ_PATH_MAX));
@@ -196,6 +281,7 @@ static lj_status resolve_tokenizer(lj_train_config *c, const char *given, const 
         c->tokenizer = buf;
         return LJ_OK;
     }
+    if (data_recorded) return LJ_OK; /* the data's tokenizer is not here: said already */
     lj_tokenizer_default_path(buf, LJ_PATH_MAX);
     if (access(buf, R_OK) != 0) {
         lj_log_info("no tokenizer in the Hugging Face exports (the default %s is missing; --tokenizer-model PATH "
@@ -269,6 +355,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &a->hf_dtype},
         {.name = "--no-save-hf", .kind = LJ_FLAG_SWITCH, .dest = &c->no_save_hf, .ival = 1},
         {.name = "--override-data", .kind = LJ_FLAG_SWITCH, .dest = &c->override_data, .ival = 1},
+        {.name = "--override-tokenizer", .kind = LJ_FLAG_SWITCH, .dest = &a->override_tokenizer, .ival = 1},
         {.name = "--tokenizer-model", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a->tokenizer},
         {.name = "--tokenizer-type", .kind = LJ_FLAG_STR, .dest = &a->tokenizer_type},
@@ -332,6 +419,11 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     const char *ds_path = a.ds_path, *grad_dtype = a.grad_dtype, *device_memory = a.device_memory;
     const char *margin = a.margin, *tokenizer = a.tokenizer, *tokenizer_type = a.tokenizer_type;
     const int num_layers = a.num_layers;
+    /* Megatron's Llama3Tokenizer reads Meta's tiktoken file: here the same model's tokenizer.json */
+    if (tokenizer_type && !strcmp(tokenizer_type, "Llama3Tokenizer")) {
+        tokenizer_type = "HuggingFaceTokenizer";
+        if (!tokenizer) tokenizer = "llama3";
+    }
     int gbs = a.gbs;
     if (a.gbs_given && gbs <= 0) /* 0 would otherwise mean "the default" below */
         return lj_fail(LJ_ERR_ARG, "--global-batch-size must be positive (given %d; leave it out for micro-batch x ranks)",
@@ -376,6 +468,25 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     if (c->num_data_args == 0 && !c->mock_data)
         return lj_fail(LJ_ERR_ARG, "--data-path is required (make one with `ljperf prepare`, or train on synthetic "
                                    "documents with --mock-data)");
+    /* the tokenizer the data was prepared with: checked against --tokenizer-model, else used */
+    lj_mmidx_tokenizer rec;
+    int recorded = 0;
+    char rec_from[LJ_PATH_MAX], rec_path[LJ_PATH_MAX];
+    LJ_TRY(data_tokenizer(c, a.override_tokenizer, rank0, &rec, &recorded, rec_from));
+    const int hf_type = !tokenizer_type || !strcmp(tokenizer_type, "HuggingFaceTokenizer");
+    if (recorded && tokenizer && hf_type) LJ_TRY(check_given_tokenizer(tokenizer, &rec, rec_from, a.override_tokenizer, rank0));
+    if (recorded && !tokenizer && hf_type) {
+        if (lj_mmidx_tokenizer_locate(&rec, rec_path, sizeof rec_path)) {
+            tokenizer = rec_path;
+            if (!tokenizer_type && lj_cli_megatron_has_shape(mg)) tokenizer_type = "HuggingFaceTokenizer";
+            if (rank0 && c->save)
+                lj_log_info("tokenizer: %s, the one %s was prepared with (%s), for the Hugging Face exports", rec_path,
+                            rec_from, rec.name);
+        } else if (rank0) {
+            lj_log_info("no tokenizer in the Hugging Face exports: %s was prepared with %s, which is not at %s any more "
+                        "(nor found by its name); --tokenizer-model PATH adds it", rec_from, rec.name, rec.path);
+        }
+    }
     if (c->load && load_is_empty(c->load, c->save, mg->exit_on_missing_checkpoint)) {
         if (rank0)
             lj_log_warn("--load %s: no complete checkpoint there yet; starting from scratch (as Megatron-LM does; "
@@ -508,7 +619,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         else return lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
     }
     lj_cli_monitor_apply(mon, c, world == 1 || env.rank == 0);
-    LJ_TRY(resolve_tokenizer(c, tokenizer, tokenizer_type, tok_buf));
+    LJ_TRY(resolve_tokenizer(c, tokenizer, tokenizer_type, recorded, tok_buf));
     if (rank0) lj_flags_log_ignored("train", &res);
     return LJ_OK;
 }
@@ -522,12 +633,19 @@ int lj_cli_train(int argc, char **argv) {
     memset(&mon, 0, sizeof mon);
     char tokenizer[LJ_PATH_MAX], load[LJ_PATH_MAX];
     int help = 0;
-    if (parse(argc, argv, &cfg, &mon, tokenizer, load, &help) != LJ_OK) return lj_cli_error("train");
+    char *command = lj_cli_command_line("train", argc, argv); /* before the parse, which may move argv's pointers */
+    if (parse(argc, argv, &cfg, &mon, tokenizer, load, &help) != LJ_OK) {
+        free(command);
+        return lj_cli_error("train");
+    }
     if (help) {
+        free(command);
         usage(stdout);
         return 0;
     }
+    cfg.command_line = command;
     lj_status s = lj_train_run(&cfg);
+    free(command);
     if (s == LJ_ERR_INTERRUPTED) {
         lj_dist_env env;
         const int rank0 = lj_dist_env_detect(&env) != LJ_OK || env.rank == 0; /* one line per job */

@@ -94,6 +94,8 @@ static void usage(FILE *f) {
 int lj_cli_train_vl(int argc, char **argv) {
     lj_vl_train_config c;
     lj_vl_train_config_defaults(&c);
+    char *command = lj_cli_command_line("train", argc, argv); /* before the parse moves argv's pointers */
+    c.command_line = command;
     const char *decay_style = NULL, *device = NULL, *tokenizer = NULL, *hf_dtype = NULL;
     int warmup = 0, decay = 0;
     lj_flag_list data = {0, NULL};
@@ -138,12 +140,15 @@ int lj_cli_train_vl(int argc, char **argv) {
         {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &c.quiet, .ival = 1, .help = "no log lines"},
     };
     lj_flags_result res;
-    if (lj_flags_parse("train", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK)
+    if (lj_flags_parse("train", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK) {
+        free(command);
         return lj_cli_error("train");
+    }
     if (res.help) {
         usage(stdout);
         lj_flags_print_help(stdout, rows, (int)(sizeof rows / sizeof rows[0]));
         lj_flags_result_free(&res);
+        free(command);
         return 0;
     }
     lj_flags_result_free(&res);
@@ -164,5 +169,6 @@ int lj_cli_train_vl(int argc, char **argv) {
     if (s == LJ_OK) s = tokenizer_dir(tokenizer, tok);
     c.tokenizer_dir = tok[0] ? tok : NULL;
     if (s == LJ_OK) s = lj_vl_train_run(&c);
+    free(command);
     return s == LJ_OK ? 0 : lj_cli_error("train");
 }

@@ -2,6 +2,9 @@
  * and FLOP counts. */
 #include "config/config.h"
 
+#include "base/fs.h"
+#include "base/hf_cache.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
@@ -440,6 +443,11 @@ lj_status lj_config_resolve(const char *model, lj_model_config *cfg) {
         return lj_config_load(model, cfg);
     }
     const size_t len = strlen(model);
+    if (strncmp(model, "deepspeed/", 10) != 0 && lj_hf_repo_id_like(model)) { /* a model of the HF cache */
+        char snap[LJ_PATH_MAX];
+        LJ_TRY(lj_hf_cache_snapshot(model, "--model", snap, sizeof snap));
+        return lj_config_resolve(snap, cfg);
+    }
     if ((strchr(model, '/') && !strchr(model, '.') && strncmp(model, "deepspeed/", 10) != 0) ||
         (len > 5 && strcmp(model + len - 5, ".json") == 0))
         return lj_fail(LJ_ERR_IO, "%s: no such file or directory", model);
@@ -455,6 +463,7 @@ lj_status lj_config_save(const lj_model_config *c, const char *path, const char 
     if (c->family != LJ_FAMILY_QWEN2) cJSON_AddFalseToObject(root, "attention_bias"); /* Qwen2's are always on */
     cJSON_AddNumberToObject(root, "attention_dropout", 0.0);
     cJSON_AddNumberToObject(root, "bos_token_id", c->bos_token_id);
+    cJSON_AddStringToObject(root, "dtype", dtype_name);
     cJSON_AddNumberToObject(root, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
     cJSON_AddStringToObject(root, "hidden_act", "silu");
@@ -467,6 +476,7 @@ lj_status lj_config_save(const lj_model_config *c, const char *path, const char 
     cJSON_AddNumberToObject(root, "num_attention_heads", c->num_attention_heads);
     cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_hidden_layers);
     cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_key_value_heads);
+    if (llama) cJSON_AddNumberToObject(root, "pretraining_tp", 1);
     cJSON_AddNumberToObject(root, "rms_norm_eps", c->rms_norm_eps);
     cJSON_AddNumberToObject(root, "rope_theta", c->rope_theta);
     if (c->rope_scaling_llama3) {
@@ -481,6 +491,7 @@ lj_status lj_config_save(const lj_model_config *c, const char *path, const char 
     }
     cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddStringToObject(root, "torch_dtype", dtype_name);
+    cJSON_AddStringToObject(root, "transformers_version", LJ_HF_TRANSFORMERS_VERSION);
     cJSON_AddTrueToObject(root, "use_cache");
     if (!llama) {
         cJSON_AddNullToObject(root, "sliding_window");

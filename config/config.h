@@ -110,16 +110,29 @@ lj_status lj_config_parse_json(const void *object, lj_model_config *cfg, const c
  * last). Every config loader reads its file through it. */
 lj_status lj_config_read_json(const char *path, void **root);
 
-/* Resolves --model: a preset name, a config.json path, or a directory holding config.json. */
+/* Resolves --model: a preset name, a config.json path, a directory holding config.json, or
+ * ORG/NAME, a model of the Hugging Face cache (base/hf_cache.h: its snapshot's config.json). */
 lj_status lj_config_resolve(const char *model, lj_model_config *cfg);
 
 /* Checks the shape for consistency (positive sizes, nh % nkv == 0, even head_dim).
  * Errors: LJ_ERR_FORMAT naming `source` and the field. */
 lj_status lj_config_validate(const lj_model_config *cfg, const char *source);
 
+/* The transformers release whose config.json layout lj_config_save writes (rope_theta and
+ * rope_scaling at the top level; dtype, and torch_dtype for releases before 4.56), recorded as
+ * the file's "transformers_version" as save_pretrained records its own. transformers reads the
+ * field when it loads a tokenizer from a local directory (tokenization_utils_fast.py,
+ * _patch_mistral_regex): without it, it takes the directory for a Mistral checkpoint saved
+ * before its regex fix and warns of "an incorrect regex pattern" whatever the tokenizer.json
+ * holds; a release up to 4.57.2 with a model_type other than Mistral's, or above 4.57.3, is
+ * not checked further. */
+#define LJ_HF_TRANSFORMERS_VERSION "4.57.1"
+
 /* Writes an HF config.json of the config's family (model_type and architectures of
- * lj_model_family_type / _architecture, torch_dtype = `dtype_name`) to `path`, as transformers
- * reads it back (Qwen: use_sliding_window false). */
+ * lj_model_family_type / _architecture, dtype and torch_dtype = `dtype_name`,
+ * transformers_version = LJ_HF_TRANSFORMERS_VERSION; Llama: pretraining_tp 1) to `path`, with
+ * the fields transformers' save_pretrained writes for the family, as transformers reads it back
+ * (Qwen: use_sliding_window false). */
 lj_status lj_config_save(const lj_model_config *cfg, const char *path, const char *dtype_name);
 
 /* ---- parameter layout ------------------------------------------------------------ */

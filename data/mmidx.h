@@ -30,6 +30,32 @@ static inline int lj_mmidx_dtype_for_vocab(int vocab_size) { return vocab_size <
  * --reset-attention-mask and --eod-mask-loss split documents at (Megatron's tokenizer.eod). */
 #define LJ_MMIDX_FINGERPRINT_SUFFIX ".fingerprint.json"
 #define LJ_MMIDX_EOD_FIELD "eod_token_id"
+/* The sidecar records the tokenizer too, so that `train` and the HF export use it without being
+ * told: "tokenizer": {"name" (as prepare was given it: llama3, ORG/NAME, a path), "path" (the
+ * tokenizer.json read, absolute), "file_xxh3_64" (of its bytes), "ids_xxh3_64"
+ * (lj_tokenizer_ids_hash: what decides the ids), "vocab_size", "bos_token_id", "eos_token_id"
+ * (null: none)}. */
+#define LJ_MMIDX_TOKENIZER_FIELD "tokenizer"
+typedef struct {
+    char name[512];
+    char path[4096];
+    uint64_t file_xxh3_64, ids_xxh3_64;
+    int32_t vocab_size, bos_token_id, eos_token_id; /* -1: none */
+} lj_mmidx_tokenizer;
+/* Reads the tokenizer record of PREFIX's sidecar into *t; *found 0 (and LJ_OK) when there is none
+ * (no sidecar: Megatron's dataset, an older prepare's, an llm.c shard). Follows PREFIX.idx's link
+ * as the reader does. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the sidecar and the field. */
+lj_status lj_mmidx_read_tokenizer(const char *prefix, lj_mmidx_tokenizer *t, int *found);
+/* *same = 1 if the tokenizer.json at `path` is the recorded one: the same bytes, or else the same
+ * ids hash once loaded (lj_tokenizer_ids_hash: e.g. ljperf's HF export of it). Errors: those of
+ * reading and loading `path` (lj_tokenizer_load). */
+lj_status lj_mmidx_tokenizer_matches(const lj_mmidx_tokenizer *t, const char *path, int *same);
+/* Where the recorded tokenizer is now, into buf (buflen bytes): its recorded path when the file
+ * there still matches, else its recorded name resolved again (lj_tokenizer_resolve: llama3 in
+ * this machine's cache, ORG/NAME in the Hugging Face cache) when that file matches. Returns 1 when
+ * found, 0 when not (buf then names the last place looked at, for a message). */
+int lj_mmidx_tokenizer_locate(const lj_mmidx_tokenizer *t, char *buf, size_t buflen);
+
 /* Whole-file hashing up to this size; above it, LJ_MMIDX_FP_CHUNKS chunks of LJ_MMIDX_FP_CHUNK
  * bytes at evenly spaced offsets (the first at 0, the last ending at the end): 16 MiB read
  * whatever the size, so a terabyte dataset opens as fast as a small one. */
@@ -53,6 +79,8 @@ lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t
 /* The end-of-document id every document ends with (prepare's EOS), recorded in the sidecar;
  * not called: none is recorded. */
 void lj_mmidx_writer_set_eod(lj_mmidx_writer *w, int32_t eod_token);
+/* The tokenizer recorded in the sidecar (copied); not called: none is recorded. */
+void lj_mmidx_writer_set_tokenizer(lj_mmidx_writer *w, const lj_mmidx_tokenizer *t);
 /* Writes the .idx and the fingerprint sidecar, fsyncs them and installs the dataset as a whole:
  *   PREFIX.versions/K/BASE.bin, BASE.idx, BASE.fingerprint.json   the files of version K
  *   PREFIX.current -> BASE.versions/K                             the one pointer

@@ -13,6 +13,7 @@
  * keeps the token array (.bin) mmap'd.
  */
 #include "data/mmidx.h"
+#include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -368,6 +369,100 @@ done:
     free(bin_path);
     free(prefix);
     return s;
+}
+
+static int parse_hex(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsString(v) || strlen(v->valuestring) != 16) return 0;
+    char *end;
+    *out = strtoull(v->valuestring, &end, 16);
+    return *end == '\0';
+}
+
+/* An id field of the tokenizer record: an integer >= 0, or null (-1); 0 when it is neither. */
+static int parse_id(const cJSON *v, int32_t *out) {
+    if (cJSON_IsNull(v)) {
+        *out = -1;
+        return 1;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= INT32_MAX) ||
+        v->valuedouble != (double)(int32_t)v->valuedouble)
+        return 0;
+    *out = (int32_t)v->valuedouble;
+    return 1;
+}
+
+lj_status lj_mmidx_read_tokenizer(const char *user_prefix, lj_mmidx_tokenizer *t, int *found) {
+    memset(t, 0, sizeof *t);
+    *found = 0;
+    char *prefix = resolved_prefix(user_prefix);
+    char *fp_path = concat(prefix, LJ_MMIDX_FINGERPRINT_SUFFIX);
+    free(prefix);
+    struct stat sb;
+    if (stat(fp_path, &sb) != 0) {
+        free(fp_path);
+        return LJ_OK;
+    }
+    char *text = NULL;
+    lj_status s = lj_file_read_all(fp_path, &text, NULL);
+    cJSON *j = s == LJ_OK ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (s == LJ_OK && !cJSON_IsObject(j)) s = lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", fp_path);
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, LJ_MMIDX_TOKENIZER_FIELD);
+    if (s == LJ_OK && o) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name"), *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+        const cJSON *vs = cJSON_GetObjectItemCaseSensitive(o, "vocab_size");
+        int32_t vocab = 0;
+        if (!cJSON_IsString(name) || !cJSON_IsString(path) || strlen(name->valuestring) >= sizeof t->name ||
+            strlen(path->valuestring) >= sizeof t->path ||
+            !parse_hex(cJSON_GetObjectItemCaseSensitive(o, "file_xxh3_64"), &t->file_xxh3_64) ||
+            !parse_hex(cJSON_GetObjectItemCaseSensitive(o, "ids_xxh3_64"), &t->ids_xxh3_64) ||
+            !parse_id(vs, &vocab) || vocab <= 0 ||
+            !parse_id(cJSON_GetObjectItemCaseSensitive(o, "bos_token_id"), &t->bos_token_id) ||
+            !parse_id(cJSON_GetObjectItemCaseSensitive(o, "eos_token_id"), &t->eos_token_id)) {
+            s = lj_fail(LJ_ERR_FORMAT, "%s: field '%s' must hold name, path, file_xxh3_64, ids_xxh3_64 (16 hex digits), "
+                                       "vocab_size, bos_token_id and eos_token_id (ids or null); run prepare again",
+                        fp_path, LJ_MMIDX_TOKENIZER_FIELD);
+        } else {
+            snprintf(t->name, sizeof t->name, "%s", name->valuestring);
+            snprintf(t->path, sizeof t->path, "%s", path->valuestring);
+            t->vocab_size = vocab;
+            *found = 1;
+        }
+    }
+    cJSON_Delete(j);
+    free(fp_path);
+    return s;
+}
+
+lj_status lj_mmidx_tokenizer_matches(const lj_mmidx_tokenizer *t, const char *path, int *same) {
+    *same = 0;
+    char *text = NULL;
+    size_t len = 0;
+    LJ_TRY(lj_file_read_all(path, &text, &len));
+    const uint64_t h = XXH3_64bits(text, len);
+    free(text);
+    if (h == t->file_xxh3_64) {
+        *same = 1;
+        return LJ_OK;
+    }
+    lj_tokenizer *tok = NULL;
+    LJ_TRY(lj_tokenizer_load(path, &tok));
+    *same = lj_tokenizer_ids_hash(tok) == t->ids_xxh3_64;
+    lj_tokenizer_free(tok);
+    return LJ_OK;
+}
+
+int lj_mmidx_tokenizer_locate(const lj_mmidx_tokenizer *t, char *buf, size_t buflen) {
+    int same = 0;
+    snprintf(buf, buflen, "%s", t->path);
+    if (access(t->path, R_OK) == 0 && lj_mmidx_tokenizer_matches(t, t->path, &same) == LJ_OK && same) return 1;
+    char other[4096];
+    if (strcmp(t->name, t->path) != 0 && lj_tokenizer_resolve(t->name, "tokenizer", other, sizeof other) == LJ_OK &&
+        access(other, R_OK) == 0 && lj_mmidx_tokenizer_matches(t, other, &same) == LJ_OK && same) {
+        snprintf(buf, buflen, "%s", other);
+        return 1;
+    }
+    return 0;
 }
 
 lj_status lj_token_dataset_open(lj_token_dataset *ds, const char *path) {

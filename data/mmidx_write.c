@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <cjson/cJSON.h>
 
 #include "data/mmidx.h"
 
@@ -42,6 +43,8 @@ struct lj_mmidx_writer {
     int64_t num_docs, cap_docs;
     int64_t bin_bytes;           /* bytes written to .bin so far (incl. buf) */
     int32_t eod_token;           /* recorded in the sidecar when >= 0 (lj_mmidx_writer_set_eod) */
+    lj_mmidx_tokenizer tok;      /* recorded when has_tok (lj_mmidx_writer_set_tokenizer) */
+    int has_tok;
 };
 
 static char *path_with(const char *prefix, const char *suffix) {
@@ -145,6 +148,37 @@ lj_status lj_mmidx_writer_open(lj_mmidx_writer **out, const char *prefix, int dt
 
 void lj_mmidx_writer_set_eod(lj_mmidx_writer *w, int32_t eod_token) { w->eod_token = eod_token; }
 
+void lj_mmidx_writer_set_tokenizer(lj_mmidx_writer *w, const lj_mmidx_tokenizer *t) {
+    w->tok = *t;
+    w->has_tok = 1;
+}
+
+/* ", \"tokenizer\": {...}" of the sidecar (lj_mmidx_tokenizer), or "" (free the result). */
+static char *tokenizer_json(const lj_mmidx_writer *w) {
+    if (!w->has_tok) return lj_strdup("");
+    const lj_mmidx_tokenizer *t = &w->tok;
+    cJSON *o = cJSON_CreateObject();
+    char h[17];
+    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON_AddStringToObject(o, "path", t->path);
+    snprintf(h, sizeof h, "%016" PRIx64, t->file_xxh3_64);
+    cJSON_AddStringToObject(o, "file_xxh3_64", h);
+    snprintf(h, sizeof h, "%016" PRIx64, t->ids_xxh3_64);
+    cJSON_AddStringToObject(o, "ids_xxh3_64", h);
+    cJSON_AddNumberToObject(o, "vocab_size", t->vocab_size);
+    if (t->bos_token_id >= 0) cJSON_AddNumberToObject(o, "bos_token_id", t->bos_token_id);
+    else cJSON_AddNullToObject(o, "bos_token_id");
+    if (t->eos_token_id >= 0) cJSON_AddNumberToObject(o, "eos_token_id", t->eos_token_id);
+    else cJSON_AddNullToObject(o, "eos_token_id");
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    const size_t n = strlen(body) + 32;
+    char *out = lj_malloc(n);
+    snprintf(out, n, ", \"%s\": %s", LJ_MMIDX_TOKENIZER_FIELD, body);
+    free(body);
+    return out;
+}
+
 lj_status lj_mmidx_writer_add(lj_mmidx_writer *w, const int32_t *tokens, int64_t n) {
     if (n < 0 || n > INT32_MAX)
         return lj_fail(LJ_ERR_ARG, "%s: a document of %lld tokens does not fit the int32 sequence length", w->idx_path,
@@ -238,15 +272,23 @@ static lj_status write_fingerprint(lj_mmidx_writer *w, int64_t idx_bytes) {
     uint64_t hb = 0, hi = 0;
     LJ_TRY(hash_file(w->bin_fd, w->bin_tmp, (size_t)w->bin_bytes, 1, &hb));
     LJ_TRY(hash_file(w->idx_fd, w->idx_tmp, (size_t)idx_bytes, 0, &hi));
-    char text[400], eod[64] = "";
+    char eod[64] = "";
     if (w->eod_token >= 0) snprintf(eod, sizeof eod, ", \"%s\": %d", LJ_MMIDX_EOD_FIELD, (int)w->eod_token);
-    const int n = snprintf(text, sizeof text,
+    char *tok = tokenizer_json(w);
+    const size_t cap = 400 + strlen(tok);
+    char *text = lj_malloc(cap);
+    const int n = snprintf(text, cap,
                            "{\"format\": \"ljperf-dataset-fingerprint\", \"version\": 1, \"bin_bytes\": %" PRId64
                            ", \"bin_xxh3_64\": \"%016" PRIx64 "\", \"idx_bytes\": %" PRId64 ", \"idx_xxh3_64\": \"%016" PRIx64
-                           "\"%s}\n", w->bin_bytes, hb, idx_bytes, hi, eod);
+                           "\"%s%s}\n", w->bin_bytes, hb, idx_bytes, hi, eod, tok);
+    free(tok);
     int fd = open(w->fp_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->fp_tmp, strerror(errno));
+    if (fd < 0) {
+        free(text);
+        return lj_fail(LJ_ERR_IO, "%s: cannot create: %s", w->fp_tmp, strerror(errno));
+    }
     lj_status st = write_all(fd, w->fp_tmp, text, (size_t)n);
+    free(text);
     if (st == LJ_OK && fsync(fd) != 0) st = lj_fail(LJ_ERR_IO, "%s: cannot flush: %s", w->fp_tmp, strerror(errno));
     if (close(fd) != 0 && st == LJ_OK) st = lj_fail(LJ_ERR_IO, "%s: cannot close: %s", w->fp_tmp, strerror(errno));
     if (st != LJ_OK) unlink(w->fp_tmp);

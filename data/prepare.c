@@ -33,6 +33,7 @@ typedef struct {
     int64_t line;      /* first line (1-based) */
     uint64_t offset;   /* file byte offset of text[0] (text documents) */
     int is_json;
+    int key;           /* index into cfg->json_keys: the dataset it goes to */
     int first_job, num_jobs;
 } doc;
 
@@ -79,6 +80,8 @@ typedef struct {
     lj_tokenizer *tok;
     int input;       /* index of the current input, -1 before the first */
     reader rd;
+    doc pending[LJ_PREPARE_MAX_KEYS]; /* the documents of the last JSON line not yet taken */
+    int npending, next_pending;
     uint64_t total_input; /* sum of the regular files' sizes, 0 if unknown */
     int64_t empty_skipped;
     /* the worker pool */
@@ -194,35 +197,56 @@ static int has_nul_escape(const char *s, size_t n) {
     return 0;
 }
 
-/* Parses one .jsonl line; appends the document's text to the round's arena. */
-static lj_status json_doc(prep *p, round_t *rd, const char *line, size_t n, int64_t lineno, size_t *len) {
-    const char *key = p->cfg->json_key, *name = p->rd.name, *end = NULL;
+/* Parses one .jsonl line: for each key, its string becomes a document of that key's dataset,
+ * its text appended to the round's arena, queued in p->pending (empty strings are skipped and
+ * counted). */
+static lj_status json_docs(prep *p, round_t *rd, const char *line, size_t n, int64_t lineno) {
+    const char *name = p->rd.name, *end = NULL;
     cJSON *obj = cJSON_ParseWithLengthOpts(line, n, &end, 0);
     if (!obj) {
         size_t col = end && end >= line ? (size_t)(end - line) + 1 : 1;
         return lj_fail(LJ_ERR_FORMAT, "%s:%lld: not valid JSON (error at column %zu)", name, (long long)lineno, col);
     }
     lj_status st = LJ_OK;
-    /* a duplicated key takes its last value, as Python's json and jq do */
-    const cJSON *v = NULL;
-    for (const cJSON *it = cJSON_IsObject(obj) ? obj->child : NULL; it; it = it->next)
-        if (it->string && strcmp(it->string, key) == 0) v = it;
     if (!blank_line(end, n - (size_t)(end - line)))
         st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: not valid JSON (text after the value at column %zu)", name,
                      (long long)lineno, (size_t)(end - line) + 1);
     else if (!cJSON_IsObject(obj))
         st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: not a JSON object", name, (long long)lineno);
-    else if (!v)
-        st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: no key \"%s\" (--json-key picks the key)", name, (long long)lineno, key);
-    else if (!cJSON_IsString(v))
-        st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: key \"%s\" is not a string", name, (long long)lineno, key);
     else if (has_nul_escape(line, n))
         st = lj_fail(LJ_ERR_UNSUPPORTED, "%s:%lld: \\u0000 (NUL) in a JSON string is not supported", name, (long long)lineno);
-    if (st == LJ_OK) {
-        *len = strlen(v->valuestring);
-        memcpy(text_reserve(rd, *len), v->valuestring, *len);
-        rd->text_len += *len;
+    p->npending = p->next_pending = 0;
+    for (int k = 0; st == LJ_OK && k < p->cfg->num_keys; k++) {
+        const char *key = p->cfg->json_keys[k];
+        /* a duplicated key takes its last value, as Python's json and jq do */
+        const cJSON *v = NULL;
+        for (const cJSON *it = obj->child; it; it = it->next)
+            if (it->string && strcmp(it->string, key) == 0) v = it;
+        if (!v) {
+            st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: no key \"%s\" (--json-keys picks the keys)", name, (long long)lineno, key);
+            break;
+        }
+        if (!cJSON_IsString(v)) {
+            st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: key \"%s\" is not a string", name, (long long)lineno, key);
+            break;
+        }
+        const size_t len = strlen(v->valuestring);
+        if (len == 0) { /* "" */
+            p->empty_skipped++;
+            continue;
+        }
+        doc *d = &p->pending[p->npending++];
+        memset(d, 0, sizeof *d);
+        d->file = name;
+        d->is_json = 1;
+        d->key = k;
+        d->line = lineno;
+        d->text_off = rd->text_len;
+        d->len = len;
+        memcpy(text_reserve(rd, len), v->valuestring, len);
+        rd->text_len += len;
     }
+    if (st != LJ_OK) p->npending = 0;
     cJSON_Delete(obj);
     return st;
 }
@@ -231,11 +255,16 @@ static lj_status json_doc(prep *p, round_t *rd, const char *line, size_t n, int6
  * own buffer; d->len == 0 and d->own == NULL with `*got` 0 at the end of the input. */
 static lj_status next_doc_in_input(prep *p, round_t *rd, doc *d, int *got) {
     reader *r = &p->rd;
+    *got = 0;
+    if (p->next_pending < p->npending) { /* the rest of the last JSON line's documents */
+        *d = p->pending[p->next_pending++];
+        *got = 1;
+        return LJ_OK;
+    }
     memset(d, 0, sizeof *d);
     d->file = r->name;
     d->is_json = r->jsonl;
     d->text_off = rd->text_len;
-    *got = 0;
     if (!r->jsonl && p->cfg->split_on == LJ_PREPARE_SPLIT_FILE) { /* the whole input */
         if (r->eof) return LJ_OK;
         while (!r->eof) LJ_TRY(reader_fill(r));
@@ -262,12 +291,9 @@ static lj_status next_doc_in_input(prep *p, round_t *rd, doc *d, int *got) {
             continue;
         }
         if (r->jsonl) {
-            LJ_TRY(json_doc(p, rd, line, n, lineno, &d->len));
-            d->line = lineno;
-            if (d->len == 0) { /* "" */
-                p->empty_skipped++;
-                continue;
-            }
+            LJ_TRY(json_docs(p, rd, line, n, lineno));
+            if (p->npending == 0) continue; /* every key's string was empty */
+            *d = p->pending[p->next_pending++];
             *got = 1;
             return LJ_OK;
         }
@@ -354,7 +380,8 @@ static void add_job(round_t *r, int d, size_t start, size_t len) {
 static void read_round(prep *p, round_t *r) {
     round_reset(r);
     size_t round_bytes = (size_t)p->nworkers * (4 << 20) > ROUND_BYTES ? (size_t)p->nworkers * (4 << 20) : ROUND_BYTES;
-    while (r->text_bytes < round_bytes && r->ndocs < ROUND_DOCS) {
+    /* a JSON line's documents stay in one round (their text is in its arena) */
+    while ((r->text_bytes < round_bytes && r->ndocs < ROUND_DOCS) || p->next_pending < p->npending) {
         doc d;
         int got = 0;
         lj_status st = next_doc(p, r, &d, &got);
@@ -404,7 +431,7 @@ static void run_job(prep *p, round_t *r, job *j, int worker) {
         const char *hint = "; --utf8-errors replace turns ill-formed bytes into U+FFFD";
         if (d->is_json) {
             st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: key \"%s\": invalid UTF-8 at byte %zu of the string (byte 0x%02x)%s",
-                         d->file, (long long)d->line, p->cfg->json_key, at, byte, hint);
+                         d->file, (long long)d->line, p->cfg->json_keys[d->key], at, byte, hint);
         } else {
             int64_t line = d->line;
             for (size_t i = 0; i < at; i++) line += d->text[i] == '\n';
@@ -492,15 +519,24 @@ static void progress_draw(const progress *pg, double frac, double mb, double tok
 
 /* ---- the run ---------------------------------------------------------------------- */
 
+static const char *const default_keys[1] = {"text"};
+
 void lj_prepare_config_init(lj_prepare_config *c) {
     memset(c, 0, sizeof *c);
-    c->json_key = "text";
+    c->json_keys = default_keys;
+    c->num_keys = 1;
     c->append_eos = 1;
     c->progress = 1;
 }
 
-/* Writes a finished round's documents in order. The first failing job, then the read error. */
-static lj_status write_round(prep *p, round_t *r, lj_mmidx_writer *w, int32_t **buf, int64_t *cap, lj_prepare_stats *s) {
+lj_status lj_prepare_output_prefix(const lj_prepare_config *c, int k, char *buf) {
+    if (!c->megatron_names) return lj_path_format(buf, "%s", c->output_prefix);
+    return lj_path_format(buf, "%s_%s_document", c->output_prefix, c->json_keys[k]); /* preprocess_data.py's */
+}
+
+/* Writes a finished round's documents in order, each to its key's dataset w[key]. The first
+ * failing job, then the read error. */
+static lj_status write_round(prep *p, round_t *r, lj_mmidx_writer **w, int32_t **buf, int64_t *cap, lj_prepare_stats *s) {
     for (int i = 0; i < r->njobs; i++)
         if (r->jobs[i].status != LJ_OK) return lj_fail(r->jobs[i].status, "%s", r->jobs[i].err);
     int32_t bos = lj_tokenizer_bos_id(p->tok), eos = lj_tokenizer_eos_id(p->tok);
@@ -520,9 +556,11 @@ static lj_status write_round(prep *p, round_t *r, lj_mmidx_writer *w, int32_t **
             m += j->n;
         }
         if (p->cfg->append_eos) (*buf)[m++] = eos;
-        LJ_TRY(lj_mmidx_writer_add(w, *buf, m));
+        LJ_TRY(lj_mmidx_writer_add(w[d->key], *buf, m));
         s->documents++;
         s->tokens += m;
+        s->key_documents[d->key]++;
+        s->key_tokens[d->key] += m;
     }
     s->text_bytes += (int64_t)r->text_bytes;
     s->input_bytes += (int64_t)r->input_bytes;
@@ -538,7 +576,27 @@ static lj_status check_config(const lj_prepare_config *c, const char **tok_path,
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return lj_fail(LJ_ERR_ARG, "--output-prefix %s: names a directory, not a file prefix (the files would be the "
                                    "hidden %s.bin and .idx); give DIR/NAME", c->output_prefix, c->output_prefix);
-    if (!c->json_key || !c->json_key[0]) return lj_fail(LJ_ERR_ARG, "--json-key: must not be empty");
+    if (c->num_keys < 1 || c->num_keys > LJ_PREPARE_MAX_KEYS)
+        return lj_fail(LJ_ERR_ARG, "--json-keys: %d keys; expected 1 to %d", c->num_keys, LJ_PREPARE_MAX_KEYS);
+    for (int k = 0; k < c->num_keys; k++) {
+        if (!c->json_keys[k][0]) return lj_fail(LJ_ERR_ARG, "--json-keys: a key must not be empty");
+        if (c->megatron_names && strchr(c->json_keys[k], '/'))
+            return lj_fail(LJ_ERR_ARG, "--json-keys %s: a key with '/' cannot name a dataset file (PREFIX_KEY_document)",
+                           c->json_keys[k]);
+        for (int j = 0; j < k; j++)
+            if (!strcmp(c->json_keys[j], c->json_keys[k]))
+                return lj_fail(LJ_ERR_ARG, "--json-keys: '%s' is given twice (each key writes its own dataset)",
+                               c->json_keys[k]);
+    }
+    for (int i = 0; c->num_keys > 1 && i < c->num_inputs; i++) {
+        const char *in = c->inputs[i];
+        const int jsonl = c->format == LJ_PREPARE_FORMAT_JSONL ||
+                          (c->format == LJ_PREPARE_FORMAT_AUTO && strcmp(in, "-") != 0 && is_jsonl_name(in));
+        if (!jsonl)
+            return lj_fail(LJ_ERR_ARG, "--json-keys %s %s ...: %s is not JSON lines; a document of text has no keys "
+                                       "(give .jsonl inputs, or --format jsonl)",
+                           c->json_keys[0], c->json_keys[1], strcmp(in, "-") ? in : "<stdin>");
+    }
     int stdin_count = 0;
     for (int i = 0; i < c->num_inputs; i++) {
         const char *in = c->inputs[i];
@@ -563,6 +621,29 @@ static lj_status check_config(const lj_prepare_config *c, const char **tok_path,
     return LJ_OK;
 }
 
+/* What the sidecar records of the tokenizer (data/mmidx.h). */
+static lj_status tokenizer_record(const lj_prepare_config *c, const char *tok_path, const lj_tokenizer *tok,
+                                  lj_mmidx_tokenizer *t) {
+    memset(t, 0, sizeof *t);
+    /* absolute, but through its links as given (a Hugging Face snapshot's files are links into
+     * blobs/, and its tokenizer_config.json is found beside the link) */
+    char abs[LJ_PATH_MAX], cwd[LJ_PATH_MAX];
+    lj_status st = tok_path[0] == '/' ? lj_path_format(abs, "%s", tok_path)
+                   : getcwd(cwd, sizeof cwd) ? lj_path_join(abs, cwd, tok_path)
+                                             : lj_path_format(abs, "%s", tok_path);
+    const char *name = c->tokenizer_name ? c->tokenizer_name : abs;
+    if (st != LJ_OK || strlen(name) >= sizeof t->name || strlen(abs) >= sizeof t->path)
+        return lj_fail(LJ_ERR_ARG, "%s: the tokenizer's path is too long to record", tok_path);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->path, sizeof t->path, "%s", abs);
+    t->file_xxh3_64 = lj_tokenizer_file_hash(tok);
+    t->ids_xxh3_64 = lj_tokenizer_ids_hash(tok);
+    t->vocab_size = lj_tokenizer_vocab_size(tok);
+    t->bos_token_id = lj_tokenizer_bos_id(tok);
+    t->eos_token_id = lj_tokenizer_eos_id(tok);
+    return LJ_OK;
+}
+
 static lj_status open_output(const char *prefix, int dtype, lj_mmidx_writer **w) {
     char *dir = lj_strdup(prefix);
     char *slash = strrchr(dir, '/');
@@ -575,7 +656,7 @@ static lj_status open_output(const char *prefix, int dtype, lj_mmidx_writer **w)
     return st == LJ_OK ? lj_mmidx_writer_open(w, prefix, dtype) : st;
 }
 
-static lj_status run_pipeline(prep *p, lj_mmidx_writer *w, lj_prepare_stats *s) {
+static lj_status run_pipeline(prep *p, lj_mmidx_writer **w, lj_prepare_stats *s) {
     const lj_prepare_config *c = p->cfg;
     round_t rounds[2];
     memset(rounds, 0, sizeof rounds);
@@ -661,9 +742,17 @@ lj_status lj_prepare_run(const lj_prepare_config *c, lj_prepare_stats *stats) {
         return lj_fail(LJ_ERR_ARG, "%s: no BOS token (no bos_token in a tokenizer_config.json beside it, no "
                        "<|begin_of_text|> or <|endoftext|> added token); leave out --prepend-bos", tok_path);
     t0 = lj_time_sec();
-    lj_mmidx_writer *w = NULL;
-    st = open_output(c->output_prefix, s->dtype_code, &w);
-    if (st == LJ_OK && c->append_eos) lj_mmidx_writer_set_eod(w, lj_tokenizer_eos_id(p.tok)); /* the separator */
+    lj_mmidx_writer *w[LJ_PREPARE_MAX_KEYS] = {0};
+    lj_mmidx_tokenizer rec;
+    st = tokenizer_record(c, tok_path, p.tok, &rec);
+    for (int k = 0; k < c->num_keys && st == LJ_OK; k++) {
+        char prefix[LJ_PATH_MAX];
+        st = lj_prepare_output_prefix(c, k, prefix);
+        if (st == LJ_OK) st = open_output(prefix, s->dtype_code, &w[k]);
+        if (st != LJ_OK) break;
+        if (c->append_eos) lj_mmidx_writer_set_eod(w[k], lj_tokenizer_eos_id(p.tok)); /* the separator */
+        lj_mmidx_writer_set_tokenizer(w[k], &rec);
+    }
     pthread_t *threads = NULL;
     if (st == LJ_OK) {
         p.nworkers = c->workers > 0 ? c->workers : lj_num_threads();
@@ -704,8 +793,14 @@ lj_status lj_prepare_run(const lj_prepare_config *c, lj_prepare_stats *stats) {
         st = lj_fail(LJ_ERR_ARG, "no documents in the input%s (%s%s): %s", c->num_inputs > 1 ? "s" : "",
                      strcmp(c->inputs[0], "-") == 0 ? "<stdin>" : c->inputs[0], c->num_inputs > 1 ? ", ..." : "",
                      p.empty_skipped ? "every document is empty" : "nothing to tokenize");
-    if (st == LJ_OK) st = lj_mmidx_writer_finish(w);
-    else if (w) lj_mmidx_writer_abort(w);
+    for (int k = 0; k < c->num_keys && st == LJ_OK; k++)
+        if (s->key_documents[k] == 0)
+            st = lj_fail(LJ_ERR_ARG, "--json-keys: no documents for key \"%s\" (its strings are all empty): its "
+                                     "dataset would be empty", c->json_keys[k]);
+    for (int k = 0; k < c->num_keys; k++) {
+        if (st == LJ_OK) st = lj_mmidx_writer_finish(w[k]);
+        else if (w[k]) lj_mmidx_writer_abort(w[k]);
+    }
     lj_tokenizer_free(p.tok);
     s->seconds = lj_time_sec() - t0;
     return st;

@@ -4,6 +4,7 @@
  * decoding, and UTF-8 checks. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "base/fs.h"
+#include "base/hf_cache.h"
 #include "data/tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <utf8proc.h>
 
 /* The GPT-2 regex, built into HF's ByteLevel pre-tokenizer (tokenizers byte_level.rs). */
@@ -89,7 +91,8 @@ struct lj_tokenizer {
     /* The pre-tokenizer: splits[0..n_user_splits) are the Split steps, then the ByteLevel step
      * (a prefix space when add_prefix_space) and, when it uses its regex, splits[n_user_splits]. */
     split_stage splits[MAX_SPLITS + 1];
-    int n_user_splits, n_splits, add_prefix_space, known_split;
+    int n_user_splits, n_splits, add_prefix_space, known_split, qwen2;
+    uint64_t file_hash, ids_hash; /* lj_tokenizer_file_hash, lj_tokenizer_ids_hash */
     added_token *added; /* sorted longest first */
     int n_added, any_plain_added;
     uint8_t first_special[256], first_plain[256];
@@ -459,6 +462,7 @@ static lj_status load_pre_tokenizer(lj_tokenizer *t, const cJSON *pre) {
     const cJSON *rx = cJSON_GetObjectItemCaseSensitive(pat, "Regex");
     t->known_split = t->n_user_splits == 1 && t->n_splits == 1 && t->splits[0].behavior == SPLIT_ISOLATED &&
                      cJSON_IsString(rx) && (!strcmp(rx->valuestring, LLAMA3_PATTERN) || !strcmp(rx->valuestring, QWEN2_PATTERN));
+    t->qwen2 = t->known_split && !strcmp(rx->valuestring, QWEN2_PATTERN);
     return LJ_OK;
 }
 
@@ -773,6 +777,24 @@ static lj_status load_bos_eos(lj_tokenizer *t) {
     return LJ_OK;
 }
 
+/* XXH3-64 over the unformatted JSON of the fields that decide the ids (lj_tokenizer_ids_hash). */
+static uint64_t ids_hash(const cJSON *root) {
+    static const char *const fields[] = {"normalizer", "pre_tokenizer", "model", "added_tokens"};
+    XXH3_state_t *h = XXH3_createState();
+    LJ_ASSERT(h != NULL, "XXH3_createState");
+    XXH3_64bits_reset(h);
+    for (int i = 0; i < 4; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, fields[i]);
+        char *text = f ? cJSON_PrintUnformatted(f) : NULL;
+        XXH3_64bits_update(h, fields[i], strlen(fields[i]) + 1);
+        if (text) XXH3_64bits_update(h, text, strlen(text) + 1);
+        free(text);
+    }
+    const uint64_t v = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return v;
+}
+
 lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
     *out = NULL;
     char *text;
@@ -786,8 +808,9 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
         free(text);
         return lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON (parse error at line %zu, byte %zu)", path, line, at);
     }
-    free(text);
     lj_tokenizer *t = lj_calloc(1, sizeof *t);
+    t->file_hash = XXH3_64bits(text, len);
+    free(text);
     t->path = lj_strdup(path);
     t->template_bos = -1;
     pthread_mutex_init(&t->lock, NULL);
@@ -802,6 +825,7 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **out) {
     if (st == LJ_OK)
         st = load_post_processor(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), "post_processor");
     if (st == LJ_OK) st = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoder");
+    if (st == LJ_OK) t->ids_hash = ids_hash(root);
     cJSON_Delete(root);
     if (st != LJ_OK) {
         lj_tokenizer_free(t);
@@ -867,6 +891,17 @@ lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, siz
         if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
         return LJ_OK;
     }
+    /* ORG/NAME: a model of the Hugging Face cache (base/hf_cache.h) */
+    if (lj_hf_repo_id_like(arg)) {
+        char snap[LJ_PATH_MAX];
+        LJ_TRY(lj_hf_cache_snapshot(arg, flag, snap, sizeof snap));
+        int n = snprintf(buf, buflen, "%s/tokenizer.json", snap);
+        if (n < 0 || (size_t)n >= buflen) return lj_fail(LJ_ERR_ARG, "%s %s: the path is too long", flag, arg);
+        if (access(buf, R_OK) != 0)
+            return lj_fail(LJ_ERR_IO, "%s %s: the cached snapshot %s has no tokenizer.json (ljperf reads a Hugging Face "
+                                      "tokenizer.json)", flag, arg, snap);
+        return LJ_OK;
+    }
     /* a word without a slash or a .json ending is a name; anything else a path, left for the
      * loader to report */
     const size_t len = strlen(arg);
@@ -890,6 +925,10 @@ lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, siz
 }
 
 int lj_tokenizer_adds_bos(const lj_tokenizer *t) { return t->add_bos; }
+int lj_tokenizer_is_qwen2(const lj_tokenizer *t) { return t->qwen2; }
+uint64_t lj_tokenizer_file_hash(const lj_tokenizer *t) { return t->file_hash; }
+uint64_t lj_tokenizer_ids_hash(const lj_tokenizer *t) { return t->ids_hash; }
+const char *lj_tokenizer_path(const lj_tokenizer *t) { return t->path; }
 
 /* ---- encoding --------------------------------------------------------------------- */
 

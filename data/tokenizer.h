@@ -77,12 +77,14 @@ lj_status lj_tokenizer_load(const char *path, lj_tokenizer **tok);
 void lj_tokenizer_free(lj_tokenizer *tok);
 
 /* The tokenizer.json that a --tokenizer argument names (`flag` names the flag in messages): an
- * existing file as it is, an existing directory's tokenizer.json, else for a word without '/'
- * and not ending in .json a name of the set-up script's tokenizers,
- * <cache>/tokenizer/NAME/tokenizer.json (llama3, qwen3; <cache> from lj_cache_dir), else the
- * path as it is (lj_tokenizer_load then names it). Writes the path into buf. Errors: LJ_ERR_IO
- * for a name whose file is missing (a known name: with scripts/setup.sh to fetch it; another
- * word: with the known names); LJ_ERR_ARG for a path longer than buflen. */
+ * existing file as it is, an existing directory's tokenizer.json, else for ORG/NAME
+ * (lj_hf_repo_id_like) the tokenizer.json of that model's snapshot in the Hugging Face cache
+ * (base/hf_cache.h), else for a word without '/' and not ending in .json a name of the set-up
+ * script's tokenizers, <cache>/tokenizer/NAME/tokenizer.json (llama3, qwen3; <cache> from
+ * lj_cache_dir), else the path as it is (lj_tokenizer_load then names it). Writes the path into
+ * buf. Errors: LJ_ERR_IO for a name whose file is missing (a known name: with scripts/setup.sh to
+ * fetch it; another word: with the known names), for ORG/NAME not in the cache or a snapshot
+ * without tokenizer.json; LJ_ERR_ARG for a path longer than buflen. */
 lj_status lj_tokenizer_resolve(const char *arg, const char *flag, char *buf, size_t buflen);
 
 /* The default tokenizer path: <cache>/tokenizer/llama3/tokenizer.json with <cache> from
@@ -117,6 +119,18 @@ int32_t lj_tokenizer_bos_id(const lj_tokenizer *tok);
 int32_t lj_tokenizer_eos_id(const lj_tokenizer *tok);
 /* 1 if a sequence starts with BOS (Llama 3), 0 if not (Qwen, GPT-2); see lj_tokenizer_load. */
 int lj_tokenizer_adds_bos(const lj_tokenizer *tok);
+/* 1 if the pre-tokenizer is Qwen2's (one Split of the Qwen2/Qwen3 regex, digits one at a time,
+ * then ByteLevel: transformers' Qwen2Tokenizer), 0 otherwise (Llama 3, GPT-2, ...). */
+int lj_tokenizer_is_qwen2(const lj_tokenizer *tok);
+/* XXH3-64 of the tokenizer.json's bytes. */
+uint64_t lj_tokenizer_file_hash(const lj_tokenizer *tok);
+/* XXH3-64 of what decides the ids of a text: the unformatted JSON (cJSON's) of the file's
+ * normalizer, pre_tokenizer, model and added_tokens, in that order. Two files equal in those
+ * (the post_processor, decoder or formatting may differ, as in ljperf's HF export of Llama 3)
+ * give the same ids. */
+uint64_t lj_tokenizer_ids_hash(const lj_tokenizer *tok);
+/* The path it was loaded from. */
+const char *lj_tokenizer_path(const lj_tokenizer *tok);
 
 /* The bytes of token `id` (raw bytes, not the byte-level alphabet; special tokens: their text),
  * not NUL-terminated, valid while the tokenizer lives. Returns NULL for an unused id. */

@@ -68,44 +68,53 @@ static cJSON *template_piece(const char *kind, const char *id, int type_id) {
 /* Writes DIR/tokenizer.json: the run's tokenizer, with BOS prepended by its post-processor when
  * it does not add it already. ljperf's generate starts every prompt with BOS (as Llama 3 was
  * trained), and Meta's published Llama 3 tokenizer.json does the same with a TemplateProcessing
- * after the ByteLevel step, so AutoTokenizer then encodes as ljperf does. Anything else in the
- * file is kept as it is. */
+ * after the ByteLevel step, so AutoTokenizer then encodes as ljperf does. A file that needs no
+ * such change is copied byte for byte; one that does keeps everything else as it is, in its
+ * order (the pre_tokenizer's regex too, which transformers compares with the ones it knows). */
 static lj_status export_tokenizer_json(const char *from, const char *dir, const char *bos_text, int32_t bos) {
     char *text = NULL;
-    LJ_TRY(lj_file_read_all(from, &text, NULL));
+    size_t size = 0;
+    LJ_TRY(lj_file_read_all(from, &text, &size));
     cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) return lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", from);
-    cJSON *pp = cJSON_DetachItemFromObjectCaseSensitive(root, "post_processor");
-    if (bos_text && !(pp && adds_template(pp))) {
-        cJSON *seq = cJSON_CreateObject();
-        cJSON_AddStringToObject(seq, "type", "Sequence");
-        cJSON *procs = cJSON_AddArrayToObject(seq, "processors");
-        if (pp && !cJSON_IsNull(pp)) cJSON_AddItemToArray(procs, pp);
-        else cJSON_Delete(pp);
-        cJSON *tp = cJSON_CreateObject();
-        cJSON_AddStringToObject(tp, "type", "TemplateProcessing");
-        cJSON *single = cJSON_AddArrayToObject(tp, "single");
-        cJSON_AddItemToArray(single, template_piece("SpecialToken", bos_text, 0));
-        cJSON_AddItemToArray(single, template_piece("Sequence", "A", 0));
-        cJSON *pair = cJSON_AddArrayToObject(tp, "pair");
-        cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 0));
-        cJSON_AddItemToArray(pair, template_piece("Sequence", "A", 0));
-        cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 1));
-        cJSON_AddItemToArray(pair, template_piece("Sequence", "B", 1));
-        cJSON *special = cJSON_AddObjectToObject(tp, "special_tokens");
-        cJSON *b = cJSON_AddObjectToObject(special, bos_text);
-        cJSON_AddStringToObject(b, "id", bos_text);
-        cJSON *ids = cJSON_AddArrayToObject(b, "ids");
-        cJSON_AddItemToArray(ids, cJSON_CreateNumber(bos));
-        cJSON *toks = cJSON_AddArrayToObject(b, "tokens");
-        cJSON_AddItemToArray(toks, cJSON_CreateString(bos_text));
-        cJSON_AddItemToArray(procs, tp);
-        pp = seq;
+    if (!root) {
+        free(text);
+        return lj_fail(LJ_ERR_FORMAT, "%s: not valid JSON", from);
     }
-    if (pp) cJSON_AddItemToObject(root, "post_processor", pp);
+    cJSON *pp = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
     char path[LJ_PATH_MAX];
     lj_status s = lj_path_join(path, dir, "tokenizer.json");
+    if (s == LJ_OK && !(bos_text && !(pp && adds_template(pp)))) { /* nothing to add */
+        cJSON_Delete(root);
+        s = lj_file_write_atomic(path, text, size);
+        free(text);
+        return s;
+    }
+    free(text);
+    cJSON *seq = cJSON_CreateObject();
+    cJSON_AddStringToObject(seq, "type", "Sequence");
+    cJSON *procs = cJSON_AddArrayToObject(seq, "processors");
+    if (pp && !cJSON_IsNull(pp)) cJSON_AddItemToArray(procs, cJSON_Duplicate(pp, 1));
+    cJSON *tp = cJSON_CreateObject();
+    cJSON_AddStringToObject(tp, "type", "TemplateProcessing");
+    cJSON *single = cJSON_AddArrayToObject(tp, "single");
+    cJSON_AddItemToArray(single, template_piece("SpecialToken", bos_text, 0));
+    cJSON_AddItemToArray(single, template_piece("Sequence", "A", 0));
+    cJSON *pair = cJSON_AddArrayToObject(tp, "pair");
+    cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 0));
+    cJSON_AddItemToArray(pair, template_piece("Sequence", "A", 0));
+    cJSON_AddItemToArray(pair, template_piece("SpecialToken", bos_text, 1));
+    cJSON_AddItemToArray(pair, template_piece("Sequence", "B", 1));
+    cJSON *special = cJSON_AddObjectToObject(tp, "special_tokens");
+    cJSON *b = cJSON_AddObjectToObject(special, bos_text);
+    cJSON_AddStringToObject(b, "id", bos_text);
+    cJSON *ids = cJSON_AddArrayToObject(b, "ids");
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber(bos));
+    cJSON *toks = cJSON_AddArrayToObject(b, "tokens");
+    cJSON_AddItemToArray(toks, cJSON_CreateString(bos_text));
+    cJSON_AddItemToArray(procs, tp);
+    /* in the old one's place, so the fields keep their order */
+    if (pp) cJSON_ReplaceItemInObjectCaseSensitive(root, "post_processor", seq);
+    else cJSON_AddItemToObject(root, "post_processor", seq);
     char *out = s == LJ_OK ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (s == LJ_OK) s = lj_file_write_atomic(path, out, strlen(out));
@@ -145,7 +154,7 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
     const int32_t eos = lj_tokenizer_eos_id(tok) >= 0 ? lj_tokenizer_eos_id(tok) : cfg->eos_token_id;
     /* the BOS text only for a tokenizer that has one (Qwen's has none: bos_token null) */
     char *bos_text = lj_tokenizer_bos_id(tok) >= 0 ? token_text(tok, bos) : NULL, *eos_text = token_text(tok, eos);
-    const int adds_bos = lj_tokenizer_adds_bos(tok);
+    const int adds_bos = lj_tokenizer_adds_bos(tok), qwen2 = lj_tokenizer_is_qwen2(tok);
     lj_tokenizer_free(tok);
 
     lj_status s = export_tokenizer_json(tokenizer_path, dir, adds_bos ? bos_text : NULL, bos);
@@ -165,10 +174,21 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
         if (s == LJ_OK && lj_file_read_all(beside, &text, NULL) == LJ_OK) copied = cJSON_Parse(text);
         free(text);
     } else if (s == LJ_OK) {
+        /* the class the published files name: Qwen2/Qwen3's Qwen2Tokenizer (with the fields of
+         * their tokenizer_config.json), else PreTrainedTokenizerFast (Llama 3's) */
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "tokenizer_class", "PreTrainedTokenizerFast");
-        if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
+        cJSON_AddStringToObject(o, "tokenizer_class", qwen2 ? "Qwen2Tokenizer" : "PreTrainedTokenizerFast");
+        if (qwen2) cJSON_AddNullToObject(o, "bos_token"); /* Qwen starts no sequence with one */
+        else if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
         if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+        if (qwen2) {
+            cJSON_AddBoolToObject(o, "add_bos_token", 0);
+            cJSON_AddBoolToObject(o, "add_prefix_space", 0);
+            cJSON_AddStringToObject(o, "errors", "replace");
+            if (eos_text) cJSON_AddStringToObject(o, "pad_token", eos_text);
+            cJSON_AddNullToObject(o, "unk_token");
+            cJSON_AddBoolToObject(o, "split_special_tokens", 0);
+        }
         cJSON_AddNumberToObject(o, "model_max_length", cfg->max_position_embeddings);
         cJSON_AddBoolToObject(o, "clean_up_tokenization_spaces", 0);
         cJSON *names = cJSON_AddArrayToObject(o, "model_input_names");
@@ -188,8 +208,9 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
                 if (cJSON_IsString(v) || cJSON_IsObject(v)) cJSON_AddItemToObject(o, keys[k], cJSON_Duplicate(v, 1));
             }
         } else {
-            if (bos_text) cJSON_AddStringToObject(o, "bos_token", bos_text);
+            if (bos_text && !qwen2) cJSON_AddStringToObject(o, "bos_token", bos_text);
             if (eos_text) cJSON_AddStringToObject(o, "eos_token", eos_text);
+            if (eos_text && qwen2) cJSON_AddStringToObject(o, "pad_token", eos_text);
         }
         s = write_json(dir, "special_tokens_map.json", o);
     }
@@ -198,6 +219,7 @@ lj_status lj_tokenizer_export_hf(const char *tokenizer_path, const char *dir, co
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "bos_token_id", bos);
         cJSON_AddNumberToObject(o, "eos_token_id", eos);
+        cJSON_AddStringToObject(o, "transformers_version", LJ_HF_TRANSFORMERS_VERSION);
         s = write_json(dir, "generation_config.json", o);
     }
     free(bos_text);

@@ -10,18 +10,24 @@
 #include "config/config.h"
 
 /* Writes into the existing directory `dir`, each file atomically (lj_file_write_atomic):
- *   tokenizer.json           `tokenizer_path` as it is, except that its post_processor prepends
- *                            the BOS token when the tokenizer starts sequences with it
- *                            (lj_tokenizer_adds_bos: Llama 3, as Meta's tokenizer.json and
- *                            ljperf's generate do; not Qwen) and the file does not already;
+ *   tokenizer.json           a byte copy of `tokenizer_path`, except when the tokenizer starts
+ *                            sequences with BOS (lj_tokenizer_adds_bos: Llama 3, as Meta's
+ *                            tokenizer.json and ljperf's generate do; not Qwen) and its
+ *                            post_processor does not add it: then the post_processor becomes a
+ *                            Sequence of the old one and a TemplateProcessing that prepends BOS,
+ *                            in the old one's place, every other field as it was;
  *   tokenizer_config.json    a byte copy of the tokenizer_config.json beside `tokenizer_path`
- *                            (chat template and added-token table kept), else one derived from
- *                            the tokenizer: tokenizer_class PreTrainedTokenizerFast, bos_token,
- *                            eos_token, model_max_length = cfg->max_position_embeddings;
+ *                            (tokenizer_class, chat template and added-token table kept), else
+ *                            one derived from the tokenizer: the tokenizer_class its published
+ *                            files name (Qwen2Tokenizer for Qwen2's pre-tokenizer,
+ *                            lj_tokenizer_is_qwen2, with Qwen's fields; else
+ *                            PreTrainedTokenizerFast), bos_token, eos_token, model_max_length =
+ *                            cfg->max_position_embeddings;
  *   special_tokens_map.json  the copied tokenizer_config.json's bos/eos/pad/unk tokens, else
  *                            {"bos_token": ..., "eos_token": ...}, the tokenizer's BOS/EOS text;
- *   generation_config.json   {"bos_token_id", "eos_token_id"}: the tokenizer's ids (as
- *                            lj_tokenizer_load finds them), else cfg's.
+ *   generation_config.json   {"bos_token_id", "eos_token_id", "transformers_version"}: the
+ *                            tokenizer's ids (as lj_tokenizer_load finds them), else cfg's;
+ *                            LJ_HF_TRANSFORMERS_VERSION (config/config.h).
  * Errors: as lj_tokenizer_load (naming the tokenizer file), LJ_ERR_ARG when the tokenizer's
  * vocabulary (lj_tokenizer_vocab_size) is larger than cfg->vocab_size, LJ_ERR_IO naming the
  * file that could not be written. */

@@ -65,6 +65,8 @@ static cJSON *config_json(const lj_vl_config *c, const char *torch_dtype) {
     cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray((const char *[]){"Qwen3VLForConditionalGeneration"}, 1));
     cJSON_AddStringToObject(j, "model_type", "qwen3_vl");
     cJSON_AddStringToObject(j, "dtype", torch_dtype);
+    /* the layout of transformers 5 (rope_parameters); config/config.h says why the field matters */
+    cJSON_AddStringToObject(j, "transformers_version", "5.0.0");
     cJSON_AddNumberToObject(j, "image_token_id", c->image_token_id);
     cJSON_AddNumberToObject(j, "video_token_id", c->video_token_id);
     cJSON_AddNumberToObject(j, "vision_start_token_id", c->vision_start_token_id);

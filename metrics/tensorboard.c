@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <isa-l/crc.h>
+#include <math.h>
+#include <inttypes.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -18,6 +20,7 @@
 typedef Ljperf__Tensorboard__Event tb_event;
 typedef Ljperf__Tensorboard__Summary tb_summary;
 typedef Ljperf__Tensorboard__Summary__Value tb_value;
+typedef Ljperf__Tensorboard__TensorProto tb_tensor;
 
 struct lj_tb_writer {
     FILE *file;
@@ -171,3 +174,104 @@ lj_status lj_tb_writer_close(lj_tb_writer *w) {
 const char *lj_tb_writer_path(const lj_tb_writer *w) { return w->path; }
 int64_t lj_tb_writer_records(const lj_tb_writer *w) { return w->records; }
 int64_t lj_tb_writer_bytes(const lj_tb_writer *w) { return w->bytes; }
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int lj_tb_is_event_data(const void *data, size_t size) {
+    return size >= 12 && get_u32((const uint8_t *)data + 8) == lj_tb_mask_crc(lj_tb_crc32c(data, 8));
+}
+
+/* The scalar of a one-element float or double tensor (DT_FLOAT 1, DT_DOUBLE 2): 1 and *out, or 0. */
+static int tensor_scalar(const tb_tensor *t, double *out) {
+    if (t->n_float_val == 1) return *out = t->float_val[0], 1;
+    if (t->n_double_val == 1) return *out = t->double_val[0], 1;
+    const int dtype = t->has_dtype ? t->dtype : 0;
+    if (t->has_tensor_content && dtype == 1 && t->tensor_content.len == 4) {
+        float f;
+        memcpy(&f, t->tensor_content.data, 4); /* little-endian hosts only, as the rest of ljperf */
+        return *out = f, 1;
+    }
+    if (t->has_tensor_content && dtype == 2 && t->tensor_content.len == 8) {
+        double d;
+        memcpy(&d, t->tensor_content.data, 8);
+        return *out = d, 1;
+    }
+    return 0;
+}
+
+/* Hands each value of `ev` to fn. */
+static lj_status event_values(const tb_event *ev, lj_tb_value_fn fn, void *ctx) {
+    if (!ev->summary) return LJ_OK;
+    for (size_t i = 0; i < ev->summary->n_value; i++) {
+        const tb_value *v = ev->summary->value[i];
+        lj_tb_value out = {.tag = v->tag ? v->tag : "", .step = ev->has_step ? ev->step : 0,
+                           .wall_time = ev->has_wall_time ? ev->wall_time : NAN};
+        const tb_tensor *t = v->tensor;
+        const char *plugin = v->metadata && v->metadata->plugin_data ? v->metadata->plugin_data->plugin_name : NULL;
+        if (v->has_simple_value) {
+            out.value = v->simple_value;
+        } else if (t && t->n_string_val > 0 && (!plugin || strcmp(plugin, "text") == 0)) {
+            const ProtobufCBinaryData *b = &t->string_val[0];
+            char *text = lj_malloc(b->len + 1);
+            if (b->len) memcpy(text, b->data, b->len);
+            text[b->len] = '\0';
+            out.is_text = 1;
+            out.text = text;
+            lj_status s = fn(ctx, &out);
+            free(text);
+            LJ_TRY(s);
+            continue;
+        } else if (!(t && (!plugin || strcmp(plugin, "scalars") == 0) && tensor_scalar(t, &out.value))) {
+            continue; /* an image, a histogram, ...: not drawn */
+        }
+        LJ_TRY(fn(ctx, &out));
+    }
+    return LJ_OK;
+}
+
+lj_status lj_tb_read(const void *data, size_t size, const char *name, lj_tb_value_fn fn, void *ctx,
+                     lj_tb_read_info *info) {
+    memset(info, 0, sizeof *info);
+    info->first_wall_time = NAN;
+    info->truncated_at = -1;
+    const uint8_t *p = data;
+    size_t off = 0;
+    while (off < size) {
+        if (size - off < 12) {
+            info->truncated_at = (int64_t)off;
+            break;
+        }
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++) len |= (uint64_t)p[off + i] << (8 * i);
+        if (get_u32(p + off + 8) != lj_tb_mask_crc(lj_tb_crc32c(p + off, 8)))
+            return lj_fail(LJ_ERR_FORMAT, "%s: byte %zu: the record's length CRC does not match: not a TensorBoard "
+                                          "event file, or a corrupt one (expected TFRecord framing: length, masked "
+                                          "CRC32C, data, masked CRC32C)", name, off);
+        if (len > size - off - 12 || size - off - 12 - len < 4) {
+            info->truncated_at = (int64_t)off;
+            break;
+        }
+        const uint8_t *rec = p + off + 12;
+        if (get_u32(rec + len) != lj_tb_mask_crc(lj_tb_crc32c(rec, (size_t)len)))
+            return lj_fail(LJ_ERR_FORMAT, "%s: byte %zu: the record's data CRC does not match (a corrupt TensorBoard "
+                                          "event file: expected the masked CRC32C of its %" PRIu64 " bytes)",
+                           name, off, len);
+        tb_event *ev = ljperf__tensorboard__event__unpack(NULL, (size_t)len, rec);
+        if (!ev)
+            return lj_fail(LJ_ERR_FORMAT, "%s: byte %zu: the record is not a TensorBoard Event protocol buffer "
+                                          "(expected event.proto's fields)", name, off);
+        info->records++;
+        if (ev->has_wall_time && isnan(info->first_wall_time)) info->first_wall_time = ev->wall_time;
+        if (ev->file_version && !info->file_version[0])
+            snprintf(info->file_version, sizeof info->file_version, "%s", ev->file_version);
+        lj_status s = event_values(ev, fn, ctx);
+        ljperf__tensorboard__event__free_unpacked(ev, NULL);
+        LJ_TRY(s);
+        off += 16 + (size_t)len;
+    }
+    return LJ_OK;
+}

@@ -53,6 +53,43 @@ const char *lj_tb_writer_path(const lj_tb_writer *w);
 int64_t lj_tb_writer_records(const lj_tb_writer *w);
 int64_t lj_tb_writer_bytes(const lj_tb_writer *w);
 
+/* ---- reading (ljperf report) ---- */
+
+/* One value of an event file, as lj_tb_read hands it over. */
+typedef struct {
+    const char *tag;
+    int64_t step;        /* the Event's step (0 when absent) */
+    double wall_time;    /* seconds since the epoch; NAN when absent */
+    int is_text;         /* 0: a scalar in `value`; 1: a text summary in `text` */
+    double value;        /* simple_value, or the one element of a float or double tensor */
+    const char *text;    /* the text summary's first string, NUL-terminated (only during the call) */
+} lj_tb_value;
+
+/* Called for each value in file order; a status other than LJ_OK stops the reading with it. */
+typedef lj_status (*lj_tb_value_fn)(void *ctx, const lj_tb_value *v);
+
+typedef struct {
+    int64_t records;          /* whole records read (the file_version record included) */
+    double first_wall_time;   /* the first Event's wall_time; NAN when none has one */
+    char file_version[32];    /* the file_version record's text, "" when there is none */
+    int64_t truncated_at;     /* -1, or the offset of a last record that the data ends inside */
+} lj_tb_read_info;
+
+/* Whether data[0..size) starts as an event file: 12 bytes or more, the last 4 of the first 12
+ * the masked CRC32C of the first 8 (a record's length). */
+int lj_tb_is_event_data(const void *data, size_t size);
+
+/* Reads the event file data[0..size) (named `name` in messages): checks each record's framing
+ * and both CRCs, decodes each Event and calls fn for every scalar (simple_value, or a float or
+ * double tensor of one element: TensorFlow 2's form) and every text summary (a string tensor:
+ * SummaryWriter.add_text, Megatron-LM's arguments) in order. Values of other kinds (images,
+ * histograms) are skipped. A last record that the data ends inside (a file being written, or
+ * cut by a failed write) ends the reading without error: info->truncated_at is its offset.
+ * Errors: LJ_ERR_FORMAT naming `name` and the record's byte offset: a length or data CRC that
+ * does not match, data that is not an Event; fn's status. */
+lj_status lj_tb_read(const void *data, size_t size, const char *name, lj_tb_value_fn fn, void *ctx,
+                     lj_tb_read_info *info);
+
 /* CRC32C (Castagnoli) of `size` bytes, and the TFRecord mask of a CRC (see the top). */
 uint32_t lj_tb_crc32c(const void *data, size_t size);
 uint32_t lj_tb_mask_crc(uint32_t crc);

@@ -1,6 +1,6 @@
 /* linear.c: the transformer's linear layers (linear.h): the precision recipes as static const
  * tables over the op table, "bf16" over its matmuls and the FP8 recipes (delayed, tensorwise,
- * blockwise) over its FP8 ops (ops.h "FP8"). */
+ * blockwise; serving's fp8-w8a8) over its FP8 ops (ops.h "FP8"). */
 #include "model/linear.h"
 
 #include <math.h>
@@ -510,11 +510,134 @@ static const lj_linear_recipe recipe_blockwise = {
     .state_set = fp8_state_set,
 };
 
+/* ---- "fp8-w8a8" (linear.h): weights cast once and kept, inputs cast with current scaling -- */
+
+static void w8a8_fp8_layers(const lj_linear_fp8_options *o, int L, int *first, int *end) {
+    (void)o;
+    *first = 0;
+    *end = L;
+}
+
+/* The scale state (tensors 2s, x, and 2s+1, W, of the layout above; the gradients' stay unused)
+ * and the kept codes. The forward's scratch is the caller's (lj_linear_bind_scratch). */
+static void w8a8_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) {
+    (void)N;
+    lj_linear_fp8_state *f = &c->fp8;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    f->amax_history = w->take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
+    f->scale = w->take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
+    f->scale_inv = w->take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
+    static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
+    char name[48];
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            const int s = f->slot[l][k];
+            if (s < 0) continue;
+            snprintf(name, sizeof name, "layers.%d.%s.fp8", l, kinds[k]);
+            f->wkept[s] = w->take(w, LJ_ARENA_PARAMS, name,
+                                  (size_t)c->out_features[k] * lj_fp8_ld(c->in_features[k]));
+        }
+    }
+}
+
+/* Casts x (or, with gate_up, the SwiGLU that produces it, fp8_swiglu_amax) with its own amax and
+ * multiplies by the kept codes. */
+static void w8a8_forward_from(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, void *x,
+                              const void *gate_up, int N) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = l->slot, in = l->in_features, outf = l->out_features;
+    LJ_ASSERT(N <= f->scratch_rows, "fp8-w8a8: %d rows, scratch for %d (lj_linear_bind_scratch)", N, f->scratch_rows);
+    cast_input(c, s, x, gate_up, N, in, LJ_FP8_E4M3, 1);
+    c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, LJ_FP8_E4M3, scale_inv_of(f, 2 * s), f->wkept[s], LJ_FP8_E4M3,
+                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+}
+
+static void w8a8_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x, int N) {
+    if (l->slot < 0) bf16_forward(c, l, out, x, N);
+    else w8a8_forward_from(c, l, out, (void *)x, NULL, N);
+}
+
+static void w8a8_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
+                                const void *gate_up, void *tmp, int N) {
+    if (down->slot < 0 || !c->fused) swiglu_then_forward(c, down, out, h, gate_up, tmp, N);
+    else w8a8_forward_from(c, down, out, h, gate_up, N);
+}
+
+static void w8a8_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
+                          const void *x, int N, lj_grad_mode dw_mode) {
+    (void)c, (void)l, (void)dx, (void)dout, (void)x, (void)N, (void)dw_mode;
+    LJ_ASSERT(0, "fp8-w8a8 is a forward-only recipe (serving): no backward");
+}
+
+static const lj_linear_recipe recipe_w8a8 = {
+    .name = "fp8-w8a8",
+    .fp8_layers = w8a8_fp8_layers,
+    .extra_cast_pass = 1,
+    .plan = w8a8_plan,
+    .keeps_inputs = bf16_keeps_inputs,
+    .plan_layer = bf16_plan_layer,
+    .reset = fp8_reset,
+    .pass_begin = fp8_pass_begin,
+    .pass_end = fp8_pass_end,
+    .forward = w8a8_forward,
+    .forward_swiglu = w8a8_forward_swiglu,
+    .backward = w8a8_backward,
+    .state_get = bf16_state_get, /* nothing a checkpoint keeps: the scales follow from the weights */
+    .state_set = bf16_state_set,
+};
+
+/* The scratch of the input's cast and of the GEMM for N rows: [N, ld(max_in)] codes, then the
+ * workspace (256-byte aligned). */
+static size_t w8a8_codes_bytes(const lj_linear_recipe_ctx *c, int N) {
+    return ((size_t)N * lj_fp8_ld(c->fp8.max_in) + 255) / 256 * 256;
+}
+
+size_t lj_linear_scratch_bytes(const lj_linear_recipe_ctx *c, int N) {
+    if (c->recipe != &recipe_w8a8) return 0;
+    size_t ws = 0; /* the forward GEMMs' only */
+    for (int k = 0; k < 4; k++) {
+        const size_t b = c->ops->fp8_matmul_workspace_bytes(N, c->out_features[k], c->in_features[k]);
+        ws = b > ws ? b : ws;
+    }
+    return w8a8_codes_bytes(c, N) + ws;
+}
+
+void lj_linear_bind_scratch(lj_linear_recipe_ctx *c, int N, void *buf) {
+    if (c->recipe != &recipe_w8a8) return;
+    lj_linear_fp8_state *f = &c->fp8;
+    f->xq = buf;
+    f->workspace = (char *)buf + w8a8_codes_bytes(c, N);
+    f->scratch_rows = N;
+}
+
+void lj_linear_keep_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w) {
+    LJ_ASSERT(c->recipe == &recipe_w8a8 && (unsigned)k < 4, "lj_linear_keep_weight: recipe %s, kind %d",
+              c->recipe->name, (int)k);
+    const int s = c->fp8.slot[layer][k];
+    quantize(c, 2 * s + 1, c->fp8.wkept[s], NULL, w, c->out_features[k], c->in_features[k], LJ_FP8_E4M3, 1, 1);
+}
+
+void *lj_linear_kept_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer) {
+    if (c->recipe != &recipe_w8a8 || (unsigned)k >= 4) return NULL;
+    const int s = c->fp8.slot[layer][k];
+    return s < 0 ? NULL : c->fp8.wkept[s];
+}
+
+int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c) {
+    if (c->recipe != &recipe_w8a8) return 0;
+    int64_t b = 0;
+    for (int l = 0; l < c->num_layers; l++)
+        for (int k = 0; k < 4; k++)
+            if (c->fp8.slot[l][k] >= 0) b += (int64_t)c->out_features[k] * lj_fp8_ld(c->in_features[k]);
+    return b;
+}
+
 /* ---- choosing a recipe ----------------------------------------------------------------- */
 
-/* By name; the FP8 recipes in lj_fp8_recipe order. */
+/* By name; the FP8 recipes in lj_fp8_recipe order, then serving's. */
 static const lj_linear_recipe *const recipes[] = {&recipe_bf16, &recipe_delayed, &recipe_tensorwise,
-                                                  &recipe_blockwise};
+                                                  &recipe_blockwise, &recipe_w8a8};
 
 const lj_linear_recipe *lj_linear_recipe_find(const char *name) {
     for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++)
@@ -523,6 +646,10 @@ const lj_linear_recipe *lj_linear_recipe_find(const char *name) {
 }
 
 const lj_linear_recipe *lj_linear_recipe_of(lj_linear_recipe_kind kind, lj_fp8_recipe fp8, int training) {
+    if (kind == LJ_LINEAR_RECIPE_FP8_W8A8) {
+        LJ_ASSERT(!training, "fp8-w8a8 is a forward-only recipe (serving), not for a training plan");
+        return &recipe_w8a8;
+    }
     if (kind != LJ_LINEAR_RECIPE_FP8 || !training) return &recipe_bf16;
     const lj_linear_recipe *r = lj_linear_recipe_find(lj_fp8_recipe_name(fp8));
     LJ_ASSERT(r, "FP8 recipe %d", (int)fp8);
@@ -561,6 +688,6 @@ void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_c
     }
     if (c->recipe == &recipe_bf16) return;
     f->active = f->num_linears > 0;
-    f->history_len = fp8->recipe == LJ_FP8_RECIPE_DELAYED && fp8->amax_history_len > 1 ? fp8->amax_history_len : 1;
+    f->history_len = c->recipe == &recipe_delayed && fp8->amax_history_len > 1 ? fp8->amax_history_len : 1;
     if (!f->active) c->recipe = &recipe_bf16; /* every layer kept in bf16 */
 }

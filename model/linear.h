@@ -17,6 +17,16 @@
  *                 act dtype (the recipe runs them as "bf16" does). Training plans only (generation
  *                 and forward-only plans use "bf16"). The CPU backend emulates them exactly
  *                 (ops/cpu/fp8.c).
+ *   "fp8-w8a8"    LJ_LINEAR_RECIPE_FP8_W8A8, forward only (serving's --quantization fp8: vLLM's
+ *                 online dynamic quantization): the four block linears of every layer keep their
+ *                 weight as E4M3 codes with one per-tensor scale, cast once when the weight is
+ *                 given (lj_linear_keep_weight: s_w = 448 / amax(W), dequantization factor amax /
+ *                 448); each forward casts its input with current scaling (its own amax) and runs
+ *                 the FP8 GEMM, y = (1/s_x)(1/s_w) xq Wq^T; lm_head stays in the act dtype. The
+ *                 casts and the GEMM are the tensorwise recipe's; only the weight is not cast
+ *                 again. Its scratch (the input's codes, the GEMM's workspace) is sized by the
+ *                 forward's caller, which has its own rows (lj_linear_scratch_bytes,
+ *                 lj_linear_bind_scratch).
  *
  * The FP8 recipe, per linear y[N, out] = x[N, in] W[out, in]^T (docs/reference.md, "FP8 recipes"):
  *   forward  Wq = fp8_fwd(W * s_w), xq = fp8_fwd(x * s_x), y = (1/s_x)(1/s_w) xq Wq^T in fp32,
@@ -79,6 +89,7 @@ typedef enum {
 typedef enum {
     LJ_LINEAR_RECIPE_DEFAULT = 0,
     LJ_LINEAR_RECIPE_FP8,
+    LJ_LINEAR_RECIPE_FP8_W8A8, /* "fp8-w8a8": FP8 weights kept, forward only (serving) */
 } lj_linear_recipe_kind;
 
 /* How FP8 scales are chosen (Megatron-LM's --fp8-recipe). */
@@ -145,6 +156,10 @@ typedef struct {
     float *scale;               /* [3F] f32 */
     float *scale_inv;           /* [3F * LJ_FP8_SCALE_INV_STRIDE] f32: 1/scale of tensor t at STRIDE * t */
     void *workspace;            /* fp8_matmul's */
+    /* "fp8-w8a8": */
+    void *wkept[LJ_LINEAR_FP8_MAX]; /* [out, ld(in)] E4M3: FP8 linear s's weight, cast once
+                                   (lj_linear_keep_weight); its scale_inv is tensor 2s+1's */
+    int scratch_rows;           /* rows the bound scratch (xq, workspace) holds (lj_linear_bind_scratch) */
 } lj_linear_fp8_state;
 
 /* Number of f32 values of the recipe state a checkpoint keeps: the amax history and the scales
@@ -191,7 +206,7 @@ typedef struct {
  * to do). c is the model's lj_linear_recipe_ctx; N the rows of x (<= c->tokens); x, out, dout and
  * dx are row-major in the act dtype; the plan entries are given the N of the run planned. */
 struct lj_linear_recipe {
-    const char *name;           /* "bf16", "delayed", "tensorwise", "blockwise" */
+    const char *name;           /* "bf16", "delayed", "tensorwise", "blockwise", "fp8-w8a8" */
     /* The layers whose block linears the recipe runs in FP8: [*first, *end) of L (none for "bf16"). */
     void (*fp8_layers)(const lj_linear_fp8_options *o, int L, int *first, int *end);
     /* For the cost model (plan/cost.c): 1 when each FP8 cast reads its input once more (tensorwise:
@@ -232,10 +247,11 @@ struct lj_linear_recipe {
 };
 
 /* The recipe that runs for `kind` and the FP8 options' `fp8` recipe in a plan (`training`: a
- * training plan without a KV cache; else "bf16"). */
+ * training plan without a KV cache; else "bf16"); LJ_LINEAR_RECIPE_FP8_W8A8 gives "fp8-w8a8" in
+ * a plan without training (asserted). */
 const lj_linear_recipe *lj_linear_recipe_of(lj_linear_recipe_kind kind, lj_fp8_recipe fp8, int training);
 
-/* The recipe named `name` ("bf16", "delayed", "tensorwise", "blockwise"), or NULL. */
+/* The recipe named `name` ("bf16", "delayed", "tensorwise", "blockwise", "fp8-w8a8"), or NULL. */
 const lj_linear_recipe *lj_linear_recipe_find(const char *name);
 
 /* Sets up c for a model of `cfg` on `ops`: the recipe (lj_linear_recipe_of;
@@ -277,6 +293,21 @@ static inline void lj_linear_backward(const lj_linear_recipe_ctx *c, const lj_li
 }
 static inline void lj_linear_state_get(const lj_linear_recipe_ctx *c, float *dst) { c->recipe->state_get(c, dst); }
 static inline void lj_linear_state_set(const lj_linear_recipe_ctx *c, const float *src) { c->recipe->state_set(c, src); }
+
+/* "fp8-w8a8" (0 and no-ops under the other recipes): the bytes of forward scratch for up to N
+ * rows (the input's codes [N, ld(max_in)] and fp8_matmul's workspace), and the binding of a
+ * buffer of that size, 256-byte aligned, in backend memory, owned by the caller. */
+size_t lj_linear_scratch_bytes(const lj_linear_recipe_ctx *c, int N);
+void lj_linear_bind_scratch(lj_linear_recipe_ctx *c, int N, void *buf);
+
+/* "fp8-w8a8": casts W [out, in] (param dtype, backend memory) of block linear k of layer `layer`
+ * into its kept E4M3 codes with its per-tensor scale (current scaling of W: fp8_amax, then
+ * fp8_quantize; in stream order, no host synchronisation). W may be freed afterwards. */
+void lj_linear_keep_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w);
+/* "fp8-w8a8": where linear k of layer `layer` keeps its codes (NULL: it keeps none, e.g. lm_head);
+ * the bytes of all kept codes. */
+void *lj_linear_kept_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer);
+int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c);
 
 /* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
  * ("layers.3.down dy"): returns 1 then, 0 when all are finite or no FP8 recipe runs. */

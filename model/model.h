@@ -237,6 +237,9 @@ void lj_model_set_weights(lj_model *m, const float *params);
  * this rank's shard change anything). Call lj_model_set_weights_done after the last range. */
 void lj_model_set_weights_range(lj_model *m, const float *src, int64_t offset, int64_t n);
 void lj_model_set_weights_done(lj_model *m);
+/* Host f32 src[n] into the param-dtype buffer dst (backend memory), rounded to nearest even on
+ * the host (the device cast's rule); a plain upload on an f32 backend. */
+void lj_model_upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n);
 /* Copies the weights to host f32 `params` [P] (unsharded master, or f32 params; not under
  * ZeRO-3 over several ranks: lj_dp_gather_state). */
 void lj_model_get_weights(lj_model *m, float *params);

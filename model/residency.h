@@ -20,7 +20,9 @@
  *     in the flat buffers m->params and m->grads (no ZeRO, ZeRO-1, and every CPU/GPU run on one
  *     rank); the hooks do nothing and weight gradients accumulate;
  *   - ZeRO-2 and ZeRO-3 over several ranks (parallel/zero3.h): gather slots with prefetch and
- *     per-layer gradient slots reduced to the shard owners.
+ *     per-layer gradient slots reduced to the shard owners;
+ *   - serving under --quantization fp8 (serve/weights.h): the block linears' weights as FP8
+ *     codes in the linear module, the other parameters compact in m->params.
  * Optimizer offload changes where the optimizer state lives, not where the loop reads: it is
  * the optimizer's (optim/offload.h).
  */
@@ -49,7 +51,8 @@ typedef struct {
     void *(*param)(const lj_model *m, int index);
     void *(*grad)(const lj_model *m, int index);
     /* Host f32 values [offset, offset + n) of the flat parameter buffer into this rank's f32 shard
-     * `dst` (host memory when dst_host), and cast to the param dtype into cast_dst (or NULL). */
+     * `dst` (host memory when dst_host), and cast to the param dtype into cast_dst (or NULL). dst
+     * NULL: the model keeps no f32 master weights (an inference model): cast_dst alone. */
     void (*upload_shard)(const lj_model *m, float *dst, const float *src, int64_t offset, int64_t n, void *cast_dst,
                          int dst_host);
     /* 1 when the parameters themselves are sharded (m->params is this rank's shard only). */

@@ -5,12 +5,14 @@
  * lives is the residency's (model/residency.h) and the shard bounds of lj_model. */
 #include "model/model.h"
 
+#include "base/progress.h"
+
 #include <math.h>
 #include <string.h>
 
 
 /* Host f32 src[n] into the param-dtype device buffer `dst`: rounded on the host in chunks. */
-static void upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
+void lj_model_upload_as_param(const lj_model *m, void *dst, const float *src, int64_t n) {
     const lj_ops *ops = m->ops;
     if (ops->param_dtype == LJ_DTYPE_F32) {
         ops->upload(dst, src, (size_t)n * sizeof(float));
@@ -46,10 +48,12 @@ static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t 
         if (ops->param_dtype == LJ_DTYPE_F32 || m->master) {
             float *master = ops->param_dtype == LJ_DTYPE_F32 ? (float *)m->params : m->master;
             m->residency->upload_shard(m, master, src, offset, n, ops->param_dtype == LJ_DTYPE_F32 ? NULL : m->params, 0);
+        } else { /* an inference model keeps no master weights: the params alone */
+            m->residency->upload_shard(m, NULL, src, offset, n, m->params, 0);
         }
         return;
     }
-    upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
+    lj_model_upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
     if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
     const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
     const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;
@@ -74,6 +78,11 @@ static double init_std(const lj_model *m, int p) {
 void lj_model_init_weights(lj_model *m, uint64_t seed) {
     enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
     float *stage = lj_malloc((size_t)STAGE * sizeof(float));
+    lj_progress pg; /* a large model takes a while on the CPU (354M parameters: about 45 s) */
+    char what[96];
+    snprintf(what, sizeof what, "initialising %.0fM parameters", (double)m->layout.total / 1e6);
+    lj_progress_begin(&pg, what, (uint64_t)m->layout.total * sizeof(float));
+    uint64_t done = 0;
     for (int p = 0; p < m->layout.count; p++) {
         const lj_param_info *info = &m->layout.params[p];
         const double std = init_std(m, p);
@@ -95,8 +104,11 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
                 }
             }
             upload_range(m, stage, info->offset + base, n);
+            done += (uint64_t)n * sizeof(float);
+            lj_progress_update(&pg, done);
         }
     }
+    lj_progress_end(&pg);
     free(stage);
     if (m->adam_m && m->offload) {
         memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));

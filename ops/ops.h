@@ -175,6 +175,11 @@ struct lj_ops {
     void *(*stream)(void);
     /* Free and total memory of the device in bytes (CPU: available and total host RAM). */
     lj_status (*memory_info)(size_t *free_bytes, size_t *total_bytes);
+    /* The device's name, for a run's identity (--log-json's start record): CUDA the runtime's
+     * (cudaDeviceProp.name of the device the table started on, e.g. "NVIDIA H200"), the CPU
+     * /proc/cpuinfo's first "model name" (else the machine name of uname(2), e.g. "aarch64").
+     * A static string; NULL entry in a description without a device (lj_ops_cuda_describe). */
+    const char *(*device_name)(void);
     /* dst[n] (param_dtype) = src[n] (f32), with round-to-nearest-even for bf16. */
     void (*cast_f32_to_param)(void *dst, const float *src, int64_t n);
     /* dst[n] (f32) = src[n] (act_dtype or param_dtype, given by `dtype`). */
@@ -385,9 +390,32 @@ struct lj_ops {
     void (*paged_attention)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
                             const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size, int nh,
                             int nkv, int hd);
+    /* The FP8 cache (--kv-cache-dtype fp8; vLLM's fp8_e4m3 with per-tensor scales): the same
+     * layout with one E4M3 code (base/fp8.h) per element, kv_cache[num_slots, 2*KV] u8.
+     * k_scale, v_scale: [1] f32 in backend memory, the layer's dequantization factors (vLLM's
+     * convention: stored = x / scale, read = code * scale): a key element x is stored as
+     * lj_fp8_from_f32(x * inv_k) with inv_k = 1 / *k_scale rounded to f32 once (round to nearest
+     * even, saturating at +-448, as fp8_quantize), and read back as lj_fp8_to_f32(code) *
+     * *k_scale; values likewise with v_scale. The codes equal, bit for bit, on every backend. */
+    /* paged_kv_write into an FP8 cache: the k and v parts of qkv[n, :] (act) quantized into
+     * kv_cache[slots[n], :] for n < N; slots[n] < 0 skipped, distinct. */
+    void (*paged_kv_write_fp8)(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd,
+                               const float *k_scale, const float *v_scale);
+    /* paged_attention over an FP8 cache: every key and value dequantized as it is read (fp32),
+     * the rest as paged_attention (fp32 scores, online softmax and sums; out[N, Q] act). The
+     * CPU multiplies each decoded element by its scale; CUDA folds k_scale into the query and
+     * v_scale into the output (the same values up to fp32 rounding). */
+    void (*paged_attention_fp8)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
+                                const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size,
+                                int nh, int nkv, int hd, const float *k_scale, const float *v_scale);
     /* out[M, C] act = x[rows[m], :] for m < M (the rows whose logits a step samples from).
      * rows: [M] i32 backend memory. */
     void (*gather_rows)(void *out, const void *x, const int32_t *rows, int M, int C);
+    /* out[m] = the index of the largest of x[m, 0..V) for m < M (greedy decoding), as a scan
+     * from index 0 that takes an element only when it is greater than the one held: the first
+     * of equal maxima; a NaN is never taken, and a NaN at index 0 is kept (index 0). x: [M, V]
+     * act; out: [M] i32 backend memory. */
+    void (*argmax_rows)(int32_t *out, const void *x, int M, int V);
 
     /* ---- SwiGLU (Shazeer 2020): out[N,I] = silu(gate) * up, gate_up[N, 2I] = [gate | up] */
     void (*swiglu_forward)(void *out, const void *gate_up, int N, int I);

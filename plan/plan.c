@@ -1,6 +1,8 @@
 /* plan.c: the static memory plan: every device buffer of a run, its arena and offset. */
 #include "plan/plan.h"
 
+#include "base/progress.h"
+
 #include "optim/offload.h"
 #include "optim/step.h"
 
@@ -216,6 +218,13 @@ void lj_plan_build(lj_plan *plan, const lj_model *model) {
 }
 
 lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
+    /* the zeroing touches every page: on the CPU a large plan takes a while */
+    enum { STEP = 256 << 20 };
+    lj_progress pg;
+    char what[96], total[32];
+    snprintf(what, sizeof what, "allocating the memory plan (%s)", lj_format_bytes(plan->total_bytes, total, sizeof total));
+    lj_progress_begin(&pg, what, plan->total_bytes);
+    uint64_t done = 0;
     for (int a = 0; a < LJ_ARENA_COUNT; a++) {
         plan->base[a] = NULL;
         if (plan->arena_bytes[a] == 0) continue;
@@ -228,8 +237,14 @@ lj_status lj_plan_allocate(lj_plan *plan, lj_model *m) {
             return s;
         }
         /* every buffer starts at zero (AdamW moments, gradients): runs are deterministic */
-        m->ops->memset_zero(plan->base[a], plan->arena_bytes[a]);
+        for (size_t off = 0; off < plan->arena_bytes[a]; off += STEP) {
+            const size_t n = plan->arena_bytes[a] - off < STEP ? plan->arena_bytes[a] - off : STEP;
+            m->ops->memset_zero((char *)plan->base[a] + off, n);
+            done += n;
+            lj_progress_update(&pg, done);
+        }
     }
+    lj_progress_end(&pg);
     lj_status s = lj_offload_alloc(m);
     if (s != LJ_OK) {
         lj_plan_release(plan, m->ops);

@@ -336,6 +336,14 @@ static void publish(lj_serve_engine *e, int ran) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Whether lj_sample would return the plain argmax of the logits for a sequence with `no` output
+ * tokens so far: greedy, no logprobs, no penalty, no masked id (min_tokens reached). Such a row
+ * takes the forward's greedy token and needs no logits on the host. */
+static int greedy_only(const lj_sampling_params *p, int no) {
+    return p->temperature <= 0.0 && p->logprobs < 0 && p->repetition_penalty == 1.0 && p->presence_penalty == 0.0 &&
+           p->frequency_penalty == 0.0 && no >= p->min_tokens;
+}
+
 /* One step: schedule, forward, sample. Returns 0 when there was nothing to run. */
 static int step(lj_serve_engine *e) {
     apply_ends(e, e->running, &e->n_running);
@@ -399,7 +407,7 @@ static int step(lj_serve_engine *e) {
         publish(e, 0);
         return 0;
     }
-    int M = 0;
+    int M = 0, need_logits = 0;
     for (int k = 0; k < S; k++) {
         seq *s = e->b_sched[k];
         for (int t = 0; t < e->b_take[k]; t++) {
@@ -411,10 +419,14 @@ static int step(lj_serve_engine *e) {
             N++;
         }
         memcpy(e->b_tables + (size_t)k * MB, s->table, (size_t)s->n_blocks * sizeof(int32_t));
-        if (s->n_computed + e->b_take[k] == s->n_tokens) e->b_rows[M++] = N - 1;
+        if (s->n_computed + e->b_take[k] == s->n_tokens) {
+            e->b_rows[M++] = N - 1;
+            need_logits |= !greedy_only(&s->req->params, s->n_tokens - s->n_prompt);
+        }
     }
     const lj_serve_batch batch = {N, S, M, e->b_ids, e->b_pos, e->b_slots, e->b_seq, e->b_tables, e->b_rows};
-    const float *logits = lj_serve_forward(e->sm, &batch);
+    const float *logits = NULL;
+    const int32_t *greedy = lj_serve_forward(e->sm, &batch, need_logits ? &logits : NULL);
     int m = 0, n_next = 0;
     seq **next = e->next_running;
     for (int k = 0; k < S; k++) {
@@ -434,9 +446,12 @@ static int step(lj_serve_engine *e) {
         }
         const lj_sampling_params *p = &s->req->params;
         lj_sample_info info;
-        const int32_t t = lj_sample(&e->sampler, logits + (size_t)m++ * e->sm->m->spec.V, p, s->tokens, s->n_prompt,
-                                    s->tokens + s->n_prompt, s->n_tokens - s->n_prompt, e->opt.eos_ids, e->opt.num_eos,
-                                    &s->rng, p->logprobs >= 0 ? &info : NULL);
+        const int row = m++;
+        const int32_t t = greedy_only(p, s->n_tokens - s->n_prompt)
+                              ? greedy[row]
+                              : lj_sample(&e->sampler, logits + (size_t)row * e->sm->m->spec.V, p, s->tokens,
+                                          s->n_prompt, s->tokens + s->n_prompt, s->n_tokens - s->n_prompt,
+                                          e->opt.eos_ids, e->opt.num_eos, &s->rng, p->logprobs >= 0 ? &info : NULL);
         append_token(e, s, t, p->logprobs >= 0 ? &info : NULL);
         int32_t stop_id;
         const lj_finish_reason why = check_end(e, s, &stop_id);

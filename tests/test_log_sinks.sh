@@ -29,17 +29,17 @@ for line in data.splitlines(): json.loads(line)' "$1" || fail "$1: not whole JSO
 st=0; "$LJPERF" train "${run[@]}" --train-iters 3 --log-json "$tmp/ok.jsonl" --tensorboard-dir "$tmp/tb-ok" \
   >"$tmp/out" 2>"$tmp/err" || st=$?
 [ "$st" = 0 ] && ! grep -q warning "$tmp/err" || { cat "$tmp/err"; fail "a healthy run: status $st"; }
-[ "$(wc -l < "$tmp/ok.jsonl")" = 3 ] || fail "a healthy run: not 3 JSON lines"
+[ "$(wc -l < "$tmp/ok.jsonl")" = 4 ] || fail "a healthy run: not 4 JSON lines (the start record and 3 iterations)"
 
-# --log-json on a full disk
+# --log-json on a full disk: its first line, the start record, fails before iteration 1
 st=0; "$LJPERF" train "${run[@]}" --train-iters 4 --log-json /dev/full >"$tmp/out" 2>"$tmp/err" || st=$?
-expect_incomplete "--log-json /dev/full" "--log-json /dev/full: write failed at iteration 1 (No space left on device)"
+expect_incomplete "--log-json /dev/full" "--log-json /dev/full: write failed at iteration 0 (No space left on device)"
 grep -q "^iteration      4/     4" "$tmp/out" || fail "--log-json /dev/full: training did not go on to the end"
 
 # the console on a full disk
 st=0; "$LJPERF" train "${run[@]}" --train-iters 4 --log-json "$tmp/c.jsonl" >/dev/full 2>"$tmp/err" || st=$?
 expect_incomplete "stdout on /dev/full" "standard output: write failed at iteration 1 (No space left on device)"
-[ "$(wc -l < "$tmp/c.jsonl")" = 4 ] || fail "stdout on /dev/full: the JSON lines stopped too"
+[ "$(wc -l < "$tmp/c.jsonl")" = 5 ] || fail "stdout on /dev/full: the JSON lines stopped too"
 
 # a 1 KiB file-size limit: the JSON lines and the event file fill it mid-record
 rm -rf "$tmp/tb"

@@ -197,7 +197,7 @@ else
 fi
 
 # ---- 8. flags ---------------------------------------------------------------------------
-"$LJPERF" prepare --help | grep -q -- "--output-prefix" || fail "--help"
+"$LJPERF" prepare --help > "$tmp/help.txt" && grep -q -- "--output-prefix" "$tmp/help.txt" || fail "--help"
 rc=0; "$LJPERF" prepare --bogus 2> /dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "an unknown flag exits $rc, want 2"
 rc=0; "$LJPERF" prepare --input "$tmp/d1.txt" --output-prefix "$tmp/x" --workers 0 2> /dev/null || rc=$?

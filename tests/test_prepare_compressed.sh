@@ -2,9 +2,11 @@
 # test_prepare_compressed.sh: `ljperf prepare` reads compressed and many inputs into the same
 # tokens as the plain files: the quick start's corpus (the KJV Bible) as .txt.gz (zlib) and as
 # .jsonl.zst (libzstd), byte for byte the .bin/.idx of the plain .txt / .jsonl; a directory and
-# a glob of shards equal the shards listed one by one; --json-keys (Megatron-LM's name) with one
-# key; `train` over 103 data paths. Bad input: a truncated .gz and .zst, a .gz that is not gzip, a glob matching nothing, a
-# directory without inputs, two --json-keys: one message naming the file, nothing written.
+# a glob of shards equal the shards listed one by one; `train` over 103 data paths. Bad input: a
+# truncated .gz and .zst, a .gz that is not gzip, a glob matching nothing, a directory without
+# inputs: one message naming the file, nothing written. Never read twice: a directory or glob
+# holding part.jsonl and part.jsonl.zst, and one file given twice, are refused naming both (which
+# copy is complete only the user knows); Parquet files are refused by name, not read as text.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/prepare_compressed"
@@ -32,7 +34,7 @@ prep --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/txt"
 prep --input "$tmp/kjv.txt.gz" --split-on blank-line --output-prefix "$tmp/txtgz"
 same "$tmp/txt" "$tmp/txtgz" ".txt.gz"
 prep --input "$tmp/kjv.jsonl" --json-key body --output-prefix "$tmp/jsonl"
-prep --input "$tmp/kjv.jsonl.zst" --json-keys body --output-prefix "$tmp/jsonlzst"
+prep --input "$tmp/kjv.jsonl.zst" --json-key body --output-prefix "$tmp/jsonlzst"
 same "$tmp/jsonl" "$tmp/jsonlzst" ".jsonl.zst"
 echo "compressed: kjv.txt.gz and kjv.jsonl.zst give the plain files' tokens ($(wc -c < "$tmp/txt.bin") bytes)"
 
@@ -80,6 +82,22 @@ bad "plain.txt.gz: read error: not gzip data" --input "$tmp/plain.txt.gz"
 bad "no file matches" --input "$tmp/shards/nothing_*.jsonl"
 mkdir -p "$tmp/no_inputs" && touch "$tmp/no_inputs/notes.md"
 bad "holds no .txt, .jsonl" --input "$tmp/no_inputs"
-bad "one key per run" --input "$tmp/kjv.jsonl" --json-keys body text
 echo "bad input: named"
+
+# one name plain and compressed, or one file twice: refused (never read twice), naming both
+mkdir -p "$tmp/dup"
+head -5 "$tmp/kjv.jsonl" > "$tmp/dup/part.jsonl" && zstd -q -k "$tmp/dup/part.jsonl"
+bad "part.jsonl and $tmp/dup/part.jsonl.zst are one name with and without compression" --input "$tmp/dup" --json-key body
+bad "are one name with and without compression" --input "$tmp/dup/part*" --json-key body
+bad "part.jsonl is given twice" --input "$tmp/dup/part.jsonl" --input "$tmp/dup/../dup/part.jsonl" --json-key body
+rm "$tmp/dup/part.jsonl.zst"
+bad "part.jsonl is given twice" --input "$tmp/dup" --input "$tmp/dup/part.jsonl" --json-key body
+echo "duplicates: refused by name"
+
+# Parquet: refused by name, not read as text (a file, a glob, a directory)
+mkdir -p "$tmp/pq" && printf 'PAR1\0\0PAR1' > "$tmp/pq/train-00000.parquet" && cp "$tmp/dup/part.jsonl" "$tmp/pq/"
+bad "train-00000.parquet is Parquet, which prepare does not read" --input "$tmp/pq/train-00000.parquet"
+bad "is Parquet, which prepare does not read" --input "$tmp/pq/*.parquet"
+bad "$tmp/pq/train-00000.parquet is Parquet" --input "$tmp/pq" --json-key body
+echo "parquet: refused by name"
 echo "test_prepare_compressed: passed"

@@ -1,7 +1,7 @@
 /* test_progress.c: progress of long work (base/progress.h) as a log file sees it (CI=true:
  * plain lines): nothing within the first second, then a line with the percentage, bytes, MB/s
  * and time left, at most one per 5 s, and a closing line with the time and rate; nothing at all
- * when logging is quiet. */
+ * when logging is quiet; LJPERF_PROGRESS=always shows short work too, =never nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,10 +92,27 @@ static void test_quiet(void **state) {
     free(out);
 }
 
+/* LJPERF_PROGRESS=always: the short work too, a line at once and the closing line; =never: none. */
+static void test_forced(void **state) {
+    (void)state;
+    setenv("CI", "true", 1);
+    setenv("LJPERF_PROGRESS", "always", 1);
+    char *out = capture(short_work);
+    assert_non_null(strstr(out, "writing quick.safetensors: 50% (500 B of 1000 B, "));
+    assert_non_null(strstr(out, "writing quick.safetensors: 1000 B in "));
+    free(out);
+    setenv("LJPERF_PROGRESS", "never", 1);
+    out = capture(long_work);
+    assert_string_equal(out, "");
+    free(out);
+    unsetenv("LJPERF_PROGRESS");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_lines),
         cmocka_unit_test(test_quiet),
+        cmocka_unit_test(test_forced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,9 +4,10 @@
 # then passages of the KJV text at Poisson arrivals; the result JSON has every metric of vLLM's
 # bench serve, the counts add up (completed = num-prompts, total output tokens = the sum of the
 # output lengths = the sum of the requests' max_tokens, under --ignore-eos), and --offline (the
-# engine in-process, no HTTP) reports the same token counts for the same prompts. Then the
-# weight reload: POST /update_weights_from_disk with another checkpoint makes the greedy answer
-# that checkpoint's (as `ljperf generate` gives it), a bad path answers 400 and keeps the weights.
+# engine in-process, no HTTP) reports the same token counts for the same prompts, also with an FP8
+# cache and FP8 weights (--kv-cache-dtype fp8 --quantization fp8). Then the weight reload: POST
+# /update_weights_from_disk with another checkpoint makes the greedy answer that checkpoint's (as
+# `ljperf generate` gives it), a bad path answers 400 and keeps the weights.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
 tmp="$LJ_TEST_TMP/serve_bench"
@@ -48,9 +49,14 @@ timeout 120 "$LJPERF" bench serve --base-url "$base" --dataset-name kjv --datase
   >"$tmp/kjv.out" 2>&1 || { cat "$tmp/kjv.out"; fail "bench serve --dataset-name kjv"; }
 timeout 120 "$LJPERF" bench serve --offline --load "$tmp/ckpt1" --device cpu "${engine[@]}" "${bench[@]}" \
   --result-json "$tmp/offline.json" >"$tmp/offline.out" 2>&1 || { cat "$tmp/offline.out"; fail "bench serve --offline"; }
+timeout 120 "$LJPERF" bench serve --offline --load "$tmp/ckpt1" --device cpu "${engine[@]}" "${bench[@]}" \
+  --kv-cache-dtype fp8 --quantization fp8 --result-json "$tmp/offline_fp8.json" >"$tmp/offline_fp8.out" 2>&1 ||
+  { cat "$tmp/offline_fp8.out"; fail "bench serve --offline --kv-cache-dtype fp8 --quantization fp8"; }
+grep -q "KV cache 256 blocks of 16 tokens (.* MiB, fp8_e4m3), weights fp8" "$tmp/offline_fp8.out" ||
+  fail "the FP8 engine's start-up line: $(grep 'serve: ready' "$tmp/offline_fp8.out")"
 node -e '
 const fs = require("fs");
-const [h, k, o] = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
+const [h, k, o, o8] = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
 const bad = (m) => { console.error(m); process.exit(1); };
 const keys = ["duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput",
   "output_throughput", "total_token_throughput", "input_lens", "output_lens"];
@@ -67,7 +73,26 @@ if (Math.abs(h.output_throughput * h.duration - h.total_output_tokens) > 1e-6 * 
 if (o.completed !== 50 || o.total_input_tokens !== h.total_input_tokens || o.total_output_tokens !== h.total_output_tokens)
   bad(`offline: ${o.completed} requests, ${o.total_input_tokens} in, ${o.total_output_tokens} out; http: ${h.total_input_tokens}, ${h.total_output_tokens}`);
 if (k.total_output_tokens !== 48) bad(`kjv: ${k.total_output_tokens} output tokens`);
-' "$tmp/http.json" "$tmp/kjv.json" "$tmp/offline.json" || fail "the bench results"
+if (o8.completed !== 50 || o8.total_input_tokens !== o.total_input_tokens || o8.total_output_tokens !== o.total_output_tokens)
+  bad(`offline FP8: ${o8.completed} requests, ${o8.total_input_tokens} in, ${o8.total_output_tokens} out`);
+' "$tmp/http.json" "$tmp/kjv.json" "$tmp/offline.json" "$tmp/offline_fp8.json" || fail "the bench results"
+
+# a shared prefix (--random-prefix-len: 2 full blocks before every prompt) is served from the
+# prefix cache after the first request; --api-key reaches a server that asks for one (below)
+hits() { curl -s "$base/metrics" | sed -n 's/^vllm:prefix_cache_hits_total[^ ]* //p' | head -1; }
+h0=$(hits)
+timeout 120 "$LJPERF" bench serve --base-url "$base" --num-prompts 6 --random-input-len 8 --random-prefix-len 32 \
+  --random-output-len 2 --ignore-eos --max-concurrency 1 --seed 3 --result-json "$tmp/prefix.json" \
+  >"$tmp/prefix.out" 2>&1 || { cat "$tmp/prefix.out"; fail "bench serve --random-prefix-len"; }
+h1=$(hits)
+node -e '
+const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+if (r.completed !== 6 || r.total_input_tokens !== 6 * 40 || r.input_lens.some((n) => n !== 40))
+  { console.error(`prefix: ${r.completed} requests, input lengths ${r.input_lens}`); process.exit(1); }
+' "$tmp/prefix.json" || fail "the --random-prefix-len lengths"
+[ -n "$h0" ] && [ -n "$h1" ] || fail "no vllm:prefix_cache_hits_total in /metrics"
+awk -v a="$h0" -v b="$h1" 'BEGIN { exit !(b - a >= 5 * 32) }' ||
+  fail "the shared prefix was not served from the cache: hits $h0 -> $h1 (want >= 160 more)"
 
 # the weight reload
 prompt="In the beginning God"
@@ -98,6 +123,29 @@ const load = async (body) => { const r = await fetch(base + "/update_weights_fro
   if (st !== 400) bad("model_path 3 accepted");
 })().catch((e) => bad(String(e)));
 ' "$base" "$prompt" "$tmp/gen1.out" "$tmp/gen2.out" "$tmp/ckpt2" || fail "the weight reload"
+kill -TERM "$server_pid"
+wait "$server_pid" || fail "the server did not exit 0"
+server_pid=
+
+# --api-key: refused without it, naming the status; measured with it
+"$LJPERF" serve --load "$tmp/ckpt1" --device cpu --host 127.0.0.1 --port 0 --api-key s3cret "${engine[@]}" \
+  2>"$tmp/serve.err" &
+server_pid=$!
+for _ in $(seq 1200); do
+  grep -q "serve: ready" "$tmp/serve.err" && break
+  kill -0 "$server_pid" 2>/dev/null || fail "the server with --api-key exited while loading"
+  sleep 0.1
+done
+port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$tmp/serve.err")
+small=(--base-url "http://127.0.0.1:$port" --num-prompts 3 --random-input-len 8 --random-output-len 2 --ignore-eos)
+if timeout 60 "$LJPERF" bench serve "${small[@]}" >"$tmp/nokey.out" 2>&1; then
+  fail "bench serve without --api-key passed against a server that asks for one"
+fi
+timeout 60 "$LJPERF" bench serve "${small[@]}" --api-key s3cret --result-json "$tmp/key.json" >"$tmp/key.out" 2>&1 ||
+  { cat "$tmp/key.out"; fail "bench serve --api-key"; }
+node -e 'if (JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).completed !== 3) process.exit(1)' \
+  "$tmp/key.json" || fail "bench serve --api-key: not 3 requests completed"
+grep -q '401' "$tmp/nokey.out" || fail "bench serve without the key does not name the 401: $(tail -2 "$tmp/nokey.out")"
 kill -TERM "$server_pid"
 wait "$server_pid" || fail "the server did not exit 0"
 server_pid=

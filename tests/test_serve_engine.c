@@ -237,9 +237,10 @@ static void server_start(server *s, int family, int num_blocks, int max_tokens, 
     s->weights = lj_malloc((size_t)t.m.layout.total * sizeof(float));
     lj_model_get_weights(&t.m, s->weights);
     lj_test_model_destroy(&t);
-    assert_int_equal(lj_serve_weights_init(&s->m, &s->plan, lj_ops_cpu(), &s->cfg), LJ_OK);
+    assert_int_equal(lj_serve_weights_init(&s->m, &s->plan, lj_ops_cpu(), &s->cfg, LJ_SERVE_QUANT_NONE), LJ_OK);
     lj_model_set_weights(&s->m, s->weights);
-    assert_int_equal(lj_serve_model_init(&s->sm, &s->m, num_blocks, max_tokens, max_seqs, 128), LJ_OK);
+    assert_int_equal(lj_serve_model_init(&s->sm, &s->m, num_blocks, max_tokens, max_seqs, 128, LJ_SERVE_KV_AUTO),
+                     LJ_OK);
     lj_serve_engine_options o = {.max_num_seqs = max_seqs, .max_num_batched_tokens = max_tokens, .max_model_len = 128,
                                  .num_blocks = num_blocks, .enable_prefix_caching = prefix,
                                  .max_waiting_requests = g_max_waiting, .num_eos = 0};

@@ -1,8 +1,10 @@
-/* test_tensorboard.c: the TensorBoard event-file writer (metrics/tensorboard.h): CRC32C and
- * its mask against known values, the TFRecord framing of a written file read back from the
- * format's description with protobuf-c's decoder, a file per writer (never overwritten), write
- * errors reported with the file named (a file-size limit makes the disk "full"), bad
- * directories, and the cost of a scalar and of a flush (printed). */
+/* test_tensorboard.c: the TensorBoard event-file writer and reader (metrics/tensorboard.h):
+ * CRC32C and its mask against known values, the TFRecord framing of a written file read back
+ * from the format's description with protobuf-c's decoder, a file per writer (never
+ * overwritten), write errors reported with the file named (a file-size limit makes the disk
+ * "full"), bad directories, the cost of a scalar and of a flush (printed); the reader
+ * (lj_tb_read) on the writer's file with other writers' forms added (a text summary, tensor
+ * scalars), cut at every byte and with a corrupt byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,6 +121,141 @@ static void test_write_and_read_back(void **state) {
     snprintf(first, sizeof first, "%s", path);
     assert_string_not_equal(lj_tb_writer_path(w), first);
     assert_int_equal(lj_tb_writer_close(w), LJ_OK);
+    lj_dir_remove_quiet(dir);
+}
+
+/* Appends one framed record of `ev` to buf[*len..). */
+static void frame(uint8_t *buf, size_t *len, const Ljperf__Tensorboard__Event *ev) {
+    const size_t n = ljperf__tensorboard__event__get_packed_size(ev);
+    uint8_t *r = buf + *len;
+    for (int i = 0; i < 8; i++) r[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    const uint32_t hc = lj_tb_mask_crc(lj_tb_crc32c(r, 8));
+    memcpy(r + 8, &hc, 4); /* little-endian host */
+    ljperf__tensorboard__event__pack(ev, r + 12);
+    const uint32_t dc = lj_tb_mask_crc(lj_tb_crc32c(r + 12, n));
+    memcpy(r + 12 + n, &dc, 4);
+    *len += n + 16;
+}
+
+typedef struct {
+    int scalars, texts;
+    char tags[8][64];
+    double values[8];
+    int64_t steps[8];
+    char text[64];
+} seen;
+
+static lj_status collect(void *ctx, const lj_tb_value *v) {
+    seen *s = ctx;
+    if (v->is_text) {
+        s->texts++;
+        snprintf(s->text, sizeof s->text, "%s=%s", v->tag, v->text);
+    } else if (s->scalars < 8) {
+        snprintf(s->tags[s->scalars], sizeof s->tags[0], "%s", v->tag);
+        s->values[s->scalars] = v->value;
+        s->steps[s->scalars++] = v->step;
+    }
+    return LJ_OK;
+}
+
+static void test_reader(void **state) {
+    (void)state;
+    char dir[512], path[1024];
+    assert_int_equal(lj_test_make_dir(dir, sizeof dir, "tbread"), 0);
+    lj_tb_writer *w = NULL;
+    assert_int_equal(lj_tb_writer_open(&w, dir, 0, "--tensorboard-dir"), LJ_OK);
+    assert_int_equal(lj_tb_writer_add_scalar(w, "lm loss", 11.75, 1), LJ_OK);
+    assert_int_equal(lj_tb_writer_add_scalar(w, "learning-rate", 0.0, 2), LJ_OK);
+    assert_int_equal(lj_tb_writer_close(w), LJ_OK);
+    assert_int_equal(only_file(dir, path, sizeof path), 0);
+    char *data = NULL;
+    size_t size = 0;
+    assert_int_equal(lj_file_read_all(path, &data, &size), LJ_OK);
+    /* other writers' forms: a text summary (SummaryWriter.add_text, as Megatron-LM writes its
+     * arguments), a one-element float tensor and a double in tensor_content (TensorFlow 2) */
+    uint8_t *buf = malloc(size + 4096);
+    memcpy(buf, data, size);
+    size_t len = size;
+    Ljperf__Tensorboard__SummaryMetadata__PluginData text_plugin = LJPERF__TENSORBOARD__SUMMARY_METADATA__PLUGIN_DATA__INIT,
+                                                     scalar_plugin = LJPERF__TENSORBOARD__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+    text_plugin.plugin_name = "text";
+    scalar_plugin.plugin_name = "scalars";
+    Ljperf__Tensorboard__SummaryMetadata text_meta = LJPERF__TENSORBOARD__SUMMARY_METADATA__INIT,
+                                         scalar_meta = LJPERF__TENSORBOARD__SUMMARY_METADATA__INIT;
+    text_meta.plugin_data = &text_plugin;
+    scalar_meta.plugin_data = &scalar_plugin;
+    ProtobufCBinaryData sv = {4, (uint8_t *)"4096"};
+    Ljperf__Tensorboard__TensorProto tt = LJPERF__TENSORBOARD__TENSOR_PROTO__INIT, tf = LJPERF__TENSORBOARD__TENSOR_PROTO__INIT,
+                                     td = LJPERF__TENSORBOARD__TENSOR_PROTO__INIT;
+    tt.has_dtype = 1, tt.dtype = 7, tt.n_string_val = 1, tt.string_val = &sv;
+    float fv = 3.5f;
+    tf.has_dtype = 1, tf.dtype = 1, tf.n_float_val = 1, tf.float_val = &fv;
+    double dv = -0.125;
+    td.has_dtype = 1, td.dtype = 2, td.has_tensor_content = 1, td.tensor_content = (ProtobufCBinaryData){8, (uint8_t *)&dv};
+    Ljperf__Tensorboard__Summary__Value v_text = LJPERF__TENSORBOARD__SUMMARY__VALUE__INIT,
+                                        v_f = LJPERF__TENSORBOARD__SUMMARY__VALUE__INIT,
+                                        v_d = LJPERF__TENSORBOARD__SUMMARY__VALUE__INIT;
+    v_text.tag = "seq_length/text_summary", v_text.tensor = &tt, v_text.metadata = &text_meta;
+    v_f.tag = "loss", v_f.tensor = &tf, v_f.metadata = &scalar_meta;
+    v_d.tag = "lr", v_d.tensor = &td;
+    Ljperf__Tensorboard__Summary__Value *vals[3] = {&v_text, &v_f, &v_d};
+    Ljperf__Tensorboard__Summary sum = LJPERF__TENSORBOARD__SUMMARY__INIT;
+    sum.n_value = 3, sum.value = vals;
+    Ljperf__Tensorboard__Event ev = LJPERF__TENSORBOARD__EVENT__INIT;
+    ev.has_step = 1, ev.step = 7, ev.summary = &sum;
+    frame(buf, &len, &ev);
+
+    seen got;
+    memset(&got, 0, sizeof got);
+    lj_tb_read_info info;
+    assert_int_equal(lj_tb_read(buf, len, path, collect, &got, &info), LJ_OK);
+    assert_int_equal(info.records, 4);
+    assert_int_equal(info.truncated_at, -1);
+    assert_string_equal(info.file_version, LJ_TB_FILE_VERSION);
+    assert_true(info.first_wall_time > 1.6e9);
+    assert_int_equal(got.scalars, 4);
+    assert_string_equal(got.tags[0], "lm loss");
+    assert_true(got.values[0] == 11.75 && got.steps[0] == 1);
+    assert_string_equal(got.tags[1], "learning-rate");
+    assert_true(got.values[1] == 0.0 && got.steps[1] == 2);
+    assert_string_equal(got.tags[2], "loss");
+    assert_true(got.values[2] == 3.5 && got.steps[2] == 7);
+    assert_string_equal(got.tags[3], "lr");
+    assert_true(got.values[3] == -0.125);
+    assert_int_equal(got.texts, 1);
+    assert_string_equal(got.text, "seq_length/text_summary=4096");
+    assert_true(lj_tb_is_event_data(buf, len));
+
+    /* cut at every byte: the whole records before the cut, never an error */
+    size_t ends[4], off = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t n = 0;
+        memcpy(&n, buf + off, 8);
+        off += 16 + (size_t)n;
+        ends[i] = off;
+    }
+    for (size_t cut = 0; cut < len; cut++) {
+        memset(&got, 0, sizeof got);
+        assert_int_equal(lj_tb_read(buf, cut, path, collect, &got, &info), LJ_OK);
+        int whole = 0;
+        while (whole < 4 && ends[whole] <= cut) whole++;
+        assert_int_equal(info.records, whole);
+        assert_int_equal(info.truncated_at, whole == 0 ? (cut ? 0 : -1) : (ends[whole - 1] == cut ? -1 : (int64_t)ends[whole - 1]));
+    }
+    /* a corrupt byte: the data CRC, or the length CRC, with the record's offset */
+    buf[ends[1] + 14] ^= 0x40;
+    assert_int_equal(lj_tb_read(buf, len, path, collect, &got, &info), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "data CRC does not match"));
+    char at[64];
+    snprintf(at, sizeof at, "byte %zu:", ends[1]);
+    assert_non_null(strstr(lj_error_message(), at));
+    buf[ends[1] + 14] ^= 0x40;
+    buf[ends[0] + 2] ^= 0x01;
+    assert_int_equal(lj_tb_read(buf, len, path, collect, &got, &info), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "length CRC does not match"));
+    assert_false(lj_tb_is_event_data("{\"iteration\": 1}", 16));
+    free(buf);
+    free(data);
     lj_dir_remove_quiet(dir);
 }
 
@@ -246,6 +383,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_known_values),
         cmocka_unit_test(test_write_and_read_back),
+        cmocka_unit_test(test_reader),
         cmocka_unit_test(test_bad_directories),
         cmocka_unit_test(test_write_error_is_reported),
         cmocka_unit_test(test_cost_per_scalar),

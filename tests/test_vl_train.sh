@@ -28,7 +28,7 @@ head -n 1 "$jsonl" > "$tmp/one.jsonl"
 
 common=(--model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 1 --lr 1e-3 --seed 5 --quiet
         --num-workers 1)
-losses() { sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/' "$1"; }
+losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; } # the start records have no loss
 
 # 1. a repeated batch: finite, decreasing
 "$LJPERF" train "${common[@]}" --data-path "$tmp/one" --train-iters 4 --log-json "$tmp/one.jsonl.log" \

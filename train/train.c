@@ -409,6 +409,27 @@ static lj_status setup(run *r) {
         r->log_json_good = ftell(r->log_json) > 0 ? ftell(r->log_json) : 0; /* appending after a resume */
     }
     if (c->tensorboard_dir && r->rank == 0) LJ_TRY(lj_train_tb_open(&r->tb, c, r->world, r->plan.total_bytes));
+    /* the start record, after the event file's first record: on a nearly full disk the record's
+     * write fails with a warning and the run goes on, where the event file's would stop it */
+    if (r->log_json) {
+        char precision[64];
+        const lj_train_start start = {
+            .iteration = r->iteration,
+            .model = c->model.name,
+            .parameters = r->model.layout.total,
+            .precision = lj_train_precision(c->ops, r->model.linear.fp8.active, &c->fp8, precision, sizeof precision),
+            .ops = c->ops,
+            .devices = r->world,
+            .micro_batch_size = c->micro_batch_size,
+            .global_batch_size = c->global_batch_size,
+            .seq_length = c->seq_length,
+            .train_iters = c->train_iters,
+            .command = c->command_line,
+        };
+        char *line = lj_train_start_record(&start);
+        log_json_line(r, "%s", line);
+        free(line);
+    }
     return LJ_OK;
 }
 

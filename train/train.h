@@ -71,6 +71,8 @@ typedef struct {
     const char *tokenizer;     /* --tokenizer-model: tokenizer.json copied into each HF export with the
                                   other tokenizer files (data/tokenizer_export.h); NULL: none */
     const char *log_json;      /* --log-json FILE */
+    const char *command_line;  /* the command as typed ("ljperf train --model ..."), for the start record of
+                                  --log-json; NULL: none recorded */
     const char *tensorboard_dir;      /* --tensorboard-dir DIR (or the DeepSpeed "tensorboard" section): event
                                          files on rank 0 (train/tensorboard.h); NULL: none */
     const char *tensorboard_source;   /* where tensorboard_dir came from, for messages */
@@ -107,6 +109,36 @@ typedef struct {
 
 /* Fills the defaults (Megatron-LM's where they exist). */
 void lj_train_config_defaults(lj_train_config *cfg);
+
+/* What a run records about itself when it starts: the start record, the first line a run
+ * appends to --log-json (docs/report.md, "The training log"):
+ *   {"iteration": I, "start": {"program": "ljperf", "version": "0.1.0", "commit": "<12 hex>",
+ *    "date": "2026-12-02T10:11:12Z", "model": M, "parameters": N, "precision": "bf16",
+ *    "backend": "cuda", "device": "NVIDIA H200", "devices": D, "micro_batch_size": m,
+ *    "global_batch_size": g, "seq_length": s, "train_iters": t, "command": "ljperf train ..."}}
+ * I is the iteration the run starts from (0, or the resumed checkpoint's); "iteration" keeps
+ * the line what every --log-json line is (an object with "iteration"), so that readers of the
+ * per-step lines pass over it. date: the UTC time of the call; device: ops->device_name;
+ * devices: the data-parallel ranks, one device each; precision: "fp8 <recipe>" ("fp8 hybrid
+ * <recipe>" for --fp8-format hybrid) when FP8 linears train, else the activations' dtype
+ * ("bf16", "fp32"). */
+typedef struct {
+    int iteration;
+    const char *model;
+    int64_t parameters;
+    const char *precision;
+    const lj_ops *ops;
+    int devices;
+    int micro_batch_size, global_batch_size, seq_length, train_iters;
+    const char *command;       /* NULL: left out */
+} lj_train_start;
+
+/* The start record of `s` as one JSON line with its newline (malloc'd; free it). */
+char *lj_train_start_record(const lj_train_start *s);
+
+/* The precision a run trains in, as the start record names it, into buf (see lj_train_start). */
+const char *lj_train_precision(const lj_ops *ops, int fp8_active, const lj_linear_fp8_options *fp8, char *buf,
+                               size_t len);
 
 /* Which of the settings a DeepSpeed config also holds the command line gave (1), against which
  * the file's values are checked. */

@@ -14,6 +14,7 @@
 #include "model/vl.h"
 #include "parallel/parallel.h"
 #include "plan/plan.h"
+#include "train/train.h"
 
 void lj_vl_train_config_defaults(lj_vl_train_config *c) {
     memset(c, 0, sizeof *c);
@@ -366,6 +367,24 @@ static lj_status run_loop(vl_run *r) {
     if (c->log_json) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for appending", c->log_json);
+        char precision[16];
+        const lj_train_start start = {
+            .iteration = r->iteration,
+            .model = r->cfg.name,
+            .parameters = r->m.layout.total + r->vl.vis.layout.total,
+            .precision = lj_train_precision(r->m.ops, 0, NULL, precision, sizeof precision),
+            .ops = r->m.ops,
+            .devices = 1,
+            .micro_batch_size = c->micro_batch_size,
+            .global_batch_size = c->micro_batch_size,
+            .seq_length = c->seq_length,
+            .train_iters = c->train_iters,
+            .command = c->command_line,
+        };
+        char *line = lj_train_start_record(&start);
+        fputs(line, r->log_json);
+        fflush(r->log_json);
+        free(line);
     }
     if (!c->quiet)
         lj_log_info("Qwen3-VL %s: %" PRId64 " text + %" PRId64 " vision parameters; trained: language model %s, vision "

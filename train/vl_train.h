@@ -29,6 +29,7 @@ typedef struct {
     const char *load;        /* --load: a checkpoint root (resume) or an HF Qwen3-VL directory (its weights) */
     const char *save;        /* --save ROOT, or NULL */
     const char *log_json;    /* --log-json FILE: one JSON object per logged iteration */
+    const char *command_line; /* the command as typed, for the start record of --log-json (NULL: none) */
     const char *tokenizer_dir; /* the directory of the tokenizer files the HF export carries (NULL: none) */
     int seq_length, micro_batch_size, train_iters, log_interval, save_interval, keep_last, num_workers;
     int no_shuffle;

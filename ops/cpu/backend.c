@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 
 /* Every allocation carries a 64-byte prefix holding its requested size, so that free can
  * report exactly the bytes that alloc counted (lj_ops_track counts requested bytes only, so
@@ -69,6 +70,25 @@ static lj_status cpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
     return LJ_OK;
 }
 
+/* The first "model name" of /proc/cpuinfo (x86-64), else uname's machine (aarch64 kernels list
+ * no model name); read once. */
+static const char *cpu_device_name(void) {
+    static char name[128];
+    if (name[0]) return name;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && !name[0] && fgets(line, sizeof line, f)) {
+        const char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        const char *v = colon + 1 + strspn(colon + 1, " \t");
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(v, "\r\n"), v);
+    }
+    if (f) fclose(f);
+    struct utsname u;
+    if (!name[0]) snprintf(name, sizeof name, "%s", uname(&u) == 0 ? u.machine : "cpu");
+    return name;
+}
+
 static void cpu_cast_f32_to_param(void *dst, const float *src, int64_t n) {
     if (dst != (const void *)src) memmove(dst, src, (size_t)n * sizeof(float));
 }
@@ -102,6 +122,7 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .copy = cpu_copy,                                                                             \
     .synchronize = cpu_synchronize,                                                               \
     .memory_info = cpu_memory_info,                                                               \
+    .device_name = cpu_device_name,                                                               \
     .cast_f32_to_param = cpu_cast_f32_to_param,                                                   \
     .cast_to_f32 = cpu_cast_to_f32,                                                               \
                                                                                                   \
@@ -151,7 +172,10 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .attention_decode = lj_cpu_attention_decode,                                                  \
     .paged_kv_write = lj_cpu_paged_kv_write,                                                      \
     .paged_attention = lj_cpu_paged_attention,                                                    \
+    .paged_kv_write_fp8 = lj_cpu_paged_kv_write_fp8,                                              \
+    .paged_attention_fp8 = lj_cpu_paged_attention_fp8,                                            \
     .gather_rows = lj_cpu_gather_rows,                                                            \
+    .argmax_rows = lj_cpu_argmax_rows,                                                            \
                                                                                                   \
     .layernorm_forward = lj_cpu_layernorm_forward,                                                \
     .layernorm_backward = lj_cpu_layernorm_backward,                                              \

@@ -25,6 +25,7 @@ static struct {
     cudaStream_t stream;
     int num_sms;
     int debug_sync; /* the start-up configuration's debug_sync */
+    char device_name[256]; /* cudaDeviceProp.name of the device it started on */
     lj_cuda_allocation *allocs;
     int num_allocs, cap_allocs;
 } g_cuda;
@@ -154,6 +155,8 @@ static void cuda_synchronize(void) {
 
 static void *cuda_stream_ptr(void) { return (void *)g_cuda.stream; }
 
+static const char *cuda_device_name(void) { return g_cuda.device_name[0] ? g_cuda.device_name : "CUDA device"; }
+
 static lj_status cuda_memory_info(size_t *free_bytes, size_t *total_bytes) {
     cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaMemGetInfo failed: %s", cudaGetErrorString(e));
@@ -190,6 +193,7 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
                        "for sm_90a (Hopper: H100/H200) only",
                        dev, prop.name, prop.major, prop.minor);
     g_cuda.num_sms = prop.multiProcessorCount;
+    snprintf(g_cuda.device_name, sizeof g_cuda.device_name, "%s", prop.name);
     e = cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaStreamCreateWithFlags failed: %s", cudaGetErrorString(e));
     g_cuda.debug_sync = cfg->debug_sync != 0;
@@ -330,6 +334,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .synchronize = cuda_synchronize,                                             \
         .stream = cuda_stream_ptr,                                                   \
         .memory_info = cuda_memory_info,                                             \
+        .device_name = cuda_device_name,                                             \
         .cast_f32_to_param = lj_cuda_cast_f32_to_param,                              \
         .cast_to_f32 = lj_cuda_cast_to_f32,                                          \
                                                                                      \
@@ -379,7 +384,10 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .attention_decode = lj_cuda_attention_decode,                                \
         .paged_kv_write = lj_cuda_paged_kv_write,                                    \
         .paged_attention = lj_cuda_paged_attention,                                  \
+        .paged_kv_write_fp8 = lj_cuda_paged_kv_write_fp8,                            \
+        .paged_attention_fp8 = lj_cuda_paged_attention_fp8,                          \
         .gather_rows = lj_cuda_gather_rows,                                          \
+        .argmax_rows = lj_cuda_argmax_rows,                                          \
                                                                                      \
         .swiglu_forward = lj_cuda_swiglu_forward,                                    \
         .swiglu_backward = lj_cuda_swiglu_backward,                                  \

@@ -172,10 +172,13 @@ typedef struct {
     int found;
 } lj_fp8_plan;
 
-#define LJ_FP8_CACHE_SIZE 128
+/* Serving's FP8 GEMMs come in as many shapes as its steps have row counts (four linears each):
+ * room for a few hundred, replaced round-robin when full. */
+#define LJ_FP8_CACHE_SIZE 512
 static struct {
     lj_fp8_plan cache[LJ_FP8_CACHE_SIZE];
     int cached;
+    int next; /* the slot a full cache replaces next */
 } g_fp8;
 
 static cudaDataType_t fp8_type(lj_fp8_format f) { return f == LJ_FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
@@ -196,8 +199,9 @@ static lj_fp8_plan *fp8_plan_modes(const char *what, int m, int n, int k, int ld
             p->align_c == align_c && p->scaled == scaled && p->mode_a == mode_a && p->mode_b == mode_b)
             return p;
     }
-    lj_fp8_plan *p = g_fp8.cached < LJ_FP8_CACHE_SIZE ? &g_fp8.cache[g_fp8.cached] : &g_fp8.cache[0];
+    lj_fp8_plan *p = g_fp8.cached < LJ_FP8_CACHE_SIZE ? &g_fp8.cache[g_fp8.cached] : &g_fp8.cache[g_fp8.next];
     if (g_fp8.cached == LJ_FP8_CACHE_SIZE) {
+        g_fp8.next = (g_fp8.next + 1) % LJ_FP8_CACHE_SIZE;
         cublasLtMatmulDescDestroy(p->desc);
         cublasLtMatrixLayoutDestroy(p->la);
         cublasLtMatrixLayoutDestroy(p->lb);

@@ -62,7 +62,7 @@ pick() {
 for s in $steps; do
   case $s in
   1)
-    lj_check_ops 1 ${CHECK_OPS:-fp8_cast fp8_swiglu fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul}
+    lj_check_ops 1 ${CHECK_OPS:-fp8_quantize fp8_swiglu fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul}
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1

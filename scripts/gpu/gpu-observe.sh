@@ -4,7 +4,9 @@
 # .cache/tokenizer and .cache/data/kjv.txt; build here first with `bash scripts/gpu/gpu-check.sh
 # --prepare`). Steps, full logs in $OUT, a short summary last:
 #   1. llama3-tiny trained on the KJV Bible on the GPU with --tensorboard-dir, read back with
-#      TensorBoard's EventAccumulator: every tag at every step (scripts/gpu/tb_check.py);
+#      TensorBoard's EventAccumulator: every tag at every step (scripts/gpu/tb_check.py); the
+#      start record of --log-json names the GPU, and `ljperf report` draws the log and the event
+#      files side by side ($OUT/report.html);
 #   2. what the event-file writer costs: the same run at --log-interval 1 with and without
 #      --tensorboard-dir, twice each, alternating; median ms per iteration from --log-json;
 #   3. the checkpoint's Hugging Face export in transformers: AutoTokenizer, GenerationConfig
@@ -47,6 +49,9 @@ for s in $steps; do
     say "1a. train --tensorboard-dir rc=$? $(ls "$OUT/tb" | head -1) ($(du -b "$OUT"/tb/* | cut -f1 | head -1) bytes)"
     timeout 120 python3 scripts/gpu/tb_check.py "$OUT/tb" "$OUT/train.jsonl" --log-interval 10 >"$OUT/tb_check.log" 2>&1
     say "1b. TensorBoard reads it: rc=$? $(grep -E 'PASS|FAIL' "$OUT/tb_check.log" | head -5 | tr '\n' ' ')"
+    say "1c. start record: $(head -1 "$OUT/train.jsonl" | grep -oE '"(backend|device|devices|precision)":[^,]*' | tr '\n' ' ')"
+    "$lj" report "$OUT/train.jsonl" "$OUT/tb" --output "$OUT/report.html" >"$OUT/report.log" 2>&1
+    say "1d. report of the log and its event files: rc=$? $(grep -o '([0-9]* runs, [0-9] of 5 charts with data)' "$OUT/report.log")"
     ;;
   2)
     for k in 1 2; do

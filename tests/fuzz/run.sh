@@ -11,23 +11,33 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:?usage: run.sh OUTDIR [RUNS]}
 runs=${2:-${LJ_FUZZ_RUNS:-3000}}
-targets=${LJ_FUZZ_TARGETS:-report config tokenizer}
+targets=${LJ_FUZZ_TARGETS:-report megatron tensorboard config tokenizer}
 cc=${LJ_FUZZ_CC:-clang}
 command -v "$cc" >/dev/null || { echo "run.sh: $cc is not installed: run scripts/setup.sh" >&2; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# the TensorBoard Event proto, compiled as CMake does (the report's reader decodes it)
+gen="$out/generated"
+mkdir -p "$gen"
+command -v protoc-c >/dev/null || { echo "run.sh: protoc-c is not installed: run scripts/setup.sh" >&2; exit 1; }
+protoc-c --proto_path="$src" --c_out="$gen" "$src/metrics/tensorboard_event.proto"
 flags=(-std=gnu11 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
-       -fno-sanitize-recover=undefined -I"$src")
+       -fno-sanitize-recover=undefined -I"$src" -I"$gen")
 base=("$src"/base/*.c)
-declare -A units=([report]="$src/bench/report.c" [config]="$src/config/config.c" [tokenizer]="$src/data/tokenizer.c")
+report_units="$src/bench/report.c $src/bench/report_read.c $src/metrics/tensorboard.c $gen/metrics/tensorboard_event.pb-c.c"
+declare -A units=([report]="$report_units" [megatron]="$report_units" [tensorboard]="$report_units"
+                  [config]="$src/config/config.c" [tokenizer]="$src/data/tokenizer.c")
 for t in $targets; do
   # shellcheck disable=SC2046,SC2086
   "$cc" "${flags[@]}" -o "$out/fuzz_$t" "$src/tests/fuzz/fuzz_$t.c" ${units[$t]} "${base[@]}" \
-    $(pkg-config --cflags --libs libcjson libpcre2-8 libutf8proc libxxhash) -lm -lpthread
+    $(pkg-config --cflags --libs libcjson libpcre2-8 libutf8proc libxxhash libprotobuf-c libisal) -lm -lpthread
 done
-# the seeds: what ljperf writes and reads, and the report's odd inputs
+# the seeds: what ljperf writes and reads, the report's odd inputs, a Megatron-LM log, an event file
 declare -A seeds=(
-  [report]="$src/tests/data/report/run/* $src/tests/data/report/edge/*"
+  [report]="$src/tests/data/report/run/* $src/tests/data/report/edge/* $src/tests/data/report/compare/*
+            $src/tests/data/report/tb/*"
+  [megatron]="$src/tests/data/report/compare/megatron.log"
+  [tensorboard]="$src/tests/data/report/tb/*"
   [config]="$src/tests/fixtures/hf/tied/config.json $src/tests/fixtures/hf-qwen/qwen3/config.json"
   [tokenizer]="$src/tests/data/gpt2_mini/tokenizer.json"
 )

@@ -1,10 +1,10 @@
-/* cases_cpu.c: the CPU backend's cases (those not yet written once for every backend, as
- * cases_<op>.c are): ops of lj_ops_cpu() against a double-precision
- * reference written here (check), every backward against central finite differences of
- * L = sum(out * R), R random, on that reference forward (grad), and the backend's building
- * blocks of ops/cpu/cpu.h (the split sgemm, the vectorizable exp, the fixed-lane reductions,
- * the sgemm rate probe, thread-count independence). The shapes come from the case table
- * (op_cases.c); the comment above each function says what its d[] entries are. */
+/* cases_cpu.c: the cases of the CPU only: what has no op to run on another backend (the FP8
+ * codec of base/fp8.h, which the CPU's emulation is built on, against a nearest-value search; the
+ * backend's building blocks of ops/cpu/cpu.h: the split sgemm, the vectorizable exp, the
+ * fixed-lane reductions, the sgemm rate probe, thread-count independence) and the AdamW case, not
+ * yet written once for every backend as cases_<op>.c are (against a double-precision reference
+ * written here). The shapes come from the case table (op_cases.c); the comment above each
+ * function says what its d[] entries are. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,160 +18,6 @@
 #define CHECK_TRUE(op, cond, ...) lj_harness_check_true(h, (op), shape, (cond), __VA_ARGS__)
 
 static float *randf(lj_harness *h, int64_t n, float scale) { return lj_harness_randf(h, n, scale); }
-
-/* ---- memory (no shape) -------------------------------------------------------------- */
-
-void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)c, (void)mode;
-    SHAPE("-");
-    const lj_ops *ops = lj_ops_cpu();
-    const char *op = "memory";
-    if (!CHECK_TRUE(op, ops != NULL, "lj_ops_cpu() is not NULL")) return;
-    CHECK_TRUE(op, strcmp(ops->name, "cpu") == 0, "name \"%s\" == \"cpu\"", ops->name);
-    CHECK_TRUE(op, ops->act_dtype == LJ_DTYPE_F32, "act_dtype %d == F32", (int)ops->act_dtype);
-    size_t before = lj_ops_allocated_bytes();
-    void *a = NULL, *b = NULL;
-    CHECK_TRUE(op, ops->alloc(&a, 1000) == LJ_OK, "alloc 1000 bytes");
-    CHECK_TRUE(op, ops->alloc(&b, 13) == LJ_OK, "alloc 13 bytes");
-    CHECK_TRUE(op, ((uintptr_t)a % 64) == 0 && ((uintptr_t)b % 64) == 0, "allocations 64-byte aligned");
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 1013, "allocated bytes +1013");
-    float src[4] = {1, 2, 3, 4}, dst[4] = {0};
-    ops->upload(a, src, sizeof src);
-    ops->copy((char *)a + 16, a, 16);
-    ops->download(dst, (char *)a + 16, 16);
-    CHECK_BITS("memory upload+copy+download", dst, src, 16);
-    ops->memset_zero(a, 16);
-    ops->download(dst, a, 16);
-    CHECK_TRUE(op, dst[0] == 0 && dst[3] == 0, "memset_zero");
-    uint16_t bf[3] = {lj_f32_to_bf16(1.5f), lj_f32_to_bf16(-2.0f), lj_f32_to_bf16(0.25f)};
-    float back[3];
-    ops->cast_to_f32(back, bf, LJ_DTYPE_BF16, 3);
-    CHECK_TRUE(op, back[0] == 1.5f && back[1] == -2.0f && back[2] == 0.25f, "cast_to_f32 from bf16");
-    ops->cast_f32_to_param(dst, src, 4);
-    CHECK_BITS("memory cast_f32_to_param", dst, src, 16);
-    ops->free(a);
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before + 13, "free gives back 1000 bytes");
-    ops->free(b);
-    CHECK_TRUE(op, lj_ops_allocated_bytes() == before, "free gives back 13 bytes");
-    size_t free_b = 0, total_b = 0;
-    CHECK_TRUE(op, ops->memory_info(&free_b, &total_b) == LJ_OK, "memory_info");
-    CHECK_TRUE(op, total_b > 0 && free_b <= total_b, "memory_info: free %zu <= total %zu", free_b, total_b);
-}
-
-/* ---- cross-entropy: d = {N, C, V, ignore}; ignore 0: the fixed targets of N = 6 rows
- * (one ignored, mean over the 5 counted); ignore 1: random targets, every 17th row
- * ignored (-100), dloss 1/N ------------------------------------------------------------- */
-
-typedef struct {
-    int N, C, V;
-    double *x, *w, dloss;
-    const int32_t *targets;
-} ce_ctx;
-
-/* sum_n dloss * (logsumexp(x_n w^T) - (x_n w^T)[t_n]) over rows with t_n >= 0; per-row losses to
- * `losses` when not NULL. */
-static double ce_ref(ce_ctx *c, double *losses) {
-    double *l = lj_malloc((size_t)c->V * sizeof(double)), total = 0;
-    for (int n = 0; n < c->N; n++) {
-        double loss = 0;
-        if (c->targets[n] >= 0) {
-            double m = -INFINITY, s = 0;
-            for (int v = 0; v < c->V; v++) {
-                l[v] = 0;
-                for (int i = 0; i < c->C; i++) l[v] += c->x[(int64_t)n * c->C + i] * c->w[(int64_t)v * c->C + i];
-                m = fmax(m, l[v]);
-            }
-            for (int v = 0; v < c->V; v++) s += exp(l[v] - m);
-            loss = m + log(s) - l[c->targets[n]];
-        }
-        if (losses) losses[n] = loss;
-        total += c->dloss * loss;
-    }
-    free(l);
-    return total;
-}
-
-static double ce_loss(void *p) { return ce_ref(p, NULL); }
-
-/* Fused against the unfused twin (matmul_forward, cross_entropy_forward_backward,
- * matmul_backward); returns the fused outputs through the pointers. */
-static void check_ce_twins(lj_harness *h, const char *shape, const float *x, const float *w, const int32_t *targets,
-                           int N, int C, int V, float dloss, float *losses, float *dx, float *dw) {
-    const lj_ops *ops = lj_ops_cpu();
-    void *ws = lj_malloc(ops->cross_entropy_fused_workspace_bytes(N, C, V));
-    double *ref_dw = lj_harness_to_double(dw, (int64_t)V * C);
-    ops->cross_entropy_fused(losses, dx, dw, x, w, targets, N, C, V, dloss, ws);
-    float *logits = lj_malloc((size_t)N * V * sizeof(float)), *l2 = lj_malloc(N * sizeof(float));
-    float *dx2 = lj_malloc((size_t)N * C * sizeof(float)), *dw2 = lj_calloc((size_t)V * C, sizeof(float));
-    float *l3 = lj_malloc(N * sizeof(float));
-    ops->matmul_forward(logits, x, w, N, C, V);
-    ops->cross_entropy_forward_backward(l3, NULL, logits, targets, N, V, dloss); /* loss only */
-    ops->cross_entropy_forward_backward(l2, logits, logits, targets, N, V, dloss); /* dlogits aliases logits */
-    CHECK_BITS("cross_entropy_fwd_bwd losses with vs without dlogits", l2, l3, N * sizeof(float));
-    ops->matmul_backward(dx2, dw2, logits, x, w, N, C, V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
-    int close = 1;
-    for (int n = 0; n < N; n++) close &= fabsf(losses[n] - l2[n]) <= 1e-6f * (1 + fabsf(l2[n]));
-    CHECK_TRUE("cross_entropy fused vs unfused losses", close, "|fused - unfused| <= 1e-6 (1 + |unfused|) per row");
-    double *ref_dx = lj_harness_to_double(dx2, (int64_t)N * C);
-    CHECK_D("cross_entropy fused vs unfused dx", dx, ref_dx, (int64_t)N * C, lj_harness_tol_l2(1e-6));
-    for (int64_t i = 0; i < (int64_t)V * C; i++) ref_dw[i] += dw2[i];
-    CHECK_D("cross_entropy fused vs unfused dw", dw, ref_dw, (int64_t)V * C, lj_harness_tol_l2(1e-6));
-    /* loss only: both gradients NULL, same losses */
-    float *l4 = lj_malloc(N * sizeof(float));
-    ops->cross_entropy_fused(l4, NULL, NULL, x, w, targets, N, C, V, dloss, ws);
-    CHECK_BITS("cross_entropy_fused losses (no grad)", l4, losses, N * sizeof(float));
-    free(ws), free(logits), free(l2), free(dx2), free(dw2), free(l3), free(ref_dx), free(ref_dw), free(l4);
-}
-
-void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    const int N = c->d[0], C = c->d[1], V = c->d[2], chunks = c->d[3];
-    SHAPE("N=%d C=%d V=%d", N, C, V);
-    int32_t *targets = lj_malloc((size_t)N * sizeof(int32_t));
-    float dloss;
-    float *x, *w, *losses, *dx, *dw;
-    if (!chunks) {
-        LJ_ASSERT(N == 6 && V > 22, "cross-entropy case: the fixed targets are written for N = 6, V > 22");
-        const int32_t fixed[6] = {3, -1, 22, 0, 7, 7};
-        memcpy(targets, fixed, sizeof fixed);
-        dloss = 1.0f / 5; /* mean over the 5 counted rows */
-        x = randf(h, N * C, 1), w = randf(h, V * C, 1), losses = randf(h, N, 1), dx = randf(h, N * C, 1);
-        dw = randf(h, V * C, 1);
-    } else {
-        for (int n = 0; n < N; n++) targets[n] = n % 17 == 5 ? -100 : (int32_t)lj_rng_below(&h->rng, V);
-        dloss = 1.0f / N;
-        x = randf(h, (int64_t)N * C, 1), w = randf(h, (int64_t)V * C, 0.5f), losses = lj_malloc(N * sizeof(float));
-        dx = lj_malloc((size_t)N * C * sizeof(float)), dw = lj_calloc((size_t)V * C, sizeof(float));
-    }
-    double *dw0 = lj_harness_to_double(dw, (int64_t)V * C);
-    if (mode == LJ_HARNESS_CHECK) {
-        check_ce_twins(h, shape, x, w, targets, N, C, V, dloss, losses, dx, dw);
-    } else {
-        void *ws = lj_malloc(lj_ops_cpu()->cross_entropy_fused_workspace_bytes(N, C, V));
-        lj_ops_cpu()->cross_entropy_fused(losses, dx, dw, x, w, targets, N, C, V, dloss, ws);
-        free(ws);
-    }
-    ce_ctx cc = {N, C, V, lj_harness_to_double(x, (int64_t)N * C), lj_harness_to_double(w, (int64_t)V * C),
-                 chunks ? 1.0 : dloss, targets};
-    if (mode == LJ_HARNESS_CHECK) {
-        double *ref_losses = lj_malloc(N * sizeof(double));
-        ce_ref(&cc, ref_losses);
-        CHECK_D("cross_entropy_fused losses", losses, ref_losses, N, c->tol);
-        if (!chunks) CHECK_TRUE("cross_entropy_fused losses", losses[1] == 0.0f, "an ignored row's loss is 0");
-        free(ref_losses);
-    } else {
-        double *gx = lj_harness_fd_grad(ce_loss, &cc, cc.x, (int64_t)N * C);
-        double *gw = lj_harness_fd_grad(ce_loss, &cc, cc.w, (int64_t)V * C);
-        for (int64_t i = 0; i < (int64_t)V * C; i++) gw[i] += dw0[i];
-        CHECK_D("cross_entropy_fused dx", dx, gx, (int64_t)N * C, c->tol_grad);
-        CHECK_D("cross_entropy_fused dw (+=)", dw, gw, (int64_t)V * C, c->tol_grad);
-        /* an ignored row gets a zero gradient */
-        int zero = 1;
-        for (int i = 0; i < C; i++) zero &= dx[1 * C + i] == 0.0f;
-        CHECK_TRUE("cross_entropy_fused dx", zero, "an ignored row's dx is 0");
-        free(gx), free(gw);
-    }
-    free(targets), free(x), free(w), free(losses), free(dx), free(dw), free(dw0), free(cc.x), free(cc.w);
-}
 
 /* ---- AdamW: d = {separate_params, expect_clipped}; param = max_grad_norm; three steps over
  * three segments of 1000 elements ------------------------------------------------------- */
@@ -250,206 +96,72 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
     free(p1), free(p2), free(g), free(m1), free(v1), free(m2), free(v2), free(ws);
 }
 
-/* ---- attention: d = {B, T, nh, nkv, hd} ------------------------------------------------ */
+/* ---- the FP8 codec (base/fp8.h), the base of the CPU's emulation ----------------------- */
 
-/* out[B*T, Q], lse[B, nh, T] (lse may be NULL): softmax((q k^T) / sqrt(hd)) v over the keys
- * j0 <= j <= t, j0 = c->ds[b*T + t] within documents (0 without them, plain causal), query head h
- * reading kv head h / (nh/nkv). */
-void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse) {
-    const int Q = c->nh * c->hd, KV = c->nkv * c->hd, row = Q + 2 * KV, T = c->T, hd = c->hd;
-    double *s = lj_malloc((size_t)T * sizeof(double));
-    for (int b = 0; b < c->B; b++)
-        for (int hh = 0; hh < c->nh; hh++) {
-            int g = hh / (c->nh / c->nkv);
-            for (int t = 0; t < T; t++) {
-                const int j0 = c->ds ? c->ds[(int64_t)b * T + t] : 0;
-                const double *q = c->qkv + ((int64_t)b * T + t) * row + hh * hd;
-                double m = -INFINITY, sum = 0;
-                for (int j = j0; j <= t; j++) {
-                    const double *k = c->qkv + ((int64_t)b * T + j) * row + Q + g * hd;
-                    s[j] = 0;
-                    for (int d = 0; d < hd; d++) s[j] += q[d] * k[d];
-                    s[j] /= sqrt((double)hd);
-                    m = fmax(m, s[j]);
-                }
-                for (int j = j0; j <= t; j++) sum += exp(s[j] - m);
-                if (lse) lse[((int64_t)b * c->nh + hh) * T + t] = m + log(sum);
-                double *o = out + ((int64_t)b * T + t) * Q + hh * hd;
-                for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int j = j0; j <= t; j++) {
-                    const double *v = c->qkv + ((int64_t)b * T + j) * row + Q + KV + g * hd;
-                    double p = exp(s[j] - m) / sum;
-                    for (int d = 0; d < hd; d++) o[d] += p * v[d];
-                }
+/* The code nearest to x among the finite codes of `fmt`, ties to the code with an even mantissa
+ * LSB; beyond the largest finite magnitude, +-max (satfinite); NaN -> 0x7F. */
+static uint8_t nearest_code(float x, lj_fp8_format fmt) {
+    if (isnan(x)) return 0x7F;
+    if (fabsf(x) >= lj_fp8_max(fmt)) /* (also where a double distance could no longer tell codes apart) */
+        return (uint8_t)((signbit(x) ? 0x80 : 0) | (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B));
+    int best = -1;
+    double bd = INFINITY;
+    for (int c = 0; c < 256; c++) {
+        const float v = lj_fp8_to_f32((uint8_t)c, fmt);
+        if (!isfinite(v) || (signbit(v) != signbit(x))) continue;
+        const double d = fabs((double)v - (double)x);
+        if (d < bd || (d == bd && (c & 1) == 0)) bd = d, best = c;
+    }
+    return (uint8_t)best;
+}
+
+/* d = {random values}; param unused. Every code round-trips; every bf16 value and random fp32
+ * values (normal, subnormal range, beyond max, exact ties) cast to the nearest code. */
+void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    (void)mode;
+    SHAPE("n=%d", c->d[0]);
+    static const char *ops_name[2] = {"fp8 e4m3", "fp8 e5m2"};
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        const char *op = ops_name[f];
+        CHECK_TRUE(op, lj_fp8_to_f32(fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B, fmt) == lj_fp8_max(fmt), "largest code is %g",
+                   (double)lj_fp8_max(fmt));
+        CHECK_TRUE(op, lj_fp8_to_f32(1, fmt) == ldexpf(1.0f, fmt == LJ_FP8_E4M3 ? -9 : -16), "smallest subnormal");
+        int roundtrip = 1;
+        for (int code = 0; code < 256; code++) {
+            const float v = lj_fp8_to_f32((uint8_t)code, fmt);
+            if (isnan(v)) continue;
+            const uint8_t back = lj_fp8_from_f32(v, fmt);
+            const int inf = isinf(v); /* E5M2's infinities saturate */
+            roundtrip &= inf ? back == (uint8_t)((code & 0x80) | (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B)) : back == code;
+        }
+        CHECK_TRUE(op, roundtrip, "every finite code round-trips, infinities saturate");
+        CHECK_TRUE(op, lj_fp8_from_f32(NAN, fmt) == 0x7F, "NaN -> 0x7F");
+        CHECK_TRUE(op, lj_fp8_from_f32(1e30f, fmt) == (fmt == LJ_FP8_E4M3 ? 0x7E : 0x7B), "1e30 saturates to max");
+        CHECK_TRUE(op, lj_fp8_from_f32(-INFINITY, fmt) == (fmt == LJ_FP8_E4M3 ? 0xFE : 0xFB), "-inf saturates to -max");
+        CHECK_TRUE(op, lj_fp8_from_f32(-0.0f, fmt) == 0x80, "-0 keeps its sign");
+        /* ties: 1 + half a step rounds to 1 (even), 1 + 3 half steps to 1 + 2 steps */
+        const float step = fmt == LJ_FP8_E4M3 ? 0.125f : 0.25f;
+        CHECK_TRUE(op, lj_fp8_to_f32(lj_fp8_from_f32(1.0f + step / 2, fmt), fmt) == 1.0f, "tie to even (down)");
+        CHECK_TRUE(op, lj_fp8_to_f32(lj_fp8_from_f32(1.0f + 1.5f * step, fmt), fmt) == 1.0f + 2 * step,
+                   "tie to even (up)");
+        int bad = 0, first_bad = -1;
+        for (int b = 0; b < 65536; b++) { /* every bf16 value */
+            const float x = lj_bf16_to_f32((uint16_t)b);
+            if (lj_fp8_from_f32(x, fmt) != nearest_code(x, fmt)) {
+                if (first_bad < 0) first_bad = b;
+                bad++;
             }
         }
-    free(s);
-}
-
-double lj_case_attn_loss(void *p) {
-    const lj_case_attn *c = p;
-    int64_t n = (int64_t)c->B * c->T * c->nh * c->hd;
-    double *o = lj_malloc((size_t)n * sizeof(double)), l = 0;
-    lj_case_ref_attention(c, o, NULL);
-    for (int64_t i = 0; i < n; i++) l += o[i] * c->R[i];
-    free(o);
-    return l;
-}
-
-void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    const lj_ops *ops = lj_ops_cpu();
-    const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4];
-    SHAPE("B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
-    const int Q = nh * hd, row = Q + 2 * nkv * hd;
-    const int64_t nqkv = (int64_t)B * T * row, nout = (int64_t)B * T * Q, nlse = (int64_t)B * nh * T;
-    float *qkv = randf(h, nqkv, 1), *out = randf(h, nout, 1), *lse = randf(h, nlse, 1);
-    void *ws = lj_malloc(ops->attention_workspace_bytes(B, T, nh, nkv, hd));
-    ops->attention_forward(out, lse, qkv, B, T, nh, nkv, hd, ws);
-    lj_case_attn ac = {B, T, nh, nkv, hd, lj_harness_to_double(qkv, nqkv), NULL, randf(h, nout, 1)};
-    /* dqkv is overwritten: start from garbage */
-    float *dqkv = randf(h, nqkv, 100);
-    ops->attention_backward(dqkv, ac.R, qkv, out, lse, B, T, nh, nkv, hd, ws);
-    if (mode == LJ_HARNESS_CHECK) {
-        double *ref = lj_malloc(nout * sizeof(double)), *ref_lse = lj_malloc(nlse * sizeof(double));
-        lj_case_ref_attention(&ac, ref, ref_lse);
-        CHECK_D("attention_forward out", out, ref, nout, c->tol);
-        CHECK_D("attention_forward lse", lse, ref_lse, nlse, c->tol);
-        /* the same inputs give the same bits */
-        float *out2 = lj_malloc(nout * sizeof(float)), *lse2 = lj_malloc(nlse * sizeof(float));
-        float *dqkv2 = randf(h, nqkv, 1);
-        ops->attention_forward(out2, lse2, qkv, B, T, nh, nkv, hd, ws);
-        ops->attention_backward(dqkv2, ac.R, qkv, out, lse, B, T, nh, nkv, hd, ws);
-        CHECK_BITS("attention_forward out repeat", out, out2, nout * sizeof(float));
-        CHECK_BITS("attention_forward lse repeat", lse, lse2, nlse * sizeof(float));
-        CHECK_BITS("attention_backward dqkv repeat", dqkv, dqkv2, nqkv * sizeof(float));
-        free(ref), free(ref_lse), free(out2), free(lse2), free(dqkv2);
-    } else {
-        double *g = lj_harness_fd_grad(lj_case_attn_loss, &ac, ac.qkv, nqkv);
-        CHECK_D("attention_backward dqkv", dqkv, g, nqkv, c->tol_grad);
-        free(g);
-    }
-    free(qkv), free(out), free(lse), free(ws), free(ac.qkv), free((void *)ac.R), free(dqkv);
-}
-
-/* KV-cache decoding against the full forward on the same sequence: a prefill, then single-token
- * steps. d = {T, nh, nkv, hd, Tmax, prefill}. */
-void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int T = c->d[0], nh = c->d[1], nkv = c->d[2], hd = c->d[3], Tmax = c->d[4], prefill = c->d[5];
-    SHAPE("T=%d nh=%d nkv=%d hd=%d Tmax=%d prefill=%d", T, nh, nkv, hd, Tmax, prefill);
-    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
-    float *qkv = randf(h, (int64_t)T * row, 1), *full = lj_malloc((size_t)T * Q * sizeof(float));
-    float *lse = lj_malloc((size_t)nh * T * sizeof(float));
-    void *ws = lj_malloc(ops->attention_workspace_bytes(1, T, nh, nkv, hd));
-    ops->attention_forward(full, lse, qkv, 1, T, nh, nkv, hd, ws);
-    float *cache = lj_calloc((size_t)Tmax * 2 * KV, sizeof(float));
-    float *dec = lj_malloc((size_t)T * Q * sizeof(float));
-    ops->attention_decode(dec, cache, qkv, 0, prefill, nh, nkv, hd);
-    for (int p = prefill; p < T; p++)
-        ops->attention_decode(dec + (int64_t)p * Q, cache, qkv + (int64_t)p * row, p, 1, nh, nkv, hd);
-    int cache_ok = 1, bad_t = -1, bad_i = -1;
-    for (int t = 0; t < T; t++) {
-        cache_ok &= memcmp(cache + (int64_t)t * 2 * KV, qkv + (int64_t)t * row + Q, 2 * KV * sizeof(float)) == 0;
-        for (int i = 0; i < Q; i++) {
-            float a = dec[t * Q + i], b = full[t * Q + i];
-            if (!(fabsf(a - b) <= 1e-5f * (1 + fabsf(b))) && bad_t < 0) bad_t = t, bad_i = i;
+        CHECK_TRUE(op, bad == 0, "every bf16 value casts to the nearest code (%d differ, first bf16 0x%04x)", bad,
+                   first_bad);
+        bad = 0;
+        for (int i = 0; i < c->d[0]; i++) {
+            const float x = ldexpf((float)lj_rng_normal(&h->rng), (int)lj_rng_below(&h->rng, 44) - 24);
+            bad += lj_fp8_from_f32(x, fmt) != nearest_code(x, fmt);
         }
+        CHECK_TRUE(op, bad == 0, "random fp32 values cast to the nearest code (%d differ)", bad);
     }
-    CHECK_TRUE("attention_decode kv_cache", cache_ok, "cache rows 0..T-1 hold the k and v parts of qkv");
-    CHECK_TRUE("attention_decode out", bad_t < 0, "decode == full forward within 1e-5 (1 + |full|)%s",
-               bad_t < 0 ? "" : " (first mismatch below)");
-    if (bad_t >= 0)
-        printf("     decode row %d col %d: %g vs %g\n", bad_t, bad_i, dec[bad_t * Q + bad_i], full[bad_t * Q + bad_i]);
-    int rest_zero = 1;
-    for (int t = T; t < Tmax; t++)
-        for (int i = 0; i < 2 * KV; i++) rest_zero &= cache[t * 2 * KV + i] == 0.0f;
-    CHECK_TRUE("attention_decode kv_cache", rest_zero, "cache rows T..Tmax-1 untouched");
-    free(qkv), free(full), free(lse), free(ws), free(cache), free(dec);
-}
-
-/* The paged KV cache of serving: S sequences of lengths T, 2T+1, ..., their blocks handed out
- * in a scrambled order; paged_kv_write puts each row's k and v in its slot (bit for bit, other
- * slots untouched), paged_attention over the block tables equals a double-precision causal
- * attention per sequence and attention_decode's bits, gather_rows copies rows. d = {S, T, nh,
- * nkv, hd, block_size}. */
-void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    (void)mode;
-    const lj_ops *ops = lj_ops_cpu();
-    const int S = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], bs = c->d[5];
-    SHAPE("S=%d T=%d nh=%d nkv=%d hd=%d block_size=%d", S, T, nh, nkv, hd, bs);
-    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV, rep = nh / nkv;
-    int N = 0, MB = 0;
-    for (int s = 0; s < S; s++) {
-        N += (s + 1) * T + s;
-        MB = ((s + 1) * T + s + bs - 1) / bs > MB ? ((s + 1) * T + s + bs - 1) / bs : MB;
-    }
-    const int nblocks = S * MB + 3;
-    int32_t *tables = lj_malloc((size_t)S * MB * sizeof(int32_t)), *seq = lj_malloc((size_t)N * sizeof(int32_t));
-    int32_t *pos = lj_malloc((size_t)N * sizeof(int32_t)), *slots = lj_malloc((size_t)N * sizeof(int32_t));
-    for (int i = 0; i < S * MB; i++) tables[i] = (int32_t)((i * 7 + 3) % nblocks); /* distinct: 7 and nblocks coprime */
-    for (int i = 0; i < S * MB; i++)
-        for (int j = 0; j < i; j++)
-            if (tables[i] == tables[j]) tables[i] = (tables[i] + 1) % nblocks, j = -1;
-    int n = 0;
-    for (int s = 0; s < S; s++)
-        for (int p = 0; p < (s + 1) * T + s; p++, n++) {
-            seq[n] = s, pos[n] = p;
-            slots[n] = tables[s * MB + p / bs] * bs + p % bs;
-        }
-    float *qkv = randf(h, (int64_t)N * row, 1);
-    const size_t cache_floats = (size_t)nblocks * bs * 2 * KV;
-    float *cache = lj_malloc(cache_floats * sizeof(float)), *out = lj_malloc((size_t)N * Q * sizeof(float));
-    for (size_t i = 0; i < cache_floats; i++) cache[i] = 7.0f;
-    ops->paged_kv_write(cache, qkv, slots, N, nh, nkv, hd);
-    int write_ok = 1;
-    for (int i = 0; i < N; i++)
-        write_ok &= memcmp(cache + (int64_t)slots[i] * 2 * KV, qkv + (int64_t)i * row + Q, 2 * KV * sizeof(float)) == 0;
-    CHECK_TRUE("paged_kv_write", write_ok, "every row's k and v in its slot, bit for bit");
-    size_t untouched = 0;
-    for (size_t i = 0; i < cache_floats; i++) untouched += cache[i] == 7.0f;
-    CHECK_TRUE("paged_kv_write", untouched == cache_floats - (size_t)N * 2 * KV, "the other slots untouched");
-    ops->paged_attention(out, qkv, cache, tables, seq, pos, N, MB, bs, nh, nkv, hd);
-    double *ref = lj_malloc((size_t)N * Q * sizeof(double));
-    const double scale = 1.0 / sqrt((double)hd);
-    int off = 0;
-    for (int s = 0; s < S; s++) {
-        const int L = (s + 1) * T + s;
-        for (int t = 0; t < L; t++)
-            for (int hh = 0; hh < nh; hh++) {
-                const float *q = qkv + (int64_t)(off + t) * row + hh * hd;
-                double mx = -INFINITY, sum = 0, *o = ref + (int64_t)(off + t) * Q + hh * hd;
-                double *w = lj_malloc((size_t)(t + 1) * sizeof(double));
-                for (int j = 0; j <= t; j++) {
-                    const float *k = qkv + (int64_t)(off + j) * row + Q + (hh / rep) * hd;
-                    double d = 0;
-                    for (int x = 0; x < hd; x++) d += (double)q[x] * k[x];
-                    w[j] = d * scale;
-                    mx = w[j] > mx ? w[j] : mx;
-                }
-                for (int j = 0; j <= t; j++) sum += (w[j] = exp(w[j] - mx));
-                for (int x = 0; x < hd; x++) o[x] = 0;
-                for (int j = 0; j <= t; j++) {
-                    const float *v = qkv + (int64_t)(off + j) * row + Q + KV + (hh / rep) * hd;
-                    for (int x = 0; x < hd; x++) o[x] += w[j] / sum * v[x];
-                }
-                free(w);
-            }
-        /* attention_decode over a contiguous cache gives the same bits */
-        float *dc = lj_calloc((size_t)L * 2 * KV, sizeof(float)), *dec = lj_malloc((size_t)L * Q * sizeof(float));
-        ops->attention_decode(dec, dc, qkv + (int64_t)off * row, 0, L, nh, nkv, hd);
-        CHECK_BITS("paged_attention vs attention_decode", out + (int64_t)off * Q, dec, (size_t)L * Q * sizeof(float));
-        free(dc), free(dec);
-        off += L;
-    }
-    CHECK_D("paged_attention out", out, ref, (int64_t)N * Q, c->tol);
-    int32_t rows[3] = {N - 1, 0, N / 2};
-    float *g = lj_malloc((size_t)3 * Q * sizeof(float));
-    ops->gather_rows(g, out, rows, 3, Q);
-    int gather_ok = 1;
-    for (int i = 0; i < 3; i++) gather_ok &= memcmp(g + (int64_t)i * Q, out + (int64_t)rows[i] * Q, Q * sizeof(float)) == 0;
-    CHECK_TRUE("gather_rows", gather_ok, "out[m] = x[rows[m]] bit for bit");
-    free(tables), free(seq), free(pos), free(slots), free(qkv), free(cache), free(out), free(ref), free(g);
 }
 
 /* ---- building blocks (ops/cpu/cpu.h) ------------------------------------------------- */

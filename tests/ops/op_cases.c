@@ -37,7 +37,10 @@
 
 const lj_op_case lj_op_cases[] = {
     /* ---- CPU backend against double references and finite differences ---- */
-    {"memory", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_memory},
+    {"memory", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_memory},
+    /* the casts: d = {n} */
+    {"cast", "cpu", CHECK, F32, D(1), 0, NONE, NONE, 1, lj_case_cast},
+    {"cast", "cpu", CHECK, F32, D(1000), 0, NONE, NONE, 1, lj_case_cast},
     /* C spans two column blocks; ids repeat (below V) */
     {"embedding", "cpu", CHECK, F32, D(9, 70, 6), 0, NONE, L2(1e-6), 1, lj_case_embedding},
     /* RMSNorm, its backward, the fused residual form and add (d = {N, C}, param eps) */
@@ -54,31 +57,49 @@ const lj_op_case lj_op_cases[] = {
     {"qk_norm", "cpu", CHECK | GRAD, F32, D(1, 3, 2, 1, 128), 1e-6, CPU_FWD, CPU_GRAD, 1, lj_case_qk_norm},
     {"bias", "cpu", CHECK, F32, D(13, 150), 0, NONE, L2(1e-6), 1, lj_case_bias},
     {"swiglu", "cpu", CHECK | GRAD, F32, D(6, 19), 0, CPU_FWD, CPU_GRAD, 1, lj_case_swiglu},
-    /* fixed targets, one ignored */
-    {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_cross_entropy},
+    /* the cross-entropy over full logits: d = {N, V} */
+    {"cross_entropy", "cpu", CHECK | GRAD, F32, D(6, 23), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cross_entropy},
+    {"cross_entropy", "cpu", CHECK, F32, D(37, 301), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cross_entropy},
+    /* fused with the lm_head: d = {N, C, V, targets}; fixed targets, one ignored */
+    {"cross_entropy_fused", "cpu", CHECK | GRAD, F32, D(6, 8, 23, 0), 0, CPU_FWD, CPU_GRAD, 1,
+     lj_case_cross_entropy_fused},
     /* more rows than one chunk of the fused op (LJ_CPU_CE_CHUNK_ROWS + 45) */
-    {"cross_entropy", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1, lj_case_cpu_cross_entropy},
+    {"cross_entropy_fused", "cpu", CHECK, F32, D(256 + 45, 16, 300, 1), 0, CPU_FWD, NONE, 1,
+     lj_case_cross_entropy_fused},
     /* 3 * LJ_CPU_NORM_CHUNK + 17 */
     {"global_norm", "cpu", CHECK, F32, D(3 * 65536 + 17), 0, NONE, NONE, 1, lj_case_global_norm},
+    /* greedy decoding: d = {M rows, V} */
+    {"argmax_rows", "cpu", CHECK, F32, D(6, 37), 0, NONE, NONE, 1, lj_case_argmax_rows},
+    {"argmax_rows", "cpu", CHECK, F32, D(5, 4099), 0, NONE, NONE, 1, lj_case_argmax_rows},
     /* d = {params != master, clipping expected}, param = max_grad_norm; tol: master and m,
      * tol_grad: v */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
     {"adamw", "cpu", CHECK, F32, D(0, 0), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* inactive (norm ~1.6) */
     {"adamw", "cpu", CHECK, F32, D(1, 1), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* active; params copy */
     {"adamw", "cpu", CHECK, F32, D(257), 0, NONE, NONE, 1, lj_case_cpu_adamw_clip_inactive},
-    {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* GQA 2:1, odd T */
-    {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* 4 q heads per kv */
-    {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention}, /* nh == nkv */
-    {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention},  /* T = 1 */
-    /* prefill of 5 tokens, then 4 single-token steps */
-    {"attention_decode", "cpu", CHECK, F32, D(9, 4, 2, 16, 12, 5), 0, NONE, NONE, 1, lj_case_cpu_attention_decode},
-    /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, block_size} (lengths T, 2T+1, ...) */
-    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 4), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
-    {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 16), 0, CPU_FWD, NONE, 1, lj_case_cpu_paged_attention},
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
+    {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
+    {"attention", "cpu", CHECK | GRAD, F32, D(3, 1, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* T = 1 */
+    /* the first run of a shape captured (the CPU has no graphs: eager) */
+    {"attention", "cpu", CHECK | GRAD, F32, D(1, 6, 2, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_captured},
+    /* KV-cache decoding: d = {p0, Tq, Tmax, nh, nkv, hd}; 4 rows at position 5 (and a prefill of 5
+     * tokens, then 4 single-token steps) */
+    {"attention_decode", "cpu", CHECK, F32, D(5, 4, 12, 4, 2, 16), 0, CPU_FWD, NONE, 1, lj_case_attention_decode},
+    /* serving's paged KV cache: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...), param
+     * the block size */
+    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 0), 4, CPU_FWD, NONE, 1, lj_case_paged_attention},
+    {"paged_attention", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 0), 16, CPU_FWD, NONE, 1, lj_case_paged_attention},
+    {"paged_attention", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 1), 4, CPU_FWD, NONE, 1, lj_case_paged_attention},
+    /* the FP8 cache: {S, T, nh, nkv, hd, decode}, param k_scale (v_scale half of it): vLLM's default 1.0,
+     * and a smaller scale that moves the values up the E4M3 range */
+    {"paged_attention_fp8", "cpu", CHECK, F32, D(3, 7, 4, 2, 8, 0), 1.0, CPU_FWD, NONE, 1, lj_case_paged_attention_fp8},
+    {"paged_attention_fp8", "cpu", CHECK, F32, D(2, 20, 4, 1, 16, 1), 0.0625, CPU_FWD, NONE, 1,
+     lj_case_paged_attention_fp8},
     /* within documents (--reset-attention-mask): EODs about every d[5] tokens; GQA, one-token documents */
-    {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
-    {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
-    {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_cpu_attention_docs},
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
+    {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
+    {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
     /* RoPE by per-token positions (--reset-position-ids) */
     {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_rope_pos},
     /* the CPU building blocks; sgemm tol is per sqrt(K) */
@@ -89,64 +110,83 @@ const lj_op_case lj_op_cases[] = {
     {"expf", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_cpu_expf},
     {"lane_reductions", "cpu", CHECK, F32, D(1000 + 7), 0, NONE, NONE, 1, lj_case_cpu_lane_reductions},
     {"sgemm_probe", "cpu", CHECK, F32, D(128), 0, NONE, NONE, 1, lj_case_cpu_sgemm_probe},
+    /* a captured chain shaped like one layer's step (the CPU has no graphs: the chain run again) */
+    {"cuda_graph", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_graph},
     {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
-    /* FP8 emulation: d = {random values} / {rows, cols} / {tensors, history} (param margin) /
-     * {M, N, K, a in e5m2}; fp8_matmul: tol against the decoded product, tol_grad against the
-     * unquantized one: E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of
-     * random values is within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
+    /* FP8: the codec of base/fp8.h (d = {random values}); the ops: fp8_quantize d = {rows, cols, all
+     * bf16 patterns}, fp8_scale_update {tensors, history, margin}, fp8_swiglu {N, I}, fp8_matmul
+     * {M, N, K, a in e5m2}: tol against the decoded product, tol_grad against the unquantized one:
+     * E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of random values is
+     * within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
     {"fp8_format", "cpu", CHECK, F32, D(20000), 0, NONE, NONE, 1, lj_case_cpu_fp8_format},
-    {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
-    {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_quantize},
-    {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5), 0, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
-    {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1), 2, NONE, NONE, 1, lj_case_cpu_fp8_scale_update},
-    {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_cpu_fp8_matmul},
-    {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_cpu_fp8_matmul},
-    /* the blockwise recipe: d = {rows, cols}, partial 1x128 tiles and 128x128 blocks */
-    {"fp8_blockwise", "cpu", CHECK, F32, D(200, 300), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
-    {"fp8_blockwise", "cpu", CHECK, F32, D(5, 16), 0, NONE, NONE, 1, lj_case_cpu_fp8_blockwise},
+    {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize", "cpu", CHECK, F32, D(256, 256, 1), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5, 0), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
+    {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1, 2), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
+    {"fp8_swiglu", "cpu", CHECK, F32, D(37, 56), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
+    {"fp8_swiglu", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
+    {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_fp8_matmul},
+    {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_fp8_matmul},
+    /* the blockwise recipe: the casts d = {rows, cols}, partial 1x128 tiles and 128x128 blocks; the
+     * GEMM {M, N, K, a in e5m2, b in 128x128 blocks} */
+    {"fp8_blockwise_cast", "cpu", CHECK, F32, D(200, 300), 0, NONE, NONE, 1, lj_case_fp8_blockwise_cast},
+    {"fp8_blockwise_cast", "cpu", CHECK, F32, D(5, 16), 0, NONE, NONE, 1, lj_case_fp8_blockwise_cast},
+    {"fp8_blockwise_matmul", "cpu", CHECK, F32, D(36, 24, 53, 0, 1), 0, L2(1e-6), L2(0.06), 1,
+     lj_case_fp8_blockwise_matmul},
+    {"fp8_blockwise_matmul", "cpu", CHECK, F32, D(48, 64, 200, 1, 0), 0, L2(1e-6), L2(0.09), 1,
+     lj_case_fp8_blockwise_matmul},
 
     /* ---- CUDA backend against the CPU backend ---- */
     /* FP8: the casts and the history update bit for bit against the CPU emulation; the GEMM
      * against the emulation (bf16 output rounding) and the bf16 GEMM (the formats' rounding, as
      * the CPU rows state); N a multiple of 8 (16-byte output rows), K and M not of 16 */
-    CUDA_ONE("fp8_cast", D(0), 0, 1, lj_case_cuda_fp8_cast),
+    /* every bf16 bit pattern at four scales; random tensors of odd shapes (the second takes the
+     * vector kernels: cols a multiple of 8, rows not of the tile) */
+    CUDA_ONE("fp8_quantize", D(256, 256, 1), 0, 1, lj_case_fp8_quantize),
+    CUDA_ONE("fp8_quantize", D(37, 53), 0, 1, lj_case_fp8_quantize),
+    CUDA_ONE("fp8_quantize", D(100, 136), 0, 1, lj_case_fp8_quantize),
     /* the cast fused into the SwiGLU against the SwiGLU and the cast (partial tiles; I = 53: the
      * unfused fallback) */
-    CUDA_ONE("fp8_swiglu", D(300, 200), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(37, 56), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_cuda_fp8_swiglu),
-    CUDA_ONE("fp8_scale_update", D(301, 16), 1, 1, lj_case_cuda_fp8_scale_update),
-    CUDA_ONE("fp8_scale_update", D(97, 1), 0, 1, lj_case_cuda_fp8_scale_update),
-#define CUDA_FP8_MM(d, vs_bf16, quick)                                                                      \
-    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)},   \
-    {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_cuda_fp8_matmul)}
+    CUDA_ONE("fp8_swiglu", D(300, 200), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 56), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_fp8_swiglu),
+    CUDA_ONE("fp8_scale_update", D(301, 16, 1), 0, 1, lj_case_fp8_scale_update),
+    CUDA_ONE("fp8_scale_update", D(97, 1, 1), 0, 1, lj_case_fp8_scale_update),
+#define CUDA_FP8_MM(d, vs_bf16, quick)                                                                            \
+    {"fp8_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)},                 \
+    {"fp8_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick, CUDA(lj_case_fp8_matmul)}
     CUDA_FP8_MM(D(37, 24, 53, 0), L2(0.06), 1),
     CUDA_FP8_MM(D(64, 48, 200, 1), L2(0.09), 1),
     CUDA_FP8_MM(D(1000, 256, 1024, 0), L2(0.06), 0),
     CUDA_FP8_MM(D(333, 512, 2000, 1), L2(0.09), 0),
+    /* serving's decode batches (--quantization fp8): a few rows, Llama 3.1 8B's QKV */
+    CUDA_FP8_MM(D(3, 256, 1024, 0), L2(0.06), 1),
+    CUDA_FP8_MM(D(1, 6144, 4096, 0), L2(0.06), 0),
     /* the blockwise recipe: the casts bit for bit (rows, cols not multiples of 128); the GEMM
      * {M, N, K, a e5m2, b in 128x128 blocks}: 1x128 x 128x128 (forward, dgrad) and 1x128 x 1x128
      * (wgrad), K not a multiple of 128 (nor of 16); M and N multiples of 4, as cuBLASLt's block
      * scales need (lj_cli_fp8_check_tokens) */
-    CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_cuda_fp8_blockwise_cast),
-    CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_cuda_fp8_blockwise_cast),
-    CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_cuda_fp8_blockwise_cast),
-#define CUDA_FP8_BW(d, vs_bf16, quick)                                                                           \
-    {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                               \
-     CUDA(lj_case_cuda_fp8_blockwise_matmul)},                                                                 \
-    {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                              \
-     CUDA(lj_case_cuda_fp8_blockwise_matmul)}
+    CUDA_ONE("fp8_blockwise_cast", D(200, 300), 0, 1, lj_case_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(37, 53), 0, 1, lj_case_fp8_blockwise_cast),
+    CUDA_ONE("fp8_blockwise_cast", D(1000, 2048), 0, 0, lj_case_fp8_blockwise_cast),
+#define CUDA_FP8_BW(d, vs_bf16, quick)                                                                            \
+    {"fp8_blockwise_matmul", "cuda", CHECK, F32, d, 0, GPU_BF16, vs_bf16, quick,                                  \
+     CUDA(lj_case_fp8_blockwise_matmul)},                                                                         \
+    {"fp8_blockwise_matmul", "cuda", CHECK, BF16, d, 0, GPU_BF16, vs_bf16, quick,                                 \
+     CUDA(lj_case_fp8_blockwise_matmul)}
     CUDA_FP8_BW(D(64, 48, 200, 0, 1), L2(0.06), 1),
     CUDA_FP8_BW(D(64, 48, 200, 1, 1), L2(0.09), 1),
     CUDA_FP8_BW(D(48, 64, 200, 1, 0), L2(0.09), 1),
     CUDA_FP8_BW(D(36, 24, 53, 0, 1), L2(0.06), 1),
     CUDA_FP8_BW(D(1000, 256, 1000, 1, 1), L2(0.09), 0),
     CUDA_FP8_BW(D(512, 384, 2000, 1, 0), L2(0.09), 0),
-    CUDA_ONE("cast", D(1), 0, 1, lj_case_cuda_cast),
-    CUDA_ONE("cast", D(1000), 0, 1, lj_case_cuda_cast),
-    CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cuda_cast),
+    CUDA_ONE("memory", D(0), 0, 1, lj_case_memory),
+    CUDA_ONE("cast", D(1), 0, 1, lj_case_cast),
+    CUDA_ONE("cast", D(1000), 0, 1, lj_case_cast),
+    CUDA_ONE("cast", D(1 << 20), 0, 0, lj_case_cast),
     CUDA_BOTH("embedding", D(1, 64, 10), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),
     CUDA_BOTH("embedding", D(37, 200, 300), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),
     CUDA_BOTH("embedding", D(64, 13, 50), 0, D(1e-6, 1e-5, 1e-5), 1, lj_case_embedding),
@@ -165,17 +205,18 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("matmul", D(7, 1, 9), 0, D(1e-3, 1e-3, 1e-5), 1, lj_case_matmul),
     CUDA_BOTH("matmul", D(128, 256, 512), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_matmul),
     CUDA_BOTH("matmul", D(512, 2048, 1536), 0, D(1e-3, 1e-3, 1e-5), 0, lj_case_matmul),
-    CUDA_BOTH("cross_entropy_fused", D(37, 64, 1000), 0, GPU_BF16, 1, lj_case_cuda_cross_entropy_fused),
-    CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    /* random targets (d[3] = 1) */
+    CUDA_BOTH("cross_entropy_fused", D(37, 64, 1000, 1), 0, GPU_BF16, 1, lj_case_cross_entropy_fused),
+    CUDA_BOTH("cross_entropy_fused", D(300, 128, 5003, 1), 0, GPU_BF16, 0, lj_case_cross_entropy_fused),
     /* two chunks of rows */
-    CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256), 0, GPU_BF16, 0, lj_case_cuda_cross_entropy_fused),
+    CUDA_BOTH("cross_entropy_fused", D(4500, 32, 128256, 1), 0, GPU_BF16, 0, lj_case_cross_entropy_fused),
     CUDA_BOTH("global_norm", D(1), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(1000), 0, GPU_BF16, 1, lj_case_global_norm),
     CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_global_norm),
     CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
     CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
-    CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_cuda_graph),
+    CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */
     CUDA_BOTH("qk_norm", D(1, 1, 2, 1, 16), 0, GPU_BF16, 1, lj_case_qk_norm),
@@ -190,63 +231,73 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("rope", D(2, 5, 6, 3, 10), 500000.0, 1, lj_case_rope),
     CUDA_ONE("rope", D(1, 200, 8, 8, 128), 500000.0, 0, lj_case_rope),
     /* every kernel family the shape has (kind -1) */
-    CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 77, 4, 1, 32, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 129, 4, 4, 128, -1), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 4, 2, 16, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 8, 8, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 200, 32, 8, 64, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 300, 8, 2, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 64, 2, 2, 64, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 1, 4, 4, 128, -1), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 512, 8, 2, 64, -1), 0, 0, lj_case_cuda_attention),
+    CUDA_ONE("attention", D(1, 1, 4, 2, 64, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 77, 4, 1, 32, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(2, 129, 4, 4, 128, -1), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 16, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 8, 8, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(2, 200, 32, 8, 64, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 300, 8, 2, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 64, 2, 2, 64, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 1, 4, 4, 128, -1), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 512, 8, 2, 64, -1), 0, 0, lj_case_attention),
     /* cuDNN's SDPA at T = 37, 128, 200 (not multiples of its tiles but 128), head_dim 64/128,
      * GQA 32/8 and 4/2 */
-    CUDA_ONE("attention", D(2, 37, 4, 2, 64, 3), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 37, 32, 8, 128, 3), 0, 1, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(2, 128, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 4, 2, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 37, 32, 8, 64, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_cuda_attention),
-    CUDA_ONE("attention", D(0), 0, 0, lj_case_cuda_attention_captured),
+    CUDA_ONE("attention", D(2, 37, 4, 2, 64, 3), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 128, 3), 0, 1, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 64, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(2, 128, 4, 2, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 4, 2, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 37, 32, 8, 64, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 128, 32, 8, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 200, 32, 8, 128, 3), 0, 0, lj_case_attention),
+    CUDA_ONE("attention", D(1, 256, 4, 2, 128), 0, 0, lj_case_attention_captured),
     /* within documents: d = {B, T, nh, nkv, hd, mean document length}, param the kernels (0 flash,
      * 1 simple, 2 flash-mt1); documents shorter and longer than a 64-key tile, head dims 64/128 and one the
      * flash kernels do not cover */
-    /* serving's paged ops: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...) */
-    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 0), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 1), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 40, 32, 8, 128, 0), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(5, 300, 32, 8, 128, 1), 0, 0, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_cuda_paged_attention),
-    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 2, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 3), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_cuda_attention_docs),
-    CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_cuda_attention_docs),
+    /* serving's paged ops: {S sequences, T, nh, nkv, hd, decode} (lengths T, 2T+1, ...), blocks of 16 */
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 0), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(3, 7, 4, 2, 8, 1), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 40, 32, 8, 128, 0), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(5, 300, 32, 8, 128, 1), 0, 0, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_paged_attention),
+    /* the FP8 cache: the codes bit for bit, the attention against the CPU's (param k_scale) */
+    CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 0), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 1), 0.0625, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 40, 32, 8, 128, 0), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(5, 300, 32, 8, 128, 1), 0.5, 0, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(4, 33, 16, 2, 64, 1), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 20, 8, 8, 256, 0), 0.0625, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 40), 2, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 300, 8, 2, 64, 3), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_attention_docs),
+    CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_attention_docs),
     CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 500000.0, 0, lj_case_rope_pos),
-    CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_cuda_attention_decode),
-    CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_cuda_attention_decode),
+    CUDA_ONE("attention_decode", D(0, 1, 8, 4, 2, 64), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(5, 3, 16, 4, 2, 64), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(7, 4, 12, 4, 4, 16), 0, 1, lj_case_attention_decode),
+    CUDA_ONE("attention_decode", D(30, 1, 40, 8, 2, 128), 0, 0, lj_case_attention_decode),
+    CUDA_ONE("argmax_rows", D(6, 37), 0, 1, lj_case_argmax_rows),
+    CUDA_ONE("argmax_rows", D(5, 4099), 0, 1, lj_case_argmax_rows),
+    CUDA_ONE("argmax_rows", D(300, 128256), 0, 0, lj_case_argmax_rows),
     CUDA_ONE("swiglu", D(1, 8), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(37, 200), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(5, 13), 0, 1, lj_case_swiglu),
     CUDA_ONE("swiglu", D(512, 2048), 0, 0, lj_case_swiglu),
-    CUDA_ONE("cross_entropy", D(1, 10), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(37, 1000), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(20, 1001), 0, 1, lj_case_cuda_cross_entropy),
-    CUDA_ONE("cross_entropy", D(8, 128256), 0, 0, lj_case_cuda_cross_entropy),
+    CUDA_ONE("cross_entropy", D(1, 10), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(37, 1000), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(20, 1001), 0, 1, lj_case_cross_entropy),
+    CUDA_ONE("cross_entropy", D(8, 128256), 0, 0, lj_case_cross_entropy),
 
     /* ---- CUDA perf at the benchmark shapes: llama3.2-1b (micro-batch 4) and llama3.2-3b
      * (micro-batch 2), sequence 4096 ---- */

@@ -1,7 +1,7 @@
 /* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
- * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, CPU checks and
- * finite differences; cases_cuda.c, CUDA against the CPU backend; perf_cuda.cu, CUDA timings at
- * the benchmark shapes). tests/ops/README.md says how to add one. */
+ * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, the CPU's
+ * building blocks and the FP8 codec; AdamW's cases, cases_cpu.c and cases_cuda.c; perf_cuda.cu,
+ * CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
 #ifndef LJ_TESTS_OPS_OP_CASES_H
 #define LJ_TESTS_OPS_OP_CASES_H
 
@@ -44,7 +44,13 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
  * function), one file per op family: cases_embedding.c, cases_rmsnorm.c (RMSNorm, the fused
  * residual form, add), cases_matmul.c, cases_rope.c (by sequence and by per-token positions),
  * cases_qknorm.c (Qwen3's QK-norm, plain and fused with RoPE), cases_bias.c (the projection
- * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c. */
+ * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c, cases_argmax.c (the greedy
+ * token of each row), cases_cross_entropy.c (over full logits and fused with the lm_head),
+ * cases_attention.c (plain per kernel family, its first run captured, within documents, KV-cache
+ * decoding), cases_paged.c (serving's paged ops; over an FP8 cache: cases_paged_fp8.c, below),
+ * cases_fp8.c (the casts, the history update, the cast fused into the SwiGLU, the per-tensor and
+ * blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
+ * step). */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -54,73 +60,44 @@ void lj_case_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_argmax_rows(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
-/* Of one backend: */
+/* Of one backend: the CPU's building blocks and the FP8 codec (cases_cpu.c); AdamW, not yet
+ * written once (cases_cpu.c, cases_cuda.c). */
 
-void lj_case_cpu_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm_probe(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_docmask_cpu.c (the two helpers are shared with the CUDA cases): tokens [B, T] with EOD
- * id 0 about every mean_len tokens (and at fixed places: a two-token document, an EOD as a last
- * input); their positions and document starts by Megatron's rule (data/docmask.h, all flags on;
- * either output may be NULL). */
-void lj_case_docmask_tokens(lj_rng *rng, int B, int T, int mean_len, int32_t *tokens);
-
-/* The double-precision attention reference of the CPU cases (cases_cpu.c): qkv [B*T, Q+2KV] in
- * the QKV layout, ds the first key of each query's document ([B*T] i32, NULL: plain causal),
- * R the weights of the scalar loss sum(out * R) whose finite differences the grad mode takes. */
-typedef struct {
-    int B, T, nh, nkv, hd;
-    double *qkv;
-    const int32_t *ds;
-    const float *R;
-} lj_case_attn;
-void lj_case_ref_attention(const lj_case_attn *c, double *out, double *lse);
-double lj_case_attn_loss(void *p);
-void lj_case_docmask_build(int B, int T, const int32_t *tokens, int32_t *pos, int32_t *doc_start);
-void lj_case_cpu_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_docmask_cuda.c */
-void lj_case_cuda_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_paged_cuda.c */
-void lj_case_cuda_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_fp8_cpu.c */
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef LJ_HAVE_CUDA
-void lj_case_cuda_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-/* cases_fp8_cuda.c */
-void lj_case_cuda_fp8_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -128,6 +105,9 @@ void lj_case_cuda_perf_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode 
 void lj_case_cuda_perf_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 #endif
+
+/* cases_paged_fp8.c (written once for every backend): serving's FP8 KV cache. */
+void lj_case_paged_attention_fp8(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef __cplusplus
 }

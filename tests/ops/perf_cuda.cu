@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "tests/ops/harness_cuda.cuh"
-#include "tests/ops/op_cases.h"
+#include "tests/ops/case.h"
 
 #define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
 
@@ -197,6 +197,231 @@ void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *cs, lj_harness
     lj_harness_report(group, "backward", bwd, 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_harness_report(group, "fwd+bwd", fwd + bwd, 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
     lj_att_bench_free(&c);
+}
+
+/* ---- attention within documents: d = {B, T, nh, nkv, hd, mean document length} ------------ */
+
+typedef struct {
+    const lj_ops *G;
+    int B, T, nh, nkv, hd;
+    const int32_t *ds; /* NULL: plain causal */
+    void *qkv, *dout, *out, *dqkv, *ws;
+    float *lse;
+} docs_ctx;
+
+static void docs_fwd(void *p) {
+    docs_ctx *c = (docs_ctx *)p;
+    if (c->ds) c->G->attention_forward_docs(c->out, c->lse, c->qkv, c->ds, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+    else c->G->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+static void docs_bwd(void *p) {
+    docs_ctx *c = (docs_ctx *)p;
+    if (c->ds)
+        c->G->attention_backward_docs(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->ds, c->B, c->T, c->nh, c->nkv, c->hd,
+                                      c->ws);
+    else c->G->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->nh, c->nkv, c->hd, c->ws);
+}
+
+/* Forward and backward times of plain causal attention (cuDNN, the default path; then the own
+ * flash kernels) and of attention within documents (the own flash kernels), on EODs about every
+ * d[5] tokens. TFLOP/s count the work each one does: 2*B*nh*T^2*hd for causal attention
+ * (docs/reference.md's convention, no causal discount) times the work within documents,
+ * sum l(l+1)/2 / (T(T+1)/2), for the masked one. */
+void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *G = perf_begin(cs);
+    const int B = cs->d[0], T = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], mean = cs->d[5];
+    const int64_t N = (int64_t)B * T, row = (int64_t)(nh + 2 * nkv) * hd;
+    int32_t *tokens = (int32_t *)lj_malloc((size_t)N * 4), *ds = (int32_t *)lj_malloc((size_t)N * 4);
+    lj_case_docmask_tokens(&h->rng, B, T, mean, tokens);
+    lj_case_docmask_build(B, T, tokens, NULL, ds);
+    double work = 0;
+    int docs = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T;) {
+            int e = t;
+            while (e < T && ds[(int64_t)b * T + e] == t) e++;
+            work += 0.5 * (double)(e - t) * (e - t + 1), docs++;
+            t = e;
+        }
+    const double frac = work / (B * 0.5 * (double)T * (T + 1));
+    float *x = lj_harness_randf_bf16(h, N * row, 1.0f), *g = lj_harness_randf_bf16(h, N * nh * hd, 1.0f);
+    docs_ctx pc = {G, B, T, nh, nkv, hd, NULL, lj_harness_upload(G, x, N * row, LJ_DTYPE_BF16),
+                   lj_harness_upload(G, g, N * nh * hd, LJ_DTYPE_BF16), lj_harness_dalloc(G, (size_t)N * nh * hd * 2),
+                   lj_harness_dalloc(G, (size_t)N * row * 2),
+                   lj_harness_dalloc(G, G->attention_workspace_bytes(B, T, nh, nkv, hd)),
+                   (float *)lj_harness_dalloc(G, (size_t)B * nh * T * 4)};
+    const int32_t *gds = (const int32_t *)lj_harness_upload(G, ds, N, LJ_DTYPE_F32);
+    const double f = 2.0 * B * nh * (double)T * T * hd;
+    const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+    printf("attention_docs B=%d T=%d nh=%d nkv=%d hd=%d: %.2f documents per sequence, work within them %.4f of "
+           "causal\n", B, T, nh, nkv, hd, (double)docs / B, frac);
+    const char *names[3] = {"causal cudnn", "causal flash", "documents flash"};
+    for (int k = 0; k < 3; k++) {
+        pc.G = perf_table(cs, k == 0 ? LJ_ATTENTION_AUTO : LJ_ATTENTION_FLASH, 2, 0);
+        pc.ds = k == 2 ? gds : NULL;
+        const double w = k == 2 ? frac : 1.0;
+        const double fwd = lj_harness_time_ms(G, docs_fwd, &pc, 3, 10);
+        const double bwd = lj_harness_time_ms(G, docs_bwd, &pc, 3, 10);
+        char group[160];
+        snprintf(group, sizeof group, "attention B=%d T=%d nh=%d nkv=%d hd=%d doc~%d %s", B, T, nh, nkv, hd, mean,
+                 names[k]);
+        lj_harness_report(group, "forward", fwd, w * f / (fwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "backward", bwd, w * 2.5 * f / (bwd * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "fwd+bwd", fwd + bwd, w * 3.5 * f / ((fwd + bwd) * 1e-3) / 1e12, "TFLOP/s", ceiling);
+    }
+    G->free(pc.qkv), G->free(pc.dout), G->free(pc.out), G->free(pc.dqkv), G->free(pc.ws), G->free(pc.lse);
+    G->free((void *)gds);
+    free(tokens), free(ds), free(x), free(g);
+}
+
+/* ---- FP8 GEMMs: d = {N tokens, in, out} ------------------------------------------------- */
+
+static const lj_ops *G8; /* the table of the FP8 perf case running */
+
+/* bytes of device memory, with h[bytes] copied in unless h is NULL */
+static void *fp8_up(const void *h, size_t bytes) {
+    void *d = lj_harness_dalloc(G8, bytes);
+    if (h) G8->upload(d, h, bytes);
+    return d;
+}
+
+typedef struct {
+    void *out, *x, *w, *qx, *qw, *qdy_t, *qx_t, *dw;
+    float *st;
+    int N, in, outf;
+} fp8_perf_ctx;
+
+static void perf_fwd(void *p) {
+    fp8_perf_ctx *c = (fp8_perf_ctx *)p;
+    G8->fp8_matmul(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->st + 4, c->qw, LJ_FP8_E4M3, c->st + 8, c->N, c->outf,
+                  c->in, LJ_GRAD_OVERWRITE, NULL);
+}
+static void perf_wgrad(void *p) {
+    fp8_perf_ctx *c = (fp8_perf_ctx *)p;
+    G8->fp8_matmul(c->dw, G8->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->st + 4, c->qx_t, LJ_FP8_E4M3, c->st + 8, c->outf, c->in,
+                  c->N, LJ_GRAD_ACCUMULATE, NULL);
+}
+static void perf_bf16(void *p) {
+    fp8_perf_ctx *c = (fp8_perf_ctx *)p;
+    G8->matmul_forward(c->out, c->x, c->w, c->N, c->in, c->outf);
+}
+static void perf_cast(void *p) {
+    fp8_perf_ctx *c = (fp8_perf_ctx *)p;
+    lj_fp8_scaling sc = {c->st, c->st + 4, c->st + 2, 1};
+    G8->fp8_amax(c->st + 2, c->x, (int64_t)c->N * c->in);
+    G8->fp8_quantize(c->qx, c->qx_t, c->x, c->N, c->in, LJ_FP8_E4M3, &sc);
+}
+
+void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode, (void)h;
+    G8 = perf_begin(cs);
+    fp8_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
+    printf("fp8 matmul %s\n", shape);
+    float one[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}; /* scale_inv of x and w at [4] and [8]: 16-byte aligned */
+    c.st = (float *)fp8_up(one, sizeof one);
+    const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
+    c.x = fp8_up(NULL, nx * 2), c.w = fp8_up(NULL, nw * 2), c.out = fp8_up(NULL, (size_t)c.N * c.outf * 2);
+    c.qx = fp8_up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = fp8_up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
+    c.qx_t = fp8_up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = fp8_up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
+    c.dw = fp8_up(NULL, nw * lj_dtype_size(G8->grad_dtype));
+    G8->memset_zero(c.x, nx * 2), G8->memset_zero(c.w, nw * 2);
+    G8->memset_zero(c.qx, (size_t)c.N * lj_fp8_ld(c.in)), G8->memset_zero(c.qw, (size_t)c.outf * lj_fp8_ld(c.in));
+    G8->memset_zero(c.qx_t, (size_t)c.in * lj_fp8_ld(c.N)), G8->memset_zero(c.qdy_t, (size_t)c.outf * lj_fp8_ld(c.N));
+    const double flop = 2.0 * c.N * c.in * c.outf;
+    char group[160];
+    snprintf(group, sizeof group, "fp8 matmul %s", shape);
+    double ms = lj_harness_time_ms(G8, perf_bf16, &c, 3, 10);
+    lj_harness_report(group, "bf16 forward (reference)", ms, flop / ms / 1e9, "TFLOP/s", LJ_HARNESS_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G8, perf_fwd, &c, 3, 10);
+    lj_harness_report(group, "fp8 forward e4m3 x e4m3", ms, flop / ms / 1e9, "TFLOP/s", LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G8, perf_wgrad, &c, 3, 10);
+    lj_harness_report(group, "fp8 wgrad e5m2 x e4m3 (+=)", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G8, perf_cast, &c, 3, 10);
+    const double bytes = (double)nx * 2 * 2 + (double)nx * 2; /* x read twice, q and q_t written */
+    lj_harness_report(group, "amax + cast with transpose of x (unfused)", ms, bytes / ms / 1e6, "GB/s",
+                      LJ_HARNESS_HBM_CEILING_GBS);
+    G8->free(c.st), G8->free(c.x), G8->free(c.w), G8->free(c.out), G8->free(c.qx), G8->free(c.qw), G8->free(c.qx_t);
+    G8->free(c.qdy_t), G8->free(c.dw);
+}
+
+/* ---- perf of the blockwise recipe: d = {N tokens, in, out} ---------------------------- */
+
+typedef struct {
+    void *x, *w, *out, *dw, *qx, *qx_t, *qw, *qdy_t;
+    float *sx, *sx_t, *sw, *sdy_t, *amax;
+    int N, in, outf;
+} bw_perf_ctx;
+
+static void bw_perf_fwd(void *p) {
+    bw_perf_ctx *c = (bw_perf_ctx *)p;
+    G8->fp8_matmul_blockwise(c->out, LJ_DTYPE_BF16, c->qx, LJ_FP8_E4M3, c->sx, 0, c->qw, LJ_FP8_E4M3, c->sw, 1, c->N,
+                            c->outf, c->in, LJ_GRAD_OVERWRITE, NULL);
+}
+static void bw_perf_wgrad(void *p) {
+    bw_perf_ctx *c = (bw_perf_ctx *)p;
+    G8->fp8_matmul_blockwise(c->dw, G8->grad_dtype, c->qdy_t, LJ_FP8_E5M2, c->sdy_t, 0, c->qx_t, LJ_FP8_E4M3, c->sx_t, 0,
+                            c->outf, c->in, c->N, LJ_GRAD_ACCUMULATE, NULL);
+}
+static void bw_perf_cast(void *p) {
+    bw_perf_ctx *c = (bw_perf_ctx *)p;
+    G8->fp8_quantize_tiles(c->qx, c->sx, c->qx_t, c->sx_t, c->x, c->N, c->in, LJ_FP8_E4M3, c->amax);
+}
+static void bw_perf_cast_w(void *p) {
+    bw_perf_ctx *c = (bw_perf_ctx *)p;
+    G8->fp8_quantize_blocks(c->qw, c->sw, NULL, NULL, c->w, c->outf, c->in, LJ_FP8_E4M3, c->amax);
+}
+
+/* The blockwise GEMMs (1x128 x 128x128 forward, 1x128 x 1x128 weight gradient) and its casts
+ * (x rowwise and columnwise; W in blocks) at the Llama shapes, beside the per-tensor rows of
+ * lj_case_cuda_perf_fp8_matmul. */
+void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode, (void)h;
+    G8 = perf_begin(cs);
+    bw_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.N = cs->d[0], c.in = cs->d[1], c.outf = cs->d[2];
+    SHAPE("N=%d IC=%d OC=%d", c.N, c.in, c.outf);
+    printf("fp8 blockwise %s\n", shape);
+    const size_t nx = (size_t)c.N * c.in, nw = (size_t)c.outf * c.in;
+    c.x = fp8_up(NULL, nx * 2), c.w = fp8_up(NULL, nw * 2), c.out = fp8_up(NULL, (size_t)c.N * c.outf * 2);
+    c.dw = fp8_up(NULL, nw * lj_dtype_size(G8->grad_dtype));
+    c.qx = fp8_up(NULL, (size_t)c.N * lj_fp8_ld(c.in)), c.qw = fp8_up(NULL, (size_t)c.outf * lj_fp8_ld(c.in));
+    c.qx_t = fp8_up(NULL, (size_t)c.in * lj_fp8_ld(c.N)), c.qdy_t = fp8_up(NULL, (size_t)c.outf * lj_fp8_ld(c.N));
+    c.sx = (float *)fp8_up(NULL, (size_t)lj_fp8_tile_scales_numel(c.N, c.in) * 4);
+    c.sx_t = (float *)fp8_up(NULL, (size_t)lj_fp8_tile_scales_numel(c.in, c.N) * 4);
+    c.sdy_t = (float *)fp8_up(NULL, (size_t)lj_fp8_tile_scales_numel(c.outf, c.N) * 4);
+    c.sw = (float *)fp8_up(NULL, (size_t)lj_fp8_block_scales_numel(c.outf, c.in) * 4);
+    c.amax = (float *)fp8_up(NULL, 16);
+    G8->memset_zero(c.x, nx * 2), G8->memset_zero(c.w, nw * 2);
+    /* zero data: every factor 1, every code 0 (the timings do not depend on the values) */
+    bw_perf_cast(&c);
+    bw_perf_cast_w(&c);
+    G8->memset_zero(c.out, (size_t)c.N * c.outf * 2); /* as dy [N, out] */
+    G8->fp8_quantize_tiles(NULL, NULL, c.qdy_t, c.sdy_t, c.out, c.N, c.outf, LJ_FP8_E5M2, NULL);
+    const double flop = 2.0 * c.N * c.in * c.outf;
+    char group[160];
+    snprintf(group, sizeof group, "fp8 blockwise %s", shape);
+    double ms = lj_harness_time_ms(G8, bw_perf_fwd, &c, 3, 10);
+    lj_harness_report(group, "forward e4m3 1x128 x 128x128", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G8, bw_perf_wgrad, &c, 3, 10);
+    lj_harness_report(group, "wgrad e5m2 x e4m3 1x128 x 1x128 (+=)", ms, flop / ms / 1e9, "TFLOP/s",
+                      LJ_HARNESS_FP8_GEMM_CEILING_TFLOPS);
+    ms = lj_harness_time_ms(G8, bw_perf_cast, &c, 3, 10);
+    double bytes = (double)nx * 2 * 2 + (double)nx * 2; /* x read twice, q and q_t written */
+    lj_harness_report(group, "x: 1x128 tiles rowwise and columnwise", ms, bytes / ms / 1e6, "GB/s",
+                      LJ_HARNESS_HBM_CEILING_GBS);
+    ms = lj_harness_time_ms(G8, bw_perf_cast_w, &c, 3, 10);
+    bytes = (double)nw * 2 * 2 + (double)nw; /* W read twice (amax, cast), q written */
+    lj_harness_report(group, "W: 128x128 blocks", ms, bytes / ms / 1e6, "GB/s", LJ_HARNESS_HBM_CEILING_GBS);
+    G8->free(c.x), G8->free(c.w), G8->free(c.out), G8->free(c.dw), G8->free(c.qx), G8->free(c.qw), G8->free(c.qx_t);
+    G8->free(c.qdy_t), G8->free(c.sx), G8->free(c.sx_t), G8->free(c.sdy_t), G8->free(c.sw), G8->free(c.amax);
 }
 
 /* ---- RMSNorm: d = {N, C} ----------------------------------------------------------------- */
@@ -514,8 +739,8 @@ void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *cs, lj_harness
     float s[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(s, &hp, 3e-4f, 10); /* lr 3e-4 at step 10 */
     ops->upload(c.scalars, s, sizeof s);
-    c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f};
-    c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f};
+    c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f, 0};
+    c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f, 0};
     char group[160];
     snprintf(group, sizeof group, "optimizer %s grad %s", shape, lj_dtype_name(ops->grad_dtype));
     report_gbs(group, "global_norm_sq", ops, opt_norm, &c, (double)gs * c.P);
