@@ -119,7 +119,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     }
     res->planned_bytes = plan.total_bytes + before;
 
-    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_dp_segments(&m, &ac, &seg);
     const int world = cfg->dp->world;
@@ -141,7 +141,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         const double t0 = lj_time_sec();
         lj_model_set_batch(&m, tokens);
         /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
-        lj_dp_train_step(cfg->dp, &m, seg, nseg, &ac, 1e-4f, 1e-4f, step, dloss);
+        lj_dp_train_step(cfg->dp, &m, seg, nseg, &ac, 1e-4f, step, dloss);
         ops->synchronize();
         const double dt = lj_time_sec() - t0;
         float loss_sum = (float)lj_model_mean_loss(&m);

@@ -79,6 +79,8 @@ static const lj_flag k_ignored[] = {
     {.name = "--num-layers-per-virtual-pipeline-stage", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf has no pipeline parallelism (data parallelism with ZeRO stages 0-3 only)"},
     {.name = "--use-torch-fsdp2", .kind = LJ_FLAG_REFUSED, .help = "use --zero-stage 3: ZeRO-3 shards parameters, gradients and optimizer state as FSDP does"},
     {.name = "--num-experts", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "ljperf trains dense models only (no mixture of experts)"},
+    {.name = "--decoupled-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
+    {.name = "--decoupled-min-lr", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "a separate learning rate for the embedding and output layer is not implemented"},
     {.name = "--rampup-batch-size", .kind = LJ_FLAG_REFUSED, .ival = -1, .help = "the global batch is constant in ljperf"},
     {.name = "--vocab-extra-ids", .kind = LJ_FLAG_REFUSED, .ival = 1, .help = "extra sentinel ids are for T5-style models"},
 };
@@ -141,8 +143,6 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--lr-wsd-decay-style", .kind = LJ_FLAG_STR, .dest = &m->lr_wsd_decay_style, .help = "linear|cosine|exponential|minus_sqrt  WSD's anneal (default exponential)"},
         {.name = "--lr-wsd-decay-iters", .kind = LJ_FLAG_INT, .dest = &m->lr_wsd_decay_iters, .help = "N  WSD's anneal length"},
         {.name = "--lr-wsd-decay-samples", .kind = LJ_FLAG_I64, .dest = &m->lr_wsd_decay_samples, .help = "N  WSD's anneal length in samples"},
-        {.name = "--decoupled-lr", .kind = LJ_FLAG_DOUBLE, .dest = &m->decoupled_lr, .help = "LR  the peak learning rate of the embedding and the output layer (the schedule's shape is --lr's)"},
-        {.name = "--decoupled-min-lr", .kind = LJ_FLAG_DOUBLE, .dest = &m->decoupled_min_lr, .help = "LR  their final learning rate (default --min-lr)"},
         {.name = "--exit-duration-in-mins", .kind = LJ_FLAG_DOUBLE, .dest = &m->exit_duration_in_mins, .help = "M  save (with --save) and exit after M minutes of training"},
         {.name = "--optimizer", .kind = LJ_FLAG_STR, .dest = &m->optimizer, .help = "adam  (AdamW, Megatron's adam; the only one)"},
         {.kind = LJ_FLAG_SECTION, .help = "precision:"},
@@ -571,34 +571,6 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
         (m->profile_step_start_given || m->profile_step_end_given || m->profile_ranks.count))
         lj_log_info("--profile-step-start, --profile-step-end, --profile-ranks: no effect without --profile or "
                     "--record-memory-history (as in Megatron-LM)");
-    return LJ_OK;
-}
-
-lj_status lj_cli_megatron_decoupled_lr(const lj_cli_megatron *m, const lj_lr_schedule *s, int print,
-                                       lj_adamw_config *adamw, lj_lr_schedule *decoupled) {
-    adamw->decoupled_lr = 0;
-    if (isnan(m->decoupled_lr)) {
-        if (print && !isnan(m->decoupled_min_lr))
-            lj_log_info("--decoupled-min-lr: no effect without --decoupled-lr (as in Megatron-LM)");
-        return LJ_OK;
-    }
-    if (!(m->decoupled_lr >= 0 && isfinite(m->decoupled_lr)))
-        return lj_fail(LJ_ERR_ARG, "--decoupled-lr %g: must be a finite number >= 0", m->decoupled_lr);
-    const double min_lr = isnan(m->decoupled_min_lr) ? s->min_lr : m->decoupled_min_lr;
-    if (!(min_lr >= 0 && min_lr <= m->decoupled_lr))
-        return lj_fail(LJ_ERR_ARG, "--decoupled-min-lr %g must be in [0, --decoupled-lr %g]%s", min_lr, m->decoupled_lr,
-                       isnan(m->decoupled_min_lr) ? " (it defaults to --min-lr: give --decoupled-min-lr)" : "");
-    if (s->deepspeed.type != LJ_DS_SCHEDULER_NONE)
-        return lj_fail(LJ_ERR_ARG, "--decoupled-lr with the DeepSpeed config's scheduler: its learning rate has one "
-                                   "value for every parameter (remove the scheduler block or --decoupled-lr)");
-    *decoupled = *s;
-    decoupled->lr = m->decoupled_lr;
-    decoupled->min_lr = min_lr;
-    adamw->decoupled_lr = 1;
-    if (print)
-        lj_log_info("--decoupled-lr %g: the embedding and the output layer step at their own learning rate, from %g "
-                    "to %g on the schedule of --lr (Megatron-LM's decoupled_lr parameter group)",
-                    m->decoupled_lr, m->decoupled_lr, min_lr);
     return LJ_OK;
 }
 

@@ -121,15 +121,6 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
 lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, int zero_stage, int world,
                                            const char *backend, int print);
 
-/* --decoupled-lr and --decoupled-min-lr (Megatron-LM's): the embedding and the output layer's
- * parameter group, whose learning rate follows the run's schedule `s` (warm-up from
- * --lr-warmup-init, decay style and lengths) between --decoupled-lr and --decoupled-min-lr
- * (default --min-lr), as Megatron's OptimizerParamScheduler gives a group its own max_lr and
- * min_lr. Sets adamw->decoupled_lr (their segments' lr_group 1) and *decoupled. Errors: LJ_ERR_ARG
- * naming the flag (a negative value, a minimum above the peak, a DeepSpeed scheduler beside it). */
-lj_status lj_cli_megatron_decoupled_lr(const lj_cli_megatron *m, const lj_lr_schedule *s, int print,
-                                       lj_adamw_config *adamw, lj_lr_schedule *decoupled);
-
 /* The compatibility table of `ljperf train --help`. */
 /* Document masking of a run of model `cfg` (--reset-position-ids, --reset-attention-mask,
  * --eod-mask-loss; Megatron-LM's meanings, data/docmask.h) into *dm, with the end-of-document id

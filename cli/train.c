@@ -611,7 +611,6 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     int train_iters = a.train_iters;
     LJ_TRY(lj_cli_megatron_schedule(mg, c->global_batch_size, a.warmup_iters, a.decay_iters, &train_iters, &c->lr));
     c->train_iters = train_iters;
-    LJ_TRY(lj_cli_megatron_decoupled_lr(mg, &c->lr, rank0, &c->adamw, &c->lr_decoupled));
     c->hf_dtype = c->ops->param_dtype == LJ_DTYPE_F32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16;
     if (hf_dtype) {
         if (!strcmp(hf_dtype, "bf16")) c->hf_dtype = LJ_DTYPE_BF16;

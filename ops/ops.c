@@ -66,10 +66,6 @@ lj_ops_memory_event *lj_ops_memory_events(int *count, lj_ops_memory_summary *sum
 size_t lj_ops_allocated_bytes(void) { return (size_t)atomic_load(&g_allocated); }
 
 void lj_adamw_step_scalars(float *out, const lj_adamw_hparams *hp, float lr, int step) {
-    lj_adamw_step_scalars2(out, hp, lr, lr, step);
-}
-
-void lj_adamw_step_scalars2(float *out, const lj_adamw_hparams *hp, float lr, float lr_decoupled, int step) {
     LJ_ASSERT(step >= 1, "AdamW step %d: steps count from 1", step);
     /* torch/optim/adamw.py (_single_tensor_adamw): bias_correction1 = 1 - beta1 ** step,
      * step_size = lr / bias_correction1, bias_correction2_sqrt = sqrt(1 - beta2 ** step), in
@@ -78,6 +74,4 @@ void lj_adamw_step_scalars2(float *out, const lj_adamw_hparams *hp, float lr, fl
     out[LJ_ADAMW_LR] = lr;
     out[LJ_ADAMW_STEP_SIZE] = (float)((double)lr / bc1);
     out[LJ_ADAMW_BC2_SQRT] = (float)sqrt(bc2);
-    out[LJ_ADAMW_LR_1] = lr_decoupled;
-    out[LJ_ADAMW_STEP_SIZE_1] = (float)((double)lr_decoupled / bc1);
 }

@@ -37,8 +37,6 @@ typedef struct {
     int64_t offset; /* elements from the start of the flat buffers */
     int64_t count;  /* elements */
     float weight_decay;
-    int lr_group;   /* 0: the step's learning rate; 1: the decoupled one (Megatron-LM's --decoupled-lr:
-                       the embedding and the output layer) */
 } lj_adamw_segment;
 
 /* AdamW. Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019),
@@ -61,24 +59,18 @@ typedef struct {
     float max_grad_norm;   /* <= 0: no clipping */
 } lj_adamw_hparams;
 
-/* Indices of the per-step scalars: float [LJ_ADAMW_NUM_SCALARS]. A segment of lr_group g reads
- * its lr and step_size at LJ_ADAMW_LR + g * LJ_ADAMW_GROUP_STRIDE (and the same for step_size). */
+/* Indices of the per-step scalars: float [LJ_ADAMW_NUM_SCALARS]. */
 enum {
     LJ_ADAMW_LR = 0,        /* lr (the weight decay factor 1 - lr*wd is formed from it, in double) */
     LJ_ADAMW_STEP_SIZE,     /* lr / (1 - beta1^t), computed in double, rounded once to f32 */
     LJ_ADAMW_BC2_SQRT,      /* sqrt(1 - beta2^t), computed in double, rounded once to f32 */
-    LJ_ADAMW_LR_1,          /* lr_group 1's lr */
-    LJ_ADAMW_STEP_SIZE_1,   /* and its step_size */
     LJ_ADAMW_NUM_SCALARS
 };
-#define LJ_ADAMW_GROUP_STRIDE (LJ_ADAMW_LR_1 - LJ_ADAMW_LR)
 
 /* Host: out[LJ_ADAMW_NUM_SCALARS] = the scalars of step `step` (t, starting at 1) with learning
- * rate `lr` (both lr groups); the bias corrections 1 - beta^t, step_size and bc2_sqrt in double
- * as Python computes them in PyTorch's _single_tensor_adamw, then rounded once to f32. */
+ * rate `lr`; the bias corrections 1 - beta^t, step_size and bc2_sqrt in double as Python
+ * computes them in PyTorch's _single_tensor_adamw, then rounded once to f32. */
 void lj_adamw_step_scalars(float *out, const lj_adamw_hparams *hp, float lr, int step);
-/* The same with lr_group 1 at `lr_decoupled`. */
-void lj_adamw_step_scalars2(float *out, const lj_adamw_hparams *hp, float lr, float lr_decoupled, int step);
 
 /* How an op writes a gradient it produces: OVERWRITE (dst = g) or ACCUMULATE (dst += g). A
  * buffer that the backward writes exactly once per step (ZeRO's per-layer gradient slots) can

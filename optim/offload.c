@@ -183,7 +183,8 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
     uint16_t *stage = o->stage;
     const int write_params = m->ops->param_dtype == LJ_DTYPE_BF16;
     const float clip = lj_cpu_adamw_clip(hp, norm_sq);
-    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = scalars[LJ_ADAMW_LR];
+    const float step_size = scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
     int64_t covered = 0; /* segments are in shard order and disjoint: [covered, offset) is a gap */
     for (int s = 0; s <= num_segments; s++) {
         const int64_t begin = s < num_segments ? segments[s].offset : S;
@@ -194,8 +195,6 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
         }
         if (s == num_segments) break;
         const lj_adamw_segment *seg = &segments[s];
-        const int grp = seg->lr_group * LJ_ADAMW_GROUP_STRIDE;
-        const float lr = scalars[LJ_ADAMW_LR + grp], step_size = scalars[LJ_ADAMW_STEP_SIZE + grp];
         const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
         float *p = m->master, *ms = m->adam_m, *vs = m->adam_v;
 #pragma omp parallel for schedule(static)
@@ -209,10 +208,10 @@ static void host_adamw_bf16(lj_model *m, const lj_adamw_segment *segments, int n
 }
 
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                       float lr, float lr_decoupled, int step, float norm_sq) {
+                       float lr, int step, float norm_sq) {
     lj_offload *o = lj_offload_of(m);
     float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars2(scalars, hp, lr, lr_decoupled, step);
+    lj_adamw_step_scalars(scalars, hp, lr, step);
     const lj_ops *cpu = lj_ops_cpu();
     const double t0 = lj_time_sec();
     if (m->ops->grad_dtype == LJ_DTYPE_F32) {

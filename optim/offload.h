@@ -64,13 +64,12 @@ lj_status lj_offload_alloc(lj_model *m);
 float lj_offload_grad_norm_sq(lj_model *m, const void *grad_shard, int64_t n_grad);
 
 /* The second: AdamW on the host over m->master/adam_m/adam_v with the global squared norm
- * `norm_sq` (for clipping) and the scalars of step `step` at `lr` (`lr_decoupled` for the
- * segments of lr_group 1), then the rounded shard is
+ * `norm_sq` (for clipping) and the scalars of step `step` at `lr`, then the rounded shard is
  * uploaded into the params. `segments` are relative to the shard, in shard order and disjoint.
  * Under bf16 gradients and params the update reads each gradient from the staging and writes the
  * rounded parameter back in its place in one pass (then uploaded from the staging);
  * the floats are the CPU backend's AdamW's. */
 void lj_offload_update(lj_model *m, const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
-                       float lr, float lr_decoupled, int step, float norm_sq);
+                       float lr, int step, float norm_sq);
 
 #endif

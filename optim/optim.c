@@ -109,25 +109,18 @@ double lj_lr_deepspeed_at(const lj_lr_deepspeed *s, double lr, int64_t step) {
     return min_lr + (max_lr - min_lr) * gamma;
 }
 
-int lj_adamw_param_lr_group(const lj_param_layout *layout, int index, const lj_adamw_config *cfg) {
-    return cfg->decoupled_lr && (index == layout->embed || index == layout->lm_head);
-}
-
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments) {
     lj_adamw_segment *seg = lj_calloc((size_t)layout->count, sizeof *seg);
     int n = 0;
     for (int i = 0; i < layout->count; i++) {
         const lj_param_info *p = &layout->params[i];
         const float wd = lj_adamw_param_decay(p, cfg);
-        const int group = lj_adamw_param_lr_group(layout, i, cfg);
-        if (n > 0 && seg[n - 1].weight_decay == wd && seg[n - 1].lr_group == group &&
-            seg[n - 1].offset + seg[n - 1].count == p->offset) {
+        if (n > 0 && seg[n - 1].weight_decay == wd && seg[n - 1].offset + seg[n - 1].count == p->offset) {
             seg[n - 1].count += p->numel;
         } else {
             seg[n].offset = p->offset;
             seg[n].count = p->numel;
             seg[n].weight_decay = wd;
-            seg[n].lr_group = group;
             n++;
         }
     }
@@ -147,7 +140,6 @@ int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, 
         seg[n].offset = lo - begin;
         seg[n].count = hi - lo;
         seg[n].weight_decay = segments[i].weight_decay;
-        seg[n].lr_group = segments[i].lr_group;
         n++;
     }
     *out = seg;

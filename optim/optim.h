@@ -99,19 +99,13 @@ typedef struct {
     lj_wd_rule wd_rule;
     int wd_qk_norm;            /* LJ_WD_MEGATRON: decay QK-norm's weights too
                                   (--apply-wd-to-qk-layernorm, the Qwen3-Next recipe) */
-    int decoupled_lr;          /* 1: the embedding and the output layer (lm_head) step at their own learning
-                                  rate (lr_group 1 of their segments: Megatron-LM's --decoupled-lr) */
 } lj_adamw_config;
 
 /* The weight decay of parameter p under cfg: cfg->weight_decay or 0. */
 float lj_adamw_param_decay(const lj_param_info *p, const lj_adamw_config *cfg);
 
-/* The lr group of parameter `index` of `layout` under cfg: 1 for the embedding and the output
- * layer with cfg->decoupled_lr, else 0. */
-int lj_adamw_param_lr_group(const lj_param_layout *layout, int index, const lj_adamw_config *cfg);
-
 /* The AdamW segments of a parameter layout: one per run of adjacent parameters with the same
- * weight decay (lj_adamw_param_decay) and lr group. Returns the count; *segments is heap-allocated. */
+ * weight decay (lj_adamw_param_decay). Returns the count; *segments is heap-allocated. */
 int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg, lj_adamw_segment **segments);
 
 /* The segments restricted to the slice [begin, begin + count) of the flat buffers, with offsets

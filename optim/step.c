@@ -29,9 +29,9 @@ lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg) {
     return hp;
 }
 
-void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, float lr_decoupled, int step) {
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step) {
     float scalars[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars2(scalars, hp, lr, lr_decoupled, step);
+    lj_adamw_step_scalars(scalars, hp, lr, step);
     m->ops->upload(m->adamw_scalars, scalars, sizeof scalars);
 }
 
@@ -73,7 +73,6 @@ uint64_t lj_optim_local_key(const lj_optim_local *u) {
         key = lj_hash(key, &u->segments[i].offset, sizeof u->segments[i].offset);
         key = lj_hash(key, &u->segments[i].count, sizeof u->segments[i].count);
         key = lj_hash(key, &u->segments[i].weight_decay, sizeof u->segments[i].weight_decay);
-        key = lj_hash(key, &u->segments[i].lr_group, sizeof u->segments[i].lr_group);
     }
     return key;
 }

@@ -20,10 +20,9 @@ void lj_optim_plan(lj_model *m, lj_buffer_walker *w);
 /* The fixed AdamW hyper-parameters of a config (ops.h lj_adamw_hparams). */
 lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg);
 
-/* Uploads the AdamW scalars of step `step` at `lr` (`lr_decoupled` for lr_group 1;
- * lj_adamw_step_scalars2) to m->adamw_scalars, in stream order before the update (or the captured
- * step) that reads them. */
-void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, float lr_decoupled, int step);
+/* Uploads the AdamW scalars of step `step` at `lr` (lj_adamw_step_scalars) to
+ * m->adamw_scalars, in stream order before the update (or the captured step) that reads them. */
+void lj_optim_upload_scalars(lj_model *m, const lj_adamw_hparams *hp, float lr, int step);
 
 /* m->grad_norm_sq (device f32) = the sum of squares of grad_shard[n] (grad dtype). */
 void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n);

@@ -132,16 +132,13 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
     for (int i = 0; i < n; i++) {
         const lj_param_info *p = &m->layout.params[pieces[i].param];
         const float wd = lj_adamw_param_decay(p, cfg);
-        const int group = lj_adamw_param_lr_group(&m->layout, pieces[i].param, cfg);
         const int64_t count = pieces[i].end - pieces[i].begin;
-        if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].lr_group == group &&
-            seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
+        if (k > 0 && seg[k - 1].weight_decay == wd && seg[k - 1].offset + seg[k - 1].count == pieces[i].shard_offset) {
             seg[k - 1].count += count;
         } else {
             seg[k].offset = pieces[i].shard_offset;
             seg[k].count = count;
             seg[k].weight_decay = wd;
-            seg[k].lr_group = group;
             k++;
         }
     }
@@ -152,23 +149,23 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
 
 /* Optimizer offload: the host halves (optim/offload.h) around the norm's all-reduce. */
 static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64_t n_grad, const lj_adamw_segment *seg,
-                           int nseg, const lj_adamw_hparams *hp, float lr, float lr1, int step, int reduce_norm) {
+                           int nseg, const lj_adamw_hparams *hp, float lr, int step, int reduce_norm) {
     float norm_sq = lj_offload_grad_norm_sq(m, grad_shard, n_grad);
     if (reduce_norm) { /* summed over the ranks through the device scalar */
         m->ops->upload(m->grad_norm_sq, &norm_sq, sizeof(float));
         all_reduce_norm(dp, m);
         m->ops->download(&norm_sq, m->grad_norm_sq, sizeof(float));
     }
-    if (isfinite(norm_sq)) lj_offload_update(m, seg, nseg, hp, lr, lr1, step, norm_sq); /* else a skipped step, as the op's */
+    if (isfinite(norm_sq)) lj_offload_update(m, seg, nseg, hp, lr, step, norm_sq); /* else a skipped step, as the op's */
     return sqrt((double)norm_sq);
 }
 
 /* Stage 3: the gradient shard is complete once the backward's reduce-scatters are done; the
  * whole shard (its padding carries zeros) enters the norm and the update. */
 static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
-                         float lr, float lr1, int step) {
+                         float lr, int step) {
     lj_zero3_step_begin(m);
-    if (lj_offload_of(m)) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, lr1, step, 1);
+    if (lj_offload_of(m)) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
     lj_optim_norm_sq(m, m->grads, m->shard_numel);
     all_reduce_norm(dp, m);
     lj_optim_update(m, m->params, m->grads, seg, nseg, hp);
@@ -176,12 +173,12 @@ static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, in
 }
 
 static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                             const lj_adamw_config *cfg, float lr, float lr1, int step) {
+                             const lj_adamw_config *cfg, float lr, int step) {
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = lj_adamw_hparams_of(cfg);
-    lj_optim_upload_scalars(m, &hp, lr, lr1, step);
+    lj_optim_upload_scalars(m, &hp, lr, step);
     lj_zero3 *z = lj_zero3_of(m);
-    if (z && z->shard_params) return zero3_step(dp, m, segments, num_segments, &hp, lr, lr1, step);
+    if (z && z->shard_params) return zero3_step(dp, m, segments, num_segments, &hp, lr, step);
     const int stage = dp->world > 1 ? dp->zero_stage : 0;
     void *stream = stream_of(m);
     const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
@@ -199,7 +196,7 @@ static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
     double norm;
     if (lj_offload_of(m)) {
-        norm = offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, lr1, step, stage > 0);
+        norm = offload_step(dp, m, grad_shard, n > 0 ? n : 0, segments, num_segments, &hp, lr, step, stage > 0);
     } else {
         lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
         if (stage > 0) all_reduce_norm(dp, m);
@@ -215,24 +212,24 @@ static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg
 }
 
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                            const lj_adamw_config *cfg, float lr, float lr_decoupled, int step) {
+                            const lj_adamw_config *cfg, float lr, int step) {
     lj_model_range_push(m, "optimizer.step");
-    const double norm = optimizer_step(dp, m, segments, num_segments, cfg, lr, lr_decoupled, step);
+    const double norm = optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
     lj_model_range_pop(m);
     return norm;
 }
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                        const lj_adamw_config *cfg, float lr, float lr_decoupled, int step, float dloss) {
+                        const lj_adamw_config *cfg, float lr, int step, float dloss) {
     if (dp->world > 1 || m->residency || lj_offload_of(m)) {
         /* collectives, or the offloaded update's host work, between the backward and the update:
          * not captured */
         lj_model_zero_grads(m);
         lj_model_forward_backward(m, dloss);
-        return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, lr_decoupled, step);
+        return lj_dp_optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
     }
     const lj_optim_local u = {segments, num_segments, lj_adamw_hparams_of(cfg)};
-    lj_optim_upload_scalars(m, &u.hp, lr, lr_decoupled, step); /* in stream order before the step (its graph) reads them */
+    lj_optim_upload_scalars(m, &u.hp, lr, step); /* in stream order before the step (its graph) reads them */
     lj_model_train_step(m, dloss, lj_optim_local_key(&u), lj_optim_local_step, (void *)&u);
     return lj_optim_read_norm(m);
 }

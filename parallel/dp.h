@@ -74,15 +74,14 @@ void lj_dp_sum(lj_dp *dp, lj_model *m, float *values, int n);
  *   stage 3: the backward already reduce-scattered each layer's gradients into the shard
  *            (parallel/zero3.h); each rank updates its shard of everything (parameters included)
  *            and nothing is gathered: layers are gathered when they next compute.
- * `segments` are those of this rank's shard (lj_dp_segments); those of lr_group 1 (the
- * embedding and the output layer under --decoupled-lr) step at `lr_decoupled`, the rest at `lr`.
- * The global gradient norm is summed over the shards; returns it (before clipping). Collective.
+ * `segments` are those of this rank's shard (lj_dp_segments). The global
+ * gradient norm is summed over the shards; returns it (before clipping). Collective.
  * Under optimizer offload (optim/offload.h) the gradient reduction is the same; then the
  * shard's gradients are downloaded (bf16 -> f32 on the host), and the norm and AdamW run on the host
  * with the CPU backend's ops over the host master and moments; the updated shard is rounded to the
  * param dtype on the host and uploaded before the all-gather of stages 1-2 (optim/offload.h). */
 double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                            const lj_adamw_config *cfg, float lr, float lr_decoupled, int step);
+                            const lj_adamw_config *cfg, float lr, int step);
 
 /* The AdamW segments (lj_adamw_segments: weight decay per tensor) of this rank's shard, offsets
  * relative to the shard: a slice of the flat buffers (no ZeRO, stages 1-2), or under ZeRO-3
@@ -105,7 +104,7 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
  *     opt.graphs), then lj_dp_optimizer_step eagerly, as before.
  * Collective when the world has several ranks. */
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                        const lj_adamw_config *cfg, float lr, float lr_decoupled, int step, float dloss);
+                        const lj_adamw_config *cfg, float lr, int step, float dloss);
 
 /* Full host copies [P] of the master weights and AdamW moments on rank 0 (others pass NULL),
  * all-gathered from the shards through the gradient buffer (ZeRO-3: a gradient slot), which is

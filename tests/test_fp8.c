@@ -221,13 +221,13 @@ static void test_saved_inputs_equal_recast(void **state) {
 
 /* n AdamW steps on the fixed batch; losses into out[n]. */
 static void steps(lj_test_model *t, int first_step, int n, double *out) {
-    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&t->m.layout, &ac, &seg);
     lj_dp single = LJ_DP_SINGLE;
     for (int i = 0; i < n; i++) {
         out[i] = loss_and_grads(t);
-        (void)lj_dp_optimizer_step(&single, &t->m, seg, nseg, &ac, 1e-2f, 1e-2f, first_step + i);
+        (void)lj_dp_optimizer_step(&single, &t->m, seg, nseg, &ac, 1e-2f, first_step + i);
     }
     free(seg);
 }

@@ -165,7 +165,7 @@ static void check_case(const char *name) {
     engine e;
     engine_init(&e, &f, 1, LJ_RECOMPUTE_NONE);
     /* the fixtures' optimizer groups: decay on the layers' projection matrices only */
-    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0, 0};
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&e.m.layout, &ac, &seg);
     for (int step = 1; step <= 5; step++) {
@@ -175,7 +175,7 @@ static void check_case(const char *name) {
         print_message("%s: AdamW step %d loss %.8f, reference %.8f, relative error %.3e\n", name, step, loss, want, err);
         assert_true(err <= 1e-4);
         lj_dp single = LJ_DP_SINGLE;
-        lj_dp_optimizer_step(&single, &e.m, seg, nseg, &ac, 1e-3f, 1e-3f, step);
+        lj_dp_optimizer_step(&single, &e.m, seg, nseg, &ac, 1e-3f, step);
     }
     double worst = 0.0;
     for (int i = 0; i < e.m.layout.count; i++) {

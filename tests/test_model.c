@@ -157,7 +157,7 @@ static void test_adamw_lowers_loss(void **state) {
         lj_model_config c = family_config(k_families[k], 1);
         fixture f;
         setup_model(&f, &c, 1, LJ_RECOMPUTE_NONE);
-        lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+        lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
         lj_adamw_segment *seg;
         const int nseg = lj_adamw_segments(&f.m.layout, &ac, &seg);
         double first = 0.0, last = 0.0;
@@ -166,7 +166,7 @@ static void test_adamw_lowers_loss(void **state) {
             if (step == 1) first = loss;
             last = loss;
             lj_dp single = LJ_DP_SINGLE;
-            const double norm = lj_dp_optimizer_step(&single, &f.m, seg, nseg, &ac, 1e-2f, 1e-2f, step);
+            const double norm = lj_dp_optimizer_step(&single, &f.m, seg, nseg, &ac, 1e-2f, step);
             assert_true(norm > 0.0 && isfinite(norm));
         }
         print_message("%s: loss %.4f -> %.4f after 10 AdamW steps\n", lj_model_family_type(k_families[k]), first, last);
@@ -186,7 +186,7 @@ static void test_train_step_matches_eager(void **state) {
     setup_model(&a, &c, 1, LJ_RECOMPUTE_NONE);
     setup_model(&b, &c, 1, LJ_RECOMPUTE_NONE);
     a.m.opt.graphs = 1; /* no graph entries on the CPU: the step runs eagerly */
-    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0, 0};
+    lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0};
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&a.m.layout, &ac, &seg);
     lj_dp single = LJ_DP_SINGLE;
@@ -194,10 +194,10 @@ static void test_train_step_matches_eager(void **state) {
     for (int step = 1; step <= 4; step++) {
         const float lr = 1e-2f / (float)step;
         if (step == 3) ac.max_grad_norm = 0.0f; /* clipping off from step 3 */
-        const double na = lj_dp_train_step(&single, &a.m, seg, nseg, &ac, lr, lr, step, dloss);
+        const double na = lj_dp_train_step(&single, &a.m, seg, nseg, &ac, lr, step, dloss);
         const double la = lj_model_mean_loss(&a.m);
         const double lb = loss_and_grads(&b);
-        const double nb = lj_dp_optimizer_step(&single, &b.m, seg, nseg, &ac, lr, lr, step);
+        const double nb = lj_dp_optimizer_step(&single, &b.m, seg, nseg, &ac, lr, step);
         assert_true(la == lb);
         assert_true(na == nb);
         assert_memory_equal(a.m.master, b.m.master, (size_t)a.m.layout.total * sizeof(float));

@@ -78,7 +78,7 @@ static void test_offload_steps_equal(void **state) {
     create(&a, &c, 0);
     create(&b, &c, 1);
     expect_same(&a.m, &b.m);
-    lj_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0, 0}; /* clipping on: the norm matters */
+    lj_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, LJ_WD_MEGATRON, 0}; /* clipping on: the norm matters */
     lj_adamw_segment *seg;
     const int nseg = lj_adamw_segments(&a.m.layout, &cfg, &seg);
     int32_t tokens[2 * 17];
@@ -93,9 +93,9 @@ static void test_offload_steps_equal(void **state) {
             if (step % 2) { /* lj_dp_optimizer_step after an explicit forward + backward */
                 lj_model_zero_grads(m);
                 lj_model_forward_backward(m, 1.0f / 32);
-                norms[k] = lj_dp_optimizer_step(&dp, m, seg, nseg, &cfg, 1e-2f, 1e-2f, step);
+                norms[k] = lj_dp_optimizer_step(&dp, m, seg, nseg, &cfg, 1e-2f, step);
             } else { /* the whole step */
-                norms[k] = lj_dp_train_step(&dp, m, seg, nseg, &cfg, 1e-2f, 1e-2f, step, 1.0f / 32);
+                norms[k] = lj_dp_train_step(&dp, m, seg, nseg, &cfg, 1e-2f, step, 1.0f / 32);
             }
         }
         assert_true(norms[0] == norms[1]);
@@ -164,7 +164,7 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
     void *ws = lj_malloc(cpu->global_norm_workspace_bytes(n_grad));
     float ref_norm = 0.0f;
     cpu->global_norm_sq(&ref_norm, g, n_grad, ws);
-    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f, 0}, {S / 3 + gap, S - S / 3 - gap, 0.0f, 0}};
+    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f}, {S / 3 + gap, S - S / 3 - gap, 0.0f}};
     const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f};
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, &hp, 3e-4f, 3);
@@ -172,7 +172,7 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
     /* the host path */
     const float norm = lj_offload_grad_norm_sq(&m, gb, n_grad);
     assert_memory_equal(&norm, &ref_norm, sizeof norm);
-    lj_offload_update(&m, seg, 2, &hp, 3e-4f, 3e-4f, 3, norm);
+    lj_offload_update(&m, seg, 2, &hp, 3e-4f, 3, norm);
     assert_memory_equal(m.master, ref_p, (size_t)S * 4);
     assert_memory_equal(m.adam_m, ref_m, (size_t)S * 4);
     assert_memory_equal(m.adam_v, ref_v, (size_t)S * 4);

@@ -44,7 +44,7 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->seed = 1234;
     c->fused = 1;
     c->lr = (lj_lr_schedule){.lr = 3e-4, .min_lr = 0.0, .style = LJ_LR_COSINE, .step_size = 1}; /* Megatron: --min-lr 0 */
-    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0};
     c->split = "969,30,1";
     c->keep_last = 2;
     c->hf_dtype = LJ_DTYPE_BF16;
@@ -455,7 +455,7 @@ static void teardown(run *r) {
 /* One iteration: accumulation micro-batches of forward + backward, then the AdamW step. With
  * one micro-batch per rank the whole iteration is one lj_dp_train_step (on a single GPU with
  * graphs: zero-grad + forward + backward + norm + AdamW as one CUDA graph). */
-static void train_step(run *r, double *loss, double *grad_norm, float *lr, float *lr_decoupled) {
+static void train_step(run *r, double *loss, double *grad_norm, float *lr) {
     const lj_train_config *c = r->cfg;
     lj_model *m = &r->model;
     const float dloss = 1.0f / (float)((int64_t)c->micro_batch_size * c->seq_length * r->accumulation * r->world);
@@ -467,19 +467,12 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr, float
      * DeepSpeed config's scheduler (lj_lr_at gives it) keeps DeepSpeed's own step rule. */
     float update_lr = *lr = (float)lj_lr_at(&c->lr, step);
     if (c->lr.deepspeed.type == LJ_DS_SCHEDULER_NONE) update_lr = (float)lj_lr_at(&c->lr, step - 1);
-    float update_lr1 = update_lr; /* the embedding and the output layer's (--decoupled-lr; no DeepSpeed scheduler) */
-    *lr_decoupled = *lr;
-    if (c->adamw.decoupled_lr) {
-        *lr_decoupled = (float)lj_lr_at(&c->lr_decoupled, step);
-        update_lr1 = (float)lj_lr_at(&c->lr_decoupled, step - 1);
-    }
     double sum = 0.0;
     lj_model_range_push(m, "train_step");
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);
         lj_model_set_batch(m, r->tokens); /* uploaded in stream order before the step */
-        *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, update_lr1, step,
-                                      dloss);
+        *grad_norm = lj_dp_train_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, step, dloss);
         sum = lj_model_mean_loss(m); /* the losses of this step's forward (the update leaves them) */
     } else {
         lj_model_zero_grads(m);
@@ -489,8 +482,7 @@ static void train_step(run *r, double *loss, double *grad_norm, float *lr, float
             lj_model_forward_backward(m, dloss);
             sum += lj_model_mean_loss(m);
         }
-        *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, update_lr1,
-                                          step);
+        *grad_norm = lj_dp_optimizer_step(&r->dp, m, r->segments, r->num_segments, &c->adamw, update_lr, step);
     }
     const int late = c->exit_duration_min > 0 && lj_time_sec() - r->start_sec > c->exit_duration_min * 60.0;
     float scalars[3] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0), (float)late};
@@ -540,8 +532,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         lj_train_profiler_before(&r.prof, &r.model, &r.dp, r.iteration);
         const double t0 = lj_time_sec();
         double loss, grad_norm;
-        float lr, lr_decoupled;
-        train_step(&r, &loss, &grad_norm, &lr, &lr_decoupled);
+        float lr;
+        train_step(&r, &loss, &grad_norm, &lr);
         const double dt = lj_time_sec() - t0;
         const double tps = (double)tokens_per_iter / dt;
         interval_sec += dt;
@@ -600,15 +592,14 @@ lj_status lj_train_run(const lj_train_config *cfg) {
                          logged, grad_norm, mean_tps, mean_tps * flops_per_token / 1e12 / r.world, skips);
         }
         if (r.log_json) {
-            char loss_text[40], norm_text[40], decoupled[48] = ""; /* JSON has no inf or NaN: null */
-            if (cfg->adamw.decoupled_lr) snprintf(decoupled, sizeof decoupled, ", \"decoupled_lr\": %.9g", lr_decoupled);
+            char loss_text[40], norm_text[40]; /* JSON has no inf or NaN: null */
             json_number(loss_text, sizeof loss_text, "%.17g", loss);
             json_number(norm_text, sizeof norm_text, "%.9g", grad_norm);
             log_json_line(&r,
                           "{\"iteration\": %d, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, \"tokens_per_s\": %.1f, "
-                          "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s%s}\n",
+                          "\"step_ms\": %.3f, \"consumed_samples\": %" PRId64 ", \"tflops_per_gpu\": %.6g%s}\n",
                           r.iteration, loss_text, lr, norm_text, tps, dt * 1e3, r.consumed_samples,
-                          tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "", decoupled);
+                          tps * flops_per_token / 1e12 / r.world, skipped ? ", \"skipped\": true" : "");
         }
         const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, cfg->global_batch_size, loss, lr, grad_norm, dt};
         lj_train_tb_iteration(&r.tb, &tb_step);

@@ -41,7 +41,6 @@ typedef struct {
 
     lj_lr_schedule lr;
     lj_adamw_config adamw;
-    lj_lr_schedule lr_decoupled; /* with adamw.decoupled_lr: the embedding and output layer's (--decoupled-lr) */
 
     /* data: Megatron-style --data-path list ("A" or "0.7 A 0.3 B") and --split "969,30,1" */
     int num_data_args;

@@ -26,7 +26,7 @@ void lj_vl_train_config_defaults(lj_vl_train_config *c) {
     c->num_workers = 2;
     c->seed = 1234;
     c->lr = (lj_lr_schedule){.lr = 1e-3, .min_lr = 0.0, .style = LJ_LR_CONSTANT, .step_size = 1};
-    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, LJ_WD_MEGATRON, 0};
 }
 
 /* One trainable range of a tower's flat buffers with its AdamW segments (offsets relative to

@@ -38,11 +38,10 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
     const float *g = grad;
     if (grad_norm_sq && !isfinite(grad_norm_sq[0])) return; /* a skipped step (ops.h) */
     const float clip = lj_cpu_adamw_clip(hp, grad_norm_sq);
-    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
+    const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps, lr = step_scalars[LJ_ADAMW_LR];
+    const float step_size = step_scalars[LJ_ADAMW_STEP_SIZE], bc2_sqrt = step_scalars[LJ_ADAMW_BC2_SQRT];
     for (int s = 0; s < num_segments; s++) {
         const lj_adamw_segment *seg = &segments[s];
-        const int grp = seg->lr_group * LJ_ADAMW_GROUP_STRIDE;
-        const float lr = step_scalars[LJ_ADAMW_LR + grp], step_size = step_scalars[LJ_ADAMW_STEP_SIZE + grp];
         const float decay = (float)(1.0 - (double)lr * (double)seg->weight_decay);
         float *p = master + seg->offset, *ms = m + seg->offset, *vs = v + seg->offset;
         const float *gs = g + seg->offset;

@@ -104,7 +104,6 @@ typedef struct {
     int64_t count[LJ_ADAMW_SEGS];
     int64_t unit_start[LJ_ADAMW_SEGS + 1]; /* prefix sums of work units per segment */
     float weight_decay[LJ_ADAMW_SEGS];
-    unsigned char lr_group[LJ_ADAMW_SEGS];
     int num;
 } lj_adamw_batch;
 
@@ -146,10 +145,12 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         float norm = sqrtf(*grad_norm_sq);
         clip = fminf(1.0f, k.max_grad_norm / (norm + 1e-6f));
     }
+    const float lr = scalars[LJ_ADAMW_LR];
     adamw_elem f;
     f.beta1 = k.beta1;
     f.beta2 = k.beta2;
     f.eps = k.eps;
+    f.step_size = scalars[LJ_ADAMW_STEP_SIZE];
     f.bc2_sqrt = scalars[LJ_ADAMW_BC2_SQRT];
     /* vectors need the buffers 16-byte aligned (the 2-byte ones 8-byte aligned) */
     const bool buffers_aligned =
@@ -161,10 +162,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         while (batch.unit_start[s + 1] <= u) s++;
         int64_t local = (u - batch.unit_start[s]) * LJ_ADAMW_UNIT;
         int64_t base = batch.offset[s], count = batch.count[s];
-        /* the segment's lr group; 1 - lr*wd in double, rounded once (as the CPU backend) */
-        const int g = batch.lr_group[s] * LJ_ADAMW_GROUP_STRIDE;
-        const float lr = scalars[LJ_ADAMW_LR + g];
-        f.step_size = scalars[LJ_ADAMW_STEP_SIZE + g];
+        /* 1 - lr*wd in double, rounded once (as the CPU backend) */
         f.decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
         const bool aligned = buffers_aligned && base % LJ_ADAMW_VEC == 0;
         for (int j = 0; j < LJ_ADAMW_UNIT / (LJ_ADAMW_THREADS * LJ_ADAMW_VEC); j++) {
@@ -225,7 +223,6 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
             batch.offset[j] = segments[s].offset;
             batch.count[j] = segments[s].count > 0 ? segments[s].count : 0;
             batch.weight_decay[j] = segments[s].weight_decay;
-            batch.lr_group[j] = (unsigned char)(segments[s].lr_group != 0);
             batch.unit_start[j + 1] = batch.unit_start[j] + (batch.count[j] + LJ_ADAMW_UNIT - 1) / LJ_ADAMW_UNIT;
         }
         int64_t units = batch.unit_start[batch.num];

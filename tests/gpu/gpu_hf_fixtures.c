@@ -156,7 +156,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         lj_model_upload_rope(&m);
         lj_model_set_weights(&m, w);
         lj_model_set_batch(&m, tokens);
-        const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0, 0}; /* the fixtures' groups */
+        const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MATRICES, 0}; /* the fixtures' groups */
         lj_adamw_segment *seg;
         const int nseg = lj_adamw_segments(&m.layout, &ac, &seg);
         double worst = 0.0;
@@ -164,7 +164,7 @@ static void run_case(const lj_ops *ops, const char *root, const char *name) {
         int same_graph = 1;
         for (int step = 1; step <= 5; step++) {
             lj_dp single = LJ_DP_SINGLE;
-            lj_dp_train_step(&single, &m, seg, nseg, &ac, 1e-3f, 1e-3f, step, 1.0f / (B * T));
+            lj_dp_train_step(&single, &m, seg, nseg, &ac, 1e-3f, step, 1.0f / (B * T));
             if (step == 1) first_graph = m.step_graph.exec;
             same_graph &= m.step_graph.exec == first_graph;
             const double loss = lj_model_mean_loss(&m); /* this step's forward, before its update */

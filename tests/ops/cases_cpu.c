@@ -38,8 +38,7 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     const int separate_params = c->d[0], expect_clipped = c->d[1];
     SHAPE("n=1000 clip=%g%s", max_grad_norm, separate_params ? " params!=master" : "");
     const int64_t n = 1000;
-    /* the middle segment in lr group 1 (--decoupled-lr's): its own learning rate */
-    lj_adamw_segment seg[3] = {{0, 300, 0.1f, 0}, {300, 200, 0.0f, 1}, {500, 500, 0.01f, 0}};
+    lj_adamw_segment seg[3] = {{0, 300, 0.1f}, {300, 200, 0.0f}, {500, 500, 0.01f}};
     float *master = randf(h, n, 1), *m = lj_calloc(n, sizeof(float)), *v = lj_calloc(n, sizeof(float));
     float *params = separate_params ? lj_calloc(n, sizeof(float)) : master;
     double *pr = lj_harness_to_double(master, n), *mr = lj_calloc(n, sizeof(double)), *vr = lj_calloc(n, sizeof(double));
@@ -48,10 +47,10 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
     for (int t = 1; t <= 3; t++) {
         float *g = randf(h, n, 0.05f), norm_sq;
         ops->global_norm_sq(&norm_sq, g, n, ws);
-        const float lr = 1e-2f, lr1 = 3e-3f;
+        const float lr = 1e-2f;
         lj_adamw_hparams hp = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = max_grad_norm};
         float scalars[LJ_ADAMW_NUM_SCALARS]; /* the CPU backend's memory is host memory */
-        lj_adamw_step_scalars2(scalars, &hp, lr, lr1, t);
+        lj_adamw_step_scalars(scalars, &hp, lr, t);
         ops->adamw_update(params, master, g, m, v, seg, 3, &hp, scalars, &norm_sq);
         double norm = 0;
         for (int64_t i = 0; i < n; i++) norm += (double)g[i] * g[i];
@@ -60,8 +59,7 @@ void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
         clipped |= clip < 1.0;
         for (int s = 0; s < 3; s++)
             for (int64_t i = seg[s].offset; i < seg[s].offset + seg[s].count; i++)
-                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, seg[s].lr_group ? lr1 : lr, hp.beta1, hp.beta2, hp.eps,
-                          seg[s].weight_decay, t);
+                adamw_ref(&pr[i], &mr[i], &vr[i], g[i] * clip, lr, hp.beta1, hp.beta2, hp.eps, seg[s].weight_decay, t);
         free(g);
     }
     CHECK_TRUE("adamw_update clipping", clipped == expect_clipped, "clipping active %d, expected %d", clipped,
@@ -80,7 +78,7 @@ void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harn
     const lj_ops *ops = lj_ops_cpu();
     const int64_t n = c->d[0];
     SHAPE("n=%lld", (long long)n);
-    lj_adamw_segment seg = {0, n, 0.1f, 0};
+    lj_adamw_segment seg = {0, n, 0.1f};
     float *p1 = randf(h, n, 1), *p2 = lj_malloc(n * sizeof(float)), *g = randf(h, n, 0.1f);
     memcpy(p2, p1, n * sizeof(float));
     float *m1 = lj_calloc(n, 4), *v1 = lj_calloc(n, 4), *m2 = lj_calloc(n, 4), *v2 = lj_calloc(n, 4), ns;
