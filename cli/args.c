@@ -221,30 +221,61 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     return LJ_OK;
 }
 
+/* The value of a torchrun flag in either spelling (--master-port, --master_port). */
+static const char *peek2(int argc, char **argv, const char *dashed, const char *underscored) {
+    const char *v = lj_flags_peek(argc, argv, dashed);
+    return v ? v : lj_flags_peek(argc, argv, underscored);
+}
+
+lj_status lj_cli_torchrun_check(const char *nnodes, int node_rank, int master_port) {
+    if (nnodes && strcmp(nnodes, "1") != 0 && strcmp(nnodes, "1:1") != 0)
+        return lj_fail(LJ_ERR_ARG, "--nnodes %s: ljperf's launcher (--nproc-per-node) starts the ranks of this node "
+                                   "only, as torchrun --standalone does (--nnodes 1); for several nodes start ljperf "
+                                   "under torchrun --nnodes N --no-python, srun or mpirun",
+                       nnodes);
+    if (node_rank != 0)
+        return lj_fail(LJ_ERR_ARG, "--node-rank %d: with one node (--nnodes 1) the only node rank is 0", node_rank);
+    if (master_port != 0 && (master_port < 1 || master_port > 65535))
+        return lj_fail(LJ_ERR_ARG, "--master-port %d: not a TCP port (expected 1 to 65535)", master_port);
+    return LJ_OK;
+}
+
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
-    int nproc = 0;
-    const char *n = lj_flags_peek(argc, argv, "--nproc-per-node");
-    if (!n) n = lj_flags_peek(argc, argv, "--nproc_per_node"); /* torchrun's spelling */
+    int nproc = 0, port = 0, node_rank = 0;
+    const char *n = peek2(argc, argv, "--nproc-per-node", "--nproc_per_node"); /* torchrun's spellings */
     const char *device = lj_flags_peek(argc, argv, "--device");
+    const char *addr = peek2(argc, argv, "--master-addr", "--master_addr");
+    const char *port_text = peek2(argc, argv, "--master-port", "--master_port");
+    const char *rank_text = peek2(argc, argv, "--node-rank", "--node_rank");
     if (!device) device = "auto";
+    lj_status s = LJ_OK;
     if (n) {
-        lj_status s = lj_flags_parse_int("--nproc-per-node", n, &nproc);
+        s = lj_flags_parse_int("--nproc-per-node", n, &nproc);
         if (s == LJ_OK && nproc < 1) s = lj_fail(LJ_ERR_ARG, "--nproc-per-node %d: must be at least 1", nproc);
-        if (s != LJ_OK) {
-            *status = lj_cli_error(cmd);
-            return 1;
-        }
+    }
+    if (s == LJ_OK && nproc > 1) {
+        if (port_text) s = lj_flags_parse_int("--master-port", port_text, &port);
+        if (s == LJ_OK && rank_text) s = lj_flags_parse_int("--node-rank", rank_text, &node_rank);
+        if (s == LJ_OK) s = lj_cli_torchrun_check(lj_flags_peek(argc, argv, "--nnodes"), node_rank, port);
+    }
+    if (s != LJ_OK) {
+        *status = lj_cli_error(cmd);
+        return 1;
     }
     lj_dist_env env;
     if (nproc <= 1 || (lj_dist_env_detect(&env) == LJ_OK && env.launcher != LJ_LAUNCHER_NONE)) return 0;
     lj_dist_backend backend;
     if (!strcmp(device, "cpu")) backend = LJ_DIST_MPI;
     else if (!strcmp(device, "cuda")) backend = LJ_DIST_NCCL;
-    else {
-        lj_fail(LJ_ERR_ARG, "--nproc-per-node needs --device cpu or --device cuda");
+    else if (!strcmp(device, "auto")) { /* as each worker's --device auto will choose */
+        const int gpus = lj_ops_cuda_device_count();
+        backend = gpus > 0 ? LJ_DIST_NCCL : LJ_DIST_MPI;
+        if (gpus == 0) lj_log_info("--device auto: no GPU here: %d CPU ranks through mpirun", nproc);
+    } else {
+        lj_fail(LJ_ERR_ARG, "--device: '%s' is not one of auto, cpu, cuda", device);
         *status = lj_cli_error(cmd);
         return 1;
     }
-    *status = lj_launch(nproc, backend, cmd, argc, argv);
+    *status = lj_launch_at(nproc, backend, addr, port, cmd, argc, argv);
     return 1;
 }

@@ -117,10 +117,17 @@ lj_status lj_cli_host_check(const lj_model_config *cfg, int seq_length, const lj
                             const char *host_memory);
 
 /* --nproc-per-node N (N > 1) in argv: starts N ranks of `ljperf <cmd>` (parallel/dist.h lj_launch;
- * MPI ranks for --device cpu, NCCL ranks for --device cuda), waits for them, sets *status to
- * the launcher's exit status and returns 1. Returns 0 when there is nothing to launch (no flag,
- * N = 1, or this process is already a rank). */
+ * MPI ranks for --device cpu, NCCL ranks for --device cuda; --device auto (the default): NCCL
+ * when this process sees a GPU, else MPI), waits for them, sets *status to the launcher's exit
+ * status and returns 1. torchrun's flags beside it (lj_cli_torchrun_check): --master-addr and
+ * --master-port are the NCCL workers' MASTER_ADDR and MASTER_PORT. Returns 0 when there is
+ * nothing to launch (no flag, N = 1, or this process is already a rank). */
 int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status);
+
+/* torchrun's single-node flags as `ljperf train` takes them: --nnodes 1 (or 1:1), --node-rank 0,
+ * --master-port P in 1..65535 (0: not given). Errors: LJ_ERR_ARG naming the flag and what to use
+ * instead (several nodes: torchrun, srun or mpirun around ljperf). */
+lj_status lj_cli_torchrun_check(const char *nnodes, int node_rank, int master_port);
 
 /* The FP8 flags as given (cli/fp8.c), Megatron-LM's names: --fp8-format, --fp8-recipe,
  * --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,

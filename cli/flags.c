@@ -145,9 +145,12 @@ static lj_status parse_value(const lj_flag *r, const char *v) {
 }
 
 /* Launchers' own spellings of flags ljperf names with dashes: torchrun's and DeepSpeed's
- * (`--nproc_per_node`) beside the dashed form. */
+ * (`--nproc_per_node`, `--master_port`, ...) beside the dashed form. */
 static const char *const k_spellings[][2] = {
     {"--nproc_per_node", "--nproc-per-node"},
+    {"--node_rank", "--node-rank"},
+    {"--master_addr", "--master-addr"},
+    {"--master_port", "--master-port"},
 };
 
 static const lj_flag *find(const lj_flag *rows, int n, const char *name, size_t len) {

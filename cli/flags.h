@@ -12,8 +12,8 @@
  * abbreviations, as in Megatron-LM (whose parser sets allow_abbrev=False), so a typo is an
  * error instead of another flag. Unknown flags are one error naming all of them, each with the
  * closest known name where one is near ("did you mean"), as argparse reports them; the values
- * that follow an unknown flag are taken as its own. torchrun's `--nproc_per_node` is read as
- * `--nproc-per-node`.
+ * that follow an unknown flag are taken as its own. torchrun's `--nproc_per_node`, `--node_rank`,
+ * `--master_addr` and `--master_port` are read as their dashed forms.
  *
  * Adding a flag is adding a row: {"--name", LJ_FLAG_INT, &dest}. Rows of kind LJ_FLAG_IGNORED
  * are accepted and collected with their reason (lj_flags_log_ignored prints them once at

@@ -54,11 +54,10 @@ static const lj_flag k_ignored[] = {
     {.name = "--log-loss-scale-to-tensorboard", .kind = LJ_FLAG_IGNORED, .help = "loss-scale is always written (1: bf16 needs no loss scaling)"},
     {.name = "--timing-log-level", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "Megatron's timers; iteration-time is always logged"},
     {.name = "--timing-log-option", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "Megatron's timers; iteration-time is always logged"},
-    {.name = "--profile", .kind = LJ_FLAG_IGNORED, .help = "PyTorch's profiler; profile ljperf with nsys or ncu (bench/ scripts)"},
-    {.name = "--use-pytorch-profiler", .kind = LJ_FLAG_IGNORED, .help = "PyTorch's profiler; profile ljperf with nsys or ncu (bench/ scripts)"},
-    {.name = "--profile-step-start", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "PyTorch's profiler; profile ljperf with nsys or ncu"},
-    {.name = "--profile-step-end", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "PyTorch's profiler; profile ljperf with nsys or ncu"},
-    {.name = "--profile-ranks", .kind = LJ_FLAG_IGNORED, .ival = -1, .help = "PyTorch's profiler; profile ljperf with nsys or ncu"},
+    {.name = "--use-pytorch-profiler", .kind = LJ_FLAG_IGNORED, .help = "ljperf has no PyTorch profiler (no TensorBoard trace is written): --profile brackets its window with cudaProfilerStart/Stop and NVTX ranges, for nsys"},
+    {.name = "--use-nccl-ub", .kind = LJ_FLAG_IGNORED, .help = "NCCL user-buffer registration: ljperf's collectives run on the memory plan's device buffers, unregistered"},
+    {.name = "--fsdp-manual-registration", .kind = LJ_FLAG_IGNORED, .help = "NCCL user-buffer registration of Megatron-FSDP's buffers: ljperf registers none"},
+    {.name = "--fsdp-double-buffer", .kind = LJ_FLAG_IGNORED, .help = "Megatron-FSDP's persistent double buffers: ZeRO-3's gather and gradient buffers are fixed slots of the memory plan, allocated once"},
     {.name = "--calculate-per-token-loss", .kind = LJ_FLAG_IGNORED, .help = "the loss is always the mean over every token of the global batch"},
     {.name = "--rerun-mode", .kind = LJ_FLAG_IGNORED, .ival = 1, .help = "Megatron's re-run state machine; the same step always gives the same result here"},
     {.name = "--exit-signal-handler", .kind = LJ_FLAG_IGNORED, .help = "always on: SIGTERM or SIGINT saves a checkpoint (with --save) and exits"},
@@ -99,6 +98,8 @@ void lj_cli_megatron_init(lj_cli_megatron *m) {
     m->tensor_parallel = m->pipeline_parallel = m->context_parallel = m->expert_parallel = 1;
     m->distributed_timeout_minutes = -1;
     m->local_rank = -1;
+    m->profile_step_start = 10; /* Megatron-LM's defaults */
+    m->profile_step_end = 12;
 }
 
 int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
@@ -149,6 +150,7 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--bf16", .kind = LJ_FLAG_SWITCH, .dest = &m->bf16, .ival = 1, .help = "the GPU recipe (bf16 weights and activations, fp32 master weights); the CPU computes in fp32"},
         {.name = "--grad-reduce-in-bf16", .kind = LJ_FLAG_SWITCH, .dest = &m->grad_reduce_in_bf16, .ival = 1, .help = "bf16 gradients (the CUDA default, --grad-dtype bf16)"},
         {.name = "--accumulate-allreduce-grads-in-fp32", .kind = LJ_FLAG_SWITCH, .dest = &m->accumulate_allreduce_grads_in_fp32, .ival = 1, .help = "fp32 gradients (--grad-dtype fp32)"},
+        {.name = "--fp8-param-gather", .kind = LJ_FLAG_SWITCH, .dest = &m->fp8_param_gather, .ival = 1, .help = "taken with --fp8-format and a sharded optimizer (Megatron-LM's rules); ljperf keeps no FP8 copy of the weights and gathers parameters in their own dtype (said at start-up)"},
         {.kind = LJ_FLAG_SECTION, .help = "parallelism and launch:"},
         {.name = "--tensor-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->tensor_parallel, .help = "1  (more is refused: ljperf has data parallelism with ZeRO)", .min = 1},
         {.name = "--pipeline-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->pipeline_parallel, .help = "1", .min = 1},
@@ -175,8 +177,15 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--finetune", .kind = LJ_FLAG_SWITCH, .dest = &m->finetune, .ival = 1, .help = "start from the --load checkpoint's weights at iteration 0 (new optimizer and data order)"},
         {.name = "--no-load-optim", .kind = LJ_FLAG_SWITCH, .dest = &m->no_load_optim, .ival = 1, .help = "--load takes the weights and the position in the run, not the AdamW moments: the optimizer and the LR schedule start again"},
         {.name = "--exit-on-missing-checkpoint", .kind = LJ_FLAG_SWITCH, .dest = &m->exit_on_missing_checkpoint, .ival = 1, .help = "a --load without a checkpoint is an error (without it, --load = --save starts from scratch)"},
-        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "sharded|single  ljperf's per-rank shard files + metadata.json (default), or rank 0's single state.safetensors; torch_dist and torch mean these (not Megatron's formats)"},
+        {.name = "--ckpt-format", .kind = LJ_FLAG_STR, .dest = &m->ckpt_format, .help = "sharded|single  ljperf's per-rank shard files + metadata.json (default), or rank 0's single state.safetensors; torch_dist and fsdp_dtensor mean sharded, torch single (not Megatron's formats)"},
         {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &m->async_save, .ival = 1, .help = "copy the state to host memory and write it in the background while training goes on"},
+        {.kind = LJ_FLAG_SECTION, .help = "profiling (for nsys; docs/megatron.md):"},
+        {.name = "--profile", .kind = LJ_FLAG_SWITCH, .dest = &m->profile, .ival = 1, .help = "cudaProfilerStart before iteration S+1, cudaProfilerStop after iteration E, NVTX ranges between (nsys profile --capture-range=cudaProfilerApi)"},
+        {.name = "--profile-step-start", .kind = LJ_FLAG_INT, .dest = &m->profile_step_start, .given = &m->profile_step_start_given, .help = "S  iterations completed when the window opens (default 10)"},
+        {.name = "--profile-step-end", .kind = LJ_FLAG_INT, .dest = &m->profile_step_end, .given = &m->profile_step_end_given, .help = "E  the last iteration in the window (default 12)"},
+        {.name = "--profile-ranks", .kind = LJ_FLAG_LIST, .dest = &m->profile_ranks, .help = "R ...  the ranks that profile and record memory (default: every rank)"},
+        {.name = "--record-memory-history", .kind = LJ_FLAG_SWITCH, .dest = &m->record_memory_history, .ival = 1, .help = "write each profiled rank's memory snapshot (JSON: the plan's buffers, the allocator's events, bytes per iteration) after set-up and every logged iteration"},
+        {.name = "--memory-snapshot-path", .kind = LJ_FLAG_STR, .dest = &m->memory_snapshot_path, .help = "FILE  where (rank r: FILE with _r before its extension; default snapshot.json)"},
     };
     const int n_own = (int)(sizeof own / sizeof own[0]), n_ign = (int)(sizeof k_ignored / sizeof k_ignored[0]);
     LJ_ASSERT(n_own + n_ign <= max, "%d rows for %d places", n_own + n_ign, max);
@@ -490,16 +499,18 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
         return lj_fail(LJ_ERR_ARG, "--optimizer %s: ljperf's optimizer is AdamW (--optimizer adam)", m->optimizer);
     const char *fmt = m->ckpt_format;
     const int single = fmt && (!strcmp(fmt, "single") || !strcmp(fmt, "torch"));
-    if (fmt && !single && strcmp(fmt, "sharded") != 0 && strcmp(fmt, "torch_dist") != 0)
+    const int dtensor = fmt && !strcmp(fmt, "fsdp_dtensor");
+    if (fmt && !single && !dtensor && strcmp(fmt, "sharded") != 0 && strcmp(fmt, "torch_dist") != 0)
         return lj_fail(LJ_ERR_ARG, "--ckpt-format %s: ljperf writes its own formats, sharded (per-rank shard files and "
-                                   "metadata.json, the default) or single (one state.safetensors gathered on rank 0); "
-                                   "both load on any world size",
+                                   "metadata.json, the default; torch_dist and fsdp_dtensor mean it) or single (one "
+                                   "state.safetensors gathered on rank 0; torch means it); both load on any world size",
                        fmt);
-    if (print && fmt && (!strcmp(fmt, "torch_dist") || !strcmp(fmt, "torch")))
+    if (print && fmt && (!strcmp(fmt, "torch_dist") || !strcmp(fmt, "torch") || dtensor))
         lj_log_info("--ckpt-format %s: ljperf writes its own %s format, which Megatron-LM cannot load (it is not "
-                    "PyTorch's %s); each checkpoint's hf/ directory is the way to Megatron-Bridge and transformers "
+                    "%s); each checkpoint's hf/ directory is the way to Megatron-Bridge and transformers "
                     "(docs/megatron.md)",
-                    fmt, single ? "single" : "sharded", single ? "torch.save" : "Distributed Checkpoint");
+                    fmt, single ? "single" : "sharded",
+                    single ? "PyTorch's torch.save" : dtensor ? "Megatron-FSDP's DTensor checkpoint" : "PyTorch's Distributed Checkpoint");
     if (m->async_save && single)
         return lj_fail(LJ_ERR_ARG, "--async-save needs the sharded checkpoint format, not --ckpt-format %s "
                                    "(Megatron-LM's rule as well)",
@@ -567,6 +578,84 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
         snprintf(v, sizeof v, "%d", m->distributed_timeout_minutes * 60);
         setenv("LJPERF_DIST_TIMEOUT", v, 1);
     }
+    return LJ_OK;
+}
+
+lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_config *c) {
+    const struct { const char *flag; int v; } steps[] = {{"--profile-step-start", m->profile_step_start},
+                                                          {"--profile-step-end", m->profile_step_end}};
+    for (int k = 0; k < 2 && m->profile; k++)
+        if (steps[k].v < 0)
+            return lj_fail(LJ_ERR_ARG, "%s %d: must be >= 0 (an iteration count)", steps[k].flag, steps[k].v);
+    if (m->profile && m->profile_step_start >= m->profile_step_end)
+        return lj_fail(LJ_ERR_ARG, "--profile-step-start %d must be below --profile-step-end %d (the window holds "
+                                   "iterations start + 1 to end)",
+                       m->profile_step_start, m->profile_step_end);
+    if (m->profile_ranks.count > LJ_TRAIN_MAX_PROFILE_RANKS)
+        return lj_fail(LJ_ERR_ARG, "--profile-ranks: %d ranks given, at most %d are taken (leave it out for every rank)",
+                       m->profile_ranks.count, LJ_TRAIN_MAX_PROFILE_RANKS);
+    c->num_profile_ranks = m->profile_ranks.count;
+    for (int i = 0; i < m->profile_ranks.count; i++) {
+        LJ_TRY(lj_flags_parse_int("--profile-ranks", m->profile_ranks.values[i], &c->profile_ranks[i]));
+        if (c->profile_ranks[i] < 0)
+            return lj_fail(LJ_ERR_ARG, "--profile-ranks %d: must be >= 0 (a global rank)", c->profile_ranks[i]);
+    }
+    c->profile = m->profile;
+    c->profile_step_start = m->profile_step_start;
+    c->profile_step_end = m->profile_step_end;
+    c->record_memory_history = m->record_memory_history;
+    if (m->memory_snapshot_path) {
+        const char *p = m->memory_snapshot_path, *slash = strrchr(p, '/');
+        if (!*p || (slash && !slash[1]))
+            return lj_fail(LJ_ERR_ARG, "--memory-snapshot-path '%s': expected a file name (e.g. mem/snapshot.json)", p);
+        char dir[LJ_PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == p ? 1 : slash - p) : 1, slash ? p : ".");
+        struct stat st;
+        if (m->record_memory_history && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+            return lj_fail(LJ_ERR_ARG, "--memory-snapshot-path %s: the directory %s does not exist: create it, or give a path in "
+                                       "an existing one",
+                           p, dir);
+        c->memory_snapshot_path = p;
+        const size_t n = strlen(p);
+        if (print && m->record_memory_history && n > 7 && !strcmp(p + n - 7, ".pickle"))
+            lj_log_info("--memory-snapshot-path %s: the snapshot is JSON (ljperf's format, docs/reference.md), not "
+                        "torch's pickle", p);
+    }
+    if (print && m->memory_snapshot_path && !m->record_memory_history)
+        lj_log_info("--memory-snapshot-path: no effect without --record-memory-history (as in Megatron-LM)");
+    if (print && !m->profile && !m->record_memory_history &&
+        (m->profile_step_start_given || m->profile_step_end_given || m->profile_ranks.count))
+        lj_log_info("--profile-step-start, --profile-step-end, --profile-ranks: no effect without --profile or "
+                    "--record-memory-history (as in Megatron-LM)");
+    return LJ_OK;
+}
+
+lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, int zero_stage, int world,
+                                           const char *backend, int print) {
+    if (!m->fp8_param_gather) return LJ_OK;
+    /* megatron/core/transformer/transformer_config.py and megatron/training/arguments.py */
+    if (!fp8)
+        return lj_fail(LJ_ERR_ARG, "--fp8-param-gather needs FP8 training: add --fp8-format hybrid|e4m3 "
+                                   "(Megatron-LM: fp8_param must be used together with fp8 mode)");
+    if (zero_stage < 1)
+        return lj_fail(LJ_ERR_ARG, "--fp8-param-gather needs a sharded optimizer: add --use-distributed-optimizer, "
+                                   "--use-megatron-fsdp or --zero-stage 1|2|3 (Megatron-LM: only supported with "
+                                   "distributed optimizer, torch fsdp2, megatron fsdp, or inference mode)");
+    if (!print) return LJ_OK;
+    const int cuda = !strcmp(backend, "cuda");
+    const char *dtype = cuda ? "bf16" : "f32";
+    char gather[160];
+    if (world <= 1) snprintf(gather, sizeof gather, "on one rank no parameters are gathered");
+    else if (zero_stage == 3) snprintf(gather, sizeof gather, "ZeRO-3 all-gathers each layer's parameters in %s, not FP8", dtype);
+    else
+        snprintf(gather, sizeof gather, "ZeRO stage %d all-gathers the updated parameters after each step in %s, not FP8",
+                 zero_stage, dtype);
+    lj_log_info("--fp8-param-gather: accepted; ljperf keeps no FP8 copy of the weights: the %s parameters (%s) are "
+                "the only copy, and each FP8 linear casts its weight to FP8 where it is used, into scratch shared by "
+                "all linears (in every micro-batch's forward, and transposed in its backward), as Megatron-LM does "
+                "without the flag; %s",
+                dtype, cuda ? "beside their f32 master weights" : "the master weights themselves on this backend",
+                gather);
     return LJ_OK;
 }
 

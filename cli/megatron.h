@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "data/docmask.h"
 #include "optim/optim.h"
+#include "train/train.h"
 
 /* The values as given; -1 (integers) or NAN (reals) or NULL when a flag is absent. */
 typedef struct {
@@ -56,6 +57,13 @@ typedef struct {
     /* checkpoints */
     int finetune, exit_on_missing_checkpoint, async_save, no_load_optim;
     const char *ckpt_format;
+    /* profiling (Megatron's defaults: steps 10 to 12, every rank, snapshot path snapshot.json here) */
+    int profile, record_memory_history;
+    int profile_step_start, profile_step_end, profile_step_start_given, profile_step_end_given;
+    lj_flag_list profile_ranks;
+    const char *memory_snapshot_path;
+    /* FP8 */
+    int fp8_param_gather;
 } lj_cli_megatron;
 
 /* Every value absent. */
@@ -104,6 +112,21 @@ lj_status lj_cli_megatron_schedule(const lj_cli_megatron *m, int global_batch_si
  * the CPU). Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, int zero_given, int *zero_stage,
                                 const char **grad_dtype, int print);
+
+/* The profiling flags (docs/megatron.md "Profiling"; train/profile.h) checked and copied into c:
+ * --profile, --profile-step-start S and --profile-step-end E (with --profile: 0 <= S < E), --profile-ranks R ...
+ * (each >= 0; at most LJ_TRAIN_MAX_PROFILE_RANKS; checked against the world size when the run
+ * starts), --record-memory-history and --memory-snapshot-path (its directory must exist). `print`
+ * says what has no effect (a snapshot path without --record-memory-history). Errors: LJ_ERR_ARG
+ * naming the flag and the value. */
+lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_config *c);
+
+/* --fp8-param-gather against the run: Megatron-LM's rules (it needs FP8, `fp8`, and a sharded
+ * optimizer: ZeRO stage >= 1, `zero_stage`); with `print`, says what ljperf does instead over
+ * `world` ranks (its FP8 recipes keep no FP8 copy of the weights; ZeRO gathers the parameters in
+ * their own dtype). Errors: LJ_ERR_ARG naming the flag. */
+lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, int zero_stage, int world,
+                                           const char *backend, int print);
 
 /* The compatibility table of `ljperf train --help`. */
 /* Document masking of a run of model `cfg` (--reset-position-ids, --reset-attention-mask,

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "parallelism:\n"
             "  --nproc-per-node N            start N data-parallel ranks here (like torchrun; with\n"
             "                                --device cpu through mpirun); mpirun/srun/torchrun also work\n"
+            "  --nnodes 1 --node-rank 0 --master-addr A --master-port P   torchrun's flags of one node\n"
+            "                                (A and P: the ranks' rendezvous; default 127.0.0.1, a free port)\n"
             "  --zero-stage S                DeepSpeed ZeRO stage: 0 replicated, 1 sharded AdamW state,\n"
             "                                2 also sharded gradients (reduced bucket by bucket during the\n"
             "                                backward), 3 also sharded parameters (each layer all-gathered\n"
@@ -182,6 +184,8 @@ typedef struct {
     lj_cli_megatron mg;
     int deterministic; /* --deterministic-mode */
     int override_tokenizer; /* --override-tokenizer */
+    const char *nnodes, *master_addr; /* torchrun's --nnodes, --master-addr */
+    int node_rank, master_port;       /* torchrun's --node-rank, --master-port (0: not given) */
 } train_args;
 
 /* --deepspeed ds_config.json, read and applied to c in one step (lj_train_apply_deepspeed):
@@ -392,6 +396,11 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
         {.name = "--reduce-bucket-size", .kind = LJ_FLAG_INT, .dest = &a->reduce_bucket_size,
          .given = &a->given.reduce_bucket_size, .min = 1},
         {.name = "--nproc-per-node", .kind = LJ_FLAG_INT, .dest = &a->nproc, .min = 1}, /* read by lj_cli_maybe_launch */
+        /* torchrun's other flags of one node, read by lj_cli_maybe_launch too (and checked here) */
+        {.name = "--nnodes", .kind = LJ_FLAG_STR, .dest = &a->nnodes},
+        {.name = "--node-rank", .kind = LJ_FLAG_INT, .dest = &a->node_rank},
+        {.name = "--master-addr", .kind = LJ_FLAG_STR, .dest = &a->master_addr},
+        {.name = "--master-port", .kind = LJ_FLAG_INT, .dest = &a->master_port},
     };
     const int n = (int)(sizeof own / sizeof own[0]);
     LJ_ASSERT(n <= max);
@@ -513,6 +522,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     /* -1 is "not given": the rows' minimum (0) keeps negative values from the command line */
     c->train_iters = a.train_iters >= 0 ? a.train_iters : 100; /* until the schedule says (--train-samples) */
     LJ_TRY(check_ranges(c, gbs, NULL));
+    LJ_TRY(lj_cli_megatron_profile(mg, rank0, c));
+    if (c->record_memory_history) lj_ops_memory_history(1); /* before the backend allocates anything */
     const int shape = lj_cli_megatron_has_shape(mg);
     if (shape && model)
         return lj_fail(LJ_ERR_ARG, "--model %s and Megatron's model shape flags (--num-layers, ...) exclude each "
@@ -578,6 +589,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
+    LJ_TRY(lj_cli_megatron_fp8_param_gather(mg, c->linear_recipe == LJ_LINEAR_RECIPE_FP8, c->zero.zero_stage,
+                                            lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
+                                            c->ops->name, rank0));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
     if (c->ops->config.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "

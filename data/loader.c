@@ -26,6 +26,15 @@ lj_status lj_loader_parse_split(const char *text, double fractions[3]) {
     double v[3] = {0, 0, 0};
     int n = 0;
     const char *p = text ? text : "";
+    /* one pair of quotes around the whole value, as a launch script leaves them when it keeps
+     * "--split '99,1,0'" in an array expanded unquoted (Megatron-LM reads the numbers out of any
+     * text, re.findall(r"[.0-9]+", split)) */
+    const size_t len = strlen(p);
+    char unquoted[64];
+    if (len >= 2 && len < sizeof unquoted + 2 && (p[0] == '\'' || p[0] == '"') && p[len - 1] == p[0]) {
+        snprintf(unquoted, sizeof unquoted, "%.*s", (int)(len - 2), p + 1);
+        p = unquoted;
+    }
     while (*p) {
         if (*p == ',' || *p == '/' || isspace((unsigned char)*p)) {
             p++;

@@ -99,10 +99,12 @@ typedef struct {
 /* "train", "valid", "test". */
 const char *lj_split_name(lj_split which);
 
-/* Parses a Megatron --split string ("969,30,1", "969, 30, 1", "98,2", "1"): up to three
- * non-negative numbers separated by commas, slashes or spaces, padded with zeros, normalised to
- * sum 1 into fractions[3]. Errors: LJ_ERR_ARG naming --split, the text and what is expected: a part
- * that is not a non-negative number, more than three, none at all ("" or ","), a sum of 0. */
+/* Parses a Megatron --split string ("969,30,1", "969, 30, 1", "98,2", "1", "'99,1,0'"): up to
+ * three non-negative numbers separated by commas, slashes or spaces, padded with zeros, normalised
+ * to sum 1 into fractions[3]; one pair of matching quotes around the whole text is dropped (a launch
+ * script's quoting left in the value). Errors: LJ_ERR_ARG naming --split, the text and what is
+ * expected: a part that is not a non-negative number, more than three, none at all ("" or ","), a
+ * sum of 0. */
 lj_status lj_loader_parse_split(const char *text, double fractions[3]);
 
 /* Fills cfg->num_datasets, cfg->paths and cfg->weights from a Megatron --data-path argument

@@ -8,6 +8,8 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *lj_recompute_name(lj_recompute r) {
@@ -297,6 +299,22 @@ static void layer_backward(lj_model *m, int l, int B, int T, lj_grad_mode dw_mod
                           m->ws_rmsnorm);
 }
 
+/* ---- profiling ranges (model.h) ---------------------------------------------------- */
+
+void lj_model_range_push(const lj_model *m, const char *fmt, ...) {
+    if (!m->ranges || !m->ops->range_push) return;
+    char name[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    m->ops->range_push(name);
+}
+
+void lj_model_range_pop(const lj_model *m) {
+    if (m->ranges && m->ops->range_pop) m->ops->range_pop();
+}
+
 /* ---- forward / backward --------------------------------------------------------- */
 
 void lj_model_set_batch(lj_model *m, const int32_t *tokens) {
@@ -327,17 +345,25 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
+    lj_model_range_push(m, "forward");
     lj_linear_pass_begin(&m->linear, backward);
+    lj_model_range_push(m, "embedding");
     fetch(m, LJ_UNIT_EMBED, +1);
     ops->embedding_forward(m->residual[0], m->inputs, param(m, m->layout.embed), N, s->C);
     if (m->hooks) m->hooks->embed_forward(m, m->hooks->ctx, m->residual[0]);
     fetch(m, 0, +1);
     release(m, LJ_UNIT_EMBED);
     rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(&m->layout, 0, LJ_P_LN1), N);
+    lj_model_range_pop(m);
     for (int l = 0; l < L; l++) {
+        lj_model_range_push(m, "decoder.layers.%d.forward", l);
         fetch(m, l, +1);
+        lj_model_range_push(m, "decoder.layers.%d.self_attention", l);
         attention_block_forward(m, l, m->residual[l], B, T);
+        lj_model_range_pop(m);
+        lj_model_range_push(m, "decoder.layers.%d.mlp", l);
         mlp_block_forward(m, l, N);
+        lj_model_range_pop(m);
         /* the layer's output residual, and the next layer's input norm (the final norm after the last) */
         const int last = l == L - 1;
         fetch(m, l + 1, +1);
@@ -348,8 +374,10 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
             rmsnorm(m, last ? m->final_ln : m->layers[l + 1].ln1, last ? m->final_rstd : m->layers[l + 1].ln1_rstd,
                     m->residual[l + 1], last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1), N);
         release(m, l);
+        lj_model_range_pop(m);
     }
     release(m, L);
+    lj_model_range_push(m, "output_layer");
     fetch(m, L + 1, +1);
     /* lm_head's gradient; tied, it is the embedding's, which collects until the embedding backward */
     if (backward) (void)grad_begin(m, L + 1); /* the loss accumulates into it whatever the mode */
@@ -364,7 +392,9 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
         if (backward) linear_backward(m, LJ_LINEAR_LM_HEAD, 0, m->d_ln, m->logits, m->final_ln, N, LJ_GRAD_ACCUMULATE);
     }
     if (backward && !s->tied) grad_end(m, L + 1);
+    lj_model_range_pop(m);
     pass_end(m);
+    lj_model_range_pop(m);
 }
 
 /* Recomputes what layer l's policy did not keep, from its input (and kept tensors). */
@@ -388,29 +418,41 @@ void lj_model_backward(lj_model *m) {
     const lj_ops *ops = m->ops;
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
+    lj_model_range_push(m, "backward");
     ops->memset_zero(m->d_res, (size_t)N * s->C * lj_dtype_size(ops->act_dtype));
     /* the final norm (its input gradient m->d_ln came from the loss in lj_model_forward) */
+    lj_model_range_push(m, "decoder.final_layernorm.backward");
     fetch(m, L, -1);
     const lj_grad_mode norm_mode = grad_begin(m, L);
     ops->rmsnorm_backward(m->d_res, grad(m, m->layout.final_norm), m->d_ln, m->residual[L],
                           param(m, m->layout.final_norm), m->final_rstd, N, s->C, norm_mode, m->ws_rmsnorm);
     grad_end(m, L);
     release(m, L);
+    lj_model_range_pop(m);
     for (int l = L - 1; l >= 0; l--) {
+        lj_model_range_push(m, "decoder.layers.%d.backward", l);
         fetch(m, l, -1);
         const lj_grad_mode mode = grad_begin(m, l);
         if (m->hooks) m->hooks->layer_backward(m, m->hooks->ctx, l, m->d_res);
-        recompute_layer(m, l, B, T);
+        if (m->opt.recompute[l] != LJ_RECOMPUTE_NONE) {
+            lj_model_range_push(m, "decoder.layers.%d.recompute", l);
+            recompute_layer(m, l, B, T);
+            lj_model_range_pop(m);
+        }
         layer_backward(m, l, B, T, mode);
         grad_end(m, l);
         release(m, l);
+        lj_model_range_pop(m);
     }
+    lj_model_range_push(m, "embedding.backward");
     (void)grad_begin(m, LJ_UNIT_EMBED); /* tied: held since the loss; the scatter-add always accumulates */
     if (m->hooks) m->hooks->embed_backward(m, m->hooks->ctx, m->d_res);
     ops->embedding_backward(grad(m, m->layout.embed), m->d_res, m->inputs, N, s->C, m->ws_embedding);
     grad_end(m, LJ_UNIT_EMBED);
+    lj_model_range_pop(m);
     lj_linear_pass_end(&m->linear);
     pass_end(m);
+    lj_model_range_pop(m);
 }
 
 void lj_model_zero_grads(lj_model *m) {
@@ -435,7 +477,7 @@ static void run_body(lj_model *m, float dloss, const graph_body *b) {
  * key changed) and replayed. A failed capture turns graphs off for this model and runs eagerly. */
 static void run_graphed(lj_model *m, lj_model_graph *g, float dloss, uint64_t key, const graph_body *b) {
     const lj_ops *ops = m->ops;
-    if (!m->opt.graphs || !ops->graph_capture_begin) {
+    if (!m->opt.graphs || !ops->graph_capture_begin || m->ranges) { /* ranges: eagerly, so that they are seen */
         run_body(m, dloss, b);
         return;
     }

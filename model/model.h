@@ -197,7 +197,19 @@ struct lj_model {
 
     lj_model_graph fwd_bwd_graph; /* forward + backward (lj_model_forward_backward, opt.graphs) */
     lj_model_graph step_graph;    /* the whole training step as one graph (lj_model_train_step) */
+
+    int ranges;  /* 1: NVTX ranges around the passes, the layers and the optimizer step (ops->range_push,
+                    lj_model_range_push), and the steps run without CUDA graphs so that the ranges are
+                    on the timeline (a graph replays no host event); set while a run profiles
+                    (--profile's window). 0: none, not a call. */
 };
+
+/* An NVTX range named by the printf format `fmt` (ops.h range_push), or nothing when m->ranges is
+ * off or the backend has no ranges (the CPU). Names longer than 95 bytes are cut. Each push is
+ * closed by lj_model_range_pop, innermost first. The names a training step uses are listed in
+ * docs/megatron.md ("Profiling"). */
+void lj_model_range_push(const lj_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lj_model_range_pop(const lj_model *m);
 
 /* Host-side tables derived from the config (the layout and the per-layer pointer arrays), for a
  * replicated model: the shard is everything. lj_parallelize (parallel/parallel.h) then applies

@@ -518,6 +518,21 @@ struct lj_ops {
     lj_status (*graph_capture_end)(void **graph);
     void (*graph_launch)(void *graph);
     void (*graph_destroy)(void *graph);
+
+    /* ---- profiling (NULL on backends without a profiler: the CPU) ----
+     * range_push / range_pop: a named NVTX range on the calling thread (nvtxRangePushA /
+     * nvtxRangePop; Nsight Systems shows them on its NVTX row, nested in push order). A host
+     * event: pushed while a graph is captured, a range does not come back when the graph is
+     * replayed. `name` is copied. The caller decides when ranges are on (without a profiler
+     * attached each call still costs a function call, so a run calls them only while it
+     * profiles).
+     * profiler_start / profiler_stop: the CUDA profiler's capture range (cudaProfilerStart /
+     * cudaProfilerStop: `nsys profile --capture-range=cudaProfilerApi` records between them; without
+     * a profiler attached they do nothing). Errors: LJ_ERR_DEVICE naming the call. */
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
+    lj_status (*profiler_start)(void);
+    lj_status (*profiler_stop)(void);
 };
 
 /* The CPU backend (C + OpenMP + OpenBLAS). Always available. lj_ops_cpu() is the table of the
@@ -534,6 +549,10 @@ const lj_ops *lj_ops_cpu_open(const lj_ops_config *cfg);
  * configuration is its own constant table: the planner prices a what-if by opening (or
  * describing) another one. */
 const lj_ops *lj_ops_cuda_open(const lj_ops_config *cfg);
+
+/* How many CUDA devices this process sees (cudaGetDeviceCount; it starts no device and allocates
+ * nothing, so a launcher may ask before it starts its workers); 0 without CUDA or a GPU. */
+int lj_ops_cuda_device_count(void);
 
 /* The CUDA backend's table of `cfg` reduced to its name, dtypes, configuration and
  * workspace-size entries (every other entry NULL), without touching a device: for planning GPU
@@ -565,7 +584,33 @@ lj_status lj_ops_cuda_fp8_blockwise_check(void);
  * test and for the benchmark's "planned" figure). */
 size_t lj_ops_allocated_bytes(void);
 
-/* Records an allocation of `bytes` (>0) or a free (<0); backends call it. */
-void lj_ops_track(int64_t bytes);
+/* Records an allocation of `bytes` (>0) at `ptr` or the free (<0) of it; backends call it. */
+void lj_ops_track(const void *ptr, int64_t bytes);
+
+/* The allocator's history (--record-memory-history): while on, every allocation and free that
+ * the backends track (lj_ops_track) is kept with its time, address and size, in order. */
+typedef struct {
+    double time_sec;  /* lj_time_sec() at the call */
+    const void *ptr;  /* the allocation's address */
+    int64_t bytes;    /* > 0: allocated; < 0: freed */
+    size_t allocated; /* lj_ops_allocated_bytes() after it */
+} lj_ops_memory_event;
+
+/* Starts the history (forgetting any earlier one) with on = 1; stops recording with 0 (what was
+ * recorded stays readable). At most 100000 events are kept (the first ones: a run allocates
+ * once, at set-up); the rest are counted. */
+void lj_ops_memory_history(int on);
+
+/* What lj_ops_memory_events reports besides the events. */
+typedef struct {
+    double start_sec; /* lj_time_sec() when recording started */
+    size_t baseline;  /* bytes allocated then */
+    size_t peak;      /* the most allocated at any time since (>= baseline) */
+    int64_t dropped;  /* events past the limit, not kept */
+} lj_ops_memory_summary;
+
+/* A copy of the recorded events ([*count], malloc'd: free it; NULL when there are none) and the
+ * summary (`sum` may be NULL). */
+lj_ops_memory_event *lj_ops_memory_events(int *count, lj_ops_memory_summary *sum);
 
 #endif

@@ -60,8 +60,10 @@ void lj_optim_local_step(lj_model *m, void *ctx) {
     /* the shard's real elements (the padding after P carries nothing) */
     const int64_t P = m->layout.total;
     const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    lj_model_range_push(m, "optimizer.step");
     lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
     lj_optim_update(m, (char *)m->params + (size_t)m->shard_begin * sp, grad_shard, u->segments, u->num_segments, &u->hp);
+    lj_model_range_pop(m);
 }
 
 uint64_t lj_optim_local_key(const lj_optim_local *u) {

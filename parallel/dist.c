@@ -157,6 +157,20 @@ static void check_sum_dtype(lj_dtype dtype) {
               lj_dtype_name(dtype));
 }
 
+void lj_dist_set_ranges(lj_dist *d, void (*push)(const char *name), void (*pop)(void)) {
+    d->range_push = push && pop ? push : NULL;
+    d->range_pop = push && pop ? pop : NULL;
+}
+
+/* The NVTX range around an NCCL call (lj_dist_set_ranges): push, then pop with the call's status. */
+static void range_push(const lj_dist *d, const char *name) {
+    if (d->range_push) d->range_push(name);
+}
+static lj_status range_pop(const lj_dist *d, lj_status s) {
+    if (d->range_pop) d->range_pop();
+    return s;
+}
+
 /* Single backend: dst = src (count elements), host or device. */
 static lj_status single_copy(lj_dist *d, void *dst, const void *src, int64_t count, lj_dtype dtype, void *stream) {
     if (dst == src || count == 0) return LJ_OK;
@@ -173,7 +187,9 @@ lj_status lj_dist_all_reduce(lj_dist *d, const void *send, void *recv, int64_t c
     switch (d->backend) {
     case LJ_DIST_SINGLE: return single_copy(d, recv, send, count, dtype, stream);
     case LJ_DIST_MPI: return lj_dist_mpi_all_reduce(d, send, recv, count, dtype);
-    case LJ_DIST_NCCL: return lj_dist_nccl_all_reduce(d, send, recv, count, dtype, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:all_reduce");
+        return range_pop(d, lj_dist_nccl_all_reduce(d, send, recv, count, dtype, stream));
     }
     return LJ_ERR_ARG;
 }
@@ -183,7 +199,9 @@ lj_status lj_dist_all_reduce_max_u32(lj_dist *d, const void *send, void *recv, i
     switch (d->backend) {
     case LJ_DIST_SINGLE: return single_copy(d, recv, send, count, LJ_DTYPE_F32, stream); /* 4-byte elements */
     case LJ_DIST_MPI: return lj_dist_mpi_all_reduce_max_u32(d, send, recv, count);
-    case LJ_DIST_NCCL: return lj_dist_nccl_all_reduce_max_u32(d, send, recv, count, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:all_reduce_max");
+        return range_pop(d, lj_dist_nccl_all_reduce_max_u32(d, send, recv, count, stream));
     }
     return LJ_ERR_ARG;
 }
@@ -195,7 +213,9 @@ lj_status lj_dist_reduce_scatter(lj_dist *d, const void *send, void *recv, int64
     switch (d->backend) {
     case LJ_DIST_SINGLE: return single_copy(d, recv, send, recv_count, dtype, stream);
     case LJ_DIST_MPI: return lj_dist_mpi_reduce_scatter(d, send, recv, recv_count, dtype);
-    case LJ_DIST_NCCL: return lj_dist_nccl_reduce_scatter(d, send, recv, recv_count, dtype, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:reduce_scatter");
+        return range_pop(d, lj_dist_nccl_reduce_scatter(d, send, recv, recv_count, dtype, stream));
     }
     return LJ_ERR_ARG;
 }
@@ -206,7 +226,9 @@ lj_status lj_dist_all_gather(lj_dist *d, const void *send, void *recv, int64_t s
     switch (d->backend) {
     case LJ_DIST_SINGLE: return single_copy(d, recv, send, send_count, dtype, stream);
     case LJ_DIST_MPI: return lj_dist_mpi_all_gather(d, send, recv, send_count, dtype);
-    case LJ_DIST_NCCL: return lj_dist_nccl_all_gather(d, send, recv, send_count, dtype, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:all_gather");
+        return range_pop(d, lj_dist_nccl_all_gather(d, send, recv, send_count, dtype, stream));
     }
     return LJ_ERR_ARG;
 }
@@ -217,7 +239,9 @@ lj_status lj_dist_broadcast(lj_dist *d, void *buf, int64_t count, lj_dtype dtype
     switch (d->backend) {
     case LJ_DIST_SINGLE: return LJ_OK;
     case LJ_DIST_MPI: return lj_dist_mpi_broadcast(d, buf, count, dtype, root);
-    case LJ_DIST_NCCL: return lj_dist_nccl_broadcast(d, buf, count, dtype, root, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:broadcast");
+        return range_pop(d, lj_dist_nccl_broadcast(d, buf, count, dtype, root, stream));
     }
     return LJ_ERR_ARG;
 }
@@ -230,7 +254,9 @@ lj_status lj_dist_reduce(lj_dist *d, const void *send, void *recv, int64_t count
     switch (d->backend) {
     case LJ_DIST_SINGLE: return single_copy(d, recv, send, count, dtype, stream);
     case LJ_DIST_MPI: return lj_dist_mpi_reduce(d, send, recv, count, dtype, root);
-    case LJ_DIST_NCCL: return lj_dist_nccl_reduce(d, send, recv, count, dtype, root, stream);
+    case LJ_DIST_NCCL:
+        range_push(d, "nccl:reduce");
+        return range_pop(d, lj_dist_nccl_reduce(d, send, recv, count, dtype, root, stream));
     }
     return LJ_ERR_ARG;
 }

@@ -212,6 +212,14 @@ lj_status lj_dist_barrier(lj_dist *d);
 lj_status lj_dist_group_start(lj_dist *d);
 lj_status lj_dist_group_end(lj_dist *d);
 
+/* Profiling: with push and pop set (the op table's range_push / range_pop, ops/ops.h), every NCCL
+ * collective's call is one NVTX range named as PyTorch's profiler names c10d's: "nccl:all_reduce",
+ * "nccl:all_reduce_max" (the FP8 amaxes), "nccl:reduce_scatter", "nccl:all_gather",
+ * "nccl:broadcast", "nccl:reduce". The range covers the call, which queues the collective on the
+ * communication stream (the collective's kernel runs there after it). NULL, NULL: none (the
+ * default). Other backends push no ranges. */
+void lj_dist_set_ranges(lj_dist *d, void (*push)(const char *name), void (*pop)(void));
+
 /* ---- ordering against the compute stream ------------------------------------------ */
 
 typedef uint64_t lj_dist_ticket;
@@ -271,6 +279,8 @@ typedef struct {
                                same again SIGKILL. Default 30. */
     const char *exe;        /* program to run; default this one (/proc/self/exe) */
     int quiet;              /* no launcher messages (tests) */
+    const char *master_addr; /* torchrun-style workers' MASTER_ADDR (torchrun's --master-addr); NULL: 127.0.0.1 */
+    int master_port;        /* their MASTER_PORT (torchrun's --master-port); 0: a free port */
 } lj_launch_options;
 
 void lj_launch_options_default(lj_launch_options *opt);
@@ -291,6 +301,11 @@ void lj_launch_options_default(lj_launch_options *opt);
  * A worker failure stops the rest after kill_grace_sec (above). Call it before starting
  * threads (it blocks signals while it waits). */
 int lj_launch(int nproc_per_node, lj_dist_backend backend, const char *command, int argc, char **argv);
+
+/* lj_launch with the rendezvous address and port of torchrun's --master-addr and --master-port
+ * (NULL and 0: 127.0.0.1 and a free port); they matter to NCCL workers only (mpirun finds its own). */
+int lj_launch_at(int nproc_per_node, lj_dist_backend backend, const char *master_addr, int master_port,
+                 const char *command, int argc, char **argv);
 
 /* The same with options; child_argv is the full argument vector of each worker (argv[0]
  * included, NULL-terminated), run as options->exe. */

@@ -16,6 +16,8 @@ struct lj_dist {
     lj_dist_nccl *nccl;        /* NCCL backend */
     lj_bootstrap *boot;        /* watchdog (and TCP connections), NULL for single */
     uint64_t marks;            /* host backends: tickets handed out */
+    void (*range_push)(const char *name); /* lj_dist_set_ranges: NVTX ranges around NCCL calls, or NULL */
+    void (*range_pop)(void);
 };
 
 /* Bytes of the configuration summary exchanged at bootstrap (with its NUL). */

@@ -175,8 +175,8 @@ static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, in
     return lj_optim_read_norm(m);
 }
 
-double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
-                            const lj_adamw_config *cfg, lj_adamw_lr lr, int step) {
+static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
+                             const lj_adamw_config *cfg, lj_adamw_lr lr, int step) {
     const lj_ops *ops = m->ops;
     const lj_adamw_hparams hp = lj_adamw_hparams_of(cfg);
     lj_optim_upload_scalars(m, &hp, lr, step);
@@ -212,6 +212,14 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
     return norm >= 0.0 ? norm : lj_optim_read_norm(m);
+}
+
+double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
+                            const lj_adamw_config *cfg, lj_adamw_lr lr, int step) {
+    lj_model_range_push(m, "optimizer.step");
+    const double norm = optimizer_step(dp, m, segments, num_segments, cfg, lr, step);
+    lj_model_range_pop(m);
+    return norm;
 }
 
 double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,

@@ -67,7 +67,7 @@ static double now_sec(void) {
 
 /* The environment of a worker: this process's without any torchrun-style variables; then
  * those of `rank` of `n` when port > 0 (not under mpirun); OMP_NUM_THREADS if unset. */
-static char **worker_env(int rank, int n, int port) {
+static char **worker_env(int rank, int n, const char *addr, int port) {
     static const char *const ours[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=",
                                        "MASTER_ADDR=", "MASTER_PORT=", "GROUP_RANK="};
     const int nours = (int)(sizeof ours / sizeof ours[0]);
@@ -83,8 +83,14 @@ static char **worker_env(int rank, int n, int port) {
     const int values[] = {rank, rank, n, n, -1, port, 0};
     for (int j = 0; j < nours && port > 0; j++) {
         char buf[64];
-        if (values[j] < 0) snprintf(buf, sizeof buf, "%s127.0.0.1", ours[j]);
-        else snprintf(buf, sizeof buf, "%s%d", ours[j], values[j]);
+        if (values[j] < 0) {
+            char *a = lj_malloc(strlen(ours[j]) + strlen(addr) + 1);
+            strcpy(a, ours[j]);
+            strcat(a, addr);
+            env[k++] = a;
+            continue;
+        }
+        snprintf(buf, sizeof buf, "%s%d", ours[j], values[j]);
         env[k++] = lj_strdup(buf);
     }
     const char *omp = getenv("OMP_NUM_THREADS");
@@ -146,15 +152,16 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
     const double grace = opt->kill_grace_sec > 0 ? opt->kill_grace_sec : 30.0;
     /* the processes this launcher starts: the N workers, or one mpirun */
     const int nchild = opt->mpirun ? 1 : n;
-    int port = 0;
-    if (!opt->mpirun && lj_launch_free_port(&port) != LJ_OK) {
+    int port = opt->mpirun ? 0 : opt->master_port; /* mpirun's workers get no torchrun-style variables */
+    const char *addr = opt->master_addr ? opt->master_addr : "127.0.0.1";
+    if (!opt->mpirun && port <= 0 && lj_launch_free_port(&port) != LJ_OK) {
         fprintf(stderr, "ljperf launcher: %s\n", lj_error_message());
         return 1;
     }
     char np[16];
     char **mpi_args = opt->mpirun ? mpirun_argv(n, exe, child_argv, np, sizeof np) : NULL;
     char ***envs = lj_calloc((size_t)nchild, sizeof *envs);
-    for (int i = 0; i < nchild; i++) envs[i] = worker_env(i, n, port);
+    for (int i = 0; i < nchild; i++) envs[i] = worker_env(i, n, addr, port);
 
     /* Block the signals we handle: they are taken with sigtimedwait, never lost to a race. */
     sigset_t handled, old;
@@ -196,7 +203,7 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
     }
     if (!opt->quiet && result == 0) {
         if (mpi_args) fprintf(stderr, "ljperf launcher: started %d workers with mpirun\n", n);
-        else fprintf(stderr, "ljperf launcher: started %d workers (MASTER_ADDR=127.0.0.1 MASTER_PORT=%d)\n", n, port);
+        else fprintf(stderr, "ljperf launcher: started %d workers (MASTER_ADDR=%s MASTER_PORT=%d)\n", n, addr, port);
     }
 
     double term_at = INFINITY, kill_at = INFINITY;
@@ -263,6 +270,11 @@ int lj_launch_run(const lj_launch_options *opt, char *const child_argv[]) {
 }
 
 int lj_launch(int nproc_per_node, lj_dist_backend backend, const char *command, int argc, char **argv) {
+    return lj_launch_at(nproc_per_node, backend, NULL, 0, command, argc, argv);
+}
+
+int lj_launch_at(int nproc_per_node, lj_dist_backend backend, const char *master_addr, int master_port,
+                 const char *command, int argc, char **argv) {
     if (nproc_per_node < 1) {
         fprintf(stderr, "ljperf %s: --nproc-per-node must be at least 1, got %d\n", command, nproc_per_node);
         return 2;
@@ -289,6 +301,8 @@ int lj_launch(int nproc_per_node, lj_dist_backend backend, const char *command, 
     lj_launch_options_default(&opt);
     opt.nproc_per_node = nproc_per_node;
     opt.mpirun = backend == LJ_DIST_MPI;
+    opt.master_addr = master_addr;
+    opt.master_port = master_port;
     const int rc = lj_launch_run(&opt, args);
     free(args);
     return rc;

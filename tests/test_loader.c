@@ -529,6 +529,12 @@ static void test_parsers(void **state) {
     assert_int_equal(lj_loader_parse_split("90,x", f), LJ_ERR_ARG);
     assert_non_null(strstr(lj_error_message(), "--split"));
     assert_int_equal(lj_loader_parse_split("0,0", f), LJ_ERR_ARG);
+    /* the quotes a launch script's "--split '99,1,0'" leaves in the value: read as Megatron-LM does */
+    assert_int_equal(lj_loader_parse_split("'99,1,0'", f), LJ_OK);
+    assert_true(f[0] == 0.99 && f[1] == 0.01 && f[2] == 0);
+    assert_int_equal(lj_loader_parse_split("\"98,2\"", f), LJ_OK);
+    assert_true(f[0] == 0.98 && f[1] == 0.02 && f[2] == 0);
+    assert_int_equal(lj_loader_parse_split("'99,1", f), LJ_ERR_ARG); /* unmatched: not a quoted value */
 
     lj_loader_config c;
     memset(&c, 0, sizeof c);

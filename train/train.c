@@ -21,6 +21,7 @@
 #include "plan/build.h"
 #include "plan/plan.h"
 #include "plan/planner.h"
+#include "train/profile.h"
 #include "train/tensorboard.h"
 #include "optim/offload.h"
 #include "parallel/parallel.h"
@@ -50,6 +51,9 @@ void lj_train_config_defaults(lj_train_config *c) {
     c->zero.overlap_comm = 1;
     c->check_nan = 1;
     c->max_skipped = 10;
+    c->profile_step_start = 10; /* Megatron-LM's defaults */
+    c->profile_step_end = 12;
+    c->memory_snapshot_path = "snapshot.json";
 }
 
 /* ---- the run's state -------------------------------------------------------------- */
@@ -84,6 +88,7 @@ typedef struct {
     int skipped_in_a_row;      /* ... up to the last iteration (0: the last step was applied) */
     int final_save;            /* the run ends after this save: it writes the HF export even under --no-save-hf */
     lj_ckpt_async *async;      /* --async-save: the background writer (checkpoint/state.h) */
+    lj_train_profiler prof;    /* --profile's window, --record-memory-history's snapshots */
 } run;
 
 
@@ -368,6 +373,7 @@ static lj_status setup(run *r) {
                                        : "off (the compute stream waits for each collective)");
     r->rank = r->dp.rank;
     r->world = r->dp.world;
+    LJ_TRY(lj_train_profiler_init(&r->prof, c, r->rank, r->world));
     r->save_lock.fd = -1;
     /* one run saves into a --save root at a time: a second one stops here, before it trains */
     if (c->save && r->rank == 0) LJ_TRY(lj_ckpt_lock_acquire(&r->save_lock, c->save));
@@ -432,6 +438,7 @@ static lj_status setup(run *r) {
     r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
+    lj_train_profiler_start(&r->prof, &r->model, &r->dp, &r->plan, r->iteration);
     if (c->save && r->rank == 0) {
         /* find an unwritable --save now, not after the last iteration */
         LJ_TRY(lj_mkdir_p(c->save));
@@ -474,6 +481,7 @@ static lj_status setup(run *r) {
 }
 
 static void teardown(run *r) {
+    if (r->model.layers) lj_train_profiler_finish(&r->prof, &r->model, &r->dp, &r->plan, r->iteration);
     lj_ckpt_async_free(r->async); /* NULL, or a writer finish_saves did not reach (a failed set-up) */
     r->async = NULL;
     lj_ckpt_lock_release(&r->save_lock);
@@ -530,6 +538,7 @@ static void train_step(run *r, double *loss, double *grad_norm, lj_adamw_lr *lr)
         }
     }
     double sum = 0.0;
+    lj_model_range_push(m, "train_step");
     if (r->accumulation == 1) {
         lj_loader_next(&r->train_data, r->tokens);
         lj_model_set_batch(m, r->tokens); /* uploaded in stream order before the step */
@@ -548,6 +557,7 @@ static void train_step(run *r, double *loss, double *grad_norm, lj_adamw_lr *lr)
     const int late = c->exit_duration_min > 0 && lj_time_sec() - r->start_sec > c->exit_duration_min * 60.0;
     float scalars[3] = {(float)(sum / r->accumulation), (float)(g_stop_signal != 0), (float)late};
     lj_dp_sum(&r->dp, m, scalars, 3);
+    lj_model_range_pop(m);
     *loss = r->world > 1 ? (double)scalars[0] / r->world : sum / r->accumulation;
     r->stop = scalars[1] > 0.0f; /* every rank stops at the same iteration */
     r->out_of_time = scalars[2] > 0.0f;
@@ -601,6 +611,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             }
             prev_batch = next_batch;
         }
+        lj_train_profiler_before(&r.prof, &r.model, &r.dp, r.iteration);
         const double t0 = lj_time_sec();
         double loss, grad_norm;
         lj_adamw_lr lr;
@@ -647,7 +658,8 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             interval_loss += loss; /* Megatron's averaged loss leaves skipped iterations out */
             interval_iters++;
         }
-        if (!cfg->quiet && r.rank == 0 && (r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters)) {
+        const int logged = r.iteration % cfg->log_interval == 0 || r.iteration == 1 || r.iteration == cfg->train_iters;
+        if (!cfg->quiet && r.rank == 0 && logged) {
             const double logged = interval_iters ? interval_loss / interval_iters : loss;
             const double mean_dt = interval_sec / interval_all, mean_tps = interval_tokens / interval_sec;
             interval_loss = interval_sec = interval_tokens = 0.0;
@@ -682,6 +694,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
         const lj_train_tb_step tb_step = {r.iteration, r.consumed_samples, (int)r.batch, loss, lr.lr[0], grad_norm, dt,
                                           decoupled, lr.lr[1]};
         lj_train_tb_iteration(&r.tb, &tb_step);
+        lj_train_profiler_after(&r.prof, &r.model, &r.dp, &r.plan, r.iteration, logged);
         if (cfg->eval_interval > 0 && cfg->eval_iters > 0 && r.iteration % cfg->eval_interval == 0) {
             const double vl = r.have_valid ? evaluate(&r) : 0.0;
             if (r.have_valid) log_eval(&r, vl);

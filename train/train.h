@@ -18,6 +18,8 @@
 #include "parallel/deepspeed.h"
 #include "parallel/parallel.h"
 
+#define LJ_TRAIN_MAX_PROFILE_RANKS 64
+
 typedef struct {
     lj_model_config model;
     const lj_ops *ops;
@@ -95,6 +97,17 @@ typedef struct {
     int max_skipped;           /* --max-consecutive-skipped-iterations: skipped steps in a row that stop
                                   the run (0: no limit) */
     int quiet;                 /* no per-step lines (tests) */
+
+    /* profiling: Megatron-LM's flags (train/profile.h; docs/megatron.md "Profiling") */
+    int profile;               /* --profile: the CUDA profiler's capture range and NVTX ranges over
+                                  iterations profile_step_start + 1 .. profile_step_end */
+    int profile_step_start;    /* --profile-step-start (default 10, Megatron's) */
+    int profile_step_end;      /* --profile-step-end (default 12) */
+    int num_profile_ranks;     /* --profile-ranks R ...: the ranks that profile; 0: every rank */
+    int profile_ranks[LJ_TRAIN_MAX_PROFILE_RANKS];
+    int record_memory_history; /* --record-memory-history: memory snapshots of the profiled ranks */
+    const char *memory_snapshot_path; /* --memory-snapshot-path (default snapshot.json); rank r writes
+                                         it with "_r" before the extension (Megatron-LM's naming) */
 } lj_train_config;
 
 /* Fills the defaults (Megatron-LM's where they exist). */

@@ -26,7 +26,7 @@ static lj_status cpu_alloc(void **ptr, size_t bytes) {
                        lj_format_bytes(bytes, buf, sizeof buf), bytes);
     }
     memcpy(base, &bytes, sizeof bytes);
-    if (bytes > 0) lj_ops_track((int64_t)bytes);
+    if (bytes > 0) lj_ops_track(base + LJ_CPU_ALIGN, (int64_t)bytes);
     *ptr = base + LJ_CPU_ALIGN;
     return LJ_OK;
 }
@@ -36,7 +36,7 @@ static void cpu_free(void *ptr) {
     unsigned char *base = (unsigned char *)ptr - LJ_CPU_ALIGN;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
-    if (bytes > 0) lj_ops_track(-(int64_t)bytes);
+    if (bytes > 0) lj_ops_track(ptr, -(int64_t)bytes);
     free(base);
 }
 

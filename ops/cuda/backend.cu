@@ -60,6 +60,15 @@ cudaStream_t lj_cuda_stream(void) { return g_cuda.stream; }
 int lj_cuda_num_sms(void) { return g_cuda.num_sms > 0 ? g_cuda.num_sms : 132; }
 size_t lj_cuda_fixed_workspace_bytes(void) { return LJ_CUDA_LT_WORKSPACE_BYTES; }
 
+extern "C" int lj_ops_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 /* ---- memory ---------------------------------------------------------------------- */
 
 /* Pinned host memory (cudaMallocHost): the async checkpoint's host copy. */
@@ -99,7 +108,7 @@ lj_status lj_cuda_alloc(void **ptr, size_t bytes) {
     g_cuda.allocs[g_cuda.num_allocs].ptr = p;
     g_cuda.allocs[g_cuda.num_allocs].bytes = bytes;
     g_cuda.num_allocs++;
-    lj_ops_track((int64_t)bytes);
+    lj_ops_track(p, (int64_t)bytes);
     *ptr = p;
     return LJ_OK;
 }
@@ -109,7 +118,7 @@ void lj_cuda_free(void *ptr) {
     int i = 0;
     while (i < g_cuda.num_allocs && g_cuda.allocs[i].ptr != ptr) i++;
     LJ_ASSERT(i < g_cuda.num_allocs, "cuda free of a pointer the backend did not allocate");
-    lj_ops_track(-(int64_t)g_cuda.allocs[i].bytes);
+    lj_ops_track(ptr, -(int64_t)g_cuda.allocs[i].bytes);
     g_cuda.allocs[i] = g_cuda.allocs[--g_cuda.num_allocs];
     LJ_CUDA_CHECK(cudaFree(ptr), "cudaFree");
 }
@@ -410,6 +419,11 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .graph_capture_end = lj_cuda_graph_capture_end,                              \
         .graph_launch = lj_cuda_graph_launch,                                        \
         .graph_destroy = lj_cuda_graph_destroy,                                      \
+                                                                                     \
+        .range_push = lj_cuda_range_push,                                            \
+        .range_pop = lj_cuda_range_pop,                                              \
+        .profiler_start = lj_cuda_profiler_start,                                    \
+        .profiler_stop = lj_cuda_profiler_stop,                                      \
     }
 
 #define LJ_CUDA_X_TABLE(G, gsfx, sfx, DET, ATT, MT) LJ_CUDA_TABLE(G, gsfx, sfx, DET, ATT, MT),

@@ -169,6 +169,12 @@ lj_status lj_cuda_graph_capture_end(void **graph);
 void lj_cuda_graph_launch(void *graph);
 void lj_cuda_graph_destroy(void *graph);
 
+/* profile.cu: the table's profiling entries (NVTX ranges, the CUDA profiler's capture range) */
+void lj_cuda_range_push(const char *name);
+void lj_cuda_range_pop(void);
+lj_status lj_cuda_profiler_start(void);
+lj_status lj_cuda_profiler_stop(void);
+
 /* adamw.cu */
 void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);

@@ -8,6 +8,8 @@ const lj_ops *lj_ops_cuda_open(const lj_ops_config *cfg) {
     return NULL;
 }
 
+int lj_ops_cuda_device_count(void) { return 0; }
+
 lj_status lj_ops_cuda_fp8_check(void) {
     return lj_fail(LJ_ERR_UNSUPPORTED, "FP8 needs the CUDA backend, and this ljperf was built without CUDA");
 }

@@ -73,12 +73,14 @@ const lj_op_case lj_op_cases[] = {
     {"argmax_rows", "cpu", CHECK, F32, D(5, 4099), 0, NONE, NONE, 1, lj_case_argmax_rows},
     /* d = {params != master, clipping expected, lr groups}, param = max_grad_norm; tol: master
      * and m, tol_grad: v */
-    {"adamw", "cpu", CHECK, F32, D(0, 0), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* no clipping */
-    {"adamw", "cpu", CHECK, F32, D(0, 0), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* inactive (norm ~1.6) */
-    {"adamw", "cpu", CHECK, F32, D(1, 1), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw},   /* active; params copy */
-    {"adamw", "cpu", CHECK, F32, D(1, 1, 2), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_cpu_adamw}, /* two lr groups */
-    {"adamw", "cpu", CHECK, F32, D(257), 0, NONE, NONE, 1, lj_case_cpu_adamw_clip_inactive},
-    {"adamw", "cpu", CHECK, F32, D(301), 0, NONE, NONE, 1, lj_case_cpu_adamw_groups},
+    /* AdamW: d = {n, lr groups, clipping expected, variant (0: three steps against the reference;
+     * 1: an inactive clip; 2: the lr groups), params aliased to master}, param = max_grad_norm */
+    {"adamw", "cpu", CHECK, F32, D(1000, 1, 0, 0, 1), 0.0, L2(1e-6), L2(1e-5), 1, lj_case_adamw},   /* no clipping */
+    {"adamw", "cpu", CHECK, F32, D(1000, 1, 0, 0, 1), 100.0, L2(1e-6), L2(1e-5), 1, lj_case_adamw}, /* inactive */
+    {"adamw", "cpu", CHECK, F32, D(1000, 1, 1, 0, 0), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_adamw},   /* active; a copy */
+    {"adamw", "cpu", CHECK, F32, D(1000, 2, 1, 0, 0), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_adamw},   /* two lr groups */
+    {"adamw", "cpu", CHECK, F32, D(257, 1, 0, 1), 0, NONE, NONE, 1, lj_case_adamw},
+    {"adamw", "cpu", CHECK, F32, D(301, 2, 0, 2), 0, NONE, NONE, 1, lj_case_adamw},
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
     {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
@@ -217,10 +219,12 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("global_norm", D(12345677), 0, GPU_BF16, 0, lj_case_global_norm),
     /* d = {n, lr groups (2: alternating segments in group 1 at their own lr, and the update
      * captured in a graph and replayed)} */
-    CUDA_BOTH("adamw", D(10000), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
-    CUDA_BOTH("adamw", D(100000), 1e6, GPU_BF16, 1, lj_case_cuda_adamw),
-    CUDA_BOTH("adamw", D(100000, 2), 1.0, GPU_BF16, 1, lj_case_cuda_adamw),
-    CUDA_BOTH("adamw", D(3000000), 0.0, GPU_BF16, 0, lj_case_cuda_adamw),
+    CUDA_BOTH("adamw", D(10000, 1, 1), 1.0, GPU_BF16, 1, lj_case_adamw),
+    CUDA_BOTH("adamw", D(100000, 1, 0), 1e6, GPU_BF16, 1, lj_case_adamw),
+    CUDA_BOTH("adamw", D(100000, 2, 1), 1.0, GPU_BF16, 1, lj_case_adamw),
+    CUDA_BOTH("adamw", D(3000000, 1, 0), 0.0, GPU_BF16, 0, lj_case_adamw),
+    CUDA_ONE("adamw", D(257, 1, 0, 1), 0, 1, lj_case_adamw),
+    CUDA_ONE("adamw", D(301, 2, 0, 2), 0, 1, lj_case_adamw),
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */

@@ -1,6 +1,6 @@
 /* op_cases.h: the op harness's case table (op_cases.c) and the case functions it points to
  * (the cases written once for every backend, case.h; of one backend: cases_cpu.c, the CPU's
- * building blocks and the FP8 codec; AdamW's cases, cases_cpu.c and cases_cuda.c; perf_cuda.cu,
+ * building blocks and the FP8 codec; perf_cuda.cu,
  * CUDA timings at the benchmark shapes). tests/ops/README.md says how to add one. */
 #ifndef LJ_TESTS_OPS_OP_CASES_H
 #define LJ_TESTS_OPS_OP_CASES_H
@@ -60,6 +60,7 @@ void lj_case_qk_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_bias(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_global_norm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_argmax_rows(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cross_entropy(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cross_entropy_fused(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -78,12 +79,8 @@ void lj_case_memory(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_graph(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
-/* Of one backend: the CPU's building blocks and the FP8 codec (cases_cpu.c); AdamW, not yet
- * written once (cases_cpu.c, cases_cuda.c). */
+/* Of one backend: the CPU's building blocks and the FP8 codec (cases_cpu.c). */
 
-void lj_case_cpu_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_adamw_clip_inactive(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
-void lj_case_cpu_adamw_groups(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_sgemm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_expf(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cpu_lane_reductions(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -92,7 +89,6 @@ void lj_case_cpu_thread_count(lj_harness *h, const lj_op_case *c, lj_harness_mod
 void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 
 #ifdef LJ_HAVE_CUDA
-void lj_case_cuda_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 /* perf_cuda.cu */
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
