@@ -522,6 +522,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     /* -1 is "not given": the rows' minimum (0) keeps negative values from the command line */
     c->train_iters = a.train_iters >= 0 ? a.train_iters : 100; /* until the schedule says (--train-samples) */
     LJ_TRY(check_ranges(c, gbs, NULL));
+    LJ_TRY(lj_cli_torchrun_check(a.nnodes, a.node_rank, a.master_port));
     LJ_TRY(lj_cli_megatron_profile(mg, rank0, c));
     if (c->record_memory_history) lj_ops_memory_history(1); /* before the backend allocates anything */
     const int shape = lj_cli_megatron_has_shape(mg);
