@@ -8,6 +8,21 @@
 #include <math.h>
 #include <string.h>
 
+/* One key of an online softmax (Milakov & Gimelshein 2018): rescales the running sum l and the
+ * weighted values acc[hd] when score s is a new maximum m, and returns s's weight e^(s - m), added
+ * to l; the caller adds e * v to acc. */
+static inline float online_softmax_step(float s, float *m, float *l, float *acc, int hd) {
+    if (s > *m) {
+        const float c = expf(*m - s); /* 0 on the first key */
+        *l *= c;
+        for (int d = 0; d < hd; d++) acc[d] *= c;
+        *m = s;
+    }
+    const float e = expf(s - *m);
+    *l += e;
+    return e;
+}
+
 void lj_cpu_paged_kv_write(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd) {
     const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
     float *cache = kv_cache;
@@ -28,14 +43,7 @@ void lj_cpu_attend_row(float *od, const float *q, const float *cache, const int3
         float s = 0.0f;
         for (int d = 0; d < hd; d++) s += q[d] * k[d];
         s *= scale;
-        if (s > m) {
-            float c = expf(m - s); /* 0 on the first key */
-            l *= c;
-            for (int d = 0; d < hd; d++) acc[d] *= c;
-            m = s;
-        }
-        float e = expf(s - m);
-        l += e;
+        const float e = online_softmax_step(s, &m, &l, acc, hd);
         for (int d = 0; d < hd; d++) acc[d] += e * v[d];
     }
     for (int d = 0; d < hd; d++) od[d] = acc[d] / l;
@@ -87,14 +95,7 @@ static void attend_row_fp8(float *od, const float *q, const uint8_t *cache, cons
         float s = 0.0f;
         for (int d = 0; d < hd; d++) s += q[d] * (lut[k[d]] * ks);
         s *= scale;
-        if (s > m) {
-            float c = expf(m - s); /* 0 on the first key */
-            l *= c;
-            for (int d = 0; d < hd; d++) acc[d] *= c;
-            m = s;
-        }
-        float e = expf(s - m);
-        l += e;
+        const float e = online_softmax_step(s, &m, &l, acc, hd);
         for (int d = 0; d < hd; d++) acc[d] += e * (lut[v[d]] * vs);
     }
     for (int d = 0; d < hd; d++) od[d] = acc[d] / l;
