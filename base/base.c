@@ -19,6 +19,8 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "ljperf's file readers need a little-endian host");
 
 static _Thread_local char g_error[2048];
+static _Thread_local int g_error_printed; /* g_error is out (lj_error_print); a new error clears it */
+static char g_command[32] = "?";
 static int g_quiet;
 
 lj_status lj_fail(lj_status code, const char *fmt, ...) {
@@ -29,6 +31,7 @@ lj_status lj_fail(lj_status code, const char *fmt, ...) {
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     memcpy(g_error, buf, sizeof g_error);
+    g_error_printed = 0;
     return code;
 }
 
@@ -44,6 +47,19 @@ void lj_error_prefix(const char *fmt, ...) {
 }
 
 const char *lj_error_message(void) { return g_error; }
+
+
+void lj_set_command(const char *cmd) { snprintf(g_command, sizeof g_command, "%s", cmd); }
+
+void lj_error_print(int rank, int world_size) {
+    if (g_error_printed) return;
+    g_error_printed = 1;
+    if (world_size > 1 && rank != 0)
+        fprintf(stderr, "ljperf %s (rank %d): %s\n", g_command, rank, g_error);
+    else
+        fprintf(stderr, "ljperf %s: %s\n", g_command, g_error);
+    fflush(stderr);
+}
 
 void lj_assert_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
     fprintf(stderr, "ljperf: internal error at %s:%d: assertion '%s' failed", file, line, cond);

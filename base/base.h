@@ -38,6 +38,16 @@ void lj_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 /* The calling thread's last error message ("" if none). */
 const char *lj_error_message(void);
 
+/* The command this process runs ("train", "serve", ...), for the error line; set by main. */
+void lj_set_command(const char *cmd);
+
+/* Prints the calling thread's error message as the command's one error line, "ljperf CMD: MSG",
+ * or "ljperf CMD (rank R): MSG" for a rank other than 0 of a world of several. A message is
+ * printed once: a second call before the next lj_fail does nothing (a rank of several prints
+ * before the MPI teardown, whose barrier keeps the other ranks, and so mpirun, from ending the
+ * job before the line is out; the command's own exit path then prints nothing more). */
+void lj_error_print(int rank, int world_size);
+
 /* Returns from the calling function with the status of `expr` if it is not LJ_OK. */
 #define LJ_TRY(expr)                       \
     do {                                   \

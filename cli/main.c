@@ -27,10 +27,9 @@ int lj_cli_error(const char *cmd) {
     /* One of several ranks: every rank that fails says so (a rank's own file or device may be
      * the cause), and ranks other than 0 name themselves. */
     lj_dist_env env;
-    if (lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 && env.rank != 0)
-        fprintf(stderr, "ljperf %s (rank %d): %s\n", cmd, env.rank, lj_error_message());
-    else
-        fprintf(stderr, "ljperf %s: %s\n", cmd, lj_error_message());
+    lj_set_command(cmd);
+    if (lj_dist_env_detect(&env) == LJ_OK) lj_error_print(env.rank, env.world_size);
+    else lj_error_print(0, 1);
     return 1;
 }
 
@@ -49,7 +48,10 @@ int main(int argc, char **argv) {
         {"serve", lj_cli_serve},     {"bench", lj_cli_bench},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].run(argc - 2, argv + 2);
+        if (strcmp(argv[1], cmds[i].name) == 0) {
+            lj_set_command(cmds[i].name);
+            return cmds[i].run(argc - 2, argv + 2);
+        }
     fprintf(stderr, "ljperf: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

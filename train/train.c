@@ -480,7 +480,10 @@ static lj_status setup(run *r) {
     return LJ_OK;
 }
 
-static void teardown(run *r) {
+/* `s`: the run's status. A failed rank of several prints its error line first, before the MPI
+ * teardown (lj_error_print). */
+static void teardown(run *r, lj_status s) {
+    if (s != LJ_OK && s != LJ_ERR_INTERRUPTED && r->dp.dist && r->dp.world > 1) lj_error_print(r->dp.rank, r->dp.world);
     if (r->model.layers) lj_train_profiler_finish(&r->prof, &r->model, &r->dp, &r->plan, r->iteration);
     lj_ckpt_async_free(r->async); /* NULL, or a writer finish_saves did not reach (a failed set-up) */
     r->async = NULL;
@@ -572,7 +575,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     r.save_lock.fd = -1;
     lj_status s = setup(&r);
     if (s != LJ_OK) {
-        teardown(&r);
+        teardown(&r, s);
         return s;
     }
     g_stop_signal = 0;
@@ -722,7 +725,7 @@ lj_status lj_train_run(const lj_train_config *cfg) {
             sigaction(SIGINT, &old_int, NULL);
             sigaction(SIGTERM, &old_term, NULL);
             sigaction(SIGUSR1, &old_usr1, NULL);
-            teardown(&r);
+            teardown(&r, s);
             return s;
         }
     }
@@ -755,6 +758,6 @@ lj_status lj_train_run(const lj_train_config *cfg) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
-    teardown(&r);
+    teardown(&r, s);
     return s;
 }
