@@ -273,6 +273,13 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("paged_attention", D(2, 90, 28, 4, 128, 0), 0, 0, lj_case_paged_attention),
     CUDA_ONE("paged_attention", D(4, 33, 16, 2, 64, 1), 0, 1, lj_case_paged_attention),
     CUDA_ONE("paged_attention", D(2, 20, 8, 8, 256, 0), 0, 1, lj_case_paged_attention),
+    /* the tensor-core kernel (head dims 64 and 128): GQA 1 and 2, blocks of 8 (a tile over two blocks)
+     * and 32, a decode batch without split-K (66 x 8 thread blocks: over half a wave of an H200) */
+    CUDA_ONE("paged_attention", D(3, 21, 8, 8, 128, 1), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(2, 45, 16, 8, 64, 0), 0, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(3, 37, 32, 8, 128, 0), 8, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(3, 50, 32, 8, 128, 1), 32, 1, lj_case_paged_attention),
+    CUDA_ONE("paged_attention", D(66, 1, 32, 8, 64, 1), 0, 0, lj_case_paged_attention),
     /* the FP8 cache: the codes bit for bit, the attention against the CPU's (param k_scale) */
     CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 0), 1.0, 1, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(3, 7, 4, 2, 8, 1), 0.0625, 1, lj_case_paged_attention_fp8),
@@ -280,6 +287,10 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("paged_attention_fp8", D(5, 300, 32, 8, 128, 1), 0.5, 0, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(4, 33, 16, 2, 64, 1), 1.0, 1, lj_case_paged_attention_fp8),
     CUDA_ONE("paged_attention_fp8", D(2, 20, 8, 8, 256, 0), 0.0625, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(3, 21, 8, 8, 128, 1), 1.0, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 45, 16, 8, 64, 0), 0.5, 1, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(2, 90, 28, 4, 128, 0), 1.0, 0, lj_case_paged_attention_fp8),
+    CUDA_ONE("paged_attention_fp8", D(66, 1, 32, 8, 64, 1), 1.0, 0, lj_case_paged_attention_fp8),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 0, 1, lj_case_attention_docs),
     CUDA_ONE("attention_docs", D(2, 37, 4, 2, 64, 5), 1, 1, lj_case_attention_docs),
     CUDA_ONE("attention_docs", D(1, 77, 4, 1, 32, 9), 0, 1, lj_case_attention_docs),
@@ -344,6 +355,14 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 2048), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 512), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 2048), lj_case_cuda_perf_attention_docs),
+    /* serving's paged attention, a decode batch: {S sequences, about L positions, nh, nkv, hd, fp8}: 8B at
+     * the offline benchmark's batch (bf16 and FP8 cache), one and 16 sequences (split-K), qwen2.5-0.5b's GQA 7 */
+    CUDA_PERF("paged_attention", D(200, 1500, 32, 8, 128, 0), lj_case_cuda_perf_paged_attention),
+    CUDA_PERF("paged_attention", D(200, 1500, 32, 8, 128, 1), lj_case_cuda_perf_paged_attention),
+    CUDA_PERF("paged_attention", D(64, 256, 32, 8, 128, 0), lj_case_cuda_perf_paged_attention),
+    CUDA_PERF("paged_attention", D(1, 1000, 32, 8, 128, 0), lj_case_cuda_perf_paged_attention),
+    CUDA_PERF("paged_attention", D(16, 1000, 32, 8, 128, 0), lj_case_cuda_perf_paged_attention),
+    CUDA_PERF("paged_attention", D(200, 1500, 14, 2, 64, 0), lj_case_cuda_perf_paged_attention),
     CUDA_PERF("rmsnorm", D(16384, 2048), lj_case_cuda_perf_rmsnorm),
     CUDA_PERF("rmsnorm", D(8192, 3072), lj_case_cuda_perf_rmsnorm),
     CUDA_PERF("cross_entropy_fused", D(16384, 2048, 128256), lj_case_cuda_perf_cross_entropy),

@@ -101,6 +101,7 @@ void lj_case_cuda_perf_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mod
 void lj_case_cuda_perf_rope(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 #endif
 
 /* cases_paged_fp8.c (written once for every backend): serving's FP8 KV cache. */

@@ -748,3 +748,142 @@ void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *cs, lj_harness
     ops->free(c.grad), ops->free(c.master), ops->free(c.m), ops->free(c.v), ops->free(c.params), ops->free(c.gn);
     ops->free(c.ws), ops->free(c.scalars);
 }
+
+/* ---- serving's paged attention: d = {S, L, nh, nkv, hd, fp8} ---------------------------------
+ * A decode batch: S sequences, one query row each, of about L positions (L/2 .. 3L/2, spread over
+ * the batch; L for one sequence), blocks of 16 handed out in a scrambled order, the cache bf16 (fp8 = 0) or E4M3 codes
+ * (fp8 = 1, k_scale 0.5, v_scale 0.25). Checked first on two rows against a double reference over
+ * the downloaded cache, then timed: GB/s of the cache bytes the rows read (every key and value of
+ * positions 0..pos once) plus the queries and outputs. */
+typedef struct {
+    const lj_ops *ops;
+    void *out, *qkv, *cache;
+    int32_t *tables, *seq, *pos;
+    float *ks, *vs;
+    int S, MB, nh, nkv, hd, fp8;
+} pa_perf_ctx;
+
+static void pa_perf_run(void *p) {
+    pa_perf_ctx *c = (pa_perf_ctx *)p;
+    if (c->fp8)
+        c->ops->paged_attention_fp8(c->out, c->qkv, c->cache, c->tables, c->seq, c->pos, c->S, c->MB, 16, c->nh,
+                                    c->nkv, c->hd, c->ks, c->vs);
+    else
+        c->ops->paged_attention(c->out, c->qkv, c->cache, c->tables, c->seq, c->pos, c->S, c->MB, 16, c->nh, c->nkv,
+                                c->hd);
+}
+
+void lj_case_cuda_perf_paged_attention(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const lj_ops *ops = perf_begin(cs);
+    pa_perf_ctx c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops, c.S = cs->d[0], c.nh = cs->d[2], c.nkv = cs->d[3], c.hd = cs->d[4], c.fp8 = cs->d[5];
+    const int S = c.S, L = cs->d[1], hd = c.hd, Q = c.nh * hd, KV = c.nkv * hd, row = Q + 2 * KV, rep = c.nh / c.nkv;
+    const int es = c.fp8 ? 1 : 2;
+    SHAPE("S=%d L=%d nh=%d nkv=%d hd=%d %s", S, L, c.nh, c.nkv, hd, c.fp8 ? "fp8" : "bf16");
+    printf("paged_attention %s\n", shape);
+    int32_t *len = (int32_t *)lj_malloc((size_t)S * 4), *pos = (int32_t *)lj_malloc((size_t)S * 4);
+    int nblocks = 0;
+    double kv_bytes = 0;
+    for (int s = 0; s < S; s++) {
+        len[s] = S > 1 ? L / 2 + (int)((int64_t)L * s / (S - 1)) : L;
+        len[s] = len[s] < 1 ? 1 : len[s];
+        pos[s] = len[s] - 1;
+        c.MB = (len[s] + 15) / 16 > c.MB ? (len[s] + 15) / 16 : c.MB;
+        nblocks += (len[s] + 15) / 16;
+        kv_bytes += (double)len[s] * 2 * KV * es;
+    }
+    int32_t *tables = (int32_t *)lj_malloc((size_t)S * c.MB * 4), *perm = (int32_t *)lj_malloc((size_t)nblocks * 4),
+            *seq = (int32_t *)lj_malloc((size_t)S * 4);
+    for (int i = 0; i < nblocks; i++) perm[i] = i;
+    uint32_t x = 12345u;
+    for (int i = nblocks - 1; i > 0; i--) { /* a scrambled block order (xorshift) */
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        const int j = (int)(x % (uint32_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    for (int s = 0, b = 0; s < S; s++) {
+        seq[s] = s;
+        for (int k = 0; k < c.MB; k++) tables[s * c.MB + k] = k < (len[s] + 15) / 16 ? perm[b++] : 0;
+    }
+    c.tables = (int32_t *)lj_harness_upload(ops, tables, (int64_t)S * c.MB, LJ_DTYPE_F32);
+    c.seq = (int32_t *)lj_harness_upload(ops, seq, S, LJ_DTYPE_F32);
+    c.pos = (int32_t *)lj_harness_upload(ops, pos, S, LJ_DTYPE_F32);
+    const int64_t slots = (int64_t)nblocks * 16;
+    c.qkv = lj_harness_drand_bf16(ops, (int64_t)S * row, 71, 1.0f);
+    c.out = lj_harness_dalloc(ops, (size_t)S * Q * 2);
+    const float scales[2] = {0.5f, 0.25f};
+    c.ks = (float *)lj_harness_upload(ops, scales, 1, LJ_DTYPE_F32);
+    c.vs = (float *)lj_harness_upload(ops, scales + 1, 1, LJ_DTYPE_F32);
+    if (c.fp8) { /* the codes written by paged_kv_write_fp8 from random rows, 4096 slots at a time */
+        c.cache = lj_harness_dalloc(ops, (size_t)slots * 2 * KV);
+        const int R = 4096;
+        void *src = lj_harness_drand_bf16(ops, (int64_t)R * row, 72, 1.0f);
+        int32_t *sl = (int32_t *)lj_malloc((size_t)R * 4);
+        void *dsl = lj_harness_dalloc(ops, (size_t)R * 4);
+        for (int64_t s0 = 0; s0 < slots; s0 += R) {
+            const int r = slots - s0 < R ? (int)(slots - s0) : R;
+            for (int i = 0; i < r; i++) sl[i] = (int32_t)(s0 + i);
+            ops->upload(dsl, sl, (size_t)r * 4);
+            ops->paged_kv_write_fp8(c.cache, src, (const int32_t *)dsl, r, c.nh, c.nkv, hd, c.ks, c.vs);
+        }
+        ops->synchronize();
+        ops->free(src), ops->free(dsl), free(sl);
+    } else {
+        c.cache = lj_harness_drand_bf16(ops, slots * 2 * KV, 73, 1.0f);
+    }
+    /* the check: rows 0 and S - 1 against a double reference over their downloaded blocks */
+    pa_perf_run(&c);
+    float *got = lj_harness_download_f32(ops, c.out, (int64_t)S * Q, LJ_DTYPE_BF16);
+    float *qf = lj_harness_download_f32(ops, c.qkv, (int64_t)S * row, LJ_DTYPE_BF16);
+    const int checks[2] = {0, S - 1};
+    for (int ci = 0; ci < (S > 1 ? 2 : 1); ci++) {
+        const int s = checks[ci], nb = (len[s] + 15) / 16;
+        float *kv = (float *)lj_malloc((size_t)nb * 16 * 2 * KV * sizeof(float));
+        uint8_t *codes = (uint8_t *)lj_malloc((size_t)16 * 2 * KV);
+        for (int b = 0; b < nb; b++) {
+            const size_t off = (size_t)tables[s * c.MB + b] * 16 * 2 * KV;
+            float *dst = kv + (size_t)b * 16 * 2 * KV;
+            if (c.fp8) {
+                ops->download(codes, (const uint8_t *)c.cache + off, (size_t)16 * 2 * KV);
+                for (int i = 0; i < 16 * 2 * KV; i++)
+                    dst[i] = lj_fp8_to_f32(codes[i], LJ_FP8_E4M3) * scales[i % (2 * KV) < KV ? 0 : 1];
+            } else {
+                float *f = lj_harness_download_f32(ops, (const uint16_t *)c.cache + off, (int64_t)16 * 2 * KV,
+                                                   LJ_DTYPE_BF16);
+                memcpy(dst, f, (size_t)16 * 2 * KV * sizeof(float));
+                free(f);
+            }
+        }
+        double *ref = (double *)lj_malloc((size_t)Q * sizeof(double)), *w = (double *)lj_malloc((size_t)len[s] * 8);
+        for (int hh = 0; hh < c.nh; hh++) {
+            const float *q = qf + (int64_t)s * row + hh * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < len[s]; j++) {
+                const float *k = kv + (int64_t)j * 2 * KV + (hh / rep) * hd;
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)q[e] * k[e];
+                w[j] = d / sqrt((double)hd);
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            for (int j = 0; j < len[s]; j++) sum += (w[j] = exp(w[j] - mx));
+            for (int e = 0; e < hd; e++) {
+                double o = 0;
+                for (int j = 0; j < len[s]; j++) o += w[j] * kv[(int64_t)j * 2 * KV + KV + (hh / rep) * hd + e];
+                ref[hh * hd + e] = o / sum;
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "perf paged_attention row %d (len %d)", s, len[s]);
+        lj_harness_check_d(h, what, shape, got + (int64_t)s * Q, ref, Q, lj_harness_tol_l2(1e-2));
+        free(kv), free(codes), free(ref), free(w);
+    }
+    free(got), free(qf);
+    char group[160];
+    snprintf(group, sizeof group, "paged_attention %s", shape);
+    report_gbs(group, "decode", ops, pa_perf_run, &c, kv_bytes + 4.0 * S * Q);
+    ops->free(c.out), ops->free(c.qkv), ops->free(c.cache), ops->free(c.tables), ops->free(c.seq), ops->free(c.pos);
+    ops->free(c.ks), ops->free(c.vs);
+    free(len), free(pos), free(tables), free(perm), free(seq);
+}
