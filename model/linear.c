@@ -61,7 +61,7 @@ int lj_linear_param(const lj_param_layout *layout, lj_linear_kind k, int layer) 
 lj_linear lj_linear_of(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *w, void *dw) {
     LJ_ASSERT((unsigned)k < LJ_LINEAR_KINDS, "linear kind %d", (int)k);
     const int slot = c->fp8.active && k != LJ_LINEAR_LM_HEAD ? c->fp8.slot[layer][k] : -1;
-    const lj_linear l = {k, layer, c->in_features[k], c->out_features[k], w, dw, slot};
+    const lj_linear l = {k, layer, c->in_features[k], c->out_features[k], w, dw, slot, 0};
     return l;
 }
 
@@ -101,6 +101,24 @@ static void swiglu_then_forward(const lj_linear_recipe_ctx *c, const lj_linear *
     c->recipe->forward(c, down, out, h, N);
 }
 
+/* The norm alone (linear.h norm_forward): fused with the residual add, or its unfused twin; nothing
+ * cast. */
+static int norm_only(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out, float *rstd,
+                     const void *res_in, const void *y, const void *w, int N, float eps) {
+    (void)next;
+    const lj_ops *ops = c->ops;
+    const int C = c->in_features[LJ_LINEAR_QKV];
+    if (!y) {
+        ops->rmsnorm_forward(out, rstd, res_in, w, N, C, eps);
+    } else if (c->fused) {
+        ops->residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, C, eps);
+    } else {
+        ops->add(res_out, res_in, y, (int64_t)N * C);
+        ops->rmsnorm_forward(out, rstd, res_out, w, N, C, eps);
+    }
+    return 0;
+}
+
 static const lj_linear_recipe recipe_bf16 = {
     .name = "bf16",
     .fp8_layers = bf16_fp8_layers,
@@ -113,6 +131,7 @@ static const lj_linear_recipe recipe_bf16 = {
     .pass_end = bf16_pass_end,
     .forward = bf16_forward,
     .forward_swiglu = swiglu_then_forward,
+    .norm_forward = norm_only,
     .backward = bf16_backward,
     .state_get = bf16_state_get,
     .state_set = bf16_state_set,
@@ -339,14 +358,14 @@ static void cast_input(const lj_linear_recipe_ctx *c, int s, void *x, const void
 }
 
 /* With gate_up, x is the SwiGLU's output h, written here with its cast (cast_input); otherwise x
- * is only read. */
+ * is only read, or with l->input_cast not even that (its norm cast it, tensor_norm_forward). */
 static void tensor_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, void *x, const void *gate_up,
                            int N, int current) {
     const lj_linear_fp8_state *f = &c->fp8;
     const int s = l->slot, in = l->in_features, outf = l->out_features;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt);
     quantize(c, 2 * s + 1, f->wq, NULL, l->w, outf, in, fwd, 1, current);
-    cast_input(c, s, x, gate_up, N, in, fwd, current);
+    if (!l->input_cast) cast_input(c, s, x, gate_up, N, in, fwd, current);
     c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
                        scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
 }
@@ -399,6 +418,30 @@ static void tensorwise_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_li
     tensor_forward_swiglu(c, down, out, h, gate_up, tmp, N, 1);
 }
 
+/* The norm before an FP8 linear with its input's cast fused, with the fused kernels on (ops
+ * fp8_rmsnorm_quantize): xq and the kept transpose as cast_input writes them, the act-dtype output
+ * only where the backward reads it (a layer that keeps no transpose casts it again); under
+ * current scaling the op computes the amax first. */
+static int tensor_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
+                               float *rstd, const void *res_in, const void *y, const void *w, int N, float eps,
+                               int current) {
+    if (!next || next->slot < 0 || !c->fused) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = next->slot;
+    const lj_fp8_scaling sc = scaling_of(f, 2 * s, 1, current);
+    c->ops->fp8_rmsnorm_quantize(res_out, out, f->saved_t[s] == NULL, rstd, f->xq, f->saved_t[s], res_in, y, w, N,
+                                 next->in_features, eps, lj_linear_fp8_fwd_format(&c->fp8_opt), &sc);
+    return 1;
+}
+static int delayed_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
+                                float *rstd, const void *res_in, const void *y, const void *w, int N, float eps) {
+    return tensor_norm_forward(c, next, res_out, out, rstd, res_in, y, w, N, eps, 0);
+}
+static int tensorwise_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
+                                   float *rstd, const void *res_in, const void *y, const void *w, int N, float eps) {
+    return tensor_norm_forward(c, next, res_out, out, rstd, res_in, y, w, N, eps, 1);
+}
+
 static void delayed_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
                              const void *x, int N, lj_grad_mode dw_mode) {
     if (l->slot < 0) bf16_backward(c, l, dx, dout, x, N, dw_mode);
@@ -422,6 +465,7 @@ static const lj_linear_recipe recipe_delayed = {
     .pass_end = delayed_pass_end,
     .forward = delayed_forward,
     .forward_swiglu = delayed_forward_swiglu,
+    .norm_forward = delayed_norm_forward,
     .backward = delayed_backward,
     .state_get = fp8_state_get,
     .state_set = fp8_state_set,
@@ -439,6 +483,7 @@ static const lj_linear_recipe recipe_tensorwise = {
     .pass_end = fp8_pass_end,
     .forward = tensorwise_forward,
     .forward_swiglu = tensorwise_forward_swiglu,
+    .norm_forward = tensorwise_norm_forward,
     .backward = tensorwise_backward,
     .state_get = fp8_state_get,
     .state_set = fp8_state_set,
@@ -505,6 +550,7 @@ static const lj_linear_recipe recipe_blockwise = {
     .pass_end = fp8_pass_end,
     .forward = blockwise_forward,
     .forward_swiglu = swiglu_then_forward, /* no SwiGLU-fused tile cast */
+    .norm_forward = norm_only,             /* nor a norm-fused one */
     .backward = blockwise_backward,
     .state_get = fp8_state_get,
     .state_set = fp8_state_set,
@@ -541,14 +587,14 @@ static void w8a8_plan(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w) {
     }
 }
 
-/* Casts x (or, with gate_up, the SwiGLU that produces it, fp8_swiglu_amax) with its own amax and
- * multiplies by the kept codes. */
+/* Casts x (or, with gate_up, the SwiGLU that produces it, fp8_swiglu_amax) with its own amax, unless
+ * its norm did (l->input_cast, w8a8_norm_forward), and multiplies by the kept codes. */
 static void w8a8_forward_from(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, void *x,
                               const void *gate_up, int N) {
     const lj_linear_fp8_state *f = &c->fp8;
     const int s = l->slot, in = l->in_features, outf = l->out_features;
     LJ_ASSERT(N <= f->scratch_rows, "fp8-w8a8: %d rows, scratch for %d (lj_linear_bind_scratch)", N, f->scratch_rows);
-    cast_input(c, s, x, gate_up, N, in, LJ_FP8_E4M3, 1);
+    if (!l->input_cast) cast_input(c, s, x, gate_up, N, in, LJ_FP8_E4M3, 1);
     c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, LJ_FP8_E4M3, scale_inv_of(f, 2 * s), f->wkept[s], LJ_FP8_E4M3,
                        scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
 }
@@ -562,6 +608,21 @@ static void w8a8_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *
                                 const void *gate_up, void *tmp, int N) {
     if (down->slot < 0 || !c->fused) swiglu_then_forward(c, down, out, h, gate_up, tmp, N);
     else w8a8_forward_from(c, down, out, h, gate_up, N);
+}
+
+/* The norm with next's input cast fused (current scaling; the fused kernels on): xq only, and no
+ * act-dtype output (nothing reads it: there is no backward). For a few rows (a decode batch) one
+ * kernel does the norm, the amax, the scale and the cast. */
+static int w8a8_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
+                             float *rstd, const void *res_in, const void *y, const void *w, int N, float eps) {
+    if (!next || next->slot < 0 || !c->fused) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = next->slot;
+    LJ_ASSERT(N <= f->scratch_rows, "fp8-w8a8: %d rows, scratch for %d (lj_linear_bind_scratch)", N, f->scratch_rows);
+    const lj_fp8_scaling sc = scaling_of(f, 2 * s, 1, 1);
+    c->ops->fp8_rmsnorm_quantize(res_out, out, 0, rstd, f->xq, NULL, res_in, y, w, N, next->in_features, eps,
+                                 LJ_FP8_E4M3, &sc);
+    return 1;
 }
 
 static void w8a8_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
@@ -582,6 +643,7 @@ static const lj_linear_recipe recipe_w8a8 = {
     .pass_end = fp8_pass_end,
     .forward = w8a8_forward,
     .forward_swiglu = w8a8_forward_swiglu,
+    .norm_forward = w8a8_norm_forward,
     .backward = w8a8_backward,
     .state_get = bf16_state_get, /* nothing a checkpoint keeps: the scales follow from the weights */
     .state_set = bf16_state_set,

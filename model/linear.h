@@ -38,6 +38,11 @@
  *            (the inputs of QKV, gate/up and down in layers without recompute, which then keep
  *            no act-dtype copy), else the saved act-dtype x is cast again with the forward's scale (the
  *            same codes).
+ * The inputs' casts sit in their producers where the fused kernels are on: the RMSNorms before QKV
+ * and gate/up (norm_forward: ops fp8_rmsnorm_quantize) and the SwiGLU before down (forward_swiglu),
+ * which write xq and xq_t, and their act-dtype output only where a backward casts it again; under
+ * current scaling they compute the amax in the same pass (or, for the norm, a first pass) before
+ * the cast. The same codes as the producer followed by the linear's own cast.
  * The FP8 weights are cast where they are used, into one scratch pair shared by every linear
  * (TransformerEngine's way without FP8 parameters): a kept copy of every weight and of its
  * transpose would cost 2 bytes per parameter, as much as the bf16 weights (15 GiB for an 8B
@@ -192,7 +197,9 @@ struct lj_linear_recipe_ctx {
 
 /* One linear as the model runs it: its kind and layer, its weight W [out, in] (param dtype, where
  * the residency has it now) and gradient dW [out, in] (grad dtype; NULL in a forward), its
- * features, and its index among the recipe's FP8 linears (-1: it runs in the act dtype). */
+ * features, its index among the recipe's FP8 linears (-1: it runs in the act dtype), and for a
+ * forward whether its input is cast already (1: the norm that produced it cast it into the
+ * recipe's FP8 input, lj_linear_norm_forward returned 1; lj_linear_of sets 0). */
 typedef struct {
     lj_linear_kind kind;
     int layer;
@@ -200,6 +207,7 @@ typedef struct {
     const void *w;
     void *dw;
     int slot;
+    int input_cast;
 } lj_linear;
 
 /* A precision recipe: every entry is required (the "bf16" table's are no-ops where it has nothing
@@ -236,6 +244,16 @@ struct lj_linear_recipe {
      * reads it); the same bits as the SwiGLU followed by forward. */
     void (*forward_swiglu)(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
                            const void *gate_up, void *tmp, int N);
+    /* The RMSNorm whose output is the input of `next` (QKV after a layer's first norm, gate/up
+     * after its second; NULL: no block linear reads it, e.g. the final norm): out[N, C] and
+     * rstd[N] = rmsnorm(x) with the weight w [C] and eps, x = res_in, or with y the residual form
+     * res_out = res_in + y, x = res_out (fused, or add then the norm when the fused kernels are
+     * off), C = the hidden size. An FP8 recipe may cast out into next's FP8 input in the same pass
+     * (ops fp8_rmsnorm_quantize, out then written only where the backward reads it) and returns 1:
+     * next's forward, given input_cast = 1, then skips its cast (the same bits as the norm followed
+     * by the forward). No other FP8 forward may run in between (they share the casts' scratch). */
+    int (*norm_forward)(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out, float *rstd,
+                        const void *res_in, const void *y, const void *w, int N, float eps);
     /* dx[N, in] = dout W (overwritten; skipped when dx is NULL) and dW = dout^T x, written as
      * dw_mode says. x is the input the forward saw (the caller's saved activation). */
     void (*backward)(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout, const void *x,
@@ -286,6 +304,11 @@ static inline void lj_linear_forward(const lj_linear_recipe_ctx *c, const lj_lin
 static inline void lj_linear_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *down, void *out, void *h,
                                             const void *gate_up, void *tmp, int N) {
     c->recipe->forward_swiglu(c, down, out, h, gate_up, tmp, N);
+}
+static inline int lj_linear_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out,
+                                         void *out, float *rstd, const void *res_in, const void *y, const void *w,
+                                         int N, float eps) {
+    return c->recipe->norm_forward(c, next, res_out, out, rstd, res_in, y, w, N, eps);
 }
 static inline void lj_linear_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
                                       const void *x, int N, lj_grad_mode dw_mode) {

@@ -158,8 +158,10 @@ static lj_linear linear(const lj_model *m, lj_linear_kind k, int layer, int back
     const int p = lj_linear_param(&m->layout, k, layer);
     return lj_linear_of(&m->linear, k, layer, param(m, p), backward ? grad(m, p) : NULL);
 }
-static void linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N) {
-    const lj_linear l = linear(m, k, layer, 0);
+/* `cast`: the norm that produced x cast it already (norm() returned 1). */
+static void linear_forward(lj_model *m, lj_linear_kind k, int layer, void *out, const void *x, int N, int cast) {
+    lj_linear l = linear(m, k, layer, 0);
+    l.input_cast = cast;
     lj_linear_forward(&m->linear, &l, out, x, N);
 }
 static void linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, const void *dout, const void *x, int N,
@@ -168,20 +170,29 @@ static void linear_backward(lj_model *m, lj_linear_kind k, int layer, void *dx, 
     lj_linear_backward(&m->linear, &l, dx, dout, x, N, dw_mode);
 }
 
-/* res_out = res_in + y; out = rmsnorm(res_out): the fused op or its unfused twin. */
-static void residual_norm(const lj_model *m, void *res_out, void *out, float *rstd, const void *res_in, const void *y,
-                          const void *w, int N) {
-    const lj_layer_spec *s = &m->spec;
-    if (m->opt.fused) {
-        m->ops->residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, s->C, s->eps);
-    } else {
-        m->ops->add(res_out, res_in, y, (int64_t)N * s->C);
-        m->ops->rmsnorm_forward(out, rstd, res_out, w, N, s->C, s->eps);
-    }
+/* out = rmsnorm(x) with the norm weight w: x = res_in, or with y the residual form res_out = res_in
+ * + y, x = res_out (the fused op or its unfused twin), by the linears' recipe, which may cast out
+ * into the FP8 input of the linear that reads it, kind k of layer `layer` (QKV or gate/up;
+ * LJ_LINEAR_KINDS: no block linear reads it): returns 1 then, the `cast` of that linear's
+ * forward (linear.h norm_forward). */
+static int norm(lj_model *m, lj_linear_kind k, int layer, void *res_out, void *out, float *rstd, const void *res_in,
+                const void *y, const void *w, int N) {
+    if (k == LJ_LINEAR_KINDS)
+        return lj_linear_norm_forward(&m->linear, NULL, res_out, out, rstd, res_in, y, w, N, m->spec.eps);
+    const lj_linear next = linear(m, k, layer, 0);
+    return lj_linear_norm_forward(&m->linear, &next, res_out, out, rstd, res_in, y, w, N, m->spec.eps);
 }
 
-static void rmsnorm(const lj_model *m, void *out, float *rstd, const void *x, int norm_param, int N) {
-    m->ops->rmsnorm_forward(out, rstd, x, param(m, norm_param), N, m->spec.C, m->spec.eps);
+/* Layer l's first norm, of x (QKV reads it), and its second, of res_out = res_in + y (gate/up). */
+static int norm1(lj_model *m, int l, const void *x, int N) {
+    lj_layer_acts *a = &m->layers[l];
+    const void *w = param(m, lj_param_index(&m->layout, l, LJ_P_LN1));
+    return norm(m, LJ_LINEAR_QKV, l, NULL, a->ln1, a->ln1_rstd, x, NULL, w, N);
+}
+static int norm2(lj_model *m, int l, const void *res_in, const void *y, int N) {
+    lj_layer_acts *a = &m->layers[l];
+    return norm(m, LJ_LINEAR_GATE_UP, l, a->res_mid, a->ln2, a->ln2_rstd, res_in, y,
+                param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N);
 }
 
 static void swiglu(const lj_model *m, void *out, const void *gate_up, int N) {
@@ -219,39 +230,40 @@ static void qk_norm_rope(lj_model *m, int l, int B, int T, const float *cos, con
 }
 
 /* q, k, v of layer l: a->qkv = rope(qk_norm(ln1 W_qkv^T + b)), the bias and the norm where the
- * spec has them (the linear writes a->qkv_pre when QK-norm follows, else a->qkv). */
-static void qkv_forward(lj_model *m, int l, int B, int T, const float *cos, const float *sin) {
+ * spec has them (the linear writes a->qkv_pre when QK-norm follows, else a->qkv); `cast`: ln1's
+ * norm cast it (norm1). */
+static void qkv_forward(lj_model *m, int l, int B, int T, const float *cos, const float *sin, int cast) {
     const lj_layer_spec *s = &m->spec;
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
     void *y = s->qk_norm ? a->qkv_pre : a->qkv;
-    linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N);
+    linear_forward(m, LJ_LINEAR_QKV, l, y, a->ln1, N, cast);
     if (s->qkv_bias) m->ops->bias_add(y, param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
     if (s->qk_norm) qk_norm_rope(m, l, B, T, cos, sin);
     else rope(m, a->qkv, cos, sin, B, T, 0);
 }
 
-/* The attention half of layer l, from its input norm a->ln1 to the residual a->res_mid and the
- * MLP's input norm a->ln2. B sequences of T positions. */
-static void attention_block_forward(lj_model *m, int l, const void *res_in, int B, int T) {
+/* The attention half of layer l, from its input norm a->ln1 (`cast` as qkv_forward) to the residual
+ * a->res_mid and the MLP's input norm a->ln2 (returns norm2's cast). B sequences of T positions. */
+static int attention_block_forward(lj_model *m, int l, const void *res_in, int B, int T, int cast) {
     const lj_layer_spec *s = &m->spec;
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
-    qkv_forward(m, l, B, T, m->rope_cos, m->rope_sin);
+    qkv_forward(m, l, B, T, m->rope_cos, m->rope_sin, cast);
     if (m->doc_start)
         m->ops->attention_forward_docs(a->attn, a->lse, a->qkv, m->doc_start, B, T, s->nh, s->nkv, s->hd,
                                        m->ws_attention);
     else
         m->ops->attention_forward(a->attn, a->lse, a->qkv, B, T, s->nh, s->nkv, s->hd, m->ws_attention);
-    linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N);
-    residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, res_in, m->proj,
-                  param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N);
+    linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, N, 0);
+    return norm2(m, l, res_in, m->proj, N);
 }
 
-/* The MLP half of layer l, up to m->proj = down_proj(swiglu(gate_up(ln2))). */
-static void mlp_block_forward(lj_model *m, int l, int N) {
+/* The MLP half of layer l, up to m->proj = down_proj(swiglu(gate_up(ln2))); `cast`: ln2's norm
+ * cast it (norm2). */
+static void mlp_block_forward(lj_model *m, int l, int N, int cast) {
     lj_layer_acts *a = &m->layers[l];
-    linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+    linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N, cast);
     const lj_linear down = linear(m, LJ_LINEAR_DOWN, l, 0);
     lj_linear_forward_swiglu(&m->linear, &down, m->proj, a->mlp_act, a->gate_up, m->swiglu_tmp, N);
 }
@@ -353,26 +365,27 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     if (m->hooks) m->hooks->embed_forward(m, m->hooks->ctx, m->residual[0]);
     fetch(m, 0, +1);
     release(m, LJ_UNIT_EMBED);
-    rmsnorm(m, m->layers[0].ln1, m->layers[0].ln1_rstd, m->residual[0], lj_param_index(&m->layout, 0, LJ_P_LN1), N);
+    int cast = norm1(m, 0, m->residual[0], N); /* the next QKV's input, cast by its norm */
     lj_model_range_pop(m);
     for (int l = 0; l < L; l++) {
         lj_model_range_push(m, "decoder.layers.%d.forward", l);
         fetch(m, l, +1);
         lj_model_range_push(m, "decoder.layers.%d.self_attention", l);
-        attention_block_forward(m, l, m->residual[l], B, T);
+        const int cast2 = attention_block_forward(m, l, m->residual[l], B, T, cast);
         lj_model_range_pop(m);
         lj_model_range_push(m, "decoder.layers.%d.mlp", l);
-        mlp_block_forward(m, l, N);
+        mlp_block_forward(m, l, N, cast2);
         lj_model_range_pop(m);
         /* the layer's output residual, and the next layer's input norm (the final norm after the last) */
         const int last = l == L - 1;
         fetch(m, l + 1, +1);
-        residual_norm(m, m->residual[l + 1], last ? m->final_ln : m->layers[l + 1].ln1,
-                      last ? m->final_rstd : m->layers[l + 1].ln1_rstd, m->layers[l].res_mid, m->proj,
-                      param(m, last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1)), N);
+        const lj_linear_kind next = last ? LJ_LINEAR_KINDS : LJ_LINEAR_QKV;
+        void *ln = last ? m->final_ln : m->layers[l + 1].ln1;
+        float *rstd = last ? m->final_rstd : m->layers[l + 1].ln1_rstd;
+        const void *w = param(m, last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1));
+        cast = norm(m, next, l + 1, m->residual[l + 1], ln, rstd, m->layers[l].res_mid, m->proj, w, N);
         if (m->hooks && m->hooks->layer_forward(m, m->hooks->ctx, l, m->residual[l + 1]))
-            rmsnorm(m, last ? m->final_ln : m->layers[l + 1].ln1, last ? m->final_rstd : m->layers[l + 1].ln1_rstd,
-                    m->residual[l + 1], last ? m->layout.final_norm : lj_param_index(&m->layout, l + 1, LJ_P_LN1), N);
+            cast = norm(m, next, l + 1, NULL, ln, rstd, m->residual[l + 1], NULL, w, N);
         release(m, l);
         lj_model_range_pop(m);
     }
@@ -386,7 +399,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
         ops->cross_entropy_fused(m->losses, backward ? m->d_ln : NULL, backward ? grad(m, m->layout.lm_head) : NULL,
                                  m->final_ln, w_out, m->targets, N, s->C, s->V, dloss, m->ws_cross_entropy);
     } else {
-        linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, N);
+        linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, N, 0);
         ops->cross_entropy_forward_backward(m->losses, backward ? m->logits : NULL, m->logits, m->targets, N, s->V,
                                             dloss);
         if (backward) linear_backward(m, LJ_LINEAR_LM_HEAD, 0, m->d_ln, m->logits, m->final_ln, N, LJ_GRAD_ACCUMULATE);
@@ -403,13 +416,18 @@ static void recompute_layer(lj_model *m, int l, int B, int T) {
     if (policy == LJ_RECOMPUTE_NONE) return;
     lj_layer_acts *a = &m->layers[l];
     const int N = B * T;
-    rmsnorm(m, a->ln1, a->ln1_rstd, m->residual[l], lj_param_index(&m->layout, l, LJ_P_LN1), N);
-    if (policy == LJ_RECOMPUTE_FULL) {
-        attention_block_forward(m, l, m->residual[l], B, T);
-        linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N);
+    if (policy == LJ_RECOMPUTE_FULL) { /* the norms' FP8 casts feed the linears recomputed here */
+        const int cast = norm1(m, l, m->residual[l], N);
+        const int cast2 = attention_block_forward(m, l, m->residual[l], B, T, cast);
+        linear_forward(m, LJ_LINEAR_GATE_UP, l, a->gate_up, a->ln2, N, cast2);
     } else {
+        const int C = m->spec.C;
+        const float eps = m->spec.eps;
+        m->ops->rmsnorm_forward(a->ln1, a->ln1_rstd, m->residual[l], param(m, lj_param_index(&m->layout, l, LJ_P_LN1)),
+                                N, C, eps);
         if (m->spec.qk_norm) qk_norm_rope(m, l, B, T, m->rope_cos, m->rope_sin); /* from the kept qkv_pre */
-        rmsnorm(m, a->ln2, a->ln2_rstd, a->res_mid, lj_param_index(&m->layout, l, LJ_P_LN2), N);
+        m->ops->rmsnorm_forward(a->ln2, a->ln2_rstd, a->res_mid, param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N,
+                                C, eps);
     }
     swiglu(m, a->mlp_act, a->gate_up, N);
 }
@@ -555,16 +573,15 @@ void lj_model_decode(lj_model *m, const int32_t *ids, int n, int p0, float *logi
     ops->embedding_forward(x, m->inputs, param(m, m->layout.embed), n, s->C);
     for (int l = 0; l < s->L; l++) {
         lj_layer_acts *a = &m->layers[l];
-        rmsnorm(m, a->ln1, a->ln1_rstd, x, lj_param_index(&m->layout, l, LJ_P_LN1), n);
-        qkv_forward(m, l, 1, n, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half);
+        const int cast = norm1(m, l, x, n);
+        qkv_forward(m, l, 1, n, m->rope_cos + (size_t)p0 * half, m->rope_sin + (size_t)p0 * half, cast);
         ops->attention_decode(a->attn, a->kv_cache, a->qkv, p0, n, s->nh, s->nkv, s->hd);
-        linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n);
-        residual_norm(m, a->res_mid, a->ln2, a->ln2_rstd, x, m->proj, param(m, lj_param_index(&m->layout, l, LJ_P_LN2)),
-                      n);
-        mlp_block_forward(m, l, n);
+        linear_forward(m, LJ_LINEAR_O, l, m->proj, a->attn, n, 0);
+        mlp_block_forward(m, l, n, norm2(m, l, x, m->proj, n));
         ops->add(x, a->res_mid, m->proj, (int64_t)n * s->C);
     }
-    rmsnorm(m, m->final_ln, m->final_rstd, (char *)x + (size_t)(n - 1) * s->C * sa, m->layout.final_norm, 1);
-    linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, 1);
+    ops->rmsnorm_forward(m->final_ln, m->final_rstd, (char *)x + (size_t)(n - 1) * s->C * sa,
+                         param(m, m->layout.final_norm), 1, s->C, s->eps);
+    linear_forward(m, LJ_LINEAR_LM_HEAD, 0, m->logits, m->final_ln, 1, 0);
     download_f32(m, logits, m->logits, s->V);
 }

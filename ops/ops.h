@@ -246,6 +246,25 @@ struct lj_ops {
      * amax[0] = max |h| as fp8_amax computes it, in one pass (the cast of h follows, with the
      * scale this amax gives). Bit for bit swiglu_forward then fp8_amax. */
     void (*fp8_swiglu_amax)(float *amax, void *h, const void *gate_up, int N, int I);
+    /* The cast fused into the other producer, the RMSNorm before the QKV and gate/up linears:
+     * out [N, C] (act dtype) and rstd [N] = the RMSNorm of x with the weight w [C] (param), as
+     * rmsnorm_forward computes them with x = res_in when y is NULL, or as
+     * residual_rmsnorm_forward with y: res_out = res_in + y (written; it may alias res_in) and x
+     * = res_out; then out cast into q [N, ld(C)] and q_t [C, ld(N)] (either may be NULL)
+     * exactly as fp8_quantize casts out, with the scaling of `sc`:
+     *   delayed (sc->current 0): *scale is read and *amax (when not NULL) raised to max|out|;
+     *     one pass over x;
+     *   current (1): *amax = max|out| as fp8_amax computes it (overwritten), then scale and
+     *     scale_inv from it, as fp8_amax followed by a current-scaling fp8_quantize. CUDA: for
+     *     a few rows (q_t NULL; serving's decode) one block does all of it, else a first pass
+     *     writes res_out, rstd and the amax and the cast follows, recomputing out from x.
+     * out is written when write_out; otherwise the kernel may skip it (the CUDA backend does
+     * when C is a multiple of 8 and the buffers are 16-byte aligned), but out must still be a
+     * buffer of that size (the CPU and the fallback write it). Equal, bit for bit, to the norm
+     * into out followed by (fp8_amax and) fp8_quantize of out. */
+    void (*fp8_rmsnorm_quantize)(void *res_out, void *out, int write_out, float *rstd, void *q, void *q_t,
+                                 const void *res_in, const void *y, const void *w, int N, int C, float eps,
+                                 lj_fp8_format fmt, const lj_fp8_scaling *sc);
     /* Delayed scaling's update over `num` tensors, once per pass (TransformerEngine's
      * amax_and_scale_update): amax_history [history_len, num] f32 (row 0 the newest) is rolled
      * by one row (row i takes row i+1, the last row takes the old row 0, row 0 becomes 0, ready

@@ -219,6 +219,131 @@ static void test_saved_inputs_equal_recast(void **state) {
     }
 }
 
+/* The norm with the input cast of the linear after it fused (lj_linear_norm_forward returns 1, the
+ * forward is told input_cast) gives the bits of the norm followed by the forward's own cast: the
+ * linear's output, the norm's output, rstd and residual, the kept FP8 transpose and the recipe
+ * state, in the plain and the residual form, under delayed and tensorwise scaling. Nothing is cast
+ * with the fused kernels off or without a linear after the norm (the final norm), nor by "bf16". */
+static void test_norm_cast(void **state) {
+    (void)state;
+    lj_model_config c = odd_config(2);
+    const int N = B * T, C = c.hidden_size;
+    const float eps = (float)c.rms_norm_eps;
+    const lj_fp8_recipe recipes[2] = {LJ_FP8_RECIPE_DELAYED, LJ_FP8_RECIPE_TENSORWISE};
+    for (int r = 0; r < 2; r++) {
+        lj_linear_fp8_options o = fp8_options(1, recipes[r], 1, 0);
+        lj_test_model t;
+        create(&t, &c, &o);
+        lj_linear_recipe_ctx *lc = &t.m.linear;
+        const lj_ops *ops = t.m.ops;
+        const int F = lc->fp8.num_linears, out = lc->out_features[LJ_LINEAR_QKV];
+        const lj_linear qkv = lj_linear_of(lc, LJ_LINEAR_QKV, 1,
+                                           lj_model_param(&t.m, lj_linear_param(&t.m.layout, LJ_LINEAR_QKV, 1)), NULL);
+        const void *w = lj_model_param(&t.m, lj_param_index(&t.m.layout, 1, LJ_P_LN1));
+        const size_t nt = (size_t)C * lj_fp8_ld(N);
+        assert_non_null(lc->fp8.saved_t[qkv.slot]);
+        float *x = lj_malloc((size_t)N * C * sizeof(float)), *y = lj_malloc((size_t)N * C * sizeof(float));
+        for (int i = 0; i < N * C; i++) x[i] = sinf(0.37f * i) * 2.0f, y[i] = cosf(0.11f * i);
+        for (int residual = 0; residual < 2; residual++) {
+            float *res[2], *ln[2], *rstd[2], *yq[2], *st[2];
+            uint8_t *kept[2];
+            for (int pass = 0; pass < 2; pass++) { /* 0: fused, 1: the norm, then the forward's cast */
+                res[pass] = lj_calloc((size_t)N * C, sizeof(float)), ln[pass] = lj_calloc((size_t)N * C, sizeof(float));
+                rstd[pass] = lj_calloc((size_t)N, sizeof(float)), yq[pass] = lj_calloc((size_t)N * out, sizeof(float));
+                st[pass] = lj_calloc((size_t)6 * F, sizeof(float)), kept[pass] = lj_calloc(nt, 1);
+                lj_linear_reset(lc);
+                lj_linear_pass_begin(lc, 1);
+                lj_linear l = qkv;
+                if (pass == 0) {
+                    l.input_cast = lj_linear_norm_forward(lc, &qkv, res[0], ln[0], rstd[0], x, residual ? y : NULL, w,
+                                                          N, eps);
+                    assert_int_equal(l.input_cast, 1);
+                } else if (residual) {
+                    ops->residual_rmsnorm_forward(res[1], ln[1], rstd[1], x, y, w, N, C, eps);
+                } else {
+                    ops->rmsnorm_forward(ln[1], rstd[1], x, w, N, C, eps);
+                }
+                lj_linear_forward(lc, &l, yq[pass], ln[pass], N);
+                lj_linear_state_get(lc, st[pass]); /* history (H = 1) and scales */
+                memcpy(kept[pass], lc->fp8.saved_t[qkv.slot], nt);
+            }
+            assert_memory_equal(yq[0], yq[1], (size_t)N * out * sizeof(float));
+            assert_memory_equal(ln[0], ln[1], (size_t)N * C * sizeof(float));
+            assert_memory_equal(rstd[0], rstd[1], (size_t)N * sizeof(float));
+            if (residual) assert_memory_equal(res[0], res[1], (size_t)N * C * sizeof(float));
+            assert_memory_equal(kept[0], kept[1], nt);
+            assert_memory_equal(st[0], st[1], (size_t)6 * F * sizeof(float));
+            assert_true(st[0][2 * qkv.slot] > 0.0f); /* the input's amax was recorded */
+            for (int pass = 0; pass < 2; pass++)
+                free(res[pass]), free(ln[pass]), free(rstd[pass]), free(yq[pass]), free(st[pass]), free(kept[pass]);
+        }
+        float *ln = lj_calloc((size_t)N * C, sizeof(float)), *rs = lj_calloc((size_t)N, sizeof(float));
+        assert_int_equal(lj_linear_norm_forward(lc, NULL, NULL, ln, rs, x, NULL, w, N, eps), 0);
+        lc->fused = 0;
+        assert_int_equal(lj_linear_norm_forward(lc, &qkv, NULL, ln, rs, x, NULL, w, N, eps), 0);
+        lc->fused = 1;
+        free(ln), free(rs), free(x), free(y);
+        lj_test_model_destroy(&t);
+    }
+    assert_int_equal(lj_linear_recipe_find("bf16")->norm_forward == NULL, 0);
+}
+
+/* A generation model of `c` with serving's FP8 weights ("fp8-w8a8"), fused kernels or not: the
+ * weights `params`, each block linear's codes cast once, the scratch bound for T rows. */
+static void create_w8a8(lj_test_model *t, const lj_model_config *c, int fused, const float *params, void **scratch) {
+    lj_model_options o;
+    memset(&o, 0, sizeof o);
+    o.micro_batch_size = 1;
+    o.seq_length = T;
+    o.kv_cache_tokens = T;
+    o.fused = fused;
+    o.linear_recipe = LJ_LINEAR_RECIPE_FP8_W8A8;
+    o.fp8 = lj_linear_fp8_defaults();
+    lj_model_init(&t->m, lj_ops_cpu(), c, &o);
+    lj_parallelize(&t->m, NULL, NULL);
+    lj_plan_build(&t->p, &t->m);
+    assert_int_equal(lj_plan_allocate(&t->p, &t->m), LJ_OK);
+    lj_model_upload_rope(&t->m);
+    lj_model_set_weights(&t->m, params);
+    assert_string_equal(t->m.linear.recipe->name, "fp8-w8a8");
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        for (int k = 0; k < 4; k++)
+            lj_linear_keep_weight(&t->m.linear, (lj_linear_kind)k, l,
+                                  lj_model_param(&t->m, lj_linear_param(&t->m.layout, (lj_linear_kind)k, l)));
+    *scratch = lj_malloc(lj_linear_scratch_bytes(&t->m.linear, T));
+    lj_linear_bind_scratch(&t->m.linear, T, *scratch);
+}
+
+/* Serving's recipe casts the QKV and gate/up inputs in their norms (current scaling, the amax first):
+ * KV-cache decoding (a prompt of 5 tokens, then one at a time) gives the logits of the unfused
+ * kernels, where each linear casts its own input, bit for bit. */
+static void test_norm_cast_w8a8(void **state) {
+    (void)state;
+    lj_model_config c = odd_config(2);
+    lj_test_model src;
+    create(&src, &c, NULL);
+    float *params = lj_malloc((size_t)src.m.layout.total * sizeof(float));
+    lj_model_get_weights(&src.m, params);
+    lj_test_model_destroy(&src);
+    lj_test_model f, u;
+    void *fs, *us;
+    create_w8a8(&f, &c, 1, params, &fs);
+    create_w8a8(&u, &c, 0, params, &us);
+    const int V = c.vocab_size;
+    float *lf = lj_malloc((size_t)V * sizeof(float)), *lu = lj_malloc((size_t)V * sizeof(float));
+    int32_t tokens[8];
+    for (int i = 0; i < 8; i++) tokens[i] = (i * 37 + 11) % V;
+    for (int p = 4; p < 8; p++) {
+        const int n = p == 4 ? 5 : 1, p0 = p == 4 ? 0 : p;
+        lj_model_decode(&f.m, tokens + p0, n, p0, lf);
+        lj_model_decode(&u.m, tokens + p0, n, p0, lu);
+        assert_memory_equal(lf, lu, (size_t)V * sizeof(float));
+    }
+    free(lf), free(lu), free(params), free(fs), free(us);
+    lj_test_model_destroy(&f);
+    lj_test_model_destroy(&u);
+}
+
 /* n AdamW steps on the fixed batch; losses into out[n]. */
 static void steps(lj_test_model *t, int first_step, int n, double *out) {
     lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
@@ -481,7 +606,8 @@ static void test_recipe_tables(void **state) {
         assert_non_null(r);
         assert_string_equal(r->name, names[i]);
         assert_true(r->fp8_layers && r->plan && r->keeps_inputs && r->plan_layer && r->reset && r->pass_begin &&
-                    r->pass_end && r->forward && r->forward_swiglu && r->backward && r->state_get && r->state_set);
+                    r->pass_end && r->forward && r->forward_swiglu && r->norm_forward && r->backward && r->state_get &&
+                    r->state_set);
         if (i > 0) assert_ptr_equal(lj_linear_recipe_of(LJ_LINEAR_RECIPE_FP8, (lj_fp8_recipe)(i - 1), 1), r);
     }
     assert_null(lj_linear_recipe_find("rowwise"));
@@ -517,6 +643,8 @@ int main(void) {
         cmocka_unit_test(test_against_fp32_blockwise_e4m3),
         cmocka_unit_test(test_delayed_state),
         cmocka_unit_test(test_saved_inputs_equal_recast),
+        cmocka_unit_test(test_norm_cast),
+        cmocka_unit_test(test_norm_cast_w8a8),
         cmocka_unit_test(test_resume_needs_recipe_state),
         cmocka_unit_test(test_blockwise_tiles),
         cmocka_unit_test(test_blockwise_blocks),

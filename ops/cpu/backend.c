@@ -143,6 +143,7 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .fp8_quantize = lj_cpu_fp8_quantize,                                                          \
     .fp8_swiglu_quantize = lj_cpu_fp8_swiglu_quantize,                                            \
     .fp8_swiglu_amax = lj_cpu_fp8_swiglu_amax,                                                    \
+    .fp8_rmsnorm_quantize = lj_cpu_fp8_rmsnorm_quantize,                                          \
     .fp8_scale_update = lj_cpu_fp8_scale_update,                                                  \
     .fp8_matmul = lj_cpu_fp8_matmul,                                                              \
     .fp8_matmul_workspace_bytes = lj_cpu_fp8_matmul_workspace_bytes,                              \

@@ -165,6 +165,9 @@ void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n);
 void lj_cpu_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
                                 lj_fp8_format fmt, const lj_fp8_scaling *sc);
 void lj_cpu_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I);
+void lj_cpu_fp8_rmsnorm_quantize(void *res_out, void *out, int write_out, float *rstd, void *q, void *q_t,
+                                 const void *res_in, const void *y, const void *w, int N, int C, float eps,
+                                 lj_fp8_format fmt, const lj_fp8_scaling *sc);
 void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
 void lj_cpu_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,

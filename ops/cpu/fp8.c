@@ -68,6 +68,17 @@ void lj_cpu_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, in
     lj_cpu_fp8_amax(amax, h, (int64_t)N * I);
 }
 
+/* The norm into out (always: on the CPU out is the cast's input), then (its amax and) the cast. */
+void lj_cpu_fp8_rmsnorm_quantize(void *res_out, void *out, int write_out, float *rstd, void *q, void *q_t,
+                                 const void *res_in, const void *y, const void *w, int N, int C, float eps,
+                                 lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    (void)write_out;
+    if (y) lj_cpu_residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, C, eps);
+    else lj_cpu_rmsnorm_forward(out, rstd, res_in, w, N, C, eps);
+    if (sc->current) lj_cpu_fp8_amax(sc->amax, out, (int64_t)N * C);
+    lj_cpu_fp8_quantize(q, q_t, out, N, C, fmt, sc);
+}
+
 void lj_cpu_fp8_scale_update(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
                              float scaled_max_first, float scaled_max_rest, int algo_max) {
     for (int t = 0; t < num; t++) {

@@ -199,6 +199,7 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
     g_cuda.debug_sync = cfg->debug_sync != 0;
     LJ_TRY(lj_cuda_matmul_init());
     lj_cuda_attention_init(cfg->cudnn_library);
+    lj_cuda_fp8_init();
     return LJ_OK;
 }
 
@@ -355,6 +356,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .fp8_quantize = lj_cuda_fp8_quantize,                                        \
         .fp8_swiglu_quantize = lj_cuda_fp8_swiglu_quantize,                          \
         .fp8_swiglu_amax = lj_cuda_fp8_swiglu_amax,                                  \
+        .fp8_rmsnorm_quantize = lj_cuda_fp8_rmsnorm_quantize,                        \
         .fp8_scale_update = lj_cuda_fp8_scale_update,                                \
         .fp8_matmul = lj_cuda_fp8_matmul,                                            \
         .fp8_matmul_workspace_bytes = lj_cuda_fp8_matmul_workspace_bytes,            \

@@ -94,6 +94,11 @@ void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n);
 void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
                                  lj_fp8_format fmt, const lj_fp8_scaling *sc);
 void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I);
+void lj_cuda_fp8_rmsnorm_quantize(void *res_out, void *out, int write_out, float *rstd, void *q, void *q_t,
+                                  const void *res_in, const void *y, const void *w, int N, int C, float eps,
+                                  lj_fp8_format fmt, const lj_fp8_scaling *sc);
+/* the fused norm cast's shared memory limit, set once at start-up */
+void lj_cuda_fp8_init(void);
 void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                           const lj_fp8_scaling *sc);
 /* the blockwise recipe (ops.h fp8_quantize_tiles, fp8_quantize_blocks, fp8_matmul_blockwise) */
@@ -277,6 +282,45 @@ static __device__ __forceinline__ void lj_store8(lj_bf16 *p, const float *f) {
 static __device__ __forceinline__ float lj_swiglu_value(float g, float u) {
     const float s = 1.0f / (1.0f + expf(-g));
     return g * s * u;
+}
+/* One row of the RMSNorm by one warp, for a row of C = 8k elements at 16-byte aligned addresses:
+ * lane l takes the 8-vectors at columns 8l + 256i, in order. rmsnorm.cu's vector kernels and
+ * the FP8 cast fused into the norm (fp8.cu) share these, so that both give the same bits.
+ * lj_rmsnorm_sumsq8: the row's sum of squares (every lane gets it). lj_rmsnorm_residual_sumsq8:
+ * the residual form, x = bf16(a + b) written to x_out (which may alias a or b: each element is
+ * read before the same lane writes it), and its sum of squares. lj_rmsnorm_rstd: 1/sqrt(mean(x^2)
+ * + eps) (HF LlamaRMSNorm, fp32). lj_rmsnorm_scale8: the 8 values x r w at x and w (fp32, before
+ * the act dtype's rounding). */
+static __device__ __forceinline__ float lj_rmsnorm_sumsq8(const lj_bf16 *x, int C, int lane) {
+    float ss = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        float v[8];
+        lj_load8(v, x + c);
+        for (int j = 0; j < 8; j++) ss += v[j] * v[j];
+    }
+    return lj_warp_sum(ss);
+}
+static __device__ __forceinline__ float lj_rmsnorm_residual_sumsq8(lj_bf16 *x_out, const lj_bf16 *a_in,
+                                                                   const lj_bf16 *b_in, int C, int lane) {
+    float ss = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        float a[8], b[8];
+        lj_load8(a, a_in + c);
+        lj_load8(b, b_in + c);
+        for (int j = 0; j < 8; j++) a[j] = __bfloat162float(__float2bfloat16_rn(a[j] + b[j]));
+        lj_store8(x_out + c, a);
+        for (int j = 0; j < 8; j++) ss += a[j] * a[j];
+    }
+    return lj_warp_sum(ss);
+}
+static __device__ __forceinline__ float lj_rmsnorm_rstd(float ss, int C, float eps) {
+    return 1.0f / sqrtf(ss / (float)C + eps);
+}
+static __device__ __forceinline__ void lj_rmsnorm_scale8(float *v, const lj_bf16 *x, const lj_bf16 *w, float r) {
+    float g[8];
+    lj_load8(v, x);
+    lj_load8(g, w);
+    for (int j = 0; j < 8; j++) v[j] = v[j] * r * g[j];
 }
 static __device__ __forceinline__ float lj_ld(const lj_bf16 *p) { return __bfloat162float(*p); }
 static __device__ __forceinline__ void lj_st(lj_bf16 *p, float v) { *p = __float2bfloat16_rn(v); }

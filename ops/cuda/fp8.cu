@@ -251,6 +251,241 @@ extern "C" void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_u
     LJ_CUDA_LAUNCHED("fp8_swiglu_amax8_kernel");
 }
 
+/* ---- the cast fused into the RMSNorm (ops.h fp8_rmsnorm_quantize) --------------------------
+ * Every kernel takes rows of C = 8k elements at 16-byte aligned addresses, one warp per row with
+ * the row arithmetic of rmsnorm.cu's vector kernels (cuda_common.h lj_rmsnorm_*), so that rstd,
+ * res_out and out are rmsnorm_forward's (residual_rmsnorm_forward's) bits and the codes
+ * fp8_quantize's of out. x is re-read for the values after its sum of squares, as rmsnorm.cu
+ * does (the warp's own row, from L1 or L2): one pass over x in HBM. */
+
+#define NORM_ROWS 32                /* rows per block of the cast: q_t gets 32-byte runs (a sector) */
+#define NORM_THREADS 1024           /* a warp per row */
+#define NORM_MAX_C 7168             /* the widest row whose codes tile fits in shared memory */
+#define NORM_TILE_LD(C) ((C) + 8)   /* the tile's row stride: 8-byte rows, no bank conflicts */
+#define NORM_SMALL_ELEMS 65536      /* current scaling in one block up to this many elements... */
+#define NORM_SMALL_ROWS 64          /* ... and rows (serving's decode batches) */
+
+/* The row's values out = bf16(x r w) at columns 8 lane + 256 i, each cast with s: written to out
+ * (if not NULL), as codes to qrow (if not NULL) and to trow (the codes tile's row, if not NULL);
+ * the largest lj_fp8_abs_bits of the values raises m. CAST 0: the values' amax only. */
+template <bool CAST>
+static __device__ __forceinline__ void norm_row_values(uint8_t *qrow, uint8_t *trow, lj_bf16 *out, const lj_bf16 *x,
+                                                       const lj_bf16 *w, float r, int C, int lane, float s,
+                                                       lj_fp8_format fmt, uint32_t &m) {
+    for (int c = lane * 8; c < C; c += 256) {
+        float v[8];
+        lj_rmsnorm_scale8(v, x + c, w + c, r);
+        if (out) lj_store8(out + c, v);
+        uint32_t wd[2] = {0, 0};
+        for (int j = 0; j < 8; j++) {
+            v[j] = __bfloat162float(__float2bfloat16_rn(v[j])); /* the value the act dtype stores */
+            const uint32_t b = lj_fp8_abs_bits(v[j]);
+            m = b > m ? b : m;
+            if (CAST) wd[j >> 2] |= (uint32_t)to_fp8(__fmul_rn(v[j], s), fmt) << (8 * (j & 3));
+        }
+        if (!CAST) continue;
+        if (qrow) *(uint2 *)(qrow + c) = make_uint2(wd[0], wd[1]);
+        if (trow) *(uint2 *)(trow + c) = make_uint2(wd[0], wd[1]);
+    }
+    if (CAST && qrow && lane == 0 && lj_fp8_ld(C) > C) *(uint2 *)(qrow + C) = make_uint2(0, 0); /* q's padding */
+}
+
+/* rstd of row `row` (RESIDUAL: after writing res_out = bf16(res_in + y); x is then res_out). */
+template <bool RESIDUAL>
+static __device__ __forceinline__ float norm_row_rstd(lj_bf16 *res_out, const lj_bf16 *res_in, const lj_bf16 *y,
+                                                      int64_t off, int C, float eps, int lane) {
+    const float ss = RESIDUAL ? lj_rmsnorm_residual_sumsq8(res_out + off, res_in + off, y + off, C, lane)
+                              : lj_rmsnorm_sumsq8(res_in + off, C, lane);
+    return lj_rmsnorm_rstd(ss, C, eps);
+}
+
+/* The norm and its cast: one block of NORM_THREADS per NORM_ROWS rows. With q_t the codes also go
+ * to a tile in dynamic shared memory [NORM_ROWS][NORM_TILE_LD(C)] (zero for rows >= N), from
+ * which the block writes q_t's columns [r0, r0 + NORM_ROWS) of every row c < C (up to ld(N)) in
+ * 16-byte runs, each thread 4 rows of q_t at a time from 32-bit words of the tile (no bank
+ * conflicts: consecutive threads read consecutive words).
+ * Delayed scaling (current 0) reads *scale and raises *amax (when not NULL); current scaling (the
+ * second pass, RESIDUAL false) takes the scale from the amax the first pass wrote. */
+template <bool RESIDUAL>
+__global__ void __launch_bounds__(NORM_THREADS)
+    fp8_rmsnorm_kernel(uint8_t *q, uint8_t *q_t, lj_bf16 *out, float *rstd, lj_bf16 *res_out, const lj_bf16 *res_in,
+                       const lj_bf16 *y, const lj_bf16 *w, int N, int C, float eps, lj_fp8_format fmt, float *scale,
+                       float *scale_inv, float *amax, int current) {
+    extern __shared__ uint8_t norm_tile[];
+    const float s = current ? lj_fp8_current_scale(*amax, lj_fp8_max(fmt)) : *scale;
+    if (current && blockIdx.x == 0 && threadIdx.x == 0) {
+        *scale = s;
+        *scale_inv = 1.0f / s;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tld = NORM_TILE_LD(C), ld = lj_fp8_ld(C);
+    const int r0 = blockIdx.x * NORM_ROWS;
+    uint32_t m = 0;
+    for (int k = warp; k < NORM_ROWS; k += NORM_THREADS / 32) {
+        const int row = r0 + k;
+        uint8_t *trow = q_t ? norm_tile + (size_t)k * tld : NULL;
+        if (row >= N) {
+            if (trow)
+                for (int c = lane * 8; c < C; c += 256) *(uint2 *)(trow + c) = make_uint2(0, 0);
+            continue;
+        }
+        const int64_t off = (int64_t)row * C;
+        const float r = norm_row_rstd<RESIDUAL>(res_out, res_in, y, off, C, eps, lane);
+        if (lane == 0 && rstd) rstd[row] = r;
+        norm_row_values<true>(q ? q + (int64_t)row * ld : NULL, trow, out ? out + off : NULL,
+                              (RESIDUAL ? res_out : res_in) + off, w, r, C, lane, s, fmt, m);
+    }
+    if (q_t) { /* each thread: 4 columns, one word of the tile per row, transposed 4x4 bytes at a time */
+        __syncthreads();
+        const int ld_t = lj_fp8_ld(N), runs = ld_t - r0 >= NORM_ROWS ? 2 : 1; /* 16-byte runs of the 32 rows */
+        for (int c = 4 * threadIdx.x; c < C; c += 4 * NORM_THREADS) {
+            for (int h = 0; h < runs; h++) {
+                uint32_t col[4][4]; /* [column][word]: rows 16 h + 4 i + (0..3) of column c + j */
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *t = norm_tile + (size_t)(16 * h + 4 * i) * tld + c;
+                    const uint32_t w0 = *(const uint32_t *)t, w1 = *(const uint32_t *)(t + tld);
+                    const uint32_t w2 = *(const uint32_t *)(t + 2 * tld), w3 = *(const uint32_t *)(t + 3 * tld);
+                    /* lo0 = (w0.0, w1.0, w0.1, w1.1), lo1 the same of w2, w3; hi: bytes 2 and 3 */
+                    const uint32_t lo0 = __byte_perm(w0, w1, 0x5140), lo1 = __byte_perm(w2, w3, 0x5140);
+                    const uint32_t hi0 = __byte_perm(w0, w1, 0x7362), hi1 = __byte_perm(w2, w3, 0x7362);
+                    col[0][i] = __byte_perm(lo0, lo1, 0x5410), col[1][i] = __byte_perm(lo0, lo1, 0x7632);
+                    col[2][i] = __byte_perm(hi0, hi1, 0x5410), col[3][i] = __byte_perm(hi0, hi1, 0x7632);
+                }
+                for (int j = 0; j < 4; j++)
+                    *(uint4 *)(q_t + (int64_t)(c + j) * ld_t + r0 + 16 * h) =
+                        make_uint4(col[j][0], col[j][1], col[j][2], col[j][3]);
+            }
+        }
+    }
+    if (!current && amax) {
+        m = block_max_bits(m);
+        if (threadIdx.x == 0 && m) atomicMax((uint32_t *)amax, m);
+    }
+}
+
+/* Current scaling's first pass: res_out, rstd and the amax of out (into amax_bits, zeroed
+ * before), a warp per row, 8 rows per block. */
+template <bool RESIDUAL>
+__global__ void __launch_bounds__(256) fp8_rmsnorm_amax_kernel(uint32_t *amax_bits, float *rstd, lj_bf16 *res_out,
+                                                               const lj_bf16 *res_in, const lj_bf16 *y,
+                                                               const lj_bf16 *w, int N, int C, float eps) {
+    const int lane = threadIdx.x & 31, row = blockIdx.x * 8 + (threadIdx.x >> 5);
+    uint32_t m = 0;
+    if (row < N) {
+        const int64_t off = (int64_t)row * C;
+        const float r = norm_row_rstd<RESIDUAL>(res_out, res_in, y, off, C, eps, lane);
+        if (lane == 0) rstd[row] = r;
+        norm_row_values<false>(NULL, NULL, NULL, (RESIDUAL ? res_out : res_in) + off, w, r, C, lane, 1.0f,
+                               LJ_FP8_E4M3, m);
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
+}
+
+/* Current scaling over a few rows (N <= NORM_SMALL_ROWS, N C <= NORM_SMALL_ELEMS; q only) in one
+ * block: the rows' norms and amax, then amax, scale and scale_inv, then the rows again (from L1)
+ * cast. One kernel where the two passes take three (the amax's zeroing between them). */
+template <bool RESIDUAL>
+__global__ void __launch_bounds__(NORM_THREADS)
+    fp8_rmsnorm_small_kernel(uint8_t *q, lj_bf16 *out, float *rstd, lj_bf16 *res_out, const lj_bf16 *res_in,
+                             const lj_bf16 *y, const lj_bf16 *w, int N, int C, float eps, lj_fp8_format fmt,
+                             float *scale, float *scale_inv, float *amax) {
+    __shared__ float rows_r[NORM_SMALL_ROWS];
+    __shared__ float block_s;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ld = lj_fp8_ld(C);
+    uint32_t m = 0;
+    for (int row = warp; row < N; row += NORM_THREADS / 32) {
+        const int64_t off = (int64_t)row * C;
+        const float r = norm_row_rstd<RESIDUAL>(res_out, res_in, y, off, C, eps, lane);
+        if (lane == 0) rstd[row] = rows_r[row] = r;
+        norm_row_values<false>(NULL, NULL, NULL, (RESIDUAL ? res_out : res_in) + off, w, r, C, lane, 1.0f, fmt, m);
+    }
+    m = block_max_bits(m);
+    if (threadIdx.x == 0) {
+        const float a = __uint_as_float(m), s = lj_fp8_current_scale(a, lj_fp8_max(fmt));
+        *amax = a;
+        *scale = s;
+        *scale_inv = 1.0f / s;
+        block_s = s;
+    }
+    __syncthreads();
+    const float s = block_s;
+    for (int row = warp; row < N; row += NORM_THREADS / 32) {
+        const int64_t off = (int64_t)row * C;
+        norm_row_values<true>(q ? q + (int64_t)row * ld : NULL, NULL, out ? out + off : NULL,
+                              (RESIDUAL ? res_out : res_in) + off, w, rows_r[row], C, lane, s, fmt, m);
+    }
+}
+
+void lj_cuda_fp8_init(void) {
+    LJ_CUDA_CHECK(cudaFuncSetAttribute(fp8_rmsnorm_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       NORM_ROWS * NORM_TILE_LD(NORM_MAX_C)),
+                  "cudaFuncSetAttribute(fp8_rmsnorm_kernel)");
+    LJ_CUDA_CHECK(cudaFuncSetAttribute(fp8_rmsnorm_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       NORM_ROWS * NORM_TILE_LD(NORM_MAX_C)),
+                  "cudaFuncSetAttribute(fp8_rmsnorm_kernel<residual>)");
+}
+
+/* The cast kernel over all rows (x = res_in, or with y the residual form). */
+static void launch_norm_cast(void *res_out, void *out, float *rstd, void *q, void *q_t, const void *res_in,
+                             const void *y, const void *w, int N, int C, float eps, lj_fp8_format fmt,
+                             const lj_fp8_scaling *sc, int current) {
+    const unsigned blocks = (unsigned)((N + NORM_ROWS - 1) / NORM_ROWS);
+    const size_t smem = q_t ? (size_t)NORM_ROWS * NORM_TILE_LD(C) : 0;
+    if (y)
+        fp8_rmsnorm_kernel<true><<<blocks, NORM_THREADS, smem, lj_cuda_stream()>>>(
+            (uint8_t *)q, (uint8_t *)q_t, (lj_bf16 *)out, rstd, (lj_bf16 *)res_out, (const lj_bf16 *)res_in,
+            (const lj_bf16 *)y, (const lj_bf16 *)w, N, C, eps, fmt, sc->scale, sc->scale_inv, sc->amax, current);
+    else
+        fp8_rmsnorm_kernel<false><<<blocks, NORM_THREADS, smem, lj_cuda_stream()>>>(
+            (uint8_t *)q, (uint8_t *)q_t, (lj_bf16 *)out, rstd, NULL, (const lj_bf16 *)res_in, NULL,
+            (const lj_bf16 *)w, N, C, eps, fmt, sc->scale, sc->scale_inv, sc->amax, current);
+    LJ_CUDA_LAUNCHED("fp8_rmsnorm_kernel");
+}
+
+extern "C" void lj_cuda_fp8_rmsnorm_quantize(void *res_out, void *out, int write_out, float *rstd, void *q, void *q_t,
+                                             const void *res_in, const void *y, const void *w, int N, int C,
+                                             float eps, lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    if (N <= 0 || C <= 0) return;
+    const int vec = C % 8 == 0 && C <= NORM_MAX_C && lj_cuda_aligned16(out, res_in, w) &&
+                    lj_cuda_aligned16(q, q_t, y) && lj_cuda_aligned16(res_out, NULL, NULL);
+    if (!vec) { /* the norm, then the cast of its output */
+        if (y) lj_cuda_residual_rmsnorm_forward(res_out, out, rstd, res_in, y, w, N, C, eps);
+        else lj_cuda_rmsnorm_forward(out, rstd, res_in, w, N, C, eps);
+        if (sc->current) lj_cuda_fp8_amax(sc->amax, out, (int64_t)N * C);
+        lj_cuda_fp8_quantize(q, q_t, out, N, C, fmt, sc);
+        return;
+    }
+    void *o = write_out ? out : NULL;
+    if (!sc->current) {
+        launch_norm_cast(res_out, o, rstd, q, q_t, res_in, y, w, N, C, eps, fmt, sc, 0);
+        return;
+    }
+    if (!q_t && N <= NORM_SMALL_ROWS && (int64_t)N * C <= NORM_SMALL_ELEMS) {
+        if (y)
+            fp8_rmsnorm_small_kernel<true><<<1, NORM_THREADS, 0, lj_cuda_stream()>>>(
+                (uint8_t *)q, (lj_bf16 *)o, rstd, (lj_bf16 *)res_out, (const lj_bf16 *)res_in, (const lj_bf16 *)y,
+                (const lj_bf16 *)w, N, C, eps, fmt, sc->scale, sc->scale_inv, sc->amax);
+        else
+            fp8_rmsnorm_small_kernel<false><<<1, NORM_THREADS, 0, lj_cuda_stream()>>>(
+                (uint8_t *)q, (lj_bf16 *)o, rstd, NULL, (const lj_bf16 *)res_in, NULL, (const lj_bf16 *)w, N, C, eps,
+                fmt, sc->scale, sc->scale_inv, sc->amax);
+        LJ_CUDA_LAUNCHED("fp8_rmsnorm_small_kernel");
+        return;
+    }
+    /* two passes: res_out, rstd and the amax; then the cast from x (= res_out in the residual form) */
+    LJ_CUDA_CHECK(cudaMemsetAsync(sc->amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_rmsnorm");
+    const unsigned blocks = (unsigned)((N + 7) / 8);
+    if (y)
+        fp8_rmsnorm_amax_kernel<true><<<blocks, 256, 0, lj_cuda_stream()>>>(
+            (uint32_t *)sc->amax, rstd, (lj_bf16 *)res_out, (const lj_bf16 *)res_in, (const lj_bf16 *)y,
+            (const lj_bf16 *)w, N, C, eps);
+    else
+        fp8_rmsnorm_amax_kernel<false><<<blocks, 256, 0, lj_cuda_stream()>>>(
+            (uint32_t *)sc->amax, rstd, NULL, (const lj_bf16 *)res_in, NULL, (const lj_bf16 *)w, N, C, eps);
+    LJ_CUDA_LAUNCHED("fp8_rmsnorm_amax_kernel");
+    launch_norm_cast(NULL, o, rstd, q, q_t, y ? res_out : res_in, NULL, w, N, C, eps, fmt, sc, 1);
+}
+
 /* One thread per tensor; row i of the history is contiguous over the tensors (coalesced). */
 __global__ void fp8_scale_update_kernel(float *h, float *scale, float *scale_inv, int num, int H, int num_first,
                                         float smax_first, float smax_rest, int algo_max) {

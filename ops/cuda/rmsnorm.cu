@@ -1,6 +1,7 @@
 /* rmsnorm.cu: the CUDA backend's RMSNorm: plain, fused with the residual add, and its backward
  * (dx row-wise; dw in fixed-order partial sums, no atomics). bf16 tensors, fp32 arithmetic; a 16-byte vector path wherever rows are multiples of 8
- * elements and pointers are 16-byte aligned. Contracts in ops/ops.h. */
+ * elements and pointers are 16-byte aligned, whose row arithmetic (cuda_common.h lj_rmsnorm_*)
+ * the FP8 cast fused into the norm shares (fp8.cu). Contracts in ops/ops.h. */
 #include "ops/cuda/cuda_common.h"
 
 #define LJ_ROW_THREADS 256 /* threads per block of the warp-per-row kernels (8 rows) */
@@ -8,18 +9,11 @@
 /* Sum of squares of one row by one warp. */
 template <bool VEC>
 static __device__ float row_sumsq(const lj_bf16 *x, int C, int lane) {
+    if (VEC) return lj_rmsnorm_sumsq8(x, C, lane);
     float ss = 0.0f;
-    if (VEC) {
-        for (int c = lane * 8; c < C; c += 256) {
-            float v[8];
-            lj_load8(v, x + c);
-            for (int j = 0; j < 8; j++) ss += v[j] * v[j];
-        }
-    } else {
-        for (int c = lane; c < C; c += 32) {
-            float v = lj_ld(x + c);
-            ss += v * v;
-        }
+    for (int c = lane; c < C; c += 32) {
+        float v = lj_ld(x + c);
+        ss += v * v;
     }
     return lj_warp_sum(ss);
 }
@@ -29,10 +23,8 @@ template <bool VEC>
 static __device__ void row_scale(lj_bf16 *out, const lj_bf16 *x, const lj_bf16 *w, float r, int C, int lane) {
     if (VEC) {
         for (int c = lane * 8; c < C; c += 256) {
-            float v[8], g[8];
-            lj_load8(v, x + c);
-            lj_load8(g, w + c);
-            for (int j = 0; j < 8; j++) v[j] = v[j] * r * g[j];
+            float v[8];
+            lj_rmsnorm_scale8(v, x + c, w + c, r);
             lj_store8(out + c, v);
         }
     } else {
@@ -47,7 +39,7 @@ __global__ void rmsnorm_forward_kernel(lj_bf16 *out, float *rstd, const lj_bf16 
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const lj_bf16 *xr = x + (int64_t)row * C;
-    float r = 1.0f / sqrtf(row_sumsq<VEC>(xr, C, lane) / (float)C + eps);
+    float r = lj_rmsnorm_rstd(row_sumsq<VEC>(xr, C, lane), C, eps);
     if (lane == 0 && rstd) rstd[row] = r;
     row_scale<VEC>(out + (int64_t)row * C, xr, w, r, C, lane);
 }
@@ -63,23 +55,16 @@ __global__ void residual_rmsnorm_forward_kernel(lj_bf16 *res_out, lj_bf16 *out, 
     int64_t off = (int64_t)row * C;
     float ss = 0.0f;
     if (VEC) {
-        for (int c = lane * 8; c < C; c += 256) {
-            float a[8], b[8];
-            lj_load8(a, res_in + off + c);
-            lj_load8(b, y + off + c);
-            for (int j = 0; j < 8; j++) a[j] = __bfloat162float(__float2bfloat16_rn(a[j] + b[j]));
-            lj_store8(res_out + off + c, a);
-            for (int j = 0; j < 8; j++) ss += a[j] * a[j];
-        }
+        ss = lj_rmsnorm_residual_sumsq8(res_out + off, res_in + off, y + off, C, lane);
     } else {
         for (int c = lane; c < C; c += 32) {
             float a = __bfloat162float(__float2bfloat16_rn(lj_ld(res_in + off + c) + lj_ld(y + off + c)));
             lj_st(res_out + off + c, a);
             ss += a * a;
         }
+        ss = lj_warp_sum(ss);
     }
-    ss = lj_warp_sum(ss);
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    float r = lj_rmsnorm_rstd(ss, C, eps);
     if (lane == 0 && rstd) rstd[row] = r;
     row_scale<VEC>(out + off, res_out + off, w, r, C, lane);
 }

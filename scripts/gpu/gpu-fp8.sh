@@ -2,9 +2,9 @@
 # gpu-fp8.sh: the FP8 recipe on a GPU machine (repo root, $OUT set; carry .deb, build-gpu/dev,
 # .cache/tokenizer and .cache/data/kjv.txt, as for scripts/gpu/gpu-train.sh). Steps, logs in $OUT,
 # a summary last:
-#   1. the FP8 ops against the CPU emulation (test_ops_cuda check --op fp8_*, the blockwise
-#      recipe's casts and GEMM included), also under
-#      compute-sanitizer memcheck (--quick);
+#   1. the FP8 ops against the CPU emulation (test_ops_cuda check --op fp8_*: the casts fused
+#      into the SwiGLU and the RMSNorm, the blockwise recipe's casts and GEMM included), also
+#      under compute-sanitizer memcheck (--quick);
 #   2. FP8 GEMMs and casts timed against bf16 at the Llama shapes (test_ops_cuda perf), the
 #      blockwise recipe's too;
 #   3. llama3-tiny on the KJV Bible for $STEPS steps in bf16 and with each recipe (hybrid:
@@ -62,7 +62,7 @@ pick() {
 for s in $steps; do
   case $s in
   1)
-    lj_check_ops 1 ${CHECK_OPS:-fp8_quantize fp8_swiglu fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul}
+    lj_check_ops 1 ${CHECK_OPS:-fp8_quantize fp8_swiglu fp8_rmsnorm fp8_scale_update fp8_matmul fp8_blockwise_cast fp8_blockwise_matmul}
     ;;
   2)
     timeout 300 "$dev/test_ops_cuda" perf --op fp8_matmul >"$OUT/perf_fp8.log" 2>&1

@@ -8,8 +8,9 @@
  * against the CPU's bit for bit (the hardware's cvt.rn.satfinite against the emulation: every
  * bf16 bit pattern at several scales), the GEMMs against the CPU's over the same codes (bf16
  * output rounding) and against the bf16 GEMM. The cast fused into the SwiGLU equals the SwiGLU
- * followed by the cast on each backend, bit for bit. Rows: "fp8_quantize", "fp8_scale_update",
- * "fp8_swiglu", "fp8_matmul", "fp8_blockwise_cast", "fp8_blockwise_matmul" in op_cases.c. */
+ * followed by the cast on each backend, bit for bit, and so does the cast fused into the RMSNorm
+ * (plain and residual). Rows: "fp8_quantize", "fp8_scale_update", "fp8_swiglu", "fp8_rmsnorm",
+ * "fp8_matmul", "fp8_blockwise_cast", "fp8_blockwise_matmul" in op_cases.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,6 +279,91 @@ static void fp8_swiglu_body(lj_case_ctx *x) {
 
 void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode, fp8_swiglu_body);
+}
+
+/* ---- the cast fused into the RMSNorm ------------------------------------------------------ */
+
+/* d = {N, C}: fp8_rmsnorm_quantize against the norm (rmsnorm_forward, or residual_rmsnorm_forward
+ * with y) followed by (fp8_amax and) fp8_quantize of its output on the same backend, bit for bit:
+ * res_out, out, rstd, q, q_t (padding included) and the scale state (delayed: the scale untouched,
+ * the amax raised from 0.5; current: amax, scale and scale_inv written), in E4M3 plain and
+ * residual, delayed and current, with and without q_t (CUDA: current scaling over a few rows
+ * without q_t in one block, else in two passes; the unfused fallback for C not a multiple of 8 or
+ * wider than the codes tile), with write_out 1 and 0 (out written: the CPU and CUDA's fallback;
+ * left alone: CUDA's fused kernels), in E5M2 the residual form with q_t; then the residual form in
+ * place (res_out = res_in). A scale
+ * of 64 saturates some E4M3 codes. */
+static void fp8_rmsnorm_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int N = x->c->d[0], C = x->c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(N);
+    const int64_t n = (int64_t)N * C, nq = (int64_t)N * ld, nqt = (int64_t)C * ldt;
+    const float eps = 1e-5f, st0[3] = {64.0f, 1.0f / 64.0f, 0.5f};
+    const int skips_out = strcmp(ops->name, "cuda") == 0 && C % 8 == 0 && C <= 7168;
+    if (!lj_case_checks(x)) return; /* twins only */
+    lj_case_shape(x, "N=%d C=%d", N, C);
+    float *hx = lj_case_rand(x, n, 1.0f);
+    void *dx = lj_case_upload(x, hx, n, LJ_CASE_ACT), *dy = lj_case_upload(x, lj_case_rand(x, n, 1.0f), n, LJ_CASE_ACT);
+    void *dw = lj_case_upload(x, lj_case_rand_around(x, C, 1.0f, 0.5f), C, LJ_CASE_PARAM);
+    void *untouched = lj_case_alloc(x, n, LJ_CASE_ACT); /* the poison an unwritten out keeps */
+    /* the unfused path's buffers [0] and the fused op's [1] */
+    void *res[2], *out[2], *q[2], *qt[2];
+    float *rstd[2], *st[2];
+    for (int i = 0; i < 2; i++) {
+        res[i] = lj_case_alloc(x, n, LJ_CASE_ACT), out[i] = lj_case_alloc(x, n, LJ_CASE_ACT);
+        q[i] = lj_case_alloc(x, nq, LJ_CASE_U8), qt[i] = lj_case_alloc(x, nqt, LJ_CASE_U8);
+        rstd[i] = lj_case_alloc(x, N, LJ_CASE_F32), st[i] = lj_case_alloc(x, 3, LJ_CASE_F32);
+    }
+    for (int k = 0; k < 18; k++) { /* every form in E4M3, then the residual form with q_t in E5M2 */
+        const lj_fp8_format fmt = k < 16 ? LJ_FP8_E4M3 : LJ_FP8_E5M2;
+        const int residual = k >= 16 || (k & 1), current = k >= 16 ? k & 1 : (k >> 1) & 1;
+        const int with_qt = k >= 16 || !((k >> 2) & 1), write_out = k >= 16 || !((k >> 3) & 1);
+        for (int i = 0; i < 2; i++) {
+            lj_case_poison(x, res[i], n, LJ_CASE_ACT), lj_case_poison(x, out[i], n, LJ_CASE_ACT);
+            lj_case_poison(x, q[i], nq, LJ_CASE_U8), lj_case_poison(x, qt[i], nqt, LJ_CASE_U8);
+            lj_case_poison(x, rstd[i], N, LJ_CASE_F32);
+            ops->upload(st[i], st0, sizeof st0);
+        }
+        const lj_fp8_scaling rsc = {st[0], st[0] + 1, st[0] + 2, current}, fsc = {st[1], st[1] + 1, st[1] + 2, current};
+        if (residual) ops->residual_rmsnorm_forward(res[0], out[0], rstd[0], dx, dy, dw, N, C, eps);
+        else ops->rmsnorm_forward(out[0], rstd[0], dx, dw, N, C, eps);
+        if (current) ops->fp8_amax(st[0] + 2, out[0], n);
+        ops->fp8_quantize(q[0], with_qt ? qt[0] : NULL, out[0], N, C, fmt, &rsc);
+        ops->fp8_rmsnorm_quantize(res[1], out[1], write_out, rstd[1], q[1], with_qt ? qt[1] : NULL, dx,
+                                  residual ? dy : NULL, dw, N, C, eps, fmt, &fsc);
+        char name[96];
+        snprintf(name, sizeof name, "fp8_rmsnorm_quantize %s%s %s%s%s", lj_fp8_format_name(fmt),
+                 residual ? " residual" : "", current ? "current" : "delayed", with_qt ? " q_t" : "",
+                 write_out ? "" : " no out");
+        lj_case_twin(x, name, q[1], q[0], nq, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        if (with_qt) lj_case_twin(x, name, qt[1], qt[0], nqt, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, st[1], st[0], 3, LJ_CASE_F32, LJ_CASE_TOL_BITS); /* scale, scale_inv, amax */
+        lj_case_twin(x, name, rstd[1], rstd[0], N, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, out[1], write_out || !skips_out ? out[0] : untouched, n, LJ_CASE_ACT,
+                     LJ_CASE_TOL_BITS);
+        if (residual) lj_case_twin(x, name, res[1], res[0], n, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+    }
+    /* in place on the residual stream (res_out = res_in), delayed and current, against the unfused
+     * path recomputed */
+    for (int current = 0; current < 2; current++) {
+        void *inplace = lj_case_upload(x, hx, n, LJ_CASE_ACT);
+        const lj_fp8_scaling rsc = {st[0], st[0] + 1, st[0] + 2, current}, fsc = {st[1], st[1] + 1, st[1] + 2, current};
+        ops->upload(st[0], st0, sizeof st0), ops->upload(st[1], st0, sizeof st0);
+        ops->residual_rmsnorm_forward(res[0], out[0], rstd[0], dx, dy, dw, N, C, eps);
+        if (current) ops->fp8_amax(st[0] + 2, out[0], n);
+        ops->fp8_quantize(q[0], qt[0], out[0], N, C, LJ_FP8_E4M3, &rsc);
+        ops->fp8_rmsnorm_quantize(inplace, out[1], 1, rstd[1], q[1], qt[1], inplace, dy, dw, N, C, eps, LJ_FP8_E4M3,
+                                  &fsc);
+        const char *name = current ? "fp8_rmsnorm_quantize in place current" : "fp8_rmsnorm_quantize in place delayed";
+        lj_case_twin(x, name, inplace, res[0], n, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, out[1], out[0], n, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, q[1], q[0], nq, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, qt[1], qt[0], nqt, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, st[1], st[0], 3, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    }
+}
+
+void lj_case_fp8_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, fp8_rmsnorm_body);
 }
 
 /* ---- the GEMMs -------------------------------------------------------------------------- */

@@ -118,8 +118,8 @@ const lj_op_case lj_op_cases[] = {
     {"cuda_graph", "cpu", CHECK, F32, D(0), 0, NONE, NONE, 1, lj_case_graph},
     {"thread_count", "cpu", CHECK, F32, D(2, 19, 4, 2, 16), 0, NONE, NONE, 1, lj_case_cpu_thread_count},
     /* FP8: the codec of base/fp8.h (d = {random values}); the ops: fp8_quantize d = {rows, cols, all
-     * bf16 patterns}, fp8_scale_update {tensors, history, margin}, fp8_swiglu {N, I}, fp8_matmul
-     * {M, N, K, a in e5m2}: tol against the decoded product, tol_grad against the unquantized one:
+     * bf16 patterns}, fp8_scale_update {tensors, history, margin}, fp8_swiglu {N, I}, fp8_rmsnorm
+     * {N, C}, fp8_matmul {M, N, K, a in e5m2}: tol against the decoded product, tol_grad against the unquantized one:
      * E4M3 codes are within 2^-4 relative, E5M2 within 2^-3, so a product of random values is
      * within about 0.05 (e4m3 x e4m3) and 0.08 (e5m2 x e4m3) relative L2 */
     {"fp8_format", "cpu", CHECK, F32, D(20000), 0, NONE, NONE, 1, lj_case_cpu_fp8_format},
@@ -130,6 +130,8 @@ const lj_op_case lj_op_cases[] = {
     {"fp8_scale_update", "cpu", CHECK, F32, D(7, 1, 2), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
     {"fp8_swiglu", "cpu", CHECK, F32, D(37, 56), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
     {"fp8_swiglu", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_swiglu},
+    {"fp8_rmsnorm", "cpu", CHECK, F32, D(37, 56), 0, NONE, NONE, 1, lj_case_fp8_rmsnorm},
+    {"fp8_rmsnorm", "cpu", CHECK, F32, D(3, 77), 0, NONE, NONE, 1, lj_case_fp8_rmsnorm},
     {"fp8_matmul", "cpu", CHECK, F32, D(37, 24, 53, 0), 0, L2(1e-6), L2(0.05), 1, lj_case_fp8_matmul},
     {"fp8_matmul", "cpu", CHECK, F32, D(17, 40, 200, 1), 0, L2(1e-6), L2(0.08), 1, lj_case_fp8_matmul},
     /* the blockwise recipe: the casts d = {rows, cols}, partial 1x128 tiles and 128x128 blocks; the
@@ -157,6 +159,20 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("fp8_swiglu", D(37, 53), 0, 1, lj_case_fp8_swiglu),
     CUDA_ONE("fp8_swiglu", D(1, 8), 0, 1, lj_case_fp8_swiglu),
     CUDA_ONE("fp8_swiglu", D(4096, 1792), 0, 0, lj_case_fp8_swiglu),
+    /* the cast fused into the RMSNorm against the norm and the cast: a few rows (current scaling in
+     * one block: a decode batch, 8B's hidden size up to its limit of 65,536 elements), partial row
+     * blocks and 16-byte q_t runs (N = 300, 40, 100), a full last block (64), the fallbacks (C = 53
+     * not a multiple of 8, 8192 wider than the codes tile), the 1b's shape */
+    CUDA_ONE("fp8_rmsnorm", D(37, 200), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(1, 4096), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(16, 4096), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(300, 136), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(40, 1024), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(64, 1024), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(100, 2048), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(37, 53), 0, 1, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(70, 8192), 0, 0, lj_case_fp8_rmsnorm),
+    CUDA_ONE("fp8_rmsnorm", D(4096, 2048), 0, 0, lj_case_fp8_rmsnorm),
     CUDA_ONE("fp8_scale_update", D(301, 16, 1), 0, 1, lj_case_fp8_scale_update),
     CUDA_ONE("fp8_scale_update", D(97, 1, 1), 0, 1, lj_case_fp8_scale_update),
 #define CUDA_FP8_MM(d, vs_bf16, quick)                                                                            \
@@ -365,6 +381,8 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("paged_attention", D(200, 1500, 14, 2, 64, 0), lj_case_cuda_perf_paged_attention),
     CUDA_PERF("rmsnorm", D(16384, 2048), lj_case_cuda_perf_rmsnorm),
     CUDA_PERF("rmsnorm", D(8192, 3072), lj_case_cuda_perf_rmsnorm),
+    CUDA_PERF("rmsnorm", D(8192, 4096), lj_case_cuda_perf_rmsnorm), /* 8b */
+    CUDA_PERF("rmsnorm", D(16, 4096), lj_case_cuda_perf_rmsnorm),   /* 8b, a decode batch of 16 */
     CUDA_PERF("cross_entropy_fused", D(16384, 2048, 128256), lj_case_cuda_perf_cross_entropy),
     CUDA_PERF("swiglu", D(16384, 8192), lj_case_cuda_perf_swiglu),
     CUDA_PERF("rope", D(4, 4096, 32, 8, 64), lj_case_cuda_perf_rope),

@@ -48,8 +48,8 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
  * token of each row), cases_cross_entropy.c (over full logits and fused with the lm_head),
  * cases_attention.c (plain per kernel family, its first run captured, within documents, KV-cache
  * decoding), cases_paged.c (serving's paged ops; over an FP8 cache: cases_paged_fp8.c, below),
- * cases_fp8.c (the casts, the history update, the cast fused into the SwiGLU, the per-tensor and
- * blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
+ * cases_fp8.c (the casts, the history update, the casts fused into the SwiGLU and the RMSNorm, the
+ * per-tensor and blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
  * step). */
 void lj_case_embedding(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -72,6 +72,7 @@ void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode
 void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_blockwise_cast(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_blockwise_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

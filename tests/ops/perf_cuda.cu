@@ -431,6 +431,9 @@ typedef struct {
     int N, C;
     void *x, *y, *w, *out, *res, *sum, *dout, *dx, *ws, *dw;
     float *rstd;
+    void *q, *q_t; /* the FP8 input of the linear after the norm and its transpose */
+    float *st;     /* scale, scale_inv, amax */
+    int current;
 } rn_ctx;
 
 static void rn_fwd(void *p) {
@@ -445,6 +448,21 @@ static void rn_unfused(void *p) {
     rn_ctx *c = (rn_ctx *)p;
     c->ops->add(c->sum, c->x, c->y, (int64_t)c->N * c->C);
     c->ops->rmsnorm_forward(c->out, c->rstd, c->sum, c->w, c->N, c->C, 1e-5f);
+}
+/* The residual norm with the cast of its output fused (no act-dtype output kept, as an FP8 layer
+ * without recompute runs it), against the residual norm then (the amax and) the cast. */
+static void rn_fp8_fused(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    const lj_fp8_scaling sc = {c->st, c->st + 1, c->st + 2, c->current};
+    c->ops->fp8_rmsnorm_quantize(c->res, c->out, 0, c->rstd, c->q, c->q_t, c->x, c->y, c->w, c->N, c->C, 1e-5f,
+                                 LJ_FP8_E4M3, &sc);
+}
+static void rn_fp8_unfused(void *p) {
+    rn_ctx *c = (rn_ctx *)p;
+    const lj_fp8_scaling sc = {c->st, c->st + 1, c->st + 2, c->current};
+    rn_fused(p);
+    if (c->current) c->ops->fp8_amax(c->st + 2, c->out, (int64_t)c->N * c->C);
+    c->ops->fp8_quantize(c->q, c->q_t, c->out, c->N, c->C, LJ_FP8_E4M3, &sc);
 }
 static void rn_bwd(void *p) {
     rn_ctx *c = (rn_ctx *)p;
@@ -505,6 +523,37 @@ void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *cs, lj_harness_m
     report_gbs(group, "residual+norm fused", ops, rn_fused, &c, 8.0 * n);
     report_gbs(group, "add + norm unfused", ops, rn_unfused, &c, 10.0 * n);
     report_gbs(group, "backward", ops, rn_bwd, &c, 8.0 * n);
+    /* the FP8 cast fused into the residual norm (q and q_t written, the norm's output not), delayed
+     * and current scaling, against the norm followed by the cast; the same codes either way */
+    const size_t nq = (size_t)N * lj_fp8_ld(C), nqt = (size_t)C * lj_fp8_ld(N);
+    c.q = lj_harness_dalloc(ops, nq), c.q_t = lj_harness_dalloc(ops, nqt);
+    c.st = (float *)lj_harness_dalloc(ops, 16);
+    void *ref_q = lj_harness_dalloc(ops, nq), *ref_qt = lj_harness_dalloc(ops, nqt);
+    uint8_t *gq = (uint8_t *)lj_malloc(nq), *rq = (uint8_t *)lj_malloc(nq);
+    uint8_t *gqt = (uint8_t *)lj_malloc(nqt), *rqt = (uint8_t *)lj_malloc(nqt);
+    for (int cur = 0; cur < 2; cur++) {
+        const float st0[3] = {64.0f, 1.0f / 64.0f, 0.0f};
+        c.current = cur;
+        ops->upload(c.st, st0, sizeof st0);
+        rn_fp8_unfused(&c);
+        ops->copy(ref_q, c.q, nq), ops->copy(ref_qt, c.q_t, nqt);
+        ops->upload(c.st, st0, sizeof st0);
+        rn_fp8_fused(&c);
+        ops->download(gq, c.q, nq), ops->download(rq, ref_q, nq);
+        ops->download(gqt, c.q_t, nqt), ops->download(rqt, ref_qt, nqt);
+        ops->synchronize();
+        const char *what = cur ? "perf fp8_rmsnorm_quantize current" : "perf fp8_rmsnorm_quantize delayed";
+        lj_harness_check_bits(h, what, shape, gq, rq, nq);
+        lj_harness_check_bits(h, what, shape, gqt, rqt, nqt);
+        /* fused: x and y read, res_out, q and q_t written; unfused: the norm's 8 bytes, the
+         * amax's 2 (current), the cast's 4 */
+        report_gbs(group, cur ? "fp8 cast fused, current" : "fp8 cast fused, delayed", ops, rn_fp8_fused, &c,
+                   (cur ? 10.0 : 8.0) * n);
+        report_gbs(group, cur ? "norm then fp8 cast, current" : "norm then fp8 cast, delayed", ops, rn_fp8_unfused,
+                   &c, (cur ? 14.0 : 12.0) * n);
+    }
+    free(gq), free(rq), free(gqt), free(rqt);
+    ops->free(c.q), ops->free(c.q_t), ops->free(c.st), ops->free(ref_q), ops->free(ref_qt);
     ops->free(c.x), ops->free(c.y), ops->free(c.w), ops->free(c.dout), ops->free(c.out), ops->free(c.res);
     ops->free(c.sum), ops->free(c.dx), ops->free(c.rstd), ops->free(c.dw), ops->free(c.ws);
 }
