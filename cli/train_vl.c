@@ -30,6 +30,7 @@ static int json_is_vl(const char *path) {
 /* A --model or --load value that names a Qwen3-VL model: a preset qwen3-vl-*, a config.json (or
  * a directory holding one) of model_type qwen3_vl, or a checkpoint root written by a VL run. */
 static int names_vl(const char *v) {
+    if (!v) return 0;
     if (strncmp(v, "qwen3-vl-", 9) == 0) return 1;
     char path[LJ_PATH_MAX + 32];
     struct stat st;
@@ -50,6 +51,8 @@ static int names_vl(const char *v) {
     free(text);
     return vl;
 }
+
+int lj_cli_model_is_vl(int argc, char **argv) { return names_vl(lj_flags_peek(argc, argv, "--model")); }
 
 int lj_cli_train_is_vl(int argc, char **argv) {
     const char *model = NULL, *load = NULL;
