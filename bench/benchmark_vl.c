@@ -18,7 +18,11 @@ lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, in
     pre.merge_size = cfg->vision.spatial_merge_size;
     char name[64];
     snprintf(name, sizeof name, "--img-h %d --img-w %d", img_h, img_w);
-    LJ_TRY(lj_vision_grid(&pre, img_h, img_w, name, &s->grid));
+    if (lj_vision_grid(&pre, img_h, img_w, name, &s->grid) != LJ_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", lj_error_message());
+        return lj_fail(LJ_ERR_ARG, "%s: expected an image size the processor takes (sides within 200:1)", why);
+    }
     s->patches = (int)lj_grid_patches(s->grid);
     s->image_tokens = (int)lj_grid_tokens(s->grid, pre.merge_size);
     const int64_t T = (int64_t)s->image_tokens + 2 + text_tokens;

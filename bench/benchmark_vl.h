@@ -38,8 +38,8 @@ typedef struct {
     int patches, image_tokens, seq_length;
 } lj_vl_bench_shape;
 
-/* Errors: LJ_ERR_UNSUPPORTED from smart_resize (naming the size), LJ_ERR_ARG when T exceeds the
- * decoder's max_position_embeddings (naming --text-tokens). */
+/* Errors: LJ_ERR_ARG naming --img-h and --img-w for a size smart_resize refuses (an aspect ratio
+ * above 200), or --text-tokens when T exceeds the decoder's max_position_embeddings. */
 lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, int text_tokens, lj_vl_bench_shape *s);
 
 /* Training FLOPs of one sample (docs/qwen3-vl.md "The FLOP count"): the tower's on its image

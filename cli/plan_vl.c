@@ -101,7 +101,9 @@ int lj_cli_plan_vl(int argc, char **argv) {
         lj_vl_capacity(&cfg, mb, seq, &max_patches, &max_images);
     }
     lj_planner_target t;
-    if (s == LJ_OK) s = lj_planner_target_init(&t, ops, NULL, NULL);
+    char cache[LJ_PATH_MAX];
+    lj_cache_dir(cache, sizeof cache);
+    if (s == LJ_OK) s = lj_planner_target_init(&t, ops, cache, NULL); /* the memory figures; the rates are unused */
     if (s != LJ_OK) return lj_cli_error("plan");
 
     lj_model_setup setup = {.ops = ops, .cfg = &cfg.text};
@@ -185,6 +187,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
             cJSON_AddItemToArray(br, row);
         }
         cJSON_AddNumberToObject(o, "plan_bytes", (double)bd.plan_bytes);
+        cJSON_AddNumberToObject(o, "buffers", plan.count);
         cJSON_AddNumberToObject(o, "peak_bytes", (double)bd.peak_bytes);
         cJSON_AddNumberToObject(o, "vision_bytes", (double)vision_total);
         cJSON_AddNumberToObject(o, "usable_bytes", (double)usable);

@@ -156,9 +156,10 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
             if (lj_vl_buffer_is_vision(r->plan.buffers[i].name))
                 tower += (r->plan.buffers[i].bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
         char b1[32], b2[32];
-        lj_log_info("memory plan: %s in %d buffers on %s, of which the vision tower %s (%d patches at most)",
-                    lj_format_bytes(r->plan.total_bytes, b1, sizeof b1), r->plan.count, r->ops->name,
-                    lj_format_bytes(tower, b2, sizeof b2), max_patches);
+        lj_log_info("memory plan: %s (%zu bytes) in %d buffers on %s, of which the vision tower %s (%d patches at "
+                    "most)",
+                    lj_format_bytes(r->plan.total_bytes, b1, sizeof b1), r->plan.total_bytes, r->plan.count,
+                    r->ops->name, lj_format_bytes(tower, b2, sizeof b2), max_patches);
     }
     LJ_TRY(lj_vl_build_state(&r->vl, &r->m, &r->plan, c->seed));
     LJ_TRY(lj_vl_optimizer_init(&r->opt, &r->vl, &c->adamw, c->freeze_language_model, c->freeze_vision_model,
