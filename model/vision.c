@@ -397,7 +397,9 @@ lj_status lj_vision_set_images(lj_vision *vm, const float *pixel_values, const i
         ops->upload(vm->pixels, pixel_values, (size_t)Np * s->P * sizeof(float));
     } else { /* HF casts pixel_values to the model dtype before the patch embedding */
         uint16_t *bf = lj_malloc((size_t)(Np > 0 ? Np : 1) * s->P * sizeof(uint16_t));
-        for (size_t i = 0; i < (size_t)Np * s->P; i++) bf[i] = lj_f32_to_bf16(pixel_values[i]);
+        const int64_t nv = (int64_t)Np * s->P;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nv; i++) bf[i] = lj_f32_to_bf16(pixel_values[i]);
         ops->upload(vm->pixels, bf, (size_t)Np * s->P * sizeof(uint16_t));
         ops->synchronize();
         free(bf);
