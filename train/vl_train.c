@@ -12,7 +12,6 @@
 #include "data/mm_loader.h"
 #include "io/hf_vl.h"
 #include "model/vl.h"
-#include "parallel/parallel.h"
 #include "optim/step.h"
 #include "plan/build.h"
 #include "plan/plan.h"
