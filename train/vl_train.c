@@ -40,9 +40,7 @@ typedef struct {
     int have_model, have_vl;
     lj_mm_loader *loader;
     lj_vl_optimizer opt;
-    float *host[6];            /* a checkpoint's tensors in host memory (CUDA; NULL until needed) */
-    float *view[6];            /* the tensors a save writes or a resume reads: the backend's own
-                                  buffers on the CPU, host[] on CUDA */
+    float *host[6];            /* a checkpoint's tensors in host memory (NULL until needed) */
     int32_t *doc_start;        /* [B*T] host */
     int iteration;
     int64_t loader_position;
@@ -169,40 +167,32 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
-/* 1 when the backend's memory is host memory (the CPU): a checkpoint reads and writes its
- * buffers in place. */
-static int host_memory(const lj_ops *ops) { return strcmp(ops->name, "cpu") == 0; }
-
-/* The checkpoint's six tensors over r->view: the backend's own f32 buffers on the CPU (the
- * decoder's and the tower's master weights are their parameters there), host copies on CUDA. */
+/* The checkpoint's six tensors over host copies of the state (r->host, allocated once): a save
+ * downloads the state into them, a resume uploads them back (download_state, upload_state). The
+ * same on every backend (on the CPU the copies are memcpy's), so the CPU tests cover the CUDA
+ * path's staging. */
 static int ckpt_tensors(vl_run *r, lj_ckpt_tensor *t) {
     const int64_t nt = r->m.layout.total, nv = r->vl.vis.layout.total;
     static const char *names[6] = {"text.params", "text.adam.m", "text.adam.v",
                                    "vision.params", "vision.adam.m", "vision.adam.v"};
-    float *own[6] = {r->m.master, r->m.adam_m, r->m.adam_v, r->vl.vis.master, r->vl.vis.adam_m, r->vl.vis.adam_v};
     for (int i = 0; i < 6; i++) {
         const int64_t n = i < 3 ? nt : nv;
-        if (host_memory(r->ops)) r->view[i] = own[i];
-        else {
-            if (!r->host[i]) r->host[i] = lj_malloc((size_t)n * sizeof(float));
-            r->view[i] = r->host[i];
-        }
-        t[i] = (lj_ckpt_tensor){names[i], r->view[i], n};
+        if (!r->host[i]) r->host[i] = lj_malloc((size_t)n * sizeof(float));
+        t[i] = (lj_ckpt_tensor){names[i], r->host[i], n};
     }
     return 6;
 }
 
-/* CUDA: the state into the host copies (a save). */
+/* The state into the host copies (a save): the f32 master weights (the parameters on an f32
+ * backend) and moments of both towers. */
 static void download_state(vl_run *r, const lj_ckpt_tensor *t) {
-    if (host_memory(r->ops)) return;
     const float *own[6] = {r->m.master, r->m.adam_m, r->m.adam_v, r->vl.vis.master, r->vl.vis.adam_m, r->vl.vis.adam_v};
     for (int i = 0; i < 6; i++) r->ops->download(t[i].data, own[i], (size_t)t[i].numel * sizeof(float));
 }
 
-/* CUDA: the host copies into the state (a resume): the master weights and the parameters rounded
- * from them, the moments as read. */
+/* The host copies into the state (a resume): the master weights and the parameters rounded from
+ * them, the moments as read. */
 static void upload_state(vl_run *r, const lj_ckpt_tensor *t) {
-    if (host_memory(r->ops)) return;
     lj_model_set_weights(&r->m, t[0].data);
     r->ops->upload(r->m.adam_m, t[1].data, (size_t)t[1].numel * sizeof(float));
     r->ops->upload(r->m.adam_v, t[2].data, (size_t)t[2].numel * sizeof(float));
@@ -217,7 +207,7 @@ static lj_status save_hf(const char *dir, void *ctx) {
     char hf[LJ_PATH_MAX + 8];
     snprintf(hf, sizeof hf, "%s/hf", dir);
     LJ_TRY(lj_mkdir_p(hf));
-    return lj_hf_vl_export_into(hf, &r->cfg, r->view[0], r->view[3], r->c->hf_fp32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16,
+    return lj_hf_vl_export_into(hf, &r->cfg, r->host[0], r->host[3], r->c->hf_fp32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16,
                                 r->c->tokenizer_dir, lj_mm_loader_dataset(r->loader)->meta.min_pixels,
                                 lj_mm_loader_dataset(r->loader)->meta.max_pixels);
 }

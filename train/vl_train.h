@@ -21,9 +21,9 @@
  * shape; ITER/hf/ is the Hugging Face export (io/hf_vl.h, bf16 unless hf_fp32). A checkpoint of
  * a run with the same --seed, --seq-length and --micro-batch-size resumes exactly on the CPU (the
  * same losses as an uninterrupted run); on CUDA with the same state (the decoder's attention
- * backward adds dQ with atomics, so its losses agree to rounding, not bit for bit). The tensors
- * are device memory on CUDA: a save downloads them, a resume uploads them (the parameters rounded
- * from the master weights). */
+ * backward adds dQ with atomics, so its losses agree to rounding, not bit for bit). A save
+ * downloads the tensors into host copies, a resume uploads them (the parameters rounded from the
+ * master weights), on every backend. */
 #ifndef LJ_TRAIN_VL_TRAIN_H
 #define LJ_TRAIN_VL_TRAIN_H
 

@@ -71,7 +71,10 @@ compare() {
   python3 - "$1" "$2" "$3" "${4:-}" <<'EOF'
 import json, sys
 def read(p):
-    return {j["iteration"]: j["loss"] for j in map(json.loads, open(p)) if "loss" in j}
+    try:
+        return {j["iteration"]: j["loss"] for j in map(json.loads, open(p)) if "loss" in j}
+    except (OSError, ValueError) as e:
+        print(f"no losses in {p}: {e}"); sys.exit(1)
 a, b, tol = read(sys.argv[1]), read(sys.argv[2]), float(sys.argv[3])
 its = sorted(set(a) & set(b))
 if not its or len(its) != len(a) or len(its) != len(b):
@@ -129,8 +132,8 @@ for s in $steps; do
     ids() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'])" "$1" 2>/dev/null; }
     same=$([ -n "$(ids "$OUT/gen_cuda1.json")" ] && [ "$(ids "$OUT/gen_cuda1.json")" = "$(ids "$OUT/gen_cuda2.json")" ] \
            && echo deterministic || echo "NOT deterministic")
-    cpu=$([ "$(ids "$OUT/gen_cuda1.json")" = "$(ids "$OUT/gen_cpu.json")" ] && echo "equal to the CPU's" \
-          || echo "differ from the CPU's $(ids "$OUT/gen_cpu.json")")
+    cpu=$([ -n "$(ids "$OUT/gen_cuda1.json")" ] && [ "$(ids "$OUT/gen_cuda1.json")" = "$(ids "$OUT/gen_cpu.json")" ] \
+          && echo "equal to the CPU's" || echo "against the CPU's $(ids "$OUT/gen_cpu.json")")
     say "1f. generate --image on CUDA: rc=$rc, $same, ids $(ids "$OUT/gen_cuda1.json") $cpu"
     ;;
   2)
