@@ -31,11 +31,21 @@ static size_t peak_rss_bytes(void) {
     return kb * 1024;
 }
 
-static size_t device_used_bytes(const lj_ops *ops) {
+size_t lj_bench_device_used_bytes(const lj_ops *ops) {
     if (strcmp(ops->name, "cpu") == 0) return peak_rss_bytes();
     size_t free_b = 0, total_b = 0;
     if (ops->memory_info(&free_b, &total_b) != LJ_OK) return 0;
     return total_b - free_b;
+}
+
+double lj_bench_peak_tflops(const lj_ops *ops, double *cpu_peak_tflops, const char **source) {
+    if (strcmp(ops->name, "cpu") == 0) {
+        if (*cpu_peak_tflops <= 0) *cpu_peak_tflops = lj_cpu_sgemm_gflops(1024) / 1e3; /* once per process */
+        *source = "OpenBLAS sgemm 1024^3 measured in this run";
+        return *cpu_peak_tflops;
+    }
+    *source = "989 TFLOP/s bf16 dense (H100/H200 SXM)";
+    return LJ_PEAK_TFLOPS_H100_BF16;
 }
 
 /* Adds the documents of micro-batch tokens [B, T+1] to res's sums (lj_bench_run divides them by
@@ -70,14 +80,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         return lj_fail(LJ_ERR_ARG, "--train-iters, --micro-batch-size and --seq-length must be positive");
     const int is_cpu = strcmp(ops->name, "cpu") == 0;
     res->flops_per_token = lj_config_flops_per_token(&cfg->model, T);
-    if (is_cpu) {
-        if (cfg->cpu_peak_tflops <= 0) cfg->cpu_peak_tflops = lj_cpu_sgemm_gflops(1024) / 1e3; /* once per process */
-        res->peak_tflops = cfg->cpu_peak_tflops;
-        res->peak_source = "OpenBLAS sgemm 1024^3 measured in this run";
-    } else {
-        res->peak_tflops = LJ_PEAK_TFLOPS_H100_BF16;
-        res->peak_source = "989 TFLOP/s bf16 dense (H100/H200 SXM)";
-    }
+    res->peak_tflops = lj_bench_peak_tflops(ops, &cfg->cpu_peak_tflops, &res->peak_source);
 
     lj_loader loader;
     int have_data = 0;
@@ -114,7 +117,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_build(&m, &plan, &setup, cfg->dp->dist);
     /* On a GPU, what the process holds before the plan is allocated (the CUDA context and the
      * backend's start-up workspaces), measured now, is added to the plan. */
-    const size_t before = is_cpu ? 0 : device_used_bytes(ops);
+    const size_t before = is_cpu ? 0 : lj_bench_device_used_bytes(ops);
     lj_status s = lj_model_build_state(&m, &plan, cfg->seed);
     if (s != LJ_OK) {
         lj_plan_free(&plan);
@@ -159,7 +162,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             timed += dt;
         }
         if (step == cfg->warmup_iters + 1 || step == steps) {
-            const size_t used = device_used_bytes(ops);
+            const size_t used = lj_bench_device_used_bytes(ops);
             if (used > res->measured_bytes) res->measured_bytes = used;
         }
         if (cfg->progress) {

@@ -55,6 +55,15 @@ typedef struct {
     double offload_ms[3];
 } lj_bench_result;
 
+/* Device memory in use by the whole process: total - free on a GPU (cudaMemGetInfo), the peak
+ * resident set (VmHWM) on the CPU. */
+size_t lj_bench_device_used_bytes(const lj_ops *ops);
+
+/* The peak MFU counts against, TFLOP/s: 989 (bf16 dense, H100/H200 SXM: docs/reference.md) on a
+ * GPU; on the CPU the OpenBLAS sgemm rate at 1024^3, measured once into *cpu_peak_tflops (kept
+ * when already above 0). *source says which. */
+double lj_bench_peak_tflops(const lj_ops *ops, double *cpu_peak_tflops, const char **source);
+
 /* Runs the benchmark. Errors: plan does not fit, data errors, device errors. */
 lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res);
 

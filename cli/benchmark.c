@@ -171,6 +171,7 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
 static int benchmark(int argc, char **argv, lj_dp *dp);
 
 int lj_cli_benchmark(int argc, char **argv) {
+    if (lj_cli_model_is_vl(argc, argv)) return lj_cli_benchmark_vl(argc, argv); /* cli/benchmark_vl.c */
     int status;
     if (lj_cli_maybe_launch("benchmark", argc, argv, &status)) return status;
     lj_dp dp;

@@ -10,6 +10,12 @@ int lj_cli_train(int argc, char **argv);
  * the run. */
 int lj_cli_train_is_vl(int argc, char **argv);
 int lj_cli_train_vl(int argc, char **argv);
+/* 1 when `--model` in argv names a Qwen3-VL model (a qwen3-vl-* preset, a qwen3_vl config.json
+ * or a directory holding one): `benchmark` and `plan` then run their Qwen3-VL forms
+ * (cli/benchmark_vl.c, cli/plan_vl.c). */
+int lj_cli_model_is_vl(int argc, char **argv);
+int lj_cli_benchmark_vl(int argc, char **argv);
+int lj_cli_plan_vl(int argc, char **argv);
 /* `ljperf generate --image FILE` of a Qwen3-VL model (cli/generate_vl.c). */
 int lj_cli_generate_is_vl(int argc, char **argv);
 int lj_cli_generate_vl(int argc, char **argv);
@@ -29,6 +35,20 @@ int lj_cli_error(const char *cmd);
 #include "config/config.h"
 #include "ops/ops.h"
 #include "plan/planner.h"
+
+/* The synthetic Qwen3-VL sample of `benchmark` and `plan` (cli/vl_sample.c): one image of
+ * --img-h x --img-w pixels (Megatron-LM's names for the image size; --image-size S sets both),
+ * default 448 x 448, and --text-tokens N text tokens after it, default 512. */
+typedef struct {
+    int img_h, img_w, image_size, text_tokens;
+    int h_given, w_given, size_given;
+} lj_cli_vl_sample;
+#define LJ_CLI_VL_SAMPLE_ROWS 4
+/* Fills rows[0..LJ_CLI_VL_SAMPLE_ROWS) for `s` (defaults set) and returns their count. */
+int lj_cli_vl_sample_rows(lj_cli_vl_sample *s, lj_flag *rows);
+/* The image size: --image-size, or --img-h and --img-w. Errors: LJ_ERR_ARG when --image-size is
+ * given with either of the other two. */
+lj_status lj_cli_vl_sample_resolve(lj_cli_vl_sample *s);
 
 /* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device), an LJ_FLAG_FUNC row's
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */

@@ -1,10 +1,11 @@
-/* generate_vl.c: `ljperf generate --image FILE` of a Qwen3-VL model on the CPU: the image decoded
+/* generate_vl.c: `ljperf generate --image FILE` of a Qwen3-VL model (CPU or CUDA): the image decoded
  * and preprocessed as transformers' processor does (data/image.h), the prompt rendered with
  * Qwen3-VL's chat template (one user turn: the image, then the text; the generation prompt), the
  * vision tower once, then greedy decoding. Positions are get_rope_index's over the whole
  * sequence: the text after the image continues from the largest position + 1 and each new token
  * advances all three MRoPE axes together (what transformers' rope_deltas give while decoding).
- * Each step runs the decoder over the sequence so far (no KV cache: the tiny CPU models). */
+ * Each step runs the decoder over the sequence so far (no KV cache yet); the image's patches are
+ * uploaded once per step with the batch (lj_vl_set_batch), the tower runs once. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "io/hf_vl.h"
 #include "model/vl.h"
 #include "parallel/parallel.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 
 int lj_cli_generate_is_vl(int argc, char **argv) {
@@ -74,6 +76,20 @@ static lj_status prompt_ids(lj_tokenizer *tok, const lj_vl_config *c, const char
     return lj_tokenizer_encode_append(tok, tail, strlen(tail), 1, ids, n, &cap);
 }
 
+/* Row t of the unfused logits [T, V] (act dtype: f32 on the CPU, bf16 on CUDA) into host f32
+ * row[V]; stage: [V] host scratch for a bf16 row. */
+static void logits_row(const lj_model *m, int t, float *row, uint16_t *stage) {
+    const int V = m->cfg.vocab_size;
+    const size_t act = lj_dtype_size(m->ops->act_dtype);
+    const char *src = (const char *)m->logits + (size_t)t * V * act;
+    if (m->ops->act_dtype == LJ_DTYPE_F32) {
+        m->ops->download(row, src, (size_t)V * sizeof(float));
+        return;
+    }
+    m->ops->download(stage, src, (size_t)V * sizeof(uint16_t));
+    for (int i = 0; i < V; i++) row[i] = lj_bf16_to_f32(stage[i]);
+}
+
 static lj_status run(const vl_gen_args *a) {
     if (lj_image_is_video_name(a->image))
         return lj_fail(LJ_ERR_UNSUPPORTED, "--image %s: a video file; generate takes one image (JPEG, PNG or WebP)",
@@ -81,8 +97,8 @@ static lj_status run(const vl_gen_args *a) {
     if (a->temperature != 0.0)
         return lj_fail(LJ_ERR_UNSUPPORTED, "--temperature %g: generate --image decodes greedily (--temperature 0)",
                        a->temperature);
-    if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "auto") != 0)
-        return lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: generate --image runs on the CPU backend only", a->device);
+    const lj_ops *ops;
+    LJ_TRY(lj_cli_device(a->device ? a->device : "auto", 0, &ops));
     char dir[LJ_PATH_MAX], path[LJ_PATH_MAX + 32];
     LJ_TRY(lj_cli_model_dir(a->load, dir));
     lj_vl_config cfg;
@@ -118,21 +134,17 @@ static lj_status run(const vl_gen_args *a) {
     int have_model = 0, have_plan = 0, have_vl = 0;
     float *tw = NULL, *vw = NULL;
     if (s == LJ_OK) {
-        lj_model_options o;
-        memset(&o, 0, sizeof o);
-        o.micro_batch_size = 1;
-        o.seq_length = T;
-        lj_model_init(&m, lj_ops_cpu(), &cfg.text, &o);
-        have_model = 1;
-        lj_parallelize(&m, NULL, NULL); /* replicated */
-        lj_plan_build(&plan, &m);
-        s = lj_plan_allocate(&plan, &m);
-        have_plan = s == LJ_OK;
+        /* forward only, unfused (the logits of every position are kept) */
+        lj_model_setup setup = {.ops = ops, .cfg = &cfg.text};
+        setup.model.micro_batch_size = 1;
+        setup.model.seq_length = T;
+        const int np = (int)lj_grid_patches(grid);
+        s = lj_vl_build(&vl, &m, &plan, &setup, &cfg, np, 1, NULL);
+        have_model = have_vl = s == LJ_OK;
     }
     if (s == LJ_OK) {
-        lj_model_upload_rope(&m);
-        s = lj_vl_init(&vl, &m, &cfg, (int)lj_grid_patches(grid), 1);
-        have_vl = s == LJ_OK;
+        s = lj_plan_allocate(&plan, &m);
+        have_plan = s == LJ_OK;
     }
     if (s == LJ_OK) {
         tw = lj_malloc((size_t)m.layout.total * sizeof(float));
@@ -154,13 +166,14 @@ static lj_status run(const vl_gen_args *a) {
         const int32_t g[3] = {grid.t, grid.h, grid.w};
         const int V = cfg.text.vocab_size;
         float *row = lj_malloc((size_t)V * sizeof(float));
+        uint16_t *stage = lj_malloc((size_t)V * sizeof(uint16_t));
         int cur = (int)n;
         for (int k = 0; k < a->max_new_tokens && s == LJ_OK; k++) {
             s = lj_vl_set_batch(&vl, seq, targets, pixels, g, 1);
             if (s != LJ_OK) break;
             if (k == 0) lj_vision_forward(&vl.vis);
             lj_model_forward(&m, 0, 0.0f);
-            m.ops->download(row, (const char *)m.logits + (size_t)(cur - 1) * V * sizeof(float), (size_t)V * sizeof(float));
+            logits_row(&m, cur - 1, row, stage);
             int best = 0;
             for (int i = 1; i < V; i++)
                 if (row[i] > row[best]) best = i;
@@ -169,6 +182,7 @@ static lj_status run(const vl_gen_args *a) {
             seq[cur++] = best;
         }
         free(row);
+        free(stage);
     }
     char *text = NULL;
     size_t len = 0;
@@ -221,7 +235,7 @@ int lj_cli_generate_vl(int argc, char **argv) {
         {.name = "--max-new-tokens", .kind = LJ_FLAG_INT, .dest = &a.max_new_tokens, .help = "N  (32)"},
         {.name = "--temperature", .kind = LJ_FLAG_DOUBLE, .dest = &a.temperature, .help = "0  (greedy only)"},
         {.name = "--tokenizer", .kind = LJ_FLAG_STR, .dest = &a.tokenizer, .help = "NAME|PATH  (the model directory's)"},
-        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a.device, .help = "cpu|auto"},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a.device, .help = "auto|cpu|cuda  (auto: the GPU if usable)"},
         {.name = "--output-json", .kind = LJ_FLAG_STR, .dest = &a.output_json,
          .help = "FILE  the prompt's ids, the answer's ids and text"},
     };

@@ -408,6 +408,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
 }
 
 int lj_cli_plan(int argc, char **argv) {
+    if (lj_cli_model_is_vl(argc, argv)) return lj_cli_plan_vl(argc, argv); /* cli/plan_vl.c */
     plan_args a;
     int help = 0;
     if (parse(argc, argv, &a, &help) != LJ_OK) return lj_cli_error("plan");

@@ -30,6 +30,7 @@ static int json_is_vl(const char *path) {
 /* A --model or --load value that names a Qwen3-VL model: a preset qwen3-vl-*, a config.json (or
  * a directory holding one) of model_type qwen3_vl, or a checkpoint root written by a VL run. */
 static int names_vl(const char *v) {
+    if (!v) return 0;
     if (strncmp(v, "qwen3-vl-", 9) == 0) return 1;
     char path[LJ_PATH_MAX + 32];
     struct stat st;
@@ -50,6 +51,8 @@ static int names_vl(const char *v) {
     free(text);
     return vl;
 }
+
+int lj_cli_model_is_vl(int argc, char **argv) { return names_vl(lj_flags_peek(argc, argv, "--model")); }
 
 int lj_cli_train_is_vl(int argc, char **argv) {
     const char *model = NULL, *load = NULL;
@@ -87,7 +90,7 @@ static lj_status tokenizer_dir(const char *given, char *buf) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ljperf train --model qwen3-vl-tiny|CONFIG --data-path PREFIX [flags]\n"
-               "Trains a Qwen3-VL model on the CPU from a multimodal dataset (ljperf prepare --image-root).\n"
+               "Trains a Qwen3-VL model (CPU or CUDA) from a multimodal dataset (ljperf prepare --image-root).\n"
                "Flags (docs/qwen3-vl.md):\n");
 }
 
@@ -96,13 +99,15 @@ int lj_cli_train_vl(int argc, char **argv) {
     lj_vl_train_config_defaults(&c);
     char *command = lj_cli_command_line("train", argc, argv); /* before the parse moves argv's pointers */
     c.command_line = command;
-    const char *decay_style = NULL, *device = NULL, *tokenizer = NULL, *hf_dtype = NULL;
+    const char *decay_style = NULL, *device = "auto", *tokenizer = NULL, *hf_dtype = NULL, *grad_dtype = NULL;
     int warmup = 0, decay = -1; /* -1: not given (the rows' minimum, 0, keeps it from the command line) */
     lj_flag_list data = {0, NULL};
     const lj_flag rows[] = {
         {.kind = LJ_FLAG_SECTION, .help = "model and data"},
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &c.model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
-        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "cpu|auto  (the CPU backend only)"},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto: the GPU if usable)"},
+        {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype,
+         .help = "bf16|fp32  CUDA gradient dtype of both towers (bf16)"},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data, .help = "PREFIX  a multimodal dataset"},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c.seq_length, .help = "T  tokens per packed row (256)", .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &c.micro_batch_size, .help = "B  rows per step (1)", .min = 1},
@@ -152,9 +157,8 @@ int lj_cli_train_vl(int argc, char **argv) {
         return 0;
     }
     lj_flags_result_free(&res);
-    lj_status s = LJ_OK;
-    if (device && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
-        s = lj_fail(LJ_ERR_UNSUPPORTED, "--device %s: Qwen3-VL training runs on the CPU backend only", device);
+    lj_status s = lj_cli_device(device, 0, &c.ops);
+    if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c.ops);
     if (s == LJ_OK && data.count > 1)
         s = lj_fail(LJ_ERR_ARG, "--data-path: %d prefixes: expected one multimodal dataset (blending is for text "
                                 "datasets)", data.count);

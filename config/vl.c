@@ -370,3 +370,11 @@ void lj_vl_text_hf_name(const char *name, char *buf, size_t len) {
     if (strncmp(name, "model.", 6) == 0) snprintf(buf, len, "model.language_model.%s", name + 6);
     else snprintf(buf, len, "%s", name);
 }
+
+double lj_vision_flops_per_frame(const lj_vision_config *v, int64_t patches) {
+    const double V = v->hidden_size, I = v->intermediate_size, P = lj_vision_patch_dim(v);
+    const double m2 = (double)v->spatial_merge_size * v->spatial_merge_size, M = m2 * V, O = v->out_hidden_size;
+    const double n = (double)patches;
+    return 6.0 * (P * V + v->depth * (4.0 * V * V + 2.0 * V * I)) * n +
+           6.0 * (1 + v->num_deepstack) * (M * M + M * O) * (n / m2) + 12.0 * v->depth * V * n * n;
+}

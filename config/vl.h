@@ -108,6 +108,17 @@ static inline int lj_vision_merger_param(const lj_vision_layout *lo, int merger,
     return lo->merger0 + merger * LJ_VM_PER_MERGER + which;
 }
 
+/* ---- FLOPs (docs/qwen3-vl.md, "The FLOP count"; the convention of docs/reference.md) -------- */
+
+/* Training FLOPs (forward and backward, 3 x the forward's) of the vision tower on one frame of
+ * `patches` patches (h*w of its grid), all in one attention segment:
+ *   6 * (P*V + depth*(4*V^2 + 2*V*I)) * patches         patch embedding and the blocks' linears
+ * + 6 * (1 + num_deepstack) * (M^2 + M*O) * patches/m^2  the final and DeepStack mergers
+ * + 12 * depth * V * patches^2                           attention scores and values, no mask
+ * (P the patch row, M = m^2 * V, O out_hidden_size; norms, GELU and the position grid are not
+ * counted). */
+double lj_vision_flops_per_frame(const lj_vision_config *v, int64_t patches);
+
 /* The HF name of a text parameter of config/config.h's layout inside Qwen3VLForConditionalGeneration:
  * "model.X" -> "model.language_model.X", lm_head.weight unchanged. */
 void lj_vl_text_hf_name(const char *name, char *buf, size_t len);

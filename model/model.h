@@ -109,12 +109,17 @@ typedef struct {
  *                   is then computed again from it)
  *   layer_backward  before layer l's backward, dx = the gradient of residual[l+1]
  *   embed_backward  before the embedding's backward, dx = the gradient of residual[0] (the hook
- *                   may change it, e.g. zero rows that get no embedding gradient) */
+ *                   may change it, e.g. zero rows that get no embedding gradient)
+ * and once per walk of the static memory plan (plan/plan.c), after the decoder's own buffers:
+ *   plan            the second tower's plan entry (model/buffers.h): it declares its buffers
+ *                   and, while binding, may rebind the decoder's inputs it replaces (per-token
+ *                   RoPE rows); m is the plan's copy of the model while sizing. NULL: none. */
 typedef struct {
     void (*embed_forward)(lj_model *m, void *ctx, void *x);
     int (*layer_forward)(lj_model *m, void *ctx, int l, void *x);
     void (*layer_backward)(lj_model *m, void *ctx, int l, const void *dx);
     void (*embed_backward)(lj_model *m, void *ctx, void *dx);
+    void (*plan)(lj_model *m, void *ctx, lj_buffer_walker *w);
     void *ctx;
 } lj_model_hooks;
 

@@ -29,74 +29,105 @@ lj_vision_spec lj_vision_spec_of(const lj_vision_config *v) {
 
 /* ---- buffers ------------------------------------------------------------------------ */
 
-/* A bump allocator over one allocation: a first pass with base NULL counts the bytes. */
-typedef struct {
-    unsigned char *base;
-    size_t used;
-} bump;
+/* Declares one buffer; while binding, points `field` at it. */
+#define TAKE(field, arena, name, bytes)                              \
+    do {                                                             \
+        void *p_ = lj_buffer_take(w, (arena), (name), (bytes));      \
+        if (w->bind) (field) = p_;                                   \
+    } while (0)
 
-static void *take(bump *b, size_t bytes) {
-    void *p = b->base ? b->base + b->used : NULL;
-    b->used += (bytes + 63) / 64 * 64;
-    return p;
-}
-
-static void carve(lj_vision *vm, bump *b) {
+void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
     const lj_vision_spec *s = &vm->spec;
     const lj_ops *ops = vm->ops;
     const size_t act = lj_dtype_size(ops->act_dtype), Np = (size_t)vm->max_patches, Nt = Np / s->m2;
-    vm->params = take(b, (size_t)vm->layout.total * lj_dtype_size(ops->param_dtype));
-    if (vm->training) vm->grads = take(b, (size_t)vm->layout.total * lj_dtype_size(ops->grad_dtype));
-    vm->pixels = take(b, Np * s->P * act);
-    vm->cu_seqlens = take(b, (Np + 1) * sizeof(int32_t));
-    vm->row_ids = take(b, Np * sizeof(int32_t));
-    vm->rope_cos = take(b, Np * (s->hd / 2) * sizeof(float));
-    vm->rope_sin = take(b, Np * (s->hd / 2) * sizeof(float));
-    vm->pos_idx = take(b, Np * 4 * sizeof(int32_t));
-    vm->pos_w = take(b, Np * 4 * sizeof(float));
-    vm->pos_embeds = take(b, Np * s->V * act);
-    for (int i = 0; i <= s->depth; i++) vm->residual[i] = take(b, Np * s->V * act);
+    const size_t P = (size_t)vm->layout.total;
+    char name[48];
+    /* parameters and, training, what the optimizer steps: master weights (the parameters on an f32
+       backend), gradients, moments */
+    TAKE(vm->params, LJ_ARENA_PARAMS, "vision.params", P * lj_dtype_size(ops->param_dtype));
+    if (vm->training) {
+        if (ops->param_dtype == LJ_DTYPE_F32) {
+            if (w->bind) vm->master = vm->params;
+        } else {
+            TAKE(vm->master, LJ_ARENA_MASTER, "vision.master", P * 4);
+        }
+        TAKE(vm->grads, LJ_ARENA_GRADS, "vision.grads", P * lj_dtype_size(ops->grad_dtype));
+        TAKE(vm->adam_m, LJ_ARENA_OPTIMIZER, "vision.adam_m", P * 4);
+        TAKE(vm->adam_v, LJ_ARENA_OPTIMIZER, "vision.adam_v", P * 4);
+    }
+    /* the batch: patches, segments, RoPE rows, position-grid interpolation */
+    TAKE(vm->pixels, LJ_ARENA_ACTIVATIONS, "vision.pixels", Np * s->P * act);
+    TAKE(vm->cu_seqlens, LJ_ARENA_ACTIVATIONS, "vision.cu_seqlens", (Np + 1) * sizeof(int32_t));
+    TAKE(vm->row_ids, LJ_ARENA_ACTIVATIONS, "vision.row_ids", Np * sizeof(int32_t));
+    TAKE(vm->rope_cos, LJ_ARENA_ACTIVATIONS, "vision.rope_cos", Np * (s->hd / 2) * sizeof(float));
+    TAKE(vm->rope_sin, LJ_ARENA_ACTIVATIONS, "vision.rope_sin", Np * (s->hd / 2) * sizeof(float));
+    TAKE(vm->pos_idx, LJ_ARENA_ACTIVATIONS, "vision.pos_idx", Np * 4 * sizeof(int32_t));
+    TAKE(vm->pos_w, LJ_ARENA_ACTIVATIONS, "vision.pos_w", Np * 4 * sizeof(float));
+    /* activations: the residual stream, each block's saved tensors, each merger's */
+    TAKE(vm->pos_embeds, LJ_ARENA_ACTIVATIONS, "vision.pos_embeds", Np * s->V * act);
+    for (int i = 0; i <= s->depth; i++) {
+        snprintf(name, sizeof name, "vision.residual.%d", i);
+        TAKE(vm->residual[i], LJ_ARENA_ACTIVATIONS, name, Np * s->V * act);
+    }
+#define BLOCK(field, bytes, what)                                       \
+    do {                                                                \
+        snprintf(name, sizeof name, "vision.blocks.%d.%s", i, what);    \
+        TAKE(a->field, LJ_ARENA_ACTIVATIONS, name, (bytes));            \
+    } while (0)
     for (int i = 0; i < s->depth; i++) {
         lj_vision_block_acts *a = &vm->blocks[i];
-        a->ln1 = take(b, Np * s->V * act);
-        a->qkv = take(b, Np * 3 * s->V * act);
-        a->attn = take(b, Np * s->V * act);
-        a->res_mid = take(b, Np * s->V * act);
-        a->ln2 = take(b, Np * s->V * act);
-        a->h1 = take(b, Np * s->I * act);
-        a->act = take(b, Np * s->I * act);
-        a->ln1_mean = take(b, Np * sizeof(float));
-        a->ln1_rstd = take(b, Np * sizeof(float));
-        a->ln2_mean = take(b, Np * sizeof(float));
-        a->ln2_rstd = take(b, Np * sizeof(float));
-        a->lse = take(b, (size_t)s->heads * Np * sizeof(float));
+        BLOCK(ln1, Np * s->V * act, "ln1");
+        BLOCK(qkv, Np * 3 * s->V * act, "qkv");
+        BLOCK(attn, Np * s->V * act, "attn");
+        BLOCK(res_mid, Np * s->V * act, "res_mid");
+        BLOCK(ln2, Np * s->V * act, "ln2");
+        BLOCK(h1, Np * s->I * act, "fc1");
+        BLOCK(act, Np * s->I * act, "gelu");
+        BLOCK(ln1_mean, Np * sizeof(float), "ln1_mean");
+        BLOCK(ln1_rstd, Np * sizeof(float), "ln1_rstd");
+        BLOCK(ln2_mean, Np * sizeof(float), "ln2_mean");
+        BLOCK(ln2_rstd, Np * sizeof(float), "ln2_rstd");
+        BLOCK(lse, (size_t)s->heads * Np * sizeof(float), "lse");
     }
+#undef BLOCK
+#define MERGER(field, bytes, what)                                      \
+    do {                                                                \
+        snprintf(name, sizeof name, "vision.mergers.%d.%s", j, what);   \
+        TAKE(a->field, LJ_ARENA_ACTIVATIONS, name, (bytes));            \
+    } while (0)
     for (int j = 0; j <= s->num_deepstack; j++) {
         lj_vision_merger_acts *a = &vm->mergers[j];
-        a->ln = take(b, Nt * s->M * act);
-        a->h = take(b, Nt * s->M * act);
-        a->act = take(b, Nt * s->M * act);
-        a->out = take(b, Nt * s->O * act);
-        a->mean = take(b, Np * sizeof(float));
-        a->rstd = take(b, Np * sizeof(float));
+        MERGER(ln, Nt * s->M * act, "ln");
+        MERGER(h, Nt * s->M * act, "fc1");
+        MERGER(act, Nt * s->M * act, "gelu");
+        MERGER(out, Nt * s->O * act, "out");
+        MERGER(mean, Np * sizeof(float), "mean");
+        MERGER(rstd, Np * sizeof(float), "rstd");
     }
+#undef MERGER
+    /* the backward's scratch and the workspaces */
     if (vm->training) {
         const size_t big = Np * (size_t)(s->I > 3 * s->V ? s->I : 3 * s->V);
-        vm->d_res = take(b, Np * s->V * act);
-        vm->d_ln = take(b, Np * s->V * act);
-        vm->d_qkv = take(b, Np * 3 * s->V * act);
-        vm->d_attn = take(b, Np * s->V * act);
-        vm->d_h = take(b, big * act);
-        vm->d_m1 = take(b, Nt * s->M * act);
-        vm->d_m2 = take(b, Nt * s->M * act);
+        TAKE(vm->d_res, LJ_ARENA_SCRATCH, "vision.d_res", Np * s->V * act);
+        TAKE(vm->d_ln, LJ_ARENA_SCRATCH, "vision.d_ln", Np * s->V * act);
+        TAKE(vm->d_qkv, LJ_ARENA_SCRATCH, "vision.d_qkv", Np * 3 * s->V * act);
+        TAKE(vm->d_attn, LJ_ARENA_SCRATCH, "vision.d_attn", Np * s->V * act);
+        TAKE(vm->d_h, LJ_ARENA_SCRATCH, "vision.d_h", big * act);
+        TAKE(vm->d_m1, LJ_ARENA_SCRATCH, "vision.d_m1", Nt * s->M * act);
+        TAKE(vm->d_m2, LJ_ARENA_SCRATCH, "vision.d_m2", Nt * s->M * act);
         int widest = s->M > s->I ? s->M : s->I;
         if (3 * s->V > widest) widest = 3 * s->V;
         if (s->O > widest) widest = s->O;
-        vm->ws_bias = take(b, ops->bias_backward_workspace_bytes((int)Np, widest));
-        vm->ws_norm = take(b, ops->layernorm_backward_workspace_bytes((int)Np, s->M));
+        TAKE(vm->ws_bias, LJ_ARENA_WORKSPACE, "vision.bias_backward", ops->bias_backward_workspace_bytes((int)Np, widest));
+        TAKE(vm->ws_norm, LJ_ARENA_WORKSPACE, "vision.layernorm_backward",
+             ops->layernorm_backward_workspace_bytes((int)Np, s->M));
+        TAKE(vm->ws_grad_norm, LJ_ARENA_WORKSPACE, "vision.global_norm",
+             ops->global_norm_workspace_bytes((int64_t)P));
     }
-    vm->ws_attention = take(b, ops->attention_varlen_workspace_bytes((int)Np, s->heads, s->heads, s->hd));
+    TAKE(vm->ws_attention, LJ_ARENA_WORKSPACE, "vision.attention_varlen",
+         ops->attention_varlen_workspace_bytes((int)Np, s->heads, s->heads, s->hd));
 }
+#undef TAKE
 
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
                          int max_images, int training) {
@@ -104,8 +135,14 @@ lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_confi
     if (max_patches <= 0 || max_images <= 0)
         return lj_fail(LJ_ERR_ARG, "vision tower: max_patches %d and max_images %d must be positive", max_patches,
                        max_images);
-    if (!ops->layernorm_forward || !ops->attention_varlen_forward)
+    /* a table that computes needs the vision ops; a description for planning (no device) has only
+       the workspace sizes */
+    if (ops->alloc && (!ops->layernorm_forward || !ops->attention_varlen_forward))
         return lj_fail(LJ_ERR_UNSUPPORTED, "vision tower: the %s backend has no vision ops yet", ops->name);
+    if (!ops->attention_varlen_workspace_bytes || !ops->layernorm_backward_workspace_bytes ||
+        !ops->bias_backward_workspace_bytes || !ops->global_norm_workspace_bytes)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "vision tower: the %s backend does not describe the vision ops' workspaces",
+                       ops->name);
     vm->ops = ops;
     vm->cfg = *cfg;
     vm->spec = lj_vision_spec_of(cfg);
@@ -116,21 +153,10 @@ lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_confi
     vm->residual = lj_calloc((size_t)cfg->depth + 1, sizeof(void *));
     vm->blocks = lj_calloc((size_t)cfg->depth, sizeof(lj_vision_block_acts));
     vm->mergers = lj_calloc((size_t)cfg->num_deepstack + 1, sizeof(lj_vision_merger_acts));
-    bump b = {NULL, 0};
-    carve(vm, &b);
-    lj_status s = ops->alloc(&vm->arena, b.used);
-    if (s != LJ_OK) {
-        lj_vision_free(vm);
-        return s;
-    }
-    b = (bump){vm->arena, 0};
-    carve(vm, &b);
-    ops->memset_zero(vm->arena, b.used);
     return LJ_OK;
 }
 
 void lj_vision_free(lj_vision *vm) {
-    if (vm->arena) vm->ops->free(vm->arena);
     lj_vision_layout_free(&vm->layout);
     free(vm->residual);
     free(vm->blocks);
@@ -140,18 +166,48 @@ void lj_vision_free(lj_vision *vm) {
 
 void lj_vision_set_weights(lj_vision *vm, const float *params) {
     const lj_ops *ops = vm->ops;
-    const size_t bytes = (size_t)vm->layout.total * sizeof(float);
+    const int64_t n = vm->layout.total;
+    LJ_ASSERT(vm->params, "vision weights: the tower's plan is not allocated");
     if (ops->param_dtype == LJ_DTYPE_F32) {
-        ops->upload(vm->params, params, bytes);
+        ops->upload(vm->params, params, (size_t)n * sizeof(float));
         return;
     }
-    /* host f32 into a device staging buffer, then the cast to the param dtype on the device */
-    void *staging = NULL;
-    LJ_ASSERT(ops->alloc(&staging, bytes) == LJ_OK, "vision weights: %s", lj_error_message());
-    ops->upload(staging, params, bytes);
-    ops->cast_f32_to_param(vm->params, staging, vm->layout.total);
+    LJ_ASSERT(ops->param_dtype == LJ_DTYPE_BF16, "vision weights: param dtype %s", lj_dtype_name(ops->param_dtype));
+    if (vm->master) ops->upload(vm->master, params, (size_t)n * sizeof(float));
+    /* rounded on the host (the device cast's rule), in chunks */
+    enum { CHUNK = 1 << 22 };
+    uint16_t *stage = lj_malloc((size_t)(n < CHUNK ? (n > 0 ? n : 1) : CHUNK) * sizeof(uint16_t));
+    for (int64_t base = 0; base < n; base += CHUNK) {
+        const int64_t k = n - base < CHUNK ? n - base : CHUNK;
+        for (int64_t i = 0; i < k; i++) stage[i] = lj_f32_to_bf16(params[base + i]);
+        ops->upload((uint16_t *)vm->params + base, stage, (size_t)k * sizeof(uint16_t));
+    }
     ops->synchronize();
-    ops->free(staging);
+    free(stage);
+}
+
+void lj_vision_get_weights(const lj_vision *vm, float *out) {
+    const lj_ops *ops = vm->ops;
+    const void *src = ops->param_dtype == LJ_DTYPE_F32 ? vm->params : (const void *)vm->master;
+    LJ_ASSERT(src, "vision weights: a bf16 tower without master weights (an inference tower)");
+    ops->download(out, src, (size_t)vm->layout.total * sizeof(float));
+}
+
+void lj_vision_init_weights(lj_vision *vm, uint64_t seed) {
+    const lj_vision_layout *lo = &vm->layout;
+    float *w = lj_malloc((size_t)lo->total * sizeof(float));
+    lj_rng rng;
+    lj_rng_seed(&rng, seed ^ 0x5649534f4eull);
+    const double sd = vm->cfg.initializer_range;
+    for (int i = 0; i < lo->count; i++) {
+        const lj_param_info *p = &lo->params[i];
+        for (int64_t k = 0; k < p->numel; k++)
+            w[p->offset + k] = p->kind == LJ_PARAM_NORM   ? 1.0f
+                               : p->kind == LJ_PARAM_BIAS ? 0.0f
+                                                          : (float)(sd * lj_rng_normal(&rng));
+    }
+    lj_vision_set_weights(vm, w);
+    free(w);
 }
 
 void lj_vision_zero_grads(lj_vision *vm) {
@@ -341,7 +397,9 @@ lj_status lj_vision_set_images(lj_vision *vm, const float *pixel_values, const i
         ops->upload(vm->pixels, pixel_values, (size_t)Np * s->P * sizeof(float));
     } else { /* HF casts pixel_values to the model dtype before the patch embedding */
         uint16_t *bf = lj_malloc((size_t)(Np > 0 ? Np : 1) * s->P * sizeof(uint16_t));
-        for (size_t i = 0; i < (size_t)Np * s->P; i++) bf[i] = lj_f32_to_bf16(pixel_values[i]);
+        const int64_t nv = (int64_t)Np * s->P;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nv; i++) bf[i] = lj_f32_to_bf16(pixel_values[i]);
         ops->upload(vm->pixels, bf, (size_t)Np * s->P * sizeof(uint16_t));
         ops->synchronize();
         free(bf);

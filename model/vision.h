@@ -7,17 +7,21 @@
  * Shapes: Np patches (sum of t*h*w over the images, in HF's patch order (t, bh, bw, mh, mw)),
  * P = lj_vision_patch_dim, V hidden, I intermediate, heads x hd = V, m = spatial_merge_size,
  * M = m*m*V, Nt = Np / (m*m) tokens, O = out_hidden_size. All activations in the backend's act
- * dtype; fp32 on the CPU.
+ * dtype: fp32 on the CPU, bf16 on CUDA (parameters in the param dtype with f32 master weights,
+ * gradients in the grad dtype, as the decoder's).
  *
- * Buffers: the tower owns its own (lj_vision_init allocates them through ops->alloc for
- * max_patches patches: parameters, gradients, inputs, activations and scratch in one
- * allocation); they are not yet part of the static memory plan (plan/plan.c). No recompute:
- * every activation the backward needs is kept.
+ * Buffers: declared to the static memory plan (plan/plan.h) by the tower's plan entry,
+ * lj_vision_plan, through the plan's buffer walker (model/buffers.h), sized for max_patches
+ * patches: parameters, and when training the f32 master weights (the parameters themselves on
+ * an f32 backend), gradients and AdamW moments; the inputs and tables of a batch, the
+ * activations and the backward's scratch and workspaces. Every name starts with "vision.". No
+ * recompute: every activation the backward needs is kept.
  */
 #ifndef LJ_MODEL_VISION_H
 #define LJ_MODEL_VISION_H
 
 #include "config/vl.h"
+#include "model/buffers.h"
 #include "ops/ops.h"
 
 /* The tower's layer definition, derived from the config once. */
@@ -45,10 +49,11 @@ typedef struct {
     lj_vision_spec spec;
     lj_vision_layout layout;
     int max_patches, max_images, training;
-    void *arena;                 /* the one allocation */
 
     void *params;                /* [layout.total] param dtype */
+    float *master;               /* [layout.total] f32 master weights (training; = params on an f32 backend) */
     void *grads;                 /* [layout.total] grad dtype (training) */
+    float *adam_m, *adam_v;      /* [layout.total] f32 AdamW moments (training) */
 
     /* the current images (lj_vision_set_images) */
     int num_patches, num_tokens, num_segments, max_seqlen;
@@ -67,17 +72,39 @@ typedef struct {
     /* backward scratch */
     void *d_res, *d_ln, *d_qkv, *d_attn, *d_h, *d_m1, *d_m2;
     void *ws_attention, *ws_bias, *ws_norm;
+    void *ws_grad_norm;          /* global_norm_sq's workspace over the tower's gradients (training) */
 } lj_vision;
 
-/* Allocates the tower for at most max_patches patches and max_images images (frames), with
- * gradients when `training`. The parameters are zero until lj_vision_set_weights.
- * Errors: LJ_ERR_OOM (with the size), LJ_ERR_ARG for non-positive sizes. */
+/* Sets up the tower's host side for at most max_patches patches and max_images images (frames),
+ * with gradients and optimizer state when `training`: the spec, the layout and the host arrays
+ * of pointers. Allocates no device memory: the buffers are declared by lj_vision_plan and bound
+ * when the plan is allocated (every buffer starts at zero). `ops` may be a table without a device
+ * (lj_ops_cuda_describe) for planning only. Errors: LJ_ERR_ARG for non-positive sizes,
+ * LJ_ERR_UNSUPPORTED for a backend without the vision ops. */
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
                          int max_images, int training);
 void lj_vision_free(lj_vision *vm);
 
-/* Sets the weights from host f32 params[layout.total] (layout order, config/vl.h). */
+/* The tower's plan entry (model/buffers.h): declares every buffer above (names "vision.*"; the
+ * parameters in LJ_ARENA_PARAMS, master weights, gradients and moments in their arenas, the
+ * batch's inputs and the activations in LJ_ARENA_ACTIVATIONS, the backward's gradients in
+ * LJ_ARENA_SCRATCH, op workspaces in LJ_ARENA_WORKSPACE) and, while binding, points vm's
+ * pointers at them. Sizes: model/vision.c `walk_buffers`; docs/qwen3-vl-model.md. */
+void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w);
+
+/* Sets the weights from host f32 params[layout.total] (layout order, config/vl.h): the master
+ * weights as given and the parameters rounded to the param dtype on the host (round to nearest
+ * even, the device cast's rule). */
 void lj_vision_set_weights(lj_vision *vm, const float *params);
+
+/* Copies the weights to host f32 out[layout.total]: the master weights (training) or the f32
+ * parameters. Not for a bf16 tower without master weights (asserts). */
+void lj_vision_get_weights(const lj_vision *vm, float *out);
+
+/* Random init (HF Qwen3VLPreTrainedModel._init_weights for Linear, Embedding and LayerNorm):
+ * matrices and embeddings N(0, initializer_range), norms 1, biases 0, from `seed` (its own
+ * stream: seed ^ "VISON"). Writes the parameters (and master weights). */
+void lj_vision_init_weights(lj_vision *vm, uint64_t seed);
 
 /* Sets the current images: pixel_values host f32 [Np, P] (HF's layout, rows in (t, bh, bw, mh, mw)
  * order per image, images concatenated), grid_thw host i32 [n, 3] in patches. Builds and uploads

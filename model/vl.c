@@ -34,6 +34,54 @@ static void hook_embed_backward(lj_model *m, void *ctx, void *dx) {
 
 /* ---- setup ------------------------------------------------------------------------ */
 
+#define TAKE(field, arena, name, bytes)                              \
+    do {                                                             \
+        void *p_ = lj_buffer_take(w, (arena), (name), (bytes));      \
+        if (w->bind) (field) = p_;                                   \
+    } while (0)
+
+/* The plan entry of the tower and the joint, walked after the decoder's buffers (plan/plan.c):
+ * `m` is the plan's copy of the decoder while sizing, the decoder itself while binding. */
+static void hook_plan(lj_model *m, void *ctx, lj_buffer_walker *w) {
+    lj_vl *vl = ctx;
+    lj_vision_plan(&vl->vis, w);
+    const lj_ops *ops = m->ops;
+    const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length, half = (size_t)vl->cfg.text.head_dim / 2;
+    const size_t nt = (size_t)vl->max_patches / vl->vis.spec.m2, D = (size_t)vl->cfg.text.hidden_size;
+    const size_t act = lj_dtype_size(ops->act_dtype);
+    TAKE(vl->img_pos, LJ_ARENA_ACTIVATIONS, "vl.image_positions", nt * sizeof(int32_t));
+    TAKE(vl->row_ids, LJ_ARENA_ACTIVATIONS, "vl.row_ids", N * sizeof(int32_t));
+    TAKE(vl->rope_cos, LJ_ARENA_ACTIVATIONS, "vl.mrope_cos", N * half * sizeof(float));
+    TAKE(vl->rope_sin, LJ_ARENA_ACTIVATIONS, "vl.mrope_sin", N * half * sizeof(float));
+    if (m->opt.training) {
+        TAKE(vl->d_embed, LJ_ARENA_SCRATCH, "vl.d_embed", nt * D * act);
+        char name[48];
+        for (int j = 0; j < vl->cfg.vision.num_deepstack; j++) {
+            snprintf(name, sizeof name, "vl.d_deepstack.%d", j);
+            TAKE(vl->d_deepstack[j], LJ_ARENA_SCRATCH, name, nt * D * act);
+        }
+    }
+    if (w->bind) {
+        /* per-token RoPE rows: the decoder's rope reads row position_ids[n] = n */
+        m->position_ids = vl->row_ids;
+        m->rope_cos = vl->rope_cos;
+        m->rope_sin = vl->rope_sin;
+        vl->row_ids_ready = 0;
+    }
+}
+#undef TAKE
+
+int lj_vl_buffer_is_vision(const char *name) {
+    return strncmp(name, "vision.", 7) == 0 || strncmp(name, "vl.", 3) == 0;
+}
+
+void lj_vl_capacity(const lj_vl_config *cfg, int micro_batch_size, int seq_length, int *max_patches,
+                    int *max_images) {
+    const int m = cfg->vision.spatial_merge_size, N = micro_batch_size * seq_length;
+    *max_patches = m * m * N;
+    *max_images = N / 3 + 1;
+}
+
 lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_patches, int max_images) {
     memset(vl, 0, sizeof *vl);
     const lj_model_config *t = &cfg->text;
@@ -42,62 +90,31 @@ lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_pa
         return lj_fail(LJ_ERR_ARG, "Qwen3-VL: the decoder is not a model of the config's text_config");
     if (m->opt.graphs || m->residency)
         return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: CUDA graphs and ZeRO residency are not wired to the vision hooks yet");
+    if (m->opt.kv_cache_tokens > 0)
+        return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: the decoder's KV-cache generation mode is not wired to the hooks");
     vl->cfg = *cfg;
     vl->m = m;
+    vl->max_patches = max_patches;
+    vl->max_images = max_images;
     LJ_TRY(lj_vision_init(&vl->vis, m->ops, &cfg->vision, max_patches, max_images, m->opt.training));
-    const lj_ops *ops = m->ops;
-    const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length, half = (size_t)t->head_dim / 2;
-    const size_t nt = (size_t)max_patches / vl->vis.spec.m2, D = (size_t)t->hidden_size;
-    const size_t act = lj_dtype_size(ops->act_dtype);
-    const int nds = cfg->vision.num_deepstack;
-    const size_t a64 = 64;
-#define VL_ROUND(x) (((x) + a64 - 1) / a64 * a64)
-    const size_t b_pos = VL_ROUND(nt * sizeof(int32_t)), b_ids = VL_ROUND(N * sizeof(int32_t));
-    const size_t b_rope = VL_ROUND(N * half * sizeof(float)), b_rows = VL_ROUND(nt * D * act);
-    const size_t bytes = b_pos + b_ids + 2 * b_rope + (m->opt.training ? (size_t)(1 + nds) * b_rows : 0);
-#undef VL_ROUND
-    lj_status s = ops->alloc(&vl->arena, bytes);
-    if (s != LJ_OK) {
-        lj_vision_free(&vl->vis);
-        return s;
-    }
-    unsigned char *p = vl->arena;
-    vl->img_pos = (int32_t *)p;
-    p += b_pos;
-    vl->row_ids = (int32_t *)p;
-    p += b_ids;
-    vl->rope_cos = (float *)p;
-    p += b_rope;
-    vl->rope_sin = (float *)p;
-    p += b_rope;
-    if (m->opt.training) {
-        vl->d_embed = p;
-        p += b_rows;
-        for (int j = 0; j < nds; j++, p += b_rows) vl->d_deepstack[j] = p;
-    }
-    ops->memset_zero(vl->arena, bytes);
-    int32_t *ids = lj_malloc(N * sizeof(int32_t));
-    for (size_t i = 0; i < N; i++) ids[i] = (int32_t)i;
-    ops->upload(vl->row_ids, ids, N * sizeof(int32_t));
-    ops->synchronize();
-    free(ids);
+    const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length;
     vl->host_pos3 = lj_malloc(3 * N * sizeof(int32_t));
-    /* per-token RoPE rows: the decoder's rope reads row position_ids[n] = n */
-    m->position_ids = vl->row_ids;
-    m->rope_cos = vl->rope_cos;
-    m->rope_sin = vl->rope_sin;
-    vl->hooks = (lj_model_hooks){hook_embed_forward, hook_layer_forward, hook_layer_backward, hook_embed_backward, vl};
+    vl->hooks = (lj_model_hooks){.embed_forward = hook_embed_forward,
+                                 .layer_forward = hook_layer_forward,
+                                 .layer_backward = hook_layer_backward,
+                                 .embed_backward = hook_embed_backward,
+                                 .plan = hook_plan,
+                                 .ctx = vl};
     m->hooks = &vl->hooks;
     return LJ_OK;
 }
 
 void lj_vl_free(lj_vl *vl) {
-    if (vl->m) {
+    if (vl->m && vl->m->hooks == &vl->hooks) {
         vl->m->hooks = NULL;
         vl->m->position_ids = NULL;
         vl->m->rope_cos = vl->m->rope_sin = NULL;
     }
-    if (vl->arena) vl->vis.ops->free(vl->arena);
     lj_vision_free(&vl->vis);
     free(vl->host_pos3);
     memset(vl, 0, sizeof *vl);
@@ -109,6 +126,16 @@ lj_status lj_vl_set_batch(lj_vl *vl, const int32_t *input_ids, const int32_t *ta
     const lj_ops *ops = m->ops;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T;
     const int half = vl->cfg.text.head_dim / 2;
+    LJ_ASSERT(vl->img_pos && m->position_ids == vl->row_ids,
+              "Qwen3-VL: the plan of the decoder and the tower was not allocated after lj_vl_init");
+    if (!vl->row_ids_ready) {
+        int32_t *ids = lj_malloc((size_t)N * sizeof(int32_t));
+        for (int i = 0; i < N; i++) ids[i] = i;
+        ops->upload(vl->row_ids, ids, (size_t)N * sizeof(int32_t));
+        ops->synchronize();
+        free(ids);
+        vl->row_ids_ready = 1;
+    }
     int32_t *pos = lj_malloc((size_t)N * sizeof(int32_t)), *p3 = lj_malloc(3 * (size_t)T * sizeof(int32_t));
     int npad = 0, img = 0;
     lj_status s = LJ_OK;

@@ -4,10 +4,14 @@
  * feature j is added to the output of decoder layer j at the image positions, and RoPE is the
  * interleaved MRoPE of get_rope_index's 3-D positions. Architecture: docs/qwen3-vl-model.md.
  *
- * The decoder is the caller's: a model of vl->cfg.text planned and allocated as usual (B, T; the
- * CPU backend; no CUDA graphs). lj_vl_init rebinds its RoPE to per-token rows (position_ids =
- * 0..N-1 into rope_cos/rope_sin tables of N rows that lj_vl_set_batch fills) and installs the
- * hooks; the tower and these tables are plain allocations outside the plan.
+ * The decoder is the caller's: a model of vl->cfg.text (B, T; any backend; no CUDA graphs, no
+ * ZeRO residency), initialised and parallelized (replicated) but not yet planned. lj_vl_init
+ * installs the hooks, among them the plan entry through which the tower's buffers and these
+ * (the image positions, the MRoPE rows, the spliced rows' gradients; names "vl.*") join the
+ * decoder's static memory plan (plan/plan.h): lj_plan_build then sizes both, lj_plan_allocate
+ * binds both and rebinds the decoder's RoPE to per-token rows (position_ids = 0..N-1 into
+ * rope_cos/rope_sin tables of N rows that lj_vl_set_batch fills). plan/build.h lj_vl_build does
+ * it in that order.
  */
 #ifndef LJ_MODEL_VL_H
 #define LJ_MODEL_VL_H
@@ -20,7 +24,8 @@ typedef struct {
     lj_model *m;                 /* the decoder (not owned) */
     lj_vision vis;               /* the tower (owned) */
     lj_model_hooks hooks;
-    void *arena;                 /* the allocation of the buffers below */
+    int max_patches, max_images;
+    int row_ids_ready;           /* row_ids hold 0..N-1 (uploaded by the first lj_vl_set_batch) */
     int32_t *img_pos;            /* [Nt_max] i32: flat positions b*T + t of the image pads, in order */
     int32_t *row_ids;            /* [N] i32 = 0..N-1 */
     float *rope_cos, *rope_sin;  /* [N, hd/2] f32: the MRoPE rows of the batch */
@@ -30,11 +35,17 @@ typedef struct {
     int32_t *host_pos3;          /* [3, N] i32: the position ids of the current batch (T, H, W) */
 } lj_vl;
 
-/* Builds the tower (max_patches, max_images) beside the decoder `m` (a model of cfg->text) and
- * hooks them together. Errors: those of lj_vision_init; LJ_ERR_ARG when m's config is not
- * cfg->text's shape. */
+/* Sets up the tower (max_patches, max_images; training as m's) beside the decoder `m` (a model
+ * of cfg->text, after lj_model_init and lj_parallelize, before lj_plan_build) and hooks them
+ * together; allocates no device memory (the plan does). Errors: those of lj_vision_init;
+ * LJ_ERR_ARG when m's config is not cfg->text's shape; LJ_ERR_UNSUPPORTED for CUDA graphs or a
+ * ZeRO residency. */
 lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_patches, int max_images);
 void lj_vl_free(lj_vl *vl);
+
+/* 1 when a plan buffer's name is one of the tower's or the joint's (declared by lj_vl_init's plan
+ * entry: "vision.*", "vl.*"), for reports that split the plan. */
+int lj_vl_buffer_is_vision(const char *name);
 
 /* Sets a batch: input_ids and targets host i32 [B, T] (targets < 0: no loss; the caller shifts
  * the labels: targets[t] = labels[t+1]), the images of the batch in order of their pads
@@ -48,6 +59,12 @@ lj_status lj_vl_set_batch(lj_vl *vl, const int32_t *input_ids, const int32_t *ta
 /* Replaces the position ids of the batch just set by pos3 host i32 [3, B, T] (e.g. the loader's,
  * which restart at 0 for every packed sample) and recomputes their MRoPE rows. */
 void lj_vl_set_positions(lj_vl *vl, const int32_t *pos3);
+
+/* The tower's capacity for packed rows of B x T tokens: max_patches = merge^2 * B * T (every token
+ * an image pad) and max_images = B * T / 3 + 1 (an image takes at least three tokens: its start,
+ * a pad, its end). What training plans, whatever the data. */
+void lj_vl_capacity(const lj_vl_config *cfg, int micro_batch_size, int seq_length, int *max_patches,
+                    int *max_images);
 
 /* Forward (the tower, then the decoder with the hooks) and, with `backward`, the backward of
  * both (the decoder's, then the tower's from the gradients the hooks collected); dloss as

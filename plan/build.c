@@ -23,3 +23,24 @@ lj_status lj_model_build_state(lj_model *m, lj_plan *plan, uint64_t seed) {
     lj_model_init_weights(m, seed);
     return LJ_OK;
 }
+
+lj_status lj_vl_build(lj_vl *vl, lj_model *m, lj_plan *plan, const lj_model_setup *s, const lj_vl_config *cfg,
+                      int max_patches, int max_images, lj_dist *dist) {
+    lj_model_setup t = *s;
+    t.cfg = &cfg->text;
+    lj_model_build(m, NULL, &t, dist);
+    const lj_status st = lj_vl_init(vl, m, cfg, max_patches, max_images);
+    if (st != LJ_OK) {
+        lj_model_free(m);
+        return st;
+    }
+    if (plan) lj_plan_build(plan, m);
+    return LJ_OK;
+}
+
+lj_status lj_vl_build_state(lj_vl *vl, lj_model *m, lj_plan *plan, uint64_t seed) {
+    LJ_TRY(lj_plan_allocate(plan, m));
+    lj_model_init_weights(m, seed);
+    lj_vision_init_weights(&vl->vis, seed);
+    return LJ_OK;
+}

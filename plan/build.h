@@ -6,6 +6,7 @@
 #ifndef LJ_BUILD_H
 #define LJ_BUILD_H
 
+#include "model/vl.h"
 #include "optim/offload.h"
 #include "parallel/dp.h"
 #include "parallel/parallel.h"
@@ -35,5 +36,21 @@ void lj_model_build(lj_model *m, lj_plan *plan, const lj_model_setup *s, lj_dist
  * the RoPE tables and initialises the weights from `seed` (lj_model_init_weights).
  * Errors: lj_plan_allocate's (nothing stays allocated). */
 lj_status lj_model_build_state(lj_model *m, lj_plan *plan, uint64_t seed);
+
+/* Qwen3-VL (model/vl.h): the decoder of cfg->text built from `s` as lj_model_build builds it
+ * (s->cfg is ignored: cfg->text is the decoder's config), the vision tower attached to it for
+ * max_patches patches and max_images images (lj_vl_init, training as s->model.training), and with
+ * `plan` not NULL the plan of both: the tower's buffers join the decoder's arenas through the
+ * model's plan hook. `s` must ask for no CUDA graphs and no ZeRO residency; a `dist` of NULL
+ * builds a model to be planned only. Allocates no device memory. Errors: lj_vl_init's (then m and
+ * vl are freed). Free with lj_plan_free, lj_vl_free, lj_model_free. */
+lj_status lj_vl_build(lj_vl *vl, lj_model *m, lj_plan *plan, const lj_model_setup *s, const lj_vl_config *cfg,
+                      int max_patches, int max_images, lj_dist *dist);
+
+/* After lj_vl_build with a plan: allocates and binds the plan of both (lj_plan_allocate) and
+ * initialises the weights from `seed`: the decoder's (lj_model_init_weights) and the tower's
+ * (lj_vision_init_weights). The decoder's own RoPE tables are not uploaded: the joint's
+ * per-token MRoPE rows replace them (lj_vl_set_batch). Errors: lj_plan_allocate's. */
+lj_status lj_vl_build_state(lj_vl *vl, lj_model *m, lj_plan *plan, uint64_t seed);
 
 #endif

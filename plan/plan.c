@@ -201,6 +201,9 @@ static void walk(walker *w, lj_model *m) {
     m->ws_bias = training && c->qkv_bias
                      ? take(w, LJ_ARENA_WORKSPACE, "bias_backward", ops->bias_backward_workspace_bytes((int)N, (int)QKV))
                      : NULL;
+
+    /* a second tower's buffers (model/model.h lj_model_hooks: Qwen3-VL's vision tower, model/vl.h) */
+    if (m->hooks && m->hooks->plan) m->hooks->plan(m, m->hooks->ctx, &w->base);
 }
 
 void lj_plan_build(lj_plan *plan, const lj_model *model) {

@@ -3,6 +3,8 @@
  * nothing fits), CHECKPOINT_OPTIMIZATION and Megatron-LM's recompute flags. */
 #include "plan/planner.h"
 
+#include "model/vl.h"
+
 #include "optim/offload.h"
 #include "plan/build.h"
 
@@ -30,6 +32,8 @@ static int starts(const char *s, const char *prefix) { return strncmp(s, prefix,
 
 lj_mem_category lj_mem_category_of(const lj_plan_buffer *b) {
     if (starts(b->name, "fp8.")) return LJ_MEM_FP8;
+    if (lj_vl_buffer_is_vision(b->name) && (b->arena == LJ_ARENA_ACTIVATIONS || b->arena == LJ_ARENA_SCRATCH))
+        return b->arena == LJ_ARENA_ACTIVATIONS ? LJ_MEM_ACTIVATIONS : LJ_MEM_SCRATCH; /* the vision tower's (model/vl.h) */
     switch (b->arena) {
     case LJ_ARENA_PARAMS: return LJ_MEM_PARAMETERS;
     case LJ_ARENA_MASTER: return LJ_MEM_MASTER;
@@ -63,6 +67,11 @@ void lj_mem_breakdown_of(const lj_plan *plan, const uint8_t *recompute, int num_
         const size_t bytes = padded(b->bytes);
         const lj_mem_category c = lj_mem_category_of(b);
         out->bytes[c] += bytes;
+        if (lj_vl_buffer_is_vision(b->name)) {
+            out->vision_bytes[c] += bytes;
+            if (c == LJ_MEM_ACTIVATIONS) out->other_activation_bytes += bytes;
+            continue;
+        }
         if (c != LJ_MEM_ACTIVATIONS) continue;
         int layer = -1;
         if (starts(b->name, "residual.")) out->residual_bytes += bytes;

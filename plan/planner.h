@@ -47,7 +47,9 @@ typedef struct {
     size_t residual_bytes;        /* residual stream: the L+1 layer inputs/outputs [N, C] */
     size_t layer_bytes[3];        /* per-layer saved tensors, summed over the layers of each policy (lj_recompute) */
     int layers[3];                /* how many layers have each policy */
-    size_t other_activation_bytes;/* inputs, targets, RoPE tables, final norm output */
+    size_t other_activation_bytes;/* inputs, targets, RoPE tables, final norm output; the vision tower's activations */
+    size_t vision_bytes[LJ_MEM_COUNT]; /* the part of bytes[] that is the vision tower's and its joint's
+                                    (model/vl.h lj_vl_buffer_is_vision; 0 for a text model) */
     size_t plan_bytes;            /* lj_plan total_bytes */
     size_t peak_bytes;            /* plan_bytes + library workspace + context + NCCL = the sum of bytes[] */
 } lj_mem_breakdown;

@@ -11,7 +11,8 @@
 #   - A row with a note "pending: ..." is run and reported, but its failure does not fail the
 #     suite (a refusal another branch adds); a pending row that passes is reported too.
 # ARGS is read by bash with these variables: TRAIN, BENCH, PLAN, GEN, REPORT, PREP, SERVE,
-# BSERVE (tiny valid base arguments of each command; every serve row fails before binding a port,
+# BSERVE, VLTRAIN, VLBENCH, VLPLAN (tiny valid base arguments of each command, the VL ones of its
+# Qwen3-VL form; every serve row fails before binding a port,
 # every bench serve row before a request or against a closed port), TMP (a scratch directory),
 # SRC (the source tree).
 # Other bad-input tests stay where they are (test_io_bad.sh, test_megatron_args.sh,
@@ -31,6 +32,10 @@ REPORT="$SRC/tests/data/report/run --output $TMP/r.html"
 SERVE="--load $SRC/tests/fixtures/hf/tied --device cpu --port 1"
 BSERVE="--base-url http://127.0.0.1:9 --tokenizer $SRC/tests/data/gpt2_mini/tokenizer.json --num-prompts 1 --random-input-len 4 --random-output-len 2"
 PREP="--input $TMP/in.txt --output-prefix $TMP/prep --tokenizer $SRC/tests/data/gpt2_mini/tokenizer.json"
+# the Qwen3-VL forms of train, benchmark and plan (a qwen3-vl-* --model; their flags are not in --list-flags)
+VLTRAIN="--model qwen3-vl-tiny --device cpu --seq-length 48 --train-iters 1 --quiet"
+VLBENCH="--model qwen3-vl-tiny --device cpu --train-iters 1 --warmup-iters 0 --no-progress"
+VLPLAN="--model qwen3-vl-tiny --device cpu"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 1. every flag has a row

@@ -175,6 +175,20 @@ static void random_params(const lj_param_info *p, int count, float *dst, lj_rng 
     }
 }
 
+/* A training decoder of cfg->text on the CPU backend (as lj_test_model_create: micro-batch 1,
+ * sequence T, fused or not, one recompute policy) with the vision tower attached before its plan,
+ * so that the plan holds both; allocated. */
+static lj_status vl_model_create(lj_test_model *t, lj_vl *vl, const lj_vl_config *cfg, int T, int fused, int policy,
+                                 int max_patches, int max_images) {
+    lj_model_options o = lj_test_train_options(1, T, fused);
+    memset(o.recompute, policy, sizeof o.recompute);
+    lj_model_init(&t->m, lj_ops_cpu(), &cfg->text, &o);
+    lj_parallelize(&t->m, NULL, NULL);
+    LJ_TRY(lj_vl_init(vl, &t->m, cfg, max_patches, max_images));
+    lj_plan_build(&t->p, &t->m);
+    return lj_plan_allocate(&t->p, &t->m);
+}
+
 /* The tiny test model: grids (1, 4, 6) and (1, 2, 4) (6 + 2 tokens) in one sequence of T = 20. */
 enum { FD_T = 20 };
 static const int32_t k_grid[] = {1, 4, 6, 1, 2, 4};
@@ -190,9 +204,8 @@ typedef struct {
 
 static void vl_case_init(vl_case *c, int policy) {
     assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &c->cfg), LJ_OK);
-    assert_int_equal(lj_test_model_create(&c->tm, &c->cfg.text, 1, FD_T, 1, policy), LJ_OK);
     c->np = 24 + 8;
-    if (lj_vl_init(&c->vl, &c->tm.m, &c->cfg, 64, 4) != LJ_OK) fail_msg("%s", lj_error_message());
+    if (vl_model_create(&c->tm, &c->vl, &c->cfg, FD_T, 1, policy, 64, 4) != LJ_OK) fail_msg("%s", lj_error_message());
     lj_rng rng;
     lj_rng_seed(&rng, 77);
     c->text_w = lj_malloc((size_t)c->tm.m.layout.total * sizeof(float));
@@ -501,9 +514,9 @@ static void test_hf_fixtures(void **state) {
 
     for (int variant = 0; variant < 2; variant++) { /* unfused (logits kept), fused */
         lj_test_model tm;
-        assert_int_equal(lj_test_model_create(&tm, &cfg.text, 1, (int)T, variant, LJ_RECOMPUTE_NONE), LJ_OK);
         lj_vl vl;
-        if (lj_vl_init(&vl, &tm.m, &cfg, np, nimg) != LJ_OK) fail_msg("%s", lj_error_message());
+        if (vl_model_create(&tm, &vl, &cfg, (int)T, variant, LJ_RECOMPUTE_NONE, np, nimg) != LJ_OK)
+            fail_msg("%s", lj_error_message());
         float *tw = lj_malloc((size_t)tm.m.layout.total * sizeof(float));
         float *vw = lj_malloc((size_t)vl.vis.layout.total * sizeof(float));
         if (lj_hf_vl_import(dir, &cfg, tw, vw) != LJ_OK) fail_msg("%s", lj_error_message());

@@ -12,7 +12,8 @@
 #include "data/mm_loader.h"
 #include "io/hf_vl.h"
 #include "model/vl.h"
-#include "parallel/parallel.h"
+#include "optim/step.h"
+#include "plan/build.h"
 #include "plan/plan.h"
 #include "train/train.h"
 
@@ -29,27 +30,17 @@ void lj_vl_train_config_defaults(lj_vl_train_config *c) {
     c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, LJ_WD_MEGATRON, 0, 0};
 }
 
-/* One trainable range of a tower's flat buffers with its AdamW segments (offsets relative to
- * begin). */
-typedef struct {
-    int64_t begin, count;
-    lj_adamw_segment *seg;
-    int num_seg;
-} vl_range;
-
 typedef struct {
     const lj_vl_train_config *c;
+    const lj_ops *ops;
     lj_vl_config cfg;
     lj_model m;
     lj_plan plan;
     lj_vl vl;
     int have_model, have_vl;
     lj_mm_loader *loader;
-    float *vis_m, *vis_v;      /* the tower's AdamW moments (host f32: the CPU backend's memory) */
-    vl_range ranges[3];        /* 0: the decoder, 1: the ViT, 2: the mergers */
-    int trainable[3];
-    void *norm_ws;
-    float *norm_sq;            /* [1] the combined squared gradient norm the AdamW op reads */
+    lj_vl_optimizer opt;
+    float *host[6];            /* a checkpoint's tensors in host memory (NULL until needed) */
     int32_t *doc_start;        /* [B*T] host */
     int iteration;
     int64_t loader_position;
@@ -68,26 +59,7 @@ static lj_status resolve_model(const lj_vl_train_config *c, int resume, const ch
     return lj_vl_config_load(path, cfg);
 }
 
-/* The tower's initial weights: matrices and embeddings N(0, initializer_range), norms 1, biases 0
- * (HF Qwen3VLPreTrainedModel._init_weights for Linear, Embedding and LayerNorm). */
-static void init_vision(lj_vl *vl, uint64_t seed) {
-    const lj_vision_layout *lo = &vl->vis.layout;
-    float *w = lj_malloc((size_t)lo->total * sizeof(float));
-    lj_rng rng;
-    lj_rng_seed(&rng, seed ^ 0x5649534f4eull);
-    const double sd = vl->cfg.vision.initializer_range;
-    for (int i = 0; i < lo->count; i++) {
-        const lj_param_info *p = &lo->params[i];
-        for (int64_t k = 0; k < p->numel; k++)
-            w[p->offset + k] = p->kind == LJ_PARAM_NORM   ? 1.0f
-                               : p->kind == LJ_PARAM_BIAS ? 0.0f
-                                                          : (float)(sd * lj_rng_normal(&rng));
-    }
-    lj_vision_set_weights(&vl->vis, w);
-    free(w);
-}
-
-static void make_range(vl_range *r, const lj_param_info *params, int count, int64_t begin, int64_t end,
+static void make_range(lj_vl_range *r, const lj_param_info *params, int count, int64_t begin, int64_t end,
                        const lj_adamw_config *a) {
     lj_param_layout tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -101,57 +73,133 @@ static void make_range(vl_range *r, const lj_param_info *params, int count, int6
     free(all);
 }
 
+lj_status lj_vl_optimizer_init(lj_vl_optimizer *o, const lj_vl *vl, const lj_adamw_config *adamw, int freeze_language,
+                               int freeze_vision, int freeze_projection) {
+    memset(o, 0, sizeof *o);
+    if (freeze_language && freeze_vision && freeze_projection)
+        return lj_fail(LJ_ERR_ARG, "--freeze-language-model, --freeze-vision-model and --freeze-vision-projection "
+                                   "together leave nothing to train: drop one of them");
+    o->adamw = *adamw;
+    const lj_model *m = vl->m;
+    const lj_vision_layout *lo = &vl->vis.layout;
+    make_range(&o->ranges[0], m->layout.params, m->layout.count, 0, m->layout.total, adamw);
+    const int64_t m0 = lo->params[lo->merger0].offset;
+    make_range(&o->ranges[1], lo->params, lo->count, 0, m0, adamw);
+    make_range(&o->ranges[2], lo->params, lo->count, m0, lo->total, adamw);
+    o->trainable[0] = !freeze_language;
+    o->trainable[1] = !freeze_vision;
+    o->trainable[2] = !freeze_projection;
+    return LJ_OK;
+}
+
+void lj_vl_optimizer_free(lj_vl_optimizer *o) {
+    for (int k = 0; k < 3; k++) free(o->ranges[k].seg);
+    memset(o, 0, sizeof *o);
+}
+
+double lj_vl_optimizer_step(const lj_vl_optimizer *o, lj_vl *vl, float lr, int step) {
+    lj_model *m = vl->m;
+    lj_vision *vis = &vl->vis;
+    const lj_ops *ops = m->ops;
+    const size_t sg = lj_dtype_size(ops->grad_dtype), sp = lj_dtype_size(ops->param_dtype);
+    /* the global norm over the trained parts, each part's sum of squares read back */
+    const void *grads[3] = {m->grads, vis->grads, vis->grads};
+    void *ws[3] = {m->ws_norm, vis->ws_grad_norm, vis->ws_grad_norm};
+    double sq = 0.0;
+    for (int k = 0; k < 3; k++) {
+        if (!o->trainable[k]) continue;
+        ops->global_norm_sq(m->grad_norm_sq, (const char *)grads[k] + (size_t)o->ranges[k].begin * sg,
+                            o->ranges[k].count, ws[k]);
+        float part = 0.0f;
+        ops->download(&part, m->grad_norm_sq, sizeof part);
+        sq += part;
+    }
+    const float total = (float)sq;
+    ops->upload(m->grad_norm_sq, &total, sizeof total);
+    const lj_adamw_hparams hp = lj_adamw_hparams_of(&o->adamw);
+    float sc[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(sc, &hp, lr, step);
+    ops->upload(m->adamw_scalars, sc, sizeof sc);
+    void *params[3] = {m->params, vis->params, vis->params};
+    float *master[3] = {m->master, vis->master, vis->master};
+    float *mm[3] = {m->adam_m, vis->adam_m, vis->adam_m}, *vv[3] = {m->adam_v, vis->adam_v, vis->adam_v};
+    for (int k = 0; k < 3; k++) {
+        if (!o->trainable[k]) continue;
+        const int64_t b = o->ranges[k].begin;
+        ops->adamw_update((char *)params[k] + (size_t)b * sp, master[k] + b, (const char *)grads[k] + (size_t)b * sg,
+                          mm[k] + b, vv[k] + b, o->ranges[k].seg, o->ranges[k].num_seg, &hp, m->adamw_scalars,
+                          m->grad_norm_sq);
+    }
+    ops->synchronize();
+    return sqrt(sq);
+}
+
 static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     const lj_vl_train_config *c = r->c;
     LJ_TRY(resolve_model(c, resume, root, iteration, &r->cfg));
-    const lj_ops *ops = lj_ops_cpu();
-    lj_model_options o;
-    memset(&o, 0, sizeof o);
-    o.micro_batch_size = c->micro_batch_size;
-    o.seq_length = c->seq_length;
-    o.training = 1;
-    o.fused = 1;
-    o.doc_mask.reset_attention_mask = 1; /* the decoder's doc_start buffer: packed samples stay apart */
-    lj_model_init(&r->m, ops, &r->cfg.text, &o);
-    r->have_model = 1;
-    lj_parallelize(&r->m, NULL, NULL); /* replicated */
-    lj_plan_build(&r->plan, &r->m);
-    LJ_TRY(lj_plan_allocate(&r->plan, &r->m));
-    lj_model_upload_rope(&r->m);
-    const int N = c->micro_batch_size * c->seq_length;
-    LJ_TRY(lj_vl_init(&r->vl, &r->m, &r->cfg, 4 * N, N / 3 + 1));
-    r->have_vl = 1;
-    const lj_vision_layout *lo = &r->vl.vis.layout;
-    r->vis_m = lj_calloc((size_t)lo->total, sizeof(float));
-    r->vis_v = lj_calloc((size_t)lo->total, sizeof(float));
-    make_range(&r->ranges[0], r->m.layout.params, r->m.layout.count, 0, r->m.layout.total, &c->adamw);
-    const int64_t m0 = lo->params[lo->merger0].offset;
-    make_range(&r->ranges[1], lo->params, lo->count, 0, m0, &c->adamw);
-    make_range(&r->ranges[2], lo->params, lo->count, m0, lo->total, &c->adamw);
-    r->trainable[0] = !c->freeze_language_model;
-    r->trainable[1] = !c->freeze_vision_model;
-    r->trainable[2] = !c->freeze_vision_projection;
-    if (!r->trainable[0] && !r->trainable[1] && !r->trainable[2])
-        return lj_fail(LJ_ERR_ARG, "--freeze-language-model, --freeze-vision-model and --freeze-vision-projection "
-                                   "together leave nothing to train");
-    const int64_t most = r->m.layout.total > lo->total ? r->m.layout.total : lo->total;
-    LJ_TRY(ops->alloc(&r->norm_ws, ops->global_norm_workspace_bytes(most) + 64));
-    LJ_TRY(ops->alloc((void **)&r->norm_sq, 2 * sizeof(float)));
-    r->doc_start = lj_malloc((size_t)N * sizeof(int32_t));
+    lj_model_setup s = {.ops = r->ops, .cfg = &r->cfg.text};
+    s.model.micro_batch_size = c->micro_batch_size;
+    s.model.seq_length = c->seq_length;
+    s.model.training = 1;
+    s.model.fused = 1;
+    s.model.doc_mask.reset_attention_mask = 1; /* the decoder's doc_start buffer: packed samples stay apart */
+    int max_patches, max_images;
+    lj_vl_capacity(&r->cfg, c->micro_batch_size, c->seq_length, &max_patches, &max_images);
+    LJ_TRY(lj_vl_build(&r->vl, &r->m, &r->plan, &s, &r->cfg, max_patches, max_images, NULL));
+    r->have_model = r->have_vl = 1;
+    if (!c->quiet) {
+        size_t tower = 0;
+        for (int i = 0; i < r->plan.count; i++)
+            if (lj_vl_buffer_is_vision(r->plan.buffers[i].name))
+                tower += (r->plan.buffers[i].bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+        char b1[32], b2[32];
+        lj_log_info("memory plan: %s (%zu bytes) in %d buffers on %s, of which the vision tower %s (%d patches at "
+                    "most)",
+                    lj_format_bytes(r->plan.total_bytes, b1, sizeof b1), r->plan.total_bytes, r->plan.count,
+                    r->ops->name, lj_format_bytes(tower, b2, sizeof b2), max_patches);
+    }
+    LJ_TRY(lj_vl_build_state(&r->vl, &r->m, &r->plan, c->seed));
+    LJ_TRY(lj_vl_optimizer_init(&r->opt, &r->vl, &c->adamw, c->freeze_language_model, c->freeze_vision_model,
+                                c->freeze_vision_projection));
+    r->doc_start = lj_malloc((size_t)c->micro_batch_size * c->seq_length * sizeof(int32_t));
     return LJ_OK;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
+/* The checkpoint's six tensors over host copies of the state (r->host, allocated once): a save
+ * downloads the state into them, a resume uploads them back (download_state, upload_state). The
+ * same on every backend (on the CPU the copies are memcpy's), so the CPU tests cover the CUDA
+ * path's staging. */
 static int ckpt_tensors(vl_run *r, lj_ckpt_tensor *t) {
     const int64_t nt = r->m.layout.total, nv = r->vl.vis.layout.total;
-    t[0] = (lj_ckpt_tensor){"text.params", r->m.master, nt};
-    t[1] = (lj_ckpt_tensor){"text.adam.m", r->m.adam_m, nt};
-    t[2] = (lj_ckpt_tensor){"text.adam.v", r->m.adam_v, nt};
-    t[3] = (lj_ckpt_tensor){"vision.params", (float *)r->vl.vis.params, nv};
-    t[4] = (lj_ckpt_tensor){"vision.adam.m", r->vis_m, nv};
-    t[5] = (lj_ckpt_tensor){"vision.adam.v", r->vis_v, nv};
+    static const char *names[6] = {"text.params", "text.adam.m", "text.adam.v",
+                                   "vision.params", "vision.adam.m", "vision.adam.v"};
+    for (int i = 0; i < 6; i++) {
+        const int64_t n = i < 3 ? nt : nv;
+        if (!r->host[i]) r->host[i] = lj_malloc((size_t)n * sizeof(float));
+        t[i] = (lj_ckpt_tensor){names[i], r->host[i], n};
+    }
     return 6;
+}
+
+/* The state into the host copies (a save): the f32 master weights (the parameters on an f32
+ * backend) and moments of both towers. */
+static void download_state(vl_run *r, const lj_ckpt_tensor *t) {
+    const float *own[6] = {r->m.master, r->m.adam_m, r->m.adam_v, r->vl.vis.master, r->vl.vis.adam_m, r->vl.vis.adam_v};
+    for (int i = 0; i < 6; i++) r->ops->download(t[i].data, own[i], (size_t)t[i].numel * sizeof(float));
+}
+
+/* The host copies into the state (a resume): the master weights and the parameters rounded from
+ * them, the moments as read. */
+static void upload_state(vl_run *r, const lj_ckpt_tensor *t) {
+    lj_model_set_weights(&r->m, t[0].data);
+    r->ops->upload(r->m.adam_m, t[1].data, (size_t)t[1].numel * sizeof(float));
+    r->ops->upload(r->m.adam_v, t[2].data, (size_t)t[2].numel * sizeof(float));
+    lj_vision_set_weights(&r->vl.vis, t[3].data);
+    r->ops->upload(r->vl.vis.adam_m, t[4].data, (size_t)t[4].numel * sizeof(float));
+    r->ops->upload(r->vl.vis.adam_v, t[5].data, (size_t)t[5].numel * sizeof(float));
+    r->ops->synchronize();
 }
 
 static lj_status save_hf(const char *dir, void *ctx) {
@@ -159,9 +207,8 @@ static lj_status save_hf(const char *dir, void *ctx) {
     char hf[LJ_PATH_MAX + 8];
     snprintf(hf, sizeof hf, "%s/hf", dir);
     LJ_TRY(lj_mkdir_p(hf));
-    return lj_hf_vl_export_into(hf, &r->cfg, r->m.master, (const float *)r->vl.vis.params,
-                                r->c->hf_fp32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16, r->c->tokenizer_dir,
-                                lj_mm_loader_dataset(r->loader)->meta.min_pixels,
+    return lj_hf_vl_export_into(hf, &r->cfg, r->host[0], r->host[3], r->c->hf_fp32 ? LJ_DTYPE_F32 : LJ_DTYPE_BF16,
+                                r->c->tokenizer_dir, lj_mm_loader_dataset(r->loader)->meta.min_pixels,
                                 lj_mm_loader_dataset(r->loader)->meta.max_pixels);
 }
 
@@ -169,6 +216,7 @@ static lj_status save(vl_run *r) {
     const lj_vl_train_config *c = r->c;
     lj_ckpt_tensor t[6];
     const int n = ckpt_tensors(r, t);
+    download_state(r, t);
     char json[1024];
     snprintf(json, sizeof json,
              "{\"model\": \"%s\", \"model_type\": \"qwen3_vl\", \"iteration\": %d, \"loader_position\": %" PRId64
@@ -193,6 +241,7 @@ static lj_status load_state(vl_run *r, const char *root, int iteration) {
     const int n = ckpt_tensors(r, t);
     char *text = NULL;
     LJ_TRY(lj_ckpt_load(root, iteration, t, n, &text));
+    upload_state(r, t);
     cJSON *j = cJSON_Parse(text);
     free(text);
     int64_t it = 0, pos = 0, seed = 0, T = 0, B = 0;
@@ -209,8 +258,6 @@ static lj_status load_state(vl_run *r, const char *root, int iteration) {
                     root, seed, T, B);
     else r->loader_position = pos;
     r->iteration = (int)it;
-    /* on the CPU backend the decoder's parameters are its master weights, and the tower's are
-       its own buffer: both were loaded in place */
     if (!c->quiet) lj_log_info("resumed %s at iteration %d", root, r->iteration);
     return LJ_OK;
 }
@@ -263,32 +310,9 @@ static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out,
     lj_vl_zero_grads(&r->vl);
     lj_vl_forward_backward(&r->vl, 1, 1.0f / (float)r->m.num_targets);
     *loss = lj_model_mean_loss(&r->m);
-    /* the global norm over the trained parts */
-    void *grads[3] = {r->m.grads, r->vl.vis.grads, r->vl.vis.grads};
-    double sq = 0.0;
-    for (int k = 0; k < 3; k++) {
-        if (!r->trainable[k]) continue;
-        ops->global_norm_sq(r->norm_sq, (const float *)grads[k] + r->ranges[k].begin, r->ranges[k].count, r->norm_ws);
-        ops->synchronize();
-        sq += r->norm_sq[0];
-    }
-    r->norm_sq[0] = (float)sq;
-    *grad_norm = sqrt(sq);
-    const lj_adamw_hparams hp = {c->adamw.beta1, c->adamw.beta2, c->adamw.eps, c->adamw.max_grad_norm};
     const float lr = (float)lj_lr_at(&c->lr, r->iteration);
     *lr_out = lr;
-    float sc[LJ_ADAMW_NUM_SCALARS];
-    lj_adamw_step_scalars(sc, &hp, lr, r->iteration + 1);
-    ops->upload(r->m.adamw_scalars, sc, sizeof sc);
-    float *p[3] = {r->m.master, (float *)r->vl.vis.params, (float *)r->vl.vis.params};
-    float *mm[3] = {r->m.adam_m, r->vis_m, r->vis_m}, *vv[3] = {r->m.adam_v, r->vis_v, r->vis_v};
-    for (int k = 0; k < 3; k++) {
-        if (!r->trainable[k]) continue;
-        const int64_t o = r->ranges[k].begin;
-        ops->adamw_update(p[k] + o, p[k] + o, (const float *)grads[k] + o, mm[k] + o, vv[k] + o, r->ranges[k].seg,
-                          r->ranges[k].num_seg, &hp, r->m.adamw_scalars, r->norm_sq);
-    }
-    ops->synchronize();
+    *grad_norm = lj_vl_optimizer_step(&r->opt, &r->vl, lr, r->iteration + 1);
     if (!isfinite(*loss)) return lj_fail(LJ_ERR_ARG, "iteration %d: the loss is not finite", r->iteration + 1);
     return LJ_OK;
 }
@@ -346,8 +370,6 @@ static lj_status run_loop(vl_run *r) {
         }
     }
     LJ_TRY(setup(r, resume, root, iteration));
-    lj_model_init_weights(&r->m, c->seed);
-    init_vision(&r->vl, c->seed);
     if (resume) LJ_TRY(load_state(r, root, iteration));
     else if (c->load) LJ_TRY(load_hf(r, c->load));
     if (!c->data_path) return lj_fail(LJ_ERR_ARG, "--data-path: a multimodal dataset prefix is required");
@@ -389,8 +411,8 @@ static lj_status run_loop(vl_run *r) {
     if (!c->quiet)
         lj_log_info("Qwen3-VL %s: %" PRId64 " text + %" PRId64 " vision parameters; trained: language model %s, vision "
                     "model %s, vision projection %s",
-                    r->cfg.name, r->m.layout.total, r->vl.vis.layout.total, r->trainable[0] ? "yes" : "frozen",
-                    r->trainable[1] ? "yes" : "frozen", r->trainable[2] ? "yes" : "frozen");
+                    r->cfg.name, r->m.layout.total, r->vl.vis.layout.total, r->opt.trainable[0] ? "yes" : "frozen",
+                    r->opt.trainable[1] ? "yes" : "frozen", r->opt.trainable[2] ? "yes" : "frozen");
     while (r->iteration < c->train_iters) {
         const double t0 = lj_time_sec();
         double loss = 0.0, gn = 0.0;
@@ -413,16 +435,14 @@ lj_status lj_vl_train_run(const lj_vl_train_config *c) {
     vl_run r;
     memset(&r, 0, sizeof r);
     r.c = c;
+    r.ops = c->ops ? c->ops : lj_ops_cpu();
     const lj_status s = run_loop(&r);
     if (r.log_json) fclose(r.log_json);
     if (r.loader) lj_mm_loader_close(r.loader);
-    for (int k = 0; k < 3; k++) free(r.ranges[k].seg);
-    free(r.vis_m);
-    free(r.vis_v);
+    lj_vl_optimizer_free(&r.opt);
+    for (int i = 0; i < 6; i++) free(r.host[i]);
     free(r.doc_start);
     if (r.have_vl) lj_vl_free(&r.vl);
-    if (r.norm_ws) lj_ops_cpu()->free(r.norm_ws);
-    if (r.norm_sq) lj_ops_cpu()->free(r.norm_sq);
     if (r.have_model) {
         lj_plan_release(&r.plan, r.m.ops);
         lj_plan_free(&r.plan);

@@ -1,6 +1,9 @@
-/* vl_train.h: the training loop of the Qwen3-VL models (config/vl.h) on the CPU backend: the
- * multimodal loader (data/mm_loader.h, images decoded on its threads) feeding the vision tower and
- * the decoder (model/vl.h), AdamW over both towers with global-norm clipping and the LR schedule,
+/* vl_train.h: the training loop of the Qwen3-VL models (config/vl.h) on the configured backend
+ * (the CPU, or CUDA with bf16 activations and parameters, f32 master weights and moments, the
+ * table's gradient dtype): the multimodal loader (data/mm_loader.h, images decoded and
+ * preprocessed on its host threads, the patches copied to the device per step) feeding the
+ * vision tower and the decoder (model/vl.h; both in one static memory plan, plan/build.h
+ * lj_vl_build), AdamW over both towers with global-norm clipping and the LR schedule,
  * Megatron-Bridge's freezing options, a log line and JSON lines, checkpoints and exact resume.
  *
  * Packed rows: every sample of a row is its own document (its MRoPE ids restart at 0, from the
@@ -15,16 +18,22 @@
  * tensors text.params, text.adam.m, text.adam.v ([text layout total] f32, config/config.h's
  * layout) and vision.params, vision.adam.m, vision.adam.v ([vision layout total] f32,
  * config/vl.h's layout); state.json holds the iteration, the loader's position and the run's
- * shape; ITER/hf/ is the Hugging Face export (io/hf_vl.h, bf16 unless hf_fp32). A checkpoint of a run with the same --seed, --seq-length and --micro-batch-size resumes
- * exactly (the same losses as an uninterrupted run). */
+ * shape; ITER/hf/ is the Hugging Face export (io/hf_vl.h, bf16 unless hf_fp32). A checkpoint of
+ * a run with the same --seed, --seq-length and --micro-batch-size resumes exactly on the CPU (the
+ * same losses as an uninterrupted run); on CUDA with the same state (the decoder's attention
+ * backward adds dQ with atomics, so its losses agree to rounding, not bit for bit). A save
+ * downloads the tensors into host copies, a resume uploads them (the parameters rounded from the
+ * master weights), on every backend. */
 #ifndef LJ_TRAIN_VL_TRAIN_H
 #define LJ_TRAIN_VL_TRAIN_H
 
 #include "config/vl.h"
+#include "model/vl.h"
 #include "optim/optim.h"
 
 typedef struct {
     const char *model;       /* --model: preset or config.json; NULL: --load's */
+    const lj_ops *ops;       /* the backend (--device, --grad-dtype); NULL: the CPU's */
     const char *data_path;   /* --data-path PREFIX of a multimodal dataset (ljperf prepare --image-root) */
     const char *load;        /* --load: a checkpoint root (resume) or an HF Qwen3-VL directory (its weights) */
     const char *save;        /* --save ROOT, or NULL */
@@ -46,5 +55,38 @@ void lj_vl_train_config_defaults(lj_vl_train_config *c);
 /* Runs the training. Errors: bad flags and data (naming them), a dataset whose token ids are
  * not the model's, I/O of the checkpoints, a non-finite loss. */
 lj_status lj_vl_train_run(const lj_vl_train_config *c);
+
+/* ---- the optimizer step over both towers (train and the benchmark) ------------------------ */
+
+/* One trainable range of a tower's flat buffers with its AdamW segments (offsets relative to
+ * begin). */
+typedef struct {
+    int64_t begin, count;
+    lj_adamw_segment *seg;
+    int num_seg;
+} lj_vl_range;
+
+/* The parts AdamW steps: 0 the decoder (config/config.h's layout), 1 the ViT (the tower's layout
+ * before the final merger: patch embedding, position grid, blocks), 2 the final and DeepStack
+ * mergers; each with its segments (Megatron's weight-decay groups, lj_adamw_segments) and
+ * whether it trains (Megatron-Bridge's freeze_language_model, freeze_vision_model,
+ * freeze_vision_projection). */
+typedef struct {
+    lj_vl_range ranges[3];
+    int trainable[3];
+    lj_adamw_config adamw;
+} lj_vl_optimizer;
+
+/* Errors: LJ_ERR_ARG when all three parts are frozen. */
+lj_status lj_vl_optimizer_init(lj_vl_optimizer *o, const lj_vl *vl, const lj_adamw_config *adamw, int freeze_language,
+                               int freeze_vision, int freeze_projection);
+void lj_vl_optimizer_free(lj_vl_optimizer *o);
+
+/* The optimizer step after the backward: the squared gradient norm of each trained part
+ * (global_norm_sq into the decoder's grad_norm_sq, read back and summed in double on the host),
+ * their sum as the clipping norm, the step scalars of `step` (1-based) at `lr`, and AdamW over
+ * each trained part (master weights and moments f32, the parameters' rounded copy). Returns the
+ * global gradient norm. Synchronizes. */
+double lj_vl_optimizer_step(const lj_vl_optimizer *o, lj_vl *vl, float lr, int step);
 
 #endif

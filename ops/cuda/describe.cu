@@ -29,6 +29,9 @@ static lj_ops describe(int index) {
     d.fp8_matmul_workspace_bytes = t->fp8_matmul_workspace_bytes;
     d.qk_norm_backward_workspace_bytes = t->qk_norm_backward_workspace_bytes;
     d.bias_backward_workspace_bytes = t->bias_backward_workspace_bytes;
+    /* the vision tower's (Qwen3-VL, model/vision.c plans them) */
+    d.layernorm_backward_workspace_bytes = t->layernorm_backward_workspace_bytes;
+    d.attention_varlen_workspace_bytes = t->attention_varlen_workspace_bytes;
     /* cuDNN is asked for its workspace only with a device: its size on an H200 instead */
     d.attention_workspace_bytes = lj_cuda_attention_workspace_described(index);
     return d;

@@ -126,11 +126,10 @@ int main(int argc, char **argv) {
     o.training = 1;
     lj_model_init(&m, ops, &cfg.text, &o);
     lj_parallelize(&m, NULL, NULL); /* replicated */
+    lj_vl vl; /* the tower joins the decoder's plan */
+    if (lj_vl_init(&vl, &m, &cfg, np, nimg) != LJ_OK) return fprintf(stderr, "gpu_vl_fixture: %s\n", lj_error_message()), 1;
     lj_plan_build(&plan, &m);
     if (lj_plan_allocate(&plan, &m) != LJ_OK) return fprintf(stderr, "gpu_vl_fixture: %s\n", lj_error_message()), 1;
-    lj_model_upload_rope(&m);
-    lj_vl vl;
-    if (lj_vl_init(&vl, &m, &cfg, np, nimg) != LJ_OK) return fprintf(stderr, "gpu_vl_fixture: %s\n", lj_error_message()), 1;
     float *tw = lj_malloc((size_t)m.layout.total * sizeof(float));
     float *vw = lj_malloc((size_t)vl.vis.layout.total * sizeof(float));
     if (lj_hf_vl_import(dir, &cfg, tw, vw) != LJ_OK) return fprintf(stderr, "gpu_vl_fixture: %s\n", lj_error_message()), 1;

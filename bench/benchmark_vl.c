@@ -1,0 +1,236 @@
+/* benchmark_vl.c: timed Qwen3-VL training steps on synthetic samples (see benchmark_vl.h). */
+#include "bench/benchmark_vl.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "bench/benchmark.h"
+#include "plan/build.h"
+#include "plan/plan.h"
+#include "train/vl_train.h"
+
+lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, int text_tokens, lj_vl_bench_shape *s) {
+    memset(s, 0, sizeof *s);
+    lj_vision_preproc pre;
+    lj_vision_preproc_qwen3vl(&pre);
+    pre.patch_size = cfg->vision.patch_size;
+    pre.temporal_patch_size = cfg->vision.temporal_patch_size;
+    pre.merge_size = cfg->vision.spatial_merge_size;
+    char name[64];
+    snprintf(name, sizeof name, "--img-h %d --img-w %d", img_h, img_w);
+    if (lj_vision_grid(&pre, img_h, img_w, name, &s->grid) != LJ_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", lj_error_message());
+        return lj_fail(LJ_ERR_ARG, "%s: expected an image size the processor takes (sides within 200:1)", why);
+    }
+    s->patches = (int)lj_grid_patches(s->grid);
+    s->image_tokens = (int)lj_grid_tokens(s->grid, pre.merge_size);
+    const int64_t T = (int64_t)s->image_tokens + 2 + text_tokens;
+    if (text_tokens < 1 || T > cfg->text.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG,
+                       "--text-tokens %d: with the image's %d tokens and its start and end a sample has %lld tokens; "
+                       "expected 1 to %lld text tokens (max_position_embeddings %d of %s)",
+                       text_tokens, s->image_tokens, (long long)T,
+                       (long long)cfg->text.max_position_embeddings - s->image_tokens - 2,
+                       cfg->text.max_position_embeddings, cfg->name);
+    s->seq_length = (int)T;
+    return LJ_OK;
+}
+
+void lj_vl_bench_flops(const lj_vl_config *cfg, const lj_vl_bench_shape *s, double *vit, double *llm) {
+    *vit = (double)s->grid.t * lj_vision_flops_per_frame(&cfg->vision, (int64_t)s->grid.h * s->grid.w);
+    *llm = (double)s->seq_length * lj_config_flops_per_token(&cfg->text, s->seq_length);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Row b of the batch: <|vision_start|>, the pads, <|vision_end|>, random text; its targets. */
+static void make_row(const lj_vl_config *c, const lj_vl_bench_shape *s, lj_rng *rng, int32_t *ids, int32_t *targets) {
+    const int T = s->seq_length, nt = s->image_tokens;
+    int special = c->vision_start_token_id; /* text ids stay below every special id */
+    const int others[] = {c->vision_end_token_id, c->image_token_id, c->video_token_id, c->text.vocab_size};
+    for (int i = 0; i < 4; i++)
+        if (others[i] > 0 && others[i] < special) special = others[i];
+    ids[0] = c->vision_start_token_id;
+    for (int t = 1; t <= nt; t++) ids[t] = c->image_token_id;
+    ids[nt + 1] = c->vision_end_token_id;
+    for (int t = nt + 2; t < T; t++) ids[t] = (int32_t)lj_rng_below(rng, (uint64_t)special);
+    for (int t = 0; t < T; t++) targets[t] = t >= nt + 1 && t + 1 < T ? ids[t + 1] : -1;
+}
+
+lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
+    memset(res, 0, sizeof *res);
+    const lj_ops *ops = cfg->ops;
+    const int B = cfg->micro_batch_size;
+    if (cfg->train_iters <= 0 || cfg->warmup_iters < 0 || B <= 0)
+        return lj_fail(LJ_ERR_ARG, "--train-iters and --micro-batch-size must be positive, --warmup-iters >= 0");
+    lj_vl_bench_shape *sh = &res->shape;
+    LJ_TRY(lj_vl_bench_shape_of(&cfg->model, cfg->img_h, cfg->img_w, cfg->text_tokens, sh));
+    const int T = sh->seq_length, P = lj_vision_patch_dim(&cfg->model.vision);
+    lj_vl_bench_flops(&cfg->model, sh, &res->vit_flops_per_sample, &res->llm_flops_per_sample);
+    res->peak_tflops = lj_bench_peak_tflops(ops, &cfg->cpu_peak_tflops, &res->peak_source);
+
+    /* the decoder as Qwen3-VL training builds it (fused, document masking's doc_start unused
+       here: one sample per row), the tower for B images of the stated size */
+    lj_model_setup setup = {.ops = ops, .cfg = &cfg->model.text};
+    setup.model.micro_batch_size = B;
+    setup.model.seq_length = T;
+    setup.model.training = 1;
+    setup.model.fused = 1;
+    lj_model m;
+    lj_plan plan;
+    lj_vl vl;
+    LJ_TRY(lj_vl_build(&vl, &m, &plan, &setup, &cfg->model, B * sh->patches, B, NULL));
+    const size_t before = strcmp(ops->name, "cpu") ? lj_bench_device_used_bytes(ops) : 0;
+    lj_status s = lj_vl_build_state(&vl, &m, &plan, cfg->seed);
+    lj_vl_optimizer opt;
+    memset(&opt, 0, sizeof opt);
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    if (s == LJ_OK) s = lj_vl_optimizer_init(&opt, &vl, &ac, 0, 0, 0);
+    if (s != LJ_OK) {
+        lj_vl_free(&vl);
+        lj_plan_release(&plan, ops);
+        lj_plan_free(&plan);
+        lj_model_free(&m);
+        return s;
+    }
+    res->planned_bytes = plan.total_bytes + before;
+    for (int i = 0; i < plan.count; i++)
+        if (lj_vl_buffer_is_vision(plan.buffers[i].name))
+            res->vision_planned_bytes += (plan.buffers[i].bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+
+    /* the images once (the loader's threads would have made them); the text every step */
+    lj_rng rng;
+    lj_rng_seed(&rng, cfg->seed);
+    const size_t npix = (size_t)B * sh->patches * P;
+    float *pixels = lj_malloc(npix * sizeof(float));
+    for (size_t i = 0; i < npix; i++) pixels[i] = 2.0f * lj_rng_uniform(&rng) - 1.0f;
+    int32_t *grid = lj_malloc((size_t)B * 3 * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        grid[3 * b] = sh->grid.t;
+        grid[3 * b + 1] = sh->grid.h;
+        grid[3 * b + 2] = sh->grid.w;
+    }
+    int32_t *ids = lj_malloc((size_t)B * T * sizeof(int32_t)), *targets = lj_malloc((size_t)B * T * sizeof(int32_t));
+    const int steps = cfg->warmup_iters + cfg->train_iters;
+    double *step_ms = lj_calloc((size_t)cfg->train_iters, sizeof(double));
+    double timed = 0.0;
+    for (int step = 1; step <= steps && s == LJ_OK; step++) {
+        for (int b = 0; b < B; b++) make_row(&cfg->model, sh, &rng, ids + (size_t)b * T, targets + (size_t)b * T);
+        const double t0 = lj_time_sec();
+        s = lj_vl_set_batch(&vl, ids, targets, pixels, grid, B);
+        if (s != LJ_OK) break;
+        lj_vl_zero_grads(&vl);
+        lj_vl_forward_backward(&vl, 1, 1.0f / (float)m.num_targets);
+        lj_vl_optimizer_step(&opt, &vl, 1e-4f, step);
+        ops->synchronize();
+        const double dt = lj_time_sec() - t0;
+        const double loss = lj_model_mean_loss(&m);
+        if (step == 1) res->loss_first = loss;
+        res->loss_last = loss;
+        if (step > cfg->warmup_iters) {
+            step_ms[step - cfg->warmup_iters - 1] = dt * 1e3;
+            timed += dt;
+        }
+        if (step == cfg->warmup_iters + 1 || step == steps) {
+            const size_t used = lj_bench_device_used_bytes(ops);
+            if (used > res->measured_bytes) res->measured_bytes = used;
+        }
+        if (cfg->progress) {
+            fprintf(stderr, "\r%s step %d/%d | %.1f ms | %.2f samples/s | loss %.4f   ",
+                    step <= cfg->warmup_iters ? "warm-up" : "timed", step, steps, dt * 1e3, B / dt, loss);
+            fflush(stderr);
+        }
+    }
+    if (cfg->progress) fputc('\n', stderr);
+    if (s == LJ_OK) {
+        qsort(step_ms, (size_t)cfg->train_iters, sizeof(double), cmp_double);
+        res->step_ms_median = step_ms[(cfg->train_iters - 1) / 2];
+        res->step_ms_p90 = step_ms[(int)((cfg->train_iters - 1) * 0.9 + 0.5)];
+        res->samples_per_s = (double)B * cfg->train_iters / timed;
+        res->tokens_per_s = res->samples_per_s * T;
+        res->tflops = res->samples_per_s * (res->vit_flops_per_sample + res->llm_flops_per_sample) / 1e12;
+        res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
+    }
+    free(step_ms);
+    free(ids);
+    free(targets);
+    free(grid);
+    free(pixels);
+    lj_vl_optimizer_free(&opt);
+    lj_vl_free(&vl);
+    lj_plan_release(&plan, ops);
+    lj_plan_free(&plan);
+    lj_model_free(&m);
+    return s;
+}
+
+void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *r, FILE *f) {
+    char b1[32], b2[32], b3[32];
+    const lj_vl_bench_shape *s = &r->shape;
+    fprintf(f, "ljperf benchmark: %s on %s, micro-batch %d samples of one %dx%d image (%dx%d after smart_resize: %d "
+               "patches, %d tokens) + %d text tokens = %d tokens, %d timed step%s after %d warm-up\n",
+            cfg->model.name, cfg->ops->name, cfg->micro_batch_size, cfg->img_h, cfg->img_w,
+            s->grid.h * cfg->model.vision.patch_size, s->grid.w * cfg->model.vision.patch_size, s->patches,
+            s->image_tokens, cfg->text_tokens, s->seq_length, cfg->train_iters, cfg->train_iters == 1 ? "" : "s",
+            cfg->warmup_iters);
+    fprintf(f, "%-28s %s\n", "metric", "value");
+    fprintf(f, "%-28s %.0f\n", "tokens/s", r->tokens_per_s);
+    fprintf(f, "%-28s %.3f\n", "samples/s", r->samples_per_s);
+    fprintf(f, "%-28s %.3f\n", "TFLOP/s", r->tflops);
+    fprintf(f, "%-28s %.1f%%\n", "MFU", 100.0 * r->mfu);
+    fprintf(f, "%-28s %.1f\n", "step time median (ms)", r->step_ms_median);
+    fprintf(f, "%-28s %.1f\n", "step time p90 (ms)", r->step_ms_p90);
+    fprintf(f, "%-28s %s\n", "peak memory measured", lj_format_bytes(r->measured_bytes, b1, sizeof b1));
+    fprintf(f, "%-28s %s (vision tower %s)\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2),
+            lj_format_bytes(r->vision_planned_bytes, b3, sizeof b3));
+    fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    fprintf(f, "MFU convention: FLOPs/sample = ViT %.4g + decoder %.4g (docs/qwen3-vl.md: the ViT's 6*N*patches + "
+               "12*depth*V*patches^2, the decoder's T*(6N + 12*L*d*T)); peak: %s\n",
+            r->vit_flops_per_sample, r->llm_flops_per_sample, r->peak_source);
+    fprintf(f, "tokens/s counts every decoder token (image pads included); a step includes the batch's upload "
+               "(the patches cast to the activation dtype on the host)\n");
+    if (strcmp(cfg->ops->name, "cpu") == 0)
+        fprintf(f, "memory measured on the CPU is the process's peak resident set (VmHWM)\n");
+}
+
+lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_bench_result *r, const char *path) {
+    const lj_vl_bench_shape *s = &r->shape;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "engine", "ljperf");
+    cJSON_AddStringToObject(o, "model", cfg->model.name);
+    cJSON_AddStringToObject(o, "device", cfg->ops->name);
+    cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
+    cJSON_AddNumberToObject(o, "img_h", cfg->img_h);
+    cJSON_AddNumberToObject(o, "img_w", cfg->img_w);
+    cJSON_AddItemToObject(o, "image_grid_thw", cJSON_CreateIntArray((const int[]){s->grid.t, s->grid.h, s->grid.w}, 3));
+    cJSON_AddNumberToObject(o, "image_patches", s->patches);
+    cJSON_AddNumberToObject(o, "image_tokens", s->image_tokens);
+    cJSON_AddNumberToObject(o, "text_tokens", cfg->text_tokens);
+    cJSON_AddNumberToObject(o, "seq_length", s->seq_length);
+    cJSON_AddNumberToObject(o, "world_size", 1);
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s_per_gpu", r->tokens_per_s);
+    cJSON_AddNumberToObject(o, "samples_per_s", r->samples_per_s);
+    cJSON_AddNumberToObject(o, "tflops", r->tflops);
+    cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "peak_tflops", r->peak_tflops);
+    cJSON_AddNumberToObject(o, "vit_flops_per_sample", r->vit_flops_per_sample);
+    cJSON_AddNumberToObject(o, "llm_flops_per_sample", r->llm_flops_per_sample);
+    cJSON_AddNumberToObject(o, "step_ms_median", r->step_ms_median);
+    cJSON_AddNumberToObject(o, "step_ms_p90", r->step_ms_p90);
+    cJSON_AddNumberToObject(o, "peak_mem_gib", (double)r->measured_bytes / (1024.0 * 1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "planned_mem_gib", (double)r->planned_bytes / (1024.0 * 1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "vision_planned_mem_gib", (double)r->vision_planned_bytes / (1024.0 * 1024.0 * 1024.0));
+    cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
+    cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    lj_status st = lj_file_write_atomic(path, text, strlen(text));
+    free(text);
+    if (st != LJ_OK) lj_error_prefix("--json");
+    return st;
+}

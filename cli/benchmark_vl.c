@@ -1,0 +1,74 @@
+/* benchmark_vl.c: `ljperf benchmark --model qwen3-vl-*`: Qwen3-VL training steps on synthetic
+ * samples of one image and text tokens (bench/benchmark_vl.h): tokens/s, samples/s, MFU with the
+ * ViT's FLOPs, step times and peak memory. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench/benchmark_vl.h"
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ljperf benchmark --model qwen3-vl-2b|qwen3-vl-4b|...|CONFIG [flags]\n"
+               "Times Qwen3-VL training steps (the vision tower and the decoder, AdamW over both) on synthetic\n"
+               "samples: one image of --img-h x --img-w pixels and --text-tokens text tokens each.\n"
+               "Flags:\n");
+}
+
+int lj_cli_benchmark_vl(int argc, char **argv) {
+    lj_vl_bench_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    const char *model = NULL, *device = "auto", *grad_dtype = NULL, *json = NULL;
+    int iters = 0, warmup = 0, iters_given = 0, warmup_given = 0;
+    cfg.micro_batch_size = 1;
+    cfg.seed = 1234;
+    cfg.progress = 1;
+    lj_cli_vl_sample sample;
+    lj_flag rows[16 + LJ_CLI_VL_SAMPLE_ROWS];
+    const lj_flag own[] = {
+        {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
+        {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto)"},
+        {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype, .help = "bf16|fp32  CUDA gradient dtype (bf16)"},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &cfg.micro_batch_size, .min = 1,
+         .help = "B  samples per step (1)"},
+        {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given, .min = 1,
+         .help = "N  timed steps (20 on a GPU, 3 on the CPU)"},
+        {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given,
+         .help = "N  untimed steps first (5 on a GPU, 1 on the CPU)"},
+        {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed, .help = "S  weights and data (1234)"},
+        {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the result as JSON"},
+        {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress, .help = "no progress line on stderr"},
+    };
+    const int n_own = (int)(sizeof own / sizeof own[0]);
+    memcpy(rows, own, sizeof own);
+    const int n = n_own + lj_cli_vl_sample_rows(&sample, rows + n_own);
+    lj_flags_result res;
+    if (lj_flags_parse("benchmark", rows, n, argc, argv, 0, &res) != LJ_OK) return lj_cli_error("benchmark");
+    const int help = res.help;
+    lj_flags_result_free(&res);
+    if (help) {
+        usage(stdout);
+        lj_flags_print_help(stdout, rows, n);
+        return 0;
+    }
+    if (!model) {
+        lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model qwen3-vl-2b)");
+        return lj_cli_error("benchmark");
+    }
+    lj_status s = lj_vl_config_resolve(model, &cfg.model); /* validated as it is read */
+    if (s != LJ_OK) lj_error_prefix("--model");
+    if (s == LJ_OK) s = lj_cli_device(device, 0, &cfg.ops);
+    if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops);
+    if (s == LJ_OK) s = lj_cli_vl_sample_resolve(&sample);
+    if (s != LJ_OK) return lj_cli_error("benchmark");
+    const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
+    cfg.img_h = sample.img_h;
+    cfg.img_w = sample.img_w;
+    cfg.text_tokens = sample.text_tokens;
+    cfg.train_iters = iters_given ? iters : (cpu ? 3 : 20);
+    cfg.warmup_iters = warmup_given ? warmup : (cpu ? 1 : 5);
+    lj_vl_bench_result r;
+    if (lj_vl_bench_run(&cfg, &r) != LJ_OK) return lj_cli_error("benchmark");
+    lj_vl_bench_print(&cfg, &r, stdout);
+    if (json && lj_vl_bench_write_json(&cfg, &r, json) != LJ_OK) return lj_cli_error("benchmark");
+    return 0;
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# test_vl_bench.sh: the Qwen3-VL forms of `ljperf plan` and `ljperf benchmark` on the CPU:
+#   - plan of qwen3-vl-2b at 448x448 + 512 text tokens: the sample's shape (784 patches, 196 image
+#     tokens, 710 tokens a row), the tower's 407 M parameters at 16 bytes each, and its share in
+#     every category; at 1024x1024 the tower's activations grow with the patches;
+#   - plan --seq-length T is the plan `ljperf train` allocates (the same bytes and buffers as the
+#     train start-up's "memory plan" line);
+#   - benchmark of qwen3-vl-tiny: one step, its table (tokens/s, samples/s, MFU with the ViT's
+#     FLOPs) and JSON (the shape from --img-h/--img-w through smart_resize, the FLOP terms);
+#   - the sample flags: --image-size sets both sides; with --img-h it is refused.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
+tmp="$LJ_TEST_TMP/vl_bench"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+field() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'j': j}))" "$@"; }
+
+# 1. the plan of qwen3-vl-2b at 448x448 and 1024x1024
+"$LJPERF" plan --model qwen3-vl-2b --device cpu --image-size 448 --json "$tmp/p448.json" >"$tmp/p448.txt" 2>&1 || true
+[ -s "$tmp/p448.json" ] || { cat "$tmp/p448.txt"; fail "plan --model qwen3-vl-2b wrote no JSON"; }
+[ "$(field "$tmp/p448.json" "j['max_patches'], j['seq_length'], j['vision_parameters'], j['vision_bytes_per_parameter']")" \
+  = "(784, 710, 406957056, 16)" ] || { cat "$tmp/p448.json"; fail "the 2b plan's shape or the tower's parameters"; }
+grep -q "784 patches, 196 tokens; + 512 text tokens) = 710 tokens" "$tmp/p448.txt" \
+  || { cat "$tmp/p448.txt"; fail "the plan does not state the sample"; }
+grep -q "of it the tower" "$tmp/p448.txt" || fail "the plan has no column of the tower's share"
+# the tower's model states are its parameters x 16 bytes
+[ "$(field "$tmp/p448.json" "sum(r['vision_bytes'] for r in j['breakdown'] if r['category'] in ('parameters', 'master weights', 'gradients', 'optimizer moments'))")" \
+  = "$((406957056 * 16))" ] || fail "the tower's parameters, gradients and moments are not 16 bytes a parameter"
+"$LJPERF" plan --model qwen3-vl-2b --device cpu --img-h 1024 --img-w 1024 --json "$tmp/p1024.json" >/dev/null 2>&1 || true
+act() { field "$1" "[r['vision_bytes'] for r in j['breakdown'] if r['category'] == 'saved activations'][0]"; }
+a448=$(act "$tmp/p448.json") a1024=$(act "$tmp/p1024.json")
+python3 -c "import sys; r = $a1024 / $a448; sys.exit(0 if 5.0 < r < 5.5 else 1)" \
+  || fail "the tower's activations at 1024x1024 ($a1024) are not about 4096/784 times those at 448x448 ($a448)"
+echo "plan qwen3-vl-2b: tower activations $((a448 >> 20)) MiB at 448x448, $((a1024 >> 20)) MiB at 1024x1024 (f32)"
+
+# 2. plan --seq-length T = what train allocates
+"$LJPERF" plan --model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 2 --json "$tmp/ptrain.json" \
+  >/dev/null 2>&1 || fail "plan --seq-length"
+python3 - "$tmp" <<'EOF' || fail "could not write the one-sample dataset"
+import json, os, struct, sys, zlib
+tmp = sys.argv[1]
+def png(path, w, h):  # a plain RGB PNG
+    raw = b"".join(b"\0" + bytes((x * 7 + y * 3) % 256 for x in range(w) for _ in range(3)) for y in range(h))
+    def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+png(os.path.join(tmp, "a.png"), 64, 64)
+with open(os.path.join(tmp, "one.jsonl"), "w") as f:
+    f.write(json.dumps({"image": "a.png", "conversations": [{"from": "human", "value": "<image>\nWhat is it?"},
+                                                          {"from": "gpt", "value": "A gradient."}]}) + "\n")
+EOF
+tok="${LJ_CACHE:-}/tokenizer/qwen3/tokenizer.json"
+if [ -s "$tok" ]; then
+  "$LJPERF" prepare --input "$tmp/one.jsonl" --image-root "$tmp" --output-prefix "$tmp/one" --tokenizer qwen3 \
+    --min-pixels 4096 --max-pixels 16384 --quiet >/dev/null 2>"$tmp/prep.err" || { cat "$tmp/prep.err"; fail "prepare"; }
+  "$LJPERF" train --model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 2 --train-iters 1 \
+    --num-workers 1 --data-path "$tmp/one" >/dev/null 2>"$tmp/train.err" || { cat "$tmp/train.err"; fail "train"; }
+  line=$(grep -o 'memory plan: .* buffers' "$tmp/train.err")
+  want="($(field "$tmp/ptrain.json" "j['plan_bytes']" | sed 's/\.0$//') bytes) in $(field "$tmp/ptrain.json" "j['buffers']") buffers"
+  [[ "$line" == *"$want" ]] || fail "train's plan ($line) is not plan --seq-length 48's ($want)"
+  echo "plan --seq-length 48 = train's: $line"
+else
+  echo "skipped the train comparison: no Qwen3 tokenizer at $tok (scripts/setup.sh)"
+fi
+
+# 3. the benchmark: one step of qwen3-vl-tiny
+"$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --img-h 300 --img-w 500 --text-tokens 16 --train-iters 1 \
+  --warmup-iters 0 --no-progress --json "$tmp/b.json" >"$tmp/b.txt" 2>&1 || { cat "$tmp/b.txt"; fail "benchmark"; }
+for k in "tokens/s" "samples/s" "MFU" "FLOPs/sample = ViT"; do grep -q "$k" "$tmp/b.txt" || fail "the table has no $k"; done
+# 300x500 -> 288x512: 18x32 patches, 144 tokens; 144 + 2 + 16 = 162 tokens a row
+[ "$(field "$tmp/b.json" "j['image_grid_thw'], j['image_tokens'], j['seq_length']")" = "([1, 18, 32], 144, 162)" ] \
+  || { cat "$tmp/b.json"; fail "the benchmark's sample shape"; }
+field "$tmp/b.json" "j['samples_per_s'] > 0 and j['vit_flops_per_sample'] > 0 and j['llm_flops_per_sample'] > 0 and abs(j['tokens_per_s'] - 162 * j['samples_per_s']) < 1e-6 * j['tokens_per_s']" \
+  | grep -q True || { cat "$tmp/b.json"; fail "the benchmark's rates"; }
+echo "benchmark qwen3-vl-tiny: $(grep -E '^samples/s' "$tmp/b.txt")"
+
+# 4. the sample flags
+"$LJPERF" plan --model qwen3-vl-tiny --device cpu --image-size 512 --json - 2>/dev/null | grep -q '"max_patches":[[:space:]]*1024' \
+  || fail "--image-size 512 did not give 32x32 patches"
+if "$LJPERF" plan --model qwen3-vl-tiny --device cpu --img-h 300 --image-size 512 >/dev/null 2>"$tmp/both.err"; then
+  fail "--image-size with --img-h was accepted"
+fi
+grep -q "give --image-size S or --img-h H --img-w W" "$tmp/both.err" || { cat "$tmp/both.err"; fail "the refusal"; }
+echo "test_vl_bench: passed"

@@ -1,0 +1,193 @@
+/* test_vl_plan.c: the Qwen3-VL vision tower in the static memory plan (plan/build.h lj_vl_build,
+ * model/vision.h lj_vision_plan), planned without a device:
+ *   - the plan of the decoder with the tower grows, against the decoder's alone, by exactly the
+ *     tower's parameter count x its bytes per parameter in the parameter, master-weight, gradient
+ *     and optimizer arenas: 4 + 4 + 8 = 16 on the CPU (f32, the master weights are the
+ *     parameters), 2 + 4 + 2 + 8 = 16 for a bf16 table (CUDA's dtypes);
+ *   - its activation term for a stated image size equals the sum written out here buffer by
+ *     buffer (docs/qwen3-vl-model.md, "Memory"), for qwen3-vl-2b at 448 x 448 and 1024 x 1024;
+ *   - every buffer of the plan has a category (none is "other");
+ *   - train's capacity (lj_vl_capacity), the benchmark's sample shapes (lj_vl_bench_shape_of) and
+ *     the ViT's FLOP count (lj_vision_flops_per_frame) against hand-computed values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "bench/benchmark_vl.h"
+#include "plan/build.h"
+#include "plan/planner.h"
+
+static size_t al(size_t bytes) { return (bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN; }
+
+/* The CPU table with CUDA's dtypes (bf16 parameters, activations and gradients): enough to plan
+ * (the plan reads dtypes and workspace sizes only; nothing runs). */
+static const lj_ops *bf16_table(void) {
+    static lj_ops t;
+    t = *lj_ops_cpu();
+    t.name = "bf16-shaped";
+    t.act_dtype = t.param_dtype = t.grad_dtype = LJ_DTYPE_BF16;
+    return &t;
+}
+
+static lj_model_setup setup_of(const lj_ops *ops, const lj_vl_config *c, int B, int T) {
+    lj_model_setup s = {.ops = ops, .cfg = &c->text};
+    s.model.micro_batch_size = B;
+    s.model.seq_length = T;
+    s.model.training = 1;
+    s.model.fused = 1;
+    return s;
+}
+
+/* The decoder's plan and the decoder-with-tower's plan of the same run. */
+static void two_plans(const lj_ops *ops, const lj_vl_config *c, int B, int T, int max_patches, lj_plan *text,
+                      lj_plan *both, int64_t *nv) {
+    const lj_model_setup s = setup_of(ops, c, B, T);
+    lj_model m;
+    lj_model_build(&m, text, &s, NULL);
+    lj_model_free(&m);
+    lj_vl vl;
+    assert_int_equal(lj_vl_build(&vl, &m, both, &s, c, max_patches, B, NULL), LJ_OK);
+    *nv = vl.vis.layout.total;
+    lj_vl_free(&vl);
+    lj_model_free(&m);
+}
+
+static void test_states_per_parameter(void **state) {
+    (void)state;
+    lj_vl_config c;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-2b", &c), LJ_OK);
+    const lj_ops *tables[2] = {lj_ops_cpu(), bf16_table()};
+    for (int k = 0; k < 2; k++) {
+        const lj_ops *ops = tables[k];
+        lj_plan a, b;
+        int64_t nv;
+        two_plans(ops, &c, 1, 710, 784, &a, &b, &nv);
+        assert_int_equal(nv, 406957056); /* docs/qwen3-vl-model.md: 407 M */
+        const size_t sp = lj_dtype_size(ops->param_dtype), sg = lj_dtype_size(ops->grad_dtype);
+        const size_t master = ops->param_dtype == LJ_DTYPE_F32 ? 0 : 4;
+        const size_t n = (size_t)nv;
+        assert_int_equal(b.arena_bytes[LJ_ARENA_PARAMS] - a.arena_bytes[LJ_ARENA_PARAMS], al(n * sp));
+        assert_int_equal(b.arena_bytes[LJ_ARENA_MASTER] - a.arena_bytes[LJ_ARENA_MASTER], master ? al(n * master) : 0);
+        assert_int_equal(b.arena_bytes[LJ_ARENA_GRADS] - a.arena_bytes[LJ_ARENA_GRADS], al(n * sg));
+        assert_int_equal(b.arena_bytes[LJ_ARENA_OPTIMIZER] - a.arena_bytes[LJ_ARENA_OPTIMIZER], 2 * al(n * 4));
+        /* 16 bytes per parameter either way (n*16 is a multiple of the alignment here) */
+        const size_t states = (b.arena_bytes[LJ_ARENA_PARAMS] + b.arena_bytes[LJ_ARENA_MASTER] +
+                               b.arena_bytes[LJ_ARENA_GRADS] + b.arena_bytes[LJ_ARENA_OPTIMIZER]) -
+                              (a.arena_bytes[LJ_ARENA_PARAMS] + a.arena_bytes[LJ_ARENA_MASTER] +
+                               a.arena_bytes[LJ_ARENA_GRADS] + a.arena_bytes[LJ_ARENA_OPTIMIZER]);
+        assert_int_equal(sp + master + sg + 8, 16);
+        assert_int_equal(states, n * 16);
+        /* the breakdown's share of the tower says the same */
+        lj_mem_breakdown bd;
+        uint8_t rc[LJ_MAX_LAYERS] = {0};
+        lj_mem_breakdown_of(&b, rc, c.text.num_hidden_layers, 0, 0, 0, &bd);
+        assert_int_equal(bd.vision_bytes[LJ_MEM_PARAMETERS] + bd.vision_bytes[LJ_MEM_MASTER] +
+                             bd.vision_bytes[LJ_MEM_GRADIENTS] + bd.vision_bytes[LJ_MEM_OPTIMIZER],
+                         n * 16);
+        assert_int_equal(bd.bytes[LJ_MEM_OTHER], 0);
+        lj_plan_free(&a);
+        lj_plan_free(&b);
+    }
+}
+
+/* The tower's and the joint's activations for Np patches of one image, batch rows N = B*T, by
+ * the buffers of lj_vision_plan and lj_vl_init's plan entry. */
+static size_t expected_activations(const lj_vl_config *c, size_t a, size_t Np, size_t N) {
+    const lj_vision_config *v = &c->vision;
+    const size_t V = v->hidden_size, I = v->intermediate_size, heads = v->num_heads, hd = V / heads;
+    const size_t P = lj_vision_patch_dim(v), m2 = (size_t)v->spatial_merge_size * v->spatial_merge_size;
+    const size_t M = m2 * V, O = v->out_hidden_size, Nt = Np / m2, depth = v->depth;
+    const size_t mergers = 1 + (size_t)v->num_deepstack, thd = c->text.head_dim;
+    size_t x = 0;
+    /* the batch: pixels, cu_seqlens, row ids, 2-D RoPE rows, the position grid's indices and weights */
+    x += al(Np * P * a) + al((Np + 1) * 4) + al(Np * 4) + 2 * al(Np * hd / 2 * 4) + 2 * al(Np * 4 * 4);
+    /* the position embeddings and the residual stream */
+    x += al(Np * V * a) + (depth + 1) * al(Np * V * a);
+    /* per block: ln1, qkv, attention out, mid residual, ln2, fc1, gelu; 4 norm statistics; lse */
+    x += depth * (4 * al(Np * V * a) + al(Np * 3 * V * a) + 2 * al(Np * I * a) + 4 * al(Np * 4) + al(heads * Np * 4));
+    /* per merger: norm, fc1, gelu [Nt, M]; out [Nt, O]; mean, rstd */
+    x += mergers * (3 * al(Nt * M * a) + al(Nt * O * a) + 2 * al(Np * 4));
+    /* the joint: image positions, row ids, MRoPE rows */
+    x += al(Nt * 4) + al(N * 4) + 2 * al(N * thd / 2 * 4);
+    return x;
+}
+
+static void test_activation_term(void **state) {
+    (void)state;
+    lj_vl_config c;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-2b", &c), LJ_OK);
+    const int sizes[2] = {448, 1024};
+    const size_t patches[2] = {784, 4096};
+    for (int k = 0; k < 2; k++) {
+        lj_vl_bench_shape sh;
+        assert_int_equal(lj_vl_bench_shape_of(&c, sizes[k], sizes[k], 512, &sh), LJ_OK);
+        assert_int_equal(sh.patches, patches[k]);
+        assert_int_equal(sh.seq_length, (int)patches[k] / 4 + 2 + 512);
+        for (int t = 0; t < 2; t++) {
+            const lj_ops *ops = t ? bf16_table() : lj_ops_cpu();
+            const lj_model_setup s = setup_of(ops, &c, 1, sh.seq_length);
+            lj_model m;
+            lj_plan plan;
+            lj_vl vl;
+            assert_int_equal(lj_vl_build(&vl, &m, &plan, &s, &c, sh.patches, 1, NULL), LJ_OK);
+            lj_mem_breakdown bd;
+            uint8_t rc[LJ_MAX_LAYERS] = {0};
+            lj_mem_breakdown_of(&plan, rc, c.text.num_hidden_layers, 0, 0, 0, &bd);
+            const size_t want = expected_activations(&c, lj_dtype_size(ops->act_dtype), sh.patches, sh.seq_length);
+            print_message("qwen3-vl-2b %dx%d (%zu patches, %s): tower activations %.1f MiB\n", sizes[k], sizes[k],
+                          patches[k], ops->name, (double)want / (1 << 20));
+            assert_int_equal(bd.vision_bytes[LJ_MEM_ACTIVATIONS], want);
+            assert_int_equal(bd.bytes[LJ_MEM_OTHER], 0);
+            lj_plan_free(&plan);
+            lj_vl_free(&vl);
+            lj_model_free(&m);
+        }
+    }
+}
+
+static void test_capacity_and_shapes(void **state) {
+    (void)state;
+    lj_vl_config c;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-tiny", &c), LJ_OK);
+    int np, ni;
+    lj_vl_capacity(&c, 2, 48, &np, &ni);
+    assert_int_equal(np, 4 * 96);
+    assert_int_equal(ni, 33);
+    lj_vl_bench_shape sh;
+    /* smart_resize: 300 x 500 -> 288 x 512 (round to 32); the minimum area 256^2 lifts 100 x 100 */
+    assert_int_equal(lj_vl_bench_shape_of(&c, 300, 500, 10, &sh), LJ_OK);
+    assert_int_equal(sh.grid.h, 18);
+    assert_int_equal(sh.grid.w, 32);
+    assert_int_equal(sh.image_tokens, 144);
+    assert_int_equal(lj_vl_bench_shape_of(&c, 100, 100, 10, &sh), LJ_OK);
+    assert_true(sh.grid.h * sh.grid.w * 256 >= 65536); /* at least min_pixels */
+    /* refusals: an aspect ratio above 200; a row above max_position_embeddings */
+    assert_int_not_equal(lj_vl_bench_shape_of(&c, 32, 32 * 201, 10, &sh), LJ_OK);
+    assert_int_equal(lj_vl_bench_shape_of(&c, 448, 448, c.text.max_position_embeddings, &sh), LJ_ERR_ARG);
+    assert_non_null(strstr(lj_error_message(), "--text-tokens"));
+}
+
+static void test_vit_flops(void **state) {
+    (void)state;
+    lj_vl_config c;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-2b", &c), LJ_OK);
+    /* V 1024, I 4096, depth 24, P 1536, 3 DeepStack mergers, M 4096, O 2048; 784 patches */
+    const double n = 784, linear = 1536.0 * 1024 + 24 * (4.0 * 1024 * 1024 + 2.0 * 1024 * 4096);
+    const double mergers = 4 * (4096.0 * 4096 + 4096.0 * 2048), attention = 12.0 * 24 * 1024 * n * n;
+    const double want = 6 * linear * n + 6 * mergers * n / 4 + attention;
+    assert_true(fabs(lj_vision_flops_per_frame(&c.vision, 784) - want) <= 1e-9 * want);
+    print_message("qwen3-vl-2b ViT at 448x448: %.4g FLOPs per image\n", want);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_states_per_parameter),
+        cmocka_unit_test(test_activation_term),
+        cmocka_unit_test(test_capacity_and_shapes),
+        cmocka_unit_test(test_vit_flops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
