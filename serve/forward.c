@@ -180,10 +180,14 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
     const int32_t *ids = d, *pos = d + N, *slots = d + 2 * N, *seq = d + 3 * N, *rows = d + 4 * N, *tables = rows + M;
     ops->embedding_forward(sm->x, ids, lj_model_param(m, m->layout.embed), N, s->C);
     for (int l = 0; l < s->L; l++) {
-        ops->rmsnorm_forward(sm->ln, sm->rstd, sm->x, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN1)), N,
-                             s->C, s->eps);
+        /* each norm runs through the recipe, which may cast its output into the next linear's FP8
+         * input in the same pass (fp8-w8a8: one kernel instead of a norm, an amax and a cast) */
+        lj_linear qkv = lj_linear_of(&m->linear, LJ_LINEAR_QKV, l,
+                                     lj_model_param(m, lj_linear_param(&m->layout, LJ_LINEAR_QKV, l)), NULL);
+        qkv.input_cast = lj_linear_norm_forward(&m->linear, &qkv, NULL, sm->ln, sm->rstd, sm->x, NULL,
+                                                lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN1)), N, s->eps);
         void *y = s->qk_norm ? sm->qkv_pre : sm->qkv;
-        linear(m, LJ_LINEAR_QKV, l, y, sm->ln, N);
+        lj_linear_forward(&m->linear, &qkv, y, sm->ln, N);
         if (s->qkv_bias) ops->bias_add(y, lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_BIAS)), N, s->QKV);
         if (s->qk_norm)
             ops->qk_norm_forward(sm->qkv, sm->qk_rstd, sm->qkv_pre,
@@ -193,9 +197,11 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
         kv_write(sm, l, slots, N);
         kv_attend(sm, l, tables, seq, pos, N);
         linear(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
-        ops->residual_rmsnorm_forward(sm->res_mid, sm->ln, sm->rstd, sm->x, sm->proj,
-                                      lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N, s->C, s->eps);
-        linear(m, LJ_LINEAR_GATE_UP, l, sm->gate_up, sm->ln, N);
+        lj_linear gate_up = lj_linear_of(&m->linear, LJ_LINEAR_GATE_UP, l,
+                                         lj_model_param(m, lj_linear_param(&m->layout, LJ_LINEAR_GATE_UP, l)), NULL);
+        gate_up.input_cast = lj_linear_norm_forward(&m->linear, &gate_up, sm->res_mid, sm->ln, sm->rstd, sm->x, sm->proj,
+                                                    lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_LN2)), N, s->eps);
+        lj_linear_forward(&m->linear, &gate_up, sm->gate_up, sm->ln, N);
         const lj_linear down = lj_linear_of(&m->linear, LJ_LINEAR_DOWN, l,
                                             lj_model_param(m, lj_linear_param(&m->layout, LJ_LINEAR_DOWN, l)), NULL);
         lj_linear_forward_swiglu(&m->linear, &down, sm->proj, sm->mlp, sm->gate_up, NULL, N); /* opt.fused: no tmp */
