@@ -218,8 +218,10 @@ def main():
     def step():
         ids, labels = batch()
         with amp:
+            # mm_token_type_ids as the processor returns it (0 text, 1 image): transformers 5 needs it
+            # for the multimodal RoPE's position ids
             out = step_model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixel_values,
-                             image_grid_thw=grid, labels=labels)
+                             image_grid_thw=grid, mm_token_type_ids=(ids == IMAGE_PAD).long(), labels=labels)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
