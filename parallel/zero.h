@@ -70,6 +70,15 @@ typedef struct {
 void lj_zero_partition_init(lj_zero_partition *z, const int64_t *bounds, int num_groups, int world_size,
                             int64_t align, int64_t max_unit_numel, int64_t persistence_threshold);
 
+/* lj_zero_partition_init with units also ending at each of cuts[num_cuts] (flat positions, any
+ * order; those on a group's bounds change nothing): a unit then lies on one side of every cut, so
+ * that a range of the buffer can be gathered as a unit of its own (--fp8-param-gather: a weight
+ * gathered as FP8 codes). The group's gather buffer then holds each unit's padding after its
+ * elements: an element's place in it is its unit's gather_offset + (i - begin). */
+void lj_zero_partition_init_cut(lj_zero_partition *z, const int64_t *bounds, int num_groups, const int64_t *cuts,
+                                int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                int64_t persistence_threshold);
+
 /* One group, the whole buffer of `numel` elements (ZeRO-1/2's flat partition). */
 void lj_zero_partition_flat(lj_zero_partition *z, int64_t numel, int world_size, int64_t align);
 
@@ -77,6 +86,11 @@ void lj_zero_partition_flat(lj_zero_partition *z, int64_t numel, int world_size,
  * and lm_head.weight (absent when tied), with the layer codes above. */
 void lj_zero_partition_layers(lj_zero_partition *z, const lj_param_layout *layout, int world_size, int64_t align,
                               int64_t max_unit_numel, int64_t persistence_threshold);
+
+/* lj_zero_partition_layers with units cut at cuts[num_cuts] (lj_zero_partition_init_cut). */
+void lj_zero_partition_layers_cut(lj_zero_partition *z, const lj_param_layout *layout, const int64_t *cuts,
+                                  int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                  int64_t persistence_threshold);
 
 void lj_zero_partition_free(lj_zero_partition *z);
 
