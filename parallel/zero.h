@@ -17,7 +17,8 @@
  * shard(u) elements; receive: W * shard(u)) yields the unit's elements followed by its padding,
  * so the gathered units of a group, laid end to end at gather_offset(u), are exactly the
  * group's parameters in layout order followed by the padding of its last unit: a group's
- * gather buffer holds gather_numel elements. Reduce-scatter is the same in reverse. This is the
+ * gather buffer holds gather_numel elements (units cut at given points, lj_zero_partition_init_cut,
+ * each carry their own padding instead). Reduce-scatter is the same in reverse. This is the
  * padded layout of dist.h; DeepSpeed pads each partitioned tensor the same way (ZeRO-3) and the
  * flat fp32 group to a multiple of the world size (ZeRO-1/2).
  * All counts are elements; align is in elements too (LJ_ZERO_ALIGN: 64, i.e. 128 bytes of bf16).
