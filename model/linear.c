@@ -801,8 +801,12 @@ void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
              * scale as it is, W's amax raised into the history's newest row */
             const lj_fp8_scaling sc = {f->scale + 2 * s + 1, scale_inv_of(f, 2 * s + 1),
                                        current ? f->wamax + s : f->amax_history + 2 * s + 1, current};
-            if (f->sharded) /* the slice as rows of 64: its codes dense, as the gather lays them */
-                ops->fp8_quantize(f->wdst[s], NULL, f->wsrc[s], (int)(f->wsrc_numel[s] / 64), 64, fmt, &sc);
+            if (f->sharded) /* the slice as rows of 64, its codes dense as the gather lays them, in
+                               chunks of at most 2^20 rows (a CUDA grid's rows of tiles) */
+                for (int64_t r = 0, rows = f->wsrc_numel[s] / 64; r < rows; r += 1 << 20)
+                    ops->fp8_quantize((uint8_t *)f->wdst[s] + 64 * r, NULL,
+                                      (const char *)f->wsrc[s] + 64 * r * (int64_t)lj_dtype_size(ops->param_dtype),
+                                      (int)(rows - r < (1 << 20) ? rows - r : 1 << 20), 64, fmt, &sc);
             else
                 ops->fp8_quantize(f->wkept[s], f->wkept_t[s], f->wsrc[s], c->out_features[k], c->in_features[k], fmt,
                                   &sc);
@@ -815,21 +819,6 @@ void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
     (void)lj_linear_fp8_state_numel(f, &nh, &ns);
     ops->copy(f->wkept_sinv, f->scale_inv, (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * sizeof(float));
     f->stale = 0;
-}
-
-int64_t lj_linear_kept_fp8_bytes(const lj_linear_recipe_ctx *c, int64_t *codes) {
-    const lj_linear_fp8_state *f = &c->fp8;
-    int64_t kept = 0, n = 0;
-    for (int l = 0; f->kept && l < c->num_layers; l++) {
-        for (int k = 0; k < 4; k++) {
-            if (f->slot[l][k] < 0) continue;
-            const int in = c->in_features[k], out = c->out_features[k];
-            n += (int64_t)out * in;
-            if (!f->sharded) kept += (int64_t)out * lj_fp8_ld(in) + (int64_t)in * lj_fp8_ld(out);
-        }
-    }
-    if (codes) *codes = n;
-    return kept;
 }
 
 /* ---- choosing a recipe ----------------------------------------------------------------- */

@@ -400,10 +400,6 @@ static inline void lj_linear_weights_changed(lj_linear_recipe_ctx *c) { c->fp8.s
 static inline void lj_linear_sync_weights(lj_linear_recipe_ctx *c) {
     if (c->fp8.stale) lj_linear_cast_weights(c);
 }
-/* Bytes of the kept copies a replicated plan holds (codes and transposes), and the bytes of the
- * codes of all FP8 linears (what a gather moves instead of the param dtype's). 0 without kept. */
-int64_t lj_linear_kept_fp8_bytes(const lj_linear_recipe_ctx *c, int64_t *codes);
-
 /* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
  * ("layers.3.down dy"): returns 1 then, 0 when all are finite or no FP8 recipe runs. */
 int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len);
