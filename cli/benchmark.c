@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench/benchmark.h"
+#include "cli/megatron.h"
 #include "cli/cli.h"
 #include "parallel/dist.h"
 
@@ -298,6 +299,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     snprintf(summary, sizeof summary, "benchmark %s on %s, seq %d, micro-batch %s, iters %d", cfg.model.name,
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
     if (lj_dp_init(dp, cfg.ops, zero_stage, summary) != LJ_OK) return lj_cli_error("benchmark");
+    if (lj_cli_megatron_fp8_param_gather(fp8.param_gather, cfg.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &cfg.fp8 : NULL,
+                                         &cfg.model, requested_stage, dp->world, cfg.ops->name, dp->rank == 0) != LJ_OK)
+        return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
     dp->offload_optimizer = offload;
     if (lj_dp_offload_check(dp, requested_stage, "--offload-optimizer cpu") != LJ_OK) return lj_cli_error("benchmark");

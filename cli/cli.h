@@ -151,23 +151,26 @@ lj_status lj_cli_torchrun_check(const char *nnodes, int node_rank, int master_po
 
 /* The FP8 flags as given (cli/fp8.c), Megatron-LM's names: --fp8-format, --fp8-recipe,
  * --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,
- * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16. */
+ * --num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, --fp8-param-gather (checked
+ * against the run by lj_cli_megatron_fp8_param_gather, cli/megatron.h). */
 typedef struct {
     const char *format, *recipe, *algo; /* NULL: not given */
     int history_len, margin, layers_start, layers_end; /* the values, where given */
     int history_len_given, margin_given, layers_start_given, layers_end_given; /* 1: the flag was given */
     int first_last_bf16;
+    int param_gather;
 } lj_cli_fp8;
 
 void lj_cli_fp8_init(lj_cli_fp8 *f);
 /* Writes the FP8 rows of a command's flag table (a section heading and one row per flag, pointing
  * into `f`) to rows[0..max) and returns how many: at most LJ_CLI_FP8_ROWS. */
-#define LJ_CLI_FP8_ROWS 9
+#define LJ_CLI_FP8_ROWS 10
 int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max);
 /* The FP8 lines of --help: the rows' help. */
 void lj_cli_fp8_usage(FILE *out);
 /* The recipe of the flags for a run of `cfg` on `ops`: the default recipe without --fp8-format,
- * else LJ_LINEAR_RECIPE_FP8 with its options. Checked before anything is planned: values,
+ * else LJ_LINEAR_RECIPE_FP8 with its options (--fp8-param-gather copied into them; its rules are
+ * lj_cli_megatron_fp8_param_gather's). Checked before anything is planned: values,
  * combinations, and the backend (a GPU without FP8 tensor cores or a toolkit without FP8 GEMMs is
  * LJ_ERR_UNSUPPORTED naming what is missing; the CPU runs the emulation and says so; a GPU-less
  * description is planned as is). Errors: LJ_ERR_ARG, LJ_ERR_UNSUPPORTED (blockwise on a GPU

@@ -19,6 +19,7 @@ int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max) {
         {.name = "--first-last-layers-bf16", .kind = LJ_FLAG_SWITCH, .dest = &f->first_last_bf16, .ival = 1, .help = "keep the first and last layers' linears in bf16"},
         {.name = "--num-layers-at-start-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_start, .given = &f->layers_start_given, .help = "N  how many first layers (default 1)"},
         {.name = "--num-layers-at-end-in-bf16", .kind = LJ_FLAG_INT, .dest = &f->layers_end, .given = &f->layers_end_given, .help = "N  how many last layers (default 1)"},
+        {.name = "--fp8-param-gather", .kind = LJ_FLAG_SWITCH, .dest = &f->param_gather, .ival = 1, .help = "keep the FP8 linears' weights as FP8, cast once per optimizer step, and under ZeRO-3 all-gather them as FP8 (Megatron-LM's FP8 parameters; delayed and tensorwise; needs a sharded optimizer: --use-distributed-optimizer or --zero-stage 1|2|3)"},
     };
     const int n = (int)(sizeof own / sizeof own[0]);
     LJ_ASSERT(n <= max, "%d rows for %d places", n, max);
@@ -69,6 +70,7 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
         else return lj_fail(LJ_ERR_ARG, "--fp8-amax-compute-algo: '%s' is not one of max, most_recent", f->algo);
     }
     if (f->margin_given) o->margin = f->margin;
+    o->param_gather = f->param_gather;
     if (o->recipe != LJ_FP8_RECIPE_DELAYED && (f->history_len_given || f->algo || f->margin_given))
         return lj_fail(LJ_ERR_ARG, "--fp8-amax-history-len, --fp8-amax-compute-algo and --fp8-margin belong to "
                                    "--fp8-recipe delayed (tensorwise and blockwise scale each tensor or tile by "

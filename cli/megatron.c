@@ -150,7 +150,6 @@ int lj_cli_megatron_rows(lj_cli_megatron *m, lj_flag *rows, int max) {
         {.name = "--bf16", .kind = LJ_FLAG_SWITCH, .dest = &m->bf16, .ival = 1, .help = "the GPU recipe (bf16 weights and activations, fp32 master weights); the CPU computes in fp32"},
         {.name = "--grad-reduce-in-bf16", .kind = LJ_FLAG_SWITCH, .dest = &m->grad_reduce_in_bf16, .ival = 1, .help = "bf16 gradients (the CUDA default, --grad-dtype bf16)"},
         {.name = "--accumulate-allreduce-grads-in-fp32", .kind = LJ_FLAG_SWITCH, .dest = &m->accumulate_allreduce_grads_in_fp32, .ival = 1, .help = "fp32 gradients (--grad-dtype fp32)"},
-        {.name = "--fp8-param-gather", .kind = LJ_FLAG_SWITCH, .dest = &m->fp8_param_gather, .ival = 1, .help = "taken with --fp8-format and a sharded optimizer (Megatron-LM's rules); ljperf keeps no FP8 copy of the weights and gathers parameters in their own dtype (said at start-up)"},
         {.kind = LJ_FLAG_SECTION, .help = "parallelism and launch:"},
         {.name = "--tensor-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->tensor_parallel, .help = "1  (more is refused: ljperf has data parallelism with ZeRO)", .min = 1},
         {.name = "--pipeline-model-parallel-size", .kind = LJ_FLAG_INT, .dest = &m->pipeline_parallel, .help = "1", .min = 1},
@@ -630,9 +629,10 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
     return LJ_OK;
 }
 
-lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, int zero_stage, int world,
-                                           const char *backend, int print) {
-    if (!m->fp8_param_gather) return LJ_OK;
+lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8_options *fp8,
+                                           const lj_model_config *cfg, int zero_stage, int world, const char *backend,
+                                           int print) {
+    if (!param_gather) return LJ_OK;
     /* megatron/core/transformer/transformer_config.py and megatron/training/arguments.py */
     if (!fp8)
         return lj_fail(LJ_ERR_ARG, "--fp8-param-gather needs FP8 training: add --fp8-format hybrid|e4m3 "
@@ -641,21 +641,37 @@ lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, in
         return lj_fail(LJ_ERR_ARG, "--fp8-param-gather needs a sharded optimizer: add --use-distributed-optimizer, "
                                    "--use-megatron-fsdp or --zero-stage 1|2|3 (Megatron-LM: only supported with "
                                    "distributed optimizer, torch fsdp2, megatron fsdp, or inference mode)");
+    if (fp8->recipe == LJ_FP8_RECIPE_BLOCKWISE)
+        return lj_fail(LJ_ERR_ARG, "--fp8-param-gather with --fp8-recipe blockwise: ljperf keeps FP8 weights for the "
+                                   "per-tensor recipes only (a weight's 128x128 blocks would have to fall whole into "
+                                   "each rank's shard); use --fp8-recipe delayed or tensorwise, or leave the flag out");
+    const int sharded = zero_stage == 3 && world > 1;
+    const int Q = cfg->num_attention_heads * cfg->head_dim;
+    if (sharded && (cfg->hidden_size % 16 || Q % 16 || cfg->intermediate_size % 16))
+        return lj_fail(LJ_ERR_ARG, "--fp8-param-gather under ZeRO-3: the model's hidden size %d, attention width "
+                                   "%d (heads x head_dim) and intermediate size %d must be multiples of 16 (the "
+                                   "gathered FP8 weights are the FP8 GEMM's rows as they are); use --zero-stage 1 "
+                                   "or 2, or leave the flag out",
+                       cfg->hidden_size, Q, cfg->intermediate_size);
     if (!print) return LJ_OK;
     const int cuda = !strcmp(backend, "cuda");
     const char *dtype = cuda ? "bf16" : "f32";
-    char gather[160];
-    if (world <= 1) snprintf(gather, sizeof gather, "on one rank no parameters are gathered");
-    else if (zero_stage == 3) snprintf(gather, sizeof gather, "ZeRO-3 all-gathers each layer's parameters in %s, not FP8", dtype);
+    char how[320];
+    if (sharded)
+        snprintf(how, sizeof how, "ZeRO-3: each rank casts its shard of them and every layer's all-gather moves them "
+                                  "as FP8 codes (1 byte per element instead of %d); the backward transposes the "
+                                  "gathered codes", cuda ? 2 : 4);
+    else if (world > 1)
+        snprintf(how, sizeof how, "ZeRO stage %d: the updated %s parameters are all-gathered as before, then every "
+                                  "rank casts them (their FP8 copy and its transpose beside the %s weights)",
+                 zero_stage, dtype, dtype);
     else
-        snprintf(gather, sizeof gather, "ZeRO stage %d all-gathers the updated parameters after each step in %s, not FP8",
-                 zero_stage, dtype);
-    lj_log_info("--fp8-param-gather: accepted; ljperf keeps no FP8 copy of the weights: the %s parameters (%s) are "
-                "the only copy, and each FP8 linear casts its weight to FP8 where it is used, into scratch shared by "
-                "all linears (in every micro-batch's forward, and transposed in its backward), as Megatron-LM does "
-                "without the flag; %s",
-                dtype, cuda ? "beside their f32 master weights" : "the master weights themselves on this backend",
-                gather);
+        snprintf(how, sizeof how, "one rank: their FP8 copy and its transpose beside the %s weights, which the "
+                                  "cast reads", dtype);
+    lj_log_info("--fp8-param-gather: the FP8 linears keep their weights as FP8 (E4M3, %s scaling), cast once per "
+                "optimizer step right after AdamW and read by every micro-batch's forward and backward; the master "
+                "weights stay f32%s; %s",
+                lj_fp8_recipe_name(fp8->recipe), cuda ? "" : " (the parameters themselves on this backend)", how);
     return LJ_OK;
 }
 
@@ -674,7 +690,7 @@ void lj_cli_megatron_usage(FILE *f) {
                "--save-interval, --exit-interval, --log-interval, --eval-interval, --eval-iters,\n"
                "--tensorboard-*, --wandb-*, --fp8-format, --fp8-recipe, --fp8-amax-history-len,\n"
                "--fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,\n"
-               "--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16; --arg=value works as with\n"
-               "argparse, prefixes do not.\n");
+               "--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, --fp8-param-gather; --arg=value\n"
+               "works as with argparse, prefixes do not.\n");
     lj_flags_print_help(f, rows, n);
 }

@@ -62,8 +62,6 @@ typedef struct {
     int profile_step_start, profile_step_end, profile_step_start_given, profile_step_end_given;
     lj_flag_list profile_ranks;
     const char *memory_snapshot_path;
-    /* FP8 */
-    int fp8_param_gather;
 } lj_cli_megatron;
 
 /* Every value absent. */
@@ -121,12 +119,16 @@ lj_status lj_cli_megatron_check(const lj_cli_megatron *m, const char *backend, i
  * naming the flag and the value. */
 lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_config *c);
 
-/* --fp8-param-gather against the run: Megatron-LM's rules (it needs FP8, `fp8`, and a sharded
- * optimizer: ZeRO stage >= 1, `zero_stage`); with `print`, says what ljperf does instead over
- * `world` ranks (its FP8 recipes keep no FP8 copy of the weights; ZeRO gathers the parameters in
- * their own dtype). Errors: LJ_ERR_ARG naming the flag. */
-lj_status lj_cli_megatron_fp8_param_gather(const lj_cli_megatron *m, int fp8, int zero_stage, int world,
-                                           const char *backend, int print);
+/* --fp8-param-gather (`param_gather`, a row of cli/fp8.c's, shared by train, benchmark and plan)
+ * against the run: Megatron-LM's rules (it needs FP8, `fp8` the resolved options or NULL without
+ * --fp8-format, and a sharded optimizer: ZeRO stage >= 1, `zero_stage`; megatron/training/
+ * arguments.py), and ljperf's: a per-tensor recipe (delayed or tensorwise; blockwise is refused),
+ * and under ZeRO-3 over `world` > 1 ranks the linears' input widths of `cfg` multiples of 16 (the
+ * gathered codes are the FP8 GEMM's rows). With `print`, says what the run keeps and gathers
+ * (model/linear.h, parallel/zero3.h). Errors: LJ_ERR_ARG naming the flag. */
+lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8_options *fp8,
+                                           const lj_model_config *cfg, int zero_stage, int world, const char *backend,
+                                           int print);
 
 /* The compatibility table of `ljperf train --help`. */
 /* Document masking of a run of model `cfg` (--reset-position-ids, --reset-attention-mask,

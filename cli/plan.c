@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/megatron.h"
 #include "plan/planner.h"
 #include "parallel/parallel.h"
 #include "train/ops_config.h"
@@ -422,6 +423,9 @@ int lj_cli_plan(int argc, char **argv) {
     lj_planner_target t;
     if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");
+    if (lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, t.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &t.fp8 : NULL,
+                                         &cfg, a.zero, a.world, t.ops->name, 1) != LJ_OK)
+        return lj_cli_error("plan");
     const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);
     if (a.seq < 0) {
         lj_fail(LJ_ERR_ARG, "--seq-length %d must be positive", a.seq);

@@ -590,7 +590,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         LJ_TRY(lj_cli_grad_dtype(what, c->deepspeed.grad_accum_dtype, &c->ops));
     }
     LJ_TRY(lj_cli_fp8_resolve(&a.fp8, c->ops, &c->model, &c->linear_recipe, &c->fp8));
-    LJ_TRY(lj_cli_megatron_fp8_param_gather(mg, c->linear_recipe == LJ_LINEAR_RECIPE_FP8, c->zero.zero_stage,
+    LJ_TRY(lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, c->linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &c->fp8 : NULL,
+                                            &c->model, c->zero.zero_stage,
                                             lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
                                             c->ops->name, rank0));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));

@@ -161,8 +161,34 @@ static size_t fp8_workspace_bytes(const lj_linear_recipe_ctx *c, int N) {
     return ws;
 }
 
-/* The recipe state, the casts' scratch (shared by every linear, the weight's too) and the FP8
- * GEMM's workspace; `blockwise`: the scale tensors beside the codes (base/fp8.h layouts). */
+static const char *const kind_names[4] = {"qkv", "o", "gate_up", "down"};
+
+/* --fp8-param-gather (linear.h): the dequantization factors and amaxes of the kept weights, and
+ * replicated their codes and transposes, one pair per FP8 linear. */
+static void plan_kept_weights(lj_linear_recipe_ctx *c, lj_buffer_walker *w) {
+    lj_linear_fp8_state *f = &c->fp8;
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    f->wkept_sinv = w->take(w, LJ_ARENA_PARAMS, "fp8.w_sinv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
+    f->wamax = w->take(w, LJ_ARENA_PARAMS, "fp8.w_amax", (size_t)f->num_linears * 4);
+    char name[48];
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            const int s = f->slot[l][k];
+            if (s < 0) continue;
+            const int in = c->in_features[k], out = c->out_features[k];
+            f->wkept[s] = f->wkept_t[s] = NULL;
+            if (f->sharded) continue;
+            snprintf(name, sizeof name, "fp8.layers.%d.%s.w", l, kind_names[k]);
+            f->wkept[s] = w->take(w, LJ_ARENA_PARAMS, name, (size_t)out * lj_fp8_ld(in));
+            snprintf(name, sizeof name, "fp8.layers.%d.%s.w_t", l, kind_names[k]);
+            f->wkept_t[s] = w->take(w, LJ_ARENA_PARAMS, name, (size_t)in * lj_fp8_ld(out));
+        }
+    }
+}
+
+/* The recipe state, the casts' scratch (shared by every linear, the weight's too, unless kept) and
+ * the FP8 GEMM's workspace; `blockwise`: the scale tensors beside the codes (base/fp8.h layouts). */
 static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w, int blockwise) {
     lj_linear_fp8_state *f = &c->fp8;
     const size_t ws = fp8_workspace_bytes(c, N);
@@ -171,8 +197,10 @@ static void fp8_plan_buffers(lj_linear_recipe_ctx *c, int N, lj_buffer_walker *w
     f->amax_history = w->take(w, LJ_ARENA_PARAMS, "fp8.amax_history", (size_t)nh * 4);
     f->scale = w->take(w, LJ_ARENA_PARAMS, "fp8.scale", (size_t)ns * 4);
     f->scale_inv = w->take(w, LJ_ARENA_PARAMS, "fp8.scale_inv", (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * 4);
-    f->wq = w->take(w, LJ_ARENA_SCRATCH, "fp8.w", (size_t)f->max_w);
-    f->wq_t = w->take(w, LJ_ARENA_SCRATCH, "fp8.w_t", (size_t)f->max_w);
+    if (f->kept) plan_kept_weights(c, w);
+    /* the weight's casts: none when its codes are kept; the transpose of gathered codes (sharded) */
+    f->wq = f->kept ? NULL : w->take(w, LJ_ARENA_SCRATCH, "fp8.w", (size_t)f->max_w);
+    f->wq_t = f->kept && !f->sharded ? NULL : w->take(w, LJ_ARENA_SCRATCH, "fp8.w_t", (size_t)f->max_w);
     f->xq = w->take(w, LJ_ARENA_SCRATCH, "fp8.x", (size_t)N * lj_fp8_ld(f->max_in));
     f->xq_t = w->take(w, LJ_ARENA_SCRATCH, "fp8.x_t", (size_t)f->max_in * lj_fp8_ld(N));
     f->dyq = w->take(w, LJ_ARENA_SCRATCH, "fp8.dy", (size_t)N * lj_fp8_ld(f->max_out));
@@ -294,6 +322,12 @@ int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len
     const int F = f->num_linears;
     float *amax = lj_malloc((size_t)3 * F * sizeof(float));
     c->ops->download(amax, f->amax_history, (size_t)3 * F * sizeof(float));
+    if (f->kept) { /* the weights' amaxes of their last cast */
+        float *wa = lj_malloc((size_t)F * sizeof(float));
+        c->ops->download(wa, f->wamax, (size_t)F * sizeof(float));
+        for (int s = 0; s < F; s++) amax[2 * s + 1] = wa[s];
+        free(wa);
+    }
     static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
     int bad = 0;
     for (int l = 0; l < c->num_layers && !bad; l++) {
@@ -357,6 +391,39 @@ static void cast_input(const lj_linear_recipe_ctx *c, int s, void *x, const void
     }
 }
 
+/* The weight's side of the forward GEMM of FP8 linear l: its codes [out, ld(in)] and their
+ * dequantization factor (*sinv): cast now into the scratch wq (recording W's amax), or under
+ * --fp8-param-gather the kept codes (replicated) or those the residency gathered (l->w). */
+static const void *forward_weight(const lj_linear_recipe_ctx *c, const lj_linear *l, lj_fp8_format fmt, int current,
+                                  const float **sinv) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = l->slot;
+    if (!f->kept) {
+        quantize(c, 2 * s + 1, f->wq, NULL, l->w, l->out_features, l->in_features, fmt, 1, current);
+        *sinv = scale_inv_of(f, 2 * s + 1);
+        return f->wq;
+    }
+    *sinv = f->wkept_sinv + LJ_FP8_SCALE_INV_STRIDE * (2 * s + 1);
+    return f->sharded ? l->w : f->wkept[s];
+}
+
+/* The weight's side of the data gradient's GEMM: the transpose [in, ld(out)] with the forward's
+ * scale: cast again into wq_t, or kept, or the gathered codes transposed into wq_t. */
+static const void *backward_weight(const lj_linear_recipe_ctx *c, const lj_linear *l, lj_fp8_format fmt, int current,
+                                   const float **sinv) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    const int s = l->slot;
+    if (!f->kept) {
+        quantize(c, 2 * s + 1, NULL, f->wq_t, l->w, l->out_features, l->in_features, fmt, 0, current);
+        *sinv = scale_inv_of(f, 2 * s + 1);
+        return f->wq_t;
+    }
+    *sinv = f->wkept_sinv + LJ_FP8_SCALE_INV_STRIDE * (2 * s + 1);
+    if (!f->sharded) return f->wkept_t[s];
+    c->ops->fp8_transpose(f->wq_t, l->w, l->out_features, l->in_features);
+    return f->wq_t;
+}
+
 /* With gate_up, x is the SwiGLU's output h, written here with its cast (cast_input); otherwise x
  * is only read, or with l->input_cast not even that (its norm cast it, tensor_norm_forward). */
 static void tensor_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, void *x, const void *gate_up,
@@ -364,10 +431,11 @@ static void tensor_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, vo
     const lj_linear_fp8_state *f = &c->fp8;
     const int s = l->slot, in = l->in_features, outf = l->out_features;
     const lj_fp8_format fwd = lj_linear_fp8_fwd_format(&c->fp8_opt);
-    quantize(c, 2 * s + 1, f->wq, NULL, l->w, outf, in, fwd, 1, current);
+    const float *w_sinv;
+    const void *wq = forward_weight(c, l, fwd, current, &w_sinv);
     if (!l->input_cast) cast_input(c, s, x, gate_up, N, in, fwd, current);
-    c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), f->wq, fwd,
-                       scale_inv_of(f, 2 * s + 1), N, outf, in, LJ_GRAD_OVERWRITE, f->workspace);
+    c->ops->fp8_matmul(out, c->ops->act_dtype, f->xq, fwd, scale_inv_of(f, 2 * s), wq, fwd, w_sinv, N, outf, in,
+                       LJ_GRAD_OVERWRITE, f->workspace);
 }
 
 static void tensor_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *dx, const void *dout,
@@ -379,9 +447,10 @@ static void tensor_backward(const lj_linear_recipe_ctx *c, const lj_linear *l, v
     const int F = f->num_linears, tdy = 2 * F + s;
     quantize(c, tdy, dx ? f->dyq : NULL, f->dyq_t, dout, N, outf, bwd, 1, current);
     if (dx) {
-        quantize(c, 2 * s + 1, NULL, f->wq_t, l->w, outf, in, fwd, 0, current);
-        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), f->wq_t, fwd,
-                        scale_inv_of(f, 2 * s + 1), N, in, outf, LJ_GRAD_OVERWRITE, f->workspace);
+        const float *w_sinv;
+        const void *wq_t = backward_weight(c, l, fwd, current, &w_sinv);
+        ops->fp8_matmul(dx, ops->act_dtype, f->dyq, bwd, scale_inv_of(f, tdy), wq_t, fwd, w_sinv, N, in, outf,
+                        LJ_GRAD_OVERWRITE, f->workspace);
     }
     const void *xq_t = f->saved_t[s];
     if (!xq_t) {
@@ -695,6 +764,63 @@ int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c) {
     return b;
 }
 
+/* ---- --fp8-param-gather: the kept FP8 weights (linear.h) ---------------------------------- */
+
+void lj_linear_shard_weights(lj_linear_recipe_ctx *c) {
+    LJ_ASSERT(c->fp8.kept, "lj_linear_shard_weights: no kept FP8 weights (--fp8-param-gather)");
+    c->fp8.sharded = 1;
+}
+
+void lj_linear_bind_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *src, int64_t n, void *dst) {
+    lj_linear_fp8_state *f = &c->fp8;
+    LJ_ASSERT(f->kept && (unsigned)k < 4 && f->slot[layer][k] >= 0, "lj_linear_bind_weight: layer %d kind %d", layer,
+              (int)k);
+    LJ_ASSERT(f->sharded ? dst && n % 64 == 0 : !dst && n == (int64_t)c->out_features[k] * c->in_features[k],
+              "lj_linear_bind_weight: %lld elements for layers.%d.%s", (long long)n, layer, kind_names[k]);
+    const int s = f->slot[layer][k];
+    f->wsrc[s] = src;
+    f->wsrc_numel[s] = n;
+    f->wdst[s] = dst;
+}
+
+void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
+    lj_linear_fp8_state *f = &c->fp8;
+    if (!f->kept) return;
+    const lj_ops *ops = c->ops;
+    const int F = f->num_linears, current = c->recipe == &recipe_tensorwise;
+    const lj_fp8_format fmt = lj_linear_fp8_fwd_format(&c->fp8_opt);
+    /* W's amax over the whole tensor: every rank's slice when sharded, so that each rank casts
+     * with the same scale (tensorwise) and the overflow report sees the whole weight */
+    for (int s = 0; s < F; s++) ops->fp8_amax(f->wamax + s, f->wsrc[s], f->wsrc_numel[s]);
+    if (f->sharded && c->amax_reduce) c->amax_reduce(c, f->wamax, F);
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            const int s = f->slot[l][k];
+            if (s < 0) continue;
+            /* tensorwise: the scale from wamax (written with scale_inv by the cast); delayed: the
+             * scale as it is, W's amax raised into the history's newest row */
+            const lj_fp8_scaling sc = {f->scale + 2 * s + 1, scale_inv_of(f, 2 * s + 1),
+                                       current ? f->wamax + s : f->amax_history + 2 * s + 1, current};
+            if (f->sharded) /* the slice as rows of 64, its codes dense as the gather lays them, in
+                               chunks of at most 2^20 rows (a CUDA grid's rows of tiles) */
+                for (int64_t r = 0, rows = f->wsrc_numel[s] / 64; r < rows; r += 1 << 20)
+                    ops->fp8_quantize((uint8_t *)f->wdst[s] + 64 * r, NULL,
+                                      (const char *)f->wsrc[s] + 64 * r * (int64_t)lj_dtype_size(ops->param_dtype),
+                                      (int)(rows - r < (1 << 20) ? rows - r : 1 << 20), 64, fmt, &sc);
+            else
+                ops->fp8_quantize(f->wkept[s], f->wkept_t[s], f->wsrc[s], c->out_features[k], c->in_features[k], fmt,
+                                  &sc);
+        }
+    }
+    /* delayed, sharded: each rank raised the newest row by its slices' amaxes; their max is the
+     * weights' (the row's other entries are already every rank's, reduced at the last pass end) */
+    if (!current && f->sharded && c->amax_reduce) c->amax_reduce(c, f->amax_history, 3 * F);
+    int64_t nh, ns;
+    (void)lj_linear_fp8_state_numel(f, &nh, &ns);
+    ops->copy(f->wkept_sinv, f->scale_inv, (size_t)ns * LJ_FP8_SCALE_INV_STRIDE * sizeof(float));
+    f->stale = 0;
+}
+
 /* ---- choosing a recipe ----------------------------------------------------------------- */
 
 /* By name; the FP8 recipes in lj_fp8_recipe order, then serving's. */
@@ -752,4 +878,8 @@ void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_c
     f->active = f->num_linears > 0;
     f->history_len = c->recipe == &recipe_delayed && fp8->amax_history_len > 1 ? fp8->amax_history_len : 1;
     if (!f->active) c->recipe = &recipe_bf16; /* every layer kept in bf16 */
+    /* --fp8-param-gather: the per-tensor training recipes keep their weights (blockwise is refused
+     * by the command line, cli/megatron.c) */
+    f->kept = f->active && fp8->param_gather && (c->recipe == &recipe_delayed || c->recipe == &recipe_tensorwise);
+    f->stale = f->kept;
 }

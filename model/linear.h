@@ -48,6 +48,29 @@
  * transpose would cost 2 bytes per parameter, as much as the bf16 weights (15 GiB for an 8B
  * model, which the recompute planner then pays for in recomputation), where casting them twice
  * per micro-batch moves about 6 bytes per parameter.
+ * With --fp8-param-gather (lj_linear_fp8_options.param_gather; delayed and tensorwise; Megatron-LM's
+ * FP8 parameters, TransformerEngine's fp8_model_init) the weights are kept as FP8 instead: every
+ * FP8 linear's codes are written once per optimizer step, right after AdamW (and after weights or
+ * recipe state were loaded: lj_linear_sync_weights), by lj_linear_cast_weights, and every
+ * micro-batch's forward and backward reads them; the master weights stay f32 in the optimizer.
+ * The scale of W is the one in the recipe state at the cast (delayed: the history's, updated at
+ * each pass_begin; tensorwise: from W's amax then), its dequantization factor is kept beside the
+ * codes (wkept_sinv), W's amax is recorded at the cast (delayed: into the history's newest row).
+ *   replicated (one rank, ZeRO-1/2): the codes [out, ld(in)] and their transpose [in, ld(out)] of
+ *            every FP8 linear, 2 bytes per parameter of the FP8 linears beside the param-dtype
+ *            weights the cast reads, and no weight scratch;
+ *   sharded (ZeRO-3, lj_linear_shard_weights): each rank casts only its slice of each weight (the
+ *            residency's unit, lj_linear_bind_weight) into the residency's FP8 shard, with the scale
+ *            every rank holds (delayed: the reduced history; tensorwise: the amax all-reduced, max,
+ *            over the ranks through amax_reduce), the residency all-gathers the codes (1 byte per
+ *            element instead of the param dtype's) and gives them as the linear's weight (l->w:
+ *            codes [out, in], in a multiple of 16); the backward transposes them into the scratch
+ *            wq_t (fp8_transpose).
+ * Under delayed scaling with gradient accumulation the micro-batches after the first read the
+ * codes cast at the step's start, where casting at each use would take the scale the first
+ * micro-batch's amax gave; with one micro-batch per step and an amax history of 1 both take the
+ * previous step's amax, the same codes (docs/megatron.md, "FP8 parameters"). Tensorwise scaling
+ * gives the same codes either way.
  * The blockwise recipe (docs/reference.md, "FP8 recipes"; DeepSeek-V3 section 3.3.1) has the same
  * three GEMMs and buffers, each operand scaled along that GEMM's K: x and dy by 1x128 tiles, W by
  * 128x128 blocks, every scale from its own tile's amax (no history, nothing carried between
@@ -117,6 +140,8 @@ typedef struct {
     int margin;              /* --fp8-margin (0): delayed scales are divided by 2^margin */
     int bf16_layers_start;   /* --first-last-layers-bf16 with --num-layers-at-start-in-bf16 (1): */
     int bf16_layers_end;     /* ... and --num-layers-at-end-in-bf16 (1): layers kept in bf16 */
+    int param_gather;        /* --fp8-param-gather (0): the FP8 weights kept as FP8, cast once per
+                                optimizer step (above); delayed and tensorwise */
 } lj_linear_fp8_options;
 
 /* Megatron-LM's defaults above (format hybrid, delayed, history 1, most_recent, margin 0, no
@@ -165,6 +190,18 @@ typedef struct {
     void *wkept[LJ_LINEAR_FP8_MAX]; /* [out, ld(in)] E4M3: FP8 linear s's weight, cast once
                                    (lj_linear_keep_weight); its scale_inv is tensor 2s+1's */
     int scratch_rows;           /* rows the bound scratch (xq, workspace) holds (lj_linear_bind_scratch) */
+    /* --fp8-param-gather (delayed, tensorwise; above): wkept[s] is then FP8 linear s's codes too */
+    int kept;                   /* the FP8 linears' weights are kept as FP8, cast by lj_linear_cast_weights */
+    int sharded;                /* each rank casts its slice into the residency's FP8 shard, which gathers
+                                   the codes as the linears' weights (ZeRO-3; lj_linear_shard_weights) */
+    int stale;                  /* host: the kept codes are not those of the weights and recipe state now */
+    void *wkept_t[LJ_LINEAR_FP8_MAX]; /* replicated: [in, ld(out)] the transpose of wkept[s] */
+    const void *wsrc[LJ_LINEAR_FP8_MAX]; /* what the cast of s reads (param dtype): W [out, in] whole, or
+                                   sharded this rank's slice of it (lj_linear_bind_weight) */
+    int64_t wsrc_numel[LJ_LINEAR_FP8_MAX]; /* its elements (sharded: a multiple of 64, padding zero) */
+    void *wdst[LJ_LINEAR_FP8_MAX]; /* sharded: where the slice's codes go, wsrc_numel[s] bytes */
+    float *wkept_sinv;          /* [3F * LJ_FP8_SCALE_INV_STRIDE]: scale_inv as at the cast (W: 2s+1) */
+    float *wamax;               /* [F]: each W's amax at the cast (over every rank's slice) */
 } lj_linear_fp8_state;
 
 /* Number of f32 values of the recipe state a checkpoint keeps: the amax history and the scales
@@ -294,7 +331,11 @@ static inline int lj_linear_keeps_inputs(const lj_linear_recipe_ctx *c, int laye
 static inline int lj_linear_plan_layer(lj_linear_recipe_ctx *c, int layer, int keep, int N, lj_buffer_walker *w) {
     return c->recipe->plan_layer(c, layer, keep, N, w);
 }
-static inline void lj_linear_reset(const lj_linear_recipe_ctx *c) { c->recipe->reset(c); }
+/* A fresh state, or a checkpoint's (state_set): the kept FP8 weights follow at the next sync. */
+static inline void lj_linear_reset(lj_linear_recipe_ctx *c) {
+    c->recipe->reset(c);
+    c->fp8.stale = c->fp8.kept;
+}
 static inline void lj_linear_pass_begin(lj_linear_recipe_ctx *c, int training) { c->recipe->pass_begin(c, training); }
 static inline void lj_linear_pass_end(const lj_linear_recipe_ctx *c) { c->recipe->pass_end(c); }
 static inline void lj_linear_forward(const lj_linear_recipe_ctx *c, const lj_linear *l, void *out, const void *x,
@@ -315,7 +356,10 @@ static inline void lj_linear_backward(const lj_linear_recipe_ctx *c, const lj_li
     c->recipe->backward(c, l, dx, dout, x, N, dw_mode);
 }
 static inline void lj_linear_state_get(const lj_linear_recipe_ctx *c, float *dst) { c->recipe->state_get(c, dst); }
-static inline void lj_linear_state_set(const lj_linear_recipe_ctx *c, const float *src) { c->recipe->state_set(c, src); }
+static inline void lj_linear_state_set(lj_linear_recipe_ctx *c, const float *src) {
+    c->recipe->state_set(c, src);
+    c->fp8.stale = c->fp8.kept;
+}
 
 /* "fp8-w8a8" (0 and no-ops under the other recipes): the bytes of forward scratch for up to N
  * rows (the input's codes [N, ld(max_in)] and fp8_matmul's workspace), and the binding of a
@@ -332,6 +376,30 @@ void lj_linear_keep_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int 
 void *lj_linear_kept_weight(const lj_linear_recipe_ctx *c, lj_linear_kind k, int layer);
 int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c);
 
+/* ---- --fp8-param-gather: the kept FP8 weights (above; no-ops when c->fp8.kept is 0) ---- */
+
+/* ZeRO-3's residency, before the plan: each rank casts only its slices of the weights, which the
+ * residency gathers as codes (c->fp8.sharded); the plan then keeps no replicated copy. */
+void lj_linear_shard_weights(lj_linear_recipe_ctx *c);
+/* Once the plan is bound: what the cast of block linear k of layer `layer` (an FP8 one) reads, src
+ * [n] in the param dtype in backend memory (replicated: W [out, in] whole, n = out * in, dst NULL;
+ * sharded: this rank's slice, n a multiple of 64 whose elements past W are zero, and dst[n] the
+ * bytes its codes go to, both 16-byte aligned). */
+void lj_linear_bind_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *src, int64_t n, void *dst);
+/* Casts every FP8 linear's weight into its kept codes (replicated: and their transpose) with its
+ * scale (delayed: as it is; tensorwise: from W's amax, reduced over the ranks when sharded),
+ * records W's amax (wamax; delayed: raised into the history's newest row, reduced over the ranks
+ * when sharded) and keeps the dequantization factors; in stream order, capturable on one rank
+ * (the reductions are collectives, queued from the host: call it on every rank). The optimizer
+ * step calls it after AdamW (and the parameter all-gather of ZeRO-1/2). */
+void lj_linear_cast_weights(lj_linear_recipe_ctx *c);
+/* The weights changed outside the optimizer step (initialised, loaded): the next sync casts. */
+static inline void lj_linear_weights_changed(lj_linear_recipe_ctx *c) { c->fp8.stale = c->fp8.kept; }
+/* lj_linear_cast_weights if the kept codes are stale (the model calls it before each forward,
+ * outside any graph capture). */
+static inline void lj_linear_sync_weights(lj_linear_recipe_ctx *c) {
+    if (c->fp8.stale) lj_linear_cast_weights(c);
+}
 /* Reads this pass's amaxes (host sync) and names the first tensor whose amax is inf or NaN
  * ("layers.3.down dy"): returns 1 then, 0 when all are finite or no FP8 recipe runs. */
 int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len);

@@ -357,6 +357,7 @@ void lj_model_forward(lj_model *m, int backward, float dloss) {
     const lj_layer_spec *s = &m->spec;
     const int B = m->opt.micro_batch_size, T = m->opt.seq_length, N = B * T, L = s->L;
     LJ_ASSERT(!backward || m->opt.training, "backward needs a training plan");
+    lj_linear_sync_weights(&m->linear); /* kept FP8 weights after a load (model/linear.h) */
     lj_model_range_push(m, "forward");
     lj_linear_pass_begin(&m->linear, backward);
     lj_model_range_push(m, "embedding");
@@ -495,6 +496,7 @@ static void run_body(lj_model *m, float dloss, const graph_body *b) {
  * key changed) and replayed. A failed capture turns graphs off for this model and runs eagerly. */
 static void run_graphed(lj_model *m, lj_model_graph *g, float dloss, uint64_t key, const graph_body *b) {
     const lj_ops *ops = m->ops;
+    lj_linear_sync_weights(&m->linear); /* before any capture: a load's cast is not the step's */
     if (!m->opt.graphs || !ops->graph_capture_begin || m->ranges) { /* ranges: eagerly, so that they are seen */
         run_body(m, dloss, b);
         return;

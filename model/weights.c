@@ -37,6 +37,7 @@ void lj_model_upload_as_param(const lj_model *m, void *dst, const float *src, in
 static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t n) {
     const lj_ops *ops = m->ops;
     const int offload = m->offload != NULL;
+    lj_linear_weights_changed(&m->linear); /* kept FP8 weights are cast again before the next forward */
     if (lj_model_shards_params(m)) {
         if (offload) {
             /* the host master shard only; the params follow from it (the offload's push_params) */

@@ -231,6 +231,11 @@ struct lj_ops {
      * fuses. */
     void (*fp8_quantize)(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
+    /* q_t[cols, ld(rows)] = q[rows, ld(cols)] transposed, codes moved as they are (the "TN"
+     * operand of the data gradient from weight codes gathered without their transpose:
+     * --fp8-param-gather under ZeRO-3, model/linear.h); q_t's padding columns zero, q's not read.
+     * q and q_t 4-byte aligned. */
+    void (*fp8_transpose)(void *q_t, const void *q, int rows, int cols);
     /* The cast fused into its producer, the SwiGLU: x = h = silu(gate) * up of gate_up [N, 2I]
      * (gate in columns [0, I), up in [I, 2I), as swiglu_forward), rounded to the act dtype, then
      * cast into q [N, ld(I)] and q_t [I, ld(N)] (either may be NULL) exactly as fp8_quantize

@@ -63,6 +63,7 @@ void lj_optim_local_step(lj_model *m, void *ctx) {
     lj_model_range_push(m, "optimizer.step");
     lj_optim_norm_sq(m, grad_shard, n > 0 ? n : 0);
     lj_optim_update(m, (char *)m->params + (size_t)m->shard_begin * sp, grad_shard, u->segments, u->num_segments, &u->hp);
+    lj_linear_cast_weights(&m->linear); /* --fp8-param-gather: the kept FP8 weights, once per step */
     lj_model_range_pop(m);
 }
 

@@ -168,11 +168,17 @@ static double offload_step(lj_dp *dp, lj_model *m, const void *grad_shard, int64
 static double zero3_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg, int nseg, const lj_adamw_hparams *hp,
                          lj_adamw_lr lr, int step) {
     lj_zero3_step_begin(m);
-    if (lj_offload_of(m)) return offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
-    lj_optim_norm_sq(m, m->grads, m->shard_numel);
-    all_reduce_norm(dp, m);
-    lj_optim_update(m, m->params, m->grads, seg, nseg, hp);
-    return lj_optim_read_norm(m);
+    double norm = -1.0;
+    if (lj_offload_of(m)) {
+        norm = offload_step(dp, m, m->grads, m->shard_numel, seg, nseg, hp, lr, step, 1);
+    } else {
+        lj_optim_norm_sq(m, m->grads, m->shard_numel);
+        all_reduce_norm(dp, m);
+        lj_optim_update(m, m->params, m->grads, seg, nseg, hp);
+    }
+    /* --fp8-param-gather: each rank casts its slices of the FP8 linears' weights, gathered as codes */
+    lj_linear_cast_weights(&m->linear);
+    return norm >= 0.0 ? norm : lj_optim_read_norm(m);
 }
 
 static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments, int num_segments,
@@ -211,6 +217,8 @@ static double optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *seg
                                            m->shard_numel, ops->param_dtype, stream));
         lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
     }
+    /* --fp8-param-gather: the kept FP8 weights from the updated (and gathered) parameters */
+    lj_linear_cast_weights(&m->linear);
     return norm >= 0.0 ? norm : lj_optim_read_norm(m);
 }
 

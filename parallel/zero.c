@@ -8,9 +8,24 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* The end of the unit that starts at b in a group ending at `end`: at most unit_max elements
+ * (0: no limit), and before the first cut after b. */
+static int64_t unit_end(int64_t b, int64_t end, int64_t unit_max, const int64_t *cuts, int num_cuts) {
+    int64_t e = unit_max ? min64(b + unit_max, end) : end;
+    for (int i = 0; i < num_cuts; i++)
+        if (cuts[i] > b && cuts[i] < e) e = cuts[i];
+    return e;
+}
+
 void lj_zero_partition_init(lj_zero_partition *z, const int64_t *bounds, int num_groups, int world_size,
                             int64_t align, int64_t max_unit_numel, int64_t persistence_threshold) {
-    LJ_ASSERT(num_groups >= 1 && world_size >= 1 && align >= 1 && bounds[0] == 0);
+    lj_zero_partition_init_cut(z, bounds, num_groups, NULL, 0, world_size, align, max_unit_numel, persistence_threshold);
+}
+
+void lj_zero_partition_init_cut(lj_zero_partition *z, const int64_t *bounds, int num_groups, const int64_t *cuts,
+                                int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                int64_t persistence_threshold) {
+    LJ_ASSERT(num_groups >= 1 && world_size >= 1 && align >= 1 && bounds[0] == 0 && num_cuts >= 0);
     memset(z, 0, sizeof *z);
     z->world_size = world_size;
     z->align = align;
@@ -22,7 +37,7 @@ void lj_zero_partition_init(lj_zero_partition *z, const int64_t *bounds, int num
     for (int g = 0; g < num_groups; g++) {
         const int64_t n = bounds[g + 1] - bounds[g];
         LJ_ASSERT(n > 0, "group %d is empty or reversed: [%lld, %lld)", g, (long long)bounds[g], (long long)bounds[g + 1]);
-        nu += unit_max ? (int)ceil_div(n, unit_max) : 1;
+        for (int64_t b = bounds[g]; b < bounds[g + 1]; nu++) b = unit_end(b, bounds[g + 1], unit_max, cuts, num_cuts);
     }
     z->num_groups = num_groups;
     z->num_units = nu;
@@ -39,7 +54,7 @@ void lj_zero_partition_init(lj_zero_partition *z, const int64_t *bounds, int num
         grp->persistent = persistence_threshold > 0 && grp->end - grp->begin <= persistence_threshold;
         int64_t gather = 0;
         for (int64_t b = grp->begin; b < grp->end;) {
-            const int64_t e = unit_max ? min64(b + unit_max, grp->end) : grp->end;
+            const int64_t e = unit_end(b, grp->end, unit_max, cuts, num_cuts);
             lj_zero_unit *un = &z->units[u++];
             un->begin = b;
             un->end = e;
@@ -65,6 +80,12 @@ void lj_zero_partition_flat(lj_zero_partition *z, int64_t numel, int world_size,
 
 void lj_zero_partition_layers(lj_zero_partition *z, const lj_param_layout *layout, int world_size, int64_t align,
                               int64_t max_unit_numel, int64_t persistence_threshold) {
+    lj_zero_partition_layers_cut(z, layout, NULL, 0, world_size, align, max_unit_numel, persistence_threshold);
+}
+
+void lj_zero_partition_layers_cut(lj_zero_partition *z, const lj_param_layout *layout, const int64_t *cuts,
+                                  int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                  int64_t persistence_threshold) {
     const int L = layout->layer_numel > 0 ? (int)((layout->params[layout->final_norm].offset - layout->layer_offset0) /
                                                   layout->layer_numel)
                                           : 0;
@@ -89,7 +110,8 @@ void lj_zero_partition_layers(lj_zero_partition *z, const lj_param_layout *layou
         bounds[g] = layout->total;
     }
     LJ_ASSERT(g == num_groups && bounds[g] == layout->total);
-    lj_zero_partition_init(z, bounds, num_groups, world_size, align, max_unit_numel, persistence_threshold);
+    lj_zero_partition_init_cut(z, bounds, num_groups, cuts, num_cuts, world_size, align, max_unit_numel,
+                               persistence_threshold);
     for (int i = 0; i < num_groups; i++) z->groups[i].layer = layers[i];
     free(bounds);
     free(layers);

@@ -17,7 +17,8 @@
  * shard(u) elements; receive: W * shard(u)) yields the unit's elements followed by its padding,
  * so the gathered units of a group, laid end to end at gather_offset(u), are exactly the
  * group's parameters in layout order followed by the padding of its last unit: a group's
- * gather buffer holds gather_numel elements. Reduce-scatter is the same in reverse. This is the
+ * gather buffer holds gather_numel elements (units cut at given points, lj_zero_partition_init_cut,
+ * each carry their own padding instead). Reduce-scatter is the same in reverse. This is the
  * padded layout of dist.h; DeepSpeed pads each partitioned tensor the same way (ZeRO-3) and the
  * flat fp32 group to a multiple of the world size (ZeRO-1/2).
  * All counts are elements; align is in elements too (LJ_ZERO_ALIGN: 64, i.e. 128 bytes of bf16).
@@ -70,6 +71,15 @@ typedef struct {
 void lj_zero_partition_init(lj_zero_partition *z, const int64_t *bounds, int num_groups, int world_size,
                             int64_t align, int64_t max_unit_numel, int64_t persistence_threshold);
 
+/* lj_zero_partition_init with units also ending at each of cuts[num_cuts] (flat positions, any
+ * order; those on a group's bounds change nothing): a unit then lies on one side of every cut, so
+ * that a range of the buffer can be gathered as a unit of its own (--fp8-param-gather: a weight
+ * gathered as FP8 codes). The group's gather buffer then holds each unit's padding after its
+ * elements: an element's place in it is its unit's gather_offset + (i - begin). */
+void lj_zero_partition_init_cut(lj_zero_partition *z, const int64_t *bounds, int num_groups, const int64_t *cuts,
+                                int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                int64_t persistence_threshold);
+
 /* One group, the whole buffer of `numel` elements (ZeRO-1/2's flat partition). */
 void lj_zero_partition_flat(lj_zero_partition *z, int64_t numel, int world_size, int64_t align);
 
@@ -77,6 +87,11 @@ void lj_zero_partition_flat(lj_zero_partition *z, int64_t numel, int world_size,
  * and lm_head.weight (absent when tied), with the layer codes above. */
 void lj_zero_partition_layers(lj_zero_partition *z, const lj_param_layout *layout, int world_size, int64_t align,
                               int64_t max_unit_numel, int64_t persistence_threshold);
+
+/* lj_zero_partition_layers with units cut at cuts[num_cuts] (lj_zero_partition_init_cut). */
+void lj_zero_partition_layers_cut(lj_zero_partition *z, const lj_param_layout *layout, const int64_t *cuts,
+                                  int num_cuts, int world_size, int64_t align, int64_t max_unit_numel,
+                                  int64_t persistence_threshold);
 
 void lj_zero_partition_free(lj_zero_partition *z);
 

@@ -26,7 +26,23 @@ static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_op
     const int64_t persist = !z->shard_params ? 0
                             : o->zero3_persistence_numel == 0 ? lj_zero_persistence_threshold_auto(d)
                                                               : (o->zero3_persistence_numel < 0 ? 0 : o->zero3_persistence_numel);
-    lj_zero_partition_layers(&z->part, &m->layout, o->dp_world_size, LJ_ZERO_ALIGN, 0, persist);
+    /* --fp8-param-gather: each FP8 linear's weight is units of its own, gathered as codes */
+    const lj_linear_recipe_ctx *lc = &m->linear;
+    const int fp8 = z->shard_params && lc->fp8.kept;
+    int64_t *cuts = lj_malloc((size_t)(2 * lc->fp8.num_linears + 1) * sizeof *cuts);
+    int num_cuts = 0;
+    for (int l = 0; fp8 && l < m->cfg.num_hidden_layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            if (lc->fp8.slot[l][k] < 0) continue;
+            const lj_param_info *pi = &m->layout.params[lj_linear_param(&m->layout, (lj_linear_kind)k, l)];
+            LJ_ASSERT(lc->in_features[k] % 16 == 0, "--fp8-param-gather under ZeRO-3: %s has %d columns, not a multiple "
+                      "of 16 (its gathered codes are the FP8 GEMM's rows)", pi->name, lc->in_features[k]);
+            cuts[num_cuts++] = pi->offset;
+            cuts[num_cuts++] = pi->offset + (int64_t)lc->out_features[k] * lc->in_features[k];
+        }
+    }
+    lj_zero_partition_layers_cut(&z->part, &m->layout, cuts, num_cuts, o->dp_world_size, LJ_ZERO_ALIGN, 0, persist);
+    free(cuts);
     if (!z->shard_params) {
         lj_zero_partition_flat(&z->flat, m->layout.total, o->dp_world_size, LJ_ZERO_ALIGN);
         z->bucket_numel = o->zero_reduce_bucket_numel > 0 ? o->zero_reduce_bucket_numel : lj_zero_reduce_bucket_auto(d);
@@ -58,6 +74,33 @@ static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_op
         z->grad_written[g] = covered[g] == p->groups[g].end - p->groups[g].begin && p->groups[g].layer >= 0 &&
                              p->groups[g].layer <= L;
     free(covered);
+    /* where each unit starts in its group's gather buffer, in bytes: the param dtype's, or one
+     * byte per element for an FP8 linear's weight (its codes; their slices in the FP8 shard) */
+    const size_t sp = lj_dtype_size(m->ops->param_dtype);
+    z->fp8 = fp8;
+    z->param_unit = lj_malloc((size_t)m->layout.count * sizeof(int));
+    for (int i = 0, u = 0; i < m->layout.count; i++) {
+        while (m->layout.params[i].offset >= p->units[u].end) u++;
+        z->param_unit[i] = u;
+    }
+    z->unit_fp8 = lj_calloc((size_t)p->num_units, 1);
+    for (int l = 0; fp8 && l < L; l++) {
+        for (int k = 0; k < 4; k++) {
+            if (lc->fp8.slot[l][k] >= 0) z->unit_fp8[z->param_unit[lj_linear_param(&m->layout, (lj_linear_kind)k, l)]] = 1;
+        }
+    }
+    z->unit_bytes = lj_malloc((size_t)p->num_units * sizeof(int64_t));
+    z->fp8_offset = lj_calloc((size_t)p->num_units, sizeof(int64_t));
+    z->group_bytes = lj_calloc((size_t)G, sizeof(int64_t));
+    for (int u = 0; u < p->num_units; u++) {
+        const int g = p->units[u].group;
+        const int64_t gathered = (int64_t)z->world * p->units[u].shard;
+        z->unit_bytes[u] = z->group_bytes[g];
+        z->group_bytes[g] += z->unit_fp8[u] ? gathered : gathered * (int64_t)sp;
+        if (!z->unit_fp8[u]) continue;
+        z->fp8_offset[u] = z->fp8_shard_bytes;
+        z->fp8_shard_bytes += p->units[u].shard;
+    }
     /* Gather slots: the group computing plus as many as DeepSpeed's prefetch rule would fetch
      * ahead of it, at least one (the forward reads the next layer's input norm at the end of a
      * layer, so two groups are live at once), at most 3 ahead. Slot 0 fits the largest
@@ -66,7 +109,7 @@ static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_op
      * likewise: slot 0 for any group (the tied embedding's is held across the backward), two
      * for the layers (one computing, one whose reduce-scatter may still be in flight). */
     int ahead = 1;
-    int64_t big = 0, small = 0, grad_big = 0, grad_small = 0;
+    int64_t big = 0, small = 0, grad_big = 0, grad_small = 0; /* gather slots in bytes, gradient ones in elements */
     for (int g = 0; g < G; g++) {
         for (int dir = -1; dir <= 1; dir += 2) {
             const int k = lj_zero_prefetch_count(p, g, dir, z->prefetch_numel, z->max_live_numel, p->groups[g].gather_numel);
@@ -75,8 +118,8 @@ static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_op
         const int64_t n = p->groups[g].gather_numel;
         const int end_group = g == z->embed_group || g == z->head_group;
         if (!p->groups[g].persistent) {
-            if (n > big) big = n;
-            if (!end_group && n > small) small = n;
+            if (z->group_bytes[g] > big) big = z->group_bytes[g];
+            if (!end_group && z->group_bytes[g] > small) small = z->group_bytes[g];
         }
         if (n > grad_big) grad_big = n;
         if (!end_group && n > grad_small) grad_small = n;
@@ -84,8 +127,8 @@ static lj_zero3 *zero3_create(const lj_model *m, lj_dist *dist, const lj_zero_op
     /* none when every group is persistent, or under stage 2 (parameters replicated) */
     z->num_slots = big == 0 || !z->shard_params ? 0 : 1 + (ahead < 3 ? ahead : 3);
     z->num_grad_slots = 3;
-    z->slot_numel = lj_calloc((size_t)z->num_slots + 1, sizeof(int64_t));
-    for (int s = 0; s < z->num_slots; s++) z->slot_numel[s] = s == 0 ? big : small;
+    z->slot_bytes = lj_calloc((size_t)z->num_slots + 1, sizeof(int64_t));
+    for (int s = 0; s < z->num_slots; s++) z->slot_bytes[s] = s == 0 ? big : small;
     z->grad_slot_numel = lj_calloc((size_t)z->num_grad_slots, sizeof(int64_t));
     for (int s = 0; s < z->num_grad_slots; s++) z->grad_slot_numel[s] = s == 0 ? grad_big : grad_small;
     z->slot = lj_calloc((size_t)z->num_slots + 1, sizeof(void *));
@@ -115,7 +158,12 @@ static void zero3_destroy(lj_zero3 *z) {
     free(z->pieces);
     free(z->param_group);
     free(z->slot);
-    free(z->slot_numel);
+    free(z->slot_bytes);
+    free(z->unit_fp8);
+    free(z->unit_bytes);
+    free(z->fp8_offset);
+    free(z->group_bytes);
+    free(z->param_unit);
     free(z->grad_slot_numel);
     free(z->slot_group);
     free(z->slot_ticket);
@@ -133,14 +181,17 @@ static void zero3_destroy(lj_zero3 *z) {
     free(z);
 }
 
+/* Parameter `index` in its group's gather buffer: its unit's place, then its elements (an FP8
+ * linear's weight: its codes, one byte each). */
 static void *group_param(const lj_model *m, int index) {
     const lj_zero3 *z = lj_zero3_of(m);
-    const int g = z->param_group[index];
+    const int g = z->param_group[index], u = z->param_unit[index];
     const lj_zero_group *grp = &z->part.groups[g];
     void *base = grp->persistent ? z->persist[g] : (z->group_slot[g] >= 0 ? z->slot[z->group_slot[g]] : NULL);
     LJ_ASSERT(base && (!grp->persistent || z->persist_fresh[g]), "ZeRO-3: %s used while its group is not gathered",
               m->layout.params[index].name);
-    return (char *)base + (size_t)(m->layout.params[index].offset - grp->begin) * lj_dtype_size(m->ops->param_dtype);
+    const size_t es = z->unit_fp8[u] ? 1 : lj_dtype_size(m->ops->param_dtype);
+    return (char *)base + z->unit_bytes[u] + (size_t)(m->layout.params[index].offset - z->part.units[u].begin) * es;
 }
 
 static void *group_grad(const lj_model *m, int index) {
@@ -148,11 +199,14 @@ static void *group_grad(const lj_model *m, int index) {
     const int g = z->param_group[index];
     LJ_ASSERT(z->group_grad_slot[g] >= 0, "ZeRO-3: gradient of %s written while its group has no gradient slot",
               m->layout.params[index].name);
+    const lj_zero_unit *un = &z->part.units[z->param_unit[index]];
     return (char *)z->grad_slot[z->group_grad_slot[g]] +
-           (size_t)(m->layout.params[index].offset - z->part.groups[g].begin) * lj_dtype_size(m->ops->grad_dtype);
+           (size_t)(un->gather_offset + m->layout.params[index].offset - un->begin) * lj_dtype_size(m->ops->grad_dtype);
 }
 
-/* Queues the all-gather of group g into `buf` (one collective per unit) and returns its ticket. */
+/* Queues the all-gather of group g into `buf` (one collective per unit: an FP8 linear's weight
+ * as its codes from the FP8 shard, moved as 16-bit words, shards being multiples of 64) and
+ * returns its ticket. */
 static lj_dist_ticket gather(lj_model *m, int g, void *buf) {
     lj_zero3 *z = lj_zero3_of(m);
     LJ_ASSERT(z->dist, "ZeRO-3: a model built for planning has no communicator");
@@ -161,19 +215,25 @@ static lj_dist_ticket gather(lj_model *m, int g, void *buf) {
     void *stream = stream_of(m);
     for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
         const lj_zero_unit *un = &z->part.units[u];
-        check(z, lj_dist_all_gather(z->dist, (char *)m->params + (size_t)un->shard_offset * sp,
-                                    (char *)buf + (size_t)un->gather_offset * sp, un->shard, m->ops->param_dtype, stream));
+        char *recv = (char *)buf + z->unit_bytes[u];
+        if (z->unit_fp8[u])
+            check(z, lj_dist_all_gather(z->dist, (char *)z->fp8_shard + z->fp8_offset[u], recv, un->shard / 2,
+                                        LJ_DTYPE_U16, stream));
+        else
+            check(z, lj_dist_all_gather(z->dist, (char *)m->params + (size_t)un->shard_offset * sp, recv, un->shard,
+                                        m->ops->param_dtype, stream));
     }
     lj_dist_ticket t = 0;
     check(z, lj_dist_mark(z->dist, &t));
     return t;
 }
 
-/* The smallest free slot of n elements or more; -1 if none. */
-static int free_slot(const lj_zero3 *z, int64_t n) {
+/* The smallest free slot of `bytes` or more; -1 if none. */
+static int free_slot(const lj_zero3 *z, int64_t bytes) {
     int best = -1;
     for (int s = 0; s < z->num_slots; s++)
-        if (z->slot_group[s] < 0 && z->slot_numel[s] >= n && (best < 0 || z->slot_numel[s] < z->slot_numel[best])) best = s;
+        if (z->slot_group[s] < 0 && z->slot_bytes[s] >= bytes && (best < 0 || z->slot_bytes[s] < z->slot_bytes[best]))
+            best = s;
     return best;
 }
 
@@ -181,7 +241,7 @@ static int free_slot(const lj_zero3 *z, int64_t n) {
 static int start_gather(lj_model *m, int g) {
     lj_zero3 *z = lj_zero3_of(m);
     if (z->group_slot[g] >= 0) return 1;
-    const int s = free_slot(z, z->part.groups[g].gather_numel);
+    const int s = free_slot(z, z->group_bytes[g]);
     if (s < 0) return 0;
     z->slot_group[s] = g;
     z->group_slot[g] = s;
@@ -251,10 +311,13 @@ static int grad_begin_group(lj_model *m, int g) {
      * backward also writes every element of the group itself (overwrite mode), only the padding
      * after the group's elements is zeroed; else the whole slot. */
     const int seed = !z->shard_zero[g];
-    const int64_t real = grp->end - grp->begin;
-    if (!seed && z->grad_written[g]) {
-        if (grp->gather_numel > real)
-            m->ops->memset_zero(slot + (size_t)real * sg, (size_t)(grp->gather_numel - real) * sg);
+    if (!seed && z->grad_written[g]) { /* each unit's padding after its elements */
+        for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+            const lj_zero_unit *un = &z->part.units[u];
+            const int64_t real = un->end - un->begin, full = (int64_t)z->world * un->shard;
+            if (full > real)
+                m->ops->memset_zero(slot + (size_t)(un->gather_offset + real) * sg, (size_t)(full - real) * sg);
+        }
         return 1;
     }
     m->ops->memset_zero(slot, (size_t)grp->gather_numel * sg);
@@ -383,14 +446,27 @@ static void res_plan(lj_model *m, lj_buffer_walker *w) {
     char name[48];
     for (int s = 0; s < z->num_slots; s++) {
         snprintf(name, sizeof name, "zero3.gather.%d", s);
-        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->slot_numel[s] * sp);
+        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->slot_bytes[s]);
         if (w->bind) z->slot[s] = p;
     }
     for (int g = 0; g < z->part.num_groups; g++) {
         if (!z->part.groups[g].persistent) continue;
         snprintf(name, sizeof name, "zero3.persistent.%d", g);
-        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->part.groups[g].gather_numel * sp);
+        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, name, (size_t)z->group_bytes[g]);
         if (w->bind) z->persist[g] = p;
+    }
+    if (z->fp8) { /* this rank's slices of the FP8 linears' weights as codes, cast from its shard */
+        void *p = lj_buffer_take(w, LJ_ARENA_PARAMS, "zero3.fp8_shard", (size_t)z->fp8_shard_bytes);
+        if (w->bind) z->fp8_shard = p;
+        for (int l = 0; w->bind && l < m->cfg.num_hidden_layers; l++) {
+            for (int k = 0; k < 4; k++) {
+                if (m->linear.fp8.slot[l][k] < 0) continue;
+                const int u = z->param_unit[lj_linear_param(&m->layout, (lj_linear_kind)k, l)];
+                const lj_zero_unit *un = &z->part.units[u];
+                lj_linear_bind_weight(&m->linear, (lj_linear_kind)k, l, (char *)m->params + (size_t)un->shard_offset * sp,
+                                      un->shard, (char *)z->fp8_shard + z->fp8_offset[u]);
+            }
+        }
     }
     for (int s = 0; s < z->num_grad_slots; s++) {
         snprintf(name, sizeof name, "zero3.grad.%d", s);
@@ -423,6 +499,7 @@ lj_zero3 *lj_zero3_of(const lj_model *m) {
 
 void lj_zero3_attach(lj_model *m, lj_dist *dist, const lj_zero_options *zopt) {
     lj_zero3 *z = zero3_create(m, dist, zopt);
+    if (z->fp8) lj_linear_shard_weights(&m->linear); /* the linears read the gathered codes */
     m->residency_state = z;
     m->residency = z->shard_params ? &g_zero3 : &g_zero2;
 }

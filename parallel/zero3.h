@@ -42,6 +42,14 @@
  * Tied embeddings: the embedding's gradient slot is taken at the loss (lm_head's gradient, at
  * the end of the forward) and kept until the embedding backward, the last op of the backward.
  *
+ * FP8 parameters (--fp8-param-gather, model/linear.h): the partition is cut at each FP8 linear's
+ * weight (lj_zero_partition_layers_cut), so that each is units of its own; after each optimizer
+ * step every rank casts its slice of them into its FP8 shard (zero3.fp8_shard, one byte per
+ * element; lj_linear_cast_weights, the scale every rank's), and fetch_group all-gathers those
+ * units as codes: a layer's gather moves about half the bytes of bf16 (a quarter of f32), and
+ * its slot is as much smaller. lj_model_param of such a weight is its codes [out, in] in the
+ * slot, which the linear reads as its FP8 weight. The gradients are unchanged.
+ *
  * Ordering (NCCL): collectives see everything queued on the compute stream before the call
  * (dist.h); the compute stream waits on the ticket of a gather before reading its slot, on the
  * ticket of a reduce-scatter before reusing its gradient slot or reading the shard it wrote.
@@ -72,7 +80,7 @@ struct lj_zero3 {
     int64_t prefetch_numel, max_live_numel;
 
     int num_slots;                 /* gather slots: slot 0 fits any group, the others any layer */
-    int64_t *slot_numel;           /* [num_slots] param-dtype elements */
+    int64_t *slot_bytes;           /* [num_slots] bytes (a group's gather buffer: group_bytes) */
     void **slot;                   /* [num_slots] bound by the plan */
     int *slot_group;               /* [num_slots] group held, -1 when free */
     lj_dist_ticket *slot_ticket;   /* [num_slots] the gather that filled it */
@@ -93,6 +101,19 @@ struct lj_zero3 {
     uint8_t *shard_zero;           /* [num_groups] its gradient shard counts as zero (grads_zeroed,
                                     * no reduction since): grad_begin_group skips the seeding */
     uint64_t clock;
+
+    /* The units' bytes in a gather buffer: the param dtype's, or under --fp8-param-gather (the
+     * linears keep FP8 weights, model/linear.h) one byte per element for the units that are an FP8
+     * linear's weight (the partition is cut at each), gathered from this rank's FP8 shard as
+     * codes. */
+    int fp8;                       /* some units are FP8 codes */
+    uint8_t *unit_fp8;             /* [num_units] 1: the unit is one FP8 linear's weight */
+    int64_t *unit_bytes;           /* [num_units] where it starts in its group's gather buffer, bytes */
+    int64_t *fp8_offset;           /* [num_units] an FP8 unit's slice in fp8_shard, bytes */
+    int64_t fp8_shard_bytes;
+    void *fp8_shard;               /* [fp8_shard_bytes] the codes of this rank's slices (bound by the plan) */
+    int64_t *group_bytes;          /* [num_groups] bytes of its gather buffer */
+    int *param_unit;               /* [layout.count] the unit holding each parameter */
 };
 
 /* 1 when `zopt` asks for this runtime for m: ZeRO stage 2 or 3 over W > 1 ranks, training (stage

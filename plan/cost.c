@@ -212,6 +212,9 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
  *              (without recompute only o_proj's, NQ(sa+1))
  *   tensorwise the amax passes besides: N(2C+Q+I)sa + W*sp forward, N(QKV+2C+2I)sa backward
  *   full recompute repeats the forward casts of q/k/v, o_proj and gate/up
+ *   --fp8-param-gather (kept weights, model/linear.h): none of the weights' casts per micro-batch;
+ *              once per optimizer step W(2sp + 2) (its amax, then the cast with its transpose);
+ *              the ZeRO-3 form's per-micro-batch transposes of the gathered codes are not counted
  * Kernel launches, GEMM efficiency at small shapes and overlap are not modelled: the
  * throughputs are meant to be measured at training shapes on the device (the cache).
  */
@@ -254,18 +257,23 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     int f8_first, f8_end;
     recipe->fp8_layers(&o->fp8, L, &f8_first, &f8_end);
     const int tensorwise = recipe->extra_cast_pass;
+    /* --fp8-param-gather: the per-tensor recipes keep their weights (lj_linear_init's rule) */
+    const int kept = o->fp8.param_gather && f8_end > f8_first &&
+                     (!strcmp(recipe->name, "delayed") || !strcmp(recipe->name, "tensorwise"));
+    const double wcast = kept ? 0 : 1; /* the weights' casts per micro-batch */
     const double Wl = C * QKV + Q * C + 2 * C * I + I * C, Xin = N * (2 * C + Q + I), Dy = N * (QKV + 2 * C + 2 * I);
-    double fp8_mm = 0, fp8_bytes = 0, fp8_rec_mm = 0, fp8_rec_bytes = 0;
+    double fp8_mm = 0, fp8_bytes = 0, fp8_rec_mm = 0, fp8_rec_bytes = 0, fp8_step_bytes = 0;
     for (int l = f8_first; l < f8_end; l++) {
         const int none = o->recompute[l] == LJ_RECOMPUTE_NONE, full = o->recompute[l] == LJ_RECOMPUTE_FULL;
         fp8_mm += 3 * layer_mm_fwd;
-        fp8_bytes += Xin * (sa + 1) + Wl * (sp + 1) + (none ? N * (2 * C + I) : 0);
-        fp8_bytes += Dy * (sa + 2) + Wl * (sp + 1) + (none ? N * Q * (sa + 1) : Xin * (sa + 1));
-        if (tensorwise) fp8_bytes += Xin * sa + Wl * sp + Dy * sa;
+        fp8_bytes += Xin * (sa + 1) + wcast * Wl * (sp + 1) + (none ? N * (2 * C + I) : 0);
+        fp8_bytes += Dy * (sa + 2) + wcast * Wl * (sp + 1) + (none ? N * Q * (sa + 1) : Xin * (sa + 1));
+        if (tensorwise) fp8_bytes += Xin * sa + wcast * Wl * sp + Dy * sa;
+        if (kept) fp8_step_bytes += Wl * (2 * sp + 2);
         if (full) {
             fp8_rec_mm += full_mm_rec;
             fp8_rec_bytes += N * (2 * C + Q) * (sa + 1 + (tensorwise ? sa : 0)) +
-                             (C * QKV + Q * C + 2 * C * I) * (sp + 1 + (tensorwise ? sp : 0));
+                             wcast * (C * QKV + Q * C + 2 * C * I) * (sp + 1 + (tensorwise ? sp : 0));
         }
     }
     mm -= fp8_mm;
@@ -282,7 +290,7 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
         }
     }
     const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 24) : P * (sg + 24 + sp);
-    out->optimizer_bytes = 2 * P * sg + adamw;
+    out->optimizer_bytes = 2 * P * sg + adamw + fp8_step_bytes;
     out->recompute_bytes += fp8_rec_bytes;
     out->fp8_matmul_flop = fp8_mm + fp8_rec_mm;
     out->matmul_flop = mm + fp8_mm + out->recompute_matmul_flop;

@@ -178,6 +178,16 @@ static void walk(walker *w, lj_model *m) {
 
     /* the linears' recipe (model/linear.h): its state, scratch and workspaces (FP8: the "fp8." buffers) */
     lj_linear_plan(&m->linear, (int)N, &w->base);
+    /* --fp8-param-gather with replicated parameters: each kept FP8 weight is cast from the whole
+     * param-dtype weight (under ZeRO-3 the residency binds this rank's slices instead) */
+    for (int l = 0; w->base.bind && m->linear.fp8.kept && !m->linear.fp8.sharded && l < L; l++) {
+        for (int k = 0; k < 4; k++) {
+            if (m->linear.fp8.slot[l][k] < 0) continue;
+            const lj_param_info *pi = &m->layout.params[lj_linear_param(&m->layout, (lj_linear_kind)k, l)];
+            lj_linear_bind_weight(&m->linear, (lj_linear_kind)k, l, (char *)m->params + (size_t)pi->offset * sp,
+                                  (int64_t)m->linear.out_features[k] * m->linear.in_features[k], NULL);
+        }
+    }
 
     /* op workspaces */
     m->ws_attention = generation ? NULL

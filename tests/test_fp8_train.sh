@@ -73,7 +73,7 @@ if grep -q "FP8" "$tmp/plan_bf16.out"; then fail "plan without --fp8-format show
 
 "$LJPERF" train -h >"$tmp/help.txt" || fail "train -h"
 for f in --fp8-format --fp8-recipe --fp8-amax-history-len --fp8-amax-compute-algo --fp8-margin \
-         --first-last-layers-bf16 --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16; do
+         --first-last-layers-bf16 --num-layers-at-start-in-bf16 --num-layers-at-end-in-bf16 --fp8-param-gather; do
   grep -q -- "^  $f  " "$tmp/help.txt" || fail "train -h does not list $f"
   if grep -q -- "^  $f  *\(ignored\|refused\): " "$tmp/help.txt"; then fail "train -h lists $f as not taken"; fi
   grep -A12 "Taken natively" "$tmp/help.txt" | grep -q -- "$f[,;]" || fail "$f is not in the Megatron compatibility table"

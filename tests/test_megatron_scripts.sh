@@ -91,7 +91,7 @@ grep -qx -- "--tokenizer-type" "$tmp/a.args" && grep -qx HuggingFaceTokenizer "$
 grep -q "^validation loss at iteration 6" "$tmp/a.out" || fail "no validation loss at the end"
 grep -q -- "--profile: the profile window opens before iteration 3" "$tmp/a.err" || fail "no window start"
 grep -q -- "--profile: the profile window closes after iteration 4" "$tmp/a.err" || fail "no window end"
-grep -q -- "--fp8-param-gather: accepted; ljperf keeps no FP8 copy of the weights" "$tmp/a.err" \
+grep -q -- "--fp8-param-gather: the FP8 linears keep their weights as FP8 (E4M3, delayed scaling)" "$tmp/a.err" \
   || fail "--fp8-param-gather not explained"
 [ "$(grep -c '"decoupled_lr"' "$tmp/a.jsonl")" = 6 ] || fail "not 6 iterations with a decoupled learning rate"
 [ -s ckpt/llama/latest_checkpointed_iteration.txt ] || fail "no checkpoint in --save"
@@ -111,6 +111,8 @@ done
 grep -q "ljperf train" <(tr '\n' ' ' <"$tmp/nsys.args") || fail "nsys did not run ljperf train"
 grep -q "ZeRO stage 3 (parameters, gradients and optimizer state sharded)" "$tmp/b.err" || fail "not ZeRO-3"
 grep -q "data parallel: 2 ranks" "$tmp/b.err" || fail "not two ranks"
+grep -q -- "ZeRO-3: each rank casts its shard of them and every layer's all-gather moves them as FP8 codes" "$tmp/b.err" \
+  || fail "--fp8-param-gather: the FP8 all-gather not announced"
 grep -q -- "--profile: iterations 3 to 4 on rank 0" "$tmp/b.err" || fail "no profile window on rank 0"
 grep -q -- "--profile: the profile window closes after iteration 4" "$tmp/b.err" || fail "no window end"
 [ ! -e snapshot_1.json ] || fail "rank 1 wrote a memory snapshot (--profile-ranks 0)"

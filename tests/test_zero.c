@@ -221,6 +221,58 @@ static void test_range_pieces(void **state) {
     lj_zero_partition_free(&z);
 }
 
+/* Cut points (--fp8-param-gather's weights as units of their own): every unit lies on one side of
+ * each cut, the cuts on group bounds or outside change nothing, and the units still tile each group
+ * in order with their own padding (gather offsets W * shard apart), every element owned once. */
+static void test_cuts(void **state) {
+    (void)state;
+    const int64_t bounds[] = {0, 37, 200, 211};
+    const int64_t cuts[] = {150, 40, 37, 100, 211, 45};
+    for (int W = 1; W <= 3; W++) {
+        lj_zero_partition z;
+        lj_zero_partition_init_cut(&z, bounds, 3, cuts, 6, W, 2, 60, 0);
+        assert_true(z.numel == 211);
+        int64_t shard = 0;
+        for (int g = 0; g < z.num_groups; g++) {
+            const lj_zero_group *grp = &z.groups[g];
+            int64_t at = grp->begin, gather = 0;
+            for (int u = grp->first_unit; u < grp->first_unit + grp->num_units; u++) {
+                const lj_zero_unit *un = &z.units[u];
+                assert_true(un->begin == at && un->end > un->begin && un->end <= grp->end && un->group == g);
+                assert_true(un->end - un->begin <= 60 || W * 2 > 60);
+                for (int c = 0; c < 6; c++) assert_false(cuts[c] > un->begin && cuts[c] < un->end);
+                assert_true(un->shard * W >= un->end - un->begin && un->shard % 2 == 0);
+                assert_true(un->gather_offset == gather && un->shard_offset == shard);
+                gather += (int64_t)W * un->shard;
+                shard += un->shard;
+                at = un->end;
+            }
+            assert_true(at == grp->end && gather == grp->gather_numel);
+        }
+        assert_true(shard == z.shard_numel);
+        /* group 1 [37, 200): cut at 40, 45, 100, 150, and at most 60 elements a unit */
+        const lj_zero_group *g1 = &z.groups[1];
+        const int64_t want[] = {37, 40, 45, 100, 150, 200};
+        int k = 0;
+        for (int u = g1->first_unit; u < g1->first_unit + g1->num_units; u++) {
+            if (z.units[u].begin == want[k]) k++;
+        }
+        assert_int_equal(k, 5);
+        int64_t total = 0;
+        for (int r = 0; r < W; r++) total += lj_zero_rank_numel(&z, r);
+        assert_true(total == 211);
+        lj_zero_partition_free(&z);
+    }
+    /* no cuts: lj_zero_partition_init's units */
+    lj_zero_partition a, b;
+    lj_zero_partition_init(&a, bounds, 3, 3, 2, 60, 0);
+    lj_zero_partition_init_cut(&b, bounds, 3, NULL, 0, 3, 2, 60, 0);
+    assert_int_equal(a.num_units, b.num_units);
+    assert_memory_equal(a.units, b.units, (size_t)a.num_units * sizeof *a.units);
+    lj_zero_partition_free(&a);
+    lj_zero_partition_free(&b);
+}
+
 static void test_prefetch(void **state) {
     (void)state;
     const int64_t bounds[] = {0, 100, 150, 200, 250, 260, 310};
@@ -259,7 +311,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flat_uneven),     cmocka_unit_test(test_simulated_collectives),
         cmocka_unit_test(test_layers_and_params), cmocka_unit_test(test_range_pieces),
-        cmocka_unit_test(test_prefetch),
+        cmocka_unit_test(test_cuts),            cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_auto_and_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -55,6 +55,18 @@ void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, 
     }
 }
 
+void lj_cpu_fp8_transpose(void *q_t, const void *q, int rows, int cols) {
+    const uint8_t *in = q;
+    uint8_t *out = q_t;
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cols; c++) {
+        uint8_t *o = out + (size_t)c * ld_t;
+        for (int r = 0; r < rows; r++) o[r] = in[(size_t)r * ld + c];
+        memset(o + rows, 0, (size_t)(ld_t - rows));
+    }
+}
+
 /* The SwiGLU into h (always: on the CPU h is the cast's input), then the cast of h. */
 void lj_cpu_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
                                 lj_fp8_format fmt, const lj_fp8_scaling *sc) {

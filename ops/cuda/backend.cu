@@ -354,6 +354,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
                                                                                      \
         .fp8_amax = lj_cuda_fp8_amax,                                                \
         .fp8_quantize = lj_cuda_fp8_quantize,                                        \
+        .fp8_transpose = lj_cuda_fp8_transpose,                                      \
         .fp8_swiglu_quantize = lj_cuda_fp8_swiglu_quantize,                          \
         .fp8_swiglu_amax = lj_cuda_fp8_swiglu_amax,                                  \
         .fp8_rmsnorm_quantize = lj_cuda_fp8_rmsnorm_quantize,                        \

@@ -109,6 +109,7 @@ void lj_cuda_fp8_quantize_blocks(void *q, float *sinv, void *q_t, float *sinv_t,
 void lj_cuda_fp8_matmul_blockwise(void *out, lj_dtype out_dtype, const void *a, lj_fp8_format fa, const float *a_sinv,
                                   int a_blocks, const void *b, lj_fp8_format fb, const float *b_sinv, int b_blocks,
                                   int M, int N, int K, lj_grad_mode mode, void *workspace);
+void lj_cuda_fp8_transpose(void *q_t, const void *q, int rows, int cols);
 void lj_cuda_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
                               int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);
 

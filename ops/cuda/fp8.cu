@@ -200,6 +200,39 @@ extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows
     LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
 }
 
+/* One block of 256 threads per 64 x 64 tile of q_t's padded [cols, ld(rows)]: each thread reads 4
+ * codes (a word) of q's rows, and writes 4 consecutive codes of a q_t row from the tile in shared
+ * memory; rows of q beyond `rows` and its columns beyond `cols` read as zero (q_t's padding). */
+#define FP8_TTILE 64
+__global__ void __launch_bounds__(256) fp8_transpose_kernel(uint8_t *q_t, const uint8_t *q, int rows, int cols) {
+    __shared__ uint8_t tile[FP8_TTILE][FP8_TTILE + 4];
+    const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
+    const int c0 = blockIdx.x * FP8_TTILE, r0 = blockIdx.y * FP8_TTILE;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4; /* 16 words of a row, 16 rows */
+    for (int k = ty; k < FP8_TTILE; k += 16) {
+        const int r = r0 + k, c = c0 + 4 * tx;
+        const uint32_t w = r < rows && c < ld ? *(const uint32_t *)(q + (int64_t)r * ld + c) : 0u;
+        for (int j = 0; j < 4; j++) tile[k][4 * tx + j] = c + j < cols ? (uint8_t)(w >> (8 * j)) : 0;
+    }
+    __syncthreads();
+    for (int k = ty; k < FP8_TTILE; k += 16) { /* k: the tile's column, q_t's row c0 + k */
+        const int c = c0 + k, r = r0 + 4 * tx;
+        if (c >= cols || r >= ld_t) continue;
+        uint32_t w = 0;
+        for (int j = 0; j < 4; j++) w |= (uint32_t)tile[4 * tx + j][k] << (8 * j);
+        *(uint32_t *)(q_t + (int64_t)c * ld_t + r) = w;
+    }
+}
+
+extern "C" void lj_cuda_fp8_transpose(void *q_t, const void *q, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    LJ_ASSERT((((uintptr_t)q | (uintptr_t)q_t) & 3) == 0, "fp8_transpose: q and q_t must be 4-byte aligned");
+    const dim3 grid((unsigned)((cols + FP8_TTILE - 1) / FP8_TTILE),
+                    (unsigned)((lj_fp8_ld(rows) + FP8_TTILE - 1) / FP8_TTILE));
+    fp8_transpose_kernel<<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q_t, (const uint8_t *)q, rows, cols);
+    LJ_CUDA_LAUNCHED("fp8_transpose_kernel");
+}
+
 extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N,
                                             int I, lj_fp8_format fmt, const lj_fp8_scaling *sc) {
     LJ_ASSERT(!sc->current, "fp8_swiglu_quantize: delayed scaling only (current scaling needs the amax first)");

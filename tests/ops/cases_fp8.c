@@ -9,8 +9,9 @@
  * bf16 bit pattern at several scales), the GEMMs against the CPU's over the same codes (bf16
  * output rounding) and against the bf16 GEMM. The cast fused into the SwiGLU equals the SwiGLU
  * followed by the cast on each backend, bit for bit, and so does the cast fused into the RMSNorm
- * (plain and residual). Rows: "fp8_quantize", "fp8_scale_update", "fp8_swiglu", "fp8_rmsnorm",
- * "fp8_matmul", "fp8_blockwise_cast", "fp8_blockwise_matmul" in op_cases.c. */
+ * (plain and residual). The transpose of codes moves them as they are. Rows: "fp8_quantize",
+ * "fp8_transpose", "fp8_scale_update", "fp8_swiglu", "fp8_rmsnorm", "fp8_matmul",
+ * "fp8_blockwise_cast", "fp8_blockwise_matmul" in op_cases.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,29 @@ static void fp8_quantize_body(lj_case_ctx *x) {
 
 void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode, fp8_quantize_body);
+}
+
+/* d = {rows, cols}: codes q[rows, ld(cols)] with junk in its padding columns, transposed: q_t
+ * holds the codes as they are, its padding columns zero (on CUDA: the CPU's bytes). */
+static void fp8_transpose_body(lj_case_ctx *x) {
+    const int R = x->c->d[0], C = x->c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    lj_case_shape(x, "rows=%d cols=%d", R, C);
+    uint8_t *hq = lj_malloc((size_t)R * ld);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < ld; c++) hq[(size_t)r * ld + c] = c < C ? (uint8_t)(r * 131 + c * 7 + 3) : 0xAB;
+    void *q = lj_case_upload(x, hq, (int64_t)R * ld, LJ_CASE_U8);
+    void *qt = lj_case_alloc(x, (int64_t)C * ldt, LJ_CASE_U8);
+    x->ops->fp8_transpose(qt, q, R, C);
+    double *ref = lj_case_dzeros(x, (int64_t)C * ldt);
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < R; r++) ref[(size_t)c * ldt + r] = hq[(size_t)r * ld + c];
+    free(hq);
+    lj_case_output(x, "fp8_transpose", qt, (int64_t)C * ldt, LJ_CASE_U8, lj_case_reference(x) ? ref : NULL,
+                   LJ_CASE_TOL_BITS);
+}
+
+void lj_case_fp8_transpose(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, fp8_transpose_body);
 }
 
 /* ---- delayed scaling's history update ---------------------------------------------------- */

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# gpu-fp8-param.sh: --fp8-param-gather (kept FP8 weights, docs/megatron.md "FP8 parameters") on a
+# GPU machine (repo root, $OUT set; carry .deb and build-gpu/dev, from `bash
+# scripts/gpu/gpu-check.sh --prepare`; synthetic data only). Steps, logs in $OUT, a summary last:
+#   1. the transpose of FP8 codes against the CPU (test_ops_cuda check --op fp8_transpose), also
+#      under compute-sanitizer memcheck;
+#   2. `ljperf benchmark --model $MODEL --micro-batch-size $MB --zero-stage 1` (one micro-batch per
+#      step: the whole step as one CUDA graph, the cast in its optimizer tail), delayed (Megatron's
+#      Llama 3 history 1024, max) and tensorwise, without and with the flag: tokens/s and the
+#      measured peak memory, in the same job;
+#   3. `ljperf train --model $MODEL --mock-data --micro-batch-size $MB --global-batch-size 4 x $MB`
+#      (gradient accumulation over 4 micro-batches: the weights cast once per step instead of 4
+#      times), both recipes, without and with the flag: the mean tokens/s of iterations 6 to
+#      $ITERS and the largest relative loss difference;
+#   4. exact, llama3-tiny with --deterministic-mode: tensorwise with 4 micro-batches per step and
+#      delayed with one, with the flag, equal bit for bit to the run without it; and a resume with
+#      the flag (10 + 10 iterations) equal to 20 at once;
+#   5. on a machine with 2 GPUs or more: step 3 over 2 ranks with --zero-stage 3 (the layers'
+#      all-gathers move the FP8 weights as bytes), delayed.
+# Usage: bash scripts/gpu/gpu-fp8-param.sh [steps...]   (default: 1-5)
+#   MODEL (llama3.2-1b), MB (4), ITERS (30).
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+OUT=${OUT:-$repo/out/gpu-fp8-param}
+mkdir -p "$OUT"
+source scripts/gpu/gpu-env.sh
+dev=build-gpu/dev
+lj=$dev/ljperf
+steps=${*:-1 2 3 4 5}
+MODEL=${MODEL:-llama3.2-1b}
+MB=${MB:-4}
+ITERS=${ITERS:-30}
+summary=$OUT/summary.txt
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
+say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+delayed=(--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
+tensorwise=(--fp8-format hybrid --fp8-recipe tensorwise)
+losses() { grep '"loss": ' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
+# the mean tokens/s of the training lines after the 5th, and the largest relative loss difference
+mean_tps() { grep '"tokens_per_s": ' "$1" | sed -E 's/.*"iteration": ([0-9]+),.*"tokens_per_s": ([^,]+),.*/\1 \2/' |
+  awk '$1 > 5 {s += $2; n++} END {printf "%.0f", n ? s / n : 0}'; }
+worst() { paste <(losses "$1") <(losses "$2") | awk '{d = ($2 - $4) / $2; if (d < 0) d = -d; if (d > w) w = d}
+  END {printf "%.2e", w}'; }
+for s in $steps; do
+  case $s in
+  1)
+    lj_check_ops 1 fp8_transpose
+    ;;
+  2)
+    bench=(benchmark --model "$MODEL" --micro-batch-size "$MB" --zero-stage 1 --device cuda --no-progress)
+    for r in delayed tensorwise; do
+      declare -n flags=$r
+      for p in "" --fp8-param-gather; do
+        tag=$r${p:+-param}
+        timeout 600 "$lj" "${bench[@]}" "${flags[@]}" $p --json "$OUT/bench_$tag.json" >"$OUT/bench_$tag.log" 2>&1
+        say "2. $tag rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_$tag.log" | tr -s ' ' | tr '\n' ' ')"
+      done
+    done
+    ;;
+  3|5)
+    np=1
+    [ "$s" = 5 ] && np=$(nvidia-smi -L | wc -l)
+    if [ "$s" = 5 ] && [ "$np" -lt 2 ]; then say "5. left out: one GPU"; continue; fi
+    [ "$s" = 5 ] && np=2
+    zero=(--use-distributed-optimizer)
+    [ "$s" = 5 ] && zero=(--zero-stage 3 --nproc-per-node 2)
+    common=(--model "$MODEL" --mock-data --seq-length 4096 --micro-batch-size "$MB" --global-batch-size $((4 * MB * np))
+            --train-iters "$ITERS" --lr 3e-4 --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 1234
+            --device cuda "${zero[@]}")
+    recipes=(delayed tensorwise)
+    [ "$s" = 5 ] && recipes=(delayed)
+    for r in "${recipes[@]}"; do
+      declare -n flags=$r
+      for p in "" --fp8-param-gather; do
+        tag=train$s-$r${p:+-param}
+        timeout 900 "$lj" train "${common[@]}" "${flags[@]}" $p --log-json "$OUT/$tag.jsonl" >"$OUT/$tag.log" 2>&1
+        say "$s. $tag rc=$? tokens/s $(mean_tps "$OUT/$tag.jsonl") $(grep -m1 -- '--fp8-param-gather:' "$OUT/$tag.log" | cut -c1-60)"
+      done
+      say "$s. $r: largest relative loss difference with the flag $(worst "$OUT/train$s-$r.jsonl" "$OUT/train$s-$r-param.jsonl")"
+    done
+    ;;
+  4)
+    common=(--model llama3-tiny --mock-data --seq-length 256 --micro-batch-size 4 --train-iters 20 --lr 3e-3
+            --lr-warmup-iters 5 --log-interval 1 --eval-iters 0 --seed 1234 --device cuda --deterministic-mode
+            --use-distributed-optimizer)
+    for c in "tensorwise 16" "delayed 4"; do
+      set -- $c
+      declare -n flags=$1
+      for p in "" --fp8-param-gather; do
+        timeout 600 "$lj" train "${common[@]}" "${flags[@]}" --global-batch-size "$2" $p \
+          --log-json "$OUT/exact-$1${p:+-param}.jsonl" >"$OUT/exact-$1${p:+-param}.log" 2>&1
+      done
+      if cmp -s <(losses "$OUT/exact-$1.jsonl") <(losses "$OUT/exact-$1-param.jsonl") &&
+         [ "$(losses "$OUT/exact-$1.jsonl" | wc -l)" = 20 ]; then
+        say "4. $1, global batch $2: with the flag bit for bit the run without it"
+      else
+        say "4. $1, global batch $2: DIFFERENT (largest relative $(worst "$OUT/exact-$1.jsonl" "$OUT/exact-$1-param.jsonl"))"
+      fi
+    done
+    rm -rf /tmp/ljfp8param
+    timeout 600 "$lj" train "${common[@]}" "${delayed[@]}" --global-batch-size 16 --fp8-param-gather \
+      --log-json "$OUT/resume-all.jsonl" >"$OUT/resume-all.log" 2>&1
+    timeout 600 "$lj" train "${common[@]}" "${delayed[@]}" --global-batch-size 16 --fp8-param-gather \
+      --save /tmp/ljfp8param --exit-interval 10 --log-json "$OUT/resume-part.jsonl" >"$OUT/resume-a.log" 2>&1
+    timeout 600 "$lj" train "${common[@]}" "${delayed[@]}" --global-batch-size 16 --fp8-param-gather \
+      --load /tmp/ljfp8param --log-json "$OUT/resume-part.jsonl" >"$OUT/resume-b.log" 2>&1
+    if cmp -s <(losses "$OUT/resume-all.jsonl") <(losses "$OUT/resume-part.jsonl"); then
+      say "4. resume with the flag (delayed, 10 + 10): bit for bit"
+    else
+      say "4. resume with the flag: DIFFERENT"
+    fi
+    ;;
+  esac
+done
+echo "--- summary ($OUT/summary.txt)"
+cat "$summary"
