@@ -494,7 +494,7 @@ static void tensorwise_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_li
 static int tensor_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
                                float *rstd, const void *res_in, const void *y, const void *w, int N, float eps,
                                int current) {
-    if (!next || next->slot < 0 || !c->fused) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
+    if (!next || next->slot < 0 || !c->fused || !c->fuse_norm_cast) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
     const lj_linear_fp8_state *f = &c->fp8;
     const int s = next->slot;
     const lj_fp8_scaling sc = scaling_of(f, 2 * s, 1, current);
@@ -684,7 +684,7 @@ static void w8a8_forward_swiglu(const lj_linear_recipe_ctx *c, const lj_linear *
  * kernel does the norm, the amax, the scale and the cast. */
 static int w8a8_norm_forward(const lj_linear_recipe_ctx *c, const lj_linear *next, void *res_out, void *out,
                              float *rstd, const void *res_in, const void *y, const void *w, int N, float eps) {
-    if (!next || next->slot < 0 || !c->fused) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
+    if (!next || next->slot < 0 || !c->fused || !c->fuse_norm_cast) return norm_only(c, next, res_out, out, rstd, res_in, y, w, N, eps);
     const lj_linear_fp8_state *f = &c->fp8;
     const int s = next->slot;
     LJ_ASSERT(N <= f->scratch_rows, "fp8-w8a8: %d rows, scratch for %d (lj_linear_bind_scratch)", N, f->scratch_rows);

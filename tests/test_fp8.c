@@ -235,6 +235,7 @@ static void test_norm_cast(void **state) {
         lj_test_model t;
         create(&t, &c, &o);
         lj_linear_recipe_ctx *lc = &t.m.linear;
+        lc->fuse_norm_cast = 1; /* off by default (linear.h) */
         const lj_ops *ops = t.m.ops;
         const int F = lc->fp8.num_linears, out = lc->out_features[LJ_LINEAR_QKV];
         const lj_linear qkv = lj_linear_of(lc, LJ_LINEAR_QKV, 1,
@@ -305,6 +306,7 @@ static void create_w8a8(lj_test_model *t, const lj_model_config *c, int fused, c
     assert_int_equal(lj_plan_allocate(&t->p, &t->m), LJ_OK);
     lj_model_upload_rope(&t->m);
     lj_model_set_weights(&t->m, params);
+    t->m.linear.fuse_norm_cast = fused; /* off by default (linear.h): the fused run takes the fused norm */
     assert_string_equal(t->m.linear.recipe->name, "fp8-w8a8");
     for (int l = 0; l < c->num_hidden_layers; l++)
         for (int k = 0; k < 4; k++)
