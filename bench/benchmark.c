@@ -38,6 +38,43 @@ size_t lj_bench_device_used_bytes(const lj_ops *ops) {
     return total_b - free_b;
 }
 
+void lj_bench_steps_init(lj_bench_steps *s, const lj_ops *ops, int warmup, int timed, int progress) {
+    memset(s, 0, sizeof *s);
+    s->ops = ops;
+    s->warmup = warmup;
+    s->timed = timed;
+    s->progress = progress;
+    s->step_ms = lj_calloc((size_t)timed, sizeof(double));
+}
+
+void lj_bench_steps_record(lj_bench_steps *s, int step, double sec, double loss, double rate, const char *unit) {
+    const int steps = s->warmup + s->timed;
+    if (step == 1) s->loss_first = loss;
+    s->loss_last = loss;
+    if (step > s->warmup) {
+        s->step_ms[step - s->warmup - 1] = sec * 1e3;
+        s->timed_sec += sec;
+    }
+    if (step == s->warmup + 1 || step == steps) {
+        const size_t used = lj_bench_device_used_bytes(s->ops);
+        if (used > s->used_bytes) s->used_bytes = used;
+    }
+    if (s->progress) {
+        fprintf(stderr, "\r%s step %d/%d | %.1f ms | %.*f %s/s | loss %.4f   ", step <= s->warmup ? "warm-up" : "timed",
+                step, steps, sec * 1e3, rate < 100 ? 2 : 0, rate, unit, loss);
+        fflush(stderr);
+    }
+}
+
+void lj_bench_steps_finish(lj_bench_steps *s, double *median_ms, double *p90_ms) {
+    if (s->progress) fputc('\n', stderr);
+    qsort(s->step_ms, (size_t)s->timed, sizeof(double), cmp_double);
+    *median_ms = s->step_ms[(s->timed - 1) / 2];
+    *p90_ms = s->step_ms[(int)((s->timed - 1) * 0.9 + 0.5)];
+    free(s->step_ms);
+    s->step_ms = NULL;
+}
+
 double lj_bench_peak_tflops(const lj_ops *ops, double *cpu_peak_tflops, const char **source) {
     if (strcmp(ops->name, "cpu") == 0) {
         if (*cpu_peak_tflops <= 0) *cpu_peak_tflops = lj_cpu_sgemm_gflops(1024) / 1e3; /* once per process */
@@ -136,9 +173,9 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_rng rng;
     lj_rng_seed(&rng, cfg->seed + (uint64_t)cfg->dp->rank); /* each rank its own tokens */
     const int steps = cfg->warmup_iters + cfg->train_iters;
-    double *step_ms = lj_calloc((size_t)cfg->train_iters, sizeof(double));
+    lj_bench_steps st;
+    lj_bench_steps_init(&st, ops, cfg->warmup_iters, cfg->train_iters, cfg->progress);
     const float dloss = 1.0f / (float)((int64_t)B * T * world);
-    double timed = 0.0;
     for (int step = 1; step <= steps; step++) {
         if (have_data) lj_loader_next(&loader, tokens);
         else
@@ -154,28 +191,13 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         const double dt = lj_time_sec() - t0;
         float loss_sum = (float)lj_model_mean_loss(&m);
         lj_dp_sum(cfg->dp, &m, &loss_sum, 1);
-        const double loss = (double)loss_sum / world;
-        if (step == 1) res->loss_first = loss;
-        res->loss_last = loss;
-        if (step > cfg->warmup_iters) {
-            step_ms[step - cfg->warmup_iters - 1] = dt * 1e3;
-            timed += dt;
-        }
-        if (step == cfg->warmup_iters + 1 || step == steps) {
-            const size_t used = lj_bench_device_used_bytes(ops);
-            if (used > res->measured_bytes) res->measured_bytes = used;
-        }
-        if (cfg->progress) {
-            fprintf(stderr, "\r%s step %d/%d | %.1f ms | %.0f tokens/s | loss %.4f   ",
-                    step <= cfg->warmup_iters ? "warm-up" : "timed", step, steps, dt * 1e3, B * T / dt, loss);
-            fflush(stderr);
-        }
+        lj_bench_steps_record(&st, step, dt, (double)loss_sum / world, B * T / dt, "tokens");
     }
-    if (cfg->progress) fputc('\n', stderr);
-    qsort(step_ms, (size_t)cfg->train_iters, sizeof(double), cmp_double);
-    res->step_ms_median = step_ms[(cfg->train_iters - 1) / 2];
-    res->step_ms_p90 = step_ms[(int)((cfg->train_iters - 1) * 0.9 + 0.5)];
-    res->tokens_per_s = (double)B * T * world * cfg->train_iters / timed;
+    lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
+    res->loss_first = st.loss_first;
+    res->loss_last = st.loss_last;
+    if (st.used_bytes > res->measured_bytes) res->measured_bytes = st.used_bytes;
+    res->tokens_per_s = (double)B * T * world * cfg->train_iters / st.timed_sec;
     res->tokens_per_s_per_device = res->tokens_per_s / world;
     res->tflops = res->tokens_per_s_per_device * res->flops_per_token / 1e12; /* per device */
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
@@ -184,7 +206,6 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     res->offloaded = lj_offload_of(&m) != NULL;
     for (int i = 0; res->offloaded && i < 3; i++) res->offload_ms[i] = lj_offload_of(&m)->sec[i] * 1e3 / cfg->train_iters;
 
-    free(step_ms);
     free(tokens);
     free(ds);
     free(seg);

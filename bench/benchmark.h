@@ -59,6 +59,24 @@ typedef struct {
  * resident set (VmHWM) on the CPU. */
 size_t lj_bench_device_used_bytes(const lj_ops *ops);
 
+/* The steps of a benchmark loop (the text and the Qwen3-VL benchmarks): `warmup` untimed steps,
+ * then `timed` timed ones. lj_bench_steps_record takes step s (1-based) with its seconds, mean
+ * loss and rate (`rate` `unit` per second, for the progress line on stderr): the losses of the
+ * first and the last step, the device memory in use at the first timed and the last step (the
+ * most of it, lj_bench_device_used_bytes), the timed steps' milliseconds. lj_bench_steps_finish
+ * ends the progress line and gives the median and p90 step time (ms); it frees the steps. */
+typedef struct {
+    const lj_ops *ops;
+    int warmup, timed, progress;
+    double *step_ms;     /* [timed] */
+    double timed_sec;    /* the timed steps' seconds */
+    double loss_first, loss_last;
+    size_t used_bytes;   /* the most device memory in use seen */
+} lj_bench_steps;
+void lj_bench_steps_init(lj_bench_steps *s, const lj_ops *ops, int warmup, int timed, int progress);
+void lj_bench_steps_record(lj_bench_steps *s, int step, double sec, double loss, double rate, const char *unit);
+void lj_bench_steps_finish(lj_bench_steps *s, double *median_ms, double *p90_ms);
+
 /* The peak MFU counts against, TFLOP/s: 989 (bf16 dense, H100/H200 SXM: docs/reference.md) on a
  * GPU; on the CPU the OpenBLAS sgemm rate at 1024^3, measured once into *cpu_peak_tflops (kept
  * when already above 0). *source says which. */

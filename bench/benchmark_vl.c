@@ -42,11 +42,6 @@ void lj_vl_bench_flops(const lj_vl_config *cfg, const lj_vl_bench_shape *s, doub
     *llm = (double)s->seq_length * lj_config_flops_per_token(&cfg->text, s->seq_length);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Row b of the batch: <|vision_start|>, the pads, <|vision_end|>, random text; its targets. */
 static void make_row(const lj_vl_config *c, const lj_vl_bench_shape *s, lj_rng *rng, int32_t *ids, int32_t *targets) {
     const int T = s->seq_length, nt = s->image_tokens;
@@ -116,8 +111,8 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     }
     int32_t *ids = lj_malloc((size_t)B * T * sizeof(int32_t)), *targets = lj_malloc((size_t)B * T * sizeof(int32_t));
     const int steps = cfg->warmup_iters + cfg->train_iters;
-    double *step_ms = lj_calloc((size_t)cfg->train_iters, sizeof(double));
-    double timed = 0.0;
+    lj_bench_steps st;
+    lj_bench_steps_init(&st, ops, cfg->warmup_iters, cfg->train_iters, cfg->progress);
     for (int step = 1; step <= steps && s == LJ_OK; step++) {
         for (int b = 0; b < B; b++) make_row(&cfg->model, sh, &rng, ids + (size_t)b * T, targets + (size_t)b * T);
         const double t0 = lj_time_sec();
@@ -128,34 +123,18 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
         lj_vl_optimizer_step(&opt, &vl, 1e-4f, step);
         ops->synchronize();
         const double dt = lj_time_sec() - t0;
-        const double loss = lj_model_mean_loss(&m);
-        if (step == 1) res->loss_first = loss;
-        res->loss_last = loss;
-        if (step > cfg->warmup_iters) {
-            step_ms[step - cfg->warmup_iters - 1] = dt * 1e3;
-            timed += dt;
-        }
-        if (step == cfg->warmup_iters + 1 || step == steps) {
-            const size_t used = lj_bench_device_used_bytes(ops);
-            if (used > res->measured_bytes) res->measured_bytes = used;
-        }
-        if (cfg->progress) {
-            fprintf(stderr, "\r%s step %d/%d | %.1f ms | %.2f samples/s | loss %.4f   ",
-                    step <= cfg->warmup_iters ? "warm-up" : "timed", step, steps, dt * 1e3, B / dt, loss);
-            fflush(stderr);
-        }
+        lj_bench_steps_record(&st, step, dt, lj_model_mean_loss(&m), B / dt, "samples");
     }
-    if (cfg->progress) fputc('\n', stderr);
+    lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
+    res->loss_first = st.loss_first;
+    res->loss_last = st.loss_last;
+    if (st.used_bytes > res->measured_bytes) res->measured_bytes = st.used_bytes;
     if (s == LJ_OK) {
-        qsort(step_ms, (size_t)cfg->train_iters, sizeof(double), cmp_double);
-        res->step_ms_median = step_ms[(cfg->train_iters - 1) / 2];
-        res->step_ms_p90 = step_ms[(int)((cfg->train_iters - 1) * 0.9 + 0.5)];
-        res->samples_per_s = (double)B * cfg->train_iters / timed;
+        res->samples_per_s = (double)B * cfg->train_iters / st.timed_sec;
         res->tokens_per_s = res->samples_per_s * T;
         res->tflops = res->samples_per_s * (res->vit_flops_per_sample + res->llm_flops_per_sample) / 1e12;
         res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
     }
-    free(step_ms);
     free(ids);
     free(targets);
     free(grid);

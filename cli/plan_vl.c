@@ -61,18 +61,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &buffers, .ival = 1, .help = "also list every buffer"},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the breakdown as JSON (- : standard output)"},
     };
-    const int n_own = (int)(sizeof own / sizeof own[0]);
-    memcpy(rows, own, sizeof own);
-    const int n = n_own + lj_cli_vl_sample_rows(&sample, rows + n_own);
-    lj_flags_result res;
-    if (lj_flags_parse("plan", rows, n, argc, argv, 0, &res) != LJ_OK) return lj_cli_error("plan");
-    const int help = res.help;
-    lj_flags_result_free(&res);
-    if (help) {
-        usage(stdout);
-        lj_flags_print_help(stdout, rows, n);
-        return 0;
-    }
+    const int parsed = lj_cli_vl_parse("plan", own, (int)(sizeof own / sizeof own[0]), rows, &sample, argc, argv, usage);
+    if (parsed) return parsed < 0;
     lj_vl_config cfg;
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model qwen3-vl-2b)");

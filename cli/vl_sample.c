@@ -2,6 +2,8 @@
  * (cli.h lj_cli_vl_sample). */
 #include "cli/cli.h"
 
+#include <string.h>
+
 int lj_cli_vl_sample_rows(lj_cli_vl_sample *s, lj_flag *rows) {
     s->img_h = s->img_w = s->image_size = 448;
     s->text_tokens = 512;
@@ -26,4 +28,21 @@ lj_status lj_cli_vl_sample_resolve(lj_cli_vl_sample *s) {
                                    "not both", s->image_size);
     if (s->size_given) s->img_h = s->img_w = s->image_size;
     return LJ_OK;
+}
+
+int lj_cli_vl_parse(const char *cmd, const lj_flag *own, int n_own, lj_flag *rows, lj_cli_vl_sample *s, int argc,
+                    char **argv, void (*usage)(FILE *)) {
+    memcpy(rows, own, (size_t)n_own * sizeof *own);
+    const int n = n_own + lj_cli_vl_sample_rows(s, rows + n_own);
+    lj_flags_result res;
+    if (lj_flags_parse(cmd, rows, n, argc, argv, 0, &res) != LJ_OK) {
+        lj_cli_error(cmd);
+        return -1;
+    }
+    const int help = res.help;
+    lj_flags_result_free(&res);
+    if (!help) return 0;
+    usage(stdout);
+    lj_flags_print_help(stdout, rows, n);
+    return 1;
 }
