@@ -161,6 +161,16 @@ static void print_table(const cJSON *o, int offline) {
     printf("%-40s %-10.2f\n", "Request throughput (req/s):", num(o, "request_throughput"));
     printf("%-40s %-10.2f\n", "Output token throughput (tok/s):", num(o, "output_throughput"));
     printf("%-40s %-10.2f\n", "Total Token throughput (tok/s):", num(o, "total_token_throughput"));
+    if (offline) {
+        const double np = num(o, "steps_prompt"), nd = num(o, "steps_decode");
+        printf("%-40s %-10.0f\n", "Steps with prompt rows:", np);
+        printf("%-40s %-10.2f\n", "  their forward (s):", num(o, "forward_prompt_s"));
+        printf("%-40s %-10.0f\n", "Decode-only steps:", nd);
+        printf("%-40s %-10.2f\n", "  their forward (s):", num(o, "forward_decode_s"));
+        printf("%-40s %-10.3f\n", "  mean decode step (ms):", nd > 0 ? 1e3 * num(o, "forward_decode_s") / nd : 0.0);
+        printf("%-40s %-10.2f\n", "Scheduling and sampling (s):", num(o, "host_s"));
+        printf("%-40s %-10.0f\n", "Preemptions:", num(o, "preemptions"));
+    }
     if (!offline) {
         const char *names[3] = {"ttft", "tpot", "itl"}, *heads[3] = {"Time to First Token",
             "Time per Output Token (excl. 1st token)", "Inter-token Latency"}, *up[3] = {"TTFT", "TPOT", "ITL"};
@@ -323,7 +333,7 @@ static lj_status run_http(const bench_args *a, req *rs, double *duration) {
 }
 
 /* In-process: every prompt submitted at once to an engine started from the serve flags. */
-static lj_status run_offline(const bench_args *a, lj_cli_served *sv, req *rs, double *duration) {
+static lj_status run_offline(const bench_args *a, lj_cli_served *sv, req *rs, double *duration, lj_serve_stats *st) {
     lj_serve_request **q = lj_calloc((size_t)a->num_prompts, sizeof *q);
     const double t0 = now();
     for (int i = 0; i < a->num_prompts; i++) {
@@ -345,6 +355,7 @@ static lj_status run_offline(const bench_args *a, lj_cli_served *sv, req *rs, do
         lj_serve_request_release(q[i]);
     }
     *duration = now() - t0;
+    lj_serve_engine_stats(sv->engine, st);
     free(q);
     return LJ_OK;
 }
@@ -389,9 +400,11 @@ static lj_status bench_run(const bench_args *a, lj_cli_serve_args *ea, cJSON **o
     req *rs = lj_calloc((size_t)a->num_prompts, sizeof *rs);
     lj_status s = make_prompts(a, tok, rs);
     double duration = 0;
+    lj_serve_stats st;
+    memset(&st, 0, sizeof st);
     if (s == LJ_OK && a->offline) {
         s = lj_cli_serve_open(ea, &sv);
-        if (s == LJ_OK) s = run_offline(a, &sv, rs, &duration);
+        if (s == LJ_OK) s = run_offline(a, &sv, rs, &duration, &st);
     } else if (s == LJ_OK) {
         s = run_http(a, rs, &duration);
     }
@@ -431,6 +444,14 @@ static lj_status bench_run(const bench_args *a, lj_cli_serve_args *ea, cJSON **o
         cJSON_AddNumberToObject(o, "request_throughput", completed / duration);
         cJSON_AddNumberToObject(o, "output_throughput", (double)tout / duration);
         cJSON_AddNumberToObject(o, "total_token_throughput", (double)(tin + tout) / duration);
+        if (a->offline) { /* the engine's own account of the time (lj_serve_stats) */
+            cJSON_AddNumberToObject(o, "steps_prompt", (double)st.steps_prompt);
+            cJSON_AddNumberToObject(o, "steps_decode", (double)st.steps_decode);
+            cJSON_AddNumberToObject(o, "forward_prompt_s", st.forward_prompt_sec);
+            cJSON_AddNumberToObject(o, "forward_decode_s", st.forward_decode_sec);
+            cJSON_AddNumberToObject(o, "host_s", st.host_sec);
+            cJSON_AddNumberToObject(o, "preemptions", (double)st.preemptions);
+        }
         if (!a->offline) {
             stat_put(o, "ttft", ttft, completed);
             stat_put(o, "tpot", tpot, n_tpot);

@@ -407,7 +407,9 @@ struct lj_ops {
     /* out[N, Q] act: query row n (the q heads of qkv[n], after RoPE) of sequence seq[n] at
      * position pos[n] attends, causally, to its positions 0..pos[n] in kv_cache (written before,
      * this step's rows by paged_kv_write); softmax scale 1/sqrt(hd), GQA as attention_forward.
-     * seq, pos: [N] i32 backend memory. The CPU accumulates keys in position order with the
+     * seq, pos: [N] i32 backend memory; a row with seq[n] < 0 is skipped (out[n] untouched: the
+     * caller computed it, as serving does for a prompt's first chunk with attention_forward_docs).
+     * The CPU accumulates keys in position order with the
      * online softmax of attention_decode, so a sequence gets the same bits as there whatever
      * else is in the batch. */
     void (*paged_attention)(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
@@ -424,6 +426,11 @@ struct lj_ops {
      * kv_cache[slots[n], :] for n < N; slots[n] < 0 skipped, distinct. */
     void (*paged_kv_write_fp8)(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd,
                                const float *k_scale, const float *v_scale);
+    /* The k and v parts of qkv[n, :] (act, n < N) replaced in place by what an FP8 cache returns
+     * for them: decode(code(x / scale)) * scale, with paged_kv_write_fp8's codes. Serving runs it
+     * before a prompt's first chunk attends within itself on qkv (attention_forward_docs), so that
+     * those rows see the keys and values that later rows read from the cache. */
+    void (*paged_kv_round_fp8)(void *qkv, int N, int nh, int nkv, int hd, const float *k_scale, const float *v_scale);
     /* paged_attention over an FP8 cache: every key and value dequantized as it is read (fp32),
      * the rest as paged_attention (fp32 scores, online softmax and sums; out[N, Q] act). The
      * CPU multiplies each decoded element by its scale; CUDA folds k_scale into the query and

@@ -69,7 +69,7 @@ struct lj_serve_engine {
     /* the engine thread's own */
     seq **waiting, **running, **next_running; /* running: [max_num_seqs]; next_running: the step's new order */
     int n_waiting, cap_waiting, n_running;
-    int32_t *b_ids, *b_pos, *b_slots, *b_seq, *b_tables, *b_rows;
+    int32_t *b_ids, *b_pos, *b_slots, *b_seq, *b_tables, *b_rows, *b_start;
     seq **b_sched;
     int *b_take;
     uint64_t seed_counter;
@@ -346,6 +346,7 @@ static int greedy_only(const lj_sampling_params *p, int no) {
 
 /* One step: schedule, forward, sample. Returns 0 when there was nothing to run. */
 static int step(lj_serve_engine *e) {
+    const double t_step = now_sec();
     apply_ends(e, e->running, &e->n_running);
     apply_ends(e, e->waiting, &e->n_waiting);
     int budget = e->opt.max_num_batched_tokens, S = 0, N = 0, preempted = 0, S_running;
@@ -410,12 +411,14 @@ static int step(lj_serve_engine *e) {
     int M = 0, need_logits = 0;
     for (int k = 0; k < S; k++) {
         seq *s = e->b_sched[k];
+        const int start = s->n_computed == 0 ? N : -1; /* a first chunk attends within itself */
         for (int t = 0; t < e->b_take[k]; t++) {
             const int p = s->n_computed + t;
             e->b_ids[N] = s->tokens[p];
             e->b_pos[N] = p;
             e->b_slots[N] = s->table[p / LJ_KV_BLOCK_SIZE] * LJ_KV_BLOCK_SIZE + p % LJ_KV_BLOCK_SIZE;
             e->b_seq[N] = k;
+            e->b_start[N] = start;
             N++;
         }
         memcpy(e->b_tables + (size_t)k * MB, s->table, (size_t)s->n_blocks * sizeof(int32_t));
@@ -424,9 +427,11 @@ static int step(lj_serve_engine *e) {
             need_logits |= !greedy_only(&s->req->params, s->n_tokens - s->n_prompt);
         }
     }
-    const lj_serve_batch batch = {N, S, M, e->b_ids, e->b_pos, e->b_slots, e->b_seq, e->b_tables, e->b_rows};
+    const lj_serve_batch batch = {N, S, M, e->b_ids, e->b_pos, e->b_slots, e->b_seq, e->b_tables, e->b_rows, e->b_start};
     const float *logits = NULL;
+    const double t_fwd = now_sec();
     const int32_t *greedy = lj_serve_forward(e->sm, &batch, need_logits ? &logits : NULL);
+    const double fwd = now_sec() - t_fwd;
     int m = 0, n_next = 0;
     seq **next = e->next_running;
     for (int k = 0; k < S; k++) {
@@ -463,6 +468,11 @@ static int step(lj_serve_engine *e) {
     e->next_running = e->running;
     e->running = next;
     e->n_running = n_next;
+    pthread_mutex_lock(&e->mu);
+    if (N > M) e->stats.steps_prompt++, e->stats.forward_prompt_sec += fwd;
+    else e->stats.steps_decode++, e->stats.forward_decode_sec += fwd;
+    e->stats.host_sec += now_sec() - t_step - fwd;
+    pthread_mutex_unlock(&e->mu);
     publish(e, 1);
     return 1;
 }
@@ -533,6 +543,7 @@ lj_status lj_serve_engine_start(lj_serve_engine **out, lj_serve_model *sm, const
     e->b_pos = lj_malloc(T * sizeof(int32_t));
     e->b_slots = lj_malloc(T * sizeof(int32_t));
     e->b_seq = lj_malloc(T * sizeof(int32_t));
+    e->b_start = lj_malloc(T * sizeof(int32_t));
     e->b_rows = lj_malloc(S * sizeof(int32_t));
     e->b_tables = lj_malloc(S * sm->max_blocks * sizeof(int32_t));
     e->b_sched = lj_malloc(S * sizeof(seq *));
@@ -564,7 +575,7 @@ void lj_serve_engine_stop(lj_serve_engine *e, int drain) {
     lj_kv_pool_free(&e->pool);
     lj_sampler_free(&e->sampler);
     free(e->inbox), free(e->waiting), free(e->running), free(e->next_running);
-    free(e->b_ids), free(e->b_pos), free(e->b_slots), free(e->b_seq), free(e->b_rows), free(e->b_tables);
+    free(e->b_ids), free(e->b_pos), free(e->b_slots), free(e->b_seq), free(e->b_start), free(e->b_rows), free(e->b_tables);
     free(e->b_sched), free(e->b_take);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

@@ -72,6 +72,11 @@ typedef struct {
     int64_t prefix_queries, prefix_hits;  /* tokens */
     int64_t prompt_tokens, generation_tokens, preemptions, steps;
     int64_t finished[4];           /* requests by lj_finish_reason of their first choice */
+    /* where a step's time goes (seconds, the engine thread's monotonic clock): the forward (its
+     * launch to the sampled tokens on the host) of steps with prompt rows and of decode-only steps,
+     * and the rest of every step (scheduling, sampling, bookkeeping) */
+    int64_t steps_prompt, steps_decode;
+    double forward_prompt_sec, forward_decode_sec, host_sec;
     lj_serve_hist ttft, tpot, e2e; /* time to first token, per output token after it, end to end */
 } lj_serve_stats;
 

@@ -30,7 +30,8 @@ size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_se
     b += N * sa * (4 * (size_t)s->C + (s->qk_norm ? 2 : 1) * (size_t)s->QKV + s->Q + 3 * (size_t)s->I);
     b += N * sizeof(float) * (1 + (s->qk_norm ? (size_t)(s->nh + s->nkv) : 0));       /* rstd, qk_rstd */
     b += S * (2 * (size_t)s->C * sa + sizeof(float) + (size_t)s->V * sa);             /* rows, logits */
-    b += (4 * N + S + S * max_blocks + S) * sizeof(int32_t);                          /* index arrays, argmax */
+    b += (6 * N + S + S * max_blocks + S) * sizeof(int32_t);                          /* index arrays, argmax */
+    b += N * s->nh * sizeof(float) + m->ops->attention_workspace_bytes(1, max_tokens, s->nh, s->nkv, s->hd);
     b += lj_linear_scratch_bytes(&m->linear, max_tokens) + kv_scale_bytes(m);        /* FP8 */
     return b;
 }
@@ -55,7 +56,8 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     if (!ops->paged_kv_write || !ops->paged_attention || !ops->gather_rows)
         return lj_fail(LJ_ERR_UNSUPPORTED, "serve: the %s backend has no paged attention yet (use --device cpu)",
                        ops->name);
-    if (kv_dtype == LJ_SERVE_KV_FP8_E4M3 && (!ops->paged_kv_write_fp8 || !ops->paged_attention_fp8))
+    if (kv_dtype == LJ_SERVE_KV_FP8_E4M3 &&
+        (!ops->paged_kv_write_fp8 || !ops->paged_attention_fp8 || !ops->paged_kv_round_fp8))
         return lj_fail(LJ_ERR_UNSUPPORTED, "--kv-cache-dtype fp8: the %s backend has no FP8 paged attention; use "
                        "--kv-cache-dtype auto", ops->name);
     const lj_layer_spec *s = &m->spec;
@@ -106,7 +108,10 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     LJ_TRY(take(ops, &sm->logits, S * s->V * sa, "the logits"));
     LJ_TRY(take(ops, (void **)&sm->d_argmax, S * sizeof(int32_t), "the greedy tokens"));
     sm->h_argmax = lj_malloc(S * sizeof(int32_t));
-    const size_t index = (4 * N + S + S * sm->max_blocks) * sizeof(int32_t);
+    LJ_TRY(take(ops, (void **)&sm->lse, N * s->nh * sizeof(float), "the prompt attention's log-sum-exp"));
+    const size_t ws = ops->attention_workspace_bytes(max_tokens > 0 ? 1 : 0, max_tokens, s->nh, s->nkv, s->hd);
+    if (ws) LJ_TRY(take(ops, &sm->ws_attention, ws, "the prompt attention's workspace"));
+    const size_t index = (6 * N + S + S * sm->max_blocks) * sizeof(int32_t);
     LJ_TRY(take(ops, (void **)&sm->d_index, index, "the step's index arrays"));
     sm->h_index = lj_malloc(index);
     sm->h_logits = lj_malloc(S * s->V * sizeof(float));
@@ -130,7 +135,7 @@ void lj_serve_model_free(lj_serve_model *sm) {
     void *bufs[] = {sm->rope_cos, sm->rope_sin, sm->x,       sm->ln,      sm->qkv,      sm->qkv_pre,
                     sm->qk_rstd,  sm->attn,     sm->res_mid, sm->proj,    sm->gate_up,  sm->mlp,
                     sm->rstd,     sm->rows_x,   sm->rows_ln, sm->rows_rstd, sm->logits, sm->d_index,
-                    sm->d_argmax, sm->kv_scale, sm->linear_scratch};
+                    sm->d_argmax, sm->kv_scale, sm->linear_scratch, sm->lse, sm->ws_attention};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) ops->free(bufs[i]);
     if (sm->kv)
@@ -146,20 +151,28 @@ void lj_serve_model_free(lj_serve_model *sm) {
     memset(sm, 0, sizeof *sm);
 }
 
-/* The cache ops of layer l, in the cache's dtype. */
-static void kv_write(const lj_serve_model *sm, int l, const int32_t *slots, int N) {
+/* The cache ops of layer l, in the cache's dtype. fresh: some rows will attend within their chunk
+ * on qkv, whose keys and values an FP8 cache then rounds as it stores them (the same values as
+ * the rows that read them from the cache later). */
+static void kv_write(const lj_serve_model *sm, int l, const int32_t *slots, int N, int fresh) {
     const lj_layer_spec *s = &sm->m->spec;
     if (sm->kv_dtype == LJ_SERVE_KV_FP8_E4M3) {
         const float *ks = sm->kv_scale + 2 * LJ_FP8_SCALE_INV_STRIDE * l, *vs = ks + LJ_FP8_SCALE_INV_STRIDE;
         sm->m->ops->paged_kv_write_fp8(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd, ks, vs);
+        if (fresh) sm->m->ops->paged_kv_round_fp8(sm->qkv, N, s->nh, s->nkv, s->hd, ks, vs);
     } else {
         sm->m->ops->paged_kv_write(sm->kv[l], sm->qkv, slots, N, s->nh, s->nkv, s->hd);
     }
 }
 
+/* Attention of layer l: the rows of fresh chunks within their chunk (docs: doc_start per row, or
+ * NULL when there are none), then every other row (attn_seq >= 0) over the pages. */
 static void kv_attend(const lj_serve_model *sm, int l, const int32_t *tables, const int32_t *seq, const int32_t *pos,
-                      int N) {
+                      const int32_t *docs, int N) {
     const lj_layer_spec *s = &sm->m->spec;
+    if (docs)
+        sm->m->ops->attention_forward_docs(sm->attn, sm->lse, sm->qkv, docs, 1, N, s->nh, s->nkv, s->hd,
+                                           sm->ws_attention);
     if (sm->kv_dtype == LJ_SERVE_KV_FP8_E4M3) {
         const float *ks = sm->kv_scale + 2 * LJ_FP8_SCALE_INV_STRIDE * l, *vs = ks + LJ_FP8_SCALE_INV_STRIDE;
         sm->m->ops->paged_attention_fp8(sm->attn, sm->qkv, sm->kv[l], tables, seq, pos, N, sm->max_blocks,
@@ -170,14 +183,16 @@ static void kv_attend(const lj_serve_model *sm, int l, const int32_t *tables, co
     }
 }
 
-/* The step's ops over the index arrays at d (ids | pos | slots | seq [N] each, rows [M], tables):
- * the layers on N rows, then the final norm, lm_head and argmax on the M wanted rows. No host
- * transfer: a CUDA graph captures this. */
-static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
+/* The step's ops over the index arrays at d (ids | pos | slots | seq | doc_start | attn_seq [N]
+ * each, rows [M], tables): the layers on N rows, then the final norm, lm_head and argmax on the M
+ * wanted rows; fresh: some rows attend within their chunk (attention_forward_docs over doc_start;
+ * attn_seq is then -1 there). No host transfer: a CUDA graph captures this. */
+static void issue(lj_serve_model *sm, const int32_t *d, int N, int M, int fresh) {
     lj_model *m = sm->m;
     const lj_ops *ops = m->ops;
     const lj_layer_spec *s = &m->spec;
-    const int32_t *ids = d, *pos = d + N, *slots = d + 2 * N, *seq = d + 3 * N, *rows = d + 4 * N, *tables = rows + M;
+    const int32_t *ids = d, *pos = d + N, *slots = d + 2 * N, *docs = fresh ? d + 4 * N : NULL, *aseq = d + 5 * N;
+    const int32_t *rows = d + 6 * N, *tables = rows + M;
     ops->embedding_forward(sm->x, ids, lj_model_param(m, m->layout.embed), N, s->C);
     for (int l = 0; l < s->L; l++) {
         /* each norm runs through the recipe, which may cast its output into the next linear's FP8
@@ -194,8 +209,8 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
                                  lj_model_param(m, lj_param_index(&m->layout, l, LJ_P_Q_NORM)), N, s->nh, s->nkv, s->hd,
                                  s->eps);
         ops->rope_forward_pos(sm->qkv, sm->rope_cos, sm->rope_sin, pos, 1, N, s->nh, s->nkv, s->hd);
-        kv_write(sm, l, slots, N);
-        kv_attend(sm, l, tables, seq, pos, N);
+        kv_write(sm, l, slots, N, docs != NULL);
+        kv_attend(sm, l, tables, aseq, pos, docs, N);
         linear(m, LJ_LINEAR_O, l, sm->proj, sm->attn, N);
         lj_linear gate_up = lj_linear_of(&m->linear, LJ_LINEAR_GATE_UP, l,
                                          lj_model_param(m, lj_linear_param(&m->layout, LJ_LINEAR_GATE_UP, l)), NULL);
@@ -217,18 +232,27 @@ static void issue(lj_serve_model *sm, const int32_t *d, int N, int M) {
 
 /* Fills the host staging with the index arrays of a batch of N rows padded to P >= N (P > N only
  * for a decode graph: pad rows read token 0 at position 0 of sequence 0, write no slot and are
- * their own sampled row) and uploads them. */
-static void upload_index(lj_serve_model *sm, const lj_serve_batch *b, int P, int M) {
+ * their own sampled row) and uploads them. Returns whether some row has a start (issue's fresh). */
+static int upload_index(lj_serve_model *sm, const lj_serve_batch *b, int P, int M) {
     const int N = b->N, MB = sm->max_blocks;
-    int32_t *h = sm->h_index;
+    int32_t *h = sm->h_index, *docs = h + 4 * P, *aseq = h + 5 * P;
     memcpy(h, b->ids, (size_t)N * sizeof(int32_t));
     memcpy(h + P, b->pos, (size_t)N * sizeof(int32_t));
     memcpy(h + 2 * P, b->slots, (size_t)N * sizeof(int32_t));
     memcpy(h + 3 * P, b->seq, (size_t)N * sizeof(int32_t));
-    memcpy(h + 4 * P, b->rows, (size_t)b->M * sizeof(int32_t));
-    for (int n = N; n < P; n++) h[n] = 0, h[P + n] = 0, h[2 * P + n] = -1, h[3 * P + n] = 0, h[4 * P + n] = n;
-    memcpy(h + 4 * P + M, b->tables, (size_t)b->S * MB * sizeof(int32_t));
-    sm->m->ops->upload(sm->d_index, h, (size_t)(4 * P + M + b->S * MB) * sizeof(int32_t));
+    int fresh = 0;
+    for (int n = 0; n < N; n++) {
+        const int st = b->start ? b->start[n] : -1;
+        fresh |= st >= 0;
+        docs[n] = st >= 0 ? st : n; /* a cached row's own result there is replaced by the pages' */
+        aseq[n] = st >= 0 ? -1 : b->seq[n];
+    }
+    for (int n = N; n < P; n++)
+        h[n] = 0, h[P + n] = 0, h[2 * P + n] = -1, h[3 * P + n] = 0, docs[n] = n, aseq[n] = 0, h[6 * P + n] = n;
+    memcpy(h + 6 * P, b->rows, (size_t)b->M * sizeof(int32_t));
+    memcpy(h + 6 * P + M, b->tables, (size_t)b->S * MB * sizeof(int32_t));
+    sm->m->ops->upload(sm->d_index, h, (size_t)(6 * P + M + b->S * MB) * sizeof(int32_t));
+    return fresh;
 }
 
 /* The graph for a decode batch of N rows: the smallest captured size >= N, or -1. A decode batch
@@ -249,13 +273,13 @@ const int32_t *lj_serve_forward(lj_serve_model *sm, const lj_serve_batch *b, con
     const int N = b->N, M = b->M;
     LJ_ASSERT(N >= 1 && N <= sm->max_tokens && b->S >= 1 && b->S <= sm->max_seqs && M >= 0 && M <= sm->max_seqs);
     const int g = graph_for(sm, b);
-    if (g >= 0) {
+    if (g >= 0) { /* a decode batch: no row has a start */
         upload_index(sm, b, sm->graph_sizes[g], sm->graph_sizes[g]);
         ops->graph_launch(sm->graphs[g]);
         sm->graph_steps++;
     } else {
-        upload_index(sm, b, N, M);
-        issue(sm, sm->d_index, N, M);
+        const int fresh = upload_index(sm, b, N, M);
+        issue(sm, sm->d_index, N, M, fresh);
     }
     if (logits) *logits = NULL;
     if (M == 0) return NULL;
@@ -289,19 +313,19 @@ lj_status lj_serve_capture_graphs(lj_serve_model *sm) {
         return lj_fail(LJ_ERR_UNSUPPORTED, "serve: the %s backend cannot capture graphs", ops->name);
     int sizes[LJ_SERVE_MAX_GRAPHS];
     const int n = lj_serve_graph_sizes(sm->max_seqs, sm->max_tokens, sizes);
-    int32_t *zeros = lj_calloc((size_t)sizes[n - 1] * (5 + (size_t)sm->max_blocks), sizeof(int32_t));
+    int32_t *zeros = lj_calloc((size_t)sizes[n - 1] * (7 + (size_t)sm->max_blocks), sizeof(int32_t));
     lj_status st = LJ_OK;
     for (int g = 0; g < n && st == LJ_OK; g++) {
         const int P = sizes[g];
         /* a batch of pad rows only: run once eagerly (the linear ops pick their algorithms), then
          * capture the same ops */
-        const lj_serve_batch pad = {0, 1, 0, zeros, zeros, zeros, zeros, zeros, zeros};
+        const lj_serve_batch pad = {0, 1, 0, zeros, zeros, zeros, zeros, zeros, zeros, NULL};
         upload_index(sm, &pad, P, P);
-        issue(sm, sm->d_index, P, P);
+        issue(sm, sm->d_index, P, P, 0);
         ops->synchronize();
         st = ops->graph_capture_begin();
         if (st != LJ_OK) break;
-        issue(sm, sm->d_index, P, P);
+        issue(sm, sm->d_index, P, P, 0);
         st = ops->graph_capture_end(&sm->graphs[g]);
         if (st == LJ_OK) sm->graph_sizes[sm->num_graphs++] = P;
     }

@@ -39,7 +39,10 @@ typedef struct {
     float *rstd, *qk_rstd;
     void *rows_x, *rows_ln, *logits; /* [max_seqs, C], [max_seqs, C], [max_seqs, V] act */
     float *rows_rstd;
-    int32_t *d_index;         /* ids, pos, slots, seq [max_tokens] each, rows [max_seqs], tables [max_seqs, max_blocks] */
+    int32_t *d_index;         /* ids, pos, slots, seq, doc_start, attn_seq [max_tokens] each, rows [max_seqs],
+                                 tables [max_seqs, max_blocks] */
+    float *lse;               /* [nh, max_tokens] f32: attention_forward_docs's log-sum-exp (unused after) */
+    void *ws_attention;       /* its workspace (attention_workspace_bytes of 1 x max_tokens) */
     int32_t *d_argmax, *h_argmax; /* [max_seqs] i32: the greedy token of each wanted row, device and host */
     int32_t *h_index;         /* its host staging */
     float *h_logits;          /* [max_seqs, V] f32 host */
@@ -54,12 +57,17 @@ typedef struct {
 
 /* One step's batch, host arrays: N token rows (ids, positions, cache slots, the sequence each
  * belongs to: an index < S), the S block tables ([S, max_blocks]) and the M rows whose logits
- * are wanted. */
+ * are wanted. start (NULL: all -1): for a row of a chunk that begins at position 0 (a prompt's
+ * first chunk, nothing cached), the batch row where that chunk begins; -1 for a row whose earlier
+ * positions are in the cache. Rows with a start attend within their chunk on the contiguous
+ * rows (attention_forward_docs, the training kernel: each key read once per query tile instead
+ * of once per row), the others over the pages. */
 typedef struct {
     int N, S, M;
     const int32_t *ids, *pos, *slots, *seq;
     const int32_t *tables;
     const int32_t *rows;
+    const int32_t *start;
 } lj_serve_batch;
 
 /* Bytes of KV cache per token position, all layers: 2 * KV * L * the element size (the act dtype's,

@@ -110,7 +110,7 @@ static void compare(served *sv, int nv, const lj_model_config *cfg, int np, int 
         const int N = step ? 1 : np, p0 = step ? np + step - 1 : 0;
         if (step) ids[0] = argmax(ref, V), pos[0] = p0, slots[0] = p0, seq[0] = 0;
         row = N - 1;
-        const lj_serve_batch b = {N, 1, 1, ids, pos, slots, seq, tables, &row};
+        const lj_serve_batch b = {N, 1, 1, ids, pos, slots, seq, tables, &row, NULL};
         for (int v = 0; v < nv; v++) {
             const float *lg;
             const int32_t *greedy = lj_serve_forward(&sv[v].sm, &b, &lg);

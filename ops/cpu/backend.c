@@ -175,6 +175,7 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .paged_kv_write = lj_cpu_paged_kv_write,                                                      \
     .paged_attention = lj_cpu_paged_attention,                                                    \
     .paged_kv_write_fp8 = lj_cpu_paged_kv_write_fp8,                                              \
+    .paged_kv_round_fp8 = lj_cpu_paged_kv_round_fp8,                                              \
     .paged_attention_fp8 = lj_cpu_paged_attention_fp8,                                            \
     .gather_rows = lj_cpu_gather_rows,                                                            \
     .argmax_rows = lj_cpu_argmax_rows,                                                            \

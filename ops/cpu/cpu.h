@@ -211,6 +211,7 @@ void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, co
 void lj_cpu_argmax_rows(int32_t *out, const void *x, int M, int V);
 void lj_cpu_paged_kv_write_fp8(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd,
                                const float *k_scale, const float *v_scale);
+void lj_cpu_paged_kv_round_fp8(void *qkv, int N, int nh, int nkv, int hd, const float *k_scale, const float *v_scale);
 void lj_cpu_paged_attention_fp8(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
                                 const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size,
                                 int nh, int nkv, int hd, const float *k_scale, const float *v_scale);

@@ -60,6 +60,7 @@ void lj_cpu_paged_attention(void *out, const void *qkv, const void *kv_cache, co
 #pragma omp parallel for schedule(dynamic, 4)
     for (int ih = 0; ih < N * nh; ih++) {
         const int i = ih / nh, h = ih % nh;
+        if (seq[i] < 0) continue; /* computed by the caller (ops.h) */
         lj_cpu_attend_row(o + (int64_t)i * Q + (int64_t)h * hd, x + (int64_t)i * row + (int64_t)h * hd, kv_cache,
                           block_tables + (int64_t)seq[i] * max_blocks, block_size, pos[i] + 1, KV, h / rep, hd, scale);
     }
@@ -79,6 +80,20 @@ void lj_cpu_paged_kv_write_fp8(void *kv_cache, const void *qkv, const int32_t *s
         uint8_t *dst = cache + (int64_t)slots[n] * 2 * KV;
         const float *src = x + (int64_t)n * row + Q;
         for (int c = 0; c < 2 * KV; c++) dst[c] = lj_fp8_from_f32(src[c] * (c < KV ? inv_k : inv_v), LJ_FP8_E4M3);
+    }
+}
+
+void lj_cpu_paged_kv_round_fp8(void *qkv, int N, int nh, int nkv, int hd, const float *k_scale, const float *v_scale) {
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    const float inv_k = 1.0f / k_scale[0], inv_v = 1.0f / v_scale[0];
+    float *x = qkv;
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        float *kv = x + (int64_t)n * row + Q;
+        for (int c = 0; c < 2 * KV; c++) {
+            const uint8_t code = lj_fp8_from_f32(kv[c] * (c < KV ? inv_k : inv_v), LJ_FP8_E4M3);
+            kv[c] = lj_fp8_to_f32(code, LJ_FP8_E4M3) * (c < KV ? k_scale[0] : v_scale[0]);
+        }
     }
 }
 
@@ -114,6 +129,7 @@ void lj_cpu_paged_attention_fp8(void *out, const void *qkv, const void *kv_cache
 #pragma omp parallel for schedule(dynamic, 4)
     for (int ih = 0; ih < N * nh; ih++) {
         const int i = ih / nh, h = ih % nh;
+        if (seq[i] < 0) continue;
         attend_row_fp8(o + (int64_t)i * Q + (int64_t)h * hd, x + (int64_t)i * row + (int64_t)h * hd, kv_cache,
                        block_tables + (int64_t)seq[i] * max_blocks, block_size, pos[i] + 1, KV, h / rep, hd, scale,
                        lut, ks, vs);

@@ -388,6 +388,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .paged_kv_write = lj_cuda_paged_kv_write,                                    \
         .paged_attention = lj_cuda_paged_attention,                                  \
         .paged_kv_write_fp8 = lj_cuda_paged_kv_write_fp8,                            \
+        .paged_kv_round_fp8 = lj_cuda_paged_kv_round_fp8,                            \
         .paged_attention_fp8 = lj_cuda_paged_attention_fp8,                          \
         .gather_rows = lj_cuda_gather_rows,                                          \
         .argmax_rows = lj_cuda_argmax_rows,                                          \

@@ -79,6 +79,28 @@ void lj_cuda_paged_kv_write_fp8(void *kv_cache, const void *qkv, const int32_t *
     LJ_CUDA_LAUNCHED("paged_kv_write_fp8_kernel");
 }
 
+/* qkv's k and v elements through the FP8 cache's rounding, in place (ops.h paged_kv_round_fp8). */
+static __global__ void paged_kv_round_fp8_kernel(lj_bf16 *qkv, int N, int Q, int KV, const float *k_scale,
+                                                 const float *v_scale) {
+    const float ks = *k_scale, vs = *v_scale, inv_k = 1.0f / ks, inv_v = 1.0f / vs;
+    const int64_t w = 2 * (int64_t)KV, total = (int64_t)N * w, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t n = i / w, c = i % w;
+        lj_bf16 *p = qkv + n * (Q + w) + Q + c;
+        __nv_fp8_e4m3 code;
+        code.__x = __nv_cvt_float_to_fp8(__bfloat162float(*p) * (c < KV ? inv_k : inv_v), __NV_SATFINITE, __NV_E4M3);
+        *p = __float2bfloat16_rn((float)code * (c < KV ? ks : vs));
+    }
+}
+
+void lj_cuda_paged_kv_round_fp8(void *qkv, int N, int nh, int nkv, int hd, const float *k_scale, const float *v_scale) {
+    if (N <= 0) return;
+    const int64_t units = (int64_t)N * 2 * nkv * hd;
+    paged_kv_round_fp8_kernel<<<lj_cuda_blocks(units, 256), 256, 0, lj_cuda_stream()>>>(
+        (lj_bf16 *)qkv, N, nh * hd, nkv * hd, k_scale, v_scale);
+    LJ_CUDA_LAUNCHED("paged_kv_round_fp8_kernel");
+}
+
 /* One cached element as fp32: a bf16 value, or an E4M3 code (its scale applied by the caller). */
 template <bool FP8>
 static __device__ __forceinline__ float kv_load(const void *cache, int64_t i) {
@@ -103,6 +125,7 @@ static __global__ void __launch_bounds__(LJ_PA_WARPS * 32)
                            int hd, float scale, const float *k_scale, const float *v_scale, int splits) {
     extern __shared__ float sh[];
     const int n = blockIdx.x, g = blockIdx.y, rep = nh / nkv, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (seq[n] < 0) return; /* a row the caller computed (ops.h) */
     const int Q = nh * hd, KV = nkv * hd;
     float *q_s = sh, *m_s = q_s + rep * hd, *l_s = m_s + LJ_PA_WARPS * rep, *acc_s = l_s + LJ_PA_WARPS * rep;
     const lj_bf16 *qrow = qkv + (int64_t)n * (Q + 2 * KV) + (int64_t)g * rep * hd;
@@ -401,6 +424,7 @@ static __global__ void __launch_bounds__(LJ_PA_MMA_WARPS * 32)
     __shared__ float m_s[LJ_PA_MMA_WARPS][8], l_s[LJ_PA_MMA_WARPS][8], o_s[LJ_PA_MMA_WARPS][8][HD];
     const int n = blockIdx.x, kvh = blockIdx.y, rep = nh / nkv;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    if (seq[n] < 0) return; /* a row the caller computed (ops.h) */
     const int Q = nh * HD, KV = nkv * HD;
 
     /* the query of head g of the group as the B operand words: elements pk(t, q), q = 0..HD/4-1 */
@@ -498,10 +522,11 @@ static __global__ void __launch_bounds__(LJ_PA_MMA_WARPS * 32)
  * the four sums are added. */
 #define LJ_PA_COMBINE_WARPS 4
 static __global__ void __launch_bounds__(LJ_PA_COMBINE_WARPS * 32)
-    paged_combine_kernel(lj_bf16 *out, const float *part, int splits, int hd) {
+    paged_combine_kernel(lj_bf16 *out, const float *part, const int32_t *seq, int nh, int splits, int hd) {
     __shared__ float w_s[LJ_PA_MAX_SPLITS], o_s[LJ_PA_COMBINE_WARPS][LJ_PA_MAX_HD], L_s;
     __shared__ int used_s;
     const int64_t h = blockIdx.x;
+    if (seq[h / nh] < 0) return; /* a row the caller computed */
     const float *pp = part + h * splits * (hd + 2);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp == 0) {
@@ -628,7 +653,7 @@ static void paged_attention_launch(void *out, const void *qkv, const void *kv_ca
     }
     if (splits > 1) {
         paged_combine_kernel<<<N * nh, LJ_PA_COMBINE_WARPS * 32, 0, lj_cuda_stream()>>>((lj_bf16 *)out, g_paged_part,
-                                                                                      splits, hd);
+                                                                                      seq, nh, splits, hd);
         LJ_CUDA_LAUNCHED("paged_combine_kernel");
     }
 }

@@ -16,6 +16,7 @@ void lj_cuda_paged_attention(void *out, const void *qkv, const void *kv_cache, c
                              int nkv, int hd);
 void lj_cuda_paged_kv_write_fp8(void *kv_cache, const void *qkv, const int32_t *slots, int N, int nh, int nkv, int hd,
                                 const float *k_scale, const float *v_scale);
+void lj_cuda_paged_kv_round_fp8(void *qkv, int N, int nh, int nkv, int hd, const float *k_scale, const float *v_scale);
 void lj_cuda_paged_attention_fp8(void *out, const void *qkv, const void *kv_cache, const int32_t *block_tables,
                                  const int32_t *seq, const int32_t *pos, int N, int max_blocks, int block_size,
                                  int nh, int nkv, int hd, const float *k_scale, const float *v_scale);

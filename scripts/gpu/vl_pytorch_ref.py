@@ -16,6 +16,8 @@ AdamW (lr 1e-4, weight decay 0.1, betas 0.9/0.95, clipping at 1.0 as ljperf's be
 Modes:
   eager    the model as is
   compile  torch.compile(model)
+--gradient-checkpointing: transformers' gradient_checkpointing_enable (non-reentrant), every
+decoder and vision block recomputed in the backward (how an 8B model fits beside its fp32 AdamW).
 
 Timing: each step (forward, backward, clipping, optimizer step, zero_grad) is bracketed by
 torch.cuda.synchronize(); the first --warmup-iters steps are not counted.
@@ -164,6 +166,7 @@ def main():
     ap.add_argument("--warmup-iters", type=int, default=5)
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--dtype", choices=["autocast", "bf16"], default="autocast")
+    ap.add_argument("--gradient-checkpointing", action="store_true", help="recompute every block in the backward")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", help="write the result here")
     a = ap.parse_args()
@@ -187,6 +190,8 @@ def main():
         model = Qwen3VLForConditionalGeneration(config)  # random init (HF's _init_weights), fp32
     model = model.to(dtype)
     model.train()
+    if a.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tc, vc = config.text_config, config.vision_config
     nparams = sum(p.numel() for p in model.parameters())
 
@@ -249,6 +254,7 @@ def main():
     free_b, total_b = torch.cuda.mem_get_info()
     r = {
         "engine": "pytorch", "model": a.model, "mode": a.mode, "dtype": a.dtype, "micro_batch_size": B,
+        "gradient_checkpointing": a.gradient_checkpointing,
         "img_h": a.img_h, "img_w": a.img_w, "image_grid_thw": [1, gh, gw], "image_patches": patches,
         "image_tokens": ntok, "text_tokens": a.text_tokens, "seq_length": T, "world_size": 1,
         "samples_per_s": sps, "tokens_per_s": sps * T, "tokens_per_s_per_gpu": sps * T,

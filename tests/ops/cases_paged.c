@@ -118,6 +118,24 @@ static void paged_body(lj_case_ctx *x) {
         }
     }
 
+    /* rows with seq < 0 are skipped (their out untouched), the others get the same bits */
+    {
+        int32_t *seq_s = (int32_t *)lj_case_zeros(x, M);
+        float *o7 = lj_case_zeros(x, (int64_t)M * Q);
+        for (int m = 0; m < M; m++) seq_s[m] = m % 2 ? -1 : seq_r[m];
+        for (int64_t i = 0; i < (int64_t)M * Q; i++) o7[i] = 7.0f;
+        void *out_s = lj_case_upload(x, o7, (int64_t)M * Q, LJ_CASE_ACT);
+        ops->paged_attention(out_s, dq, cache, dtables, lj_case_upload(x, seq_s, M, LJ_CASE_I32), dpos, M, MB, bs, nh,
+                             nkv, hd);
+        const float *hs = lj_case_download(x, out_s, (int64_t)M * Q, LJ_CASE_ACT);
+        const float *ho = lj_case_download(x, out, (int64_t)M * Q, LJ_CASE_ACT);
+        int skip_ok = 1;
+        for (int m = 0; m < M; m++)
+            skip_ok &= m % 2 ? memcmp(hs + (int64_t)m * Q, o7, (size_t)Q * sizeof(float)) == 0
+                             : memcmp(hs + (int64_t)m * Q, ho + (int64_t)m * Q, (size_t)Q * sizeof(float)) == 0;
+        lj_case_true(x, "paged_attention seq < 0", skip_ok, "skipped rows untouched, the others bit for bit");
+    }
+
     /* gather_rows: rows of out, bit for bit */
     int32_t grows[3] = {M - 1, 0, M / 2};
     void *dg = lj_case_alloc(x, 3 * (int64_t)Q, LJ_CASE_ACT);

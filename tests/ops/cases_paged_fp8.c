@@ -6,7 +6,7 @@
  *   the codes: exactly lj_fp8_from_f32(x * (1 / scale)) in each slot, the rest untouched (on
  *     CUDA: the CPU's codes, bit for bit), one key element saturating at 448;
  *   the rounding: every decoded element that is neither saturated nor subnormal within 2^-4
- *     relative of its value;
+ *     relative of its value; paged_kv_round_fp8 writes those decoded values into qkv, bit for bit;
  *   the attention: against a double reference over the decoded cache (code * scale), and
  *     within 0.1 rel L2 of the unquantized paged_attention over the same rows.
  * d = {S, T, nh, nkv, hd, decode}, param = k_scale (v_scale = k_scale / 2). Rows:
@@ -87,6 +87,19 @@ static void paged_fp8_body(lj_case_ctx *x) {
     }
     lj_case_true(x, "paged_kv_write_fp8 rounding", rounding && saturated == 1,
                  "codes within 2^-4 relative of the values, the one value beyond 448 saturated");
+
+    /* paged_kv_round_fp8: qkv's k and v parts become the cache's decoded values, q untouched */
+    void *d_round = lj_case_upload(x, qkv, (int64_t)N * row, LJ_CASE_ACT);
+    ops->paged_kv_round_fp8(d_round, N, nh, nkv, hd, d_ks, d_vs);
+    double *want_round = NULL;
+    if (lj_case_reference(x)) {
+        want_round = lj_case_dzeros(x, (int64_t)N * row);
+        for (int n = 0; n < N; n++)
+            for (int e = 0; e < row; e++)
+                want_round[(int64_t)n * row + e] =
+                    e < Q ? qkv[(int64_t)n * row + e] : kvd[(int64_t)slots[n] * 2 * KV + e - Q];
+    }
+    lj_case_output(x, "paged_kv_round_fp8", d_round, (int64_t)N * row, LJ_CASE_ACT, want_round, LJ_CASE_TOL_BITS);
 
     /* the query rows: all of them, or the last of each sequence */
     int M = 0;
