@@ -465,8 +465,8 @@ static void block_forward(lj_vision *vm, int i) {
                            Np, s->V, s->eps);
     linear(vm, a->qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V);
     ops->rope_forward_pos(a->qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
-    ops->attention_varlen_forward(a->attn, a->lse, a->qkv, vm->cu_seqlens, vm->num_segments, Np, s->heads, s->heads,
-                                  s->hd, 0, vm->ws_attention);
+    ops->attention_varlen_forward(a->attn, a->lse, a->qkv, vm->cu_seqlens, vm->num_segments, vm->max_seqlen, Np,
+                                  s->heads, s->heads, s->hd, 0, vm->ws_attention);
     linear(vm, y, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V); /* y as scratch until the MLP writes it */
     ops->add(a->res_mid, x, y, (int64_t)Np * s->V);
     /* + fc2(gelu_tanh(fc1(LN2(.)))) */
@@ -529,8 +529,8 @@ static void block_backward(lj_vision *vm, int i) {
                             LJ_GRAD_ACCUMULATE, vm->ws_norm);
     /* attention */
     linear_backward(vm, vm->d_attn, vm->d_res, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V, LJ_GRAD_OVERWRITE);
-    ops->attention_varlen_backward(vm->d_qkv, vm->d_attn, a->qkv, a->attn, a->lse, vm->cu_seqlens, vm->num_segments, Np,
-                                   s->heads, s->heads, s->hd, 0, vm->ws_attention);
+    ops->attention_varlen_backward(vm->d_qkv, vm->d_attn, a->qkv, a->attn, a->lse, vm->cu_seqlens, vm->num_segments,
+                                   vm->max_seqlen, Np, s->heads, s->heads, s->hd, 0, vm->ws_attention);
     ops->rope_backward_pos(vm->d_qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
     linear_backward(vm, vm->d_ln, vm->d_qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V, LJ_GRAD_OVERWRITE);
     ops->layernorm_backward(vm->d_res, grad(vm, p0 + LJ_VP_LN1_W), grad(vm, p0 + LJ_VP_LN1_B), vm->d_ln,

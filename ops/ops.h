@@ -506,14 +506,21 @@ struct lj_ops {
      * [cu_seqlens[s], cu_seqlens[s+1]) of qkv[N, QKV] act are segment s (nseg segments,
      * cu_seqlens[0] = 0, cu_seqlens[nseg] = N, i32 in backend memory); a query attends to every
      * key of its segment (causal = 0, the vision tower) or to the keys at or before it (causal
-     * = 1); scale 1/sqrt(hd), GQA as attention_forward. out[N, Q] act; lse[nh, N] f32. */
+     * = 1); scale 1/sqrt(hd), GQA as attention_forward. out[N, Q] act; lse: nh*N f32 values
+     * whose layout is the backend's (the backward reads what the forward wrote: [nh, N], or
+     * [nseg, nh, max_seqlen] where a backend runs uniform segments as one dense attention).
+     * max_seqlen: the longest segment; when nseg * max_seqlen == N every segment has that
+     * length and a backend may run one dense attention of nseg x max_seqlen. workspace: as
+     * sized by attention_varlen_workspace_bytes for at least N rows. */
     void (*attention_varlen_forward)(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
-                                     int N, int nh, int nkv, int hd, int causal, void *workspace);
-    /* dqkv[N, QKV] (overwrite) from dout[N, Q] and the saved qkv, out, lse. */
+                                     int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace);
+    /* dqkv[N, QKV] (overwrite) from dout[N, Q] and the saved qkv, out, lse (the forward's, with
+     * the same cu_seqlens, nseg, max_seqlen, N, heads, causal and workspace). */
     void (*attention_varlen_backward)(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                      const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
-                                      int hd, int causal, void *workspace);
-    /* Bytes of workspace either needs for segments of at most max_seqlen rows. */
+                                      const float *lse, const int32_t *cu_seqlens, int nseg, int max_seqlen, int N,
+                                      int nh, int nkv, int hd, int causal, void *workspace);
+    /* Bytes of workspace either needs for up to max_seqlen rows in all (a bound on N, and so on
+     * every segment's length: the planner passes the most patch rows). */
     size_t (*attention_varlen_workspace_bytes)(int max_seqlen, int nh, int nkv, int hd);
     /* Row gather: out[i, :] = x[idx[i], :] for i < M; out [M,C], x [R,C] act; idx [M] i32 in
      * backend memory (the rows of x at the image positions: DeepStack's gradient). */

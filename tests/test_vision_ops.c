@@ -192,8 +192,8 @@ typedef struct {
 
 static double att_loss(void *p) {
     att_case *c = p;
-    c->ops->attention_varlen_forward(c->out, c->lse, c->qkv, c->cu, c->nseg, c->N, c->nh, c->nkv, c->hd, c->causal,
-                                     c->ws);
+    c->ops->attention_varlen_forward(c->out, c->lse, c->qkv, c->cu, c->nseg, 6, c->N, c->nh, c->nkv, c->hd,
+                                     c->causal, c->ws);
     return dot_d(c->out, c->R, (int64_t)c->N * c->nh * c->hd);
 }
 
@@ -235,7 +235,8 @@ static void test_attention_varlen(void **state) {
                 }
         float *d = lj_malloc((size_t)c.N * row * sizeof(float));
         memset(d, 0x7f, (size_t)c.N * row * sizeof(float)); /* overwritten */
-        ops->attention_varlen_backward(d, c.R, c.qkv, c.out, c.lse, c.cu, c.nseg, c.N, c.nh, c.nkv, c.hd, causal, c.ws);
+        ops->attention_varlen_backward(d, c.R, c.qkv, c.out, c.lse, c.cu, c.nseg, 6, c.N, c.nh, c.nkv, c.hd, causal,
+                                       c.ws);
         check_fd(causal ? "attention_varlen causal dqkv" : "attention_varlen bidirectional dqkv", c.qkv,
                  (int64_t)c.N * row, d, att_loss, &c, 120);
         free(d), free(c.qkv), free(c.out), free(c.lse), free(c.R), free(c.ws);

@@ -206,8 +206,9 @@ static void scores(float *p, const float *q, const float *qkv, int row, int kcol
     for (int j = k0; j < k1; j++) p[j - k0] = scale * dot(q, qkv + (int64_t)j * row + kcol, hd);
 }
 
-void lj_cpu_attention_varlen_forward(void *out, float *lse, const void *qkv_v, const int32_t *cu, int nseg, int N,
-                                     int nh, int nkv, int hd, int causal, void *workspace) {
+void lj_cpu_attention_varlen_forward(void *out, float *lse, const void *qkv_v, const int32_t *cu, int nseg,
+                                     int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace) {
+    (void)max_seqlen; /* the longest segment is taken from cu_seqlens (checking them) */
     const float *qkv = qkv_v;
     float *o = out;
     const int row = (nh + 2 * nkv) * hd, Q = nh * hd, group = nh / nkv;
@@ -248,8 +249,9 @@ void lj_cpu_attention_varlen_forward(void *out, float *lse, const void *qkv_v, c
 }
 
 void lj_cpu_attention_varlen_backward(void *dqkv_v, const void *dout_v, const void *qkv_v, const void *out_v,
-                                      const float *lse, const int32_t *cu, int nseg, int N, int nh, int nkv, int hd,
-                                      int causal, void *workspace) {
+                                      const float *lse, const int32_t *cu, int nseg, int max_seqlen, int N, int nh,
+                                      int nkv, int hd, int causal, void *workspace) {
+    (void)max_seqlen; /* the longest segment is taken from cu_seqlens (checking them) */
     const float *qkv = qkv_v, *dout = dout_v, *out = out_v;
     float *dqkv = dqkv_v;
     const int row = (nh + 2 * nkv) * hd, Q = nh * hd, group = nh / nkv;

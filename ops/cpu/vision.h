@@ -20,10 +20,10 @@ void lj_cpu_embedding_bag_forward(void *out, const void *table, const int32_t *i
 void lj_cpu_embedding_bag_backward(void *dtable, const void *dout, const int32_t *idx, const float *w, int N, int K,
                                    int C);
 void lj_cpu_attention_varlen_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
-                                     int N, int nh, int nkv, int hd, int causal, void *workspace);
+                                     int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace);
 void lj_cpu_attention_varlen_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                      const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
-                                      int hd, int causal, void *workspace);
+                                      const float *lse, const int32_t *cu_seqlens, int nseg, int max_seqlen, int N,
+                                      int nh, int nkv, int hd, int causal, void *workspace);
 size_t lj_cpu_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd);
 void lj_cpu_rows_gather(void *out, const void *x, const int32_t *idx, int M, int C);
 void lj_cpu_rows_scatter(void *x, const void *src, const int32_t *idx, int M, int C, lj_grad_mode mode);

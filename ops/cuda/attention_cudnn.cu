@@ -1,13 +1,16 @@
 /* attention_cudnn.cu: causal GQA attention forward and backward on cuDNN's fused
  * flash-attention (SDPA) engines, behind the op table's attention entries (dispatch in
- * attention.cu; the own kernels stay the fallback).
+ * attention.cu; the own kernels stay the fallback), and the same without the mask
+ * (bidirectional, "full") behind attention_varlen when every segment has one length
+ * (vision_attention.cu: the vision tower's images of one resolution).
  *
  * The graphs are built with the cuDNN backend API (cudnn_graph.h: descriptors, operation
  * graph, engine heuristics, execution plan, variant pack), as cudnn-frontend's composite SDPA
  * nodes lower them (NVIDIA/cudnn-frontend, include/cudnn_frontend/node/
  * scaled_dot_product_flash_attention.h and softmax.h; the causal mask of
  * attn::score_modifiers::causal_mask):
- *   forward   S = Q K^T * scale; causal mask (GEN_INDEX row >= col, else -FLT_MAX);
+ *   forward   S = Q K^T * scale; causal mask (GEN_INDEX row >= col, else -FLT_MAX; left out
+ *             in the full graphs);
  *             M = rowmax S; E = exp(S - M); Z = rowsum E; stats = M + log Z; O = (E / Z) V
  *   backward  Dsum = rowsum(dO * O); P = exp(mask(Q K^T * scale) - stats); dV = P^T dO;
  *             dS = P (dO V^T - Dsum) * scale; dK = dS^T Q; dQ = dS K (fp32 accumulator)
@@ -26,7 +29,8 @@
  * file), so the binary runs where cuDNN is missing, with the own kernels. Plans are built per
  * shape when the workspace is sized (attention_workspace_bytes, called at planning time,
  * before any CUDA-graph capture) or on the first uncaptured call, and cached for the
- * process's life. Nothing is built while the stream is capturing. */
+ * process's life; the full plans (keyed apart from the causal ones) on the first uncaptured
+ * forward of their shape only. Nothing is built while the stream is capturing. */
 #include "ops/cuda/cuda_common.h"
 
 #include "base/fs.h"
@@ -48,6 +52,13 @@ size_t lj_cuda_cudnn_attention_workspace_bytes(int, int, int, int, int, int) { r
 int lj_cuda_cudnn_attention_forward(void *, float *, const void *, int, int, int, int, int, void *, int) { return 0; }
 int lj_cuda_cudnn_attention_backward(void *, const void *, const void *, const void *, const float *, int, int, int,
                                      int, int, float *, float *, void *, int) {
+    return 0;
+}
+int lj_cuda_cudnn_attention_full_forward(void *, float *, const void *, int, int, int, int, int, void *, size_t) {
+    return 0;
+}
+int lj_cuda_cudnn_attention_full_backward(void *, const void *, const void *, const void *, const float *, int, int,
+                                          int, int, int, float *, float *, void *, size_t) {
     return 0;
 }
 
@@ -99,6 +110,7 @@ enum {
  * engine. */
 typedef struct {
     int B, T, nh, nkv, hd, det; /* det: built for deterministic mode (variant 2 tried first) */
+    int causal;                 /* 1: the causal mask (attention_forward); 0: none (full) */
     int ok, warned;
     int reported; /* its workspace was reported by attention_workspace_bytes (so callers hold it) */
     cdesc fwd, bwd;
@@ -433,19 +445,21 @@ static lj_att_layout att_layout(int B, int T, int nh, int nkv, int hd) {
     return L;
 }
 
-static void build_forward(lj_gb *b, const lj_att_layout *L) {
+/* causal 0 leaves the mask out, and with it the lowest scalar (LJ_UID_LOWEST is then not in
+ * the graph, so not in its variant packs). */
+static void build_forward(lj_gb *b, const lj_att_layout *L, int causal) {
     const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     cdesc Q = gb_tensor(b, LJ_UID_Q, bf, L->q_dim, L->q_str, false, false, false);
     cdesc KT = gb_tensor(b, LJ_UID_K, bf, L->kt_dim, L->kt_str, false, false, false);
     cdesc V = gb_tensor(b, LJ_UID_V, bf, L->kv_dim, L->kv_str, false, false, false);
     cdesc O = gb_tensor(b, LJ_UID_O, bf, L->q_dim, L->o_str, false, false, false);
     cdesc stats = gb_tensor(b, LJ_UID_STATS, f32, L->r_dim, L->r_str, false, false, false);
-    cdesc scale = gb_scalar(b, LJ_UID_SCALE), lowest = gb_scalar(b, LJ_UID_LOWEST);
+    cdesc scale = gb_scalar(b, LJ_UID_SCALE), lowest = causal ? gb_scalar(b, LJ_UID_LOWEST) : NULL;
     const int64_t *sd = L->s_dim, *ss = L->s_str, *rd = L->r_dim, *rs = L->r_str;
 
     cdesc s = gb_matmul(b, Q, KT, gb_virtual(b, f32, sd, ss));
     s = gb_pointwise(b, CUDNN_POINTWISE_MUL, f32, s, scale, NULL, gb_virtual(b, f32, sd, ss), -1);
-    s = gb_causal(b, s, lowest, sd, ss);
+    if (causal) s = gb_causal(b, s, lowest, sd, ss);
     cdesc m = gb_reduction(b, CUDNN_REDUCE_TENSOR_MAX, s, gb_virtual(b, f32, rd, rs));
     cdesc e = gb_pointwise(b, CUDNN_POINTWISE_SUB, f32, s, m, NULL, gb_virtual(b, f32, sd, ss), -1);
     e = gb_pointwise(b, CUDNN_POINTWISE_EXP, f32, e, NULL, NULL, gb_virtual(b, f32, sd, ss), -1);
@@ -456,7 +470,7 @@ static void build_forward(lj_gb *b, const lj_att_layout *L) {
     gb_matmul(b, p, V, O);
 }
 
-static void build_backward(lj_gb *b, const lj_att_layout *L, int variant) {
+static void build_backward(lj_gb *b, const lj_att_layout *L, int variant, int causal) {
     const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     const int gqa = L->q_dim[1] != L->kv_dim[1];
     cdesc Q = gb_tensor(b, LJ_UID_Q, bf, L->q_dim, L->q_str, false, false, false);
@@ -468,7 +482,8 @@ static void build_backward(lj_gb *b, const lj_att_layout *L, int variant) {
     cdesc dQ = gb_tensor(b, LJ_UID_DQ, bf, L->q_dim, L->q_str, false, false, false);
     cdesc dK = gb_tensor(b, LJ_UID_DK, bf, L->kv_dim, L->kv_str, false, false, false);
     cdesc dV = gb_tensor(b, LJ_UID_DV, bf, L->kv_dim, L->kv_str, false, false, false);
-    cdesc scale = gb_scalar(b, LJ_UID_SCALE), lowest = gb_scalar(b, LJ_UID_LOWEST), one = gb_scalar(b, LJ_UID_ONE);
+    cdesc scale = gb_scalar(b, LJ_UID_SCALE), one = gb_scalar(b, LJ_UID_ONE);
+    cdesc lowest = causal ? gb_scalar(b, LJ_UID_LOWEST) : NULL;
     const int64_t *sd = L->s_dim, *ss = L->s_str, *rd = L->r_dim, *rs = L->r_str;
 
     /* softmax_sum = rowsum(dO * O) */
@@ -481,7 +496,7 @@ static void build_backward(lj_gb *b, const lj_att_layout *L, int variant) {
     /* P = exp(mask(Q K^T * scale) - stats); dV = P^T dO (summed over each kv group) */
     cdesc s = gb_matmul(b, Q, KT, gb_virtual(b, f32, sd, ss));
     s = gb_pointwise(b, CUDNN_POINTWISE_MUL, f32, s, scale, NULL, gb_virtual(b, f32, sd, ss), -1);
-    s = gb_causal(b, s, lowest, sd, ss);
+    if (causal) s = gb_causal(b, s, lowest, sd, ss);
     s = gb_pointwise(b, CUDNN_POINTWISE_SUB, f32, s, stats, NULL, gb_virtual(b, f32, sd, ss), -1);
     cdesc p = gb_pointwise(b, CUDNN_POINTWISE_EXP, f32, s, NULL, NULL, gb_virtual(b, f32, sd, ss), -1);
     cdesc pt = gb_reshape(b, p, gb_virtual(b, bf, sd, L->st_str));
@@ -534,7 +549,7 @@ static void entry_build(lj_cudnn_entry *e) {
         return;
     }
     lj_gb *bf = gb_new();
-    build_forward(bf, &L);
+    build_forward(bf, &L, e->causal);
     e->fwd = bf->st == CUDNN_STATUS_SUCCESS ? gb_plan(bf, &e->fwd_ws, &e->fwd_engine) : NULL;
     if (!e->fwd) {
         snprintf(e->why, sizeof e->why, "forward graph: %s", bf->why);
@@ -543,7 +558,7 @@ static void entry_build(lj_cudnn_entry *e) {
     char why2[200] = "", why1[200] = "";
     for (int variant = e->det ? 2 : 1; variant >= 0 && !e->bwd; variant--) {
         lj_gb *bb = gb_new();
-        build_backward(bb, &L, variant);
+        build_backward(bb, &L, variant, e->causal);
         e->bwd = bb->st == CUDNN_STATUS_SUCCESS ? gb_plan(bb, &e->bwd_ws, &e->bwd_engine) : NULL;
         e->bwd_variant = variant;
         if (!e->bwd && variant == 2) snprintf(why2, sizeof why2, "%s", bb->why);
@@ -560,10 +575,10 @@ static void entry_build(lj_cudnn_entry *e) {
     e->ok = 1;
     e->build_s = lj_time_sec() - t0;
     snprintf(g_dnn.status, sizeof g_dnn.status,
-             "cuDNN attention: cuDNN %zu.%zu.%zu (%s); last plans B=%d T=%d nh=%d nkv=%d hd=%d: forward engine %lld "
-             "(workspace %lld B), backward engine %lld variant %d (workspace %lld B), built in %.2f s",
+             "cuDNN attention: cuDNN %zu.%zu.%zu (%s); last plans B=%d T=%d nh=%d nkv=%d hd=%d%s: forward engine "
+             "%lld (workspace %lld B), backward engine %lld variant %d (workspace %lld B), built in %.2f s",
              g_dnn.version / 10000, g_dnn.version / 100 % 100, g_dnn.version % 100, g_dnn.lib_name, e->B, e->T, e->nh,
-             e->nkv, e->hd, (long long)e->fwd_engine, (long long)e->fwd_ws, (long long)e->bwd_engine, e->bwd_variant,
+             e->nkv, e->hd, e->causal ? "" : " full", (long long)e->fwd_engine, (long long)e->fwd_ws, (long long)e->bwd_engine, e->bwd_variant,
              (long long)e->bwd_ws, e->build_s);
 }
 
@@ -572,27 +587,31 @@ static int capturing(void) {
     return cudaStreamIsCapturing(lj_cuda_stream(), &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone;
 }
 
-/* The shape's entry, built now if `build` and nothing is being captured; NULL if none. */
-static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int det, int build) {
+/* The shape's entry (causal 1: masked; 0: full), built now if `build` and nothing is being
+ * captured; NULL if none. */
+static lj_cudnn_entry *entry_get(int B, int T, int nh, int nkv, int hd, int det, int causal, int build) {
     /* the cuDNN path covers head_dim 64 and 128 (the own flash kernels' sizes) */
     det = det != 0;
+    causal = causal != 0;
     if (!g_dnn.backend_up || B <= 0 || T <= 0 || nkv <= 0 || nh % nkv != 0 || (hd != 64 && hd != 128))
         return NULL;
     for (int i = 0; i < g_dnn.num_entries; i++) {
         lj_cudnn_entry *e = &g_dnn.entries[i];
-        if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd && e->det == det) return e;
+        if (e->B == B && e->T == T && e->nh == nh && e->nkv == nkv && e->hd == hd && e->det == det &&
+            e->causal == causal)
+            return e;
     }
     if (!build || g_dnn.num_entries == LJ_CUDNN_MAX_ENTRIES || capturing()) return NULL;
     if (!g_dnn.load_tried && !cudnn_load()) lj_log_warn("%s; the own attention kernels run", g_dnn.status);
     if (!g_dnn.loaded) return NULL;
     lj_cudnn_entry *e = &g_dnn.entries[g_dnn.num_entries++];
     memset(e, 0, sizeof *e);
-    e->B = B, e->T = T, e->nh = nh, e->nkv = nkv, e->hd = hd, e->det = det;
+    e->B = B, e->T = T, e->nh = nh, e->nkv = nkv, e->hd = hd, e->det = det, e->causal = causal;
     entry_build(e);
     if (!e->ok && !e->warned) {
         e->warned = 1;
-        lj_log_warn("cuDNN attention not used for B=%d T=%d nh=%d nkv=%d hd=%d (%s); the own kernels run", B, T, nh,
-                    nkv, hd, e->why);
+        lj_log_warn("cuDNN attention not used for B=%d T=%d nh=%d nkv=%d hd=%d%s (%s); the own kernels run", B, T,
+                    nh, nkv, hd, causal ? "" : " full", e->why);
     }
     return e;
 }
@@ -605,12 +624,12 @@ void lj_cuda_cudnn_attention_init(const char *library) {
 }
 
 int lj_cuda_cudnn_attention_active(int B, int T, int nh, int nkv, int hd, int det) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     return e && e->ok;
 }
 
 int lj_cuda_cudnn_attention_deterministic(int B, int T, int nh, int nkv, int hd) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 1, 1, 1);
     return e && e->ok && e->bwd_variant == 2;
 }
 
@@ -620,7 +639,7 @@ const char *lj_cuda_cudnn_attention_describe(void) {
 }
 
 size_t lj_cuda_cudnn_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, int det) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     if (!e || !e->ok) return 0;
     e->reported = 1;
     return (size_t)(e->fwd_ws > e->bwd_ws ? e->fwd_ws : e->bwd_ws);
@@ -652,7 +671,7 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                     void *plan_ws, int det) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     /* a workspace sized before the plans existed has no room for theirs */
     if (!e || !e->ok || (e->fwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
@@ -667,7 +686,7 @@ int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int 
 int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
                                      void *plan_ws, int det) {
-    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1);
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     if (!e || !e->ok || (e->bwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(lse)) return 0;
     const lj_bf16 *q = (const lj_bf16 *)qkv;
@@ -686,6 +705,62 @@ int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *q
     int n = e->bwd_variant == 2 ? 12 : 13; /* variant 2 has no dQ accumulator (the last entry) */
     if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
     execute(e->bwd, n, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_backward (cuDNN SDPA)");
+    return 1;
+}
+
+/* ---- full (bidirectional) attention: attention_varlen's uniform segments ------------------ */
+
+/* The full entry of the shape when cuDNN can run it with plan_ws: built (a non-deterministic
+ * plan pair, no mask), and both plans' workspace within plan_ws_bytes. The forward may build the
+ * plans (`build`, never while capturing); the backward only looks them up, so that it takes
+ * cuDNN's path exactly when its forward did (a forward captured before any plan existed ran
+ * the own kernel; its backward must too). Same test in both otherwise. */
+static lj_cudnn_entry *full_usable(int B, int T, int nh, int nkv, int hd, const void *plan_ws, size_t plan_ws_bytes,
+                                   int build) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 0, 0, build);
+    if (!e || !e->ok) return NULL;
+    const int64_t ws = e->fwd_ws > e->bwd_ws ? e->fwd_ws : e->bwd_ws;
+    if ((size_t)ws > plan_ws_bytes || (ws > 0 && !plan_ws)) return NULL;
+    return e;
+}
+
+int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                                         void *plan_ws, size_t plan_ws_bytes) {
+    lj_cudnn_entry *e = full_usable(B, T, nh, nkv, hd, plan_ws, plan_ws_bytes, 1);
+    if (!e || !aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
+    const lj_bf16 *q = (const lj_bf16 *)qkv;
+    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
+    const int64_t uids[6] = {LJ_UID_Q, LJ_UID_K, LJ_UID_V, LJ_UID_O, LJ_UID_STATS, LJ_UID_SCALE};
+    void *ptrs[6] = {(void *)q, (void *)(q + Qw), (void *)(q + Qw + KVw), out, lse, &e->scale};
+    execute(e->fwd, 6, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_varlen_forward (cuDNN SDPA)");
+    return 1;
+}
+
+int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                          const float *lse, int B, int T, int nh, int nkv, int hd, float *softmax_sum,
+                                          float *dq_accum, void *plan_ws, size_t plan_ws_bytes) {
+    lj_cudnn_entry *e = full_usable(B, T, nh, nkv, hd, plan_ws, plan_ws_bytes, 0);
+    /* the forward's test (on the tensors both see) */
+    if (!e || !aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
+    /* the forward ran on cuDNN, so lse is in its layout: the own kernels cannot take over */
+    LJ_ASSERT(aligned16(dqkv) && aligned16(dout) && softmax_sum && dq_accum,
+              "attention_varlen_backward (cuDNN): dqkv and dout must be 16-byte aligned and the workspace given");
+    const lj_bf16 *q = (const lj_bf16 *)qkv;
+    lj_bf16 *dq = (lj_bf16 *)dqkv;
+    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
+    /* cuDNN before 9.6 (and the old lowering) expects a zeroed dQ accumulator */
+    if (e->bwd_variant < 2 && (g_dnn.version < 90600 || e->bwd_variant == 0))
+        LJ_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
+                      "cudaMemsetAsync of the dQ accumulator in attention_varlen_backward (cuDNN)");
+    int64_t uids[13] = {LJ_UID_Q,  LJ_UID_K,  LJ_UID_V,     LJ_UID_O,   LJ_UID_DO, LJ_UID_STATS, LJ_UID_DQ,
+                        LJ_UID_DK, LJ_UID_DV, LJ_UID_SCALE, LJ_UID_ONE, 0,         0};
+    void *ptrs[13] = {(void *)q,     (void *)(q + Qw), (void *)(q + Qw + KVw), (void *)out, (void *)dout,
+                      (void *)lse,   dq,               dq + Qw,                dq + Qw + KVw, &e->scale,
+                      &e->one,       NULL,             NULL};
+    int n = 11;
+    if (e->bwd_variant < 2) uids[n] = LJ_UID_DQ_ACCUM, ptrs[n] = dq_accum, n++;
+    if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
+    execute(e->bwd, n, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_varlen_backward (cuDNN SDPA)");
     return 1;
 }
 

@@ -289,6 +289,22 @@ LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
                                               int nkv, int hd, void *workspace) {                                \
         lj_cuda_attention_backward_docs(dqkv, dout, qkv, out, lse, doc_start, B, T, nh, nkv, hd, workspace,      \
                                         &mode_##sfx);                                                            \
+    }                                                                                                            \
+    static void attention_varlen_forward_##sfx(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, \
+                                               int nseg, int max_seqlen, int N, int nh, int nkv, int hd,          \
+                                               int causal, void *workspace) {                                     \
+        lj_cuda_attention_varlen_forward(out, lse, qkv, cu_seqlens, nseg, max_seqlen, N, nh, nkv, hd, causal,     \
+                                         workspace, &mode_##sfx);                                                 \
+    }                                                                                                            \
+    static void attention_varlen_backward_##sfx(void *dqkv, const void *dout, const void *qkv, const void *out,  \
+                                                const float *lse, const int32_t *cu_seqlens, int nseg,            \
+                                                int max_seqlen, int N, int nh, int nkv, int hd, int causal,       \
+                                                void *workspace) {                                                \
+        lj_cuda_attention_varlen_backward(dqkv, dout, qkv, out, lse, cu_seqlens, nseg, max_seqlen, N, nh, nkv,    \
+                                          hd, causal, workspace, &mode_##sfx);                                    \
+    }                                                                                                            \
+    static size_t attention_varlen_workspace_bytes_##sfx(int max_seqlen, int nh, int nkv, int hd) {              \
+        return lj_cuda_attention_varlen_workspace_bytes(max_seqlen, nh, nkv, hd, &mode_##sfx);                   \
     }
 
 /* Every attention configuration, in the tables' order (lj_cuda_config_index): deterministic mode
@@ -409,9 +425,9 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .gelu_backward = lj_cuda_gelu_backward,                                      \
         .embedding_bag_forward = lj_cuda_embedding_bag_forward,                      \
         .embedding_bag_backward = embedding_bag_backward_##sfx,                      \
-        .attention_varlen_forward = lj_cuda_attention_varlen_forward,                \
-        .attention_varlen_backward = lj_cuda_attention_varlen_backward,              \
-        .attention_varlen_workspace_bytes = lj_cuda_attention_varlen_workspace_bytes, \
+        .attention_varlen_forward = attention_varlen_forward_##asfx,                 \
+        .attention_varlen_backward = attention_varlen_backward_##asfx,               \
+        .attention_varlen_workspace_bytes = attention_varlen_workspace_bytes_##asfx, \
         .rows_gather = lj_cuda_rows_gather,                                          \
         .rows_scatter = lj_cuda_rows_scatter,                                        \
                                                                                      \

@@ -66,6 +66,24 @@ int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int 
 int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      int B, int T, int nh, int nkv, int hd, float *softmax_sum, float *dq_accum,
                                      void *plan_ws, int det);
+/* Full (bidirectional, no mask) attention of B sequences of T rows on cuDNN, for
+ * attention_varlen's uniform segments (B = segments, T = their length; vision_attention.cu).
+ * qkv [B*T, (nh + 2 nkv) hd] bf16 (q heads, k heads, v heads per row), out/dout [B*T, nh*hd]
+ * bf16, dqkv [B*T, (nh + 2 nkv) hd] bf16 (overwritten); lse [B, nh, T] f32: cuDNN's
+ * log-sum-exp layout, not the own varlen kernel's [nh, B*T] (each backward reads only its own
+ * forward's lse, and the two always take the same path). softmax_sum [B, nh, T] f32 and dq_accum
+ * [B*T, nh*hd] f32: the backward's workspace tensors; plan_ws: plan_ws_bytes bytes of workspace
+ * for cuDNN's plans. Non-deterministic mode only; head_dim 64 or 128; 16-byte aligned tensors.
+ * Each returns 1 when cuDNN ran the op, 0 when it did not (cuDNN not loaded, shape not supported,
+ * plans not buildable, the stream capturing before the plans exist, the plans' workspace larger
+ * than plan_ws_bytes, a tensor misaligned): the caller then runs its own kernels. Both apply the
+ * same test, and the backward builds no plans (the forward does), so a backward runs on cuDNN
+ * exactly when its forward did; if then dqkv or dout is misaligned it stops with an error. */
+int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+                                         void *plan_ws, size_t plan_ws_bytes);
+int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                          const float *lse, int B, int T, int nh, int nkv, int hd, float *softmax_sum,
+                                          float *dq_accum, void *plan_ws, size_t plan_ws_bytes);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 

@@ -27,12 +27,18 @@ void lj_cuda_embedding_bag_backward(void *dtable, const void *dout, const int32_
 void lj_cuda_rows_gather(void *out, const void *x, const int32_t *idx, int M, int C);
 void lj_cuda_rows_scatter(void *x, const void *src, const int32_t *idx, int M, int C, lj_grad_mode mode);
 
+/* The attention_varlen entries take the table's configuration `cfg` (backend.cu binds one per
+ * table): cuDNN's fused attention runs uniform bidirectional segments only where cfg->attention
+ * is LJ_ATTENTION_AUTO and cfg->deterministic is 0 (vision_attention.cu); the workspace is
+ * sized for that path (0 bytes where it cannot run). */
 void lj_cuda_attention_varlen_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
-                                      int N, int nh, int nkv, int hd, int causal, void *workspace);
+                                      int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace,
+                                      const lj_ops_config *cfg);
 void lj_cuda_attention_varlen_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                       const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
-                                       int hd, int causal, void *workspace);
-size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd);
+                                       const float *lse, const int32_t *cu_seqlens, int nseg, int max_seqlen, int N,
+                                       int nh, int nkv, int hd, int causal, void *workspace,
+                                       const lj_ops_config *cfg);
+size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd, const lj_ops_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,14 @@
  * the host and nothing is read back (capturable). Rows of a thread's own operand (its q, or its
  * k and v) sit in shared memory with a stride of D + 1 floats (no bank conflicts); the rows every
  * thread reads at once are broadcast. head_dim is rounded up to a compiled width D (16, 32, 64,
- * 72, 96, 128) with zero padding. No workspace. */
+ * 72, 96, 128) with zero padding. These kernels need no workspace.
+ *
+ * Uniform segments (nseg * max_seqlen == N: the images of a batch at one resolution) are one
+ * dense bidirectional attention of nseg sequences of max_seqlen rows; with bidirectional
+ * attention, head_dim 64 or 128 and a table whose attention is LJ_ATTENTION_AUTO and not
+ * deterministic, cuDNN's fused SDPA runs it on tensor cores (attention_cudnn.cu's full graphs),
+ * else these kernels. The lse layout then is cuDNN's [nseg, nh, max_seqlen] instead of [nh, N];
+ * a backward reads only its forward's lse, and both take the same path. */
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/vision.h"
 
@@ -252,12 +259,37 @@ __global__ void __launch_bounds__(VA_BK)
 
 /* ---- launch --------------------------------------------------------------------------- */
 
-size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd) {
-    (void)max_seqlen;
-    (void)nh;
+/* Workspace, for the cuDNN path only (the own kernels need none), for up to N rows:
+ *   dQ accumulator  [N, nh*hd] f32   (cuDNN's backward sums dQ in fp32 there)
+ *   softmax_sum     [nh, N] f32      (rowsum(dO * O), [nseg, nh, T] as cuDNN writes it)
+ *   plan workspace  VA_CUDNN_PLAN_WS bytes for cuDNN's plans
+ * each region 256-byte aligned. The plans' size depends on the segment split, unknown when the
+ * workspace is sized (planning time), so a fixed allowance is taken and cuDNN runs only for
+ * plans that fit in it. */
+#define VA_CUDNN_PLAN_WS ((size_t)64 << 20) /* 64 MiB: cuDNN's SDPA plans at the towers' shapes ask far less */
+
+static size_t va_align(size_t b) { return (b + 255) / 256 * 256; }
+static size_t va_dq_bytes(int N, int nh, int hd) { return va_align((size_t)N * nh * hd * sizeof(float)); }
+static size_t va_sum_bytes(int N, int nh) { return va_align((size_t)nh * N * sizeof(float)); }
+
+/* Whether the configuration may take the cuDNN path at all. */
+static int va_cudnn_config(const lj_ops_config *cfg) {
+    return cfg && cfg->attention == LJ_ATTENTION_AUTO && !cfg->deterministic;
+}
+
+size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd, const lj_ops_config *cfg) {
     (void)nkv;
-    (void)hd;
-    return 0;
+    /* only head dims cuDNN's path takes; the own kernels need nothing */
+    if (!va_cudnn_config(cfg) || max_seqlen <= 0 || (hd != 64 && hd != 128)) return 0;
+    return va_dq_bytes(max_seqlen, nh, hd) + va_sum_bytes(max_seqlen, nh) + VA_CUDNN_PLAN_WS;
+}
+
+/* Whether the op may run as one dense bidirectional attention on cuDNN: its workspace given,
+ * uniform segments, a head_dim cuDNN's path covers (the entry points decide the rest). */
+static int va_cudnn_shape(const lj_ops_config *cfg, const void *workspace, int nseg, int max_seqlen, int N, int hd,
+                          int causal) {
+    return va_cudnn_config(cfg) && workspace && !causal && nseg > 0 && max_seqlen > 0 &&
+           (int64_t)nseg * max_seqlen == N && (hd == 64 || hd == 128);
 }
 
 static void va_check(int N, int nh, int nkv, int hd, const char *what) {
@@ -319,18 +351,32 @@ static void va_backward(void *dqkv, const void *dout, const void *qkv, const voi
     } while (0)
 
 void lj_cuda_attention_varlen_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
-                                      int N, int nh, int nkv, int hd, int causal, void *workspace) {
-    (void)workspace;
+                                      int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace,
+                                      const lj_ops_config *cfg) {
     va_check(N, nh, nkv, hd, "attention_varlen_forward");
     if (N == 0 || nseg <= 0) return;
+    if (va_cudnn_shape(cfg, workspace, nseg, max_seqlen, N, hd, causal) &&
+        lj_cuda_cudnn_attention_full_forward(out, lse, qkv, nseg, max_seqlen, nh, nkv, hd,
+                                             (char *)workspace + va_dq_bytes(N, nh, hd) + va_sum_bytes(N, nh),
+                                             VA_CUDNN_PLAN_WS))
+        return;
     VA_DISPATCH(va_forward, hd, out, lse, qkv, cu_seqlens, nseg, N, nh, nkv, hd, causal);
 }
 
 void lj_cuda_attention_varlen_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                       const float *lse, const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv,
-                                       int hd, int causal, void *workspace) {
-    (void)workspace;
+                                       const float *lse, const int32_t *cu_seqlens, int nseg, int max_seqlen, int N,
+                                       int nh, int nkv, int hd, int causal, void *workspace,
+                                       const lj_ops_config *cfg) {
     va_check(N, nh, nkv, hd, "attention_varlen_backward");
     if (N == 0 || nseg <= 0) return;
+    if (va_cudnn_shape(cfg, workspace, nseg, max_seqlen, N, hd, causal)) {
+        float *dq_accum = (float *)workspace;
+        float *softmax_sum = (float *)((char *)workspace + va_dq_bytes(N, nh, hd));
+        if (lj_cuda_cudnn_attention_full_backward(dqkv, dout, qkv, out, lse, nseg, max_seqlen, nh, nkv, hd,
+                                                  softmax_sum, dq_accum,
+                                                  (char *)workspace + va_dq_bytes(N, nh, hd) + va_sum_bytes(N, nh),
+                                                  VA_CUDNN_PLAN_WS))
+            return;
+    }
     VA_DISPATCH(va_backward, hd, dqkv, dout, qkv, out, lse, cu_seqlens, nseg, N, nh, nkv, hd, causal);
 }

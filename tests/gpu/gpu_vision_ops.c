@@ -6,7 +6,9 @@
  * within 2e-2 (a few bf16 roundings of 2^-8). Shapes: odd sizes off the vector paths, the
  * Qwen3-VL widths (V = 1024 and 1152, 4V, the tiny fixture's 32), attention with several
  * segments of odd lengths (one of a single row, one longer than a tile), head_dim 16 (tiny), 64
- * (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA. Prints one line per check and a
+ * (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA; uniform segments (images of one
+ * resolution), which the AUTO table runs as one dense attention on cuDNN where it can (its lse
+ * then [nseg, nh, T], checked in that layout). Prints one line per check and a
  * final count; exits 1 on any failure. Last, for information only (no check depends on it), the
  * time of the attention and the embedding-bag backward at the towers' shapes. Usage: gpu_vision_ops (needs a GPU; built with CUDA, never
  * run by CTest). */
@@ -19,6 +21,10 @@
 #include "ops/ops.h"
 #include "train/ops_config.h"
 #include "tests/test_util.h"
+
+#ifdef LJ_HAVE_CUDA
+#include "ops/cuda/cuda_common.h" /* lj_cuda_cudnn_attention_describe */
+#endif
 
 #define TOL 2e-2
 
@@ -217,29 +223,48 @@ static void check_attention(const lj_ops *g, const lj_ops *c, const int32_t *cu,
     snprintf(segs, sizeof segs, "N=%d nseg=%d max=%d", N, nseg, mx);
     float *qkv = randv((int64_t)N * row, 1.0f, 0.0f), *dout = randv((int64_t)N * Q, 1.0f, 0.0f);
     float *out = lj_malloc((size_t)N * Q * 4), *lse = lj_malloc((size_t)nh * N * 4), *dqkv = lj_malloc((size_t)N * row * 4);
-    void *ws = lj_malloc(c->attention_varlen_workspace_bytes(mx, nh, nkv, hd) + 1);
-    c->attention_varlen_forward(out, lse, qkv, cu, nseg, N, nh, nkv, hd, causal, ws);
-    c->attention_varlen_backward(dqkv, dout, qkv, out, lse, cu, nseg, N, nh, nkv, hd, causal, ws);
+    void *ws = lj_malloc(c->attention_varlen_workspace_bytes(N, nh, nkv, hd) + 1);
+    c->attention_varlen_forward(out, lse, qkv, cu, nseg, mx, N, nh, nkv, hd, causal, ws);
+    c->attention_varlen_backward(dqkv, dout, qkv, out, lse, cu, nseg, mx, N, nh, nkv, hd, causal, ws);
     void *gq = dev_put(g, qkv, (int64_t)N * row, A), *gdo = dev_put(g, dout, (int64_t)N * Q, A);
     void *go = dev_put(g, out, (int64_t)N * Q, A), *gl = NULL, *gdq = NULL, *gws = NULL;
     void *gcu = dev_raw(g, cu, (size_t)(nseg + 1) * 4);
     g->alloc(&gl, (size_t)nh * N * 4);
     g->alloc(&gdq, (size_t)N * row * 2);
     g->memset_zero(gdq, (size_t)N * row * 2);
-    g->alloc(&gws, g->attention_varlen_workspace_bytes(mx, nh, nkv, hd) + 1);
+    g->alloc(&gws, g->attention_varlen_workspace_bytes(N, nh, nkv, hd) + 1);
     /* a poisoned gradient: every element must be overwritten */
     uint16_t *poison = lj_malloc((size_t)N * row * 2);
     for (int64_t i = 0; i < (int64_t)N * row; i++) poison[i] = 0x7fc0; /* NaN */
     g->upload(gdq, poison, (size_t)N * row * 2);
-    g->attention_varlen_forward(go, gl, gq, gcu, nseg, N, nh, nkv, hd, causal, gws);
-    g->attention_varlen_backward(gdq, gdo, gq, go, gl, gcu, nseg, N, nh, nkv, hd, causal, gws);
+    g->attention_varlen_forward(go, gl, gq, gcu, nseg, mx, N, nh, nkv, hd, causal, gws);
+    g->attention_varlen_backward(gdq, gdo, gq, go, gl, gcu, nseg, mx, N, nh, nkv, hd, causal, gws);
     float *ho = dev_get(g, go, (int64_t)N * Q, A), *hl = dev_get(g, gl, (int64_t)nh * N, LJ_DTYPE_F32);
     float *hd_ = dev_get(g, gdq, (int64_t)N * row, A);
     const char *kind = causal ? "causal" : "bidirectional";
     snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d out", kind, segs, nh, nkv, hd);
     compare(what, ho, out, (int64_t)N * Q);
-    snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d lse", kind, segs, nh, nkv, hd);
-    compare(what, hl, lse, (int64_t)nh * N);
+    /* uniform segments may have run as one dense attention (cuDNN): lse [nseg, nh, T] then; the
+       layout the GPU's values match names the path (random inputs: the two differ) */
+    const char *path = "";
+    float *lse_ref = lse, *lse_dense = NULL;
+    if (nseg > 1 && nseg * mx == N) {
+        lse_dense = lj_malloc((size_t)nh * N * 4);
+        for (int s = 0; s < nseg; s++)
+            for (int h = 0; h < nh; h++)
+                for (int t = 0; t < mx; t++)
+                    lse_dense[((size_t)s * nh + h) * mx + t] = lse[(size_t)h * N + (size_t)s * mx + t];
+        double e_own = 0.0, e_dense = 0.0;
+        for (int64_t i = 0; i < (int64_t)nh * N; i++) {
+            e_own = fmax(e_own, fabs((double)hl[i] - lse[i]));
+            e_dense = fmax(e_dense, fabs((double)hl[i] - lse_dense[i]));
+        }
+        if (e_dense < e_own) lse_ref = lse_dense, path = " (dense)";
+        else path = " (varlen)";
+    }
+    snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d lse%s", kind, segs, nh, nkv, hd, path);
+    compare(what, hl, lse_ref, (int64_t)nh * N);
+    free(lse_dense);
     /* the three parts of dqkv on their own (each has its own scale) */
     const char *part[3] = {"dq", "dk", "dv"};
     const int off[3] = {0, Q, Q + nkv * hd}, width[3] = {Q, nkv * hd, nkv * hd};
@@ -298,31 +323,37 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Milliseconds per call of attention_varlen forward and backward over one segment of L rows
- * (a 1024x1024 image is L = 4096 patches), and the FLOP rate (4 L^2 hd nh forward, 2.5x that
- * backward, Megatron's convention). */
-static void time_attention(const lj_ops *g, int L, int nh, int hd) {
-    const int row = 3 * nh * hd, Q = nh * hd, iters = 3;
-    const int32_t cu[2] = {0, L};
-    float *h = randv((int64_t)L * row, 1.0f, 0.0f);
-    void *qkv = dev_put(g, h, (int64_t)L * row, g->act_dtype), *out = dev_put(g, h, (int64_t)L * Q, g->act_dtype);
-    void *dq = dev_put(g, h, (int64_t)L * row, g->act_dtype), *gcu = dev_raw(g, cu, sizeof cu), *lse = NULL;
-    g->alloc(&lse, (size_t)nh * L * 4);
-    g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
-    g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+/* Milliseconds per call of attention_varlen forward and backward over nseg segments of L rows
+ * each (a 1024x1024 image is L = 4096 patches) on table g (`label` names it), and the FLOP rate
+ * (4 L^2 hd nh per segment forward, 2.5x that backward, Megatron's convention). The workspace is
+ * the table's, so uniform segments take the cuDNN path where the table runs it. */
+static void time_attention(const lj_ops *g, const char *label, int nseg, int L, int nh, int hd) {
+    const int N = nseg * L, row = 3 * nh * hd, Q = nh * hd, iters = 3;
+    int32_t *cu = lj_malloc(((size_t)nseg + 1) * 4);
+    for (int s = 0; s <= nseg; s++) cu[s] = s * L;
+    float *h = randv((int64_t)N * row, 1.0f, 0.0f);
+    void *qkv = dev_put(g, h, (int64_t)N * row, g->act_dtype), *out = dev_put(g, h, (int64_t)N * Q, g->act_dtype);
+    void *dq = dev_put(g, h, (int64_t)N * row, g->act_dtype), *gcu = dev_raw(g, cu, ((size_t)nseg + 1) * 4);
+    void *lse = NULL, *ws = NULL;
+    g->alloc(&lse, (size_t)nh * N * 4);
+    g->alloc(&ws, g->attention_varlen_workspace_bytes(N, nh, nh, hd) + 1);
+    g->attention_varlen_forward(out, lse, qkv, gcu, nseg, L, N, nh, nh, hd, 0, ws);
+    g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, nseg, L, N, nh, nh, hd, 0, ws);
     g->synchronize();
     double t0 = now_s();
-    for (int i = 0; i < iters; i++) g->attention_varlen_forward(out, lse, qkv, gcu, 1, L, nh, nh, hd, 0, NULL);
+    for (int i = 0; i < iters; i++) g->attention_varlen_forward(out, lse, qkv, gcu, nseg, L, N, nh, nh, hd, 0, ws);
     g->synchronize();
     const double tf = (now_s() - t0) / iters;
     t0 = now_s();
-    for (int i = 0; i < iters; i++) g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, 1, L, nh, nh, hd, 0, NULL);
+    for (int i = 0; i < iters; i++)
+        g->attention_varlen_backward(dq, out, qkv, out, lse, gcu, nseg, L, N, nh, nh, hd, 0, ws);
     g->synchronize();
-    const double tb = (now_s() - t0) / iters, flop = 4.0 * L * (double)L * hd * nh;
-    printf("  [info] attention_varlen L=%d nh=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-           L, nh, hd, 1e3 * tf, flop / tf * 1e-12, 1e3 * tb, 2.5 * flop / tb * 1e-12);
-    g->free(qkv), g->free(out), g->free(dq), g->free(gcu), g->free(lse);
-    free(h);
+    const double tb = (now_s() - t0) / iters, flop = 4.0 * nseg * L * (double)L * hd * nh;
+    printf("  [info] attention_varlen %s %dx%d nh=%d hd=%d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "
+           "(%.1f TFLOP/s)\n",
+           label, nseg, L, nh, hd, 1e3 * tf, flop / tf * 1e-12, 1e3 * tb, 2.5 * flop / tb * 1e-12);
+    g->free(qkv), g->free(out), g->free(dq), g->free(gcu), g->free(lse), g->free(ws);
+    free(h), free(cu);
 }
 
 static void time_embedding_bag(const lj_ops *g, int R, int N, int C) {
@@ -360,6 +391,14 @@ int main(void) {
     cfg.grad_dtype = LJ_DTYPE_F32;
     const lj_ops *f32 = lj_ops_cuda_open(&cfg);
     const lj_ops *tables[2] = {bf, f32};
+    lj_ops_config own_cfg = cfg;
+    own_cfg.grad_dtype = LJ_DTYPE_BF16;
+    own_cfg.attention = LJ_ATTENTION_FLASH; /* never cuDNN: the own kernels, for the timing */
+    const lj_ops *own = lj_ops_cuda_open(&own_cfg);
+    if (!own) {
+        fprintf(stderr, "gpu_vision_ops: no CUDA backend with the own attention kernels: %s\n", lj_error_message());
+        return 1;
+    }
 
     printf("layernorm\n");
     const int ln[][2] = {{7, 24}, {5, 13}, {33, 32}, {37, 1024}, {19, 1152}, {9, 4096}, {6, 4608}, {300, 128}};
@@ -393,6 +432,20 @@ int main(void) {
     check_attention(bf, cpu, cu4, 4, 16, 16, 72, 0);
     check_attention(bf, cpu, cu3, 1, 2, 2, 16, 0);
     check_attention(bf, cpu, cu4, 4, 8, 2, 64, 1);
+    /* uniform segments: one dense attention (cuDNN on the AUTO table where it runs them) */
+    int32_t cu5[5], cu6[3], cu7[4];
+    for (int s = 0; s <= 4; s++) cu5[s] = 196 * s;  /* four 224x224 images (14x14 patches of 16) */
+    for (int s = 0; s <= 2; s++) cu6[s] = 1024 * s; /* two 512x512 images */
+    for (int s = 0; s <= 3; s++) cu7[s] = 256 * s;
+    check_attention(bf, cpu, cu5, 4, 16, 16, 64, 0);
+    check_attention(bf, cpu, cu6, 2, 16, 16, 64, 0);
+    check_attention(bf, cpu, cu7, 3, 8, 8, 128, 0);
+    check_attention(bf, cpu, cu7, 3, 4, 2, 64, 0);  /* GQA */
+    check_attention(bf, cpu, cu7, 3, 4, 4, 72, 0);  /* a head_dim cuDNN's path does not take */
+    check_attention(bf, cpu, cu6, 2, 16, 16, 64, 1); /* causal: never the dense path */
+#ifdef LJ_HAVE_CUDA
+    printf("  [info] %s\n", lj_cuda_cudnn_attention_describe());
+#endif
 
     printf("rows\n");
     check_rows(bf, cpu, 11, 5, 24);
@@ -400,8 +453,15 @@ int main(void) {
     check_rows(bf, cpu, 50, 20, 1152);
 
     printf("timing (information only)\n");
-    time_attention(bf, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
-    time_attention(bf, 4096, 16, 72); /* 8B tower */
+    /* own kernels against the AUTO table (cuDNN for uniform segments where it runs them) */
+    time_attention(own, "own  ", 1, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
+    time_attention(bf, "auto ", 1, 4096, 16, 64);
+    time_attention(own, "own  ", 4, 1024, 16, 64); /* four 512x512 images */
+    time_attention(bf, "auto ", 4, 1024, 16, 64);
+    time_attention(bf, "auto ", 1, 4096, 16, 72); /* 8B tower: the own kernels */
+#ifdef LJ_HAVE_CUDA
+    printf("  [info] %s\n", lj_cuda_cudnn_attention_describe());
+#endif
     time_embedding_bag(bf, 2304, 16384, 1152);
 
     printf("gpu_vision_ops: %d checks, %d failed\n", g_checks, g_failures);
