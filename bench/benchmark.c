@@ -175,29 +175,44 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     const int steps = cfg->warmup_iters + cfg->train_iters;
     lj_bench_steps st;
     lj_bench_steps_init(&st, ops, cfg->warmup_iters, cfg->train_iters, cfg->progress);
-    const float dloss = 1.0f / (float)((int64_t)B * T * world);
+    const int accum = cfg->accumulation > 1 ? cfg->accumulation : 1;
+    const float dloss = 1.0f / (float)((int64_t)B * T * world * accum);
     for (int step = 1; step <= steps; step++) {
-        if (have_data) lj_loader_next(&loader, tokens);
-        else
-            for (int i = 0; i < B * (T + 1); i++) tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
-        if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
-            doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
         if (step == cfg->warmup_iters + 1 && lj_offload_of(&m)) memset(lj_offload_of(&m)->sec, 0, sizeof lj_offload_of(&m)->sec);
-        const double t0 = lj_time_sec();
-        lj_model_set_batch(&m, tokens);
-        /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
-        lj_dp_train_step(cfg->dp, &m, seg, nseg, &ac, lj_adamw_lr_of(1e-4f), step, dloss);
-        ops->synchronize();
-        const double dt = lj_time_sec() - t0;
-        float loss_sum = (float)lj_model_mean_loss(&m);
+        double dt = 0.0, loss = 0.0;
+        if (accum > 1) { /* (lj_dp_train_step zeroes them itself) */
+            const double t0 = lj_time_sec();
+            lj_model_zero_grads(&m);
+            dt += lj_time_sec() - t0;
+        }
+        for (int micro = 0; micro < accum; micro++) {
+            /* the tokens are made outside the timed region */
+            if (have_data) lj_loader_next(&loader, tokens);
+            else
+                for (int i = 0; i < B * (T + 1); i++)
+                    tokens[i] = (int32_t)lj_rng_below(&rng, (uint64_t)cfg->model.vocab_size);
+            if (lj_doc_mask_any(&cfg->doc_mask) && step > cfg->warmup_iters)
+                doc_stats(&cfg->doc_mask, tokens, B, T, ds, res);
+            const double t0 = lj_time_sec();
+            lj_model_set_batch(&m, tokens);
+            if (accum == 1) /* zero-grad + forward + backward + AdamW: one CUDA graph on a single GPU with graphs */
+                lj_dp_train_step(cfg->dp, &m, seg, nseg, &ac, lj_adamw_lr_of(1e-4f), step, dloss);
+            else /* as train's accumulation: forward + backward per micro-batch, then the optimizer step */
+                lj_model_forward_backward(&m, dloss);
+            if (accum > 1 && micro == accum - 1) lj_dp_optimizer_step(cfg->dp, &m, seg, nseg, &ac, lj_adamw_lr_of(1e-4f), step);
+            ops->synchronize();
+            dt += lj_time_sec() - t0;
+            loss += lj_model_mean_loss(&m);
+        }
+        float loss_sum = (float)(loss / accum);
         lj_dp_sum(cfg->dp, &m, &loss_sum, 1);
-        lj_bench_steps_record(&st, step, dt, (double)loss_sum / world, B * T / dt, "tokens");
+        lj_bench_steps_record(&st, step, dt, (double)loss_sum / world, (double)B * T * accum / dt, "tokens");
     }
     lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
     res->loss_first = st.loss_first;
     res->loss_last = st.loss_last;
     if (st.used_bytes > res->measured_bytes) res->measured_bytes = st.used_bytes;
-    res->tokens_per_s = (double)B * T * world * cfg->train_iters / st.timed_sec;
+    res->tokens_per_s = (double)B * T * world * accum * cfg->train_iters / st.timed_sec;
     res->tokens_per_s_per_device = res->tokens_per_s / world;
     res->tflops = res->tokens_per_s_per_device * res->flops_per_token / 1e12; /* per device */
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
@@ -232,10 +247,14 @@ static const lj_reference *reference_of(const lj_bench_config *cfg) {
 void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *f) {
     char b1[32], b2[32], stage[64];
     lj_bench_describe_stage(cfg, stage, sizeof stage);
-    fprintf(f, "ljperf benchmark: %s on %d x %s (%s), seq %d, micro-batch %d, %d timed step%s after %d "
+    char gbs[96] = "";
+    if (cfg->accumulation > 1)
+        snprintf(gbs, sizeof gbs, ", global batch %d (%d accumulation steps)",
+                 cfg->micro_batch_size * cfg->dp->world * cfg->accumulation, cfg->accumulation);
+    fprintf(f, "ljperf benchmark: %s on %d x %s (%s), seq %d, micro-batch %d%s, %d timed step%s after %d "
                "warm-up%s\n",
             cfg->model.name, cfg->dp->world, cfg->ops->name, stage, cfg->seq_length,
-            cfg->micro_batch_size, cfg->train_iters, cfg->train_iters == 1 ? "" : "s", cfg->warmup_iters,
+            cfg->micro_batch_size, gbs, cfg->train_iters, cfg->train_iters == 1 ? "" : "s", cfg->warmup_iters,
             cfg->fused ? "" : " (unfused)");
     fprintf(f, "%-28s %s\n", "metric", "value");
     fprintf(f, "%-28s %.0f\n", "tokens/s", r->tokens_per_s);
@@ -286,6 +305,9 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     cJSON_AddStringToObject(o, "device", cfg->ops->name);
     cJSON_AddNumberToObject(o, "seq_length", cfg->seq_length);
     cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
+    const int accum = cfg->accumulation > 1 ? cfg->accumulation : 1;
+    cJSON_AddNumberToObject(o, "global_batch_size", cfg->micro_batch_size * cfg->dp->world * accum);
+    cJSON_AddNumberToObject(o, "accumulation_steps", accum);
     cJSON_AddNumberToObject(o, "world_size", cfg->dp->world);
     cJSON_AddNumberToObject(o, "zero_stage", cfg->zero_stage_asked);
     cJSON_AddNumberToObject(o, "zero_stage_run", cfg->dp->zero_stage); /* 0 for stage 3 on one rank */

@@ -12,6 +12,8 @@ typedef struct {
     lj_model_config model;
     const lj_ops *ops;
     int micro_batch_size;
+    int accumulation;       /* micro-batches per step and rank (--global-batch-size / (micro-batch x ranks));
+                               0 or 1: one, the step as one lj_dp_train_step */
     int seq_length;
     int train_iters;        /* timed steps */
     int warmup_iters;       /* untimed steps first */

@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "  --grad-dtype bf16|fp32     CUDA gradient dtype (default bf16)\n"
             "  --seq-length T             (default 4096 on a GPU, 256 on the CPU)\n"
             "  --micro-batch-size B|auto  (default 1)\n"
+            "  --global-batch-size N      N / (micro-batch x ranks) micro-batches per step, gradients accumulated\n"
+            "                             as train does (default: one micro-batch per rank)\n"
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
             "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
             "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones (alias --data-path)\n"
@@ -188,7 +190,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL, *grad_dtype = NULL, *device_memory = NULL, *margin = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
-    int seq_given = 0, iters_given = 0, warmup_given = 0;
+    int seq_given = 0, iters_given = 0, warmup_given = 0, global_batch = 0;
     lj_cli_fp8 fp8;
     lj_cli_fp8_init(&fp8);
     cfg.micro_batch_size = 1;
@@ -203,6 +205,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mbs},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &global_batch, .min = 1},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &method},
@@ -306,6 +309,20 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     dp->offload_optimizer = offload;
     if (lj_dp_offload_check(dp, requested_stage, "--offload-optimizer cpu") != LJ_OK) return lj_cli_error("benchmark");
     cfg.dp = dp;
+    if (global_batch > 0) { /* Megatron-LM's rule: global = micro-batch x data-parallel ranks x accumulation */
+        if (cfg.micro_batch_size == 0) {
+            lj_fail(LJ_ERR_ARG, "--global-batch-size %d needs an explicit --micro-batch-size (not auto)", global_batch);
+            return lj_cli_error("benchmark");
+        }
+        const int per_step = cfg.micro_batch_size * dp->world;
+        if (global_batch % per_step != 0) {
+            lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x %d data-parallel "
+                                "rank%s = %d: give a multiple of %d", global_batch, cfg.micro_batch_size, dp->world,
+                    dp->world == 1 ? "" : "s", per_step, per_step);
+            return lj_cli_error("benchmark");
+        }
+        cfg.accumulation = global_batch / per_step;
+    }
     if (dp->rank != 0) {
         lj_log_set_quiet(1);
         cfg.progress = 0;
@@ -317,7 +334,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         .cfg = &cfg.model,
         .ops = cfg.ops,
         .seq_length = cfg.seq_length,
-        .grad_accum_steps = 1,
+        .grad_accum_steps = cfg.accumulation > 1 ? cfg.accumulation : 1,
         .zero_stage = zero_stage,
         .num_layers = -1,
         .device_memory = device_memory,

@@ -403,8 +403,8 @@ static int has_nul_escape(const char *body, size_t len) {
     return 0;
 }
 
-int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
-                 lj_api_error *err) {
+static int parse_body(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
+                      lj_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
     if (lj_utf8_check(body, len) != len) return fail(err, 400, NULL, "the request body is not valid UTF-8");
@@ -448,6 +448,13 @@ void lj_api_request_free(lj_api_request *req) {
     free(req->prompt);
     for (int i = 0; i < req->n_stop; i++) free(req->stop[i]);
     memset(req, 0, sizeof *req);
+}
+
+int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
+                 lj_api_error *err) {
+    const int rc = parse_body(mdl, kind, body, len, req, err);
+    if (rc) lj_api_request_free(req); /* a refused request holds nothing */
+    return rc;
 }
 
 /* ---- detokenization and stop strings ------------------------------------------------------ */

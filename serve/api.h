@@ -51,7 +51,8 @@ typedef struct {
 
 /* Parses body[0..len) of `kind`. Returns 0 and fills req, or the HTTP status (400, 404) and err.
  * The checks: JSON object, known fields of the right types and ranges, UTF-8 text, a prompt of
- * 1..max_model_len-1 tokens and prompt + max_tokens <= max_model_len (vLLM's message). */
+ * 1..max_model_len-1 tokens and prompt + max_tokens <= max_model_len (vLLM's message). A refused
+ * request holds nothing (req zeroed); an accepted one is freed with lj_api_request_free. */
 int lj_api_parse(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
                  lj_api_error *err);
 void lj_api_request_free(lj_api_request *req);

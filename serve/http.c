@@ -128,10 +128,8 @@ static enum MHD_Result generate(lj_http_server *h, struct MHD_Connection *c, lj_
     }
     lj_api_request req;
     lj_api_error err;
-    if (lj_api_parse(h->m, kind, cc->body ? cc->body : "", cc->len, &req, &err)) {
-        lj_api_request_free(&req);
+    if (lj_api_parse(h->m, kind, cc->body ? cc->body : "", cc->len, &req, &err))
         return reply_error(c, (unsigned)err.status, err.param, "%s", err.message);
-    }
     const char *hdr_id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
     if (hdr_id && !req.request_id[0] && strlen(hdr_id) < 80 && lj_utf8_check(hdr_id, strlen(hdr_id)) == strlen(hdr_id))
         snprintf(req.request_id, sizeof req.request_id, "%s", hdr_id);

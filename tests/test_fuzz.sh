@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_fuzz.sh: the fuzz targets of tests/fuzz/ (the report's reader and charts, its Megatron-LM
-# log and TensorBoard parsers, config.json, tokenizer.json) built with libFuzzer and the address
+# log and TensorBoard parsers, config.json, tokenizer.json, the server's request bodies through
+# serve/api.c and the chat template) built with libFuzzer and the address
 # and undefined-behaviour sanitizers, each run over a fixed number of inputs from a fixed seed
 # (tests/fuzz/run.sh): no crash, sanitizer report, hang or runaway memory. amd64 only (clang's
 # libFuzzer runtime of the CI machine), not under the emulator. LJ_FUZZ_RUNS sets the inputs per

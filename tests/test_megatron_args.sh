@@ -247,6 +247,34 @@ for b, t in zip(bench, train):  # float32 against a double
     assert abs(b - t) <= 1e-5 * abs(t), f"benchmark {bench} against train {train}"
 print(f"benchmark --data qwen3: first loss {bench[0]:.5f} plain, {bench[1]:.5f} masked, as train's")
 EOF
+# benchmark --global-batch-size: 2 micro-batches of 2 per step, gradients accumulated as train
+# does: its first loss is the mean of train's first two micro-batches (the same data order)
+"$LJPERF" train "${qcommon[@]}" --global-batch-size 4 --quiet --log-json "$tmp/qgbs.jsonl" >/dev/null 2>&1 \
+  || fail "qwen3 run with --global-batch-size 4"
+"$LJPERF" benchmark --model qwen3-tiny --device cpu --seq-length 32 --micro-batch-size 2 --global-batch-size 4 \
+  --train-iters 2 --warmup-iters 0 --no-progress --data "$tmp/qverses" --json "$tmp/qbench-gbs.json" >"$tmp/qbench-gbs.out" \
+  2>&1 || { cat "$tmp/qbench-gbs.out"; fail "benchmark --global-batch-size 4"; }
+grep -q "micro-batch 2, global batch 4 (2 accumulation steps)" "$tmp/qbench-gbs.out" \
+  || { cat "$tmp/qbench-gbs.out"; fail "benchmark does not say its accumulation"; }
+python3 - "$tmp"/qbench-gbs.json "$tmp"/qgbs.jsonl "$tmp"/qbench-plain.json <<'EOF' \
+  || fail "benchmark --global-batch-size: not train's accumulation"
+import json, sys
+b = json.load(open(sys.argv[1]))
+t = next(json.loads(l)["loss"] for l in open(sys.argv[2]) if '"loss"' in l)
+one = json.load(open(sys.argv[3]))["loss_first"]
+assert b["global_batch_size"] == 4 and b["accumulation_steps"] == 2, b
+assert abs(b["loss_first"] - t) <= 1e-5 * abs(t), f"benchmark {b['loss_first']} against train {t}"
+assert abs(b["loss_first"] - one) > 1e-6, "the second micro-batch changed nothing"
+print(f"benchmark --global-batch-size 4: first loss {b['loss_first']:.5f}, train's {t:.5f}")
+EOF
+if "$LJPERF" benchmark --model llama3-nano --device cpu --micro-batch-size 2 --global-batch-size 3 >/dev/null \
+  2>"$tmp/bench.err"; then fail "benchmark --global-batch-size 3 with micro-batch 2 accepted"; fi
+grep -q -- "--global-batch-size 3 is not a multiple of --micro-batch-size 2 x 1 data-parallel rank = 2" "$tmp/bench.err" \
+  || { cat "$tmp/bench.err"; fail "benchmark --global-batch-size message"; }
+if "$LJPERF" benchmark --model llama3-nano --device cpu --micro-batch-size auto --global-batch-size 4 >/dev/null \
+  2>"$tmp/bench.err"; then fail "benchmark --global-batch-size with --micro-batch-size auto accepted"; fi
+grep -q -- "--global-batch-size 4 needs an explicit --micro-batch-size" "$tmp/bench.err" \
+  || { cat "$tmp/bench.err"; fail "benchmark --global-batch-size auto message"; }
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
 if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
   fail "benchmark --reset-attention-mask without --data accepted"

@@ -45,6 +45,8 @@ typedef struct {
     int iteration;
     int64_t loader_position;
     FILE *log_json;
+    double wait_sec;           /* this step's time blocked on the loader (its threads decode ahead) */
+    double wait_total, step_total; /* over the steps after the first (the first waits for the first batch) */
 } vl_run;
 
 static lj_status resolve_model(const lj_vl_train_config *c, int resume, const char *root, int iteration,
@@ -291,7 +293,9 @@ static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out,
     const lj_vl_train_config *c = r->c;
     const lj_ops *ops = r->m.ops;
     const lj_mm_batch *b;
+    const double t_wait = lj_time_sec();
     LJ_TRY(lj_mm_loader_next(r->loader, &b));
+    r->wait_sec = lj_time_sec() - t_wait;
     int32_t *grid = lj_malloc(((size_t)b->num_images + 1) * 3 * sizeof(int32_t));
     for (int i = 0; i < b->num_images; i++) {
         grid[3 * i] = b->image_grid_thw[i].t;
@@ -325,8 +329,8 @@ static void log_iteration(vl_run *r, double loss, double gn, float lr, int token
     if (r->log_json) {
         fprintf(r->log_json,
                 "{\"iteration\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %d, "
-                "\"iteration_ms\": %.3f}\n",
-                r->iteration, loss, (double)lr, gn, tokens, sec * 1e3);
+                "\"iteration_ms\": %.3f, \"loader_wait_ms\": %.3f}\n",
+                r->iteration, loss, (double)lr, gn, tokens, sec * 1e3, r->wait_sec * 1e3);
         fflush(r->log_json);
     }
     fflush(stdout);
@@ -413,17 +417,23 @@ static lj_status run_loop(vl_run *r) {
                     "model %s, vision projection %s",
                     r->cfg.name, r->m.layout.total, r->vl.vis.layout.total, r->opt.trainable[0] ? "yes" : "frozen",
                     r->opt.trainable[1] ? "yes" : "frozen", r->opt.trainable[2] ? "yes" : "frozen");
+    const int start = r->iteration;
     while (r->iteration < c->train_iters) {
         const double t0 = lj_time_sec();
         double loss = 0.0, gn = 0.0;
         float lr = 0.0f;
         int tokens = 0;
+        const int first = r->iteration == start;
         LJ_TRY(step(r, &loss, &gn, &lr, &tokens));
         r->iteration++;
-        if (r->iteration % c->log_interval == 0 || r->iteration == c->train_iters)
-            log_iteration(r, loss, gn, lr, tokens, lj_time_sec() - t0);
+        const double sec = lj_time_sec() - t0;
+        if (!first) r->wait_total += r->wait_sec, r->step_total += sec;
+        if (r->iteration % c->log_interval == 0 || r->iteration == c->train_iters) log_iteration(r, loss, gn, lr, tokens, sec);
         if (c->save && c->save_interval > 0 && r->iteration % c->save_interval == 0) LJ_TRY(save(r));
     }
+    if (!c->quiet && r->step_total > 0)
+        lj_log_info("loader: the steps after the first waited %.1f ms in all for their batches (%.2f%% of %.1f s)",
+                    r->wait_total * 1e3, 100.0 * r->wait_total / r->step_total, r->step_total);
     if (c->save && (c->save_interval <= 0 || r->iteration % c->save_interval != 0)) LJ_TRY(save(r));
     return LJ_OK;
 }

@@ -11,7 +11,7 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${1:?usage: run.sh OUTDIR [RUNS]}
 runs=${2:-${LJ_FUZZ_RUNS:-3000}}
-targets=${LJ_FUZZ_TARGETS:-report megatron tensorboard config tokenizer}
+targets=${LJ_FUZZ_TARGETS:-report megatron tensorboard config tokenizer serve_api}
 cc=${LJ_FUZZ_CC:-clang}
 command -v "$cc" >/dev/null || { echo "run.sh: $cc is not installed: run scripts/setup.sh" >&2; exit 1; }
 mkdir -p "$out"
@@ -26,7 +26,8 @@ flags=(-std=gnu11 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
 base=("$src"/base/*.c)
 report_units="$src/bench/report.c $src/bench/report_read.c $src/metrics/tensorboard.c $gen/metrics/tensorboard_event.pb-c.c"
 declare -A units=([report]="$report_units" [megatron]="$report_units" [tensorboard]="$report_units"
-                  [config]="$src/config/config.c" [tokenizer]="$src/data/tokenizer.c")
+                  [config]="$src/config/config.c" [tokenizer]="$src/data/tokenizer.c"
+                  [serve_api]="$src/serve/api.c $src/serve/chat_template.c $src/serve/sampling.c $src/data/tokenizer.c")
 for t in $targets; do
   # shellcheck disable=SC2046,SC2086
   "$cc" "${flags[@]}" -o "$out/fuzz_$t" "$src/tests/fuzz/fuzz_$t.c" ${units[$t]} "${base[@]}" \
@@ -40,7 +41,12 @@ declare -A seeds=(
   [tensorboard]="$src/tests/data/report/tb/*"
   [config]="$src/tests/fixtures/hf/tied/config.json $src/tests/fixtures/hf-qwen/qwen3/config.json"
   [tokenizer]="$src/tests/data/gpt2_mini/tokenizer.json"
+  [serve_api]="$src/tests/data/serve_fuzz/*"
 )
+# the server's target: the committed tokenizer, the set-up script's Llama 3 chat template if there
+export LJ_SOURCE_DIR=$src
+cache=${LJ_CACHE:-${LJPERF_CACHE:-$src/.cache}}
+[ -f "$cache/tokenizer/llama3/tokenizer_config.json" ] && export LJ_FUZZ_CHAT_TEMPLATE="$cache/tokenizer/llama3/tokenizer_config.json"
 status=0
 for t in $targets; do
   rm -rf "$out/$t" && mkdir -p "$out/$t/corpus"
