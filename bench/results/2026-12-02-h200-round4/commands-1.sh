@@ -1,4 +1,6 @@
 #!/bin/bash
+# .dev/ holds what the build machine packed for the call: bin.tar.xz (stripped binaries from
+# scripts/gpu/gpu-check.sh --prepare), tok.tar.xz (the set-up script's tokenizers), kjv.txt.xz
 # device call 1: paged checks, serve offline A/B (old vs new), the offline shapes, bf16 c=1
 set -u
 O=$OUT

@@ -1,4 +1,6 @@
 #!/bin/bash
+# .dev/ holds what the build machine packed for the call: bin.tar.xz (stripped binaries from
+# scripts/gpu/gpu-check.sh --prepare), tok.tar.xz (the set-up script's tokenizers), kjv.txt.xz
 # device call 2: serve's table: c=1 bf16, Poisson 1/4/8/16 on real prompts, FP8 offline shapes
 set -u
 O=/tmp/o; mkdir -p $O

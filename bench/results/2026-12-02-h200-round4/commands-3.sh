@@ -1,4 +1,6 @@
 #!/bin/bash
+# .dev/ holds what the build machine packed for the call: bin.tar.xz (stripped binaries from
+# scripts/gpu/gpu-check.sh --prepare), tok.tar.xz (the set-up script's tokenizers), kjv.txt.xz
 # device call 3: --fp8-param-gather on the GPU (scripts/gpu/gpu-fp8-param.sh 1 4 2 3)
 set -u
 mkdir -p /tmp/o

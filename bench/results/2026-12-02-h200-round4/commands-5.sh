@@ -1,4 +1,6 @@
 #!/bin/bash
+# .dev/ holds what the build machine packed for the call: bin.tar.xz (stripped binaries from
+# scripts/gpu/gpu-check.sh --prepare), tok.tar.xz (the set-up script's tokenizers), kjv.txt.xz
 # device call 5: the ViT attention on cuDNN (gpu_vision_ops), Qwen3-VL rows old vs new binary, PyTorch
 set -u
 mkdir -p /tmp/o5
