@@ -13,11 +13,12 @@
 #     the losses by 1e-4 and the weights by 5e-3), and with one micro-batch per step (an amax
 #     history of 4, max) it is bit for bit the run without it;
 #   - 2 and 3 ranks under mpirun with --zero-stage 3 (each rank casts its shard, the layers gather
-#     FP8 codes): with the flag equal to the same run without it (2 ranks, one micro-batch each:
-#     losses and state bit for bit, tensorwise and delayed; 3 ranks, 2 micro-batches each: within
-#     1e-6, the partition being cut at the weights, which moves some elements to another owner,
-#     whose accumulated gradient is added first), and within 1e-3 of one rank with the flag (as any
-#     FP8 run over ranks: the sums' order moves codes);
+#     FP8 codes): with the flag equal to the same run without it within 1e-6 (the partition is cut
+#     at the weights: with 2 ranks and one micro-batch each the layers compute the same values, but
+#     the global gradient norm sums over other shard boundaries, which can move its last bit and
+#     the clipping factor's on some CPUs; with 3 ranks and 2 micro-batches each some elements move
+#     to another owner, whose accumulated gradient is added first), and within 1e-3 of one rank
+#     with the flag (as any FP8 run over ranks: the sums' order moves codes);
 #   - resuming with the flag continues the uninterrupted run bit for bit (one rank, delayed, 6
 #     micro-batches; 3 ranks, ZeRO-3, tensorwise, 2 micro-batches each: losses and final state);
 #   - the memory plan: one rank keeps each FP8 linear's codes and transpose (fp8.layers.L.K.w, .w_t,
@@ -96,11 +97,11 @@ one_per_rank=(--zero-stage 3 --global-batch-size 4)
 for recipe in tensorwise delayed; do
   run "z2-$recipe" 2 "${one_per_rank[@]}" --fp8-recipe $recipe --save "$tmp/z2-$recipe"
   run "z2-$recipe-p" 2 "${one_per_rank[@]}" --fp8-recipe $recipe --fp8-param-gather --save "$tmp/z2-$recipe-p"
-  same "z2-$recipe" "z2-$recipe-p"
+  near "z2-$recipe" "z2-$recipe-p" 1e-6 1e-6
 done
 grep -q "ZeRO-3: each rank casts its shard of them and every layer's all-gather moves them as FP8 codes (1 byte per element instead of 4)" \
   "$tmp/z2-delayed-p.err" || { cat "$tmp/z2-delayed-p.err"; fail "ZeRO-3: the start-up line"; }
-echo "ok: ZeRO-3 on 2 ranks, one micro-batch per rank, tensorwise and delayed: FP8 gathers bit for bit the f32 ones"
+echo "ok: ZeRO-3 on 2 ranks, one micro-batch per rank, tensorwise and delayed: FP8 gathers within 1e-6 of the f32 ones"
 run z3 3 --zero-stage 3 --fp8-recipe tensorwise --save "$tmp/z3"
 run z3-p 3 --zero-stage 3 --fp8-recipe tensorwise --fp8-param-gather --save "$tmp/z3-p"
 near z3 z3-p 1e-6 1e-6
