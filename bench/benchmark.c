@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "checkpoint/state.h"
 #include "data/loader.h"
 #include "ops/cpu/cpu.h"
 #include "plan/build.h"
@@ -121,10 +122,17 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
 
     lj_loader loader;
     int have_data = 0;
-    if (cfg->num_data_args > 0) {
+    if (cfg->num_data_args > 0 || cfg->save) {
+        /* --save needs a loader whose position the checkpoint records: train's --mock-data one
+         * when no data is given */
         lj_loader_config lc;
         memset(&lc, 0, sizeof lc);
-        LJ_TRY(lj_loader_parse_data_path(&lc, cfg->num_data_args, (const char *const *)cfg->data_args));
+        if (cfg->num_data_args > 0) {
+            LJ_TRY(lj_loader_parse_data_path(&lc, cfg->num_data_args, (const char *const *)cfg->data_args));
+        } else {
+            lc.num_datasets = 1;
+            lc.mock_vocab_size = cfg->model.vocab_size;
+        }
         lc.seq_length = T;
         lc.micro_batch_size = B;
         lc.seed = cfg->seed;
@@ -177,6 +185,27 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_bench_steps_init(&st, ops, cfg->warmup_iters, cfg->train_iters, cfg->progress);
     const int accum = cfg->accumulation > 1 ? cfg->accumulation : 1;
     const float dloss = 1.0f / (float)((int64_t)B * T * world * accum);
+    /* --save: ljperf train's checkpoint of the state after the step (checkpoint/state.h) */
+    lj_run_state rs;
+    memset(&rs, 0, sizeof rs);
+    if (cfg->save) {
+        rs.model_cfg = &cfg->model;
+        rs.micro_batch_size = B;
+        rs.seq_length = T;
+        rs.global_batch_size = B * world * accum;
+        rs.seed = cfg->seed;
+        rs.model = &m;
+        rs.dp = cfg->dp;
+        rs.train_data = &loader;
+        rs.save = cfg->save;
+        rs.keep_last = 1;
+        rs.hf_dtype = ops->param_dtype;
+        rs.quiet = 1;
+        rs.format = LJ_CKPT_FORMAT_TORCH_DIST;
+        rs.async = cfg->async_save ? lj_ckpt_async_create() : NULL;
+    }
+    double stall_sum = 0.0;
+    lj_status save_status = LJ_OK;
     for (int step = 1; step <= steps; step++) {
         if (step == cfg->warmup_iters + 1 && lj_offload_of(&m)) memset(lj_offload_of(&m)->sec, 0, sizeof lj_offload_of(&m)->sec);
         double dt = 0.0, loss = 0.0;
@@ -204,11 +233,33 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             dt += lj_time_sec() - t0;
             loss += lj_model_mean_loss(&m);
         }
+        if (cfg->save && save_status == LJ_OK) {
+            rs.iteration = step;
+            rs.consumed_samples = (int64_t)step * B * world * accum;
+            const double t0 = lj_time_sec();
+            save_status = lj_run_state_poll(&rs); /* an earlier --async-save sealed once written */
+            if (save_status == LJ_OK && step % cfg->save_interval == 0) {
+                save_status = lj_run_state_save(&rs);
+                const double held = lj_time_sec() - t0;
+                if (step > cfg->warmup_iters) {
+                    res->saves++;
+                    stall_sum += held;
+                    if (held > res->save_stall_max_s) res->save_stall_max_s = held;
+                }
+            }
+            dt += lj_time_sec() - t0;
+        }
         float loss_sum = (float)(loss / accum);
         lj_dp_sum(cfg->dp, &m, &loss_sum, 1);
         lj_bench_steps_record(&st, step, dt, (double)loss_sum / world, (double)B * T * accum / dt, "tokens");
+        if (save_status != LJ_OK) break;
     }
     lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
+    if (cfg->save) { /* the last --async-save written and sealed, outside the timed steps */
+        if (save_status == LJ_OK) save_status = lj_run_state_finish(&rs);
+        lj_ckpt_async_free(rs.async);
+        res->save_stall_mean_s = res->saves ? stall_sum / res->saves : 0.0;
+    }
     res->loss_first = st.loss_first;
     res->loss_last = st.loss_last;
     if (st.used_bytes > res->measured_bytes) res->measured_bytes = st.used_bytes;
@@ -228,7 +279,7 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_plan_free(&plan);
     lj_model_free(&m);
     if (have_data) lj_loader_free(&loader);
-    return LJ_OK;
+    return save_status;
 }
 
 void lj_bench_describe_stage(const lj_bench_config *cfg, char *buf, size_t len) {
@@ -270,6 +321,12 @@ void lj_bench_print(const lj_bench_config *cfg, const lj_bench_result *r, FILE *
         fprintf(f, "overlap_comm: %s\n", cfg->dp->overlap_comm ? "on (collectives overlapped with compute)"
                                                                : "off (the compute stream waits for each collective)");
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    if (cfg->save)
+        fprintf(f, "checkpoints (--save every %d step%s, %s): %d in the timed steps, each holding the steps %.3f s on "
+                   "average, %.3f s at most (inside the step times above)\n",
+                cfg->save_interval, cfg->save_interval == 1 ? "" : "s",
+                cfg->async_save ? "--async-save: the copy to host memory; the write in the background" : "synchronous",
+                r->saves, r->save_stall_mean_s, r->save_stall_max_s);
     if (r->offloaded)
         fprintf(f, "optimizer offload, ms of a step: gradients to the host + norm %.1f, host AdamW %.1f, "
                    "parameters to the device %.1f (not overlapped with the device's work)\n",
@@ -308,6 +365,13 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
     const int accum = cfg->accumulation > 1 ? cfg->accumulation : 1;
     cJSON_AddNumberToObject(o, "global_batch_size", cfg->micro_batch_size * cfg->dp->world * accum);
     cJSON_AddNumberToObject(o, "accumulation_steps", accum);
+    if (cfg->save) {
+        cJSON_AddNumberToObject(o, "save_interval", cfg->save_interval);
+        cJSON_AddBoolToObject(o, "async_save", cfg->async_save);
+        cJSON_AddNumberToObject(o, "saves", r->saves);
+        cJSON_AddNumberToObject(o, "save_stall_mean_s", r->save_stall_mean_s);
+        cJSON_AddNumberToObject(o, "save_stall_max_s", r->save_stall_max_s);
+    }
     cJSON_AddNumberToObject(o, "world_size", cfg->dp->world);
     cJSON_AddNumberToObject(o, "zero_stage", cfg->zero_stage_asked);
     cJSON_AddNumberToObject(o, "zero_stage_run", cfg->dp->zero_stage); /* 0 for stage 3 on one rank */

@@ -28,6 +28,10 @@ typedef struct {
     int num_data_args;      /* --data: real tokens instead of synthetic ones */
     char **data_args;
     int progress;           /* 1: a progress line on stderr */
+    const char *save;       /* --save DIR: the training state saved every save_interval steps (ljperf train's
+                               checkpoint, no HF export), the steps' stalls for it measured; NULL: none */
+    int save_interval;      /* --save-interval N (>= 1) */
+    int async_save;         /* --async-save: copied to host memory, written by a background thread */
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it (and keep it here) */
     lj_dp *dp;              /* the data-parallel ranks (lj_dp_init; a world of one without a launcher) */
     int zero_stage_asked;   /* the ZeRO stage asked for (deepspeed/ names: 3), reported; dp->zero_stage is
@@ -55,6 +59,10 @@ typedef struct {
        AdamW, parameters to the device (wall time of each, inside the step time) */
     int offloaded; /* the optimizer state was in host memory (not on the CPU backend: already there) */
     double offload_ms[3];
+    /* with --save: the saves during the timed steps and the time the step loop was held by each
+       (the copy to host memory with --async-save, the whole write without), inside the step time */
+    int saves;
+    double save_stall_mean_s, save_stall_max_s;
 } lj_bench_result;
 
 /* Device memory in use by the whole process: total - free on a GPU (cudaMemGetInfo), the peak

@@ -18,6 +18,8 @@ static void usage(FILE *f) {
             "  --micro-batch-size B|auto  (default 1)\n"
             "  --global-batch-size N      N / (micro-batch x ranks) micro-batches per step, gradients accumulated\n"
             "                             as train does (default: one micro-batch per rank)\n"
+            "  --save DIR --save-interval N [--async-save]   save the training state (train's checkpoint, no HF\n"
+            "                             export) every N steps and report how long the steps were held by each\n"
             "  --train-iters N            timed steps (default 20 on a GPU, 5 on the CPU)\n"
             "  --warmup-iters N           untimed steps first (default 5 on a GPU, 1 on the CPU)\n"
             "  --data PREFIX              real tokens (Megatron dataset) instead of synthetic ones (alias --data-path)\n"
@@ -190,7 +192,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL, *grad_dtype = NULL, *device_memory = NULL, *margin = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
-    int seq_given = 0, iters_given = 0, warmup_given = 0, global_batch = 0;
+    int seq_given = 0, iters_given = 0, warmup_given = 0, global_batch = 0, save_interval = 0, async_save = 0;
+    const char *save = NULL;
     lj_cli_fp8 fp8;
     lj_cli_fp8_init(&fp8);
     cfg.micro_batch_size = 1;
@@ -206,6 +209,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mbs},
         {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &global_batch, .min = 1},
+        {.name = "--save", .kind = LJ_FLAG_STR, .dest = &save},
+        {.name = "--save-interval", .kind = LJ_FLAG_INT, .dest = &save_interval, .min = 1},
+        {.name = "--async-save", .kind = LJ_FLAG_SWITCH, .dest = &async_save, .ival = 1},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute},
         {.name = "--recompute-granularity", .kind = LJ_FLAG_STR, .dest = &granularity},
         {.name = "--recompute-method", .kind = LJ_FLAG_STR, .dest = &method},
@@ -309,6 +315,26 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     dp->offload_optimizer = offload;
     if (lj_dp_offload_check(dp, requested_stage, "--offload-optimizer cpu") != LJ_OK) return lj_cli_error("benchmark");
     cfg.dp = dp;
+    if (async_save && !save) {
+        lj_fail(LJ_ERR_ARG, "--async-save needs --save DIR (where the benchmark writes the training state)");
+        return lj_cli_error("benchmark");
+    }
+    if (save_interval && !save) {
+        lj_fail(LJ_ERR_ARG, "--save-interval %d needs --save DIR (where the benchmark writes the training state)",
+                save_interval);
+        return lj_cli_error("benchmark");
+    }
+    if (save && !save_interval) {
+        lj_fail(LJ_ERR_ARG, "--save %s needs --save-interval N (the steps between two saves)", save);
+        return lj_cli_error("benchmark");
+    }
+    if (save && ablation) {
+        lj_fail(LJ_ERR_ARG, "--save measures one configuration: drop --ablation");
+        return lj_cli_error("benchmark");
+    }
+    cfg.save = save;
+    cfg.save_interval = save_interval;
+    cfg.async_save = async_save;
     if (global_batch > 0) { /* Megatron-LM's rule: global = micro-batch x data-parallel ranks x accumulation */
         if (cfg.micro_batch_size == 0) {
             lj_fail(LJ_ERR_ARG, "--global-batch-size %d needs an explicit --micro-batch-size (not auto)", global_batch);

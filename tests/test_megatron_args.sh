@@ -275,6 +275,21 @@ if "$LJPERF" benchmark --model llama3-nano --device cpu --micro-batch-size auto 
   2>"$tmp/bench.err"; then fail "benchmark --global-batch-size with --micro-batch-size auto accepted"; fi
 grep -q -- "--global-batch-size 4 needs an explicit --micro-batch-size" "$tmp/bench.err" \
   || { cat "$tmp/bench.err"; fail "benchmark --global-batch-size auto message"; }
+# benchmark --save --save-interval --async-save: train's checkpoint every 2 steps, written in the
+# background; the steps' hold for each measured, and train resumes it
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 4 \
+  --warmup-iters 1 --no-progress --save "$tmp/bench-ckpt" --save-interval 2 --async-save --json "$tmp/bench-save.json" \
+  >"$tmp/bench-save.out" 2>&1 || { cat "$tmp/bench-save.out"; fail "benchmark --async-save"; }
+grep -q "checkpoints (--save every 2 steps, --async-save" "$tmp/bench-save.out" \
+  || { cat "$tmp/bench-save.out"; fail "benchmark does not report its saves"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["saves"] == 2 and d["async_save"] and d["save_stall_max_s"] >= d["save_stall_mean_s"] > 0, d' \
+  "$tmp/bench-save.json" || fail "benchmark --async-save: the JSON"
+[ -d "$tmp/bench-ckpt/iter_0000004" ] || fail "benchmark --save: no checkpoint of step 4"
+"$LJPERF" train --model llama3-nano --mock-data --device cpu --seq-length 32 --micro-batch-size 2 --global-batch-size 2 \
+  --load "$tmp/bench-ckpt" --train-iters 5 --eval-iters 0 >"$tmp/bench-resume.out" 2>&1 \
+  || { cat "$tmp/bench-resume.out"; fail "train --load of the benchmark's checkpoint"; }
+grep -q "resumed from .*iter_0000004 at iteration 4" "$tmp/bench-resume.out" \
+  || { cat "$tmp/bench-resume.out"; fail "train did not resume the benchmark's checkpoint"; }
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
 if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
   fail "benchmark --reset-attention-mask without --data accepted"
