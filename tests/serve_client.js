@@ -247,7 +247,7 @@ check('load: concurrent requests, some cancelled, none mixed up', async () => {
   }
   let seed = 12345;
   const rand = (n) => ((seed = (seed * 1103515245 + 12345) % 2147483648) % n);
-  const N = Number(process.env.LJ_SERVE_LOAD_REQUESTS || 300), CONC = 24;
+  const N = Number(process.env.LJ_SERVE_LOAD_REQUESTS || 2000), CONC = 24;
   let next = 0, done = 0, cancelled = 0;
   async function worker() {
     while (next < N) {

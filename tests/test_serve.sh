@@ -2,9 +2,10 @@
 # test_serve.sh: `ljperf serve` end to end on the loopback, driven by the official OpenAI Node.js
 # client (tests/serve_client.js): a checkpoint trained for one step, greedy answers equal to
 # `ljperf generate`'s, completions and chat (blocking and streamed, usage last, [DONE]), n, seed,
-# stop strings, logprobs, tokenize, OpenAI-style 400/401/404 errors, fuzzed bodies, a client that disconnects,
-# a few hundred concurrent requests with some cancelled (each answer equal to its lone run, the
-# KV cache empty afterwards), and SIGTERM draining a stream in flight.
+# stop strings, logprobs, tokenize, OpenAI-style 400/401/404 errors, fuzzed bodies, a client that
+# disconnects, 2,000 requests of random lengths, 24 at a time, about a fifth cancelled midway (each
+# answer equal to its lone run, the KV cache empty afterwards; LJ_SERVE_LOAD_REQUESTS sets the
+# count), and SIGTERM draining a stream in flight.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/serve"
