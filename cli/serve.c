@@ -199,8 +199,8 @@ lj_status lj_cli_serve_open(const lj_cli_serve_args *a, lj_cli_served *sv) {
     sv->have_model = 1;
     float *weights = NULL;
     if (s == LJ_OK && dummy) {
-        lj_model_init_weights(mp, 1234);
-        lj_log_info("serve: --load-format dummy: random weights (seed 1234)");
+        lj_model_init_weights_dummy(mp, 1234);
+        lj_log_info("serve: --load-format dummy: random weights (uniform, the init's variance, seed 1234)");
     } else if (s == LJ_OK) {
         weights = lj_malloc((size_t)mp->layout.total * sizeof(float));
         s = lj_hf_import(dir, &cfg, weights);

@@ -238,6 +238,12 @@ void lj_model_upload_rope(lj_model *m);
  * Writes master and params; zeroes AdamW state. */
 void lj_model_init_weights(lj_model *m, uint64_t seed);
 
+/* As lj_model_init_weights with uniform values of the same variance (U(-a, a), a = std sqrt(3))
+ * instead of normal ones, 6x faster on a 2-core machine (qwen3-0.6b: 4.0 s against 24.1 s): for
+ * serving's --load-format dummy (vLLM's dummy weights are uniform too), where only the shapes and
+ * the scale of the activations matter. */
+void lj_model_init_weights_dummy(lj_model *m, uint64_t seed);
+
 /* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard. */
 void lj_model_set_weights(lj_model *m, const float *params);
 /* lj_model_set_weights for the flat range [offset, offset + n) only, from host f32 src[n], so that

@@ -76,7 +76,8 @@ static double init_std(const lj_model *m, int p) {
     return std;
 }
 
-void lj_model_init_weights(lj_model *m, uint64_t seed) {
+/* The init of lj_model_init_weights (normal) or lj_model_init_weights_dummy (uniform). */
+static void init_weights(lj_model *m, uint64_t seed, int uniform) {
     enum { CHUNK = 1 << 20, STAGE = 1 << 24 };
     float *stage = lj_malloc((size_t)STAGE * sizeof(float));
     lj_progress pg; /* a large model takes a while on the CPU (354M parameters: about 45 s) */
@@ -101,7 +102,13 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
                     lj_rng rng;
                     lj_rng_seed(&rng, seed ^ ((uint64_t)(p + 1) << 40) ^ (uint64_t)((base / CHUNK) + c));
                     const int64_t end = (c + 1) * CHUNK < n ? (c + 1) * CHUNK : n;
-                    for (int64_t i = c * CHUNK; i < end; i++) stage[i] = (float)(std * lj_rng_normal(&rng));
+                    if (uniform) { /* U(-a, a) with a = std sqrt(3): the same variance */
+                        const float a = (float)(std * sqrt(3.0)), unit = 0x1p-22f; /* [0, 2^23) x 2^-22 - 1: [-1, 1) */
+                        for (int64_t i = c * CHUNK; i < end; i++)
+                            stage[i] = a * ((float)(lj_rng_u64(&rng) >> 41) * unit - 1.0f);
+                    } else {
+                        for (int64_t i = c * CHUNK; i < end; i++) stage[i] = (float)(std * lj_rng_normal(&rng));
+                    }
                 }
             }
             upload_range(m, stage, info->offset + base, n);
@@ -121,6 +128,10 @@ void lj_model_init_weights(lj_model *m, uint64_t seed) {
     if (m->grads) lj_model_zero_grads(m);
     if (m->offload && lj_model_shards_params(m)) m->offload->push_params(m);
 }
+
+void lj_model_init_weights(lj_model *m, uint64_t seed) { init_weights(m, seed, 0); }
+
+void lj_model_init_weights_dummy(lj_model *m, uint64_t seed) { init_weights(m, seed, 1); }
 
 void lj_model_set_weights(lj_model *m, const float *params) {
     upload_range(m, params, 0, m->layout.total);

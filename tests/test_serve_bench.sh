@@ -56,6 +56,14 @@ timeout 120 "$LJPERF" bench serve --offline --load "$tmp/ckpt1" --device cpu "${
   { cat "$tmp/offline_fp8.out"; fail "bench serve --offline --kv-cache-dtype fp8 --quantization fp8"; }
 grep -q "KV cache 256 blocks of 16 tokens (.* MiB, fp8_e4m3), weights fp8" "$tmp/offline_fp8.out" ||
   fail "the FP8 engine's start-up line: $(grep 'serve: ready' "$tmp/offline_fp8.out")"
+# --load-format dummy: a preset's shapes with random weights, every request to its length
+timeout 120 "$LJPERF" bench serve --offline --load llama3-nano --load-format dummy --device cpu "${engine[@]}" \
+  --num-prompts 4 --random-input-len 16 --random-output-len 4 --ignore-eos --result-json "$tmp/offline_dummy.json" \
+  >"$tmp/offline_dummy.out" 2>&1 || { cat "$tmp/offline_dummy.out"; fail "bench serve --offline --load-format dummy"; }
+grep -q "random weights (uniform, the init's variance, seed 1234)" "$tmp/offline_dummy.out" ||
+  { cat "$tmp/offline_dummy.out"; fail "--load-format dummy: the start-up line"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["completed"] == 4 and d["total_output_tokens"] == 16, d' \
+  "$tmp/offline_dummy.json" || fail "--load-format dummy: not every token"
 node -e '
 const fs = require("fs");
 const [h, k, o, o8] = process.argv.slice(1).map((f) => JSON.parse(fs.readFileSync(f, "utf8")));
