@@ -218,7 +218,43 @@ lj_status lj_file_read_all(const char *path, char **data, size_t *size) {
     return LJ_OK;
 }
 
+/* data written straight into fd; 0 or the errno of the failure. */
+static int write_all(int fd, const void *data, size_t size) {
+    const char *p = data;
+    while (size > 0) {
+        const ssize_t w = write(fd, p, size);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno;
+        p += w;
+        size -= (size_t)w;
+    }
+    return 0;
+}
+
 lj_status lj_file_write_atomic(const char *path, const void *data, size_t size) {
+    struct stat st, to;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (stat(path, &to) != 0)
+            return lj_fail(LJ_ERR_IO, "%s: a symbolic link that leads nowhere (%s): remove it or give another file", path,
+                           strerror(errno));
+        char *target = S_ISREG(to.st_mode) ? realpath(path, NULL) : NULL;
+        if (target) { /* a file's link: the file is replaced, the link stays */
+            const lj_status s = lj_file_write_atomic(target, data, size);
+            free(target);
+            return s;
+        }
+        st = to; /* /dev/stdout and the like: what it leads to */
+    } else if (lstat(path, &st) != 0) {
+        st.st_mode = S_IFREG; /* a new file */
+    }
+    if (S_ISDIR(st.st_mode)) return lj_fail(LJ_ERR_IO, "%s: is a directory: give a file name", path);
+    if (!S_ISREG(st.st_mode)) { /* a FIFO, a device: written through */
+        const int fd = open(path, O_WRONLY);
+        const int err = fd < 0 ? errno : write_all(fd, data, size);
+        if (fd >= 0 && close(fd) != 0 && !err) return lj_fail(LJ_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (err) return lj_fail(LJ_ERR_IO, "%s: write failed: %s", path, strerror(err));
+        return LJ_OK;
+    }
     size_t len = strlen(path);
     char *tmp = lj_malloc(len + 32);
     snprintf(tmp, len + 32, "%s.tmp.%d", path, (int)getpid());

@@ -129,8 +129,9 @@ double lj_time_sec(void);
 lj_status lj_file_read_all(const char *path, char **data, size_t *size);
 
 /* Writes `size` bytes to `path` atomically: a temporary name in the same directory, fsync,
- * then rename; `path` is replaced whole or not at all. Errors: LJ_ERR_IO naming `path` (and the
- * temporary name) and the reason. */
+ * then rename; `path` is replaced whole or not at all. A symbolic link's target is written so
+ * (the link stays); a FIFO or a device (/dev/stdout) is written through, not replaced; a
+ * directory is refused. Errors: LJ_ERR_IO naming `path` (and the temporary name) and the reason. */
 lj_status lj_file_write_atomic(const char *path, const void *data, size_t size);
 
 /* Creates `path` and its parents (mkdir -p). Errors: LJ_ERR_IO. */

@@ -267,8 +267,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     res->tokens_per_s_per_device = res->tokens_per_s / world;
     res->tflops = res->tokens_per_s_per_device * res->flops_per_token / 1e12; /* per device */
     res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
-    res->docs_per_sequence /= (double)cfg->train_iters * B;
-    res->attention_fraction /= (double)cfg->train_iters * B;
+    res->docs_per_sequence /= (double)cfg->train_iters * B * accum; /* doc_stats ran per micro-batch */
+    res->attention_fraction /= (double)cfg->train_iters * B * accum;
     res->offloaded = lj_offload_of(&m) != NULL;
     for (int i = 0; res->offloaded && i < 3; i++) res->offload_ms[i] = lj_offload_of(&m)->sec[i] * 1e3 / cfg->train_iters;
 

@@ -343,9 +343,13 @@ static lj_status run_offline(const bench_args *a, lj_cli_served *sv, req *rs, do
         p.max_tokens = rs[i].n_out;
         p.ignore_eos = a->ignore_eos;
         q[i] = lj_serve_request_new(rs[i].ids, rs[i].n_in, &p, 1, 0);
-        lj_serve_submit(sv->engine, q[i]); /* max_waiting_requests >= num_prompts */
+        if (lj_serve_submit(sv->engine, q[i]) != LJ_SERVE_QUEUED) { /* max_waiting_requests >= num_prompts */
+            lj_serve_request_release(q[i]);
+            q[i] = NULL; /* a failed request */
+        }
     }
     for (int i = 0; i < a->num_prompts; i++) {
+        if (!q[i]) continue;
         while (!lj_serve_request_wait(q[i], 1 << 30, 1.0)) {}
         lj_serve_request_lock(q[i]);
         rs[i].prompt_tokens = rs[i].n_in;
@@ -399,6 +403,15 @@ static lj_status bench_run(const bench_args *a, lj_cli_serve_args *ea, cJSON **o
     }
     req *rs = lj_calloc((size_t)a->num_prompts, sizeof *rs);
     lj_status s = make_prompts(a, tok, rs);
+    if (s == LJ_OK && a->offline) { /* the server's rule (vLLM's), before the weights are loaded */
+        const int max_len = ea->max_model_len > 0 ? ea->max_model_len : sv.cfg.max_position_embeddings;
+        for (int i = 0; i < a->num_prompts && s == LJ_OK; i++)
+            if (rs[i].n_in + rs[i].n_out > max_len)
+                s = lj_fail(LJ_ERR_ARG,
+                            "prompt %d: %d input + %d output tokens exceed --max-model-len %d: give a smaller "
+                            "--random-input-len / --random-output-len (--random-range-ratio widens them) or a larger "
+                            "--max-model-len", i, rs[i].n_in, rs[i].n_out, max_len);
+    }
     double duration = 0;
     lj_serve_stats st;
     memset(&st, 0, sizeof st);

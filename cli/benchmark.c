@@ -328,6 +328,17 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         lj_fail(LJ_ERR_ARG, "--save %s needs --save-interval N (the steps between two saves)", save);
         return lj_cli_error("benchmark");
     }
+    if (save && save_interval > cfg.warmup_iters + cfg.train_iters) {
+        const int steps = cfg.warmup_iters + cfg.train_iters;
+        lj_fail(LJ_ERR_ARG, "--save-interval %d: the run has %d step%s (--warmup-iters + --train-iters), so no "
+                            "checkpoint would be written: give %d or less", save_interval, steps, steps == 1 ? "" : "s",
+                steps);
+        return lj_cli_error("benchmark");
+    }
+    if (save && !save[0]) {
+        lj_fail(LJ_ERR_ARG, "--save needs a directory name, not an empty one");
+        return lj_cli_error("benchmark");
+    }
     if (save && ablation) {
         lj_fail(LJ_ERR_ARG, "--save measures one configuration: drop --ablation");
         return lj_cli_error("benchmark");

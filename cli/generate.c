@@ -48,9 +48,10 @@ lj_status lj_cli_model_dir(const char *load, char *buf) {
     const int weights = stat(cfg, &st) == 0 || (lj_path_join(cfg, buf, "model.safetensors") == LJ_OK && stat(cfg, &st) == 0);
     if (is_state && !weights)
         return lj_fail(LJ_ERR_IO,
-                       "--load %s: the training checkpoint of iteration %d has no Hugging Face export (saved with "
-                       "--no-save-hf, which writes one in the run's last save only): give the iteration directory of "
-                       "one that has hf/", load, iteration);
+                       "--load %s: the training checkpoint of iteration %d has no Hugging Face export (`ljperf "
+                       "benchmark --save` writes none; `ljperf train --no-save-hf` writes one in its last save only): "
+                       "give the iteration directory of one that has hf/, or resume it with `ljperf train --load` "
+                       "(whose saves write the export)", load, iteration);
     LJ_TRY(lj_path_join(cfg, buf, "config.json"));
     if (stat(cfg, &st) != 0) {
         if (is_state)

@@ -403,17 +403,43 @@ static int has_nul_escape(const char *body, size_t len) {
     return 0;
 }
 
+/* The checks of a body's bytes before it is parsed: UTF-8, no raw NUL byte (cJSON would end the
+ * text there and read a shorter request), no \u0000 escape. 0 or the HTTP status. */
+static int body_bytes(const char *body, size_t len, lj_api_error *err) {
+    if (lj_utf8_check(body, len) != len) return fail(err, 400, NULL, "the request body is not valid UTF-8");
+    if (memchr(body, 0, len))
+        return fail(err, 400, NULL, "the request body holds a NUL byte, which JSON text cannot carry: remove it");
+    if (has_nul_escape(body, len))
+        return fail(err, 400, NULL, "a string of the request holds the NUL character (\\u0000), which the model's text "
+                                    "cannot carry: remove it");
+    return 0;
+}
+
+/* A field given twice (cJSON would take the first, Python's json the last): refused. No request
+ * has more than LJ_API_MAX_FIELDS fields, which bounds the pairs compared. */
+#define LJ_API_MAX_FIELDS 128
+static int duplicate_fields(const cJSON *root, lj_api_error *err) {
+    const int n = cJSON_GetArraySize(root);
+    if (n > LJ_API_MAX_FIELDS)
+        return fail(err, 400, NULL, "the request body has %d fields, more than the API has (%d): remove the others", n,
+                    LJ_API_MAX_FIELDS);
+    for (const cJSON *a = root->child; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && strcmp(a->string, b->string) == 0)
+                return fail(err, 400, a->string, "the field '%s' is given twice: give it once", a->string);
+    return 0;
+}
+
 static int parse_body(const lj_api_model *mdl, lj_api_kind kind, const char *body, size_t len, lj_api_request *req,
                       lj_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
-    if (lj_utf8_check(body, len) != len) return fail(err, 400, NULL, "the request body is not valid UTF-8");
+    const int bad = body_bytes(body, len, err);
+    if (bad) return bad;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return fail(err, 400, NULL, "the request body is not valid JSON");
     int rc = cJSON_IsObject(root) ? 0 : fail(err, 400, NULL, "the request body must be a JSON object");
-    if (!rc && has_nul_escape(body, len))
-        rc = fail(err, 400, NULL, "a string of the request holds the NUL character (\\u0000), which the model's text "
-                                  "cannot carry: remove it");
+    if (!rc) rc = duplicate_fields(root, err);
     if (!rc) rc = parse_fields(mdl, kind, root, req, err);
     if (!rc) rc = parse_prompt(mdl, kind, root, req, err);
     long long max_tokens = LLONG_MIN; /* not given */
@@ -761,14 +787,16 @@ char *lj_api_response_json(lj_api_stream *s) {
 /* ---- /tokenize, /detokenize, /v1/models ------------------------------------------------ */
 
 int lj_api_tokenize(const lj_api_model *mdl, const char *body, size_t len, char **out, lj_api_error *err) {
-    if (lj_utf8_check(body, len) != len) return fail(err, 400, NULL, "the request body is not valid UTF-8");
-    if (has_nul_escape(body, len))
-        return fail(err, 400, NULL, "a string of the request holds the NUL character (\\u0000), which the model's text "
-                                    "cannot carry: remove it");
+    const int bad = body_bytes(body, len, err);
+    if (bad) return bad;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return fail(err, 400, NULL, "the request body must be a JSON object");
+    }
+    if (duplicate_fields(root, err)) {
+        cJSON_Delete(root);
+        return err->status;
     }
     lj_api_request req;
     memset(&req, 0, sizeof req);
@@ -813,6 +841,8 @@ int lj_api_tokenize(const lj_api_model *mdl, const char *body, size_t len, char 
 }
 
 int lj_api_detokenize(const lj_api_model *mdl, const char *body, size_t len, char **out, lj_api_error *err) {
+    const int bad = body_bytes(body, len, err);
+    if (bad) return bad;
     cJSON *root = cJSON_ParseWithLength(body, len);
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
     if (!root || !cJSON_IsObject(root) || !cJSON_IsArray(toks)) {

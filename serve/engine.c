@@ -408,10 +408,12 @@ static int step(lj_serve_engine *e) {
         publish(e, 0);
         return 0;
     }
-    int M = 0, need_logits = 0;
+    int M = 0, need_logits = 0, prompt_rows = 0;
     for (int k = 0; k < S; k++) {
         seq *s = e->b_sched[k];
         const int start = s->n_computed == 0 ? N : -1; /* a first chunk attends within itself */
+        /* a decode row: the one new token after the prompt, its earlier positions cached */
+        prompt_rows |= !(e->b_take[k] == 1 && s->n_computed == s->n_tokens - 1 && s->n_computed >= s->n_prompt);
         for (int t = 0; t < e->b_take[k]; t++) {
             const int p = s->n_computed + t;
             e->b_ids[N] = s->tokens[p];
@@ -432,6 +434,13 @@ static int step(lj_serve_engine *e) {
     const double t_fwd = now_sec();
     const int32_t *greedy = lj_serve_forward(e->sm, &batch, need_logits ? &logits : NULL);
     const double fwd = now_sec() - t_fwd;
+    /* the step's account, before its tokens wake their callers (who may read the statistics) */
+    pthread_mutex_lock(&e->mu);
+    if (prompt_rows) e->stats.steps_prompt++, e->stats.forward_prompt_sec += fwd;
+    else e->stats.steps_decode++, e->stats.forward_decode_sec += fwd;
+    e->stats.host_sec += t_fwd - t_step;
+    pthread_mutex_unlock(&e->mu);
+    const double t_after = now_sec();
     int m = 0, n_next = 0;
     seq **next = e->next_running;
     for (int k = 0; k < S; k++) {
@@ -469,9 +478,7 @@ static int step(lj_serve_engine *e) {
     e->running = next;
     e->n_running = n_next;
     pthread_mutex_lock(&e->mu);
-    if (N > M) e->stats.steps_prompt++, e->stats.forward_prompt_sec += fwd;
-    else e->stats.steps_decode++, e->stats.forward_decode_sec += fwd;
-    e->stats.host_sec += now_sec() - t_step - fwd;
+    e->stats.host_sec += now_sec() - t_after; /* sampling and bookkeeping */
     pthread_mutex_unlock(&e->mu);
     publish(e, 1);
     return 1;
@@ -594,7 +601,8 @@ void lj_serve_engine_pause(lj_serve_engine *e, int paused) {
 int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r) {
     pthread_mutex_lock(&e->mu);
     int rc = LJ_SERVE_QUEUED;
-    if (e->stopping) rc = LJ_SERVE_STOPPING;
+    if (r->n_prompt >= e->opt.max_model_len) rc = LJ_SERVE_TOO_LONG; /* its block table would overflow */
+    else if (e->stopping) rc = LJ_SERVE_STOPPING;
     else if (e->waiting_requests + e->inbox_requests >= e->opt.max_waiting_requests) rc = LJ_SERVE_QUEUE_FULL;
     if (rc == LJ_SERVE_QUEUED) {
         pthread_mutex_lock(&r->mu);

@@ -73,8 +73,9 @@ typedef struct {
     int64_t prompt_tokens, generation_tokens, preemptions, steps;
     int64_t finished[4];           /* requests by lj_finish_reason of their first choice */
     /* where a step's time goes (seconds, the engine thread's monotonic clock): the forward (its
-     * launch to the sampled tokens on the host) of steps with prompt rows and of decode-only steps,
-     * and the rest of every step (scheduling, sampling, bookkeeping) */
+     * launch to the sampled tokens on the host) of steps with prompt rows (a prompt's tokens, or a
+     * preempted sequence's recomputed ones) and of decode-only steps, and the rest of every step
+     * (scheduling, sampling, bookkeeping); counted before the step's tokens reach their callers */
     int64_t steps_prompt, steps_decode;
     double forward_prompt_sec, forward_decode_sec, host_sec;
     lj_serve_hist ttft, tpot, e2e; /* time to first token, per output token after it, end to end */
@@ -112,8 +113,10 @@ lj_serve_request *lj_serve_request_new(const int32_t *prompt, int n_prompt, cons
 void lj_serve_request_release(lj_serve_request *r);
 
 /* Queues r (the engine takes its own reference). Returns LJ_SERVE_QUEUED, LJ_SERVE_QUEUE_FULL
- * (max_waiting_requests are waiting: the HTTP layer answers 429) or LJ_SERVE_STOPPING (503). */
-enum { LJ_SERVE_QUEUED = 0, LJ_SERVE_QUEUE_FULL, LJ_SERVE_STOPPING };
+ * (max_waiting_requests are waiting: the HTTP layer answers 429), LJ_SERVE_STOPPING (503) or
+ * LJ_SERVE_TOO_LONG (a prompt of max_model_len tokens or more, which the API refuses before;
+ * r is not queued). */
+enum { LJ_SERVE_QUEUED = 0, LJ_SERVE_QUEUE_FULL, LJ_SERVE_STOPPING, LJ_SERVE_TOO_LONG };
 int lj_serve_submit(lj_serve_engine *e, lj_serve_request *r);
 
 /* Ends every choice (the client went away): their blocks are freed at the next step. A request

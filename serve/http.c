@@ -140,6 +140,9 @@ static enum MHD_Result generate(lj_http_server *h, struct MHD_Connection *c, lj_
         lj_api_request_free(&req);
         if (q == LJ_SERVE_QUEUE_FULL)
             return reply_error(c, 429, NULL, "too many requests are waiting (--max-waiting-requests): retry later");
+        if (q == LJ_SERVE_TOO_LONG) /* lj_api_parse refuses these first */
+            return reply_error(c, 400, "prompt", "the prompt has %d tokens, the model's maximum context length is %d",
+                               req.n_prompt, h->m->max_model_len);
         return reply_error(c, 503, NULL, "the server is shutting down");
     }
     if (req.stream) {

@@ -5,6 +5,12 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "base/base.h"
 #include "base/worker.h"
 #include "config/config.h"
@@ -73,6 +79,48 @@ static int log_job(void *ctx, int64_t job, int failed) {
     return job == 2 ? 7 : 0; /* job 2 fails with code 7 */
 }
 
+/* lj_file_write_atomic on what is not a plain file: a link's target is replaced (the link stays),
+ * a FIFO is written through (not replaced by a file), a directory and a dangling link are refused. */
+static void test_write_atomic_special(void **state) {
+    (void)state;
+    char dir[] = "/tmp/ljperf-atomic.XXXXXX", a[96], b[96], c[96], d[96];
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/target.json", dir);
+    snprintf(b, sizeof b, "%s/link.json", dir);
+    snprintf(c, sizeof c, "%s/fifo", dir);
+    snprintf(d, sizeof d, "%s/dangling.json", dir);
+    assert_int_equal(lj_file_write_atomic(a, "old", 3), LJ_OK);
+    assert_int_equal(symlink("target.json", b), 0);
+    assert_int_equal(lj_file_write_atomic(b, "new!", 4), LJ_OK);
+    struct stat st;
+    assert_int_equal(lstat(b, &st), 0);
+    assert_true(S_ISLNK(st.st_mode));
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(lj_file_read_all(a, &text, &n), LJ_OK);
+    assert_int_equal(n, 4);
+    assert_memory_equal(text, "new!", 4);
+    free(text);
+    /* a FIFO with a reader that does not block */
+    assert_int_equal(mkfifo(c, 0600), 0);
+    const int rd = open(c, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    assert_int_equal(lj_file_write_atomic(c, "through", 7), LJ_OK);
+    char buf[16] = {0};
+    assert_int_equal(read(rd, buf, sizeof buf), 7);
+    assert_memory_equal(buf, "through", 7);
+    close(rd);
+    assert_int_equal(lstat(c, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    lj_log_set_quiet(1);
+    assert_int_equal(lj_file_write_atomic(dir, "x", 1), LJ_ERR_IO);
+    assert_int_equal(symlink("nowhere.json", d), 0);
+    assert_int_equal(lj_file_write_atomic(d, "x", 1), LJ_ERR_IO);
+    lj_log_set_quiet(0);
+    unlink(a), unlink(b), unlink(c), unlink(d);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_worker(void **state) {
     (void)state;
     worker_log l = {{0}, {0}, 0};
@@ -107,6 +155,7 @@ int main(void) {
         cmocka_unit_test(test_parse_bytes),
         cmocka_unit_test(test_presets_param_counts),
         cmocka_unit_test(test_worker),
+        cmocka_unit_test(test_write_atomic_special),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

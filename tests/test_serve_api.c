@@ -118,6 +118,13 @@ static void test_completion_fields(void **state) {
     const char body[] = "{\"prompt\": \"\xc3\x28\"}";
     assert_int_equal(lj_api_parse(&md.m, LJ_API_COMPLETION, body, sizeof body - 1, &r, &e), 400);
     lj_api_request_free(&r);
+    /* a raw NUL byte (cJSON would stop there and read the prompt "a"), and a field given twice */
+    const char nul[] = "{\"prompt\": \"a\0bbbb\", \"max_tokens\": 1}";
+    assert_int_equal(lj_api_parse(&md.m, LJ_API_COMPLETION, nul, sizeof nul - 1, &r, &e), 400);
+    assert_non_null(strstr(e.message, "NUL byte"));
+    const char twice[] = "{\"prompt\": \"a\", \"max_tokens\": 2, \"max_tokens\": -5}";
+    assert_int_equal(lj_api_parse(&md.m, LJ_API_COMPLETION, twice, sizeof twice - 1, &r, &e), 400);
+    assert_string_equal(e.param, "max_tokens");
     /* the error body */
     char *j = lj_api_error_json(400, "bad \"thing\"", "max_tokens");
     cJSON *o = cJSON_Parse(j);

@@ -525,6 +525,18 @@ static void test_engine_queue_bound(void **state) {
     while (!lj_serve_request_wait(r[3], lj_serve_request_total_tokens(r[3]), 1.0)) {
     }
     for (int i = 0; i < 4; i++) lj_serve_request_release(r[i]);
+    /* a prompt of max_model_len tokens (128 here) is refused, not queued: its block table would overflow */
+    int32_t *longp = lj_malloc(128 * sizeof(int32_t));
+    make_prompt(longp, 128, 3);
+    lj_serve_request *lr = lj_serve_request_new(longp, 128, &p, 1, 0);
+    assert_int_equal(lj_serve_submit(s.e, lr), LJ_SERVE_TOO_LONG);
+    lj_serve_request_release(lr);
+    lr = lj_serve_request_new(longp, 127, &p, 1, 0);
+    assert_int_equal(lj_serve_submit(s.e, lr), LJ_SERVE_QUEUED);
+    while (!lj_serve_request_wait(lr, lj_serve_request_total_tokens(lr), 1.0)) {
+    }
+    lj_serve_request_release(lr);
+    free(longp);
     server_stop(&s);
 }
 
