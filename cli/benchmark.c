@@ -2,6 +2,7 @@
  * model, and with --ablation what each optimisation earns. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bench/benchmark.h"
 #include "cli/megatron.h"
@@ -138,8 +139,12 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
     if (cfg->dp->rank != 0) return 0;
     char stage[64];
     lj_bench_describe_stage(cfg, stage, sizeof stage);
-    printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d\n", cfg->model.name,
-           cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size);
+    char gbs[96] = "";
+    if (cfg->accumulation > 1)
+        snprintf(gbs, sizeof gbs, ", global batch %d (%d accumulation steps)",
+                 cfg->micro_batch_size * cfg->dp->world * cfg->accumulation, cfg->accumulation);
+    printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d%s\n", cfg->model.name,
+           cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size, gbs);
     printf("%-10s %14s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
@@ -337,6 +342,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     if (save && !save[0]) {
         lj_fail(LJ_ERR_ARG, "--save needs a directory name, not an empty one");
+        return lj_cli_error("benchmark");
+    }
+    struct stat save_st;
+    if (save && stat(save, &save_st) == 0 && !S_ISDIR(save_st.st_mode)) {
+        lj_fail(LJ_ERR_ARG, "--save %s: not a directory: give a directory (created when missing)", save);
         return lj_cli_error("benchmark");
     }
     if (save && ablation) {

@@ -12,8 +12,11 @@ lj_status lj_flags_parse_int(const char *flag, const char *v, int *out) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || errno || x < INT_MIN || x > INT_MAX)
+    if (*v == '\0' || *end != '\0')
         return lj_fail(LJ_ERR_ARG, "%s: '%s' is not an integer: expected a whole number (e.g. %s 8)", flag, v, flag);
+    if (errno == ERANGE || x < INT_MIN || x > INT_MAX)
+        return lj_fail(LJ_ERR_ARG, "%s: %s is out of range: expected a whole number from %d to %d", flag, v, INT_MIN,
+                       INT_MAX);
     *out = (int)x;
     return LJ_OK;
 }
