@@ -3,6 +3,7 @@
 #include "bench/reference.h"
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <string.h>
 
 #include "checkpoint/state.h"
@@ -107,6 +108,11 @@ static void doc_stats(const lj_doc_mask *dm, const int32_t *tokens, int B, int T
     }
 }
 
+/* SIGINT / SIGTERM during a run with --save: the step under way ends, the last save is finished
+ * (so no half-written checkpoint is left), and the run stops with LJ_ERR_INTERRUPTED. */
+static volatile sig_atomic_t g_bench_stop;
+static void bench_on_signal(int sig) { g_bench_stop = sig; }
+
 lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     memset(res, 0, sizeof *res);
     const lj_ops *ops = cfg->ops;
@@ -206,6 +212,12 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     }
     double stall_sum = 0.0;
     lj_status save_status = LJ_OK;
+    struct sigaction on_stop, old_int, old_term;
+    memset(&on_stop, 0, sizeof on_stop);
+    on_stop.sa_handler = bench_on_signal;
+    g_bench_stop = 0;
+    if (cfg->save) sigaction(SIGINT, &on_stop, &old_int), sigaction(SIGTERM, &on_stop, &old_term);
+    int stopped_at = 0;
     for (int step = 1; step <= steps; step++) {
         if (step == cfg->warmup_iters + 1 && lj_offload_of(&m)) memset(lj_offload_of(&m)->sec, 0, sizeof lj_offload_of(&m)->sec);
         double dt = 0.0, loss = 0.0;
@@ -249,16 +261,27 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
             }
             dt += lj_time_sec() - t0;
         }
-        float loss_sum = (float)(loss / accum);
-        lj_dp_sum(cfg->dp, &m, &loss_sum, 1);
+        float sums[2] = {(float)(loss / accum), (float)(g_bench_stop != 0)};
+        lj_dp_sum(cfg->dp, &m, sums, 2); /* every rank stops after the same step */
+        const float loss_sum = sums[0];
         lj_bench_steps_record(&st, step, dt, (double)loss_sum / world, (double)B * T * accum / dt, "tokens");
         if (save_status != LJ_OK) break;
+        if (sums[1] > 0.0f) {
+            stopped_at = step;
+            break;
+        }
     }
     lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
     if (cfg->save) { /* the last --async-save written and sealed, outside the timed steps */
         if (save_status == LJ_OK) save_status = lj_run_state_finish(&rs);
         lj_ckpt_async_free(rs.async);
         res->save_stall_mean_s = res->saves ? stall_sum / res->saves : 0.0;
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        if (save_status == LJ_OK && stopped_at)
+            save_status = lj_fail(LJ_ERR_INTERRUPTED,
+                                  "stopped by a signal after step %d; the checkpoints in %s are complete "
+                                  "(the latest: its last save)", stopped_at, cfg->save);
     }
     res->loss_first = st.loss_first;
     res->loss_last = st.loss_last;

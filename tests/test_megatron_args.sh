@@ -290,6 +290,20 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["saves"
   || { cat "$tmp/bench-resume.out"; fail "train --load of the benchmark's checkpoint"; }
 grep -q "resumed from .*iter_0000004 at iteration 4" "$tmp/bench-resume.out" \
   || { cat "$tmp/bench-resume.out"; fail "train did not resume the benchmark's checkpoint"; }
+# SIGTERM during benchmark --save: the step ends, the last save is finished, nothing half-written
+"$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 100000 \
+  --warmup-iters 0 --no-progress --save "$tmp/bench-sig" --save-interval 1 --async-save >"$tmp/bench-sig.out" 2>&1 &
+sigpid=$!
+for _ in $(seq 600); do [ -f "$tmp/bench-sig/latest_checkpointed_iteration.txt" ] && break; sleep 0.1; done
+kill -TERM "$sigpid"
+st=0
+for _ in $(seq 600); do kill -0 "$sigpid" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$sigpid" 2>/dev/null && fail "benchmark --save: still running 60 s after SIGTERM"
+wait "$sigpid" || st=$?
+[ "$st" != 0 ] || fail "benchmark stopped by SIGTERM exited 0"
+grep -q "stopped by a signal after step [0-9]*; the checkpoints in .* are complete" "$tmp/bench-sig.out" \
+  || { cat "$tmp/bench-sig.out"; fail "benchmark: the SIGTERM message"; }
+! ls -d "$tmp/bench-sig"/*.tmp.* >/dev/null 2>&1 || fail "benchmark: a half-written checkpoint left after SIGTERM"
 bad "--eod-mask-loss takes no value" "${common[@]}" --eod-mask-loss=1
 if "$LJPERF" benchmark --model llama3-nano --device cpu --reset-attention-mask >/dev/null 2>"$tmp/bench.err"; then
   fail "benchmark --reset-attention-mask without --data accepted"
