@@ -175,8 +175,12 @@ lj_status lj_cli_serve_prepare(const lj_cli_serve_args *a, lj_cli_served *sv) {
         return lj_fail(LJ_ERR_ARG, "--max-model-len %d is above the model's max_position_embeddings (%d)",
                        a->max_model_len, cfg.max_position_embeddings);
     if (a->tokenizer) LJ_TRY(lj_tokenizer_resolve(a->tokenizer, "--tokenizer", tokpath, LJ_PATH_MAX));
-    else if (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0)
+    else if (lj_path_join(tokpath, dir, "tokenizer.json") != LJ_OK || access(tokpath, R_OK) != 0) {
         lj_tokenizer_default_path(tokpath, LJ_PATH_MAX);
+        if (access(tokpath, R_OK) != 0) /* neither the model's nor the set-up script's cache */
+            return lj_fail(LJ_ERR_IO, "--load %s has no tokenizer.json and %s is missing: give --tokenizer FILE, "
+                                      "or run scripts/setup.sh (LJPERF_CACHE names its cache)", a->load, tokpath);
+    }
     LJ_TRY(lj_tokenizer_load(tokpath, &sv->tok));
     if (lj_tokenizer_vocab_size(sv->tok) > cfg.vocab_size)
         return lj_fail(LJ_ERR_FORMAT, "%s/config.json: vocab_size %d is smaller than the tokenizer's %d", dir,
