@@ -389,6 +389,10 @@ struct lj_ops {
                                    int nh, int nkv, int hd, void *workspace);
     void (*attention_backward_docs)(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                     const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace);
+    /* The workspace attention_forward_docs alone needs (no backward follows: serving's prompt
+     * chunks): the CPU's per-thread rows; 0 on CUDA (its own forward kernels need none, and no
+     * cuDNN plan is built for the shape, as attention_workspace_bytes would). */
+    size_t (*attention_forward_docs_workspace_bytes)(int B, int T, int nh, int nkv, int hd);
     /* Generation with a KV cache (B = 1): the k and v parts of qkv[Tq, QKV] (after RoPE,
      * positions p0..p0+Tq-1) are written to kv_cache[Tmax, 2*KV] rows p0.., then query i
      * attends to cache rows 0..p0+i. out: [Tq, Q] act. */

@@ -31,7 +31,8 @@ size_t lj_serve_model_buffer_bytes(const lj_model *m, int max_tokens, int max_se
     b += N * sizeof(float) * (1 + (s->qk_norm ? (size_t)(s->nh + s->nkv) : 0));       /* rstd, qk_rstd */
     b += S * (2 * (size_t)s->C * sa + sizeof(float) + (size_t)s->V * sa);             /* rows, logits */
     b += (6 * N + S + S * max_blocks + S) * sizeof(int32_t);                          /* index arrays, argmax */
-    b += N * s->nh * sizeof(float) + m->ops->attention_workspace_bytes(1, max_tokens, s->nh, s->nkv, s->hd);
+    b += N * s->nh * sizeof(float) /* the prompt attention's lse, and its workspace */
+         + m->ops->attention_forward_docs_workspace_bytes(1, max_tokens, s->nh, s->nkv, s->hd);
     b += lj_linear_scratch_bytes(&m->linear, max_tokens) + kv_scale_bytes(m);        /* FP8 */
     return b;
 }
@@ -53,7 +54,8 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
                               int max_model_len, lj_serve_kv_dtype kv_dtype) {
     memset(sm, 0, sizeof *sm);
     const lj_ops *ops = m->ops;
-    if (!ops->paged_kv_write || !ops->paged_attention || !ops->gather_rows)
+    if (!ops->paged_kv_write || !ops->paged_attention || !ops->gather_rows || !ops->attention_forward_docs ||
+        !ops->attention_forward_docs_workspace_bytes)
         return lj_fail(LJ_ERR_UNSUPPORTED, "serve: the %s backend has no paged attention yet (use --device cpu)",
                        ops->name);
     if (kv_dtype == LJ_SERVE_KV_FP8_E4M3 &&
@@ -109,7 +111,7 @@ lj_status lj_serve_model_init(lj_serve_model *sm, lj_model *m, int num_blocks, i
     LJ_TRY(take(ops, (void **)&sm->d_argmax, S * sizeof(int32_t), "the greedy tokens"));
     sm->h_argmax = lj_malloc(S * sizeof(int32_t));
     LJ_TRY(take(ops, (void **)&sm->lse, N * s->nh * sizeof(float), "the prompt attention's log-sum-exp"));
-    const size_t ws = ops->attention_workspace_bytes(max_tokens > 0 ? 1 : 0, max_tokens, s->nh, s->nkv, s->hd);
+    const size_t ws = ops->attention_forward_docs_workspace_bytes(1, max_tokens, s->nh, s->nkv, s->hd);
     if (ws) LJ_TRY(take(ops, &sm->ws_attention, ws, "the prompt attention's workspace"));
     const size_t index = (6 * N + S + S * sm->max_blocks) * sizeof(int32_t);
     LJ_TRY(take(ops, (void **)&sm->d_index, index, "the step's index arrays"));

@@ -42,7 +42,7 @@ typedef struct {
     int32_t *d_index;         /* ids, pos, slots, seq, doc_start, attn_seq [max_tokens] each, rows [max_seqs],
                                  tables [max_seqs, max_blocks] */
     float *lse;               /* [nh, max_tokens] f32: attention_forward_docs's log-sum-exp (unused after) */
-    void *ws_attention;       /* its workspace (attention_workspace_bytes of 1 x max_tokens) */
+    void *ws_attention;       /* its workspace (attention_forward_docs_workspace_bytes of 1 x max_tokens) */
     int32_t *d_argmax, *h_argmax; /* [max_seqs] i32: the greedy token of each wanted row, device and host */
     int32_t *h_index;         /* its host staging */
     float *h_logits;          /* [max_seqs, V] f32 host */

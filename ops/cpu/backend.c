@@ -170,6 +170,7 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
     .attention_backward = lj_cpu_attention_backward,                                              \
     .attention_forward_docs = lj_cpu_attention_forward_docs,                                      \
     .attention_backward_docs = lj_cpu_attention_backward_docs,                                    \
+    .attention_forward_docs_workspace_bytes = lj_cpu_attention_workspace_bytes,                   \
     .attention_workspace_bytes = lj_cpu_attention_workspace_bytes,                                \
     .attention_decode = lj_cpu_attention_decode,                                                  \
     .paged_kv_write = lj_cpu_paged_kv_write,                                                      \

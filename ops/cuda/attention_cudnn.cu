@@ -669,17 +669,46 @@ static void execute(cdesc plan, int n, const int64_t *uids, void **ptrs, void *w
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Runs e's forward plan over the op table's layouts (qkv [B*T, QKV], out [B*T, Q], lse [B, nh, T]);
+ * the lowest scalar only in a causal entry's pack (its graph alone has the mask). */
+static void run_forward(lj_cudnn_entry *e, void *out, float *lse, const void *qkv, void *plan_ws, const char *what) {
+    const lj_bf16 *q = (const lj_bf16 *)qkv;
+    const int64_t Qw = (int64_t)e->nh * e->hd, KVw = (int64_t)e->nkv * e->hd;
+    const int64_t uids[7] = {LJ_UID_Q, LJ_UID_K, LJ_UID_V, LJ_UID_O, LJ_UID_STATS, LJ_UID_SCALE, LJ_UID_LOWEST};
+    void *ptrs[7] = {(void *)q, (void *)(q + Qw), (void *)(q + Qw + KVw), out, lse, &e->scale, &e->lowest};
+    execute(e->fwd, e->causal ? 7 : 6, uids, ptrs, plan_ws, what);
+}
+
+/* Runs e's backward plan: dqkv [B*T, QKV] from dout, qkv, out and lse; softmax_sum [B, nh, T] and
+ * dq_accum [B*T, Q] f32 scratch (each used by the plan's variant only); the pack as run_forward's. */
+static void run_backward(lj_cudnn_entry *e, void *dqkv, const void *dout, const void *qkv, const void *out,
+                         const float *lse, float *softmax_sum, float *dq_accum, void *plan_ws, const char *what) {
+    const lj_bf16 *q = (const lj_bf16 *)qkv;
+    lj_bf16 *dq = (lj_bf16 *)dqkv;
+    const int64_t Qw = (int64_t)e->nh * e->hd, KVw = (int64_t)e->nkv * e->hd;
+    /* cuDNN before 9.6 (and the old lowering) expects a zeroed dQ accumulator */
+    if (e->bwd_variant < 2 && (g_dnn.version < 90600 || e->bwd_variant == 0))
+        LJ_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)e->B * e->T * Qw * 4, lj_cuda_stream()),
+                      "cudaMemsetAsync of the dQ accumulator in the cuDNN attention backward");
+    int64_t uids[14] = {LJ_UID_Q, LJ_UID_K, LJ_UID_V, LJ_UID_O, LJ_UID_DO, LJ_UID_STATS, LJ_UID_DQ, LJ_UID_DK,
+                        LJ_UID_DV, LJ_UID_SCALE, LJ_UID_ONE};
+    void *ptrs[14] = {(void *)q,   (void *)(q + Qw), (void *)(q + Qw + KVw), (void *)out, (void *)dout,
+                      (void *)lse, dq,               dq + Qw,                dq + Qw + KVw, &e->scale,
+                      &e->one};
+    int n = 11;
+    if (e->causal) uids[n] = LJ_UID_LOWEST, ptrs[n] = &e->lowest, n++;
+    if (e->bwd_variant < 2) uids[n] = LJ_UID_DQ_ACCUM, ptrs[n] = dq_accum, n++; /* variant 2 has none */
+    if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
+    execute(e->bwd, n, uids, ptrs, plan_ws, what);
+}
+
 int lj_cuda_cudnn_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
                                     void *plan_ws, int det) {
     lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     /* a workspace sized before the plans existed has no room for theirs */
     if (!e || !e->ok || (e->fwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
-    const lj_bf16 *q = (const lj_bf16 *)qkv;
-    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
-    const int64_t uids[7] = {LJ_UID_Q, LJ_UID_K, LJ_UID_V, LJ_UID_O, LJ_UID_STATS, LJ_UID_SCALE, LJ_UID_LOWEST};
-    void *ptrs[7] = {(void *)q, (void *)(q + Qw), (void *)(q + Qw + KVw), out, lse, &e->scale, &e->lowest};
-    execute(e->fwd, 7, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_forward (cuDNN SDPA)");
+    run_forward(e, out, lse, qkv, plan_ws, "cudnnBackendExecute in attention_forward (cuDNN SDPA)");
     return 1;
 }
 
@@ -689,22 +718,8 @@ int lj_cuda_cudnn_attention_backward(void *dqkv, const void *dout, const void *q
     lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, det, 1, 1);
     if (!e || !e->ok || (e->bwd_ws > 0 && (!plan_ws || !e->reported))) return 0;
     if (!aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out) || !aligned16(lse)) return 0;
-    const lj_bf16 *q = (const lj_bf16 *)qkv;
-    lj_bf16 *dq = (lj_bf16 *)dqkv;
-    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
-    /* cuDNN before 9.6 (and the old lowering) expects a zeroed dQ accumulator */
-    if (e->bwd_variant < 2 && (g_dnn.version < 90600 || e->bwd_variant == 0))
-        LJ_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
-                      "cudaMemsetAsync of the dQ accumulator in attention_backward (cuDNN)");
-    int64_t uids[14] = {LJ_UID_Q,  LJ_UID_K,  LJ_UID_V,  LJ_UID_O,     LJ_UID_DO,     LJ_UID_STATS, LJ_UID_DQ,
-                        LJ_UID_DK, LJ_UID_DV, LJ_UID_SCALE, LJ_UID_LOWEST, LJ_UID_ONE, LJ_UID_DQ_ACCUM};
-    void *ptrs[14] = {(void *)q,          (void *)(q + Qw),      (void *)(q + Qw + KVw), (void *)out,
-                      (void *)dout,       (void *)lse,           dq,                     dq + Qw,
-                      dq + Qw + KVw,      &e->scale,             &e->lowest,             &e->one,
-                      dq_accum,           NULL};
-    int n = e->bwd_variant == 2 ? 12 : 13; /* variant 2 has no dQ accumulator (the last entry) */
-    if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
-    execute(e->bwd, n, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_backward (cuDNN SDPA)");
+    run_backward(e, dqkv, dout, qkv, out, lse, softmax_sum, dq_accum, plan_ws,
+                 "cudnnBackendExecute in attention_backward (cuDNN SDPA)");
     return 1;
 }
 
@@ -728,11 +743,7 @@ int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv,
                                          void *plan_ws, size_t plan_ws_bytes) {
     lj_cudnn_entry *e = full_usable(B, T, nh, nkv, hd, plan_ws, plan_ws_bytes, 1);
     if (!e || !aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
-    const lj_bf16 *q = (const lj_bf16 *)qkv;
-    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
-    const int64_t uids[6] = {LJ_UID_Q, LJ_UID_K, LJ_UID_V, LJ_UID_O, LJ_UID_STATS, LJ_UID_SCALE};
-    void *ptrs[6] = {(void *)q, (void *)(q + Qw), (void *)(q + Qw + KVw), out, lse, &e->scale};
-    execute(e->fwd, 6, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_varlen_forward (cuDNN SDPA)");
+    run_forward(e, out, lse, qkv, plan_ws, "cudnnBackendExecute in attention_varlen_forward (cuDNN SDPA)");
     return 1;
 }
 
@@ -745,22 +756,8 @@ int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const vo
     /* the forward ran on cuDNN, so lse is in its layout: the own kernels cannot take over */
     LJ_ASSERT(aligned16(dqkv) && aligned16(dout) && softmax_sum && dq_accum,
               "attention_varlen_backward (cuDNN): dqkv and dout must be 16-byte aligned and the workspace given");
-    const lj_bf16 *q = (const lj_bf16 *)qkv;
-    lj_bf16 *dq = (lj_bf16 *)dqkv;
-    const int64_t Qw = (int64_t)nh * hd, KVw = (int64_t)nkv * hd;
-    /* cuDNN before 9.6 (and the old lowering) expects a zeroed dQ accumulator */
-    if (e->bwd_variant < 2 && (g_dnn.version < 90600 || e->bwd_variant == 0))
-        LJ_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, (size_t)B * T * Qw * 4, lj_cuda_stream()),
-                      "cudaMemsetAsync of the dQ accumulator in attention_varlen_backward (cuDNN)");
-    int64_t uids[13] = {LJ_UID_Q,  LJ_UID_K,  LJ_UID_V,     LJ_UID_O,   LJ_UID_DO, LJ_UID_STATS, LJ_UID_DQ,
-                        LJ_UID_DK, LJ_UID_DV, LJ_UID_SCALE, LJ_UID_ONE, 0,         0};
-    void *ptrs[13] = {(void *)q,     (void *)(q + Qw), (void *)(q + Qw + KVw), (void *)out, (void *)dout,
-                      (void *)lse,   dq,               dq + Qw,                dq + Qw + KVw, &e->scale,
-                      &e->one,       NULL,             NULL};
-    int n = 11;
-    if (e->bwd_variant < 2) uids[n] = LJ_UID_DQ_ACCUM, ptrs[n] = dq_accum, n++;
-    if (e->bwd_variant >= 1) uids[n] = LJ_UID_SOFTMAX_SUM, ptrs[n] = softmax_sum, n++;
-    execute(e->bwd, n, uids, ptrs, plan_ws, "cudnnBackendExecute in attention_varlen_backward (cuDNN SDPA)");
+    run_backward(e, dqkv, dout, qkv, out, lse, softmax_sum, dq_accum, plan_ws,
+                 "cudnnBackendExecute in attention_varlen_backward (cuDNN SDPA)");
     return 1;
 }
 

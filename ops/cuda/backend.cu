@@ -260,6 +260,9 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
 LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_BF16, bf16)
 LJ_CUDA_GRAD_ENTRIES(LJ_DTYPE_F32, f32)
 
+/* attention_forward_docs runs the own flash kernels, which need no workspace (ops.h). */
+static size_t attention_forward_docs_workspace_bytes(int, int, int, int, int) { return 0; }
+
 /* The attention entries, bound to one attention configuration (deterministic mode, the
  * kernels, the m-tiles): `mode` is the configuration's attention part. */
 #define LJ_CUDA_ATTENTION_ENTRIES(sfx, DET, ATT, MT)                                                              \
@@ -400,6 +403,7 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .attention_workspace_bytes = attention_workspace_bytes_##asfx,               \
         .attention_forward_docs = attention_forward_docs_##asfx,                     \
         .attention_backward_docs = attention_backward_docs_##asfx,                   \
+        .attention_forward_docs_workspace_bytes = attention_forward_docs_workspace_bytes, \
         .attention_decode = lj_cuda_attention_decode,                                \
         .paged_kv_write = lj_cuda_paged_kv_write,                                    \
         .paged_attention = lj_cuda_paged_attention,                                  \
