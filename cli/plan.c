@@ -169,6 +169,7 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
         if (a->mm_tflops > 0) t->rates.matmul_flops = a->mm_tflops * 1e12;
         if (a->mm_tflops > 0) t->rates.fp8_matmul_flops = LJ_FP8_GEMM_SPEEDUP * t->rates.matmul_flops;
         if (a->attn_tflops > 0) t->rates.attention_flops = a->attn_tflops * 1e12;
+        if (a->attn_tflops > 0) t->rates.attention_seq0 = 0; /* the rate given, at every T */
         if (a->mem_gbs > 0) t->rates.memory_bandwidth = a->mem_gbs * 1e9;
         snprintf(t->rates.source, sizeof t->rates.source,
                  "given on the command line: GEMM %.4g TFLOP/s, attention %.4g TFLOP/s, %.4g GB/s",

@@ -10,6 +10,12 @@
 
 /* ---- throughputs ------------------------------------------------------------------ */
 
+double lj_perf_attention_rate(const lj_perf_rates *r, double T) {
+    const double t0 = r->attention_seq0;
+    if (!(t0 > 0) || !(T > 0)) return r->attention_flops;
+    return r->attention_flops * (T / (T + t0)) / (4096.0 / (4096.0 + t0));
+}
+
 void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *device) {
     memset(r, 0, sizeof *r);
     snprintf(r->device, sizeof r->device, "%s", device ? device : backend);
@@ -26,9 +32,10 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
         r->matmul_flops = 700e12;
         r->fp8_matmul_flops = LJ_FP8_GEMM_SPEEDUP * r->matmul_flops;
         r->attention_flops = 400e12;
+        r->attention_seq0 = 1544; /* planner.h: 400 TFLOP/s at seq 4096, 526 at 32768 */
         r->memory_bandwidth = 3.5e12;
         snprintf(r->source, sizeof r->source,
-                 "H100/H200 defaults (cuBLAS and cuDNN SDPA as measured on an H200): GEMM 700 TFLOP/s, attention 400 TFLOP/s, 3.5 TB/s");
+                 "H100/H200 defaults (cuBLAS and cuDNN SDPA as measured on an H200): GEMM 700 TFLOP/s, attention 400 TFLOP/s at seq 4096, 3.5 TB/s");
     }
 }
 
@@ -78,13 +85,16 @@ lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_
     const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(root, "context_overhead_bytes");
     if (s == LJ_OK && ctx && (!cJSON_IsNumber(ctx) || ctx->valuedouble < 0))
         s = lj_fail(LJ_ERR_FORMAT, "%s: field 'context_overhead_bytes' must be a non-negative number", path);
-    double f8 = 0;
+    double f8 = 0, seq0 = 0;
     if (s == LJ_OK && cJSON_GetObjectItemCaseSensitive(root, "fp8_matmul_tflops"))
         s = positive_field(root, path, "fp8_matmul_tflops", &f8);
+    if (s == LJ_OK && cJSON_GetObjectItemCaseSensitive(root, "attention_seq0")) /* optional: 0, a flat rate */
+        s = positive_field(root, path, "attention_seq0", &seq0);
     if (s == LJ_OK) {
         x.matmul_flops = mm * 1e12;
         x.fp8_matmul_flops = f8 > 0 ? f8 * 1e12 : LJ_FP8_GEMM_SPEEDUP * x.matmul_flops;
         x.attention_flops = at * 1e12;
+        x.attention_seq0 = seq0;
         x.memory_bandwidth = bw * 1e9;
         x.context_bytes = ctx ? (size_t)ctx->valuedouble : 0;
         const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
@@ -107,6 +117,7 @@ lj_status lj_perf_rates_save(const char *cache_dir, const lj_perf_rates *r) {
     cJSON_AddNumberToObject(o, "matmul_tflops", r->matmul_flops / 1e12);
     cJSON_AddNumberToObject(o, "fp8_matmul_tflops", r->fp8_matmul_flops / 1e12);
     cJSON_AddNumberToObject(o, "attention_tflops", r->attention_flops / 1e12);
+    if (r->attention_seq0 > 0) cJSON_AddNumberToObject(o, "attention_seq0", r->attention_seq0);
     cJSON_AddNumberToObject(o, "memory_bandwidth_gbs", r->memory_bandwidth / 1e9);
     cJSON_AddNumberToObject(o, "context_overhead_bytes", (double)r->context_bytes);
     cJSON_AddStringToObject(o, "source", r->source);
@@ -300,10 +311,11 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
     const int accum = grad_accum_steps > 0 ? grad_accum_steps : 1;
     const double f8_rate = r->fp8_matmul_flops > 0 ? r->fp8_matmul_flops : r->matmul_flops;
     out->matmul_s = (out->matmul_flop - out->fp8_matmul_flop) / r->matmul_flops + out->fp8_matmul_flop / f8_rate;
-    out->attention_s = out->attention_flop / r->attention_flops;
+    const double attn_rate = lj_perf_attention_rate(r, T);
+    out->attention_s = out->attention_flop / attn_rate;
     out->memory_s = (out->elementwise_bytes + out->optimizer_bytes / accum) / r->memory_bandwidth;
     out->recompute_s = (out->recompute_matmul_flop - fp8_rec_mm) / r->matmul_flops + fp8_rec_mm / f8_rate +
-                       out->recompute_attention_flop / r->attention_flops + out->recompute_bytes / r->memory_bandwidth;
+                       out->recompute_attention_flop / attn_rate + out->recompute_bytes / r->memory_bandwidth;
     out->step_s = out->matmul_s + out->attention_s + out->memory_s;
     out->tokens_per_s = out->step_s > 0 ? N / out->step_s : 0.0;
 }

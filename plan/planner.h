@@ -77,7 +77,11 @@ typedef struct {
     double matmul_flops;      /* GEMM FLOP/s at training shapes (bf16 on GPUs, fp32 sgemm on the CPU) */
     double fp8_matmul_flops;  /* the FP8 recipe's GEMMs (model/linear.h): FP8 tensor cores on GPUs, the
                                  emulation on the CPU */
-    double attention_flops;   /* causal attention FLOP/s, counted as fwd 2*B*nh*T^2*hd, bwd 2.5x that */
+    double attention_flops;   /* causal attention FLOP/s at seq 4096, counted as fwd 2*B*nh*T^2*hd, bwd
+                                 2.5x that */
+    double attention_seq0;    /* T0 (tokens) of the attention rate's rise with the sequence length: the
+                                 rate at T is attention_flops * f(T) / f(4096), f(T) = T / (T + T0); 0:
+                                 the same rate at every T (the CPU) */
     double memory_bandwidth;  /* bytes/s of element-wise passes (effective, not the datasheet figure) */
     size_t context_bytes;     /* measured CUDA context overhead; 0 = not measured */
     char source[160];         /* where the figures come from ("defaults: ...", "measured ...", "cached in ...") */
@@ -85,7 +89,9 @@ typedef struct {
 
 /* Defaults without a measurement. backend "cuda": H100/H200 SXM figures from
  * docs/reference.md (cuBLAS bf16 GEMM 650-790 TFLOP/s -> 700e12; cuDNN SDPA causal
- * fwd+bwd 385-460 -> 400e12; HBM3e effective ~3.5e12 B/s). backend "cpu": 50 GFLOP/s sgemm,
+ * fwd+bwd 385-460 -> 400e12 at seq 4096, rising with T as T / (T + 1544): the two training
+ * steps that fix it, llama3.1-8b at seq 4096 and at seq 32768 with full recompute, put 400 and
+ * 526 TFLOP/s on its attention, 551 in the limit; HBM3e effective ~3.5e12 B/s). backend "cpu": 50 GFLOP/s sgemm,
  * attention at a quarter of that, 10 GB/s (placeholders until lj_perf_rates_measure_cpu). */
 void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *device);
 
@@ -94,7 +100,8 @@ void lj_perf_rates_default(lj_perf_rates *r, const char *backend, const char *de
 lj_status lj_perf_rates_path(const char *cache_dir, const char *device, char *buf);
 
 /* Reads the cached measurement of `device`: a JSON object {"device", "matmul_tflops",
- * "attention_tflops", "memory_bandwidth_gbs", "context_overhead_bytes", "source"}.
+ * "attention_tflops", "memory_bandwidth_gbs", "context_overhead_bytes", "source", optional
+ * "fp8_matmul_tflops" and "attention_seq0"}.
  * Errors: LJ_ERR_IO when there is no cache file, LJ_ERR_FORMAT naming the file and field
  * when a field is missing, not a number or not positive. */
 lj_status lj_perf_rates_load(const char *cache_dir, const char *device, lj_perf_rates *r);
@@ -113,6 +120,12 @@ const char *lj_perf_cpu_device_name(char *buf, size_t len);
 
 /* ---- step-time cost model (plan/cost.c) -------------------------------------------- */
 
+/* The attention FLOP/s of `r` at sequence length T (tokens): attention_flops scaled by
+ * f(T) / f(4096), f(T) = T / (T + attention_seq0); attention_flops itself when attention_seq0
+ * is 0. A kernel's fixed work per query tile (loading, the softmax statistics, the backward's
+ * dQ pass) weighs less against the T^2 work as T grows. */
+double lj_perf_attention_rate(const lj_perf_rates *r, double T);
+
 typedef struct {
     double matmul_flop;          /* forward + backward + recompute GEMM FLOPs of one micro-batch */
     double fp8_matmul_flop;      /* the part of matmul_flop in FP8 linears (at rates.fp8_matmul_flops) */
@@ -129,7 +142,7 @@ typedef struct {
 /* Predicts one training step (forward, backward, the recompute of opt->recompute, and the
  * optimizer step shared by `grad_accum_steps` micro-batches):
  *   step_s = (matmul_flop - fp8_matmul_flop) / rates.matmul_flops
- *          + fp8_matmul_flop / rates.fp8_matmul_flops + attention_flop / rates.attention_flops
+ *          + fp8_matmul_flop / rates.fp8_matmul_flops + attention_flop / lj_perf_attention_rate(rates, T)
  *          + (elementwise_bytes + optimizer_bytes / grad_accum_steps) / rates.memory_bandwidth
  * The FLOP and byte counts of each op are written out in plan/cost.c. `ops` gives the dtypes
  * (act, param, grad sizes); opt->fused chooses fused or unfused element-wise passes. */

@@ -337,6 +337,20 @@ static void test_cost_model(void **state) {
     ob.fp8 = lj_linear_fp8_defaults();
     lj_cost_step(&big, &ob, ops, &rates, 1, &b8);
     assert_true(b8.step_s < 0.9 * b16.step_s);
+    /* the attention rate rises with T on a GPU: the defaults' 400 TFLOP/s at seq 4096, about 526
+     * at 32768 (the two measured 8b steps that fix it), and one rate at every T on the CPU */
+    assert_true(fabs(lj_perf_attention_rate(&rates, 4096) - 400e12) < 1e3);
+    assert_true(fabs(lj_perf_attention_rate(&rates, 32768) / 1e12 - 526) < 1.0);
+    assert_true(lj_perf_attention_rate(&rates, 1024) < lj_perf_attention_rate(&rates, 2048));
+    lj_perf_rates cpu_rates;
+    lj_perf_rates_default(&cpu_rates, "cpu", "cpu");
+    assert_true(lj_perf_attention_rate(&cpu_rates, 32768) == cpu_rates.attention_flops);
+    lj_step_cost at4k, at32k;
+    lj_model_options o4 = lj_test_train_options(1, 4096, 1), o32 = lj_test_train_options(1, 32768, 1);
+    lj_cost_step(&big, &o4, ops, &rates, 1, &at4k);
+    lj_cost_step(&big, &o32, ops, &rates, 1, &at32k);
+    assert_true(fabs(at4k.attention_s - at4k.attention_flop / 400e12) < 1e-12);
+    assert_true(fabs(at32k.attention_s - at32k.attention_flop / lj_perf_attention_rate(&rates, 32768)) < 1e-12);
 }
 
 static void test_rates_cache(void **state) {
@@ -353,6 +367,7 @@ static void test_rates_cache(void **state) {
     assert_int_equal(lj_perf_rates_load(dir, "NVIDIA H200", &back), LJ_OK);
     assert_true(fabs(back.matmul_flops - 612.5e12) < 1e3);
     assert_true(fabs(back.attention_flops - 400e12) < 1e3);
+    assert_true(back.attention_seq0 == r.attention_seq0 && r.attention_seq0 > 0);
     assert_true(fabs(back.fp8_matmul_flops - r.fp8_matmul_flops) < 1e3);
     assert_true(back.context_bytes == r.context_bytes);
     assert_true(strstr(back.source, "probe") != NULL);
