@@ -18,6 +18,8 @@ static void usage(FILE *f) {
             "  --model NAME|config.json     preset (%s), deepspeed/<preset>, or an HF config\n"
             "  --seq-length T               tokens per sample (default 4096 on cuda, 256 on the CPU)\n"
             "  --micro-batch-size N|auto    samples per micro-batch (default 1); auto: the fastest that fits\n"
+            "  --global-batch-size N        N / (micro-batch x ranks) micro-batches per optimizer step: the\n"
+            "                               step time shares the optimizer step among them (default: one)\n"
             "  --device cuda|cpu|auto       the target (default cuda: a GPU run, planned without a GPU;\n"
             "                               auto: the GPU if there is a usable one, else the CPU, as train)\n"
             "  --grad-dtype bf16|fp32       gradient dtype of a CUDA run (default bf16)\n"
@@ -59,7 +61,7 @@ static void usage(FILE *f) {
 typedef struct {
     const char *model, *device, *json, *recompute, *granularity, *method, *gpu_name;
     const char *device_memory, *margin, *context, *grad_dtype, *host_memory;
-    int seq, mb, num_layers, world, zero, fused, buffers, offload, deterministic;
+    int seq, mb, num_layers, world, zero, fused, buffers, offload, deterministic, gbs;
     double mm_tflops, attn_tflops, mem_gbs;
     lj_cli_fp8 fp8;
 } plan_args;
@@ -78,6 +80,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &a->seq, .given = &seq_given, .min = 1},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_STR, .dest = &mb},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &a->gbs, .min = 1},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &a->device},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &a->grad_dtype},
         LJ_CLI_DEVICE_MEMORY_ROW(&a->device_memory),
@@ -117,6 +120,11 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     }
     if (!a->model) return lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model llama3-8b)");
     if (a->world < 1) return lj_fail(LJ_ERR_ARG, "--world-size %d: must be at least 1", a->world);
+    if (a->gbs > 0 && a->mb == 0)
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size %d needs an explicit --micro-batch-size (not auto)", a->gbs);
+    if (a->gbs > 0 && a->gbs % ((int64_t)a->mb * a->world) != 0)
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x --world-size %d = "
+                                   "%lld: give a multiple of it", a->gbs, a->mb, a->world, (long long)a->mb * a->world);
     /* deepspeed/ names: ZeRO stage 3 by default, as `ljperf benchmark` runs them */
     if (!zero_given) a->zero = a->model && strncmp(a->model, "deepspeed/", 10) == 0 ? 3 : 0;
     if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
@@ -155,6 +163,8 @@ static lj_status make_target(const plan_args *a, lj_planner_target *t) {
     LJ_TRY(lj_planner_target_init(t, ops, cache, a->gpu_name));
     t->zero_stage = a->zero < 3 || a->world > 1 ? a->zero : 0; /* stage 3 on one GPU shards nothing */
     t->dp_world_size = a->world;
+    /* Megatron-LM's rule: global batch = micro-batch x data-parallel ranks x accumulation steps */
+    t->grad_accum_steps = a->gbs > 0 ? a->gbs / (a->mb * a->world) : 1;
     t->fused = a->fused;
     t->offload_optimizer = a->offload && strcmp(ops->name, "cpu") != 0; /* the cpu backend: host memory already */
     uint64_t v = 0;

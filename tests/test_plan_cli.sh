@@ -273,6 +273,18 @@ if [ "$gpu" = 1 ]; then
     check "--grad-dtype fp32: 18.0 B/param" has "$out/fp32.txt" "18.0 B/param"
     check "--grad-dtype fp32: gradients FP32" has "$out/fp32.txt" "gradients F32"
 fi
+if [ "$gpu" = 1 ]; then
+    # --global-batch-size: the optimizer step shared by the accumulated micro-batches (Megatron's rule)
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 2 >"$out/gbs1.txt" 2>&1
+    "$LJPERF" plan --model llama3.2-1b --seq-length 1024 --micro-batch-size 2 --global-batch-size 16 >"$out/gbs8.txt" 2>&1
+    step() { sed -n 's/^predicted step \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
+    check "--global-batch-size 16 at micro-batch 2: a shorter step per micro-batch ($(step "$out/gbs8.txt") < $(step "$out/gbs1.txt") ms)" \
+        awk -v a="$(step "$out/gbs8.txt")" -v b="$(step "$out/gbs1.txt")" 'BEGIN { exit !(a > 0 && a < b) }'
+fi
+bad "global batch not a multiple" "--global-batch-size 15 is not a multiple of --micro-batch-size 2" \
+    --model llama3-nano --device cpu --micro-batch-size 2 --global-batch-size 15
+bad "global batch with micro-batch auto" "--global-batch-size 16 needs an explicit --micro-batch-size" \
+    --model llama3-nano --device cpu --micro-batch-size auto --global-batch-size 16
 
 # train's own plan equals the one the recompute planner built for it (else a warning names both):
 # the planner's policy, Megatron's manual flags, FP8 linears, and a first save of the state
