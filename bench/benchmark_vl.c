@@ -7,6 +7,7 @@
 #include "bench/benchmark.h"
 #include "plan/build.h"
 #include "plan/plan.h"
+#include "plan/planner_vl.h"
 #include "train/vl_train.h"
 
 lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, int text_tokens, lj_vl_bench_shape *s) {
@@ -56,6 +57,19 @@ static void make_row(const lj_vl_config *c, const lj_vl_bench_shape *s, lj_rng *
     for (int t = 0; t < T; t++) targets[t] = t >= nt + 1 && t + 1 < T ? ids[t + 1] : -1;
 }
 
+/* The decoder's recompute of cfg->recompute into setup->model.recompute, described in res. */
+static lj_status choose_recompute(const lj_vl_bench_config *cfg, lj_model_setup *setup, int max_patches, int max_images,
+                                  lj_vl_bench_result *res) {
+    lj_planner_target t;
+    char cache[LJ_PATH_MAX], why[2048];
+    lj_cache_dir(cache, sizeof cache);
+    if (cfg->recompute && !strcmp(cfg->recompute, "auto")) LJ_TRY(lj_planner_target_init(&t, cfg->ops, cache, NULL));
+    LJ_TRY(lj_vl_recompute_of(cfg->recompute, &cfg->model, setup, max_patches, max_images, &t, res->recompute,
+                              sizeof res->recompute, why, sizeof why));
+    if (why[0]) lj_log_info("benchmark: recompute planner: %s", why);
+    return LJ_OK;
+}
+
 lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     memset(res, 0, sizeof *res);
     const lj_ops *ops = cfg->ops;
@@ -75,6 +89,7 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     setup.model.seq_length = T;
     setup.model.training = 1;
     setup.model.fused = 1;
+    LJ_TRY(choose_recompute(cfg, &setup, B * sh->patches, B, res));
     lj_model m;
     lj_plan plan;
     lj_vl vl;
@@ -167,6 +182,7 @@ void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *
     fprintf(f, "%-28s %s (vision tower %s)\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2),
             lj_format_bytes(r->vision_planned_bytes, b3, sizeof b3));
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    fprintf(f, "%-28s %s\n", "decoder recompute", r->recompute);
     fprintf(f, "MFU convention: FLOPs/sample = ViT %.4g + decoder %.4g (docs/qwen3-vl.md: the ViT's 6*N*patches + "
                "12*depth*V*patches^2, the decoder's T*(6N + 12*L*d*T)); peak: %s\n",
             r->vit_flops_per_sample, r->llm_flops_per_sample, r->peak_source);
@@ -206,6 +222,7 @@ lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_benc
     cJSON_AddNumberToObject(o, "vision_planned_mem_gib", (double)r->vision_planned_bytes / (1024.0 * 1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
     cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
+    cJSON_AddStringToObject(o, "recompute", r->recompute);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     lj_status st = lj_file_write_atomic(path, text, strlen(text));

@@ -29,6 +29,8 @@ typedef struct {
     uint64_t seed;
     int progress;           /* 1: a progress line on stderr */
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it */
+    const char *recompute;  /* the decoder's recompute: "none" (NULL), "selective", "full" on every layer,
+                               or "auto": plan/planner_vl.h's choice for the device's memory */
 } lj_vl_bench_config;
 
 /* The shape of one sample: the image's grid (smart_resize of img_h x img_w with the model's patch
@@ -57,9 +59,11 @@ typedef struct {
     double loss_first, loss_last;
     size_t planned_bytes, vision_planned_bytes; /* the plan (+ what a GPU held before it), the tower's part */
     size_t measured_bytes;     /* device used (CUDA) or peak RSS (CPU) */
+    char recompute[96];        /* the decoder's recompute that ran: "none (28 layers)", "8 full + 4 selective + ..." */
 } lj_vl_bench_result;
 
-/* Runs it. Errors: shape errors, the plan does not fit, device errors. */
+/* Runs it. Errors: shape errors, an unknown cfg->recompute (LJ_ERR_ARG naming --recompute), the plan
+ * does not fit (under "auto": LJ_ERR_OOM with the smallest peak), device errors. */
 lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res);
 void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *res, FILE *f);
 /* One JSON object (the keys of lj_bench_write_json where they mean the same, plus the sample's

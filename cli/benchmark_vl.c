@@ -37,6 +37,8 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed, .help = "S  weights and data (1234)"},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the result as JSON"},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress, .help = "no progress line on stderr"},
+        {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &cfg.recompute,
+         .help = "auto|none|selective|full  the decoder's recompute (none; auto: the planner, for the device's memory)"},
     };
     const int parsed =
         lj_cli_vl_parse("benchmark", own, (int)(sizeof own / sizeof own[0]), rows, &sample, argc, argv, usage);

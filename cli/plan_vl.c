@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "plan/build.h"
 #include "plan/planner.h"
+#include "plan/planner_vl.h"
 #include "train/ops_config.h"
 
 static void usage(FILE *f) {
@@ -47,7 +48,7 @@ static lj_status open_ops(const char *device, const char *grad_dtype, const lj_o
 }
 
 int lj_cli_plan_vl(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL;
+    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = "auto";
     int mb = 1, seq = 0, seq_given = 0, buffers = 0;
     lj_cli_vl_sample sample;
     lj_flag rows[16 + LJ_CLI_VL_SAMPLE_ROWS];
@@ -60,6 +61,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
          .help = "T  plan `ljperf train`'s packed rows of T tokens instead of the image + text samples"},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &buffers, .ival = 1, .help = "also list every buffer"},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the breakdown as JSON (- : standard output)"},
+        {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute,
+         .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device)"},
     };
     const int parsed = lj_cli_vl_parse("plan", own, (int)(sizeof own / sizeof own[0]), rows, &sample, argc, argv, usage);
     if (parsed) return parsed < 0;
@@ -102,6 +105,14 @@ int lj_cli_plan_vl(int argc, char **argv) {
     setup.model.training = 1;
     setup.model.fused = 1;
     setup.model.doc_mask.reset_attention_mask = seq_given; /* train's packed rows keep their samples apart */
+    char policy[96], why[2048];
+    s = lj_vl_recompute_of(recompute, &cfg, &setup, max_patches, max_images, &t, policy, sizeof policy, why, sizeof why);
+    if (s != LJ_OK && s != LJ_ERR_OOM) return lj_cli_error("plan");
+    if (s == LJ_ERR_OOM) { /* planned with full recompute: the table shows what does not fit */
+        memset(setup.model.recompute, LJ_RECOMPUTE_FULL, (size_t)cfg.text.num_hidden_layers);
+        snprintf(policy, sizeof policy, "full (%d layers): nothing fits", cfg.text.num_hidden_layers);
+        snprintf(why, sizeof why, "%s", lj_error_message());
+    }
     lj_model m;
     lj_plan plan;
     lj_vl vl;
@@ -150,6 +161,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
                lj_format_bytes(bd.peak_bytes, b1, sizeof b1), fits ? "<=" : ">", lj_format_bytes(usable, b2, sizeof b2),
                lj_format_bytes(bd.plan_bytes, b3, sizeof b3), lj_format_bytes(t.library_workspace_bytes, b4, sizeof b4),
                lj_format_bytes(t.context_bytes, b5, sizeof b5));
+        printf("decoder recompute: %s%s%s\n", policy, why[0] ? "; " : "", why);
         if (buffers) {
             printf("\nbuffers (%d):\n", plan.count);
             for (int i = 0; i < plan.count; i++)
@@ -182,6 +194,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "vision_bytes", (double)vision_total);
         cJSON_AddNumberToObject(o, "usable_bytes", (double)usable);
         cJSON_AddBoolToObject(o, "fits", fits);
+        cJSON_AddStringToObject(o, "recompute", policy);
         char *text = cJSON_Print(o);
         cJSON_Delete(o);
         if (!strcmp(json, "-")) printf("%s\n", text);

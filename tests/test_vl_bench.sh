@@ -7,7 +7,9 @@
 #     train start-up's "memory plan" line);
 #   - benchmark of qwen3-vl-tiny: one step, its table (tokens/s, samples/s, MFU with the ViT's
 #     FLOPs) and JSON (the shape from --img-h/--img-w through smart_resize, the FLOP terms);
-#   - the sample flags: --image-size sets both sides; with --img-h it is refused.
+#   - the sample flags: --image-size sets both sides; with --img-h it is refused;
+#   - --recompute full and selective of the decoder train as without it (the same losses, bit for
+#     bit on the CPU), auto reports the planner's choice, and an unknown policy is refused.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/vl_bench"
@@ -82,4 +84,20 @@ if "$LJPERF" plan --model qwen3-vl-tiny --device cpu --img-h 300 --image-size 51
   fail "--image-size with --img-h was accepted"
 fi
 grep -q "give --image-size S or --img-h H --img-w W" "$tmp/both.err" || { cat "$tmp/both.err"; fail "the refusal"; }
+# 5. the decoder's recompute: the same numbers, the policy in the JSON
+for r in none full selective auto; do
+  "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --image-size 64 --text-tokens 32 --train-iters 2 --warmup-iters 0 \
+    --no-progress --recompute "$r" --json "$tmp/r_$r.json" >"$tmp/r_$r.txt" 2>&1 || { cat "$tmp/r_$r.txt"; fail "--recompute $r"; }
+done
+base=$(field "$tmp/r_none.json" "repr((j['loss_first'], j['loss_last']))")
+for r in full selective auto; do
+  [ "$(field "$tmp/r_$r.json" "repr((j['loss_first'], j['loss_last']))")" = "$base" ] \
+    || fail "--recompute $r changed the losses: $(field "$tmp/r_$r.json" "repr((j['loss_first'], j['loss_last']))") against $base"
+done
+[ "$(field "$tmp/r_full.json" "j['recompute']")" = "4 full + 0 selective + 0 none" ] || fail "--recompute full: the JSON's policy"
+grep -q "recompute planner: no recompute" "$tmp/r_auto.txt" || { cat "$tmp/r_auto.txt"; fail "--recompute auto: no planner line"; }
+if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --recompute most >/dev/null 2>"$tmp/rbad.err"; then
+  fail "--recompute most was accepted"
+fi
+grep -q "\-\-recompute: 'most' is not one of auto, none, selective, full" "$tmp/rbad.err" || { cat "$tmp/rbad.err"; fail "the refusal"; }
 echo "test_vl_bench: passed"

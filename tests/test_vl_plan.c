@@ -8,7 +8,10 @@
  *     buffer (docs/qwen3-vl-model.md, "Memory"), for qwen3-vl-2b at 448 x 448 and 1024 x 1024;
  *   - every buffer of the plan has a category (none is "other");
  *   - train's capacity (lj_vl_capacity), the benchmark's sample shapes (lj_vl_bench_shape_of) and
- *     the ViT's FLOP count (lj_vision_flops_per_frame) against hand-computed values. */
+ *     the ViT's FLOP count (lj_vision_flops_per_frame) against hand-computed values;
+ *   - the recompute planner of a Qwen3-VL run (plan/planner_vl.h): no recompute where the joint
+ *     plan fits, the decoder's recompute where only that makes it fit (the joint plan then fits),
+ *     and a refusal naming the smallest peak where even full recompute does not. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include "bench/benchmark_vl.h"
 #include "plan/build.h"
 #include "plan/planner.h"
+#include "plan/planner_vl.h"
 
 static size_t al(size_t bytes) { return (bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN; }
 
@@ -182,12 +186,66 @@ static void test_vit_flops(void **state) {
     print_message("qwen3-vl-2b ViT at 448x448: %.4g FLOPs per image\n", want);
 }
 
+/* The joint plan's peak with the decoder's policy r. */
+static size_t joint_peak(const lj_vl_config *c, const lj_model_setup *s, int patches, const uint8_t *r,
+                         const lj_planner_target *t) {
+    lj_model_setup u = *s;
+    memcpy(u.model.recompute, r, sizeof u.model.recompute);
+    lj_model m;
+    lj_plan plan;
+    lj_vl vl;
+    assert_int_equal(lj_vl_build(&vl, &m, &plan, &u, c, patches, 1, NULL), LJ_OK);
+    const size_t peak = plan.total_bytes + lj_planner_fixed_bytes(t);
+    lj_vl_free(&vl);
+    lj_plan_free(&plan);
+    lj_model_free(&m);
+    return peak;
+}
+
+static void test_vl_planner(void **state) {
+    (void)state;
+    lj_vl_config c;
+    assert_int_equal(lj_vl_config_preset("qwen3-vl-2b", &c), LJ_OK);
+    lj_vl_bench_shape sh;
+    assert_int_equal(lj_vl_bench_shape_of(&c, 1024, 1024, 512, &sh), LJ_OK);
+    const lj_ops *ops = bf16_table();
+    const lj_model_setup s = setup_of(ops, &c, 1, sh.seq_length);
+    lj_planner_target t;
+    assert_int_equal(lj_planner_target_init(&t, ops, NULL, "test"), LJ_OK);
+    t.margin_bytes = 0;
+    uint8_t none[LJ_MAX_LAYERS] = {0}, full[LJ_MAX_LAYERS] = {0}, r[LJ_MAX_LAYERS];
+    memset(full, LJ_RECOMPUTE_FULL, (size_t)c.text.num_hidden_layers);
+    const size_t p_none = joint_peak(&c, &s, sh.patches, none, &t), p_full = joint_peak(&c, &s, sh.patches, full, &t);
+    assert_true(p_full < p_none);
+    size_t peak = 0;
+    /* plenty: no recompute */
+    t.device_memory_bytes = p_none + ((size_t)1 << 30);
+    assert_int_equal(lj_vl_planner_choose(&c, &s, sh.patches, 1, &t, r, &peak, NULL, 0), LJ_OK);
+    assert_memory_equal(r, none, LJ_MAX_LAYERS);
+    assert_true(peak == p_none);
+    /* between the two: some recompute, and the joint plan of the choice fits */
+    t.device_memory_bytes = (p_none + p_full) / 2;
+    char why[2048];
+    assert_int_equal(lj_vl_planner_choose(&c, &s, sh.patches, 1, &t, r, &peak, why, sizeof why), LJ_OK);
+    int recomputed = 0;
+    for (int l = 0; l < c.text.num_hidden_layers; l++) recomputed += r[l] != LJ_RECOMPUTE_NONE;
+    assert_true(recomputed > 0);
+    assert_true(peak <= t.device_memory_bytes && peak == joint_peak(&c, &s, sh.patches, r, &t));
+    assert_non_null(strstr(why, "the decoder planned for"));
+    /* below full recompute: refused with the smallest peak */
+    t.device_memory_bytes = p_full - ((size_t)1 << 20);
+    assert_int_equal(lj_vl_planner_choose(&c, &s, sh.patches, 1, &t, r, &peak, NULL, 0), LJ_ERR_OOM);
+    assert_non_null(strstr(lj_error_message(), "full recompute of every decoder layer"));
+    assert_true(peak == p_full);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_states_per_parameter),
         cmocka_unit_test(test_activation_term),
         cmocka_unit_test(test_capacity_and_shapes),
         cmocka_unit_test(test_vit_flops),
+        cmocka_unit_test(test_vl_planner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
