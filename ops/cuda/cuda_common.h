@@ -84,6 +84,10 @@ int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv,
 int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
                                           const float *lse, int B, int T, int nh, int nkv, int hd, float *softmax_sum,
                                           float *dq_accum, void *plan_ws, size_t plan_ws_bytes);
+/* Whether the full attention of this shape runs on cuDNN with plan_ws_bytes of plan workspace:
+ * its plans built (by an earlier forward) and fitting (16-byte aligned tensors assumed). Builds
+ * nothing; for telling which kernels ran (the op harness). */
+int lj_cuda_cudnn_attention_full_active(int B, int T, int nh, int nkv, int hd, size_t plan_ws_bytes);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 
