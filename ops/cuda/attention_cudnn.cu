@@ -61,6 +61,7 @@ int lj_cuda_cudnn_attention_full_backward(void *, const void *, const void *, co
                                           int, int, int, float *, float *, void *, size_t) {
     return 0;
 }
+int lj_cuda_cudnn_attention_full_active(int, int, int, int, int, size_t) { return 0; }
 
 #else
 
@@ -745,6 +746,12 @@ int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv,
     if (!e || !aligned16(out) || !aligned16(lse) || !aligned16(qkv)) return 0;
     run_forward(e, out, lse, qkv, plan_ws, "cudnnBackendExecute in attention_varlen_forward (cuDNN SDPA)");
     return 1;
+}
+
+int lj_cuda_cudnn_attention_full_active(int B, int T, int nh, int nkv, int hd, size_t plan_ws_bytes) {
+    lj_cudnn_entry *e = entry_get(B, T, nh, nkv, hd, 0, 0, 0);
+    if (!e || !e->ok) return 0;
+    return (size_t)(e->fwd_ws > e->bwd_ws ? e->fwd_ws : e->bwd_ws) <= plan_ws_bytes;
 }
 
 int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const void *qkv, const void *out,

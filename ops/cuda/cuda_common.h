@@ -84,6 +84,10 @@ int lj_cuda_cudnn_attention_full_forward(void *out, float *lse, const void *qkv,
 int lj_cuda_cudnn_attention_full_backward(void *dqkv, const void *dout, const void *qkv, const void *out,
                                           const float *lse, int B, int T, int nh, int nkv, int hd, float *softmax_sum,
                                           float *dq_accum, void *plan_ws, size_t plan_ws_bytes);
+/* Whether the full attention of this shape runs on cuDNN with plan_ws_bytes of plan workspace:
+ * its plans built (by an earlier forward) and fitting (16-byte aligned tensors assumed). Builds
+ * nothing; for telling which kernels ran (the op harness). */
+int lj_cuda_cudnn_attention_full_active(int B, int T, int nh, int nkv, int hd, size_t plan_ws_bytes);
 
 /* ---- internal entry points (the op table's targets, defined in the .cu files) ---- */
 
@@ -221,6 +225,19 @@ void lj_cuda_attention_forward_docs(void *out, float *lse, const void *qkv, cons
 void lj_cuda_attention_backward_docs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                      const int32_t *doc_start, int B, int T, int nh, int nkv, int hd, void *workspace,
                                      const lj_ops_config *cfg);
+/* attention_varlen's bidirectional segments on the flash kernels (vision_attention.cu decides
+ * when): qkv [N, (nh + 2 nkv) hd] bf16 packed from the nseg segments of cu_seqlens ([nseg + 1]
+ * i32, device), out/dout [N, nh*hd] bf16, lse [nh, N] f32 (the layout of the CUDA-core varlen
+ * kernels: either backward accepts either forward's lse), dqkv overwritten. mtiles: the head_dim
+ * 64 forward's m-tiles (1 or 2, the table's flash_forward_mtiles). The backward's scratch: dsum
+ * [nh, N] f32 and dq_acc [N, nh*hd] f32. Supported: head_dim 64, 72 (padded to 80 in the kernels)
+ * and 128, every tensor 16-byte aligned (lj_cuda_flash_segments_supported says). */
+int lj_cuda_flash_segments_supported(int hd, const void *a, const void *b, const void *c, const void *d);
+void lj_cuda_flash_segments_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
+                                    int N, int nh, int nkv, int hd, int mtiles);
+void lj_cuda_flash_segments_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                     const int32_t *cu_seqlens, int nseg, int N, int nh, int nkv, int hd, float *dsum,
+                                     float *dq_acc);
 size_t lj_cuda_attention_workspace_bytes(int B, int T, int nh, int nkv, int hd, const lj_ops_config *cfg);
 /* The same without a GPU (lj_ops_cuda_describe: planning only), where cuDNN cannot be asked:
  * cuDNN SDPA's workspace taken as B*T*nh*hd*4 bytes (the backward's fp32 dQ accumulator), what

@@ -29,8 +29,10 @@ void lj_cuda_rows_scatter(void *x, const void *src, const int32_t *idx, int M, i
 
 /* The attention_varlen entries take the table's configuration `cfg` (backend.cu binds one per
  * table): cuDNN's fused attention runs uniform bidirectional segments only where cfg->attention
- * is LJ_ATTENTION_AUTO and cfg->deterministic is 0 (vision_attention.cu); the workspace is
- * sized for that path (0 bytes where it cannot run). */
+ * is LJ_ATTENTION_AUTO and cfg->deterministic is 0, the flash kernels other bidirectional
+ * segments at head_dim 64, 72 and 128 unless cfg->attention is LJ_ATTENTION_SIMPLE (their backward
+ * not in deterministic mode), the CUDA-core kernels the rest (vision_attention.cu); the workspace
+ * is sized for the first two (0 bytes where neither can run). */
 void lj_cuda_attention_varlen_forward(void *out, float *lse, const void *qkv, const int32_t *cu_seqlens, int nseg,
                                       int max_seqlen, int N, int nh, int nkv, int hd, int causal, void *workspace,
                                       const lj_ops_config *cfg);
@@ -39,6 +41,14 @@ void lj_cuda_attention_varlen_backward(void *dqkv, const void *dout, const void 
                                        int nh, int nkv, int hd, int causal, void *workspace,
                                        const lj_ops_config *cfg);
 size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd, const lj_ops_config *cfg);
+/* The kernels attention_varlen_forward (backward 0) or attention_varlen_backward (1) of a table
+ * of configuration cfg runs at this shape, for 16-byte aligned tensors and the table's workspace:
+ * "cudnn" (one dense attention; lse [nseg, nh, max_seqlen]), "flash" (attention.cu's tensor-core
+ * kernels) or "cuda-core" (vision_attention.cu's; both with lse [nh, N]). cuDNN's plans are built
+ * by the shape's first uncaptured forward: asked before it, "cudnn" is never the answer. For the
+ * op harness and the timings. */
+const char *lj_cuda_attention_varlen_kernels(const lj_ops_config *cfg, int nseg, int max_seqlen, int N, int nh,
+                                             int nkv, int hd, int causal, int backward);
 
 #ifdef __cplusplus
 }

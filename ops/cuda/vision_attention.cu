@@ -18,12 +18,23 @@
  * thread reads at once are broadcast. head_dim is rounded up to a compiled width D (16, 32, 64,
  * 72, 96, 128) with zero padding. These kernels need no workspace.
  *
- * Uniform segments (nseg * max_seqlen == N: the images of a batch at one resolution) are one
- * dense bidirectional attention of nseg sequences of max_seqlen rows; with bidirectional
- * attention, head_dim 64 or 128 and a table whose attention is LJ_ATTENTION_AUTO and not
- * deterministic, cuDNN's fused SDPA runs it on tensor cores (attention_cudnn.cu's full graphs),
- * else these kernels. The lse layout then is cuDNN's [nseg, nh, max_seqlen] instead of [nh, N];
- * a backward reads only its forward's lse, and both take the same path. */
+ * Which kernels run (the same tests in the forward and the backward;
+ * lj_cuda_attention_varlen_kernels says which ran):
+ *   1. cuDNN's fused SDPA (attention_cudnn.cu's full graphs) for uniform segments (nseg *
+ *      max_seqlen == N: the images of a batch at one resolution) as one dense bidirectional
+ *      attention of nseg sequences of max_seqlen rows: bidirectional, head_dim 64 or 128, a table
+ *      whose attention is LJ_ATTENTION_AUTO and not deterministic, cuDNN's plans built and
+ *      fitting (cuDNN 9.14 takes only lengths that are multiples of 128). The lse layout then is
+ *      cuDNN's [nseg, nh, max_seqlen] instead of [nh, N]; the backward takes this path exactly
+ *      when its forward did.
+ *   2. The tensor-core flash kernels (attention.cu, mask FA_SEGS) for any other bidirectional
+ *      segments at head_dim 64, 72 or 128 with 16-byte aligned tensors, on a table whose attention
+ *      is not LJ_ATTENTION_SIMPLE; the backward only outside deterministic mode (it adds dQ with
+ *      atomics) and with the workspace (dQ in fp32 and D = rowsum(dO * O)).
+ *   3. These CUDA-core kernels otherwise (causal segments, other head dims, SIMPLE tables, the
+ *      deterministic backward).
+ * 2 and 3 write the same lse, [nh, N], so a backward on 3 accepts a forward on 2 (deterministic
+ * mode, a misaligned dqkv). */
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/vision.h"
 
@@ -259,42 +270,62 @@ __global__ void __launch_bounds__(VA_BK)
 
 /* ---- launch --------------------------------------------------------------------------- */
 
-/* Workspace, for the cuDNN path only (the own kernels need none), for up to N rows:
- *   dQ accumulator  [N, nh*hd] f32   (cuDNN's backward sums dQ in fp32 there)
- *   softmax_sum     [nh, N] f32      (rowsum(dO * O), [nseg, nh, T] as cuDNN writes it)
- *   plan workspace  VA_CUDNN_PLAN_WS bytes for cuDNN's plans
+/* Workspace for up to N rows, two regions shared by cuDNN's path and the flash kernels, then
+ * cuDNN's plans:
+ *   dQ accumulator  [N, nh*hd] f32   (cuDNN's backward and the flash backward sum dQ in fp32 there)
+ *   softmax_sum     [nh, N] f32      (D = rowsum(dO * O); [nseg, nh, T] as cuDNN writes it)
+ *   plan workspace  VA_CUDNN_PLAN_WS bytes for cuDNN's plans (only where cuDNN may run)
  * each region 256-byte aligned. The plans' size depends on the segment split, unknown when the
  * workspace is sized (planning time), so a fixed allowance is taken and cuDNN runs only for
- * plans that fit in it. */
+ * plans that fit in it. The CUDA-core kernels and the flash forward need none. */
 #define VA_CUDNN_PLAN_WS ((size_t)64 << 20) /* 64 MiB: cuDNN's SDPA plans at the towers' shapes ask far less */
 
 static size_t va_align(size_t b) { return (b + 255) / 256 * 256; }
 static size_t va_dq_bytes(int N, int nh, int hd) { return va_align((size_t)N * nh * hd * sizeof(float)); }
 static size_t va_sum_bytes(int N, int nh) { return va_align((size_t)nh * N * sizeof(float)); }
 
-/* Whether the configuration may take the cuDNN path at all. */
-static int va_cudnn_config(const lj_ops_config *cfg) {
-    return cfg && cfg->attention == LJ_ATTENTION_AUTO && !cfg->deterministic;
+/* Whether the configuration may take the cuDNN path at all (head_dim 64 or 128). */
+static int va_cudnn_config(const lj_ops_config *cfg, int hd) {
+    return cfg && cfg->attention == LJ_ATTENTION_AUTO && !cfg->deterministic && (hd == 64 || hd == 128);
+}
+
+/* Whether the configuration runs the flash forward (backward 0) or backward (1) at this head_dim
+ * for bidirectional segments (alignment apart). */
+static int va_flash_config(const lj_ops_config *cfg, int hd, int causal, int backward) {
+    return cfg && cfg->attention != LJ_ATTENTION_SIMPLE && !causal && (hd == 64 || hd == 72 || hd == 128) &&
+           !(backward && cfg->deterministic);
 }
 
 size_t lj_cuda_attention_varlen_workspace_bytes(int max_seqlen, int nh, int nkv, int hd, const lj_ops_config *cfg) {
     (void)nkv;
-    /* only head dims cuDNN's path takes; the own kernels need nothing */
-    if (!va_cudnn_config(cfg) || max_seqlen <= 0 || (hd != 64 && hd != 128)) return 0;
-    return va_dq_bytes(max_seqlen, nh, hd) + va_sum_bytes(max_seqlen, nh) + VA_CUDNN_PLAN_WS;
+    const int dnn = va_cudnn_config(cfg, hd), flash = va_flash_config(cfg, hd, 0, 1);
+    if (max_seqlen <= 0 || (!dnn && !flash)) return 0;
+    return va_dq_bytes(max_seqlen, nh, hd) + va_sum_bytes(max_seqlen, nh) + (dnn ? VA_CUDNN_PLAN_WS : 0);
+}
+
+/* Bidirectional segments of one length: one dense attention of nseg x max_seqlen. */
+static int va_uniform(int nseg, int max_seqlen, int N, int causal) {
+    return !causal && nseg > 0 && max_seqlen > 0 && (int64_t)nseg * max_seqlen == N;
 }
 
 /* Whether the op may run as one dense bidirectional attention on cuDNN: its workspace given,
  * uniform segments, a head_dim cuDNN's path covers (the entry points decide the rest). */
 static int va_cudnn_shape(const lj_ops_config *cfg, const void *workspace, int nseg, int max_seqlen, int N, int hd,
                           int causal) {
-    return va_cudnn_config(cfg) && workspace && !causal && nseg > 0 && max_seqlen > 0 &&
-           (int64_t)nseg * max_seqlen == N && (hd == 64 || hd == 128);
+    return va_cudnn_config(cfg, hd) && workspace && va_uniform(nseg, max_seqlen, N, causal);
 }
 
 static void va_check(int N, int nh, int nkv, int hd, const char *what) {
     LJ_ASSERT(hd >= 1 && hd <= 128, "%s: head_dim %d is not supported (1..128)", what, hd);
     LJ_ASSERT(nkv >= 1 && nh % nkv == 0 && N >= 0, "%s: %d heads over %d kv heads", what, nh, nkv);
+}
+
+const char *lj_cuda_attention_varlen_kernels(const lj_ops_config *cfg, int nseg, int max_seqlen, int N, int nh,
+                                             int nkv, int hd, int causal, int backward) {
+    if (va_cudnn_config(cfg, hd) && va_uniform(nseg, max_seqlen, N, causal) &&
+        lj_cuda_cudnn_attention_full_active(nseg, max_seqlen, nh, nkv, hd, VA_CUDNN_PLAN_WS))
+        return "cudnn";
+    return va_flash_config(cfg, hd, causal, backward) ? "flash" : "cuda-core";
 }
 
 /* Shared bytes of the three kernels at width D. */
@@ -360,6 +391,11 @@ void lj_cuda_attention_varlen_forward(void *out, float *lse, const void *qkv, co
                                              (char *)workspace + va_dq_bytes(N, nh, hd) + va_sum_bytes(N, nh),
                                              VA_CUDNN_PLAN_WS))
         return;
+    if (va_flash_config(cfg, hd, causal, 0) && lj_cuda_flash_segments_supported(hd, out, qkv, NULL, NULL)) {
+        lj_cuda_flash_segments_forward(out, lse, qkv, cu_seqlens, nseg, N, nh, nkv, hd,
+                                       cfg->flash_forward_mtiles == 1 ? 1 : 2);
+        return;
+    }
     VA_DISPATCH(va_forward, hd, out, lse, qkv, cu_seqlens, nseg, N, nh, nkv, hd, causal);
 }
 
@@ -369,14 +405,19 @@ void lj_cuda_attention_varlen_backward(void *dqkv, const void *dout, const void 
                                        const lj_ops_config *cfg) {
     va_check(N, nh, nkv, hd, "attention_varlen_backward");
     if (N == 0 || nseg <= 0) return;
-    if (va_cudnn_shape(cfg, workspace, nseg, max_seqlen, N, hd, causal)) {
-        float *dq_accum = (float *)workspace;
-        float *softmax_sum = (float *)((char *)workspace + va_dq_bytes(N, nh, hd));
-        if (lj_cuda_cudnn_attention_full_backward(dqkv, dout, qkv, out, lse, nseg, max_seqlen, nh, nkv, hd,
-                                                  softmax_sum, dq_accum,
-                                                  (char *)workspace + va_dq_bytes(N, nh, hd) + va_sum_bytes(N, nh),
-                                                  VA_CUDNN_PLAN_WS))
-            return;
+    float *dq_accum = (float *)workspace;
+    float *softmax_sum = workspace ? (float *)((char *)workspace + va_dq_bytes(N, nh, hd)) : NULL;
+    if (va_cudnn_shape(cfg, workspace, nseg, max_seqlen, N, hd, causal) &&
+        lj_cuda_cudnn_attention_full_backward(dqkv, dout, qkv, out, lse, nseg, max_seqlen, nh, nkv, hd, softmax_sum,
+                                              dq_accum,
+                                              (char *)workspace + va_dq_bytes(N, nh, hd) + va_sum_bytes(N, nh),
+                                              VA_CUDNN_PLAN_WS))
+        return;
+    if (va_flash_config(cfg, hd, causal, 1) && workspace &&
+        lj_cuda_flash_segments_supported(hd, dqkv, dout, qkv, out)) {
+        lj_cuda_flash_segments_backward(dqkv, dout, qkv, out, lse, cu_seqlens, nseg, N, nh, nkv, hd, softmax_sum,
+                                        dq_accum);
+        return;
     }
     VA_DISPATCH(va_backward, hd, dqkv, dout, qkv, out, lse, cu_seqlens, nseg, N, nh, nkv, hd, causal);
 }

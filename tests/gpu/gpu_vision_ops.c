@@ -5,13 +5,15 @@
  *   err = max_i |gpu_i - cpu_i| / (|cpu_i| + rms(cpu)),
  * within 2e-2 (a few bf16 roundings of 2^-8). Shapes: odd sizes off the vector paths, the
  * Qwen3-VL widths (V = 1024 and 1152, 4V, the tiny fixture's 32), attention with several
- * segments of odd lengths (one of a single row, one longer than a tile), head_dim 16 (tiny), 64
- * (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA; uniform segments (images of one
- * resolution), which the AUTO table runs as one dense attention on cuDNN where it can (its lse
- * then [nseg, nh, T], checked in that layout). Prints one line per check and a
- * final count; exits 1 on any failure. Last, for information only (no check depends on it), the
- * time of the attention and the embedding-bag backward at the towers' shapes. Usage: gpu_vision_ops (needs a GPU; built with CUDA, never
- * run by CTest). */
+ * segments of odd lengths (one of a single row, one longer than a tile, images of several sizes
+ * packed), head_dim 16 (tiny), 64 (2B, 4B), 72 (8B), 32 and 128, bidirectional and causal, GQA;
+ * uniform segments (images of one resolution), which the AUTO table runs as one dense attention
+ * on cuDNN where it can (its lse then [nseg, nh, T], checked in that layout). Each attention line
+ * names the kernels that ran (cudnn, flash: the tensor-core kernels at head_dim 64, 72 and 128,
+ * cuda-core). Prints one line per check and a final count; exits 1 on any failure. Last, for
+ * information only (no check depends on it), the time of the attention on the CUDA-core kernels,
+ * the flash kernels and the AUTO table, and of the embedding-bag backward, at the towers' shapes.
+ * Usage: gpu_vision_ops (needs a GPU; built with CUDA, never run by CTest). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 
 #ifdef LJ_HAVE_CUDA
 #include "ops/cuda/cuda_common.h" /* lj_cuda_cudnn_attention_describe */
+#include "ops/cuda/vision.h"      /* lj_cuda_attention_varlen_kernels */
 #endif
 
 #define TOL 2e-2
@@ -241,7 +244,15 @@ static void check_attention(const lj_ops *g, const lj_ops *c, const int32_t *cu,
     g->attention_varlen_backward(gdq, gdo, gq, go, gl, gcu, nseg, mx, N, nh, nkv, hd, causal, gws);
     float *ho = dev_get(g, go, (int64_t)N * Q, A), *hl = dev_get(g, gl, (int64_t)nh * N, LJ_DTYPE_F32);
     float *hd_ = dev_get(g, gdq, (int64_t)N * row, A);
-    const char *kind = causal ? "causal" : "bidirectional";
+    char kind[64];
+    snprintf(kind, sizeof kind, "%s", causal ? "causal" : "bidirectional");
+#ifdef LJ_HAVE_CUDA
+    /* the kernels that ran: cudnn, flash or cuda-core (forward/backward where they differ) */
+    const char *kf = lj_cuda_attention_varlen_kernels(&g->config, nseg, mx, N, nh, nkv, hd, causal, 0);
+    const char *kb = lj_cuda_attention_varlen_kernels(&g->config, nseg, mx, N, nh, nkv, hd, causal, 1);
+    if (strcmp(kf, kb) == 0) snprintf(kind, sizeof kind, "%s %s", causal ? "causal" : "bidirectional", kf);
+    else snprintf(kind, sizeof kind, "%s %s/%s", causal ? "causal" : "bidirectional", kf, kb);
+#endif
     snprintf(what, sizeof what, "attention_varlen %s %s nh=%d nkv=%d hd=%d out", kind, segs, nh, nkv, hd);
     compare(what, ho, out, (int64_t)N * Q);
     /* uniform segments may have run as one dense attention (cuDNN): lse [nseg, nh, T] then; the
@@ -393,9 +404,11 @@ int main(void) {
     const lj_ops *tables[2] = {bf, f32};
     lj_ops_config own_cfg = cfg;
     own_cfg.grad_dtype = LJ_DTYPE_BF16;
-    own_cfg.attention = LJ_ATTENTION_FLASH; /* never cuDNN: the own kernels, for the timing */
+    own_cfg.attention = LJ_ATTENTION_FLASH; /* never cuDNN: the flash kernels, for the timing */
     const lj_ops *own = lj_ops_cuda_open(&own_cfg);
-    if (!own) {
+    own_cfg.attention = LJ_ATTENTION_SIMPLE; /* the CUDA-core varlen kernels */
+    const lj_ops *core = own ? lj_ops_cuda_open(&own_cfg) : NULL;
+    if (!own || !core) {
         fprintf(stderr, "gpu_vision_ops: no CUDA backend with the own attention kernels: %s\n", lj_error_message());
         return 1;
     }
@@ -432,6 +445,13 @@ int main(void) {
     check_attention(bf, cpu, cu4, 4, 16, 16, 72, 0);
     check_attention(bf, cpu, cu3, 1, 2, 2, 16, 0);
     check_attention(bf, cpu, cu4, 4, 8, 2, 64, 1);
+    /* images of several sizes packed (the flash kernels on tensor cores), and the same on the
+       CUDA-core kernels */
+    const int32_t cu8[] = {0, 784, 984, 985, 2008}; /* 448x448, smaller, one row, just under 1024 */
+    check_attention(bf, cpu, cu8, 4, 16, 16, 64, 0);
+    check_attention(bf, cpu, cu8, 4, 16, 16, 72, 0);
+    check_attention(bf, cpu, cu8, 4, 8, 2, 128, 0);
+    check_attention(core, cpu, cu8, 4, 16, 16, 72, 0);
     /* uniform segments: one dense attention (cuDNN on the AUTO table where it runs them) */
     int32_t cu5[5], cu6[3], cu7[4];
     for (int s = 0; s <= 4; s++) cu5[s] = 196 * s;  /* four 224x224 images (14x14 patches of 16) */
@@ -453,12 +473,19 @@ int main(void) {
     check_rows(bf, cpu, 50, 20, 1152);
 
     printf("timing (information only)\n");
-    /* own kernels against the AUTO table (cuDNN for uniform segments where it runs them) */
-    time_attention(own, "own  ", 1, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
-    time_attention(bf, "auto ", 1, 4096, 16, 64);
-    time_attention(own, "own  ", 4, 1024, 16, 64); /* four 512x512 images */
-    time_attention(bf, "auto ", 4, 1024, 16, 64);
-    time_attention(bf, "auto ", 1, 4096, 16, 72); /* 8B tower: the own kernels */
+    /* the CUDA-core kernels, the flash kernels and the AUTO table (cuDNN for uniform segments
+       where it runs them, else flash) */
+    time_attention(core, "cuda-core", 1, 4096, 16, 64); /* 2B/4B tower, a 1024x1024 image */
+    time_attention(own, "flash    ", 1, 4096, 16, 64);
+    time_attention(bf, "auto     ", 1, 4096, 16, 64);
+    time_attention(core, "cuda-core", 4, 1024, 16, 64); /* four 512x512 images */
+    time_attention(own, "flash    ", 4, 1024, 16, 64);
+    time_attention(bf, "auto     ", 4, 1024, 16, 64);
+    time_attention(core, "cuda-core", 4, 784, 16, 64); /* four 448x448 images: no cuDNN before 9.16 */
+    time_attention(bf, "auto     ", 4, 784, 16, 64);
+    time_attention(core, "cuda-core", 4, 784, 16, 72); /* 8B tower */
+    time_attention(bf, "auto     ", 4, 784, 16, 72);
+    time_attention(bf, "auto     ", 1, 4096, 16, 72);
 #ifdef LJ_HAVE_CUDA
     printf("  [info] %s\n", lj_cuda_cudnn_attention_describe());
 #endif

@@ -1,14 +1,16 @@
 /* cases_attention.c: causal GQA attention, plain and within documents (attention_forward,
- * attention_backward, their _docs forms), written once for every backend (case.h): out and lse
- * against a double reference and dqkv against finite differences on the CPU, with the CPU's
- * exact properties (a repeat gives the same bits; within documents: each document alone and a
- * mask without boundaries give the plain results bit for bit); on CUDA each against the CPU, once
- * per kernel family the case opens a table for (lj_case_table: the own flash kernels, the simple
- * ones, flash with one m-tile, cuDNN's SDPA, cuDNN in deterministic mode, whose repeated backward
- * gives the same bits), and the first run of a shape inside a captured graph. The backward takes
- * each backend's own forward out and lse, as training does. Attention's CUDA backward rounds P
- * and dS to bf16 for the tensor cores: 2e-2 / 5e-2 there, lse 1e-3 / 1e-2. Rows: "attention" and
- * "attention_docs" in op_cases.c. */
+ * attention_backward, their _docs forms), and bidirectional attention over packed segments
+ * (attention_varlen_*, the vision tower: its own section at the end), written once for every
+ * backend (case.h): out and lse against a double reference and dqkv against finite differences on
+ * the CPU, with the CPU's exact properties (a repeat gives the same bits; within documents: each
+ * document alone and a mask without boundaries give the plain results bit for bit; over segments:
+ * each segment alone); on CUDA each against the CPU, once per kernel family the case opens a table
+ * for (lj_case_table: the own flash kernels, the simple ones, flash with one m-tile, cuDNN's SDPA,
+ * cuDNN in deterministic mode, whose repeated backward gives the same bits), and the first run of
+ * a shape inside a captured graph. The backward takes each backend's own forward out and lse, as
+ * training does. Attention's CUDA backward rounds P and dS to bf16 for the tensor cores: 2e-2 /
+ * 5e-2 there, lse 1e-3 / 1e-2. Rows: "attention", "attention_docs" and "attention_varlen" in
+ * op_cases.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #ifdef LJ_HAVE_CUDA
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/vision.h"
 #endif
 
 /* The double-precision reference: qkv [B*T, Q+2KV] in the QKV layout, ds the first key of each
@@ -442,4 +445,233 @@ static void attention_decode_body(lj_case_ctx *x) {
 
 void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode, attention_decode_body);
+}
+
+/* ---- over packed segments (attention_varlen, bidirectional: the vision tower) ------------ */
+
+/* The segment lengths of the rows (d[0] picks one). */
+typedef struct {
+    int n;
+    int len[6];
+} varlen_segments;
+
+static const varlen_segments varlen_patterns[] = {
+    {3, {4, 1, 6}},              /* 0: tiny (finite differences) */
+    {4, {7, 2, 9, 1}},           /* 1: tiny, a last segment of one row */
+    {4, {5, 1, 70, 13}},         /* 2: one segment past a 64-row tile */
+    {4, {784, 200, 1, 1023}},    /* 3: a 448x448 image, a smaller one, one row, one just under 1024 */
+    {4, {784, 784, 784, 784}},   /* 4: four 448x448 images: uniform, not a multiple of 128 */
+    {3, {64, 64, 128}},          /* 5: tile-aligned */
+    {1, {1}},                    /* 6: one row */
+    {3, {256, 256, 256}},        /* 7: uniform, a multiple of 128 (cuDNN's dense path on AUTO) */
+    {5, {130, 0, 1, 1, 250}},    /* 8: an empty segment, two one-row segments inside a tile */
+    {2, {3000, 97}},             /* 9: a long segment (a 47-tile key loop), a short one */
+};
+
+/* The double-precision reference over packed segments: qkv [N, Q+2KV], cu [nseg + 1]. */
+typedef struct {
+    int N, nseg, nh, nkv, hd;
+    const int32_t *cu;
+    double *qkv;
+    const float *R;
+} varlen_ref;
+
+/* out[N, Q], lse[nh, N] (lse may be NULL): query i of segment s, head h, attends to every key of
+ * s, softmax((q k^T) / sqrt(hd)) v with kv head h / (nh/nkv). */
+static void ref_varlen(const varlen_ref *c, double *out, double *lse) {
+    const int Q = c->nh * c->hd, KV = c->nkv * c->hd, row = Q + 2 * KV, hd = c->hd;
+    double *sc = lj_malloc((size_t)(c->N > 0 ? c->N : 1) * sizeof(double));
+    for (int s = 0; s < c->nseg; s++)
+        for (int hh = 0; hh < c->nh; hh++) {
+            const int g = hh / (c->nh / c->nkv), a = c->cu[s], b = c->cu[s + 1];
+            for (int i = a; i < b; i++) {
+                const double *q = c->qkv + (int64_t)i * row + hh * hd;
+                double m = -INFINITY, sum = 0;
+                for (int j = a; j < b; j++) {
+                    const double *k = c->qkv + (int64_t)j * row + Q + g * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += q[e] * k[e];
+                    sc[j] = d / sqrt((double)hd);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = a; j < b; j++) sum += exp(sc[j] - m);
+                if (lse) lse[(int64_t)hh * c->N + i] = m + log(sum);
+                double *o = out + (int64_t)i * Q + hh * hd;
+                for (int e = 0; e < hd; e++) o[e] = 0;
+                for (int j = a; j < b; j++) {
+                    const double *v = c->qkv + (int64_t)j * row + Q + KV + g * hd, p = exp(sc[j] - m) / sum;
+                    for (int e = 0; e < hd; e++) o[e] += p * v[e];
+                }
+            }
+        }
+    free(sc);
+}
+
+static double varlen_loss(void *p) {
+    const varlen_ref *c = p;
+    const int64_t n = (int64_t)c->N * c->nh * c->hd;
+    double *o = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof(double)), l = 0;
+    ref_varlen(c, o, NULL);
+    for (int64_t i = 0; i < n; i++) l += o[i] * c->R[i];
+    free(o);
+    return l;
+}
+
+#ifdef LJ_HAVE_CUDA
+/* The varlen families, by the case table's numbers (family_config): 0 the flash kernels where
+ * they serve the head_dim (else the CUDA-core ones), 1 the CUDA-core kernels (SIMPLE), 2 flash
+ * with one m-tile, 3 AUTO (cuDNN's dense attention for uniform segments where it runs them, else
+ * flash), 5 AUTO in deterministic mode (the flash forward, the CUDA-core backward). */
+static const char *varlen_family(int kind) {
+    return kind == 1 ? "simple" : kind == 2 ? "flash-mt1" : kind == 3 ? "auto" : kind == 5 ? "auto-deterministic"
+                                                                                             : "flash";
+}
+#endif
+
+/* " (family: forward kernels[/backward kernels])" on the CUDA pass, after the shape's first
+ * forward ran (cuDNN's plans are built then); "" on the CPU. */
+static void varlen_label(const lj_case_ctx *x, const lj_ops *A, int kind, int nseg, int mx, int N, int nh, int nkv,
+                         int hd, char *label, size_t size, int *dense) {
+    *dense = 0;
+    snprintf(label, size, "%s", "");
+#ifdef LJ_HAVE_CUDA
+    if (x->pass == LJ_CASE_COMPARE) {
+        const char *f = lj_cuda_attention_varlen_kernels(&A->config, nseg, mx, N, nh, nkv, hd, 0, 0);
+        const char *b = lj_cuda_attention_varlen_kernels(&A->config, nseg, mx, N, nh, nkv, hd, 0, 1);
+        *dense = strcmp(f, "cudnn") == 0;
+        if (strcmp(f, b) == 0) snprintf(label, size, " (%s: %s)", varlen_family(kind), f);
+        else snprintf(label, size, " (%s: %s/%s)", varlen_family(kind), f, b);
+    }
+#endif
+    (void)x, (void)A, (void)kind, (void)nseg, (void)mx, (void)N, (void)nh, (void)nkv, (void)hd;
+}
+
+/* Runs segment s of the packed rows alone (nseg = 1) through the CPU's varlen ops and compares
+ * its rows with the packed results bit for bit (host arrays). */
+static int varlen_alone_equal(const lj_ops *ops, const float *qkv, const float *dout, const float *out,
+                              const float *lse, const float *dqkv, int a, int b, int N, int nh, int nkv, int hd) {
+    const int Q = nh * hd, row = Q + 2 * nkv * hd, n = b - a;
+    const int32_t cu1[2] = {0, n};
+    float *x = lj_malloc((size_t)n * row * 4), *go = lj_malloc((size_t)n * Q * 4);
+    float *o = lj_malloc((size_t)n * Q * 4), *l = lj_malloc((size_t)nh * n * 4), *dx = lj_malloc((size_t)n * row * 4);
+    memcpy(x, qkv + (int64_t)a * row, (size_t)n * row * 4);
+    memcpy(go, dout + (int64_t)a * Q, (size_t)n * Q * 4);
+    void *ws = lj_malloc(ops->attention_varlen_workspace_bytes(n, nh, nkv, hd) + 1);
+    ops->attention_varlen_forward(o, l, x, cu1, 1, n, n, nh, nkv, hd, 0, ws);
+    ops->attention_varlen_backward(dx, go, x, o, l, cu1, 1, n, n, nh, nkv, hd, 0, ws);
+    int same = memcmp(o, out + (int64_t)a * Q, (size_t)n * Q * 4) == 0 &&
+               memcmp(dx, dqkv + (int64_t)a * row, (size_t)n * row * 4) == 0;
+    for (int hh = 0; hh < nh; hh++) same &= memcmp(l + (int64_t)hh * n, lse + (int64_t)hh * N + a, (size_t)n * 4) == 0;
+    free(x), free(go), free(o), free(l), free(dx), free(ws);
+    return same;
+}
+
+/* d = {segments (varlen_patterns), nh, nkv, hd, kind}: kind, the family (varlen_family; the CPU
+ * rows 0); -1 every family the shape has: flash, simple, flash-mt1 at head_dim 64, auto, auto in
+ * deterministic mode. out and lse against the double reference and dqkv against finite
+ * differences on the CPU, with the CPU's exact properties (a repeat gives the same bits; each
+ * segment alone gives the packed rows' bits); on CUDA each against the CPU (lse in [nh, N]: cuDNN's
+ * [nseg, nh, T] rearranged where it ran), dqkv overwritten (poisoned first), and in deterministic
+ * mode a repeat with the same bits. The backward takes each backend's own forward out and lse. */
+static void attention_varlen_body(lj_case_ctx *x) {
+    const lj_op_case *c = x->c;
+    const varlen_segments *sg = &varlen_patterns[c->d[0]];
+    const int nh = c->d[1], nkv = c->d[2], hd = c->d[3], kind = c->d[4], nseg = sg->n;
+    const int Q = nh * hd, KV = nkv * hd, row = Q + 2 * KV;
+    int32_t cu[8];
+    int mx = 0;
+    char lens[48] = "";
+    cu[0] = 0;
+    for (int s = 0; s < nseg; s++) {
+        cu[s + 1] = cu[s] + sg->len[s];
+        mx = sg->len[s] > mx ? sg->len[s] : mx;
+        const size_t at = strlen(lens);
+        snprintf(lens + at, sizeof lens - at, "%s%d", s ? "," : "", sg->len[s]);
+    }
+    const int N = cu[nseg];
+    const int64_t nqkv = (int64_t)N * row, nout = (int64_t)N * Q, nlse = (int64_t)nh * N;
+    const int check = x->mode == LJ_HARNESS_CHECK;
+    lj_case_shape(x, "segs=%s nh=%d nkv=%d hd=%d", lens, nh, nkv, hd);
+    float *hqkv = lj_case_rand(x, nqkv, 1.0f), *R = lj_case_rand(x, nout, 1.0f);
+    void *qkv = lj_case_upload(x, hqkv, nqkv, LJ_CASE_ACT), *dR = lj_case_upload(x, R, nout, LJ_CASE_ACT);
+    void *dcu = lj_case_upload(x, cu, nseg + 1, LJ_CASE_I32);
+    varlen_ref ref = {N, nseg, nh, nkv, hd, cu, lj_case_to_double(x, hqkv, nqkv), R};
+    double *want = NULL, *want_lse = NULL;
+    if (lj_case_reference(x) && check) {
+        want = lj_case_dzeros(x, nout), want_lse = lj_case_dzeros(x, nlse);
+        ref_varlen(&ref, want, want_lse);
+    }
+    int kinds[5], nk = 0;
+    if (kind >= 0) {
+        kinds[nk++] = kind;
+    } else {
+        kinds[nk++] = 0, kinds[nk++] = 1;
+        if (hd == 64) kinds[nk++] = 2;
+        kinds[nk++] = 3, kinds[nk++] = 5;
+    }
+    for (int k = 0; k < nk; k++) {
+        const lj_ops_config cfg = family_config(x->ops, kinds[k], 0);
+        const lj_ops *A = lj_case_table(x, &cfg);
+        void *out = lj_case_alloc(x, nout, LJ_CASE_ACT), *lse = lj_case_alloc(x, nlse, LJ_CASE_F32);
+        void *dqkv = lj_case_alloc(x, nqkv, LJ_CASE_ACT);
+        void *ws = lj_case_scratch(x, A->attention_varlen_workspace_bytes(N, nh, nkv, hd));
+        A->attention_varlen_forward(out, lse, qkv, dcu, nseg, mx, N, nh, nkv, hd, 0, ws);
+        A->attention_varlen_backward(dqkv, dR, qkv, out, lse, dcu, nseg, mx, N, nh, nkv, hd, 0, ws);
+        char label[64], name[128];
+        int dense = 0;
+        varlen_label(x, A, kinds[k], nseg, mx, N, nh, nkv, hd, label, sizeof label, &dense);
+        if (check) {
+            snprintf(name, sizeof name, "attention_varlen_forward out%s", label);
+            lj_case_output(x, name, out, nout, LJ_CASE_ACT, want, LJ_CASE_TOL_OUT);
+            float *l = lj_case_download(x, lse, nlse, LJ_CASE_F32);
+            if (dense) { /* cuDNN's [nseg, nh, mx] as [nh, N] */
+                float *t = lj_case_zeros(x, nlse);
+                for (int s = 0; s < nseg; s++)
+                    for (int hh = 0; hh < nh; hh++)
+                        for (int i = 0; i < mx; i++)
+                            t[(int64_t)hh * N + (int64_t)s * mx + i] = l[((int64_t)s * nh + hh) * mx + i];
+                l = t;
+            }
+            snprintf(name, sizeof name, "attention_varlen_forward lse%s", label);
+            lj_case_values_at(x, name, l, nlse, LJ_CASE_F32, want_lse, c->tol, lj_harness_tol_gpu(1e-3, 1e-2));
+        }
+        if (!lj_case_reference(x)) {
+            check_dqkv_parts(x, "attention_varlen_backward", label, dqkv, N, Q, KV);
+        } else if (!check) {
+            double *gfd = lj_harness_fd_grad(varlen_loss, &ref, ref.qkv, nqkv);
+            lj_case_output(x, "attention_varlen_backward dqkv", dqkv, nqkv, LJ_CASE_ACT, gfd, LJ_CASE_TOL_DGRAD);
+            free(gfd);
+        }
+        if (!check) continue;
+        /* the same inputs give the same bits: always on the CPU; on CUDA in deterministic mode */
+        if (lj_case_reference(x) || (x->pass == LJ_CASE_COMPARE && kinds[k] == 5)) {
+            void *out2 = lj_case_alloc(x, nout, LJ_CASE_ACT), *lse2 = lj_case_alloc(x, nlse, LJ_CASE_F32);
+            void *dqkv2 = lj_case_alloc(x, nqkv, LJ_CASE_ACT);
+            A->attention_varlen_forward(out2, lse2, qkv, dcu, nseg, mx, N, nh, nkv, hd, 0, ws);
+            A->attention_varlen_backward(dqkv2, dR, qkv, out2, lse2, dcu, nseg, mx, N, nh, nkv, hd, 0, ws);
+            snprintf(name, sizeof name, "attention_varlen_forward out repeat%s", label);
+            lj_case_twin(x, name, out, out2, nout, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+            snprintf(name, sizeof name, "attention_varlen_forward lse repeat%s", label);
+            lj_case_twin(x, name, lse, lse2, nlse, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+            snprintf(name, sizeof name, "attention_varlen_backward dqkv repeat%s", label);
+            lj_case_twin(x, name, dqkv, dqkv2, nqkv, LJ_CASE_ACT, LJ_CASE_TOL_BITS);
+        }
+        if (!lj_case_reference(x)) continue;
+        /* the CPU's exact property: every segment alone gives the packed rows' bits */
+        const float *ho = lj_case_download(x, out, nout, LJ_CASE_ACT);
+        const float *hl = lj_case_download(x, lse, nlse, LJ_CASE_F32);
+        const float *hd_ = lj_case_download(x, dqkv, nqkv, LJ_CASE_ACT);
+        int alone = 1, segs = 0;
+        for (int s = 0; s < nseg; s++) {
+            if (cu[s + 1] == cu[s]) continue;
+            alone &= varlen_alone_equal(A, hqkv, R, ho, hl, hd_, cu[s], cu[s + 1], N, nh, nkv, hd);
+            segs++;
+        }
+        lj_case_true(x, "attention_varlen == each segment alone", alone, "%d segments: out, lse, dqkv bit for bit",
+                     segs);
+    }
+}
+
+void lj_case_attention_varlen(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, attention_varlen_body);
 }

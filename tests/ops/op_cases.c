@@ -104,6 +104,12 @@ const lj_op_case lj_op_cases[] = {
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(2, 11, 4, 2, 8, 4), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
     {"attention_docs", "cpu", CHECK | GRAD, F32, D(1, 17, 4, 1, 8, 2), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
     {"attention_docs", "cpu", CHECK, F32, D(3, 64, 2, 2, 16, 9), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_docs},
+    /* bidirectional attention over packed segments (the vision tower): d = {segments (cases_attention.c
+     * varlen_patterns), nh, nkv, hd, kind}; GQA 2:1 and 4:1, one-row and empty segments, one past a tile */
+    {"attention_varlen", "cpu", CHECK | GRAD, F32, D(0, 4, 2, 8, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_varlen},
+    {"attention_varlen", "cpu", CHECK | GRAD, F32, D(1, 4, 1, 8, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_varlen},
+    {"attention_varlen", "cpu", CHECK, F32, D(2, 2, 2, 16, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_varlen},
+    {"attention_varlen", "cpu", CHECK, F32, D(8, 2, 1, 8, 0), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention_varlen},
     /* RoPE by per-token positions (--reset-position-ids) */
     {"rope_pos", "cpu", CHECK, F32, D(2, 23, 4, 2, 16, 5), 10000.0, L2(1e-6), NONE, 1, lj_case_rope_pos},
     /* the CPU building blocks; sgemm tol is per sqrt(K) */
@@ -322,6 +328,26 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("attention_docs", D(1, 513, 8, 2, 128, 150), 0, 0, lj_case_attention_docs),
     CUDA_ONE("attention_docs", D(2, 200, 4, 2, 128, 70), 1, 0, lj_case_attention_docs),
     CUDA_ONE("attention_docs", D(1, 1024, 32, 8, 128, 400), 0, 0, lj_case_attention_docs),
+    /* over packed segments: d = {segments (varlen_patterns), nh, nkv, hd, kind}, kind -1 every family
+     * (flash, simple, flash-mt1 at head_dim 64, auto, auto deterministic), else one: the flash kernels
+     * at head_dim 64, 72 (padded to 80) and 128, segments not multiples of a tile (784, 200, 1, 1023),
+     * one row, an empty segment, tile-aligned ones, a 3000-row one; uniform ones (cuDNN's dense path
+     * on AUTO at 256, not at 784 before cuDNN 9.16); head_dim 32 (flash falls to the CUDA-core kernels) */
+    CUDA_ONE("attention_varlen", D(2, 4, 2, 64, -1), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(8, 4, 2, 72, -1), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(8, 8, 2, 128, -1), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(5, 4, 4, 64, -1), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(6, 2, 1, 72, -1), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(2, 4, 2, 32, 0), 0, 1, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(3, 4, 2, 64, -1), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(3, 4, 2, 128, -1), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(3, 4, 4, 72, -1), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(4, 16, 16, 64, 0), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(4, 16, 16, 64, 3), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(4, 16, 16, 72, 0), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(9, 4, 2, 64, 0), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(7, 4, 2, 64, -1), 0, 0, lj_case_attention_varlen),
+    CUDA_ONE("attention_varlen", D(7, 8, 8, 128, 3), 0, 0, lj_case_attention_varlen),
     CUDA_ONE("rope_pos", D(2, 37, 4, 2, 64, 5), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(2, 5, 6, 3, 10, 2), 500000.0, 1, lj_case_rope_pos),
     CUDA_ONE("rope_pos", D(1, 300, 8, 8, 128, 40), 500000.0, 0, lj_case_rope_pos),
@@ -377,6 +403,13 @@ const lj_op_case lj_op_cases[] = {
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 64, 2048), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 512), lj_case_cuda_perf_attention_docs),
     CUDA_PERF("attention_docs", D(1, 8192, 32, 8, 128, 2048), lj_case_cuda_perf_attention_docs),
+    /* the vision tower's attention over packed images: d = {images, patches each, nh, nkv, hd}: four
+     * 448x448 images (784 patches) at the 2b/4b towers' heads and the 8b's head_dim 72, four 512x512
+     * (1024: cuDNN's dense path on AUTO), one 1024x1024 (4096) */
+    CUDA_PERF("attention_varlen", D(4, 784, 16, 16, 64), lj_case_cuda_perf_attention_varlen),
+    CUDA_PERF("attention_varlen", D(4, 784, 16, 16, 72), lj_case_cuda_perf_attention_varlen),
+    CUDA_PERF("attention_varlen", D(4, 1024, 16, 16, 64), lj_case_cuda_perf_attention_varlen),
+    CUDA_PERF("attention_varlen", D(1, 4096, 16, 16, 64), lj_case_cuda_perf_attention_varlen),
     /* serving's paged attention, a decode batch: {S sequences, about L positions, nh, nkv, hd, fp8}: 8B at
      * the offline benchmark's batch (bf16 and FP8 cache), one and 16 sequences (split-K), qwen2.5-0.5b's GQA 7 */
     CUDA_PERF("paged_attention", D(200, 1500, 32, 8, 128, 0), lj_case_cuda_perf_paged_attention),

@@ -47,7 +47,7 @@ int lj_op_cases_main(int argc, char **argv, const char *program, const char *bac
  * bias), cases_swiglu.c (fused and unfused), cases_global_norm.c, cases_argmax.c (the greedy
  * token of each row), cases_cross_entropy.c (over full logits and fused with the lm_head),
  * cases_attention.c (plain per kernel family, its first run captured, within documents, KV-cache
- * decoding), cases_paged.c (serving's paged ops; over an FP8 cache: cases_paged_fp8.c, below),
+ * decoding, over packed segments), cases_paged.c (serving's paged ops; over an FP8 cache: cases_paged_fp8.c, below),
  * cases_fp8.c (the casts, the history update, the casts fused into the SwiGLU and the RMSNorm, the
  * per-tensor and blockwise GEMMs), cases_memory.c (the memory entries, the casts), cases_graph.c (a captured
  * step). */
@@ -68,6 +68,7 @@ void lj_case_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode)
 void lj_case_attention_captured(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_attention_varlen(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_transpose(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
@@ -95,6 +96,7 @@ void lj_case_cpu_fp8_format(lj_harness *h, const lj_op_case *c, lj_harness_mode 
 void lj_case_cuda_perf_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_cuda_perf_attention_varlen(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_fp8_matmul(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_fp8_blockwise(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_cuda_perf_rmsnorm(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

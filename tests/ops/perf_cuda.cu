@@ -11,6 +11,7 @@
 
 #include "tests/ops/harness_cuda.cuh"
 #include "tests/ops/case.h"
+#include "ops/cuda/vision.h"
 
 #define SHAPE(...) char shape[96]; snprintf(shape, sizeof shape, __VA_ARGS__)
 
@@ -274,6 +275,95 @@ void lj_case_cuda_perf_attention_docs(lj_harness *h, const lj_op_case *cs, lj_ha
     G->free(pc.qkv), G->free(pc.dout), G->free(pc.out), G->free(pc.dqkv), G->free(pc.ws), G->free(pc.lse);
     G->free((void *)gds);
     free(tokens), free(ds), free(x), free(g);
+}
+
+/* ---- attention over packed segments: d = {nseg, L, nh, nkv, hd} ---------------------------- */
+
+typedef struct {
+    const lj_ops *G;
+    int nseg, L, N, nh, nkv, hd;
+    const int32_t *cu;
+    void *qkv, *dout, *out, *dqkv, *ws;
+    float *lse;
+} varlen_ctx;
+
+static void varlen_fwd(void *p) {
+    varlen_ctx *c = (varlen_ctx *)p;
+    c->G->attention_varlen_forward(c->out, c->lse, c->qkv, c->cu, c->nseg, c->L, c->N, c->nh, c->nkv, c->hd, 0, c->ws);
+}
+
+static void varlen_bwd(void *p) {
+    varlen_ctx *c = (varlen_ctx *)p;
+    c->G->attention_varlen_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->cu, c->nseg, c->L, c->N, c->nh,
+                                    c->nkv, c->hd, 0, c->ws);
+}
+
+/* Bidirectional attention over nseg segments of L rows (the vision tower's images: 448x448 is
+ * L = 784 patches, 1024x1024 is 4096) on the CUDA-core kernels (a SIMPLE table), the flash
+ * kernels (FLASH; with one m-tile in the head_dim 64 forward: flash-mt1) and the default path
+ * (AUTO: cuDNN's dense attention where it runs the shape, else flash). The flash and AUTO results are checked against the CUDA-core kernels' first (out,
+ * dqkv; lse where both are [nh, N]), then each is timed. TFLOP/s count the work within the
+ * segments: forward 4*nseg*L^2*hd*nh (two GEMMs of L x L x hd per head), backward 2.5x that. */
+void lj_case_cuda_perf_attention_varlen(lj_harness *h, const lj_op_case *cs, lj_harness_mode mode) {
+    (void)mode;
+    const int nseg = cs->d[0], L = cs->d[1], nh = cs->d[2], nkv = cs->d[3], hd = cs->d[4], N = nseg * L;
+    const int64_t row = (int64_t)(nh + 2 * nkv) * hd, Q = (int64_t)nh * hd;
+    enum { NT = 4 };
+    const lj_ops *tables[NT] = {perf_table(cs, LJ_ATTENTION_SIMPLE, 2, 0), perf_table(cs, LJ_ATTENTION_FLASH, 2, 0),
+                                perf_table(cs, LJ_ATTENTION_FLASH, 1, 0), perf_table(cs, LJ_ATTENTION_AUTO, 2, 0)};
+    const char *names[NT] = {"cuda-core", "flash", "flash-mt1", "auto"};
+    const lj_ops *G = tables[0];
+    int32_t *cu = (int32_t *)lj_malloc((size_t)(nseg + 1) * 4);
+    for (int s = 0; s <= nseg; s++) cu[s] = s * L;
+    SHAPE("%dx%d nh=%d nkv=%d hd=%d", nseg, L, nh, nkv, hd);
+    const int32_t *gcu = (const int32_t *)lj_harness_upload(G, cu, nseg + 1, LJ_DTYPE_F32);
+    void *qkv = lj_harness_drand_bf16(G, N * row, 11, 2.0f), *dout = lj_harness_drand_bf16(G, N * Q, 12, 1.0f);
+    varlen_ctx c[NT];
+    for (int k = 0; k < NT; k++) {
+        const lj_ops *T = tables[k];
+        c[k] = varlen_ctx{T, nseg, L, N, nh, nkv, hd, gcu, qkv, dout, lj_harness_dalloc(T, (size_t)N * Q * 2),
+                lj_harness_dalloc(T, (size_t)N * row * 2),
+                lj_harness_dalloc(T, T->attention_varlen_workspace_bytes(N, nh, nkv, hd)),
+                (float *)lj_harness_dalloc(T, (size_t)nh * N * 4)};
+        varlen_fwd(&c[k]);
+        varlen_bwd(&c[k]);
+    }
+    const char *ran[NT];
+    for (int k = 0; k < NT; k++) {
+        char op[96];
+        const char *f = lj_cuda_attention_varlen_kernels(&tables[k]->config, nseg, L, N, nh, nkv, hd, 0, 0);
+        const char *b = lj_cuda_attention_varlen_kernels(&tables[k]->config, nseg, L, N, nh, nkv, hd, 0, 1);
+        ran[k] = f;
+        printf("attention_varlen %s %s: forward on %s, backward on %s\n", shape, names[k], f, b);
+        if (k == 0) continue;
+        snprintf(op, sizeof op, "perf attention_varlen out (%s vs cuda-core)", names[k]);
+        lj_harness_check_device(h, G, op, shape, c[k].out, c[0].out, N * Q, LJ_DTYPE_BF16, lj_harness_tol_l2(1e-2));
+        if (strcmp(f, "cudnn") != 0) { /* cuDNN's lse is [nseg, nh, L] */
+            snprintf(op, sizeof op, "perf attention_varlen lse (%s vs cuda-core)", names[k]);
+            lj_harness_check_device(h, G, op, shape, c[k].lse, c[0].lse, (int64_t)nh * N, LJ_DTYPE_F32,
+                                    lj_harness_tol_l2(1e-3));
+        }
+        snprintf(op, sizeof op, "perf attention_varlen dqkv (%s vs cuda-core)", names[k]);
+        lj_harness_check_device(h, G, op, shape, c[k].dqkv, c[0].dqkv, N * row, LJ_DTYPE_BF16, lj_harness_tol_l2(2e-2));
+    }
+    const double f = 4.0 * nseg * (double)L * L * hd * nh;
+    const double ceiling = hd == 128 ? LJ_HARNESS_ATTN_HD128_CEILING_TFLOPS : LJ_HARNESS_ATTN_HD64_CEILING_TFLOPS;
+    double fwd[NT], bwd[NT];
+    for (int k = 0; k < NT; k++) {
+        fwd[k] = lj_harness_time_ms(tables[k], varlen_fwd, &c[k], 3, 10);
+        bwd[k] = lj_harness_time_ms(tables[k], varlen_bwd, &c[k], 3, 10);
+        char group[160];
+        snprintf(group, sizeof group, "attention_varlen %s %s (%s)", shape, names[k], ran[k]);
+        lj_harness_report(group, "forward", fwd[k], f / (fwd[k] * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "backward", bwd[k], 2.5 * f / (bwd[k] * 1e-3) / 1e12, "TFLOP/s", ceiling);
+        lj_harness_report(group, "fwd+bwd", fwd[k] + bwd[k], 3.5 * f / ((fwd[k] + bwd[k]) * 1e-3) / 1e12, "TFLOP/s",
+                          ceiling);
+    }
+    printf("attention_varlen %s: flash against cuda-core: forward %.1fx, backward %.1fx faster\n", shape,
+           fwd[0] / fwd[1], bwd[0] / bwd[1]);
+    for (int k = 0; k < NT; k++) G->free(c[k].out), G->free(c[k].dqkv), G->free(c[k].ws), G->free(c[k].lse);
+    G->free(qkv), G->free(dout), G->free((void *)gcu);
+    free(cu);
 }
 
 /* ---- FP8 GEMMs: d = {N tokens, in, out} ------------------------------------------------- */
