@@ -8,6 +8,7 @@
 #include "plan/build.h"
 #include "plan/plan.h"
 #include "plan/planner_vl.h"
+#include "plan/planner.h"
 #include "train/vl_train.h"
 
 lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, int text_tokens, lj_vl_bench_shape *s) {
@@ -89,6 +90,8 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     setup.model.seq_length = T;
     setup.model.training = 1;
     setup.model.fused = 1;
+    setup.model.linear_recipe = cfg->linear_recipe; /* both towers' block linears (lj_vl_init passes it on) */
+    setup.model.fp8 = cfg->linear_recipe == LJ_LINEAR_RECIPE_FP8 ? cfg->fp8 : lj_linear_fp8_defaults();
     LJ_TRY(choose_recompute(cfg, &setup, B * sh->patches, B, res));
     lj_model m;
     lj_plan plan;
@@ -108,9 +111,17 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
         return s;
     }
     res->planned_bytes = plan.total_bytes + before;
-    for (int i = 0; i < plan.count; i++)
-        if (lj_vl_buffer_is_vision(plan.buffers[i].name))
-            res->vision_planned_bytes += (plan.buffers[i].bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+    for (int i = 0; i < plan.count; i++) {
+        const size_t b = (plan.buffers[i].bytes + LJ_PLAN_ALIGN - 1) / LJ_PLAN_ALIGN * LJ_PLAN_ALIGN;
+        const int vis = lj_vl_buffer_is_vision(plan.buffers[i].name);
+        if (vis) res->vision_planned_bytes += b;
+        if (lj_mem_category_of(&plan.buffers[i]) == LJ_MEM_FP8) {
+            res->fp8_planned_bytes += b;
+            if (vis) res->vision_fp8_planned_bytes += b;
+        }
+    }
+    res->fp8_linears = m.linear.fp8.active ? m.linear.fp8.num_linears : 0;
+    res->vision_fp8_linears = vl.vis.linear.fp8.active ? vl.vis.linear.fp8.num_linears : 0;
 
     /* the images once (the loader's threads would have made them); the text every step */
     lj_rng rng;
@@ -182,6 +193,16 @@ void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *
     fprintf(f, "%-28s %s (vision tower %s)\n", "peak memory planned", lj_format_bytes(r->planned_bytes, b2, sizeof b2),
             lj_format_bytes(r->vision_planned_bytes, b3, sizeof b3));
     fprintf(f, "%-28s %.4f -> %.4f\n", "loss (first -> last step)", r->loss_first, r->loss_last);
+    if (r->fp8_linears || r->vision_fp8_linears) {
+        char what[200];
+        lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
+        fprintf(f, "%-28s %s: %d FP8 linears in the decoder's blocks, %d in the vision tower's\n", "precision", what,
+                r->fp8_linears, r->vision_fp8_linears);
+        fprintf(f, "%-28s %s (vision tower %s)\n", "FP8 casts and scales", lj_format_bytes(r->fp8_planned_bytes, b1, sizeof b1),
+                lj_format_bytes(r->vision_fp8_planned_bytes, b2, sizeof b2));
+    } else {
+        fprintf(f, "%-28s %s\n", "precision", lj_dtype_name(cfg->ops->act_dtype));
+    }
     fprintf(f, "%-28s %s\n", "decoder recompute", r->recompute);
     fprintf(f, "MFU convention: FLOPs/sample = ViT %.4g + decoder %.4g (docs/qwen3-vl.md: the ViT's 6*N*patches + "
                "12*depth*V*patches^2, the decoder's T*(6N + 12*L*d*T)); peak: %s\n",
@@ -220,6 +241,15 @@ lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_benc
     cJSON_AddNumberToObject(o, "peak_mem_gib", (double)r->measured_bytes / (1024.0 * 1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "planned_mem_gib", (double)r->planned_bytes / (1024.0 * 1024.0 * 1024.0));
     cJSON_AddNumberToObject(o, "vision_planned_mem_gib", (double)r->vision_planned_bytes / (1024.0 * 1024.0 * 1024.0));
+    if (r->fp8_linears || r->vision_fp8_linears) { /* as the text benchmark's JSON says it */
+        char what[200];
+        lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
+        cJSON_AddStringToObject(o, "precision", what);
+    }
+    cJSON_AddNumberToObject(o, "fp8_linears", r->fp8_linears);
+    cJSON_AddNumberToObject(o, "vision_fp8_linears", r->vision_fp8_linears);
+    cJSON_AddNumberToObject(o, "fp8_planned_bytes", (double)r->fp8_planned_bytes);
+    cJSON_AddNumberToObject(o, "vision_fp8_planned_bytes", (double)r->vision_fp8_planned_bytes);
     cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
     cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
     cJSON_AddStringToObject(o, "recompute", r->recompute);

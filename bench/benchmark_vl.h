@@ -16,6 +16,7 @@
 
 #include "config/vl.h"
 #include "data/image.h"
+#include "model/linear.h"
 #include "ops/ops.h"
 
 typedef struct {
@@ -31,6 +32,8 @@ typedef struct {
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it */
     const char *recompute;  /* the decoder's recompute: "none" (NULL), "selective", "full" on every layer,
                                or "auto": plan/planner_vl.h's choice for the device's memory */
+    lj_linear_recipe_kind linear_recipe; /* --fp8-format: both towers' block linears in FP8 (model/vl.h); 0: the act dtype */
+    lj_linear_fp8_options fp8;           /* its settings (used with LJ_LINEAR_RECIPE_FP8) */
 } lj_vl_bench_config;
 
 /* The shape of one sample: the image's grid (smart_resize of img_h x img_w with the model's patch
@@ -58,6 +61,9 @@ typedef struct {
     double step_ms_median, step_ms_p90;
     double loss_first, loss_last;
     size_t planned_bytes, vision_planned_bytes; /* the plan (+ what a GPU held before it), the tower's part */
+    size_t fp8_planned_bytes, vision_fp8_planned_bytes; /* of the plan, the FP8 recipes' buffers ("fp8.*" and
+                                                          "vision.fp8.*": state, casts' scratch, workspace) */
+    int fp8_linears, vision_fp8_linears; /* FP8 linears of the decoder's and the tower's blocks (0: bf16) */
     size_t measured_bytes;     /* device used (CUDA) or peak RSS (CPU) */
     char recompute[96];        /* the decoder's recompute that ran: "none (28 layers)", "8 full + 4 selective + ..." */
 } lj_vl_bench_result;

@@ -23,7 +23,8 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     cfg.seed = 1234;
     cfg.progress = 1;
     lj_cli_vl_sample sample;
-    lj_flag rows[16 + LJ_CLI_VL_SAMPLE_ROWS];
+    lj_cli_fp8 fp8;
+    lj_cli_fp8_init(&fp8);
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto)"},
@@ -40,8 +41,12 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &cfg.recompute,
          .help = "auto|none|selective|full  the decoder's recompute (none; auto: the planner, for the device's memory)"},
     };
-    const int parsed =
-        lj_cli_vl_parse("benchmark", own, (int)(sizeof own / sizeof own[0]), rows, &sample, argc, argv, usage);
+    /* these, the FP8 rows (cli/fp8.c: both towers' block linears), then the sample's */
+    const int n_own = (int)(sizeof own / sizeof own[0]);
+    lj_flag head[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS], rows[sizeof head / sizeof head[0] + LJ_CLI_VL_SAMPLE_ROWS];
+    memcpy(head, own, sizeof own);
+    const int n_head = n_own + lj_cli_fp8_rows(&fp8, head + n_own, LJ_CLI_FP8_ROWS);
+    const int parsed = lj_cli_vl_parse("benchmark", head, n_head, rows, &sample, argc, argv, usage);
     if (parsed) return parsed < 0;
     if (!model) {
         lj_fail(LJ_ERR_ARG, "--model is required (e.g. --model qwen3-vl-2b)");
@@ -52,6 +57,12 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     if (s == LJ_OK) s = lj_cli_device(device, 0, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_vl_sample_resolve(&sample);
+    lj_vl_bench_shape shape;
+    if (s == LJ_OK && lj_cli_fp8_given(&fp8)) s = lj_vl_bench_shape_of(&cfg.model, sample.img_h, sample.img_w,
+                                                                         sample.text_tokens, &shape);
+    if (s == LJ_OK && lj_cli_fp8_given(&fp8))
+        s = lj_cli_fp8_resolve_vl(&fp8, cfg.ops, &cfg.model, cfg.micro_batch_size, shape.seq_length, &cfg.linear_recipe,
+                                  &cfg.fp8);
     if (s != LJ_OK) return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     cfg.img_h = sample.img_h;

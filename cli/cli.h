@@ -33,6 +33,7 @@ int lj_cli_error(const char *cmd);
 #include "base/base.h"
 #include "cli/flags.h"
 #include "config/config.h"
+#include "config/vl.h"
 #include "ops/ops.h"
 #include "plan/planner.h"
 
@@ -190,6 +191,18 @@ lj_status lj_cli_fp8_resolve(const lj_cli_fp8 *f, const lj_ops *ops, const lj_mo
  * recipe or backend (the CPU emulation takes any shape). Errors: LJ_ERR_ARG naming the flags. */
 lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_fp8_options *o, const lj_ops *ops,
                                   const lj_model_config *cfg, int micro_batch_size, int seq_length);
+/* 1 when any FP8 flag was given (--fp8-format or another of the rows). */
+int lj_cli_fp8_given(const lj_cli_fp8 *f);
+/* The FP8 flags of a Qwen3-VL run (train, benchmark, plan: cli/train_vl.c, cli/benchmark_vl.c,
+ * cli/plan_vl.c), whose decoder and vision tower both run the recipe in their blocks
+ * (model/vl.h): lj_cli_fp8_resolve against the decoder (cfg->text: --first-last-layers-bf16
+ * counts the decoder's layers; the tower's blocks all stay FP8), lj_cli_fp8_check_tokens for
+ * micro_batch_size x seq_length tokens, and on CUDA the tower's widths (multiples of 8 for
+ * cuBLASLt's FP8 GEMM). --fp8-param-gather is refused by name. Errors: LJ_ERR_ARG naming the
+ * flag, LJ_ERR_UNSUPPORTED (the backend), as lj_cli_fp8_resolve. */
+lj_status lj_cli_fp8_resolve_vl(const lj_cli_fp8 *f, const lj_ops *ops, const lj_vl_config *cfg,
+                                int micro_batch_size, int seq_length, lj_linear_recipe_kind *recipe,
+                                lj_linear_fp8_options *o);
 
 
 /* "ljperf CMD ARG ..." as a POSIX shell reads it back: each argument that holds anything but

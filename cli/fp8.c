@@ -113,3 +113,31 @@ lj_status lj_cli_fp8_check_tokens(lj_linear_recipe_kind recipe, const lj_linear_
                        cfg->intermediate_size, hd);
     return LJ_OK;
 }
+
+int lj_cli_fp8_given(const lj_cli_fp8 *f) {
+    return f->format || f->recipe || f->algo || f->history_len_given || f->margin_given || f->first_last_bf16 ||
+           f->layers_start_given || f->layers_end_given || f->param_gather;
+}
+
+lj_status lj_cli_fp8_resolve_vl(const lj_cli_fp8 *f, const lj_ops *ops, const lj_vl_config *cfg,
+                                int micro_batch_size, int seq_length, lj_linear_recipe_kind *recipe,
+                                lj_linear_fp8_options *o) {
+    *recipe = LJ_LINEAR_RECIPE_DEFAULT;
+    *o = lj_linear_fp8_defaults();
+    /* kept FP8 weights are cast after each optimizer step of the text loop (lj_linear_cast_weights);
+       Qwen3-VL's step over both towers has no such cast, and no sharded optimizer to gather over */
+    if (f->param_gather)
+        return lj_fail(LJ_ERR_ARG, "--fp8-param-gather: not for Qwen3-VL (%s): its training keeps bf16 weights and has "
+                                   "no sharded optimizer to gather FP8 weights over; FP8 training of both towers "
+                                   "needs only --fp8-format hybrid|e4m3", cfg->name);
+    LJ_TRY(lj_cli_fp8_resolve(f, ops, &cfg->text, recipe, o));
+    LJ_TRY(lj_cli_fp8_check_tokens(*recipe, o, ops, &cfg->text, micro_batch_size, seq_length));
+    if (*recipe != LJ_LINEAR_RECIPE_FP8 || strcmp(ops->name, "cpu") == 0) return LJ_OK;
+    /* the tower's blocks on cuBLASLt: every GEMM writes rows of V or I values (qkv 3V, proj V, fc1
+       I; the data gradients V or I), which its FP8 GEMM needs in multiples of 8 (16-byte rows) */
+    const int V = cfg->vision.hidden_size, I = cfg->vision.intermediate_size;
+    if (V % 8 || I % 8)
+        return lj_fail(LJ_ERR_ARG, "--fp8-format on CUDA: the vision tower's hidden_size %d and intermediate_size %d "
+                                   "must be multiples of 8 (cuBLASLt's FP8 GEMM writes 16-byte rows)", V, I);
+    return LJ_OK;
+}

@@ -171,7 +171,7 @@ static lj_status run(const vl_gen_args *a) {
         for (int k = 0; k < a->max_new_tokens && s == LJ_OK; k++) {
             s = lj_vl_set_batch(&vl, seq, targets, pixels, g, 1);
             if (s != LJ_OK) break;
-            if (k == 0) lj_vision_forward(&vl.vis);
+            if (k == 0) lj_vision_forward(&vl.vis, 0);
             lj_model_forward(&m, 0, 0.0f);
             logits_row(&m, cur - 1, row, stage);
             int best = 0;

@@ -51,7 +51,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
     const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = "auto";
     int mb = 1, seq = 0, seq_given = 0, buffers = 0;
     lj_cli_vl_sample sample;
-    lj_flag rows[16 + LJ_CLI_VL_SAMPLE_ROWS];
+    lj_cli_fp8 fp8;
+    lj_cli_fp8_init(&fp8);
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "cuda|cpu|auto  (cuda, planned without a GPU)"},
@@ -64,7 +65,12 @@ int lj_cli_plan_vl(int argc, char **argv) {
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute,
          .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device)"},
     };
-    const int parsed = lj_cli_vl_parse("plan", own, (int)(sizeof own / sizeof own[0]), rows, &sample, argc, argv, usage);
+    /* these, the FP8 rows (cli/fp8.c: both towers' block linears), then the sample's */
+    const int n_own = (int)(sizeof own / sizeof own[0]);
+    lj_flag head[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS], rows[sizeof head / sizeof head[0] + LJ_CLI_VL_SAMPLE_ROWS];
+    memcpy(head, own, sizeof own);
+    const int n_head = n_own + lj_cli_fp8_rows(&fp8, head + n_own, LJ_CLI_FP8_ROWS);
+    const int parsed = lj_cli_vl_parse("plan", head, n_head, rows, &sample, argc, argv, usage);
     if (parsed) return parsed < 0;
     lj_vl_config cfg;
     if (!model) {
@@ -93,6 +99,9 @@ int lj_cli_plan_vl(int argc, char **argv) {
     } else if (s == LJ_OK) {
         lj_vl_capacity(&cfg, mb, seq, &max_patches, &max_images);
     }
+    lj_linear_recipe_kind recipe = LJ_LINEAR_RECIPE_DEFAULT;
+    lj_linear_fp8_options fo = lj_linear_fp8_defaults();
+    if (s == LJ_OK) s = lj_cli_fp8_resolve_vl(&fp8, ops, &cfg, mb, T, &recipe, &fo);
     lj_planner_target t;
     char cache[LJ_PATH_MAX];
     lj_cache_dir(cache, sizeof cache);
@@ -105,6 +114,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
     setup.model.training = 1;
     setup.model.fused = 1;
     setup.model.doc_mask.reset_attention_mask = seq_given; /* train's packed rows keep their samples apart */
+    setup.model.linear_recipe = recipe; /* both towers' block linears (lj_vl_init passes it on) */
+    setup.model.fp8 = fo;
     char policy[96], why[2048];
     s = lj_vl_recompute_of(recompute, &cfg, &setup, max_patches, max_images, &t, policy, sizeof policy, why, sizeof why);
     if (s != LJ_OK && s != LJ_ERR_OOM) return lj_cli_error("plan");
@@ -140,6 +151,13 @@ int lj_cli_plan_vl(int argc, char **argv) {
             printf("samples: micro-batch %d x (one %dx%d image: grid %dx%d, %d patches, %d tokens; + %d text tokens) "
                    "= %d tokens per row\n", mb, sample.img_h, sample.img_w, shape.grid.h, shape.grid.w,
                    shape.patches, shape.image_tokens, sample.text_tokens, T);
+        if (m.linear.fp8.active || vl.vis.linear.fp8.active) {
+            char what[200];
+            lj_linear_fp8_describe(&fo, what, sizeof what);
+            printf("precision: %s; %d FP8 linears in the decoder's blocks, %d in the vision tower's (patch embedding, "
+                   "mergers and lm_head in %s)\n", what, m.linear.fp8.active ? m.linear.fp8.num_linears : 0,
+                   vl.vis.linear.fp8.active ? vl.vis.linear.fp8.num_linears : 0, lj_dtype_name(ops->act_dtype));
+        }
         printf("device memory %s (%s), margin %s -> usable %s\n\n", lj_format_bytes(t.device_memory_bytes, b1, sizeof b1),
                t.memory_source, lj_format_bytes(t.margin_bytes, b2, sizeof b2), lj_format_bytes(usable, b3, sizeof b3));
         printf("  %-28s %12s %16s\n", "category", "bytes", "of it the tower");
@@ -180,6 +198,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "text_parameters", (double)nt);
         cJSON_AddNumberToObject(o, "vision_parameters", (double)nv);
         cJSON_AddNumberToObject(o, "vision_bytes_per_parameter", (double)per_param);
+        cJSON_AddNumberToObject(o, "fp8_linears", m.linear.fp8.active ? m.linear.fp8.num_linears : 0);
+        cJSON_AddNumberToObject(o, "vision_fp8_linears", vl.vis.linear.fp8.active ? vl.vis.linear.fp8.num_linears : 0);
         cJSON *br = cJSON_AddArrayToObject(o, "breakdown");
         for (int k = 0; k < LJ_MEM_COUNT; k++) {
             cJSON *row = cJSON_CreateObject();

@@ -102,7 +102,9 @@ int lj_cli_train_vl(int argc, char **argv) {
     const char *decay_style = NULL, *device = "auto", *tokenizer = NULL, *hf_dtype = NULL, *grad_dtype = NULL;
     int warmup = 0, decay = -1; /* -1: not given (the rows' minimum, 0, keeps it from the command line) */
     lj_flag_list data = {0, NULL};
-    const lj_flag rows[] = {
+    lj_cli_fp8 fp8;
+    lj_cli_fp8_init(&fp8);
+    const lj_flag own[] = {
         {.kind = LJ_FLAG_SECTION, .help = "model and data"},
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &c.model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto: the GPU if usable)"},
@@ -144,14 +146,19 @@ int lj_cli_train_vl(int argc, char **argv) {
         {.name = "--hf-dtype", .kind = LJ_FLAG_STR, .dest = &hf_dtype, .help = "bf16|fp32  the HF export's weights (bf16)"},
         {.name = "--quiet", .kind = LJ_FLAG_SWITCH, .dest = &c.quiet, .ival = 1, .help = "no log lines"},
     };
+    /* the FP8 rows of train, benchmark and plan (cli/fp8.c): both towers' block linears */
+    const int n_own = (int)(sizeof own / sizeof own[0]);
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    memcpy(rows, own, sizeof own);
+    const int n_rows = n_own + lj_cli_fp8_rows(&fp8, rows + n_own, LJ_CLI_FP8_ROWS);
     lj_flags_result res;
-    if (lj_flags_parse("train", rows, (int)(sizeof rows / sizeof rows[0]), argc, argv, 0, &res) != LJ_OK) {
+    if (lj_flags_parse("train", rows, n_rows, argc, argv, 0, &res) != LJ_OK) {
         free(command);
         return lj_cli_error("train");
     }
     if (res.help) {
         usage(stdout);
-        lj_flags_print_help(stdout, rows, (int)(sizeof rows / sizeof rows[0]));
+        lj_flags_print_help(stdout, rows, n_rows);
         lj_flags_result_free(&res);
         free(command);
         return 0;
@@ -169,6 +176,12 @@ int lj_cli_train_vl(int argc, char **argv) {
     if (s == LJ_OK && hf_dtype && strcmp(hf_dtype, "fp32") != 0 && strcmp(hf_dtype, "bf16") != 0)
         s = lj_fail(LJ_ERR_ARG, "--hf-dtype: '%s' is not one of bf16, fp32", hf_dtype);
     c.hf_fp32 = hf_dtype && strcmp(hf_dtype, "fp32") == 0;
+    if (s == LJ_OK && lj_cli_fp8_given(&fp8)) { /* checked against the model before anything is built */
+        lj_vl_config vc;
+        s = lj_vl_train_model_config(&c, &vc);
+        if (s == LJ_OK)
+            s = lj_cli_fp8_resolve_vl(&fp8, c.ops, &vc, c.micro_batch_size, c.seq_length, &c.linear_recipe, &c.fp8);
+    }
     char tok[LJ_PATH_MAX];
     if (s == LJ_OK) s = tokenizer_dir(tokenizer, tok);
     c.tokenizer_dir = tok[0] ? tok : NULL;

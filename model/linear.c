@@ -328,7 +328,9 @@ int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len
         for (int s = 0; s < F; s++) amax[2 * s + 1] = wa[s];
         free(wa);
     }
-    static const char *kinds[4] = {"qkv", "o", "gate_up", "down"};
+    static const char *const decoder_kinds[4] = {"qkv", "o", "gate_up", "down"};
+    const char *const *kinds = c->kind_names ? c->kind_names : decoder_kinds;
+    const char *unit = c->unit_name ? c->unit_name : "layers";
     int bad = 0;
     for (int l = 0; l < c->num_layers && !bad; l++) {
         for (int k = 0; k < 4 && !bad; k++) {
@@ -338,7 +340,7 @@ int lj_linear_fp8_overflow(const lj_linear_recipe_ctx *c, char *what, size_t len
             static const char *roles[3] = {"input x", "weight", "gradient dy"};
             for (int r = 0; r < 3 && !bad; r++) {
                 if (isfinite(amax[t[r]])) continue;
-                snprintf(what, len, "layers.%d.%s %s (amax %g)", l, kinds[k], roles[r], (double)amax[t[r]]);
+                snprintf(what, len, "%s.%d.%s %s (amax %g)", unit, l, kinds[k], roles[r], (double)amax[t[r]]);
                 bad = 1;
             }
         }
@@ -844,18 +846,18 @@ const lj_linear_recipe *lj_linear_recipe_of(lj_linear_recipe_kind kind, lj_fp8_r
     return r;
 }
 
-void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_config *cfg, lj_linear_recipe_kind kind,
-                    const lj_linear_fp8_options *fp8, int training, int fused) {
+void lj_linear_init_features(lj_linear_recipe_ctx *c, const lj_ops *ops, int num_layers, const int *in,
+                             const int *out, lj_linear_recipe_kind kind, const lj_linear_fp8_options *fp8,
+                             int training, int fused) {
+    LJ_ASSERT(num_layers >= 0 && num_layers <= LJ_MAX_LAYERS, "%d layers of linears, at most %d", num_layers,
+              LJ_MAX_LAYERS);
     memset(c, 0, sizeof *c);
     c->ops = ops;
     c->fused = fused;
-    c->num_layers = cfg->num_hidden_layers;
+    c->num_layers = num_layers;
     c->fp8_opt = *fp8;
-    const int C = cfg->hidden_size, I = cfg->intermediate_size, Q = cfg->num_attention_heads * cfg->head_dim;
-    const int QKV = Q + 2 * cfg->num_key_value_heads * cfg->head_dim;
-    const int in[LJ_LINEAR_KINDS] = {C, Q, C, I, C}, out[LJ_LINEAR_KINDS] = {QKV, C, 2 * I, C, cfg->vocab_size};
-    memcpy(c->in_features, in, sizeof in);
-    memcpy(c->out_features, out, sizeof out);
+    memcpy(c->in_features, in, sizeof c->in_features);
+    memcpy(c->out_features, out, sizeof c->out_features);
     lj_linear_fp8_state *f = &c->fp8;
     memset(f->slot, 0xff, sizeof f->slot); /* -1: not FP8 */
     c->recipe = lj_linear_recipe_of(kind, fp8->recipe, training);
@@ -882,4 +884,12 @@ void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_c
      * by the command line, cli/megatron.c) */
     f->kept = f->active && fp8->param_gather && (c->recipe == &recipe_delayed || c->recipe == &recipe_tensorwise);
     f->stale = f->kept;
+}
+
+void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_config *cfg, lj_linear_recipe_kind kind,
+                    const lj_linear_fp8_options *fp8, int training, int fused) {
+    const int C = cfg->hidden_size, I = cfg->intermediate_size, Q = cfg->num_attention_heads * cfg->head_dim;
+    const int QKV = Q + 2 * cfg->num_key_value_heads * cfg->head_dim;
+    const int in[LJ_LINEAR_KINDS] = {C, Q, C, I, C}, out[LJ_LINEAR_KINDS] = {QKV, C, 2 * I, C, cfg->vocab_size};
+    lj_linear_init_features(c, ops, cfg->num_hidden_layers, in, out, kind, fp8, training, fused);
 }

@@ -235,6 +235,10 @@ struct lj_linear_recipe_ctx {
      * place, in stream order (pass_end); amax_reduce_arg is its own (the lj_dist). */
     void (*amax_reduce)(const lj_linear_recipe_ctx *c, float *amax, int count);
     void *amax_reduce_arg;
+    /* How lj_linear_fp8_overflow names a linear: "<unit>.<layer>.<kind_names[k]>"; NULL (what
+     * lj_linear_init leaves): "layers" and qkv, o, gate_up, down, the decoder's. */
+    const char *unit_name;
+    const char *const *kind_names;
 };
 
 /* One linear as the model runs it: its kind and layer, its weight W [out, in] (param dtype, where
@@ -316,9 +320,18 @@ const lj_linear_recipe *lj_linear_recipe_find(const char *name);
 
 /* Sets up c for a model of `cfg` on `ops`: the recipe (lj_linear_recipe_of;
  * "bf16" when it leaves no linear in FP8), which linears are FP8 and the sizes of its buffers.
- * `training`: a training plan without a KV cache; `fused`: the fused kernels are on. */
+ * `training`: a training plan without a KV cache; `fused`: the fused kernels are on. The features
+ * per kind are the decoder's (the shapes above); lj_linear_init_features with them. */
 void lj_linear_init(lj_linear_recipe_ctx *c, const lj_ops *ops, const lj_model_config *cfg, lj_linear_recipe_kind kind,
                     const lj_linear_fp8_options *fp8, int training, int fused);
+/* The same for `num_layers` (<= LJ_MAX_LAYERS) layers of four block linears whose features are
+ * given per kind, in[k] -> out[k] for k < LJ_LINEAR_KINDS (the same in every layer; LM_HEAD's may
+ * be 0 when nothing runs it): another tower than the decoder, e.g. Qwen3-VL's vision blocks
+ * (model/vision.h: qkv, proj, fc1, fc2 as QKV, O, GATE_UP, DOWN), with its own context, state and
+ * buffers. Only the kinds' features and the layer count differ from lj_linear_init. */
+void lj_linear_init_features(lj_linear_recipe_ctx *c, const lj_ops *ops, int num_layers, const int *in_features,
+                             const int *out_features, lj_linear_recipe_kind kind, const lj_linear_fp8_options *fp8,
+                             int training, int fused);
 
 /* The parameter index (config/config.h layout order) of linear `k` of layer `layer` (ignored for
  * LJ_LINEAR_LM_HEAD). */

@@ -36,6 +36,31 @@ lj_vision_spec lj_vision_spec_of(const lj_vision_config *v) {
         if (w->bind) (field) = p_;                                   \
     } while (0)
 
+/* The recipe's buffers under the tower's names: a walker that prefixes "vision." to each name
+ * (the recipe names its own "fp8.*") and hands the buffer to the plan's. */
+typedef struct {
+    lj_buffer_walker base; /* first: the recipe's plan entry gets &base */
+    lj_buffer_walker *plan;
+} vision_walker;
+
+static void *vision_take(lj_buffer_walker *bw, lj_arena arena, const char *name, size_t bytes) {
+    vision_walker *v = (vision_walker *)bw;
+    char full[48];
+    snprintf(full, sizeof full, "vision.%s", name);
+    return lj_buffer_take(v->plan, arena, full, bytes);
+}
+
+/* While sizing, the recipe plans on a copy (its pointers stay as they are: this walk may follow a
+ * binding one); while binding, on the tower's own context, whose FP8 state then starts fresh
+ * (scales 1, histories 0), as the decoder's does at lj_plan_allocate. */
+static void plan_linears(lj_vision *vm, lj_buffer_walker *w) {
+    vision_walker v = {{vision_take, w->bind}, w};
+    lj_linear_recipe_ctx sizing = vm->linear;
+    lj_linear_recipe_ctx *c = w->bind ? &vm->linear : &sizing;
+    lj_linear_plan(c, vm->max_patches, &v.base);
+    if (w->bind) lj_linear_reset(c);
+}
+
 void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
     const lj_vision_spec *s = &vm->spec;
     const lj_ops *ops = vm->ops;
@@ -126,11 +151,14 @@ void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
     }
     TAKE(vm->ws_attention, LJ_ARENA_WORKSPACE, "vision.attention_varlen",
          ops->attention_varlen_workspace_bytes((int)Np, s->heads, s->heads, s->hd));
+    /* the blocks' linear recipe: under FP8 its state, the casts' scratch and the FP8 GEMM's
+       workspace for max_patches rows (nothing under "bf16") */
+    plan_linears(vm, w);
 }
 #undef TAKE
 
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
-                         int max_images, int training) {
+                         int max_images, int training, lj_linear_recipe_kind recipe, const lj_linear_fp8_options *fp8) {
     memset(vm, 0, sizeof *vm);
     if (max_patches <= 0 || max_images <= 0)
         return lj_fail(LJ_ERR_ARG, "vision tower: max_patches %d and max_images %d must be positive", max_patches,
@@ -153,6 +181,18 @@ lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_confi
     vm->residual = lj_calloc((size_t)cfg->depth + 1, sizeof(void *));
     vm->blocks = lj_calloc((size_t)cfg->depth, sizeof(lj_vision_block_acts));
     vm->mergers = lj_calloc((size_t)cfg->num_deepstack + 1, sizeof(lj_vision_merger_acts));
+    /* the blocks' linears as the kinds of the recipe: qkv QKV, proj O, fc1 GATE_UP, fc2 DOWN (no
+       lm_head); every block in the recipe (the decoder's bf16 layers and kept FP8 weights are
+       its own settings) */
+    const int V = vm->spec.V, I = vm->spec.I;
+    const int in[LJ_LINEAR_KINDS] = {V, V, V, I, 0}, out[LJ_LINEAR_KINDS] = {3 * V, V, I, V, 0};
+    lj_linear_fp8_options o = fp8 ? *fp8 : lj_linear_fp8_defaults();
+    o.bf16_layers_start = o.bf16_layers_end = 0;
+    o.param_gather = 0;
+    lj_linear_init_features(&vm->linear, ops, cfg->depth, in, out, recipe, &o, training, 1);
+    static const char *const kinds[4] = {"attn.qkv", "attn.proj", "mlp.linear_fc1", "mlp.linear_fc2"};
+    vm->linear.unit_name = "visual.blocks"; /* HF's names: model.visual.blocks.N.attn.qkv, ... */
+    vm->linear.kind_names = kinds;
     return LJ_OK;
 }
 
@@ -437,6 +477,22 @@ static void linear_backward(const lj_vision *vm, void *dx, const void *dout, con
     vm->ops->bias_backward(grad(vm, w_index + 1), dout, N, OC, LJ_GRAD_ACCUMULATE, vm->ws_bias);
 }
 
+/* Block i's linear of kind k (its weight at w_index, its bias after it) through the tower's
+ * recipe: out[N, out_k] = x[N, in_k] W^T (bf16 or FP8), then + b in the act dtype. */
+static void block_linear(const lj_vision *vm, lj_linear_kind k, int i, void *out, const void *x, int w_index, int N) {
+    const lj_linear l = lj_linear_of(&vm->linear, k, i, param(vm, w_index), NULL);
+    lj_linear_forward(&vm->linear, &l, out, x, N);
+    vm->ops->bias_add(out, param(vm, w_index + 1), N, l.out_features);
+}
+
+/* Its backward: dx = dout W (overwritten), dW += dout^T x through the recipe, db += colsum(dout). */
+static void block_linear_backward(const lj_vision *vm, lj_linear_kind k, int i, void *dx, const void *dout,
+                                  const void *x, int w_index, int N) {
+    const lj_linear l = lj_linear_of(&vm->linear, k, i, param(vm, w_index), grad(vm, w_index));
+    lj_linear_backward(&vm->linear, &l, dx, dout, x, N, LJ_GRAD_ACCUMULATE);
+    vm->ops->bias_backward(grad(vm, w_index + 1), dout, N, l.out_features, LJ_GRAD_ACCUMULATE, vm->ws_bias);
+}
+
 /* Merger j on x [Np, V]: the final one (j = 0) normalizes each patch over V and then reads m*m
  * consecutive patches as one row of M; a DeepStack merger reads the rows of M first and
  * normalizes over M. Then fc1, exact GELU, fc2. */
@@ -463,26 +519,28 @@ static void block_forward(lj_vision *vm, int i) {
     /* x + proj(attention(rope(qkv(LN1(x))))) */
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, param(vm, p0 + LJ_VP_LN1_W), param(vm, p0 + LJ_VP_LN1_B),
                            Np, s->V, s->eps);
-    linear(vm, a->qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V);
+    block_linear(vm, LJ_LINEAR_QKV, i, a->qkv, a->ln1, p0 + LJ_VP_QKV_W, Np);
     ops->rope_forward_pos(a->qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
     ops->attention_varlen_forward(a->attn, a->lse, a->qkv, vm->cu_seqlens, vm->num_segments, vm->max_seqlen, Np,
                                   s->heads, s->heads, s->hd, 0, vm->ws_attention);
-    linear(vm, y, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V); /* y as scratch until the MLP writes it */
+    block_linear(vm, LJ_LINEAR_O, i, y, a->attn, p0 + LJ_VP_PROJ_W, Np); /* y as scratch until the MLP writes it */
     ops->add(a->res_mid, x, y, (int64_t)Np * s->V);
     /* + fc2(gelu_tanh(fc1(LN2(.)))) */
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, param(vm, p0 + LJ_VP_LN2_W),
                            param(vm, p0 + LJ_VP_LN2_B), Np, s->V, s->eps);
-    linear(vm, a->h1, a->ln2, p0 + LJ_VP_FC1_W, Np, s->V, s->I);
+    block_linear(vm, LJ_LINEAR_GATE_UP, i, a->h1, a->ln2, p0 + LJ_VP_FC1_W, Np);
     ops->gelu_forward(a->act, a->h1, (int64_t)Np * s->I, s->gelu_tanh);
-    linear(vm, y, a->act, p0 + LJ_VP_FC2_W, Np, s->I, s->V);
+    block_linear(vm, LJ_LINEAR_DOWN, i, y, a->act, p0 + LJ_VP_FC2_W, Np);
     ops->add(y, a->res_mid, y, (int64_t)Np * s->V);
 }
 
-void lj_vision_forward(lj_vision *vm) {
+void lj_vision_forward(lj_vision *vm, int backward) {
     const lj_vision_spec *s = &vm->spec;
     const lj_ops *ops = vm->ops;
     const int Np = vm->num_patches;
+    LJ_ASSERT(!backward || vm->training, "vision forward with a backward needs a training tower");
     if (Np == 0) return;
+    lj_linear_pass_begin(&vm->linear, backward); /* delayed scaling: this pass's scales, on the device */
     /* the Conv3d with stride = kernel as one GEMM, plus the interpolated position grid */
     linear(vm, vm->residual[0], vm->pixels, vm->layout.patch_w, Np, s->P, s->V);
     ops->embedding_bag_forward(vm->pos_embeds, param(vm, vm->layout.pos), vm->pos_idx, vm->pos_w, Np, 4, s->V);
@@ -521,18 +579,18 @@ static void block_backward(lj_vision *vm, int i) {
     const int Np = vm->num_patches;
     const int p0 = lj_vision_block_param(&vm->layout, i, 0);
     /* MLP: d_res is the gradient of the block output (and of res_mid through the residual) */
-    linear_backward(vm, vm->d_h, vm->d_res, a->act, p0 + LJ_VP_FC2_W, Np, s->I, s->V, LJ_GRAD_OVERWRITE);
+    block_linear_backward(vm, LJ_LINEAR_DOWN, i, vm->d_h, vm->d_res, a->act, p0 + LJ_VP_FC2_W, Np);
     ops->gelu_backward(vm->d_h, vm->d_h, a->h1, (int64_t)Np * s->I, s->gelu_tanh);
-    linear_backward(vm, vm->d_ln, vm->d_h, a->ln2, p0 + LJ_VP_FC1_W, Np, s->V, s->I, LJ_GRAD_OVERWRITE);
+    block_linear_backward(vm, LJ_LINEAR_GATE_UP, i, vm->d_ln, vm->d_h, a->ln2, p0 + LJ_VP_FC1_W, Np);
     ops->layernorm_backward(vm->d_res, grad(vm, p0 + LJ_VP_LN2_W), grad(vm, p0 + LJ_VP_LN2_B), vm->d_ln, a->res_mid,
                             param(vm, p0 + LJ_VP_LN2_W), a->ln2_mean, a->ln2_rstd, Np, s->V, LJ_GRAD_ACCUMULATE,
                             LJ_GRAD_ACCUMULATE, vm->ws_norm);
     /* attention */
-    linear_backward(vm, vm->d_attn, vm->d_res, a->attn, p0 + LJ_VP_PROJ_W, Np, s->V, s->V, LJ_GRAD_OVERWRITE);
+    block_linear_backward(vm, LJ_LINEAR_O, i, vm->d_attn, vm->d_res, a->attn, p0 + LJ_VP_PROJ_W, Np);
     ops->attention_varlen_backward(vm->d_qkv, vm->d_attn, a->qkv, a->attn, a->lse, vm->cu_seqlens, vm->num_segments,
                                    vm->max_seqlen, Np, s->heads, s->heads, s->hd, 0, vm->ws_attention);
     ops->rope_backward_pos(vm->d_qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
-    linear_backward(vm, vm->d_ln, vm->d_qkv, a->ln1, p0 + LJ_VP_QKV_W, Np, s->V, 3 * s->V, LJ_GRAD_OVERWRITE);
+    block_linear_backward(vm, LJ_LINEAR_QKV, i, vm->d_ln, vm->d_qkv, a->ln1, p0 + LJ_VP_QKV_W, Np);
     ops->layernorm_backward(vm->d_res, grad(vm, p0 + LJ_VP_LN1_W), grad(vm, p0 + LJ_VP_LN1_B), vm->d_ln,
                             vm->residual[i], param(vm, p0 + LJ_VP_LN1_W), a->ln1_mean, a->ln1_rstd, Np, s->V,
                             LJ_GRAD_ACCUMULATE, LJ_GRAD_ACCUMULATE, vm->ws_norm);
@@ -559,4 +617,5 @@ void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_d
                          s->P, s->V, LJ_GRAD_OVERWRITE, LJ_GRAD_ACCUMULATE);
     ops->bias_backward(grad(vm, vm->layout.patch_b), vm->d_res, Np, s->V, LJ_GRAD_ACCUMULATE, vm->ws_bias);
     ops->embedding_bag_backward(grad(vm, vm->layout.pos), vm->d_res, vm->pos_idx, vm->pos_w, Np, 4, s->V);
+    lj_linear_pass_end(&vm->linear);
 }

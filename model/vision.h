@@ -16,12 +16,26 @@
  * an f32 backend), gradients and AdamW moments; the inputs and tables of a batch, the
  * activations and the backward's scratch and workspaces. Every name starts with "vision.". No
  * recompute: every activation the backward needs is kept.
+ *
+ * Precision: the four linears of every block (attn.qkv [V -> 3V], attn.proj [V -> V],
+ * mlp.linear_fc1 [V -> I], mlp.linear_fc2 [I -> V]) run through the tower's own linear recipe
+ * (model/linear.h; lj_vision.linear, its kinds QKV, O, GATE_UP, DOWN being qkv, proj, fc1, fc2,
+ * its layers the blocks): bf16 (the act dtype), or in a training tower the decoder's FP8 recipe
+ * (delayed, tensorwise, blockwise), each GEMM followed by its bias in the act dtype. The patch
+ * embedding, the mergers (final and DeepStack), norms, attention and GELU stay in the act dtype.
+ * The FP8 recipe's state and scratch are the tower's own ("vision.fp8.*" in the plan): its amax
+ * histories and scales are a second recipe state beside the decoder's (a checkpoint keeps both),
+ * and its casts never share the decoder's scratch, since the tower's forward and backward run
+ * outside the decoder's passes. The FP8 transposes of the inputs are not kept as activations (the
+ * act-dtype inputs are, as in bf16): the weight gradient casts its input again with the forward's
+ * scale, the same codes.
  */
 #ifndef LJ_MODEL_VISION_H
 #define LJ_MODEL_VISION_H
 
 #include "config/vl.h"
 #include "model/buffers.h"
+#include "model/linear.h"
 #include "ops/ops.h"
 
 /* The tower's layer definition, derived from the config once. */
@@ -73,16 +87,21 @@ typedef struct {
     void *d_res, *d_ln, *d_qkv, *d_attn, *d_h, *d_m1, *d_m2;
     void *ws_attention, *ws_bias, *ws_norm;
     void *ws_grad_norm;          /* global_norm_sq's workspace over the tower's gradients (training) */
+
+    lj_linear_recipe_ctx linear; /* the blocks' linears: recipe, settings and FP8 state (above) */
 } lj_vision;
 
 /* Sets up the tower's host side for at most max_patches patches and max_images images (frames),
- * with gradients and optimizer state when `training`: the spec, the layout and the host arrays
- * of pointers. Allocates no device memory: the buffers are declared by lj_vision_plan and bound
- * when the plan is allocated (every buffer starts at zero). `ops` may be a table without a device
- * (lj_ops_cuda_describe) for planning only. Errors: LJ_ERR_ARG for non-positive sizes,
+ * with gradients and optimizer state when `training`: the spec, the layout, the host arrays of
+ * pointers and the blocks' linear recipe: `recipe` with the FP8 settings `fp8` (NULL: the
+ * defaults) in a training tower, else "bf16" (lj_linear_init_features; the settings' bf16 layers
+ * and --fp8-param-gather are the decoder's and are not applied to the tower: every block is FP8).
+ * Allocates no device memory: the buffers are declared by lj_vision_plan and bound when the plan
+ * is allocated (every buffer starts at zero; the FP8 scales at 1). `ops` may be a table without a
+ * device (lj_ops_cuda_describe) for planning only. Errors: LJ_ERR_ARG for non-positive sizes,
  * LJ_ERR_UNSUPPORTED for a backend without the vision ops. */
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
-                         int max_images, int training);
+                         int max_images, int training, lj_linear_recipe_kind recipe, const lj_linear_fp8_options *fp8);
 void lj_vision_free(lj_vision *vm);
 
 /* The tower's plan entry (model/buffers.h): declares every buffer above (names "vision.*"; the
@@ -114,12 +133,16 @@ void lj_vision_init_weights(lj_vision *vm, uint64_t seed);
 lj_status lj_vision_set_images(lj_vision *vm, const float *pixel_values, const int32_t *grid_thw, int num_images);
 
 /* Forward over the current images: mergers[0].out [Nt, O] is the ViT output (the rows spliced
- * into the image-pad embeddings), mergers[1 + j].out [Nt, O] DeepStack feature j. */
-void lj_vision_forward(lj_vision *vm);
+ * into the image-pad embeddings), mergers[1 + j].out [Nt, O] DeepStack feature j. `backward`: the
+ * tower's backward follows (a training pass: the FP8 recipe updates its scales first and records
+ * this pass's amaxes; lj_vision_backward ends the pass); 0: a forward-only pass, which casts with
+ * the scales as they are and changes no recipe state. Nothing runs without images. */
+void lj_vision_forward(lj_vision *vm, int backward);
 
 /* Backward from the gradients of those outputs: d_out [Nt, O] and d_deepstack[j] [Nt, O] (act
- * dtype, backend memory; an entry may be NULL: no gradient). Weight gradients accumulate into
- * vm->grads (zero them with lj_vision_zero_grads once per optimizer step). */
+ * dtype, backend memory; an entry may be NULL: no gradient), after lj_vision_forward(vm, 1).
+ * Weight gradients accumulate into vm->grads (zero them with lj_vision_zero_grads once per
+ * optimizer step). Ends the recipe's pass (lj_linear_pass_end). */
 void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_deepstack);
 void lj_vision_zero_grads(lj_vision *vm);
 

@@ -92,11 +92,16 @@ lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_pa
         return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: CUDA graphs and ZeRO residency are not wired to the vision hooks yet");
     if (m->opt.kv_cache_tokens > 0)
         return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: the decoder's KV-cache generation mode is not wired to the hooks");
+    if (m->linear.fp8.kept) /* its cast after each optimizer step (lj_linear_cast_weights) is not in lj_vl_optimizer_step */
+        return lj_fail(LJ_ERR_UNSUPPORTED, "Qwen3-VL: --fp8-param-gather (FP8 weights kept and cast once per step) is "
+                                           "not wired to the Qwen3-VL optimizer step; train without it");
     vl->cfg = *cfg;
     vl->m = m;
     vl->max_patches = max_patches;
     vl->max_images = max_images;
-    LJ_TRY(lj_vision_init(&vl->vis, m->ops, &cfg->vision, max_patches, max_images, m->opt.training));
+    /* the tower's blocks take the decoder's precision recipe (its FP8 settings), with their own state */
+    LJ_TRY(lj_vision_init(&vl->vis, m->ops, &cfg->vision, max_patches, max_images, m->opt.training,
+                          m->opt.linear_recipe, &m->opt.fp8));
     const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length;
     vl->host_pos3 = lj_malloc(3 * N * sizeof(int32_t));
     vl->hooks = (lj_model_hooks){.embed_forward = hook_embed_forward,
@@ -192,7 +197,7 @@ void lj_vl_set_positions(lj_vl *vl, const int32_t *pos3) {
 }
 
 void lj_vl_forward_backward(lj_vl *vl, int backward, float dloss) {
-    lj_vision_forward(&vl->vis);
+    lj_vision_forward(&vl->vis, backward);
     lj_model_forward(vl->m, backward, dloss);
     if (!backward) return;
     lj_model_backward(vl->m);

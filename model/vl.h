@@ -37,9 +37,12 @@ typedef struct {
 
 /* Sets up the tower (max_patches, max_images; training as m's) beside the decoder `m` (a model
  * of cfg->text, after lj_model_init and lj_parallelize, before lj_plan_build) and hooks them
- * together; allocates no device memory (the plan does). Errors: those of lj_vision_init;
- * LJ_ERR_ARG when m's config is not cfg->text's shape; LJ_ERR_UNSUPPORTED for CUDA graphs or a
- * ZeRO residency. */
+ * together; allocates no device memory (the plan does). The tower's block linears take the
+ * decoder's precision (m->opt.linear_recipe and its FP8 settings: under FP8 both towers' blocks
+ * run the same recipe, each with its own state, vl->vis.linear beside m->linear; the patch
+ * embedding, the mergers and lm_head stay in the act dtype). Errors: those of lj_vision_init;
+ * LJ_ERR_ARG when m's config is not cfg->text's shape; LJ_ERR_UNSUPPORTED for CUDA graphs, a
+ * ZeRO residency or kept FP8 weights (--fp8-param-gather). */
 lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_patches, int max_images);
 void lj_vl_free(lj_vl *vl);
 

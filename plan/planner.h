@@ -29,7 +29,8 @@ typedef enum {
     LJ_MEM_SCRATCH,        /* backward scratch: activation gradients, o_proj/down_proj output, unfused temporaries */
     LJ_MEM_LOGITS_LOSS,    /* per-token losses, full logits (unfused path) */
     LJ_MEM_FP8,            /* the FP8 recipe: amax histories and scales, the casts' scratch (weights,
-                              inputs, gradients) and the FP8 GEMM's workspace ("fp8." buffers) */
+                              inputs, gradients) and the FP8 GEMM's workspace ("fp8." buffers, and
+                              Qwen3-VL's vision tower's "vision.fp8.") */
     LJ_MEM_OP_WORKSPACE,   /* op workspaces of the plan: attention, RMSNorm backward, lm_head+CE chunk, grad norm */
     LJ_MEM_LIB_WORKSPACE,  /* library workspaces allocated once by the backend (cuBLASLt) */
     LJ_MEM_CONTEXT,        /* CUDA context overhead (0 on the CPU) */

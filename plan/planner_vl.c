@@ -42,6 +42,8 @@ lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s,
     /* the decoder alone, in what the tower's buffers leave; where the joint plan shares arenas
      * (scratch) the sum over-counts, and where it does not fit by some bytes, ask for them */
     lj_planner_target d = *t;
+    d.linear_recipe = s->model.linear_recipe; /* the decoder's precision, as the run's */
+    d.fp8 = s->model.fp8;
     size_t take = vision;
     char why[1536] = "";
     for (int round = 0; round < 4; round++) {

@@ -28,6 +28,8 @@ void lj_vl_train_config_defaults(lj_vl_train_config *c) {
     c->seed = 1234;
     c->lr = (lj_lr_schedule){.lr = 1e-3, .min_lr = 0.0, .style = LJ_LR_CONSTANT, .step_size = 1};
     c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    c->linear_recipe = LJ_LINEAR_RECIPE_DEFAULT;
+    c->fp8 = lj_linear_fp8_defaults();
 }
 
 typedef struct {
@@ -40,7 +42,8 @@ typedef struct {
     int have_model, have_vl;
     lj_mm_loader *loader;
     lj_vl_optimizer opt;
-    float *host[6];            /* a checkpoint's tensors in host memory (NULL until needed) */
+    float *host[8];            /* a checkpoint's tensors in host memory (NULL until needed): the six of
+                                  both towers, then the two FP8 recipe states */
     int32_t *doc_start;        /* [B*T] host */
     int iteration;
     int64_t loader_position;
@@ -48,6 +51,22 @@ typedef struct {
     double wait_sec;           /* this step's time blocked on the loader (its threads decode ahead) */
     double wait_total, step_total; /* over the steps after the first (the first waits for the first batch) */
 } vl_run;
+
+/* Whether --load names a checkpoint root to resume (*resume 1, root[LJ_PATH_MAX] and its latest
+ * *iteration) rather than an HF directory. */
+static lj_status find_resume(const lj_vl_train_config *c, int *resume, char *root, int *iteration) {
+    *resume = 0;
+    *iteration = 0;
+    root[0] = 0;
+    if (!c->load) return LJ_OK;
+    struct stat st;
+    char latest[LJ_PATH_MAX + 64];
+    snprintf(latest, sizeof latest, "%s/latest_checkpointed_iteration.txt", c->load);
+    if (stat(latest, &st) != 0) return LJ_OK;
+    *resume = 1;
+    snprintf(root, LJ_PATH_MAX, "%s", c->load);
+    return lj_ckpt_latest(root, iteration);
+}
 
 static lj_status resolve_model(const lj_vl_train_config *c, int resume, const char *root, int iteration,
                                lj_vl_config *cfg) {
@@ -59,6 +78,13 @@ static lj_status resolve_model(const lj_vl_train_config *c, int resume, const ch
     LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
     snprintf(path, sizeof path, "%s/hf/config.json", dir);
     return lj_vl_config_load(path, cfg);
+}
+
+lj_status lj_vl_train_model_config(const lj_vl_train_config *c, lj_vl_config *cfg) {
+    int resume, iteration;
+    char root[LJ_PATH_MAX];
+    LJ_TRY(find_resume(c, &resume, root, &iteration));
+    return resolve_model(c, resume, root, iteration, cfg);
 }
 
 static void make_range(lj_vl_range *r, const lj_param_info *params, int count, int64_t begin, int64_t end,
@@ -145,6 +171,8 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     s.model.training = 1;
     s.model.fused = 1;
     s.model.doc_mask.reset_attention_mask = 1; /* the decoder's doc_start buffer: packed samples stay apart */
+    s.model.linear_recipe = c->linear_recipe;  /* both towers' block linears (lj_vl_init passes it on) */
+    s.model.fp8 = c->fp8;
     int max_patches, max_images;
     lj_vl_capacity(&r->cfg, c->micro_batch_size, c->seq_length, &max_patches, &max_images);
     LJ_TRY(lj_vl_build(&r->vl, &r->m, &r->plan, &s, &r->cfg, max_patches, max_images, NULL));
@@ -159,6 +187,14 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
                     "most)",
                     lj_format_bytes(r->plan.total_bytes, b1, sizeof b1), r->plan.total_bytes, r->plan.count,
                     r->ops->name, lj_format_bytes(tower, b2, sizeof b2), max_patches);
+        const lj_linear_fp8_state *ft = &r->m.linear.fp8, *fv = &r->vl.vis.linear.fp8;
+        if (ft->active || fv->active) {
+            char what[200];
+            lj_linear_fp8_describe(&c->fp8, what, sizeof what);
+            lj_log_info("precision: %s; %d FP8 linears in the decoder's blocks and %d in the vision tower's (qkv, "
+                        "proj, fc1, fc2; patch embedding, mergers, embedding, lm_head, norms and attention in %s)",
+                        what, ft->num_linears, fv->num_linears, lj_dtype_name(r->ops->act_dtype));
+        }
     }
     LJ_TRY(lj_vl_build_state(&r->vl, &r->m, &r->plan, c->seed));
     LJ_TRY(lj_vl_optimizer_init(&r->opt, &r->vl, &c->adamw, c->freeze_language_model, c->freeze_vision_model,
@@ -169,11 +205,24 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
-/* The checkpoint's six tensors over host copies of the state (r->host, allocated once): a save
- * downloads the state into them, a resume uploads them back (download_state, upload_state). The
- * same on every backend (on the CPU the copies are memcpy's), so the CPU tests cover the CUDA
- * path's staging. */
-static int ckpt_tensors(vl_run *r, lj_ckpt_tensor *t) {
+/* The recipe contexts of the two towers (model/linear.h): 0 the decoder's, 1 the tower's. */
+static lj_linear_recipe_ctx *recipe_of(vl_run *r, int k) { return k == 0 ? &r->m.linear : &r->vl.vis.linear; }
+
+/* The f32 values of tower k's FP8 recipe state (amax histories and scales), 0 without FP8. */
+static int64_t fp8_numel(vl_run *r, int k) {
+    const lj_linear_fp8_state *f = &recipe_of(r, k)->fp8;
+    int64_t nh, ns;
+    return f->active ? lj_linear_fp8_state_numel(f, &nh, &ns) : 0;
+}
+
+static const char *const fp8_tensor[2] = {"text.fp8.state", "vision.fp8.state"};
+
+/* The checkpoint's tensors over host copies of the state (r->host, allocated once): the six of
+ * both towers, then the FP8 recipe state of each tower k whose fp8[k] is set (fp8 may be NULL:
+ * none). A save downloads the state into them, a resume uploads them back (download_state,
+ * upload_state). The same on every backend (on the CPU the copies are memcpy's), so the CPU tests
+ * cover the CUDA path's staging. */
+static int ckpt_tensors(vl_run *r, lj_ckpt_tensor *t, const int *fp8) {
     const int64_t nt = r->m.layout.total, nv = r->vl.vis.layout.total;
     static const char *names[6] = {"text.params", "text.adam.m", "text.adam.v",
                                    "vision.params", "vision.adam.m", "vision.adam.v"};
@@ -182,26 +231,80 @@ static int ckpt_tensors(vl_run *r, lj_ckpt_tensor *t) {
         if (!r->host[i]) r->host[i] = lj_malloc((size_t)n * sizeof(float));
         t[i] = (lj_ckpt_tensor){names[i], r->host[i], n};
     }
-    return 6;
+    int n = 6;
+    for (int k = 0; k < 2; k++) {
+        const int64_t n8 = fp8 && fp8[k] ? fp8_numel(r, k) : 0;
+        if (n8 == 0) continue;
+        if (!r->host[6 + k]) r->host[6 + k] = lj_malloc((size_t)n8 * sizeof(float));
+        t[n++] = (lj_ckpt_tensor){fp8_tensor[k], r->host[6 + k], n8};
+    }
+    return n;
 }
 
 /* The state into the host copies (a save): the f32 master weights (the parameters on an f32
- * backend) and moments of both towers. */
-static void download_state(vl_run *r, const lj_ckpt_tensor *t) {
+ * backend) and moments of both towers, and the FP8 recipe states. */
+static void download_state(vl_run *r, const lj_ckpt_tensor *t, int n) {
     const float *own[6] = {r->m.master, r->m.adam_m, r->m.adam_v, r->vl.vis.master, r->vl.vis.adam_m, r->vl.vis.adam_v};
     for (int i = 0; i < 6; i++) r->ops->download(t[i].data, own[i], (size_t)t[i].numel * sizeof(float));
+    for (int i = 6; i < n; i++) lj_linear_state_get(recipe_of(r, strcmp(t[i].name, fp8_tensor[0]) ? 1 : 0), t[i].data);
 }
 
 /* The host copies into the state (a resume): the master weights and the parameters rounded from
- * them, the moments as read. */
-static void upload_state(vl_run *r, const lj_ckpt_tensor *t) {
+ * them, the moments as read, the FP8 recipe states given. */
+static void upload_state(vl_run *r, const lj_ckpt_tensor *t, int n) {
     lj_model_set_weights(&r->m, t[0].data);
     r->ops->upload(r->m.adam_m, t[1].data, (size_t)t[1].numel * sizeof(float));
     r->ops->upload(r->m.adam_v, t[2].data, (size_t)t[2].numel * sizeof(float));
     lj_vision_set_weights(&r->vl.vis, t[3].data);
     r->ops->upload(r->vl.vis.adam_m, t[4].data, (size_t)t[4].numel * sizeof(float));
     r->ops->upload(r->vl.vis.adam_v, t[5].data, (size_t)t[5].numel * sizeof(float));
+    for (int i = 6; i < n; i++) lj_linear_state_set(recipe_of(r, strcmp(t[i].name, fp8_tensor[0]) ? 1 : 0), t[i].data);
     r->ops->synchronize();
+}
+
+/* state.json's "fp8": the recipe as described, and per tower (text, vision) the shape of its
+ * state (FP8 linears, history rows, values), which a resume checks before it takes the state;
+ * "" without FP8. */
+static void fp8_state_json(vl_run *r, char *buf, size_t len) {
+    buf[0] = 0;
+    if (!fp8_numel(r, 0) && !fp8_numel(r, 1)) return;
+    char what[200];
+    lj_linear_fp8_describe(&r->c->fp8, what, sizeof what);
+    int n = snprintf(buf, len, ", \"fp8\": {\"recipe\": \"%s\"", what);
+    static const char *const key[2] = {"text", "vision"};
+    for (int k = 0; k < 2 && n > 0 && (size_t)n < len; k++) {
+        const lj_linear_fp8_state *f = &recipe_of(r, k)->fp8;
+        if (!f->active) continue;
+        n += snprintf(buf + n, len - (size_t)n,
+                      ", \"%s\": {\"num_linears\": %d, \"history_len\": %d, \"state_numel\": %" PRId64 "}", key[k],
+                      f->num_linears, f->history_len, fp8_numel(r, k));
+    }
+    if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, "}");
+}
+
+/* Whether the checkpoint's state.json (j) holds tower k's FP8 recipe state in the shape this run
+ * has: 1 then; else 0, saying why the recipe of that tower starts fresh (or that the checkpoint's
+ * state is not used: this run has no FP8). */
+static int fp8_state_loadable(vl_run *r, const cJSON *j, int k, const char *root) {
+    static const char *const key[2] = {"text", "vision"}, *const tower[2] = {"decoder", "vision tower"};
+    const lj_linear_fp8_state *f = &recipe_of(r, k)->fp8;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "fp8"), key[k]);
+    if (!f->active) {
+        if (o) lj_log_info("%s: the checkpoint's FP8 recipe state of the %s is not used (this run has no FP8 linears)",
+                           root, tower[k]);
+        return 0;
+    }
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "state_numel");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "num_linears");
+    const cJSON *hl = cJSON_GetObjectItemCaseSensitive(o, "history_len");
+    if (cJSON_IsNumber(n) && cJSON_IsNumber(nl) && cJSON_IsNumber(hl) && (int64_t)n->valuedouble == fp8_numel(r, k) &&
+        nl->valueint == f->num_linears && hl->valueint == f->history_len)
+        return 1;
+    lj_log_info("%s: %s: the FP8 amax histories and scales of the %s start fresh", root,
+                o ? "its FP8 recipe state has another shape (FP8 layers or amax history length)"
+                  : "no FP8 recipe state in it (saved by a run without FP8)",
+                tower[k]);
+    return 0;
 }
 
 static lj_status save_hf(const char *dir, void *ctx) {
@@ -216,15 +319,17 @@ static lj_status save_hf(const char *dir, void *ctx) {
 
 static lj_status save(vl_run *r) {
     const lj_vl_train_config *c = r->c;
-    lj_ckpt_tensor t[6];
-    const int n = ckpt_tensors(r, t);
-    download_state(r, t);
-    char json[1024];
+    lj_ckpt_tensor t[8];
+    const int all[2] = {1, 1};
+    const int n = ckpt_tensors(r, t, all);
+    download_state(r, t, n);
+    char fp8[600], json[1536];
+    fp8_state_json(r, fp8, sizeof fp8);
     snprintf(json, sizeof json,
              "{\"model\": \"%s\", \"model_type\": \"qwen3_vl\", \"iteration\": %d, \"loader_position\": %" PRId64
-             ", \"seed\": %" PRIu64 ", \"seq_length\": %d, \"micro_batch_size\": %d}",
+             ", \"seed\": %" PRIu64 ", \"seq_length\": %d, \"micro_batch_size\": %d%s}",
              c->model ? c->model : r->cfg.name, r->iteration, r->loader_position, c->seed, c->seq_length,
-             c->micro_batch_size);
+             c->micro_batch_size, fp8);
     LJ_TRY(lj_ckpt_save_ex(c->save, r->iteration, t, n, json, c->keep_last, save_hf, r));
     if (!c->quiet) lj_log_info("saved iteration %d to %s", r->iteration, c->save);
     return LJ_OK;
@@ -239,13 +344,27 @@ static lj_status state_int(const cJSON *j, const char *key, const char *root, in
 
 static lj_status load_state(vl_run *r, const char *root, int iteration) {
     const lj_vl_train_config *c = r->c;
-    lj_ckpt_tensor t[6];
-    const int n = ckpt_tensors(r, t);
+    /* state.json first: which FP8 recipe states this run can take */
     char *text = NULL;
-    LJ_TRY(lj_ckpt_load(root, iteration, t, n, &text));
-    upload_state(r, t);
+    LJ_TRY(lj_ckpt_read_state_json(root, iteration, &text));
     cJSON *j = cJSON_Parse(text);
     free(text);
+    text = NULL;
+    int take[2], saved = 0;
+    for (int k = 0; k < 2; k++) {
+        take[k] = fp8_state_loadable(r, j, k, root);
+        static const char *const key[2] = {"text", "vision"};
+        saved |= cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "fp8"), key[k]) && !take[k];
+    }
+    lj_ckpt_tensor t[8];
+    const int n = ckpt_tensors(r, t, take);
+    /* a saved state left out was named above: no warning about its tensor */
+    lj_status ls = lj_ckpt_load_ex(root, iteration, t, n, NULL, !saved);
+    if (ls != LJ_OK) {
+        cJSON_Delete(j);
+        return ls;
+    }
+    upload_state(r, t, n);
     int64_t it = 0, pos = 0, seed = 0, T = 0, B = 0;
     lj_status s = state_int(j, "iteration", root, &it);
     if (s == LJ_OK) s = state_int(j, "loader_position", root, &pos);
@@ -289,6 +408,25 @@ static void doc_starts(const lj_mm_batch *b, int32_t *out) {
     }
 }
 
+/* After iteration `iteration`'s passes: the amaxes of both towers' FP8 linears they recorded; one
+ * that is not finite (the tensor held inf or NaN) stops the run naming it, the first of each tower
+ * (the tower's forward runs first, the decoder's backward first: either may be where it began),
+ * before the loss is checked, as `ljperf train` does for a text model. */
+static lj_status check_fp8(vl_run *r, int iteration) {
+    static const char *const tower[2] = {"the decoder's", "the vision tower's"};
+    char what[2][160], both[400] = "";
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+        const lj_linear_recipe_ctx *lc = recipe_of(r, k);
+        if (!lc->fp8.active || !lj_linear_fp8_overflow(lc, what[k], sizeof what[k])) continue;
+        const size_t n = strlen(both);
+        snprintf(both + n, sizeof both - n, "%s%s %s", bad++ ? " and of " : "", tower[k], what[k]);
+    }
+    if (!bad) return LJ_OK;
+    return lj_fail(LJ_ERR_ARG, "FP8 scales overflow at iteration %d: the amax of %s %s not finite (the tensor holds "
+                               "inf or NaN; lower --lr or set --clip-grad)", iteration, both, bad > 1 ? "are" : "is");
+}
+
 static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out, int *tokens) {
     const lj_vl_train_config *c = r->c;
     const lj_ops *ops = r->m.ops;
@@ -317,6 +455,7 @@ static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out,
     const float lr = (float)lj_lr_at(&c->lr, r->iteration);
     *lr_out = lr;
     *grad_norm = lj_vl_optimizer_step(&r->opt, &r->vl, lr, r->iteration + 1);
+    LJ_TRY(check_fp8(r, r->iteration + 1));
     if (!isfinite(*loss)) return lj_fail(LJ_ERR_ARG, "iteration %d: the loss is not finite", r->iteration + 1);
     return LJ_OK;
 }
@@ -363,16 +502,7 @@ static lj_status run_loop(vl_run *r) {
     const lj_vl_train_config *c = r->c;
     int resume = 0, iteration = 0;
     char root[LJ_PATH_MAX] = "";
-    if (c->load) {
-        struct stat st;
-        char latest[LJ_PATH_MAX + 64];
-        snprintf(latest, sizeof latest, "%s/latest_checkpointed_iteration.txt", c->load);
-        if (stat(latest, &st) == 0) {
-            resume = 1;
-            snprintf(root, sizeof root, "%s", c->load);
-            LJ_TRY(lj_ckpt_latest(root, &iteration));
-        }
-    }
+    LJ_TRY(find_resume(c, &resume, root, &iteration));
     LJ_TRY(setup(r, resume, root, iteration));
     if (resume) LJ_TRY(load_state(r, root, iteration));
     else if (c->load) LJ_TRY(load_hf(r, c->load));
@@ -393,12 +523,13 @@ static lj_status run_loop(vl_run *r) {
     if (c->log_json) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for appending", c->log_json);
-        char precision[16];
+        char precision[64];
         const lj_train_start start = {
             .iteration = r->iteration,
             .model = r->cfg.name,
             .parameters = r->m.layout.total + r->vl.vis.layout.total,
-            .precision = lj_train_precision(r->m.ops, 0, NULL, precision, sizeof precision),
+            .precision = lj_train_precision(r->m.ops, r->m.linear.fp8.active || r->vl.vis.linear.fp8.active,
+                                            &c->fp8, precision, sizeof precision),
             .ops = r->m.ops,
             .devices = 1,
             .micro_batch_size = c->micro_batch_size,
@@ -450,7 +581,7 @@ lj_status lj_vl_train_run(const lj_vl_train_config *c) {
     if (r.log_json) fclose(r.log_json);
     if (r.loader) lj_mm_loader_close(r.loader);
     lj_vl_optimizer_free(&r.opt);
-    for (int i = 0; i < 6; i++) free(r.host[i]);
+    for (int i = 0; i < 8; i++) free(r.host[i]);
     free(r.doc_start);
     if (r.have_vl) lj_vl_free(&r.vl);
     if (r.have_model) {

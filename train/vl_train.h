@@ -23,7 +23,16 @@
  * same losses as an uninterrupted run); on CUDA with the same state (the decoder's attention
  * backward adds dQ with atomics, so its losses agree to rounding, not bit for bit). A save
  * downloads the tensors into host copies, a resume uploads them (the parameters rounded from the
- * master weights), on every backend. */
+ * master weights), on every backend.
+ *
+ * FP8 (--fp8-format; linear_recipe LJ_LINEAR_RECIPE_FP8 with `fp8`): the decoder's block linears
+ * (model/linear.h, as `ljperf train` of a text model runs them) and the vision tower's (qkv, proj,
+ * fc1, fc2 of every block, model/vision.h) run the recipe, each tower with its own amax histories
+ * and scales; the patch embedding, the mergers, the embedding and lm_head stay in the act dtype.
+ * A checkpoint then also holds text.fp8.state and vision.fp8.state (lj_linear_state_get: the
+ * histories and scales; state.json's "fp8" says their shapes), so that a resume is exact; a
+ * checkpoint without them, or of another shape, starts the recipe fresh, saying so. After every
+ * step the amaxes are checked: one that is not finite stops the run naming the tensor. */
 #ifndef LJ_TRAIN_VL_TRAIN_H
 #define LJ_TRAIN_VL_TRAIN_H
 
@@ -48,9 +57,17 @@ typedef struct {
     int freeze_language_model, freeze_vision_model, freeze_vision_projection;
     int hf_fp32;             /* --hf-dtype fp32 */
     int quiet;
+    lj_linear_recipe_kind linear_recipe; /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (above); default: the act dtype */
+    lj_linear_fp8_options fp8;           /* its settings (--fp8-recipe, ...; no --fp8-param-gather) */
 } lj_vl_train_config;
 
 void lj_vl_train_config_defaults(lj_vl_train_config *c);
+
+/* The model a run of `c` trains, as lj_vl_train_run resolves it: --model (a preset or config.json),
+ * else the config of --load (an HF Qwen3-VL directory, or the export of the checkpoint a resume
+ * reads). For the command line's checks before the run (the FP8 flags against the decoder's
+ * layers). Errors: those of lj_vl_config_resolve / lj_vl_config_load, LJ_ERR_ARG without either. */
+lj_status lj_vl_train_model_config(const lj_vl_train_config *c, lj_vl_config *cfg);
 
 /* Runs the training. Errors: bad flags and data (naming them), a dataset whose token ids are
  * not the model's, I/O of the checkpoints, a non-finite loss. */

@@ -21,7 +21,14 @@
 #   4. the PyTorch side-by-side (scripts/gpu/vl_pytorch_ref.py: transformers'
 #      Qwen3VLForConditionalGeneration from the same config, random weights, bf16 autocast, the
 #      same batches) in $MODES (eager compile) for the same models and sizes; a table of samples/s
-#      and peak memory of each against ljperf's.
+#      and peak memory of each against ljperf's;
+#   5. FP8 (not in the default steps: `gpu-vl.sh 5 6`): qwen3-vl-tiny trained with --fp8-format
+#      hybrid (delayed scaling; both towers' block linears in FP8) for $STEPS steps on CUDA against
+#      the same on the CPU (its exact emulation of the recipe, fp32 elsewhere): every step's loss
+#      within $LOSS_TOL relative; a CUDA FP8 run saved at 2 and resumed to 4 against the
+#      uninterrupted one (within 2e-3: the attention backward's atomics);
+#   6. ljperf benchmark of $FP8_BENCH_MODELS (qwen3-vl-2b qwen3-vl-8b) at 448x448 + 512 text
+#      tokens, bf16 and --fp8-format hybrid in the same job: samples/s, MFU and memory of each.
 # Full logs in $OUT, a short summary last. Steps are skipped once $BUDGET seconds (default 540) passed.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -56,6 +63,7 @@ ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-3}
 MODES=${MODES:-eager compile}
 BUDGET=${BUDGET:-540}
+FP8_BENCH_MODELS=${FP8_BENCH_MODELS:-qwen3-vl-2b qwen3-vl-8b}
 summary=$OUT/summary.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
@@ -188,6 +196,40 @@ for m in models:
                   f"{gib:11.1f} {ratio:>10s}")
 print("device GiB: ljperf's measured peak (total - free), PyTorch's total - free at the end; vs ljperf: ljperf's samples/s over the run's")
 EOF
+    ;;
+  5)
+    common=(--model qwen3-vl-tiny --data-path "$data" --seq-length 48 --micro-batch-size 2 --lr 1e-3 --seed 5
+            --num-workers 2 --train-iters "$STEPS" --quiet --fp8-format hybrid)
+    timeout 120 "$lj" train "${common[@]}" --device cpu --log-json "$OUT/fp8_cpu.jsonl" >"$OUT/fp8_cpu.log" 2>&1
+    say "5a. train qwen3-vl-tiny --fp8-format hybrid on the CPU: rc=$? $(losses "$OUT/fp8_cpu.jsonl" | tail -1)"
+    timeout 120 "$lj" train "${common[@]}" --device cuda --log-json "$OUT/fp8_cuda.jsonl" >"$OUT/fp8_cuda.log" 2>&1
+    say "5b. train qwen3-vl-tiny --fp8-format hybrid on CUDA: rc=$? $(losses "$OUT/fp8_cuda.jsonl" | tail -1)"
+    compare "$OUT/fp8_cuda.jsonl" "$OUT/fp8_cpu.jsonl" "$LOSS_TOL" >"$OUT/fp8_compare.txt" 2>&1
+    say "5c. CUDA FP8 against the CPU's emulation: rc=$? $(head -1 "$OUT/fp8_compare.txt")"
+    sed -n 2p "$OUT/fp8_compare.txt" | tee -a "$summary"
+    r4=(--model qwen3-vl-tiny --data-path "$data" --seq-length 48 --micro-batch-size 2 --lr 1e-3 --seed 5
+        --num-workers 2 --device cuda --quiet --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max)
+    rm -rf /tmp/vl_fp8_ckpt
+    timeout 120 "$lj" train "${r4[@]}" --train-iters 4 --log-json "$OUT/fp8_resume_full.jsonl" >"$OUT/fp8_resume_full.log" 2>&1
+    timeout 120 "$lj" train "${r4[@]}" --train-iters 2 --save /tmp/vl_fp8_ckpt --log-json "$OUT/fp8_resume_part.jsonl" \
+      >"$OUT/fp8_resume_a.log" 2>&1
+    timeout 120 "$lj" train "${r4[@]:2}" --train-iters 4 --load /tmp/vl_fp8_ckpt --log-json "$OUT/fp8_resume_part.jsonl" \
+      >"$OUT/fp8_resume_b.log" 2>&1
+    compare "$OUT/fp8_resume_part.jsonl" "$OUT/fp8_resume_full.jsonl" 2e-3 >"$OUT/fp8_resume_compare.txt" 2>&1
+    say "5d. CUDA FP8 resume at 2 against the uninterrupted run: rc=$? $(head -1 "$OUT/fp8_resume_compare.txt")"
+    ;;
+  6)
+    for m in $FP8_BENCH_MODELS; do
+      for prec in bf16 fp8; do
+        tag=${m}_448_$prec
+        extra=()
+        [ "$prec" = fp8 ] && extra=(--fp8-format hybrid)
+        timeout 300 "$lj" benchmark --model "$m" --device cuda --img-h 448 --img-w 448 --text-tokens 512 \
+          --micro-batch-size "$BENCH_MB" --train-iters "$ITERS" --warmup-iters "$WARMUP" --no-progress "${extra[@]}" \
+          --json "$OUT/bench_$tag.json" >"$OUT/bench_$tag.log" 2>&1
+        say "6. ljperf benchmark $m 448x448 + 512 text, $prec: rc=$? $(python3 -c "import json;r=json.load(open('$OUT/bench_$tag.json'));print('%.3f samples/s, %.0f tokens/s, MFU %.1f%%, %.1f GiB measured, %.1f GiB planned (FP8 buffers %.2f GiB)' % (r['samples_per_s'], r['tokens_per_s'], 100*r['mfu'], r['peak_mem_gib'], r['planned_mem_gib'], r['fp8_planned_bytes']/2**30))" 2>/dev/null)"
+      done
+    done
     ;;
   esac
 done
