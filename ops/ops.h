@@ -43,6 +43,9 @@ typedef struct {
     int64_t count;  /* elements */
     float weight_decay;
     int lr_group;   /* which set of step scalars the range reads: 0 .. LJ_ADAMW_LR_GROUPS - 1 */
+    int master_only; /* 1: the master weights (and moments) only; the range's place in the param
+                        buffer holds something else and is not written (--fp8-param-gather's FP8
+                        codes, model/linear.h); 0 (the default): the rounded copy too */
 } lj_adamw_segment;
 
 /* AdamW. Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019),
@@ -539,7 +542,8 @@ struct lj_ops {
     void (*global_norm_sq)(float *out, const void *grad, int64_t n, void *workspace);
     size_t (*global_norm_workspace_bytes)(int64_t n);
     /* AdamW over every segment of the flat buffers, in one pass. master[n] f32 is updated;
-     * params[n] (param dtype) receives the rounded copy, unless params == master (CPU).
+     * params[n] (param dtype) receives the rounded copy, unless params == master (CPU) or the
+     * segment is master_only (its part of params is left as it is).
      * hp: the fixed hyper-parameters (by value: baked into a captured graph);
      * step_scalars: [G][LJ_ADAMW_NUM_SCALARS] f32 in backend memory, G above every segment's
      * lr_group (lj_adamw_step_scalars per group, uploaded before the op runs; read on the
