@@ -127,6 +127,8 @@ const lj_op_case lj_op_cases[] = {
     {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize},
     {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_fp8_quantize},
     {"fp8_quantize", "cpu", CHECK, F32, D(256, 256, 1), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize_f32", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize_f32},
+    {"fp8_quantize_f32", "cpu", CHECK, F32, D(64, 136), 0, NONE, NONE, 1, lj_case_fp8_quantize_f32},
     {"fp8_transpose", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_transpose},
     {"fp8_transpose", "cpu", CHECK, F32, D(128, 64), 0, NONE, NONE, 1, lj_case_fp8_transpose},
     {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5, 0), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
@@ -177,6 +179,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("fp8_rmsnorm", D(70, 8192), 0, 0, lj_case_fp8_rmsnorm),
     CUDA_ONE("fp8_rmsnorm", D(4096, 2048), 0, 0, lj_case_fp8_rmsnorm),
     /* the transpose of kept codes: partial tiles, and full 64 x 64 ones */
+    CUDA_ONE("fp8_quantize_f32", D(37, 53), 0, 1, lj_case_fp8_quantize_f32),
+    CUDA_ONE("fp8_quantize_f32", D(100, 136), 0, 1, lj_case_fp8_quantize_f32),
+    CUDA_ONE("fp8_quantize_f32", D(2048, 3072), 0, 0, lj_case_fp8_quantize_f32),
     CUDA_ONE("fp8_transpose", D(37, 53), 0, 1, lj_case_fp8_transpose),
     CUDA_ONE("fp8_transpose", D(200, 336), 0, 1, lj_case_fp8_transpose),
     CUDA_ONE("fp8_transpose", D(1024, 2048), 0, 0, lj_case_fp8_transpose),
