@@ -77,6 +77,7 @@ uint64_t lj_optim_local_key(const lj_optim_local *u) {
         key = lj_hash(key, &u->segments[i].count, sizeof u->segments[i].count);
         key = lj_hash(key, &u->segments[i].weight_decay, sizeof u->segments[i].weight_decay);
         key = lj_hash(key, &u->segments[i].lr_group, sizeof u->segments[i].lr_group);
+        key = lj_hash(key, &u->segments[i].master_only, sizeof u->segments[i].master_only);
     }
     return key;
 }
