@@ -314,7 +314,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
              cfg.ops->name, cfg.seq_length, mbs ? mbs : "1", cfg.train_iters);
     if (lj_dp_init(dp, cfg.ops, zero_stage, summary) != LJ_OK) return lj_cli_error("benchmark");
     if (lj_cli_megatron_fp8_param_gather(fp8.param_gather, cfg.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &cfg.fp8 : NULL,
-                                         &cfg.model, requested_stage, dp->world, cfg.ops->name, dp->rank == 0) != LJ_OK)
+                                         &cfg.model, requested_stage, dp->world, offload, cfg.ops->name,
+                                         dp->rank == 0) != LJ_OK)
         return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
     dp->offload_optimizer = offload;

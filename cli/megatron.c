@@ -630,8 +630,8 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
 }
 
 lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8_options *fp8,
-                                           const lj_model_config *cfg, int zero_stage, int world, const char *backend,
-                                           int print) {
+                                           const lj_model_config *cfg, int zero_stage, int world, int offload,
+                                           const char *backend, int print) {
     if (!param_gather) return LJ_OK;
     /* megatron/core/transformer/transformer_config.py and megatron/training/arguments.py */
     if (!fp8)
@@ -665,9 +665,12 @@ lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8
         snprintf(how, sizeof how, "ZeRO stage %d: the updated %s parameters are all-gathered as before, then every "
                                   "rank casts them (their FP8 copy and its transpose beside the %s weights)",
                  zero_stage, dtype, dtype);
+    else if (cuda && !offload)
+        snprintf(how, sizeof how, "one rank: their FP8 copy and its transpose in the place of their bf16 weights "
+                                  "(no bf16 copy kept: AdamW updates their f32 master, which the cast reads)");
     else
         snprintf(how, sizeof how, "one rank: their FP8 copy and its transpose beside the %s weights, which the "
-                                  "cast reads", dtype);
+                                  "cast reads%s", dtype, cuda ? " (optimizer offload pushes the bf16 weights)" : "");
     lj_log_info("--fp8-param-gather: the FP8 linears keep their weights as FP8 (E4M3, %s scaling), cast once per "
                 "optimizer step right after AdamW and read by every micro-batch's forward and backward; the master "
                 "weights stay f32%s; %s",

@@ -125,10 +125,11 @@ lj_status lj_cli_megatron_profile(const lj_cli_megatron *m, int print, lj_train_
  * arguments.py), and ljperf's: a per-tensor recipe (delayed or tensorwise; blockwise is refused),
  * and under ZeRO-3 over `world` > 1 ranks the linears' input widths of `cfg` multiples of 16 (the
  * gathered codes are the FP8 GEMM's rows). With `print`, says what the run keeps and gathers
- * (model/linear.h, parallel/zero3.h). Errors: LJ_ERR_ARG naming the flag. */
+ * (model/linear.h, parallel/zero3.h; `offload`: --offload-optimizer cpu on this backend). Errors:
+ * LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8_options *fp8,
-                                           const lj_model_config *cfg, int zero_stage, int world, const char *backend,
-                                           int print);
+                                           const lj_model_config *cfg, int zero_stage, int world, int offload,
+                                           const char *backend, int print);
 
 /* The compatibility table of `ljperf train --help`. */
 /* Document masking of a run of model `cfg` (--reset-position-ids, --reset-attention-mask,

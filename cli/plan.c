@@ -435,7 +435,7 @@ int lj_cli_plan(int argc, char **argv) {
     if (make_target(&a, &t) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, t.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &t.fp8 : NULL,
-                                         &cfg, a.zero, a.world, t.ops->name, 1) != LJ_OK)
+                                         &cfg, a.zero, a.world, t.offload_optimizer, t.ops->name, 1) != LJ_OK)
         return lj_cli_error("plan");
     const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);
     if (a.seq < 0) {

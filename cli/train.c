@@ -593,7 +593,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     LJ_TRY(lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, c->linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &c->fp8 : NULL,
                                             &c->model, c->zero.zero_stage,
                                             lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
-                                            c->ops->name, rank0));
+                                            c->offload_optimizer, c->ops->name, rank0));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
     if (c->ops->config.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "

@@ -164,7 +164,8 @@ static size_t fp8_workspace_bytes(const lj_linear_recipe_ctx *c, int N) {
 static const char *const kind_names[4] = {"qkv", "o", "gate_up", "down"};
 
 /* --fp8-param-gather (linear.h): the dequantization factors and amaxes of the kept weights, and
- * replicated their codes and transposes, one pair per FP8 linear. */
+ * replicated their codes and transposes, one pair per FP8 linear, unless they lie in the weight's
+ * place of the parameter buffer (in_params: bound by lj_linear_bind_weight). */
 static void plan_kept_weights(lj_linear_recipe_ctx *c, lj_buffer_walker *w) {
     lj_linear_fp8_state *f = &c->fp8;
     int64_t nh, ns;
@@ -178,7 +179,7 @@ static void plan_kept_weights(lj_linear_recipe_ctx *c, lj_buffer_walker *w) {
             if (s < 0) continue;
             const int in = c->in_features[k], out = c->out_features[k];
             f->wkept[s] = f->wkept_t[s] = NULL;
-            if (f->sharded) continue;
+            if (f->sharded || f->in_params[s]) continue;
             snprintf(name, sizeof name, "fp8.layers.%d.%s.w", l, kind_names[k]);
             f->wkept[s] = w->take(w, LJ_ARENA_PARAMS, name, (size_t)out * lj_fp8_ld(in));
             snprintf(name, sizeof name, "fp8.layers.%d.%s.w_t", l, kind_names[k]);
@@ -771,18 +772,60 @@ int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c) {
 void lj_linear_shard_weights(lj_linear_recipe_ctx *c) {
     LJ_ASSERT(c->fp8.kept, "lj_linear_shard_weights: no kept FP8 weights (--fp8-param-gather)");
     c->fp8.sharded = 1;
+    memset(c->fp8.in_params, 0, sizeof c->fp8.in_params); /* the residency holds the codes */
+}
+
+/* The bytes of FP8 linear kind k's codes and their transpose. */
+static int64_t kept_pair_bytes(const lj_linear_recipe_ctx *c, lj_linear_kind k) {
+    const int in = c->in_features[k], out = c->out_features[k];
+    return (int64_t)out * lj_fp8_ld(in) + (int64_t)in * lj_fp8_ld(out);
+}
+
+int lj_linear_place_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, int in_params) {
+    lj_linear_fp8_state *f = &c->fp8;
+    LJ_ASSERT(f->kept && !f->sharded && (unsigned)k < 4 && f->slot[layer][k] >= 0,
+              "lj_linear_place_weight: layer %d kind %d", layer, (int)k);
+    const int64_t place = (int64_t)c->out_features[k] * c->in_features[k] * (int64_t)lj_dtype_size(c->ops->param_dtype);
+    const int s = f->slot[layer][k];
+    f->in_params[s] = in_params && kept_pair_bytes(c, k) <= place;
+    return f->in_params[s];
 }
 
 void lj_linear_bind_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *src, int64_t n, void *dst) {
     lj_linear_fp8_state *f = &c->fp8;
     LJ_ASSERT(f->kept && (unsigned)k < 4 && f->slot[layer][k] >= 0, "lj_linear_bind_weight: layer %d kind %d", layer,
               (int)k);
-    LJ_ASSERT(f->sharded ? dst && n % 64 == 0 : !dst && n == (int64_t)c->out_features[k] * c->in_features[k],
-              "lj_linear_bind_weight: %lld elements for layers.%d.%s", (long long)n, layer, kind_names[k]);
     const int s = f->slot[layer][k];
+    const int64_t numel = (int64_t)c->out_features[k] * c->in_features[k];
+    const int in_params = !f->sharded && f->in_params[s];
+    LJ_ASSERT(f->sharded ? dst && n % 64 == 0 : n == numel && (dst != NULL) == in_params,
+              "lj_linear_bind_weight: %lld elements for layers.%d.%s", (long long)n, layer, kind_names[k]);
     f->wsrc[s] = src;
     f->wsrc_numel[s] = n;
-    f->wdst[s] = dst;
+    f->wdst[s] = f->sharded ? dst : NULL;
+    if (in_params) { /* the codes, then the transpose, in W's place (16-byte aligned rows: ld) */
+        LJ_ASSERT(((uintptr_t)dst & 15) == 0, "lj_linear_bind_weight: layers.%d.%s's place is not 16-byte aligned",
+                  layer, kind_names[k]);
+        f->wkept[s] = dst;
+        f->wkept_t[s] = (uint8_t *)dst + (int64_t)c->out_features[k] * lj_fp8_ld(c->in_features[k]);
+    }
+}
+
+int lj_linear_codes_in_params(const lj_linear_recipe_ctx *c, const lj_param_layout *layout, int64_t *offset,
+                              int64_t *count) {
+    const lj_linear_fp8_state *f = &c->fp8;
+    int n = 0;
+    for (int l = 0; f->kept && !f->sharded && l < c->num_layers; l++) {
+        for (int k = 0; k < 4; k++) { /* the layout's order within a layer: q|k|v, o, gate|up, down */
+            const int s = f->slot[l][k];
+            if (s < 0 || !f->in_params[s]) continue;
+            offset[n] = layout->params[lj_linear_param(layout, (lj_linear_kind)k, l)].offset;
+            count[n] = (int64_t)c->out_features[k] * c->in_features[k];
+            LJ_ASSERT(n == 0 || offset[n] >= offset[n - 1] + count[n - 1], "lj_linear_codes_in_params: out of order");
+            n++;
+        }
+    }
+    return n;
 }
 
 void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
@@ -793,7 +836,12 @@ void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
     const lj_fp8_format fmt = lj_linear_fp8_fwd_format(&c->fp8_opt);
     /* W's amax over the whole tensor: every rank's slice when sharded, so that each rank casts
      * with the same scale (tensorwise) and the overflow report sees the whole weight */
-    for (int s = 0; s < F; s++) ops->fp8_amax(f->wamax + s, f->wsrc[s], f->wsrc_numel[s]);
+    for (int s = 0; s < F; s++) {
+        if (f->in_params[s] && !f->sharded) /* the f32 master as the param copy would round it */
+            ops->fp8_amax_f32(f->wamax + s, f->wsrc[s], f->wsrc_numel[s], ops->param_dtype);
+        else
+            ops->fp8_amax(f->wamax + s, f->wsrc[s], f->wsrc_numel[s]);
+    }
     if (f->sharded && c->amax_reduce) c->amax_reduce(c, f->wamax, F);
     for (int l = 0; l < c->num_layers; l++) {
         for (int k = 0; k < 4; k++) {
@@ -809,6 +857,9 @@ void lj_linear_cast_weights(lj_linear_recipe_ctx *c) {
                     ops->fp8_quantize((uint8_t *)f->wdst[s] + 64 * r, NULL,
                                       (const char *)f->wsrc[s] + 64 * r * (int64_t)lj_dtype_size(ops->param_dtype),
                                       (int)(rows - r < (1 << 20) ? rows - r : 1 << 20), 64, fmt, &sc);
+            else if (f->in_params[s])
+                ops->fp8_quantize_f32(f->wkept[s], f->wkept_t[s], f->wsrc[s], c->out_features[k], c->in_features[k],
+                                      ops->param_dtype, fmt, &sc);
             else
                 ops->fp8_quantize(f->wkept[s], f->wkept_t[s], f->wsrc[s], c->out_features[k], c->in_features[k], fmt,
                                   &sc);

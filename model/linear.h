@@ -56,9 +56,21 @@
  * The scale of W is the one in the recipe state at the cast (delayed: the history's, updated at
  * each pass_begin; tensorwise: from W's amax then), its dequantization factor is kept beside the
  * codes (wkept_sinv), W's amax is recorded at the cast (delayed: into the history's newest row).
- *   replicated (one rank, ZeRO-1/2): the codes [out, ld(in)] and their transpose [in, ld(out)] of
- *            every FP8 linear, 2 bytes per parameter of the FP8 linears beside the param-dtype
- *            weights the cast reads, and no weight scratch;
+ *   in place (one rank whose param dtype is not f32, optimizer not offloaded: CUDA's bf16; the
+ *            plan decides, lj_linear_place_weight): as in Megatron the FP8 copy is the parameter:
+ *            the codes [out, ld(in)] and their transpose [in, ld(out)] of every FP8 linear lie in
+ *            that weight's own place of the flat parameter buffer (out x in x 2 bytes: they fit
+ *            when out and in are multiples of 16; a linear whose shape does not is kept as below),
+ *            which holds no param-dtype copy of it; AdamW updates its f32 master only
+ *            (lj_adamw_segment.master_only, lj_dp_segments), the cast reads the master rounded to
+ *            the param dtype on the fly (fp8_amax_f32, fp8_quantize_f32: the codes of the copy the
+ *            run without the flag reads), the weights' upload skips those places and the readers
+ *            of the weights (checkpoints, the HF export) read the master; no weight scratch;
+ *   replicated (ZeRO-1/2 over several ranks, which all-gather the param-dtype weights; optimizer
+ *            offload, which pushes them from the host master; the CPU, whose params are the f32
+ *            master): the codes and their transpose of every FP8 linear in buffers of their own, 2
+ *            bytes per parameter of the FP8 linears beside the param-dtype weights the cast reads,
+ *            and no weight scratch;
  *   sharded (ZeRO-3, lj_linear_shard_weights): each rank casts only its slice of each weight (the
  *            residency's unit, lj_linear_bind_weight) into the residency's FP8 shard, with the scale
  *            every rank holds (delayed: the reduced history; tensorwise: the amax all-reduced, max,
@@ -196,8 +208,12 @@ typedef struct {
                                    the codes as the linears' weights (ZeRO-3; lj_linear_shard_weights) */
     int stale;                  /* host: the kept codes are not those of the weights and recipe state now */
     void *wkept_t[LJ_LINEAR_FP8_MAX]; /* replicated: [in, ld(out)] the transpose of wkept[s] */
-    const void *wsrc[LJ_LINEAR_FP8_MAX]; /* what the cast of s reads (param dtype): W [out, in] whole, or
-                                   sharded this rank's slice of it (lj_linear_bind_weight) */
+    int in_params[LJ_LINEAR_FP8_MAX]; /* replicated: 1 where wkept[s] and wkept_t[s] lie in W's own place
+                                   of the flat parameter buffer, which then holds no param-dtype copy
+                                   of W, and wsrc[s] is W's f32 master (lj_linear_place_weight) */
+    const void *wsrc[LJ_LINEAR_FP8_MAX]; /* what the cast of s reads: W [out, in] whole (param dtype, or
+                                   its f32 master where in_params[s]), or sharded this rank's slice of
+                                   it (param dtype; lj_linear_bind_weight) */
     int64_t wsrc_numel[LJ_LINEAR_FP8_MAX]; /* its elements (sharded: a multiple of 64, padding zero) */
     void *wdst[LJ_LINEAR_FP8_MAX]; /* sharded: where the slice's codes go, wsrc_numel[s] bytes */
     float *wkept_sinv;          /* [3F * LJ_FP8_SCALE_INV_STRIDE]: scale_inv as at the cast (W: 2s+1) */
@@ -399,11 +415,31 @@ int64_t lj_linear_kept_bytes(const lj_linear_recipe_ctx *c);
 /* ZeRO-3's residency, before the plan: each rank casts only its slices of the weights, which the
  * residency gathers as codes (c->fp8.sharded); the plan then keeps no replicated copy. */
 void lj_linear_shard_weights(lj_linear_recipe_ctx *c);
+/* Replicated, before the recipe's plan (the plan's walk calls it for every FP8 linear, with the
+ * model's answer in `in_params`: one rank whose f32 master weights are all in backend memory and
+ * whose param dtype is not f32, plan/plan.c): 1 asks that block linear k of layer `layer` keep its
+ * codes [out, ld(in)] and their transpose [in, ld(out)] in its weight's own place in the flat
+ * parameter buffer (out x in param-dtype elements, 16-byte aligned), which then holds no
+ * param-dtype copy of W: AdamW updates its master only (lj_adamw_segment.master_only) and the cast
+ * reads the master (fp8_quantize_f32, rounded to the param dtype first: the same codes). Granted
+ * where they fit, out * ld(in) + in * ld(out) <= out * in * the param dtype's size (bf16: out and
+ * in multiples of 16, every real model's); elsewhere, or with 0, the plan gives them buffers of
+ * their own (fp8.layers.L.K.w, .w_t) beside the param-dtype W the cast reads. Returns whether
+ * the codes are in W's place. */
+int lj_linear_place_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, int in_params);
 /* Once the plan is bound: what the cast of block linear k of layer `layer` (an FP8 one) reads, src
- * [n] in the param dtype in backend memory (replicated: W [out, in] whole, n = out * in, dst NULL;
- * sharded: this rank's slice, n a multiple of 64 whose elements past W are zero, and dst[n] the
- * bytes its codes go to, both 16-byte aligned). */
+ * [n] in backend memory (replicated: W [out, in] whole, n = out * in; in the param dtype with dst
+ * NULL, or where lj_linear_place_weight granted it W's f32 master with dst W's place in the
+ * parameter buffer, 16-byte aligned, where the codes and their transpose go; sharded: this rank's
+ * slice in the param dtype, n a multiple of 64 whose elements past W are zero, and dst[n] the bytes
+ * its codes go to, both 16-byte aligned). */
 void lj_linear_bind_weight(lj_linear_recipe_ctx *c, lj_linear_kind k, int layer, const void *src, int64_t n, void *dst);
+/* The ranges of the flat parameter layout (elements) that hold FP8 codes instead of the param copy
+ * (lj_linear_place_weight), in increasing order: [offset[i], offset[i] + count[i]) for i below the
+ * returned number (at most LJ_LINEAR_FP8_MAX entries each; 0 when there are none). Whatever writes
+ * the param copy skips them (AdamW's segments, the weights' upload). */
+int lj_linear_codes_in_params(const lj_linear_recipe_ctx *c, const lj_param_layout *layout, int64_t *offset,
+                              int64_t *count);
 /* Casts every FP8 linear's weight into its kept codes (replicated: and their transpose) with its
  * scale (delayed: as it is; tensorwise: from W's amax, reduced over the ranks when sharded),
  * records W's amax (wamax; delayed: raised into the history's newest row, reduced over the ranks

@@ -146,7 +146,8 @@ struct lj_model {
     const lj_residency *residency; /* NULL: replicated (flat buffers); else set by lj_parallelize */
     void *residency_state;         /* the residency's own state (e.g. parallel/zero3.h's lj_zero3) */
     int parallelized;              /* lj_parallelize has run (it runs once) */
-    void *params;        /* [padded_numel] param dtype */
+    void *params;        /* [padded_numel] param dtype (on one rank under --fp8-param-gather, the FP8
+                            linears' places hold their codes instead: lj_linear_codes_in_params) */
     float *master;       /* [shard_numel] f32 master weights of this rank's shard (training; on an f32
                             backend: params + shard_begin; under optimizer offload: host memory) */
     void *grads;         /* [grad_numel] grad dtype (training) */
@@ -244,7 +245,9 @@ void lj_model_init_weights(lj_model *m, uint64_t seed);
  * the scale of the activations matter. */
 void lj_model_init_weights_dummy(lj_model *m, uint64_t seed);
 
-/* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard. */
+/* Sets the weights from host f32 `params` [P]: the param copy and this rank's master shard (not
+ * the param copy of weights whose place holds --fp8-param-gather's codes, lj_linear_codes_in_params:
+ * those codes are cast from the master before the next forward). */
 void lj_model_set_weights(lj_model *m, const float *params);
 /* lj_model_set_weights for the flat range [offset, offset + n) only, from host f32 src[n], so that
  * a resume streams the weights through a bounded buffer (under ZeRO-3 only the ranges inside
@@ -280,7 +283,9 @@ void lj_model_forward(lj_model *m, int backward, float dloss);
 void lj_model_backward(lj_model *m);
 
 /* Where parameter `index` (layout order) and its gradient are now: in the flat buffers, or where
- * the residency keeps them while the parameter's unit is fetched / collecting gradients. */
+ * the residency keeps them while the parameter's unit is fetched / collecting gradients. A weight
+ * whose place holds --fp8-param-gather's codes (lj_linear_codes_in_params) has no param-dtype
+ * values there: the linear module reads its codes, anything else its master. */
 void *lj_model_param(const lj_model *m, int index);
 void *lj_model_grad(const lj_model *m, int index);
 

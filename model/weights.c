@@ -30,6 +30,24 @@ void lj_model_upload_as_param(const lj_model *m, void *dst, const float *src, in
     free(stage);
 }
 
+/* The param copy of host f32 values [offset, offset + n) of the flat layout (replicated params),
+ * but for the ranges that hold --fp8-param-gather's codes instead (lj_linear_codes_in_params):
+ * those are written by the cast from the master, before the next forward (the caller marks them
+ * stale), and an upload there would leave codes that are not the weights'. */
+static void upload_param_copy(lj_model *m, const float *src, int64_t offset, int64_t n) {
+    const size_t sp = lj_dtype_size(m->ops->param_dtype);
+    int64_t co[LJ_LINEAR_FP8_MAX], cn[LJ_LINEAR_FP8_MAX];
+    const int nc = lj_linear_codes_in_params(&m->linear, &m->layout, co, cn);
+    int64_t at = offset;
+    const int64_t end = offset + n;
+    for (int i = 0; i <= nc && at < end; i++) {
+        const int64_t hole = i < nc ? co[i] : end, after = i < nc ? co[i] + cn[i] : end;
+        const int64_t stop = hole < end ? hole : end;
+        if (stop > at) lj_model_upload_as_param(m, (char *)m->params + (size_t)at * sp, src + (at - offset), stop - at);
+        if (after > at) at = after;
+    }
+}
+
 /* Uploads host f32 values [offset, offset + n) of the flat parameter buffer: into the params
  * directly on an f32 backend; else rounded to the param dtype on the host (round-to-nearest-even,
  * the device cast's rule) into the params, and the part inside this rank's shard, unrounded, into
@@ -54,7 +72,7 @@ static void upload_range(lj_model *m, const float *src, int64_t offset, int64_t 
         }
         return;
     }
-    lj_model_upload_as_param(m, (char *)m->params + (size_t)offset * lj_dtype_size(ops->param_dtype), src, n);
+    upload_param_copy(m, src, offset, n);
     if (ops->param_dtype == LJ_DTYPE_F32 && !offload) return; /* the master is the params */
     const int64_t lo = offset > m->shard_begin ? offset : m->shard_begin;
     const int64_t hi = offset + n < m->shard_begin + m->shard_numel ? offset + n : m->shard_begin + m->shard_numel;

@@ -43,6 +43,9 @@ typedef struct {
     int64_t count;  /* elements */
     float weight_decay;
     int lr_group;   /* which set of step scalars the range reads: 0 .. LJ_ADAMW_LR_GROUPS - 1 */
+    int master_only; /* 1: the master weights (and moments) only; the range's place in the param
+                        buffer holds something else and is not written (--fp8-param-gather's FP8
+                        codes, model/linear.h); 0 (the default): the rounded copy too */
 } lj_adamw_segment;
 
 /* AdamW. Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019),
@@ -231,6 +234,15 @@ struct lj_ops {
      * fuses. */
     void (*fp8_quantize)(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
+    /* The casts of f32 values as another dtype holds them: each x[i] (f32) first rounded to `via`
+     * (LJ_DTYPE_BF16: to nearest even, as cast_f32_to_param and AdamW's param copy round it;
+     * LJ_DTYPE_F32: as it is), then as fp8_amax and fp8_quantize of those values (the same
+     * amax, codes, transpose, padding and scales as those ops give of a buffer holding them, bit
+     * for bit). For --fp8-param-gather's cast of the f32 master weights where the param-dtype
+     * copy is not kept (model/linear.h): the codes of the copy the run without that flag reads. */
+    void (*fp8_amax_f32)(float *amax, const float *x, int64_t n, lj_dtype via);
+    void (*fp8_quantize_f32)(void *q, void *q_t, const float *x, int rows, int cols, lj_dtype via, lj_fp8_format fmt,
+                             const lj_fp8_scaling *sc);
     /* q_t[cols, ld(rows)] = q[rows, ld(cols)] transposed, codes moved as they are (the "TN"
      * operand of the data gradient from weight codes gathered without their transpose:
      * --fp8-param-gather under ZeRO-3, model/linear.h); q_t's padding columns zero, q's not read.
@@ -539,7 +551,8 @@ struct lj_ops {
     void (*global_norm_sq)(float *out, const void *grad, int64_t n, void *workspace);
     size_t (*global_norm_workspace_bytes)(int64_t n);
     /* AdamW over every segment of the flat buffers, in one pass. master[n] f32 is updated;
-     * params[n] (param dtype) receives the rounded copy, unless params == master (CPU).
+     * params[n] (param dtype) receives the rounded copy, unless params == master (CPU) or the
+     * segment is master_only (its part of params is left as it is).
      * hp: the fixed hyper-parameters (by value: baked into a captured graph);
      * step_scalars: [G][LJ_ADAMW_NUM_SCALARS] f32 in backend memory, G above every segment's
      * lr_group (lj_adamw_step_scalars per group, uploaded before the op runs; read on the

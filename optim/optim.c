@@ -154,7 +154,43 @@ int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, 
         seg[n].count = hi - lo;
         seg[n].weight_decay = segments[i].weight_decay;
         seg[n].lr_group = segments[i].lr_group;
+        seg[n].master_only = segments[i].master_only;
         n++;
+    }
+    *out = seg;
+    return n;
+}
+
+int lj_adamw_segments_master_only(const lj_adamw_segment *segments, int num_segments, const int64_t *offset,
+                                  const int64_t *count, int num_ranges, lj_adamw_segment **out) {
+    for (int r = 1; r < num_ranges; r++)
+        LJ_ASSERT(offset[r] >= offset[r - 1] + count[r - 1], "master-only ranges: not sorted and disjoint at %d", r);
+    lj_adamw_segment *seg = lj_calloc((size_t)(num_segments + 2 * num_ranges + 1), sizeof *seg);
+    int n = 0;
+    for (int i = 0; i < num_segments; i++) {
+        const lj_adamw_segment *g = &segments[i];
+        const int64_t end = g->offset + g->count;
+        int64_t at = g->offset;
+        int r = 0;
+        while (at < end) {
+            while (r < num_ranges && offset[r] + count[r] <= at) r++;
+            /* [at, next) is inside range r (master only) or before it (as the segment says) */
+            const int inside = r < num_ranges && offset[r] <= at;
+            int64_t next = inside ? offset[r] + count[r] : r < num_ranges ? offset[r] : end;
+            if (next > end) next = end;
+            const int mo = inside || g->master_only;
+            if (n > 0 && seg[n - 1].offset + seg[n - 1].count == at && seg[n - 1].weight_decay == g->weight_decay &&
+                seg[n - 1].lr_group == g->lr_group && seg[n - 1].master_only == mo) {
+                seg[n - 1].count += next - at;
+            } else {
+                seg[n] = *g;
+                seg[n].offset = at;
+                seg[n].count = next - at;
+                seg[n].master_only = mo;
+                n++;
+            }
+            at = next;
+        }
     }
     *out = seg;
     return n;

@@ -180,4 +180,12 @@ int lj_adamw_segments(const lj_param_layout *layout, const lj_adamw_config *cfg,
 int lj_adamw_segments_slice(const lj_adamw_segment *segments, int num_segments, int64_t begin, int64_t count,
                             lj_adamw_segment **out);
 
+/* The segments split at the ranges [offset[r], offset[r] + count[r]) (r < num_ranges, sorted and
+ * disjoint, in the segments' coordinates), the parts inside a range marked master_only (AdamW then
+ * writes no param copy there: --fp8-param-gather's codes in the parameter buffer, model/linear.h);
+ * adjacent parts alike in weight decay, lr group and master_only are merged again. Returns the
+ * count; *out is heap-allocated. */
+int lj_adamw_segments_master_only(const lj_adamw_segment *segments, int num_segments, const int64_t *offset,
+                                  const int64_t *count, int num_ranges, lj_adamw_segment **out);
+
 #endif

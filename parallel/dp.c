@@ -119,7 +119,20 @@ int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segme
     const lj_zero3 *z = lj_zero3_of(m);
     if (!z || !z->shard_params) {
         lj_adamw_segment *all;
-        const int n_all = lj_adamw_segments(&m->layout, cfg, &all);
+        int n_all = lj_adamw_segments(&m->layout, cfg, &all);
+        /* --fp8-param-gather's codes in the weights' places (one rank, model/linear.h): AdamW
+         * updates those weights' master only */
+        int64_t *co = lj_malloc(LJ_LINEAR_FP8_MAX * sizeof(int64_t));
+        int64_t *cn = lj_malloc(LJ_LINEAR_FP8_MAX * sizeof(int64_t));
+        const int nc = lj_linear_codes_in_params(&m->linear, &m->layout, co, cn);
+        if (nc > 0) {
+            lj_adamw_segment *split;
+            n_all = lj_adamw_segments_master_only(all, n_all, co, cn, nc, &split);
+            free(all);
+            all = split;
+        }
+        free(co);
+        free(cn);
         const int n = lj_adamw_segments_slice(all, n_all, m->shard_begin, m->shard_numel, out);
         free(all);
         return n;

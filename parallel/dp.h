@@ -87,7 +87,9 @@ double lj_dp_optimizer_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segm
 /* The AdamW segments (lj_adamw_segments: weight decay and lr group per tensor) of this rank's shard, offsets
  * relative to the shard: a slice of the flat buffers (no ZeRO, stages 1-2), or under ZeRO-3
  * over several ranks the parameter pieces the rank holds in shard order (adjacent equal ones
- * merged). Computed once per run; returns the count, *out is heap-allocated. */
+ * merged). The weights whose place in the params holds --fp8-param-gather's codes
+ * (lj_linear_codes_in_params) are master_only segments. Computed once per run, after the plan is
+ * bound; returns the count, *out is heap-allocated. */
 int lj_dp_segments(const lj_model *m, const lj_adamw_config *cfg, lj_adamw_segment **out);
 
 /* One whole training step of ONE micro-batch per rank (no gradient accumulation), over the

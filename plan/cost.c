@@ -224,7 +224,10 @@ void lj_perf_rates_measure_cpu(lj_perf_rates *r) {
  *   tensorwise the amax passes besides: N(2C+Q+I)sa + W*sp forward, N(QKV+2C+2I)sa backward
  *   full recompute repeats the forward casts of q/k/v, o_proj and gate/up
  *   --fp8-param-gather (kept weights, model/linear.h): none of the weights' casts per micro-batch;
- *              once per optimizer step W(2sp + 2) (its amax, then the cast with its transpose);
+ *              once per optimizer step W(2sp + 2) (its amax, then the cast with its transpose;
+ *              on one CUDA rank, where the codes replace the bf16 weights, the cast reads the f32
+ *              master, W(2*4 + 2), and AdamW writes no copy of them, W*sp less: 2W bytes more in
+ *              all, not modelled);
  *              the ZeRO-3 form's per-micro-batch transposes of the gathered codes are not counted
  * Kernel launches, GEMM efficiency at small shapes and overlap are not modelled: the
  * throughputs are meant to be measured at training shapes on the device (the cache).

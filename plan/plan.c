@@ -176,16 +176,37 @@ static void walk(walker *w, lj_model *m) {
     m->d_gate_up = training ? take(w, LJ_ARENA_SCRATCH, "d_gate_up", N * 2 * I * sa) : NULL;
     m->d_mlp = training ? take(w, LJ_ARENA_SCRATCH, "d_mlp", N * I * sa) : NULL;
 
-    /* the linears' recipe (model/linear.h): its state, scratch and workspaces (FP8: the "fp8." buffers) */
-    lj_linear_plan(&m->linear, (int)N, &w->base);
-    /* --fp8-param-gather with replicated parameters: each kept FP8 weight is cast from the whole
-     * param-dtype weight (under ZeRO-3 the residency binds this rank's slices instead) */
-    for (int l = 0; w->base.bind && m->linear.fp8.kept && !m->linear.fp8.sharded && l < L; l++) {
+    /* --fp8-param-gather with replicated parameters (model/linear.h): on one rank whose f32 master
+     * weights are all in device memory, with a param dtype narrower than the master's, each FP8
+     * linear keeps its codes and their transpose in its weight's own place in `params` (which then
+     * holds no param-dtype copy of it; AdamW and the cast use the master), where they fit; else
+     * (ZeRO-1/2 over several ranks all-gather the param-dtype weights, optimizer offload pushes
+     * them from the host master, the CPU's params are the master) in buffers of their own */
+    const int kept = m->linear.fp8.kept && !m->linear.fp8.sharded;
+    const int in_place = kept && training && ops->param_dtype != LJ_DTYPE_F32 && !m->residency &&
+                         !lj_offload_of(m) && m->shard_begin == 0 && m->shard_numel >= m->layout.total;
+    for (int l = 0; kept && l < L; l++) {
         for (int k = 0; k < 4; k++) {
             if (m->linear.fp8.slot[l][k] < 0) continue;
             const lj_param_info *pi = &m->layout.params[lj_linear_param(&m->layout, (lj_linear_kind)k, l)];
-            lj_linear_bind_weight(&m->linear, (lj_linear_kind)k, l, (char *)m->params + (size_t)pi->offset * sp,
-                                  (int64_t)m->linear.out_features[k] * m->linear.in_features[k], NULL);
+            lj_linear_place_weight(&m->linear, (lj_linear_kind)k, l, in_place && pi->offset * sp % 16 == 0);
+        }
+    }
+    /* the linears' recipe (model/linear.h): its state, scratch and workspaces (FP8: the "fp8." buffers) */
+    lj_linear_plan(&m->linear, (int)N, &w->base);
+    /* each kept FP8 weight is cast from the whole weight: its f32 master where its codes are in its
+     * place, else its param-dtype copy (under ZeRO-3 the residency binds this rank's slices instead) */
+    for (int l = 0; w->base.bind && kept && l < L; l++) {
+        for (int k = 0; k < 4; k++) {
+            const int s = m->linear.fp8.slot[l][k];
+            if (s < 0) continue;
+            const lj_param_info *pi = &m->layout.params[lj_linear_param(&m->layout, (lj_linear_kind)k, l)];
+            char *place = (char *)m->params + (size_t)pi->offset * sp;
+            const int64_t n = (int64_t)m->linear.out_features[k] * m->linear.in_features[k];
+            if (m->linear.fp8.in_params[s])
+                lj_linear_bind_weight(&m->linear, (lj_linear_kind)k, l, m->master + pi->offset, n, place);
+            else
+                lj_linear_bind_weight(&m->linear, (lj_linear_kind)k, l, place, n, NULL);
         }
     }
 

@@ -16,7 +16,9 @@
  *     lj_fp8_from_f32 of x times the tile's scale, the columnwise cast is the rowwise cast of the
  *     transpose, a block-scaled transpose has the transposed codes and grid, an outlier costs
  *     only its own tile precision, and the GEMM is the product of the dequantized operands; and
- *     the recipe through the model, against fp32, and with kept FP8 inputs equal to recast ones. */
+ *     the recipe through the model, against fp32, and with kept FP8 inputs equal to recast ones;
+ *   - --fp8-param-gather's codes in the weights' places of bf16 params (one rank): the plan, the
+ *     upload, the cast and AdamW's segments. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -634,6 +636,145 @@ static void test_recipe_tables(void **state) {
     lj_test_model_destroy(&t);
 }
 
+/* --fp8-param-gather on one rank of a backend whose params are bf16 (model/linear.h): the CPU
+ * table with its param dtype set to bf16, planned and allocated but never run forward (the CPU's
+ * kernels read f32 weights). Layer 0 stays bf16. Each FP8 linear's codes and transpose lie in
+ * its weight's place in `params`: the plan has no fp8.layers.* and no weight scratch; the upload
+ * of weights writes the master and the bf16 copy of everything else, not those places; the cast
+ * writes there the codes of the master rounded to bf16 (tensorwise: with that copy's amax) and
+ * their transpose; AdamW's segments (lj_dp_segments) are master_only over exactly those weights;
+ * the weights read back are the master's. The same model with f32 params (the CPU as it is)
+ * keeps the codes beside the params, and so does a shape whose codes do not fit (hidden 40). */
+static void test_param_gather_in_place(void **state) {
+    (void)state;
+    lj_ops ops = *lj_ops_cpu();
+    ops.param_dtype = LJ_DTYPE_BF16;
+    const lj_model_config c = lj_test_small_config(3, 0);
+    lj_model_options o = lj_test_train_options(B, T, 1);
+    o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+    o.fp8 = fp8_options(1, LJ_FP8_RECIPE_TENSORWISE, 1, 0);
+    o.fp8.param_gather = 1;
+    o.fp8.bf16_layers_start = 1;
+    o.fp8.bf16_layers_end = 0;
+    /* which buffers the plans of the three have */
+    const lj_model_config odd = odd_config(3);
+    const struct { const lj_ops *ops; const lj_model_config *cfg; int in_place; } runs[3] = {
+        {&ops, &c, 1}, {lj_ops_cpu(), &c, 0}, {&ops, &odd, 0}};
+    for (int r = 0; r < 3; r++) {
+        lj_model m;
+        lj_plan p;
+        lj_model_init(&m, runs[r].ops, runs[r].cfg, &o);
+        lj_parallelize(&m, NULL, NULL);
+        lj_plan_build(&p, &m);
+        int codes = 0, scratch = 0;
+        for (int i = 0; i < p.count; i++) {
+            codes += !strncmp(p.buffers[i].name, "fp8.layers.", 11);
+            scratch += !strcmp(p.buffers[i].name, "fp8.w") || !strcmp(p.buffers[i].name, "fp8.w_t");
+        }
+        assert_int_equal(codes, runs[r].in_place ? 0 : 2 * 4 * 2);
+        assert_int_equal(scratch, 0);
+        lj_plan_free(&p);
+        lj_model_free(&m);
+    }
+
+    lj_test_model t;
+    lj_model_init(&t.m, &ops, &c, &o);
+    lj_parallelize(&t.m, NULL, NULL);
+    lj_plan_build(&t.p, &t.m);
+    assert_int_equal(lj_plan_allocate(&t.p, &t.m), LJ_OK);
+    lj_model *m = &t.m;
+    const lj_linear_fp8_state *f = &m->linear.fp8;
+    assert_true(f->kept && !f->sharded && f->num_linears == 8);
+    int64_t co[LJ_LINEAR_FP8_MAX], cn[LJ_LINEAR_FP8_MAX];
+    const int nc = lj_linear_codes_in_params(&m->linear, &m->layout, co, cn);
+    assert_int_equal(nc, 8);
+    const int64_t P = m->layout.total;
+    float *w0 = lj_malloc((size_t)P * sizeof(float)), *w1 = lj_malloc((size_t)P * sizeof(float));
+    const uint16_t *params = m->params;
+    lj_model_init_weights(m, 42);
+    /* the bf16 copy everywhere but the codes' places, which the upload leaves as they were (zero) */
+    int64_t in_codes = 0, r = 0;
+    for (int64_t i = 0; i < P; i++) {
+        while (r < nc && i >= co[r] + cn[r]) r++;
+        const int inside = r < nc && i >= co[r];
+        in_codes += inside;
+        if (inside) assert_int_equal(params[i], 0);
+        else assert_int_equal(params[i], lj_f32_to_bf16(m->master[i]));
+    }
+    int64_t want = 0;
+    for (int l = 1; l < 3; l++)
+        for (int k = 0; k < 4; k++) want += (int64_t)m->linear.out_features[k] * m->linear.in_features[k];
+    assert_int_equal(in_codes, want);
+    /* the cast: the codes of bf16(master) with that copy's amax, then the transpose */
+    lj_linear_sync_weights(&m->linear);
+    for (int l = 1; l < 3; l++) {
+        for (int k = 0; k < 4; k++) {
+            const int s = f->slot[l][k], in = m->linear.in_features[k], out = m->linear.out_features[k];
+            const int64_t off = m->layout.params[lj_linear_param(&m->layout, (lj_linear_kind)k, l)].offset;
+            const uint8_t *q = (const uint8_t *)(params + off), *qt = q + (size_t)out * lj_fp8_ld(in);
+            assert_ptr_equal(f->wkept[s], q);
+            assert_ptr_equal(f->wkept_t[s], qt);
+            float amax = 0.0f;
+            for (int64_t i = 0; i < (int64_t)out * in; i++)
+                amax = fmaxf(amax, fabsf(lj_bf16_to_f32(lj_f32_to_bf16(m->master[off + i]))));
+            const float scale = lj_fp8_current_scale(amax, 448.0f);
+            for (int row = 0; row < out; row++) {
+                for (int col = 0; col < in; col++) {
+                    const float v = lj_bf16_to_f32(lj_f32_to_bf16(m->master[off + (int64_t)row * in + col]));
+                    const uint8_t code = lj_fp8_from_f32(v * scale, LJ_FP8_E4M3);
+                    assert_int_equal(q[(size_t)row * lj_fp8_ld(in) + col], code);
+                    assert_int_equal(qt[(size_t)col * lj_fp8_ld(out) + row], code);
+                }
+            }
+            assert_true(f->wamax[s] == amax);
+        }
+    }
+    /* AdamW updates the master alone over the codes' places */
+    const lj_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, LJ_WD_MEGATRON, 0, 0};
+    lj_adamw_segment *seg;
+    const int ns = lj_dp_segments(m, &ac, &seg);
+    int64_t covered = 0, mo = 0;
+    for (int i = 0; i < ns; i++) {
+        covered += seg[i].count;
+        if (!seg[i].master_only) {
+            for (int k = 0; k < nc; k++)
+                assert_true(seg[i].offset + seg[i].count <= co[k] || co[k] + cn[k] <= seg[i].offset);
+            continue;
+        }
+        mo += seg[i].count;
+        int inside = 0;
+        for (int k = 0; k < nc; k++) inside |= seg[i].offset >= co[k] && seg[i].offset + seg[i].count <= co[k] + cn[k];
+        if (!inside) { /* a run of adjacent ranges (q|k|v and o are neighbours) */
+            int64_t at = seg[i].offset;
+            for (int k = 0; k < nc; k++)
+                if (co[k] == at) at += cn[k];
+            assert_int_equal(at, seg[i].offset + seg[i].count);
+        }
+    }
+    assert_int_equal(covered, P);
+    assert_int_equal(mo, want);
+    free(seg);
+    /* new weights: the master and the copy outside the codes, which stay until the next cast */
+    lj_model_get_weights(m, w0);
+    for (int64_t i = 0; i < P; i++) w1[i] = w0[i] * 0.5f + 0.001f;
+    uint8_t *before = lj_malloc((size_t)P * 2);
+    memcpy(before, params, (size_t)P * 2);
+    lj_model_set_weights(m, w1);
+    assert_true(f->stale);
+    r = 0;
+    for (int64_t i = 0; i < P; i++) {
+        while (r < nc && i >= co[r] + cn[r]) r++;
+        if (r < nc && i >= co[r]) assert_memory_equal(params + i, before + 2 * i, 2);
+        else assert_int_equal(params[i], lj_f32_to_bf16(w1[i]));
+    }
+    lj_model_get_weights(m, w0);
+    assert_memory_equal(w0, w1, (size_t)P * sizeof(float));
+    free(before);
+    free(w0);
+    free(w1);
+    lj_test_model_destroy(&t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_recipe_tables),
@@ -652,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_blockwise_blocks),
         cmocka_unit_test(test_blockwise_matmul),
         cmocka_unit_test(test_default_recipe_untouched),
+        cmocka_unit_test(test_param_gather_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -164,7 +164,7 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
     void *ws = lj_malloc(cpu->global_norm_workspace_bytes(n_grad));
     float ref_norm = 0.0f;
     cpu->global_norm_sq(&ref_norm, g, n_grad, ws);
-    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f, 0}, {S / 3 + gap, S - S / 3 - gap, 0.0f, 0}};
+    const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f, 0, 0}, {S / 3 + gap, S - S / 3 - gap, 0.0f, 0, 0}};
     const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f};
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, &hp, 3e-4f, 3);

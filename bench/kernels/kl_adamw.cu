@@ -136,8 +136,8 @@ static void make(adamw_ctx *c, const lj_ops *ops, int64_t P) {
     lj_adamw_step_scalars(s, &c->hp, 3e-4f, 10);
     ops->upload(c->scalars, s, sizeof s);
     ops->upload(c->gn, &gn, 4);
-    c->seg[0] = (lj_adamw_segment){0, P / 2, 0.1f, 0};
-    c->seg[1] = (lj_adamw_segment){P / 2 + 3, P - P / 2 - 3, 0.0f, 0};
+    c->seg[0] = (lj_adamw_segment){0, P / 2, 0.1f, 0, 0};
+    c->seg[1] = (lj_adamw_segment){P / 2 + 3, P - P / 2 - 3, 0.0f, 0, 0};
 }
 
 static void release(adamw_ctx *c) {

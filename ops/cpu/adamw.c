@@ -50,7 +50,7 @@ void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < seg->count; i++)
             lj_cpu_adamw_element(&p[i], &ms[i], &vs[i], gs[i] * clip, b1, b2, eps, decay, step_size, bc2_sqrt);
-        if (params && params != (void *)master)
+        if (params && params != (void *)master && !seg->master_only)
             memcpy((float *)params + seg->offset, p, (size_t)seg->count * sizeof(float));
     }
 }

@@ -141,6 +141,8 @@ static void cpu_cast_to_f32(float *dst, const void *src, lj_dtype dtype, int64_t
                                                                                                   \
     .fp8_amax = lj_cpu_fp8_amax,                                                                  \
     .fp8_quantize = lj_cpu_fp8_quantize,                                                          \
+    .fp8_amax_f32 = lj_cpu_fp8_amax_f32,                                                          \
+    .fp8_quantize_f32 = lj_cpu_fp8_quantize_f32,                                                  \
     .fp8_transpose = lj_cpu_fp8_transpose,                                                        \
     .fp8_swiglu_quantize = lj_cpu_fp8_swiglu_quantize,                                            \
     .fp8_swiglu_amax = lj_cpu_fp8_swiglu_amax,                                                    \

@@ -170,6 +170,9 @@ void lj_cpu_fp8_rmsnorm_quantize(void *res_out, void *out, int write_out, float 
                                  lj_fp8_format fmt, const lj_fp8_scaling *sc);
 void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
                          const lj_fp8_scaling *sc);
+void lj_cpu_fp8_amax_f32(float *amax, const float *x, int64_t n, lj_dtype via);
+void lj_cpu_fp8_quantize_f32(void *q, void *q_t, const float *x, int rows, int cols, lj_dtype via, lj_fp8_format fmt,
+                             const lj_fp8_scaling *sc);
 void lj_cpu_fp8_transpose(void *q_t, const void *q, int rows, int cols);
 void lj_cpu_fp8_scale_update(float *amax_history, float *scale, float *scale_inv, int num, int history_len,
                              int num_first, float scaled_max_first, float scaled_max_rest, int algo_max);

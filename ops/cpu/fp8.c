@@ -1,5 +1,6 @@
 /* fp8.c: the CPU backend's FP8 emulation (ops.h "FP8"): amax, the saturating
- * round-to-nearest-even cast with its transpose (lj_fp8_from_f32, base/fp8.h), delayed
+ * round-to-nearest-even cast with its transpose (lj_fp8_from_f32, base/fp8.h; also of f32 values
+ * rounded to bf16 first, the *_f32 forms), delayed
  * scaling's history update, and the FP8 GEMM as exact decoding to fp32 followed by one sgemm.
  * Codes, amaxes and scales equal the CUDA backend's bit for bit on the same inputs; a GEMM
  * differs from cuBLASLt's only in the order of its fp32 sums (and the GPU's bf16 output).
@@ -9,21 +10,30 @@
 
 #include <string.h>
 
-void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n) {
-    const float *v = x;
+/* The value a cast reads of x[i] (f32): as it is, or rounded to bf16 first (fp8_quantize_f32's
+ * `via`, the param copy's rounding, lj_f32_to_bf16). */
+static inline float cast_value(float x, int round_bf16) { return round_bf16 ? lj_bf16_to_f32(lj_f32_to_bf16(x)) : x; }
+
+static void amax_of(float *amax, const float *v, int64_t n, int round_bf16) {
     uint32_t m = 0;
 #pragma omp parallel for reduction(max : m) schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        const uint32_t b = lj_fp8_abs_bits(v[i]);
+        const uint32_t b = lj_fp8_abs_bits(cast_value(v[i], round_bf16));
         if (b > m) m = b;
     }
     union { uint32_t u; float f; } r = {m};
     amax[0] = r.f;
 }
 
-void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
-                         const lj_fp8_scaling *sc) {
-    const float *v = x;
+void lj_cpu_fp8_amax(float *amax, const void *x, int64_t n) { amax_of(amax, x, n, 0); }
+
+void lj_cpu_fp8_amax_f32(float *amax, const float *x, int64_t n, lj_dtype via) {
+    LJ_ASSERT(via == LJ_DTYPE_BF16 || via == LJ_DTYPE_F32, "fp8_amax_f32: via %s", lj_dtype_name(via));
+    amax_of(amax, x, n, via == LJ_DTYPE_BF16);
+}
+
+static void quantize_of(void *q, void *q_t, const float *v, int rows, int cols, int round_bf16, lj_fp8_format fmt,
+                        const lj_fp8_scaling *sc) {
     uint8_t *out = q, *out_t = q_t;
     const int ld = lj_fp8_ld(cols), ld_t = lj_fp8_ld(rows);
     float s;
@@ -39,9 +49,10 @@ void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, 
     for (int r = 0; r < rows; r++) {
         const float *xr = v + (size_t)r * cols;
         for (int c = 0; c < cols; c++) {
-            const uint32_t b = lj_fp8_abs_bits(xr[c]);
+            const float x = cast_value(xr[c], round_bf16);
+            const uint32_t b = lj_fp8_abs_bits(x);
             if (b > m) m = b;
-            const uint8_t code = lj_fp8_from_f32(xr[c] * s, fmt);
+            const uint8_t code = lj_fp8_from_f32(x * s, fmt);
             if (out) out[(size_t)r * ld + c] = code;
             if (out_t) out_t[(size_t)c * ld_t + r] = code;
         }
@@ -53,6 +64,17 @@ void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, 
         union { uint32_t u; float f; } r = {m};
         if (lj_fp8_abs_bits(sc->amax[0]) < m) sc->amax[0] = r.f;
     }
+}
+
+void lj_cpu_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                         const lj_fp8_scaling *sc) {
+    quantize_of(q, q_t, x, rows, cols, 0, fmt, sc);
+}
+
+void lj_cpu_fp8_quantize_f32(void *q, void *q_t, const float *x, int rows, int cols, lj_dtype via, lj_fp8_format fmt,
+                             const lj_fp8_scaling *sc) {
+    LJ_ASSERT(via == LJ_DTYPE_BF16 || via == LJ_DTYPE_F32, "fp8_quantize_f32: via %s", lj_dtype_name(via));
+    quantize_of(q, q_t, x, rows, cols, via == LJ_DTYPE_BF16, fmt, sc);
 }
 
 void lj_cpu_fp8_transpose(void *q_t, const void *q, int rows, int cols) {

@@ -1,6 +1,7 @@
 /* adamw.cu: the optimizer ops on the GPU: the squared global gradient norm (a
  * deterministic two-pass reduction) and multi-tensor AdamW with clipping, fp32 master
- * weights and moments, and the bf16 parameter copy written in the same pass. Gradients are
+ * weights and moments, and the bf16 parameter copy written in the same pass (not for a
+ * master_only segment). Gradients are
  * bf16 or fp32 (the table's grad dtype), read as fp32. Both ops are capturable: AdamW's per-step
  * lr and bias corrections are read from device memory, so one captured graph serves every
  * step. */
@@ -105,6 +106,7 @@ typedef struct {
     int64_t unit_start[LJ_ADAMW_SEGS + 1]; /* prefix sums of work units per segment */
     float weight_decay[LJ_ADAMW_SEGS];
     int lr_group[LJ_ADAMW_SEGS]; /* the segment's set of step scalars (ops.h) */
+    int master_only[LJ_ADAMW_SEGS]; /* 1: no param copy written (ops.h lj_adamw_segment) */
     int num;
 } lj_adamw_batch;
 
@@ -167,6 +169,7 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
         /* 1 - lr*wd in double, rounded once (as the CPU backend) */
         f.decay = (float)(1.0 - (double)lr * (double)batch.weight_decay[s]);
         const bool aligned = buffers_aligned && base % LJ_ADAMW_VEC == 0;
+        lj_bf16 *const copy = batch.master_only[s] ? NULL : params; /* the segment's param copy, if any */
         for (int j = 0; j < LJ_ADAMW_UNIT / (LJ_ADAMW_THREADS * LJ_ADAMW_VEC); j++) {
             int64_t e = local + ((int64_t)j * LJ_ADAMW_THREADS + threadIdx.x) * LJ_ADAMW_VEC;
             if (e >= count) break;
@@ -190,17 +193,17 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
                 *(float4 *)(m + i) = mv;
                 *(float4 *)(v + i) = vv;
                 *(float4 *)(master + i) = pv;
-                if (params) {
+                if (copy) {
                     __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
                     uint2 out;
                     out.x = *(const unsigned *)&lo;
                     out.y = *(const unsigned *)&hi;
-                    *(uint2 *)(params + i) = out;
+                    *(uint2 *)(copy + i) = out;
                 }
             } else {
                 for (int q = 0; q < LJ_ADAMW_VEC && e + q < count; q++) {
                     float p = f(lj_ld(grad + i + q) * clip, m[i + q], v[i + q], master[i + q]);
-                    if (params) params[i + q] = __float2bfloat16_rn(p);
+                    if (copy) copy[i + q] = __float2bfloat16_rn(p);
                 }
             }
         }
@@ -226,6 +229,7 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
             batch.count[j] = segments[s].count > 0 ? segments[s].count : 0;
             batch.weight_decay[j] = segments[s].weight_decay;
             batch.lr_group[j] = segments[s].lr_group;
+            batch.master_only[j] = segments[s].master_only != 0;
             batch.unit_start[j + 1] = batch.unit_start[j] + (batch.count[j] + LJ_ADAMW_UNIT - 1) / LJ_ADAMW_UNIT;
         }
         int64_t units = batch.unit_start[batch.num];

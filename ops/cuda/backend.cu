@@ -373,6 +373,8 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
                                                                                      \
         .fp8_amax = lj_cuda_fp8_amax,                                                \
         .fp8_quantize = lj_cuda_fp8_quantize,                                        \
+        .fp8_amax_f32 = lj_cuda_fp8_amax_f32,                                        \
+        .fp8_quantize_f32 = lj_cuda_fp8_quantize_f32,                                \
         .fp8_transpose = lj_cuda_fp8_transpose,                                      \
         .fp8_swiglu_quantize = lj_cuda_fp8_swiglu_quantize,                          \
         .fp8_swiglu_amax = lj_cuda_fp8_swiglu_amax,                                  \

@@ -113,6 +113,9 @@ void lj_cuda_fp8_matmul(void *out, lj_dtype out_dtype, const void *a, lj_fp8_for
                         lj_grad_mode mode, void *workspace);
 size_t lj_cuda_fp8_matmul_workspace_bytes(int M, int N, int K);
 void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n);
+void lj_cuda_fp8_amax_f32(float *amax, const float *x, int64_t n, lj_dtype via);
+void lj_cuda_fp8_quantize_f32(void *q, void *q_t, const float *x, int rows, int cols, lj_dtype via, lj_fp8_format fmt,
+                              const lj_fp8_scaling *sc);
 void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void *q_t, const void *gate_up, int N, int I,
                                  lj_fp8_format fmt, const lj_fp8_scaling *sc);
 void lj_cuda_fp8_swiglu_amax(float *amax, void *h, const void *gate_up, int N, int I);

@@ -1,5 +1,6 @@
 /* fp8.cu: the CUDA backend's FP8 casts (ops.h "FP8"): amax, the scaled saturating cast with
- * its transpose, and delayed scaling's history update. The cast is the hardware's
+ * its transpose (of bf16, or of f32 rounded to bf16 first: the *_f32 forms), and delayed scaling's
+ * history update. The cast is the hardware's
  * cvt.rn.satfinite (cuda_fp8.h __nv_cvt_float_to_fp8 with __NV_SATFINITE); the scale formulas
  * are base/fp8.h's, shared with the CPU emulation, so codes, amaxes and scales equal the CPU
  * backend's bit for bit; the blockwise recipe's tile and block casts likewise (at the end). The
@@ -35,10 +36,27 @@ static __device__ __forceinline__ uint32_t block_max_bits(uint32_t v) {
     return v;
 }
 
-__global__ void fp8_amax_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n) {
+/* The value a cast reads of its input x[i]: a bf16 as it is; an f32 as it is, or rounded to bf16
+ * first when round_bf16 (ops.h fp8_quantize_f32's `via`: the values the param copy would hold). */
+static __device__ __forceinline__ float cast_value(lj_bf16 x, bool) { return __bfloat162float(x); }
+static __device__ __forceinline__ float cast_value(float x, bool round_bf16) {
+    return round_bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
+/* 8 consecutive values as cast_value reads them (one 16-byte load of bf16, two of f32; p 16-byte
+ * aligned). */
+static __device__ __forceinline__ void cast_values8(float *v, const lj_bf16 *p, bool) { lj_load8(v, p); }
+static __device__ __forceinline__ void cast_values8(float *v, const float *p, bool round_bf16) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    for (int j = 0; j < 8; j++) v[j] = cast_value(v[j], round_bf16);
+}
+
+template <typename X>
+__global__ void fp8_amax_kernel(uint32_t *amax_bits, const X *x, int64_t n, bool round_bf16) {
     uint32_t m = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const uint32_t b = lj_fp8_abs_bits(__bfloat162float(x[i]));
+        const uint32_t b = lj_fp8_abs_bits(cast_value(x[i], round_bf16));
         m = b > m ? b : m;
     }
     m = block_max_bits(m);
@@ -46,11 +64,12 @@ __global__ void fp8_amax_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n
 }
 
 /* The same over n8 groups of 8 (16-byte loads; x 16-byte aligned). */
-__global__ void fp8_amax8_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t n8) {
+template <typename X>
+__global__ void fp8_amax8_kernel(uint32_t *amax_bits, const X *x, int64_t n8, bool round_bf16) {
     uint32_t m = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         float v[8];
-        lj_load8(v, x + 8 * i);
+        cast_values8(v, x + 8 * i, round_bf16);
         for (int j = 0; j < 8; j++) {
             const uint32_t b = lj_fp8_abs_bits(v[j]);
             m = b > m ? b : m;
@@ -60,24 +79,35 @@ __global__ void fp8_amax8_kernel(uint32_t *amax_bits, const lj_bf16 *x, int64_t 
     if (threadIdx.x == 0 && m) atomicMax(amax_bits, m);
 }
 
-extern "C" void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n) {
+template <typename X>
+static void launch_amax(float *amax, const X *x, int64_t n, bool round_bf16) {
     LJ_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), lj_cuda_stream()), "cudaMemsetAsync in fp8_amax");
     if (n <= 0) return;
     if (n % 8 == 0 && lj_cuda_aligned16(x, x, x)) {
-        fp8_amax8_kernel<<<lj_cuda_blocks(n / 8, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax,
-                                                                                   (const lj_bf16 *)x, n / 8);
+        fp8_amax8_kernel<X><<<lj_cuda_blocks(n / 8, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax, x, n / 8,
+                                                                                      round_bf16);
         LJ_CUDA_LAUNCHED("fp8_amax8_kernel");
         return;
     }
-    fp8_amax_kernel<<<lj_cuda_blocks(n, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax, (const lj_bf16 *)x, n);
+    fp8_amax_kernel<X><<<lj_cuda_blocks(n, 256), 256, 0, lj_cuda_stream()>>>((uint32_t *)amax, x, n, round_bf16);
     LJ_CUDA_LAUNCHED("fp8_amax_kernel");
 }
 
+extern "C" void lj_cuda_fp8_amax(float *amax, const void *x, int64_t n) {
+    launch_amax(amax, (const lj_bf16 *)x, n, false);
+}
+
+extern "C" void lj_cuda_fp8_amax_f32(float *amax, const float *x, int64_t n, lj_dtype via) {
+    LJ_ASSERT(via == LJ_DTYPE_BF16 || via == LJ_DTYPE_F32, "fp8_amax_f32: via %s", lj_dtype_name(via));
+    launch_amax(amax, x, n, via == LJ_DTYPE_BF16);
+}
+
 /* One block per 32 x 32 tile of the padded matrix [ld(rows), ld(cols)] (threads 32 x 8, 4 rows
- * each): reads x (zero outside [rows, cols]), writes q's rows < rows (padding columns zero) and
- * q_t's rows < cols (padding columns zero), and under delayed scaling the tile's amax. */
+ * each): reads x (zero outside [rows, cols]; cast_value), writes q's rows < rows (padding columns
+ * zero) and q_t's rows < cols (padding columns zero), and under delayed scaling the tile's amax. */
 #define FP8_TILE 32
-__global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, int rows, int cols,
+template <typename X>
+__global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const X *x, int rows, int cols, bool round_bf16,
                                     lj_fp8_format fmt, float *scale, float *scale_inv, float *amax, int current) {
     __shared__ uint8_t tile[FP8_TILE][FP8_TILE + 4];
     const float fmax = lj_fp8_max(fmt);
@@ -92,7 +122,7 @@ __global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, 
     for (int k = threadIdx.y; k < FP8_TILE; k += blockDim.y) {
         const int r = r0 + k, c = c0 + threadIdx.x;
         float v = 0.0f;
-        if (r < rows && c < cols) v = __bfloat162float(x[(int64_t)r * cols + c]);
+        if (r < rows && c < cols) v = cast_value(x[(int64_t)r * cols + c], round_bf16);
         const uint32_t b = lj_fp8_abs_bits(v);
         m = b > m ? b : m;
         const uint8_t code = to_fp8(__fmul_rn(v, s), fmt);
@@ -112,18 +142,41 @@ __global__ void fp8_quantize_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, 
     }
 }
 
-/* The vector form, for cols a multiple of 8 and x 16-byte aligned: one block of 256 threads per
- * 64 x 64 tile of the padded matrix; each thread reads 8 bf16 (16 bytes) of a row and writes 8
- * codes (8 bytes) of q, then 8 consecutive codes of a q_t row from the tile in shared memory.
- * Same codes, padding and amax as fp8_quantize_kernel.
- * SWIGLU: the cast fused into its producer. x is gate_up [rows, 2 cols] and the value cast is
- * bf16(lj_swiglu_value(gate, up)) of its row (gate at column c, up at cols + c), the value
- * swiglu_forward stores; written to h when h is not NULL. Delayed scaling only (current 0). */
-#define FP8_VTILE 64
+/* The 8 values of row r at column c the vector cast reads: x [rows, cols] (cast_values8), or
+ * SWIGLU: bf16(lj_swiglu_value(gate, up)) of gate_up [rows, 2 cols] (gate at column c, up at cols
+ * + c), the value swiglu_forward stores, written to h when h is not NULL (bf16 only). */
 template <bool SWIGLU>
-__global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t *q_t, const lj_bf16 *x, lj_bf16 *h,
-                                                            int rows, int cols, lj_fp8_format fmt, float *scale,
-                                                            float *scale_inv, float *amax, int current) {
+static __device__ __forceinline__ void cast_input8(float *v, const lj_bf16 *x, lj_bf16 *h, int r, int c, int cols,
+                                                   bool round_bf16) {
+    if (SWIGLU) {
+        float g[8], u[8];
+        const lj_bf16 *row = x + (int64_t)r * 2 * cols;
+        lj_load8(g, row + c);
+        lj_load8(u, row + cols + c);
+        for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
+        if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
+    } else {
+        cast_values8(v, x + (int64_t)r * cols + c, round_bf16);
+    }
+}
+template <bool SWIGLU>
+static __device__ __forceinline__ void cast_input8(float *v, const float *x, lj_bf16 *h, int r, int c, int cols,
+                                                   bool round_bf16) {
+    (void)h; /* no SwiGLU over f32 (fp8_quantize_f32 only) */
+    cast_values8(v, x + (int64_t)r * cols + c, round_bf16);
+}
+
+/* The vector form, for cols a multiple of 8 and x 16-byte aligned: one block of 256 threads per
+ * 64 x 64 tile of the padded matrix; each thread reads 8 values (16 bytes of bf16, 32 of f32) of a
+ * row and writes 8 codes (8 bytes) of q, then 8 consecutive codes of a q_t row from the tile in
+ * shared memory. Same codes, padding and amax as fp8_quantize_kernel.
+ * SWIGLU (X bf16): the cast fused into its producer, x being gate_up and the values cast_input8's.
+ * Delayed scaling only (current 0). */
+#define FP8_VTILE 64
+template <bool SWIGLU, typename X>
+__global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t *q_t, const X *x, lj_bf16 *h,
+                                                            int rows, int cols, bool round_bf16, lj_fp8_format fmt,
+                                                            float *scale, float *scale_inv, float *amax, int current) {
     __shared__ uint32_t tile[FP8_VTILE][FP8_VTILE / 4 + 1]; /* codes [r][c], 4 per word; +1: fewer conflicts */
     const float fmax = lj_fp8_max(fmt);
     const float s = current ? lj_fp8_current_scale(*amax, fmax) : *scale;
@@ -138,18 +191,7 @@ __global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t 
     for (int k = ty; k < FP8_VTILE; k += 32) {
         const int r = r0 + k, c = c0 + 8 * tx;
         float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (r < rows && c < cols) {
-            if (SWIGLU) {
-                float g[8], u[8];
-                const lj_bf16 *row = x + (int64_t)r * 2 * cols;
-                lj_load8(g, row + c);
-                lj_load8(u, row + cols + c);
-                for (int j = 0; j < 8; j++) v[j] = __bfloat162float(__float2bfloat16_rn(lj_swiglu_value(g[j], u[j])));
-                if (h) lj_store8(h + (int64_t)r * cols + c, v); /* exact: v is bf16 already */
-            } else {
-                lj_load8(v, x + (int64_t)r * cols + c);
-            }
-        }
+        if (r < rows && c < cols) cast_input8<SWIGLU>(v, x, h, r, c, cols, round_bf16);
         uint32_t w[2] = {0, 0};
         for (int j = 0; j < 8; j++) {
             const uint32_t b = lj_fp8_abs_bits(v[j]);
@@ -178,26 +220,37 @@ __global__ void __launch_bounds__(256) fp8_quantize8_kernel(uint8_t *q, uint8_t 
     }
 }
 
-extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
-                                     const lj_fp8_scaling *sc) {
+template <typename X>
+static void launch_quantize(void *q, void *q_t, const X *x, int rows, int cols, bool round_bf16, lj_fp8_format fmt,
+                            const lj_fp8_scaling *sc) {
     if (rows <= 0 || cols <= 0) return;
     if (cols % 8 == 0 && lj_cuda_aligned16(x, q, q_t)) {
         const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_VTILE - 1) / FP8_VTILE),
                         (unsigned)((lj_fp8_ld(rows) + FP8_VTILE - 1) / FP8_VTILE));
-        fp8_quantize8_kernel<false><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
-                                                                        (const lj_bf16 *)x, NULL, rows, cols, fmt,
-                                                                        sc->scale, sc->scale_inv, sc->amax,
-                                                                        sc->current);
+        fp8_quantize8_kernel<false, X><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, x, NULL, rows,
+                                                                           cols, round_bf16, fmt, sc->scale,
+                                                                           sc->scale_inv, sc->amax, sc->current);
         LJ_CUDA_LAUNCHED("fp8_quantize8_kernel");
         return;
     }
     const dim3 block(FP8_TILE, 8);
     const dim3 grid((unsigned)((lj_fp8_ld(cols) + FP8_TILE - 1) / FP8_TILE),
                     (unsigned)((lj_fp8_ld(rows) + FP8_TILE - 1) / FP8_TILE));
-    fp8_quantize_kernel<<<grid, block, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, (const lj_bf16 *)x, rows,
-                                                              cols, fmt, sc->scale, sc->scale_inv, sc->amax,
-                                                              sc->current);
+    fp8_quantize_kernel<X><<<grid, block, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t, x, rows, cols,
+                                                                 round_bf16, fmt, sc->scale, sc->scale_inv, sc->amax,
+                                                                 sc->current);
     LJ_CUDA_LAUNCHED("fp8_quantize_kernel");
+}
+
+extern "C" void lj_cuda_fp8_quantize(void *q, void *q_t, const void *x, int rows, int cols, lj_fp8_format fmt,
+                                     const lj_fp8_scaling *sc) {
+    launch_quantize(q, q_t, (const lj_bf16 *)x, rows, cols, false, fmt, sc);
+}
+
+extern "C" void lj_cuda_fp8_quantize_f32(void *q, void *q_t, const float *x, int rows, int cols, lj_dtype via,
+                                         lj_fp8_format fmt, const lj_fp8_scaling *sc) {
+    LJ_ASSERT(via == LJ_DTYPE_BF16 || via == LJ_DTYPE_F32, "fp8_quantize_f32: via %s", lj_dtype_name(via));
+    launch_quantize(q, q_t, x, rows, cols, via == LJ_DTYPE_BF16, fmt, sc);
 }
 
 /* One block of 256 threads per 64 x 64 tile of q_t's padded [cols, ld(rows)]: each thread reads 4
@@ -244,10 +297,11 @@ extern "C" void lj_cuda_fp8_swiglu_quantize(void *h, int write_h, void *q, void 
     }
     const dim3 grid((unsigned)((lj_fp8_ld(I) + FP8_VTILE - 1) / FP8_VTILE),
                     (unsigned)((lj_fp8_ld(N) + FP8_VTILE - 1) / FP8_VTILE));
-    fp8_quantize8_kernel<true><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
-                                                                       (const lj_bf16 *)gate_up,
-                                                                       write_h ? (lj_bf16 *)h : NULL, N, I, fmt,
-                                                                       sc->scale, sc->scale_inv, sc->amax, 0);
+    fp8_quantize8_kernel<true, lj_bf16><<<grid, 256, 0, lj_cuda_stream()>>>((uint8_t *)q, (uint8_t *)q_t,
+                                                                                (const lj_bf16 *)gate_up,
+                                                                                write_h ? (lj_bf16 *)h : NULL, N, I,
+                                                                                false, fmt, sc->scale, sc->scale_inv,
+                                                                                sc->amax, 0);
     LJ_CUDA_LAUNCHED("fp8_quantize8_kernel<swiglu>");
 }
 

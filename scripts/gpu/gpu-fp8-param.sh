@@ -2,19 +2,26 @@
 # gpu-fp8-param.sh: --fp8-param-gather (kept FP8 weights, docs/megatron.md "FP8 parameters") on a
 # GPU machine (repo root, $OUT set; carry .deb and build-gpu/dev, from `bash
 # scripts/gpu/gpu-check.sh --prepare`; synthetic data only). Steps, logs in $OUT, a summary last:
-#   1. the transpose of FP8 codes against the CPU (test_ops_cuda check --op fp8_transpose), also
-#      under compute-sanitizer memcheck;
+#   1. the transpose of FP8 codes, the cast of f32 master weights via bf16 (the one-rank form: the
+#      codes in the bf16 weights' places) and AdamW's master_only segments against the CPU
+#      (test_ops_cuda check --op fp8_transpose, fp8_quantize_f32, adamw), also under
+#      compute-sanitizer memcheck;
 #   2. `ljperf benchmark --model $MODEL --micro-batch-size $MB --zero-stage 1` (one micro-batch per
 #      step: the whole step as one CUDA graph, the cast in its optimizer tail), delayed (Megatron's
 #      Llama 3 history 1024, max) and tensorwise, without and with the flag: tokens/s and the
-#      measured peak memory, in the same job;
+#      measured peak memory, in the same job; the flag's measured peak against the run without it
+#      (one rank keeps no bf16 copy of the FP8 linears' weights: not above it, where it was 2 bytes
+#      per parameter of those linears above before);
 #   3. `ljperf train --model $MODEL --mock-data --micro-batch-size $MB --global-batch-size 4 x $MB`
 #      (gradient accumulation over 4 micro-batches: the weights cast once per step instead of 4
 #      times), both recipes, without and with the flag: the mean tokens/s of iterations 6 to
 #      $ITERS and the largest relative loss difference;
 #   4. exact, llama3-tiny with --deterministic-mode: tensorwise with 4 micro-batches per step and
-#      delayed with one, with the flag, equal bit for bit to the run without it; and a resume with
-#      the flag (10 + 10 iterations) equal to 20 at once;
+#      delayed with one, with the flag, equal bit for bit to the run without it, losses and final
+#      state (master weights, AdamW moments: tests/ckpt_state.py same), and the flag's HF export
+#      the master's (ckpt_state.py hf); a resume with the flag (10 + 10 iterations) equal to 20 at
+#      once; and a run with the flag resumed from a checkpoint saved without it (the load writes
+#      the master, the cast follows) equal to 20 at once without it;
 #   5. on a machine with 2 GPUs or more: step 3 over 2 ranks with --zero-stage 3 (the layers'
 #      all-gathers move the FP8 weights as bytes), delayed.
 # Usage: bash scripts/gpu/gpu-fp8-param.sh [steps...]   (default: 1-5)
@@ -47,7 +54,7 @@ worst() { paste <(losses "$1") <(losses "$2") | awk '{d = ($2 - $4) / $2; if (d 
 for s in $steps; do
   case $s in
   1)
-    lj_check_ops 1 fp8_transpose
+    lj_check_ops 1 fp8_transpose fp8_quantize_f32 adamw
     ;;
   2)
     bench=(benchmark --model "$MODEL" --micro-batch-size "$MB" --zero-stage 1 --device cuda --no-progress)
@@ -58,6 +65,19 @@ for s in $steps; do
         timeout 600 "$lj" "${bench[@]}" "${flags[@]}" $p --json "$OUT/bench_$tag.json" >"$OUT/bench_$tag.log" 2>&1
         say "2. $tag rc=$? $(grep -E '^tokens/s |peak memory measured' "$OUT/bench_$tag.log" | tr -s ' ' | tr '\n' ' ')"
       done
+      say "2. $r: $(python3 - "$OUT/bench_$r.json" "$OUT/bench_$r-param.json" <<'PY'
+import json, sys
+try:
+    (a, b) = (json.load(open(p)) for p in sys.argv[1:3])
+    a, b = (x[0] if isinstance(x, list) else x for x in (a, b))
+    d = b["peak_mem_gib"] - a["peak_mem_gib"]
+    print("measured peak with the flag %.2f GiB, without %.2f (%+.2f GiB: %s); planned %.2f and %.2f"
+          % (b["peak_mem_gib"], a["peak_mem_gib"], d, "not above" if d <= 0.02 else "ABOVE",
+             b["planned_mem_gib"], a["planned_mem_gib"]))
+except Exception as e:
+    print("peaks not compared (%s)" % e)
+PY
+)"
     done
     ;;
   3|5)
@@ -90,7 +110,9 @@ for s in $steps; do
       set -- $c
       declare -n flags=$1
       for p in "" --fp8-param-gather; do
+        rm -rf "/tmp/ljfp8exact-$1${p:+-param}"
         timeout 600 "$lj" train "${common[@]}" "${flags[@]}" --global-batch-size "$2" $p \
+          --save "/tmp/ljfp8exact-$1${p:+-param}" \
           --log-json "$OUT/exact-$1${p:+-param}.jsonl" >"$OUT/exact-$1${p:+-param}.log" 2>&1
       done
       if cmp -s <(losses "$OUT/exact-$1.jsonl") <(losses "$OUT/exact-$1-param.jsonl") &&
@@ -99,6 +121,11 @@ for s in $steps; do
       else
         say "4. $1, global batch $2: DIFFERENT (largest relative $(worst "$OUT/exact-$1.jsonl" "$OUT/exact-$1-param.jsonl"))"
       fi
+      if python3 tests/ckpt_state.py same "/tmp/ljfp8exact-$1" "/tmp/ljfp8exact-$1-param" >"$OUT/exact-$1-state.log" 2>&1
+      then say "4. $1: final state (master, AdamW moments) with the flag bit for bit the run without it"
+      else say "4. $1: final state DIFFERENT ($(tail -1 "$OUT/exact-$1-state.log"))"; fi
+      python3 tests/ckpt_state.py hf "/tmp/ljfp8exact-$1-param" >"$OUT/exact-$1-hf.log" 2>&1
+      say "4. $1: the flag's HF export is the master's: rc=$? $(tail -1 "$OUT/exact-$1-hf.log")"
     done
     rm -rf /tmp/ljfp8param
     timeout 600 "$lj" train "${common[@]}" "${delayed[@]}" --global-batch-size 16 --fp8-param-gather \
@@ -111,6 +138,17 @@ for s in $steps; do
       say "4. resume with the flag (delayed, 10 + 10): bit for bit"
     else
       say "4. resume with the flag: DIFFERENT"
+    fi
+    # a checkpoint saved without the flag, resumed with it: tensorwise, 4 micro-batches per step
+    rm -rf /tmp/ljfp8cross
+    timeout 600 "$lj" train "${common[@]}" "${tensorwise[@]}" --global-batch-size 16 \
+      --save /tmp/ljfp8cross --exit-interval 10 --log-json "$OUT/cross-part.jsonl" >"$OUT/cross-a.log" 2>&1
+    timeout 600 "$lj" train "${common[@]}" "${tensorwise[@]}" --global-batch-size 16 --fp8-param-gather \
+      --load /tmp/ljfp8cross --log-json "$OUT/cross-part.jsonl" >"$OUT/cross-b.log" 2>&1
+    if cmp -s <(losses "$OUT/exact-tensorwise.jsonl") <(losses "$OUT/cross-part.jsonl"); then
+      say "4. saved without the flag, resumed with it (tensorwise, 10 + 10): bit for bit 20 without it"
+    else
+      say "4. saved without the flag, resumed with it: DIFFERENT"
     fi
     ;;
   esac

@@ -9,7 +9,8 @@
  *     poisoned, then replayed after uploading them, equal to the eager update (a backend with
  *     graphs);
  *   - an inactive clip (max_grad_norm far above the norm) gives the bits of no clip;
- *   - group 1 at group 0's rate gives the bits of no group; at another rate it leaves group 0.
+ *   - group 1 at group 0's rate gives the bits of no group; at another rate it leaves group 0;
+ *   - a master_only segment updates the master and moments alone, its part of the params left.
  * Rows: "adamw" in op_cases.c. */
 #include <math.h>
 #include <string.h>
@@ -30,16 +31,16 @@ static void adamw_ref(double *p, double *m, double *v, double g, double lr, doub
 static int segments(int64_t n, int groups, lj_adamw_segment *seg) {
     int ns = 0;
     int64_t off = 0;
-    seg[ns++] = (lj_adamw_segment){off, n / 2, 0.1f, 0};
+    seg[ns++] = (lj_adamw_segment){off, n / 2, 0.1f, 0, 0};
     off += n / 2 + 3;
-    seg[ns++] = (lj_adamw_segment){off, n / 4, 0.0f, groups - 1};
+    seg[ns++] = (lj_adamw_segment){off, n / 4, 0.0f, groups - 1, 0};
     off += n / 4;
     while (ns < 110 && off + 17 < n) {
-        seg[ns] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f, groups == 2 ? ns % 2 : 0};
+        seg[ns] = (lj_adamw_segment){off, 17, ns % 2 ? 0.01f : 0.0f, groups == 2 ? ns % 2 : 0, 0};
         ns++;
         off += 17;
     }
-    if (off < n) seg[ns++] = (lj_adamw_segment){off, n - off, 0.05f, 0};
+    if (off < n) seg[ns++] = (lj_adamw_segment){off, n - off, 0.05f, 0, 0};
     return ns;
 }
 
@@ -150,7 +151,7 @@ static void clip_inactive_body(lj_case_ctx *x) {
     const lj_ops *ops = x->ops;
     const int64_t n = x->c->d[0];
     lj_case_shape(x, "n=%lld", (long long)n);
-    const lj_adamw_segment seg = {0, n, 0.1f, 0};
+    const lj_adamw_segment seg = {0, n, 0.1f, 0, 0};
     float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
     void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
     ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
@@ -172,8 +173,8 @@ static void groups_body(lj_case_ctx *x) {
     const lj_ops *ops = x->ops;
     const int64_t n = x->c->d[0], k = n / 3;
     lj_case_shape(x, "n=%lld", (long long)n);
-    const lj_adamw_segment one[2] = {{0, k, 0.1f, 0}, {k, n - k, 0.0f, 0}};
-    const lj_adamw_segment two[2] = {{0, k, 0.1f, 1}, {k, n - k, 0.0f, 0}};
+    const lj_adamw_segment one[2] = {{0, k, 0.1f, 0, 0}, {k, n - k, 0.0f, 0, 0}};
+    const lj_adamw_segment two[2] = {{0, k, 0.1f, 1, 0}, {k, n - k, 0.0f, 0, 0}};
     float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
     void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
     ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
@@ -203,6 +204,59 @@ static void groups_body(lj_case_ctx *x) {
     }
 }
 
+/* d = {n, 1, 0, 3}: a master_only segment (at an odd offset, between two plain ones) updates the
+ * master and moments as a plain one does, bit for bit, and leaves its part of the params as it
+ * was; the plain segments write their copy as before. */
+static void master_only_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int64_t n = x->c->d[0], k1 = n / 3 | 1, k2 = 2 * n / 3 + 3;
+    const size_t sp = lj_dtype_size(ops->param_dtype);
+    lj_case_shape(x, "n=%lld master only [%lld, %lld)", (long long)n, (long long)k1, (long long)k2);
+    const lj_adamw_segment plain[3] = {{0, k1, 0.1f, 0, 0}, {k1, k2 - k1, 0.1f, 0, 0}, {k2, n - k2, 0.0f, 0, 0}};
+    lj_adamw_segment mo[3];
+    memcpy(mo, plain, sizeof mo);
+    mo[1].master_only = 1;
+    float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f), *junk = lj_case_rand(x, n, 5.0f);
+    void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
+    ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    void *sc = lj_case_alloc(x, LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+    float s[LJ_ADAMW_NUM_SCALARS];
+    lj_adamw_step_scalars(s, &hp, 1e-3f, 1);
+    ops->upload(sc, s, sizeof s);
+    void *a[3], *b[3];
+    const float *init[3] = {p0, lj_case_zeros(x, n), lj_case_zeros(x, n)};
+    for (int i = 0; i < 3; i++) {
+        a[i] = lj_case_upload(x, init[i], n, LJ_CASE_F32);
+        b[i] = lj_case_upload(x, init[i], n, LJ_CASE_F32);
+    }
+    /* the params start as other values (the codes a master_only range holds), so a copy shows */
+    void *pa = lj_case_upload(x, junk, n, LJ_CASE_PARAM), *pb = lj_case_upload(x, junk, n, LJ_CASE_PARAM);
+    void *held = lj_case_upload(x, junk, n, LJ_CASE_PARAM);
+    ops->adamw_update(pa, a[0], dg, a[1], a[2], plain, 3, &hp, sc, gn);
+    ops->adamw_update(pb, b[0], dg, b[1], b[2], mo, 3, &hp, sc, gn);
+    static const char *what[3] = {"adamw_update master_only: master", "adamw_update master_only: m",
+                                  "adamw_update master_only: v"};
+    for (int i = 0; i < 3; i++) lj_case_twin(x, what[i], b[i], a[i], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    lj_case_twin(x, "adamw_update master_only: its params untouched", (char *)pb + k1 * sp, (char *)held + k1 * sp,
+                 k2 - k1, LJ_CASE_PARAM, LJ_CASE_TOL_BITS);
+    lj_case_twin(x, "adamw_update master_only: the copy before it", pb, pa, k1, LJ_CASE_PARAM, LJ_CASE_TOL_BITS);
+    lj_case_twin(x, "adamw_update master_only: the copy after it", (char *)pb + k2 * sp, (char *)pa + k2 * sp, n - k2,
+                 LJ_CASE_PARAM, LJ_CASE_TOL_BITS);
+    if (lj_case_checks(x)) {
+        const float *ha = lj_case_download(x, pa, n, LJ_CASE_PARAM);
+        int64_t copied = 0;
+        for (int64_t i = k1; i < k2; i++) copied += ha[i] != junk[i];
+        lj_case_true(x, "adamw_update master_only", copied > (k2 - k1) / 2,
+                     "the plain segment wrote its copy (%lld of %lld changed)", (long long)copied,
+                     (long long)(k2 - k1));
+    }
+}
+
 void lj_case_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
-    lj_case_each(h, c, mode, c->d[3] == 1 ? clip_inactive_body : c->d[3] == 2 ? groups_body : update_body);
+    lj_case_each(h, c, mode,
+                 c->d[3] == 1   ? clip_inactive_body
+                 : c->d[3] == 2 ? groups_body
+                 : c->d[3] == 3 ? master_only_body
+                                : update_body);
 }

@@ -9,9 +9,11 @@
  * bf16 bit pattern at several scales), the GEMMs against the CPU's over the same codes (bf16
  * output rounding) and against the bf16 GEMM. The cast fused into the SwiGLU equals the SwiGLU
  * followed by the cast on each backend, bit for bit, and so does the cast fused into the RMSNorm
- * (plain and residual). The transpose of codes moves them as they are. Rows: "fp8_quantize",
- * "fp8_transpose", "fp8_scale_update", "fp8_swiglu", "fp8_rmsnorm", "fp8_matmul",
- * "fp8_blockwise_cast", "fp8_blockwise_matmul" in op_cases.c. */
+ * (plain and residual). The transpose of codes moves them as they are. The casts of f32 values
+ * via bf16 (fp8_quantize_f32: --fp8-param-gather's cast of the master) equal the casts of the
+ * bf16-rounded values bit for bit. Rows: "fp8_quantize", "fp8_quantize_f32", "fp8_transpose",
+ * "fp8_scale_update", "fp8_swiglu", "fp8_rmsnorm", "fp8_matmul", "fp8_blockwise_cast",
+ * "fp8_blockwise_matmul" in op_cases.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +158,97 @@ static void fp8_quantize_body(lj_case_ctx *x) {
 
 void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode, fp8_quantize_body);
+}
+
+/* ---- the casts of f32 values as bf16 holds them (fp8_amax_f32, fp8_quantize_f32) ---------- */
+
+/* d = {rows, cols}: f32 values most of which bf16 does not hold (a bf16 value moved by up to 3/8
+ * of its last place either way, some exactly half-way between two bf16 values, the amax -40.3):
+ * via bf16, the amax, codes, transpose, padding and scales (current scaling in both formats,
+ * delayed with the recorded amax) equal fp8_amax and fp8_quantize of the bf16-rounded values held
+ * in the act dtype, bit for bit (on CUDA: and the CPU's); via f32, the values as they are
+ * (against lj_fp8_from_f32 of x * scale on the CPU, the CPU's bits on CUDA). */
+static void fp8_quantize_f32_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int R = x->c->d[0], C = x->c->d[1], ld = lj_fp8_ld(C), ldt = lj_fp8_ld(R);
+    const int64_t n = (int64_t)R * C;
+    lj_case_shape(x, "rows=%d cols=%d", R, C);
+    const char *op = "fp8_quantize_f32";
+    float *hx = lj_case_rand(x, n, 3.0f), *hr = lj_case_zeros(x, n);
+    int moved = 0;
+    for (int64_t i = 0; i < n; i++) {
+        /* the bf16 value's last place is 2^-7 of its binade: move it by k/16 of that, k in -6..6 (k
+         * = +-8 would be half-way; i % 29 == 0 is: ties round to even) */
+        const int k = (int)(i % 13) - 6;
+        const float ulp = hx[i] == 0.0f ? 0.0f : ldexpf(1.0f, ilogbf(hx[i]) - 7);
+        hx[i] += i % 29 == 0 ? 0.5f * ulp : (float)k / 16.0f * ulp;
+    }
+    hx[7 % n] = -40.3f; /* the amax (bf16: -40.25) */
+    for (int64_t i = 0; i < n; i++) {
+        hr[i] = lj_bf16_to_f32(lj_f32_to_bf16(hx[i]));
+        moved += hr[i] != hx[i];
+    }
+    lj_case_true(x, op, moved > n / 2, "%d of %lld inputs are not bf16 values", moved, (long long)n);
+    void *dm = lj_case_upload(x, hx, n, LJ_CASE_F32); /* the master */
+    void *dr = lj_case_upload(x, hr, n, LJ_CASE_ACT); /* its bf16 copy, exact in the act dtype */
+    for (int f = 0; f < 2; f++) {
+        const lj_fp8_format fmt = (lj_fp8_format)f;
+        char name[64];
+        /* current scaling: the amax, then the cast with its scale */
+        float *sa = lj_case_upload(x, lj_case_zeros(x, 3), 3, LJ_CASE_F32);
+        float *sb = lj_case_upload(x, lj_case_zeros(x, 3), 3, LJ_CASE_F32);
+        void *qa = lj_case_alloc(x, (int64_t)R * ld, LJ_CASE_U8), *qta = lj_case_alloc(x, (int64_t)C * ldt, LJ_CASE_U8);
+        void *qb = lj_case_alloc(x, (int64_t)R * ld, LJ_CASE_U8), *qtb = lj_case_alloc(x, (int64_t)C * ldt, LJ_CASE_U8);
+        ops->fp8_amax_f32(sa + 2, dm, n, LJ_DTYPE_BF16);
+        const lj_fp8_scaling ca = {sa, sa + 1, sa + 2, 1}, cb = {sb, sb + 1, sb + 2, 1};
+        ops->fp8_quantize_f32(qa, qta, dm, R, C, LJ_DTYPE_BF16, fmt, &ca);
+        ops->fp8_amax(sb + 2, dr, n);
+        ops->fp8_quantize(qb, qtb, dr, R, C, fmt, &cb);
+        snprintf(name, sizeof name, "fp8_quantize_f32 via bf16 current %s", lj_fp8_format_name(fmt));
+        lj_case_output(x, name, sa, 3, LJ_CASE_F32, NULL, LJ_CASE_TOL_BITS);
+        lj_case_output(x, name, qa, (int64_t)R * ld, LJ_CASE_U8, NULL, LJ_CASE_TOL_BITS);
+        lj_case_output(x, name, qta, (int64_t)C * ldt, LJ_CASE_U8, NULL, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, sa, sb, 3, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, qa, qb, (int64_t)R * ld, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, qta, qtb, (int64_t)C * ldt, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        if (fmt == LJ_FP8_E4M3) {
+            const float *h = lj_case_download(x, sa, 3, LJ_CASE_F32);
+            lj_case_true(x, op, h[2] == 40.25f, "amax via bf16 = 40.25 (got %g)", (double)h[2]);
+        }
+        /* delayed: the scale as it is, the recorded amax raised from 10 */
+        const float s = 448.0f / 64.0f, st[3] = {s, 1.0f / s, 10.0f};
+        float *da = lj_case_upload(x, st, 3, LJ_CASE_F32), *db = lj_case_upload(x, st, 3, LJ_CASE_F32);
+        const lj_fp8_scaling la = {da, da + 1, da + 2, 0}, lb = {db, db + 1, db + 2, 0};
+        ops->fp8_quantize_f32(qa, qta, dm, R, C, LJ_DTYPE_BF16, fmt, &la);
+        ops->fp8_quantize(qb, qtb, dr, R, C, fmt, &lb);
+        snprintf(name, sizeof name, "fp8_quantize_f32 via bf16 delayed %s", lj_fp8_format_name(fmt));
+        lj_case_output(x, name, qa, (int64_t)R * ld, LJ_CASE_U8, NULL, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, qa, qb, (int64_t)R * ld, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, qta, qtb, (int64_t)C * ldt, LJ_CASE_U8, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, name, da, db, 3, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    }
+    /* via f32: the values as they are (current scaling, E4M3; q only) */
+    float *sf = lj_case_upload(x, lj_case_zeros(x, 3), 3, LJ_CASE_F32);
+    void *qf = lj_case_alloc(x, (int64_t)R * ld, LJ_CASE_U8);
+    ops->fp8_amax_f32(sf + 2, dm, n, LJ_DTYPE_F32);
+    const lj_fp8_scaling cf = {sf, sf + 1, sf + 2, 1};
+    ops->fp8_quantize_f32(qf, NULL, dm, R, C, LJ_DTYPE_F32, LJ_FP8_E4M3, &cf);
+    double *ref = NULL, *sref = NULL;
+    if (lj_case_reference(x)) {
+        const float scale = lj_fp8_current_scale(40.3f, 448.0f);
+        sref = lj_case_dzeros(x, 3);
+        sref[0] = scale, sref[1] = 1.0f / scale, sref[2] = 40.3f;
+        ref = lj_case_dzeros(x, (int64_t)R * ld);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++)
+                ref[(size_t)r * ld + c] = lj_fp8_from_f32(hx[(size_t)r * C + c] * scale, LJ_FP8_E4M3);
+    }
+    lj_case_output(x, "fp8_quantize_f32 via f32", sf, 3, LJ_CASE_F32, sref, LJ_CASE_TOL_BITS);
+    lj_case_output(x, "fp8_quantize_f32 via f32", qf, (int64_t)R * ld, LJ_CASE_U8, ref, LJ_CASE_TOL_BITS);
+}
+
+void lj_case_fp8_quantize_f32(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
+    lj_case_each(h, c, mode, fp8_quantize_f32_body);
 }
 
 /* d = {rows, cols}: codes q[rows, ld(cols)] with junk in its padding columns, transposed: q_t

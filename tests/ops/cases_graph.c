@@ -66,7 +66,7 @@ static void graph_chain(const lj_ops *o, const graph_bufs *g) {
     o->copy(g->master, g->master0, (size_t)g->P * 4);
     o->copy(g->m, g->m0, (size_t)g->P * 4);
     o->copy(g->v, g->v0, (size_t)g->P * 4);
-    lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f, 0}, {g->P / 2, g->P - g->P / 2, 0.0f, 0}};
+    lj_adamw_segment seg[2] = {{0, g->P / 2, 0.1f, 0, 0}, {g->P / 2, g->P - g->P / 2, 0.0f, 0, 0}};
     o->adamw_update(g->params, g->master, g->grads, g->m, g->v, seg, 2, &graph_hp, g->scalars, g->gnorm);
 }
 

@@ -81,6 +81,7 @@ const lj_op_case lj_op_cases[] = {
     {"adamw", "cpu", CHECK, F32, D(1000, 2, 1, 0, 0), 0.5, L2(1e-6), L2(1e-5), 1, lj_case_adamw},   /* two lr groups */
     {"adamw", "cpu", CHECK, F32, D(257, 1, 0, 1), 0, NONE, NONE, 1, lj_case_adamw},
     {"adamw", "cpu", CHECK, F32, D(301, 2, 0, 2), 0, NONE, NONE, 1, lj_case_adamw},
+    {"adamw", "cpu", CHECK, F32, D(1001, 1, 0, 3), 0, NONE, NONE, 1, lj_case_adamw},
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
     {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
@@ -132,6 +133,8 @@ const lj_op_case lj_op_cases[] = {
     {"fp8_quantize", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize},
     {"fp8_quantize", "cpu", CHECK, F32, D(1, 16), 0, NONE, NONE, 1, lj_case_fp8_quantize},
     {"fp8_quantize", "cpu", CHECK, F32, D(256, 256, 1), 0, NONE, NONE, 1, lj_case_fp8_quantize},
+    {"fp8_quantize_f32", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_quantize_f32},
+    {"fp8_quantize_f32", "cpu", CHECK, F32, D(64, 136), 0, NONE, NONE, 1, lj_case_fp8_quantize_f32},
     {"fp8_transpose", "cpu", CHECK, F32, D(37, 53), 0, NONE, NONE, 1, lj_case_fp8_transpose},
     {"fp8_transpose", "cpu", CHECK, F32, D(128, 64), 0, NONE, NONE, 1, lj_case_fp8_transpose},
     {"fp8_scale_update", "cpu", CHECK, F32, D(9, 5, 0), 0, NONE, NONE, 1, lj_case_fp8_scale_update},
@@ -182,6 +185,9 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("fp8_rmsnorm", D(70, 8192), 0, 0, lj_case_fp8_rmsnorm),
     CUDA_ONE("fp8_rmsnorm", D(4096, 2048), 0, 0, lj_case_fp8_rmsnorm),
     /* the transpose of kept codes: partial tiles, and full 64 x 64 ones */
+    CUDA_ONE("fp8_quantize_f32", D(37, 53), 0, 1, lj_case_fp8_quantize_f32),
+    CUDA_ONE("fp8_quantize_f32", D(100, 136), 0, 1, lj_case_fp8_quantize_f32),
+    CUDA_ONE("fp8_quantize_f32", D(2048, 3072), 0, 0, lj_case_fp8_quantize_f32),
     CUDA_ONE("fp8_transpose", D(37, 53), 0, 1, lj_case_fp8_transpose),
     CUDA_ONE("fp8_transpose", D(200, 336), 0, 1, lj_case_fp8_transpose),
     CUDA_ONE("fp8_transpose", D(1024, 2048), 0, 0, lj_case_fp8_transpose),
@@ -253,6 +259,8 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("adamw", D(3000000, 1, 0), 0.0, GPU_BF16, 0, lj_case_adamw),
     CUDA_ONE("adamw", D(257, 1, 0, 1), 0, 1, lj_case_adamw),
     CUDA_ONE("adamw", D(301, 2, 0, 2), 0, 1, lj_case_adamw),
+    CUDA_ONE("adamw", D(1001, 1, 0, 3), 0, 1, lj_case_adamw),
+    CUDA_ONE("adamw", D(100003, 1, 0, 3), 0, 1, lj_case_adamw),
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */

@@ -71,6 +71,7 @@ void lj_case_attention_decode(lj_harness *h, const lj_op_case *c, lj_harness_mod
 void lj_case_attention_varlen(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_paged_attention(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_quantize(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
+void lj_case_fp8_quantize_f32(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_transpose(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_scale_update(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);
 void lj_case_fp8_swiglu(lj_harness *h, const lj_op_case *c, lj_harness_mode mode);

@@ -878,8 +878,8 @@ void lj_case_cuda_perf_optimizer(lj_harness *h, const lj_op_case *cs, lj_harness
     float s[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(s, &hp, 3e-4f, 10); /* lr 3e-4 at step 10 */
     ops->upload(c.scalars, s, sizeof s);
-    c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f, 0};
-    c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f, 0};
+    c.seg[0] = (lj_adamw_segment){0, c.P / 2, 0.1f, 0, 0};
+    c.seg[1] = (lj_adamw_segment){c.P / 2, c.P - c.P / 2, 0.0f, 0, 0};
     char group[160];
     snprintf(group, sizeof group, "optimizer %s grad %s", shape, lj_dtype_name(ops->grad_dtype));
     report_gbs(group, "global_norm_sq", ops, opt_norm, &c, (double)gs * c.P);
