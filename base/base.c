@@ -233,6 +233,7 @@ static int write_all(int fd, const void *data, size_t size) {
 
 lj_status lj_file_write_atomic(const char *path, const void *data, size_t size) {
     struct stat st, to;
+    if (!path || !path[0]) return lj_fail(LJ_ERR_IO, "an empty file name: give a file to write");
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
         if (stat(path, &to) != 0)
             return lj_fail(LJ_ERR_IO, "%s: a symbolic link that leads nowhere (%s): remove it or give another file", path,

@@ -28,6 +28,12 @@ lj_status lj_vl_bench_shape_of(const lj_vl_config *cfg, int img_h, int img_w, in
     s->patches = (int)lj_grid_patches(s->grid);
     s->image_tokens = (int)lj_grid_tokens(s->grid, pre.merge_size);
     const int64_t T = (int64_t)s->image_tokens + 2 + text_tokens;
+    if ((int64_t)s->image_tokens + 3 > cfg->text.max_position_embeddings)
+        return lj_fail(LJ_ERR_ARG,
+                       "--img-h %d --img-w %d: the image alone is %d tokens (with its start and end and one text "
+                       "token %lld), above max_position_embeddings %d of %s: give a smaller image size",
+                       img_h, img_w, s->image_tokens, (long long)s->image_tokens + 3,
+                       cfg->text.max_position_embeddings, cfg->name);
     if (text_tokens < 1 || T > cfg->text.max_position_embeddings)
         return lj_fail(LJ_ERR_ARG,
                        "--text-tokens %d: with the image's %d tokens and its start and end a sample has %lld tokens; "

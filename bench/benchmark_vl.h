@@ -19,6 +19,10 @@
 #include "model/linear.h"
 #include "ops/ops.h"
 
+/* The most samples a step of the Qwen3-VL forms of plan, benchmark and train takes (the text
+ * planner's bound, LJ_PLANNER_MAX_MICRO_BATCH). */
+#define LJ_VL_MAX_MICRO_BATCH 1024
+
 typedef struct {
     lj_vl_config model;
     const lj_ops *ops;

@@ -47,6 +47,7 @@ static void usage(FILE *f) {
             "  --seed S                   (default 1234)\n"
             "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
             "  --zero-stage S             ZeRO stage 0-3 over the ranks (deepspeed/ names: 3, which is 0 on one rank)\n"
+            "  --use-distributed-optimizer   Megatron-LM's sharded optimizer: ZeRO stage 1 unless --zero-stage is given\n"
             "  --overlap-comm, --no-overlap-comm   ZeRO-2/3 collectives on their own stream overlapped with\n"
             "                             compute (the default), or waited for by the compute stream right after\n"
             "                             each; no effect on stages 0 and 1 (gradients all-reduced after the backward)\n",
@@ -197,6 +198,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *model = NULL, *device = "auto", *json = NULL, *granularity = NULL, *method = NULL, *recompute = NULL;
     const char *mbs = NULL, *grad_dtype = NULL, *device_memory = NULL, *margin = NULL;
     int seq = 0, iters = -1, warmup = -1, ablation = 0, num_layers = -1, zero_stage = -1, overlap = -1, offload = 0;
+    int dist_opt = 0; /* --use-distributed-optimizer: Megatron-LM's sharded optimizer, ZeRO stage 1 */
     int seq_given = 0, iters_given = 0, warmup_given = 0, global_batch = 0, save_interval = 0, async_save = 0;
     const char *save = NULL;
     lj_cli_fp8 fp8;
@@ -232,6 +234,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         {.name = "--ablation", .kind = LJ_FLAG_SWITCH, .dest = &ablation, .ival = 1},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress},
         {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &zero_stage, .min = 0, .max = 3},
+        {.name = "--use-distributed-optimizer", .kind = LJ_FLAG_SWITCH, .dest = &dist_opt, .ival = 1},
         {.name = "--overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap, .ival = 1},
         {.name = "--no-overlap-comm", .kind = LJ_FLAG_SWITCH, .dest = &overlap},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &offload, .fn = lj_cli_offload},
@@ -305,7 +308,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const int deepspeed = name != model;
     lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
-    if (zero_stage < 0) zero_stage = deepspeed ? 3 : 0;
+    if (dist_opt && zero_stage == 0) {
+        lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other: remove one");
+        return lj_cli_error("benchmark");
+    }
+    if (zero_stage < 0) zero_stage = dist_opt ? 1 : deepspeed ? 3 : 0;
     const int requested_stage = zero_stage; /* offload is checked against the stage asked for */
     if (zero_stage == 3 && world == 1) zero_stage = 0; /* stage 3 on one rank: nothing to shard */
     cfg.zero_stage_asked = requested_stage;

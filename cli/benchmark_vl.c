@@ -29,7 +29,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto)"},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype, .help = "bf16|fp32  CUDA gradient dtype (bf16)"},
-        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &cfg.micro_batch_size, .min = 1,
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &cfg.micro_batch_size, .min = 1, .max = LJ_VL_MAX_MICRO_BATCH,
          .help = "B  samples per step (1)"},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given, .min = 1,
          .help = "N  timed steps (20 on a GPU, 3 on the CPU)"},

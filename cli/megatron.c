@@ -639,7 +639,8 @@ lj_status lj_cli_megatron_fp8_param_gather(int param_gather, const lj_linear_fp8
                                    "(Megatron-LM: fp8_param must be used together with fp8 mode)");
     if (zero_stage < 1)
         return lj_fail(LJ_ERR_ARG, "--fp8-param-gather needs a sharded optimizer: add --use-distributed-optimizer, "
-                                   "--use-megatron-fsdp or --zero-stage 1|2|3 (Megatron-LM: only supported with "
+                                   "--use-megatron-fsdp with --data-parallel-sharding-strategy optim|optim_grads|"
+                                   "optim_grads_params, or --zero-stage 1|2|3 (Megatron-LM: only supported with "
                                    "distributed optimizer, torch fsdp2, megatron fsdp, or inference mode)");
     if (fp8->recipe == LJ_FP8_RECIPE_BLOCKWISE)
         return lj_fail(LJ_ERR_ARG, "--fp8-param-gather with --fp8-recipe blockwise: ljperf keeps FP8 weights for the "

@@ -42,6 +42,7 @@ static void usage(FILE *f) {
             "  --world-size N --zero-stage S  the plan of one rank of N data-parallel ranks under ZeRO stage\n"
             "                                 S (0-3; default 0, 3 for deepspeed/ names; stage 3 over N = 1\n"
             "                                 shards nothing)\n"
+            "  --use-distributed-optimizer  Megatron-LM's sharded optimizer: ZeRO stage 1 unless --zero-stage is given\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host\n"
             "                                 memory, out of the device plan (default none)\n"
             "  --host-memory BYTES          the host memory an offloaded run may use (default: MemAvailable\n"
@@ -74,7 +75,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     a->world = 1;
     a->fused = 1;
     lj_cli_fp8_init(&a->fp8);
-    int zero_given = 0, seq_given = 0;
+    int zero_given = 0, seq_given = 0, dist_opt = 0;
     const char *mb = NULL;
     const lj_flag own[] = {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &a->model},
@@ -101,6 +102,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &a->json},
         {.name = "--world-size", .kind = LJ_FLAG_INT, .dest = &a->world, .min = 1},
         {.name = "--zero-stage", .kind = LJ_FLAG_INT, .dest = &a->zero, .given = &zero_given, .min = 0, .max = 3},
+        {.name = "--use-distributed-optimizer", .kind = LJ_FLAG_SWITCH, .dest = &dist_opt, .ival = 1},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
     };
     lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
@@ -126,7 +128,10 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d x --world-size %d = "
                                    "%lld: give a multiple of it", a->gbs, a->mb, a->world, (long long)a->mb * a->world);
     /* deepspeed/ names: ZeRO stage 3 by default, as `ljperf benchmark` runs them */
-    if (!zero_given) a->zero = a->model && strncmp(a->model, "deepspeed/", 10) == 0 ? 3 : 0;
+    if (dist_opt && zero_given && a->zero == 0)
+        return lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other: "
+                                   "remove one");
+    if (!zero_given) a->zero = dist_opt ? 1 : a->model && strncmp(a->model, "deepspeed/", 10) == 0 ? 3 : 0;
     if (a->zero < 0 || a->zero > 3) return lj_fail(LJ_ERR_ARG, "--zero-stage %d: must be 0, 1, 2 or 3", a->zero);
     if (a->offload && a->zero == 0)
         return lj_fail(LJ_ERR_ARG, "--offload-optimizer cpu: optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed's "
@@ -241,6 +246,10 @@ static void print_report(const lj_model_config *cfg, const plan_args *a, const l
            lj_dtype_name(ops->act_dtype), lj_dtype_name(ops->grad_dtype),
            t->fused ? (ops->config.deterministic && strcmp(ops->name, "cpu") ? "fused kernels, deterministic attention" : "fused kernels")
                     : (ops->config.deterministic && strcmp(ops->name, "cpu") ? "unfused, deterministic attention" : "unfused"));
+    if (t->grad_accum_steps > 1)
+        printf("global batch %d: %d micro-batches per optimizer step (gradient accumulation); the step times below "
+               "are per micro-batch, each with 1/%d of the optimizer step\n",
+               a->gbs, t->grad_accum_steps, t->grad_accum_steps);
     printf("device memory %s (%s), margin %s -> usable %s\n", lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
            t->memory_source, lj_format_bytes(t->margin_bytes, b2, sizeof b2),
            lj_format_bytes(lj_planner_usable_bytes(t), b3, sizeof b3));
@@ -359,6 +368,7 @@ static lj_status write_json(const char *path, const lj_model_config *cfg, const 
     cJSON_AddNumberToObject(o, "parameters", (double)lj_config_num_params(cfg));
     cJSON_AddNumberToObject(o, "layers", cfg->num_hidden_layers);
     cJSON_AddNumberToObject(o, "seq_length", seq);
+    cJSON_AddNumberToObject(o, "accumulation_steps", t->grad_accum_steps);
     cJSON_AddStringToObject(o, "micro_batch_size_mode", a->mb ? "given" : "auto");
     cJSON_AddStringToObject(o, "recompute_mode", mode);
     cJSON_AddStringToObject(o, "device", ops->name);

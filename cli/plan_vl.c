@@ -57,7 +57,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
         {.name = "--model", .kind = LJ_FLAG_STR, .dest = &model, .help = "NAME|config.json  a Qwen3-VL preset or HF config"},
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "cuda|cpu|auto  (cuda, planned without a GPU)"},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype, .help = "bf16|fp32  CUDA gradient dtype (bf16)"},
-        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &mb, .min = 1, .help = "B  rows per step (1)"},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &mb, .min = 1, .max = LJ_VL_MAX_MICRO_BATCH, .help = "B  rows per step (1)"},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &seq, .given = &seq_given, .min = 1,
          .help = "T  plan `ljperf train`'s packed rows of T tokens instead of the image + text samples"},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &buffers, .ival = 1, .help = "also list every buffer"},
@@ -225,8 +225,10 @@ int lj_cli_plan_vl(int argc, char **argv) {
         free(text);
     }
     if (!fits && rc == 0) {
-        fprintf(stderr, "ljperf plan: %s needs %s, more than the %s usable: use a smaller --micro-batch-size or image\n",
-                cfg.name, lj_format_bytes(bd.peak_bytes, b1, sizeof b1), lj_format_bytes(usable, b2, sizeof b2));
+        fprintf(stderr, "ljperf plan: %s needs %s, more than the %s usable: %s\n", cfg.name,
+                lj_format_bytes(bd.peak_bytes, b1, sizeof b1), lj_format_bytes(usable, b2, sizeof b2),
+                strcmp(recompute, "auto") ? "try --recompute auto (the planner), a smaller --micro-batch-size or image"
+                                          : "use a smaller --micro-batch-size or image");
         rc = 1;
     }
     lj_plan_free(&plan);

@@ -9,6 +9,7 @@
 
 #include "base/fs.h"
 #include "checkpoint/checkpoint.h"
+#include "bench/benchmark_vl.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "data/tokenizer.h"
@@ -112,7 +113,8 @@ int lj_cli_train_vl(int argc, char **argv) {
          .help = "bf16|fp32  CUDA gradient dtype of both towers (bf16)"},
         {.name = "--data-path", .kind = LJ_FLAG_LIST, .dest = &data, .help = "PREFIX  a multimodal dataset"},
         {.name = "--seq-length", .kind = LJ_FLAG_INT, .dest = &c.seq_length, .help = "T  tokens per packed row (256)", .min = 1},
-        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &c.micro_batch_size, .help = "B  rows per step (1)", .min = 1},
+        {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &c.micro_batch_size, .help = "B  rows per step (1)", .min = 1,
+         .max = LJ_VL_MAX_MICRO_BATCH},
         {.name = "--num-workers", .kind = LJ_FLAG_INT, .dest = &c.num_workers, .help = "N  image decoding threads (2)", .min = 1},
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &c.seed, .help = "S  initialisation and data order (1234)"},
         {.kind = LJ_FLAG_SECTION, .help = "what trains (Megatron-Bridge's Qwen3-VL options)"},

@@ -59,8 +59,8 @@ lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s,
             memcpy(recompute, r, LJ_MAX_LAYERS);
             if (explanation && explanation_len)
                 snprintf(explanation, explanation_len,
-                         "the decoder planned for %s (%s usable less the tower's and the joint's %s): %s; the joint "
-                         "plan's peak %s",
+                         "the decoder planned for %s (%s usable less the tower's and the joint's %s): %s The joint "
+                         "plan's peak: %s.",
                          lj_format_bytes(lj_planner_usable_bytes(&d), b1, sizeof b1),
                          lj_format_bytes(usable, b2, sizeof b2), lj_format_bytes(take, b3, sizeof b3), why,
                          lj_format_bytes(total + fixed, b4, sizeof b4));
@@ -68,12 +68,21 @@ lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s,
         }
         take += total + fixed - usable;
     }
-    /* nothing fits: say how much the smallest policy needs */
+    /* the decoder's search found nothing (or nothing that fits jointly): full recompute of every
+     * layer, the smallest policy, when it fits; else say how much it needs */
     uint8_t full[LJ_MAX_LAYERS];
     memset(full, 0, sizeof full);
     memset(full, LJ_RECOMPUTE_FULL, (size_t)cfg->text.num_hidden_layers);
     LJ_TRY(joint_plan(cfg, s, max_patches, max_images, full, &total, &vision));
     *peak_bytes = total + fixed;
+    if (total + fixed <= usable) {
+        memcpy(recompute, full, LJ_MAX_LAYERS);
+        if (explanation && explanation_len)
+            snprintf(explanation, explanation_len, "full recompute of every decoder layer: the joint plan's peak %s "
+                     "fits %s usable", lj_format_bytes(total + fixed, b1, sizeof b1),
+                     lj_format_bytes(usable, b2, sizeof b2));
+        return LJ_OK;
+    }
     return lj_fail(LJ_ERR_OOM,
                    "the run does not fit: with full recompute of every decoder layer its peak is %s against %s usable "
                    "(the tower keeps every activation: a smaller image size or micro-batch would fit)",
