@@ -55,6 +55,24 @@ lj_status lj_cli_model(const char *model, lj_model_config *cfg) {
     return s;
 }
 
+lj_status lj_cli_output_path(const char *flag, const char *path) {
+    if (!path || !strcmp(path, "-")) return LJ_OK;
+    if (!path[0]) return lj_fail(LJ_ERR_ARG, "%s: an empty file name: give a file to write", flag);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return lj_fail(LJ_ERR_ARG, "%s %s: a directory: give a file name", flag, path);
+    char dir[LJ_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        if (slash == dir) slash[1] = '\0';
+        else *slash = '\0';
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return lj_fail(LJ_ERR_ARG, "%s %s: cannot create it: the directory %s does not exist (create it first)", flag, path, dir);
+    }
+    return LJ_OK;
+}
+
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops) {
     lj_ops_config cfg;
     lj_ops_config_from_env(deterministic, &cfg);

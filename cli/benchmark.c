@@ -308,6 +308,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const int deepspeed = name != model;
     lj_dist_env env;
     const int world = lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1;
+    if (lj_cli_output_path("--json", json) != LJ_OK) return lj_cli_error("benchmark");
     if (dist_opt && zero_stage == 0) {
         lj_fail(LJ_ERR_ARG, "--use-distributed-optimizer (ZeRO-1) and --zero-stage 0 contradict each other: remove one");
         return lj_cli_error("benchmark");

@@ -54,6 +54,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     }
     lj_status s = lj_vl_config_resolve(model, &cfg.model); /* validated as it is read */
     if (s != LJ_OK) lj_error_prefix("--model");
+    if (s == LJ_OK) s = lj_cli_output_path("--json", json);
     if (s == LJ_OK) s = lj_cli_device(device, 0, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_vl_sample_resolve(&sample);

@@ -75,6 +75,11 @@ lj_status lj_cli_model(const char *model, lj_model_config *cfg);
  * picks the GPU when there is one, else says out loud that it falls back to the CPU
  * (lj_cli_note_no_gpu). Errors: LJ_ERR_DEVICE (cuda requested but unusable). */
 lj_status lj_cli_device(const char *device, int deterministic, const lj_ops **ops);
+
+/* Checks, before a long run, that `path` (the value of `flag`, e.g. --json; NULL: nothing asked)
+ * can be written at its end: not empty, not a directory, its directory present. Errors:
+ * LJ_ERR_ARG naming the flag and the path. */
+lj_status lj_cli_output_path(const char *flag, const char *path);
 /* "--device auto: no usable GPU (<the error message>); <then>" on stderr, once per job: the
  * first call of the process, on rank 0 only (every rank of a launched job falls back alike). */
 void lj_cli_note_no_gpu(const char *then);

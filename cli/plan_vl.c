@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench/benchmark_vl.h"
@@ -48,7 +49,7 @@ static lj_status open_ops(const char *device, const char *grad_dtype, const lj_o
 }
 
 int lj_cli_plan_vl(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = "auto";
+    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = NULL;
     int mb = 1, seq = 0, seq_given = 0, buffers = 0;
     lj_cli_vl_sample sample;
     lj_cli_fp8 fp8;
@@ -117,6 +118,11 @@ int lj_cli_plan_vl(int argc, char **argv) {
     setup.model.linear_recipe = recipe; /* both towers' block linears (lj_vl_init passes it on) */
     setup.model.fp8 = fo;
     char policy[96], why[2048];
+    if (!recompute) { /* as the text plan: auto, or none when CHECKPOINT_OPTIMIZATION is off */
+        int on = 0;
+        if (lj_planner_env_enabled(&on) != LJ_OK) return lj_cli_error("plan");
+        recompute = getenv("CHECKPOINT_OPTIMIZATION") && !on ? "none" : "auto";
+    }
     s = lj_vl_recompute_of(recompute, &cfg, &setup, max_patches, max_images, &t, policy, sizeof policy, why, sizeof why);
     if (s != LJ_OK && s != LJ_ERR_OOM) return lj_cli_error("plan");
     if (s == LJ_ERR_OOM) { /* planned with full recompute: the table shows what does not fit */

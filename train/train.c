@@ -399,9 +399,10 @@ static lj_status setup(run *r) {
     setup.model.lr_groups = lj_adamw_lr_groups(&c->adamw);
     lj_model_build(&r->model, &r->plan, &setup, r->dp.dist);
     char buf[32];
-    lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation steps)",
+    lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation step%s)",
                 c->model.name, (double)r->model.layout.total / 1e6, c->ops->name, c->micro_batch_size, c->seq_length,
-                c->global_batch_size, c->global_batch_size / (c->micro_batch_size * r->world));
+                c->global_batch_size, c->global_batch_size / (c->micro_batch_size * r->world),
+                c->global_batch_size / (c->micro_batch_size * r->world) == 1 ? "" : "s");
     if (c->rampup.start > 0)
         lj_log_info("--rampup-batch-size: the global batch starts at %lld and grows by %lld over %lld samples to %d "
                     "(%d to %d accumulation steps), as Megatron-LM's ramp-up", (long long)c->rampup.start,
