@@ -70,7 +70,14 @@ static lj_status choose_recompute(const lj_vl_bench_config *cfg, lj_model_setup 
     lj_planner_target t;
     char cache[LJ_PATH_MAX], why[2048];
     lj_cache_dir(cache, sizeof cache);
-    if (cfg->recompute && !strcmp(cfg->recompute, "auto")) LJ_TRY(lj_planner_target_init(&t, cfg->ops, cache, NULL));
+    if (cfg->recompute && !strcmp(cfg->recompute, "auto")) {
+        LJ_TRY(lj_planner_target_init(&t, cfg->ops, cache, NULL));
+        if (cfg->device_memory_bytes) {
+            t.device_memory_bytes = cfg->device_memory_bytes;
+            t.margin_bytes = cfg->margin_bytes;
+            t.memory_source = "--device-memory";
+        }
+    }
     LJ_TRY(lj_vl_recompute_of(cfg->recompute, &cfg->model, setup, max_patches, max_images, &t, res->recompute,
                               sizeof res->recompute, why, sizeof why));
     if (why[0]) lj_log_info("benchmark: recompute planner: %s", why);

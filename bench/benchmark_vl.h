@@ -36,6 +36,8 @@ typedef struct {
     double cpu_peak_tflops; /* CPU: the sgemm rate to count MFU against; 0 = measure it */
     const char *recompute;  /* the decoder's recompute: "none" (NULL), "selective", "full" on every layer,
                                or "auto": plan/planner_vl.h's choice for the device's memory */
+    size_t device_memory_bytes, margin_bytes; /* "auto" plans for these when device_memory_bytes > 0
+                                                 (--device-memory, --margin); else the device's */
     lj_linear_recipe_kind linear_recipe; /* --fp8-format: both towers' block linears in FP8 (model/vl.h); 0: the act dtype */
     lj_linear_fp8_options fp8;           /* its settings (used with LJ_LINEAR_RECIPE_FP8) */
 } lj_vl_bench_config;

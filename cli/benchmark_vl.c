@@ -17,7 +17,7 @@ static void usage(FILE *f) {
 int lj_cli_benchmark_vl(int argc, char **argv) {
     lj_vl_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    const char *model = NULL, *device = "auto", *grad_dtype = NULL, *json = NULL;
+    const char *model = NULL, *device = "auto", *grad_dtype = NULL, *json = NULL, *device_memory = NULL, *margin = NULL;
     int iters = 0, warmup = 0, iters_given = 0, warmup_given = 0;
     cfg.micro_batch_size = 1;
     cfg.seed = 1234;
@@ -38,6 +38,8 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed, .help = "S  weights and data (1234)"},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the result as JSON"},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress, .help = "no progress line on stderr"},
+        LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
+        LJ_CLI_MARGIN_ROW(&margin),
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &cfg.recompute,
          .help = "auto|none|selective|full  the decoder's recompute (none; auto: the planner, for the device's memory)"},
     };
@@ -58,6 +60,18 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     if (s == LJ_OK) s = lj_cli_device(device, 0, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &cfg.ops);
     if (s == LJ_OK) s = lj_cli_vl_sample_resolve(&sample);
+    if (s == LJ_OK && (device_memory || margin)) { /* the budget --recompute auto plans for */
+        if (!cfg.recompute || strcmp(cfg.recompute, "auto"))
+            s = lj_fail(LJ_ERR_ARG, "%s %s: sets the memory budget of --recompute auto: add --recompute auto",
+                        device_memory ? "--device-memory" : "--margin", device_memory ? device_memory : margin);
+        lj_planner_target t;
+        char cache[LJ_PATH_MAX];
+        lj_cache_dir(cache, sizeof cache);
+        if (s == LJ_OK) s = lj_planner_target_init(&t, cfg.ops, cache, NULL);
+        if (s == LJ_OK) s = lj_cli_memory_budget(&t, device_memory, margin);
+        cfg.device_memory_bytes = t.device_memory_bytes;
+        cfg.margin_bytes = t.margin_bytes;
+    }
     lj_vl_bench_shape shape;
     if (s == LJ_OK && lj_cli_fp8_given(&fp8)) s = lj_vl_bench_shape_of(&cfg.model, sample.img_h, sample.img_w,
                                                                          sample.text_tokens, &shape);

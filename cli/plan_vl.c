@@ -49,7 +49,8 @@ static lj_status open_ops(const char *device, const char *grad_dtype, const lj_o
 }
 
 int lj_cli_plan_vl(int argc, char **argv) {
-    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = NULL;
+    const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = NULL, *device_memory = NULL,
+               *margin = NULL;
     int mb = 1, seq = 0, seq_given = 0, buffers = 0;
     lj_cli_vl_sample sample;
     lj_cli_fp8 fp8;
@@ -63,6 +64,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
          .help = "T  plan `ljperf train`'s packed rows of T tokens instead of the image + text samples"},
         {.name = "--buffers", .kind = LJ_FLAG_SWITCH, .dest = &buffers, .ival = 1, .help = "also list every buffer"},
         {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the breakdown as JSON (- : standard output)"},
+        LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
+        LJ_CLI_MARGIN_ROW(&margin),
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute,
          .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device)"},
     };
@@ -106,7 +109,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
     lj_planner_target t;
     char cache[LJ_PATH_MAX];
     lj_cache_dir(cache, sizeof cache);
-    if (s == LJ_OK) s = lj_planner_target_init(&t, ops, cache, NULL); /* the memory figures; the rates are unused */
+    if (s == LJ_OK) s = lj_planner_target_init(&t, ops, cache, NULL); /* the memory figures and the rates */
+    if (s == LJ_OK) s = lj_cli_memory_budget(&t, device_memory, margin);
     if (s != LJ_OK) return lj_cli_error("plan");
 
     lj_model_setup setup = {.ops = ops, .cfg = &cfg.text};

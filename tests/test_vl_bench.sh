@@ -100,4 +100,12 @@ if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --recompute most >/dev
   fail "--recompute most was accepted"
 fi
 grep -q "\-\-recompute: 'most' is not one of auto, none, selective, full" "$tmp/rbad.err" || { cat "$tmp/rbad.err"; fail "the refusal"; }
+# 6. the planner for another card's memory: qwen3-vl-2b at 1024² needs 39.13 GiB without recompute;
+# within 38 GiB the decoder recomputes and the joint plan fits
+"$LJPERF" plan --model qwen3-vl-2b --device cuda --image-size 1024 --device-memory 38GiB --json "$tmp/p38.json" \
+  >"$tmp/p38.txt" 2>&1 || { grep -q "built without CUDA" "$tmp/p38.txt" && echo "test_vl_bench: passed (no CUDA description: step 6 skipped)" && exit 0
+                            cat "$tmp/p38.txt"; fail "plan --device-memory 38GiB did not fit"; }
+[ "$(field "$tmp/p38.json" "j['fits'] and j['peak_bytes'] <= j['usable_bytes'] and j['recompute'] != 'none (28 layers)'")" = True ] \
+  || { cat "$tmp/p38.txt"; fail "--device-memory 38GiB: no recompute chosen, or the plan does not fit"; }
+grep -q "device memory 38.00 GiB (--device-memory)" "$tmp/p38.txt" || fail "the budget line does not name --device-memory"
 echo "test_vl_bench: passed"
