@@ -50,12 +50,6 @@ int lj_cli_vl_sample_rows(lj_cli_vl_sample *s, lj_flag *rows);
 /* The image size: --image-size, or --img-h and --img-w. Errors: LJ_ERR_ARG when --image-size is
  * given with either of the other two. */
 lj_status lj_cli_vl_sample_resolve(lj_cli_vl_sample *s);
-/* Parses argv for `cmd` (the error prefix) against its own rows own[0..n_own) followed by the
- * sample's, in rows (room for n_own + LJ_CLI_VL_SAMPLE_ROWS); on --help prints usage and the
- * flags to stdout. Returns 0 to go on, 1 when the help was printed (exit 0), -1 on a bad flag (its
- * message printed: exit 1). */
-int lj_cli_vl_parse(const char *cmd, const lj_flag *own, int n_own, lj_flag *rows, lj_cli_vl_sample *s, int argc,
-                    char **argv, void (*usage)(FILE *));
 
 /* --offload-optimizer cpu|none (DeepSpeed's offload_optimizer.device), an LJ_FLAG_FUNC row's
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
@@ -178,6 +172,13 @@ void lj_cli_fp8_init(lj_cli_fp8 *f);
  * into `f`) to rows[0..max) and returns how many: at most LJ_CLI_FP8_ROWS. */
 #define LJ_CLI_FP8_ROWS 10
 int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max);
+
+/* The Qwen3-VL forms of plan and benchmark: parses argv for `cmd` (the error prefix) against its
+ * own rows own[0..n_own), then the FP8 rows into `fp8` (both towers' block linears; NULL: none),
+ * then the sample's into `s`; on --help prints usage and the flags to stdout. Returns 0 to go on,
+ * 1 when the help was printed (exit 0), -1 on a bad flag (its message printed: exit 1). */
+int lj_cli_vl_parse(const char *cmd, const lj_flag *own, int n_own, lj_cli_fp8 *fp8, lj_cli_vl_sample *s, int argc,
+                    char **argv, void (*usage)(FILE *));
 /* The FP8 lines of --help: the rows' help. */
 void lj_cli_fp8_usage(FILE *out);
 /* The recipe of the flags for a run of `cfg` on `ops`: the default recipe without --fp8-format,

@@ -70,11 +70,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
          .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device)"},
     };
     /* these, the FP8 rows (cli/fp8.c: both towers' block linears), then the sample's */
-    const int n_own = (int)(sizeof own / sizeof own[0]);
-    lj_flag head[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS], rows[sizeof head / sizeof head[0] + LJ_CLI_VL_SAMPLE_ROWS];
-    memcpy(head, own, sizeof own);
-    const int n_head = n_own + lj_cli_fp8_rows(&fp8, head + n_own, LJ_CLI_FP8_ROWS);
-    const int parsed = lj_cli_vl_parse("plan", head, n_head, rows, &sample, argc, argv, usage);
+    const int parsed = lj_cli_vl_parse("plan", own, (int)(sizeof own / sizeof own[0]), &fp8, &sample, argc, argv, usage);
     if (parsed) return parsed < 0;
     lj_vl_config cfg;
     if (!model) {

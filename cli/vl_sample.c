@@ -2,6 +2,7 @@
  * (cli.h lj_cli_vl_sample). */
 #include "cli/cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int lj_cli_vl_sample_rows(lj_cli_vl_sample *s, lj_flag *rows) {
@@ -30,19 +31,25 @@ lj_status lj_cli_vl_sample_resolve(lj_cli_vl_sample *s) {
     return LJ_OK;
 }
 
-int lj_cli_vl_parse(const char *cmd, const lj_flag *own, int n_own, lj_flag *rows, lj_cli_vl_sample *s, int argc,
+int lj_cli_vl_parse(const char *cmd, const lj_flag *own, int n_own, lj_cli_fp8 *fp8, lj_cli_vl_sample *s, int argc,
                     char **argv, void (*usage)(FILE *)) {
+    lj_flag *rows = lj_malloc((size_t)(n_own + LJ_CLI_FP8_ROWS + LJ_CLI_VL_SAMPLE_ROWS) * sizeof *rows);
     memcpy(rows, own, (size_t)n_own * sizeof *own);
-    const int n = n_own + lj_cli_vl_sample_rows(s, rows + n_own);
+    int n = n_own + (fp8 ? lj_cli_fp8_rows(fp8, rows + n_own, LJ_CLI_FP8_ROWS) : 0);
+    n += lj_cli_vl_sample_rows(s, rows + n);
     lj_flags_result res;
+    int rc = 0;
     if (lj_flags_parse(cmd, rows, n, argc, argv, 0, &res) != LJ_OK) {
         lj_cli_error(cmd);
-        return -1;
+        rc = -1;
+    } else {
+        rc = res.help;
+        lj_flags_result_free(&res);
+        if (rc) {
+            usage(stdout);
+            lj_flags_print_help(stdout, rows, n);
+        }
     }
-    const int help = res.help;
-    lj_flags_result_free(&res);
-    if (!help) return 0;
-    usage(stdout);
-    lj_flags_print_help(stdout, rows, n);
-    return 1;
+    free(rows);
+    return rc;
 }

@@ -41,27 +41,8 @@ void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n) {
     m->ops->global_norm_sq(m->grad_norm_sq, grad_shard, n, m->ws_norm);
 }
 
-/* --fp8-param-gather's codes in the weights' places of the params (lj_linear_codes_in_params, one
- * rank): a segment that covers them and is not master_only would write the param copy over the
- * codes (segments made otherwise than by lj_dp_segments). */
-static void check_master_only(const lj_model *m, const lj_adamw_segment *segments, int num_segments) {
-    int64_t co[LJ_LINEAR_FP8_MAX], cn[LJ_LINEAR_FP8_MAX];
-    const int nc = lj_linear_codes_in_params(&m->linear, &m->layout, co, cn);
-    for (int i = 0; i < num_segments; i++) {
-        const lj_adamw_segment *g = &segments[i];
-        if (g->master_only) continue;
-        const int64_t lo = g->offset + m->shard_begin, hi = lo + g->count;
-        for (int r = 0; r < nc; r++)
-            LJ_ASSERT(hi <= co[r] || co[r] + cn[r] <= lo,
-                      "AdamW segment [%lld, %lld) writes the param copy over FP8 codes at [%lld, %lld) "
-                      "(--fp8-param-gather: take the segments from lj_dp_segments)",
-                      (long long)lo, (long long)hi, (long long)co[r], (long long)(co[r] + cn[r]));
-    }
-}
-
 void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, const lj_adamw_segment *segments,
                      int num_segments, const lj_adamw_hparams *hp) {
-    if (m->linear.fp8.kept) check_master_only(m, segments, num_segments);
     m->ops->adamw_update(params_shard, m->master, grad_shard, m->adam_m, m->adam_v, segments, num_segments, hp,
                          m->adamw_scalars, m->grad_norm_sq);
 }

@@ -31,7 +31,10 @@ void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n);
 
 /* AdamW over this rank's shard: master, adam_m, adam_v (f32) and the param-dtype copy at
  * `params_shard`, from grad_shard, with the scalars in m->adamw_scalars and clipping by
- * m->grad_norm_sq. `segments` are relative to the shard. Capturable. */
+ * m->grad_norm_sq. `segments` are relative to the shard. Capturable. Under --fp8-param-gather's
+ * one-rank form the FP8 codes sit in their weights' places of the params: the segments must be
+ * lj_dp_segments' (parallel/dp.h), which mark those ranges master_only, or the param copy would be
+ * written over the codes. */
 void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, const lj_adamw_segment *segments,
                      int num_segments, const lj_adamw_hparams *hp);
 

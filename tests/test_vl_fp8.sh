@@ -23,16 +23,8 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 field() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'j': j}))" "$@"; }
 
-images="$LJ_CACHE/images/skimage"
-[ -s "$images/chelsea.png" ] && [ -s "$LJ_CACHE/tokenizer/qwen3/tokenizer.json" ] \
-  || fail "$images or the Qwen3 tokenizer is missing: run scripts/setup.sh"
-jsonl="$LJ_SOURCE_DIR/tests/data/vl_example.jsonl"
-px=(--image-root "$images" --tokenizer qwen3 --min-pixels 4096 --max-pixels 16384 --quiet)
-"$LJPERF" prepare --input "$jsonl" --output-prefix "$tmp/four" "${px[@]}" >/dev/null 2>"$tmp/prep.err" \
-  || { cat "$tmp/prep.err"; fail "prepare"; }
-head -n 1 "$jsonl" > "$tmp/one.jsonl"
-"$LJPERF" prepare --input "$tmp/one.jsonl" --output-prefix "$tmp/one" "${px[@]}" >/dev/null 2>"$tmp/prep.err" \
-  || { cat "$tmp/prep.err"; fail "prepare of one sample"; }
+source "$(dirname "$0")/vl_data_lib.sh"
+vl_prepare_datasets "$tmp" # $tmp/four and $tmp/one
 
 base=(--model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 1 --lr 1e-3 --seed 5 --num-workers 1)
 common=("${base[@]}" --quiet)

@@ -139,18 +139,6 @@ enum { FA_CAUSAL = 0, FA_DOCS = 1, FA_SEGS = 2 };
 /* The head dim as the kernels' tiles hold it: HD rounded up to a multiple of 16 (zero columns). */
 static constexpr __host__ __device__ int fa_hp(int hd) { return (hd + 15) / 16 * 16; }
 
-/* The segment s with cu[s] <= r < cu[s+1] of the nseg segments of cu (r < cu[nseg]): the largest
- * s with cu[s] <= r, which skips empty segments. */
-static __device__ __forceinline__ int fa_segment_of(const int32_t *cu, int nseg, int r) {
-    int lo = 0, hi = nseg;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (cu[mid] <= r) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
 /* ROWS x HD tile of rows row0.. of a global matrix (row stride `gstride` elements, g at
  * row 0) into shared memory (row stride HP + 8, HP = fa_hp(HD)); rows at or past T and the
  * columns HD..HP-1 are zero-filled. */
@@ -215,7 +203,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
     bool one_seg = false; /* FA_SEGS: every row of the block in one segment (then klo, khi are its range) */
     if (DOCS) klo = ds[q0];
     if (SEGS) {
-        const int sa = fa_segment_of(cu, nseg, q0), sb = fa_segment_of(cu, nseg, last);
+        const int sa = lj_segment_of(cu, nseg, q0), sb = lj_segment_of(cu, nseg, last);
         klo = cu[sa], khi = cu[sb + 1], one_seg = sa == sb;
     }
     const int jb = klo / FA_BC;            /* the first key tile any query of the block sees */
@@ -254,11 +242,11 @@ __global__ void __launch_bounds__(FA_THREADS) flash_forward_kernel(lj_bf16 *out,
         dr1[mt] = DOCS && r1 < T ? ds[r1] : 0;
         de0[mt] = de1[mt] = 0;
         if (SEGS && r0 < T) {
-            const int s0 = one_seg ? -1 : fa_segment_of(cu, nseg, r0);
+            const int s0 = one_seg ? -1 : lj_segment_of(cu, nseg, r0);
             dr0[mt] = one_seg ? klo : cu[s0], de0[mt] = one_seg ? khi : cu[s0 + 1];
         }
         if (SEGS && r1 < T) {
-            const int s1 = one_seg ? -1 : fa_segment_of(cu, nseg, r1);
+            const int s1 = one_seg ? -1 : lj_segment_of(cu, nseg, r1);
             dr1[mt] = one_seg ? klo : cu[s1], de1[mt] = one_seg ? khi : cu[s1 + 1];
         }
     }
@@ -447,7 +435,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
     /* the queries that see any key of the tile: [qlo, qhi) (causal: from k0 to T) */
     int qlo = k0, qhi = T;
     if (SEGS) {
-        const int sa = fa_segment_of(cu, nseg, k0), sb = fa_segment_of(cu, nseg, k_last);
+        const int sa = lj_segment_of(cu, nseg, k0), sb = lj_segment_of(cu, nseg, k_last);
         qlo = cu[sa], qhi = cu[sb + 1];
     }
     const int qb_first = qlo / BR, nqb = (qhi + BR - 1) / BR;
@@ -470,7 +458,7 @@ __global__ void __launch_bounds__(FA_THREADS) flash_backward_kernel(lj_bf16 *dqk
                 sD[i] = ok ? Dh[i0 + i] : 0.0f;
                 if (DOCS) sS[i] = ok ? ds[i0 + i] : 0;
                 if (SEGS) {
-                    const int sg = ok ? fa_segment_of(cu, nseg, i0 + i) : 0;
+                    const int sg = ok ? lj_segment_of(cu, nseg, i0 + i) : 0;
                     sS[i] = ok ? cu[sg] : 0; /* a query at or past T sees no key */
                     sE[i] = ok ? cu[sg + 1] : 0;
                 }

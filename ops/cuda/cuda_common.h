@@ -291,6 +291,19 @@ int lj_cuda_num_sms(void);
 typedef __nv_bfloat16 lj_bf16;
 
 /* Sum over the 32 lanes of a warp (every lane gets the result). */
+/* The segment s with cu[s] <= r < cu[s+1] of the nseg packed segments whose row offsets are
+ * cu[0..nseg] (r < cu[nseg]): the largest s with cu[s] <= r, which skips empty segments (the
+ * varlen attention kernels' row-to-segment map, found on the device by binary search). */
+static __device__ __forceinline__ int lj_segment_of(const int32_t *cu, int nseg, int r) {
+    int lo = 0, hi = nseg;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (cu[mid] <= r) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static __device__ __forceinline__ float lj_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

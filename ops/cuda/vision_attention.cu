@@ -42,17 +42,6 @@
 #define VA_BK 64    /* key rows per shared tile (forward, dQ) and per block (dK, dV) */
 #define VA_CHUNK 16 /* keys per online-softmax rescale */
 
-/* The segment s with cu[s] <= r < cu[s+1] (the largest s with cu[s] <= r; r < cu[nseg] = N). */
-static __device__ int va_segment_of(const int32_t *cu, int nseg, int r) {
-    int lo = 0, hi = nseg;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (cu[mid] <= r) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
 /* rows [r0, r0 + rows) of one head (column col of qkv-like rows of `stride` elements) into
  * dst[rows][ld] as fp32, zero beyond hd and beyond `rows` up to `cap` rows. */
 template <int D>
@@ -87,7 +76,7 @@ __global__ void __launch_bounds__(VA_BQ)
     const int r0 = blockIdx.x * VA_BQ, r1 = min(N, r0 + VA_BQ), i = r0 + tid;
     va_load<D>(sQ, D + 1, qkv, row, h * hd, r0, r1 - r0, VA_BQ, hd);
     const float *q = sQ + tid * (D + 1);
-    for (int s = va_segment_of(cu, nseg, r0); s < nseg && cu[s] < r1; s++) {
+    for (int s = lj_segment_of(cu, nseg, r0); s < nseg && cu[s] < r1; s++) {
         const int a = cu[s], b = cu[s + 1];
         if (b <= a) continue;
         const bool active = i < r1 && i >= a && i < b;
@@ -164,7 +153,7 @@ __global__ void __launch_bounds__(VA_BQ)
         for (int d = 0; d < hd; d++) Di += dor[d] * lj_ld(o + d);
         L = lse[(int64_t)h * N + i];
     }
-    for (int s = va_segment_of(cu, nseg, r0); s < nseg && cu[s] < r1; s++) {
+    for (int s = lj_segment_of(cu, nseg, r0); s < nseg && cu[s] < r1; s++) {
         const int a = cu[s], b = cu[s + 1];
         if (b <= a) continue;
         const bool active = i < r1 && i >= a && i < b;
@@ -218,7 +207,7 @@ __global__ void __launch_bounds__(VA_BK)
     float dk[D], dv[D];
 #pragma unroll
     for (int d = 0; d < D; d++) dk[d] = dv[d] = 0.0f;
-    for (int s = va_segment_of(cu, nseg, c0); s < nseg && cu[s] < c1; s++) {
+    for (int s = lj_segment_of(cu, nseg, c0); s < nseg && cu[s] < c1; s++) {
         const int a = cu[s], b = cu[s + 1];
         if (b <= a) continue;
         const bool active = j < c1 && j >= a && j < b;

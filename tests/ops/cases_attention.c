@@ -182,6 +182,21 @@ static attn_run run_attention(lj_case_ctx *x, const lj_ops *A, const char *label
 /* d = {B, T, nh, nkv, hd, kind}: kind, the family (family_config; the CPU rows 0); -1 every
  * family the shape has: flash, simple, flash-mt1 at head_dim 64, cuDNN and cuDNN deterministic
  * at head_dim 64 and 128. */
+/* The kernel families a case runs (family_config's kinds): `kind` alone when >= 0, else 0 and 1,
+ * 2 at hd 64, and 3 and 5 where `auto_kinds` (the head dims those tables serve); returns the
+ * count written to kinds[5]. */
+static int kernel_families(int kind, int hd, int auto_kinds, int kinds[5]) {
+    int nk = 0;
+    if (kind >= 0) {
+        kinds[nk++] = kind;
+        return nk;
+    }
+    kinds[nk++] = 0, kinds[nk++] = 1;
+    if (hd == 64) kinds[nk++] = 2;
+    if (auto_kinds) kinds[nk++] = 3, kinds[nk++] = 5;
+    return nk;
+}
+
 static void attention_body(lj_case_ctx *x) {
     const lj_op_case *c = x->c;
     const int B = c->d[0], T = c->d[1], nh = c->d[2], nkv = c->d[3], hd = c->d[4], kind = c->d[5];
@@ -191,14 +206,8 @@ static void attention_body(lj_case_ctx *x) {
     float *hqkv = lj_case_rand(x, nqkv, 1.0f), *R = lj_case_rand(x, nout, 1.0f);
     void *qkv = lj_case_upload(x, hqkv, nqkv, LJ_CASE_ACT), *dR = lj_case_upload(x, R, nout, LJ_CASE_ACT);
     attn_ref ref = {B, T, nh, nkv, hd, lj_case_to_double(x, hqkv, nqkv), NULL, R};
-    int kinds[5], nk = 0;
-    if (kind >= 0) {
-        kinds[nk++] = kind;
-    } else {
-        kinds[nk++] = 0, kinds[nk++] = 1;
-        if (hd == 64) kinds[nk++] = 2;
-        if (hd == 64 || hd == 128) kinds[nk++] = 3, kinds[nk++] = 5;
-    }
+    int kinds[5];
+    const int nk = kernel_families(kind, hd, hd == 64 || hd == 128, kinds);
     for (int k = 0; k < nk; k++) {
         const lj_ops_config cfg = family_config(x->ops, kinds[k], 0);
         const lj_ops *A = lj_case_table(x, &cfg);
@@ -601,14 +610,8 @@ static void attention_varlen_body(lj_case_ctx *x) {
         want = lj_case_dzeros(x, nout), want_lse = lj_case_dzeros(x, nlse);
         ref_varlen(&ref, want, want_lse);
     }
-    int kinds[5], nk = 0;
-    if (kind >= 0) {
-        kinds[nk++] = kind;
-    } else {
-        kinds[nk++] = 0, kinds[nk++] = 1;
-        if (hd == 64) kinds[nk++] = 2;
-        kinds[nk++] = 3, kinds[nk++] = 5;
-    }
+    int kinds[5];
+    const int nk = kernel_families(kind, hd, 1, kinds);
     for (int k = 0; k < nk; k++) {
         const lj_ops_config cfg = family_config(x->ops, kinds[k], 0);
         const lj_ops *A = lj_case_table(x, &cfg);
