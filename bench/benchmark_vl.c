@@ -136,10 +136,13 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     res->fp8_linears = m.linear.fp8.active ? m.linear.fp8.num_linears : 0;
     res->vision_fp8_linears = vl.vis.linear.fp8.active ? vl.vis.linear.fp8.num_linears : 0;
 
-    /* the images once (the loader's threads would have made them); the text every step */
+    /* the images once (the loader's threads would have made them) for up to 4 micro-batches, used in
+       turn, so that micro-batch B x 2 accumulation steps sees the samples of one micro-batch 2B; the
+       text every micro-batch */
+    const int A = cfg->accumulation > 1 ? cfg->accumulation : 1, img_sets = A < 4 ? A : 4;
     lj_rng rng;
     lj_rng_seed(&rng, cfg->seed);
-    const size_t npix = (size_t)B * sh->patches * P;
+    const size_t set_pix = (size_t)B * sh->patches * P, npix = set_pix * img_sets;
     float *pixels = lj_malloc(npix * sizeof(float));
     for (size_t i = 0; i < npix; i++) pixels[i] = 2.0f * lj_rng_uniform(&rng) - 1.0f;
     int32_t *grid = lj_malloc((size_t)B * 3 * sizeof(int32_t));
@@ -153,23 +156,28 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
     lj_bench_steps st;
     lj_bench_steps_init(&st, ops, cfg->warmup_iters, cfg->train_iters, cfg->progress);
     for (int step = 1; step <= steps && s == LJ_OK; step++) {
-        for (int b = 0; b < B; b++) make_row(&cfg->model, sh, &rng, ids + (size_t)b * T, targets + (size_t)b * T);
         const double t0 = lj_time_sec();
-        s = lj_vl_set_batch(&vl, ids, targets, pixels, grid, B);
-        if (s != LJ_OK) break;
+        double loss = 0.0;
         lj_vl_zero_grads(&vl);
-        lj_vl_forward_backward(&vl, 1, 1.0f / (float)m.num_targets);
+        for (int k = 0; k < A && s == LJ_OK; k++) { /* gradients summed over the micro-batches (model/vl.h) */
+            for (int b = 0; b < B; b++) make_row(&cfg->model, sh, &rng, ids + (size_t)b * T, targets + (size_t)b * T);
+            s = lj_vl_set_batch(&vl, ids, targets, pixels + set_pix * (size_t)(k % img_sets), grid, B);
+            if (s != LJ_OK) break;
+            lj_vl_forward_backward(&vl, 1, 1.0f / ((float)m.num_targets * (float)A));
+            loss += lj_model_mean_loss(&m) / A;
+        }
+        if (s != LJ_OK) break;
         lj_vl_optimizer_step(&opt, &vl, 1e-4f, step);
         ops->synchronize();
         const double dt = lj_time_sec() - t0;
-        lj_bench_steps_record(&st, step, dt, lj_model_mean_loss(&m), B / dt, "samples");
+        lj_bench_steps_record(&st, step, dt, loss, (double)B * A / dt, "samples");
     }
     lj_bench_steps_finish(&st, &res->step_ms_median, &res->step_ms_p90);
     res->loss_first = st.loss_first;
     res->loss_last = st.loss_last;
     if (st.used_bytes > res->measured_bytes) res->measured_bytes = st.used_bytes;
     if (s == LJ_OK) {
-        res->samples_per_s = (double)B * cfg->train_iters / st.timed_sec;
+        res->samples_per_s = (double)B * A * cfg->train_iters / st.timed_sec;
         res->tokens_per_s = res->samples_per_s * T;
         res->tflops = res->samples_per_s * (res->vit_flops_per_sample + res->llm_flops_per_sample) / 1e12;
         res->mfu = res->peak_tflops > 0 ? res->tflops / res->peak_tflops : 0.0;
@@ -189,9 +197,13 @@ lj_status lj_vl_bench_run(lj_vl_bench_config *cfg, lj_vl_bench_result *res) {
 void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *r, FILE *f) {
     char b1[32], b2[32], b3[32];
     const lj_vl_bench_shape *s = &r->shape;
-    fprintf(f, "ljperf benchmark: %s on %s, micro-batch %d samples of one %dx%d image (%dx%d after smart_resize: %d "
+    char gbs[96] = "";
+    if (cfg->accumulation > 1)
+        snprintf(gbs, sizeof gbs, ", global batch %d (%d accumulation steps)", cfg->micro_batch_size * cfg->accumulation,
+                 cfg->accumulation);
+    fprintf(f, "ljperf benchmark: %s on %s, micro-batch %d%s; samples of one %dx%d image (%dx%d after smart_resize: %d "
                "patches, %d tokens) + %d text tokens = %d tokens, %d timed step%s after %d warm-up\n",
-            cfg->model.name, cfg->ops->name, cfg->micro_batch_size, cfg->img_h, cfg->img_w,
+            cfg->model.name, cfg->ops->name, cfg->micro_batch_size, gbs, cfg->img_h, cfg->img_w,
             s->grid.h * cfg->model.vision.patch_size, s->grid.w * cfg->model.vision.patch_size, s->patches,
             s->image_tokens, cfg->text_tokens, s->seq_length, cfg->train_iters, cfg->train_iters == 1 ? "" : "s",
             cfg->warmup_iters);
@@ -233,6 +245,9 @@ lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_benc
     cJSON_AddStringToObject(o, "model", cfg->model.name);
     cJSON_AddStringToObject(o, "device", cfg->ops->name);
     cJSON_AddNumberToObject(o, "micro_batch_size", cfg->micro_batch_size);
+    const int accumulation = cfg->accumulation > 1 ? cfg->accumulation : 1;
+    cJSON_AddNumberToObject(o, "global_batch_size", cfg->micro_batch_size * accumulation);
+    cJSON_AddNumberToObject(o, "accumulation_steps", accumulation);
     cJSON_AddNumberToObject(o, "img_h", cfg->img_h);
     cJSON_AddNumberToObject(o, "img_w", cfg->img_w);
     cJSON_AddItemToObject(o, "image_grid_thw", cJSON_CreateIntArray((const int[]){s->grid.t, s->grid.h, s->grid.w}, 3));

@@ -26,7 +26,8 @@
 typedef struct {
     lj_vl_config model;
     const lj_ops *ops;
-    int micro_batch_size;   /* samples per step */
+    int micro_batch_size;   /* samples per micro-batch */
+    int accumulation;       /* micro-batches per optimizer step (--global-batch-size / micro-batch); 0 or 1: one */
     int img_h, img_w;       /* the synthetic images' size in pixels, before smart_resize */
     int text_tokens;        /* text tokens per sample, after the image */
     int train_iters;        /* timed steps */

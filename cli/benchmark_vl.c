@@ -18,7 +18,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     lj_vl_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
     const char *model = NULL, *device = "auto", *grad_dtype = NULL, *json = NULL, *device_memory = NULL, *margin = NULL;
-    int iters = 0, warmup = 0, iters_given = 0, warmup_given = 0;
+    int iters = 0, warmup = 0, iters_given = 0, warmup_given = 0, global_batch = 0;
     cfg.micro_batch_size = 1;
     cfg.seed = 1234;
     cfg.progress = 1;
@@ -30,7 +30,9 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--device", .kind = LJ_FLAG_STR, .dest = &device, .help = "auto|cpu|cuda  (auto)"},
         {.name = "--grad-dtype", .kind = LJ_FLAG_STR, .dest = &grad_dtype, .help = "bf16|fp32  CUDA gradient dtype (bf16)"},
         {.name = "--micro-batch-size", .kind = LJ_FLAG_INT, .dest = &cfg.micro_batch_size, .min = 1, .max = LJ_VL_MAX_MICRO_BATCH,
-         .help = "B  samples per step (1)"},
+         .help = "B  samples per micro-batch (1)"},
+        {.name = "--global-batch-size", .kind = LJ_FLAG_INT, .dest = &global_batch, .min = 1,
+         .help = "N  samples per optimizer step: N / B micro-batches, gradients accumulated (B)"},
         {.name = "--train-iters", .kind = LJ_FLAG_INT, .dest = &iters, .given = &iters_given, .min = 1,
          .help = "N  timed steps (20 on a GPU, 3 on the CPU)"},
         {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given,
@@ -74,6 +76,12 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     if (s == LJ_OK && lj_cli_fp8_given(&fp8))
         s = lj_cli_fp8_resolve_vl(&fp8, cfg.ops, &cfg.model, cfg.micro_batch_size, shape.seq_length, &cfg.linear_recipe,
                                   &cfg.fp8);
+    if (s == LJ_OK && global_batch > 0) { /* Megatron-LM's rule on one rank: global = micro-batch x accumulation */
+        if (global_batch % cfg.micro_batch_size != 0)
+            s = lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a multiple of --micro-batch-size %d: give a multiple "
+                                    "of %d", global_batch, cfg.micro_batch_size, cfg.micro_batch_size);
+        cfg.accumulation = global_batch / cfg.micro_batch_size;
+    }
     if (s != LJ_OK) return lj_cli_error("benchmark");
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     cfg.img_h = sample.img_h;

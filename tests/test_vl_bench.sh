@@ -9,7 +9,8 @@
 #     FLOPs) and JSON (the shape from --img-h/--img-w through smart_resize, the FLOP terms);
 #   - the sample flags: --image-size sets both sides; with --img-h it is refused;
 #   - --recompute full and selective of the decoder train as without it (the same losses, bit for
-#     bit on the CPU), auto reports the planner's choice, and an unknown policy is refused.
+#     bit on the CPU), auto reports the planner's choice, and an unknown policy is refused;
+#   - --global-batch-size accumulates: micro-batch 1 x 2 steps = micro-batch 2 (the same losses).
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/vl_bench"
@@ -100,6 +101,26 @@ if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --recompute most >/dev
   fail "--recompute most was accepted"
 fi
 grep -q "\-\-recompute: 'most' is not one of auto, none, selective, full" "$tmp/rbad.err" || { cat "$tmp/rbad.err"; fail "the refusal"; }
+# 5b. --global-batch-size: micro-batch 1 x 2 accumulation steps takes the samples of one micro-batch 2,
+# and its summed gradients make the same step (the losses to rounding)
+for mb in 1 2; do
+  "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --image-size 64 --text-tokens 32 --train-iters 2 --warmup-iters 0 \
+    --no-progress --micro-batch-size "$mb" --global-batch-size 2 --json "$tmp/g$mb.json" >"$tmp/g$mb.txt" 2>&1 \
+    || { cat "$tmp/g$mb.txt"; fail "--micro-batch-size $mb --global-batch-size 2"; }
+done
+grep -q "micro-batch 1, global batch 2 (2 accumulation steps)" "$tmp/g1.txt" || { cat "$tmp/g1.txt"; fail "the accumulation line"; }
+[ "$(field "$tmp/g1.json" "(j['global_batch_size'], j['accumulation_steps'])")" = "(2, 2)" ] || fail "the JSON's global batch"
+python3 - "$tmp/g1.json" "$tmp/g2.json" <<'PY' || fail "accumulated gradients are not those of one micro-batch 2"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for k in ("loss_first", "loss_last"):
+    if abs(a[k] - b[k]) > 1e-5 * abs(b[k]): print(k, a[k], b[k]); sys.exit(1)
+sys.exit(0 if a["loss_last"] != a["loss_first"] else 1)
+PY
+if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --micro-batch-size 2 --global-batch-size 3 >/dev/null 2>"$tmp/gbad.err"; then
+  fail "--global-batch-size 3 with --micro-batch-size 2 was accepted"
+fi
+grep -q "\-\-global-batch-size 3 is not a multiple of --micro-batch-size 2" "$tmp/gbad.err" || { cat "$tmp/gbad.err"; fail "the refusal"; }
 # 6. the planner for another card's memory: qwen3-vl-2b at 1024² needs 39.13 GiB without recompute;
 # within 38 GiB the decoder recomputes and the joint plan fits
 "$LJPERF" plan --model qwen3-vl-2b --device cuda --image-size 1024 --device-memory 38GiB --json "$tmp/p38.json" \

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ncu_summary.py CSV [STEPS] [--groups]: per-kernel time of an `ncu --metrics gpu__time_duration.sum
---csv` log, summed by kernel name, divided by STEPS (the steps the profiled program ran, warm-up
+--csv` log (or of `nsys stats --report cuda_gpu_kern_sum --format csv`: its "Total Time (ns)" and
+"Instances" per name), summed by kernel name, divided by STEPS (the steps the profiled program ran, warm-up
 included; default 2), largest first. Prints the share of each kernel and the total; with --groups,
 the same summed by kind of work (GEMMs by input type, FP8 casts, attention, norms, ...)."""
 import collections
@@ -17,7 +18,7 @@ KINDS = [
     ("GEMM, FP8 inputs (cuBLASLt)", r"^nvjet_\w+_q[qr]"),
     ("GEMM, bf16 inputs (cuBLASLt)", r"^nvjet_"),
     ("FP8 casts, amaxes, scales", r"^fp8_"),
-    ("attention (cuDNN SDPA)", r"cudnn"),
+    ("attention (cuDNN SDPA, own flash kernels)", r"cudnn|flash|attn|attention"),
     ("cross-entropy (after the lm_head GEMMs)", r"cross_entropy"),
     ("AdamW and gradient norm", r"adamw|norm_sq"),
     ("RMSNorm (with residual add)", r"rmsnorm"),
@@ -26,11 +27,19 @@ KINDS = [
     ("embedding (with its sort)", r"embedding|cub::"),
 ]
 with open(path) as f:
-    lines = [l for l in f if l.startswith('"')]
+    lines = f.readlines()
+head = next((i for i, l in enumerate(lines) if "Total Time (ns)" in l), None)
+lines = lines[head:] if head is not None else [l for l in lines if l.startswith('"')]
 tot = collections.defaultdict(float)
 cnt = collections.Counter()
 n = 0
 for r in csv.DictReader(lines):
+    if "Total Time (ns)" in r:  # nsys: one row per kernel name already
+        short = re.sub(r"\(.*", "", r["Name"])[:90]
+        tot[short] += float(r["Total Time (ns)"])
+        cnt[short] += int(r["Instances"])
+        n += int(r["Instances"])
+        continue
     if r.get("Metric Name") != "gpu__time_duration.sum":
         continue
     short = re.sub(r"\(.*", "", r["Kernel Name"])[:90]
