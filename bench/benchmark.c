@@ -206,9 +206,10 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
         rs.save = cfg->save;
         rs.keep_last = 1;
         rs.hf_dtype = ops->param_dtype;
-        rs.quiet = 1;
         rs.format = LJ_CKPT_FORMAT_TORCH_DIST;
         rs.async = cfg->async_save ? lj_ckpt_async_create() : NULL;
+        rs.quiet = 0; /* its line per save: seconds, bytes, rate */
+        lj_run_state_reserve(&rs);
     }
     double stall_sum = 0.0;
     lj_status save_status = LJ_OK;

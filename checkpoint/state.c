@@ -840,6 +840,29 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     return LJ_OK;
 }
 
+lj_status lj_run_state_reserve(lj_run_state *r) {
+    if (!r->async || r->format == LJ_CKPT_FORMAT_TORCH) return LJ_OK;
+    state_piece *pieces;
+    const int np = state_pieces(r, 1, &pieces);
+    const int64_t numel = np ? pieces[np - 1].packed + pieces[np - 1].n : 0;
+    free(pieces);
+    int64_t nh, ns;
+    const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
+    const double t0 = lj_time_sec();
+    const lj_status s = async_buffer(r, 3 * numel + n8);
+    if (s != LJ_OK) {
+        lj_log_warn("--async-save: %s: the host copy is made at the first save instead", lj_error_message());
+        return LJ_OK;
+    }
+    if (!r->async->host_free) /* pageable: its pages now (pinned memory has them already) */
+        memset(r->async->host, 0, (size_t)(3 * numel + n8) * sizeof(float));
+    if (!r->quiet)
+        lj_log_info("--async-save: host copy of %.1f MiB allocated%s in %.2f s, before the first step",
+                    (double)(3 * numel + n8) * sizeof(float) / 1048576.0, r->async->host_free ? " and pinned" : "",
+                    lj_time_sec() - t0);
+    return LJ_OK;
+}
+
 lj_status lj_run_state_save(lj_run_state *r) {
     if (r->format == LJ_CKPT_FORMAT_TORCH) return save_consolidated(r);
     LJ_TRY(lj_run_state_finish(r)); /* the previous --async-save first */

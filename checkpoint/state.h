@@ -99,6 +99,13 @@ typedef struct {
  * diverged state. */
 lj_status lj_run_state_save(lj_run_state *s);
 
+/* With s->async (the sharded format): allocates, and pins where the backend can, the host copy
+ * the saves of --async-save copy the state into, so that the first save's step pays for the copy
+ * only (pinning tens of GiB takes seconds). Call once the model is bound, before the first step.
+ * Never fails: without the memory it warns and the first save makes the copy (or saves
+ * synchronously, as it says). */
+lj_status lj_run_state_reserve(lj_run_state *s);
+
 /* Waits for the background write of the last --async-save and seals and publishes it (rank 0),
  * as lj_run_state_save does; LJ_OK at once when nothing is pending. Collective. Errors: the
  * writer's (a rank that could not write its shard file), then as lj_run_state_save. */

@@ -439,6 +439,10 @@ static lj_status setup(run *r) {
     r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
+    if (r->async) { /* the host copy of --async-save now, not in the first save's step */
+        lj_run_state st = state_of(r);
+        LJ_TRY(lj_run_state_reserve(&st));
+    }
     lj_train_profiler_start(&r->prof, &r->model, &r->dp, &r->plan, r->iteration);
     if (c->save && r->rank == 0) {
         /* find an unwritable --save now, not after the last iteration */
