@@ -1,6 +1,6 @@
 /* mm_loader.c: the vision-language loader (mm_loader.h): a sequential packing plan made under a
  * lock (cheap: the index only), and batches built and their images decoded on worker threads
- * into a ring of `prefetch` slots, handed out in order. */
+ * into a ring of `prefetch` + `hold` - 1 slots, handed out in order. */
 #include <pthread.h>
 #include <string.h>
 
@@ -43,7 +43,8 @@ struct lj_mm_loader {
     pthread_cond_t cv_work, cv_ready;
     slot *slots;
     int nslots;
-    int64_t next_plan, released, held;
+    int64_t next_plan, released, handed; /* batches [released, handed) are the caller's */
+    int hold;                            /* the most the caller keeps at once (lj_mm_loader_config) */
     int quit, nthreads;
     pthread_t *threads;
 };
@@ -51,7 +52,7 @@ struct lj_mm_loader {
 const lj_mm_dataset *lj_mm_loader_dataset(const lj_mm_loader *ld) { return &ld->ds; }
 
 int64_t lj_mm_loader_position(const lj_mm_loader *ld) {
-    return ld->held >= 0 ? ld->slots[ld->held % ld->nslots].position : ld->cfg.start_position;
+    return ld->handed > 0 ? ld->slots[(ld->handed - 1) % ld->nslots].position : ld->cfg.start_position;
 }
 
 /* The dataset sample of this rank's stream position k. */
@@ -253,15 +254,14 @@ static void *worker(void *arg) {
 
 lj_status lj_mm_loader_next(lj_mm_loader *ld, const lj_mm_batch **batch) {
     pthread_mutex_lock(&ld->mu);
-    if (ld->held >= 0) {
-        ld->slots[ld->held % ld->nslots].state = SLOT_FREE;
-        ld->released = ld->held + 1;
-        ld->held = -1;
+    if (ld->handed - ld->released >= ld->hold) { /* the oldest batch the caller has goes back */
+        ld->slots[ld->released % ld->nslots].state = SLOT_FREE;
+        ld->released++;
         pthread_cond_broadcast(&ld->cv_work);
     }
-    slot *sl = &ld->slots[ld->released % ld->nslots];
-    while (!(sl->state == SLOT_READY && sl->number == ld->released)) pthread_cond_wait(&ld->cv_ready, &ld->mu);
-    ld->held = ld->released;
+    slot *sl = &ld->slots[ld->handed % ld->nslots];
+    while (!(sl->state == SLOT_READY && sl->number == ld->handed)) pthread_cond_wait(&ld->cv_ready, &ld->mu);
+    ld->handed++;
     pthread_mutex_unlock(&ld->mu);
     *batch = &sl->b;
     if (sl->status != LJ_OK) return lj_fail(sl->status, "%s", sl->err);
@@ -293,10 +293,10 @@ lj_status lj_mm_loader_open(lj_mm_loader **out, const lj_mm_loader_config *cfg) 
     ld->pre.resize = cfg->resize;
     ld->perm = lj_malloc(sizeof(int64_t) * (size_t)ld->ds.num_samples);
     ld->perm_epoch = -1;
-    ld->held = -1;
     ld->stream = cfg->start_position > 0 ? cfg->start_position : 0;
     ld->nthreads = cfg->num_workers > 0 ? cfg->num_workers : 2;
-    ld->nslots = cfg->prefetch > 0 ? cfg->prefetch : 2 * ld->nthreads;
+    ld->hold = cfg->hold > 0 ? cfg->hold : 1;
+    ld->nslots = (cfg->prefetch > 0 ? cfg->prefetch : 2 * ld->nthreads) + ld->hold - 1; /* the held ones too */
     ld->slots = lj_calloc((size_t)ld->nslots, sizeof *ld->slots);
     const size_t BT = (size_t)cfg->micro_batch_size * (size_t)cfg->seq_length;
     for (int i = 0; i < ld->nslots; i++) {

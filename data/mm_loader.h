@@ -37,12 +37,16 @@ typedef struct {
     int dp_rank, dp_world_size; /* world 0 is taken as 1 */
     int num_workers;       /* decoding threads; <= 0: 2 */
     int prefetch;          /* batches built ahead; <= 0: 2 * num_workers */
+    int hold;              /* batches the caller keeps at once (lj_mm_loader_next); <= 0: 1. Gradient
+                              accumulation holds an iteration's micro-batches to count their trained
+                              tokens first; the ring grows by hold - 1 slots (host memory: their patches) */
     lj_resize_kind resize; /* LJ_RESIZE_TORCH_U8 (transformers' default processor) */
     int64_t max_image_pixels; /* decode limit; 0: LJ_IMAGE_MAX_PIXELS_DEFAULT */
     int64_t start_position;   /* resume: a saved lj_mm_loader_position (same seed, world size, T, B) */
 } lj_mm_loader_config;
 
-/* One micro-batch. Owned by the loader; valid until the next lj_mm_loader_next. */
+/* One micro-batch. Owned by the loader; valid until the next lj_mm_loader_next (with `hold` H:
+ * while it is one of the last H returned). */
 typedef struct {
     int B, T;
     int32_t *input_ids;    /* [B, T] */
@@ -66,9 +70,10 @@ typedef struct lj_mm_loader lj_mm_loader;
  * a bad config (naming the field). */
 lj_status lj_mm_loader_open(lj_mm_loader **ld, const lj_mm_loader_config *cfg);
 
-/* The next micro-batch of this rank (blocks until its images are ready). Errors: an image that
- * no longer decodes (the dataset changed after prepare), or a grid that differs from the one
- * prepared (naming the dataset, the sample and the image). */
+/* The next micro-batch of this rank (blocks until its images are ready). When the caller has
+ * `hold` batches, the oldest goes back to the ring first (hold 1: the previous one). Errors: an
+ * image that no longer decodes (the dataset changed after prepare), or a grid that differs from
+ * the one prepared (naming the dataset, the sample and the image). */
 lj_status lj_mm_loader_next(lj_mm_loader *ld, const lj_mm_batch **batch);
 
 /* This rank's position in its sample stream after the batch last returned (start_position

@@ -399,6 +399,36 @@ static void test_loader_packing(void **state) {
     lj_mm_loader_close(ld);
 }
 
+/* hold H: the last H batches stay valid together, each the batch a loader of hold 1 gives at that
+ * point of the stream, and the position is the last one's. */
+static void test_loader_hold(void **state) {
+    (void)state;
+    enum { N = 6, H = 3, T = 200 };
+    char prefix[1200];
+    lj_mm_loader_config c;
+    lj_mm_loader *ld = open_loader(prefix, sizeof prefix, T, 1, 2, &c);
+    static int32_t want[N][T];
+    int64_t pos[N];
+    const lj_mm_batch *b;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(lj_mm_loader_next(ld, &b), LJ_OK);
+        memcpy(want[i], b->input_ids, sizeof want[i]);
+        pos[i] = lj_mm_loader_position(ld);
+    }
+    lj_mm_loader_close(ld);
+    assert_true(pos[N - 1] > pos[0]);
+    c.hold = H;
+    assert_int_equal(lj_mm_loader_open(&ld, &c), LJ_OK);
+    const lj_mm_batch *held[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(lj_mm_loader_next(ld, &held[i]), LJ_OK);
+        assert_int_equal(lj_mm_loader_position(ld), pos[i]);
+        for (int k = i >= H - 1 ? i - H + 1 : 0; k <= i; k++)
+            assert_memory_equal(held[k]->input_ids, want[k], sizeof want[k]);
+    }
+    lj_mm_loader_close(ld);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_and_mask),
@@ -406,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_webdataset),
         cmocka_unit_test(test_loader),
         cmocka_unit_test(test_loader_packing),
+        cmocka_unit_test(test_loader_hold),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,7 +7,10 @@
 #     bit for bit, on the four-sample dataset (the loader's position is part of the state);
 #   - the checkpoint's HF export has the files transformers needs, and trains again from --load;
 #   - generate --image answers greedily and deterministically; a video file is refused by name;
-#   - the freezing flags: a frozen language model keeps its weights in the export.
+#   - the freezing flags: a frozen language model keeps its weights in the export;
+#   - --recompute none, selective, full and auto: the same losses, gradient norms and weights bit for bit;
+#   - --global-batch-size: micro-batch 1 x 2 accumulated gives micro-batch 2's losses, resumes exactly,
+#     and a global batch that is not a multiple of the micro-batch is refused by name.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/vl_train"
@@ -21,6 +24,7 @@ vl_prepare_datasets "$tmp" # $tmp/four and $tmp/one
 common=(--model qwen3-vl-tiny --device cpu --seq-length 48 --micro-batch-size 1 --lr 1e-3 --seed 5 --quiet
         --num-workers 1)
 losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; } # the start records have no loss
+steps() { grep '"loss"' "$1" | sed -E 's/, "iteration_ms".*//'; } # iteration, loss, lr, grad_norm, tokens
 
 # 1. a repeated batch: finite, decreasing
 "$LJPERF" train "${common[@]}" --data-path "$tmp/one" --train-iters 4 --log-json "$tmp/one.jsonl.log" \
@@ -97,3 +101,53 @@ assert text and all(a[k] == b[k] for k in text), "decoder changed"
 assert any(a[k] != b[k] for k in vis), "vision tower did not change"
 EOF
 echo "freeze: the decoder unchanged, the tower trained"
+
+# 6. --recompute replays the decoder's forward: losses, gradient norms and the weights after 2 steps
+#    are those without it, bit for bit
+loud=(); for a in "${common[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done # its log names the policy
+for rc in none selective full auto; do
+  "$LJPERF" train "${loud[@]}" --data-path "$tmp/four" --train-iters 2 --recompute "$rc" --save "$tmp/rc_$rc" \
+    --log-json "$tmp/rc_$rc.log" >/dev/null 2>"$tmp/rc_$rc.err" || { cat "$tmp/rc_$rc.err"; fail "--recompute $rc"; }
+done
+grep -q "decoder recompute (--recompute full): 4 full + 0 selective + 0 none" "$tmp/rc_full.err" \
+  && grep -q "decoder recompute (--recompute selective): 0 full + 4 selective + 0 none" "$tmp/rc_selective.err" \
+  && grep -q "train: recompute planner: no recompute" "$tmp/rc_auto.err" \
+  || { cat "$tmp/rc_full.err" "$tmp/rc_selective.err" "$tmp/rc_auto.err"; fail "the runs do not say their recompute"; }
+for rc in selective full auto; do
+  diff <(steps "$tmp/rc_none.log") <(steps "$tmp/rc_$rc.log") || fail "--recompute $rc changed the losses"
+  cmp -s "$tmp/rc_none/iter_0000002/state.safetensors" "$tmp/rc_$rc/iter_0000002/state.safetensors" \
+    || fail "--recompute $rc changed the weights or the AdamW moments"
+done
+rm -rf "$tmp"/rc_none "$tmp"/rc_selective "$tmp"/rc_full "$tmp"/rc_auto
+echo "recompute: none, selective, full and auto (none: the tiny run fits) give the same 2 steps bit for bit"
+
+# 7. --global-batch-size: micro-batch 1 x 2 accumulated = micro-batch 2 on the same rows (the loss a
+#    mean over the global batch's trained tokens, whose counts differ between rows), to rounding
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 4 --global-batch-size 2 --log-json "$tmp/acc.log" \
+  >/dev/null 2>"$tmp/acc.err" || { cat "$tmp/acc.err"; fail "micro-batch 1, global batch 2"; }
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 4 --micro-batch-size 2 --global-batch-size 2 \
+  --log-json "$tmp/mb2.log" >/dev/null 2>"$tmp/mb2.err" || { cat "$tmp/mb2.err"; fail "micro-batch 2"; }
+batch_of() { grep -o '"micro_batch_size":[[:space:]]*[0-9]*,[[:space:]]*"global_batch_size":[[:space:]]*[0-9]*' "$1" | tr -dc '0-9,'; }
+[ "$(batch_of "$tmp/acc.log")" = 1,2 ] || fail "acc.log's start record: not micro-batch 1, global batch 2"
+[ "$(batch_of "$tmp/mb2.log")" = 2,2 ] || fail "mb2.log's start record: not micro-batch 2, global batch 2"
+paste <(losses "$tmp/acc.log") <(losses "$tmp/mb2.log") | awk '
+  { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-6 * $4) bad = 1; printf "  iteration %d: %s %s\n", $1, $2, $4; n++ }
+  END { exit !(n == 4 && !bad) }' || fail "micro-batch 1 x 2 and micro-batch 2 give different losses"
+tok() { grep '"loss"' "$1" | sed -E 's/.*"tokens": ([0-9]+).*/\1/'; }
+diff <(tok "$tmp/acc.log") <(tok "$tmp/mb2.log") || fail "the tokens of a global batch differ"
+# an odd count: that iteration's two rows train different numbers of tokens, where a mean of the
+# micro-batches' means (not a mean over the global batch) would give another loss
+tok "$tmp/acc.log" | awk '$1 % 2 == 1 { odd = 1 } END { exit !odd }' \
+  || fail "every global batch's rows train as many tokens: the test does not tell the normalisations apart"
+# resume after 2 accumulated iterations: the loader continues after both micro-batches
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 2 --global-batch-size 2 --save "$tmp/acc_ckpt" \
+  --log-json "$tmp/acc_part.log" >/dev/null 2>"$tmp/acc_part.err" || { cat "$tmp/acc_part.err"; fail "accumulated, first half"; }
+"$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 4 --global-batch-size 2 --load "$tmp/acc_ckpt" \
+  --log-json "$tmp/acc_part.log" >/dev/null 2>"$tmp/acc_resume.err" || { cat "$tmp/acc_resume.err"; fail "accumulated, resume"; }
+diff <(steps "$tmp/acc.log") <(steps "$tmp/acc_part.log") || fail "the resumed accumulated run differs"
+rm -rf "$tmp/acc_ckpt"
+if "$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 1 --micro-batch-size 2 --global-batch-size 3 \
+  >/dev/null 2>"$tmp/gbs.err"; then fail "--global-batch-size 3 with --micro-batch-size 2 was accepted"; fi
+grep -q -- "--global-batch-size 3 is not a positive multiple of --micro-batch-size 2" "$tmp/gbs.err" \
+  || { cat "$tmp/gbs.err"; fail "the refusal does not name --global-batch-size"; }
+echo "global batch: micro-batch 1 x 2 = micro-batch 2 (within 1e-6), exact resume, a non-multiple refused"

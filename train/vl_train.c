@@ -15,6 +15,7 @@
 #include "optim/step.h"
 #include "plan/build.h"
 #include "plan/plan.h"
+#include "plan/planner_vl.h"
 #include "train/train.h"
 
 void lj_vl_train_config_defaults(lj_vl_train_config *c) {
@@ -45,10 +46,13 @@ typedef struct {
     float *host[8];            /* a checkpoint's tensors in host memory (NULL until needed): the six of
                                   both towers, then the two FP8 recipe states */
     int32_t *doc_start;        /* [B*T] host */
+    int accumulation;          /* A: micro-batches per iteration (global_batch_size / micro_batch_size) */
+    const lj_mm_batch **batches; /* [A]: the iteration's, held by the loader (lj_mm_loader_config.hold) */
     int iteration;
     int64_t loader_position;
     FILE *log_json;
-    double wait_sec;           /* this step's time blocked on the loader (its threads decode ahead) */
+    double wait_sec;           /* this step's time blocked on the loader, over its A micro-batches (its
+                                  threads decode ahead) */
     double wait_total, step_total; /* over the steps after the first (the first waits for the first batch) */
 } vl_run;
 
@@ -162,6 +166,26 @@ double lj_vl_optimizer_step(const lj_vl_optimizer *o, lj_vl *vl, float lr, int s
     return sqrt(sq);
 }
 
+/* The decoder's recompute of --recompute into s->model.recompute (lj_vl_recompute_of; auto: the
+ * planner for the joint plan of s with the tower planned for max_patches and max_images, on this
+ * backend's memory), said in a log line. Errors: those of lj_vl_recompute_of, naming --recompute. */
+static lj_status choose_recompute(vl_run *r, lj_model_setup *s, int max_patches, int max_images) {
+    const lj_vl_train_config *c = r->c;
+    lj_planner_target t;
+    memset(&t, 0, sizeof t);
+    char cache[LJ_PATH_MAX], desc[96], why[2048];
+    if (c->recompute && !strcmp(c->recompute, "auto")) {
+        lj_cache_dir(cache, sizeof cache);
+        LJ_TRY(lj_planner_target_init(&t, r->ops, cache, NULL));
+        t.grad_accum_steps = r->accumulation;
+    }
+    LJ_TRY(lj_vl_recompute_of(c->recompute, &r->cfg, s, max_patches, max_images, &t, desc, sizeof desc, why,
+                              sizeof why));
+    if (!c->quiet && why[0]) lj_log_info("train: recompute planner: %s", why);
+    if (!c->quiet && c->recompute) lj_log_info("decoder recompute (--recompute %s): %s", c->recompute, desc);
+    return LJ_OK;
+}
+
 static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     const lj_vl_train_config *c = r->c;
     LJ_TRY(resolve_model(c, resume, root, iteration, &r->cfg));
@@ -175,6 +199,7 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     s.model.fp8 = c->fp8;
     int max_patches, max_images;
     lj_vl_capacity(&r->cfg, c->micro_batch_size, c->seq_length, &max_patches, &max_images);
+    LJ_TRY(choose_recompute(r, &s, max_patches, max_images));
     LJ_TRY(lj_vl_build(&r->vl, &r->m, &r->plan, &s, &r->cfg, max_patches, max_images, NULL));
     r->have_model = r->have_vl = 1;
     if (!c->quiet) {
@@ -327,9 +352,9 @@ static lj_status save(vl_run *r) {
     fp8_state_json(r, fp8, sizeof fp8);
     snprintf(json, sizeof json,
              "{\"model\": \"%s\", \"model_type\": \"qwen3_vl\", \"iteration\": %d, \"loader_position\": %" PRId64
-             ", \"seed\": %" PRIu64 ", \"seq_length\": %d, \"micro_batch_size\": %d%s}",
+             ", \"seed\": %" PRIu64 ", \"seq_length\": %d, \"micro_batch_size\": %d, \"global_batch_size\": %d%s}",
              c->model ? c->model : r->cfg.name, r->iteration, r->loader_position, c->seed, c->seq_length,
-             c->micro_batch_size, fp8);
+             c->micro_batch_size, c->micro_batch_size * r->accumulation, fp8);
     LJ_TRY(lj_ckpt_save_ex(c->save, r->iteration, t, n, json, c->keep_last, save_hf, r));
     if (!c->quiet) lj_log_info("saved iteration %d to %s", r->iteration, c->save);
     return LJ_OK;
@@ -427,13 +452,26 @@ static lj_status check_fp8(vl_run *r, int iteration) {
                                "inf or NaN; lower --lr or set --clip-grad)", iteration, both, bad > 1 ? "are" : "is");
 }
 
-static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out, int *tokens) {
-    const lj_vl_train_config *c = r->c;
-    const lj_ops *ops = r->m.ops;
-    const lj_mm_batch *b;
-    const double t_wait = lj_time_sec();
-    LJ_TRY(lj_mm_loader_next(r->loader, &b));
-    r->wait_sec = lj_time_sec() - t_wait;
+/* The iteration's A micro-batches into r->batches (the loader holds them all), the time blocked on
+ * it summed into r->wait_sec, the loader's position after the last. *targets: their trained
+ * tokens (labels >= 0, the rows lj_vl_set_batch counts). */
+static lj_status next_batches(vl_run *r, int64_t *targets) {
+    r->wait_sec = 0.0;
+    *targets = 0;
+    for (int k = 0; k < r->accumulation; k++) {
+        const double t0 = lj_time_sec();
+        LJ_TRY(lj_mm_loader_next(r->loader, &r->batches[k]));
+        r->wait_sec += lj_time_sec() - t0;
+        const lj_mm_batch *b = r->batches[k];
+        for (int64_t i = 0; i < (int64_t)b->B * b->T; i++) *targets += b->labels[i] >= 0;
+    }
+    r->loader_position = lj_mm_loader_position(r->loader);
+    return LJ_OK;
+}
+
+/* Micro-batch b into both towers: the image pads and the tower's inputs with the loader's labels
+ * as targets (lj_vl_set_batch), its MRoPE ids, the decoder's document starts. */
+static lj_status set_micro_batch(vl_run *r, const lj_mm_batch *b) {
     int32_t *grid = lj_malloc(((size_t)b->num_images + 1) * 3 * sizeof(int32_t));
     for (int i = 0; i < b->num_images; i++) {
         grid[3 * i] = b->image_grid_thw[i].t;
@@ -445,13 +483,26 @@ static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out,
     LJ_TRY(s);
     lj_vl_set_positions(&r->vl, b->position_ids);
     doc_starts(b, r->doc_start);
-    ops->upload(r->m.doc_start, r->doc_start, (size_t)b->B * b->T * sizeof(int32_t));
-    r->loader_position = lj_mm_loader_position(r->loader);
-    *tokens = r->m.num_targets;
-    if (r->m.num_targets == 0) return lj_fail(LJ_ERR_ARG, "--data-path %s: a batch without trained tokens", c->data_path);
+    r->m.ops->upload(r->m.doc_start, r->doc_start, (size_t)b->B * b->T * sizeof(int32_t));
+    return LJ_OK;
+}
+
+/* One iteration: the gradients zeroed, A micro-batches of forward + backward with every trained
+ * token's loss scaled by 1 / N (N: the trained tokens of all A), AdamW. *loss: the mean over the N
+ * tokens; *tokens = N. */
+static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out, int64_t *tokens) {
+    const lj_vl_train_config *c = r->c;
+    int64_t n = 0;
+    LJ_TRY(next_batches(r, &n));
+    *tokens = n;
+    if (n == 0) return lj_fail(LJ_ERR_ARG, "--data-path %s: a global batch without trained tokens", c->data_path);
     lj_vl_zero_grads(&r->vl);
-    lj_vl_forward_backward(&r->vl, 1, 1.0f / (float)r->m.num_targets);
-    *loss = lj_model_mean_loss(&r->m);
+    *loss = 0.0;
+    for (int k = 0; k < r->accumulation; k++) {
+        LJ_TRY(set_micro_batch(r, r->batches[k]));
+        lj_vl_forward_backward(&r->vl, 1, 1.0f / (float)n);
+        *loss += lj_model_mean_loss(&r->m) * ((double)r->m.num_targets / (double)n); /* A = 1: the mean as it is */
+    }
     const float lr = (float)lj_lr_at(&c->lr, r->iteration);
     *lr_out = lr;
     *grad_norm = lj_vl_optimizer_step(&r->opt, &r->vl, lr, r->iteration + 1);
@@ -460,14 +511,14 @@ static lj_status step(vl_run *r, double *loss, double *grad_norm, float *lr_out,
     return LJ_OK;
 }
 
-static void log_iteration(vl_run *r, double loss, double gn, float lr, int tokens, double sec) {
+static void log_iteration(vl_run *r, double loss, double gn, float lr, int64_t tokens, double sec) {
     if (!r->c->quiet)
-        printf(" iteration %8d/%8d | lm loss: %.6E | grad norm: %.4f | learning rate: %.6E | tokens: %d | "
+        printf(" iteration %8d/%8d | lm loss: %.6E | grad norm: %.4f | learning rate: %.6E | tokens: %" PRId64 " | "
                "elapsed time per iteration (ms): %.1f\n",
                r->iteration, r->c->train_iters, loss, gn, lr, tokens, sec * 1e3);
     if (r->log_json) {
         fprintf(r->log_json,
-                "{\"iteration\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %d, "
+                "{\"iteration\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %" PRId64 ", "
                 "\"iteration_ms\": %.3f, \"loader_wait_ms\": %.3f}\n",
                 r->iteration, loss, (double)lr, gn, tokens, sec * 1e3, r->wait_sec * 1e3);
         fflush(r->log_json);
@@ -518,6 +569,7 @@ static lj_status run_loop(vl_run *r) {
     lc.num_workers = c->num_workers;
     lc.resize = LJ_RESIZE_TORCH_U8;
     lc.start_position = r->loader_position;
+    lc.hold = r->accumulation; /* the iteration's micro-batches, counted before the first backward */
     LJ_TRY(lj_mm_loader_open(&r->loader, &lc));
     LJ_TRY(check_dataset(r));
     if (c->log_json) {
@@ -533,7 +585,7 @@ static lj_status run_loop(vl_run *r) {
             .ops = r->m.ops,
             .devices = 1,
             .micro_batch_size = c->micro_batch_size,
-            .global_batch_size = c->micro_batch_size,
+            .global_batch_size = c->micro_batch_size * r->accumulation,
             .seq_length = c->seq_length,
             .train_iters = c->train_iters,
             .command = c->command_line,
@@ -545,15 +597,17 @@ static lj_status run_loop(vl_run *r) {
     }
     if (!c->quiet)
         lj_log_info("Qwen3-VL %s: %" PRId64 " text + %" PRId64 " vision parameters; trained: language model %s, vision "
-                    "model %s, vision projection %s",
+                    "model %s, vision projection %s; micro-batch %d, global batch %d (%d accumulation step%s)",
                     r->cfg.name, r->m.layout.total, r->vl.vis.layout.total, r->opt.trainable[0] ? "yes" : "frozen",
-                    r->opt.trainable[1] ? "yes" : "frozen", r->opt.trainable[2] ? "yes" : "frozen");
+                    r->opt.trainable[1] ? "yes" : "frozen", r->opt.trainable[2] ? "yes" : "frozen",
+                    c->micro_batch_size, c->micro_batch_size * r->accumulation, r->accumulation,
+                    r->accumulation == 1 ? "" : "s");
     const int start = r->iteration;
     while (r->iteration < c->train_iters) {
         const double t0 = lj_time_sec();
         double loss = 0.0, gn = 0.0;
         float lr = 0.0f;
-        int tokens = 0;
+        int64_t tokens = 0;
         const int first = r->iteration == start;
         LJ_TRY(step(r, &loss, &gn, &lr, &tokens));
         r->iteration++;
@@ -573,16 +627,24 @@ lj_status lj_vl_train_run(const lj_vl_train_config *c) {
     if (c->seq_length <= 0 || c->micro_batch_size <= 0 || c->train_iters < 0 || c->log_interval <= 0)
         return lj_fail(LJ_ERR_ARG, "--seq-length, --micro-batch-size and --log-interval must be positive, "
                                    "--train-iters >= 0");
+    const int B = c->micro_batch_size, G = c->global_batch_size ? c->global_batch_size : B;
+    if (G <= 0 || G % B != 0)
+        return lj_fail(LJ_ERR_ARG, "--global-batch-size %d is not a positive multiple of --micro-batch-size %d: an "
+                                   "optimizer step takes whole micro-batches (e.g. --global-batch-size %d)",
+                       G, B, G > B ? (G + B - 1) / B * B : B);
     vl_run r;
     memset(&r, 0, sizeof r);
     r.c = c;
     r.ops = c->ops ? c->ops : lj_ops_cpu();
+    r.accumulation = G / B;
+    r.batches = lj_calloc((size_t)r.accumulation, sizeof *r.batches);
     const lj_status s = run_loop(&r);
     if (r.log_json) fclose(r.log_json);
     if (r.loader) lj_mm_loader_close(r.loader);
     lj_vl_optimizer_free(&r.opt);
     for (int i = 0; i < 8; i++) free(r.host[i]);
     free(r.doc_start);
+    free(r.batches);
     if (r.have_vl) lj_vl_free(&r.vl);
     if (r.have_model) {
         lj_plan_release(&r.plan, r.m.ops);

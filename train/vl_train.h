@@ -9,6 +9,15 @@
  * Packed rows: every sample of a row is its own document (its MRoPE ids restart at 0, from the
  * loader, and attention does not cross it: the decoder's document masking).
  *
+ * An iteration is global_batch_size / micro_batch_size = A micro-batches (gradient accumulation):
+ * the gradients are zeroed once, and every micro-batch's per-token losses are scaled by 1 / N, N
+ * the trained tokens of all A (the loader holds the A batches, so N is known before the first
+ * backward). The loss is so the mean over the global batch's trained tokens, as in the text loop
+ * (a mean over the global batch), and A micro-batches of B rows make the update of one of A·B rows.
+ *
+ * Recompute (--recompute): the decoder's layers replay their forward in the backward; the losses
+ * and gradients are those of a run without it, bit for bit on the CPU.
+ *
  * Freezing (Megatron-Bridge's Qwen3-VL provider options): freeze_language_model = the decoder
  * (embeddings, layers, final norm, lm_head); freeze_vision_model = the ViT (patch embedding,
  * position grid, blocks); freeze_vision_projection = the final merger and the DeepStack mergers.
@@ -50,6 +59,10 @@ typedef struct {
     const char *command_line; /* the command as typed, for the start record of --log-json (NULL: none) */
     const char *tokenizer_dir; /* the directory of the tokenizer files the HF export carries (NULL: none) */
     int seq_length, micro_batch_size, train_iters, log_interval, save_interval, keep_last, num_workers;
+    int global_batch_size;   /* --global-batch-size: rows per optimizer step, a positive multiple of
+                                micro_batch_size (0: micro_batch_size), accumulated as above */
+    const char *recompute;   /* --recompute none|selective|full|auto of the decoder (NULL: none;
+                                plan/planner_vl.h lj_vl_recompute_of) */
     int no_shuffle;
     uint64_t seed;
     lj_lr_schedule lr;
