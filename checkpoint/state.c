@@ -630,10 +630,28 @@ static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int 
     return s;
 }
 
+/* The packed host copy's first non-finite value, as fetch_model reports it; LJ_OK when none. */
+static lj_status host_finite(const lj_ckpt_async *a) {
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < a->npieces; i++) {
+            const state_piece *p = &a->pieces[i];
+            const float *v = a->host + t * a->numel + p->packed;
+            for (int64_t j = 0; j < p->n; j++)
+                if (!isfinite(v[j]))
+                    return lj_fail(LJ_ERR_ARG,
+                                   "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
+                                   "(training diverged; the checkpoints already saved are left as they were)",
+                                   a->iteration, state_names[t], v[j], (long long)(p->flat + j));
+        }
+    return LJ_OK;
+}
+
 static void *async_writer(void *arg) {
     lj_ckpt_async *a = arg;
     const float *f8 = a->n8 ? a->host + 3 * a->numel : NULL;
-    a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
+    a->status = host_finite(a); /* here, off the step: the scan of the copy took longer than the copy */
+    if (a->status == LJ_OK)
+        a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
                             a->numel, f8, a->n8, 0);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
     a->t_written = lj_time_sec();
@@ -790,19 +808,19 @@ static lj_status async_buffer(lj_run_state *r, int64_t need) {
     return LJ_OK;
 }
 
-/* --async-save: the packed host copy of this rank's pieces (checked for non-finite values),
- * then the background writer. Collective (the copy's verdict is shared). */
+/* --async-save: the packed host copy of this rank's pieces, then the background writer, which
+ * checks the copy for non-finite values before it writes (a diverged state is reported by the
+ * save's lj_run_state_finish and never written). Collective (the copy's verdict is shared). */
 static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_piece *pieces, int np, int64_t numel,
                             int64_t n8, double t0, int64_t rss0) {
     lj_ckpt_async *a = r->async;
     const int64_t need = 3 * numel + n8;
     lj_status s = LJ_OK;
     const float *src[3] = {r->model->master, r->model->adam_m, r->model->adam_v};
-    for (int t = 0; t < 3 && s == LJ_OK; t++)
-        for (int i = 0; i < np && s == LJ_OK; i++) {
-            model_source ms = {r, src[t], state_names[t], pieces[i].flat - pieces[i].shard_offset};
-            s = fetch_model(&ms, pieces[i].shard_offset, pieces[i].n, a->host + t * numel + pieces[i].packed);
-        }
+    for (int t = 0; t < 3; t++) /* the copy only: the writer checks it for non-finite values */
+        for (int i = 0; i < np; i++)
+            shard_download(r->model, a->host + t * numel + pieces[i].packed, src[t] + pieces[i].shard_offset,
+                           pieces[i].n);
     if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, a->host + 3 * numel);
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {

@@ -93,7 +93,8 @@ typedef struct {
  * happens at the first lj_run_state_poll after the writers are done, or at the next save or
  * lj_run_state_finish, which wait for them. Logs one line per save: time, bytes,
  * throughput and the save's peak host memory (VmHWM above the RSS before it). A state with a
- * non-finite weight or moment is not saved (an error). Collective: every rank learns whether
+ * non-finite weight or moment is not saved (an error; with s->async the writer finds it and
+ * the poll, next save or lj_run_state_finish reports it). Collective: every rank learns whether
  * each phase worked, so none waits for a rank that stopped.
  * Errors: LJ_ERR_IO naming the file (the previous checkpoint stays loadable), LJ_ERR_ARG for a
  * diverged state. */
