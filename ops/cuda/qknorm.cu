@@ -58,15 +58,18 @@ static __device__ __forceinline__ float qkn_grad_at(const lj_bf16 *d, int i, int
     return i < h2 ? di * c + lj_ld(d + i + h2) * s : di * c - lj_ld(d + i - h2) * s;
 }
 
-/* partial[p, j] for j < 2*hd: the sum over the rows of part p and the q heads (j < hd) or the
- * k heads (j >= hd) of g * x * rstd at element j % hd. One thread per j. */
+/* partial[p * G + g, j] for j < 2*hd (G = gridDim.y head groups): the sum over the rows of part p
+ * and group g's share of the q heads (j < hd) or of the k heads (j >= hd) of g * x * rstd at
+ * element j % hd. One thread per j; the groups split the heads so that short inputs (a few hundred
+ * rows) still fill the GPU. */
 template <bool ROPE>
 __global__ void qk_norm_dw_partial_kernel(float *partial, const lj_bf16 *dout, const lj_bf16 *x, const float *rstd,
                                           const float *cosv, const float *sinv, int N, int T, int nh, int nkv, int hd,
                                           int rows_per_part) {
-    const int j = threadIdx.x, p = blockIdx.x;
+    const int j = threadIdx.x, p = blockIdx.x, g = blockIdx.y, G = gridDim.y;
     if (j >= 2 * hd) return;
-    const int i = j % hd, h0 = j < hd ? 0 : nh, h1 = j < hd ? nh : nh + nkv, h2 = hd / 2, heads = nh + nkv;
+    const int i = j % hd, base = j < hd ? 0 : nh, count = j < hd ? nh : nkv, h2 = hd / 2, heads = nh + nkv;
+    const int h0 = base + g * count / G, h1 = base + (g + 1) * count / G;
     const int64_t row_len = (int64_t)(nh + 2 * nkv) * hd;
     const int n_begin = p * rows_per_part, n_end = min(N, n_begin + rows_per_part);
     float acc = 0.0f;
@@ -78,7 +81,7 @@ __global__ void qk_norm_dw_partial_kernel(float *partial, const lj_bf16 *dout, c
                    rstd[(int64_t)n * heads + h];
         }
     }
-    partial[(int64_t)p * 2 * hd + j] = acc;
+    partial[((int64_t)p * G + g) * 2 * hd + j] = acc;
 }
 
 template <typename G>
@@ -125,6 +128,16 @@ static int qkn_parts(int N) {
     return parts < 1 ? 1 : parts;
 }
 
+/* QK-norm's weight gradient: row parts x head groups (LJ_QKN_GROUPS) blocks; parts of 16 rows
+ * at most 64 of them, so 45 x 8 blocks at 710 rows and 64 x 8 from 1,024 rows on (one part per
+ * 64 rows and one group gave 12 blocks at 710 rows, 0.21 ms per call on an H200). */
+#define LJ_QKN_GROUPS 8
+static int qkn_dw_parts(int N) {
+    int parts = (N + 15) / 16;
+    if (parts > 64) parts = 64;
+    return parts < 1 ? 1 : parts;
+}
+
 static unsigned qkn_blocks(int N, int heads) {
     const int64_t items = (int64_t)N * heads, per = LJ_QKN_THREADS / 32;
     return (unsigned)((items + per - 1) / per);
@@ -162,13 +175,14 @@ static void qk_norm_backward(void *dx, void *dw, const void *dout, const void *x
     if (N <= 0) return;
     LJ_ASSERT(hd % 2 == 0 && hd <= 512, "qk_norm: head_dim %d must be even and at most 512", hd);
     if (dw) { /* first: dx may overwrite dout */
-        const int parts = qkn_parts(N), rows_per_part = (N + parts - 1) / parts;
+        const int parts = qkn_dw_parts(N), rows_per_part = (N + parts - 1) / parts;
+        const dim3 grid((unsigned)parts, LJ_QKN_GROUPS);
         if (cos)
-            qk_norm_dw_partial_kernel<true><<<parts, 2 * hd, 0, lj_cuda_stream()>>>(
+            qk_norm_dw_partial_kernel<true><<<grid, 2 * hd, 0, lj_cuda_stream()>>>(
                 (float *)workspace, (const lj_bf16 *)dout, (const lj_bf16 *)x, rstd, cos, sin, N, T, nh, nkv, hd,
                 rows_per_part);
         else
-            qk_norm_dw_partial_kernel<false><<<parts, 2 * hd, 0, lj_cuda_stream()>>>(
+            qk_norm_dw_partial_kernel<false><<<grid, 2 * hd, 0, lj_cuda_stream()>>>(
                 (float *)workspace, (const lj_bf16 *)dout, (const lj_bf16 *)x, rstd, NULL, NULL, N, T, nh, nkv, hd,
                 rows_per_part);
         LJ_CUDA_LAUNCHED("qk_norm_dw_partial_kernel");
@@ -176,10 +190,11 @@ static void qk_norm_backward(void *dx, void *dw, const void *dout, const void *x
         const int overwrite = dw_mode == LJ_GRAD_OVERWRITE;
         if (grad_dtype == LJ_DTYPE_F32)
             qk_norm_dw_final_kernel<float><<<blocks, 256, 0, lj_cuda_stream()>>>((float *)dw, (const float *)workspace,
-                                                                                  parts, 2 * hd, overwrite);
+                                                                                  parts * LJ_QKN_GROUPS, 2 * hd,
+                                                                                  overwrite);
         else
             qk_norm_dw_final_kernel<lj_bf16><<<blocks, 256, 0, lj_cuda_stream()>>>(
-                (lj_bf16 *)dw, (const float *)workspace, parts, 2 * hd, overwrite);
+                (lj_bf16 *)dw, (const float *)workspace, parts * LJ_QKN_GROUPS, 2 * hd, overwrite);
         LJ_CUDA_LAUNCHED("qk_norm_dw_final_kernel");
     }
     if (!dx) return;
@@ -221,7 +236,7 @@ void lj_cuda_qk_norm_rope_backward(void *dx, void *dw, const void *dout, const v
 
 size_t lj_cuda_qk_norm_backward_workspace_bytes(int N, int nh, int nkv, int hd) {
     (void)nh, (void)nkv;
-    return (size_t)qkn_parts(N) * 2 * (size_t)hd * sizeof(float);
+    return (size_t)qkn_dw_parts(N) * LJ_QKN_GROUPS * 2 * (size_t)hd * sizeof(float);
 }
 
 /* ---- projection bias -------------------------------------------------------------- */
