@@ -268,6 +268,7 @@ const lj_op_case lj_op_cases[] = {
     CUDA_BOTH("qk_norm", D(2, 37, 4, 2, 64), 0, GPU_BF16, 1, lj_case_qk_norm),
     CUDA_BOTH("qk_norm", D(2, 5, 6, 3, 10), 0, GPU_BF16, 1, lj_case_qk_norm),
     CUDA_BOTH("qk_norm", D(1, 300, 16, 8, 128), 0, GPU_BF16, 0, lj_case_qk_norm),
+    CUDA_BOTH("qk_norm", D(1, 1100, 32, 8, 128), 0, GPU_BF16, 0, lj_case_qk_norm), /* 64 row parts of 18 */
     CUDA_BOTH("bias", D(1, 8), 0, GPU_BF16, 1, lj_case_bias),
     CUDA_BOTH("bias", D(37, 200), 0, GPU_BF16, 1, lj_case_bias),
     CUDA_BOTH("bias", D(4096, 1152), 0, GPU_BF16, 0, lj_case_bias),
