@@ -64,7 +64,8 @@ static void make_row(const lj_vl_config *c, const lj_vl_bench_shape *s, lj_rng *
     for (int t = 0; t < T; t++) targets[t] = t >= nt + 1 && t + 1 < T ? ids[t + 1] : -1;
 }
 
-/* The decoder's recompute of cfg->recompute into setup->model.recompute, described in res. */
+/* The decoder's recompute of cfg->recompute into setup->model.recompute, described in res, and the
+ * tower's of cfg->vision_recompute into setup->model.vision_recompute and res. */
 static lj_status choose_recompute(const lj_vl_bench_config *cfg, lj_model_setup *setup, int max_patches, int max_images,
                                   lj_vl_bench_result *res) {
     lj_planner_target t;
@@ -78,9 +79,11 @@ static lj_status choose_recompute(const lj_vl_bench_config *cfg, lj_model_setup 
             t.memory_source = "--device-memory";
         }
     }
+    setup->model.vision_recompute = cfg->vision_recompute; /* as asked, or LJ_VL_VISION_RECOMPUTE_AUTO */
     LJ_TRY(lj_vl_recompute_of(cfg->recompute, &cfg->model, setup, max_patches, max_images, &t, res->recompute,
                               sizeof res->recompute, why, sizeof why));
     if (why[0]) lj_log_info("benchmark: recompute planner: %s", why);
+    res->vision_recompute = setup->model.vision_recompute;
     return LJ_OK;
 }
 
@@ -229,6 +232,8 @@ void lj_vl_bench_print(const lj_vl_bench_config *cfg, const lj_vl_bench_result *
         fprintf(f, "%-28s %s\n", "precision", lj_dtype_name(cfg->ops->act_dtype));
     }
     fprintf(f, "%-28s %s\n", "decoder recompute", r->recompute);
+    fprintf(f, "%-28s %s (%d blocks)\n", "vision recompute", lj_vl_vision_recompute_name(r->vision_recompute),
+            cfg->model.vision.depth);
     fprintf(f, "MFU convention: FLOPs/sample = ViT %.4g + decoder %.4g (docs/qwen3-vl.md: the ViT's 6*N*patches + "
                "12*depth*V*patches^2, the decoder's T*(6N + 12*L*d*T)); peak: %s\n",
             r->vit_flops_per_sample, r->llm_flops_per_sample, r->peak_source);
@@ -281,6 +286,7 @@ lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_benc
     cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
     cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
     cJSON_AddStringToObject(o, "recompute", r->recompute);
+    cJSON_AddStringToObject(o, "vision_recompute", lj_vl_vision_recompute_name(r->vision_recompute));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     lj_status st = lj_file_write_atomic(path, text, strlen(text));

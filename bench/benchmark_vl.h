@@ -39,6 +39,8 @@ typedef struct {
                                or "auto": plan/planner_vl.h's choice for the device's memory */
     size_t device_memory_bytes, margin_bytes; /* "auto" plans for these when device_memory_bytes > 0
                                                  (--device-memory, --margin); else the device's */
+    int vision_recompute;   /* the tower's blocks' recompute (--recompute-vision): 0 none, 1 full, or
+                               LJ_VL_VISION_RECOMPUTE_AUTO (plan/planner_vl.h): none unless "auto" needs it */
     lj_linear_recipe_kind linear_recipe; /* --fp8-format: both towers' block linears in FP8 (model/vl.h); 0: the act dtype */
     lj_linear_fp8_options fp8;           /* its settings (used with LJ_LINEAR_RECIPE_FP8) */
 } lj_vl_bench_config;
@@ -73,6 +75,7 @@ typedef struct {
     int fp8_linears, vision_fp8_linears; /* FP8 linears of the decoder's and the tower's blocks (0: bf16) */
     size_t measured_bytes;     /* device used (CUDA) or peak RSS (CPU) */
     char recompute[96];        /* the decoder's recompute that ran: "none (28 layers)", "8 full + 4 selective + ..." */
+    int vision_recompute;      /* the tower's that ran: 0 none, 1 full */
 } lj_vl_bench_result;
 
 /* Runs it. Errors: shape errors, an unknown cfg->recompute (LJ_ERR_ARG naming --recompute), the plan

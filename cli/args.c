@@ -41,6 +41,15 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *v) {
     return LJ_OK;
 }
 
+lj_status lj_cli_vision_recompute(void *dest, const char *flag, const char *v) {
+    if (strcmp(v, "none") == 0) *(int *)dest = 0;
+    else if (strcmp(v, "full") == 0) *(int *)dest = 1;
+    else
+        return lj_fail(LJ_ERR_ARG, "%s: '%s' is not one of none, full (the vision tower has no selective recompute)",
+                       flag, v);
+    return LJ_OK;
+}
+
 void lj_cli_note_no_gpu(const char *then) {
     static int said = 0; /* once per process */
     lj_dist_env env;

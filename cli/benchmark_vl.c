@@ -6,6 +6,7 @@
 
 #include "bench/benchmark_vl.h"
 #include "cli/cli.h"
+#include "plan/planner_vl.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ljperf benchmark --model qwen3-vl-2b|qwen3-vl-4b|...|CONFIG [flags]\n"
@@ -22,6 +23,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     cfg.micro_batch_size = 1;
     cfg.seed = 1234;
     cfg.progress = 1;
+    cfg.vision_recompute = LJ_VL_VISION_RECOMPUTE_AUTO; /* not given: none, unless --recompute auto needs it */
     lj_cli_vl_sample sample;
     lj_cli_fp8 fp8;
     lj_cli_fp8_init(&fp8);
@@ -43,7 +45,9 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
         LJ_CLI_MARGIN_ROW(&margin),
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &cfg.recompute,
-         .help = "auto|none|selective|full  the decoder's recompute (none; auto: the planner, for the device's memory)"},
+         .help = "auto|none|selective|full  the decoder's recompute (none; auto: the planner, for the device's memory, "
+                 "which also recomputes the vision tower when nothing fits without it)"},
+        LJ_CLI_RECOMPUTE_VISION_ROW(&cfg.vision_recompute),
     };
     /* these, the FP8 rows (cli/fp8.c: both towers' block linears), then the sample's */
     const int parsed = lj_cli_vl_parse("benchmark", own, (int)(sizeof own / sizeof own[0]), &fp8, &sample, argc, argv, usage);

@@ -55,6 +55,16 @@ lj_status lj_cli_vl_sample_resolve(lj_cli_vl_sample *s);
  * function: *(int *)dest = 1 for cpu, 0 for none. Errors: LJ_ERR_ARG naming the flag. */
 lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
 
+/* --recompute-vision none|full (Qwen3-VL: the vision tower's blocks' recompute, Megatron-LM's
+ * recompute_granularity full over every block; model/vision.h), an LJ_FLAG_FUNC row's function:
+ * *(int *)dest = 0 for none, 1 for full (lj_model_options.vision_recompute); a dest left as it was
+ * is "not given". Errors: LJ_ERR_ARG naming the flag and the value. */
+lj_status lj_cli_vision_recompute(void *dest, const char *flag, const char *value);
+/* Its row for train, benchmark and plan; `where`: an int *. */
+#define LJ_CLI_RECOMPUTE_VISION_ROW(where)                                                           \
+    {.name = "--recompute-vision", .kind = LJ_FLAG_FUNC, .dest = (where), .fn = lj_cli_vision_recompute, \
+     .help = "none|full  the vision tower's recompute: full keeps only each block's input (none)"}
+
 /* buf[LJ_PATH_MAX] = the HF directory that `--load load` names (generate, serve): the directory
  * itself, or the Hugging Face export of a training checkpoint (lj_ckpt_resolve_load: a root's
  * latest iteration, or one iter_NNNNNNN directory). Errors: LJ_ERR_IO naming what is missing. */

@@ -52,6 +52,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
     const char *model = NULL, *device = "cuda", *grad_dtype = NULL, *json = NULL, *recompute = NULL, *device_memory = NULL,
                *margin = NULL;
     int mb = 1, seq = 0, seq_given = 0, buffers = 0;
+    int vision = LJ_VL_VISION_RECOMPUTE_AUTO; /* --recompute-vision not given: none, unless auto needs it */
     lj_cli_vl_sample sample;
     lj_cli_fp8 fp8;
     lj_cli_fp8_init(&fp8);
@@ -67,7 +68,9 @@ int lj_cli_plan_vl(int argc, char **argv) {
         LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
         LJ_CLI_MARGIN_ROW(&margin),
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &recompute,
-         .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device)"},
+         .help = "auto|none|selective|full  the decoder's recompute (auto: the planner's choice for the device, "
+                 "which also recomputes the vision tower when nothing fits without it)"},
+        LJ_CLI_RECOMPUTE_VISION_ROW(&vision),
     };
     /* these, the FP8 rows (cli/fp8.c: both towers' block linears), then the sample's */
     const int parsed = lj_cli_vl_parse("plan", own, (int)(sizeof own / sizeof own[0]), &fp8, &sample, argc, argv, usage);
@@ -123,10 +126,13 @@ int lj_cli_plan_vl(int argc, char **argv) {
         if (lj_planner_env_enabled(&on) != LJ_OK) return lj_cli_error("plan");
         recompute = getenv("CHECKPOINT_OPTIMIZATION") && !on ? "none" : "auto";
     }
+    setup.model.vision_recompute = vision; /* as asked, or LJ_VL_VISION_RECOMPUTE_AUTO */
     s = lj_vl_recompute_of(recompute, &cfg, &setup, max_patches, max_images, &t, policy, sizeof policy, why, sizeof why);
     if (s != LJ_OK && s != LJ_ERR_OOM) return lj_cli_error("plan");
-    if (s == LJ_ERR_OOM) { /* planned with full recompute: the table shows what does not fit */
+    if (s == LJ_ERR_OOM) { /* planned with full recompute (and the tower's, unless refused): the table shows what
+                              does not fit */
         memset(setup.model.recompute, LJ_RECOMPUTE_FULL, (size_t)cfg.text.num_hidden_layers);
+        setup.model.vision_recompute = vision != 0;
         snprintf(policy, sizeof policy, "full (%d layers): nothing fits", cfg.text.num_hidden_layers);
         snprintf(why, sizeof why, "%s", lj_error_message());
     }
@@ -186,6 +192,10 @@ int lj_cli_plan_vl(int argc, char **argv) {
                lj_format_bytes(bd.plan_bytes, b3, sizeof b3), lj_format_bytes(t.library_workspace_bytes, b4, sizeof b4),
                lj_format_bytes(t.context_bytes, b5, sizeof b5));
         printf("decoder recompute: %s%s%s\n", policy, why[0] ? "; " : "", why);
+        printf("vision recompute: %s (%d blocks%s)\n", lj_vl_vision_recompute_name(setup.model.vision_recompute),
+               cfg.vision.depth,
+               setup.model.vision_recompute ? ": each keeps only its input, its forward replayed before its backward"
+                                            : ": every block's activations kept");
         if (buffers) {
             printf("\nbuffers (%d):\n", plan.count);
             for (int i = 0; i < plan.count; i++)
@@ -221,6 +231,7 @@ int lj_cli_plan_vl(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "usable_bytes", (double)usable);
         cJSON_AddBoolToObject(o, "fits", fits);
         cJSON_AddStringToObject(o, "recompute", policy);
+        cJSON_AddStringToObject(o, "vision_recompute", lj_vl_vision_recompute_name(setup.model.vision_recompute));
         char *text = cJSON_Print(o);
         cJSON_Delete(o);
         if (!strcmp(json, "-")) printf("%s\n", text);
@@ -234,7 +245,8 @@ int lj_cli_plan_vl(int argc, char **argv) {
         fprintf(stderr, "ljperf plan: %s needs %s, more than the %s usable: %s\n", cfg.name,
                 lj_format_bytes(bd.peak_bytes, b1, sizeof b1), lj_format_bytes(usable, b2, sizeof b2),
                 strcmp(recompute, "auto") ? "try --recompute auto (the planner), a smaller --micro-batch-size or image"
-                                          : "use a smaller --micro-batch-size or image");
+                : setup.model.vision_recompute ? "use a smaller --micro-batch-size or image"
+                                               : "try --recompute-vision full, a smaller --micro-batch-size or image");
         rc = 1;
     }
     lj_plan_free(&plan);

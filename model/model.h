@@ -59,6 +59,10 @@ typedef struct {
     lj_linear_recipe_kind linear_recipe; /* how the transformer blocks' linears compute (model/linear.h) */
     lj_linear_fp8_options fp8;      /* LJ_LINEAR_RECIPE_FP8's settings */
     uint8_t recompute[LJ_MAX_LAYERS]; /* lj_recompute per layer */
+    int vision_recompute;   /* Qwen3-VL (model/vl.h passes it to the vision tower, model/vision.h): its
+                               blocks' recompute, 0 none (every activation kept) or 1 full (each block
+                               keeps only its input and replays its forward before its backward); the
+                               decoder itself does not read it */
     lj_doc_mask doc_mask;   /* document masking in packed sequences (data/docmask.h; training and
                                evaluation, not generation): all off by default, and then the model runs
                                exactly the plain causal path */

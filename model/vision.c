@@ -61,6 +61,36 @@ static void plan_linears(lj_vision *vm, lj_buffer_walker *w) {
     if (w->bind) lj_linear_reset(c);
 }
 
+/* Block i's saved tensors (Np = max_patches rows, act dtype unless said): ln1, attn, res_mid, ln2
+ * [Np, V]; qkv [Np, 3V]; fc1, gelu [Np, I]; the LayerNorms' mean and rstd [Np] f32; the attention's
+ * lse [heads, Np] f32. Its own, "vision.blocks.<i>.*" among the activations; or, i = -1, the
+ * blocks' one shared set under recompute, "vision.recompute.*" in the scratch arena. */
+static void plan_block(lj_vision *vm, lj_buffer_walker *w, lj_vision_block_acts *a, int i) {
+    const lj_vision_spec *s = &vm->spec;
+    const size_t act = lj_dtype_size(vm->ops->act_dtype), Np = (size_t)vm->max_patches;
+    const lj_arena arena = i < 0 ? LJ_ARENA_SCRATCH : LJ_ARENA_ACTIVATIONS;
+    char name[48];
+#define BLOCK(field, bytes, what)                                                    \
+    do {                                                                             \
+        if (i < 0) snprintf(name, sizeof name, "vision.recompute.%s", what);         \
+        else snprintf(name, sizeof name, "vision.blocks.%d.%s", i, what);            \
+        TAKE(a->field, arena, name, (bytes));                                        \
+    } while (0)
+    BLOCK(ln1, Np * s->V * act, "ln1");
+    BLOCK(qkv, Np * 3 * s->V * act, "qkv");
+    BLOCK(attn, Np * s->V * act, "attn");
+    BLOCK(res_mid, Np * s->V * act, "res_mid");
+    BLOCK(ln2, Np * s->V * act, "ln2");
+    BLOCK(h1, Np * s->I * act, "fc1");
+    BLOCK(act, Np * s->I * act, "gelu");
+    BLOCK(ln1_mean, Np * sizeof(float), "ln1_mean");
+    BLOCK(ln1_rstd, Np * sizeof(float), "ln1_rstd");
+    BLOCK(ln2_mean, Np * sizeof(float), "ln2_mean");
+    BLOCK(ln2_rstd, Np * sizeof(float), "ln2_rstd");
+    BLOCK(lse, (size_t)s->heads * Np * sizeof(float), "lse");
+#undef BLOCK
+}
+
 void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
     const lj_vision_spec *s = &vm->spec;
     const lj_ops *ops = vm->ops;
@@ -88,33 +118,21 @@ void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
     TAKE(vm->rope_sin, LJ_ARENA_ACTIVATIONS, "vision.rope_sin", Np * (s->hd / 2) * sizeof(float));
     TAKE(vm->pos_idx, LJ_ARENA_ACTIVATIONS, "vision.pos_idx", Np * 4 * sizeof(int32_t));
     TAKE(vm->pos_w, LJ_ARENA_ACTIVATIONS, "vision.pos_w", Np * 4 * sizeof(float));
-    /* activations: the residual stream, each block's saved tensors, each merger's */
+    /* activations: the residual stream (the blocks' inputs, kept under either policy), the
+       blocks' saved tensors (one set per block, or under recompute one shared set), each
+       merger's */
     TAKE(vm->pos_embeds, LJ_ARENA_ACTIVATIONS, "vision.pos_embeds", Np * s->V * act);
     for (int i = 0; i <= s->depth; i++) {
         snprintf(name, sizeof name, "vision.residual.%d", i);
         TAKE(vm->residual[i], LJ_ARENA_ACTIVATIONS, name, Np * s->V * act);
     }
-#define BLOCK(field, bytes, what)                                       \
-    do {                                                                \
-        snprintf(name, sizeof name, "vision.blocks.%d.%s", i, what);    \
-        TAKE(a->field, LJ_ARENA_ACTIVATIONS, name, (bytes));            \
-    } while (0)
     for (int i = 0; i < s->depth; i++) {
-        lj_vision_block_acts *a = &vm->blocks[i];
-        BLOCK(ln1, Np * s->V * act, "ln1");
-        BLOCK(qkv, Np * 3 * s->V * act, "qkv");
-        BLOCK(attn, Np * s->V * act, "attn");
-        BLOCK(res_mid, Np * s->V * act, "res_mid");
-        BLOCK(ln2, Np * s->V * act, "ln2");
-        BLOCK(h1, Np * s->I * act, "fc1");
-        BLOCK(act, Np * s->I * act, "gelu");
-        BLOCK(ln1_mean, Np * sizeof(float), "ln1_mean");
-        BLOCK(ln1_rstd, Np * sizeof(float), "ln1_rstd");
-        BLOCK(ln2_mean, Np * sizeof(float), "ln2_mean");
-        BLOCK(ln2_rstd, Np * sizeof(float), "ln2_rstd");
-        BLOCK(lse, (size_t)s->heads * Np * sizeof(float), "lse");
+        if (vm->recompute && i > 0) {
+            if (w->bind) vm->blocks[i] = vm->blocks[0];
+            continue;
+        }
+        plan_block(vm, w, &vm->blocks[i], vm->recompute ? -1 : i);
     }
-#undef BLOCK
 #define MERGER(field, bytes, what)                                      \
     do {                                                                \
         snprintf(name, sizeof name, "vision.mergers.%d.%s", j, what);   \
@@ -158,11 +176,14 @@ void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w) {
 #undef TAKE
 
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
-                         int max_images, int training, lj_linear_recipe_kind recipe, const lj_linear_fp8_options *fp8) {
+                         int max_images, int training, int recompute, lj_linear_recipe_kind recipe,
+                         const lj_linear_fp8_options *fp8) {
     memset(vm, 0, sizeof *vm);
     if (max_patches <= 0 || max_images <= 0)
         return lj_fail(LJ_ERR_ARG, "vision tower: max_patches %d and max_images %d must be positive", max_patches,
                        max_images);
+    if (recompute != 0 && recompute != 1)
+        return lj_fail(LJ_ERR_ARG, "vision tower: recompute %d is not 0 (none) or 1 (full)", recompute);
     /* a table that computes needs the vision ops; a description for planning (no device) has only
        the workspace sizes */
     if (ops->alloc && (!ops->layernorm_forward || !ops->attention_varlen_forward))
@@ -177,6 +198,7 @@ lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_confi
     vm->max_patches = max_patches;
     vm->max_images = max_images;
     vm->training = training;
+    vm->recompute = recompute;
     lj_vision_layout_init(&vm->layout, cfg);
     vm->residual = lj_calloc((size_t)cfg->depth + 1, sizeof(void *));
     vm->blocks = lj_calloc((size_t)cfg->depth, sizeof(lj_vision_block_acts));
@@ -509,13 +531,15 @@ static void merger_forward(lj_vision *vm, int j, const void *x) {
     linear(vm, a->out, a->act, lj_vision_merger_param(&vm->layout, j, LJ_VM_FC2_W), Nt, s->M, s->O);
 }
 
-static void block_forward(lj_vision *vm, int i) {
+/* Block i's saved tensors from its input x = residual[i]: everything up to the MLP's GELU, the
+ * attention's projection written to proj [Np, V] (act dtype) on the way. */
+static void block_saved_forward(lj_vision *vm, int i, void *proj) {
     const lj_vision_spec *s = &vm->spec;
     const lj_ops *ops = vm->ops;
     lj_vision_block_acts *a = &vm->blocks[i];
     const int Np = vm->num_patches;
     const int p0 = lj_vision_block_param(&vm->layout, i, 0);
-    void *x = vm->residual[i], *y = vm->residual[i + 1];
+    const void *x = vm->residual[i];
     /* x + proj(attention(rope(qkv(LN1(x))))) */
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, param(vm, p0 + LJ_VP_LN1_W), param(vm, p0 + LJ_VP_LN1_B),
                            Np, s->V, s->eps);
@@ -523,15 +547,39 @@ static void block_forward(lj_vision *vm, int i) {
     ops->rope_forward_pos(a->qkv, vm->rope_cos, vm->rope_sin, vm->row_ids, 1, Np, s->heads, s->heads, s->hd);
     ops->attention_varlen_forward(a->attn, a->lse, a->qkv, vm->cu_seqlens, vm->num_segments, vm->max_seqlen, Np,
                                   s->heads, s->heads, s->hd, 0, vm->ws_attention);
-    block_linear(vm, LJ_LINEAR_O, i, y, a->attn, p0 + LJ_VP_PROJ_W, Np); /* y as scratch until the MLP writes it */
-    ops->add(a->res_mid, x, y, (int64_t)Np * s->V);
-    /* + fc2(gelu_tanh(fc1(LN2(.)))) */
+    block_linear(vm, LJ_LINEAR_O, i, proj, a->attn, p0 + LJ_VP_PROJ_W, Np);
+    ops->add(a->res_mid, x, proj, (int64_t)Np * s->V);
+    /* LN2 and the MLP's first half */
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, param(vm, p0 + LJ_VP_LN2_W),
                            param(vm, p0 + LJ_VP_LN2_B), Np, s->V, s->eps);
     block_linear(vm, LJ_LINEAR_GATE_UP, i, a->h1, a->ln2, p0 + LJ_VP_FC1_W, Np);
     ops->gelu_forward(a->act, a->h1, (int64_t)Np * s->I, s->gelu_tanh);
-    block_linear(vm, LJ_LINEAR_DOWN, i, y, a->act, p0 + LJ_VP_FC2_W, Np);
-    ops->add(y, a->res_mid, y, (int64_t)Np * s->V);
+}
+
+/* residual[i + 1] = res_mid + fc2(gelu_tanh(fc1(LN2(res_mid)))), res_mid = x + proj(...). */
+static void block_forward(lj_vision *vm, int i) {
+    const lj_vision_spec *s = &vm->spec;
+    lj_vision_block_acts *a = &vm->blocks[i];
+    const int Np = vm->num_patches;
+    void *y = vm->residual[i + 1];
+    block_saved_forward(vm, i, y); /* y as the projection's scratch until the MLP writes it */
+    block_linear(vm, LJ_LINEAR_DOWN, i, y, a->act, lj_vision_block_param(&vm->layout, i, 0) + LJ_VP_FC2_W, Np);
+    vm->ops->add(y, a->res_mid, y, (int64_t)Np * s->V);
+}
+
+/* Recompute: block i's saved tensors again, into the shared buffers, right before its backward,
+ * from its kept input: the same ops on the same values, so the same bits as its forward. Its
+ * output is not written again (residual[i + 1] holds it; the projection goes to d_attn, unused
+ * until the block's backward writes it). The FP8 casts take this pass's scales and record no
+ * amax, as a forward-only pass does: the forward recorded them (delayed scaling rolls its
+ * history only at pass_begin; a current-scaling cast computes its amax and scale again, the
+ * same values). */
+static void block_replay(lj_vision *vm, int i) {
+    lj_linear_fp8_state *f = &vm->linear.fp8;
+    const int recording = f->recording;
+    f->recording = 0;
+    block_saved_forward(vm, i, vm->d_attn);
+    f->recording = recording;
 }
 
 void lj_vision_forward(lj_vision *vm, int backward) {
@@ -610,6 +658,7 @@ void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_d
             if (d_deepstack && d_deepstack[ds]) merger_backward(vm, 1 + ds, vm->residual[i + 1], d_deepstack[ds]);
             ds--;
         }
+        if (vm->recompute) block_replay(vm, i);
         block_backward(vm, i);
     }
     /* the patch embedding and the position grid */

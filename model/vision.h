@@ -14,8 +14,16 @@
  * lj_vision_plan, through the plan's buffer walker (model/buffers.h), sized for max_patches
  * patches: parameters, and when training the f32 master weights (the parameters themselves on
  * an f32 backend), gradients and AdamW moments; the inputs and tables of a batch, the
- * activations and the backward's scratch and workspaces. Every name starts with "vision.". No
- * recompute: every activation the backward needs is kept.
+ * activations and the backward's scratch and workspaces. Every name starts with "vision.".
+ *
+ * Recompute (lj_vision.recompute; Megatron-LM's recompute_granularity full, method uniform, over
+ * every block): 0 keeps every activation the backward needs, each block its own
+ * ("vision.blocks.N.*"); 1 keeps only the residual stream (the blocks' inputs, the DeepStack taps
+ * and the merger input are in it) and the mergers' tensors, and all blocks share one set of block
+ * tensors in the scratch arena ("vision.recompute.*"): each block's forward writes it, and the
+ * backward replays block i's forward from residual[i] into it right before block i's backward (the
+ * same ops on the same values: the same bits). The replay's FP8 casts take the pass's scales and
+ * record no amax (the forward's amaxes stand; lj_linear_fp8_state.recording is off meanwhile).
  *
  * Precision: the four linears of every block (attn.qkv [V -> 3V], attn.proj [V -> V],
  * mlp.linear_fc1 [V -> I], mlp.linear_fc2 [I -> V]) run through the tower's own linear recipe
@@ -63,6 +71,7 @@ typedef struct {
     lj_vision_spec spec;
     lj_vision_layout layout;
     int max_patches, max_images, training;
+    int recompute;               /* 0 none, 1 full (above) */
 
     void *params;                /* [layout.total] param dtype */
     float *master;               /* [layout.total] f32 master weights (training; = params on an f32 backend) */
@@ -80,7 +89,7 @@ typedef struct {
 
     void **residual;             /* host array of depth + 1 pointers to [Np, V]: block inputs and the last output */
     void *pos_embeds;            /* [Np, V]: the interpolated position grid */
-    lj_vision_block_acts *blocks;   /* host array of depth */
+    lj_vision_block_acts *blocks;   /* host array of depth (recompute: every entry the same shared set) */
     lj_vision_merger_acts *mergers; /* host array of 1 + num_deepstack: final, then DeepStack j */
 
     /* backward scratch */
@@ -92,23 +101,25 @@ typedef struct {
 } lj_vision;
 
 /* Sets up the tower's host side for at most max_patches patches and max_images images (frames),
- * with gradients and optimizer state when `training`: the spec, the layout, the host arrays of
- * pointers and the blocks' linear recipe: `recipe` with the FP8 settings `fp8` (NULL: the
- * defaults) in a training tower, else "bf16" (lj_linear_init_features; the settings' bf16 layers
- * and --fp8-param-gather are the decoder's and are not applied to the tower: every block is FP8).
+ * with gradients and optimizer state when `training`, with the blocks' `recompute` (0 none, 1
+ * full; above): the spec, the layout, the host arrays of pointers and the blocks' linear recipe:
+ * `recipe` with the FP8 settings `fp8` (NULL: the defaults) in a training tower, else "bf16"
+ * (lj_linear_init_features; the settings' bf16 layers and --fp8-param-gather are the decoder's
+ * and are not applied to the tower: every block is FP8).
  * Allocates no device memory: the buffers are declared by lj_vision_plan and bound when the plan
  * is allocated (every buffer starts at zero; the FP8 scales at 1). `ops` may be a table without a
- * device (lj_ops_cuda_describe) for planning only. Errors: LJ_ERR_ARG for non-positive sizes,
- * LJ_ERR_UNSUPPORTED for a backend without the vision ops. */
+ * device (lj_ops_cuda_describe) for planning only. Errors: LJ_ERR_ARG for non-positive sizes or a
+ * recompute other than 0 and 1, LJ_ERR_UNSUPPORTED for a backend without the vision ops. */
 lj_status lj_vision_init(lj_vision *vm, const lj_ops *ops, const lj_vision_config *cfg, int max_patches,
-                         int max_images, int training, lj_linear_recipe_kind recipe, const lj_linear_fp8_options *fp8);
+                         int max_images, int training, int recompute, lj_linear_recipe_kind recipe,
+                         const lj_linear_fp8_options *fp8);
 void lj_vision_free(lj_vision *vm);
 
 /* The tower's plan entry (model/buffers.h): declares every buffer above (names "vision.*"; the
  * parameters in LJ_ARENA_PARAMS, master weights, gradients and moments in their arenas, the
- * batch's inputs and the activations in LJ_ARENA_ACTIVATIONS, the backward's gradients in
- * LJ_ARENA_SCRATCH, op workspaces in LJ_ARENA_WORKSPACE) and, while binding, points vm's
- * pointers at them. Sizes: model/vision.c `walk_buffers`; docs/qwen3-vl-model.md. */
+ * batch's inputs and the activations in LJ_ARENA_ACTIVATIONS, the backward's gradients and, under
+ * recompute, the blocks' one shared set in LJ_ARENA_SCRATCH, op workspaces in LJ_ARENA_WORKSPACE)
+ * and, while binding, points vm's pointers at them. Sizes: model/vision.c; docs/qwen3-vl-model.md. */
 void lj_vision_plan(lj_vision *vm, lj_buffer_walker *w);
 
 /* Sets the weights from host f32 params[layout.total] (layout order, config/vl.h): the master
@@ -141,8 +152,9 @@ void lj_vision_forward(lj_vision *vm, int backward);
 
 /* Backward from the gradients of those outputs: d_out [Nt, O] and d_deepstack[j] [Nt, O] (act
  * dtype, backend memory; an entry may be NULL: no gradient), after lj_vision_forward(vm, 1).
- * Weight gradients accumulate into vm->grads (zero them with lj_vision_zero_grads once per
- * optimizer step). Ends the recipe's pass (lj_linear_pass_end). */
+ * Under recompute each block's forward is replayed right before its backward. Weight gradients
+ * accumulate into vm->grads (zero them with lj_vision_zero_grads once per optimizer step). Ends
+ * the recipe's pass (lj_linear_pass_end). */
 void lj_vision_backward(lj_vision *vm, const void *d_out, const void *const *d_deepstack);
 void lj_vision_zero_grads(lj_vision *vm);
 

@@ -99,9 +99,10 @@ lj_status lj_vl_init(lj_vl *vl, lj_model *m, const lj_vl_config *cfg, int max_pa
     vl->m = m;
     vl->max_patches = max_patches;
     vl->max_images = max_images;
-    /* the tower's blocks take the decoder's precision recipe (its FP8 settings), with their own state */
+    /* the tower's blocks take the decoder's precision recipe (its FP8 settings), with their own
+       state, and the options' vision recompute */
     LJ_TRY(lj_vision_init(&vl->vis, m->ops, &cfg->vision, max_patches, max_images, m->opt.training,
-                          m->opt.linear_recipe, &m->opt.fp8));
+                          m->opt.vision_recompute, m->opt.linear_recipe, &m->opt.fp8));
     const size_t N = (size_t)m->opt.micro_batch_size * m->opt.seq_length;
     vl->host_pos3 = lj_malloc(3 * N * sizeof(int32_t));
     vl->hooks = (lj_model_hooks){.embed_forward = hook_embed_forward,

@@ -35,9 +35,10 @@ typedef struct {
     int32_t *host_pos3;          /* [3, N] i32: the position ids of the current batch (T, H, W) */
 } lj_vl;
 
-/* Sets up the tower (max_patches, max_images; training as m's) beside the decoder `m` (a model
- * of cfg->text, after lj_model_init and lj_parallelize, before lj_plan_build) and hooks them
- * together; allocates no device memory (the plan does). The tower's block linears take the
+/* Sets up the tower (max_patches, max_images; training and its blocks' recompute as m's options
+ * say: m->opt.training, m->opt.vision_recompute) beside the decoder `m` (a model of cfg->text,
+ * after lj_model_init and lj_parallelize, before lj_plan_build) and hooks them together;
+ * allocates no device memory (the plan does). The tower's block linears take the
  * decoder's precision (m->opt.linear_recipe and its FP8 settings: under FP8 both towers' blocks
  * run the same recipe, each with its own state, vl->vis.linear beside m->linear; the patch
  * embedding, the mergers and lm_head stay in the act dtype). Errors: those of lj_vision_init;

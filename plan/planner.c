@@ -32,6 +32,7 @@ static int starts(const char *s, const char *prefix) { return strncmp(s, prefix,
 
 lj_mem_category lj_mem_category_of(const lj_plan_buffer *b) {
     if (starts(b->name, "fp8.") || starts(b->name, "vision.fp8.")) return LJ_MEM_FP8; /* the decoder's, the tower's */
+    if (starts(b->name, "vision.recompute.")) return LJ_MEM_RECOMPUTE; /* the tower's shared block tensors */
     if (lj_vl_buffer_is_vision(b->name) && (b->arena == LJ_ARENA_ACTIVATIONS || b->arena == LJ_ARENA_SCRATCH))
         return b->arena == LJ_ARENA_ACTIVATIONS ? LJ_MEM_ACTIVATIONS : LJ_MEM_SCRATCH; /* the vision tower's (model/vl.h) */
     switch (b->arena) {

@@ -24,7 +24,9 @@ static lj_status joint_plan(const lj_vl_config *cfg, const lj_model_setup *s, in
     return LJ_OK;
 }
 
-lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s, int max_patches, int max_images,
+/* The decoder's policy beside the tower as s->model.vision_recompute has it (lj_vl_planner_choose
+ * for a fixed tower recompute). */
+static lj_status choose_beside(const lj_vl_config *cfg, const lj_model_setup *s, int max_patches, int max_images,
                                const lj_planner_target *t, uint8_t recompute[LJ_MAX_LAYERS], size_t *peak_bytes,
                                char *explanation, size_t explanation_len) {
     memset(recompute, 0, LJ_MAX_LAYERS);
@@ -85,22 +87,59 @@ lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s,
     }
     return lj_fail(LJ_ERR_OOM,
                    "the run does not fit: with full recompute of every decoder layer its peak is %s against %s usable "
-                   "(the tower keeps every activation: a smaller image size or micro-batch would fit)",
-                   lj_format_bytes(total + fixed, b1, sizeof b1), lj_format_bytes(usable, b2, sizeof b2));
+                   "(%s)",
+                   lj_format_bytes(total + fixed, b1, sizeof b1), lj_format_bytes(usable, b2, sizeof b2),
+                   s->model.vision_recompute ? "the tower recomputes its blocks too: a smaller image size or "
+                                               "micro-batch needs less"
+                                             : "the tower keeps every block's activations: its recompute "
+                                               "(--recompute-vision full), a smaller image size or micro-batch "
+                                               "needs less");
 }
+
+lj_status lj_vl_planner_choose(const lj_vl_config *cfg, const lj_model_setup *s, int max_patches, int max_images,
+                               const lj_planner_target *t, uint8_t recompute[LJ_MAX_LAYERS], int *vision_recompute,
+                               size_t *peak_bytes, char *explanation, size_t explanation_len) {
+    const int may = *vision_recompute == LJ_VL_VISION_RECOMPUTE_AUTO;
+    lj_model_setup u = *s;
+    u.model.vision_recompute = may ? 0 : *vision_recompute;
+    *vision_recompute = u.model.vision_recompute;
+    lj_status st = choose_beside(cfg, &u, max_patches, max_images, t, recompute, peak_bytes, explanation,
+                                 explanation_len);
+    if (st != LJ_ERR_OOM || !may) return st;
+    /* nothing fits with the tower's blocks kept: recompute them, and plan the decoder beside that */
+    const size_t without = *peak_bytes;
+    u.model.vision_recompute = 1;
+    char why[1800] = "";
+    LJ_TRY(choose_beside(cfg, &u, max_patches, max_images, t, recompute, peak_bytes, why, sizeof why));
+    *vision_recompute = 1;
+    char b1[32], b2[32];
+    if (explanation && explanation_len)
+        snprintf(explanation, explanation_len,
+                 "the vision tower recomputes its blocks (full): with every decoder layer fully recomputed and the "
+                 "tower's activations kept the joint plan's peak is %s, above %s usable; beside the tower's "
+                 "recompute: %s",
+                 lj_format_bytes(without, b1, sizeof b1), lj_format_bytes(lj_planner_usable_bytes(t), b2, sizeof b2),
+                 why);
+    return LJ_OK;
+}
+
+const char *lj_vl_vision_recompute_name(int vision_recompute) { return vision_recompute ? "full" : "none"; }
 
 lj_status lj_vl_recompute_of(const char *policy, const lj_vl_config *cfg, lj_model_setup *s, int max_patches,
                              int max_images, const lj_planner_target *t, char *desc, size_t desc_len, char *why,
                              size_t why_len) {
     const char *r = policy ? policy : "none";
-    const int L = cfg->text.num_hidden_layers;
+    const int L = cfg->text.num_hidden_layers, vision = s->model.vision_recompute;
     if (why && why_len) why[0] = '\0';
     memset(s->model.recompute, 0, sizeof s->model.recompute);
+    s->model.vision_recompute = vision == 1;
     if (!strcmp(r, "selective") || !strcmp(r, "full")) {
         memset(s->model.recompute, !strcmp(r, "full") ? LJ_RECOMPUTE_FULL : LJ_RECOMPUTE_SELECTIVE, (size_t)L);
     } else if (!strcmp(r, "auto")) {
         size_t peak = 0;
-        LJ_TRY(lj_vl_planner_choose(cfg, s, max_patches, max_images, t, s->model.recompute, &peak, why, why_len));
+        int v = vision;
+        LJ_TRY(lj_vl_planner_choose(cfg, s, max_patches, max_images, t, s->model.recompute, &v, &peak, why, why_len));
+        s->model.vision_recompute = v;
     } else if (strcmp(r, "none")) {
         return lj_fail(LJ_ERR_ARG, "--recompute: '%s' is not one of auto, none, selective, full", r);
     }

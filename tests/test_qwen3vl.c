@@ -2,7 +2,8 @@
  * get_rope_index and the interleaved MRoPE axis rule on hand-worked cases; finite differences
  * through the vision tower and through the whole model (image splice, DeepStack, MRoPE); the
  * tower's blocks in FP8 beside the decoder's (its own recipe state, against the recipe's
- * arithmetic and fp32, amaxes recorded, overflow named); and,
+ * arithmetic and fp32, amaxes recorded, overflow named); the tower's recompute, bit for bit the
+ * tower without it (fp32 and each FP8 recipe); and,
  * when tests/fixtures/qwen3vl-tiny/ is present, the whole model against Hugging Face
  * transformers (made by tests/fixtures/make_qwen3vl_fixtures.py): ViT output, DeepStack features,
  * position ids, logits and loss (relative error <= 1e-5), every gradient (<= 1e-4). */
@@ -180,11 +181,14 @@ static void random_params(const lj_param_info *p, int count, float *dst, lj_rng 
 
 /* A training decoder of cfg->text on the CPU backend (as lj_test_model_create: micro-batch 1,
  * sequence T, fused or not, one recompute policy; the FP8 recipe of `fp8`, NULL: fp32) with the
- * vision tower attached before its plan, so that the plan holds both; allocated. */
+ * vision tower attached before its plan (its blocks' recompute `vision`: 0 none, 1 full), so that
+ * the plan holds both; allocated. */
 static lj_status vl_model_create_fp8(lj_test_model *t, lj_vl *vl, const lj_vl_config *cfg, int T, int fused,
-                                     int policy, int max_patches, int max_images, const lj_linear_fp8_options *fp8) {
+                                     int policy, int vision, int max_patches, int max_images,
+                                     const lj_linear_fp8_options *fp8) {
     lj_model_options o = lj_test_train_options(1, T, fused);
     memset(o.recompute, policy, sizeof o.recompute);
+    o.vision_recompute = vision;
     if (fp8) {
         o.linear_recipe = LJ_LINEAR_RECIPE_FP8;
         o.fp8 = *fp8;
@@ -198,7 +202,7 @@ static lj_status vl_model_create_fp8(lj_test_model *t, lj_vl *vl, const lj_vl_co
 
 static lj_status vl_model_create(lj_test_model *t, lj_vl *vl, const lj_vl_config *cfg, int T, int fused, int policy,
                                  int max_patches, int max_images) {
-    return vl_model_create_fp8(t, vl, cfg, T, fused, policy, max_patches, max_images, NULL);
+    return vl_model_create_fp8(t, vl, cfg, T, fused, policy, 0, max_patches, max_images, NULL);
 }
 
 /* The tiny test model: grids (1, 4, 6) and (1, 2, 4) (6 + 2 tokens) in one sequence of T = 20. */
@@ -214,10 +218,11 @@ typedef struct {
     int np;
 } vl_case;
 
-static void vl_case_init_fp8(vl_case *c, int policy, const lj_linear_fp8_options *fp8) {
+/* The case with the decoder's recompute `policy`, the tower's `vision` and the FP8 recipe `fp8`. */
+static void vl_case_init_all(vl_case *c, int policy, int vision, const lj_linear_fp8_options *fp8) {
     assert_int_equal(lj_vl_config_preset("qwen3-vl-fixture", &c->cfg), LJ_OK);
     c->np = 24 + 8;
-    if (vl_model_create_fp8(&c->tm, &c->vl, &c->cfg, FD_T, 1, policy, 64, 4, fp8) != LJ_OK)
+    if (vl_model_create_fp8(&c->tm, &c->vl, &c->cfg, FD_T, 1, policy, vision, 64, 4, fp8) != LJ_OK)
         fail_msg("%s", lj_error_message());
     lj_rng rng;
     lj_rng_seed(&rng, 77);
@@ -237,6 +242,9 @@ static void vl_case_init_fp8(vl_case *c, int policy, const lj_linear_fp8_options
     if (lj_vl_set_batch(&c->vl, c->ids, c->targets, c->pixels, k_grid, 2) != LJ_OK) fail_msg("%s", lj_error_message());
 }
 
+static void vl_case_init_fp8(vl_case *c, int policy, const lj_linear_fp8_options *fp8) {
+    vl_case_init_all(c, policy, 0, fp8);
+}
 static void vl_case_init(vl_case *c, int policy) { vl_case_init_fp8(c, policy, NULL); }
 
 static void vl_case_free(vl_case *c) {
@@ -474,6 +482,81 @@ static void test_vl_fp8(void **state) {
     assert_non_null(strstr(what, "visual.blocks.1.attn.qkv weight"));
     vl_case_free(&c);
     vl_case_free(&ref);
+}
+
+/* ---- the tower's recompute ------------------------------------------------------------ */
+
+/* The tower's recipe state as host f32, NULL without FP8; *n its length (0 then). */
+static float *fp8_state_or_null(const lj_vl *vl, int64_t *n) {
+    *n = 0;
+    return vl->vis.linear.fp8.active ? tower_fp8_state(vl, n) : NULL;
+}
+
+/* The tower's recompute (model/vision.h): every block keeps only its input and replays its forward
+ * right before its backward into one shared set of block tensors. On the CPU the loss, the ViT and
+ * DeepStack outputs and every gradient of both towers equal those of the tower without it bit for
+ * bit, after each of two training passes: in fp32, beside the decoder's full recompute, and in each
+ * FP8 recipe (delayed with a history of 4 and the max algorithm, so that the second pass's scales
+ * come from the first's amaxes; tensorwise; blockwise), whose tower state (amax histories and
+ * scales) is the same too: the replay's casts record no amax of their own. */
+static void test_vision_recompute(void **state) {
+    (void)state;
+    typedef struct {
+        const char *name;
+        int policy, fp8;
+        lj_fp8_recipe recipe;
+    } rc_case;
+    const rc_case cases[] = {{"fp32", LJ_RECOMPUTE_NONE, 0, LJ_FP8_RECIPE_DELAYED},
+                             {"fp32, decoder full", LJ_RECOMPUTE_FULL, 0, LJ_FP8_RECIPE_DELAYED},
+                             {"fp8 delayed", LJ_RECOMPUTE_NONE, 1, LJ_FP8_RECIPE_DELAYED},
+                             {"fp8 tensorwise", LJ_RECOMPUTE_NONE, 1, LJ_FP8_RECIPE_TENSORWISE},
+                             {"fp8 blockwise", LJ_RECOMPUTE_FULL, 1, LJ_FP8_RECIPE_BLOCKWISE}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const rc_case *q = &cases[k];
+        lj_linear_fp8_options o = lj_linear_fp8_defaults();
+        o.recipe = q->recipe;
+        if (q->recipe == LJ_FP8_RECIPE_DELAYED) {
+            o.amax_history_len = 4;
+            o.amax_compute_max = 1;
+        }
+        vl_case a, b;
+        vl_case_init_all(&a, q->policy, 0, q->fp8 ? &o : NULL);
+        vl_case_init_all(&b, q->policy, 1, q->fp8 ? &o : NULL);
+        assert_int_equal(a.vl.vis.recompute, 0);
+        assert_int_equal(b.vl.vis.recompute, 1);
+        assert_true(b.vl.vis.blocks[0].qkv == b.vl.vis.blocks[3].qkv); /* one shared set */
+        assert_true(a.vl.vis.blocks[0].qkv != a.vl.vis.blocks[3].qkv);
+        assert_true(a.tm.p.total_bytes > b.tm.p.total_bytes);
+        assert_int_equal(a.vl.vis.linear.fp8.active, q->fp8);
+        const int Nt = a.vl.vis.num_tokens, O = a.cfg.vision.out_hidden_size;
+        const int64_t nv = a.vl.vis.layout.total, nt = a.tm.m.layout.total;
+        for (int pass = 0; pass < 2; pass++) {
+            vl_case *both[2] = {&a, &b};
+            for (int r = 0; r < 2; r++) {
+                lj_vl_zero_grads(&both[r]->vl);
+                lj_vl_forward_backward(&both[r]->vl, 1, 1.0f / (float)both[r]->tm.m.num_targets);
+            }
+            assert_true(lj_model_mean_loss(&a.tm.m) == lj_model_mean_loss(&b.tm.m));
+            for (int j = 0; j <= a.cfg.vision.num_deepstack; j++)
+                assert_memory_equal(a.vl.vis.mergers[j].out, b.vl.vis.mergers[j].out, (size_t)Nt * O * sizeof(float));
+            assert_memory_equal(a.vl.vis.grads, b.vl.vis.grads, (size_t)nv * sizeof(float));
+            assert_memory_equal(a.tm.m.grads, b.tm.m.grads, (size_t)nt * sizeof(float));
+            int64_t na, nb;
+            float *sa = fp8_state_or_null(&a.vl, &na), *sb = fp8_state_or_null(&b.vl, &nb);
+            assert_int_equal(na, nb);
+            if (na) assert_memory_equal(sa, sb, (size_t)na * sizeof(float));
+            free(sa);
+            free(sb);
+        }
+        double g = 0.0;
+        for (int64_t i = 0; i < nv; i++) g += fabs(((const float *)b.vl.vis.grads)[i]);
+        assert_true(g > 0.0);
+        print_message("tower recompute, %s: loss %.6f and every gradient equal to the tower without it; plan %.1f KiB "
+                      "smaller\n", q->name, lj_model_mean_loss(&b.tm.m),
+                      (double)(a.tm.p.total_bytes - b.tm.p.total_bytes) / 1024.0);
+        vl_case_free(&b);
+        vl_case_free(&a);
+    }
 }
 
 /* ---- the HF fixtures ---------------------------------------------------------------- */
@@ -751,7 +834,7 @@ int main(void) {
         cmocka_unit_test(test_presets),     cmocka_unit_test(test_config_load),
         cmocka_unit_test(test_rope_index),  cmocka_unit_test(test_mrope_axes),
         cmocka_unit_test(test_vl_finite_differences), cmocka_unit_test(test_bad_batch),
-        cmocka_unit_test(test_vl_fp8),
+        cmocka_unit_test(test_vl_fp8),      cmocka_unit_test(test_vision_recompute),
         cmocka_unit_test(test_hf_import_names), cmocka_unit_test(test_hf_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,8 @@
 #   - the sample flags: --image-size sets both sides; with --img-h it is refused;
 #   - --recompute full and selective of the decoder train as without it (the same losses, bit for
 #     bit on the CPU), auto reports the planner's choice, and an unknown policy is refused;
+#   - --recompute-vision full (the tower's blocks) trains as without it too, is named in the table
+#     and the JSON, and shrinks the plan by all but one block's tensors; a bad value is refused;
 #   - --global-batch-size accumulates: micro-batch 1 x 2 steps = micro-batch 2 (the same losses).
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
@@ -101,6 +103,43 @@ if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --recompute most >/dev
   fail "--recompute most was accepted"
 fi
 grep -q "\-\-recompute: 'most' is not one of auto, none, selective, full" "$tmp/rbad.err" || { cat "$tmp/rbad.err"; fail "the refusal"; }
+# 5a. the tower's recompute: the same losses bit for bit, named in the table and the JSON; the plan's
+# tower keeps one shared set of block tensors (qwen3-vl-2b at 1024²: 23 blocks' fewer); a bad value
+# is refused by name, and under --recompute auto the tower recomputes only when nothing fits without it
+"$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --image-size 64 --text-tokens 32 --train-iters 2 --warmup-iters 0 \
+  --no-progress --recompute-vision full --json "$tmp/v_full.json" >"$tmp/v_full.txt" 2>&1 \
+  || { cat "$tmp/v_full.txt"; fail "--recompute-vision full"; }
+[ "$(field "$tmp/v_full.json" "repr((j['loss_first'], j['loss_last']))")" = "$base" ] \
+  || fail "--recompute-vision full changed the losses: $(field "$tmp/v_full.json" "repr((j['loss_first'], j['loss_last']))") against $base"
+[ "$(field "$tmp/v_full.json" "j['vision_recompute']") $(field "$tmp/r_none.json" "j['vision_recompute']")" = "full none" ] \
+  || fail "the JSON's vision_recompute"
+grep -Eq "^vision recompute +full \(4 blocks\)" "$tmp/v_full.txt" || { cat "$tmp/v_full.txt"; fail "the table's vision recompute"; }
+grep -Eq "^vision recompute +none \(4 blocks\)" "$tmp/r_auto.txt" || { cat "$tmp/r_auto.txt"; fail "auto turned the tower's recompute on"; }
+for v in none full; do
+  "$LJPERF" plan --model qwen3-vl-2b --device cpu --image-size 1024 --recompute none --recompute-vision "$v" \
+    --json "$tmp/pv_$v.json" >"$tmp/pv_$v.txt" 2>&1 || true
+  [ -s "$tmp/pv_$v.json" ] || { cat "$tmp/pv_$v.txt"; fail "plan --recompute-vision $v wrote no JSON"; }
+done
+python3 - "$tmp/pv_none.json" "$tmp/pv_full.json" <<'PY' || fail "the tower's recompute does not shrink the plan by 23 blocks' tensors"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+cat = lambda j, c: [r['vision_bytes'] for r in j['breakdown'] if r['category'] == c][0]
+al = lambda n: (n + 255) // 256 * 256
+Np, V, I, H = 4096, 1024, 4096, 16  # qwen3-vl-2b's tower at 1024x1024, f32
+block = 4 * al(Np * V * 4) + al(Np * 3 * V * 4) + 2 * al(Np * I * 4) + 4 * al(Np * 4) + al(H * Np * 4)
+ok = (a['vision_recompute'], b['vision_recompute']) == ('none', 'full') and cat(a, 'recompute buffers') == 0 \
+    and cat(b, 'recompute buffers') == block and cat(a, 'saved activations') - cat(b, 'saved activations') == 24 * block \
+    and a['plan_bytes'] - b['plan_bytes'] == 23 * block
+print("plan qwen3-vl-2b 1024x1024 (f32): tower %.2f GiB without its recompute, %.2f GiB with it" % (a['vision_bytes'] / 2**30, b['vision_bytes'] / 2**30))
+sys.exit(0 if ok else 1)
+PY
+grep -q "^vision recompute: full (24 blocks: each keeps only its input" "$tmp/pv_full.txt" || { cat "$tmp/pv_full.txt"; fail "the plan's vision recompute line"; }
+for cmd in benchmark plan; do
+  if "$LJPERF" "$cmd" --model qwen3-vl-tiny --device cpu --recompute-vision selective >/dev/null 2>"$tmp/vbad.err"; then
+    fail "$cmd --recompute-vision selective was accepted"
+  fi
+  grep -q "\-\-recompute-vision: 'selective' is not one of none, full" "$tmp/vbad.err" || { cat "$tmp/vbad.err"; fail "the refusal"; }
+done
 # 5b. --global-batch-size: micro-batch 1 x 2 accumulation steps takes the samples of one micro-batch 2,
 # and its summed gradients make the same step (the losses to rounding)
 for mb in 1 2; do
@@ -122,11 +161,22 @@ if "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --micro-batch-size 2 -
 fi
 grep -q "\-\-global-batch-size 3 is not a multiple of --micro-batch-size 2" "$tmp/gbad.err" || { cat "$tmp/gbad.err"; fail "the refusal"; }
 # 6. the planner for another card's memory: qwen3-vl-2b at 1024² needs 39.13 GiB without recompute;
-# within 38 GiB the decoder recomputes and the joint plan fits
+# within 38 GiB the decoder recomputes and the joint plan fits; within 36 GiB, below its full
+# recompute's peak, the tower recomputes too (and says so), unless --recompute-vision none forbids it
 "$LJPERF" plan --model qwen3-vl-2b --device cuda --image-size 1024 --device-memory 38GiB --json "$tmp/p38.json" \
   >"$tmp/p38.txt" 2>&1 || { grep -q "built without CUDA" "$tmp/p38.txt" && echo "test_vl_bench: passed (no CUDA description: step 6 skipped)" && exit 0
                             cat "$tmp/p38.txt"; fail "plan --device-memory 38GiB did not fit"; }
 [ "$(field "$tmp/p38.json" "j['fits'] and j['peak_bytes'] <= j['usable_bytes'] and j['recompute'] != 'none (28 layers)'")" = True ] \
   || { cat "$tmp/p38.txt"; fail "--device-memory 38GiB: no recompute chosen, or the plan does not fit"; }
 grep -q "device memory 38.00 GiB (--device-memory)" "$tmp/p38.txt" || fail "the budget line does not name --device-memory"
+[ "$(field "$tmp/p38.json" "j['vision_recompute']")" = none ] || fail "--device-memory 38GiB: the tower recomputes"
+"$LJPERF" plan --model qwen3-vl-2b --device cuda --image-size 1024 --device-memory 36GiB --json "$tmp/p36.json" \
+  >"$tmp/p36.txt" 2>&1 || { cat "$tmp/p36.txt"; fail "plan --device-memory 36GiB did not fit"; }
+[ "$(field "$tmp/p36.json" "j['fits'] and j['vision_recompute'] == 'full'")" = True ] \
+  || { cat "$tmp/p36.txt"; fail "--device-memory 36GiB: the tower's recompute was not turned on"; }
+grep -q "the vision tower recomputes its blocks (full): with every decoder layer fully recomputed" "$tmp/p36.txt" \
+  || { cat "$tmp/p36.txt"; fail "the planner does not say why the tower recomputes"; }
+if "$LJPERF" plan --model qwen3-vl-2b --device cuda --image-size 1024 --device-memory 36GiB --recompute-vision none \
+  >"$tmp/p36n.txt" 2>&1; then fail "--recompute-vision none in 36 GiB fitted"; fi
+grep -q "try --recompute-vision full" "$tmp/p36n.txt" || { cat "$tmp/p36n.txt"; fail "the refusal does not name --recompute-vision"; }
 echo "test_vl_bench: passed"

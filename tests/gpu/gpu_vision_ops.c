@@ -10,7 +10,10 @@
  * uniform segments (images of one resolution), which the AUTO table runs as one dense attention
  * on cuDNN where it can (its lse then [nseg, nh, T], checked in that layout). Each attention line
  * names the kernels that ran (cudnn, flash: the tensor-core kernels at head_dim 64, 72 and 128,
- * cuda-core). Prints one line per check and a final count; exits 1 on any failure. Last, for
+ * cuda-core). Then the tower's recompute (model/vision.h): a tower with recompute full against
+ * the same tower without it, bit for bit (merger and DeepStack outputs, every gradient, the FP8
+ * recipe state; bf16 and each FP8 recipe the GPU runs), on attention kernels without atomics.
+ * Prints one line per check and a final count; exits 1 on any failure. Last, for
  * information only (no check depends on it), the time of the attention on the CUDA-core kernels,
  * the flash kernels and the AUTO table, and of the embedding-bag backward, at the towers' shapes.
  * Usage: gpu_vision_ops (needs a GPU; built with CUDA, never run by CTest). */
@@ -20,7 +23,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/vl.h"
 #include "ops/ops.h"
+#include "parallel/parallel.h"
+#include "plan/plan.h"
 #include "train/ops_config.h"
 #include "tests/test_util.h"
 
@@ -328,6 +334,182 @@ static void check_rows(const lj_ops *g, const lj_ops *c, int R, int M, int C) {
 
 /* ---- timing (information only) ---- */
 
+/* ---- the tower's recompute (model/vision.h): bit for bit the tower without it ---- */
+
+/* A training tower of cfg->vision for np patches and nimg images beside a decoder of cfg->text
+ * (micro-batch 1, 16 tokens; only its plan hosts the tower's buffers) on `g`, its blocks'
+ * recompute `vision`, the FP8 recipe `fp8` (NULL: bf16); planned, allocated, weights from seed 7. */
+typedef struct {
+    lj_model m;
+    lj_plan plan;
+    lj_vl vl;
+} tower_run;
+
+static void tower_build(tower_run *r, const lj_ops *g, const lj_vl_config *cfg, int np, int nimg, int vision,
+                        const lj_linear_fp8_options *fp8) {
+    lj_model_options o;
+    memset(&o, 0, sizeof o);
+    o.micro_batch_size = 1;
+    o.seq_length = 16;
+    o.training = 1;
+    o.fused = 1;
+    o.vision_recompute = vision;
+    o.linear_recipe = fp8 ? LJ_LINEAR_RECIPE_FP8 : LJ_LINEAR_RECIPE_DEFAULT;
+    o.fp8 = fp8 ? *fp8 : lj_linear_fp8_defaults();
+    lj_model_init(&r->m, g, &cfg->text, &o);
+    lj_parallelize(&r->m, NULL, NULL);
+    if (lj_vl_init(&r->vl, &r->m, cfg, np, nimg) != LJ_OK) {
+        fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+        exit(1);
+    }
+    lj_plan_build(&r->plan, &r->m);
+    if (lj_plan_allocate(&r->plan, &r->m) != LJ_OK) {
+        fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+        exit(1);
+    }
+    lj_vision_init_weights(&r->vl.vis, 7);
+}
+
+static void tower_free(tower_run *r, const lj_ops *g) {
+    lj_vl_free(&r->vl);
+    lj_plan_release(&r->plan, g);
+    lj_plan_free(&r->plan);
+    lj_model_free(&r->m);
+}
+
+/* The elements (n of `es` bytes each) in which a and b differ: a line and a check, which fails
+ * for any. */
+static void compare_bits(const char *what, const void *a, const void *b, int64_t n, size_t es) {
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n; i++) diff += memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0;
+    const int ok = diff == 0;
+    printf("  [%s] %-64s %lld of %lld elements differ\n", ok ? " ok " : "FAIL", what, (long long)diff, (long long)n);
+    g_checks++;
+    g_failures += !ok;
+}
+
+/* n elements of `es` bytes of backend memory, as host bytes. */
+static void *dev_bytes(const lj_ops *g, const void *d, int64_t n, size_t es) {
+    void *h = lj_malloc((size_t)(n > 0 ? n : 1) * es);
+    g->synchronize();
+    g->download(h, d, (size_t)n * es);
+    return h;
+}
+
+/* The tower of `cfg` on `g` with recompute 0 and 1 (FP8 recipe `fp8`, NULL: bf16) on the images
+ * grid[nimg, 3]: the same random patches and merger gradients, two training passes of the tower
+ * alone (lj_vision_forward, lj_vision_backward, each from zeroed gradients); after each, the final
+ * and DeepStack merger outputs, every gradient and the FP8 recipe state must be the same bits. */
+static void check_tower_recompute(const lj_ops *g, const char *label, const lj_vl_config *cfg, const int32_t *grid,
+                                  int nimg, const lj_linear_fp8_options *fp8) {
+    int np = 0;
+    for (int i = 0; i < nimg; i++) np += grid[i * 3] * grid[i * 3 + 1] * grid[i * 3 + 2];
+    const int P = lj_vision_patch_dim(&cfg->vision), m = cfg->vision.spatial_merge_size, m2 = m * m;
+    const int Nt = np / m2, O = cfg->vision.out_hidden_size, D = cfg->vision.num_deepstack;
+    float *pixels = randv((int64_t)np * P, 1.0f, 0.0f);
+    float *dout[1 + LJ_VISION_MAX_DEEPSTACK];
+    for (int j = 0; j <= D; j++) dout[j] = randv((int64_t)Nt * O, 0.01f, 0.0f);
+    tower_run r[2];
+    for (int k = 0; k < 2; k++) {
+        tower_build(&r[k], g, cfg, np, nimg, k, fp8);
+        lj_vision *vm = &r[k].vl.vis;
+        if (lj_vision_set_images(vm, pixels, grid, nimg) != LJ_OK) {
+            fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+            exit(1);
+        }
+        /* the merger gradients in the joint's buffers: d_embed, then DeepStack j's */
+        void *dst[1 + LJ_VISION_MAX_DEEPSTACK] = {r[k].vl.d_embed};
+        for (int j = 0; j < D; j++) dst[1 + j] = r[k].vl.d_deepstack[j];
+        for (int j = 0; j <= D; j++) {
+            void *d = dev_put(g, dout[j], (int64_t)Nt * O, g->act_dtype);
+            g->copy(dst[j], d, (size_t)Nt * O * lj_dtype_size(g->act_dtype));
+            g->synchronize();
+            g->free(d);
+        }
+    }
+    const lj_vision *a = &r[0].vl.vis, *b = &r[1].vl.vis;
+    const int64_t nv = a->layout.total;
+    const size_t ea = lj_dtype_size(g->act_dtype), eg = lj_dtype_size(g->grad_dtype);
+    printf("  tower %s, %s (%d patches, %d blocks, head_dim %d): recompute full against none, plan %.1f MiB "
+           "smaller\n", label, fp8 ? lj_fp8_recipe_name(fp8->recipe) : "bf16", np, cfg->vision.depth,
+           a->spec.hd, (double)(r[0].plan.total_bytes - r[1].plan.total_bytes) / (1 << 20));
+    for (int pass = 1; pass <= 2; pass++) {
+        for (int k = 0; k < 2; k++) {
+            lj_vision *vm = &r[k].vl.vis;
+            lj_vision_zero_grads(vm);
+            lj_vision_forward(vm, 1);
+            lj_vision_backward(vm, r[k].vl.d_embed, (const void *const *)r[k].vl.d_deepstack);
+        }
+        char what[160];
+        for (int j = 0; j <= D; j++) {
+            void *x = dev_bytes(g, a->mergers[j].out, (int64_t)Nt * O, ea);
+            void *y = dev_bytes(g, b->mergers[j].out, (int64_t)Nt * O, ea);
+            snprintf(what, sizeof what, "pass %d: %s output", pass, j ? "DeepStack merger" : "merger");
+            if (j) snprintf(what + strlen(what), sizeof what - strlen(what), " %d", j - 1);
+            compare_bits(what, x, y, (int64_t)Nt * O, ea);
+            free(x), free(y);
+        }
+        void *x = dev_bytes(g, a->grads, nv, eg), *y = dev_bytes(g, b->grads, nv, eg);
+        snprintf(what, sizeof what, "pass %d: every tower gradient (%s)", pass, gname(g));
+        compare_bits(what, x, y, nv, eg);
+        free(x), free(y);
+        if (a->linear.fp8.active) {
+            int64_t nh, ns;
+            const int64_t n = lj_linear_fp8_state_numel(&a->linear.fp8, &nh, &ns);
+            float *sa = lj_malloc((size_t)n * sizeof(float)), *sb = lj_malloc((size_t)n * sizeof(float));
+            lj_linear_state_get(&a->linear, sa);
+            lj_linear_state_get(&b->linear, sb);
+            snprintf(what, sizeof what, "pass %d: FP8 amax history and scales", pass);
+            compare_bits(what, sa, sb, n, sizeof(float));
+            free(sa), free(sb);
+        }
+    }
+    for (int k = 0; k < 2; k++) tower_free(&r[k], g);
+    for (int j = 0; j <= D; j++) free(dout[j]);
+    free(pixels);
+}
+
+/* The towers the recompute check runs: the fixture's (V 32, head_dim 16) on the AUTO table, and
+ * one of qwen3-vl-8b's width (V 1152, head_dim 72, I 4304; 3 blocks, DeepStack after 0 and 2) on
+ * the CUDA-core attention (no atomics: the same bits on every run), in bf16 and in each FP8 recipe
+ * the GPU runs. */
+static void check_recompute(const lj_ops *auto_table, const lj_ops *core) {
+    lj_vl_config fx, big;
+    if (lj_vl_config_preset("qwen3-vl-fixture", &fx) != LJ_OK || lj_vl_config_preset("qwen3-vl-8b", &big) != LJ_OK) {
+        fprintf(stderr, "gpu_vision_ops: %s\n", lj_error_message());
+        exit(1);
+    }
+    const int32_t g_fx[] = {1, 4, 6, 1, 16, 16, 1, 6, 10}; /* segments of 24, 256 and 60 patches */
+    check_tower_recompute(auto_table, "qwen3-vl-fixture", &fx, g_fx, 3, NULL);
+    lj_vision_config v = big.vision;
+    v.depth = 3;
+    v.num_deepstack = 2;
+    v.deepstack_visual_indexes[0] = 0;
+    v.deepstack_visual_indexes[1] = 2;
+    v.out_hidden_size = fx.text.hidden_size;
+    big = fx;
+    big.vision = v;
+    const int32_t g_big[] = {1, 28, 28, 1, 12, 20}; /* a 448x448 image and a smaller one */
+    check_tower_recompute(core, "8b width", &big, g_big, 2, NULL);
+    if (lj_ops_cuda_fp8_check() != LJ_OK) {
+        printf("  [info] no FP8 recompute check: %s\n", lj_error_message());
+        return;
+    }
+    lj_linear_fp8_options o = lj_linear_fp8_defaults();
+    o.amax_history_len = 4; /* the second pass's scales from the first's amaxes */
+    o.amax_compute_max = 1;
+    check_tower_recompute(core, "8b width", &big, g_big, 2, &o);
+    o = lj_linear_fp8_defaults();
+    o.recipe = LJ_FP8_RECIPE_TENSORWISE;
+    check_tower_recompute(core, "8b width", &big, g_big, 2, &o);
+    if (lj_ops_cuda_fp8_blockwise_check() != LJ_OK) {
+        printf("  [info] no blockwise FP8 recompute check: %s\n", lj_error_message());
+        return;
+    }
+    o.recipe = LJ_FP8_RECIPE_BLOCKWISE;
+    check_tower_recompute(core, "8b width", &big, g_big, 2, &o);
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -471,6 +653,9 @@ int main(void) {
     check_rows(bf, cpu, 11, 5, 24);
     check_rows(bf, cpu, 13, 6, 13);
     check_rows(bf, cpu, 50, 20, 1152);
+
+    printf("tower recompute\n");
+    check_recompute(bf, core);
 
     printf("timing (information only)\n");
     /* the CUDA-core kernels, the flash kernels and the AUTO table (cuDNN for uniform segments
