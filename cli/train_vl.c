@@ -122,6 +122,7 @@ int lj_cli_train_vl(int argc, char **argv) {
         {.kind = LJ_FLAG_SECTION, .help = "memory"},
         {.name = "--recompute", .kind = LJ_FLAG_STR, .dest = &c.recompute,
          .help = "none|selective|full|auto  the decoder's (none; auto: the planner picks per layer)"},
+        LJ_CLI_RECOMPUTE_VISION_ROW(&c.vision_recompute),
         {.kind = LJ_FLAG_SECTION, .help = "what trains (Megatron-Bridge's Qwen3-VL options)"},
         {.name = "--freeze-language-model", .kind = LJ_FLAG_SWITCH, .dest = &c.freeze_language_model, .ival = 1,
          .help = "the decoder gets no update (freeze_language_model)"},

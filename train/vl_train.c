@@ -197,6 +197,7 @@ static lj_status setup(vl_run *r, int resume, const char *root, int iteration) {
     s.model.doc_mask.reset_attention_mask = 1; /* the decoder's doc_start buffer: packed samples stay apart */
     s.model.linear_recipe = c->linear_recipe;  /* both towers' block linears (lj_vl_init passes it on) */
     s.model.fp8 = c->fp8;
+    s.model.vision_recompute = c->vision_recompute; /* the tower's blocks' (lj_vl_init passes it on) */
     int max_patches, max_images;
     lj_vl_capacity(&r->cfg, c->micro_batch_size, c->seq_length, &max_patches, &max_images);
     LJ_TRY(choose_recompute(r, &s, max_patches, max_images));

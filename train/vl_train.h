@@ -63,6 +63,8 @@ typedef struct {
                                 micro_batch_size (0: micro_batch_size), accumulated as above */
     const char *recompute;   /* --recompute none|selective|full|auto of the decoder (NULL: none;
                                 plan/planner_vl.h lj_vl_recompute_of) */
+    int vision_recompute;    /* --recompute-vision: the tower's blocks' recompute (model/vision.h), 0 none
+                                (the default, also under --recompute auto) or 1 full */
     int no_shuffle;
     uint64_t seed;
     lj_lr_schedule lr;
