@@ -7,7 +7,10 @@ the same summed by kind of work (GEMMs by input type, FP8 casts, attention, norm
 import collections
 import csv
 import re
+import signal
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
 
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 groups = "--groups" in sys.argv[1:]
@@ -18,6 +21,8 @@ KINDS = [
     ("GEMM, FP8 inputs (cuBLASLt)", r"^nvjet_\w+_q[qr]"),
     ("GEMM, bf16 inputs (cuBLASLt)", r"^nvjet_"),
     ("FP8 casts, amaxes, scales", r"^fp8_"),
+    ("bias add and its gradient (Qwen2, the ViT)", r"bias_"),
+    ("LayerNorm, GELU, patch merge (the ViT)", r"layernorm|layer_norm|gelu|vision|patch|merge"),
     ("attention (cuDNN SDPA, own flash kernels)", r"cudnn|flash|attn|attention"),
     ("cross-entropy (after the lm_head GEMMs)", r"cross_entropy"),
     ("AdamW and gradient norm", r"adamw|norm_sq"),
@@ -51,7 +56,8 @@ print("%d kernels, %.1f ms in all (%g steps + set-up)" % (n, all_ns / 1e6, steps
 if groups:
     g = collections.defaultdict(float)
     for k, v in tot.items():
-        kind = next((name for name, rx in KINDS if re.search(rx, k)), "other")
+        bare = re.sub(r"^void ", "", k)  # ncu names templates "void name<...>"
+        kind = next((name for name, rx in KINDS if re.search(rx, bare)), "other")
         g[kind] += v
     print("%-45s %10s %6s" % ("kind of work", "ms/step", "share"))
     for k in sorted(g, key=lambda k: -g[k]):
