@@ -31,6 +31,7 @@ void lj_vl_train_config_defaults(lj_vl_train_config *c) {
     c->adamw = (lj_adamw_config){0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, LJ_WD_MEGATRON, 0, 0};
     c->linear_recipe = LJ_LINEAR_RECIPE_DEFAULT;
     c->fp8 = lj_linear_fp8_defaults();
+    c->vision_recompute = LJ_VL_VISION_RECOMPUTE_AUTO; /* not given: none, unless --recompute auto needs it */
 }
 
 typedef struct {
@@ -182,7 +183,9 @@ static lj_status choose_recompute(vl_run *r, lj_model_setup *s, int max_patches,
     LJ_TRY(lj_vl_recompute_of(c->recompute, &r->cfg, s, max_patches, max_images, &t, desc, sizeof desc, why,
                               sizeof why));
     if (!c->quiet && why[0]) lj_log_info("train: recompute planner: %s", why);
-    if (!c->quiet && c->recompute) lj_log_info("decoder recompute (--recompute %s): %s", c->recompute, desc);
+    if (!c->quiet && (c->recompute || s->model.vision_recompute))
+        lj_log_info("decoder recompute (--recompute %s): %s; vision tower recompute: %s",
+                    c->recompute ? c->recompute : "none", desc, lj_vl_vision_recompute_name(s->model.vision_recompute));
     return LJ_OK;
 }
 

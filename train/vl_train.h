@@ -63,8 +63,9 @@ typedef struct {
                                 micro_batch_size (0: micro_batch_size), accumulated as above */
     const char *recompute;   /* --recompute none|selective|full|auto of the decoder (NULL: none;
                                 plan/planner_vl.h lj_vl_recompute_of) */
-    int vision_recompute;    /* --recompute-vision: the tower's blocks' recompute (model/vision.h), 0 none
-                                (the default, also under --recompute auto) or 1 full */
+    int vision_recompute;    /* --recompute-vision: the tower's blocks' recompute (model/vision.h), 0 none,
+                                1 full, or LJ_VL_VISION_RECOMPUTE_AUTO (the default: none, unless under
+                                --recompute auto nothing fits without it, as in the benchmark) */
     int no_shuffle;
     uint64_t seed;
     lj_lr_schedule lr;
