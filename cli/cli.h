@@ -226,9 +226,10 @@ lj_status lj_cli_fp8_resolve_vl(const lj_cli_fp8 *f, const lj_ops *ops, const lj
  * For the start record of --log-json. */
 char *lj_cli_command_line(const char *cmd, int argc, char **argv);
 
-/* The multimodal branch of prepare (cli/prepare_mm.c): wanted with --image-root or a tar input. */
+/* The multimodal branch of prepare (cli/prepare_mm.c): wanted with --image-root or a tar input.
+ * min_pixels / max_pixels: the flags' values, -1 where not given (0 is refused). */
 int lj_cli_prepare_mm_wanted(const char *image_root, const char *const *inputs, int n);
 int lj_cli_prepare_mm(const char *const *inputs, int n, const char *prefix, const char *tokenizer,
-                      const char *image_root, int64_t min_pixels, int64_t max_pixels, int quiet);
+                      const char *image_root, int64_t min_pixels, int64_t max_pixels, int utf8_replace, int quiet);
 
 #endif

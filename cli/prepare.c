@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fs.h"
 #include "cli/cli.h"
@@ -70,9 +71,11 @@ static void usage(FILE *f) {
             "Vision-language data (Qwen3-VL; docs/qwen3-vl.md): with --image-root, or WebDataset tar\n"
             "shards (.tar, .tar.gz) as inputs, writes a multimodal dataset (PREFIX.mmidx, .mmtok,\n"
             "PREFIX.mmmask, .mmimg) from LLaVA JSON/JSON lines (conversations with <image>) or shards:\n"
-            "  --image-root DIR      the folder LLaVA's image paths are relative to (also --image-folder)\n"
-            "  --min-pixels N        smart_resize's minimum area (default 65536, Qwen3-VL's)\n"
-            "  --max-pixels N        smart_resize's maximum area (default 16777216, Qwen3-VL's)\n"
+            "  --image-root DIR      the folder LLaVA's image paths are relative to (also --image-folder);\n"
+            "                        a JSON input is multimodal only with it (else read as text)\n"
+            "  --min-pixels N        smart_resize's minimum area, positive (default 65536, Qwen3-VL's)\n"
+            "  --max-pixels N        smart_resize's maximum area, positive (default 16777216, Qwen3-VL's)\n"
+            "  (--utf8-errors applies to the turns and captions; video input is refused)\n"
             "  --help                this text\n"
             "\n"
             "Empty documents are skipped. The summary goes to stdout; progress (a bar on a terminal,\n"
@@ -277,6 +280,50 @@ static lj_status tokenizer_arg(const char *type, const char *model, const char *
                                                        : " (ljperf's tokenizer is byte-level BPE from a tokenizer.json)";
     return lj_fail(LJ_ERR_ARG, "--tokenizer-type: '%s' is not one of HuggingFaceTokenizer, Llama3Tokenizer%s", type, why);
 }
+/* The folders prepare creates for an output prefix: its parent folder and the first of its
+ * ancestors that does not exist yet ("" when the parent exists). A failed run removes them
+ * again (empty ones only), never a folder that was there before. */
+typedef struct {
+    char parent[LJ_PATH_MAX], first_new[LJ_PATH_MAX];
+} new_dirs;
+
+static void find_new_dirs(const char *prefix, new_dirs *d) {
+    d->parent[0] = d->first_new[0] = '\0';
+    if (snprintf(d->parent, sizeof d->parent, "%s", prefix) >= (int)sizeof d->parent) return;
+    char *slash = strrchr(d->parent, '/');
+    if (!slash || slash == d->parent) {
+        d->parent[0] = '\0';
+        return;
+    }
+    *slash = '\0';
+    char dir[LJ_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", d->parent);
+    for (char *q = dir + 1;; q++) {
+        if (*q != '/' && *q != '\0') continue;
+        const char c = *q;
+        *q = '\0';
+        struct stat sb;
+        if (stat(dir, &sb) != 0 && errno == ENOENT) {
+            snprintf(d->first_new, sizeof d->first_new, "%s", dir);
+            return;
+        }
+        *q = c;
+        if (!c) return;
+    }
+}
+
+static void remove_new_dirs(const new_dirs *d) {
+    if (!d->first_new[0]) return;
+    char dir[LJ_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", d->parent);
+    const size_t stop = strlen(d->first_new);
+    while (strlen(dir) >= stop) {
+        if (rmdir(dir) != 0) return; /* not empty, or not there: leave it */
+        char *slash = strrchr(dir, '/');
+        if (!slash) return;
+        *slash = '\0';
+    }
+}
 
 int lj_cli_prepare(int argc, char **argv) {
     lj_prepare_config cfg;
@@ -287,7 +334,7 @@ int lj_cli_prepare(int argc, char **argv) {
     const char *tokenizer = NULL, *tokenizer_model = NULL, *tokenizer_type = NULL;
     int quiet = 0, workers_given = 0, partitions = 1, json_key_given = 0;
     const char *image_root = NULL;
-    int64_t min_pixels = 0, max_pixels = 0;
+    int64_t min_pixels = -1, max_pixels = -1; /* -1: not given */
     const lj_flag rows[] = {
         {.name = "--input", .kind = LJ_FLAG_FUNC, .dest = &in, .fn = add_input},
         {.name = "--output-prefix", .kind = LJ_FLAG_STR, .dest = &cfg.output_prefix},
@@ -389,10 +436,13 @@ int lj_cli_prepare(int argc, char **argv) {
         free_inputs(inputs, ninputs);
         return rc;
     }
+    new_dirs created;
+    find_new_dirs(cfg.output_prefix, &created);
     if (lj_cli_prepare_mm_wanted(image_root, (const char *const *)inputs, ninputs)) {
         rc = lj_cli_prepare_mm((const char *const *)inputs, ninputs, cfg.output_prefix, cfg.tokenizer_path, image_root,
-                               min_pixels, max_pixels, quiet);
+                               min_pixels, max_pixels, cfg.utf8_replace, quiet);
         free_inputs(inputs, ninputs);
+        if (rc != 0) remove_new_dirs(&created);
         return rc;
     }
     cfg.inputs = (const char *const *)inputs;
@@ -400,7 +450,10 @@ int lj_cli_prepare(int argc, char **argv) {
     lj_prepare_stats s;
     st = lj_prepare_run(&cfg, &s);
     free_inputs(inputs, ninputs);
-    if (st != LJ_OK) return lj_cli_error("prepare");
+    if (st != LJ_OK) {
+        remove_new_dirs(&created);
+        return lj_cli_error("prepare");
+    }
     double secs = s.seconds > 1e-9 ? s.seconds : 1e-9;
     for (int k = 0; k < cfg.num_keys; k++) {
         char prefix[LJ_PATH_MAX];

@@ -74,6 +74,7 @@ typedef struct {
     struct jpeg_error_mgr mgr;
     jmp_buf jump;
     int truncated;
+    char what[JMSG_LENGTH_MAX]; /* libjpeg's warning */
 } jpeg_err;
 
 static void jpeg_on_error(j_common_ptr cinfo) {
@@ -81,11 +82,18 @@ static void jpeg_on_error(j_common_ptr cinfo) {
     longjmp(e->jump, 1);
 }
 
-/* Warnings: Pillow fails on a premature end of the data (its "image file is truncated") and
- * ignores the other warnings; the same here. */
+/* Warnings: Pillow fails on a premature end of the data (its "image file is truncated"). Both
+ * ways the data can end before the image does, which libjpeg only warns about and fills in, are
+ * errors here: the file ends (JWRN_JPEG_EOF, "Premature end of JPEG file"), or the scan data
+ * ends at a marker (JWRN_HIT_MARKER, "premature end of data segment": a frame header that claims
+ * more rows than the scan holds; refused so as not to train on filled-in rows). The other
+ * warnings (extraneous bytes before a marker, a bad ICC marker) are ignored, as Pillow does. */
 static void jpeg_on_message(j_common_ptr cinfo, int level) {
     jpeg_err *e = (jpeg_err *)cinfo->err;
-    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) e->truncated = 1;
+    if (level < 0 && (cinfo->err->msg_code == JWRN_JPEG_EOF || cinfo->err->msg_code == JWRN_HIT_MARKER)) {
+        e->truncated = 1;
+        cinfo->err->format_message(cinfo, e->what);
+    }
 }
 
 static lj_status decode_jpeg(const uint8_t *data, size_t size, const char *name, int64_t max_pixels, lj_image *out) {
@@ -96,6 +104,7 @@ static lj_status decode_jpeg(const uint8_t *data, size_t size, const char *name,
     err.mgr.error_exit = jpeg_on_error;
     err.mgr.emit_message = jpeg_on_message;
     err.truncated = 0;
+    err.what[0] = '\0';
     uint8_t *volatile rgb = NULL;
     if (setjmp(err.jump)) {
         char msg[JMSG_LENGTH_MAX];
@@ -107,7 +116,7 @@ static lj_status decode_jpeg(const uint8_t *data, size_t size, const char *name,
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
-    lj_status st = err.truncated ? lj_fail(LJ_ERR_FORMAT, "%s: the JPEG data ends early (truncated file)", name) : LJ_OK;
+    lj_status st = err.truncated ? lj_fail(LJ_ERR_FORMAT, "%s: the JPEG data ends early (truncated file: %s)", name, err.what) : LJ_OK;
     if (st == LJ_OK) st = check_size(name, cinfo.image_width, cinfo.image_height, max_pixels);
     if (st == LJ_OK && (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK))
         st = lj_fail(LJ_ERR_UNSUPPORTED,
@@ -134,7 +143,7 @@ static lj_status decode_jpeg(const uint8_t *data, size_t size, const char *name,
     if (err.truncated) {
         jpeg_destroy_decompress(&cinfo);
         free(rgb);
-        return lj_fail(LJ_ERR_FORMAT, "%s: the JPEG data ends early (truncated file)", name);
+        return lj_fail(LJ_ERR_FORMAT, "%s: the JPEG data ends early (truncated file: %s)", name, err.what);
     }
     out->width = (int32_t)cinfo.output_width;
     out->height = (int32_t)cinfo.output_height;

@@ -38,6 +38,7 @@ struct lj_mm_loader {
     int64_t *perm;      /* the order of epoch perm_epoch */
     int64_t perm_epoch;
     int64_t skipped;
+    lj_mm_loader_skips skips; /* counted at open */
     /* the ring */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
@@ -100,6 +101,36 @@ static int64_t fit(const lj_mm_loader *ld, int64_t s, int64_t room, int64_t *ima
     return cut;
 }
 
+/* The samples no row takes (see lj_mm_loader_skips): a row starts with each sample that does not
+ * fit the rest of the row before it, so a sample is skipped exactly when fit() in a whole row
+ * takes nothing. */
+static void count_skips(lj_mm_loader *ld) {
+    lj_mm_loader_skips *k = &ld->skips;
+    memset(k, 0, sizeof *k);
+    k->samples = ld->ds.num_samples;
+    k->seq_length = ld->cfg.seq_length;
+    for (int64_t s = 0; s < ld->ds.num_samples; s++) {
+        const int64_t n = lj_mm_sample_tokens(&ld->ds, s), len = n - 1;
+        int64_t images;
+        if (len <= ld->cfg.seq_length || fit(ld, s, ld->cfg.seq_length, &images) > 0) continue;
+        k->skipped++;
+        if (n > k->longest) k->longest = n;
+    }
+}
+
+void lj_mm_loader_skip_count(const lj_mm_loader *ld, lj_mm_loader_skips *out) { *out = ld->skips; }
+
+int lj_mm_loader_skip_message(const lj_mm_loader *ld, char *buf, size_t n) {
+    const lj_mm_loader_skips *k = &ld->skips;
+    if (n > 0) buf[0] = '\0';
+    if (k->skipped == 0) return 0;
+    snprintf(buf, n,
+             "%lld of %lld samples are longer than --seq-length %d (the longest: %lld tokens) and are skipped: "
+             "nothing they train fits a row without cutting an image",
+             (long long)k->skipped, (long long)k->samples, k->seq_length, (long long)k->longest);
+    return 1;
+}
+
 static void add_seg(slot *sl, int row, int64_t sample, int64_t len, int64_t images) {
     if (sl->nsegs == sl->cap_segs) sl->segs = lj_realloc(sl->segs, sizeof *sl->segs * (size_t)(sl->cap_segs = sl->cap_segs * 2 + 16));
     sl->segs[sl->nsegs++] = (seg){row, sample, len, images};
@@ -127,7 +158,11 @@ static lj_status plan(lj_mm_loader *ld, slot *sl) {
             const int64_t take = fit(ld, s, T - used, &images);
             ld->stream++;
             if (take <= 0) { /* nothing trained fits a row without cutting an image */
-                ld->skipped++, in_vain++;
+                if (ld->skipped++ == 0) {
+                    char msg[256];
+                    if (lj_mm_loader_skip_message(ld, msg, sizeof msg)) lj_log_info("loader: %s", msg);
+                }
+                in_vain++;
                 continue;
             }
             add_seg(sl, row, s, take, images);
@@ -294,6 +329,7 @@ lj_status lj_mm_loader_open(lj_mm_loader **out, const lj_mm_loader_config *cfg) 
     ld->perm = lj_malloc(sizeof(int64_t) * (size_t)ld->ds.num_samples);
     ld->perm_epoch = -1;
     ld->stream = cfg->start_position > 0 ? cfg->start_position : 0;
+    count_skips(ld);
     ld->nthreads = cfg->num_workers > 0 ? cfg->num_workers : 2;
     ld->hold = cfg->hold > 0 ? cfg->hold : 1;
     ld->nslots = (cfg->prefetch > 0 ? cfg->prefetch : 2 * ld->nthreads) + ld->hold - 1; /* the held ones too */

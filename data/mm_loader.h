@@ -84,6 +84,23 @@ int64_t lj_mm_loader_position(const lj_mm_loader *ld);
 /* The dataset it reads. */
 const lj_mm_dataset *lj_mm_loader_dataset(const lj_mm_loader *ld);
 
+/* The samples the loader skips wherever they fall in the stream: longer than a row, and nothing
+ * trained in the pairs that fit before the first image the row would cut (counted over the whole
+ * dataset at open; only reported: which samples are used does not depend on it). The loader logs
+ * lj_mm_loader_skip_message (lj_log_info) when it first skips one. */
+typedef struct {
+    int64_t samples;  /* in the dataset */
+    int64_t skipped;  /* of them, never used */
+    int64_t longest;  /* tokens of the longest skipped one (0: none skipped) */
+    int seq_length;   /* T */
+} lj_mm_loader_skips;
+
+void lj_mm_loader_skip_count(const lj_mm_loader *ld, lj_mm_loader_skips *out);
+
+/* "N of M samples are longer than --seq-length T (the longest: K tokens) and are skipped: ...",
+ * without a final newline, into buf; returns 0 (and buf "") when none is skipped. */
+int lj_mm_loader_skip_message(const lj_mm_loader *ld, char *buf, size_t n);
+
 void lj_mm_loader_close(lj_mm_loader *ld);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "base/fs.h"
 #include "data/input.h"
@@ -111,7 +112,7 @@ static lj_status emit_text(mm_prep *p, const char *where, const char *text, size
     lj_status st = lj_tokenizer_encode_append(p->tok, text, len, 0, &ids, &n, &cap);
     if (st != LJ_OK) {
         free(ids);
-        lj_error_prefix("%s: ", where);
+        lj_error_prefix("%s", where);
         return st;
     }
     int64_t head = 0;
@@ -130,7 +131,7 @@ static lj_status emit_text(mm_prep *p, const char *where, const char *text, size
         head = hn;
         if (st != LJ_OK) {
             free(ids);
-            lj_error_prefix("%s: ", where);
+            lj_error_prefix("%s", where);
             return st;
         }
     }
@@ -294,19 +295,32 @@ static lj_status parse_role(const char *where, int i, const char *r, role_t *out
     return LJ_OK;
 }
 
-static lj_status read_image_file(const char *where, const char *root, const char *rel, image_src *im) {
+/* Reads the image file `rel` (relative to root) named by field `field` of the sample. */
+static lj_status read_image_file(const char *where, const char *field, const char *root, const char *rel,
+                                 image_src *im) {
     char path[LJ_PATH_MAX];
+    if (!rel[0])
+        return lj_fail(LJ_ERR_FORMAT, "%s: %s: the path is empty; expected an image file (relative to --image-root)",
+                       where, field);
     if (rel[0] == '/' || !root) snprintf(path, sizeof path, "%s", rel);
     else if (snprintf(path, sizeof path, "%s/%s", root, rel) >= (int)sizeof path)
-        return lj_fail(LJ_ERR_ARG, "%s: the image path %s/%s is too long", where, root, rel);
+        return lj_fail(LJ_ERR_ARG, "%s: %s: the image path %s/%s is too long", where, field, root, rel);
     if (lj_image_is_video_name(path))
-        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s is a video (by its extension); only images are supported", where, path);
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s: %s is a video (by its extension): video input is not supported, "
+                       "only images", where, field, path);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return lj_fail(LJ_ERR_FORMAT, "%s: %s: %s is a directory; expected an image file", where, field, path);
     char *data;
     size_t size;
     lj_status st = lj_file_read_all(path, &data, &size);
     if (st != LJ_OK) {
-        lj_error_prefix("%s: ", where);
+        lj_error_prefix("%s: %s", where, field);
         return st;
+    }
+    if (size == 0) {
+        free(data);
+        return lj_fail(LJ_ERR_FORMAT, "%s: %s: %s is empty (0 bytes); expected an image file", where, field, path);
     }
     im->name = lj_strdup(path);
     im->data = (uint8_t *)data;
@@ -314,14 +328,41 @@ static lj_status read_image_file(const char *where, const char *root, const char
     return LJ_OK;
 }
 
+/* A text field of a sample, copied to *out: its UTF-8 checked (or repaired with --utf8-errors
+ * replace), and no video placeholder. */
+static lj_status take_text(mm_prep *p, const char *where, const char *field, const char *text, char **out) {
+    const size_t len = strlen(text), bad = lj_utf8_check(text, len);
+    if (bad != len && !p->cfg->utf8_replace)
+        return lj_fail(LJ_ERR_FORMAT, "%s: %s: invalid UTF-8 at byte %zu of the string (byte 0x%02x); "
+                       "--utf8-errors replace turns ill-formed bytes into U+FFFD", where, field, bad,
+                       (unsigned)(unsigned char)text[bad]);
+    if (strstr(text, "<video>"))
+        return lj_fail(LJ_ERR_UNSUPPORTED, "%s: %s: a <video> placeholder: video input is not supported (only images, "
+                       "<image>); remove the sample", where, field);
+    if (bad == len) {
+        *out = lj_strdup(text);
+    } else {
+        size_t n;
+        p->st->utf8_replaced += (int64_t)lj_utf8_repair(text, len, out, &n);
+    }
+    return LJ_OK;
+}
+
 /* A JSON sample (LLaVA or ShareGPT): its turns, and its "image"/"images" files read from root;
  * root NULL: a shard's sample, whose images are the tar's members (added by the caller). */
-static lj_status json_sample(const char *where, const cJSON *o, const char *root, sample_t *s) {
+static lj_status json_sample(mm_prep *p, const char *where, const cJSON *o, const char *root, sample_t *s) {
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(o)) return lj_fail(LJ_ERR_FORMAT, "%s: not a JSON object", where);
+    static const char *const video_keys[2] = {"video", "videos"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItem(o, video_keys[i]);
+        if (v && !cJSON_IsNull(v))
+            return lj_fail(LJ_ERR_UNSUPPORTED, "%s: \"%s\": video input is not supported (only images, \"image\" or "
+                           "\"images\"); remove the sample", where, video_keys[i]);
+    }
     const cJSON *conv = cJSON_GetObjectItem(o, "conversations");
-    const char *rk = "from", *vk = "value";
-    if (!conv) conv = cJSON_GetObjectItem(o, "messages"), rk = "role", vk = "content";
+    const char *rk = "from", *vk = "value", *ck = "conversations";
+    if (!conv) conv = cJSON_GetObjectItem(o, "messages"), rk = "role", vk = "content", ck = "messages";
     if (!cJSON_IsArray(conv))
         return lj_fail(LJ_ERR_FORMAT, "%s: no \"conversations\" (or \"messages\") array", where);
     s->nturns = cJSON_GetArraySize(conv);
@@ -333,19 +374,25 @@ static lj_status json_sample(const char *where, const cJSON *o, const char *root
         if (!cJSON_IsString(r) || !cJSON_IsString(v))
             return lj_fail(LJ_ERR_FORMAT, "%s: turn %d: needs string \"%s\" and \"%s\"", where, i, rk, vk);
         LJ_TRY(parse_role(where, i, r->valuestring, &s->turns[i].role));
-        s->turns[i].text = lj_strdup(v->valuestring);
+        char field[128];
+        snprintf(field, sizeof field, "%s[%d].%s", ck, i, vk);
+        LJ_TRY(take_text(p, where, field, v->valuestring, &s->turns[i].text));
         i++;
     }
     if (!root) return LJ_OK; /* a shard's sample: its images come from the tar */
-    const cJSON *img = cJSON_GetObjectItem(o, "image");
-    if (!img) img = cJSON_GetObjectItem(o, "images");
+    const char *ik = "image";
+    const cJSON *img = cJSON_GetObjectItem(o, ik);
+    if (!img) img = cJSON_GetObjectItem(o, ik = "images");
     if (!img || cJSON_IsNull(img)) return LJ_OK;
     const int n = cJSON_IsArray(img) ? cJSON_GetArraySize(img) : 1;
     s->images = lj_calloc((size_t)n + 1, sizeof *s->images);
     for (int k = 0; k < n; k++) {
         const cJSON *e = cJSON_IsArray(img) ? cJSON_GetArrayItem(img, k) : img;
-        if (!cJSON_IsString(e)) return lj_fail(LJ_ERR_FORMAT, "%s: \"image\" %d is not a string path", where, k);
-        LJ_TRY(read_image_file(where, root, e->valuestring, &s->images[k]));
+        char field[64];
+        if (cJSON_IsArray(img)) snprintf(field, sizeof field, "%s[%d]", ik, k);
+        else snprintf(field, sizeof field, "%s", ik);
+        if (!cJSON_IsString(e)) return lj_fail(LJ_ERR_FORMAT, "%s: %s is not a string path", where, field);
+        LJ_TRY(read_image_file(where, field, root, e->valuestring, &s->images[k]));
         s->nimages++;
     }
     return LJ_OK;
@@ -353,7 +400,7 @@ static lj_status json_sample(const char *where, const cJSON *o, const char *root
 
 static lj_status do_json_sample(mm_prep *p, const char *where, const cJSON *o, const char *root) {
     sample_t s;
-    lj_status st = json_sample(where, o, root, &s);
+    lj_status st = json_sample(p, where, o, root, &s);
     if (st == LJ_OK) st = queue(p, where, &s);
     sample_free(&s);
     return st;
@@ -468,7 +515,7 @@ static lj_status flush_group(mm_prep *p, const char *shard, wds_group *g) {
         o = cJSON_Parse(g->json);
         if (!o) st = lj_fail(LJ_ERR_FORMAT, "%s: the .json member is not valid JSON", where);
         else if (cJSON_GetObjectItem(o, "conversations") || cJSON_GetObjectItem(o, "messages"))
-            st = json_sample(where, o, NULL, &s);
+            st = json_sample(p, where, o, NULL, &s);
         else {
             const char *keys[3] = {"caption", "txt", "text"};
             for (int i = 0; i < 3 && !caption; i++) {
@@ -483,7 +530,9 @@ static lj_status flush_group(mm_prep *p, const char *shard, wds_group *g) {
             s.nturns = 2;
             s.turns = lj_calloc(2, sizeof *s.turns);
             s.turns[0] = (turn){ROLE_USER, lj_strdup("")};
-            s.turns[1] = (turn){ROLE_ASSISTANT, lj_strdup(caption)};
+            s.turns[1] = (turn){ROLE_ASSISTANT, NULL};
+            st = take_text(p, where, g->txt == caption ? "the caption (.txt)" : "the .json caption", caption,
+                           &s.turns[1].text);
         }
     }
     if (st == LJ_OK) {

@@ -28,8 +28,11 @@
  * (OpenMP; the output does not depend on the thread count), and stored as read.
  * Errors (each names the input file, the sample (line, index or tar key) and the field):
  * LJ_ERR_IO, LJ_ERR_FORMAT (bad JSON, a missing field, an unknown role, a count mismatch, an
- * image that does not decode), LJ_ERR_UNSUPPORTED (an image refused by data/image.h), LJ_ERR_ARG
- * (a tokenizer without Qwen's vision tokens, no samples). Nothing is left behind on error.
+ * image that does not decode, an image path that is empty or a directory, ill-formed UTF-8 in a
+ * text field, naming the field and the byte within it, unless utf8_replace), LJ_ERR_UNSUPPORTED
+ * (an image refused by data/image.h; video: a "video"/"videos" key, a <video> placeholder or a
+ * video member of a shard), LJ_ERR_ARG (a tokenizer without Qwen's vision tokens, no samples).
+ * Nothing is left behind on error.
  */
 #ifndef LJ_MM_PREPARE_H
 #define LJ_MM_PREPARE_H
@@ -46,10 +49,12 @@ typedef struct {
     lj_vision_preproc preproc;  /* lj_vision_preproc_qwen3vl() by default */
     int64_t max_image_pixels;   /* decode limit; 0: LJ_IMAGE_MAX_PIXELS_DEFAULT */
     int progress;               /* 1: a line every 10 s on stderr */
+    int utf8_replace;           /* 1: ill-formed UTF-8 in a text field becomes U+FFFD; 0: an error */
 } lj_mm_prepare_config;
 
 typedef struct {
     int64_t samples, images, tokens, target_tokens, image_tokens, image_bytes;
+    int64_t utf8_replaced; /* ill-formed sequences replaced (utf8_replace) */
     double seconds, image_seconds; /* all, and decoding + smart_resize of the images */
 } lj_mm_prepare_stats;
 

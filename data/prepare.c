@@ -223,7 +223,9 @@ static lj_status json_docs(prep *p, round_t *rd, const char *line, size_t n, int
         for (const cJSON *it = obj->child; it; it = it->next)
             if (it->string && strcmp(it->string, key) == 0) v = it;
         if (!v) {
-            st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: no key \"%s\" (--json-keys picks the keys)", name, (long long)lineno, key);
+            const int conv = cJSON_GetObjectItem(obj, "conversations") || cJSON_GetObjectItem(obj, "messages");
+            st = lj_fail(LJ_ERR_FORMAT, "%s:%lld: no key \"%s\" (--json-keys picks the keys%s)", name, (long long)lineno,
+                         key, conv ? "; a LLaVA conversation? give --image-root DIR, the folder of its images" : "");
             break;
         }
         if (!cJSON_IsString(v)) {

@@ -190,6 +190,104 @@ static void test_bad_inputs(void **state) {
     expect_prepare_error("noanswer.json", "[{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}]}]",
                          LJ_ERR_FORMAT, "no assistant turn");
     expect_prepare_error("syntax.json", "[{\"conversations\": ", LJ_ERR_FORMAT, "not valid JSON");
+    /* video: a "video" key (LLaVA-style video data) or a <video> placeholder is refused, naming the field */
+    expect_prepare_error("videokey.jsonl",
+                         "{\"video\": \"clip.mp4\", \"conversations\": [{\"from\": \"human\", \"value\": "
+                         "\"<video>\\nWhat happens?\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n",
+                         LJ_ERR_UNSUPPORTED, "videokey.jsonl:1: \"video\": video input is not supported");
+    expect_prepare_error("videotag.jsonl",
+                         "{\"conversations\": [{\"from\": \"human\", \"value\": \"<video> What happens?\"}, "
+                         "{\"from\": \"gpt\", \"value\": \"x\"}]}\n",
+                         LJ_ERR_UNSUPPORTED, "videotag.jsonl:1: conversations[0].value: a <video> placeholder: video input "
+                         "is not supported");
+    /* the image field is named, and why it is no image file */
+    expect_prepare_error("nofile.jsonl",
+                         "{\"image\": \"no-such.jpg\", \"conversations\": [{\"from\": \"human\", \"value\": "
+                         "\"<image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n",
+                         LJ_ERR_IO, "nofile.jsonl:1: image: /");
+    expect_prepare_error("dot.jsonl",
+                         "{\"image\": \".\", \"conversations\": [{\"from\": \"human\", \"value\": "
+                         "\"<image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n",
+                         LJ_ERR_FORMAT, "is a directory");
+    expect_prepare_error("emptypath.jsonl",
+                         "{\"images\": [\"chelsea.png\", \"\"], \"conversations\": [{\"from\": \"human\", \"value\": "
+                         "\"<image><image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n",
+                         LJ_ERR_FORMAT, "emptypath.jsonl:1: images[1]: the path is empty");
+    assert_null(strstr(lj_error_message(), ": : "));
+    char path[1200], json[3000];
+    snprintf(path, sizeof path, "%s/empty.png", g_tmp);
+    assert_int_equal(lj_test_write_file(path, "", 0), 0);
+    snprintf(json, sizeof json, "{\"image\": \"%s\", \"conversations\": [{\"from\": \"human\", \"value\": "
+             "\"<image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n", path);
+    expect_prepare_error("emptyfile.jsonl", json, LJ_ERR_FORMAT, "empty.png is empty (0 bytes)");
+    /* ill-formed UTF-8: the field and the byte within it */
+    const char *bad_utf8 = "{\"conversations\": [{\"from\": \"human\", \"value\": \"hi\"}, "
+                           "{\"from\": \"gpt\", \"value\": \"ok \xff there\"}]}\n";
+    expect_prepare_error("utf8.jsonl", bad_utf8, LJ_ERR_FORMAT,
+                         "utf8.jsonl:1: conversations[1].value: invalid UTF-8 at byte 3 of the string (byte 0xff)");
+}
+
+/* --utf8-errors replace applies to the text of multimodal samples too. */
+static void test_utf8_replace(void **state) {
+    (void)state;
+    char in[1200], prefix[1200];
+    snprintf(in, sizeof in, "%s/utf8r.jsonl", g_tmp);
+    write_text(in, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                   "{\"role\": \"assistant\", \"content\": \"ok \xff there\"}]}\n");
+    snprintf(prefix, sizeof prefix, "%s/out/utf8r", g_tmp);
+    lj_mm_prepare_config c;
+    lj_mm_prepare_config_init(&c);
+    const char *inputs[1] = {in};
+    c.inputs = inputs;
+    c.num_inputs = 1;
+    c.output_prefix = prefix;
+    c.tokenizer_path = g_tok;
+    c.image_root = g_images;
+    c.progress = 0;
+    c.utf8_replace = 1;
+    lj_mm_prepare_stats s;
+    if (lj_mm_prepare_run(&c, &s) != LJ_OK) fail_msg("prepare: %s", lj_error_message());
+    assert_int_equal(s.utf8_replaced, 1);
+    lj_mm_dataset ds;
+    assert_int_equal(lj_mm_dataset_open(&ds, prefix), LJ_OK);
+    char *got = decode(ds.tokens, lj_mm_sample_tokens(&ds, 0));
+    assert_non_null(strstr(got, "ok \xef\xbf\xbd there<|im_end|>"));
+    free(got);
+    lj_mm_dataset_close(&ds);
+}
+
+/* A JPEG whose data ends before its image does is refused, as Pillow refuses it ("image file is
+ * truncated"): cut in half (libjpeg's "Premature end of JPEG file"), and a frame header that claims
+ * twice the rows (its "premature end of data segment"); libjpeg only warns and fills the rest in. */
+static void test_truncated_jpeg(void **state) {
+    (void)state;
+    char path[1200], json[3000];
+    snprintf(path, sizeof path, "%s/rocket.jpg", g_images);
+    char *data;
+    size_t n;
+    assert_int_equal(lj_file_read_all(path, &data, &n), LJ_OK);
+    snprintf(path, sizeof path, "%s/half.jpg", g_tmp);
+    assert_int_equal(lj_test_write_file(path, data, n / 2), 0);
+    snprintf(json, sizeof json, "{\"image\": \"%s\", \"conversations\": [{\"from\": \"human\", \"value\": "
+             "\"<image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n", path);
+    expect_prepare_error("half.jsonl", json, LJ_ERR_FORMAT, "half.jpg: the JPEG data ends early");
+    /* the SOF0 height doubled */
+    uint8_t *b = (uint8_t *)data;
+    size_t i = 2;
+    while (i + 9 < n && b[i] == 0xFF && b[i + 1] != 0xC0 && b[i + 1] != 0xC2) i += 2 + ((size_t)b[i + 2] << 8 | b[i + 3]);
+    assert_true(i + 9 < n && b[i] == 0xFF);
+    const unsigned h = (unsigned)b[i + 5] << 8 | b[i + 6];
+    assert_int_equal(h, 427);
+    b[i + 5] = (uint8_t)((2 * h) >> 8), b[i + 6] = (uint8_t)(2 * h);
+    snprintf(path, sizeof path, "%s/tall.jpg", g_tmp);
+    assert_int_equal(lj_test_write_file(path, data, n), 0);
+    free(data);
+    lj_image img;
+    assert_int_equal(lj_image_read(path, 0, &img), LJ_ERR_FORMAT);
+    assert_non_null(strstr(lj_error_message(), "tall.jpg: the JPEG data ends early"));
+    snprintf(json, sizeof json, "{\"image\": \"%s\", \"conversations\": [{\"from\": \"human\", \"value\": "
+             "\"<image>\"}, {\"from\": \"gpt\", \"value\": \"x\"}]}\n", path);
+    expect_prepare_error("tall.jsonl", json, LJ_ERR_FORMAT, "tall.jpg: the JPEG data ends early");
 }
 
 static void tar_add(struct archive *a, const char *name, const void *data, size_t n) {
@@ -384,6 +482,18 @@ static void test_loader_packing(void **state) {
     }
     assert_true(images > 0);
     assert_true(skipped > 0); /* sample 1: its first image (262 tokens) is longer than a row */
+    /* counted for the message: sample 1 (its 262-token image first) is the one skipped */
+    lj_mm_loader_skips k;
+    lj_mm_loader_skip_count(ld, &k);
+    assert_int_equal(k.samples, 3);
+    assert_int_equal(k.skipped, 1);
+    assert_int_equal(k.longest, lj_mm_sample_tokens(ds, 1));
+    char msg[256];
+    assert_int_equal(lj_mm_loader_skip_message(ld, msg, sizeof msg), 1);
+    char want[256];
+    snprintf(want, sizeof want, "1 of 3 samples are longer than --seq-length 200 (the longest: %lld tokens) and are skipped",
+             (long long)k.longest);
+    assert_non_null(strstr(msg, want));
     lj_mm_loader_close(ld);
     /* two ranks read disjoint samples: rank 1 starts with sample 1, which it must skip, then 3 = 0 */
     c.seq_length = 1024;
@@ -396,6 +506,9 @@ static void test_loader_packing(void **state) {
     assert_int_equal(lj_mm_loader_next(ld, &b), LJ_OK);
     check_batch_invariants(ds, b);
     assert_int_equal(b->image_grid_thw[0].h, 26); /* rocket first: sample 1 */
+    char msg2[256];
+    assert_int_equal(lj_mm_loader_skip_message(ld, msg2, sizeof msg2), 0); /* all fit 1024 */
+    assert_string_equal(msg2, "");
     lj_mm_loader_close(ld);
 }
 
@@ -433,6 +546,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_template_and_mask),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_utf8_replace),
+        cmocka_unit_test(test_truncated_jpeg),
         cmocka_unit_test(test_webdataset),
         cmocka_unit_test(test_loader),
         cmocka_unit_test(test_loader_packing),

@@ -112,6 +112,7 @@ fi
 printf '{"text": "fine"}\n{"text": "broken"\n' > "$tmp/badjson.jsonl"
 printf '{"text": "a"}\n\n{"body": "b"}\n' > "$tmp/nokey.jsonl"
 printf '{"text": "a"}\n["text"]\n' > "$tmp/notobj.jsonl"
+printf '{"image": "a.jpg", "conversations": [{"from": "human", "value": "<image>"}]}\n' > "$tmp/llava.jsonl"
 printf 'ok line\nbad \xff byte\n' > "$tmp/badutf8.txt"
 printf '{"model": {"vocab": ' > "$tmp/garbled.json"
 mkdir -p "$tmp/out"
@@ -158,6 +159,8 @@ vg_check() {
 expect_fail badjson "badjson.jsonl:2: not valid JSON" 1 -- --tokenizer "$mini" --input "$tmp/badjson.jsonl"
 expect_fail nokey "nokey.jsonl:3: no key \"text\"" 0 -- --tokenizer "$mini" --input "$tmp/nokey.jsonl"
 expect_fail notobj "notobj.jsonl:2: not a JSON object" 0 -- --tokenizer "$mini" --input "$tmp/notobj.jsonl"
+expect_fail llava "llava.jsonl:1: no key \"text\" (--json-keys picks the keys; a LLaVA conversation? give --image-root" 0 \
+  -- --tokenizer "$mini" --input "$tmp/llava.jsonl"
 expect_fail empty "no documents" 1 -- --tokenizer "$mini" --input "$tmp/empty.txt"
 expect_fail badutf8 "badutf8.txt:2: invalid UTF-8 at byte offset 12" 1 -- --tokenizer "$mini" --input "$tmp/badutf8.txt"
 expect_fail notok "$tmp/nope/tokenizer.json: cannot open" 0 -- --tokenizer "$tmp/nope/tokenizer.json" --input "$tmp/d1.txt"
@@ -170,6 +173,20 @@ rc=0
 [ "$rc" -eq 1 ] || fail "keep: exit status $rc, want 1"
 [ "$(cat "$tmp/out/keep.bin")" = "old dataset" ] && [ "$(cat "$tmp/out/keep.idx")" = "old index" ] || fail "keep: the old dataset changed"
 [ "$(ls "$tmp/out")" = "$(printf 'keep.bin\nkeep.idx')" ] || fail "temporary files left: $(ls "$tmp/out")"
+# a failing run removes the folders it created for its output (text and multimodal), never one
+# that was there before
+mkdir -p "$tmp/there"
+for mm in "" "--image-root $tmp"; do
+  for dir in "$tmp/new/deeper" "$tmp/there"; do
+    rc=0
+    # shellcheck disable=SC2086
+    "$LJPERF" prepare --quiet --tokenizer "$mini" --input "$tmp/badjson.jsonl" --output-prefix "$dir/ds" $mm \
+      2>/dev/null || rc=$?
+    [ "$rc" -eq 1 ] || fail "new folders ($mm): exit status $rc, want 1"
+  done
+  [ ! -e "$tmp/new" ] || fail "a failed run ($mm) left the folders it created: $(find "$tmp/new")"
+  [ -d "$tmp/there" ] && [ -z "$(ls "$tmp/there")" ] || fail "a failed run ($mm) removed or filled a folder that was there"
+done
 vg_check
 ok "bad inputs"
 
