@@ -14,6 +14,10 @@ int lj_cli_train_vl(int argc, char **argv);
  * or a directory holding one): `benchmark` and `plan` then run their Qwen3-VL forms
  * (cli/benchmark_vl.c, cli/plan_vl.c). */
 int lj_cli_model_is_vl(int argc, char **argv);
+/* 1 when a --model or --load value names a Qwen3-VL model: a qwen3-vl-* preset, a qwen3_vl
+ * config.json or a directory holding one, or a checkpoint of a VL run (told without reading its
+ * state, so a damaged one still counts). */
+int lj_cli_names_vl(const char *value);
 int lj_cli_benchmark_vl(int argc, char **argv);
 int lj_cli_plan_vl(int argc, char **argv);
 /* `ljperf generate --image FILE` of a Qwen3-VL model (cli/generate_vl.c). */

@@ -36,7 +36,13 @@ static void usage(FILE *f) {
                "  --tokenizer NAME|PATH  llama3, qwen3 (the set-up script's), a tokenizer.json or a directory\n"
                "                         holding one (default: the one in the model directory, which\n"
                "                         ljperf's exports carry, else the set-up script's Llama 3 tokenizer)\n"
-               "  --device auto|cpu|cuda (default auto)\n");
+               "  --device auto|cpu|cuda (default auto)\n"
+               "Qwen3-VL (with a qwen3_vl model; greedy decoding):\n"
+               "  --image FILE           a JPEG, PNG or WebP image: the prompt asks about it (required)\n"
+               "  --prompt TEXT          the question (default \"Describe this image.\")\n"
+               "  --max-new-tokens N     (default 32)\n"
+               "  --output-json FILE     the prompt's ids, the answer's ids and text, the image's grid\n"
+               "  (--load, --tokenizer and --device as above; `ljperf generate --image FILE --help` lists them)\n");
 }
 
 lj_status lj_cli_model_dir(const char *load, char *buf) {
@@ -284,6 +290,12 @@ int lj_cli_generate(int argc, char **argv) {
     }
     if (!a.load) {
         lj_fail(LJ_ERR_ARG, "--load DIR is required: give a Hugging Face model folder (e.g. a checkpoint's hf/)");
+        return lj_cli_error("generate");
+    }
+    if (lj_cli_names_vl(a.load)) {
+        lj_fail(LJ_ERR_ARG, "--load %s: a Qwen3-VL model (model_type qwen3_vl); generate of it needs --image FILE "
+                            "(a JPEG, PNG or WebP image; text-only prompts are not supported): add --image",
+                a.load);
         return lj_cli_error("generate");
     }
     char bad_text[96];

@@ -153,6 +153,7 @@ static lj_status run(const vl_gen_args *a) {
     }
     int32_t *seq = NULL, *targets = NULL, *out = NULL;
     int num_out = 0;
+    double t0 = 0.0;
     if (s == LJ_OK) {
         lj_model_set_weights(&m, tw);
         lj_vision_set_weights(&vl.vis, vw);
@@ -168,6 +169,7 @@ static lj_status run(const vl_gen_args *a) {
         float *row = lj_malloc((size_t)V * sizeof(float));
         uint16_t *stage = lj_malloc((size_t)V * sizeof(uint16_t));
         int cur = (int)n;
+        t0 = lj_time_sec();
         for (int k = 0; k < a->max_new_tokens && s == LJ_OK; k++) {
             s = lj_vl_set_batch(&vl, seq, targets, pixels, g, 1);
             if (s != LJ_OK) break;
@@ -186,14 +188,20 @@ static lj_status run(const vl_gen_args *a) {
     }
     char *text = NULL;
     size_t len = 0;
+    int keep = num_out;
     if (s == LJ_OK) {
-        int keep = num_out;
         if (keep > 0 && (out[keep - 1] == cfg.text.eos_token_id || out[keep - 1] == 151643)) keep--;
         s = lj_tokenizer_decode(tok, out, keep, &text, &len);
     }
     if (s == LJ_OK) {
+        const double dt = lj_time_sec() - t0;
         fwrite(text, 1, len, stdout);
         fputc('\n', stdout);
+        fflush(stdout);
+        /* as the text generate reports; the end token is not counted, so an answer that is only
+         * <|im_end|> says 0 tokens */
+        lj_log_info("[%d tokens in %.2f s: %.1f tokens/s on %s%s]", keep, dt, keep / (dt > 0 ? dt : 1), ops->name,
+                    keep < num_out ? "; then the end token" : "");
         if (a->output_json) {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddItemToObject(j, "prompt_ids", cJSON_CreateIntArray(ids, (int)n));

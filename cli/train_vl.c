@@ -2,6 +2,7 @@
  * flags (Megatron-LM names; the freezing flags are Megatron-Bridge's Qwen3-VL options) ->
  * lj_vl_train_config -> lj_vl_train_run. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "base/fs.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/state.h"
 #include "bench/benchmark_vl.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
@@ -29,8 +31,11 @@ static int json_is_vl(const char *path) {
 }
 
 /* A --model or --load value that names a Qwen3-VL model: a preset qwen3-vl-*, a config.json (or
- * a directory holding one) of model_type qwen3_vl, or a checkpoint root written by a VL run. */
-static int names_vl(const char *v) {
+ * a directory holding one) of model_type qwen3_vl, or a checkpoint (root or iteration directory)
+ * written by a VL run. A checkpoint is told by its HF export's config.json, else by state.json's
+ * "model_type", both read as they are: a truncated or edited state.safetensors or state.json
+ * still names a VL checkpoint, so that the VL loop is the one that reports the damage. */
+int lj_cli_names_vl(const char *v) {
     if (!v) return 0;
     if (strncmp(v, "qwen3-vl-", 9) == 0) return 1;
     char path[LJ_PATH_MAX + 32];
@@ -39,21 +44,17 @@ static int names_vl(const char *v) {
     if (!S_ISDIR(st.st_mode)) return json_is_vl(v);
     snprintf(path, sizeof path, "%s/config.json", v);
     if (json_is_vl(path)) return 1;
-    int it;
-    char *text = NULL;
-    const int ok = lj_ckpt_latest(v, &it) == LJ_OK && lj_ckpt_read_state_json(v, it, &text) == LJ_OK;
-    int vl = 0;
-    if (ok) {
-        cJSON *j = cJSON_Parse(text);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-        vl = cJSON_IsString(t) && strcmp(t->valuestring, "qwen3_vl") == 0;
-        cJSON_Delete(j);
-    }
-    free(text);
-    return vl;
+    char root[LJ_PATH_MAX], hf[LJ_PATH_MAX] = "", iter[LJ_PATH_MAX];
+    int it = 0, is_state = 0;
+    if (lj_ckpt_resolve_load(v, root, &it, &is_state, hf) != LJ_OK || !is_state) return 0;
+    snprintf(path, sizeof path, "%s/config.json", hf);
+    if (hf[0] && json_is_vl(path)) return 1;
+    if (lj_ckpt_iter_dir(root, it, iter) != LJ_OK) return 0;
+    snprintf(path, sizeof path, "%s/%s", iter, LJ_CKPT_STATE_FILE);
+    return json_is_vl(path);
 }
 
-int lj_cli_model_is_vl(int argc, char **argv) { return names_vl(lj_flags_peek(argc, argv, "--model")); }
+int lj_cli_model_is_vl(int argc, char **argv) { return lj_cli_names_vl(lj_flags_peek(argc, argv, "--model")); }
 
 int lj_cli_train_is_vl(int argc, char **argv) {
     const char *model = NULL, *load = NULL;
@@ -64,8 +65,8 @@ int lj_cli_train_is_vl(int argc, char **argv) {
         else if (strcmp(a, "--load") == 0 && next) load = next;
         else if (strncmp(a, "--load=", 7) == 0) load = a + 7;
     }
-    if (model) return names_vl(model);
-    return load && names_vl(load);
+    if (model) return lj_cli_names_vl(model);
+    return load && lj_cli_names_vl(load);
 }
 
 /* buf = the directory of the tokenizer files for the HF exports: --tokenizer-model (a name of
@@ -86,6 +87,25 @@ static lj_status tokenizer_dir(const char *given, char *buf) {
     if (slash) *slash = 0;
     else snprintf(path, sizeof path, ".");
     snprintf(buf, LJ_PATH_MAX, "%s", path);
+    return LJ_OK;
+}
+
+/* The optimizer's flags, refused as `ljperf train` of a text model refuses them (cli/train.c's
+ * ranges): one message naming the flag, its value and what is expected. */
+static lj_status check_optimizer(const lj_vl_train_config *c) {
+    const struct { int bad; const char *flag; double value; const char *expected; } rules[] = {
+        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr", c->lr.lr, "a finite number >= 0 (e.g. --lr 1e-3)"},
+        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1", c->adamw.beta1, "a number in [0, 1), e.g. 0.9"},
+        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2", c->adamw.beta2, "a number in [0, 1), e.g. 0.95"},
+        {!(c->adamw.eps > 0), "--adam-eps", c->adamw.eps, "a positive number, e.g. 1e-8"},
+        {!(c->adamw.weight_decay >= 0), "--weight-decay", c->adamw.weight_decay, ">= 0"},
+        {!(c->adamw.max_grad_norm >= 0), "--clip-grad", c->adamw.max_grad_norm, ">= 0 (0 = off)"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].bad)
+            return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s", rules[i].flag, rules[i].value, rules[i].expected);
+    if (!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr))
+        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]", c->lr.min_lr, c->lr.lr);
     return LJ_OK;
 }
 
@@ -172,7 +192,8 @@ int lj_cli_train_vl(int argc, char **argv) {
         return 0;
     }
     lj_flags_result_free(&res);
-    lj_status s = lj_cli_device(device, 0, &c.ops);
+    lj_status s = check_optimizer(&c);
+    if (s == LJ_OK) s = lj_cli_device(device, 0, &c.ops);
     if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c.ops);
     if (s == LJ_OK && data.count > 1)
         s = lj_fail(LJ_ERR_ARG, "--data-path: %d prefixes: expected one multimodal dataset (blending is for text "

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -459,6 +460,26 @@ static lj_status check_wanted(const lj_safetensors *file, const lj_st_entry *e, 
     return check_entry(file, e, w->param);
 }
 
+/* The first NaN or infinite value of w's destination (as read from `file`), as an error naming both;
+ * one pass over the tensor just read (the exponent bits of each value: all ones is NaN or inf). */
+static lj_status check_finite(const lj_safetensors *file, const lj_hf_tensor *w) {
+    const float *x = w->dst;
+    const int64_t n = w->param->numel;
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!bad) return LJ_OK;
+    int64_t i = 0, count = 0;
+    while (isfinite(x[i])) i++;
+    for (int64_t k = i; k < n; k++) count += !isfinite(x[k]);
+    return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' holds %" PRId64 " non-finite value%s (the first, %g, at element "
+                   "%" PRId64 "): the checkpoint's weights are damaged or diverged; use another checkpoint",
+                   file->path, w->name, count, count == 1 ? "" : "s", (double)x[i], i);
+}
+
 lj_status lj_hf_import_tensors(const char *dir, const lj_hf_tensor *want, int n) {
     hf_source src;
     LJ_TRY(open_source(&src, dir));
@@ -483,8 +504,11 @@ lj_status lj_hf_import_tensors(const char *dir, const lj_hf_tensor *want, int n)
             s = lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s' is not part of this model; loading without it would drop it",
                         src.index_path ? src.index_path : src.files[0].path, name);
     }
-    for (int i = 0; i < n && s == LJ_OK; i++)
-        if (entries[i] && want[i].dst) s = lj_safetensors_read_f32(files[i], entries[i], want[i].dst);
+    for (int i = 0; i < n && s == LJ_OK; i++) {
+        if (!entries[i] || !want[i].dst) continue;
+        s = lj_safetensors_read_f32(files[i], entries[i], want[i].dst);
+        if (s == LJ_OK && want[i].check_finite) s = check_finite(files[i], &want[i]);
+    }
     free(entries);
     free(files);
     source_free(&src);

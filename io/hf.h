@@ -74,13 +74,15 @@ lj_status lj_hf_import(const char *dir, const lj_model_config *cfg, float *param
  * shape; with `flatten`, a tensor of more dimensions is accepted when its first dimension is
  * shape[0] and the rest multiply to shape[1], e.g. a Conv3d weight read as a matrix), and where
  * its param->numel fp32 values go. `optional`: absent is fine (and present: read only when
- * dst is not NULL; a tied lm_head.weight). */
+ * dst is not NULL; a tied lm_head.weight). `check_finite`: a NaN or infinite value read into dst
+ * is an error naming the file, the tensor and the element (checked as each tensor is read). */
 typedef struct {
     const char *name;
     const lj_param_info *param;
     float *dst;
     int flatten;
     int optional;
+    int check_finite;
 } lj_hf_tensor;
 
 /* Imports the tensors `want[n]` from a checkpoint (`dir` as lj_hf_import). Every other tensor

@@ -10,7 +10,11 @@
 #   - the freezing flags: a frozen language model keeps its weights in the export;
 #   - --recompute none, selective, full and auto: the same losses, gradient norms and weights bit for bit;
 #   - --global-batch-size: micro-batch 1 x 2 accumulated gives micro-batch 2's losses, resumes exactly,
-#     and a global batch that is not a multiple of the micro-batch is refused by name.
+#     and a global batch that is not a multiple of the micro-batch is refused by name;
+#   - faults: a damaged checkpoint resumed without --model names its damage (not the text loop's
+#     model_type), NaN weights in an HF checkpoint are refused naming the file and the tensor, an
+#     unwritable --save is refused before the first step, and a run that fails before its first
+#     step leaves no --log-json of its own.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/vl_train"
@@ -44,6 +48,8 @@ echo "repeated batch: losses $(losses "$tmp/one.jsonl.log" | awk '{printf "%s ",
   --train-iters 4 --load "$tmp/ckpt" --save "$tmp/ckpt" --log-json "$tmp/part.log" >/dev/null 2>"$tmp/resume.err" \
   || { cat "$tmp/resume.err"; fail "resume (the model from the checkpoint)"; }
 grep -q "resumed .* at iteration 2" "$tmp/resume.err" || fail "resume did not say where it resumed"
+grep -q "Qwen3-VL qwen3-vl-tiny: " "$tmp/resume.err" \
+  || { grep "Qwen3-VL" "$tmp/resume.err"; fail "the resumed run does not name its model as the checkpoint records it"; }
 diff <(losses "$tmp/full.log") <(losses "$tmp/part.log") || fail "resumed losses differ from the uninterrupted run"
 echo "resume: 4 losses equal bit for bit"
 
@@ -73,6 +79,16 @@ grep -q '"ids":' "$tmp/g1.json" || fail "generate --output-json has no ids"
 grep -q '"image_grid_thw":[[:space:]]*\[1, 6, 8\]' "$tmp/g1.json" \
   || { cat "$tmp/g1.json"; fail "generate did not preprocess with the export's limits (chelsea: 6 x 8 patches)"; }
 echo "generate: $(tr -d '\n' < "$tmp/g1.txt")"
+# the answer's length and time, as the text generate says them (an empty answer reads "[0 tokens in")
+grep -qE '^\[[0-9]+ tokens in [0-9.]+ s: .* on cpu' "$tmp/g1.err" \
+  || { cat "$tmp/g1.err"; fail "generate --image does not report the tokens generated"; }
+"$LJPERF" generate --help | grep -q -- "--image FILE" || fail "generate --help does not list --image"
+# a VL model without --image: said so, not the text loader's model_type message
+if "$LJPERF" generate --load "$tmp/ckpt" --prompt "hello" >/dev/null 2>"$tmp/noimage.err"; then
+  fail "generate of a VL model without --image was accepted"
+fi
+grep -q "a Qwen3-VL model (model_type qwen3_vl); generate of it needs --image FILE" "$tmp/noimage.err" \
+  || { cat "$tmp/noimage.err"; fail "generate without --image does not say that the model needs one"; }
 touch "$tmp/clip.mp4"
 if "$LJPERF" generate --load "$tmp/ckpt" --image "$tmp/clip.mp4" >/dev/null 2>"$tmp/video.err"; then
   fail "a video file was accepted"
@@ -151,3 +167,70 @@ if "$LJPERF" train "${common[@]}" --data-path "$tmp/four" --train-iters 1 --micr
 grep -q -- "--global-batch-size 3 is not a positive multiple of --micro-batch-size 2" "$tmp/gbs.err" \
   || { cat "$tmp/gbs.err"; fail "the refusal does not name --global-batch-size"; }
 echo "global batch: micro-batch 1 x 2 = micro-batch 2 (within 1e-6), exact resume, a non-multiple refused"
+
+# 8. faults
+# a damaged checkpoint, resumed the README's way (no --model): the VL loop runs and names the damage
+resume_fault() { # NAME EXPECTED: resume $tmp/dmg_NAME, expect EXPECTED on stderr
+  if "$LJPERF" train --device cpu --seq-length 48 --num-workers 1 --data-path "$tmp/four" --train-iters 5 --quiet \
+    --load "$tmp/dmg_$1" >/dev/null 2>"$tmp/dmg_$1.err"; then fail "a checkpoint with $1 resumed"; fi
+  ! grep -q "model_type" "$tmp/dmg_$1.err" || { cat "$tmp/dmg_$1.err"; fail "$1: the text loop's model_type message"; }
+  grep -qF -- "$2" "$tmp/dmg_$1.err" || { cat "$tmp/dmg_$1.err"; fail "$1: the message does not say '$2'"; }
+}
+for d in truncated emptied missing edited; do
+  rm -rf "$tmp/dmg_$d" && cp -r "$tmp/ckpt" "$tmp/dmg_$d"
+  st="$tmp/dmg_$d/iter_0000004/state.safetensors"
+  case $d in
+    truncated) truncate -s 1000 "$st" ;;
+    emptied) : >"$st" ;;
+    missing) rm "$st" ;;
+    edited) sed -i 's/"seed": 5/"seed": 6/' "$tmp/dmg_$d/iter_0000004/state.json" ;;
+  esac
+done
+resume_fault truncated "state.safetensors: tensor 'text.params': data_offsets"
+resume_fault emptied "state.safetensors: file is 0 bytes"
+resume_fault missing "state.safetensors: cannot open"
+resume_fault edited "state.json: fails its checksum"
+rm -rf "$tmp"/dmg_*
+# NaN in an HF checkpoint's weights: refused at load, naming the file and the tensor
+rm -rf "$tmp/nan_hf" && cp -r "$hf" "$tmp/nan_hf"
+python3 - "$tmp/nan_hf/model.safetensors" <<'EOF'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    t = json.loads(f.read(n))["model.visual.blocks.0.mlp.linear_fc1.weight"]
+    assert t["dtype"] == "BF16", t["dtype"]
+    f.seek(8 + n + t["data_offsets"][0] + 2 * 3)
+    f.write(struct.pack("<H", 0x7fc0))  # bf16 NaN at element 3
+EOF
+nan_msg="nan_hf/model.safetensors: tensor 'model.visual.blocks.0.mlp.linear_fc1.weight' holds 1 non-finite value"
+if "$LJPERF" generate --load "$tmp/nan_hf" --image "$images/chelsea.png" --max-new-tokens 1 --device cpu \
+  >/dev/null 2>"$tmp/nan_gen.err"; then fail "generate took NaN weights"; fi
+grep -qF "$nan_msg" "$tmp/nan_gen.err" || { cat "$tmp/nan_gen.err"; fail "generate: NaN weights not named"; }
+if "$LJPERF" train --device cpu --seq-length 48 --num-workers 1 --data-path "$tmp/one" --train-iters 1 --quiet \
+  --load "$tmp/nan_hf" >/dev/null 2>"$tmp/nan_train.err"; then fail "train took NaN weights"; fi
+grep -qF "$nan_msg" "$tmp/nan_train.err" || { cat "$tmp/nan_train.err"; fail "train: NaN weights not named"; }
+rm -rf "$tmp/nan_hf"
+# --save a regular file: refused at start-up, before any step
+touch "$tmp/save_file"
+if "$LJPERF" train "${loud[@]}" --data-path "$tmp/one" --train-iters 2 --save "$tmp/save_file" \
+  >"$tmp/save.out" 2>"$tmp/save.err"; then fail "--save of a regular file was accepted"; fi
+grep -qF -- "--save $tmp/save_file: cannot create the checkpoint directory" "$tmp/save.err" \
+  || { cat "$tmp/save.err"; fail "the --save refusal does not name the flag"; }
+! grep -q "iteration" "$tmp/save.out" || fail "--save of a regular file was refused only after training"
+# a run that fails before its first step (an image that does not decode) leaves no log of its own
+for e in mmidx mmtok mmmask mmimg; do cp "$tmp/one.$e" "$tmp/badimg.$e"; done
+python3 - "$tmp/badimg.mmimg" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[len(b) // 4:len(b) // 2] = bytes(len(b) // 2 - len(b) // 4)
+open(sys.argv[1], "wb").write(bytes(b))
+EOF
+if "$LJPERF" train "${common[@]}" --data-path "$tmp/badimg" --train-iters 1 --log-json "$tmp/badimg.log" \
+  >/dev/null 2>"$tmp/badimg.err"; then fail "a dataset with an undecodable image trained"; fi
+grep -q "badimg.mmimg: sample 0, image 0" "$tmp/badimg.err" || { cat "$tmp/badimg.err"; fail "the bad image is not named"; }
+[ ! -e "$tmp/badimg.log" ] || { cat "$tmp/badimg.log"; fail "the failed run left a --log-json with its start record"; }
+echo '{"earlier": 1}' >"$tmp/kept.log"
+if "$LJPERF" train "${common[@]}" --data-path "$tmp/badimg" --train-iters 5 --load "$tmp/ckpt" --log-json "$tmp/kept.log" \
+  >/dev/null 2>&1; then fail "a resume on an undecodable image trained"; fi
+[ "$(cat "$tmp/kept.log")" = '{"earlier": 1}' ] || { cat "$tmp/kept.log"; fail "the failed resume left its start record"; }
+echo "faults: damaged checkpoints named, NaN weights refused, --save checked first, no log of a failed start"

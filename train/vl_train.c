@@ -2,10 +2,12 @@
 #include "train/vl_train.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fs.h"
 #include "checkpoint/checkpoint.h"
@@ -52,6 +54,9 @@ typedef struct {
     int iteration;
     int64_t loader_position;
     FILE *log_json;
+    int log_json_created;      /* --log-json did not exist before this run */
+    long log_json_before;      /* its bytes before this run's start record */
+    int stepped;               /* an iteration completed: the log is this run's */
     double wait_sec;           /* this step's time blocked on the loader, over its A micro-batches (its
                                   threads decode ahead) */
     double wait_total, step_total; /* over the steps after the first (the first waits for the first batch) */
@@ -73,16 +78,65 @@ static lj_status find_resume(const lj_vl_train_config *c, int *resume, char *roo
     return lj_ckpt_latest(root, iteration);
 }
 
+/* cfg->name from a --model or checkpoint value: a path's last component, or for a config.json (or
+ * a directory holding one) the name of its directory (Qwen3-VL-2B-Instruct/config.json gives
+ * "Qwen3-VL-2B-Instruct"); a preset's name as it is. */
+static void name_model(const char *value, lj_vl_config *cfg) {
+    char buf[LJ_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", value);
+    for (;;) {
+        size_t n = strlen(buf);
+        while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+        char *slash = strrchr(buf, '/');
+        const char *base = slash ? slash + 1 : buf;
+        if (strcmp(base, "config.json") != 0 && strcmp(base, "hf") != 0 && strcmp(base, ".") != 0) {
+            snprintf(cfg->name, sizeof cfg->name, "%s", base);
+            return;
+        }
+        if (!slash) return; /* a bare config.json: the name lj_vl_config_load gave */
+        *slash = 0;
+    }
+}
+
+/* The "model" that the iteration's state.json records (read as it is: load_state checks the file),
+ * or NULL; free() it. */
+static char *recorded_model(const char *root, int iteration) {
+    char dir[LJ_PATH_MAX], path[LJ_PATH_MAX + 32], *text = NULL, *name = NULL;
+    size_t len = 0;
+    if (lj_ckpt_iter_dir(root, iteration, dir) != LJ_OK) return NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, LJ_CKPT_STATE_FILE);
+    if (lj_file_read_all(path, &text, &len) != LJ_OK) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+    if (cJSON_IsString(m) && m->valuestring[0]) name = strdup(m->valuestring);
+    cJSON_Delete(j);
+    return name;
+}
+
 static lj_status resolve_model(const lj_vl_train_config *c, int resume, const char *root, int iteration,
                                lj_vl_config *cfg) {
-    if (c->model) return lj_vl_config_resolve(c->model, cfg);
+    if (c->model) {
+        LJ_TRY(lj_vl_config_resolve(c->model, cfg));
+        name_model(c->model, cfg);
+        return LJ_OK;
+    }
     if (!c->load) return lj_fail(LJ_ERR_ARG, "train: give --model (a Qwen3-VL preset or config.json) or --load");
-    if (!resume) return lj_vl_config_resolve(c->load, cfg);
-    /* a resumed run's model is the config.json of the checkpoint's HF export */
+    if (!resume) {
+        LJ_TRY(lj_vl_config_resolve(c->load, cfg));
+        name_model(c->load, cfg);
+        return LJ_OK;
+    }
+    /* a resumed run's model is the config.json of the checkpoint's HF export, named as the run that
+     * saved it named it */
     char dir[LJ_PATH_MAX], path[LJ_PATH_MAX + 32];
     LJ_TRY(lj_ckpt_iter_dir(root, iteration, dir));
     snprintf(path, sizeof path, "%s/hf/config.json", dir);
-    return lj_vl_config_load(path, cfg);
+    LJ_TRY(lj_vl_config_load(path, cfg));
+    char *name = recorded_model(root, iteration);
+    name_model(name ? name : root, cfg);
+    free(name);
+    return LJ_OK;
 }
 
 lj_status lj_vl_train_model_config(const lj_vl_train_config *c, lj_vl_config *cfg) {
@@ -357,7 +411,7 @@ static lj_status save(vl_run *r) {
     snprintf(json, sizeof json,
              "{\"model\": \"%s\", \"model_type\": \"qwen3_vl\", \"iteration\": %d, \"loader_position\": %" PRId64
              ", \"seed\": %" PRIu64 ", \"seq_length\": %d, \"micro_batch_size\": %d, \"global_batch_size\": %d%s}",
-             c->model ? c->model : r->cfg.name, r->iteration, r->loader_position, c->seed, c->seq_length,
+             r->cfg.name, r->iteration, r->loader_position, c->seed, c->seq_length,
              c->micro_batch_size, c->micro_batch_size * r->accumulation, fp8);
     LJ_TRY(lj_ckpt_save_ex(c->save, r->iteration, t, n, json, c->keep_last, save_hf, r));
     if (!c->quiet) lj_log_info("saved iteration %d to %s", r->iteration, c->save);
@@ -561,6 +615,23 @@ static lj_status run_loop(vl_run *r) {
     LJ_TRY(setup(r, resume, root, iteration));
     if (resume) LJ_TRY(load_state(r, root, iteration));
     else if (c->load) LJ_TRY(load_hf(r, c->load));
+    if (c->save) {
+        /* find an unwritable --save now, not after the last iteration */
+        if (lj_mkdir_p(c->save) != LJ_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", lj_error_message());
+            return lj_fail(LJ_ERR_IO, "--save %s: cannot create the checkpoint directory (%s): give a directory "
+                                      "that can be written", c->save, why);
+        }
+        char probe[LJ_PATH_MAX];
+        LJ_TRY(lj_path_join(probe, c->save, ".ljperf-write-test"));
+        FILE *f = fopen(probe, "w");
+        if (!f)
+            return lj_fail(LJ_ERR_IO, "--save %s: cannot write there (%s): give a directory that can be written",
+                           c->save, strerror(errno));
+        fclose(f);
+        remove(probe);
+    }
     if (!c->data_path) return lj_fail(LJ_ERR_ARG, "--data-path: a multimodal dataset prefix is required");
     lj_mm_loader_config lc;
     memset(&lc, 0, sizeof lc);
@@ -577,8 +648,12 @@ static lj_status run_loop(vl_run *r) {
     LJ_TRY(lj_mm_loader_open(&r->loader, &lc));
     LJ_TRY(check_dataset(r));
     if (c->log_json) {
+        struct stat st;
+        r->log_json_created = stat(c->log_json, &st) != 0;
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for appending", c->log_json);
+        fseek(r->log_json, 0, SEEK_END);
+        r->log_json_before = ftell(r->log_json) > 0 ? ftell(r->log_json) : 0; /* appending after a resume */
         char precision[64];
         const lj_train_start start = {
             .iteration = r->iteration,
@@ -614,6 +689,7 @@ static lj_status run_loop(vl_run *r) {
         int64_t tokens = 0;
         const int first = r->iteration == start;
         LJ_TRY(step(r, &loss, &gn, &lr, &tokens));
+        r->stepped = 1;
         r->iteration++;
         const double sec = lj_time_sec() - t0;
         if (!first) r->wait_total += r->wait_sec, r->step_total += sec;
@@ -643,7 +719,16 @@ lj_status lj_vl_train_run(const lj_vl_train_config *c) {
     r.accumulation = G / B;
     r.batches = lj_calloc((size_t)r.accumulation, sizeof *r.batches);
     const lj_status s = run_loop(&r);
-    if (r.log_json) fclose(r.log_json);
+    if (r.log_json) {
+        fclose(r.log_json);
+        /* a run that failed before its first step leaves no log of its own: only the start record
+         * would be there */
+        if (s != LJ_OK && !r.stepped) {
+            if (r.log_json_created) remove(c->log_json);
+            else if (truncate(c->log_json, r.log_json_before) != 0)
+                lj_log_warn("--log-json %s: cannot cut this run's start record off (%s)", c->log_json, strerror(errno));
+        }
+    }
     if (r.loader) lj_mm_loader_close(r.loader);
     lj_vl_optimizer_free(&r.opt);
     for (int i = 0; i < 8; i++) free(r.host[i]);
