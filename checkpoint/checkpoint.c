@@ -351,6 +351,24 @@ static int highest_complete(const char *root) {
     return best;
 }
 
+lj_status lj_ckpt_check_save(const char *save) {
+    if (lj_mkdir_p(save) != LJ_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", lj_error_message());
+        return lj_fail(LJ_ERR_IO, "--save %s: cannot create the checkpoint directory (%s): give a directory that "
+                                  "can be written", save, why);
+    }
+    char probe[LJ_PATH_MAX];
+    LJ_TRY(lj_path_join(probe, save, ".ljperf-write-test"));
+    FILE *f = fopen(probe, "w");
+    if (!f)
+        return lj_fail(LJ_ERR_IO, "--save %s: cannot write there (%s): give a directory that can be written", save,
+                       strerror(errno));
+    fclose(f);
+    remove(probe);
+    return LJ_OK;
+}
+
 lj_status lj_ckpt_latest(const char *root, int *iteration) {
     if (!is_dir(root)) return lj_fail(LJ_ERR_IO, "%s: no checkpoint found (not a directory)", root);
     size_t plen = strlen(root) + 128;

@@ -121,6 +121,12 @@ lj_status lj_ckpt_shard_file(const char *root, int iteration, int rank, char *bu
  * missing. */
 lj_status lj_ckpt_latest(const char *root, int *iteration);
 
+/* Creates the checkpoint root `save` (--save) if needed and writes and removes a probe file in it,
+ * so that a run finds an unusable --save before its first step, not at its first save.
+ * Errors: LJ_ERR_IO "--save SAVE: cannot create the checkpoint directory (why)" or "--save SAVE:
+ * cannot write there (why)". */
+lj_status lj_ckpt_check_save(const char *save);
+
 /* Loads iteration `iteration` of `root`: every one of the `n` tensors must exist in
  * state.safetensors with dtype F32 and exactly `numel` elements and match its checksum, the
  * file's metadata "iteration" must be `iteration`; nothing is copied unless all of them match. Tensors in the file that were not asked for give a warning.

@@ -1,4 +1,5 @@
 /* args.c: flag-value parsing, --device resolution and the cache directory for the subcommands. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -305,4 +306,24 @@ int lj_cli_maybe_launch(const char *cmd, int argc, char **argv, int *status) {
     }
     *status = lj_launch_at(nproc, backend, addr, port, cmd, argc, argv);
     return 1;
+}
+
+lj_status lj_cli_check_optimizer(const lj_lr_schedule *lr, const lj_adamw_config *a, const char *source) {
+    const struct { int bad; const char *flag; double value; const char *expected; } rules[] = {
+        {!(lr->lr >= 0 && isfinite(lr->lr)), "--lr", lr->lr, "a finite number >= 0 (e.g. --lr 3e-4)"},
+        {!(a->beta1 >= 0 && a->beta1 < 1), "--adam-beta1", a->beta1, "a number in [0, 1), e.g. 0.9"},
+        {!(a->beta2 >= 0 && a->beta2 < 1), "--adam-beta2", a->beta2, "a number in [0, 1), e.g. 0.95"},
+        {!(a->eps > 0), "--adam-eps", a->eps, "a positive number, e.g. 1e-8"},
+        {!(a->weight_decay >= 0), "--weight-decay", a->weight_decay, ">= 0"},
+        {!(a->max_grad_norm >= 0), "--clip-grad", a->max_grad_norm, ">= 0 (0 = off)"},
+    };
+    const char *pre = source ? " (the value after " : "", *src = source ? source : "", *post = source ? ")" : "";
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (rules[i].bad)
+            return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s%s%s%s", rules[i].flag, rules[i].value, rules[i].expected,
+                           pre, src, post);
+    if (!(lr->min_lr >= 0 && lr->min_lr <= lr->lr))
+        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]%s%s%s", lr->min_lr, lr->lr,
+                       source ? " (the values after " : "", src, post);
+    return LJ_OK;
 }

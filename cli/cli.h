@@ -64,6 +64,12 @@ lj_status lj_cli_offload(void *dest, const char *flag, const char *value);
  * *(int *)dest = 0 for none, 1 for full (lj_model_options.vision_recompute); a dest left as it was
  * is "not given". Errors: LJ_ERR_ARG naming the flag and the value. */
 lj_status lj_cli_vision_recompute(void *dest, const char *flag, const char *value);
+
+/* The learning rate's and AdamW's flags a user can get wrong that no later step catches (--lr,
+ * --min-lr, --adam-beta1/2, --adam-eps, --weight-decay, --clip-grad), for train of text and of
+ * Qwen3-VL models; `source`: the DeepSpeed config whose values they are after, or NULL.
+ * Errors: LJ_ERR_ARG "FLAG VALUE: expected ..." for the first bad one. */
+lj_status lj_cli_check_optimizer(const lj_lr_schedule *lr, const lj_adamw_config *adamw, const char *source);
 /* Its row for train, benchmark and plan; `where`: an int *. */
 #define LJ_CLI_RECOMPUTE_VISION_ROW(where)                                                           \
     {.name = "--recompute-vision", .kind = LJ_FLAG_FUNC, .dest = (where), .fn = lj_cli_vision_recompute, \

@@ -143,21 +143,13 @@ static lj_status check_ranges(const lj_train_config *c, int gbs, const char *sou
         {c->save_interval < 0, "--save-interval", c->save_interval, ">= 0 (0: at the end only)"},
         {c->exit_interval < 0, "--exit-interval", c->exit_interval, ">= 0"},
         {c->keep_last < 0, "--keep-last", c->keep_last, ">= 0 (0 keeps all)"},
-        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr", c->lr.lr, "a finite number >= 0 (e.g. --lr 3e-4)"},
-        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1", c->adamw.beta1, "a number in [0, 1), e.g. 0.9"},
-        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2", c->adamw.beta2, "a number in [0, 1), e.g. 0.95"},
-        {!(c->adamw.eps > 0), "--adam-eps", c->adamw.eps, "a positive number, e.g. 1e-8"},
-        {!(c->adamw.weight_decay >= 0), "--weight-decay", c->adamw.weight_decay, ">= 0"},
-        {!(c->adamw.max_grad_norm >= 0), "--clip-grad", c->adamw.max_grad_norm, ">= 0 (0 = off)"},
         {c->zero.zero_stage < 0 || c->zero.zero_stage > 3, "--zero-stage", c->zero.zero_stage, "0, 1, 2 or 3"},
     };
     for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
         if (rules[i].bad)
             return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s%s%s%s", rules[i].flag, rules[i].value, rules[i].expected,
                            source ? " (the value after " : "", source ? source : "", source ? ")" : "");
-    if (!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr))
-        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]%s%s%s", c->lr.min_lr, c->lr.lr,
-                       source ? " (the values after " : "", source ? source : "", source ? ")" : "");
+    LJ_TRY(lj_cli_check_optimizer(&c->lr, &c->adamw, source));
     return LJ_OK;
 }
 

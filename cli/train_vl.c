@@ -90,25 +90,6 @@ static lj_status tokenizer_dir(const char *given, char *buf) {
     return LJ_OK;
 }
 
-/* The optimizer's flags, refused as `ljperf train` of a text model refuses them (cli/train.c's
- * ranges): one message naming the flag, its value and what is expected. */
-static lj_status check_optimizer(const lj_vl_train_config *c) {
-    const struct { int bad; const char *flag; double value; const char *expected; } rules[] = {
-        {!(c->lr.lr >= 0 && isfinite(c->lr.lr)), "--lr", c->lr.lr, "a finite number >= 0 (e.g. --lr 1e-3)"},
-        {!(c->adamw.beta1 >= 0 && c->adamw.beta1 < 1), "--adam-beta1", c->adamw.beta1, "a number in [0, 1), e.g. 0.9"},
-        {!(c->adamw.beta2 >= 0 && c->adamw.beta2 < 1), "--adam-beta2", c->adamw.beta2, "a number in [0, 1), e.g. 0.95"},
-        {!(c->adamw.eps > 0), "--adam-eps", c->adamw.eps, "a positive number, e.g. 1e-8"},
-        {!(c->adamw.weight_decay >= 0), "--weight-decay", c->adamw.weight_decay, ">= 0"},
-        {!(c->adamw.max_grad_norm >= 0), "--clip-grad", c->adamw.max_grad_norm, ">= 0 (0 = off)"},
-    };
-    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-        if (rules[i].bad)
-            return lj_fail(LJ_ERR_ARG, "%s %.9g: expected %s", rules[i].flag, rules[i].value, rules[i].expected);
-    if (!(c->lr.min_lr >= 0 && c->lr.min_lr <= c->lr.lr))
-        return lj_fail(LJ_ERR_ARG, "--min-lr %.9g: expected a number in [0, --lr %.9g]", c->lr.min_lr, c->lr.lr);
-    return LJ_OK;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: ljperf train --model qwen3-vl-tiny|CONFIG --data-path PREFIX [flags]\n"
                "Trains a Qwen3-VL model (CPU or CUDA) from a multimodal dataset (ljperf prepare --image-root).\n"
@@ -192,7 +173,7 @@ int lj_cli_train_vl(int argc, char **argv) {
         return 0;
     }
     lj_flags_result_free(&res);
-    lj_status s = check_optimizer(&c);
+    lj_status s = lj_cli_check_optimizer(&c.lr, &c.adamw, NULL); /* as train of a text model */
     if (s == LJ_OK) s = lj_cli_device(device, 0, &c.ops);
     if (s == LJ_OK) s = lj_cli_grad_dtype("--grad-dtype", grad_dtype, &c.ops);
     if (s == LJ_OK && data.count > 1)

@@ -439,21 +439,12 @@ static lj_status setup(run *r) {
     r->num_segments = lj_dp_segments(&r->model, &c->adamw, &r->segments);
     r->tokens = lj_malloc((size_t)c->micro_batch_size * (c->seq_length + 1) * sizeof(int32_t));
     if (c->load) LJ_TRY(load_checkpoint(r));
+    if (c->save && r->rank == 0) LJ_TRY(lj_ckpt_check_save(c->save)); /* an unwritable --save now, not at the end */
     if (r->async) { /* the host copy of --async-save now, not in the first save's step */
         lj_run_state st = state_of(r);
         LJ_TRY(lj_run_state_reserve(&st));
     }
     lj_train_profiler_start(&r->prof, &r->model, &r->dp, &r->plan, r->iteration);
-    if (c->save && r->rank == 0) {
-        /* find an unwritable --save now, not after the last iteration */
-        LJ_TRY(lj_mkdir_p(c->save));
-        char probe[LJ_PATH_MAX];
-        LJ_TRY(lj_path_join(probe, c->save, ".ljperf-write-test"));
-        FILE *f = fopen(probe, "w");
-        if (!f) return lj_fail(LJ_ERR_IO, "--save %s: cannot write there", c->save);
-        fclose(f);
-        remove(probe);
-    }
     if (c->log_json && r->rank == 0) {
         r->log_json = fopen(c->log_json, r->iteration > 0 ? "a" : "w");
         if (!r->log_json) return lj_fail(LJ_ERR_IO, "--log-json %s: cannot open for writing", c->log_json);

@@ -615,23 +615,7 @@ static lj_status run_loop(vl_run *r) {
     LJ_TRY(setup(r, resume, root, iteration));
     if (resume) LJ_TRY(load_state(r, root, iteration));
     else if (c->load) LJ_TRY(load_hf(r, c->load));
-    if (c->save) {
-        /* find an unwritable --save now, not after the last iteration */
-        if (lj_mkdir_p(c->save) != LJ_OK) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", lj_error_message());
-            return lj_fail(LJ_ERR_IO, "--save %s: cannot create the checkpoint directory (%s): give a directory "
-                                      "that can be written", c->save, why);
-        }
-        char probe[LJ_PATH_MAX];
-        LJ_TRY(lj_path_join(probe, c->save, ".ljperf-write-test"));
-        FILE *f = fopen(probe, "w");
-        if (!f)
-            return lj_fail(LJ_ERR_IO, "--save %s: cannot write there (%s): give a directory that can be written",
-                           c->save, strerror(errno));
-        fclose(f);
-        remove(probe);
-    }
+    if (c->save) LJ_TRY(lj_ckpt_check_save(c->save)); /* an unwritable --save now, not after the last iteration */
     if (!c->data_path) return lj_fail(LJ_ERR_ARG, "--data-path: a multimodal dataset prefix is required");
     lj_mm_loader_config lc;
     memset(&lc, 0, sizeof lc);
