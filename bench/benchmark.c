@@ -162,6 +162,8 @@ lj_status lj_bench_run(lj_bench_config *cfg, lj_bench_result *res) {
     lj_model_setup setup = lj_model_setup_of(cfg->dp, ops, &cfg->model, B, T, cfg->fused, cfg->recompute);
     setup.model.linear_recipe = cfg->linear_recipe;
     setup.model.fp8 = cfg->fp8;
+    setup.model.exp_avg_dtype = cfg->exp_avg_dtype;
+    setup.model.exp_avg_sq_dtype = cfg->exp_avg_sq_dtype;
     setup.model.doc_mask = cfg->doc_mask;
     lj_model m;
     lj_plan plan;
@@ -405,6 +407,8 @@ lj_status lj_bench_write_json(const lj_bench_config *cfg, const lj_bench_result 
         lj_linear_fp8_describe(&cfg->fp8, what, sizeof what);
         cJSON_AddStringToObject(o, "precision", what);
     }
+    cJSON_AddStringToObject(o, "exp_avg_dtype", cfg->exp_avg_dtype == LJ_DTYPE_BF16 ? "bf16" : "fp32");
+    cJSON_AddStringToObject(o, "exp_avg_sq_dtype", cfg->exp_avg_sq_dtype == LJ_DTYPE_BF16 ? "bf16" : "fp32");
     cJSON_AddBoolToObject(o, "fused", cfg->fused);
     cJSON_AddBoolToObject(o, "deterministic", cfg->ops->config.deterministic);
     if (lj_doc_mask_any(&cfg->doc_mask)) {

@@ -20,6 +20,8 @@ typedef struct {
     int fused;
     lj_linear_recipe_kind linear_recipe; /* --fp8-format: LJ_LINEAR_RECIPE_FP8 (model/linear.h) */
     lj_linear_fp8_options fp8;      /* its settings */
+    lj_dtype exp_avg_dtype;         /* AdamW's moments as stored (--exp-avg-dtype, --exp-avg-sq-dtype): */
+    lj_dtype exp_avg_sq_dtype;      /* LJ_DTYPE_F32 (the default) or LJ_DTYPE_BF16 */
     uint8_t recompute[LJ_MAX_LAYERS];
     uint64_t seed;
     lj_doc_mask doc_mask;   /* --reset-position-ids, --reset-attention-mask, --eod-mask-loss (with --data); its

@@ -111,6 +111,18 @@ static void shard_upload(const lj_model *m, float *dst, const float *src, int64_
 
 static const char *const shard_tensor_names[3] = {"master", "adam_m", "adam_v"};
 
+/* State tensor t of this rank's shard (0 the master weights, 1 and 2 AdamW's m and v, whatever
+ * dtype the model stores them in) at shard positions [at, at + n), as host f32. */
+static void state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n) {
+    if (t == 0) shard_download(m, dst, m->master + at, n);
+    else lj_model_moment_download(m, t - 1, dst, at, n);
+}
+
+static void state_upload(const lj_model *m, int t, const float *src, int64_t at, int64_t n) {
+    if (t == 0) shard_upload(m, m->master + at, src, n);
+    else lj_model_moment_upload(m, t - 1, src, at, n);
+}
+
 /* Writes this rank's shard of the f32 master weights and AdamW moments, as this rank holds them
  * (device memory, or host memory under optimizer offload), to the safetensors file `path`
  * (atomic). ZeRO-1/2: flat positions [shard_begin, shard_begin + shard_numel) of the layout,
@@ -118,11 +130,10 @@ static const char *const shard_tensor_names[3] = {"master", "adam_m", "adam_v"};
 static lj_status save_shard(const lj_dp *dp, const lj_model *m, const char *path, int iteration) {
     const int64_t S = m->shard_numel;
     float *host = lj_malloc((size_t)(3 * S > 0 ? 3 * S : 1) * sizeof(float));
-    const float *src[3] = {m->master, m->adam_m, m->adam_v};
     lj_st_tensor t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < 3; i++) {
-        shard_download(m, host + i * S, src[i], S);
+        state_download(m, i, host + i * S, 0, S);
         t[i].name = shard_tensor_names[i];
         t[i].dtype = LJ_ST_F32;
         t[i].ndim = 1;
@@ -187,8 +198,7 @@ static lj_status load_shard(const lj_dp *dp, lj_model *m, const char *path, int 
         free(held);
     }
     if (s == LJ_OK && S > 0) {
-        float *dst[3] = {m->master, m->adam_m, m->adam_v};
-        for (int i = 0; i < 3; i++) shard_upload(m, dst[i], (const float *)e[i]->data, S);
+        for (int i = 0; i < 3; i++) state_upload(m, i, (const float *)e[i]->data, 0, S);
     }
     lj_safetensors_close(&st);
     return s;
@@ -511,14 +521,14 @@ static int state_pieces(const lj_run_state *r, int for_save, state_piece **out) 
  * host memory under offload), checked for non-finite values on the way. */
 typedef struct {
     const lj_run_state *r;
-    const float *src;
+    int src; /* the state tensor (state_download) */
     const char *tensor;
     int64_t flat_delta; /* flat position - source offset of the current piece */
 } model_source;
 
 static lj_status fetch_model(void *ctx, int64_t at, int64_t n, float *dst) {
     const model_source *ms = ctx;
-    shard_download(ms->r->model, dst, ms->src + at, n);
+    state_download(ms->r->model, ms->src, dst, at, n);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(dst[i]))
             return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
@@ -816,11 +826,9 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     lj_ckpt_async *a = r->async;
     const int64_t need = 3 * numel + n8;
     lj_status s = LJ_OK;
-    const float *src[3] = {r->model->master, r->model->adam_m, r->model->adam_v};
     for (int t = 0; t < 3; t++) /* the copy only: the writer checks it for non-finite values */
         for (int i = 0; i < np; i++)
-            shard_download(r->model, a->host + t * numel + pieces[i].packed, src[t] + pieces[i].shard_offset,
-                           pieces[i].n);
+            state_download(r->model, t, a->host + t * numel + pieces[i].packed, pieces[i].shard_offset, pieces[i].n);
     if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, a->host + 3 * numel);
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
@@ -902,8 +910,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
         if (failed == 0.0f) return save_async(r, tmp, json, pieces, np, numel, n8, t0, rss0);
     }
     const size_t staging = lj_ckpt_staging_bytes();
-    model_source sources[3] = {{r, r->model->master, "master", 0}, {r, r->model->adam_m, "adam.m", 0},
-                               {r, r->model->adam_v, "adam.v", 0}};
+    model_source sources[3] = {{r, 0, "master", 0}, {r, 1, "adam.m", 0}, {r, 2, "adam.v", 0}};
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
     if (n8) lj_linear_state_get(&r->model->linear, f8);
     lj_shard_writer w;
@@ -932,14 +939,15 @@ static void load_progress_add(load_progress *lp, int64_t n) {
 
 typedef struct {
     const lj_model *m;
-    float *dst;
+    int t;          /* the state tensor (state_upload) */
+    int64_t offset; /* the request's shard position */
     int sync;
     load_progress *lp;
 } upload_sink_ctx;
 
 static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     const upload_sink_ctx *u = ctx;
-    shard_upload(u->m, u->dst + at, src, n);
+    state_upload(u->m, u->t, src, u->offset + at, n);
     if (u->sync) u->m->ops->synchronize();
     load_progress_add(u->lp, n);
 }
@@ -1001,12 +1009,10 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     }
     if (s == LJ_OK) s = lj_sharded_read_many(&c, reqs, nw, 1, staging, sn, sink_weights);
     if (s == LJ_OK) lj_model_set_weights_done(m);
-    float *dst[2] = {m->adam_m, m->adam_v};
+    if (s == LJ_OK) lj_model_moments_zero(m);
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
-        if (m->offload) memset(dst[t], 0, (size_t)m->shard_numel * sizeof(float));
-        else m->ops->memset_zero(dst[t], (size_t)m->shard_numel * sizeof(float));
         for (int i = 0; i < np; i++) {
-            us[i] = (upload_sink_ctx){m, dst[t] + pieces[i].shard_offset, pinned != NULL, &lp};
+            us[i] = (upload_sink_ctx){m, t + 1, pieces[i].shard_offset, pinned != NULL, &lp};
             reqs[i] = (lj_shard_request){state_names[t + 1], pieces[i].flat, pieces[i].n, &us[i]};
         }
         s = lj_sharded_read_many(&c, reqs, np, 1, staging, sn, sink_upload);
@@ -1069,13 +1075,7 @@ static lj_status set_position(lj_run_state *r, const cJSON *state, const char *f
 /* --no-load-optim, after a load: the AdamW moments back to zero, the optimizer (its step count)
  * and the LR schedule starting at the loaded iteration. */
 static void drop_optimizer_state(lj_run_state *r) {
-    lj_model *m = r->model;
-    float *mom[2] = {m->adam_m, m->adam_v};
-    for (int t = 0; t < 2; t++) {
-        if (!mom[t] || m->shard_numel <= 0) continue;
-        if (m->offload) memset(mom[t], 0, (size_t)m->shard_numel * sizeof(float));
-        else m->ops->memset_zero(mom[t], (size_t)m->shard_numel * sizeof(float));
-    }
+    lj_model_moments_zero(r->model);
     r->schedule_start = r->iteration;
 }
 

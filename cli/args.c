@@ -221,6 +221,8 @@ lj_status lj_cli_recompute(const lj_cli_recompute_request *q, int *micro_batch_s
     target.zero_stage = q->zero_stage;
     target.linear_recipe = q->linear_recipe;
     if (q->fp8) target.fp8 = *q->fp8;
+    target.exp_avg_dtype = q->exp_avg_dtype;
+    target.exp_avg_sq_dtype = q->exp_avg_sq_dtype;
     target.offload_optimizer = q->offload_optimizer && strcmp(ops->name, "cpu") != 0; /* cpu: host memory already */
     LJ_TRY(lj_cli_host_check(cfg, seq_length, &target, q->host_memory));
     if (!use_planner) {

@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "                             each; no effect on stages 0 and 1 (gradients all-reduced after the backward)\n",
             lj_config_preset_names());
     lj_cli_fp8_usage(f);
+    lj_cli_moments_usage(f);
 }
 
 /* The recompute policies the ablation compares: the manual one (Megatron flags; full
@@ -203,6 +204,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     const char *save = NULL;
     lj_cli_fp8 fp8;
     lj_cli_fp8_init(&fp8);
+    lj_cli_moments moments;
+    lj_cli_moments_init(&moments);
     cfg.micro_batch_size = 1;
     cfg.fused = 1;
     cfg.seed = 1234;
@@ -246,12 +249,13 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
          .ival = 1},
         {.name = "--eod-mask-loss", .kind = LJ_FLAG_SWITCH, .dest = &cfg.doc_mask.eod_mask_loss, .ival = 1},
     };
-    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS + LJ_CLI_MOMENTS_ROWS];
     memcpy(rows, own, sizeof own);
-    const int n = (int)(sizeof own / sizeof own[0]);
+    int n = (int)(sizeof own / sizeof own[0]);
+    n += lj_cli_fp8_rows(&fp8, rows + n, LJ_CLI_FP8_ROWS);
+    n += lj_cli_moments_rows(&moments, rows + n, LJ_CLI_MOMENTS_ROWS);
     lj_flags_result parsed;
-    if (lj_flags_parse("benchmark", rows, n + lj_cli_fp8_rows(&fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0,
-                       &parsed) != LJ_OK)
+    if (lj_flags_parse("benchmark", rows, n, argc, argv, 0, &parsed) != LJ_OK)
         return lj_cli_error("benchmark");
     if (parsed.help) {
         usage(stdout);
@@ -324,6 +328,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     if (lj_cli_megatron_fp8_param_gather(fp8.param_gather, cfg.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &cfg.fp8 : NULL,
                                          &cfg.model, requested_stage, dp->world, offload, cfg.ops->name,
                                          dp->rank == 0) != LJ_OK)
+        return lj_cli_error("benchmark");
+    if (lj_cli_moments_resolve(&moments, requested_stage, dp->world, offload, dp->rank == 0, &cfg.exp_avg_dtype,
+                               &cfg.exp_avg_sq_dtype) != LJ_OK)
         return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
     dp->offload_optimizer = offload;
@@ -398,6 +405,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         .linear_recipe = cfg.linear_recipe,
         .fp8 = &cfg.fp8,
         .offload_optimizer = offload,
+        .exp_avg_dtype = cfg.exp_avg_dtype,
+        .exp_avg_sq_dtype = cfg.exp_avg_sq_dtype,
     };
     lj_cli_recompute_request planner = base, none = base, manual = base, given = base;
     planner.recompute = "auto";

@@ -124,6 +124,7 @@ typedef struct {
     int offload_optimizer;       /* --offload-optimizer cpu: the optimizer state is host memory, not planned
                                     on the device (GPU backends); the host part is checked */
     const char *host_memory;     /* --host-memory, or NULL: MemAvailable (lj_cli_host_check) */
+    lj_dtype exp_avg_dtype, exp_avg_sq_dtype; /* AdamW's moments as stored (lj_cli_moments_resolve) */
     size_t *plan_bytes;          /* out, or NULL: the device plan's total (lj_plan_build) of the policy
                                     decided, as the planner built it: the run's own plan must equal it
                                     (lj_planner_check_plan) */
@@ -192,6 +193,29 @@ void lj_cli_fp8_init(lj_cli_fp8 *f);
  * into `f`) to rows[0..max) and returns how many: at most LJ_CLI_FP8_ROWS. */
 #define LJ_CLI_FP8_ROWS 10
 int lj_cli_fp8_rows(lj_cli_fp8 *f, lj_flag *rows, int max);
+
+/* The dtype AdamW's moments are stored in (cli/moments.c), Megatron-LM's names:
+ * --use-precision-aware-optimizer, --exp-avg-dtype fp32|bf16, --exp-avg-sq-dtype fp32|bf16. */
+typedef struct {
+    int precision_aware;
+    const char *exp_avg, *exp_avg_sq; /* NULL: not given (fp32) */
+} lj_cli_moments;
+
+void lj_cli_moments_init(lj_cli_moments *f);
+/* Writes the rows (a section heading and one row per flag, pointing into `f`) to rows[0..max)
+ * and returns how many: at most LJ_CLI_MOMENTS_ROWS. */
+#define LJ_CLI_MOMENTS_ROWS 4
+int lj_cli_moments_rows(lj_cli_moments *f, lj_flag *rows, int max);
+/* The rows' lines of --help. */
+void lj_cli_moments_usage(FILE *out);
+/* The stored dtypes of the flags for a run of ZeRO stage `zero_stage` (as asked) over `world`
+ * ranks (optimizer offload: `offload` 1): *exp_avg and *exp_avg_sq LJ_DTYPE_F32 (the default) or
+ * LJ_DTYPE_BF16. As in Megatron-LM a dtype other than fp32 needs --use-precision-aware-optimizer,
+ * which needs a sharded optimizer (stage >= 1); bf16 moments are refused by name under ZeRO-3
+ * over several ranks and with offload (the host AdamW keeps f32). `print`: say what the moments
+ * are. Errors: LJ_ERR_ARG naming the flag (fp16 and fp8 moments, any other value). */
+lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int world, int offload, int print,
+                                 lj_dtype *exp_avg, lj_dtype *exp_avg_sq);
 
 /* The Qwen3-VL forms of plan and benchmark: parses argv for `cmd` (the error prefix) against its
  * own rows own[0..n_own), then the FP8 rows into `fp8` (both towers' block linears; NULL: none),

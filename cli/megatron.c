@@ -694,7 +694,8 @@ void lj_cli_megatron_usage(FILE *f) {
                "--save-interval, --exit-interval, --log-interval, --eval-interval, --eval-iters,\n"
                "--tensorboard-*, --wandb-*, --fp8-format, --fp8-recipe, --fp8-amax-history-len,\n"
                "--fp8-amax-compute-algo, --fp8-margin, --first-last-layers-bf16,\n"
-               "--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, --fp8-param-gather; --arg=value\n"
+               "--num-layers-at-start-in-bf16, --num-layers-at-end-in-bf16, --fp8-param-gather,\n"
+               "--use-precision-aware-optimizer, --exp-avg-dtype, --exp-avg-sq-dtype; --arg=value\n"
                "works as with argparse, prefixes do not.\n");
     lj_flags_print_help(f, rows, n);
 }

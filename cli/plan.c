@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "from defaults (GPU) or a quick measurement (CPU). Exit status 1 when nothing fits.\n",
             lj_config_preset_names());
     lj_cli_fp8_usage(f);
+    lj_cli_moments_usage(f);
 }
 
 /* --context-overhead: 0 to 1 TiB (the row, and how make_target reads the checked text) */
@@ -65,6 +66,7 @@ typedef struct {
     int seq, mb, num_layers, world, zero, fused, buffers, offload, deterministic, gbs;
     double mm_tflops, attn_tflops, mem_gbs;
     lj_cli_fp8 fp8;
+    lj_cli_moments moments;
 } plan_args;
 
 static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
@@ -75,6 +77,7 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
     a->world = 1;
     a->fused = 1;
     lj_cli_fp8_init(&a->fp8);
+    lj_cli_moments_init(&a->moments);
     int zero_given = 0, seq_given = 0, dist_opt = 0;
     const char *mb = NULL;
     const lj_flag own[] = {
@@ -105,11 +108,13 @@ static lj_status parse(int argc, char **argv, plan_args *a, int *help) {
         {.name = "--use-distributed-optimizer", .kind = LJ_FLAG_SWITCH, .dest = &dist_opt, .ival = 1},
         {.name = "--offload-optimizer", .kind = LJ_FLAG_FUNC, .dest = &a->offload, .fn = lj_cli_offload},
     };
-    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS];
+    lj_flag rows[sizeof own / sizeof own[0] + LJ_CLI_FP8_ROWS + LJ_CLI_MOMENTS_ROWS];
     memcpy(rows, own, sizeof own);
-    const int n = (int)(sizeof own / sizeof own[0]);
+    int n = (int)(sizeof own / sizeof own[0]);
+    n += lj_cli_fp8_rows(&a->fp8, rows + n, LJ_CLI_FP8_ROWS);
+    n += lj_cli_moments_rows(&a->moments, rows + n, LJ_CLI_MOMENTS_ROWS);
     lj_flags_result res;
-    LJ_TRY(lj_flags_parse("plan", rows, n + lj_cli_fp8_rows(&a->fp8, rows + n, LJ_CLI_FP8_ROWS), argc, argv, 0, &res));
+    LJ_TRY(lj_flags_parse("plan", rows, n, argc, argv, 0, &res));
     if (res.help) {
         *help = 1;
         return LJ_OK;
@@ -446,6 +451,9 @@ int lj_cli_plan(int argc, char **argv) {
     if (lj_cli_fp8_resolve(&a.fp8, t.ops, &cfg, &t.linear_recipe, &t.fp8) != LJ_OK) return lj_cli_error("plan");
     if (lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, t.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &t.fp8 : NULL,
                                          &cfg, a.zero, a.world, t.offload_optimizer, t.ops->name, 1) != LJ_OK)
+        return lj_cli_error("plan");
+    if (lj_cli_moments_resolve(&a.moments, a.zero, a.world, a.offload, 1, &t.exp_avg_dtype, &t.exp_avg_sq_dtype) !=
+        LJ_OK)
         return lj_cli_error("plan");
     const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);
     if (a.seq < 0) {

@@ -126,6 +126,7 @@ static void usage(FILE *f) {
             "  --quiet                       no per-iteration lines\n",
             lj_config_preset_names());
     lj_cli_fp8_usage(f);
+    lj_cli_moments_usage(f);
     lj_cli_monitor_usage(f);
     lj_cli_megatron_usage(f);
 }
@@ -173,6 +174,7 @@ typedef struct {
     lj_train_given given; /* the flags a DeepSpeed config's values are checked against */
     lj_flag_list data;
     lj_cli_fp8 fp8;
+    lj_cli_moments moments;
     lj_cli_megatron mg;
     int deterministic; /* --deterministic-mode */
     int override_tokenizer; /* --override-tokenizer */
@@ -399,6 +401,7 @@ static int train_rows(train_args *a, lj_train_config *c, lj_cli_monitor *mon, lj
     memcpy(rows, own, sizeof own);
     int k = n + lj_cli_monitor_rows(mon, rows + n, max - n);
     k += lj_cli_fp8_rows(&a->fp8, rows + k, max - k);
+    k += lj_cli_moments_rows(&a->moments, rows + k, max - k);
     return k + lj_cli_megatron_rows(&a->mg, rows + k, max - k);
 }
 
@@ -412,6 +415,7 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
     a.device = "auto";
     a.num_layers = a.decay_iters = a.warmup_iters = a.train_iters = -1;
     lj_cli_fp8_init(&a.fp8);
+    lj_cli_moments_init(&a.moments);
     lj_cli_megatron_init(&a.mg);
     lj_train_config_defaults(c);
     lj_flag rows[TRAIN_MAX_ROWS];
@@ -586,6 +590,9 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
                                             &c->model, c->zero.zero_stage,
                                             lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
                                             c->offload_optimizer, c->ops->name, rank0));
+    LJ_TRY(lj_cli_moments_resolve(&a.moments, c->zero.zero_stage,
+                                  lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
+                                  c->offload_optimizer, rank0, &c->exp_avg_dtype, &c->exp_avg_sq_dtype));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
     if (c->ops->config.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "
@@ -608,6 +615,8 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
         .linear_recipe = c->linear_recipe,
         .fp8 = &c->fp8,
         .offload_optimizer = c->offload_optimizer,
+        .exp_avg_dtype = c->exp_avg_dtype,
+        .exp_avg_sq_dtype = c->exp_avg_sq_dtype,
         .plan_bytes = &c->planned_plan_bytes,
     };
     LJ_TRY(lj_cli_recompute(&rq, &c->micro_batch_size, c->recompute));

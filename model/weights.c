@@ -136,13 +136,7 @@ static void init_weights(lj_model *m, uint64_t seed, int uniform) {
     }
     lj_progress_end(&pg);
     free(stage);
-    if (m->adam_m && m->offload) {
-        memset(m->adam_m, 0, (size_t)m->shard_numel * sizeof(float));
-        memset(m->adam_v, 0, (size_t)m->shard_numel * sizeof(float));
-    } else if (m->adam_m) {
-        m->ops->memset_zero(m->adam_m, (size_t)m->shard_numel * sizeof(float));
-        m->ops->memset_zero(m->adam_v, (size_t)m->shard_numel * sizeof(float));
-    }
+    lj_model_moments_zero(m);
     if (m->grads) lj_model_zero_grads(m);
     if (m->offload && lj_model_shards_params(m)) m->offload->push_params(m);
 }
@@ -184,4 +178,67 @@ void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     if (n <= 0) return;
     if (m->offload) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
     else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+}
+
+lj_dtype lj_model_moment_dtype(const lj_model *m, int which) {
+    return which == 0 ? m->opt.exp_avg_dtype : m->opt.exp_avg_sq_dtype;
+}
+
+static char *moment_at(const lj_model *m, int which, int64_t at) {
+    return (char *)(which == 0 ? m->adam_m : m->adam_v) + (size_t)at * lj_dtype_size(lj_model_moment_dtype(m, which));
+}
+
+void lj_model_moment_download(const lj_model *m, int which, float *dst, int64_t at, int64_t n) {
+    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "moment range [%lld, +%lld) of %lld", (long long)at,
+              (long long)n, (long long)m->shard_numel);
+    if (n == 0) return;
+    const char *src = moment_at(m, which, at);
+    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
+        if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
+        else m->ops->download(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    /* bf16 into the first half of dst, widened in place from the last element down (element i's
+     * f32 covers bf16 elements 2i and 2i+1, read before for every i > 0, and i itself for i = 0) */
+    uint16_t *h = (uint16_t *)dst;
+    m->ops->download(h, src, (size_t)n * sizeof(uint16_t));
+    for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(h[i]);
+}
+
+void lj_model_moment_upload(const lj_model *m, int which, const float *src, int64_t at, int64_t n) {
+    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "moment range [%lld, +%lld) of %lld", (long long)at,
+              (long long)n, (long long)m->shard_numel);
+    if (n == 0) return;
+    char *dst = moment_at(m, which, at);
+    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
+        if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
+        else m->ops->upload(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = lj_malloc((size_t)n * sizeof(uint16_t));
+    for (int64_t i = 0; i < n; i++) h[i] = lj_f32_to_bf16(src[i]);
+    m->ops->upload(dst, h, (size_t)n * sizeof(uint16_t));
+    m->ops->synchronize(); /* an upload may still read h (pinned staging runs asynchronously) */
+    free(h);
+}
+
+void lj_model_moments_zero(const lj_model *m) {
+    for (int which = 0; which < 2; which++) {
+        void *p = which == 0 ? m->adam_m : m->adam_v;
+        if (!p || m->shard_numel <= 0) continue;
+        const size_t bytes = (size_t)m->shard_numel * lj_dtype_size(lj_model_moment_dtype(m, which));
+        if (m->offload) memset(p, 0, bytes);
+        else m->ops->memset_zero(p, bytes);
+    }
+}
+
+void lj_model_upload_moment_shard(lj_model *m, int which, const float *full) {
+    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
+        lj_model_upload_shard(m, which == 0 ? m->adam_m : m->adam_v, full);
+        return;
+    }
+    LJ_ASSERT(!lj_model_shards_params(m) && !m->offload, "bf16 moments under ZeRO-3 or offload");
+    const int64_t P = m->layout.total;
+    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+    if (n > 0) lj_model_moment_upload(m, which, full + m->shard_begin, 0, n);
 }

@@ -67,6 +67,12 @@ typedef struct {
 typedef struct {
     float beta1, beta2, eps;
     float max_grad_norm;   /* <= 0: no clipping */
+    /* The storage of the moments m and v (Megatron-LM's --exp-avg-dtype and --exp-avg-sq-dtype,
+     * with --use-precision-aware-optimizer): LJ_DTYPE_F32 (0, the default) or LJ_DTYPE_BF16.
+     * Either way the update computes in f32 (a bf16 moment is widened exactly on load) and
+     * the master step uses the f32 values of this step; only what is stored back is rounded
+     * (to nearest even), as Transformer Engine's FusedAdam does with bf16 states. */
+    lj_dtype exp_avg_dtype, exp_avg_sq_dtype;
 } lj_adamw_hparams;
 
 /* Indices of the per-step scalars: float [LJ_ADAMW_NUM_SCALARS]. */
@@ -558,8 +564,9 @@ struct lj_ops {
      * lr_group (lj_adamw_step_scalars per group, uploaded before the op runs; read on the
      * device, so a replayed graph uses each step's);
      * grad_norm_sq: the device f32 written by global_norm_sq (read for clipping). A grad_norm_sq
-     * that is inf or NaN skips the step: nothing is written (Megatron-LM's skipped iteration). */
-    void (*adamw_update)(void *params, float *master, const void *grad, float *m, float *v,
+     * that is inf or NaN skips the step: nothing is written (Megatron-LM's skipped iteration).
+     * m[n] and v[n] are of hp->exp_avg_dtype and hp->exp_avg_sq_dtype. */
+    void (*adamw_update)(void *params, float *master, const void *grad, void *m, void *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq);
 

@@ -10,14 +10,18 @@ void lj_optim_plan(lj_model *m, lj_buffer_walker *w) {
     const int training = m->opt.training && m->opt.kv_cache_tokens == 0;
     const size_t shard = (size_t)m->shard_numel;
     const int offload = lj_offload_of(m) != NULL;
+    LJ_ASSERT(!offload || (m->opt.exp_avg_dtype == LJ_DTYPE_F32 && m->opt.exp_avg_sq_dtype == LJ_DTYPE_F32),
+              "optimizer offload keeps f32 moments (the flags refuse bf16 ones)");
     if (offload) lj_offload_plan(m, w); /* master, adam_m, adam_v: host memory */
     else if (ops->param_dtype == LJ_DTYPE_F32) m->master = w->bind ? (float *)m->params + m->shard_begin : NULL;
     else m->master = training ? lj_buffer_take(w, LJ_ARENA_MASTER, "master", shard * 4) : NULL; /* inference: bf16 only */
     m->grads = training ? lj_buffer_take(w, LJ_ARENA_GRADS, "grads", (size_t)m->grad_numel * lj_dtype_size(ops->grad_dtype))
                         : NULL;
     if (!offload) {
-        m->adam_m = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * 4) : NULL;
-        m->adam_v = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * 4) : NULL;
+        /* f32 or bf16 (opt.exp_avg_dtype, opt.exp_avg_sq_dtype) */
+        const size_t bm = lj_dtype_size(m->opt.exp_avg_dtype), bv = lj_dtype_size(m->opt.exp_avg_sq_dtype);
+        m->adam_m = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_m", shard * bm) : NULL;
+        m->adam_v = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "adam_v", shard * bv) : NULL;
     }
     m->grad_norm_sq = training ? lj_buffer_take(w, LJ_ARENA_OPTIMIZER, "grad_norm_sq", 4) : NULL;
     const size_t scalars = (size_t)lj_model_lr_groups(m) * LJ_ADAMW_NUM_SCALARS * 4; /* a set per lr group */
@@ -26,7 +30,7 @@ void lj_optim_plan(lj_model *m, lj_buffer_walker *w) {
 }
 
 lj_adamw_hparams lj_adamw_hparams_of(const lj_adamw_config *cfg) {
-    const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm};
+    const lj_adamw_hparams hp = {cfg->beta1, cfg->beta2, cfg->eps, cfg->max_grad_norm, LJ_DTYPE_F32, LJ_DTYPE_F32};
     return hp;
 }
 
@@ -43,7 +47,10 @@ void lj_optim_norm_sq(lj_model *m, const void *grad_shard, int64_t n) {
 
 void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, const lj_adamw_segment *segments,
                      int num_segments, const lj_adamw_hparams *hp) {
-    m->ops->adamw_update(params_shard, m->master, grad_shard, m->adam_m, m->adam_v, segments, num_segments, hp,
+    lj_adamw_hparams h = *hp;
+    h.exp_avg_dtype = m->opt.exp_avg_dtype; /* the moments as this model stores them */
+    h.exp_avg_sq_dtype = m->opt.exp_avg_sq_dtype;
+    m->ops->adamw_update(params_shard, m->master, grad_shard, m->adam_m, m->adam_v, segments, num_segments, &h,
                          m->adamw_scalars, m->grad_norm_sq);
 }
 

@@ -261,8 +261,8 @@ double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv) {
     (void)dp;
     lj_model_set_weights(m, w);
-    lj_model_upload_shard(m, m->adam_m, mm);
-    lj_model_upload_shard(m, m->adam_v, vv);
+    lj_model_upload_moment_shard(m, 0, mm);
+    lj_model_upload_moment_shard(m, 1, vv);
 }
 
 void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) {
@@ -272,13 +272,8 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     if (!z && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
-        if (lj_offload_of(m)) {
-            memcpy(mm, m->adam_m, (size_t)P * sizeof(float));
-            memcpy(vv, m->adam_v, (size_t)P * sizeof(float));
-        } else {
-            ops->download(mm, m->adam_m, (size_t)P * sizeof(float));
-            ops->download(vv, m->adam_v, (size_t)P * sizeof(float));
-        }
+        lj_model_moment_download(m, 0, mm, 0, P);
+        lj_model_moment_download(m, 1, vv, 0, P);
         return;
     }
     /* The gradient buffer (padded_numel elements of the grad dtype) is the landing space: each
@@ -298,7 +293,8 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     const int zero3 = z && z->shard_params; /* shards in the layer partition's order, else flat */
     /* the params hold the full master (under offload on an f32 backend: an exact copy of it) */
     const int f32_params = !zero3 && ops->param_dtype == LJ_DTYPE_F32;
-    float *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
+    void *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
+    const lj_dtype dt[3] = {LJ_DTYPE_F32, lj_model_moment_dtype(m, 0), lj_model_moment_dtype(m, 1)};
     float *dst[3] = {w, mm, vv};
     for (int i = 0; i < 3; i++) {
         if (!src[i]) {
@@ -307,13 +303,17 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
         }
         for (int64_t k = 0; k < S; k += c_max) {
             const int64_t c = S - k < c_max ? S - k : c_max;
+            float *mine = land + (int64_t)dp->rank * c;
             if (lj_offload_of(m)) {
                 /* host state: staged into this rank's slot of the landing space, gathered in place */
-                float *mine = land + (int64_t)dp->rank * c;
-                ops->upload(mine, src[i] + k, (size_t)c * sizeof(float));
+                ops->upload(mine, (float *)src[i] + k, (size_t)c * sizeof(float));
+                lj_dp_check(dp, lj_dist_all_gather(dp->dist, mine, land, c, LJ_DTYPE_F32, stream));
+            } else if (dt[i] == LJ_DTYPE_BF16) {
+                /* bf16 moments: widened (exactly) into this rank's slot, gathered in place as f32 */
+                ops->cast_to_f32(mine, (uint16_t *)src[i] + k, LJ_DTYPE_BF16, c);
                 lj_dp_check(dp, lj_dist_all_gather(dp->dist, mine, land, c, LJ_DTYPE_F32, stream));
             } else {
-                lj_dp_check(dp, lj_dist_all_gather(dp->dist, src[i] + k, land, c, LJ_DTYPE_F32, stream));
+                lj_dp_check(dp, lj_dist_all_gather(dp->dist, (float *)src[i] + k, land, c, LJ_DTYPE_F32, stream));
             }
             lj_dp_check(dp, lj_dist_wait(dp->dist, LJ_DIST_ALL, stream));
             if (dp->rank != 0) continue;

@@ -303,7 +303,10 @@ void lj_cost_step(const lj_model_config *c, const lj_model_options *o, const lj_
             out->recompute_bytes += norm_fwd + bias_fwd + qkr_fwd + res_norm + swiglu_fwd;
         }
     }
-    const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 24) : P * (sg + 24 + sp);
+    /* AdamW reads the gradient, reads and writes the f32 master and both moments (4 bytes each as
+     * f32, 2 as bf16: --exp-avg-dtype, --exp-avg-sq-dtype) and writes the parameter copy */
+    const double mv = 2.0 * (lj_dtype_size(o->exp_avg_dtype) + lj_dtype_size(o->exp_avg_sq_dtype));
+    const double adamw = ops->param_dtype == LJ_DTYPE_F32 ? P * (sg + 8 + mv) : P * (sg + 8 + mv + sp);
     out->optimizer_bytes = 2 * P * sg + adamw + fp8_step_bytes;
     out->recompute_bytes += fp8_rec_bytes;
     out->fp8_matmul_flop = fp8_mm + fp8_rec_mm;

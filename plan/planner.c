@@ -226,6 +226,8 @@ lj_model_setup lj_planner_setup(const lj_model_config *cfg, const lj_planner_tar
     s.model.fused = t->fused;
     s.model.linear_recipe = t->linear_recipe;
     s.model.fp8 = t->fp8;
+    s.model.exp_avg_dtype = t->exp_avg_dtype;
+    s.model.exp_avg_sq_dtype = t->exp_avg_sq_dtype;
     s.zero.zero_stage = t->zero_stage;
     s.zero.dp_world_size = t->dp_world_size; /* the plan of rank 0: every shard has the same size */
     s.offload.enabled = t->offload_optimizer;
@@ -320,7 +322,8 @@ static size_t model_state_bytes(const lj_model_config *cfg, const lj_planner_tar
     const lj_ops *ops = t->ops;
     const size_t P = (size_t)lj_config_num_params(cfg);
     const size_t master = ops->param_dtype == LJ_DTYPE_F32 ? 0 : 4;
-    return P * (lj_dtype_size(ops->param_dtype) + master + lj_dtype_size(ops->grad_dtype) + 8);
+    return P * (lj_dtype_size(ops->param_dtype) + master + lj_dtype_size(ops->grad_dtype) +
+                lj_dtype_size(t->exp_avg_dtype) + lj_dtype_size(t->exp_avg_sq_dtype));
 }
 
 static const char *dtype_lower(lj_dtype d) { return d == LJ_DTYPE_BF16 ? "bf16" : d == LJ_DTYPE_F16 ? "f16" : "f32"; }
@@ -375,13 +378,17 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
     int w = snprintf(e, n,
                      "%s at seq %d does not fit in %s (%s usable after a %s margin) even with full recompute and "
                      "micro-batch %d: it needs at least %s%s, of which model states take %s (%zu B/param: %s params, "
-                     "%s%s gradients, f32 AdamW moments%s) and activations, buffers and overheads %s. "
+                     "%s%s gradients, %s AdamW moments%s) and activations, buffers and overheads %s. "
                      "What would make it fit:",
                      cfg->name, T, lj_format_bytes(t->device_memory_bytes, b1, sizeof b1),
                      lj_format_bytes(usable, b2, sizeof b2), lj_format_bytes(t->margin_bytes, b3, sizeof b3), B,
                      lj_format_bytes(need, b4, sizeof b4), W > 1 ? " per rank" : "",
                      lj_format_bytes(states, b5, sizeof b5), per_param, dtype_lower(ops->param_dtype),
-                     ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ", dtype_lower(ops->grad_dtype), share,
+                     ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ", dtype_lower(ops->grad_dtype),
+                     t->exp_avg_dtype == LJ_DTYPE_F32 && t->exp_avg_sq_dtype == LJ_DTYPE_F32 ? "f32"
+                     : t->exp_avg_dtype == t->exp_avg_sq_dtype                              ? "bf16"
+                                                                                             : "mixed-dtype",
+                     share,
                      lj_format_bytes(rest, b6, sizeof b6));
     /* ZeRO-3 over more ranks: the fewest that fit (doubling, then bisecting; at most 4096) */
     const char *devs = strcmp(ops->name, "cpu") == 0 ? "ranks" : "GPUs";

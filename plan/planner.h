@@ -202,6 +202,8 @@ typedef struct {
                                        device plan (optim/offload.h lj_offload_options; ZeRO stage >= 1) */
     lj_linear_recipe_kind linear_recipe; /* the linears' precision recipe (lj_model_options) */
     lj_linear_fp8_options fp8;      /* its FP8 settings */
+    lj_dtype exp_avg_dtype;         /* AdamW's moments as stored (lj_model_options): LJ_DTYPE_F32 */
+    lj_dtype exp_avg_sq_dtype;      /* (the default, 0) or LJ_DTYPE_BF16 */
 } lj_planner_target;
 
 /* Fills a target for `ops`: device memory from ops->memory_info when the table has it (a real

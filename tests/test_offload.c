@@ -153,8 +153,8 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
           *ref_v = lj_malloc((size_t)S * 4);
     for (int64_t i = 0; i < S; i++) {
         m.master[i] = ref_p[i] = (float)lj_rng_normal(&rng);
-        m.adam_m[i] = ref_m[i] = 0.01f * (float)lj_rng_normal(&rng);
-        m.adam_v[i] = ref_v[i] = 1e-4f * fabsf((float)lj_rng_normal(&rng));
+        ((float *)m.adam_m)[i] = ref_m[i] = 0.01f * (float)lj_rng_normal(&rng);
+        ((float *)m.adam_v)[i] = ref_v[i] = 1e-4f * fabsf((float)lj_rng_normal(&rng));
         if (i < n_grad) {
             gb[i] = lj_f32_to_bf16(0.1f * (float)lj_rng_normal(&rng));
             g[i] = lj_bf16_to_f32(gb[i]);
@@ -165,7 +165,7 @@ static void bf16_gradients_case(lj_dtype param_dtype) {
     float ref_norm = 0.0f;
     cpu->global_norm_sq(&ref_norm, g, n_grad, ws);
     const lj_adamw_segment seg[2] = {{0, S / 3, 0.1f, 0, 0}, {S / 3 + gap, S - S / 3 - gap, 0.0f, 0, 0}};
-    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f};
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.5f, LJ_DTYPE_F32, LJ_DTYPE_F32};
     float scalars[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(scalars, &hp, 3e-4f, 3);
     cpu->adamw_update(ref_p, ref_p, g, ref_m, ref_v, seg, 2, &hp, scalars, &ref_norm);

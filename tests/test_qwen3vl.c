@@ -603,7 +603,7 @@ static void adamw_steps(const char *dir, lj_vl *vl, lj_model *m, const float *tw
     const cJSON *betas = cJSON_GetObjectItemCaseSensitive(js, "betas");
     const lj_adamw_hparams hp = {(float)cJSON_GetArrayItem(betas, 0)->valuedouble,
                                  (float)cJSON_GetArrayItem(betas, 1)->valuedouble,
-                                 (float)cJSON_GetObjectItemCaseSensitive(js, "eps")->valuedouble, (float)mgn};
+                                 (float)cJSON_GetObjectItemCaseSensitive(js, "eps")->valuedouble, (float)mgn, LJ_DTYPE_F32, LJ_DTYPE_F32};
     const lj_adamw_config ac = {hp.beta1, hp.beta2, hp.eps, (float)wd, (float)mgn, LJ_WD_MATRICES, 0, 0}; /* the fixtures' groups */
     const lj_ops *ops = m->ops;
     lj_model_set_weights(m, tw);

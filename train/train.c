@@ -397,6 +397,8 @@ static lj_status setup(run *r) {
                                    &setup.model.doc_mask.eod_token));
     setup.model.fp8 = c->fp8;
     setup.model.lr_groups = lj_adamw_lr_groups(&c->adamw);
+    setup.model.exp_avg_dtype = c->exp_avg_dtype;
+    setup.model.exp_avg_sq_dtype = c->exp_avg_sq_dtype;
     lj_model_build(&r->model, &r->plan, &setup, r->dp.dist);
     char buf[32];
     lj_log_info("model %s: %.2fM parameters, backend %s, micro-batch %d x seq %d, global batch %d (%d accumulation step%s)",

@@ -89,6 +89,8 @@ typedef struct {
     int offload_optimizer;     /* 1: --offload-optimizer cpu / zero_optimization.offload_optimizer.device "cpu"
                                   (needs ZeRO stage >= 1); 0: none (the default) */
     const char *offload_source; /* the flag or key that asked for offload, for messages */
+    lj_dtype exp_avg_dtype;    /* AdamW's moments as stored: LJ_DTYPE_F32 (the default) or LJ_DTYPE_BF16 */
+    lj_dtype exp_avg_sq_dtype; /* (--use-precision-aware-optimizer --exp-avg-dtype / --exp-avg-sq-dtype) */
     int has_deepspeed;         /* --deepspeed given: */
     lj_deepspeed_config deepspeed; /* the resolved config, applied by lj_train_apply_deepspeed (its scheduler
                                       is in lr.deepspeed) */

@@ -250,7 +250,7 @@ static inline float lj_cpu_adamw_element(float *p, float *m, float *v, float g, 
 
 void lj_cpu_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace);
 size_t lj_cpu_global_norm_workspace_bytes(int64_t n);
-void lj_cpu_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+void lj_cpu_adamw_update(void *params, float *master, const void *grad, void *m, void *v,
                          const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                          const float *step_scalars, const float *grad_norm_sq);
 

@@ -130,16 +130,39 @@ struct adamw_elem {
     }
 };
 
+/* Four consecutive elements of an f32 or bf16 buffer, as one 16- or 8-byte access. */
+static __device__ __forceinline__ void adamw_load4(float *out, const float *p) {
+    const float4 r = *(const float4 *)p;
+    out[0] = r.x, out[1] = r.y, out[2] = r.z, out[3] = r.w;
+}
+static __device__ __forceinline__ void adamw_load4(float *out, const lj_bf16 *p) {
+    const uint2 raw = *(const uint2 *)p;
+    const lj_bf16 *x = (const lj_bf16 *)&raw;
+    for (int q = 0; q < 4; q++) out[q] = __bfloat162float(x[q]);
+}
+static __device__ __forceinline__ void adamw_store4(float *p, const float *v) {
+    *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void adamw_store4(lj_bf16 *p, const float *v) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 out;
+    out.x = *(const unsigned *)&lo;
+    out.y = *(const unsigned *)&hi;
+    *(uint2 *)p = out;
+}
+
 /* Each block takes work units u = blockIdx.x, +gridDim.x, ...; a unit is LJ_ADAMW_UNIT
  * consecutive elements of one segment, LJ_ADAMW_VEC consecutive ones per thread and turn: as
- * 16-byte vectors of the f32 state (and 8- or 16-byte ones of the gradient and parameters)
- * where the segment's offset allows it, else one element at a time; the arithmetic is the
- * same either way. The step scalars of lj_adamw_step_scalars are read from `scalars`
- * [groups][LJ_ADAMW_NUM_SCALARS] f32 device memory, the set of each segment's lr group, so that
- * a replayed CUDA graph uses the values uploaded before each launch. */
-template <typename G>
+ * 16-byte vectors of the f32 buffers (8-byte ones of the bf16 buffers: the gradient, the
+ * parameters, and the moments when stored as bf16, M and V) where the segment's offset allows
+ * it, else one element at a time; the arithmetic is the same either way (in f32: a bf16 moment
+ * is widened on load and rounded to nearest even on store). The step scalars of
+ * lj_adamw_step_scalars are read from `scalars` [groups][LJ_ADAMW_NUM_SCALARS] f32 device
+ * memory, the set of each segment's lr group, so that a replayed CUDA graph uses the values
+ * uploaded before each launch. */
+template <typename G, typename M, typename V>
 __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params, float *master, const G *grad,
-                                                                 float *m, float *v, const lj_adamw_batch batch,
+                                                                 M *m, V *v, const lj_adamw_batch batch,
                                                                  const lj_adamw_consts k, const float *scalars,
                                                                  const float *grad_norm_sq) {
     if (grad_norm_sq && !isfinite(*grad_norm_sq)) return; /* a skipped step (ops.h): nothing is written */
@@ -152,10 +175,10 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
     f.beta1 = k.beta1;
     f.beta2 = k.beta2;
     f.eps = k.eps;
-    /* vectors need the buffers 16-byte aligned (the 2-byte ones 8-byte aligned) */
+    /* vectors need the f32 buffers 16-byte aligned and the 2-byte ones 8-byte aligned */
     const bool buffers_aligned =
-        (((uintptr_t)m | (uintptr_t)v | (uintptr_t)master | (uintptr_t)grad * (4 / sizeof(G)) |
-          (uintptr_t)params * 2) & 15) == 0;
+        (((uintptr_t)m * (4 / sizeof(M)) | (uintptr_t)v * (4 / sizeof(V)) | (uintptr_t)master |
+          (uintptr_t)grad * (4 / sizeof(G)) | (uintptr_t)params * 2) & 15) == 0;
     int64_t units = batch.unit_start[batch.num];
     for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
         int s = 0;
@@ -175,34 +198,22 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
             if (e >= count) break;
             int64_t i = base + e;
             if (aligned && e + LJ_ADAMW_VEC <= count) {
-                float4 mv = *(const float4 *)(m + i), vv = *(const float4 *)(v + i);
-                float4 pv = *(const float4 *)(master + i);
-                float gv[LJ_ADAMW_VEC];
-                if (sizeof(G) == 2) {
-                    uint2 raw = *(const uint2 *)(grad + i);
-                    const G *gx = (const G *)&raw;
-                    for (int q = 0; q < LJ_ADAMW_VEC; q++) gv[q] = lj_ld(gx + q) * clip;
-                } else {
-                    float4 raw = *(const float4 *)(grad + i);
-                    gv[0] = raw.x * clip, gv[1] = raw.y * clip, gv[2] = raw.z * clip, gv[3] = raw.w * clip;
-                }
-                f(gv[0], mv.x, vv.x, pv.x);
-                f(gv[1], mv.y, vv.y, pv.y);
-                f(gv[2], mv.z, vv.z, pv.z);
-                f(gv[3], mv.w, vv.w, pv.w);
-                *(float4 *)(m + i) = mv;
-                *(float4 *)(v + i) = vv;
-                *(float4 *)(master + i) = pv;
-                if (copy) {
-                    __nv_bfloat162 lo = __floats2bfloat162_rn(pv.x, pv.y), hi = __floats2bfloat162_rn(pv.z, pv.w);
-                    uint2 out;
-                    out.x = *(const unsigned *)&lo;
-                    out.y = *(const unsigned *)&hi;
-                    *(uint2 *)(copy + i) = out;
-                }
+                float mv[LJ_ADAMW_VEC], vv[LJ_ADAMW_VEC], pv[LJ_ADAMW_VEC], gv[LJ_ADAMW_VEC];
+                adamw_load4(mv, m + i);
+                adamw_load4(vv, v + i);
+                adamw_load4(pv, master + i);
+                adamw_load4(gv, grad + i);
+                for (int q = 0; q < LJ_ADAMW_VEC; q++) f(gv[q] * clip, mv[q], vv[q], pv[q]);
+                adamw_store4(m + i, mv);
+                adamw_store4(v + i, vv);
+                adamw_store4(master + i, pv);
+                if (copy) adamw_store4(copy + i, pv);
             } else {
                 for (int q = 0; q < LJ_ADAMW_VEC && e + q < count; q++) {
-                    float p = f(lj_ld(grad + i + q) * clip, m[i + q], v[i + q], master[i + q]);
+                    float mi = lj_ld(m + i + q), vi = lj_ld(v + i + q);
+                    float p = f(lj_ld(grad + i + q) * clip, mi, vi, master[i + q]);
+                    lj_st(m + i + q, mi);
+                    lj_st(v + i + q, vi);
                     if (copy) copy[i + q] = __float2bfloat16_rn(p);
                 }
             }
@@ -210,7 +221,20 @@ __global__ void __launch_bounds__(LJ_ADAMW_THREADS) adamw_kernel(lj_bf16 *params
     }
 }
 
-void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+/* The launch of one moment-dtype pair (M, V), for either gradient dtype. */
+template <typename M, typename V>
+static void adamw_launch(unsigned blocks, lj_bf16 *pb, float *master, const void *grad, void *m, void *v,
+                         const lj_adamw_batch &batch, const lj_adamw_consts &k, const float *step_scalars,
+                         const float *grad_norm_sq, lj_dtype grad_dtype) {
+    if (grad_dtype == LJ_DTYPE_F32)
+        adamw_kernel<float, M, V><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+            pb, master, (const float *)grad, (M *)m, (V *)v, batch, k, step_scalars, grad_norm_sq);
+    else
+        adamw_kernel<lj_bf16, M, V><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
+            pb, master, (const lj_bf16 *)grad, (M *)m, (V *)v, batch, k, step_scalars, grad_norm_sq);
+}
+
+void lj_cuda_adamw_update(void *params, float *master, const void *grad, void *m, void *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype) {
     lj_adamw_consts k;
@@ -235,12 +259,11 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *
         int64_t units = batch.unit_start[batch.num];
         if (units == 0) continue;
         unsigned blocks = lj_cuda_blocks(units, 1);
-        if (grad_dtype == LJ_DTYPE_F32)
-            adamw_kernel<float><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
-                pb, master, (const float *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
-        else
-            adamw_kernel<lj_bf16><<<blocks, LJ_ADAMW_THREADS, 0, lj_cuda_stream()>>>(
-                pb, master, (const lj_bf16 *)grad, m, v, batch, k, step_scalars, grad_norm_sq);
+        const bool bm = hp->exp_avg_dtype == LJ_DTYPE_BF16, bv = hp->exp_avg_sq_dtype == LJ_DTYPE_BF16;
+        if (!bm && !bv) adamw_launch<float, float>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
+        else if (bm && bv) adamw_launch<lj_bf16, lj_bf16>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
+        else if (bm) adamw_launch<lj_bf16, float>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
+        else adamw_launch<float, lj_bf16>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
         LJ_CUDA_LAUNCHED("adamw_kernel");
     }
 }

@@ -242,7 +242,7 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
     static void global_norm_sq_##sfx(float *out, const void *grad, int64_t n, void *workspace) {                 \
         lj_cuda_global_norm_sq(out, grad, n, workspace, G);                                                      \
     }                                                                                                            \
-    static void adamw_update_##sfx(void *params, float *master, const void *grad, float *m, float *v,           \
+    static void adamw_update_##sfx(void *params, float *master, const void *grad, void *m, void *v,           \
                                    const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp, \
                                    const float *step_scalars, const float *grad_norm_sq) {                       \
         lj_cuda_adamw_update(params, master, grad, m, v, segments, num_segments, hp, step_scalars, grad_norm_sq, G); \

@@ -209,7 +209,7 @@ lj_status lj_cuda_profiler_stop(void);
 /* adamw.cu */
 void lj_cuda_global_norm_sq(float *out, const void *grad, int64_t n, void *workspace, lj_dtype grad_dtype);
 size_t lj_cuda_global_norm_workspace_bytes(int64_t n);
-void lj_cuda_adamw_update(void *params, float *master, const void *grad, float *m, float *v,
+void lj_cuda_adamw_update(void *params, float *master, const void *grad, void *m, void *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype);
 

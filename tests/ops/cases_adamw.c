@@ -10,7 +10,9 @@
  *     graphs);
  *   - an inactive clip (max_grad_norm far above the norm) gives the bits of no clip;
  *   - group 1 at group 0's rate gives the bits of no group; at another rate it leaves group 0;
- *   - a master_only segment updates the master and moments alone, its part of the params left.
+ *   - a master_only segment updates the master and moments alone, its part of the params left;
+ *   - bf16 moments (either or both) give the f32 update's master and params and its moments
+ *     rounded to nearest even.
  * Rows: "adamw" in op_cases.c. */
 #include <math.h>
 #include <string.h>
@@ -155,7 +157,7 @@ static void clip_inactive_body(lj_case_ctx *x) {
     float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
     void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
     ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
-    lj_adamw_hparams hp = {0.9f, 0.999f, 1e-8f, 0.0f};
+    lj_adamw_hparams hp = {0.9f, 0.999f, 1e-8f, 0.0f, LJ_DTYPE_F32, LJ_DTYPE_F32};
     void *sc = lj_case_alloc(x, LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
     float s[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(s, &hp, 1e-3f, 1);
@@ -178,7 +180,7 @@ static void groups_body(lj_case_ctx *x) {
     float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f);
     void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
     ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
-    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f, LJ_DTYPE_F32, LJ_DTYPE_F32};
     float same[2 * LJ_ADAMW_NUM_SCALARS], other[2 * LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(same, &hp, 1e-3f, 2);
     lj_adamw_step_scalars(same + LJ_ADAMW_NUM_SCALARS, &hp, 1e-3f, 2);
@@ -219,7 +221,7 @@ static void master_only_body(lj_case_ctx *x) {
     float *p0 = lj_case_rand(x, n, 1.0f), *g = lj_case_rand(x, n, 0.1f), *junk = lj_case_rand(x, n, 5.0f);
     void *dg = lj_case_upload(x, g, n, LJ_CASE_GRAD), *gn = lj_case_alloc(x, 1, LJ_CASE_F32);
     ops->global_norm_sq(gn, dg, n, lj_case_scratch(x, ops->global_norm_workspace_bytes(n)));
-    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f, LJ_DTYPE_F32, LJ_DTYPE_F32};
     void *sc = lj_case_alloc(x, LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
     float s[LJ_ADAMW_NUM_SCALARS];
     lj_adamw_step_scalars(s, &hp, 1e-3f, 1);
@@ -253,10 +255,86 @@ static void master_only_body(lj_case_ctx *x) {
     }
 }
 
+/* Moments as bf16 host codes of f32 values (rounded to nearest even) and back. */
+static void round_codes(const float *f, uint16_t *h, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = lj_f32_to_bf16(f[i]);
+}
+
+/* d = {n, 0, 0, 4}: moments stored as bf16 (m, v, or both: --exp-avg-dtype, --exp-avg-sq-dtype)
+ * are f32 arithmetic with a rounded store. Three steps from bf16-representable state, each beside
+ * the f32-moment update from the same moments: the master and params bit for bit the same, the
+ * bf16 moments the f32 ones rounded to nearest even (after which the f32 twin takes them, rounded,
+ * for the next step). */
+static void bf16_moments_body(lj_case_ctx *x) {
+    const lj_ops *ops = x->ops;
+    const int64_t n = x->c->d[0];
+    lj_case_shape(x, "n=%lld bf16 moments", (long long)n);
+    if (!lj_case_checks(x)) return; /* twins and assertions only */
+    lj_adamw_segment seg[120];
+    const int ns = segments(n, 1, seg);
+    const lj_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 1.0f, LJ_DTYPE_F32, LJ_DTYPE_F32};
+    float *p0 = lj_case_rand(x, n, 1.0f), *m0 = lj_case_rand(x, n, 0.01f), *v0 = lj_case_zeros(x, n);
+    for (int64_t i = 0; i < n; i++) v0[i] = lj_bf16_to_f32(lj_f32_to_bf16(m0[i] * m0[i] + 1e-6f));
+    uint16_t *codes = (uint16_t *)lj_case_zeros(x, n), *got = (uint16_t *)lj_case_zeros(x, n);
+    float *host = lj_case_zeros(x, n);
+    static const int combos[3][2] = {{1, 1}, {1, 0}, {0, 1}};
+    for (int c = 0; c < 3; c++) {
+        lj_adamw_hparams hb = hp;
+        hb.exp_avg_dtype = combos[c][0] ? LJ_DTYPE_BF16 : LJ_DTYPE_F32;
+        hb.exp_avg_sq_dtype = combos[c][1] ? LJ_DTYPE_BF16 : LJ_DTYPE_F32;
+        const float *init[2] = {m0, v0};
+        void *fa[2], *fb[2]; /* the f32 twin's moments, and the tested ones */
+        for (int k = 0; k < 2; k++) {
+            fa[k] = lj_case_upload(x, init[k], n, LJ_CASE_F32);
+            if (!combos[c][k]) {
+                fb[k] = lj_case_upload(x, init[k], n, LJ_CASE_F32);
+                continue;
+            }
+            fb[k] = lj_case_alloc(x, (n + 1) / 2, LJ_CASE_F32); /* n bf16 codes */
+            round_codes(init[k], codes, n);
+            ops->upload(fb[k], codes, (size_t)n * sizeof(uint16_t));
+        }
+        void *ma = lj_case_upload(x, p0, n, LJ_CASE_F32), *mb = lj_case_upload(x, p0, n, LJ_CASE_F32);
+        void *pa = lj_case_upload(x, p0, n, LJ_CASE_PARAM), *pb = lj_case_upload(x, p0, n, LJ_CASE_PARAM);
+        void *gn = lj_case_alloc(x, 1, LJ_CASE_F32), *ws = lj_case_scratch(x, ops->global_norm_workspace_bytes(n));
+        void *sc = lj_case_alloc(x, LJ_ADAMW_NUM_SCALARS, LJ_CASE_F32);
+        int64_t off = 0;
+        for (int t = 1; t <= 3; t++) {
+            void *dg = lj_case_upload(x, lj_case_rand(x, n, 0.05f), n, LJ_CASE_GRAD);
+            ops->global_norm_sq(gn, dg, n, ws);
+            set_scalars(x, sc, &hp, 1, t);
+            ops->adamw_update(pa, ma, dg, fa[0], fa[1], seg, ns, &hp, sc, gn);
+            ops->adamw_update(pb, mb, dg, fb[0], fb[1], seg, ns, &hb, sc, gn);
+            for (int k = 0; k < 2; k++) {
+                if (!combos[c][k]) continue;
+                ops->download(host, fa[k], (size_t)n * sizeof(float));
+                round_codes(host, codes, n);
+                ops->download(got, fb[k], (size_t)n * sizeof(uint16_t));
+                for (int64_t i = 0; i < n; i++) off += got[i] != codes[i];
+                for (int64_t i = 0; i < n; i++) host[i] = lj_bf16_to_f32(codes[i]);
+                ops->upload(fa[k], host, (size_t)n * sizeof(float)); /* the twin goes on from the stored values */
+                ops->synchronize();
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "adamw_update bf16 moments (m %s, v %s)", combos[c][0] ? "bf16" : "f32",
+                 combos[c][1] ? "bf16" : "f32");
+        lj_case_true(x, what, off == 0, "%lld of %lld stored moments differ from the f32 update's, rounded",
+                     (long long)off, (long long)(3 * n * (combos[c][0] + combos[c][1])));
+        lj_case_twin(x, "adamw_update bf16 moments: master", mb, ma, n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+        lj_case_twin(x, "adamw_update bf16 moments: params", pb, pa, n, LJ_CASE_PARAM, LJ_CASE_TOL_BITS);
+        for (int k = 0; k < 2; k++)
+            if (!combos[c][k])
+                lj_case_twin(x, k ? "adamw_update bf16 moments: f32 v" : "adamw_update bf16 moments: f32 m", fb[k],
+                             fa[k], n, LJ_CASE_F32, LJ_CASE_TOL_BITS);
+    }
+}
+
 void lj_case_adamw(lj_harness *h, const lj_op_case *c, lj_harness_mode mode) {
     lj_case_each(h, c, mode,
                  c->d[3] == 1   ? clip_inactive_body
                  : c->d[3] == 2 ? groups_body
                  : c->d[3] == 3 ? master_only_body
+                 : c->d[3] == 4 ? bf16_moments_body
                                 : update_body);
 }

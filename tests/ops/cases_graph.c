@@ -26,7 +26,7 @@ typedef struct {
     void *master, *master0, *m, *m0, *v, *v0, *params, *w_lm, *dw_lm, *scalars;
 } graph_bufs;
 
-static const lj_adamw_hparams graph_hp = {0.9f, 0.95f, 1e-8f, 1.0f};
+static const lj_adamw_hparams graph_hp = {0.9f, 0.95f, 1e-8f, 1.0f, LJ_DTYPE_F32, LJ_DTYPE_F32};
 
 /* Uploads the AdamW step scalars of (lr, step) into g->scalars (stream order, outside capture). */
 static void graph_set_step(const lj_ops *o, const graph_bufs *g, float lr, int step) {

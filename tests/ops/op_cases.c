@@ -82,6 +82,7 @@ const lj_op_case lj_op_cases[] = {
     {"adamw", "cpu", CHECK, F32, D(257, 1, 0, 1), 0, NONE, NONE, 1, lj_case_adamw},
     {"adamw", "cpu", CHECK, F32, D(301, 2, 0, 2), 0, NONE, NONE, 1, lj_case_adamw},
     {"adamw", "cpu", CHECK, F32, D(1001, 1, 0, 3), 0, NONE, NONE, 1, lj_case_adamw},
+    {"adamw", "cpu", CHECK, F32, D(1003, 1, 0, 4), 0, NONE, NONE, 1, lj_case_adamw},
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 7, 4, 2, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* GQA 2:1, odd T */
     {"attention", "cpu", CHECK | GRAD, F32, D(2, 5, 4, 1, 8), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention},  /* 4 q heads per kv */
     {"attention", "cpu", CHECK | GRAD, F32, D(1, 13, 2, 2, 16), 0, CPU_FWD, CPU_GRAD, 1, lj_case_attention}, /* nh == nkv */
@@ -261,6 +262,7 @@ const lj_op_case lj_op_cases[] = {
     CUDA_ONE("adamw", D(301, 2, 0, 2), 0, 1, lj_case_adamw),
     CUDA_ONE("adamw", D(1001, 1, 0, 3), 0, 1, lj_case_adamw),
     CUDA_ONE("adamw", D(100003, 1, 0, 3), 0, 1, lj_case_adamw),
+    CUDA_ONE("adamw", D(100003, 1, 0, 4), 0, 1, lj_case_adamw),
     CUDA_BOTH("cuda_graph", D(0), 0, GPU_BF16, 1, lj_case_graph),
     /* QK-norm plain and fused with RoPE (Qwen3: head_dim 128, 16/8 heads as qwen3-0.6b/1.7b), and
      * the q/k/v bias (qwen2.5-0.5b's QKV width 1152) */

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# test_bf16_moments.sh: AdamW's moments stored as bf16 (Megatron-LM's precision-aware optimizer:
+# --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), llama3-nano on
+# KJV tokens on the CPU backend, 6 iterations of 4 sequences:
+#   - the start-up line says so; the saved moments are f32 values that bf16 holds exactly (the
+#     checkpoint widens the stored codes), the master weights are not;
+#   - the losses stay within 1e-3 (relative) of the f32-moment run's and are not all the same;
+#   - a run stopped at iteration 3 and resumed continues the uninterrupted one bit for bit (losses
+#     and final master weights and moments), on one rank and on 2 ranks under mpirun (ZeRO-1: the
+#     sharded format's per-rank slices, and --ckpt-format single's state gathered to rank 0);
+#   - the memory plan holds half the f32 moments' bytes; ZeRO-3 over 2 ranks is refused by name.
+set -euo pipefail
+: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
+tmp="$LJ_TEST_TMP/bf16_moments"
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LJPERF_DIST_TIMEOUT=120
+
+head -c 200000 "$LJ_CACHE/data/kjv.txt" >"$tmp/kjv.txt"
+"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 || fail "prepare"
+common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
+        --global-batch-size 4 --train-iters 6 --lr 3e-3 --lr-warmup-iters 1 --seed 5 --quiet --eval-iters 1
+        --use-distributed-optimizer)
+bf16=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
+run() { # run NAME RANKS FLAGS...: ljperf train on RANKS ranks (mpirun beyond one), log NAME.jsonl
+  local name=$1 np=$2; shift 2
+  local launch=()
+  [ "$np" = 1 ] || launch=(mpirun --oversubscribe --bind-to none -np "$np" -x OMP_NUM_THREADS -x LJPERF_DIST_TIMEOUT)
+  "${launch[@]}" "$LJPERF" train "${common[@]}" "$@" --log-json "$tmp/$name.jsonl" 2>"$tmp/$name.err" \
+    || { cat "$tmp/$name.err"; fail "$name"; }
+}
+losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
+same() { # same A B: the losses of A, then the resumed B's, equal the uninterrupted run's; the final state too
+  diff <(losses "$tmp/$1.jsonl") <(cat "$tmp/$2-a.jsonl" "$tmp/$2-b.jsonl" | losses /dev/stdin) >/dev/null \
+    || { paste <(losses "$tmp/$1.jsonl") <(cat "$tmp/$2-a.jsonl" "$tmp/$2-b.jsonl" | losses /dev/stdin); \
+         fail "$2: the resumed losses differ from $1's"; }
+  [ "$(losses "$tmp/$1.jsonl" | wc -l)" -ge 6 ] || fail "$1: fewer than 6 iterations"
+  python3 "$LJ_SOURCE_DIR/tests/ckpt_state.py" same "$tmp/$1" "$tmp/$2" || fail "$1 and $2: the final state differs"
+}
+bf16_exact() { # bf16_exact DIR: adam.m and adam.v bf16 values (low 16 bits zero), the master not
+  python3 - "$tmp/$1" <<'PY' || fail "$1: the saved moments are not bf16 values"
+import os, struct, sys
+sys.path.insert(0, os.environ["LJ_SOURCE_DIR"] + "/tests")
+import ckpt_state
+def low(name):
+    t = ckpt_state.tensor(sys.argv[1], name)
+    words = struct.unpack("%dI" % len(t), struct.pack("%df" % len(t), *t))
+    return sum(1 for w in words if w & 0xFFFF), len(words)
+for name in ("adam.m", "adam.v"):
+    off, n = low(name)
+    assert n > 0 and off == 0, "%s: %d of %d not bf16" % (name, off, n)
+off, n = low("master")
+assert off > n // 2, "master: only %d of %d have low bits" % (off, n)
+print("  %s: adam.m and adam.v bf16 values, %d of %d master weights are not" % (os.path.basename(sys.argv[1]), off, n))
+PY
+}
+
+# one rank: f32 moments, bf16 moments, and bf16 stopped at 3 and resumed
+run f32 1 --save "$tmp/f32"
+run bf 1 "${bf16[@]}" --save "$tmp/bf"
+grep -q -- "--use-precision-aware-optimizer: AdamW's moments are stored as m bf16, v bf16 (4 bytes per parameter instead of 8)" \
+  "$tmp/bf.err" || { cat "$tmp/bf.err"; fail "no start-up line about the bf16 moments"; }
+bf16_exact bf
+python3 - "$tmp/f32.jsonl" "$tmp/bf.jsonl" <<'PY' || fail "bf16 moments: the losses are not within 1e-3 of f32's"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("  bf16 vs f32 moments: losses within %.1e over %d iterations" % (worst, len(a)))
+assert len(a) == len(b) >= 6 and worst <= 1e-3 and a != b
+PY
+run bf-r-a 1 "${bf16[@]}" --save "$tmp/bf-r" --exit-interval 3
+run bf-r-b 1 "${bf16[@]}" --save "$tmp/bf-r" --load "$tmp/bf-r"
+same bf bf-r
+
+# 2 ranks, ZeRO-1: the same, and the shard files
+run bf2 2 "${bf16[@]}" --save "$tmp/bf2"
+bf16_exact bf2
+ls "$tmp"/bf2/iter_*/shard_00001_of_00002.bin >/dev/null 2>&1 || fail "bf2: no shard of rank 1"
+run bf2-r-a 2 "${bf16[@]}" --save "$tmp/bf2-r" --exit-interval 3
+run bf2-r-b 2 "${bf16[@]}" --save "$tmp/bf2-r" --load "$tmp/bf2-r"
+same bf2 bf2-r
+# --ckpt-format single: rank 0 writes the state the ranks gather (their bf16 shards widened)
+run bf2-s-a 2 "${bf16[@]}" --save "$tmp/bf2-s" --exit-interval 3 --ckpt-format single
+ls "$tmp"/bf2-s/iter_0000003/state.safetensors >/dev/null 2>&1 || fail "bf2-s: no single-file state"
+bf16_exact bf2-s
+run bf2-s-b 2 "${bf16[@]}" --save "$tmp/bf2-s" --load "$tmp/bf2-s" --ckpt-format single
+same bf2 bf2-s
+
+# ZeRO-3 over 2 ranks: refused before anything runs
+st=0
+mpirun --oversubscribe --bind-to none -np 2 "$LJPERF" train "${common[@]}" --zero-stage 3 "${bf16[@]}" \
+  >/dev/null 2>"$tmp/z3.err" || st=$?
+[ "$st" != 0 ] && grep -q -- "--exp-avg-dtype / --exp-avg-sq-dtype bf16 under ZeRO-3" "$tmp/z3.err" \
+  || { cat "$tmp/z3.err"; fail "ZeRO-3 over 2 ranks with bf16 moments was not refused by name"; }
+
+# the plan: the moments take half the bytes
+moments() { "$LJPERF" plan --model llama3-nano --device cpu --seq-length 32 --zero-stage 1 "$@" --json - 2>/dev/null |
+  python3 -c 'import json,sys; print([c["bytes"] for c in json.load(sys.stdin)["breakdown"] if c["category"] == "optimizer moments"][0])'; }
+a=$(moments) b=$(moments "${bf16[@]}")
+python3 - "$a" "$b" <<'PY' || fail "plan: bf16 moments $b bytes against f32's $a: not half (within the 4-byte norm and step scalars)"
+import sys
+a, b = map(int, sys.argv[1:])
+extra = 1024  # the grad-norm accumulator and the step scalars, the same in both
+print("  plan: optimizer moments %d bytes with f32, %d with bf16" % (a, b))
+assert abs((a - extra) / 2 - (b - extra)) <= extra and b < a * 0.55
+PY
+echo "test_bf16_moments: PASS"
