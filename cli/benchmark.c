@@ -38,9 +38,10 @@ static void usage(FILE *f) {
             "  --margin BYTES|P%%          kept free below it (default 1GiB)\n"
             "  --ablation                 one row per optimisation: Base, +Fusion, +CkptOpt, +FP8 (on Hopper\n"
             "                             GPUs: the --fp8-* flags given, else --fp8-format hybrid with\n"
-            "                             Megatron-LM's defaults; the rows above it run bf16), and over several\n"
-            "                             ranks under ZeRO stage 2 or 3 +CommOpt (overlap_comm off in the rows\n"
-            "                             above it, on in it)\n"
+            "                             Megatron-LM's defaults; the rows above it run bf16), +BF16Moments\n"
+            "                             (AdamW's moments as bf16, recompute planned again; the rows above keep\n"
+            "                             f32), and over several ranks under ZeRO stage 2 or 3 +CommOpt\n"
+            "                             (overlap_comm off in the rows above it, on in it)\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host memory,\n"
             "                             AdamW on the host (default none)\n"
             "  --json FILE                the result (or the ablation rows) as JSON\n"
@@ -64,6 +65,8 @@ typedef struct {
     uint8_t planned_fp8[LJ_MAX_LAYERS]; /* the planner's again, with the memory FP8 frees */
     lj_linear_fp8_options fp8;          /* the +FP8 row's recipe */
     const char *no_fp8;                 /* why +FP8 is left out, or NULL */
+    uint8_t planned_moments[LJ_MAX_LAYERS]; /* the planner's with bf16 moments (and FP8 where it ran) */
+    const char *no_moments;             /* why +BF16Moments is left out, or NULL */
 } ablation_ctx;
 
 /* One row of the ablation: a name, how it changes the configuration of the row above, and
@@ -82,6 +85,7 @@ static void apply_base(lj_bench_config *c, const ablation_ctx *x) {
     memcpy(c->recompute, x->manual, sizeof c->recompute);
     c->dp->overlap_comm = 0;
     c->linear_recipe = LJ_LINEAR_RECIPE_DEFAULT;
+    c->exp_avg_dtype = c->exp_avg_sq_dtype = LJ_DTYPE_F32;
 }
 static void apply_fusion(lj_bench_config *c, const ablation_ctx *x) { c->fused = 1; }
 static void apply_ckptopt(lj_bench_config *c, const ablation_ctx *x) {
@@ -96,6 +100,15 @@ static void apply_fp8(lj_bench_config *c, const ablation_ctx *x) {
 static const char *omit_fp8(const lj_bench_config *c, const ablation_ctx *x) {
     (void)c;
     return x->no_fp8;
+}
+
+static void apply_moments(lj_bench_config *c, const ablation_ctx *x) {
+    c->exp_avg_dtype = c->exp_avg_sq_dtype = LJ_DTYPE_BF16;
+    memcpy(c->recompute, x->planned_moments, sizeof c->recompute);
+}
+static const char *omit_moments(const lj_bench_config *c, const ablation_ctx *x) {
+    (void)c;
+    return x->no_moments;
 }
 
 static void apply_commopt(lj_bench_config *c, const ablation_ctx *x) {
@@ -116,6 +129,8 @@ static const ablation_row k_ablation[] = {
     {"+CkptOpt", "recompute chosen by the planner (CHECKPOINT_OPTIMIZATION)", apply_ckptopt, NULL},
     {"+FP8", "FP8 linears in the transformer blocks (TransformerEngine's recipes), recompute planned again",
      apply_fp8, omit_fp8},
+    {"+BF16Moments", "AdamW's moments stored as bf16 (--exp-avg-dtype/--exp-avg-sq-dtype bf16), recompute planned again",
+     apply_moments, omit_moments},
     {"+CommOpt", "ZeRO-2/3 gradient reductions (and ZeRO-3 gathers, prefetched) overlapped with compute on their own "
                  "stream (overlap_comm)",
      apply_commopt, omit_commopt},
@@ -147,11 +162,11 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
                  cfg->micro_batch_size * cfg->dp->world * cfg->accumulation, cfg->accumulation);
     printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d%s\n", cfg->model.name,
            cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size, gbs);
-    printf("%-10s %14s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
+    printf("%-13s %11s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
         if (i > 0) snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (tps[i] / tps[i - 1] - 1.0));
-        printf("%-10s %14.0f %10s %10.2f %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, res[i].tflops,
+        printf("%-13s %11.0f %10s %10.2f %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, res[i].tflops,
                100.0 * res[i].mfu, k_ablation[ran[i]].what);
     }
     if (rows > 0)
@@ -413,6 +428,10 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     none.recompute = "none";
     ablation_ctx ctx;
     if (ablation) {
+        /* the rows before +BF16Moments keep f32 moments, whatever the flags said */
+        planner.exp_avg_dtype = planner.exp_avg_sq_dtype = LJ_DTYPE_F32;
+        none.exp_avg_dtype = none.exp_avg_sq_dtype = LJ_DTYPE_F32;
+        manual.exp_avg_dtype = manual.exp_avg_sq_dtype = LJ_DTYPE_F32;
         /* every row runs at one micro-batch size: the one given, or with auto the planner's */
         int mb = cfg.micro_batch_size;
         if (mb == 0 && lj_cli_recompute(&planner, &mb, ctx.planned) != LJ_OK)
@@ -442,6 +461,19 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
             fp8_planner.linear_recipe = LJ_LINEAR_RECIPE_FP8;
             fp8_planner.fp8 = &ctx.fp8;
             if (lj_cli_recompute(&fp8_planner, &mb, ctx.planned_fp8) != LJ_OK) return lj_cli_error("benchmark");
+        }
+        /* +BF16Moments: on top of the rows above (FP8 where it ran) */
+        ctx.no_moments = NULL;
+        if (offload) ctx.no_moments = "optimizer offload keeps the moments f32 in host memory";
+        else if (requested_stage == 3 && dp->world > 1) ctx.no_moments = "ZeRO-3 over several ranks keeps f32 moments";
+        if (!ctx.no_moments) {
+            lj_cli_recompute_request mq = planner;
+            if (!ctx.no_fp8) {
+                mq.linear_recipe = LJ_LINEAR_RECIPE_FP8;
+                mq.fp8 = &ctx.fp8;
+            }
+            mq.exp_avg_dtype = mq.exp_avg_sq_dtype = LJ_DTYPE_BF16;
+            if (lj_cli_recompute(&mq, &mb, ctx.planned_moments) != LJ_OK) return lj_cli_error("benchmark");
         }
         return run_ablation(&cfg, &ctx, json);
     }

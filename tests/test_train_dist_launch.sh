@@ -39,7 +39,7 @@ grep -q "on 2 x cpu (ZeRO stage 3)" "$tmp/ds.out" || { cat "$tmp/ds.out" "$tmp/d
   --warmup-iters 0 --no-progress --nproc-per-node 2 --zero-stage 2 --ablation --json "$tmp/ab.json" >"$tmp/ab.out" 2>"$tmp/ab.err" \
   || { cat "$tmp/ab.err"; fail "ablation on 2 ranks"; }
 grep -q "^+CommOpt " "$tmp/ab.out" || { cat "$tmp/ab.out"; fail "no +CommOpt row on 2 ranks"; }
-python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert [x["row"] for x in r] == ["Base", "+Fusion", "+CkptOpt", "+CommOpt"], r' \
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert [x["row"] for x in r] == ["Base", "+Fusion", "+CkptOpt", "+BF16Moments", "+CommOpt"], r' \
   "$tmp/ab.json" || fail "ablation JSON rows"
 "$LJPERF" benchmark --model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2 --train-iters 1 \
   --warmup-iters 0 --no-progress --ablation >"$tmp/ab1.out" 2>"$tmp/ab1.err" || { cat "$tmp/ab1.err"; fail "ablation on 1 rank"; }
