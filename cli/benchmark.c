@@ -302,6 +302,11 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     }
     const int cpu = strcmp(cfg.ops->name, "cpu") == 0;
     /* the ranges of --seq-length, --train-iters and --warmup-iters are their rows' */
+    if (ablation && (moments.precision_aware || moments.exp_avg || moments.exp_avg_sq)) {
+        lj_fail(LJ_ERR_ARG, "--ablation chooses the moments' dtype per row (f32, then bf16 in +BF16Moments): remove "
+                            "--use-precision-aware-optimizer, --exp-avg-dtype and --exp-avg-sq-dtype");
+        return lj_cli_error("benchmark");
+    }
     if (ablation && (recompute || granularity || !cfg.fused || overlap >= 0)) {
         lj_fail(LJ_ERR_ARG, "--ablation chooses fusion, recompute and overlap per row: drop --recompute*, --no-fusion, "
                             "--[no-]overlap-comm");
@@ -344,7 +349,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
                                          &cfg.model, requested_stage, dp->world, offload, cfg.ops->name,
                                          dp->rank == 0) != LJ_OK)
         return lj_cli_error("benchmark");
-    if (lj_cli_moments_resolve(&moments, requested_stage, dp->world, offload, dp->rank == 0, &cfg.exp_avg_dtype,
+    if (lj_cli_moments_resolve(&moments, requested_stage, dp->world, offload ? "--offload-optimizer cpu" : NULL,
+                               dp->rank == 0, &cfg.exp_avg_dtype,
                                &cfg.exp_avg_sq_dtype) != LJ_OK)
         return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
@@ -466,6 +472,9 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
         ctx.no_moments = NULL;
         if (offload) ctx.no_moments = "optimizer offload keeps the moments f32 in host memory";
         else if (requested_stage == 3 && dp->world > 1) ctx.no_moments = "ZeRO-3 over several ranks keeps f32 moments";
+        else if (dp->zero_stage < 1 && requested_stage < 1)
+            ctx.no_moments = "the optimizer is not sharded (Megatron-LM's precision-aware optimizer needs "
+                             "--use-distributed-optimizer or --zero-stage 1|2)";
         if (!ctx.no_moments) {
             lj_cli_recompute_request mq = planner;
             if (!ctx.no_fp8) {

@@ -209,12 +209,13 @@ int lj_cli_moments_rows(lj_cli_moments *f, lj_flag *rows, int max);
 /* The rows' lines of --help. */
 void lj_cli_moments_usage(FILE *out);
 /* The stored dtypes of the flags for a run of ZeRO stage `zero_stage` (as asked) over `world`
- * ranks (optimizer offload: `offload` 1): *exp_avg and *exp_avg_sq LJ_DTYPE_F32 (the default) or
+ * ranks (optimizer offload: `offload` names the flag or config key that asked for it, NULL for
+ * none): *exp_avg and *exp_avg_sq LJ_DTYPE_F32 (the default) or
  * LJ_DTYPE_BF16. As in Megatron-LM a dtype other than fp32 needs --use-precision-aware-optimizer,
  * which needs a sharded optimizer (stage >= 1); bf16 moments are refused by name under ZeRO-3
  * over several ranks and with offload (the host AdamW keeps f32). `print`: say what the moments
  * are. Errors: LJ_ERR_ARG naming the flag (fp16 and fp8 moments, any other value). */
-lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int world, int offload, int print,
+lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int world, const char *offload, int print,
                                  lj_dtype *exp_avg, lj_dtype *exp_avg_sq);
 
 /* The Qwen3-VL forms of plan and benchmark: parses argv for `cmd` (the error prefix) against its

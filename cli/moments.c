@@ -43,28 +43,33 @@ static lj_status moment_dtype(const char *flag, const char *value, lj_dtype *out
     return lj_fail(LJ_ERR_ARG, "%s: '%s' is not one of fp32, bf16", flag, value);
 }
 
-lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int world, int offload, int print,
+lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int world, const char *offload, int print,
                                  lj_dtype *exp_avg, lj_dtype *exp_avg_sq) {
     LJ_TRY(moment_dtype("--exp-avg-dtype", f->exp_avg, exp_avg));
     LJ_TRY(moment_dtype("--exp-avg-sq-dtype", f->exp_avg_sq, exp_avg_sq));
     const int low = *exp_avg != LJ_DTYPE_F32 || *exp_avg_sq != LJ_DTYPE_F32;
+    /* the flag that asked for bf16, for messages */
+    const char *which = *exp_avg != LJ_DTYPE_F32 ? "--exp-avg-dtype bf16" : "--exp-avg-sq-dtype bf16";
     /* megatron/training/arguments.py: the dtypes other than fp32 need the precision-aware
      * optimizer, and it needs the distributed optimizer */
     if (low && !f->precision_aware)
-        return lj_fail(LJ_ERR_ARG, "--exp-avg-dtype / --exp-avg-sq-dtype bf16 needs --use-precision-aware-optimizer "
-                                   "(Megatron-LM: the moments are fp32 without it)");
+        return lj_fail(LJ_ERR_ARG, "%s needs --use-precision-aware-optimizer (Megatron-LM: the moments are fp32 "
+                                   "without it)",
+                       which);
     if (!f->precision_aware) return LJ_OK;
     if (zero_stage < 1)
         return lj_fail(LJ_ERR_ARG, "--use-precision-aware-optimizer needs a sharded optimizer: add "
-                                   "--use-distributed-optimizer or --zero-stage 1|2 (Megatron-LM: only supported "
-                                   "with the distributed optimizer)");
+                                   "--use-distributed-optimizer or --zero-stage 1|2 (a DeepSpeed config: "
+                                   "zero_optimization.stage 1 or 2; Megatron-LM: only supported with the "
+                                   "distributed optimizer)");
     if (low && zero_stage == 3 && world > 1)
-        return lj_fail(LJ_ERR_ARG, "--exp-avg-dtype / --exp-avg-sq-dtype bf16 under ZeRO-3: ljperf keeps bf16 moments "
-                                   "under ZeRO stage 1 and 2 only; use --zero-stage 1|2 or fp32 moments");
+        return lj_fail(LJ_ERR_ARG, "%s under ZeRO-3 over %d ranks: ljperf keeps bf16 moments under ZeRO stage 1 and "
+                                   "2 only; use --zero-stage 1|2 or fp32 moments",
+                       which, world);
     if (low && offload)
-        return lj_fail(LJ_ERR_ARG, "--exp-avg-dtype / --exp-avg-sq-dtype bf16 with --offload-optimizer cpu: the "
-                                   "offloaded moments stay f32 in host memory (the host AdamW's); remove one of "
-                                   "the two");
+        return lj_fail(LJ_ERR_ARG, "%s with %s: the offloaded moments stay f32 in host memory (the host AdamW's); "
+                                   "remove one of the two",
+                       which, offload);
     if (low && print)
         lj_log_info("--use-precision-aware-optimizer: AdamW's moments are stored as m %s, v %s (%d bytes per "
                     "parameter instead of 8); each step widens them to f32, updates in f32 and rounds them to "

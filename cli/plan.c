@@ -452,7 +452,7 @@ int lj_cli_plan(int argc, char **argv) {
     if (lj_cli_megatron_fp8_param_gather(a.fp8.param_gather, t.linear_recipe == LJ_LINEAR_RECIPE_FP8 ? &t.fp8 : NULL,
                                          &cfg, a.zero, a.world, t.offload_optimizer, t.ops->name, 1) != LJ_OK)
         return lj_cli_error("plan");
-    if (lj_cli_moments_resolve(&a.moments, a.zero, a.world, a.offload, 1, &t.exp_avg_dtype, &t.exp_avg_sq_dtype) !=
+    if (lj_cli_moments_resolve(&a.moments, a.zero, a.world, a.offload ? "--offload-optimizer cpu" : NULL, 1, &t.exp_avg_dtype, &t.exp_avg_sq_dtype) !=
         LJ_OK)
         return lj_cli_error("plan");
     const int seq = a.seq > 0 ? a.seq : (strcmp(t.ops->name, "cpu") ? 4096 : 256);

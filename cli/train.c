@@ -592,7 +592,10 @@ static lj_status parse(int argc, char **argv, lj_train_config *c, lj_cli_monitor
                                             c->offload_optimizer, c->ops->name, rank0));
     LJ_TRY(lj_cli_moments_resolve(&a.moments, c->zero.zero_stage,
                                   lj_dist_env_detect(&env) == LJ_OK && env.world_size > 1 ? env.world_size : 1,
-                                  c->offload_optimizer, rank0, &c->exp_avg_dtype, &c->exp_avg_sq_dtype));
+                                  c->offload_optimizer
+                                      ? (c->offload_source ? c->offload_source : "--offload-optimizer cpu")
+                                      : NULL,
+                                  rank0, &c->exp_avg_dtype, &c->exp_avg_sq_dtype));
     LJ_TRY(lj_cli_megatron_doc_mask(mg, &c->model, c->mock_data, &c->doc_mask, rank0));
     if (c->ops->config.deterministic && rank0 && strcmp(c->ops->name, "cuda") == 0 && c->doc_mask.reset_attention_mask)
         lj_log_warn("--deterministic-mode with --reset-attention-mask: attention within documents runs ljperf's own "

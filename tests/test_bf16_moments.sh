@@ -8,7 +8,8 @@
 #   - a run stopped at iteration 3 and resumed continues the uninterrupted one bit for bit (losses
 #     and final master weights and moments), on one rank and on 2 ranks under mpirun (ZeRO-1: the
 #     sharded format's per-rank slices, and --ckpt-format single's state gathered to rank 0);
-#   - the memory plan holds half the f32 moments' bytes; ZeRO-3 over 2 ranks is refused by name.
+#   - the memory plan holds half the f32 moments' bytes; ZeRO-3 over 2 ranks and a DeepSpeed
+#     config's optimizer offload are refused by name.
 set -euo pipefail
 : "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
 tmp="$LJ_TEST_TMP/bf16_moments"
@@ -91,8 +92,15 @@ same bf2 bf2-s
 st=0
 mpirun --oversubscribe --bind-to none -np 2 "$LJPERF" train "${common[@]}" --zero-stage 3 "${bf16[@]}" \
   >/dev/null 2>"$tmp/z3.err" || st=$?
-[ "$st" != 0 ] && grep -q -- "--exp-avg-dtype / --exp-avg-sq-dtype bf16 under ZeRO-3" "$tmp/z3.err" \
+[ "$st" != 0 ] && grep -q -- "--exp-avg-dtype bf16 under ZeRO-3 over 2 ranks" "$tmp/z3.err" \
   || { cat "$tmp/z3.err"; fail "ZeRO-3 over 2 ranks with bf16 moments was not refused by name"; }
+# offload asked for by a DeepSpeed config: the message names its key
+printf '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}\n' \
+  >"$tmp/ds_off.json"
+st=0
+"$LJPERF" train "${common[@]}" --deepspeed "$tmp/ds_off.json" "${bf16[@]}" >/dev/null 2>"$tmp/off.err" || st=$?
+[ "$st" != 0 ] && grep -q -- "--exp-avg-dtype bf16 with zero_optimization.offload_optimizer.device" "$tmp/off.err" \
+  || { cat "$tmp/off.err"; fail "bf16 moments with the config's offload were not refused naming its key"; }
 
 # the plan: the moments take half the bytes
 moments() { "$LJPERF" plan --model llama3-nano --device cpu --seq-length 32 --zero-stage 1 "$@" --json - 2>/dev/null |
