@@ -99,29 +99,7 @@ static void shard_metadata(const lj_dp *dp, const lj_model *m, int iteration, co
 }
 
 /* Copies n f32 of a shard buffer (device memory, or host memory under offload) to the host. */
-static void shard_download(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
-    else m->ops->download(dst, src, (size_t)n * sizeof(float));
-}
-
-static void shard_upload(const lj_model *m, float *dst, const float *src, int64_t n) {
-    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
-    else m->ops->upload(dst, src, (size_t)n * sizeof(float));
-}
-
 static const char *const shard_tensor_names[3] = {"master", "adam_m", "adam_v"};
-
-/* State tensor t of this rank's shard (0 the master weights, 1 and 2 AdamW's m and v, whatever
- * dtype the model stores them in) at shard positions [at, at + n), as host f32. */
-static void state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n) {
-    if (t == 0) shard_download(m, dst, m->master + at, n);
-    else lj_model_moment_download(m, t - 1, dst, at, n);
-}
-
-static void state_upload(const lj_model *m, int t, const float *src, int64_t at, int64_t n) {
-    if (t == 0) shard_upload(m, m->master + at, src, n);
-    else lj_model_moment_upload(m, t - 1, src, at, n);
-}
 
 /* Writes this rank's shard of the f32 master weights and AdamW moments, as this rank holds them
  * (device memory, or host memory under optimizer offload), to the safetensors file `path`
@@ -133,7 +111,7 @@ static lj_status save_shard(const lj_dp *dp, const lj_model *m, const char *path
     lj_st_tensor t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < 3; i++) {
-        state_download(m, i, host + i * S, 0, S);
+        lj_model_state_download(m, i, host + i * S, 0, S);
         t[i].name = shard_tensor_names[i];
         t[i].dtype = LJ_ST_F32;
         t[i].ndim = 1;
@@ -191,14 +169,14 @@ static lj_status load_shard(const lj_dp *dp, lj_model *m, const char *path, int 
     if (s == LJ_OK && S > 0) {
         /* the parameters were derived from state.safetensors' master: the shard must be the same save */
         float *held = lj_malloc((size_t)S * sizeof(float));
-        shard_download(m, held, m->master, S);
+        lj_model_state_download(m, LJ_STATE_MASTER, held, 0, S);
         if (memcmp(held, e[0]->data, (size_t)S * sizeof(float)) != 0)
             s = lj_fail(LJ_ERR_FORMAT, "%s: tensor 'master' differs from this rank's part of %s's master (a shard file "
                                        "of another save, or a corrupted file)", path, "state.safetensors");
         free(held);
     }
     if (s == LJ_OK && S > 0) {
-        for (int i = 0; i < 3; i++) state_upload(m, i, (const float *)e[i]->data, 0, S);
+        for (int i = 0; i < 3; i++) lj_model_state_upload(m, i, (const float *)e[i]->data, 0, S);
     }
     lj_safetensors_close(&st);
     return s;
@@ -521,14 +499,14 @@ static int state_pieces(const lj_run_state *r, int for_save, state_piece **out) 
  * host memory under offload), checked for non-finite values on the way. */
 typedef struct {
     const lj_run_state *r;
-    int src; /* the state tensor (state_download) */
+    int src; /* the state tensor (LJ_STATE_*, lj_model_state_download) */
     const char *tensor;
     int64_t flat_delta; /* flat position - source offset of the current piece */
 } model_source;
 
 static lj_status fetch_model(void *ctx, int64_t at, int64_t n, float *dst) {
     const model_source *ms = ctx;
-    state_download(ms->r->model, ms->src, dst, at, n);
+    lj_model_state_download(ms->r->model, ms->src, dst, at, n);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(dst[i]))
             return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
@@ -828,7 +806,8 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     lj_status s = LJ_OK;
     for (int t = 0; t < 3; t++) /* the copy only: the writer checks it for non-finite values */
         for (int i = 0; i < np; i++)
-            state_download(r->model, t, a->host + t * numel + pieces[i].packed, pieces[i].shard_offset, pieces[i].n);
+            lj_model_state_download(r->model, t, a->host + t * numel + pieces[i].packed, pieces[i].shard_offset,
+                                    pieces[i].n);
     if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, a->host + 3 * numel);
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
@@ -910,7 +889,8 @@ lj_status lj_run_state_save(lj_run_state *r) {
         if (failed == 0.0f) return save_async(r, tmp, json, pieces, np, numel, n8, t0, rss0);
     }
     const size_t staging = lj_ckpt_staging_bytes();
-    model_source sources[3] = {{r, 0, "master", 0}, {r, 1, "adam.m", 0}, {r, 2, "adam.v", 0}};
+    model_source sources[3] = {{r, LJ_STATE_MASTER, "master", 0}, {r, LJ_STATE_EXP_AVG, "adam.m", 0},
+                               {r, LJ_STATE_EXP_AVG_SQ, "adam.v", 0}};
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
     if (n8) lj_linear_state_get(&r->model->linear, f8);
     lj_shard_writer w;
@@ -939,7 +919,7 @@ static void load_progress_add(load_progress *lp, int64_t n) {
 
 typedef struct {
     const lj_model *m;
-    int t;          /* the state tensor (state_upload) */
+    int t;          /* the state tensor (LJ_STATE_*, lj_model_state_upload) */
     int64_t offset; /* the request's shard position */
     int sync;
     load_progress *lp;
@@ -947,7 +927,7 @@ typedef struct {
 
 static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     const upload_sink_ctx *u = ctx;
-    state_upload(u->m, u->t, src, u->offset + at, n);
+    lj_model_state_upload(u->m, u->t, src, u->offset + at, n);
     if (u->sync) u->m->ops->synchronize();
     load_progress_add(u->lp, n);
 }
@@ -1012,7 +992,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     if (s == LJ_OK) lj_model_moments_zero(m);
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
         for (int i = 0; i < np; i++) {
-            us[i] = (upload_sink_ctx){m, t + 1, pieces[i].shard_offset, pinned != NULL, &lp};
+            us[i] = (upload_sink_ctx){m, LJ_STATE_EXP_AVG + t, pieces[i].shard_offset, pinned != NULL, &lp};
             reqs[i] = (lj_shard_request){state_names[t + 1], pieces[i].flat, pieces[i].n, &us[i]};
         }
         s = lj_sharded_read_many(&c, reqs, np, 1, staging, sn, sink_upload);

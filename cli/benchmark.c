@@ -433,11 +433,7 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
     planner.recompute = "auto";
     none.recompute = "none";
     ablation_ctx ctx;
-    if (ablation) {
-        /* the rows before +BF16Moments keep f32 moments, whatever the flags said */
-        planner.exp_avg_dtype = planner.exp_avg_sq_dtype = LJ_DTYPE_F32;
-        none.exp_avg_dtype = none.exp_avg_sq_dtype = LJ_DTYPE_F32;
-        manual.exp_avg_dtype = manual.exp_avg_sq_dtype = LJ_DTYPE_F32;
+    if (ablation) { /* f32 moments until +BF16Moments: --ablation refuses the moment flags */
         /* every row runs at one micro-batch size: the one given, or with auto the planner's */
         int mb = cfg.micro_batch_size;
         if (mb == 0 && lj_cli_recompute(&planner, &mb, ctx.planned) != LJ_OK)

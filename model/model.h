@@ -71,7 +71,8 @@ typedef struct {
     lj_dtype exp_avg_dtype;    /* training: the stored dtype of AdamW's m and v, LJ_DTYPE_F32 (0, the */
     lj_dtype exp_avg_sq_dtype; /* default) or LJ_DTYPE_BF16 (Megatron-LM's --exp-avg-dtype and
                                   --exp-avg-sq-dtype; ops.h lj_adamw_hparams). BF16 halves their
-                                  8 bytes per parameter; not with optimizer offload or ZeRO-3 */
+                                  8 bytes per parameter; not with optimizer offload or ZeRO-3
+                                  over several ranks */
 } lj_model_options;
 
 /* Per-layer activations. Under recompute, pointers that are not kept alias shared
@@ -162,7 +163,7 @@ struct lj_model {
     void *adam_m;        /* [shard_numel] opt.exp_avg_dtype (training) */
     void *adam_v;        /* [shard_numel] opt.exp_avg_sq_dtype (training); adam_m and adam_v are host
                             memory (f32) under optimizer offload. Read and written through
-                            lj_model_moment_download / _upload, which convert */
+                            lj_model_state_download / _upload, which convert */
     float *grad_norm_sq; /* [1] f32 */
     float *adamw_scalars; /* [lr groups][LJ_ADAMW_NUM_SCALARS] f32 (training): this step's lr and bias
                              corrections per lr group (ops.h), uploaded before the optimizer step
@@ -275,17 +276,19 @@ void lj_model_get_weights(lj_model *m, float *params);
  * optimizer offload), under any ZeRO stage. */
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full);
 
-/* AdamW's moments (which: 0 m, 1 v) of this rank's shard as host f32, whatever their stored
- * dtype (opt.exp_avg_dtype, opt.exp_avg_sq_dtype; bf16 widens exactly): download dst[n] from
- * shard positions [at, at + n); upload src[n] there (bf16 rounds to nearest even, so a moment
- * downloaded and uploaded again is unchanged); zero both over the whole shard. Device memory,
- * or host memory under optimizer offload. */
-lj_dtype lj_model_moment_dtype(const lj_model *m, int which);
-void lj_model_moment_download(const lj_model *m, int which, float *dst, int64_t at, int64_t n);
-void lj_model_moment_upload(const lj_model *m, int which, const float *src, int64_t at, int64_t n);
+/* The optimizer state tensors of this rank's shard, t: the f32 master weights and AdamW's two
+ * moments, as host f32 whatever their stored dtype (opt.exp_avg_dtype, opt.exp_avg_sq_dtype;
+ * bf16 widens exactly): download dst[n] from shard positions [at, at + n); upload src[n] there
+ * (bf16 rounds to nearest even, so a tensor downloaded and uploaded again is unchanged). Device
+ * memory, or host memory under optimizer offload. lj_model_upload_state_shard is
+ * lj_model_upload_shard for tensor t (host f32 `full` [P] -> this rank's part); moments_zero
+ * zeroes both moments over the whole shard. */
+enum { LJ_STATE_MASTER = 0, LJ_STATE_EXP_AVG = 1, LJ_STATE_EXP_AVG_SQ = 2 };
+lj_dtype lj_model_state_dtype(const lj_model *m, int t);
+void lj_model_state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n);
+void lj_model_state_upload(const lj_model *m, int t, const float *src, int64_t at, int64_t n);
+void lj_model_upload_state_shard(lj_model *m, int t, const float *full);
 void lj_model_moments_zero(const lj_model *m);
-/* lj_model_upload_shard for moment `which`: host f32 `full` [P] -> this rank's part. */
-void lj_model_upload_moment_shard(lj_model *m, int which, const float *full);
 
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
  * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived

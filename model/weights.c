@@ -168,34 +168,49 @@ void lj_model_get_weights(lj_model *m, float *params) {
     else m->ops->download(params, f32 ? m->params : (void *)m->master, (size_t)m->layout.total * sizeof(float));
 }
 
-void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
+/* The elements of the flat layout this rank's shard holds (the last shard's padding clipped). */
+static int64_t shard_count(const lj_model *m) {
     const int64_t P = m->layout.total;
+    return m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
+}
+
+/* The f32 state buffers (master, f32 moments) live in device memory, or host memory under
+ * optimizer offload: a copy of n floats either way. */
+static void state_copy_out(const lj_model *m, float *dst, const void *src, int64_t n) {
+    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
+    else m->ops->download(dst, src, (size_t)n * sizeof(float));
+}
+
+static void state_copy_in(const lj_model *m, void *dst, const float *src, int64_t n) {
+    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
+    else m->ops->upload(dst, src, (size_t)n * sizeof(float));
+}
+
+void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
     if (lj_model_shards_params(m)) {
-        m->residency->upload_shard(m, dst, full, 0, P, NULL, m->offload != NULL);
+        m->residency->upload_shard(m, dst, full, 0, m->layout.total, NULL, m->offload != NULL);
         return;
     }
-    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    if (n <= 0) return;
-    if (m->offload) memcpy(dst, full + m->shard_begin, (size_t)n * sizeof(float));
-    else m->ops->upload(dst, full + m->shard_begin, (size_t)n * sizeof(float));
+    const int64_t n = shard_count(m);
+    if (n > 0) state_copy_in(m, dst, full + m->shard_begin, n);
 }
 
-lj_dtype lj_model_moment_dtype(const lj_model *m, int which) {
-    return which == 0 ? m->opt.exp_avg_dtype : m->opt.exp_avg_sq_dtype;
+lj_dtype lj_model_state_dtype(const lj_model *m, int t) {
+    return t == LJ_STATE_EXP_AVG ? m->opt.exp_avg_dtype : t == LJ_STATE_EXP_AVG_SQ ? m->opt.exp_avg_sq_dtype : LJ_DTYPE_F32;
 }
 
-static char *moment_at(const lj_model *m, int which, int64_t at) {
-    return (char *)(which == 0 ? m->adam_m : m->adam_v) + (size_t)at * lj_dtype_size(lj_model_moment_dtype(m, which));
+static char *state_at(const lj_model *m, int t, int64_t at) {
+    char *base = t == LJ_STATE_MASTER ? (char *)m->master : t == LJ_STATE_EXP_AVG ? (char *)m->adam_m : (char *)m->adam_v;
+    return base + (size_t)at * lj_dtype_size(lj_model_state_dtype(m, t));
 }
 
-void lj_model_moment_download(const lj_model *m, int which, float *dst, int64_t at, int64_t n) {
-    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "moment range [%lld, +%lld) of %lld", (long long)at,
+void lj_model_state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n) {
+    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
               (long long)n, (long long)m->shard_numel);
     if (n == 0) return;
-    const char *src = moment_at(m, which, at);
-    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
-        if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
-        else m->ops->download(dst, src, (size_t)n * sizeof(float));
+    const char *src = state_at(m, t, at);
+    if (lj_model_state_dtype(m, t) == LJ_DTYPE_F32) {
+        state_copy_out(m, dst, src, n);
         return;
     }
     /* bf16 into the first half of dst, widened in place from the last element down (element i's
@@ -205,14 +220,13 @@ void lj_model_moment_download(const lj_model *m, int which, float *dst, int64_t 
     for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(h[i]);
 }
 
-void lj_model_moment_upload(const lj_model *m, int which, const float *src, int64_t at, int64_t n) {
-    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "moment range [%lld, +%lld) of %lld", (long long)at,
+void lj_model_state_upload(const lj_model *m, int t, const float *src, int64_t at, int64_t n) {
+    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
               (long long)n, (long long)m->shard_numel);
     if (n == 0) return;
-    char *dst = moment_at(m, which, at);
-    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
-        if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
-        else m->ops->upload(dst, src, (size_t)n * sizeof(float));
+    char *dst = state_at(m, t, at);
+    if (lj_model_state_dtype(m, t) == LJ_DTYPE_F32) {
+        state_copy_in(m, dst, src, n);
         return;
     }
     uint16_t *h = lj_malloc((size_t)n * sizeof(uint16_t));
@@ -223,22 +237,21 @@ void lj_model_moment_upload(const lj_model *m, int which, const float *src, int6
 }
 
 void lj_model_moments_zero(const lj_model *m) {
-    for (int which = 0; which < 2; which++) {
-        void *p = which == 0 ? m->adam_m : m->adam_v;
+    for (int t = LJ_STATE_EXP_AVG; t <= LJ_STATE_EXP_AVG_SQ; t++) {
+        void *p = t == LJ_STATE_EXP_AVG ? m->adam_m : m->adam_v;
         if (!p || m->shard_numel <= 0) continue;
-        const size_t bytes = (size_t)m->shard_numel * lj_dtype_size(lj_model_moment_dtype(m, which));
+        const size_t bytes = (size_t)m->shard_numel * lj_dtype_size(lj_model_state_dtype(m, t));
         if (m->offload) memset(p, 0, bytes);
         else m->ops->memset_zero(p, bytes);
     }
 }
 
-void lj_model_upload_moment_shard(lj_model *m, int which, const float *full) {
-    if (lj_model_moment_dtype(m, which) == LJ_DTYPE_F32) {
-        lj_model_upload_shard(m, which == 0 ? m->adam_m : m->adam_v, full);
+void lj_model_upload_state_shard(lj_model *m, int t, const float *full) {
+    if (lj_model_shards_params(m)) {
+        LJ_ASSERT(lj_model_state_dtype(m, t) == LJ_DTYPE_F32, "bf16 moments under ZeRO-3 over several ranks");
+        lj_model_upload_shard(m, (float *)state_at(m, t, 0), full);
         return;
     }
-    LJ_ASSERT(!lj_model_shards_params(m) && !m->offload, "bf16 moments under ZeRO-3 or offload");
-    const int64_t P = m->layout.total;
-    const int64_t n = m->shard_begin + m->shard_numel <= P ? m->shard_numel : P - m->shard_begin;
-    if (n > 0) lj_model_moment_upload(m, which, full + m->shard_begin, 0, n);
+    const int64_t n = shard_count(m);
+    if (n > 0) lj_model_state_upload(m, t, full + m->shard_begin, 0, n);
 }

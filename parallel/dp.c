@@ -261,8 +261,8 @@ double lj_dp_train_step(lj_dp *dp, lj_model *m, const lj_adamw_segment *segments
 void lj_dp_scatter_state(lj_dp *dp, lj_model *m, const float *w, const float *mm, const float *vv) {
     (void)dp;
     lj_model_set_weights(m, w);
-    lj_model_upload_moment_shard(m, 0, mm);
-    lj_model_upload_moment_shard(m, 1, vv);
+    lj_model_upload_state_shard(m, LJ_STATE_EXP_AVG, mm);
+    lj_model_upload_state_shard(m, LJ_STATE_EXP_AVG_SQ, vv);
 }
 
 void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) {
@@ -272,8 +272,8 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     if (!z && m->shard_numel == P) {
         if (dp->rank != 0) return;
         lj_model_get_weights(m, w);
-        lj_model_moment_download(m, 0, mm, 0, P);
-        lj_model_moment_download(m, 1, vv, 0, P);
+        lj_model_state_download(m, LJ_STATE_EXP_AVG, mm, 0, P);
+        lj_model_state_download(m, LJ_STATE_EXP_AVG_SQ, vv, 0, P);
         return;
     }
     /* The gradient buffer (padded_numel elements of the grad dtype) is the landing space: each
@@ -293,8 +293,7 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
     const int zero3 = z && z->shard_params; /* shards in the layer partition's order, else flat */
     /* the params hold the full master (under offload on an f32 backend: an exact copy of it) */
     const int f32_params = !zero3 && ops->param_dtype == LJ_DTYPE_F32;
-    void *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v};
-    const lj_dtype dt[3] = {LJ_DTYPE_F32, lj_model_moment_dtype(m, 0), lj_model_moment_dtype(m, 1)};
+    void *src[3] = {f32_params ? NULL : m->master, m->adam_m, m->adam_v}; /* LJ_STATE_* order */
     float *dst[3] = {w, mm, vv};
     for (int i = 0; i < 3; i++) {
         if (!src[i]) {
@@ -308,7 +307,7 @@ void lj_dp_gather_state(lj_dp *dp, lj_model *m, float *w, float *mm, float *vv) 
                 /* host state: staged into this rank's slot of the landing space, gathered in place */
                 ops->upload(mine, (float *)src[i] + k, (size_t)c * sizeof(float));
                 lj_dp_check(dp, lj_dist_all_gather(dp->dist, mine, land, c, LJ_DTYPE_F32, stream));
-            } else if (dt[i] == LJ_DTYPE_BF16) {
+            } else if (lj_model_state_dtype(m, i) == LJ_DTYPE_BF16) {
                 /* bf16 moments: widened (exactly) into this rank's slot, gathered in place as f32 */
                 ops->cast_to_f32(mine, (uint16_t *)src[i] + k, LJ_DTYPE_BF16, c);
                 lj_dp_check(dp, lj_dist_all_gather(dp->dist, mine, land, c, LJ_DTYPE_F32, stream));

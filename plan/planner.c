@@ -385,9 +385,7 @@ static void explain_no_fit(const lj_model_config *cfg, int T, int B, const lj_pl
                      lj_format_bytes(need, b4, sizeof b4), W > 1 ? " per rank" : "",
                      lj_format_bytes(states, b5, sizeof b5), per_param, dtype_lower(ops->param_dtype),
                      ops->param_dtype == LJ_DTYPE_F32 ? "" : "f32 master weights, ", dtype_lower(ops->grad_dtype),
-                     t->exp_avg_dtype == LJ_DTYPE_F32 && t->exp_avg_sq_dtype == LJ_DTYPE_F32 ? "f32"
-                     : t->exp_avg_dtype == t->exp_avg_sq_dtype                              ? "bf16"
-                                                                                             : "mixed-dtype",
+                     t->exp_avg_dtype == t->exp_avg_sq_dtype ? dtype_lower(t->exp_avg_dtype) : "mixed-dtype",
                      share,
                      lj_format_bytes(rest, b6, sizeof b6));
     /* ZeRO-3 over more ranks: the fewest that fit (doubling, then bisecting; at most 4096) */

@@ -10,28 +10,11 @@
 #     mpirun (ZeRO-1, --ckpt-format single: the state gathered to rank 0, the bf16 shards widened);
 #   - the memory plan holds half the f32 moments' bytes; ZeRO-3 over 2 ranks and a DeepSpeed
 #     config's optimizer offload are refused by name.
-set -euo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
-tmp="$LJ_TEST_TMP/bf16_moments"
-rm -rf "$tmp" && mkdir -p "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LJPERF_DIST_TIMEOUT=120
-
-head -c 200000 "$LJ_CACHE/data/kjv.txt" >"$tmp/kjv.txt"
-"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 || fail "prepare"
+source "$(dirname "$0")/kjv_train_lib.sh" bf16_moments
 common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
         --global-batch-size 4 --train-iters 6 --lr 3e-3 --lr-warmup-iters 1 --seed 5 --quiet --eval-iters 1
         --use-distributed-optimizer)
 bf16=(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)
-run() { # run NAME RANKS FLAGS...: ljperf train on RANKS ranks (mpirun beyond one), log NAME.jsonl
-  local name=$1 np=$2; shift 2
-  local launch=()
-  [ "$np" = 1 ] || launch=(mpirun --oversubscribe --bind-to none -np "$np" -x OMP_NUM_THREADS -x LJPERF_DIST_TIMEOUT)
-  "${launch[@]}" "$LJPERF" train "${common[@]}" "$@" --log-json "$tmp/$name.jsonl" 2>"$tmp/$name.err" \
-    || { cat "$tmp/$name.err"; fail "$name"; }
-}
-losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
 same() { # same A B: the losses of A, then the resumed B's, equal the uninterrupted run's; the final state too
   diff <(losses "$tmp/$1.jsonl") <(cat "$tmp/$2-a.jsonl" "$tmp/$2-b.jsonl" | losses /dev/stdin) >/dev/null \
     || { paste <(losses "$tmp/$1.jsonl") <(cat "$tmp/$2-a.jsonl" "$tmp/$2-b.jsonl" | losses /dev/stdin); \

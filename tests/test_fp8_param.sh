@@ -26,27 +26,10 @@
 #     that; under ZeRO-3 over 2 ranks a layer's gather slot holds its FP8 weights as bytes (49 KiB
 #     instead of 192.5 KiB of f32), beside this rank's FP8 shard (zero3.fp8_shard);
 #   - the start-up line says what is kept and gathered.
-set -euo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}" "${LJ_SOURCE_DIR:?}"
-tmp="$LJ_TEST_TMP/fp8_param"
-rm -rf "$tmp" && mkdir -p "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LJPERF_DIST_TIMEOUT=120
-
-head -c 200000 "$LJ_CACHE/data/kjv.txt" >"$tmp/kjv.txt"
-"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 || fail "prepare"
+source "$(dirname "$0")/kjv_train_lib.sh" fp8_param
 common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
         --global-batch-size 12 --train-iters 3 --lr 3e-3 --lr-warmup-iters 1 --seed 11 --quiet --eval-iters 1
         --fp8-format hybrid)
-run() { # run NAME RANKS FLAGS...: ljperf train on RANKS ranks (mpirun beyond one), log NAME.jsonl
-  local name=$1 np=$2; shift 2
-  local launch=()
-  [ "$np" = 1 ] || launch=(mpirun --oversubscribe --bind-to none -np "$np" -x OMP_NUM_THREADS -x LJPERF_DIST_TIMEOUT)
-  "${launch[@]}" "$LJPERF" train "${common[@]}" "$@" --log-json "$tmp/$name.jsonl" 2>"$tmp/$name.err" \
-    || { cat "$tmp/$name.err"; fail "$name"; }
-}
-losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
 same() { # same A B: the losses and (when both saved) the final state bit for bit
   diff <(losses "$tmp/$1.jsonl") <(losses "$tmp/$2.jsonl") >/dev/null || { paste <(losses "$tmp/$1.jsonl") \
     <(losses "$tmp/$2.jsonl"); fail "$1 and $2: the losses differ"; }

@@ -234,6 +234,9 @@ static void adamw_launch(unsigned blocks, lj_bf16 *pb, float *master, const void
             pb, master, (const lj_bf16 *)grad, (M *)m, (V *)v, batch, k, step_scalars, grad_norm_sq);
 }
 
+typedef void (*adamw_launch_fn)(unsigned, lj_bf16 *, float *, const void *, void *, void *, const lj_adamw_batch &,
+                                const lj_adamw_consts &, const float *, const float *, lj_dtype);
+
 void lj_cuda_adamw_update(void *params, float *master, const void *grad, void *m, void *v,
                           const lj_adamw_segment *segments, int num_segments, const lj_adamw_hparams *hp,
                           const float *step_scalars, const float *grad_norm_sq, lj_dtype grad_dtype) {
@@ -243,6 +246,11 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, void *m
     k.eps = hp->eps;
     k.max_grad_norm = hp->max_grad_norm;
     lj_bf16 *pb = (void *)params == (void *)master ? NULL : (lj_bf16 *)params;
+    /* the instance of the moments' dtypes, [m bf16][v bf16] */
+    static const adamw_launch_fn launches[2][2] = {{adamw_launch<float, float>, adamw_launch<float, lj_bf16>},
+                                                   {adamw_launch<lj_bf16, float>, adamw_launch<lj_bf16, lj_bf16>}};
+    const adamw_launch_fn launch =
+        launches[hp->exp_avg_dtype == LJ_DTYPE_BF16][hp->exp_avg_sq_dtype == LJ_DTYPE_BF16];
     for (int s0 = 0; s0 < num_segments; s0 += LJ_ADAMW_SEGS) {
         lj_adamw_batch batch;
         batch.num = 0;
@@ -259,11 +267,7 @@ void lj_cuda_adamw_update(void *params, float *master, const void *grad, void *m
         int64_t units = batch.unit_start[batch.num];
         if (units == 0) continue;
         unsigned blocks = lj_cuda_blocks(units, 1);
-        const bool bm = hp->exp_avg_dtype == LJ_DTYPE_BF16, bv = hp->exp_avg_sq_dtype == LJ_DTYPE_BF16;
-        if (!bm && !bv) adamw_launch<float, float>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
-        else if (bm && bv) adamw_launch<lj_bf16, lj_bf16>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
-        else if (bm) adamw_launch<lj_bf16, float>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
-        else adamw_launch<float, lj_bf16>(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
+        launch(blocks, pb, master, grad, m, v, batch, k, step_scalars, grad_norm_sq, grad_dtype);
         LJ_CUDA_LAUNCHED("adamw_kernel");
     }
 }
