@@ -68,9 +68,9 @@ static int write_chunk(void *ctx, int64_t job, int failed) {
     lj_shard_chunk *c = &w->chunks[job % 2];
     struct lj_shard_pipe *p = w->pipe;
     if (c->first) XXH3_64bits_reset(p->hash);
-    XXH3_64bits_update(p->hash, c->buf, (size_t)c->n * sizeof(float));
+    XXH3_64bits_update(p->hash, c->buf, c->bytes);
     int e = 0;
-    if (!failed && write_full(w->fd, c->buf, (size_t)c->n * sizeof(float)) != 0) {
+    if (!failed && write_full(w->fd, c->buf, c->bytes) != 0) {
         snprintf(w->write_error, sizeof w->write_error, "%s: write failed: %s", w->path, strerror(errno));
         e = WRITE_FAILED;
     }
@@ -120,8 +120,9 @@ lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, in
 }
 
 lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char *param, int64_t offset, int64_t numel,
-                              lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset) {
-    LJ_ASSERT(w->fd >= 0 && w->pipe && numel >= 0);
+                              lj_dtype dtype, lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset) {
+    LJ_ASSERT(w->fd >= 0 && w->pipe && numel >= 0 && (dtype == LJ_DTYPE_F32 || dtype == LJ_DTYPE_BF16));
+    const size_t es = lj_dtype_size(dtype);
     const char *failed = writer_wait(w, 2);
     if (failed) return lj_fail(LJ_ERR_IO, "%s", failed); /* an earlier write failed */
     if (w->count == w->cap) w->slices = lj_realloc(w->slices, (size_t)(w->cap = w->cap ? 2 * w->cap : 64) * sizeof *w->slices);
@@ -130,11 +131,12 @@ lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char
     sl->tensor = lj_strdup(tensor);
     sl->param = param ? lj_strdup(param) : NULL;
     sl->file = w->rank;
+    sl->dtype = dtype;
     sl->offset = offset;
     sl->numel = numel;
     sl->byte_offset = w->bytes;
     sl->xxh3 = 0; /* writer_wait sets it once the slice's last chunk is hashed */
-    w->bytes += (uint64_t)numel * sizeof(float);
+    w->bytes += (uint64_t)numel * es;
     int64_t k = 0;
     do { /* one chunk at least: an empty slice has a checksum too */
         const int64_t n = numel - k < w->staging_numel ? numel - k : w->staging_numel;
@@ -149,12 +151,13 @@ lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char
             }
         }
         c->n = n;
+        c->bytes = (size_t)n * es;
         c->slice = slice;
         c->first = k == 0;
         c->last = k + n >= numel;
         lj_worker_submit(&w->pipe->worker);
         k += n;
-        w->staged += (uint64_t)n * sizeof(float);
+        w->staged += (uint64_t)n * es;
         if (w->progress) lj_progress_update(w->progress, w->staged);
     } while (k < numel);
     return LJ_OK;
@@ -171,6 +174,7 @@ static cJSON *slice_json(const lj_shard_slice *sl) {
     char hex[17];
     hex64(sl->xxh3, hex);
     cJSON_AddStringToObject(o, "tensor", sl->tensor);
+    cJSON_AddStringToObject(o, "dtype", lj_dtype_name(sl->dtype));
     cJSON_AddItemToObject(o, "file", json_i64(sl->file));
     cJSON_AddItemToObject(o, "offset", json_i64(sl->offset));
     cJSON_AddItemToObject(o, "numel", json_i64(sl->numel));
@@ -241,6 +245,15 @@ static int json_int64(const cJSON *it, int64_t *v) {
     return *end == '\0' && *v >= 0;
 }
 
+/* "F32" or "BF16" (the dtypes the format stores), into *dt; 0 for anything else. */
+static int parse_dtype(const cJSON *it, lj_dtype *dt) {
+    if (!cJSON_IsString(it)) return 0;
+    if (strcmp(it->valuestring, "F32") == 0) *dt = LJ_DTYPE_F32;
+    else if (strcmp(it->valuestring, "BF16") == 0) *dt = LJ_DTYPE_BF16;
+    else return 0;
+    return 1;
+}
+
 /* Parses one slice object (of `file` when it carries no "tensor"/"file" itself). */
 static lj_status parse_slice(const cJSON *o, const char *path, const char *tensor, lj_shard_slice *sl) {
     memset(sl, 0, sizeof *sl);
@@ -258,6 +271,10 @@ static lj_status parse_slice(const cJSON *o, const char *path, const char *tenso
                                       "'numel' or 'byte_offset'", path, name);
     if (!cJSON_IsString(h) || !parse_hex64(h->valuestring, &sl->xxh3))
         return lj_fail(LJ_ERR_FORMAT, "%s: a slice of tensor '%s' has no 16-digit 'xxh3_64'", path, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+    sl->dtype = LJ_DTYPE_F32;
+    if (dt && !parse_dtype(dt, &sl->dtype))
+        return lj_fail(LJ_ERR_FORMAT, "%s: a slice of tensor '%s': field 'dtype' is not \"F32\" or \"BF16\"", path, name);
     if (file > 0x7fffffff || n > (INT64_MAX / 8) || off > INT64_MAX - n)
         return lj_fail(LJ_ERR_FORMAT, "%s: a slice of tensor '%s' is out of range", path, name);
     sl->tensor = lj_strdup(name);
@@ -325,6 +342,9 @@ lj_status lj_sharded_write_metadata(const char *dir, int iteration, int world, i
         int j = i;
         int64_t covered = 0;
         for (; j < n && strcmp(all[j].tensor, all[i].tensor) == 0; j++) {
+            if (all[j].dtype != all[i].dtype && s == LJ_OK)
+                s = lj_fail(LJ_ERR_FORMAT, "%s: the slices of tensor '%s' are stored as both %s and %s", dir,
+                            all[i].tensor, lj_dtype_name(all[i].dtype), lj_dtype_name(all[j].dtype));
             if (all[j].offset != covered)
                 s = lj_fail(LJ_ERR_FORMAT, "%s: the slices of tensor '%s' do not cover it once (element %" PRId64
                                            " is %s)", dir, all[i].tensor, covered < all[j].offset ? covered : all[j].offset,
@@ -332,13 +352,14 @@ lj_status lj_sharded_write_metadata(const char *dir, int iteration, int world, i
             covered = all[j].offset + all[j].numel;
         }
         cJSON *t = cJSON_AddObjectToObject(tensors, all[i].tensor);
-        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON_AddStringToObject(t, "dtype", lj_dtype_name(all[i].dtype));
         cJSON *shape = cJSON_AddArrayToObject(t, "shape");
         cJSON_AddItemToArray(shape, json_i64(covered));
         cJSON *arr = cJSON_AddArrayToObject(t, "slices");
         for (int k = i; k < j; k++) {
             cJSON *o = slice_json(&all[k]);
             cJSON_DeleteItemFromObjectCaseSensitive(o, "tensor");
+            cJSON_DeleteItemFromObjectCaseSensitive(o, "dtype"); /* the tensor's */
             cJSON_AddItemToArray(arr, o);
         }
         i = j;
@@ -447,8 +468,9 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
         st->name = lj_strdup(t->string);
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
         const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-        if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0)
-            return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': dtype is not \"F32\"", p, st->name);
+        if (!parse_dtype(dtype, &st->dtype))
+            return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': dtype is not \"F32\" or \"BF16\"", p, st->name);
+        const size_t es = lj_dtype_size(st->dtype);
         if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 1 || !json_int64(shape->child, &st->numel))
             return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': shape is not [numel]", p, st->name);
         const cJSON *slices = cJSON_GetObjectItemCaseSensitive(t, "slices"), *o;
@@ -457,6 +479,7 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
         cJSON_ArrayForEach(o, slices) {
             lj_shard_slice *sl = &st->slices[st->count];
             LJ_TRY(parse_slice(o, p, st->name, sl));
+            sl->dtype = st->dtype;
             st->count++;
             if (sl->file >= c->num_files)
                 return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': a slice names file %d of %d", p, st->name, sl->file,
@@ -465,7 +488,7 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
                 return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': the slices do not cover it in order (element %" PRId64 ")",
                                p, st->name, covered);
             if (sl->byte_offset > (*file_bytes)[sl->file] ||
-                (uint64_t)sl->numel * sizeof(float) > (*file_bytes)[sl->file] - sl->byte_offset)
+                (uint64_t)sl->numel * es > (*file_bytes)[sl->file] - sl->byte_offset)
                 return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': slice [%" PRId64 ", %" PRId64 ") lies beyond the %" PRIu64
                                               " bytes of %s", p, st->name, sl->offset, sl->offset + sl->numel,
                                (*file_bytes)[sl->file], c->files[sl->file]);
@@ -525,6 +548,13 @@ static lj_status pread_full(const lj_sharded *c, int file, void *dst, size_t n, 
         at += (uint64_t)got;
     }
     return LJ_OK;
+}
+
+/* n bf16 values at the start of buf widened in place to n f32 (exactly), from the last down:
+ * f32 i covers bf16 2i and 2i+1, both read already for i > 0, and i itself for i = 0. */
+static void widen_bf16(float *buf, int64_t n) {
+    const uint16_t *h = (const uint16_t *)buf;
+    for (int64_t i = n - 1; i >= 0; i--) buf[i] = lj_bf16_to_f32(h[i]);
 }
 
 /* One chunk the reader thread read (and hashed) for the caller's sink. */
@@ -603,6 +633,7 @@ static void *reader_thread(void *arg) {
         const lj_shard_request *q = &rp->reqs[r];
         const lj_sharded_tensor *t = lj_sharded_find(c, q->tensor);
         const int64_t offset = q->offset, end = q->offset + q->numel;
+        const size_t es = lj_dtype_size(t->dtype);
         for (int i = first_slice(t, offset); i < t->count && t->slices[i].offset < end && ok; i++) {
             const lj_shard_slice *sl = &t->slices[i];
             const int64_t want_b = sl->offset > offset ? sl->offset : offset;
@@ -619,8 +650,8 @@ static void *reader_thread(void *arg) {
                 ch->req = r;
                 ch->failed = 0;
                 ch->bad_slice = -1;
-                if (n > 0 && pread_full(c, sl->file, ch->buf, (size_t)n * sizeof(float),
-                                        sl->byte_offset + (uint64_t)(k - sl->offset) * sizeof(float)) != LJ_OK) {
+                if (n > 0 && pread_full(c, sl->file, ch->buf, (size_t)n * es,
+                                        sl->byte_offset + (uint64_t)(k - sl->offset) * es) != LJ_OK) {
                     snprintf(ch->error, sizeof ch->error, "%s", lj_error_message());
                     ch->failed = 1;
                     ch->n = 0;
@@ -628,7 +659,8 @@ static void *reader_thread(void *arg) {
                     ok = 0;
                     break;
                 }
-                if (h) XXH3_64bits_update(h, ch->buf, (size_t)n * sizeof(float));
+                if (h) XXH3_64bits_update(h, ch->buf, (size_t)n * es);
+                if (t->dtype == LJ_DTYPE_BF16) widen_bf16(ch->buf, n);
                 const int64_t cb = k > want_b ? k : want_b, ce = k + n < want_e ? k + n : want_e;
                 ch->sink_at = cb - offset;
                 ch->skip = cb - k;
@@ -728,9 +760,12 @@ lj_status lj_sharded_read_into(const lj_sharded *c, const char *tensor, int64_t 
         const lj_shard_slice *sl = &t->slices[i];
         const int64_t b = sl->offset > offset ? sl->offset : offset;
         const int64_t e = sl->offset + sl->numel < end ? sl->offset + sl->numel : end;
-        if (e > b)
-            LJ_TRY(pread_full(c, sl->file, dst + (b - offset), (size_t)(e - b) * sizeof(float),
-                              sl->byte_offset + (uint64_t)(b - sl->offset) * sizeof(float)));
+        const size_t es = lj_dtype_size(t->dtype);
+        if (e > b) {
+            LJ_TRY(pread_full(c, sl->file, dst + (b - offset), (size_t)(e - b) * es,
+                              sl->byte_offset + (uint64_t)(b - sl->offset) * es));
+            if (t->dtype == LJ_DTYPE_BF16) widen_bf16(dst + (b - offset), e - b);
+        }
     }
     return LJ_OK;
 }

@@ -3,11 +3,11 @@
  * writes its own shard file at the same time; rank 0 then writes the metadata that describes
  * the global layout. Format: docs/reference.md "Sharded training state".
  *
- *   ITER/shard_RRRRR_of_WWWWW.bin   rank R's slices: raw little-endian f32, back to back, no header
+ *   ITER/shard_RRRRR_of_WWWWW.bin   rank R's slices: raw little-endian f32 (or bf16), back to back, no header
  *   ITER/metadata.json               {"format": "ljperf-sharded-state", "version": 1,
  *                                     "iteration", "world_size", "zero_stage", "partition",
  *                                     "files": [{"name", "bytes"}], "tensors": {NAME: {"dtype":
- *                                     "F32", "shape": [numel], "slices": [{"file", "offset",
+ *                                     "F32" | "BF16", "shape": [numel], "slices": [{"file", "offset",
  *                                     "numel", "byte_offset", "xxh3_64", "param"}]}},
  *                                     "state.json": {"xxh3_64"}}
  *
@@ -47,14 +47,16 @@ typedef struct {
     char *tensor;   /* "master", "adam.m", ... */
     char *param;    /* the parameter tensor it belongs to (HF name), NULL: none */
     int file;       /* index into the files */
+    lj_dtype dtype; /* LJ_DTYPE_F32 or LJ_DTYPE_BF16: how its elements are stored */
     int64_t offset, numel; /* elements of the global tensor */
     uint64_t byte_offset;  /* in the file */
     uint64_t xxh3;
 } lj_shard_slice;
 
-/* Copies n f32 values of a source at src_offset (elements) to the host buffer dst.
+/* Copies n values of a source at src_offset (elements) to the host buffer dst, in the dtype of
+ * the slice being added (lj_shard_writer_add: n * lj_dtype_size(dtype) bytes).
  * Errors: any, with the message set (e.g. a non-finite value named by tensor). */
-typedef lj_status (*lj_shard_fetch_fn)(void *ctx, int64_t src_offset, int64_t n, float *dst);
+typedef lj_status (*lj_shard_fetch_fn)(void *ctx, int64_t src_offset, int64_t n, void *dst);
 
 /* Allocates host memory for the staging (e.g. the backend's pinned memory, ops/ops.h
  * host_alloc) and frees it; NULL in lj_shard_writer_open: lj_malloc and free. */
@@ -65,6 +67,7 @@ typedef void (*lj_host_free_fn)(void *ptr);
 typedef struct {
     float *buf;
     int64_t n;      /* values in buf */
+    size_t bytes;   /* their bytes (n times the slice's element size) */
     int slice;      /* index into the writer's slices */
     int first, last;/* the slice's first / last chunk */
     uint64_t digest;/* the slice's XXH3-64, set by the writer thread on its last chunk */
@@ -99,6 +102,7 @@ typedef struct {
 lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging_bytes,
                                lj_host_alloc_fn host_alloc, lj_host_free_fn host_free);
 /* Appends the slice [offset, offset + numel) of `tensor` (of parameter `param`, may be NULL),
+ * stored as `dtype` (LJ_DTYPE_F32 or LJ_DTYPE_BF16; every slice of a tensor has one dtype),
  * whose values fetch(ctx, src_offset + i, n, buf) gives chunk by chunk (n <= half the staging),
  * on the calling thread; the writer thread hashes and writes each chunk while the next is
  * fetched, so the call returns before its last chunk is written and its checksum known (both
@@ -106,7 +110,7 @@ lj_status lj_shard_writer_open(lj_shard_writer *w, const char *dir, int rank, in
  * write of this or an earlier slice); after an error the writer only takes
  * lj_shard_writer_free. */
 lj_status lj_shard_writer_add(lj_shard_writer *w, const char *tensor, const char *param, int64_t offset, int64_t numel,
-                              lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset);
+                              lj_dtype dtype, lj_shard_fetch_fn fetch, void *ctx, int64_t src_offset);
 /* Waits for the writer thread's last chunks, fsyncs and closes the data file and writes the
  * rank's index (LJ_CKPT_SHARD_INDEX_FMT, atomic). Errors: LJ_ERR_IO naming the file. */
 lj_status lj_shard_writer_close(lj_shard_writer *w);
@@ -117,12 +121,13 @@ void lj_shard_writer_free(lj_shard_writer *w);
 /* Rank 0, once every rank's writer is closed: merges the `world` indexes of DIR into
  * DIR/metadata.json (with the checksum of state_json, the iteration, world size, ZeRO stage and
  * partition name) and removes them. Checks that the slices of each tensor cover it exactly
- * once. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the index file. */
+ * once, in one dtype. Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the index file. */
 lj_status lj_sharded_write_metadata(const char *dir, int iteration, int world, int zero_stage, const char *partition,
                                     const char *state_json);
 
 typedef struct {
     char *name;
+    lj_dtype dtype; /* as stored; reads deliver f32 whatever it is (bf16 widens exactly) */
     int64_t numel;
     lj_shard_slice *slices; /* [count] sorted by offset */
     int count;
@@ -154,7 +159,8 @@ void lj_sharded_close(lj_sharded *c);
 /* The tensor named `name`, or NULL. */
 const lj_sharded_tensor *lj_sharded_find(const lj_sharded *c, const char *name);
 
-/* Receives n values of a read, for elements [dst_offset, dst_offset + n) of the request. */
+/* Receives n values of a read, for elements [dst_offset, dst_offset + n) of the request (f32,
+ * a bf16 tensor's values widened). */
 typedef void (*lj_shard_sink_fn)(void *ctx, int64_t dst_offset, const float *src, int64_t n);
 
 /* Reads elements [offset, offset + numel) of `tensor` from the byte ranges of the files that

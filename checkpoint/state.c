@@ -504,19 +504,42 @@ typedef struct {
     int64_t flat_delta; /* flat position - source offset of the current piece */
 } model_source;
 
-static lj_status fetch_model(void *ctx, int64_t at, int64_t n, float *dst) {
-    const model_source *ms = ctx;
-    lj_model_state_download(ms->r->model, ms->src, dst, at, n);
+/* The first of n values of dtype (f32 or bf16) at p that is not finite, its value in *v; -1
+ * when every one is. */
+static int64_t first_nonfinite(const void *p, lj_dtype dtype, int64_t n, float *v) {
+    if (dtype == LJ_DTYPE_BF16) {
+        const uint16_t *h = p;
+        for (int64_t i = 0; i < n; i++)
+            if ((h[i] & 0x7f80u) == 0x7f80u) return *v = lj_bf16_to_f32(h[i]), i;
+        return -1;
+    }
+    const float *f = p;
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(dst[i]))
-            return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
-                                       "(training diverged; the latest checkpoint in %s is left as it was)",
-                           ms->r->iteration, ms->tensor, dst[i], (long long)(ms->flat_delta + at + i), ms->r->save);
+        if (!isfinite(f[i])) return *v = f[i], i;
+    return -1;
+}
+
+static lj_status fetch_model(void *ctx, int64_t at, int64_t n, void *dst) {
+    const model_source *ms = ctx;
+    lj_model_state_copy_out(ms->r->model, ms->src, dst, at, n, 0);
+    float v;
+    const int64_t i = first_nonfinite(dst, lj_model_state_dtype(ms->r->model, ms->src), n, &v);
+    if (i >= 0)
+        return lj_fail(LJ_ERR_ARG, "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
+                                   "(training diverged; the latest checkpoint in %s is left as it was)",
+                       ms->r->iteration, ms->tensor, v, (long long)(ms->flat_delta + at + i), ms->r->save);
     return LJ_OK;
 }
 
-static lj_status fetch_host(void *ctx, int64_t at, int64_t n, float *dst) {
-    memcpy(dst, (const float *)ctx + at, (size_t)n * sizeof(float));
+/* A tensor of the packed host copy (or the FP8 state): its first byte and its element size. */
+typedef struct {
+    const char *base;
+    size_t size;
+} host_source;
+
+static lj_status fetch_host(void *ctx, int64_t at, int64_t n, void *dst) {
+    const host_source *h = ctx;
+    memcpy(dst, h->base + (size_t)at * h->size, (size_t)n * h->size);
     return LJ_OK;
 }
 
@@ -549,9 +572,14 @@ struct lj_ckpt_async {
     int iteration, save_hf;
     char tmp[LJ_PATH_MAX];
     char *state_json;
-    float *host;            /* the packed copy: [3][numel] + fp8; pinned when the backend has it */
+    char *host;             /* the packed copy: master [numel] f32, adam.m and adam.v [numel] as
+                               stored (f32 or bf16), fp8 [n8] f32; pinned when the backend has it */
     void (*host_free)(void *ptr); /* the backend's, for pinned memory; NULL: free() */
-    int64_t host_numel, numel, n8;
+    size_t host_bytes;      /* allocated */
+    size_t at[4];           /* byte offsets of master, adam.m, adam.v, fp8 in host */
+    lj_dtype dtype[3];      /* the dtypes of master, adam.m, adam.v */
+    int64_t numel, n8;
+    const lj_model *model;  /* whose copies the writer waits for (lj_model_state_copy_wait) */
     state_piece *pieces;
     int npieces;
     lj_shard_writer writer;
@@ -560,6 +588,7 @@ struct lj_ckpt_async {
     size_t staging;
     int rank, world;
     double t0, pause, t_written; /* lj_time_sec(): start, the step's pause, the writer's end */
+    double t_copied;        /* lj_time_sec() when the writer found the copy done */
     int64_t rss0_kib;
 };
 
@@ -580,12 +609,14 @@ void lj_ckpt_async_free(lj_ckpt_async *a) {
     free(a);
 }
 
-/* The rank's shard file: each state tensor's pieces, then (rank 0) the FP8 recipe state; from
- * the shard buffers (sources[i] with fetch_model) or from a packed host copy (host != NULL).
- * `progress`: show it (base/progress.h; not from --async-save's thread, beside the training). */
+/* The rank's shard file: each state tensor's pieces in its dtype (dtype[3]: master f32, the
+ * moments as the run stores them), then (rank 0) the FP8 recipe state; from the shard buffers
+ * (sources[i] with fetch_model) or from a packed host copy (host[3] != NULL: each tensor's
+ * [packed] elements). `progress`: show it (base/progress.h; not from --async-save's thread,
+ * beside the training). */
 static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging,
-                             const state_piece *pieces, int np, model_source *sources, const float *host,
-                             int64_t numel, const float *f8, int64_t n8, int progress) {
+                             const state_piece *pieces, int np, model_source *sources, const char *const *host,
+                             const lj_dtype *dtype, const float *f8, int64_t n8, int progress) {
     /* the staging is pinned when the chunks come from device memory and the backend pins */
     const lj_ops *ops = host ? NULL : sources[0].r->model->ops;
     const int pin = ops && ops->host_alloc && !sources[0].r->model->offload;
@@ -593,26 +624,29 @@ static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int 
     lj_progress pg;
     if (progress) {
         uint64_t total = (uint64_t)n8 * sizeof(float);
-        for (int i = 0; i < np; i++) total += 3 * (uint64_t)pieces[i].n * sizeof(float);
+        for (int t = 0; t < 3; t++)
+            for (int i = 0; i < np; i++) total += (uint64_t)pieces[i].n * lj_dtype_size(dtype[t]);
         char what[LJ_PATH_MAX + 16];
         snprintf(what, sizeof what, "writing %s", w->path);
         lj_progress_begin(&pg, what, total);
         w->progress = &pg;
     }
     lj_status s = LJ_OK;
-    for (int t = 0; t < 3 && s == LJ_OK; t++)
+    for (int t = 0; t < 3 && s == LJ_OK; t++) {
+        host_source hs = {host ? host[t] : NULL, lj_dtype_size(dtype[t])};
         for (int i = 0; i < np && s == LJ_OK; i++) {
             const state_piece *p = &pieces[i];
             if (host) {
-                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, fetch_host, (void *)host,
-                                        t * numel + p->packed);
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype[t], fetch_host, &hs, p->packed);
             } else {
                 sources[t].flat_delta = p->flat - p->shard_offset;
-                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, fetch_model, &sources[t],
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype[t], fetch_model, &sources[t],
                                         p->shard_offset);
             }
         }
-    if (s == LJ_OK && n8 > 0) s = lj_shard_writer_add(w, "fp8.state", NULL, 0, n8, fetch_host, (void *)f8, 0);
+    }
+    host_source h8 = {(const char *)f8, sizeof(float)};
+    if (s == LJ_OK && n8 > 0) s = lj_shard_writer_add(w, "fp8.state", NULL, 0, n8, LJ_DTYPE_F32, fetch_host, &h8, 0);
     if (s == LJ_OK) s = lj_shard_writer_close(w);
     w->progress = NULL;
     return s;
@@ -623,24 +657,28 @@ static lj_status host_finite(const lj_ckpt_async *a) {
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < a->npieces; i++) {
             const state_piece *p = &a->pieces[i];
-            const float *v = a->host + t * a->numel + p->packed;
-            for (int64_t j = 0; j < p->n; j++)
-                if (!isfinite(v[j]))
-                    return lj_fail(LJ_ERR_ARG,
-                                   "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
-                                   "(training diverged; the checkpoints already saved are left as they were)",
-                                   a->iteration, state_names[t], v[j], (long long)(p->flat + j));
+            float v;
+            const int64_t j = first_nonfinite(a->host + a->at[t] + (size_t)p->packed * lj_dtype_size(a->dtype[t]),
+                                              a->dtype[t], p->n, &v);
+            if (j >= 0)
+                return lj_fail(LJ_ERR_ARG,
+                               "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
+                               "(training diverged; the checkpoints already saved are left as they were)",
+                               a->iteration, state_names[t], v, (long long)(p->flat + j));
         }
     return LJ_OK;
 }
 
 static void *async_writer(void *arg) {
     lj_ckpt_async *a = arg;
-    const float *f8 = a->n8 ? a->host + 3 * a->numel : NULL;
+    const float *f8 = a->n8 ? (const float *)(a->host + a->at[3]) : NULL;
+    const char *const host[3] = {a->host + a->at[0], a->host + a->at[1], a->host + a->at[2]};
+    lj_model_state_copy_wait(a->model); /* the copies queued beside the training's stream */
+    a->t_copied = lj_time_sec();
     a->status = host_finite(a); /* here, off the step: the scan of the copy took longer than the copy */
     if (a->status == LJ_OK)
-        a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, a->host,
-                            a->numel, f8, a->n8, 0);
+        a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, host,
+                                a->dtype, f8, a->n8, 0);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
     a->t_written = lj_time_sec();
     __atomic_store_n(&a->written, 1, __ATOMIC_RELEASE);
@@ -690,10 +728,11 @@ static lj_status seal(const lj_run_state *r, const char *tmp, int iteration, con
 
 /* Every rank: the shard files are written (`s`: this rank's result); rank 0 seals and publishes.
  * Logs the save's line: the time from t0 to now, or for an async save (pause >= 0) to the
- * writer's end t_written on rank 0 plus the sealing. Rank 0 removes `tmp` when any phase failed.
- * Collective. */
+ * writer's end t_written on rank 0 plus the sealing, with the copy's end t_copied (seconds after
+ * t0: when the writer found it done, so at most that). Rank 0 removes `tmp` when any phase
+ * failed. Collective. */
 static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int iteration, const char *json, int save_hf,
-                          size_t staging, uint64_t bytes, double t0, double pause, double t_written,
+                          size_t staging, uint64_t bytes, double t0, double pause, double t_written, double t_copied,
                           int64_t rss0_kib) {
     const double t_seal = lj_time_sec();
     s = all_ok(r, s, "another rank could not write its shard file (see its message)");
@@ -709,9 +748,10 @@ static lj_status finalize(lj_run_state *r, lj_status s, const char *tmp, int ite
         const int64_t peak = proc_status_kib("VmHWM") - rss0_kib;
         char dir[LJ_PATH_MAX];
         (void)lj_ckpt_iter_dir(r->save, iteration, dir); /* fits: the save used it */
-        char paused[128] = "";
+        char paused[192] = "";
         if (pause >= 0)
-            snprintf(paused, sizeof paused, "; the step paused %.3f s for the copy (the peak counts the steps since)", pause);
+            snprintf(paused, sizeof paused, "; the step paused %.3f s to queue the copy, done %.2f s after it beside the "
+                     "steps (the peak counts the steps since)", pause, t_copied - t0);
         lj_log_info("saved checkpoint at iteration %d to %s: %.1f MiB in %.2f s (%.1f MiB/s), %d shard file%s, peak "
                     "host memory of the save %.1f MiB on rank 0 (staging bound %.1f MiB)%s%s",
                     iteration, dir, total[0], dt, dt > 0 ? total[0] / dt : 0.0, r->dp->world, r->dp->world > 1 ? "s" : "",
@@ -752,7 +792,7 @@ lj_status lj_run_state_finish(lj_run_state *r) {
     a->pending = 0;
     lj_status s = a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error);
     s = finalize(r, s, a->tmp, a->iteration, a->state_json, a->save_hf, a->staging, a->writer.bytes, a->t0, a->pause,
-                 a->t_written, a->rss0_kib);
+                 a->t_written, a->t_copied, a->rss0_kib);
     lj_shard_writer_free(&a->writer);
     free(a->state_json);
     a->state_json = NULL;
@@ -767,19 +807,33 @@ lj_status lj_run_state_poll(lj_run_state *r) {
     return busy > 0.0f ? LJ_OK : lj_run_state_finish(r);
 }
 
-/* The async save's host copy of `need` f32 (kept between saves, like Megatron-LM's pinned
+/* The layout of the async save's packed host copy of numel state elements and n8 FP8 state
+ * values: the byte offsets at[4] of master, adam.m, adam.v (each in its stored dtype, dtype[3])
+ * and the FP8 state; returns the bytes in all. */
+static size_t async_layout(const lj_model *m, int64_t numel, int64_t n8, size_t at[4], lj_dtype dtype[3]) {
+    size_t b = 0;
+    for (int t = 0; t < 3; t++) {
+        dtype[t] = lj_model_state_dtype(m, t);
+        at[t] = b;
+        b += (size_t)numel * lj_dtype_size(dtype[t]);
+    }
+    at[3] = b;
+    return b + (size_t)n8 * sizeof(float);
+}
+
+/* The async save's host copy of `need` bytes (kept between saves, like Megatron-LM's pinned
  * buffers): pinned when the backend has it. Errors: LJ_ERR_OOM when the host has not that much
  * memory available (/proc/meminfo MemAvailable, 90%) or the backend cannot pin it. */
-static lj_status async_buffer(lj_run_state *r, int64_t need) {
+static lj_status async_buffer(lj_run_state *r, size_t need) {
     lj_ckpt_async *a = r->async;
-    if (need <= a->host_numel) return LJ_OK;
+    if (need <= a->host_bytes && a->host) return LJ_OK;
     const lj_ops *ops = r->model->ops;
     if (a->host_free) a->host_free(a->host);
     else free(a->host);
     a->host = NULL;
-    a->host_numel = 0;
+    a->host_bytes = 0;
     a->host_free = NULL;
-    const size_t bytes = (size_t)(need > 0 ? need : 1) * sizeof(float);
+    const size_t bytes = need > 0 ? need : 1;
     size_t avail = 0, total = 0; /* the CPU backend's view of the host: MemAvailable */
     if (lj_ops_cpu()->memory_info(&avail, &total) == LJ_OK && (double)bytes > 0.9 * (double)avail)
         return lj_fail(LJ_ERR_OOM, "its host copy needs %.2f GiB, the host has %.2f GiB available", bytes / 1073741824.0,
@@ -792,23 +846,25 @@ static lj_status async_buffer(lj_run_state *r, int64_t need) {
     } else {
         a->host = lj_malloc(bytes);
     }
-    a->host_numel = need;
+    a->host_bytes = need;
     return LJ_OK;
 }
 
-/* --async-save: the packed host copy of this rank's pieces, then the background writer, which
- * checks the copy for non-finite values before it writes (a diverged state is reported by the
- * save's lj_run_state_finish and never written). Collective (the copy's verdict is shared). */
+/* --async-save: the packed host copy of this rank's pieces, queued beside the training's stream
+ * (the next optimizer step waits for it: lj_model_state_fence), then the background writer,
+ * which waits for the copy and checks it for non-finite values before it writes (a diverged
+ * state is reported by the save's lj_run_state_finish and never written). Collective (the
+ * copy's verdict is shared). */
 static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_piece *pieces, int np, int64_t numel,
                             int64_t n8, double t0, int64_t rss0) {
     lj_ckpt_async *a = r->async;
-    const int64_t need = 3 * numel + n8;
+    const size_t need = async_layout(r->model, numel, n8, a->at, a->dtype);
     lj_status s = LJ_OK;
     for (int t = 0; t < 3; t++) /* the copy only: the writer checks it for non-finite values */
         for (int i = 0; i < np; i++)
-            lj_model_state_download(r->model, t, a->host + t * numel + pieces[i].packed, pieces[i].shard_offset,
-                                    pieces[i].n);
-    if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, a->host + 3 * numel);
+            lj_model_state_copy_out(r->model, t, a->host + a->at[t] + (size_t)pieces[i].packed * lj_dtype_size(a->dtype[t]),
+                                    pieces[i].shard_offset, pieces[i].n, 1);
+    if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, (float *)(a->host + a->at[3]));
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
         if (r->dp->rank == 0) lj_dir_remove_quiet(tmp);
@@ -821,6 +877,7 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     a->npieces = np;
     a->numel = numel;
     a->n8 = n8;
+    a->model = r->model;
     a->iteration = r->iteration;
     a->save_hf = r->save_hf;
     a->state_json = json;
@@ -836,12 +893,13 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) { /* write it here instead */
         async_writer(a);
         return finalize(r, a->status == LJ_OK ? LJ_OK : lj_fail(a->status, "%s", a->error), a->tmp, a->iteration,
-                        a->state_json, a->save_hf, a->staging, a->writer.bytes, t0, -1.0, 0.0, rss0);
+                        a->state_json, a->save_hf, a->staging, a->writer.bytes, t0, -1.0, 0.0, 0.0, rss0);
     }
     a->pending = 1;
     if (!r->quiet)
-        lj_log_info("async save of iteration %d started: the step paused %.3f s to copy %.1f MiB to host memory", r->iteration,
-                    a->pause, (double)need * sizeof(float) / 1048576.0);
+        lj_log_info("async save of iteration %d started: the step paused %.3f s to queue the copy of %.1f MiB to host "
+                    "memory (beside the next steps, before their optimizer step)", r->iteration, a->pause,
+                    (double)need / 1048576.0);
     return LJ_OK;
 }
 
@@ -854,17 +912,19 @@ lj_status lj_run_state_reserve(lj_run_state *r) {
     int64_t nh, ns;
     const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     const double t0 = lj_time_sec();
-    const lj_status s = async_buffer(r, 3 * numel + n8);
+    size_t at[4];
+    lj_dtype dtype[3];
+    const size_t need = async_layout(r->model, numel, n8, at, dtype);
+    const lj_status s = async_buffer(r, need);
     if (s != LJ_OK) {
         lj_log_warn("--async-save: %s: the host copy is made at the first save instead", lj_error_message());
         return LJ_OK;
     }
     if (!r->async->host_free) /* pageable: its pages now (pinned memory has them already) */
-        memset(r->async->host, 0, (size_t)(3 * numel + n8) * sizeof(float));
+        memset(r->async->host, 0, need);
     if (!r->quiet)
         lj_log_info("--async-save: host copy of %.1f MiB allocated%s in %.2f s, before the first step",
-                    (double)(3 * numel + n8) * sizeof(float) / 1048576.0, r->async->host_free ? " and pinned" : "",
-                    lj_time_sec() - t0);
+                    (double)need / 1048576.0, r->async->host_free ? " and pinned" : "", lj_time_sec() - t0);
     return LJ_OK;
 }
 
@@ -882,7 +942,9 @@ lj_status lj_run_state_save(lj_run_state *r) {
     const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     char *json = state_json(r);
     if (r->async) { /* every rank needs its host copy, or the save is synchronous */
-        const lj_status b = async_buffer(r, 3 * numel + n8);
+        size_t at[4];
+        lj_dtype dtype[3];
+        const lj_status b = async_buffer(r, async_layout(r->model, numel, n8, at, dtype));
         float failed = b != LJ_OK;
         if (b != LJ_OK) lj_log_warn("--async-save, iteration %d: %s: this save is synchronous", r->iteration, lj_error_message());
         lj_dp_sum(r->dp, r->model, &failed, 1);
@@ -893,13 +955,15 @@ lj_status lj_run_state_save(lj_run_state *r) {
                                {r, LJ_STATE_EXP_AVG_SQ, "adam.v", 0}};
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
     if (n8) lj_linear_state_get(&r->model->linear, f8);
+    const lj_dtype dtype[3] = {lj_model_state_dtype(r->model, 0), lj_model_state_dtype(r->model, 1),
+                               lj_model_state_dtype(r->model, 2)};
     lj_shard_writer w;
-    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, numel, f8, n8, 1);
+    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, dtype, f8, n8, 1);
     const uint64_t bytes = w.bytes;
     lj_shard_writer_free(&w);
     free(f8);
     free(pieces);
-    s = finalize(r, s, tmp, r->iteration, json, r->save_hf, staging, bytes, t0, -1.0, 0.0, rss0);
+    s = finalize(r, s, tmp, r->iteration, json, r->save_hf, staging, bytes, t0, -1.0, 0.0, 0.0, rss0);
     free(json);
     return s;
 }

@@ -290,6 +290,16 @@ void lj_model_state_upload(const lj_model *m, int t, const float *src, int64_t a
 void lj_model_upload_state_shard(lj_model *m, int t, const float *full);
 void lj_model_moments_zero(const lj_model *m);
 
+/* State tensor t's shard elements [at, at + n) as stored (lj_model_state_dtype: n f32 or bf16)
+ * into host memory dst, for a checkpoint that writes them as they are. async 1 (the backend
+ * permitting, device memory): queued beside the stream (ops download_async; dst pinned to
+ * overlap), to be waited for with lj_model_state_copy_wait (any thread) before dst is read;
+ * every writer of the state (the optimizer step, the uploads above) first calls
+ * lj_model_state_fence, which orders it after such copies on the stream. Otherwise a plain copy. */
+void lj_model_state_copy_out(const lj_model *m, int t, void *dst, int64_t at, int64_t n, int async);
+void lj_model_state_copy_wait(const lj_model *m);
+void lj_model_state_fence(const lj_model *m);
+
 /* Uploads a micro-batch: tokens [B, T+1] host i32 -> inputs = tokens[:, :T], targets = tokens[:, 1:].
  * With opt.doc_mask on, each sequence's position ids, document starts and loss mask are derived
  * from its inputs (lj_doc_mask_sequence, Megatron's rule) and uploaded too; masked targets become

@@ -187,6 +187,7 @@ static void state_copy_in(const lj_model *m, void *dst, const float *src, int64_
 }
 
 void lj_model_upload_shard(lj_model *m, float *dst, const float *full) {
+    lj_model_state_fence(m);
     if (lj_model_shards_params(m)) {
         m->residency->upload_shard(m, dst, full, 0, m->layout.total, NULL, m->offload != NULL);
         return;
@@ -220,10 +221,30 @@ void lj_model_state_download(const lj_model *m, int t, float *dst, int64_t at, i
     for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(h[i]);
 }
 
+void lj_model_state_copy_out(const lj_model *m, int t, void *dst, int64_t at, int64_t n, int async) {
+    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
+              (long long)n, (long long)m->shard_numel);
+    const size_t bytes = (size_t)n * lj_dtype_size(lj_model_state_dtype(m, t));
+    if (bytes == 0) return;
+    const char *src = state_at(m, t, at);
+    if (m->offload) memcpy(dst, src, bytes);
+    else if (async && m->ops->download_async) m->ops->download_async(dst, src, bytes);
+    else m->ops->download(dst, src, bytes);
+}
+
+void lj_model_state_copy_wait(const lj_model *m) {
+    if (!m->offload && m->ops->download_async_wait) m->ops->download_async_wait();
+}
+
+void lj_model_state_fence(const lj_model *m) {
+    if (!m->offload && m->ops->download_async_fence) m->ops->download_async_fence();
+}
+
 void lj_model_state_upload(const lj_model *m, int t, const float *src, int64_t at, int64_t n) {
     LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
               (long long)n, (long long)m->shard_numel);
     if (n == 0) return;
+    lj_model_state_fence(m);
     char *dst = state_at(m, t, at);
     if (lj_model_state_dtype(m, t) == LJ_DTYPE_F32) {
         state_copy_in(m, dst, src, n);
@@ -237,6 +258,7 @@ void lj_model_state_upload(const lj_model *m, int t, const float *src, int64_t a
 }
 
 void lj_model_moments_zero(const lj_model *m) {
+    lj_model_state_fence(m);
     for (int t = LJ_STATE_EXP_AVG; t <= LJ_STATE_EXP_AVG_SQ; t++) {
         void *p = t == LJ_STATE_EXP_AVG ? m->adam_m : m->adam_v;
         if (!p || m->shard_numel <= 0) continue;

@@ -176,6 +176,16 @@ struct lj_ops {
      * Errors: LJ_ERR_OOM. */
     lj_status (*host_alloc)(void **ptr, size_t bytes);
     void (*host_free)(void *ptr);
+    /* Copies beside the stream (--async-save's copy of the optimizer state): download_async
+     * queues a copy of `bytes` from device memory to host memory (pinned, for it to overlap) on a
+     * second stream, after the work queued so far, so that the work queued next runs beside it;
+     * download_async_wait blocks the calling thread (any thread) until every such copy is done;
+     * download_async_fence queues on the stream a wait for them (in a captured graph: a wait, at
+     * each launch, for the copies queued before it), which the writers of the state call first.
+     * All three NULL on a backend without streams (use download). */
+    void (*download_async)(void *dst_host, const void *src, size_t bytes);
+    void (*download_async_wait)(void);
+    void (*download_async_fence)(void);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);
     /* The stream the ops run on (a cudaStream_t), for ordering collectives against them; NULL

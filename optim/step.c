@@ -50,6 +50,7 @@ void lj_optim_update(lj_model *m, void *params_shard, const void *grad_shard, co
     lj_adamw_hparams h = *hp;
     h.exp_avg_dtype = m->opt.exp_avg_dtype; /* the moments as this model stores them */
     h.exp_avg_sq_dtype = m->opt.exp_avg_sq_dtype;
+    lj_model_state_fence(m); /* after an --async-save's copy of the state it overwrites */
     m->ops->adamw_update(params_shard, m->master, grad_shard, m->adam_m, m->adam_v, segments, num_segments, &h,
                          m->adamw_scalars, m->grad_norm_sq);
 }

@@ -2,10 +2,12 @@
 """ckpt_state.py: reads the f32 tensors of an ljperf training checkpoint in either format, for
 the shell tests (docs/reference.md "Sharded training state"):
 
-  - sharded: ITER/metadata.json + ITER/shard_RRRRR_of_WWWWW.bin (raw f32 slices);
+  - sharded: ITER/metadata.json + ITER/shard_RRRRR_of_WWWWW.bin (raw f32 slices, or bf16 ones for
+    moments stored as bf16: read widened to f32);
   - single file: ITER/state.safetensors.
 
   ckpt_state.py tensor ITER NAME          prints the element count and the sum
+  ckpt_state.py dtype ITER NAME           prints the tensor's stored dtype (F32, BF16)
   ckpt_state.py same ITER_A ITER_B        exit 0 when master, adam.m and adam.v are bit-identical
   ckpt_state.py flip ITER TENSOR PARAM    flips one byte inside the slice of TENSOR for
                                           parameter PARAM, prints the file it changed
@@ -34,13 +36,19 @@ def tensor(path, name):
     if os.path.exists(meta):
         m = json.load(open(meta))
         t = m["tensors"][name]
+        size = {"F32": 4, "BF16": 2}[t["dtype"]]
         out = array.array("f", bytes(4 * t["shape"][0]))
         files = [open(os.path.join(d, f["name"]), "rb") for f in m["files"]]
         for s in t["slices"]:
             f = files[s["file"]]
             f.seek(s["byte_offset"])
+            data = f.read(size * s["numel"])
+            if size == 2:  # bf16: the top half of an f32
+                h = array.array("H")
+                h.frombytes(data)
+                data = array.array("I", (u << 16 for u in h)).tobytes()
             x = array.array("f")
-            x.frombytes(f.read(4 * s["numel"]))
+            x.frombytes(data)
             out[s["offset"]:s["offset"] + s["numel"]] = x
         return out
     f = open(os.path.join(d, "state.safetensors"), "rb")
@@ -53,14 +61,20 @@ def tensor(path, name):
     return x
 
 
+def dtype(path, name):
+    d = iter_dir(path)
+    return json.load(open(os.path.join(d, "metadata.json")))["tensors"][name]["dtype"]
+
+
 def flip(path, name, param):
     d = iter_dir(path)
     m = json.load(open(os.path.join(d, "metadata.json")))
+    size = {"F32": 4, "BF16": 2}[m["tensors"][name]["dtype"]]
     for s in m["tensors"][name]["slices"]:
         if s.get("param") == param:
             f = os.path.join(d, m["files"][s["file"]]["name"])
             b = bytearray(open(f, "rb").read())
-            b[s["byte_offset"] + 2 * s["numel"]] ^= 0x10
+            b[s["byte_offset"] + size * (s["numel"] // 2)] ^= 0x10
             open(f, "wb").write(b)
             return m["files"][s["file"]]["name"]
     raise SystemExit("no slice of %s for %s" % (name, param))
@@ -109,6 +123,8 @@ if __name__ == "__main__":
             if tensor(sys.argv[2], name).tobytes() != tensor(sys.argv[3], name).tobytes():
                 print("tensor %s differs" % name)
                 sys.exit(1)
+    elif cmd == "dtype":
+        print(dtype(sys.argv[2], sys.argv[3]))
     elif cmd == "hf":
         print(hf(sys.argv[2]))
     elif cmd == "flip":

@@ -2,12 +2,14 @@
 # test_bf16_moments.sh: AdamW's moments stored as bf16 (Megatron-LM's precision-aware optimizer:
 # --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16), llama3-nano on
 # KJV tokens on the CPU backend, 6 iterations of 4 sequences:
-#   - the start-up line says so; the saved moments are f32 values that bf16 holds exactly (the
-#     checkpoint widens the stored codes), the master weights are not;
+#   - the start-up line says so; the sharded checkpoint stores the moments as bf16 (metadata
+#     "BF16", shard files of 8 bytes per parameter instead of 12), the single-file one as f32
+#     values that bf16 holds exactly; the master weights are f32 values that bf16 does not hold;
 #   - the losses stay within 1e-3 (relative) of the f32-moment run's and are not all the same;
 #   - a run stopped at iteration 3 and resumed continues the uninterrupted one bit for bit (losses
 #     and final master weights and moments), on one rank (the sharded format) and on 2 ranks under
 #     mpirun (ZeRO-1, --ckpt-format single: the state gathered to rank 0, the bf16 shards widened);
+#   - a checkpoint reads back under the other setting (bf16 moments widened, f32 ones rounded);
 #   - the memory plan holds half the f32 moments' bytes; ZeRO-3 over 2 ranks and a DeepSpeed
 #     config's optimizer offload are refused by name.
 source "$(dirname "$0")/kjv_train_lib.sh" bf16_moments
@@ -24,9 +26,17 @@ same() { # same A B: the losses of A, then the resumed B's, equal the uninterrup
 }
 bf16_exact() { # bf16_exact DIR: adam.m and adam.v bf16 values (low 16 bits zero), the master not
   python3 - "$tmp/$1" <<'PY' || fail "$1: the saved moments are not bf16 values"
-import os, struct, sys
+import glob, json, os, struct, sys
 sys.path.insert(0, os.environ["LJ_SOURCE_DIR"] + "/tests")
 import ckpt_state
+d = ckpt_state.iter_dir(sys.argv[1])
+if os.path.exists(os.path.join(d, "metadata.json")):  # sharded: stored as bf16
+    dt = [ckpt_state.dtype(d, name) for name in ("master", "adam.m", "adam.v")]
+    assert dt == ["F32", "BF16", "BF16"], "dtypes %s" % dt
+    p = json.load(open(os.path.join(d, "metadata.json")))["tensors"]["master"]["shape"][0]
+    size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(d, "shard_*.bin")))
+    assert size == 8 * p, "shard files of %d bytes for %d parameters, not 8 each" % (size, p)
+    print("  %s: moments stored as BF16, %d bytes for %d parameters" % (os.path.basename(sys.argv[1]), size, p))
 def low(name):
     t = ckpt_state.tensor(sys.argv[1], name)
     words = struct.unpack("%dI" % len(t), struct.pack("%df" % len(t), *t))
@@ -56,6 +66,21 @@ PY
 run bf-r-a 1 "${bf16[@]}" --save "$tmp/bf-r" --exit-interval 3
 run bf-r-b 1 "${bf16[@]}" --save "$tmp/bf-r" --load "$tmp/bf-r"
 same bf bf-r
+# a checkpoint read under the other setting: the bf16 moments of bf-r's iteration 3 widened into
+# an f32-moment run (which then continues as the bf16 run's first 3 iterations and f32 after),
+# and f32's iteration-6 moments rounded into a bf16-moment run
+mkdir -p "$tmp/x" && cp -r "$tmp/bf-r/iter_0000003" "$tmp/x/" && echo 3 >"$tmp/x/latest_checkpointed_iteration.txt"
+run x-f32 1 --load "$tmp/x"
+run x-bf 1 "${bf16[@]}" --load "$tmp/f32" --train-iters 8
+python3 - "$tmp/x-f32.jsonl" "$tmp/bf-r-b.jsonl" "$tmp/x-bf.jsonl" <<'PY' || fail "a checkpoint read under the other moment dtype"
+import json, sys
+a, b, c = ([(r["iteration"], r["loss"]) for r in map(json.loads, open(p)) if "loss" in r] for p in sys.argv[1:])
+assert [i for i, _ in a] == [4, 5, 6] and [i for i, _ in c] == [7, 8], (a, c)
+worst = max(abs(x[1] - y[1]) / abs(y[1]) for x, y in zip(a, b))
+assert worst <= 1e-3, worst
+print("  bf16 checkpoint resumed with f32 moments: within %.1e of the bf16 resume; f32 checkpoint resumed "
+      "with bf16 moments: iterations 7-8" % worst)
+PY
 
 # 2 ranks, ZeRO-1: each rank's slices of the sharded format (the one-rank resume above reads
 # them the same way), then the resume through --ckpt-format single

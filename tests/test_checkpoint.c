@@ -481,8 +481,13 @@ static void test_latest_tmp_leftover(void **state) {
 
 /* ---- the sharded format (checkpoint/sharded.h) ---- */
 
-static lj_status fetch_array(void *ctx, int64_t at, int64_t n, float *dst) {
+static lj_status fetch_array(void *ctx, int64_t at, int64_t n, void *dst) {
     memcpy(dst, (const float *)ctx + at, (size_t)n * sizeof(float));
+    return LJ_OK;
+}
+
+static lj_status fetch_bf16(void *ctx, int64_t at, int64_t n, void *dst) {
+    memcpy(dst, (const uint16_t *)ctx + at, (size_t)n * sizeof(uint16_t));
     return LJ_OK;
 }
 
@@ -505,12 +510,12 @@ static void test_sharded(void **state) {
     for (int i = 0; i < 1000; i++) x[i] = (float)i * 0.25f - 7.0f;
     lj_shard_writer w;
     assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 16 * sizeof(float), NULL, NULL), LJ_OK);
-    assert_int_equal(lj_shard_writer_add(&w, "master", "a.weight", 0, 300, fetch_array, x, 0), LJ_OK);
-    assert_int_equal(lj_shard_writer_add(&w, "master", "b.weight", 300, 400, fetch_array, x, 300), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "a.weight", 0, 300, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "b.weight", 300, 400, LJ_DTYPE_F32, fetch_array, x, 300), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
     assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 16 * sizeof(float), NULL, NULL), LJ_OK);
-    assert_int_equal(lj_shard_writer_add(&w, "master", "c.weight", 700, 300, fetch_array, x, 700), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", "c.weight", 700, 300, LJ_DTYPE_F32, fetch_array, x, 700), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
     assert_int_equal(lj_sharded_write_metadata(dir, 3, 2, 1, "flat", "{}"), LJ_OK);
@@ -556,15 +561,81 @@ static void test_sharded(void **state) {
     expect_error(lj_sharded_open(&c, dir), LJ_ERR_FORMAT, "shard_00001_of_00002.bin: 100 bytes", "truncated", NULL);
     /* rank 1's index missing its slice: the metadata would leave a gap */
     assert_int_equal(lj_shard_writer_open(&w, dir, 0, 2, 64, NULL, NULL), LJ_OK);
-    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 10, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 10, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
     assert_int_equal(lj_shard_writer_open(&w, dir, 1, 2, 64, NULL, NULL), LJ_OK);
-    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 20, 10, fetch_array, x, 20), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 20, 10, LJ_DTYPE_F32, fetch_array, x, 20), LJ_OK);
     assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
     lj_shard_writer_free(&w);
     expect_error(lj_sharded_write_metadata(dir, 3, 2, 1, "flat", "{}"), LJ_ERR_FORMAT, "do not cover it once",
                  "element 10 is missing", NULL);
+    free(dir);
+}
+
+/* A bf16 tensor (AdamW's moments stored as bf16) beside an f32 one: the file holds its 2-byte
+ * codes, the metadata says "BF16", every read (staged, checked, or straight into the
+ * destination) widens it exactly, a flipped byte fails its checksum, and slices of one tensor
+ * in two dtypes are refused. */
+static void test_sharded_bf16(void **state) {
+    (void)state;
+    char *dir = new_root();
+    assert_int_equal(lj_mkdir_p(dir), LJ_OK);
+    float x[100], want[100];
+    uint16_t h[100];
+    for (int i = 0; i < 100; i++) {
+        x[i] = (float)i * 1.5f;
+        h[i] = lj_f32_to_bf16((float)i * 0.013f - 0.4f);
+        want[i] = lj_bf16_to_f32(h[i]);
+    }
+    lj_shard_writer w;
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 16 * sizeof(float), NULL, NULL), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 100, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.m", "a.weight", 0, 40, LJ_DTYPE_BF16, fetch_bf16, h, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.m", "b.weight", 40, 60, LJ_DTYPE_BF16, fetch_bf16, h, 40), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    assert_int_equal(w.bytes, 100 * 4 + 100 * 2);
+    assert_true(w.slices[2].xxh3 == XXH3_64bits(h + 40, 60 * sizeof(uint16_t)));
+    lj_shard_writer_free(&w);
+    assert_int_equal(lj_sharded_write_metadata(dir, 1, 1, 0, "replicated", "{}"), LJ_OK);
+    char path[1024], *text = NULL;
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    assert_int_equal(lj_file_read_all(path, &text, NULL), LJ_OK);
+    assert_non_null(strstr(text, "\"BF16\"")); /* adam.m's dtype */
+    free(text);
+    lj_sharded c;
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    assert_int_equal(lj_sharded_find(&c, "adam.m")->dtype, LJ_DTYPE_BF16);
+    float got[100], staging[9];
+    sink_ctx sc = {got};
+    const int64_t ranges[][2] = {{0, 100}, {39, 2}, {41, 59}, {0, 1}};
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++)
+        for (int verify = 0; verify < 3; verify++) {
+            memset(got, 0, sizeof got);
+            if (verify < 2)
+                assert_int_equal(lj_sharded_read(&c, "adam.m", ranges[k][0], ranges[k][1], verify, staging, 9, sink_array,
+                                                 &sc), LJ_OK);
+            else
+                assert_int_equal(lj_sharded_read_into(&c, "adam.m", ranges[k][0], ranges[k][1], got), LJ_OK);
+            assert_memory_equal(got, want + ranges[k][0], (size_t)ranges[k][1] * sizeof(float));
+        }
+    assert_int_equal(lj_sharded_read(&c, "master", 0, 100, 1, staging, 9, sink_array, &sc), LJ_OK);
+    assert_memory_equal(got, x, sizeof x);
+    lj_sharded_close(&c);
+    snprintf(path, sizeof path, "%s/" LJ_CKPT_SHARD_DATA_FMT, dir, 0, 1);
+    flip_byte(path, 400 + 2 * 50 + 1); /* in b.weight's slice */
+    assert_int_equal(lj_sharded_open(&c, dir), LJ_OK);
+    expect_error(lj_sharded_read(&c, "adam.m", 40, 10, 1, staging, 9, sink_array, &sc), LJ_ERR_FORMAT,
+                 "tensor 'adam.m' slice [40, 100) (parameter b.weight) fails its checksum", NULL, NULL);
+    lj_sharded_close(&c);
+    /* one tensor, two dtypes: refused when the ranks' indexes merge */
+    assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 64, NULL, NULL), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.v", NULL, 0, 10, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.v", NULL, 10, 10, LJ_DTYPE_BF16, fetch_bf16, h, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    expect_error(lj_sharded_write_metadata(dir, 1, 1, 0, "replicated", "{}"), LJ_ERR_FORMAT,
+                 "the slices of tensor 'adam.v' are stored as both F32 and BF16", NULL, NULL);
     free(dir);
 }
 
@@ -574,7 +645,7 @@ typedef struct {
     int64_t fail_at;
 } failing_source;
 
-static lj_status fetch_failing(void *ctx, int64_t at, int64_t n, float *dst) {
+static lj_status fetch_failing(void *ctx, int64_t at, int64_t n, void *dst) {
     const failing_source *f = ctx;
     if (at + n > f->fail_at) return lj_fail(LJ_ERR_ARG, "simulated fetch failure at %lld", (long long)f->fail_at);
     memcpy(dst, f->x + at, (size_t)n * sizeof(float));
@@ -601,7 +672,7 @@ static void test_sharded_pipeline(void **state) {
         lj_shard_writer w;
         assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, stagings[k], NULL, NULL), LJ_OK);
         for (int i = 0; i < 3; i++)
-            assert_int_equal(lj_shard_writer_add(&w, "master", NULL, cuts[i][0], cuts[i][1], fetch_array, x, cuts[i][0]),
+            assert_int_equal(lj_shard_writer_add(&w, "master", NULL, cuts[i][0], cuts[i][1], LJ_DTYPE_F32, fetch_array, x, cuts[i][0]),
                              LJ_OK);
         assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
         assert_int_equal(w.count, 3);
@@ -656,7 +727,7 @@ static void test_sharded_pipeline(void **state) {
         assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 16 * sizeof(float), NULL, NULL), LJ_OK);
         lj_status s = LJ_OK;
         for (int i = 0; i < 3 && s == LJ_OK; i++) s = lj_shard_writer_add(&w, "master", NULL, cuts[i][0], cuts[i][1],
-                                                                          fetch_array, x, cuts[i][0]);
+                                                                          LJ_DTYPE_F32, fetch_array, x, cuts[i][0]);
         if (s == LJ_OK) s = lj_shard_writer_close(&w);
         expect_error(s, LJ_ERR_IO, "shard_00000_of_00001.bin: write failed", NULL, NULL);
         lj_shard_writer_free(&w);
@@ -667,7 +738,7 @@ static void test_sharded_pipeline(void **state) {
     /* a fetch that fails mid-slice: its error, then the writer refuses more */
     failing_source fs = {x, 500};
     assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 16 * sizeof(float), NULL, NULL), LJ_OK);
-    expect_error(lj_shard_writer_add(&w, "master", NULL, 0, 1000, fetch_failing, &fs, 0), LJ_ERR_ARG,
+    expect_error(lj_shard_writer_add(&w, "master", NULL, 0, 1000, LJ_DTYPE_F32, fetch_failing, &fs, 0), LJ_ERR_ARG,
                  "simulated fetch failure at 500", NULL, NULL);
     expect_error(lj_shard_writer_close(&w), LJ_ERR_IO, "the fetch of tensor 'master' failed", NULL, NULL);
     lj_shard_writer_free(&w);
@@ -684,7 +755,7 @@ int main(void) {
         cmocka_unit_test(test_bad_latest),      cmocka_unit_test(test_bad_checksum),
         cmocka_unit_test(test_bad_iteration_metadata), cmocka_unit_test(test_lock),
         cmocka_unit_test(test_latest_tmp_leftover), cmocka_unit_test(test_sharded),
-        cmocka_unit_test(test_sharded_pipeline),
+        cmocka_unit_test(test_sharded_pipeline), cmocka_unit_test(test_sharded_bf16),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
 }

@@ -143,6 +143,49 @@ static void cuda_download(void *dst_host, const void *src, size_t bytes) {
     LJ_CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream), "cudaStreamSynchronize in download");
 }
 
+/* ---- copies beside the stream (--async-save) ------------------------------------ */
+
+/* The copy stream of download_async, created at start-up: `ordered` (recorded on the stream)
+ * puts each copy after the work queued before it; `copied` (recorded on the copy stream after
+ * each copy, once at start-up so that it starts complete) is what the wait and the fence wait
+ * for. A graph captures the fence as an external wait on `copied`, which each launch resolves
+ * against its latest record. */
+static struct {
+    cudaStream_t stream;
+    cudaEvent_t ordered, copied;
+} g_copy;
+
+static lj_status copy_stream_start(void) {
+    cudaError_t e = cudaStreamCreateWithFlags(&g_copy.stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g_copy.ordered, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g_copy.copied, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(g_copy.copied, g_copy.stream);
+    if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "the copy stream's set-up failed: %s", cudaGetErrorString(e));
+    return LJ_OK;
+}
+
+static void cuda_download_async(void *dst_host, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    LJ_CUDA_CHECK(cudaEventRecord(g_copy.ordered, g_cuda.stream), "cudaEventRecord in download_async");
+    LJ_CUDA_CHECK(cudaStreamWaitEvent(g_copy.stream, g_copy.ordered, 0), "cudaStreamWaitEvent in download_async");
+    LJ_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, g_copy.stream),
+                  "cudaMemcpyAsync in download_async");
+    LJ_CUDA_CHECK(cudaEventRecord(g_copy.copied, g_copy.stream), "cudaEventRecord in download_async");
+}
+
+/* cudaEventSynchronize works from any thread, whatever device is current there. */
+static void cuda_download_async_wait(void) {
+    LJ_CUDA_CHECK(cudaEventSynchronize(g_copy.copied), "cudaEventSynchronize in download_async_wait");
+}
+
+static void cuda_download_async_fence(void) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    LJ_CUDA_CHECK(cudaStreamIsCapturing(g_cuda.stream, &cs), "cudaStreamIsCapturing in download_async_fence");
+    LJ_CUDA_CHECK(cudaStreamWaitEvent(g_cuda.stream, g_copy.copied,
+                                      cs == cudaStreamCaptureStatusNone ? cudaEventWaitDefault : cudaEventWaitExternal),
+                  "cudaStreamWaitEvent in download_async_fence");
+}
+
 static void cuda_copy(void *dst, const void *src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
     LJ_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_cuda.stream),
@@ -197,6 +240,7 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
     e = cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaStreamCreateWithFlags failed: %s", cudaGetErrorString(e));
     g_cuda.debug_sync = cfg->debug_sync != 0;
+    LJ_TRY(copy_stream_start());
     LJ_TRY(lj_cuda_matmul_init());
     lj_cuda_attention_init(cfg->cudnn_library);
     lj_cuda_fp8_init();
@@ -350,6 +394,9 @@ LJ_CUDA_ATTENTION_MODES(LJ_CUDA_X_ENTRIES, 0, none)
         .download = cuda_download,                                                   \
         .host_alloc = cuda_host_alloc,                                               \
         .host_free = cuda_host_free,                                                 \
+        .download_async = cuda_download_async,                                       \
+        .download_async_wait = cuda_download_async_wait,                             \
+        .download_async_fence = cuda_download_async_fence,                           \
         .copy = cuda_copy,                                                           \
         .synchronize = cuda_synchronize,                                             \
         .stream = cuda_stream_ptr,                                                   \
