@@ -289,7 +289,9 @@ lj_status lj_vl_bench_write_json(const lj_vl_bench_config *cfg, const lj_vl_benc
     cJSON_AddStringToObject(o, "vision_recompute", lj_vl_vision_recompute_name(r->vision_recompute));
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
-    lj_status st = lj_file_write_atomic(path, text, strlen(text));
+    lj_status st = LJ_OK;
+    if (strcmp(path, "-") == 0) printf("%s\n", text); /* --json -: standard output */
+    else st = lj_file_write_atomic(path, text, strlen(text));
     free(text);
     if (st != LJ_OK) lj_error_prefix("--json");
     return st;

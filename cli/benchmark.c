@@ -1,9 +1,12 @@
 /* benchmark.c: `ljperf benchmark`: tokens/s, TFLOP/s, MFU, step times and peak memory for a
  * model, and with --ablation what each optimisation earns. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/fs.h"
 #include "bench/benchmark.h"
 #include "cli/megatron.h"
 #include "cli/cli.h"
@@ -44,7 +47,7 @@ static void usage(FILE *f) {
             "                             (overlap_comm off in the rows above it, on in it)\n"
             "  --offload-optimizer cpu|none   ZeRO stage >= 1: master weights and AdamW moments in host memory,\n"
             "                             AdamW on the host (default none)\n"
-            "  --json FILE                the result (or the ablation rows) as JSON\n"
+            "  --json FILE                the result (or the ablation rows) as JSON (-: standard output)\n"
             "  --seed S                   (default 1234)\n"
             "  --nproc-per-node N         N data-parallel ranks here (also under mpirun/srun/torchrun)\n"
             "  --zero-stage S             ZeRO stage 0-3 over the ranks (deepspeed/ names: 3, which is 0 on one rank)\n"
@@ -154,43 +157,51 @@ static int run_ablation(lj_bench_config *cfg, const ablation_ctx *ctx, const cha
         ran[rows++] = i;
     }
     if (cfg->dp->rank != 0) return 0;
+    const int json_stdout = json_path && strcmp(json_path, "-") == 0; /* --json -: the table to stderr */
+    FILE *out = json_stdout ? stderr : stdout;
     char stage[64];
     lj_bench_describe_stage(cfg, stage, sizeof stage);
     char gbs[96] = "";
     if (cfg->accumulation > 1)
         snprintf(gbs, sizeof gbs, ", global batch %d (%d accumulation steps)",
                  cfg->micro_batch_size * cfg->dp->world * cfg->accumulation, cfg->accumulation);
-    printf("ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d%s\n", cfg->model.name,
+    fprintf(out, "ljperf benchmark --ablation: %s on %d x %s (%s), seq %d, micro-batch %d%s\n", cfg->model.name,
            cfg->dp->world, cfg->ops->name, stage, cfg->seq_length, cfg->micro_batch_size, gbs);
-    printf("%-13s %11s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
+    fprintf(out, "%-13s %11s %10s %10s %8s  %s\n", "row", "tokens/s", "gain", "TFLOP/s", "MFU", "what");
     for (int i = 0; i < rows; i++) {
         char gain[32] = "-";
         if (i > 0) snprintf(gain, sizeof gain, "%+.1f%%", 100.0 * (tps[i] / tps[i - 1] - 1.0));
-        printf("%-13s %11.0f %10s %10.2f %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, res[i].tflops,
+        fprintf(out, "%-13s %11.0f %10s %10.2f %7.1f%%  %s\n", k_ablation[ran[i]].name, tps[i], gain, res[i].tflops,
                100.0 * res[i].mfu, k_ablation[ran[i]].what);
     }
     if (rows > 0)
-        printf("(TFLOP/s: the achieved model rate per device; MFU is against %s in every row, FP8 included)\n",
+        fprintf(out, "(TFLOP/s: the achieved model rate per device; MFU is against %s in every row, FP8 included)\n",
                res[0].peak_source);
     for (int i = 0; i < all; i++) {
         const char *why = k_ablation[i].omit ? k_ablation[i].omit(cfg, ctx) : NULL;
-        if (why) printf("(%s left out: %s)\n", k_ablation[i].name, why);
+        if (why) fprintf(out, "(%s left out: %s)\n", k_ablation[i].name, why);
     }
-    if (json_path) {
-        FILE *f = fopen(json_path, "w");
-        if (!f) {
-            lj_fail(LJ_ERR_IO, "--json %s: cannot open for writing", json_path);
+    if (json_path) { /* one JSON array of the rows, written whole (or to standard output) */
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; i < rows; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "row", k_ablation[ran[i]].name);
+            cJSON_AddNumberToObject(o, "tokens_per_s", tps[i]);
+            cJSON_AddNumberToObject(o, "tflops", res[i].tflops);
+            cJSON_AddNumberToObject(o, "mfu", res[i].mfu);
+            cJSON_AddNumberToObject(o, "step_ms_median", res[i].step_ms_median);
+            cJSON_AddItemToArray(arr, o);
+        }
+        char *text = cJSON_Print(arr);
+        cJSON_Delete(arr);
+        lj_status st = LJ_OK;
+        if (json_stdout) printf("%s\n", text);
+        else st = lj_file_write_atomic(json_path, text, strlen(text));
+        free(text);
+        if (st != LJ_OK) {
+            lj_error_prefix("--json");
             return lj_cli_error("benchmark");
         }
-        fprintf(f, "[\n");
-        for (int i = 0; i < rows; i++)
-            fprintf(f,
-                    "  {\"row\": \"%s\", \"tokens_per_s\": %.1f, \"tflops\": %.2f, \"mfu\": %.5f, "
-                    "\"step_ms_median\": %.3f}%s\n",
-                    k_ablation[ran[i]].name, tps[i], res[i].tflops, res[i].mfu, res[i].step_ms_median,
-                    i + 1 < rows ? "," : "");
-        fprintf(f, "]\n");
-        fclose(f);
     }
     return 0;
 }

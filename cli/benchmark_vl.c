@@ -40,7 +40,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
         {.name = "--warmup-iters", .kind = LJ_FLAG_INT, .dest = &warmup, .given = &warmup_given,
          .help = "N  untimed steps first (5 on a GPU, 1 on the CPU)"},
         {.name = "--seed", .kind = LJ_FLAG_U64, .dest = &cfg.seed, .help = "S  weights and data (1234)"},
-        {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the result as JSON"},
+        {.name = "--json", .kind = LJ_FLAG_STR, .dest = &json, .help = "FILE  the result as JSON (-: standard output)"},
         {.name = "--no-progress", .kind = LJ_FLAG_SWITCH, .dest = &cfg.progress, .help = "no progress line on stderr"},
         LJ_CLI_DEVICE_MEMORY_ROW(&device_memory),
         LJ_CLI_MARGIN_ROW(&margin),
@@ -95,7 +95,7 @@ int lj_cli_benchmark_vl(int argc, char **argv) {
     cfg.warmup_iters = warmup_given ? warmup : (cpu ? 1 : 5);
     lj_vl_bench_result r;
     if (lj_vl_bench_run(&cfg, &r) != LJ_OK) return lj_cli_error("benchmark");
-    lj_vl_bench_print(&cfg, &r, stdout);
+    lj_vl_bench_print(&cfg, &r, json && strcmp(json, "-") == 0 ? stderr : stdout); /* --json -: JSON alone on stdout */
     if (json && lj_vl_bench_write_json(&cfg, &r, json) != LJ_OK) return lj_cli_error("benchmark");
     return 0;
 }

@@ -55,8 +55,10 @@ shape=(--model llama3-nano --device cpu --seq-length 32 --micro-batch-size 2)
 "$LJPERF" plan "${shape[@]}" --json "$live/plan.json" >/dev/null 2>&1 || fail "plan"
 "$LJPERF" benchmark "${shape[@]}" --train-iters 3 --warmup-iters 1 --no-progress --json "$live/benchmark.json" \
   >/dev/null 2>"$tmp/bench.err" || { cat "$tmp/bench.err"; fail "benchmark"; }
-"$LJPERF" benchmark "${shape[@]}" --train-iters 2 --warmup-iters 1 --no-progress --ablation --json "$live/ablation.json" \
-  >/dev/null 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "ablation"; }
+"$LJPERF" benchmark "${shape[@]}" --train-iters 2 --warmup-iters 1 --no-progress --ablation --json - \
+  >"$live/ablation.json" 2>"$tmp/abl.err" || { cat "$tmp/abl.err"; fail "ablation"; } # standard output: the JSON alone
+grep -q "^row " "$tmp/abl.err" || fail "ablation --json -: the table is not on stderr"
+[ ! -e ./- ] || fail "ablation --json - wrote a file named -"
 "$LJPERF" report "$live" >"$tmp/live.out" 2>"$tmp/live.err" || { cat "$tmp/live.err"; fail "report of the real run"; }
 grep -q "5 of 5 charts" "$tmp/live.out" || fail "the real run: not 5 charts: $(cat "$tmp/live.out")"
 for kind in "training log" plan benchmark ablation; do

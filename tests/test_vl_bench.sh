@@ -88,10 +88,13 @@ if "$LJPERF" plan --model qwen3-vl-tiny --device cpu --img-h 300 --image-size 51
 fi
 grep -q "give --image-size S or --img-h H --img-w W" "$tmp/both.err" || { cat "$tmp/both.err"; fail "the refusal"; }
 # 5. the decoder's recompute: the same numbers, the policy in the JSON
-for r in none full selective auto; do
+for r in none full selective auto; do # (auto's JSON through --json -: standard output holds it alone)
+  out=(--json "$tmp/r_$r.json"); [ "$r" = auto ] && out=(--json -)
   "$LJPERF" benchmark --model qwen3-vl-tiny --device cpu --image-size 64 --text-tokens 32 --train-iters 2 --warmup-iters 0 \
-    --no-progress --recompute "$r" --json "$tmp/r_$r.json" >"$tmp/r_$r.txt" 2>&1 || { cat "$tmp/r_$r.txt"; fail "--recompute $r"; }
+    --no-progress --recompute "$r" "${out[@]}" >"$tmp/r_$r.out" 2>"$tmp/r_$r.txt" || { cat "$tmp/r_$r.txt"; fail "--recompute $r"; }
 done
+mv "$tmp/r_auto.out" "$tmp/r_auto.json" && [ ! -e ./- ] || fail "--json - wrote a file named -"
+grep -q "samples/s" "$tmp/r_auto.txt" || fail "--json -: the table is not on stderr"
 base=$(field "$tmp/r_none.json" "repr((j['loss_first'], j['loss_last']))")
 for r in full selective auto; do
   [ "$(field "$tmp/r_$r.json" "repr((j['loss_first'], j['loss_last']))")" = "$base" ] \
