@@ -860,11 +860,20 @@ static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_
     lj_ckpt_async *a = r->async;
     const size_t need = async_layout(r->model, numel, n8, a->at, a->dtype);
     lj_status s = LJ_OK;
-    for (int t = 0; t < 3; t++) /* the copy only: the writer checks it for non-finite values */
-        for (int i = 0; i < np; i++)
+    /* the FP8 state first: a download queued after the copies below would wait for all of them */
+    if (n8) lj_linear_state_get(&r->model->linear, (float *)(a->host + a->at[3]));
+    /* the copy only (the writer checks it for non-finite values), adjacent pieces in one: a
+     * stream takes only so many queued operations before the host waits for them (the 8B's 873
+     * piece copies held the step for the whole 1.2 s copy) */
+    for (int t = 0; t < 3; t++)
+        for (int i = 0, j; i < np; i = j) {
+            int64_t n = pieces[i].n;
+            for (j = i + 1; j < np && pieces[j].shard_offset == pieces[i].shard_offset + n &&
+                            pieces[j].packed == pieces[i].packed + n; j++)
+                n += pieces[j].n;
             lj_model_state_copy_out(r->model, t, a->host + a->at[t] + (size_t)pieces[i].packed * lj_dtype_size(a->dtype[t]),
-                                    pieces[i].shard_offset, pieces[i].n, 1);
-    if (s == LJ_OK && n8) lj_linear_state_get(&r->model->linear, (float *)(a->host + a->at[3]));
+                                    pieces[i].shard_offset, n, 1);
+        }
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
         if (r->dp->rank == 0) lj_dir_remove_quiet(tmp);

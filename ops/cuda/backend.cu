@@ -5,6 +5,7 @@
 #include "ops/cuda/paged.h"
 #include "ops/cuda/vision.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,8 +137,45 @@ static void cuda_upload(void *dst, const void *src_host, size_t bytes) {
                   "cudaMemcpyAsync in upload");
 }
 
+/* Small downloads (a loss, a gradient norm, a batch's sampled tokens: up to SMALL_DOWNLOAD_BYTES)
+ * are written by a kernel into mapped pinned memory over the bus instead of by a copy engine:
+ * copies of one direction queue on an engine in order, so behind --async-save's copy beside the
+ * stream (tens of GB) a loss read would wait for all of it. The lock keeps the one staging
+ * buffer to one caller at a time. */
+#define SMALL_DOWNLOAD_BYTES ((size_t)64 << 10)
+static struct {
+    unsigned char *host, *dev; /* the same pinned buffer, as the host and the device address it */
+    pthread_mutex_t mu;
+} g_small = {NULL, NULL, PTHREAD_MUTEX_INITIALIZER};
+
+static __global__ void small_download_kernel(unsigned char *dst, const unsigned char *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static lj_status small_download_start(void) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, SMALL_DOWNLOAD_BYTES, cudaHostAllocMapped);
+    void *d = NULL;
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&d, p, 0);
+    if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "the small-download buffer's set-up failed: %s", cudaGetErrorString(e));
+    g_small.host = (unsigned char *)p;
+    g_small.dev = (unsigned char *)d;
+    return LJ_OK;
+}
+
 static void cuda_download(void *dst_host, const void *src, size_t bytes) {
     if (bytes == 0) return;
+    if (bytes <= SMALL_DOWNLOAD_BYTES && g_small.dev) {
+        pthread_mutex_lock(&g_small.mu);
+        const unsigned blocks = (unsigned)((bytes + 255) / 256 < 64 ? (bytes + 255) / 256 : 64);
+        small_download_kernel<<<blocks, 256, 0, g_cuda.stream>>>(g_small.dev, (const unsigned char *)src, bytes);
+        LJ_CUDA_CHECK(cudaGetLastError(), "small_download_kernel launch");
+        LJ_CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream), "cudaStreamSynchronize in download");
+        memcpy(dst_host, g_small.host, bytes);
+        pthread_mutex_unlock(&g_small.mu);
+        return;
+    }
     LJ_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream),
                   "cudaMemcpyAsync in download");
     LJ_CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream), "cudaStreamSynchronize in download");
@@ -241,6 +279,7 @@ static lj_status cuda_start(const lj_ops_config *cfg) {
     if (e != cudaSuccess) return lj_fail(LJ_ERR_DEVICE, "cudaStreamCreateWithFlags failed: %s", cudaGetErrorString(e));
     g_cuda.debug_sync = cfg->debug_sync != 0;
     LJ_TRY(copy_stream_start());
+    LJ_TRY(small_download_start());
     LJ_TRY(lj_cuda_matmul_init());
     lj_cuda_attention_init(cfg->cudnn_library);
     lj_cuda_fp8_init();
