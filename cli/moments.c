@@ -73,7 +73,8 @@ lj_status lj_cli_moments_resolve(const lj_cli_moments *f, int zero_stage, int wo
     if (low && print)
         lj_log_info("--use-precision-aware-optimizer: AdamW's moments are stored as m %s, v %s (%d bytes per "
                     "parameter instead of 8); each step widens them to f32, updates in f32 and rounds them to "
-                    "nearest even on store; checkpoints keep them as f32 (exactly the stored values)",
+                    "nearest even on store; the sharded checkpoint stores them so (--ckpt-format torch: widened to f32, "
+                    "exactly)",
                     *exp_avg == LJ_DTYPE_BF16 ? "bf16" : "f32", *exp_avg_sq == LJ_DTYPE_BF16 ? "bf16" : "f32",
                     (int)(lj_dtype_size(*exp_avg) + lj_dtype_size(*exp_avg_sq)));
     return LJ_OK;

@@ -13,3 +13,11 @@ timeout 200 $e --json $OUT/8b_nosave.json > $OUT/8b_nosave.log 2>&1; echo "8b no
 timeout 330 $e --save ck8 --save-interval 5 --async-save --json $OUT/8b_async.json > $OUT/8b_async.log 2>&1; echo "8b async rc=$?"
 du -sh ck8; rm -rf ck8
 for f in 8b_nosave 8b_async; do echo "== $f"; grep -E "tokens/s  |step time|checkpoints|async save|saved checkpoint|peak memory" $OUT/$f.log | cut -c1-400; done
+# where qwen3-4b's MFU goes against llama3.2-3b's (bf16, micro-batch 2): the kernels of 4 timed steps each
+if command -v nsys >/dev/null 2>&1; then
+  for m in llama3.2-3b qwen3-4b; do
+    timeout 100 nsys profile -o $OUT/p_$m --force-overwrite true -t cuda,nvtx $d/ljperf benchmark --model $m --micro-batch-size 2 --device cuda --train-iters 4 --warmup-iters 2 --no-progress > $OUT/nsys_$m.log 2>&1
+    nsys stats --report cuda_gpu_kern_sum --format csv -o $OUT/k_$m $OUT/p_$m.nsys-rep > /dev/null 2>&1; rm -f $OUT/p_$m.nsys-rep $OUT/p_$m.sqlite
+    echo "$m: $(grep -E 'tokens/s  |MFU' $OUT/nsys_$m.log | tr -s ' ' | tr '\n' ' ')"
+  done
+else echo "no nsys"; fi
