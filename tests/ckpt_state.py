@@ -43,10 +43,10 @@ def tensor(path, name):
             f = files[s["file"]]
             f.seek(s["byte_offset"])
             data = f.read(size * s["numel"])
-            if size == 2:  # bf16: the top half of an f32
-                h = array.array("H")
-                h.frombytes(data)
-                data = array.array("I", (u << 16 for u in h)).tobytes()
+            if size == 2:  # bf16: the top half of a little-endian f32, the low half zero
+                wide = bytearray(2 * len(data))
+                wide[2::4], wide[3::4] = data[0::2], data[1::2]
+                data = bytes(wide)
             x = array.array("f")
             x.frombytes(data)
             out[s["offset"]:s["offset"] + s["numel"]] = x
