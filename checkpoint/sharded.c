@@ -420,6 +420,55 @@ void lj_sharded_close(lj_sharded *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* One slice's bytes in its file, for check_tiling. */
+typedef struct {
+    int file;
+    uint64_t begin, end;
+    const char *tensor;
+} byte_range;
+
+static int cmp_range(const void *a, const void *b) {
+    const byte_range *x = a, *y = b;
+    if (x->file != y->file) return x->file - y->file;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* The writer puts each file's slices back to back: together they tile its bytes exactly. A
+ * dtype or a shape edited in the metadata breaks that, and is reported here by field rather
+ * than later as a corrupted slice. */
+static lj_status check_tiling(const lj_sharded *c, const char *p, const uint64_t *file_bytes) {
+    int n = 0;
+    for (int i = 0; i < c->num_tensors; i++) n += c->tensors[i].count;
+    byte_range *r = lj_malloc((size_t)(n > 0 ? n : 1) * sizeof *r);
+    int k = 0;
+    for (int i = 0; i < c->num_tensors; i++)
+        for (int j = 0; j < c->tensors[i].count; j++) {
+            const lj_shard_slice *sl = &c->tensors[i].slices[j];
+            r[k++] = (byte_range){sl->file, sl->byte_offset,
+                                  sl->byte_offset + (uint64_t)sl->numel * lj_dtype_size(c->tensors[i].dtype),
+                                  c->tensors[i].name};
+        }
+    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    lj_status s = LJ_OK;
+    for (int f = 0, i = 0; f < c->num_files && s == LJ_OK; f++) {
+        uint64_t at = 0;
+        for (; i < n && r[i].file == f && s == LJ_OK; i++) {
+            if (r[i].begin != at)
+                s = lj_fail(LJ_ERR_FORMAT, "%s: the slices of %s do not tile it: byte %" PRIu64 " is %s (at tensor '%s': "
+                                           "a 'dtype' or 'shape' that does not match the file?)",
+                            p, c->files[f], r[i].begin < at ? r[i].begin : at,
+                            r[i].begin < at ? "in two slices" : "in none", r[i].tensor);
+            at = r[i].end;
+        }
+        if (s == LJ_OK && at != file_bytes[f])
+            s = lj_fail(LJ_ERR_FORMAT, "%s: the slices of %s hold %" PRIu64 " bytes, the file %" PRIu64
+                                       " (a 'dtype' or 'shape' that does not match the file?)",
+                        p, c->files[f], at, file_bytes[f]);
+    }
+    free(r);
+    return s;
+}
+
 static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **file_bytes) {
     const char *p = c->meta_path;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
@@ -470,6 +519,9 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
         const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
         if (!parse_dtype(dtype, &st->dtype))
             return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': dtype is not \"F32\" or \"BF16\"", p, st->name);
+        if (st->dtype != LJ_DTYPE_F32 && (!strcmp(st->name, "master") || !strcmp(st->name, "fp8.state")))
+            return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': dtype is \"%s\"; the format keeps it as \"F32\"", p, st->name,
+                           lj_dtype_name(st->dtype));
         const size_t es = lj_dtype_size(st->dtype);
         if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 1 || !json_int64(shape->child, &st->numel))
             return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': shape is not [numel]", p, st->name);
@@ -479,8 +531,11 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
         cJSON_ArrayForEach(o, slices) {
             lj_shard_slice *sl = &st->slices[st->count];
             LJ_TRY(parse_slice(o, p, st->name, sl));
-            sl->dtype = st->dtype;
             st->count++;
+            if (cJSON_GetObjectItemCaseSensitive(o, "dtype") && sl->dtype != st->dtype)
+                return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': a slice's dtype \"%s\" is not the tensor's \"%s\"", p,
+                               st->name, lj_dtype_name(sl->dtype), lj_dtype_name(st->dtype));
+            sl->dtype = st->dtype;
             if (sl->file >= c->num_files)
                 return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': a slice names file %d of %d", p, st->name, sl->file,
                                c->num_files);
@@ -498,7 +553,7 @@ static lj_status parse_metadata(lj_sharded *c, const cJSON *root, uint64_t **fil
             return lj_fail(LJ_ERR_FORMAT, "%s: tensor '%s': its slices hold %" PRId64 " elements, its shape %" PRId64, p,
                            st->name, covered, st->numel);
     }
-    return LJ_OK;
+    return check_tiling(c, p, *file_bytes);
 }
 
 lj_status lj_sharded_open(lj_sharded *c, const char *dir) {

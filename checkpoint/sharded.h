@@ -11,7 +11,8 @@
  *                                     "numel", "byte_offset", "xxh3_64", "param"}]}},
  *                                     "state.json": {"xxh3_64"}}
  *
- * A tensor is global and 1-D (elements): "master", "adam.m", "adam.v" are [P] in the flat
+ * A tensor is global and 1-D (elements), F32 or BF16 ("master" and "fp8.state" F32 only; a
+ * reader refuses anything else by name): "master", "adam.m", "adam.v" are [P] in the flat
  * parameter layout (config/config.h), "fp8.state" the FP8 recipe's state. A slice is its range
  * [offset, offset + numel) stored in file `file` (an index into "files") at byte `byte_offset`,
  * with the XXH3-64 of its bytes (docs/reference.md "XXH3-64"). Slices are cut at parameter
@@ -152,7 +153,8 @@ int lj_sharded_present(const char *dir);
  * it is otherwise read as). */
 lj_status lj_sharded_check_metadata(const char *dir);
 /* Reads and validates DIR/metadata.json and opens the shard files it names (their sizes must be
- * those recorded). Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and field. On error `c`
+ * those recorded; each file's slices tile it exactly, so a dtype or shape that does not match
+ * the bytes is reported by field). Errors: LJ_ERR_IO / LJ_ERR_FORMAT naming the file and field. On error `c`
  * holds nothing to close. */
 lj_status lj_sharded_open(lj_sharded *c, const char *dir);
 void lj_sharded_close(lj_sharded *c);

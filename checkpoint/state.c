@@ -985,8 +985,9 @@ typedef struct {
     uint64_t done;
 } load_progress;
 
-static void load_progress_add(load_progress *lp, int64_t n) {
-    lp->done += (uint64_t)n * sizeof(float);
+/* n values read of a tensor stored with `size` bytes each */
+static void load_progress_add(load_progress *lp, int64_t n, size_t size) {
+    lp->done += (uint64_t)n * size;
     lj_progress_update(&lp->pg, lp->done);
 }
 
@@ -995,6 +996,7 @@ typedef struct {
     int t;          /* the state tensor (LJ_STATE_*, lj_model_state_upload) */
     int64_t offset; /* the request's shard position */
     int sync;
+    size_t size;    /* bytes per element in the file (progress) */
     load_progress *lp;
 } upload_sink_ctx;
 
@@ -1002,7 +1004,7 @@ static void sink_upload(void *ctx, int64_t at, const float *src, int64_t n) {
     const upload_sink_ctx *u = ctx;
     lj_model_state_upload(u->m, u->t, src, u->offset + at, n);
     if (u->sync) u->m->ops->synchronize();
-    load_progress_add(u->lp, n);
+    load_progress_add(u->lp, n, u->size);
 }
 
 typedef struct {
@@ -1016,7 +1018,7 @@ static void sink_weights(void *ctx, int64_t at, const float *src, int64_t n) {
     const weights_sink_ctx *w = ctx;
     lj_model_set_weights_range(w->m, src, w->base + at, n);
     if (w->sync) w->m->ops->synchronize();
-    load_progress_add(w->lp, n);
+    load_progress_add(w->lp, n, sizeof(float));
 }
 
 /* A sharded iteration directory, through one staging buffer: the master (all of it, as the
@@ -1026,7 +1028,12 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     lj_sharded c;
     LJ_TRY(lj_sharded_open(&c, dir));
     lj_status s = LJ_OK;
-    if (c.iteration != iteration)
+    size_t moment_size[2] = {sizeof(float), sizeof(float)}; /* as stored (the progress's bytes) */
+    for (int t = 0; t < 2; t++) {
+        const lj_sharded_tensor *st = lj_sharded_find(&c, state_names[t + 1]);
+        if (st) moment_size[t] = lj_dtype_size(st->dtype); /* a missing tensor is reported by its read */
+    }
+    if (s == LJ_OK && c.iteration != iteration)
         s = lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %d, but the directory is iter_%07d (a file copied from another "
                                    "checkpoint?)", c.meta_path, c.iteration, iteration);
     const size_t staging_bytes = lj_ckpt_staging_bytes();
@@ -1051,7 +1058,8 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     load_progress lp = {.done = 0};
     {
         uint64_t total = own_only ? 0 : (uint64_t)P * sizeof(float);
-        for (int i = 0; i < np; i++) total += (own_only ? 3 : 2) * (uint64_t)pieces[i].n * sizeof(float);
+        for (int i = 0; i < np; i++)
+            total += (uint64_t)pieces[i].n * ((own_only ? sizeof(float) : 0) + moment_size[0] + moment_size[1]);
         char what[LJ_PATH_MAX + 16];
         snprintf(what, sizeof what, "reading %s", dir);
         lj_progress_begin(&lp.pg, what, total);
@@ -1065,7 +1073,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
     if (s == LJ_OK) lj_model_moments_zero(m);
     for (int t = 0; t < 2 && s == LJ_OK; t++) {
         for (int i = 0; i < np; i++) {
-            us[i] = (upload_sink_ctx){m, LJ_STATE_EXP_AVG + t, pieces[i].shard_offset, pinned != NULL, &lp};
+            us[i] = (upload_sink_ctx){m, LJ_STATE_EXP_AVG + t, pieces[i].shard_offset, pinned != NULL, moment_size[t], &lp};
             reqs[i] = (lj_shard_request){state_names[t + 1], pieces[i].flat, pieces[i].n, &us[i]};
         }
         s = lj_sharded_read_many(&c, reqs, np, 1, staging, sn, sink_upload);

@@ -176,11 +176,6 @@ static int64_t shard_count(const lj_model *m) {
 
 /* The f32 state buffers (master, f32 moments) live in device memory, or host memory under
  * optimizer offload: a copy of n floats either way. */
-static void state_copy_out(const lj_model *m, float *dst, const void *src, int64_t n) {
-    if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
-    else m->ops->download(dst, src, (size_t)n * sizeof(float));
-}
-
 static void state_copy_in(const lj_model *m, void *dst, const float *src, int64_t n) {
     if (m->offload) memcpy(dst, src, (size_t)n * sizeof(float));
     else m->ops->upload(dst, src, (size_t)n * sizeof(float));
@@ -205,22 +200,6 @@ static char *state_at(const lj_model *m, int t, int64_t at) {
     return base + (size_t)at * lj_dtype_size(lj_model_state_dtype(m, t));
 }
 
-void lj_model_state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n) {
-    LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
-              (long long)n, (long long)m->shard_numel);
-    if (n == 0) return;
-    const char *src = state_at(m, t, at);
-    if (lj_model_state_dtype(m, t) == LJ_DTYPE_F32) {
-        state_copy_out(m, dst, src, n);
-        return;
-    }
-    /* bf16 into the first half of dst, widened in place from the last element down (element i's
-     * f32 covers bf16 elements 2i and 2i+1, read before for every i > 0, and i itself for i = 0) */
-    uint16_t *h = (uint16_t *)dst;
-    m->ops->download(h, src, (size_t)n * sizeof(uint16_t));
-    for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(h[i]);
-}
-
 void lj_model_state_copy_out(const lj_model *m, int t, void *dst, int64_t at, int64_t n, int async) {
     LJ_ASSERT(at >= 0 && n >= 0 && at + n <= m->shard_numel, "state range [%lld, +%lld) of %lld", (long long)at,
               (long long)n, (long long)m->shard_numel);
@@ -230,6 +209,15 @@ void lj_model_state_copy_out(const lj_model *m, int t, void *dst, int64_t at, in
     if (m->offload) memcpy(dst, src, bytes);
     else if (async && m->ops->download_async) m->ops->download_async(dst, src, bytes);
     else m->ops->download(dst, src, bytes);
+}
+
+void lj_model_state_download(const lj_model *m, int t, float *dst, int64_t at, int64_t n) {
+    lj_model_state_copy_out(m, t, dst, at, n, 0);
+    if (lj_model_state_dtype(m, t) == LJ_DTYPE_F32) return;
+    /* bf16 in the first half of dst, widened in place from the last element down (element i's
+     * f32 covers bf16 elements 2i and 2i+1, read before for every i > 0, and i itself for i = 0) */
+    const uint16_t *h = (const uint16_t *)dst;
+    for (int64_t i = n - 1; i >= 0; i--) dst[i] = lj_bf16_to_f32(h[i]);
 }
 
 void lj_model_state_copy_wait(const lj_model *m) {

@@ -10,7 +10,7 @@ the shell tests (docs/reference.md "Sharded training state"):
   ckpt_state.py dtype ITER NAME           prints the tensor's stored dtype (F32, BF16)
   ckpt_state.py same ITER_A ITER_B        exit 0 when master, adam.m and adam.v are bit-identical
   ckpt_state.py flip ITER TENSOR PARAM    flips one byte inside the slice of TENSOR for
-                                          parameter PARAM, prints the file it changed
+                                          parameter PARAM, prints the file it changed (sharded)
   ckpt_state.py hf ITER                   exit 0 when every tensor of ITER/hf/model.safetensors
                                           (F32, or BF16 rounded to nearest even) is the master's
                                           slices of its parameter (sharded format); prints the count
@@ -63,7 +63,11 @@ def tensor(path, name):
 
 def dtype(path, name):
     d = iter_dir(path)
-    return json.load(open(os.path.join(d, "metadata.json")))["tensors"][name]["dtype"]
+    meta = os.path.join(d, "metadata.json")
+    if os.path.exists(meta):
+        return json.load(open(meta))["tensors"][name]["dtype"]
+    f = open(os.path.join(d, "state.safetensors"), "rb")
+    return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))[name]["dtype"]
 
 
 def flip(path, name, param):

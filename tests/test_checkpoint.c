@@ -628,6 +628,37 @@ static void test_sharded_bf16(void **state) {
     expect_error(lj_sharded_read(&c, "adam.m", 40, 10, 1, staging, 9, sink_array, &sc), LJ_ERR_FORMAT,
                  "tensor 'adam.m' slice [40, 100) (parameter b.weight) fails its checksum", NULL, NULL);
     lj_sharded_close(&c);
+    /* metadata whose dtypes do not match the bytes, a slice dtype against its tensor's, a BF16
+     * master: each refused by field when opened */
+    char *meta = new_root();
+    assert_int_equal(lj_mkdir_p(meta), LJ_OK);
+    assert_int_equal(lj_shard_writer_open(&w, meta, 0, 1, 64, NULL, NULL), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.m", NULL, 0, 40, LJ_DTYPE_BF16, fetch_bf16, h, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "adam.v", NULL, 0, 40, LJ_DTYPE_BF16, fetch_bf16, h, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_add(&w, "master", NULL, 0, 10, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
+    assert_int_equal(lj_shard_writer_close(&w), LJ_OK);
+    lj_shard_writer_free(&w);
+    assert_int_equal(lj_sharded_write_metadata(meta, 1, 1, 0, "replicated", "{}"), LJ_OK);
+    assert_int_equal(lj_sharded_open(&c, meta), LJ_OK);
+    lj_sharded_close(&c);
+    snprintf(path, sizeof path, "%s/metadata.json", meta);
+    assert_int_equal(lj_file_read_all(path, &text, NULL), LJ_OK);
+    const struct { const char *from, *to, *want; } edits[] = {
+        {"\"BF16\"", "\"F32\"", "do not tile it: byte 80 is in two slices (at tensor 'adam.v'"}, /* adam.m's */
+        {"\"F32\"", "\"BF16\"", "tensor 'master': dtype is \"BF16\"; the format keeps it as \"F32\""},
+        {"\"byte_offset\":", "\"dtype\": \"F32\", \"byte_offset\":", "tensor 'adam.m': a slice's dtype \"F32\" is not the tensor's \"BF16\""},
+    };
+    for (size_t k = 0; k < sizeof edits / sizeof edits[0]; k++) {
+        const char *at = strstr(text, edits[k].from);
+        assert_non_null(at);
+        char edited[8192];
+        assert_true(strlen(text) + 64 < sizeof edited);
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, edits[k].to, at + strlen(edits[k].from));
+        assert_int_equal(lj_file_write_atomic(path, edited, strlen(edited)), LJ_OK);
+        expect_error(lj_sharded_open(&c, meta), LJ_ERR_FORMAT, "metadata.json", edits[k].want, NULL);
+    }
+    free(text);
+    free(meta);
     /* one tensor, two dtypes: refused when the ranks' indexes merge */
     assert_int_equal(lj_shard_writer_open(&w, dir, 0, 1, 64, NULL, NULL), LJ_OK);
     assert_int_equal(lj_shard_writer_add(&w, "adam.v", NULL, 0, 10, LJ_DTYPE_F32, fetch_array, x, 0), LJ_OK);
