@@ -576,8 +576,7 @@ struct lj_ckpt_async {
                                stored (f32 or bf16), fp8 [n8] f32; pinned when the backend has it */
     void (*host_free)(void *ptr); /* the backend's, for pinned memory; NULL: free() */
     size_t host_bytes;      /* allocated */
-    size_t at[4];           /* byte offsets of master, adam.m, adam.v, fp8 in host */
-    lj_dtype dtype[3];      /* the dtypes of master, adam.m, adam.v */
+    size_t at[4];           /* byte offsets of master, adam.m, adam.v, fp8 in host (async_layout) */
     int64_t numel, n8;
     const lj_model *model;  /* whose copies the writer waits for (lj_model_state_copy_wait) */
     state_piece *pieces;
@@ -609,23 +608,23 @@ void lj_ckpt_async_free(lj_ckpt_async *a) {
     free(a);
 }
 
-/* The rank's shard file: each state tensor's pieces in its dtype (dtype[3]: master f32, the
- * moments as the run stores them), then (rank 0) the FP8 recipe state; from the shard buffers
- * (sources[i] with fetch_model) or from a packed host copy (host[3] != NULL: each tensor's
- * [packed] elements). `progress`: show it (base/progress.h; not from --async-save's thread,
- * beside the training). */
-static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int world, size_t staging,
-                             const state_piece *pieces, int np, model_source *sources, const char *const *host,
-                             const lj_dtype *dtype, const float *f8, int64_t n8, int progress) {
+/* The rank's shard file: each state tensor's pieces in the dtype model m stores it in
+ * (lj_model_state_dtype), then (rank 0) the FP8 recipe state; from the shard buffers (sources[i]
+ * with fetch_model) or from a packed host copy (host[3] != NULL: each tensor's [packed]
+ * elements). `progress`: show it (base/progress.h; not from --async-save's thread, beside the
+ * training). */
+static lj_status write_shard(lj_shard_writer *w, const lj_model *m, const char *dir, int rank, int world,
+                             size_t staging, const state_piece *pieces, int np, model_source *sources,
+                             const char *const *host, const float *f8, int64_t n8, int progress) {
     /* the staging is pinned when the chunks come from device memory and the backend pins */
-    const lj_ops *ops = host ? NULL : sources[0].r->model->ops;
-    const int pin = ops && ops->host_alloc && !sources[0].r->model->offload;
+    const int pin = !host && m->ops->host_alloc && !m->offload;
+    const lj_ops *ops = m->ops;
     LJ_TRY(lj_shard_writer_open(w, dir, rank, world, staging, pin ? ops->host_alloc : NULL, pin ? ops->host_free : NULL));
     lj_progress pg;
     if (progress) {
         uint64_t total = (uint64_t)n8 * sizeof(float);
         for (int t = 0; t < 3; t++)
-            for (int i = 0; i < np; i++) total += (uint64_t)pieces[i].n * lj_dtype_size(dtype[t]);
+            for (int i = 0; i < np; i++) total += (uint64_t)pieces[i].n * lj_dtype_size(lj_model_state_dtype(m, t));
         char what[LJ_PATH_MAX + 16];
         snprintf(what, sizeof what, "writing %s", w->path);
         lj_progress_begin(&pg, what, total);
@@ -633,14 +632,15 @@ static lj_status write_shard(lj_shard_writer *w, const char *dir, int rank, int 
     }
     lj_status s = LJ_OK;
     for (int t = 0; t < 3 && s == LJ_OK; t++) {
-        host_source hs = {host ? host[t] : NULL, lj_dtype_size(dtype[t])};
+        const lj_dtype dtype = lj_model_state_dtype(m, t);
+        host_source hs = {host ? host[t] : NULL, lj_dtype_size(dtype)};
         for (int i = 0; i < np && s == LJ_OK; i++) {
             const state_piece *p = &pieces[i];
             if (host) {
-                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype[t], fetch_host, &hs, p->packed);
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype, fetch_host, &hs, p->packed);
             } else {
                 sources[t].flat_delta = p->flat - p->shard_offset;
-                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype[t], fetch_model, &sources[t],
+                s = lj_shard_writer_add(w, state_names[t], p->param, p->flat, p->n, dtype, fetch_model, &sources[t],
                                         p->shard_offset);
             }
         }
@@ -657,9 +657,9 @@ static lj_status host_finite(const lj_ckpt_async *a) {
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < a->npieces; i++) {
             const state_piece *p = &a->pieces[i];
+            const lj_dtype dtype = lj_model_state_dtype(a->model, t);
             float v;
-            const int64_t j = first_nonfinite(a->host + a->at[t] + (size_t)p->packed * lj_dtype_size(a->dtype[t]),
-                                              a->dtype[t], p->n, &v);
+            const int64_t j = first_nonfinite(a->host + a->at[t] + (size_t)p->packed * lj_dtype_size(dtype), dtype, p->n, &v);
             if (j >= 0)
                 return lj_fail(LJ_ERR_ARG,
                                "iteration %d: the state is not saved: tensor '%s' holds %f at element %lld "
@@ -677,8 +677,8 @@ static void *async_writer(void *arg) {
     a->t_copied = lj_time_sec();
     a->status = host_finite(a); /* here, off the step: the scan of the copy took longer than the copy */
     if (a->status == LJ_OK)
-        a->status = write_shard(&a->writer, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL, host,
-                                a->dtype, f8, a->n8, 0);
+        a->status = write_shard(&a->writer, a->model, a->tmp, a->rank, a->world, a->staging, a->pieces, a->npieces, NULL,
+                                host, f8, a->n8, 0);
     if (a->status != LJ_OK) snprintf(a->error, sizeof a->error, "%s", lj_error_message());
     a->t_written = lj_time_sec();
     __atomic_store_n(&a->written, 1, __ATOMIC_RELEASE);
@@ -808,16 +808,15 @@ lj_status lj_run_state_poll(lj_run_state *r) {
 }
 
 /* The layout of the async save's packed host copy of numel state elements and n8 FP8 state
- * values: the byte offsets at[4] of master, adam.m, adam.v (each in its stored dtype, dtype[3])
- * and the FP8 state; returns the bytes in all. */
-static size_t async_layout(const lj_model *m, int64_t numel, int64_t n8, size_t at[4], lj_dtype dtype[3]) {
+ * values: the byte offsets at[4] (NULL: not wanted) of master, adam.m, adam.v (each in its
+ * stored dtype) and the FP8 state; returns the bytes in all. */
+static size_t async_layout(const lj_model *m, int64_t numel, int64_t n8, size_t *at) {
     size_t b = 0;
     for (int t = 0; t < 3; t++) {
-        dtype[t] = lj_model_state_dtype(m, t);
-        at[t] = b;
-        b += (size_t)numel * lj_dtype_size(dtype[t]);
+        if (at) at[t] = b;
+        b += (size_t)numel * lj_dtype_size(lj_model_state_dtype(m, t));
     }
-    at[3] = b;
+    if (at) at[3] = b;
     return b + (size_t)n8 * sizeof(float);
 }
 
@@ -858,22 +857,23 @@ static lj_status async_buffer(lj_run_state *r, size_t need) {
 static lj_status save_async(lj_run_state *r, const char *tmp, char *json, state_piece *pieces, int np, int64_t numel,
                             int64_t n8, double t0, int64_t rss0) {
     lj_ckpt_async *a = r->async;
-    const size_t need = async_layout(r->model, numel, n8, a->at, a->dtype);
+    const size_t need = async_layout(r->model, numel, n8, a->at);
     lj_status s = LJ_OK;
     /* the FP8 state first: a download queued after the copies below would wait for all of them */
     if (n8) lj_linear_state_get(&r->model->linear, (float *)(a->host + a->at[3]));
-    /* the copy only (the writer checks it for non-finite values), adjacent pieces in one: a
-     * stream takes only so many queued operations before the host waits for them (the 8B's 873
-     * piece copies held the step for the whole 1.2 s copy) */
-    for (int t = 0; t < 3; t++)
+    /* the copy only (the writer checks it for non-finite values), adjacent pieces in one copy
+     * (on one rank: one per tensor instead of one per parameter) */
+    for (int t = 0; t < 3; t++) {
+        const size_t size = lj_dtype_size(lj_model_state_dtype(r->model, t));
         for (int i = 0, j; i < np; i = j) {
             int64_t n = pieces[i].n;
             for (j = i + 1; j < np && pieces[j].shard_offset == pieces[i].shard_offset + n &&
                             pieces[j].packed == pieces[i].packed + n; j++)
                 n += pieces[j].n;
-            lj_model_state_copy_out(r->model, t, a->host + a->at[t] + (size_t)pieces[i].packed * lj_dtype_size(a->dtype[t]),
+            lj_model_state_copy_out(r->model, t, a->host + a->at[t] + (size_t)pieces[i].packed * size,
                                     pieces[i].shard_offset, n, 1);
         }
+    }
     s = all_ok(r, s, "another rank could not copy its state (see its message)");
     if (s != LJ_OK) {
         if (r->dp->rank == 0) lj_dir_remove_quiet(tmp);
@@ -921,9 +921,7 @@ lj_status lj_run_state_reserve(lj_run_state *r) {
     int64_t nh, ns;
     const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     const double t0 = lj_time_sec();
-    size_t at[4];
-    lj_dtype dtype[3];
-    const size_t need = async_layout(r->model, numel, n8, at, dtype);
+    const size_t need = async_layout(r->model, numel, n8, NULL);
     const lj_status s = async_buffer(r, need);
     if (s != LJ_OK) {
         lj_log_warn("--async-save: %s: the host copy is made at the first save instead", lj_error_message());
@@ -951,9 +949,7 @@ lj_status lj_run_state_save(lj_run_state *r) {
     const int64_t n8 = r->dp->rank == 0 && r->model->linear.fp8.active ? lj_linear_fp8_state_numel(&r->model->linear.fp8, &nh, &ns) : 0;
     char *json = state_json(r);
     if (r->async) { /* every rank needs its host copy, or the save is synchronous */
-        size_t at[4];
-        lj_dtype dtype[3];
-        const lj_status b = async_buffer(r, async_layout(r->model, numel, n8, at, dtype));
+        const lj_status b = async_buffer(r, async_layout(r->model, numel, n8, NULL));
         float failed = b != LJ_OK;
         if (b != LJ_OK) lj_log_warn("--async-save, iteration %d: %s: this save is synchronous", r->iteration, lj_error_message());
         lj_dp_sum(r->dp, r->model, &failed, 1);
@@ -964,10 +960,8 @@ lj_status lj_run_state_save(lj_run_state *r) {
                                {r, LJ_STATE_EXP_AVG_SQ, "adam.v", 0}};
     float *f8 = n8 ? lj_malloc((size_t)n8 * sizeof(float)) : NULL;
     if (n8) lj_linear_state_get(&r->model->linear, f8);
-    const lj_dtype dtype[3] = {lj_model_state_dtype(r->model, 0), lj_model_state_dtype(r->model, 1),
-                               lj_model_state_dtype(r->model, 2)};
     lj_shard_writer w;
-    lj_status s = write_shard(&w, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, dtype, f8, n8, 1);
+    lj_status s = write_shard(&w, r->model, tmp, r->dp->rank, r->dp->world, staging, pieces, np, sources, NULL, f8, n8, 1);
     const uint64_t bytes = w.bytes;
     lj_shard_writer_free(&w);
     free(f8);
@@ -1033,7 +1027,7 @@ static lj_status load_sharded(lj_run_state *r, const char *dir, int iteration, c
         const lj_sharded_tensor *st = lj_sharded_find(&c, state_names[t + 1]);
         if (st) moment_size[t] = lj_dtype_size(st->dtype); /* a missing tensor is reported by its read */
     }
-    if (s == LJ_OK && c.iteration != iteration)
+    if (c.iteration != iteration)
         s = lj_fail(LJ_ERR_FORMAT, "%s: 'iteration' is %d, but the directory is iter_%07d (a file copied from another "
                                    "checkpoint?)", c.meta_path, c.iteration, iteration);
     const size_t staging_bytes = lj_ckpt_staging_bytes();

@@ -70,6 +70,7 @@ typedef struct {
     const char *no_fp8;                 /* why +FP8 is left out, or NULL */
     uint8_t planned_moments[LJ_MAX_LAYERS]; /* the planner's with bf16 moments (and FP8 where it ran) */
     const char *no_moments;             /* why +BF16Moments is left out, or NULL */
+    char no_moments_why[512];           /* the refusal of the moment flags it points to */
 } ablation_ctx;
 
 /* One row of the ablation: a name, how it changes the configuration of the row above, and
@@ -360,8 +361,8 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
                                          &cfg.model, requested_stage, dp->world, offload, cfg.ops->name,
                                          dp->rank == 0) != LJ_OK)
         return lj_cli_error("benchmark");
-    if (lj_cli_moments_resolve(&moments, requested_stage, dp->world, offload ? "--offload-optimizer cpu" : NULL,
-                               dp->rank == 0, &cfg.exp_avg_dtype,
+    const char *offload_flag = offload ? "--offload-optimizer cpu" : NULL; /* what messages name */
+    if (lj_cli_moments_resolve(&moments, requested_stage, dp->world, offload_flag, dp->rank == 0, &cfg.exp_avg_dtype,
                                &cfg.exp_avg_sq_dtype) != LJ_OK)
         return lj_cli_error("benchmark");
     if (overlap >= 0) dp->overlap_comm = overlap;
@@ -475,14 +476,16 @@ static int benchmark(int argc, char **argv, lj_dp *dp) {
             fp8_planner.fp8 = &ctx.fp8;
             if (lj_cli_recompute(&fp8_planner, &mb, ctx.planned_fp8) != LJ_OK) return lj_cli_error("benchmark");
         }
-        /* +BF16Moments: on top of the rows above (FP8 where it ran) */
+        /* +BF16Moments: on top of the rows above (FP8 where it ran); left out where this run would
+         * refuse the moment flags (offload, no sharded optimizer, ZeRO-3 over ranks), with that
+         * refusal as the reason */
+        const lj_cli_moments bf16 = {1, "bf16", "bf16"};
+        lj_dtype bm, bv;
         ctx.no_moments = NULL;
-        if (offload) ctx.no_moments = "optimizer offload keeps the moments f32 in host memory";
-        else if (requested_stage == 3 && dp->world > 1) ctx.no_moments = "ZeRO-3 over several ranks keeps f32 moments";
-        else if (dp->zero_stage < 1 && requested_stage < 1)
-            ctx.no_moments = "the optimizer is not sharded (Megatron-LM's precision-aware optimizer needs "
-                             "--use-distributed-optimizer or --zero-stage 1|2)";
-        if (!ctx.no_moments) {
+        if (lj_cli_moments_resolve(&bf16, requested_stage, dp->world, offload_flag, 0, &bm, &bv) != LJ_OK) {
+            snprintf(ctx.no_moments_why, sizeof ctx.no_moments_why, "%s", lj_error_message());
+            ctx.no_moments = ctx.no_moments_why;
+        } else {
             lj_cli_recompute_request mq = planner;
             if (!ctx.no_fp8) {
                 mq.linear_recipe = LJ_LINEAR_RECIPE_FP8;

@@ -1,5 +1,5 @@
 # kjv_train_lib.sh: what the tests that train llama3-nano on KJV tokens over 1-3 CPU ranks share
-# (test_fp8_param.sh, test_bf16_moments.sh), sourced by each:
+# (test_fp8_param.sh, test_bf16_moments.sh, test_fp8_dist.sh), sourced by each:
 #   source kjv_train_lib.sh NAME   (NAME: the scratch folder $tmp under $LJ_TEST_TMP)
 # It prepares the first 200 kB of the KJV Bible as $tmp/kjv. The test then sets `common` (its
 # train flags) and calls run NAME RANKS FLAGS... (ljperf train, logging $tmp/NAME.jsonl) and

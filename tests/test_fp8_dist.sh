@@ -6,20 +6,10 @@
 # for bit: under delayed scaling the amaxes are reduced (max) over the ranks after each backward,
 # so every rank holds the recipe state the checkpoint keeps (it failed before the reduction:
 # rank 1 resumed with rank 0's amax history).
-set -euo pipefail
-: "${LJPERF:?}" "${LJ_CACHE:?}" "${LJ_TEST_TMP:?}"
-tmp="$LJ_TEST_TMP/fp8_dist"
-rm -rf "$tmp" && mkdir -p "$tmp"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v mpirun >/dev/null 2>&1 || fail "mpirun is missing: run scripts/setup.sh (openmpi-bin)"
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 LJPERF_DIST_TIMEOUT=120
-
-head -c 200000 "$LJ_CACHE/data/kjv.txt" >"$tmp/kjv.txt"
-"$LJPERF" prepare --input "$tmp/kjv.txt" --split-on blank-line --output-prefix "$tmp/kjv" >/dev/null 2>&1 || fail "prepare"
+source "$(dirname "$0")/kjv_train_lib.sh" fp8_dist
 common=(--model llama3-nano --device cpu --data-path "$tmp/kjv" --seq-length 32 --micro-batch-size 2
         --global-batch-size 4 --train-iters 4 --lr 3e-3 --lr-warmup-iters 1 --seed 11 --quiet --eval-iters 1
         --nproc-per-node 2 --fp8-format hybrid)
-losses() { grep '"loss"' "$1" | sed -E 's/.*"iteration": ([0-9]+), "loss": ([^,]+),.*/\1 \2/'; }
 for recipe in delayed tensorwise; do
   for z in 0 3; do
     "$LJPERF" train "${common[@]}" --fp8-recipe $recipe --zero-stage $z --log-json "$tmp/$recipe-z$z.jsonl" \
